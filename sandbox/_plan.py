@@ -1,0 +1,97 @@
+"""The confinement plan: everything the launcher needs to confine a worker, as plain data.
+
+The supervisor builds a :class:`ConfinementPlan` per toolbox (pure code, testable anywhere), sends it to the launcher
+as the first msgpack frame on the worker's stdin, and the launcher applies it step by step before any toolbox code is
+imported. The plan knows nothing of tools: the ``payload`` is opaque to this package and handed to the entry point
+named by ``entry`` once confinement is complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["ConfinementPlan", "FsRule", "Rlimits"]
+
+#: Access modes a filesystem rule may grant.
+READ = "read"  # read files, list directories, execute
+WRITE = "write"  # READ plus create, remove, write, truncate, rename within
+FS_MODES = (READ, WRITE)
+
+
+@dataclass(frozen=True)
+class FsRule:
+    """One Landlock path rule: ``path`` (absolute, canonical) with ``mode`` ``read`` or ``write``.
+
+    A rule on a regular file grants only the file rights of its mode (the kernel refuses directory rights on
+    files); a rule on a directory covers the whole tree beneath it.
+    """
+
+    path: str
+    mode: str = READ
+
+
+@dataclass(frozen=True)
+class Rlimits:
+    """Resource limits in the units the kernel uses. ``None`` leaves the inherited limit in place."""
+
+    address_space_bytes: int | None = None
+    cpu_seconds: int | None = None
+    open_files: int | None = None
+    file_size_bytes: int | None = None
+    processes: int | None = None
+    core_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ConfinementPlan:
+    """What a worker gets from the kernel.
+
+    Attributes:
+        toolbox: the toolbox's display name, for messages only.
+        uid / gid: identity to drop to when the launcher starts as root (``None``: keep the current one, which the
+            supervisor only allows when it is not root).
+        fs_rules: the only paths the worker may touch; everything else is denied by Landlock.
+        min_landlock_abi: refuse to run (``ConfinementError``) when the kernel's Landlock ABI is lower. 0 means
+            "best effort": run unconfined by Landlock if it is missing (permissive policies only).
+        tcp_connect_ports: TCP ports on 127.0.0.1 the worker may connect to (the egress bridge); all other TCP
+            connects and every TCP bind are refused when the kernel has ABI 4.
+        new_netns: enter a new network namespace with only ``lo`` up.
+        new_pidns: enter a new PID namespace; the worker is its PID 1, so every descendant dies with it.
+        bridge: open the egress bridge listening sockets inside the namespace and pass them up on ``bridge_fd``.
+        bridge_fd: the inherited unix socket that carries the bridge sockets (SCM_RIGHTS), or ``None``.
+        rlimits: resource limits.
+        workdir: the worker's own work folder (read-write, its cwd and HOME).
+        env: the complete environment of the worker (nothing of the supervisor's is inherited).
+        entry: ``module:function`` called as ``function(payload)`` after confinement.
+        payload: opaque data for the entry point.
+    """
+
+    toolbox: str
+    workdir: str
+    entry: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    uid: int | None = None
+    gid: int | None = None
+    fs_rules: tuple[FsRule, ...] = ()
+    min_landlock_abi: int = 1
+    tcp_connect_ports: tuple[int, ...] = ()
+    new_netns: bool = True
+    new_pidns: bool = True
+    bridge: bool = False
+    bridge_fd: int | None = None
+    rlimits: Rlimits = field(default_factory=Rlimits)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the plan as plain msgpack-able data."""
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ConfinementPlan:
+        """Rebuild a plan sent by :meth:`to_wire`; raises ``TypeError``/``KeyError`` on a malformed plan."""
+        data = dict(data)
+        data["fs_rules"] = tuple(FsRule(**r) for r in data.get("fs_rules", ()))
+        data["rlimits"] = Rlimits(**data.get("rlimits", {}))
+        data["tcp_connect_ports"] = tuple(data.get("tcp_connect_ports", ()))
+        return cls(**data)

@@ -1,0 +1,114 @@
+"""The supervisor <-> worker wire protocol, without I/O.
+
+Frames are msgpack maps streamed over the worker's stdin (supervisor -> worker) and stdout (worker -> supervisor).
+The key ``t`` names the message type. Both sides may send requests; ids are unique per direction.
+
+supervisor -> worker:
+    ``call {id, tool, args, ctx}``, ``cancel {id}``, ``reply {id, result}`` or ``reply {id, error}`` (answer to a
+    portal/host request), ``shutdown {}``.
+worker -> supervisor:
+    ``hello {protocol, tools, load_errors}``, ``result {id, result}``, ``portal {id, call, tool, args}`` (a tool call
+    the worker wants made on behalf of call ``call``), ``host {id, call, op, args}``, ``event {event}``,
+    ``tools_changed {tools, load_errors}``.
+
+A ``tool`` entry is ``{name, description, input_schema}`` plus optional ``annotations``. Names are the toolbox's own;
+the supervisor maps them to public names.
+
+:class:`FrameDecoder` turns bytes into validated messages and raises :class:`ProtocolError` for anything that is not
+a well-formed message of the expected direction; the caller decides what a violation costs (the supervisor kills the
+worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "PROTOCOL_VERSION",
+    "FrameDecoder",
+    "ProtocolError",
+    "encode",
+]
+
+PROTOCOL_VERSION = 1
+#: Largest frame either side accepts. A result larger than this is a protocol violation, so tools cap their own
+#: output well below it (bash caps stdout, attachments travel as files, not bytes).
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+_TO_WORKER: dict[str, tuple[str, ...]] = {
+    "call": ("id", "tool", "args", "ctx"),
+    "cancel": ("id",),
+    "reply": ("id",),
+    "shutdown": (),
+    "plan": ("plan",),
+}
+_TO_SUPERVISOR: dict[str, tuple[str, ...]] = {
+    "hello": ("protocol", "tools"),
+    "result": ("id", "result"),
+    "portal": ("id", "tool", "args"),
+    "host": ("id", "op"),
+    "event": ("event",),
+    "tools_changed": ("tools",),
+}
+DIRECTIONS = {"to_worker": _TO_WORKER, "to_supervisor": _TO_SUPERVISOR}
+
+
+class ProtocolError(Exception):
+    """A frame that does not decode, is too large, or is not a well-formed message for this direction.
+
+    Raised by :class:`FrameDecoder`. Unlike a tool failure (a result with status ``failed``/``error``), a protocol
+    error means the peer cannot be trusted to speak the protocol any more: the supervisor kills the worker, a worker
+    exits.
+    """
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """Serialise one message to a frame."""
+    return msgpack.packb(message, use_bin_type=True)
+
+
+class FrameDecoder:
+    """Incremental decoder of frames for one direction (``"to_worker"`` or ``"to_supervisor"``)."""
+
+    def __init__(self, direction: str, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self._schema = DIRECTIONS[direction]
+        self._unpacker = msgpack.Unpacker(
+            raw=False,
+            max_buffer_size=max_frame_bytes,
+            strict_map_key=True,
+            use_list=True,
+        )
+
+    def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
+        """Feed bytes; yield each complete, validated message. Raises :class:`ProtocolError`."""
+        try:
+            self._unpacker.feed(data)
+        except msgpack.BufferFull as exc:
+            raise ProtocolError("frame larger than the protocol limit") from exc
+        while True:
+            try:
+                obj = self._unpacker.unpack()
+            except msgpack.OutOfData:
+                return
+            except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as exc:
+                raise ProtocolError(f"undecodable frame: {exc}") from exc
+            yield self.validate(obj)
+
+    def validate(self, obj: Any) -> dict[str, Any]:
+        """Check that ``obj`` is a message of this direction with its required keys."""
+        if not isinstance(obj, dict):
+            raise ProtocolError(f"frame is a {type(obj).__name__}, not a map")
+        kind = obj.get("t")
+        required = self._schema.get(kind) if isinstance(kind, str) else None
+        if required is None:
+            raise ProtocolError(f"unexpected message type {kind!r}")
+        missing = [k for k in required if k not in obj]
+        if missing:
+            raise ProtocolError(f"{kind} message lacks {', '.join(missing)}")
+        if "id" in obj and not (isinstance(obj["id"], int) and not isinstance(obj["id"], bool)):
+            raise ProtocolError(f"{kind} message id must be an integer")
+        return obj
