@@ -1,0 +1,109 @@
+"""A child process owned by the supervisor, spawned from the trio thread itself.
+
+Why not ``trio.lowlevel.open_process``: trio forks from a cached worker thread, and a child's ``PR_SET_PDEATHSIG``
+fires when the *thread* that forked it exits (about 10 s after it goes idle), which killed healthy workers
+(FACTS.md). Here ``subprocess.Popen`` runs synchronously on the thread that runs trio, which lives as long as the
+supervisor; with no ``preexec_fn`` CPython takes its vfork fast path, so the loop is blocked for about a millisecond.
+The pipes are wrapped in :class:`trio.lowlevel.FdStream` and the exit is awaited on a pidfd.
+
+:meth:`ChildProcess.aclose` is the kill path: SIGTERM, a grace period, SIGKILL, reap; shielded, safe to call twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+
+import trio
+
+__all__ = ["ChildProcess", "spawn_child"]
+
+
+class ChildProcess:
+    """A running child with trio streams for its stdin, stdout and stderr."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        assert popen.stdin and popen.stdout and popen.stderr
+        self.stdin = trio.lowlevel.FdStream(os.dup(popen.stdin.fileno()))
+        self.stdout = trio.lowlevel.FdStream(os.dup(popen.stdout.fileno()))
+        self.stderr = trio.lowlevel.FdStream(os.dup(popen.stderr.fileno()))
+        for f in (popen.stdin, popen.stdout, popen.stderr):
+            f.close()
+        self._pidfd = os.pidfd_open(self.pid)
+        self.returncode: int | None = None
+        self._closed = False
+
+    async def wait(self) -> int:
+        """Wait for the child to exit and reap it; returns its status as ``Popen.returncode`` (negative = signal).
+
+        A checkpoint. Cancellation leaves the child running.
+        """
+        if self.returncode is None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+            self.returncode = self._popen.wait()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._popen.poll()
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the child unless it was already reaped (a reaped pid may have been reused)."""
+        if self.poll() is None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    async def aclose(self, grace_s: float = 2.0) -> None:
+        """Stop the child: SIGTERM, up to ``grace_s`` to exit, then SIGKILL, reap, close every fd.
+
+        Shielded from cancellation so that the child is always reaped; calling it twice is fine.
+        """
+        with trio.CancelScope(shield=True):
+            if self.poll() is None:
+                self.send_signal(signal.SIGTERM)
+                with trio.move_on_after(grace_s):
+                    await self.wait()
+                if self.poll() is None:
+                    self.send_signal(signal.SIGKILL)
+                    await self.wait()
+            if not self._closed:
+                self._closed = True
+                for stream in (self.stdin, self.stdout, self.stderr):
+                    await stream.aclose()
+                os.close(self._pidfd)
+
+    async def kill(self) -> None:
+        """SIGKILL and reap at once (no grace), then close the fds."""
+        await self.aclose(grace_s=0.0)
+
+
+def spawn_child(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str,
+    pass_fds: Sequence[int] = (),
+) -> ChildProcess:
+    """Start ``argv`` with pipes on stdin/stdout/stderr and exactly ``env``. Synchronous (no checkpoint).
+
+    Raises ``OSError`` when the program cannot be started.
+    """
+    popen = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        cwd=cwd,
+        close_fds=True,
+        pass_fds=tuple(pass_fds),
+        start_new_session=False,
+    )
+    return ChildProcess(popen)

@@ -1,0 +1,157 @@
+"""Supervision of one toolbox: keep its worker running, restart it with backoff, stop after a crash loop.
+
+A :class:`ToolboxRunner` owns at most one live :class:`~supervisor._worker.Worker` at a time. When the worker dies
+it restarts it after an exponential backoff (``restart_backoff_initial_s`` doubling up to
+``restart_backoff_max_s``); more than ``crash_loop_max_restarts`` deaths within ``crash_loop_window_s`` disable the
+toolbox (state ``failed``), and its calls answer with an ``error`` that says so. A call that arrives while the worker
+is restarting waits for it (bounded by the call's wall time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from toolboxes._result import ToolResult
+
+from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
+
+__all__ = ["SupervisionPolicy", "ToolboxRunner"]
+
+
+class SupervisionPolicy:
+    """Restart parameters (from the policy's ``supervision`` section)."""
+
+    def __init__(self, backoff_initial_s: float = 0.1, backoff_max_s: float = 30.0, max_restarts: int = 5,
+                 window_s: float = 60.0) -> None:
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+
+
+class ToolboxRunner:
+    """Keeps one toolbox's worker alive for the supervisor."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        supervision: SupervisionPolicy,
+        *,
+        on_request: RequestHandler,
+        on_event: EventHandler,
+        on_tools: Callable[[ToolboxRunner], None],
+    ) -> None:
+        self.spec = spec
+        self.supervision = supervision
+        self.worker: Worker | None = None
+        self.failed_reason: str | None = None
+        self.restarts = 0
+        self._on_request = on_request
+        self._on_event = on_event
+        self._on_tools = on_tools
+        self._deaths: deque[float] = deque()
+        self._ready = trio.Event()
+        self._stopping = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.toolbox
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self.worker.tools if self.worker else []
+
+    @property
+    def load_errors(self) -> list[dict[str, Any]]:
+        return self.worker.load_errors if self.worker else []
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start the worker, report started (or raise when the first start fails), then keep it alive forever.
+
+        Meant for ``nursery.start``. The first start failing raises ``RuntimeError`` naming the cause, so a policy
+        whose toolbox cannot be confined never serves.
+        """
+        async with trio.open_nursery() as nursery:
+            first = True
+            backoff = self.supervision.backoff_initial_s
+            while not self._stopping:
+                worker = Worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper)
+                try:
+                    await worker.start(nursery)
+                except RuntimeError as exc:
+                    if first:
+                        raise
+                    self._on_event(worker, "worker_start_failed", {"reason": str(exc)})
+                else:
+                    self.worker = worker
+                    self._ready.set()
+                    self._on_event(worker, "worker_spawn", {"pid": worker.pid, "restart": not first})
+                    self._on_tools(self)
+                    if first:
+                        task_status.started()
+                    first = False
+                    started = time.monotonic()
+                    await worker.dead.wait()
+                    self._ready = trio.Event()
+                    self._on_event(worker, "worker_exit", {"reason": worker.death_reason,
+                                                           "stderr_tail": worker.stderr_tail()[-500:]})
+                    if time.monotonic() - started > self.supervision.window_s:
+                        backoff = self.supervision.backoff_initial_s
+                if self._stopping:
+                    break
+                now = time.monotonic()
+                self._deaths.append(now)
+                while self._deaths and now - self._deaths[0] > self.supervision.window_s:
+                    self._deaths.popleft()
+                if len(self._deaths) > self.supervision.max_restarts:
+                    self.failed_reason = (
+                        f"toolbox {self.name} is disabled: its worker died {len(self._deaths)} times within "
+                        f"{self.supervision.window_s:g} s (last: {worker.death_reason}). Fix the cause and "
+                        "restart the supervisor.")
+                    self._on_event(worker, "crash_loop", {"reason": self.failed_reason})
+                    self._ready.set()  # wake waiters so they get the failure
+                    await trio.sleep_forever()
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.supervision.backoff_max_s)
+                self.restarts += 1
+                self._on_event(worker, "worker_restart", {"restarts": self.restarts})
+
+    def _on_event_wrapper(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
+        if kind == "tools_changed":
+            self._on_tools(self)
+        self._on_event(worker, kind, data)
+
+    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
+                   wall_time_s: float | None = None) -> ToolResult:
+        """Call ``tool`` on the live worker, waiting for a restart in progress if needed."""
+        limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
+        deadline = trio.current_time() + limit
+        worker = self.worker
+        if self.failed_reason:
+            return ToolResult.error(self.failed_reason)
+        if worker is None or worker.state is not WorkerState.READY:
+            with trio.move_on_at(deadline):
+                while not self.failed_reason:
+                    await self._ready.wait()
+                    worker = self.worker
+                    if worker is not None and worker.state is WorkerState.READY:
+                        break
+                    await trio.sleep(0.01)
+            if self.failed_reason:
+                return ToolResult.error(self.failed_reason)
+            if worker is None or worker.state is not WorkerState.READY:
+                return ToolResult.error(f"toolbox {self.name} is restarting and did not come back within "
+                                        f"{limit:g} s; try again later")
+        remaining = max(0.001, deadline - trio.current_time())
+        return await worker.call(tool, args, ctx, remaining)
+
+    async def stop(self) -> None:
+        """Stop the worker for good (graceful, bounded)."""
+        self._stopping = True
+        if self.worker is not None:
+            await self.worker.stop()

@@ -1,0 +1,122 @@
+"""Argument validation against a tool's JSON schema, reported in the seed's text form (SPEC.md section 3).
+
+::
+
+    Tool call validation failed for 'NAME' with N errors:
+
+    1. filters.status: Invalid enum value: pending. Allowed: active, inactive
+    2. user.age: Expected number but got string
+
+    Please correct these issues and try again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from jsonschema import exceptions as js_exceptions
+from jsonschema.validators import validator_for
+
+__all__ = ["ArgumentValidator", "FieldError", "SchemaError", "format_validation_errors"]
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number",
+               type(None): "null"}
+
+
+class SchemaError(ValueError):
+    """A tool declared an input schema that is not a valid JSON Schema (the tool is left out, with this reason)."""
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One validation problem: ``path`` like ``user.age`` (``""`` = the arguments themselves) and a message."""
+
+    path: str
+    message: str
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    for t, name in _JSON_TYPES.items():
+        if isinstance(value, t):
+            return name
+    return type(value).__name__
+
+
+def _join(path: Any) -> str:
+    parts: list[str] = []
+    for p in path:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "".join(parts)
+
+
+def _field_errors(error: js_exceptions.ValidationError) -> list[FieldError]:
+    path = _join(error.absolute_path)
+    v = error.validator
+    if v == "required":
+        match = re.match(r"'(.+)' is a required property", error.message)
+        name = match.group(1) if match else str(error.validator_value)
+        return [FieldError(f"{path}.{name}" if path else name, "Required property missing")]
+    if v == "type":
+        expected = error.validator_value
+        expected_s = " or ".join(expected) if isinstance(expected, list) else str(expected)
+        return [FieldError(path, f"Expected {expected_s} but got {_type_name(error.instance)}")]
+    if v == "enum":
+        allowed = ", ".join(str(a) for a in error.validator_value)
+        return [FieldError(path, f"Invalid enum value: {error.instance}. Allowed: {allowed}")]
+    if v == "additionalProperties" and isinstance(error.instance, dict):
+        known = set((error.schema or {}).get("properties", {}))
+        extras = [k for k in error.instance if k not in known] or ["?"]
+        return [FieldError(f"{path}.{k}" if path else k, "Unknown property") for k in extras]
+    if v == "const":
+        return [FieldError(path, f"Expected the value {error.validator_value!r}")]
+    if error.context:  # anyOf/oneOf: report the best sub-error
+        best = js_exceptions.best_match(error.context)
+        return _field_errors(best)
+    return [FieldError(path, error.message)]
+
+
+def format_validation_errors(tool: str, errors: list[FieldError]) -> str:
+    """The seed's validation report for ``errors``."""
+    noun = "error" if len(errors) == 1 else "errors"
+    lines = [f"Tool call validation failed for '{tool}' with {len(errors)} {noun}:", ""]
+    for i, e in enumerate(errors, 1):
+        lines.append(f"{i}. {e.path}: {e.message}" if e.path else f"{i}. {e.message}")
+    lines += ["", "Please correct these issues and try again."]
+    return "\n".join(lines)
+
+
+class ArgumentValidator:
+    """A compiled validator for one tool's input schema."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        if not isinstance(schema, dict):
+            raise SchemaError("the input schema must be a JSON object")
+        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+        try:
+            cls.check_schema(schema)
+        except js_exceptions.SchemaError as exc:
+            raise SchemaError(f"invalid input schema: {exc.message}") from exc
+        self._validator = cls(schema)
+        self._trivial = schema.get("type") == "object" and not schema.get("properties") and not schema.get(
+            "required") and len(schema) <= 2
+
+    def errors(self, args: Any) -> list[FieldError]:
+        """Every problem with ``args``, in a stable order (empty when valid)."""
+        if not isinstance(args, dict):
+            return [FieldError("", f"Expected object but got {_type_name(args)}")]
+        if self._trivial:
+            return []
+        found = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)),
+                                                                          str(e.validator)))
+        out: list[FieldError] = []
+        for e in found:
+            out.extend(_field_errors(e))
+        return out

@@ -1,0 +1,367 @@
+"""One worker process and the supervisor's end of its pipe (the RPC client side).
+
+A :class:`Worker` is started with :meth:`Worker.start` (spawn the launcher, send the confinement plan, wait for
+``hello``), serves :meth:`Worker.call` concurrently, answers the worker's own ``portal``/``host`` requests through
+the handler it was given, and ends in state ``DEAD`` when the process exits, breaks the protocol or is stopped. Its
+state changes only in :meth:`Worker._set_state`. Restarting is not its business (see ``_runner.py``).
+
+Every call ends in exactly one :class:`ToolResult`; a worker that dies or misbehaves fails its in-flight calls with
+status ``error`` and a message naming the cause. Nothing a worker sends can raise into the supervisor: malformed,
+oversized or unexpected frames are a :class:`~toolboxes._protocol.ProtocolError`, which kills that worker only.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import signal
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import trio
+
+from sandbox._plan import ConfinementPlan
+from toolboxes._protocol import FrameDecoder, ProtocolError, encode
+from toolboxes._result import ToolResult
+
+from ._process import ChildProcess, spawn_child
+
+__all__ = ["Worker", "WorkerSpec", "WorkerState"]
+
+#: Largest chunk read from a worker's stdout at once.
+_READ_CHUNK = 1 << 18
+#: How much of a worker's stderr is kept for diagnostics.
+_STDERR_KEEP = 8192
+#: How long a cancelled call may take to answer before its worker is killed.
+CANCEL_GRACE_S = 2.0
+
+
+class WorkerState(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    DEAD = "dead"
+
+
+@dataclass
+class WorkerSpec:
+    """How to start one toolbox's worker (built by ``_compile.py``)."""
+
+    toolbox: str
+    kind: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    plan: ConfinementPlan
+    wall_time_s: float
+    start_timeout_s: float = 30.0
+    shutdown_grace_s: float = 2.0
+    pass_fds: tuple[int, ...] = ()
+    warnings: list[str] = field(default_factory=list)
+
+
+class _PendingCall:
+    __slots__ = ("done", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: ToolResult | None = None
+
+    def finish(self, result: ToolResult) -> None:
+        if not self.done.is_set():
+            self.result = result
+            self.done.set()
+
+
+#: handler(worker, message) -> reply dict ({"result": ...} or {"error": ...})
+RequestHandler = Callable[["Worker", dict[str, Any]], Awaitable[dict[str, Any]]]
+EventHandler = Callable[["Worker", str, dict[str, Any]], None]
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "is gone"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with status {code}"
+
+
+class Worker:
+    """One confined worker process serving one toolbox."""
+
+    def __init__(self, spec: WorkerSpec, *, on_request: RequestHandler, on_event: EventHandler) -> None:
+        self.spec = spec
+        self.state = WorkerState.STARTING
+        self.tools: list[dict[str, Any]] = []
+        self.load_errors: list[dict[str, Any]] = []
+        self.death_reason: str | None = None
+        self.dead = trio.Event()
+        self._on_request = on_request
+        self._on_event = on_event
+        self._proc: ChildProcess | None = None
+        self._pending: dict[int, _PendingCall] = {}
+        self._next_id = 1
+        self._send_lock = trio.Lock()
+        self._hello = trio.Event()
+        self._stderr: deque[bytes] = deque()
+        self._stderr_size = 0
+        self._nursery: trio.Nursery | None = None
+
+    # -- state -------------------------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def _set_state(self, state: WorkerState, reason: str | None = None) -> None:
+        if self.state is WorkerState.DEAD:
+            return
+        self.state = state
+        if state is WorkerState.DEAD:
+            self.death_reason = reason
+            for pending in list(self._pending.values()):
+                pending.finish(ToolResult.error(
+                    f"toolbox {self.spec.toolbox}: the worker {reason}; the call did not finish. "
+                    "It is restarted automatically; try the call again."))
+            self._pending.clear()
+            self.dead.set()
+
+    def stderr_tail(self) -> str:
+        return b"".join(self._stderr).decode("utf-8", "replace")[-2000:]
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Spawn the worker, send its plan and wait for ``hello``.
+
+        Raises ``RuntimeError`` naming the cause when the worker cannot start (launcher refused to confine, toolbox
+        failed to open, no hello in time). The worker's reader tasks live in ``nursery``.
+        """
+        self._nursery = nursery
+        spec = self.spec
+        try:
+            proc = spawn_child(spec.argv, env=spec.env, cwd=spec.cwd, pass_fds=spec.pass_fds)
+        except OSError as exc:
+            self._set_state(WorkerState.DEAD, f"could not be started: {exc}")
+            raise RuntimeError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc
+        self._proc = proc
+        plan = msgpack.packb(spec.plan.to_wire(), use_bin_type=True)
+        nursery.start_soon(self._read_stderr)
+        nursery.start_soon(self._read_stdout)
+        try:
+            await proc.stdin.send_all(struct.pack(">I", len(plan)) + plan)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the reader sees the exit and reports why
+        with trio.move_on_after(spec.start_timeout_s):
+            await self._wait_hello_or_death()
+        if self.state is WorkerState.READY:
+            return
+        if not self.dead.is_set():
+            await self.kill(f"sent no hello within {spec.start_timeout_s:g} s")
+        tail = self.stderr_tail().strip().splitlines()
+        detail = tail[-1] if tail else ""
+        raise RuntimeError(f"toolbox {spec.toolbox}: the worker {self.death_reason}"
+                           + (f": {detail}" if detail else ""))
+
+    async def _wait_hello_or_death(self) -> None:
+        async with trio.open_nursery() as n:
+            async def wait(ev: trio.Event) -> None:
+                await ev.wait()
+                n.cancel_scope.cancel()
+            n.start_soon(wait, self._hello)
+            n.start_soon(wait, self.dead)
+
+    async def kill(self, reason: str) -> None:
+        """Kill the worker at once (SIGKILL) and fail its in-flight calls with ``reason``."""
+        self._set_state(WorkerState.DEAD, reason)
+        if self._proc is not None:
+            await self._proc.kill()
+
+    async def stop(self) -> None:
+        """Stop gracefully: ``shutdown`` frame, then the process's kill path (SIGTERM, grace, SIGKILL)."""
+        if self._proc is None:
+            return
+        if self.state is not WorkerState.DEAD:
+            self.state = WorkerState.DRAINING
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(0.5):
+                    try:
+                        await self._send({"t": "shutdown"})
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                with trio.move_on_after(self.spec.shutdown_grace_s):
+                    await self._proc.wait()
+        self._set_state(WorkerState.DEAD, "was stopped")
+        await self._proc.aclose(grace_s=self.spec.shutdown_grace_s)
+
+    # -- I/O ---------------------------------------------------------------------------------------------------
+    async def _send(self, message: dict[str, Any]) -> None:
+        assert self._proc is not None
+        data = encode(message)
+        async with self._send_lock:
+            await self._proc.stdin.send_all(data)
+
+    async def _read_stderr(self) -> None:
+        assert self._proc is not None
+        try:
+            while chunk := await self._proc.stderr.receive_some(65536):
+                self._stderr.append(chunk)
+                self._stderr_size += len(chunk)
+                while self._stderr_size > _STDERR_KEEP and len(self._stderr) > 1:
+                    self._stderr_size -= len(self._stderr.popleft())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _read_stdout(self) -> None:
+        assert self._proc is not None
+        decoder = FrameDecoder("to_supervisor")
+        reason: str | None = None
+        try:
+            while True:
+                try:
+                    chunk = await self._proc.stdout.receive_some(_READ_CHUNK)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    chunk = b""
+                if not chunk:
+                    break
+                for message in decoder.feed(chunk):
+                    self._dispatch(message)
+        except ProtocolError as exc:
+            reason = f"broke the protocol ({exc}) and was killed"
+            self._on_event(self, "protocol_violation", {"reason": str(exc)})
+            await self.kill(reason)
+            return
+        # EOF: the worker is exiting or dead.
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(5):
+                code = await self._proc.wait()
+                reason = _describe_exit(code)
+            if reason is None:
+                await self._proc.kill()
+                reason = "closed its pipe and was killed"
+        self._set_state(WorkerState.DEAD, reason)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        """Handle one validated frame from the worker. Raises ProtocolError for an unexpected one."""
+        kind = message["t"]
+        if kind == "result":
+            pending = self._pending.pop(message["id"], None)
+            if pending is None:
+                # A result for a call we already ended (cancelled, timed out) is expected; one for an id we
+                # never used is not.
+                if message["id"] >= self._next_id or message["id"] <= 0:
+                    raise ProtocolError(f"result for unknown call id {message['id']}")
+                return
+            try:
+                pending.finish(ToolResult.from_wire(message["result"]))
+            except ValueError as exc:
+                raise ProtocolError(f"malformed result: {exc}") from exc
+        elif kind == "hello":
+            if self._hello.is_set():
+                raise ProtocolError("second hello")
+            fatal = message.get("fatal")
+            if fatal:
+                self._stderr.append(str(fatal).encode())
+                raise ProtocolError(str(fatal))
+            self._set_tools(message)
+            self.state = WorkerState.READY
+            self._hello.set()
+        elif kind == "tools_changed":
+            self._set_tools(message)
+            self._on_event(self, "tools_changed", {})
+        elif kind == "event":
+            event = message["event"]
+            if not isinstance(event, dict):
+                raise ProtocolError("event must be a map")
+            self._on_event(self, "worker_event", event)
+        elif kind in ("portal", "host"):
+            if not self._hello.is_set():
+                raise ProtocolError(f"{kind} request before hello")
+            assert self._nursery is not None
+            self._nursery.start_soon(self._answer_request, message)
+
+    def _set_tools(self, message: dict[str, Any]) -> None:
+        tools = message.get("tools")
+        if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("input_schema"), dict)
+            for t in tools
+        ):
+            raise ProtocolError("tools must be a list of {name, description, input_schema}")
+        errors = message.get("load_errors") or []
+        if not isinstance(errors, list):
+            raise ProtocolError("load_errors must be a list")
+        self.tools = tools
+        self.load_errors = errors
+
+    async def _answer_request(self, message: dict[str, Any]) -> None:
+        try:
+            reply = await self._on_request(self, message)
+        except Exception as exc:  # the handler is ours; a bug there must not kill the supervisor
+            reply = {"error": f"internal supervisor error: {type(exc).__name__}: {exc}"}
+        if self.state is WorkerState.DEAD:
+            return
+        try:
+            await self._send({"t": "reply", "id": message["id"], **reply})
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    # -- calls ---------------------------------------------------------------------------------------------------
+    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
+                   wall_time_s: float | None = None) -> ToolResult:
+        """Run ``tool`` (the toolbox's own name) and return its result; never raises for the worker's faults.
+
+        At ``wall_time_s`` (default: the spec's) the call is cancelled in the worker and ends with status ``error``;
+        a worker that does not answer the cancel within :data:`CANCEL_GRACE_S` is killed. If the caller is
+        cancelled, the worker is told to cancel too (shielded), and ``trio.Cancelled`` propagates.
+        """
+        if self.state is not WorkerState.READY:
+            return ToolResult.error(f"toolbox {self.spec.toolbox} is not running (its worker "
+                                    f"{self.death_reason or 'is ' + self.state.value}); try again shortly")
+        limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
+        call_id = self._next_id
+        self._next_id += 1
+        pending = _PendingCall()
+        self._pending[call_id] = pending
+        wire_ctx = dict(ctx)
+        if limit and math.isfinite(limit):
+            wire_ctx["timeout_s"] = limit
+        try:
+            try:
+                await self._send({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx})
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.dead.wait()
+                return pending.result or ToolResult.error(f"toolbox {self.spec.toolbox}: worker is gone")
+            with trio.move_on_after(limit if limit else math.inf):
+                await pending.done.wait()
+            if pending.result is not None:
+                return pending.result
+            # Wall time exceeded.
+            self._on_event(self, "limit_hit", {"limit": "wall_time_s", "value": limit, "tool": tool})
+            await self._cancel_in_worker(call_id, pending)
+            return ToolResult.error(
+                f"the call to {tool} exceeded its wall-time limit of {limit:g} s and was stopped")
+        except trio.Cancelled:
+            await self._cancel_in_worker(call_id, pending)
+            raise
+        finally:
+            self._pending.pop(call_id, None)
+
+    async def _cancel_in_worker(self, call_id: int, pending: _PendingCall) -> None:
+        with trio.CancelScope(shield=True):
+            if self.state is WorkerState.DEAD:
+                return
+            try:
+                await self._send({"t": "cancel", "id": call_id})
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            with trio.move_on_after(CANCEL_GRACE_S):
+                await pending.done.wait()
+            if not pending.done.is_set():
+                await self.kill(f"did not stop call {call_id} within {CANCEL_GRACE_S:g} s of its cancel "
+                                "and was killed")

@@ -1,0 +1,246 @@
+"""The worker loop: the RPC server side of the pipe, run inside a confined worker.
+
+The launcher calls :func:`main` with the payload of the plan once the process is confined. The loop:
+
+1. opens the toolbox (``toolboxes.<kind>.open_toolbox``) and sends ``hello`` with its tools and load errors (or, if
+   the toolbox cannot open, a ``hello`` with ``fatal`` set, then exits);
+2. reads frames from stdin on the main thread; each ``call`` runs on a pool thread (or inline for tools marked
+   ``inline``), ``cancel`` cancels a call's context and answers it at once with an ``error`` result, ``reply``
+   answers a pending portal/host request, ``shutdown`` or EOF ends the loop;
+3. on exit closes the toolbox (which kills its child processes) and exits.
+
+Frames are written whole under a lock, so results from several threads never interleave. A protocol violation from
+the supervisor (it should never happen) ends the worker: the supervisor restarts it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ._protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode
+from ._result import ToolResult
+from ._toolbox import CallContext, Toolbox, ToolSpec, WorkerEnv
+
+__all__ = ["main"]
+
+_KINDS = {"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer", "lua"}
+
+
+class _Pending:
+    """A request this worker sent up the pipe, waiting for its reply."""
+
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reply: dict[str, Any] | None = None
+
+
+class _Channel:
+    """The worker's end of the pipe: writes frames, tracks calls and its own requests."""
+
+    def __init__(self, out_fd: int) -> None:
+        self._out_fd = out_fd
+        self._write_lock = threading.Lock()
+        self._next_id = 1
+        self._id_lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self.calls: dict[int, CallContext] = {}
+        self.answered: set[int] = set()
+        self.calls_lock = threading.Lock()
+        self.closed = threading.Event()
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def send(self, message: dict[str, Any]) -> None:
+        data = encode(message)
+        with self._write_lock:
+            view = memoryview(data)
+            while view:
+                try:
+                    n = os.write(self._out_fd, view)
+                except BrokenPipeError:
+                    self.closed.set()
+                    return
+                view = view[n:]
+
+    def send_result(self, call_id: int, result: ToolResult) -> None:
+        """Send a call's result exactly once (a cancelled call was already answered)."""
+        with self.calls_lock:
+            if call_id in self.answered:
+                return
+            self.answered.add(call_id)
+            self.calls.pop(call_id, None)
+        self.send({"t": "result", "id": call_id, "result": result.to_wire()})
+
+    # -- requests up the pipe (HostChannel) ------------------------------------------------------------------
+    def _request(self, message: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        with self._id_lock:
+            req_id = self._next_id
+            self._next_id += 1
+        pending = _Pending()
+        self._pending[req_id] = pending
+        try:
+            self.send({**message, "id": req_id, "call": ctx.call_id})
+            while not pending.event.wait(0.05):
+                if ctx.cancelled.is_set() or self.closed.is_set():
+                    raise RuntimeError("the call was cancelled while waiting for the supervisor")
+            assert pending.reply is not None
+            return pending.reply
+        finally:
+            self._pending.pop(req_id, None)
+
+    def deliver_reply(self, message: dict[str, Any]) -> bool:
+        pending = self._pending.get(message["id"])
+        if pending is None:
+            return False
+        pending.reply = message
+        pending.event.set()
+        return True
+
+    def portal(self, ctx: CallContext, tool: str, args: dict[str, Any]) -> ToolResult:
+        reply = self._request({"t": "portal", "tool": tool, "args": args}, ctx)
+        if "error" in reply:
+            return ToolResult.error(str(reply["error"]))
+        try:
+            return ToolResult.from_wire(reply.get("result"))
+        except ValueError as exc:
+            return ToolResult.error(f"the supervisor sent a malformed result: {exc}")
+
+    def host(self, ctx: CallContext, op: str, args: dict[str, Any]) -> Any:
+        reply = self._request({"t": "host", "op": op, "args": args}, ctx)
+        if "error" in reply:
+            raise RuntimeError(str(reply["error"]))
+        return reply.get("result")
+
+    def event(self, event: dict[str, Any]) -> None:
+        self.send({"t": "event", "event": event})
+
+    def tools_changed(self) -> None:
+        self._tools_changed_cb()
+
+    _tools_changed_cb: Any = None
+
+
+def _open_toolbox(payload: dict[str, Any], channel: _Channel) -> tuple[Toolbox, WorkerEnv]:
+    kind = payload["kind"]
+    if kind not in _KINDS:
+        raise ValueError(f"unknown toolbox kind {kind!r}")
+    module = importlib.import_module(f"toolboxes.{kind}")
+    env = WorkerEnv(
+        toolbox_name=payload.get("name", kind),
+        workdir=payload.get("workdir", os.getcwd()),
+        state_dir=payload.get("state_dir", os.getcwd()),
+        channel=channel,
+        limits=payload.get("limits", {}),
+    )
+    return module.open_toolbox(payload.get("config", {}), env), env
+
+
+def _run_call(toolbox: Toolbox, channel: _Channel, ctx: CallContext, args: dict[str, Any]) -> None:
+    try:
+        result = toolbox.call(ctx.tool, args, ctx)
+        if not isinstance(result, ToolResult):
+            result = ToolResult.error(f"internal error: tool {ctx.tool} returned no result")
+    except Exception as exc:  # a bug in a toolbox ends one call, not the worker
+        traceback.print_exc(file=sys.stderr)
+        result = ToolResult.error(f"internal error in tool {ctx.tool}: {type(exc).__name__}: {exc}")
+    channel.send_result(ctx.call_id, result)
+
+
+def main(payload: dict[str, Any]) -> None:
+    """Serve one toolbox over stdin/stdout until EOF or ``shutdown``; never returns normally (exits)."""
+    in_fd, out_fd = 0, 1
+    # stdout is the protocol channel: anything a library prints must not corrupt it.
+    proto_out = os.dup(out_fd)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    channel = _Channel(proto_out)
+
+    def _terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+
+    try:
+        toolbox, _env = _open_toolbox(payload, channel)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        channel.send({"t": "hello", "protocol": PROTOCOL_VERSION, "tools": [],
+                      "fatal": f"toolbox could not start: {type(exc).__name__}: {exc}"})
+        os._exit(1)
+
+    specs: dict[str, ToolSpec] = {}
+
+    def announce(kind: str) -> None:
+        nonlocal specs
+        tools = toolbox.tools()
+        specs = {t.name: t for t in tools}
+        channel.send({"t": kind, "protocol": PROTOCOL_VERSION, "tools": [t.to_wire() for t in tools],
+                      "load_errors": toolbox.load_errors()})
+
+    channel._tools_changed_cb = lambda: announce("tools_changed")
+    announce("hello")
+
+    pool = ThreadPoolExecutor(max_workers=int(payload.get("max_concurrent_calls", 16)),
+                              thread_name_prefix="call")
+    decoder = FrameDecoder("to_worker")
+    try:
+        while True:
+            try:
+                data = os.read(in_fd, 1 << 16)
+            except InterruptedError:
+                continue
+            if not data:
+                break
+            try:
+                messages = list(decoder.feed(data))
+            except ProtocolError as exc:
+                print(f"worker: protocol violation from the supervisor: {exc}", file=sys.stderr)
+                break
+            stop = False
+            for msg in messages:
+                kind = msg["t"]
+                if kind == "call":
+                    args = msg["args"] if isinstance(msg["args"], dict) else {}
+                    ctx = CallContext.from_wire(msg["id"], msg["tool"], msg["ctx"] or {})
+                    spec = specs.get(ctx.tool)
+                    if spec is None:
+                        channel.send_result(ctx.call_id, ToolResult.error(f"unknown tool {ctx.tool!r}"))
+                        continue
+                    with channel.calls_lock:
+                        channel.calls[ctx.call_id] = ctx
+                    if spec.inline:
+                        _run_call(toolbox, channel, ctx, args)
+                    else:
+                        pool.submit(_run_call, toolbox, channel, ctx, args)
+                elif kind == "cancel":
+                    with channel.calls_lock:
+                        ctx = channel.calls.get(msg["id"])
+                    if ctx is not None:
+                        ctx.cancel()
+                        channel.send_result(ctx.call_id, ToolResult.error("the call was cancelled"))
+                elif kind == "reply":
+                    channel.deliver_reply(msg)
+                elif kind == "shutdown":
+                    stop = True
+            if stop:
+                break
+    finally:
+        channel.closed.set()
+        with channel.calls_lock:
+            in_flight = list(channel.calls.values())
+        for ctx in in_flight:
+            ctx.cancel()
+        try:
+            toolbox.close()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            os._exit(0)
