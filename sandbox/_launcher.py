@@ -1,0 +1,376 @@
+"""The launcher: a fresh process that confines itself, then runs the worker's entry point.
+
+The supervisor runs ``[python, "-s", "-B", "-m", "sandbox._launcher"]`` with ``PYTHONPATH`` set to a
+world-readable directory holding the ``sandbox`` and ``toolboxes`` packages and nothing else of its
+environment, and writes on its stdin a 4-byte big-endian length followed by that many bytes of msgpack:
+``ConfinementPlan.to_wire()``. The launcher reads exactly that frame (unbuffered: what follows on stdin
+belongs to the worker), runs :func:`confine`, then imports ``plan.entry`` (``module:function``) and calls it
+with ``plan.payload``.
+
+Exit statuses: 78 when the plan is malformed or a confinement step fails (one line on stderr,
+``agents-supervise launcher: <toolbox>: confinement failed: <reason>``; the entry never runs), 70 when the
+entry raises, otherwise the entry's return value (an ``int``) or 0. With a PID namespace the launcher's outer
+process exits mirroring the worker: the same code, or killed by the same signal.
+
+Built-in entry :func:`exec_argv` executes ``payload["argv"]`` in the confined process (a confined command
+runner).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import msgpack
+
+from sandbox._errors import ConfinementError
+from sandbox._landlock import apply_ruleset, landlock_abi, plan_ruleset
+from sandbox._netns import enter_namespaces, plan_namespaces
+from sandbox._plan import READ, ConfinementPlan, FsRule
+from sandbox._privileges import (
+    drop_privileges,
+    set_no_new_privs,
+    set_parent_death_signal,
+    verify_status,
+)
+from sandbox._rlimits import apply_rlimits, plan_rlimits
+
+__all__ = [
+    "EXIT_CONFINEMENT_FAILED",
+    "EXIT_WORKER_FAILED",
+    "MAX_PLAN_BYTES",
+    "confine",
+    "decode_plan",
+    "exec_argv",
+    "main",
+]
+
+EXIT_CONFINEMENT_FAILED = 78  # EX_CONFIG
+EXIT_WORKER_FAILED = 70  # EX_SOFTWARE
+MAX_PLAN_BYTES = 16 * 1024 * 1024
+_PREFIX = "agents-supervise launcher"
+_FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _malformed(why: str) -> ConfinementError:
+    return ConfinementError(f"malformed plan: {why}", step="plan")
+
+
+def decode_plan(data: bytes) -> ConfinementPlan:
+    """Decode and check the msgpack body of the plan frame. Pure.
+
+    Raises:
+        ConfinementError: not msgpack, not a map, unknown or missing fields, wrong types, a relative
+            ``workdir``, an ``entry`` that is not ``module:function``, a uid without gid, a bridge without fd.
+    """
+    try:
+        wire = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise _malformed(f"not msgpack ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(wire, dict):
+        raise _malformed(f"expected a map, got {type(wire).__name__}")
+    try:
+        plan = ConfinementPlan.from_wire(wire)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise _malformed(f"{type(exc).__name__}: {exc}") from exc
+
+    def want(ok: bool, what: str) -> None:
+        if not ok:
+            raise _malformed(what)
+
+    def is_int(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    want(isinstance(plan.toolbox, str) and plan.toolbox != "", "toolbox must be a non-empty string")
+    want(isinstance(plan.workdir, str) and os.path.isabs(plan.workdir), "workdir must be an absolute path")
+    module, _, func = plan.entry.partition(":") if isinstance(plan.entry, str) else ("", "", "")
+    want(bool(module) and func.isidentifier(), f"entry must be 'module:function', got {plan.entry!r}")
+    want(isinstance(plan.payload, dict), "payload must be a map")
+    want((plan.uid is None) == (plan.gid is None), "uid and gid must be given together")
+    for name in ("uid", "gid", "bridge_fd"):
+        value = getattr(plan, name)
+        want(value is None or (is_int(value) and value >= 0), f"{name} must be a non-negative integer")
+    want(is_int(plan.min_landlock_abi) and plan.min_landlock_abi >= 0, "min_landlock_abi must be >= 0")
+    want(not plan.bridge or plan.bridge_fd is not None, "bridge needs bridge_fd")
+    want(all(isinstance(r.path, str) and isinstance(r.mode, str) for r in plan.fs_rules), "bad fs_rules")
+    want(all(is_int(p) and 0 <= p <= 65535 for p in plan.tcp_connect_ports), "bad tcp_connect_ports")
+    want(
+        isinstance(plan.env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in
+        plan.env.items()), "env must map strings to strings",
+    )
+    return plan
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    chunks: list[bytes] = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_plan(fd: int = 0) -> ConfinementPlan:
+    """Read one length-prefixed plan frame from ``fd``, no byte more, and decode it."""
+    try:
+        header = _read_exactly(fd, 4)
+        if len(header) != 4:
+            raise _malformed("stdin closed before the 4-byte length")
+        (length,) = struct.unpack(">I", header)
+        if length > MAX_PLAN_BYTES:
+            raise _malformed(f"frame of {length} bytes exceeds {MAX_PLAN_BYTES}")
+        body = _read_exactly(fd, length)
+    except OSError as exc:
+        raise ConfinementError(f"cannot read the plan: {exc}", step="plan", errno=exc.errno) from exc
+    if len(body) != length:
+        raise _malformed(f"stdin closed after {len(body)} of {length} bytes")
+    return decode_plan(body)
+
+
+def _close_inherited_fds(keep: int | None) -> None:
+    """Close every fd above 2 but ``keep``: Landlock does not cover fds opened before it."""
+    if keep is None or keep < 3:
+        os.closerange(3, 1 << 20)
+    else:
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1 << 20)
+
+
+def _parent_alive(ppid: int, alive_fd: int | None) -> bool:
+    if alive_fd is not None:  # in a PID namespace getppid() is 0: the parent holds the write end of a pipe
+        readable, _, _ = select.select([alive_fd], [], [], 0)
+        return not readable
+    return os.getppid() == ppid
+
+
+def _mirror_exit(status: int) -> NoReturn:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else EXIT_WORKER_FAILED)
+
+
+def _fork_for_pid_namespace() -> int:
+    """Fork so the child becomes PID 1 of the new PID namespace; return the parent-alive pipe fd in the child.
+
+    The parent never returns: it swaps its stdin/stdout/stderr for ``/dev/null`` (so the supervisor sees EOF
+    when the worker dies), forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT to the child, waits for it and exits
+    mirroring its status. Signals are blocked across the fork so none is lost or caught by the wrong process.
+    """
+    alive_r, alive_w = os.pipe()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED_SIGNALS)
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED_SIGNALS)
+        raise ConfinementError(f"fork failed: {exc.strerror}", step="pidns", errno=exc.errno) from exc
+    if pid == 0:
+        os.close(alive_w)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED_SIGNALS)
+        return alive_r
+    try:
+        os.close(alive_r)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+
+        def forward(signum: int, _frame: object) -> None:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+        for sig in _FORWARDED_SIGNALS:
+            signal.signal(sig, forward)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED_SIGNALS)
+        _, status = os.waitpid(pid, 0)  # retried on EINTR (PEP 475) after each forwarded signal
+    except BaseException:
+        os._exit(EXIT_WORKER_FAILED)
+    _mirror_exit(status)
+
+
+def confine(plan: ConfinementPlan) -> None:
+    """Confine the calling process as ``plan`` says; return only in the confined worker.
+
+    The steps, in this order, and why each sits where it does:
+
+    1. PDEATHSIG (``SIGKILL``), then re-check ``getppid()``: first, so that a supervisor dying from here on
+       takes the launcher with it; the re-check catches a death just before the call. Then every fd above 2
+       except ``bridge_fd`` is closed (fds opened before Landlock are not covered by it), and the kernel's
+       Landlock ABI is checked against ``plan.min_landlock_abi`` before any work is done.
+    2. New network namespace with ``lo`` up, new PID namespace (and, for a non-root launcher, a user namespace
+       to be allowed to create them): needs privileges that step 7 drops.
+    3. Bridge sockets (only when ``plan.bridge``): ``sandbox._bridge.open_bridge(plan.bridge_fd)`` opens the
+       egress listening sockets *inside* the new namespace and passes them up; before the fork so the
+       sockets are not held by the worker, and before Landlock/uid drop which could refuse the bind.
+    4. Fork for the PID namespace: the child is PID 1 and becomes the worker; the parent forwards signals and
+       exits mirroring it, so the supervisor sees EOF the moment the worker dies, and when PID 1 dies the
+       kernel kills every process of the namespace (no grandchild outlives the worker). The child sets
+       PDEATHSIG again (a fork clears it) and checks the parent through a pipe (its ``getppid()`` is 0).
+    5. rlimits: while still privileged (raising a hard limit needs ``CAP_SYS_RESOURCE``), after the fork so
+       the forwarding parent keeps its own.
+    6. ``no_new_privs``: before Landlock, which requires it (or ``CAP_SYS_ADMIN``) in ``restrict_self``.
+    7. Landlock: the plan's rules, a read rule on this process's own ``/proc/self`` (opened after the fork, so
+       it names the worker) for the check of step 8, TCP connect only to ``plan.tcp_connect_ports``, TCP bind
+       nowhere, scoping of abstract unix sockets and signals. Before the uid drop: opening the rule paths may
+       need access the sandbox uid does not have.
+    8. Drop the capability bounding set, groups, gid, uid, every capability; then verify in
+       ``/proc/self/status`` (CapEff 0, NoNewPrivs 1, the ids). Last of the kernel steps: the earlier ones
+       need the privileges it removes.
+    9. PDEATHSIG again (a credential change clears it) and re-check the parent is alive.
+    10. ``umask(0o077)``, ``chdir(plan.workdir)``, ``os.environ`` replaced by ``plan.env``: the worker sees
+        nothing of the launcher's start-up state. The caller then imports the entry.
+
+    Raises:
+        ConfinementError: any step could not be enforced. The process is then partly confined and must exit
+            without running the entry.
+    """
+    # 1
+    ppid = os.getppid()
+    set_parent_death_signal()
+    if not _parent_alive(ppid, None):
+        raise ConfinementError("the supervisor exited during start-up", step="pdeathsig")
+    _close_inherited_fds(plan.bridge_fd if plan.bridge else None)
+    abi = landlock_abi()
+    if abi < plan.min_landlock_abi:
+        have = f"Landlock ABI {abi}" if abi else "no Landlock"
+        raise ConfinementError(
+            f"the kernel offers {have}, the plan demands at least ABI {plan.min_landlock_abi}",
+            step="landlock"
+        )
+    if os.geteuid() == 0 and plan.uid is None:
+        raise ConfinementError("refusing to run a worker as root: the plan names no uid", step="identity")
+    # 2
+    namespaces = plan_namespaces(new_netns=plan.new_netns, new_pidns=plan.new_pidns, euid=os.geteuid())
+    enter_namespaces(namespaces)
+    # 3
+    if plan.bridge and plan.bridge_fd is not None:
+        from sandbox._bridge import open_bridge  # written elsewhere; imported only when a bridge is asked for
+
+        open_bridge(plan.bridge_fd)
+        try:
+            os.close(plan.bridge_fd)
+        except OSError:
+            pass
+    # 4
+    alive_fd: int | None = None
+    if namespaces.pid:
+        alive_fd = _fork_for_pid_namespace()
+        set_parent_death_signal()
+        if not _parent_alive(ppid, alive_fd):
+            raise ConfinementError("the launcher's parent exited during start-up", step="pdeathsig")
+    # 5
+    apply_rlimits(plan_rlimits(plan.rlimits, lambda res: resource.getrlimit(res)[1]))
+    # 6
+    set_no_new_privs()
+    # 7
+    if abi >= 1:
+        rules = [*plan.fs_rules, FsRule(os.path.realpath("/proc/self"), READ)]
+        apply_ruleset(plan_ruleset(rules, abi, tcp_connect_ports=plan.tcp_connect_ports, scope=True))
+    # 8
+    drop_privileges(plan.uid, plan.gid)
+    verify_status(plan.uid, plan.gid)
+    # 9
+    set_parent_death_signal()
+    if not _parent_alive(ppid, alive_fd):
+        raise ConfinementError("the launcher's parent exited during confinement", step="pdeathsig")
+    if alive_fd is not None:
+        os.close(alive_fd)
+    # 10
+    os.umask(0o077)
+    try:
+        os.chdir(plan.workdir)
+    except OSError as exc:
+        raise ConfinementError(
+            f"cannot enter the work folder {plan.workdir}: {exc.strerror}", step="workdir", errno=exc.errno
+        ) from exc
+    os.environ.clear()
+    os.environ.update(plan.env)
+
+
+def load_entry(entry: str) -> Callable[[dict[str, Any]], Any]:
+    """Import ``module:function`` and return the function; raise :class:`ConfinementError` if impossible."""
+    module_name, _, func_name = entry.partition(":")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except Exception as exc:
+        raise ConfinementError(
+            f"cannot load entry {entry!r}: {type(exc).__name__}: {exc}", step="entry"
+        ) from exc
+    if not callable(func):
+        raise ConfinementError(f"entry {entry!r} is not callable", step="entry")
+    return func  # type: ignore[no-any-return]
+
+
+def exec_argv(payload: dict[str, Any]) -> NoReturn:
+    """Built-in entry: replace the confined process with ``payload["argv"]``, environment ``os.environ``.
+
+    ``os.environ`` is the plan's ``env`` by then. ``argv[0]`` without a slash is looked up in the env's
+    ``PATH``. Signals Python ignores at start-up (SIGPIPE, SIGXFSZ) are reset to their defaults first. Exits
+    127 when the program does not exist, 126 when it cannot be executed (like a shell), 64 on a bad payload,
+    each with one line on stderr.
+    """
+    argv = payload.get("argv") if isinstance(payload, dict) else None
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        print(f"{_PREFIX}: exec_argv: payload needs 'argv', a non-empty list of strings", file=sys.stderr)
+        os._exit(64)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, dict(os.environ))
+    except OSError as exc:
+        print(f"{_PREFIX}: exec_argv: {argv[0]}: {exc.strerror}", file=sys.stderr)
+        os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+
+
+def _say(toolbox: str, what: str, reason: object) -> None:
+    line = f"{_PREFIX}: {toolbox}: {what}: {reason}".replace("\n", " ")
+    try:
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def main() -> NoReturn:
+    """Read the plan from stdin, confine, run the entry; never return, never print a traceback."""
+    toolbox = "?"
+    try:
+        plan = read_plan(0)
+        toolbox = plan.toolbox
+        confine(plan)
+        entry = load_entry(plan.entry)
+    except ConfinementError as exc:
+        _say(toolbox, "confinement failed", exc)
+        os._exit(EXIT_CONFINEMENT_FAILED)
+    except BaseException as exc:
+        _say(toolbox, "confinement failed", f"unexpected {type(exc).__name__}: {exc}")
+        os._exit(EXIT_CONFINEMENT_FAILED)
+    try:
+        result = entry(plan.payload)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        _say(toolbox, "worker failed", f"{type(exc).__name__}: {exc}")
+        sys.stdout.flush()
+        os._exit(EXIT_WORKER_FAILED)
+    sys.exit(result if isinstance(result, int) and not isinstance(result, bool) else 0)
+
+
+if __name__ == "__main__":
+    main()

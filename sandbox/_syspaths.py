@@ -1,0 +1,97 @@
+"""Which paths a Python worker must read, and whether a given uid can read a path.
+
+:func:`python_runtime_paths` lists what the interpreter running this code needs (the supervisor adds them as
+read rules of a Python worker's plan). :func:`uid_can_read` is the supervisor's pre-flight check that the
+sandbox uid can reach the interpreter and the packages at all: a worker that cannot even start would only show
+up as a crash loop.
+
+Neither enforces anything. ``uid_can_read`` reads mode bits only (no ACLs, no Landlock, no read-only mounts),
+so a ``True`` is "the classic permissions allow it", the common case of the failures it is meant to catch
+(a venv or checkout under ``/root``, mode 0700).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import sysconfig
+
+__all__ = ["python_runtime_paths", "uid_can_read"]
+
+
+def _covered(path: str, by: str) -> bool:
+    return path == by or path.startswith(by.rstrip("/") + "/")
+
+
+def python_runtime_paths() -> list[str]:
+    """Return the canonical paths this Python needs to run: interpreter, prefixes, standard library.
+
+    The interpreter's real path (``sys.executable`` through its symlinks), ``sys.prefix`` (the venv),
+    ``sys.base_prefix`` (the installation the venv was made from) and the standard library directories,
+    canonicalised, without duplicates and without paths lying beneath another one of the list, sorted.
+    Shared libraries outside these trees (``libc``, ``libpython``) are the policy's system paths.
+    """
+    candidates = [
+        os.path.realpath(sys.executable) if sys.executable else "",
+        sys.prefix,
+        sys.base_prefix,
+        sysconfig.get_path("stdlib") or "",
+        sysconfig.get_path("platstdlib") or "",
+    ]
+    paths = sorted({os.path.realpath(p) for p in candidates if p})
+    kept: list[str] = []
+    for p in paths:  # sorted, so a parent always comes before its children
+        if not any(_covered(p, k) for k in kept):
+            kept.append(p)
+    return kept
+
+
+def _allows(st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int]) -> bool:
+    user_bit, group_bit, other_bit = bits
+    if st.st_uid == uid:
+        return bool(st.st_mode & user_bit)
+    if st.st_gid == gid:
+        return bool(st.st_mode & group_bit)
+    return bool(st.st_mode & other_bit)
+
+
+_X = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+_R = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+
+
+def _ancestors_traversable(path: str, uid: int, gid: int) -> bool:
+    parts = path.split("/")[1:-1]
+    current = "/"
+    for name in ["", *parts]:
+        current = os.path.join(current, name) if name else current
+        try:
+            st = os.stat(current)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or not _allows(st, uid, gid, _X):
+            return False
+    return True
+
+
+def uid_can_read(path: str, uid: int, gid: int) -> bool:
+    """Return whether a process with ``uid``/``gid`` (and no supplementary groups) can read ``path``.
+
+    Every directory on the way must grant search (x) to that uid (owner bits if it owns it, else group bits if
+    ``gid`` matches, else other bits), both on the path as written and on its canonical form (a symlink is
+    followed only through directories that can be searched); the target must grant read, and a directory also
+    search (to list and open its entries). uid 0 is always allowed. A missing path is ``False``.
+    """
+    if uid == 0:
+        return True
+    path = os.path.abspath(path)
+    real = os.path.realpath(path)
+    if not (_ancestors_traversable(path, uid, gid) and _ancestors_traversable(real, uid, gid)):
+        return False
+    try:
+        st = os.stat(real)
+    except OSError:
+        return False
+    if not _allows(st, uid, gid, _R):
+        return False
+    return not stat.S_ISDIR(st.st_mode) or _allows(st, uid, gid, _X)
