@@ -213,10 +213,10 @@ def confine(plan: ConfinementPlan) -> None:
        except ``bridge_fd`` is closed (fds opened before Landlock are not covered by it), and the kernel's
        Landlock ABI is checked against ``plan.min_landlock_abi`` before any work is done.
     2. New network namespace with ``lo`` up, new PID namespace (and, for a non-root launcher, a user namespace
-       to be allowed to create them): needs privileges that step 7 drops.
+       to be allowed to create them): needs privileges that step 8 drops.
     3. Bridge sockets (only when ``plan.bridge``): ``sandbox._bridge.open_bridge(plan.bridge_fd)`` opens the
-       egress listening sockets *inside* the new namespace and passes them up; before the fork so the
-       sockets are not held by the worker, and before Landlock/uid drop which could refuse the bind.
+       egress listening sockets *inside* the new namespace (so they listen on its ``lo``) and passes them
+       up; before Landlock, which refuses every TCP bind, and before the uid drop.
     4. Fork for the PID namespace: the child is PID 1 and becomes the worker; the parent forwards signals and
        exits mirroring it, so the supervisor sees EOF the moment the worker dies, and when PID 1 dies the
        kernel kills every process of the namespace (no grandchild outlives the worker). The child sets
