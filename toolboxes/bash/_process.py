@@ -1,0 +1,387 @@
+"""Running one script to completion under a wall-time limit, with capped output, leaving no process behind.
+
+Each script starts in a new session (``start_new_session=True``: its pid is its session and process-group id)
+with
+a minimal environment, stdin either ``/dev/null`` or a pipe that is closed once the stdin-mode arguments are
+written, and stdout/stderr pipes read in the calling thread by a selector together with a pidfd of the script
+(so the
+exit of the script is seen even while a child still holds the pipes) and a wake pipe (so a cancel from another
+thread
+is seen at once).
+
+When the script exits, times out, or its call is cancelled, :meth:`Reaper.kill_tree` kills what it left:
+
+1. its process group (``killpg``), while the leader is still an unreaped zombie so its pid cannot be reused;
+2. every process of its session found in ``/proc`` (children that moved to another process group);
+3. with ``subreaper`` on (one toolbox per worker process), every child of this process that no call is
+   tracking:
+   the worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a grandchild that escaped with ``setsid``
+   is
+   re-parented here when its parent dies, and is killed and reaped.
+
+What this does not cover: a process that escaped with ``setsid`` while its parent is still alive and then
+outlives
+the sweep's parent-exit (it is caught by the next sweep or :meth:`Reaper.close`); and a sandbox in which
+``/proc``
+cannot be read, where only the process group is killed. Memory, CPU and process-count limits are the worker's
+rlimits, set by the launcher; they are not this module's concern.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["ProcessOutcome", "Reaper", "run_bounded"]
+
+_PR_SET_CHILD_SUBREAPER = 36
+#: How long a tree kill waits for its victims to die before it rescans.
+_KILL_WAIT_S = 2.0
+#: After the script exits, how long the pipes may stay open (held by an escaped child) before they are
+#: abandoned.
+_DRAIN_GRACE_S = 1.0
+_READ_CHUNK = 65536
+
+
+@dataclass
+class ProcessOutcome:
+    """How a run ended. ``exit_code`` is ``None`` when the script died of ``signal``; ``spawn_error`` is set
+    (and
+    everything else empty) when it could not start. ``stdout_total``/``stderr_total`` count every byte
+    printed,
+    including the ones past the cap."""
+
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_total: int = 0
+    stderr_total: int = 0
+    timed_out: bool = False
+    cancelled: bool = False
+    spawn_error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def stdout_truncated(self) -> bool:
+        return self.stdout_total > len(self.stdout)
+
+    @property
+    def stderr_truncated(self) -> bool:
+        return self.stderr_total > len(self.stderr)
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """``(state, ppid, pgrp, session)`` of ``pid`` from ``/proc``, or ``None`` when it is gone or
+    unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3])
+    except (IndexError, ValueError):
+        return None
+
+
+def _all_pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+class Reaper:
+    """Spawns scripts and kills whatever they leave behind. Thread-safe; one per toolbox.
+
+    Args:
+        subreaper: make this process a child subreaper and treat every child it has that no call tracks as a
+        leftover
+            to kill and reap. Right for a worker process (it runs one toolbox and has no other children);
+            leave it
+            off in a process that has children of its own.
+    """
+
+    def __init__(self, subreaper: bool = False) -> None:
+        self._lock = threading.Lock()
+        self._tracked: set[int] = set()
+        self._subreaper = subreaper
+        self._closed = False
+        if subreaper:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                self._subreaper = False
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, stdin: bool) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in a new session and track it. Raises ``OSError`` (cannot exec) or ``RuntimeError``
+        (reaper closed)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the toolbox is closing")
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
+            self._tracked.add(proc.pid)
+        return proc
+
+    def forget(self, proc: subprocess.Popen[bytes]) -> None:
+        """Stop tracking a script that has been reaped."""
+        with self._lock:
+            self._tracked.discard(proc.pid)
+
+    def _targets(self, sid: int) -> list[int]:
+        me = os.getpid()
+        out = []
+        for pid in _all_pids():
+            st = _proc_stat(pid)
+            if st is None or st[0] in "ZX" or pid == me:
+                continue
+            in_session = st[3] == sid or st[2] == sid
+            orphan = self._subreaper and st[1] == me and pid not in self._tracked
+            if in_session or orphan:
+                out.append(pid)
+        return out
+
+    def _reap_orphans(self) -> None:
+        if not self._subreaper:
+            return
+        me = os.getpid()
+        with self._lock:
+            for pid in _all_pids():
+                st = _proc_stat(pid)
+                if st is not None and st[1] == me and pid not in self._tracked:
+                    with contextlib.suppress(ChildProcessError, OSError):
+                        os.waitpid(pid, os.WNOHANG)
+
+    def kill_tree(self, sid: int) -> None:
+        """Kill the session/process group ``sid`` and every untracked leftover child, and wait (bounded) until
+        they
+        are dead; reap the ones that are this process's children. Never raises for processes already gone."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(sid, signal.SIGKILL)
+        for _round in range(10):
+            fds: list[int] = []
+            with self._lock:
+                for pid in self._targets(sid):
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except OSError:
+                        continue
+                    try:
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    except OSError:
+                        os.close(fd)
+                        continue
+                    fds.append(fd)
+            if not fds:
+                break
+            try:
+                _wait_readable(fds, _KILL_WAIT_S)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        self._reap_orphans()
+
+    def close(self) -> None:
+        """Refuse new spawns and kill every tracked script with its tree. Safe to call twice."""
+        with self._lock:
+            self._closed = True
+            tracked = list(self._tracked)
+        for pid in tracked:
+            self.kill_tree(pid)
+
+
+def _wait_readable(fds: list[int], timeout_s: float) -> None:
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    pending = set(fds)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        for fd, _ev in poller.poll(left * 1000):
+            pending.discard(fd)
+            poller.unregister(fd)
+
+
+class _Waker:
+    """A pipe a cancel callback writes to; safe to trigger after the run is over (it then does nothing)."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._lock = threading.Lock()
+        self._open = True
+
+    def wake(self) -> None:
+        with self._lock:
+            if self._open:
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._write_fd, b"x")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._open:
+                self._open = False
+                os.close(self._write_fd)
+                os.close(self.read_fd)
+
+
+def run_bounded(
+    reaper: Reaper,
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str,
+    stdin: bytes | None,
+    deadline: float,
+    stdout_cap: int,
+    stderr_cap: int,
+    on_cancel: Callable[[Callable[[], None]], None] | None = None,
+) -> ProcessOutcome:
+    """Run ``argv`` until it exits or ``deadline`` (``time.monotonic()``) passes, and kill its whole tree
+    either way.
+
+    Blocks the calling thread. Output past the caps is read and counted but not kept. A callback registered
+    through
+    ``on_cancel`` ends the run early with ``cancelled`` set. Never raises for anything the script does; a
+    script that
+    cannot be started gives an outcome with ``spawn_error``.
+    """
+    started = time.monotonic()
+    try:
+        proc = reaper.spawn(argv, env, cwd, stdin is not None)
+    except (OSError, ValueError, RuntimeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return ProcessOutcome(spawn_error=reason)
+    outcome = ProcessOutcome()
+    waker = _Waker()
+    try:
+        _pump(reaper, proc, outcome, waker, stdin, deadline, stdout_cap, stderr_cap, on_cancel)
+    finally:
+        # Whatever happened above (even an exception), leave nothing running.
+        if proc.poll() is None:
+            reaper.kill_tree(proc.pid)
+        proc.wait()
+        reaper.forget(proc)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        waker.close()
+    code = proc.returncode
+    if code is not None and code < 0:
+        outcome.signal = -code
+    else:
+        outcome.exit_code = code
+    outcome.elapsed_s = time.monotonic() - started
+    return outcome
+
+
+def _pump(
+    reaper: Reaper,
+    proc: subprocess.Popen[bytes],
+    outcome: ProcessOutcome,
+    waker: _Waker,
+    stdin: bytes | None,
+    deadline: float,
+    stdout_cap: int,
+    stderr_cap: int,
+    on_cancel: Callable[[Callable[[], None]], None] | None,
+) -> None:
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    sel = selectors.DefaultSelector()
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "out")
+        sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "err")
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        sel.register(waker.read_fd, selectors.EVENT_READ, "wake")
+        pending_in = memoryview(stdin or b"")
+        if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            if pending_in:
+                sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "in")
+            else:
+                proc.stdin.close()
+        if on_cancel is not None:
+            on_cancel(waker.wake)
+        streams = 2
+        exited = False
+        killed = False
+        end = deadline
+        while streams or not exited:
+            left = end - time.monotonic()
+            if left <= 0:
+                if exited or killed:
+                    break  # an escaped child still holds the pipes, or the kill is stuck: give up on them
+                outcome.timed_out = True
+                reaper.kill_tree(proc.pid)
+                killed = True
+                end = time.monotonic() + _KILL_WAIT_S
+                continue
+            for key, _mask in sel.select(left):
+                what = key.data
+                if what in ("out", "err"):
+                    chunk = os.read(key.fd, _READ_CHUNK)
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        streams -= 1
+                        continue
+                    buf, cap = (out, stdout_cap) if what == "out" else (err, stderr_cap)
+                    if what == "out":
+                        outcome.stdout_total += len(chunk)
+                    else:
+                        outcome.stderr_total += len(chunk)
+                    if len(buf) < cap:
+                        buf += chunk[: cap - len(buf)]
+                elif what == "in":
+                    assert proc.stdin is not None
+                    try:
+                        n = os.write(key.fd, pending_in[:_READ_CHUNK])
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        n = len(pending_in)
+                    pending_in = pending_in[n:]
+                    if not pending_in:
+                        sel.unregister(key.fd)
+                        proc.stdin.close()
+                elif what == "exit":
+                    sel.unregister(pidfd)
+                    exited = True
+                    # The leader is a zombie until proc.wait(): its group id cannot be reused yet.
+                    reaper.kill_tree(proc.pid)
+                    end = min(end, time.monotonic() + _DRAIN_GRACE_S) if not killed else end
+                elif what == "wake":
+                    sel.unregister(waker.read_fd)
+                    outcome.cancelled = True
+                    reaper.kill_tree(proc.pid)
+                    killed = True
+                    end = time.monotonic() + _KILL_WAIT_S
+    finally:
+        sel.close()
+        os.close(pidfd)
+        outcome.stdout = bytes(out)
+        outcome.stderr = bytes(err)
