@@ -1,0 +1,283 @@
+"""The YAML policy: what an agent file cannot say (which agents, limits, uid, kernel demands, paths, network).
+
+Models are strict and refuse unknown keys. Units are in field names: sizes (``*_bytes``) accept an integer or a
+string with a unit (``"256MiB"``, ``"1GB"``: KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000, B bytes);
+durations (``*_s``, ``cpu_seconds``) are numbers of seconds. Relative paths (``agents``, ``state_dir``, ``trace.path``,
+key files in ``model_keys``) resolve against the policy file's directory at load, via the validation context
+``{"base_dir": ...}``; ``system_paths`` and ``device_paths`` must be absolute and are kept as written (the launcher
+opens them in the worker's own process, so ``/proc/self`` names the worker).
+
+:func:`policy_json_schema` is the JSON Schema of the file (``agents-supervise schema``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "DEFAULT_SYSTEM_PATHS",
+    "Limits",
+    "LimitsOverride",
+    "Policy",
+    "ToolboxPolicy",
+    "parse_size",
+    "policy_json_schema",
+]
+
+DEFAULT_STATE_DIR = "/var/lib/agents-supervise"
+#: A narrow read-only view: programs, libraries and the few /etc files bash, python3 and curl read.
+DEFAULT_SYSTEM_PATHS = (
+    "/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
+    "/etc/localtime", "/etc/ssl", "/etc/ca-certificates", "/etc/hosts", "/etc/resolv.conf", "/etc/host.conf",
+    "/etc/gai.conf", "/etc/os-release", "/etc/mime.types", "/dev/urandom", "/dev/zero", "/proc/self",
+    "/proc/uptime", "/proc/loadavg", "/proc/meminfo",
+)
+
+_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+_SIZE_EXPECTED = 'a byte count: an integer, or a number with a unit such as "256MiB" or "1GB"'
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOOLBOX_KEY_RE = re.compile(r"^([A-Za-z0-9_-]{1,64}/)?[A-Za-z0-9_-]{1,64}$")
+
+
+def _problem(message: str, expected: str | None = None) -> PydanticCustomError:
+    return PydanticCustomError("config_value", "{message}", {"message": message, "expected": expected or ""})
+
+
+def parse_size(value: Any) -> int:
+    """A size in bytes from an integer or a string like ``"256MiB"``; raises ``ValueError`` with what to write."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected {_SIZE_EXPECTED}, got a boolean")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"a size cannot be negative: {value}")
+        return value
+    if isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        if match and match.group(2).lower() in _UNITS:
+            number, unit = match.groups()
+            scaled = float(number) * _UNITS[unit.lower()] if "." in number else int(number) * _UNITS[unit.lower()]
+            if scaled != int(scaled):
+                raise ValueError(f"{value!r} is not a whole number of bytes")
+            return int(scaled)
+        raise ValueError(f"invalid size {value!r}; expected {_SIZE_EXPECTED}")
+    raise ValueError(f"expected {_SIZE_EXPECTED}, got {type(value).__name__}")
+
+
+def _size(value: Any) -> int:
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise _problem(str(exc).split("; expected")[0], _SIZE_EXPECTED) from exc
+
+
+def _base_dir(info: ValidationInfo) -> str:
+    ctx = info.context if isinstance(info.context, Mapping) else {}
+    return str(ctx.get("base_dir") or os.getcwd())
+
+
+def _resolve(value: str, info: ValidationInfo) -> str:
+    if not value or "\x00" in value:
+        raise _problem("empty path or NUL byte in path", "a file or directory path")
+    return os.path.realpath(os.path.join(_base_dir(info), os.path.expanduser(value)))
+
+
+def _absolute(value: str) -> str:
+    if not value.startswith("/") or "\x00" in value:
+        raise _problem(f"not an absolute path: {value!r}", "an absolute path such as /usr")
+    return os.path.normpath(value)
+
+
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value))
+    except ValueError as exc:
+        raise _problem(f"invalid network {value!r}: {exc}", "a CIDR such as 10.0.0.0/8 or fd00::/8") from exc
+
+
+def _env(values: dict[str, str]) -> dict[str, str]:
+    for name, value in values.items():
+        if not _ENV_NAME_RE.match(name):
+            raise _problem(f"invalid environment variable name {name!r}", "letters, digits and '_'")
+        if "\x00" in value:
+            raise _problem(f"the value of {name} contains a NUL byte")
+    return values
+
+
+Size = Annotated[
+    int,
+    BeforeValidator(_size),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0},
+                              {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt]i?[Bb]|[Bb])?\s*$"}]}),
+]
+PolicyPath = Annotated[str, AfterValidator(_resolve)]
+AbsolutePath = Annotated[str, AfterValidator(_absolute)]
+Cidr = Annotated[str, AfterValidator(_cidr)]
+Env = Annotated[dict[str, str], AfterValidator(_env)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Limits(_Model):
+    """Per-toolbox limits. ``None`` = no limit of that kind (the inherited one stays)."""
+
+    address_space_bytes: Size | None = Field(default=1024**3, description="RLIMIT_AS of the worker and children")
+    cpu_seconds: int | None = Field(default=600, ge=1, description="RLIMIT_CPU: CPU seconds per process, "
+                                    "over its whole life")
+    wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
+    open_files: int | None = Field(default=256, ge=16, description="RLIMIT_NOFILE")
+    file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
+    processes: int | None = Field(default=64, ge=1, description="RLIMIT_NPROC for the sandbox uid")
+    output_bytes: Size = Field(default=1024**2, ge=1, description="cap on a call's output; more is cut, "
+                               "truncated set")
+    max_concurrent_calls: int = Field(default=8, ge=1, description="calls in flight in one worker")
+
+
+class LimitsOverride(_Model):
+    """Per-toolbox overrides: only the keys written replace the defaults (``null`` = no limit)."""
+
+    address_space_bytes: Size | None = None
+    cpu_seconds: int | None = Field(default=None, ge=1)
+    wall_time_s: float | None = Field(default=None, gt=0)
+    open_files: int | None = Field(default=None, ge=16)
+    file_size_bytes: Size | None = None
+    processes: int | None = Field(default=None, ge=1)
+    output_bytes: Size | None = Field(default=None, ge=1)
+    max_concurrent_calls: int | None = Field(default=None, ge=1)
+
+
+class ToolboxPolicy(_Model):
+    """What the policy adds for one toolbox (key: its name, or ``agent-slug/name``)."""
+
+    limits: LimitsOverride = LimitsOverride()
+    allowed_hosts: list[str] = Field(default=[], description="hosts added to what the agent file grants")
+    env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    start: Literal["eager", "lazy"] = Field(default="eager", description="start at supervisor start or first call")
+
+
+class Network(_Model):
+    allow_private_ranges: list[Cidr] = Field(default=[], description="private ranges the egress proxy may dial")
+
+
+class Sessions(_Model):
+    max_calls: int | None = Field(default=None, ge=1, description="calls per session; null = no cap")
+    max_concurrent_calls: int = Field(default=16, ge=1)
+
+
+class Supervision(_Model):
+    restart_backoff_initial_s: float = Field(default=0.1, gt=0)
+    restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    crash_loop_max_restarts: int = Field(default=5, ge=0)
+    crash_loop_window_s: float = Field(default=60.0, gt=0)
+    shutdown_grace_s: float = Field(default=2.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Supervision:
+        if self.restart_backoff_initial_s > self.restart_backoff_max_s:
+            raise _problem("restart_backoff_initial_s is larger than restart_backoff_max_s",
+                           "restart_backoff_initial_s <= restart_backoff_max_s")
+        return self
+
+
+class Trace(_Model):
+    path: PolicyPath | None = Field(default=None, description="JSONL file; default <state_dir>/trace.jsonl")
+    otel: bool = False
+
+
+class Images(_Model):
+    max_bytes: Size = Field(default=5 * 1024**2, ge=1)
+
+
+class Context(_Model):
+    images: Images = Images()
+
+
+def _model_key(value: str, info: ValidationInfo) -> str:
+    if _ENV_NAME_RE.match(value):
+        return value
+    if "/" in value:
+        return _resolve(value, info)
+    raise _problem(f"invalid key source {value!r}", "an environment variable name or a key file path with a '/'")
+
+
+class Policy(_Model):
+    """The policy file. See ``policies/strict.yaml`` for every key, commented."""
+
+    agents: list[PolicyPath] = Field(default=[], description="agent files, relative to the policy file")
+    state_dir: PolicyPath = DEFAULT_STATE_DIR
+    sandbox_uid: int = Field(default=65534, ge=1, description="uid workers run as (never root)")
+    sandbox_gid: int = Field(default=65534, ge=1)
+    strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
+    landlock_min_abi: int = Field(default=1, ge=0, le=64)
+    inexact_predicates: Literal["refuse", "warn"] = "refuse"
+    system_paths: list[AbsolutePath] = Field(default=list(DEFAULT_SYSTEM_PATHS),
+                                             description="read-only (and execute) paths every worker sees")
+    device_paths: list[AbsolutePath] = Field(default=["/dev/null"], description="read-write device files")
+    worker_env: Env = Field(default={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"})
+    limits: Limits = Limits()
+    toolboxes: dict[str, ToolboxPolicy] = {}
+    network: Network = Network()
+    max_call_depth: int = Field(default=4, ge=0)
+    sessions: Sessions = Sessions()
+    supervision: Supervision = Supervision()
+    trace: Trace = Trace()
+    context: Context = Context()
+    model_keys: dict[str, Annotated[str, AfterValidator(_model_key)]] = Field(
+        default={}, description="apiKeyId -> environment variable name, or key file path (with a '/')")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Policy:
+        if self.strict and self.landlock_min_abi < 1:
+            raise _problem("strict: true needs landlock_min_abi of at least 1", "landlock_min_abi >= 1")
+        for key in self.toolboxes:
+            if not _TOOLBOX_KEY_RE.match(key):
+                raise _problem(f"invalid toolbox key {key!r} under toolboxes",
+                               "a toolbox name, or agent-slug/name")
+        if self.trace.path is None:
+            object.__setattr__(self, "trace", self.trace.model_copy(
+                update={"path": os.path.join(self.state_dir, "trace.jsonl")}))
+        return self
+
+    def toolbox_policy(self, name: str, agent_slug: str | None = None) -> ToolboxPolicy:
+        """The policy entry for a toolbox: ``slug/name`` if present, else ``name``, else the defaults."""
+        if agent_slug is not None and f"{agent_slug}/{name}" in self.toolboxes:
+            return self.toolboxes[f"{agent_slug}/{name}"]
+        return self.toolboxes.get(name, ToolboxPolicy())
+
+    def effective_limits(self, name: str, agent_slug: str | None = None) -> Limits:
+        """``limits`` with the toolbox's overrides applied (only the keys the override wrote)."""
+        override = self.toolbox_policy(name, agent_slug).limits
+        changes = {k: getattr(override, k) for k in override.model_fields_set}
+        return self.limits.model_copy(update=changes)
+
+    def worker_env_for(self, name: str, agent_slug: str | None = None) -> dict[str, str]:
+        """``worker_env`` plus the toolbox's ``env`` extras."""
+        return {**self.worker_env, **self.toolbox_policy(name, agent_slug).env}
+
+
+def policy_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the policy file."""
+    schema = Policy.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema.setdefault("title", "agents-supervise policy")
+    return schema
