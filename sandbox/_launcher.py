@@ -155,11 +155,14 @@ def _parent_alive(ppid: int, alive_fd: int | None) -> bool:
 def _mirror_exit(status: int) -> NoReturn:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-        os.kill(os.getpid(), sig)
-        os._exit(128 + sig)
+        try:
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # mirror the death, not a core dump
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            os.kill(os.getpid(), sig)
+        finally:
+            os._exit(128 + sig)  # only reached if the signal did not end us
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else EXIT_WORKER_FAILED)
 
 
