@@ -1,0 +1,206 @@
+"""The MCP frontend over stdio: newline-delimited JSON-RPC 2.0, served with trio.
+
+Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call``; notifications ``notifications/initialized`` and
+``notifications/cancelled`` (cancels the named call; its worker is told to stop it), and the server sends
+``notifications/tools/list_changed`` whenever the tool list changes. One stdio connection is one session: its
+session id is given to every call (skills enabled in it, session limits).
+
+Results map as follows: ``data`` -> a text content block (``summary`` when there is no data), each stored image
+attachment -> an image content block, ``structured`` JSON -> ``structuredContent`` (an object; other JSON values
+are wrapped as ``{"result": value}``), status ``failed``/``error`` -> ``isError: true``. Calls run concurrently;
+replies are written whole, one line each.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from toolboxes._result import ToolResult
+
+from ._supervisor import Supervisor
+
+__all__ = ["McpStdioServer", "serve_mcp_stdio"]
+
+SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+SERVER_INFO = {"name": "agents-supervise", "version": "0.1.0"}
+_MAX_LINE = 64 * 1024 * 1024
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+
+
+def result_to_mcp(result: ToolResult, read_attachment: Callable[[Any], bytes]) -> dict[str, Any]:
+    """The ``CallToolResult`` for one tool result."""
+    content: list[dict[str, Any]] = []
+    text = result.data if result.data is not None else result.summary
+    if text:
+        content.append({"type": "text", "text": text})
+    for a in result.attachments:
+        try:
+            data = read_attachment(a)
+        except (OSError, KeyError):
+            content.append({"type": "text", "text": f"[attachment {a.path} is no longer available]"})
+            continue
+        content.append({"type": "image", "data": base64.b64encode(data).decode("ascii"), "mimeType": a.media_type})
+    if result.truncated:
+        content.append({"type": "text", "text": "[output truncated]"})
+    if not content:
+        content.append({"type": "text", "text": ""})
+    out: dict[str, Any] = {"content": content, "isError": result.status != "passed"}
+    if result.structured is not None:
+        out["structuredContent"] = result.structured if isinstance(result.structured, dict) else {
+            "result": result.structured}
+    return out
+
+
+class McpStdioServer:
+    """One MCP session over a pair of byte streams."""
+
+    def __init__(self, sup: Supervisor, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
+        self.sup = sup
+        self._receive = receive
+        self._send = send
+        self._send_lock = trio.Lock()
+        self._calls: dict[Any, trio.CancelScope] = {}
+        self.session_id = f"mcp-{uuid.uuid4().hex[:12]}"
+        self._initialized = False
+
+    async def _write(self, message: dict[str, Any]) -> None:
+        line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        async with self._send_lock:
+            try:
+                await self._send.send_all(line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    async def _reply(self, req_id: Any, result: dict[str, Any]) -> None:
+        await self._write({"jsonrpc": "2.0", "id": req_id, "result": result})
+
+    async def _error(self, req_id: Any, code: int, message: str) -> None:
+        await self._write({"jsonrpc": "2.0", "id": req_id, "error": {"code": code, "message": message}})
+
+    async def serve(self) -> None:
+        """Serve until the client closes stdin."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_tools)
+            buffer = b""
+            while True:
+                try:
+                    chunk = await self._receive.receive_some(1 << 16)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    chunk = b""
+                if not chunk:
+                    break
+                buffer += chunk
+                if len(buffer) > _MAX_LINE and b"\n" not in buffer:
+                    await self._error(None, INVALID_REQUEST, "message too large")
+                    buffer = b""
+                    continue
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._handle_line(nursery, line)
+            nursery.cancel_scope.cancel()
+
+    async def _watch_tools(self) -> None:
+        while True:
+            await self.sup.wait_tools_changed()
+            if self._initialized:
+                await self._write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
+    def _handle_line(self, nursery: trio.Nursery, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            nursery.start_soon(self._error, None, PARSE_ERROR, f"parse error: {exc}")
+            return
+        if isinstance(msg, list) or not isinstance(msg, dict):
+            nursery.start_soon(self._error, None, INVALID_REQUEST, "expected a JSON-RPC object")
+            return
+        method = msg.get("method")
+        req_id = msg.get("id")
+        params = msg.get("params") or {}
+        if not isinstance(method, str):
+            if "result" in msg or "error" in msg:
+                return  # a response to something we never ask; ignore
+            nursery.start_soon(self._error, req_id, INVALID_REQUEST, "missing method")
+            return
+        if req_id is None:
+            self._notification(method, params)
+            return
+        if not isinstance(params, dict):
+            nursery.start_soon(self._error, req_id, INVALID_PARAMS, "params must be an object")
+            return
+        if method == "tools/call":
+            scope = trio.CancelScope()
+            self._calls[req_id] = scope
+            nursery.start_soon(self._tools_call, req_id, params, scope)
+        else:
+            nursery.start_soon(self._request, req_id, method, params)
+
+    def _notification(self, method: str, params: Any) -> None:
+        if method == "notifications/initialized":
+            self._initialized = True
+        elif method == "notifications/cancelled" and isinstance(params, dict):
+            scope = self._calls.get(params.get("requestId"))
+            if scope is not None:
+                scope.cancel()
+
+    async def _request(self, req_id: Any, method: str, params: dict[str, Any]) -> None:
+        if method == "initialize":
+            asked = params.get("protocolVersion")
+            version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
+            self._initialized = True
+            await self._reply(req_id, {
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": SERVER_INFO,
+                "instructions": "Tools run in kernel-confined workers; refusals explain what was refused and why.",
+            })
+        elif method == "ping":
+            await self._reply(req_id, {})
+        elif method == "tools/list":
+            tools = []
+            for t in self.sup.list_tools(self.session_id):
+                entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+                tools.append(entry)
+            await self._reply(req_id, {"tools": tools})
+        else:
+            await self._error(req_id, METHOD_NOT_FOUND, f"method not found: {method}")
+
+    async def _tools_call(self, req_id: Any, params: dict[str, Any], scope: trio.CancelScope) -> None:
+        try:
+            name = params.get("name")
+            args = params.get("arguments")
+            if not isinstance(name, str):
+                await self._error(req_id, INVALID_PARAMS, "tools/call needs a string 'name'")
+                return
+            with scope:
+                try:
+                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id)
+                    reply = result_to_mcp(result, self.sup.attachments.read)
+                except Exception as exc:  # a bug of ours ends this call, never the session
+                    self.sup.trace.record("internal_error", where="tools/call", tool=name,
+                                          error=f"{type(exc).__name__}: {exc}")
+                    await self._error(req_id, INTERNAL_ERROR, f"internal error while calling {name}; see the trace")
+                    return
+            if scope.cancelled_caught:
+                return  # the client cancelled: MCP says no response is sent
+            await self._reply(req_id, reply)
+        finally:
+            self._calls.pop(req_id, None)
+
+
+async def serve_mcp_stdio(sup: Supervisor) -> None:
+    """Serve MCP on this process's stdin/stdout until stdin closes."""
+    import os
+
+    receive = trio.lowlevel.FdStream(os.dup(0))
+    send = trio.lowlevel.FdStream(os.dup(1))
+    async with receive, send:
+        await McpStdioServer(sup, receive, send).serve()

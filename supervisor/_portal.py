@@ -1,0 +1,162 @@
+"""The portal: the one path every tool call takes, from a frontend or from inside a worker.
+
+Checks, in order (DESIGN.md "Call context and the portal"):
+
+1. the tool exists (``PortalToolNotFound``);
+2. the caller may call it: a worker may call only the tools its toolbox's ``AllowedTools`` lists, a frontend caller
+   only the tools of its agent set (``PortalToolNotAllowed``, with the allowed list);
+3. the arguments validate against the tool's JSON schema (``PortalInvalidArguments``, the seed's text);
+4. the depth stays within ``max_call_depth`` (a depth error that shows the call stack);
+5. the session's limits (total calls, concurrent calls) hold;
+
+then it dispatches to the toolbox's runner and records ``call_start``/``call_end``. Every refusal is an ``error``
+result whose text says what was refused and why; nothing here raises for a caller's mistake.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from toolboxes._result import ToolResult
+
+from ._registry import RegisteredTool, ToolRegistry
+from ._trace import TraceRecorder
+from ._validation import format_validation_errors
+
+__all__ = ["CallOrigin", "Portal", "SessionLimits", "StackEntry"]
+
+
+@dataclass(frozen=True)
+class StackEntry:
+    """One frame of the call stack: which agent's call of which tool, at which depth."""
+
+    agent: str
+    tool: str
+    call_id: str
+    depth: int
+
+
+@dataclass(frozen=True)
+class CallOrigin:
+    """Who is calling: the session ids, the depth and stack so far, and what the caller may call.
+
+    ``allowed`` ``None`` means "every tool of the registry" (a frontend caller of the policy's agents).
+    """
+
+    session_id: str = "default"
+    conversation_id: str = ""
+    turn_id: str = ""
+    agent_id: str = ""
+    depth: int = 0
+    stack: tuple[StackEntry, ...] = ()
+    allowed: frozenset[str] | None = None
+    parent_call_id: str | None = None
+    caller: str = "frontend"
+
+
+@dataclass
+class SessionLimits:
+    """Per-session bounds: ``max_calls`` in total and ``max_concurrent`` at once (``None``: unbounded)."""
+
+    max_calls: int | None = None
+    max_concurrent: int | None = None
+
+
+@dataclass
+class _SessionUsage:
+    calls: int = 0
+    in_flight: int = 0
+
+
+@dataclass
+class Portal:
+    """Decides and dispatches tool calls."""
+
+    registry: ToolRegistry
+    trace: TraceRecorder
+    max_call_depth: int = 4
+    session_limits: SessionLimits = field(default_factory=SessionLimits)
+    #: called with (tool, result) after each call, to store attachments etc.
+    postprocess: Callable[[RegisteredTool, ToolResult], ToolResult] | None = None
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _sessions: dict[str, _SessionUsage] = field(default_factory=dict)
+
+    def _refuse(self, origin: CallOrigin, name: str, kind: str, message: str) -> ToolResult:
+        self.trace.record("portal_refusal", tool=name, kind=kind, reason=message, caller=origin.caller,
+                          session=origin.session_id, depth=origin.depth + 1,
+                          parent_call_id=origin.parent_call_id)
+        return ToolResult("error", summary=kind, data=message).with_meta("portal_error", kind)
+
+    def check(self, name: str, args: Any, origin: CallOrigin) -> RegisteredTool | ToolResult:
+        """Run checks 1-4; return the tool to call or the refusal result."""
+        tool = self.registry.get(name)
+        if tool is None:
+            known = sorted(self.registry.tools) if origin.allowed is None else sorted(origin.allowed)
+            shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
+            return self._refuse(origin, name, "PortalToolNotFound",
+                                f"Tool not found: '{name}'. Available tools: {shown or 'none'}.")
+        if origin.allowed is not None and name not in origin.allowed:
+            allowed = ", ".join(sorted(origin.allowed)) or "none"
+            return self._refuse(origin, name, "PortalToolNotAllowed",
+                                f"Tool '{name}' is not allowed for {origin.caller}. Allowed tools: {allowed}.")
+        errors = tool.validator.errors(args)
+        if errors:
+            return self._refuse(origin, name, "PortalInvalidArguments",
+                                format_validation_errors(name, errors))
+        depth = origin.depth + 1
+        if depth > self.max_call_depth:
+            frames = " -> ".join(f"{e.tool} (agent {e.agent or '-'}, depth {e.depth})" for e in origin.stack)
+            return self._refuse(origin, name, "PortalDepthExceeded",
+                                f"Call depth limit of {self.max_call_depth} reached: calling '{name}' would be "
+                                f"depth {depth}. Call stack: {frames or '(empty)'} -> {name}.")
+        return tool
+
+    async def call(self, name: str, args: Any, origin: CallOrigin) -> ToolResult:
+        """Check and run one call; always returns a result."""
+        checked = self.check(name, args, origin)
+        if isinstance(checked, ToolResult):
+            return checked
+        tool = checked
+        usage = self._sessions.setdefault(origin.session_id, _SessionUsage())
+        limits = self.session_limits
+        if limits.max_calls is not None and usage.calls >= limits.max_calls:
+            return self._refuse(origin, name, "SessionLimit",
+                                f"Session {origin.session_id} reached its limit of {limits.max_calls} tool calls.")
+        if limits.max_concurrent is not None and usage.in_flight >= limits.max_concurrent:
+            return self._refuse(origin, name, "SessionLimit",
+                                f"Session {origin.session_id} already has {usage.in_flight} calls running "
+                                f"(limit {limits.max_concurrent}); wait for one to finish.")
+        usage.calls += 1
+        usage.in_flight += 1
+        call_id = f"c{next(self._ids)}"
+        depth = origin.depth + 1
+        inner = replace(
+            origin,
+            depth=depth,
+            stack=(*origin.stack, StackEntry(tool.agent, name, call_id, depth)),
+            parent_call_id=call_id,
+            agent_id=origin.agent_id or tool.agent,
+        )
+        self.trace.record("call_start", call_id=call_id, parent_call_id=origin.parent_call_id, tool=name,
+                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id, depth=depth,
+                          caller=origin.caller, args=args)
+        start = time.perf_counter()
+        result: ToolResult | None = None
+        try:
+            ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
+                   "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
+            result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
+            if self.postprocess is not None:
+                result = self.postprocess(tool, result)
+            return result
+        finally:
+            usage.in_flight -= 1
+            self.trace.record(
+                "call_end", call_id=call_id, tool=name, toolbox=tool.toolbox,
+                status=result.status if result else "error", summary=result.summary if result else "cancelled",
+                duration_s=round(time.perf_counter() - start, 6), session=origin.session_id,
+                metadata=[list(p) for p in result.metadata] if result else [])
