@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 import msgpack
 
-from sandbox._errors import ConfinementError
+from sandbox._errors import ConfinementError, SandboxError
 from sandbox._landlock import apply_ruleset, landlock_abi, plan_ruleset
 from sandbox._netns import enter_namespaces, plan_namespaces
 from sandbox._plan import READ, ConfinementPlan, FsRule
@@ -264,11 +264,7 @@ def confine(plan: ConfinementPlan) -> None:
     if plan.bridge and plan.bridge_fd is not None:
         from sandbox._bridge import open_bridge  # written elsewhere; imported only when a bridge is asked for
 
-        open_bridge(plan.bridge_fd)
-        try:
-            os.close(plan.bridge_fd)
-        except OSError:
-            pass
+        open_bridge(plan.bridge_fd)  # closes bridge_fd in every case; raises BridgeError (a SandboxError)
     # 4
     alive_fd: int | None = None
     if namespaces.pid:
@@ -358,7 +354,7 @@ def main() -> NoReturn:
         toolbox = plan.toolbox
         confine(plan)
         entry = load_entry(plan.entry)
-    except ConfinementError as exc:
+    except SandboxError as exc:  # ConfinementError, or the bridge's BridgeError
         _say(toolbox, "confinement failed", exc)
         os._exit(EXIT_CONFINEMENT_FAILED)
     except BaseException as exc:

@@ -281,7 +281,10 @@ def test_grandchild_dies_when_the_worker_is_killed(stage: Stage, start: Any) -> 
 
 
 def test_sigterm_to_the_launcher_reaches_the_worker(stage: Stage, start: Any) -> None:
-    script = "import signal, sys; signal.signal(signal.SIGTERM, lambda *a: sys.exit(5)); print('ready', flush=True); signal.pause()"
+    script = (
+        "import signal, sys; signal.signal(signal.SIGTERM, lambda *a: sys.exit(5)); "
+        "print('ready', flush=True); signal.pause()"
+    )
     proc = start(stage.plan([PYTHON, "-c", script]))
     assert proc.stdout.readline() == b"ready\n"
     proc.terminate()
