@@ -425,3 +425,42 @@ def test_exec_argv_refuses_a_payload_without_argv(stage: Stage, start: Any) -> N
     assert proc.returncode == 64
     assert b"payload needs 'argv'" in err
     assert sys.executable  # the test process itself needs nothing more
+
+
+def test_bridge_sockets_open_inside_the_namespace_and_are_the_only_way_out(stage: Stage, start: Any) -> None:
+    from sandbox._bridge import receive_bridge_nowait
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    code = textwrap.dedent(
+        """
+        import errno, socket, sys
+        with socket.create_connection(("127.0.0.1", 3128), timeout=5) as s:
+            s.sendall(b"through the bridge")
+        s = socket.socket()
+        try:
+            s.connect(("127.0.0.1", 80))
+            print("ok")
+        except OSError as exc:
+            print(errno.errorcode[exc.errno])
+        """
+    )
+    plan = stage.plan([PYTHON, "-c", code], bridge=True, bridge_fd=theirs.fileno(), tcp_connect_ports=(3128, 53))
+    try:
+        proc = start(plan, pass_fds=[theirs.fileno()])
+        theirs.close()
+        ours.settimeout(WAIT_S)
+        bridge = receive_bridge_nowait(ours)
+        try:
+            bridge.proxy.settimeout(WAIT_S)
+            conn, _ = bridge.proxy.accept()
+            with conn:
+                conn.settimeout(WAIT_S)
+                assert conn.recv(100) == b"through the bridge"
+        finally:
+            bridge.close()
+        out, err = proc.communicate(timeout=WAIT_S)
+        assert proc.returncode == 0, err
+        assert out == b"EACCES\n"
+    finally:
+        ours.close()
+        theirs.close()
