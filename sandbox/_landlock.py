@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -248,7 +247,7 @@ class _NetPortAttr(ctypes.Structure):
 
 
 def _syscall_numbers() -> tuple[int, int, int] | None:
-    return _SYSCALLS.get(platform.machine())
+    return _SYSCALLS.get(os.uname().machine)
 
 
 def _libc() -> ctypes.CDLL:
