@@ -100,7 +100,8 @@ class PathCheck:
 
     Attributes:
         allowed: the operation may go ahead on ``path``.
-        path: the canonical path to open (the one that was judged); "" when the path was malformed.
+        path: the canonical path to open (the one that was judged); "" when refused, so that no caller can
+            echo where a refused path leads.
         message: "" when allowed; otherwise a refusal an agent can act on, naming the sandbox and the rule,
             the same whether the file exists or not.
         rule: the rule that refused (``"fsbMaxFileSize"`` for the size limit), or ``None``.
@@ -343,7 +344,7 @@ def check_path(
     if not verdict.allowed:
         return PathCheck(
             False,
-            verdict.path,
+            "",
             f"refused: {action} {shown!r} is not allowed by {label} (rule {verdict.rule}). "
             "Use a path the sandbox allows.",
             verdict.rule,
@@ -354,7 +355,7 @@ def check_path(
         if actual is None:
             return PathCheck(
                 False,
-                verdict.path,
+                "",
                 f"refused: {action} {shown!r}: its size cannot be checked against fsbMaxFileSize "
                 "(permission denied on the way to it).",
                 "fsbMaxFileSize",
@@ -363,7 +364,7 @@ def check_path(
             what = "the file would be" if for_write else "the file is"
             return PathCheck(
                 False,
-                verdict.path,
+                "",
                 f"refused: {action} {shown!r}: {what} larger than {label} allows "
                 f"(fsbMaxFileSize {limit} bytes).",
                 "fsbMaxFileSize",
