@@ -1,19 +1,21 @@
 """Pydantic models of the seed's agent file (JSON), keys exactly as the seed writes them.
 
-An agent file is ``{"tag": "OpenAIAgentDescription", "contents": {...}}`` or the bare object. Tagged values use the
-seed's ``{"tag": NAME, "contents": ...}`` form, except the SQLite ``Versioning`` whose fields sit beside its ``tag``.
+An agent file is ``{"tag": "OpenAIAgentDescription", "contents": {...}}`` or the bare object. Tagged values
+use the seed's ``{"tag": NAME, "contents": ...}`` form, except the SQLite ``Versioning`` whose fields sit
+beside its ``tag``.
 
 Validation needs a context (``model_validate(data, context=...)``, see :func:`validation_context`):
 
 - ``base_dir``: the directory of the agent file. Every relative path resolves against it, once, here, and is
-  canonicalised (``os.path.realpath``). Exception: an MCP ``executable`` is only normalised, so that a symlinked
-  program keeps its ``argv[0]``; a bare program name (no ``/``) is left for ``PATH`` lookup.
-- ``environ``: the supervisor's environment, for ``${VAR}`` in ``Token`` and ``Headers`` values (a missing variable
-  is an error naming it).
+  canonicalised (``os.path.realpath``). Exception: an MCP ``executable`` is only normalised, so that a
+  symlinked program keeps its ``argv[0]``; a bare program name (no ``/``) is left for ``PATH`` lookup.
+- ``environ``: the supervisor's environment, for ``${VAR}`` in ``Token`` and ``Headers`` values (a missing
+  variable is an error naming it).
 
-Models are strict (no coercion of ``"5"`` to 5) and refuse unknown keys, naming the keys they know. What is not
-checked here: ``FileSandbox`` refs (resolved with the agent, in :mod:`supervisor._agent_toolboxes`), toolbox name
-clashes (same place), and whether referenced files exist (the toolbox reports that when it loads).
+Models are strict (no coercion of ``"5"`` to 5) and refuse unknown keys, naming the keys they know. What is
+not checked here: ``FileSandbox`` refs (resolved with the agent, in :mod:`supervisor._agent_toolboxes`),
+toolbox name clashes (same place), and whether referenced files exist (the toolbox reports that when it
+loads).
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from pydantic import (
     ValidationInfo,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from sandbox._predicates import AlwaysDeny, PathPredicate, PredicateError, parse_predicate, predicate_to_json
+
+from ._config_errors import check_known_keys, problem
 
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE_BYTES",
@@ -56,14 +59,33 @@ DEFAULT_MAX_FILE_SIZE_BYTES = 50 * 1024 * 1024
 
 #: SPEC.md section 4, system toolbox.
 SYSTEM_CAPABILITIES = (
-    "date", "operating-system", "running-user", "hostname", "working-directory", "env-vars", "process-info",
-    "uptime", "attach-file", "list-directory", "execute-command", "list-sessions", "search-sessions",
-    "read-session", "get-session-stats",
+    "date",
+    "operating-system",
+    "running-user",
+    "hostname",
+    "working-directory",
+    "env-vars",
+    "process-info",
+    "uptime",
+    "attach-file",
+    "list-directory",
+    "execute-command",
+    "list-sessions",
+    "search-sessions",
+    "read-session",
+    "get-session-stats",
 )
 #: SPEC.md section 4, developer toolbox.
 DEVELOPER_CAPABILITIES = (
-    "read-file-range", "write-file-range", "patch-file", "restore-file", "show-spec", "validate-tool",
-    "validate-agent", "create-agent", "create-tool",
+    "read-file-range",
+    "write-file-range",
+    "patch-file",
+    "restore-file",
+    "show-spec",
+    "validate-tool",
+    "validate-agent",
+    "create-agent",
+    "create-tool",
 )
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -74,13 +96,11 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def validation_context(base_dir: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The context :meth:`AgentDescription.model_validate` needs: the agent file's directory and the environment."""
+    """The context ``AgentDescription.model_validate`` needs: the agent file's directory and the environment."""
     return {"base_dir": os.path.realpath(base_dir), "environ": os.environ if environ is None else environ}
 
 
-def _problem(message: str, expected: str | None = None, subpath: tuple[str | int, ...] = ()) -> PydanticCustomError:
-    return PydanticCustomError("config_value", "{message}", {"message": message, "expected": expected or "",
-                                                             "subpath": subpath})
+_problem = problem
 
 
 def _ctx(info: ValidationInfo) -> Mapping[str, Any]:
@@ -119,8 +139,10 @@ def _check_name(value: str) -> str:
 def _check_host(value: str) -> str:
     host = value.strip().lower()
     if not (_HOST_RE.match(host) or _IP_RE.match(host)) or not host:
-        raise _problem(f"invalid host {value!r}",
-                       "a host name or address without scheme, port or path, such as api.example.com")
+        raise _problem(
+            f"invalid host {value!r}",
+            "a host name or address without scheme, port or path, such as api.example.com",
+        )
     return host
 
 
@@ -132,8 +154,7 @@ def _expand_env(value: str, info: ValidationInfo) -> str:
         if not _ENV_NAME_RE.match(name):
             raise _problem(f"invalid variable reference ${{{name}}}", "${NAME} with NAME of letters, digits, '_'")
         if name not in environ:
-            raise _problem(f"environment variable {name!r} is not set",
-                           f"{name} set in the supervisor's environment")
+            raise _problem(f"environment variable {name!r} is not set", f"{name} set in the supervisor's environment")
         return str(environ[name])
 
     return _ENV_RE.sub(one, value)
@@ -215,19 +236,12 @@ class _Model(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            known = [f.alias or n for n, f in cls.model_fields.items()]
-            unknown = [k for k in data if k not in known]
-            if unknown:
-                names = ", ".join(repr(k) for k in unknown)
-                raise _problem(f"unknown key{'s' if len(unknown) > 1 else ''} {names}",
-                               "keys among " + ", ".join(known), (str(unknown[0]),))
-        return data
+        return check_known_keys(cls, data)
 
 
-# ---------------------------------------------------------------------------------------------------- file sandboxes
+# --------------------------------------------------------------------------------------------- file sandboxes
 class FileSandboxConfig(_Model):
-    """The seed's ``FileSandboxConfig``: a predicate, a size limit (default 50 MiB, ``null`` = none), a name."""
+    """The seed's ``FileSandboxConfig``: predicate, size limit (default 50 MiB, ``null`` = none), name."""
 
     predicate: Predicate = Field(default=AlwaysDeny(), alias="fsbPredicate")
     max_file_size: int | None = Field(default=DEFAULT_MAX_FILE_SIZE_BYTES, ge=0, alias="fsbMaxFileSize")
@@ -235,8 +249,11 @@ class FileSandboxConfig(_Model):
 
     def to_json(self) -> dict[str, Any]:
         """The seed's JSON form, paths resolved."""
-        return {"fsbPredicate": predicate_to_json(self.predicate), "fsbMaxFileSize": self.max_file_size,
-                "fsbName": self.name}
+        return {
+            "fsbPredicate": predicate_to_json(self.predicate),
+            "fsbMaxFileSize": self.max_file_size,
+            "fsbName": self.name,
+        }
 
 
 class FileSandboxRef(_Model):
@@ -255,7 +272,7 @@ FileSandbox = Annotated[
 ]
 
 
-# ---------------------------------------------------------------------------------------------------- bash, mcp, http
+# -------------------------------------------------------------------------------------------- bash, mcp, http
 class BashContents(_Model):
     path: ConfigPath = Field(alias="Path")
 
@@ -305,7 +322,7 @@ class PostgRESTServer(_Model):
     contents: PostgrestContents
 
 
-# ---------------------------------------------------------------------------------------------------- builtins
+# --------------------------------------------------------------------------------------------------- builtins
 class SqliteReadOnly(_Model):
     tag: Literal["SqliteReadOnly"]
     path: ConfigPath
@@ -328,8 +345,9 @@ class SqliteVersioned(_Model):
     base_path: ConfigPath = Field(alias="basePath")
 
 
-Versioning = Annotated[SqliteReadOnly | SqliteReadWrite | SqliteNoVersioning | SqliteVersioned,
-                       Field(discriminator="tag")]
+Versioning = Annotated[
+    SqliteReadOnly | SqliteReadWrite | SqliteNoVersioning | SqliteVersioned, Field(discriminator="tag")
+]
 
 
 class SqliteContents(_Model):
@@ -346,7 +364,8 @@ class SystemContents(_Model):
     file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
     command_filter: ConfigPath | None = Field(default=None, alias="CommandFilter")
     session_scope: Literal["parents-only", "children-only", "subtree", "all"] = Field(
-        default="subtree", alias="SessionIntrospectionScope")
+        default="subtree", alias="SessionIntrospectionScope"
+    )
     session_max_results: int = Field(default=50, ge=1, alias="SessionIntrospectionMaxResults")
     session_include_tool_outputs: bool = Field(default=False, alias="SessionIntrospectionIncludeToolOutputs")
 
@@ -392,7 +411,7 @@ BuiltinToolbox = Annotated[SqliteToolbox | SystemToolbox | DeveloperToolbox | Lu
 BashToolbox = Annotated[FileSystemDirectory | SingleTool, Field(discriminator="tag")]
 
 
-# ---------------------------------------------------------------------------------------------------- skills, agent
+# ---------------------------------------------------------------------------------------------- skills, agent
 class SkillDirectory(_Model):
     tag: Literal["SkillDirectory"]
     contents: ConfigPath
@@ -417,7 +436,7 @@ class ExtraAgent(_Model):
 
 
 class AgentDescription(_Model):
-    """The contents of ``OpenAIAgentDescription``. Only ``slug`` is required; the model keys matter to sub-agents."""
+    """The contents of ``OpenAIAgentDescription``. Only ``slug`` is required; model keys matter to sub-agents."""
 
     slug: ToolboxName
     api_key_id: str | None = Field(default=None, alias="apiKeyId")
@@ -439,8 +458,24 @@ class AgentDescription(_Model):
 
 
 #: Location parts pydantic inserts for tagged unions (dropped from JSON paths in messages).
-TAGS = frozenset({
-    "FileSystemDirectory", "SingleTool", "McpSimpleBinary", "OpenAPIServer", "PostgRESTServer", "SqliteToolbox",
-    "SystemToolbox", "DeveloperToolbox", "LuaToolbox", "SqliteReadOnly", "SqliteReadWrite", "SqliteNoVersioning",
-    "SqliteVersioned", "SkillDirectory", "SkillGitRepo", "FileSandboxInline", "FileSandboxRef",
-})
+TAGS = frozenset(
+    {
+        "FileSystemDirectory",
+        "SingleTool",
+        "McpSimpleBinary",
+        "OpenAPIServer",
+        "PostgRESTServer",
+        "SqliteToolbox",
+        "SystemToolbox",
+        "DeveloperToolbox",
+        "LuaToolbox",
+        "SqliteReadOnly",
+        "SqliteReadWrite",
+        "SqliteNoVersioning",
+        "SqliteVersioned",
+        "SkillDirectory",
+        "SkillGitRepo",
+        "FileSandboxInline",
+        "FileSandboxRef",
+    }
+)

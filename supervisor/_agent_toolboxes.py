@@ -7,10 +7,11 @@
 - skills: one per agent when it has ``skillSources``;
 - mcp, openapi, postgrest: one per entry; sqlite, system, developer, lua: one per ``builtinToolboxes`` entry.
 
-Names: a toolbox's ``name`` is the one used in its tool names (SPEC.md section 2) and the key of policy overrides.
-Explicit names (``Name``, MCP ``name``) must be unique within the agent: a clash is an error. Derived names (bash:
-the directory's name or the script's stem; skills: ``skills``; OpenAPI without ``Name`` and PostgREST: the BaseUrl
-host with non-name characters as ``_``) never clash with explicit ones: they get ``_2``, ``_3`` in load order.
+Names: a toolbox's ``name`` is the one used in its tool names (SPEC.md section 2) and the key of policy
+overrides. Explicit names (``Name``, MCP ``name``) must be unique within the agent: a clash is an error.
+Derived names (bash: the directory's name or the script's stem; skills: ``skills``; OpenAPI without ``Name``
+and PostgREST: the BaseUrl host with non-name characters as ``_``) never clash with explicit ones: they get
+``_2``, ``_3`` in load order.
 """
 
 from __future__ import annotations
@@ -48,8 +49,17 @@ from ._config_errors import ConfigError, ConfigProblem, format_json_path, proble
 __all__ = ["TOOLBOX_KINDS", "LoadedAgent", "ToolboxConfig", "load_agent_file"]
 
 ToolboxKind = Literal["bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua"]
-TOOLBOX_KINDS: tuple[str, ...] = ("bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer",
-                                  "lua")
+TOOLBOX_KINDS: tuple[str, ...] = (
+    "bash",
+    "skills",
+    "mcp",
+    "openapi",
+    "postgrest",
+    "sqlite",
+    "system",
+    "developer",
+    "lua",
+)
 
 
 @dataclass(frozen=True)
@@ -61,10 +71,11 @@ class ToolboxConfig:
         name: unique within the agent; used in tool names and as the key of per-toolbox policy overrides.
         agent_slug: the agent it belongs to.
         file_sandbox: the resolved ``FileSandboxConfig`` (parsed predicate), or ``None`` when it has none.
-        allowed_hosts: hosts the agent file grants it (Lua ``AllowedHosts``; OpenAPI/PostgREST BaseUrl and SpecUrl
-            hosts; skills: the hosts of git sources); the policy may add more.
-        read_paths / write_paths: paths from the agent file the worker needs to read / write to do its job (bash
-            directories and scripts, databases, skill directories, command filters), besides its FileSandbox.
+        allowed_hosts: hosts the agent file grants it (Lua ``AllowedHosts``; OpenAPI/PostgREST BaseUrl and
+            SpecUrl hosts; skills: the hosts of git sources); the policy may add more.
+        read_paths / write_paths: paths from the agent file the worker needs to read / write to do its job
+            (bash directories and scripts, databases, skill directories, command filters), besides its
+            FileSandbox.
         agent_file: the agent file it came from; source: its JSON path there (for messages).
     """
 
@@ -85,12 +96,12 @@ class ToolboxConfig:
         return None if self.file_sandbox is None else self.file_sandbox.predicate
 
     def worker_config(self) -> dict[str, Any]:
-        """The toolbox's config for its worker: JSON data with the seed's keys (``tag`` plus the entry's contents).
+        """The toolbox's config for its worker: JSON data with the seed's keys (``tag`` + the entry's contents).
 
-        Paths are resolved, ``${VAR}`` expanded, a ``FileSandbox`` ref replaced by the sandbox it names, predicates
-        in their JSON form. bash: ``{"tag": "FileSystemDirectory"|"SingleTool", "Path"}``; skills: ``{"tag":
-        "Skills", "Sources": [seed skill sources], "AutoEnable": [...]}``; mcp: ``{"tag": "McpSimpleBinary", "name",
-        "executable", "args"}``; the others as in the seed. A fresh copy on each call.
+        Paths are resolved, ``${VAR}`` expanded, a ``FileSandbox`` ref replaced by the sandbox it names,
+        predicates in their JSON form. bash: ``{"tag": "FileSystemDirectory"|"SingleTool", "Path"}``; skills:
+        ``{"tag": "Skills", "Sources": [seed skill sources], "AutoEnable": [...]}``; mcp: ``{"tag":
+        "McpSimpleBinary", "name", "executable", "args"}``; the others as in the seed. A fresh copy on each call.
         """
         return copy.deepcopy(dict(self._config))
 
@@ -179,35 +190,68 @@ def _builtin_entry(tb: Any, source: str) -> _Entry:
 def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
     entries: list[_Entry] = []
     if agent.tool_directory is not None:
-        entries.append(_Entry("bash", None, _sanitize(os.path.basename(agent.tool_directory) or "bash"),
-                              f"{prefix}.toolDirectory",
-                              {"tag": "FileSystemDirectory", "Path": agent.tool_directory},
-                              read=(agent.tool_directory,)))
+        entries.append(
+            _Entry(
+                "bash",
+                None,
+                _sanitize(os.path.basename(agent.tool_directory) or "bash"),
+                f"{prefix}.toolDirectory",
+                {"tag": "FileSystemDirectory", "Path": agent.tool_directory},
+                read=(agent.tool_directory,),
+            )
+        )
     for i, bash in enumerate(agent.bash_toolboxes):
         entries.append(_bash_entry(bash, f"{prefix}.bashToolboxes[{i}]"))
     if agent.skill_sources:
         sources = [_dump(s) for s in agent.skill_sources]
         dirs = tuple(s.contents for s in agent.skill_sources if isinstance(s.contents, str))
-        hosts = tuple(h for s in agent.skill_sources if not isinstance(s.contents, str)
-                      if (h := _host_of(s.contents.url)))
-        entries.append(_Entry("skills", None, "skills", f"{prefix}.skillSources",
-                              {"tag": "Skills", "Sources": sources, "AutoEnable": list(agent.auto_enable_skills)},
-                              hosts=hosts, read=dirs))
+        hosts = tuple(
+            h for s in agent.skill_sources if not isinstance(s.contents, str) if (h := _host_of(s.contents.url))
+        )
+        entries.append(
+            _Entry(
+                "skills",
+                None,
+                "skills",
+                f"{prefix}.skillSources",
+                {"tag": "Skills", "Sources": sources, "AutoEnable": list(agent.auto_enable_skills)},
+                hosts=hosts,
+                read=dirs,
+            )
+        )
     for i, mcp in enumerate(agent.mcp_servers):
         c = mcp.contents
-        entries.append(_Entry("mcp", c.name, c.name, f"{prefix}.mcpServers[{i}]", {"tag": mcp.tag, **_dump(c)},
-                              read=(c.executable,) if "/" in c.executable else ()))
-    for kind, items, key in (("openapi", agent.open_api_toolboxes, "openApiToolboxes"),
-                             ("postgrest", agent.postgrest_toolboxes, "postgrestToolboxes")):
+        entries.append(
+            _Entry(
+                "mcp",
+                c.name,
+                c.name,
+                f"{prefix}.mcpServers[{i}]",
+                {"tag": mcp.tag, **_dump(c)},
+                read=(c.executable,) if "/" in c.executable else (),
+            )
+        )
+    for kind, items, key in (
+        ("openapi", agent.open_api_toolboxes, "openApiToolboxes"),
+        ("postgrest", agent.postgrest_toolboxes, "postgrestToolboxes"),
+    ):
         for i, tb in enumerate(items):
             c = tb.contents
             host = _host_of(c.base_url) or kind
             hosts = tuple(dict.fromkeys(h for h in (_host_of(c.base_url), _host_of(c.spec_url)) if h))
             explicit = getattr(c, "name", None)
             spec_file = () if _host_of(c.spec_url) else (c.spec_url,)
-            entries.append(_Entry(kind, explicit, explicit or _sanitize(host),  # type: ignore[arg-type]
-                                  f"{prefix}.{key}[{i}]", {"tag": tb.tag, **_dump(c)}, hosts=hosts,
-                                  read=spec_file))
+            entries.append(
+                _Entry(
+                    kind,
+                    explicit,
+                    explicit or _sanitize(host),  # type: ignore[arg-type]
+                    f"{prefix}.{key}[{i}]",
+                    {"tag": tb.tag, **_dump(c)},
+                    hosts=hosts,
+                    read=spec_file,
+                )
+            )
     for i, tb in enumerate(agent.builtin_toolboxes):
         entries.append(_builtin_entry(tb, f"{prefix}.builtinToolboxes[{i}]"))
     return entries
@@ -222,9 +266,14 @@ def _assign_names(entries: list[_Entry], file: str) -> list[str]:
             continue
         if e.explicit in owner:
             first = owner[e.explicit]
-            problems.append(ConfigProblem(
-                file, e.source, f"duplicate toolbox name {e.explicit!r} (also the {first.kind} toolbox at "
-                f"{first.source})", "a name unique within the agent"))
+            problems.append(
+                ConfigProblem(
+                    file,
+                    e.source,
+                    f"duplicate toolbox name {e.explicit!r} (also the {first.kind} toolbox at {first.source})",
+                    "a name unique within the agent",
+                )
+            )
         else:
             owner[e.explicit] = e
     if problems:
@@ -251,14 +300,19 @@ def _resolve_sandbox(agent: AgentDescription, e: _Entry, file: str) -> FileSandb
     found = agent.file_sandboxes.get(e.sandbox.ref)
     if found is None:
         known = ", ".join(sorted(agent.file_sandboxes))
-        raise ConfigError.one(file, f"{e.sandbox_path}.ref", f"unknown file sandbox {e.sandbox.ref!r}",
-                              f"one of {known} (the keys of fileSandboxes)" if known
-                              else "a key of fileSandboxes (this agent defines none)")
+        raise ConfigError.one(
+            file,
+            f"{e.sandbox_path}.ref",
+            f"unknown file sandbox {e.sandbox.ref!r}",
+            f"one of {known} (the keys of fileSandboxes)"
+            if known
+            else "a key of fileSandboxes (this agent defines none)",
+        )
     return found
 
 
 def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tuple[ToolboxConfig, ...]:
-    """The agent's worker configs (pure: no file access). Raises ``ConfigError`` on name clashes or bad refs."""
+    """The agent's worker configs (pure: no file access). Raises ``ConfigError`` on name clashes, bad refs."""
     entries = _entries(agent, prefix)
     names = _assign_names(entries, file)
     out: list[ToolboxConfig] = []
@@ -267,8 +321,7 @@ def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tu
         config = dict(e.config)
         if sandbox is not None:
             config["FileSandbox"] = sandbox.to_json()
-        out.append(ToolboxConfig(e.kind, name, agent.slug, sandbox, e.hosts, e.read, e.write, file, e.source,
-                                 config))
+        out.append(ToolboxConfig(e.kind, name, agent.slug, sandbox, e.hosts, e.read, e.write, file, e.source, config))
     return tuple(out)
 
 
@@ -280,9 +333,16 @@ def _pop_allowed_paths(data: Any, loc: tuple[int | str, ...], prefix: str, file:
             paths = old if isinstance(old, list) else [old]
             preds = [{"tag": "DirectoryRecursive", "contents": p} for p in paths if isinstance(p, str)]
             suggestion = json.dumps({"FileSandbox": {"fsbPredicate": {"tag": "Any", "contents": preds}}})
-            out.append(str(ConfigProblem(
-                file, format_json_path((*loc, "allowedPaths"), prefix),
-                "'allowedPaths' was removed and is ignored (it grants nothing)", f"instead: {suggestion}")))
+            out.append(
+                str(
+                    ConfigProblem(
+                        file,
+                        format_json_path((*loc, "allowedPaths"), prefix),
+                        "'allowedPaths' was removed and is ignored (it grants nothing)",
+                        f"instead: {suggestion}",
+                    )
+                )
+            )
         for key, value in data.items():
             _pop_allowed_paths(value, (*loc, key), prefix, file, out)
     elif isinstance(data, list):
@@ -305,8 +365,12 @@ def parse_agent_data(data: Any, file: str, environ: Mapping[str, str] | None = N
             raise ConfigError.one(file, f"$.{extra[0]}", f"unknown key {extra[0]!r}", "keys among tag, contents")
         data, prefix = data.get("contents"), "$.contents"
     if not isinstance(data, dict):
-        raise ConfigError.one(file, prefix, "wrong type: an agent description must be an object",
-                              'an object {"slug": ..., ...} or {"tag": "OpenAIAgentDescription", "contents": {...}}')
+        raise ConfigError.one(
+            file,
+            prefix,
+            "wrong type: an agent description must be an object",
+            'an object {"slug": ..., ...} or {"tag": "OpenAIAgentDescription", "contents": {...}}',
+        )
     warnings: list[str] = []
     data = copy.deepcopy(data)
     _pop_allowed_paths(data, (), prefix, file, warnings)

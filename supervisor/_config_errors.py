@@ -1,13 +1,15 @@
-"""Errors in configuration files (the YAML policy, the JSON agent files), and the one place pydantic errors become them.
+"""Errors in configuration files (YAML policy, JSON agent files); the one place pydantic errors become them.
 
-``ConfigError`` is raised by :func:`supervisor._config_loader.load_config` for anything wrong in a file the operator
-wrote: malformed YAML/JSON, unknown keys or tags, wrong types, bad predicates, unknown sandbox refs, missing files,
-missing environment variables, duplicate toolbox names. It carries one :class:`ConfigProblem` per problem found; its
-``str()`` is one readable line per problem, so a CLI prints it as is and never shows a traceback. It differs from a
-worker or protocol error in that nothing was started: fixing the file and starting again is the remedy.
+``ConfigError`` is raised by :func:`supervisor._config_loader.load_config` for anything wrong in a file the
+operator wrote: malformed YAML/JSON, unknown keys or tags, wrong types, bad predicates, unknown sandbox refs,
+missing files, missing environment variables, duplicate toolbox names. It carries one :class:`ConfigProblem`
+per problem found; its ``str()`` is one readable line per problem, so a CLI prints it as is and never shows a
+traceback. It differs from a worker or protocol error in that nothing was started: fixing the file and
+starting again is the remedy.
 
-Foreign errors (pydantic's ``ValidationError``, yaml and json decode errors, ``OSError``) are converted here or in the
-loader, always ``from exc``; :func:`problems_from_validation_error` is the only function that reads pydantic errors.
+Foreign errors (pydantic's ``ValidationError``, yaml and json decode errors, ``OSError``) are converted here
+or in the loader, always ``from exc``; :func:`problems_from_validation_error` is the only function that reads
+pydantic errors.
 """
 
 from __future__ import annotations
@@ -17,16 +19,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
 
-__all__ = ["ConfigError", "ConfigProblem", "display_path", "format_json_path", "problems_from_validation_error"]
+__all__ = [
+    "ConfigError",
+    "ConfigProblem",
+    "display_path",
+    "format_json_path",
+    "problems_from_validation_error",
+]
 
 #: At most this many problems are listed in ``str(ConfigError)``; the rest are counted.
 MAX_LISTED_PROBLEMS = 25
 
 
 def display_path(path: str) -> str:
-    """``path`` relative to the current directory when it lies beneath it, else as given (for messages only)."""
+    """``path`` relative to the current directory when beneath it, else as given (for messages only)."""
     try:
         rel = os.path.relpath(path)
     except ValueError:
@@ -40,8 +49,8 @@ class ConfigProblem:
 
     Attributes:
         file: the file with the problem (absolute path as loaded).
-        json_path: where in it, like ``$.builtinToolboxes[0].contents.FileSandbox``; ``None`` when the whole file
-            could not be read or parsed.
+        json_path: where in it, like ``$.builtinToolboxes[0].contents.FileSandbox``; ``None`` when the whole
+            file could not be read or parsed.
         message: what is wrong.
         expected: what would be right (``"one of date, hostname"``), or ``None``.
         line / column: 1-based position when known (syntax errors, YAML nodes).
@@ -72,8 +81,8 @@ class ConfigProblem:
 class ConfigError(Exception):
     """A policy or agent file is wrong; nothing was started.
 
-    ``problems`` lists every problem found (at least one). ``file``, ``json_path`` and ``expected`` are those of the
-    first problem, for callers that handle one. ``str()`` is one line per problem.
+    ``problems`` lists every problem found (at least one). ``file``, ``json_path`` and ``expected`` are those of
+    the first problem, for callers that handle one. ``str()`` is one line per problem.
     """
 
     def __init__(self, problems: Sequence[ConfigProblem]) -> None:
@@ -88,8 +97,15 @@ class ConfigError(Exception):
         super().__init__(self._text())
 
     @classmethod
-    def one(cls, file: str, json_path: str | None, message: str, expected: str | None = None,
-            line: int | None = None, column: int | None = None) -> ConfigError:
+    def one(
+        cls,
+        file: str,
+        json_path: str | None,
+        message: str,
+        expected: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> ConfigError:
         """A ConfigError with a single problem."""
         return cls([ConfigProblem(file, json_path, message, expected, line, column)])
 
@@ -102,6 +118,24 @@ class ConfigError(Exception):
 
     def __str__(self) -> str:
         return self._text()
+
+
+def problem(message: str, expected: str | None = None, subpath: tuple[str | int, ...] = ()) -> PydanticCustomError:
+    """An error for a validator to raise: our own message, what was expected, and a path below the value."""
+    ctx = {"message": message, "expected": expected or "", "subpath": subpath}
+    return PydanticCustomError("config_value", "{message}", ctx)
+
+
+def check_known_keys(model: type[BaseModel], data: Any) -> Any:
+    """Refuse keys ``model`` does not know, naming the ones it does (a ``mode="before"`` model validator)."""
+    if isinstance(data, dict):
+        known = [f.alias or n for n, f in model.model_fields.items()]
+        unknown = [k for k in data if k not in known]
+        if unknown:
+            names = ", ".join(repr(k) for k in unknown)
+            plural = "s" if len(unknown) > 1 else ""
+            raise problem(f"unknown key{plural} {names}", "keys among " + ", ".join(known), (str(unknown[0]),))
+    return data
 
 
 def format_json_path(loc: Iterable[int | str], prefix: str = "$") -> str:
@@ -167,7 +201,7 @@ def problems_from_validation_error(
     skip_loc: frozenset[str] = frozenset(),
     line_of: Callable[[tuple[int | str, ...]], int | None] | None = None,
 ) -> list[ConfigProblem]:
-    """Convert a pydantic ``ValidationError`` into config problems (the only reader of pydantic's error format).
+    """Convert a pydantic ``ValidationError`` into config problems (the one reader of pydantic's errors).
 
     Args:
         exc: the error.
@@ -214,7 +248,7 @@ def problems_from_validation_error(
         else:
             message = err["msg"]
             if message.startswith("Value error, "):
-                message = message[len("Value error, "):]
+                message = message[len("Value error, ") :]
             message = message[:1].lower() + message[1:]
         line = line_of(loc) if line_of is not None else None
         problems.append(ConfigProblem(file, format_json_path(loc, prefix), message, expected, line))

@@ -1,10 +1,11 @@
 """Loading a policy and the agent files it names: the one entry point from files to validated config.
 
-:func:`load_config` reads the YAML policy, validates it (:class:`~supervisor._policy.Policy`), loads every agent file
-it lists plus the ones given on the command line (``--agent``), and returns a :class:`LoadedConfig`. Every problem in
-an operator's file becomes a :class:`~supervisor._config_errors.ConfigError` naming the file, the JSON path (and the
-line, for YAML) and what was expected; problems in several agent files are reported together. Nothing here starts a
-process or touches the network; checking that the kernel can enforce the policy is left to the supervisor.
+:func:`load_config` reads the YAML policy, validates it (:class:`~supervisor._policy.Policy`), loads every
+agent file it lists plus the ones given on the command line (``--agent``), and returns a
+:class:`LoadedConfig`. Every problem in an operator's file becomes a
+:class:`~supervisor._config_errors.ConfigError` naming the file, the JSON path (and the line, for YAML) and
+what was expected; problems in several agent files are reported together. Nothing here starts a process or
+touches the network; checking that the kernel can enforce the policy is left to the supervisor.
 """
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ from ._agent_toolboxes import LoadedAgent, ToolboxConfig, load_agent_file
 from ._config_errors import ConfigError, ConfigProblem, display_path, problems_from_validation_error
 from ._policy import Policy
 
-__all__ = ["ConfigError", "ConfigProblem", "LoadedAgent", "LoadedConfig", "ToolboxConfig", "load_config",
-           "load_policy"]
+__all__ = [
+    "ConfigError",
+    "ConfigProblem",
+    "LoadedAgent",
+    "LoadedConfig",
+    "ToolboxConfig",
+    "load_config",
+    "load_policy",
+]
 
 Loc = tuple[int | str, ...]
 
@@ -49,7 +57,7 @@ class LoadedConfig:
 
 
 def _yaml_positions(node: yaml.Node, loc: Loc, out: dict[Loc, int], problems: list[tuple[Loc, str, int]]) -> None:
-    """Record the line of every key and item under ``node``; note duplicate keys (PyYAML keeps the last silently)."""
+    """Record the line of every key and item under ``node``; note duplicate keys (PyYAML keeps the last)."""
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -81,8 +89,14 @@ def _read_yaml(file: str) -> tuple[Any, dict[Loc, int]]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = " ".join(p for p in (exc.context, exc.problem) if p) or "syntax error"
-        raise ConfigError.one(file, None, f"malformed YAML: {message}", None,
-                              mark.line + 1 if mark else None, mark.column + 1 if mark else None) from exc
+        raise ConfigError.one(
+            file,
+            None,
+            f"malformed YAML: {message}",
+            None,
+            mark.line + 1 if mark else None,
+            mark.column + 1 if mark else None,
+        ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError.one(file, None, f"malformed YAML: {exc}") from exc
     finally:
@@ -94,8 +108,9 @@ def _read_yaml(file: str) -> tuple[Any, dict[Loc, int]]:
     if dups:
         from ._config_errors import format_json_path
 
-        raise ConfigError([ConfigProblem(file, format_json_path(loc), msg, "each key once", line)
-                           for loc, msg, line in dups])
+        raise ConfigError(
+            [ConfigProblem(file, format_json_path(loc), msg, "each key once", line) for loc, msg, line in dups]
+        )
     return data, lines
 
 
@@ -128,8 +143,9 @@ def load_policy(policy_path: str) -> tuple[Policy, str, dict[Loc, int]]:
     return policy, file, lines
 
 
-def load_config(policy_path: str, extra_agent_files: Iterable[str] = (),
-                environ: Mapping[str, str] | None = None) -> LoadedConfig:
+def load_config(
+    policy_path: str, extra_agent_files: Iterable[str] = (), environ: Mapping[str, str] | None = None
+) -> LoadedConfig:
     """Load the policy at ``policy_path`` and every agent file it lists, then ``extra_agent_files``.
 
     Args:
@@ -147,9 +163,18 @@ def load_config(policy_path: str, extra_agent_files: Iterable[str] = (),
     line_of = _line_finder(lines)
     wanted: list[tuple[str, ConfigProblem]] = []
     for i, agent_path in enumerate(policy.agents):
-        wanted.append((agent_path, ConfigProblem(
-            file, f"$.agents[{i}]", f"agent file not found: {display_path(agent_path)}", None,
-            line_of(("agents", i)))))
+        wanted.append(
+            (
+                agent_path,
+                ConfigProblem(
+                    file,
+                    f"$.agents[{i}]",
+                    f"agent file not found: {display_path(agent_path)}",
+                    None,
+                    line_of(("agents", i)),
+                ),
+            )
+        )
     for extra in extra_agent_files:
         path = os.path.realpath(extra)
         wanted.append((path, ConfigProblem(path, None, "agent file not found (given with --agent)")))
@@ -170,9 +195,14 @@ def load_config(policy_path: str, extra_agent_files: Iterable[str] = (),
             problems.extend(exc.problems)
             continue
         if agent.slug in slugs:
-            problems.append(ConfigProblem(agent.file, f"{agent.prefix}.slug",
-                                          f"agent slug {agent.slug!r} is already used by "
-                                          f"{display_path(slugs[agent.slug])}", "a slug unique among the agents"))
+            problems.append(
+                ConfigProblem(
+                    agent.file,
+                    f"{agent.prefix}.slug",
+                    f"agent slug {agent.slug!r} is already used by {display_path(slugs[agent.slug])}",
+                    "a slug unique among the agents",
+                )
+            )
             continue
         slugs[agent.slug] = agent.file
         agents.append(agent)
@@ -188,11 +218,28 @@ def _warnings(policy: Policy, file: str, agents: list[LoadedAgent], line_of: Any
     for key in policy.toolboxes:
         if key not in names:
             known = ", ".join(sorted(n for n in names if "/" not in n)) or "none loaded"
-            out.append(str(ConfigProblem(file, f"$.toolboxes.{key}", f"no loaded toolbox is named {key!r}; "
-                                         "its settings apply to nothing", f"one of {known}",
-                                         line_of(("toolboxes", key)))))
+            out.append(
+                str(
+                    ConfigProblem(
+                        file,
+                        f"$.toolboxes.{key}",
+                        f"no loaded toolbox is named {key!r}; its settings apply to nothing",
+                        f"one of {known}",
+                        line_of(("toolboxes", key)),
+                    )
+                )
+            )
     for i, path in enumerate(policy.system_paths):
         if not os.path.lexists(path) and not path.startswith("/proc/self"):
-            out.append(str(ConfigProblem(file, f"$.system_paths[{i}]", f"{path} does not exist on this machine; "
-                                         "workers get nothing for it", None, line_of(("system_paths", i)))))
+            out.append(
+                str(
+                    ConfigProblem(
+                        file,
+                        f"$.system_paths[{i}]",
+                        f"{path} does not exist on this machine; workers get nothing for it",
+                        None,
+                        line_of(("system_paths", i)),
+                    )
+                )
+            )
     return out

@@ -1,11 +1,12 @@
 """The YAML policy: what an agent file cannot say (which agents, limits, uid, kernel demands, paths, network).
 
-Models are strict and refuse unknown keys. Units are in field names: sizes (``*_bytes``) accept an integer or a
-string with a unit (``"256MiB"``, ``"1GB"``: KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000, B bytes);
-durations (``*_s``, ``cpu_seconds``) are numbers of seconds. Relative paths (``agents``, ``state_dir``, ``trace.path``,
-key files in ``model_keys``) resolve against the policy file's directory at load, via the validation context
-``{"base_dir": ...}``; ``system_paths`` and ``device_paths`` must be absolute and are kept as written (the launcher
-opens them in the worker's own process, so ``/proc/self`` names the worker).
+Models are strict and refuse unknown keys. Units are in field names: sizes (``*_bytes``) accept an integer or
+a string with a unit (``"256MiB"``, ``"1GB"``: KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000, B
+bytes); durations (``*_s``, ``cpu_seconds``) are numbers of seconds. Relative paths (``agents``,
+``state_dir``, ``trace.path``, key files in ``model_keys``) resolve against the policy file's directory at
+load, via the validation context ``{"base_dir": ...}``; ``system_paths`` and ``device_paths`` must be absolute
+and are kept as written (the launcher opens them in the worker's own process, so ``/proc/self`` names the
+worker).
 
 :func:`policy_json_schema` is the JSON Schema of the file (``agents-supervise schema``).
 """
@@ -28,7 +29,8 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+
+from ._config_errors import check_known_keys, problem
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -44,26 +46,54 @@ __all__ = [
 DEFAULT_STATE_DIR = "/var/lib/agents-supervise"
 #: A narrow read-only view: programs, libraries and the few /etc files bash, python3 and curl read.
 DEFAULT_SYSTEM_PATHS = (
-    "/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
-    "/etc/localtime", "/etc/ssl", "/etc/ca-certificates", "/etc/hosts", "/etc/resolv.conf", "/etc/host.conf",
-    "/etc/gai.conf", "/etc/os-release", "/etc/mime.types", "/dev/urandom", "/dev/zero", "/proc/self",
-    "/proc/uptime", "/proc/loadavg", "/proc/meminfo",
+    "/usr",
+    "/bin",
+    "/lib",
+    "/lib64",
+    "/etc/ld.so.cache",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/os-release",
+    "/etc/mime.types",
+    "/dev/urandom",
+    "/dev/zero",
+    "/proc/self",
+    "/proc/uptime",
+    "/proc/loadavg",
+    "/proc/meminfo",
 )
 
-_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _SIZE_EXPECTED = 'a byte count: an integer, or a number with a unit such as "256MiB" or "1GB"'
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOOLBOX_KEY_RE = re.compile(r"^([A-Za-z0-9_-]{1,64}/)?[A-Za-z0-9_-]{1,64}$")
 
 
-def _problem(message: str, expected: str | None = None) -> PydanticCustomError:
-    return PydanticCustomError("config_value", "{message}", {"message": message, "expected": expected or ""})
+_problem = problem
 
 
 def parse_size(value: Any) -> int:
-    """A size in bytes from an integer or a string like ``"256MiB"``; raises ``ValueError`` with what to write."""
+    """A size in bytes from an integer or a string like ``"256MiB"``; ``ValueError`` says what to write."""
     if isinstance(value, bool):
         raise ValueError(f"expected {_SIZE_EXPECTED}, got a boolean")
     if isinstance(value, int):
@@ -125,8 +155,14 @@ def _env(values: dict[str, str]) -> dict[str, str]:
 Size = Annotated[
     int,
     BeforeValidator(_size),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0},
-                              {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt]i?[Bb]|[Bb])?\s*$"}]}),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt]i?[Bb]|[Bb])?\s*$"},
+            ]
+        }
+    ),
 ]
 PolicyPath = Annotated[str, AfterValidator(_resolve)]
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
@@ -135,21 +171,28 @@ Env = Annotated[dict[str, str], AfterValidator(_env)]
 
 
 class _Model(BaseModel):
+    """Strict, frozen, refuses unknown keys and names the known ones."""
+
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return check_known_keys(cls, data)
 
 
 class Limits(_Model):
     """Per-toolbox limits. ``None`` = no limit of that kind (the inherited one stays)."""
 
     address_space_bytes: Size | None = Field(default=1024**3, description="RLIMIT_AS of the worker and children")
-    cpu_seconds: int | None = Field(default=600, ge=1, description="RLIMIT_CPU: CPU seconds per process, "
-                                    "over its whole life")
+    cpu_seconds: int | None = Field(
+        default=600, ge=1, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
+    )
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
     open_files: int | None = Field(default=256, ge=16, description="RLIMIT_NOFILE")
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(default=64, ge=1, description="RLIMIT_NPROC for the sandbox uid")
-    output_bytes: Size = Field(default=1024**2, ge=1, description="cap on a call's output; more is cut, "
-                               "truncated set")
+    output_bytes: Size = Field(default=1024**2, ge=1, description="cap on a call's output; more is cut, truncated set")
     max_concurrent_calls: int = Field(default=8, ge=1, description="calls in flight in one worker")
 
 
@@ -194,8 +237,10 @@ class Supervision(_Model):
     @model_validator(mode="after")
     def _ordered(self) -> Supervision:
         if self.restart_backoff_initial_s > self.restart_backoff_max_s:
-            raise _problem("restart_backoff_initial_s is larger than restart_backoff_max_s",
-                           "restart_backoff_initial_s <= restart_backoff_max_s")
+            raise _problem(
+                "restart_backoff_initial_s is larger than restart_backoff_max_s",
+                "restart_backoff_initial_s <= restart_backoff_max_s",
+            )
         return self
 
 
@@ -230,8 +275,9 @@ class Policy(_Model):
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
-    system_paths: list[AbsolutePath] = Field(default=list(DEFAULT_SYSTEM_PATHS),
-                                             description="read-only (and execute) paths every worker sees")
+    system_paths: list[AbsolutePath] = Field(
+        default=list(DEFAULT_SYSTEM_PATHS), description="read-only (and execute) paths every worker sees"
+    )
     device_paths: list[AbsolutePath] = Field(default=["/dev/null"], description="read-write device files")
     worker_env: Env = Field(default={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"})
     limits: Limits = Limits()
@@ -243,7 +289,8 @@ class Policy(_Model):
     trace: Trace = Trace()
     context: Context = Context()
     model_keys: dict[str, Annotated[str, AfterValidator(_model_key)]] = Field(
-        default={}, description="apiKeyId -> environment variable name, or key file path (with a '/')")
+        default={}, description="apiKeyId -> environment variable name, or key file path (with a '/')"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:
@@ -251,11 +298,13 @@ class Policy(_Model):
             raise _problem("strict: true needs landlock_min_abi of at least 1", "landlock_min_abi >= 1")
         for key in self.toolboxes:
             if not _TOOLBOX_KEY_RE.match(key):
-                raise _problem(f"invalid toolbox key {key!r} under toolboxes",
-                               "a toolbox name, or agent-slug/name")
+                raise _problem(f"invalid toolbox key {key!r} under toolboxes", "a toolbox name, or agent-slug/name")
         if self.trace.path is None:
-            object.__setattr__(self, "trace", self.trace.model_copy(
-                update={"path": os.path.join(self.state_dir, "trace.jsonl")}))
+            object.__setattr__(
+                self,
+                "trace",
+                self.trace.model_copy(update={"path": os.path.join(self.state_dir, "trace.jsonl")}),
+            )
         return self
 
     def toolbox_policy(self, name: str, agent_slug: str | None = None) -> ToolboxPolicy:
