@@ -114,9 +114,7 @@ class ArgumentValidator:
             return [FieldError("", f"Expected object but got {_type_name(args)}")]
         if self._trivial:
             return []
-        found = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)),
-                                                                          str(e.validator)))
         out: list[FieldError] = []
-        for e in found:
+        for e in self._validator.iter_errors(args):
             out.extend(_field_errors(e))
-        return out
+        return sorted(out, key=lambda e: (e.path, e.message))

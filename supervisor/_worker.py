@@ -28,6 +28,7 @@ from sandbox._plan import ConfinementPlan
 from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
 
+from ._errors import WorkerStartError
 from ._process import ChildProcess, spawn_child
 
 __all__ = ["Worker", "WorkerSpec", "WorkerState"]
@@ -61,7 +62,12 @@ class WorkerSpec:
     start_timeout_s: float = 30.0
     shutdown_grace_s: float = 2.0
     pass_fds: tuple[int, ...] = ()
+    agent: str = ""
+    #: public tool names this toolbox may call through the portal (Lua AllowedTools); empty: none
+    allowed_tools: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
+    #: what ``agents-supervise check`` shows about this worker (rules, exactness, hosts)
+    report: dict[str, Any] = field(default_factory=dict)
 
 
 class _PendingCall:
@@ -114,6 +120,8 @@ class Worker:
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._nursery: trio.Nursery | None = None
+        #: call id -> the caller's context object, so that a portal request names the call it comes from
+        self.origins: dict[int, Any] = {}
 
     # -- state -------------------------------------------------------------------------------------------------
     @property
@@ -140,7 +148,7 @@ class Worker:
     async def start(self, nursery: trio.Nursery) -> None:
         """Spawn the worker, send its plan and wait for ``hello``.
 
-        Raises ``RuntimeError`` naming the cause when the worker cannot start (launcher refused to confine, toolbox
+        Raises :class:`WorkerStartError` naming the cause when the worker cannot start (launcher refused to confine, toolbox
         failed to open, no hello in time). The worker's reader tasks live in ``nursery``.
         """
         self._nursery = nursery
@@ -149,7 +157,7 @@ class Worker:
             proc = spawn_child(spec.argv, env=spec.env, cwd=spec.cwd, pass_fds=spec.pass_fds)
         except OSError as exc:
             self._set_state(WorkerState.DEAD, f"could not be started: {exc}")
-            raise RuntimeError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc
+            raise WorkerStartError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc
         self._proc = proc
         plan = msgpack.packb(spec.plan.to_wire(), use_bin_type=True)
         nursery.start_soon(self._read_stderr)
@@ -166,7 +174,7 @@ class Worker:
             await self.kill(f"sent no hello within {spec.start_timeout_s:g} s")
         tail = self.stderr_tail().strip().splitlines()
         detail = tail[-1] if tail else ""
-        raise RuntimeError(f"toolbox {spec.toolbox}: the worker {self.death_reason}"
+        raise WorkerStartError(f"toolbox {spec.toolbox}: the worker {self.death_reason}"
                            + (f": {detail}" if detail else ""))
 
     async def _wait_hello_or_death(self) -> None:
@@ -313,7 +321,7 @@ class Worker:
 
     # -- calls ---------------------------------------------------------------------------------------------------
     async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None) -> ToolResult:
+                   wall_time_s: float | None = None, origin: Any = None) -> ToolResult:
         """Run ``tool`` (the toolbox's own name) and return its result; never raises for the worker's faults.
 
         At ``wall_time_s`` (default: the spec's) the call is cancelled in the worker and ends with status ``error``;
@@ -328,6 +336,7 @@ class Worker:
         self._next_id += 1
         pending = _PendingCall()
         self._pending[call_id] = pending
+        self.origins[call_id] = origin
         wire_ctx = dict(ctx)
         if limit and math.isfinite(limit):
             wire_ctx["timeout_s"] = limit
@@ -342,15 +351,17 @@ class Worker:
             if pending.result is not None:
                 return pending.result
             # Wall time exceeded.
-            self._on_event(self, "limit_hit", {"limit": "wall_time_s", "value": limit, "tool": tool})
+            nominal = max(limit, self.spec.wall_time_s)  # a restart wait may have used part of the budget
+            self._on_event(self, "limit_hit", {"limit": "wall_time_s", "value": nominal, "tool": tool})
             await self._cancel_in_worker(call_id, pending)
             return ToolResult.error(
-                f"the call to {tool} exceeded its wall-time limit of {limit:g} s and was stopped")
+                f"the call to {tool} exceeded its wall-time limit of {nominal:g} s and was stopped")
         except trio.Cancelled:
             await self._cancel_in_worker(call_id, pending)
             raise
         finally:
             self._pending.pop(call_id, None)
+            self.origins.pop(call_id, None)
 
     async def _cancel_in_worker(self, call_id: int, pending: _PendingCall) -> None:
         with trio.CancelScope(shield=True):
