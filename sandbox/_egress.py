@@ -1,0 +1,502 @@
+"""The egress proxy the supervisor serves on a worker's bridge: CONNECT and absolute-form HTTP, nothing else.
+
+Each request's host is normalised and matched against the toolbox's ``AllowedHosts`` (:mod:`sandbox._hosts`);
+the supervisor resolves the name itself (``localhost`` is always 127.0.0.1 and ::1, never looked up), drops every
+address :func:`~sandbox._hosts.address_verdict` refuses, and dials a checked address, by number, with no second
+lookup. Refusals answer ``403`` with the reason in the body (``400`` for requests that are not proxy requests,
+``502`` when an allowed host cannot be resolved or reached). Every decision is reported once, when the
+connection ends, to ``on_decision`` with toolbox, method, host, port, verdict, reason, address, bytes up/down.
+
+* CONNECT: after ``200`` the bytes are relayed opaquely in both directions (TLS stays end to end). Whatever the
+  client sends inside the tunnel, a second CONNECT included, only reaches the address already checked.
+* Absolute-form (``GET http://host/path``): one request per client connection. The request head is rewritten
+  to origin form with ``Host`` set from the checked URL (a different ``Host`` header could pick another virtual
+  host on the same address), hop-by-hop and ``Proxy-*`` headers dropped and ``Connection: close``; the body is
+  re-framed with h11 as it streams (never buffered whole); the response is relayed as it comes and the
+  connection closes when it is complete. ``https://`` targets are refused: they belong in a CONNECT.
+
+What it does not do: look inside TLS (a tunnel's SNI may name another host served by the same address), limit
+bandwidth, or cache. The DNS stub (:mod:`sandbox._dns_stub`) uses :func:`decide` so it answers with the very
+addresses this proxy would dial.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import h11
+import psutil
+import trio
+
+from sandbox._hosts import (
+    AllowedHosts,
+    HostError,
+    HostRule,
+    IPAddress,
+    address_verdict,
+    normalize_host,
+    split_host_port,
+)
+
+__all__ = [
+    "Decision",
+    "OnDecision",
+    "ResolveError",
+    "Resolver",
+    "decide",
+    "default_resolve",
+    "local_addresses",
+    "serve_egress",
+]
+
+Resolver = Callable[[str], Awaitable[list[IPAddress]]]
+OnDecision = Callable[[dict[str, Any]], None]
+
+HEAD_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10.0
+MAX_HEAD_BYTES = 16 * 1024
+MAX_CONNECTIONS = 256
+RELAY_CHUNK_BYTES = 256 * 1024
+_LOCALHOST = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
+     b"te", b"trailer", b"upgrade", b"host"}
+)
+_REASONS = {400: b"Bad Request", 403: b"Forbidden", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
+
+
+class ResolveError(Exception):
+    """The supervisor's resolver could not resolve a name; ``not_found`` when the name does not exist.
+
+    Raised by resolvers (:func:`default_resolve` and test doubles); turned into ``502`` by the proxy and into
+    ``NXDOMAIN``/``SERVFAIL`` by the DNS stub. Never a policy refusal: the name was allowed.
+    """
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
+async def default_resolve(host: str) -> list[IPAddress]:
+    """Resolve ``host`` with the supervisor's own resolver (``getaddrinfo`` on a thread); order kept, no dups.
+
+    Raises:
+        ResolveError: the lookup failed (``not_found`` for a name that does not exist or has no address).
+    """
+    try:
+        infos = await trio.socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        missing = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
+        raise ResolveError(f"cannot resolve {host}: {exc.strerror}", not_found=missing) from None
+    found: dict[IPAddress, None] = {}
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        found[ipaddress.ip_address(str(sockaddr[0]).split("%")[0])] = None
+    return list(found)
+
+
+def local_addresses() -> frozenset[IPAddress]:
+    """The host's own non-loopback addresses, read now from the interfaces (about 50 us)."""
+    found: set[IPAddress] = set()
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    ip = ipaddress.ip_address(addr.address.split("%")[0])
+                except ValueError:
+                    continue
+                if not ip.is_loopback:
+                    found.add(ip)
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy says about one host (and port).
+
+    Attributes:
+        verdict: ``"allowed"``, ``"refused"`` (policy) or ``"failed"`` (allowed, but resolution failed).
+        reason: empty when allowed; otherwise words an agent can act on.
+        host: the normalised host as text (the raw text, shortened, when it could not be normalised).
+        entry: the ``AllowedHosts`` rule that matched, if any.
+        addresses: the addresses that may be dialled, in the resolver's order.
+        not_found: for ``"failed"``: the name does not exist.
+    """
+
+    verdict: str
+    reason: str
+    host: str
+    entry: HostRule | None = None
+    addresses: tuple[IPAddress, ...] = field(default=())
+    not_found: bool = False
+
+
+def _host_text(host: str | IPAddress) -> str:
+    return f"[{host}]" if isinstance(host, ipaddress.IPv6Address) else str(host)
+
+
+async def decide(
+    host_text: str,
+    port: int | None,
+    rules: AllowedHosts,
+    *,
+    resolve: Resolver = default_resolve,
+    own_addresses: Callable[[], frozenset[IPAddress]] = local_addresses,
+) -> Decision:
+    """Normalise, match, resolve and filter ``host_text``:``port`` (``port=None``: any port, for DNS).
+
+    A checkpoint when it resolves. The resolver is called only for names that matched a rule, so a refused
+    name never leaves the supervisor; IP literals and ``localhost`` are never looked up.
+    """
+    try:
+        host = normalize_host(host_text)
+    except HostError as exc:
+        return Decision("refused", str(exc), host_text[:255])
+    shown = _host_text(host)
+    entry = rules.match(host, port)
+    if entry is None:
+        return Decision("refused", rules.refusal(host, port), shown)
+    if not isinstance(host, str):
+        candidates: list[IPAddress] = [host]
+    elif host == "localhost":
+        candidates = list(_LOCALHOST)
+    else:
+        try:
+            candidates = await resolve(host)
+        except ResolveError as exc:
+            return Decision("failed", str(exc), shown, entry, not_found=exc.not_found)
+    own = own_addresses()
+    allowed: list[IPAddress] = []
+    reasons: list[str] = []
+    for ip in candidates:
+        ok, why = address_verdict(ip, rules, entry=entry, own_addresses=own)
+        if ok:
+            allowed.append(ip)
+        else:
+            reasons.append(why)
+    if not allowed:
+        why = "; ".join(dict.fromkeys(reasons)) or "the name has no address"
+        return Decision("refused", f"{shown} resolves only to addresses that are not allowed: {why}", shown, entry)
+    return Decision("allowed", "", shown, entry, tuple(allowed))
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _response(status: int, reason: str) -> bytes:
+    body = f"agents-supervise egress proxy: {reason}\n".encode()
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+        b"Connection: close\r\nX-Agents-Supervise-Egress: refused\r\n\r\n"
+        % (status, _REASONS.get(status, b"Error"), len(body))
+    ) + body
+
+
+def _split_absolute(target: str) -> tuple[str, str]:
+    """Split an absolute-form ``http://authority/path`` target into (authority, origin-form path)."""
+    lower = target[:8].lower()
+    if lower.startswith("https://"):
+        raise _Refusal(400, "https:// requests must use CONNECT (set HTTPS_PROXY, not a plain http request)")
+    if not lower.startswith("http://"):
+        raise _Refusal(
+            400, "this is an HTTP proxy: send absolute-form requests (http://host/path) or CONNECT host:port"
+        )
+    rest = target[7:]
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    authority, path = rest[:cut], rest[cut:].split("#", 1)[0]
+    if not path.startswith("/"):
+        path = "/" + path
+    return authority, path
+
+
+class _Connection:
+    """One client connection of the proxy: read the head, decide, dial, relay, report."""
+
+    def __init__(self, stream: trio.SocketStream, server: _Server) -> None:
+        self.client = stream
+        self.server = server
+        self.record: dict[str, Any] = {
+            "toolbox": server.toolbox, "method": "", "host": "", "port": None, "verdict": "refused",
+            "reason": "", "address": None, "bytes_up": 0, "bytes_down": 0,
+        }
+        self.started = time.monotonic()
+
+    async def run(self) -> None:
+        try:
+            try:
+                await self._serve()
+            except BaseExceptionGroup as group:  # from the relay nurseries
+                raise _single(group) from None
+        except _Refusal as exc:
+            self.record["verdict"] = "failed" if exc.status in (502, 504) else "refused"
+            self.record["reason"] = exc.reason
+            try:
+                await self.client.send_all(_response(exc.status, exc.reason))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            if not self.record["reason"]:
+                self.record["reason"] = f"connection broken: {exc}"
+        except _Quiet:
+            return  # the client left before sending a request: nothing was decided
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.client.aclose()
+        self.record["duration_s"] = round(time.monotonic() - self.started, 6)
+        self.server.on_decision(dict(self.record))
+
+    async def _read_head(self) -> tuple[h11.Connection, h11.Request]:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        with trio.move_on_after(HEAD_TIMEOUT_S) as scope:
+            while True:
+                try:
+                    event = conn.next_event()
+                except h11.RemoteProtocolError as exc:
+                    raise _Refusal(400, f"malformed request head: {exc}") from None
+                if isinstance(event, h11.Request):
+                    return conn, event
+                if event is h11.NEED_DATA:
+                    data = await self.client.receive_some(65536)
+                    if not data:
+                        raise _Quiet
+                    conn.receive_data(data)
+                else:
+                    raise _Quiet
+        assert scope.cancelled_caught
+        raise _Refusal(400, f"no complete request head within {HEAD_TIMEOUT_S:.0f} s")
+
+    async def _serve(self) -> None:
+        conn, request = await self._read_head()
+        method = request.method.decode("ascii", "replace")
+        target = request.target.decode("ascii", "replace")
+        self.record["method"] = method
+        if method == "CONNECT":
+            authority, path = target, ""
+            default_port = None
+        else:
+            authority, path = _split_absolute(target)
+            default_port = 80
+        try:
+            host, port = split_host_port(authority, default_port=default_port)
+        except HostError as exc:
+            self.record["host"] = authority[:255]
+            raise _Refusal(400 if not authority else 403, str(exc)) from None
+        self.record["host"], self.record["port"] = _host_text(host), port
+        decision = await decide(
+            str(host) if not isinstance(host, ipaddress.IPv6Address) else f"[{host}]", port,
+            self.server.rules, resolve=self.server.resolve, own_addresses=self.server.own_addresses,
+        )
+        if decision.verdict == "refused":
+            raise _Refusal(403, decision.reason)
+        if decision.verdict == "failed":
+            raise _Refusal(502, decision.reason)
+        upstream = await self._dial(decision, port)
+        try:
+            self.record["verdict"] = "allowed"
+            if method == "CONNECT":
+                await self.client.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                leftover, _closed = conn.trailing_data
+                if leftover:
+                    await upstream.send_all(bytes(leftover))
+                    self.record["bytes_up"] += len(leftover)
+                await self._tunnel(upstream)
+            else:
+                await self._forward(conn, request, upstream, decision.host, port, path)
+        finally:
+            with trio.CancelScope(shield=True):
+                await upstream.aclose()
+
+    async def _dial(self, decision: Decision, port: int) -> trio.SocketStream:
+        errors: list[str] = []
+        for ip in decision.addresses:
+            family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+            sock = trio.socket.socket(family, socket.SOCK_STREAM)
+            try:
+                with trio.move_on_after(CONNECT_TIMEOUT_S) as scope:
+                    await sock.connect((str(ip), port))
+                if scope.cancelled_caught:
+                    raise OSError(errno.ETIMEDOUT, "connect timed out")
+                local, peer = sock.getsockname()[0], sock.getpeername()[0]
+                if local == peer and not ip.is_loopback:
+                    raise _Refusal(403, f"{ip} is an address of the supervisor's own host")
+            except OSError as exc:
+                sock.close()
+                errors.append(f"{ip}: {exc.strerror or exc}")
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            self.record["address"] = str(ip)
+            return trio.SocketStream(sock)
+        raise _Refusal(502, f"cannot connect to {decision.host} port {port}: {'; '.join(errors)}")
+
+    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream, key: str) -> None:
+        while True:
+            data = await src.receive_some(RELAY_CHUNK_BYTES)
+            if not data:
+                break
+            await dst.send_all(data)
+            self.record[key] += len(data)
+        try:
+            await dst.send_eof()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+    async def _tunnel(self, upstream: trio.SocketStream) -> None:
+        """Relay both ways until both sides finished; a broken side ends both."""
+        async def guarded(src: trio.SocketStream, dst: trio.SocketStream, key: str) -> None:
+            try:
+                await self._pump(src, dst, key)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(guarded, self.client, upstream, "bytes_up")
+            nursery.start_soon(guarded, upstream, self.client, "bytes_down")
+
+    async def _forward(
+        self, conn: h11.Connection, request: h11.Request, upstream: trio.SocketStream,
+        host: str, port: int, path: str,
+    ) -> None:
+        headers = [(n, v) for n, v in request.headers if n.lower() not in _HOP_BY_HOP]
+        named = {t.strip().lower() for n, v in request.headers if n.lower() == b"connection" for t in v.split(b",")}
+        headers = [(n, v) for n, v in headers if n.lower() not in named]
+        host_header = host if port == 80 else f"{host}:{port}"
+        up = h11.Connection(h11.CLIENT)
+        head = up.send(h11.Request(
+            method=request.method, target=path.encode("ascii", "replace"),
+            headers=[(b"Host", host_header.encode()), *headers, (b"Connection", b"close")],
+        ))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._response, up, upstream, nursery.cancel_scope)
+            await upstream.send_all(head or b"")
+            self.record["bytes_up"] += len(head or b"")
+            await self._request_body(conn, up, upstream)
+
+    async def _request_body(self, conn: h11.Connection, up: h11.Connection, upstream: trio.SocketStream) -> None:
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise _Refusal(400, f"malformed request body: {exc}") from None
+            if event is h11.NEED_DATA:
+                data = await self.client.receive_some(RELAY_CHUNK_BYTES)
+                if not data:
+                    return
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Data | h11.EndOfMessage):
+                out = up.send(event)
+                if out:
+                    await upstream.send_all(out)
+                    self.record["bytes_up"] += len(out)
+                if isinstance(event, h11.EndOfMessage):
+                    return
+            else:
+                return
+
+    async def _response(self, up: h11.Connection, upstream: trio.SocketStream, scope: trio.CancelScope) -> None:
+        """Relay the response as it arrives; stop when h11 sees it complete (or the server closes)."""
+        parsing = True
+        try:
+            while True:
+                data = await upstream.receive_some(RELAY_CHUNK_BYTES)
+                if not data:
+                    break
+                await self.client.send_all(data)
+                self.record["bytes_down"] += len(data)
+                if parsing:
+                    try:
+                        up.receive_data(data)
+                        while (event := up.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+                            if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                                return
+                    except h11.ProtocolError:
+                        parsing = False
+        finally:
+            scope.cancel()
+
+
+class _Quiet(Exception):
+    """The client closed before sending a request: nothing to decide or report."""
+
+
+_EXPECTED = (_Refusal, _Quiet, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+def _single(group: BaseExceptionGroup) -> BaseException:
+    """The one exception to handle for a group of expected connection errors (a refusal first); else the group."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    if not leaves or not all(isinstance(e, _EXPECTED) for e in leaves):
+        return group
+    refusals = [e for e in leaves if isinstance(e, _Refusal)]
+    return refusals[0] if refusals else leaves[0]
+
+
+@dataclass
+class _Server:
+    rules: AllowedHosts
+    toolbox: str
+    on_decision: OnDecision
+    resolve: Resolver
+    own_addresses: Callable[[], frozenset[IPAddress]]
+    limiter: trio.CapacityLimiter
+
+
+async def serve_egress(
+    listener_sock: trio.socket.SocketType,
+    rules: AllowedHosts,
+    *,
+    on_decision: OnDecision,
+    toolbox: str = "",
+    resolve: Resolver = default_resolve,
+    own_addresses: Callable[[], frozenset[IPAddress]] = local_addresses,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the proxy on ``listener_sock`` (a listening trio TCP socket) until cancelled.
+
+    For ``nursery.start``: ``task_status.started()`` once accepting. Connections beyond ``MAX_CONNECTIONS``
+    wait. A broken client or server ends its own connection only; ``on_decision`` is called once per request
+    (not for connections closed before a request), from the trio thread, and exceptions it raises propagate.
+    The listener is closed when this returns.
+    """
+    server = _Server(rules, toolbox, on_decision, resolve, own_addresses, trio.CapacityLimiter(MAX_CONNECTIONS))
+    listener = trio.SocketListener(listener_sock)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        async with server.limiter:
+            await _Connection(stream, server).run()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        raise
+                    await trio.sleep(0.1)  # back off until descriptors free up; not a synchronisation
+                    continue
+                nursery.start_soon(handle, stream)
+    finally:
+        with trio.CancelScope(shield=True):
+            await listener.aclose()
