@@ -51,6 +51,7 @@ __all__ = [
     "AgentDescription",
     "FileSandboxConfig",
     "FileSandboxRef",
+    "check_host",
     "validation_context",
 ]
 
@@ -91,6 +92,7 @@ DEVELOPER_CAPABILITIES = (
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _HOST_RE = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9_-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9_-]*[a-z0-9])?)*\.?$")
 _IP_RE = re.compile(r"^\[?[0-9a-f:.]+\]?$")
+_SKILL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
 _ENV_RE = re.compile(r"\$\{([^}]*)\}")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -136,7 +138,8 @@ def _check_name(value: str) -> str:
     return value
 
 
-def _check_host(value: str) -> str:
+def check_host(value: str) -> str:
+    """A host name or address from a config file, lowercased; raises a config error naming what is wrong."""
     host = value.strip().lower()
     if not (_HOST_RE.match(host) or _IP_RE.match(host)) or not host:
         raise _problem(
@@ -218,10 +221,27 @@ def _parse_predicate(value: Any, info: ValidationInfo) -> PathPredicate:
         raise _problem(exc.message, None, _split_predicate_path(exc.path)) from exc
 
 
+def _check_subdir(value: str) -> str:
+    parts = value.split("/")
+    if not value or value.startswith("/") or ".." in parts or "\x00" in value:
+        raise _problem(f"invalid subdir {value!r}", "a relative path inside the repository, without '..'")
+    return value
+
+
+def _check_skill_name(value: str) -> str:
+    if not _SKILL_RE.match(value) or "--" in value:
+        raise _problem(
+            f"invalid skill name {value!r}",
+            "1 to 64 of a-z, 0-9 and '-', without a leading, trailing or double '-'",
+        )
+    return value
+
+
 ConfigPath = Annotated[str, AfterValidator(_resolve_path)]
+SkillName = Annotated[str, AfterValidator(_check_skill_name)]
 Executable = Annotated[str, AfterValidator(_resolve_executable)]
 ToolboxName = Annotated[str, AfterValidator(_check_name)]
-Host = Annotated[str, AfterValidator(_check_host)]
+Host = Annotated[str, AfterValidator(check_host)]
 EnvText = Annotated[str, AfterValidator(_expand_env)]
 HttpUrl = Annotated[str, AfterValidator(_check_http_url)]
 SpecLocation = Annotated[str, AfterValidator(_spec_location)]
@@ -231,7 +251,7 @@ Predicate = Annotated[Any, PlainValidator(_parse_predicate), PlainSerializer(pre
 class _Model(BaseModel):
     """Strict, frozen, refuses unknown keys and names the known ones."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=False)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=False, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -301,8 +321,8 @@ class McpSimpleBinary(_Model):
 class OpenApiContents(_Model):
     spec_url: SpecLocation = Field(alias="SpecUrl")
     base_url: HttpUrl = Field(alias="BaseUrl")
-    headers: dict[str, EnvText] = Field(default={}, alias="Headers")
-    token: EnvText | None = Field(default=None, alias="Token")
+    headers: dict[str, EnvText] = Field(default={}, alias="Headers", repr=False)
+    token: EnvText | None = Field(default=None, alias="Token", repr=False)
     name: ToolboxName | None = Field(default=None, alias="Name")
 
 
@@ -418,8 +438,8 @@ class SkillDirectory(_Model):
 
 
 class GitRepoContents(_Model):
-    url: str
-    subdir: str | None = None
+    url: HttpUrl
+    subdir: Annotated[str, AfterValidator(_check_subdir)] | None = None
 
 
 class SkillGitRepo(_Model):
@@ -452,7 +472,7 @@ class AgentDescription(_Model):
     postgrest_toolboxes: list[PostgRESTServer] = Field(default=[], alias="postgrestToolboxes")
     builtin_toolboxes: list[BuiltinToolbox] = Field(default=[], alias="builtinToolboxes")
     skill_sources: list[SkillSource] = Field(default=[], alias="skillSources")
-    auto_enable_skills: list[str] = Field(default=[], alias="autoEnableSkills")
+    auto_enable_skills: list[SkillName] = Field(default=[], alias="autoEnableSkills")
     extra_agents: list[ExtraAgent] = Field(default=[], alias="extraAgents")
     file_sandboxes: dict[str, FileSandboxConfig] = Field(default={}, alias="fileSandboxes")
 

@@ -397,7 +397,47 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError.one(file, None, f"cannot read agent file: {exc}") from exc
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_JsonObject, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise ConfigError.one(file, None, f"malformed JSON: {exc.msg}", None, exc.lineno, exc.colno) from exc
+    except _NotJson as exc:
+        raise ConfigError.one(file, None, f"malformed JSON: {exc}", "plain JSON numbers") from exc
+    duplicates: list[ConfigProblem] = []
+    data = _plain(data, (), file, duplicates)
+    if duplicates:
+        raise ConfigError(duplicates)
     return parse_agent_data(data, file, environ)
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON number")
+
+
+class _JsonObject(dict[str, Any]):
+    """A decoded JSON object that remembers the keys it saw more than once (json keeps the last silently)."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        seen: set[str] = set()
+        self.duplicates: list[str] = []
+        for key, _ in pairs:
+            if key in seen:
+                self.duplicates.append(key)
+            seen.add(key)
+
+
+def _plain(data: Any, loc: tuple[int | str, ...], file: str, problems: list[ConfigProblem]) -> Any:
+    """``data`` with plain dicts, noting every duplicate key with its JSON path."""
+    if isinstance(data, dict):
+        for key in getattr(data, "duplicates", ()):
+            problems.append(
+                ConfigProblem(file, format_json_path((*loc, key)), f"duplicate key {key!r}", "each key once")
+            )
+        return {k: _plain(v, (*loc, k), file, problems) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_plain(v, (*loc, i), file, problems) for i, v in enumerate(data)]
+    return data

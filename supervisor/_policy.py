@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from ._agent_file import check_host
 from ._config_errors import check_known_keys, problem
 
 __all__ = [
@@ -173,7 +174,7 @@ Env = Annotated[dict[str, str], AfterValidator(_env)]
 class _Model(BaseModel):
     """Strict, frozen, refuses unknown keys and names the known ones."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -213,7 +214,9 @@ class ToolboxPolicy(_Model):
     """What the policy adds for one toolbox (key: its name, or ``agent-slug/name``)."""
 
     limits: LimitsOverride = LimitsOverride()
-    allowed_hosts: list[str] = Field(default=[], description="hosts added to what the agent file grants")
+    allowed_hosts: list[Annotated[str, AfterValidator(check_host)]] = Field(
+        default=[], description="hosts added to what the agent file grants"
+    )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
     start: Literal["eager", "lazy"] = Field(default="eager", description="start at supervisor start or first call")
 

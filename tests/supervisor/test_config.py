@@ -529,3 +529,68 @@ def test_policy_toolbox_key_naming_nothing_is_a_warning(tmp_path: Path) -> None:
     assert "at $.toolboxes.sytem" in warning
     assert "expected one of system" in warning
     assert ":3:" in warning
+
+
+# ------------------------------------------------------------------------------------------------ more bad agent input
+def test_duplicate_json_key_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "agent.json").write_text(
+        '{"slug": "a", "builtinToolboxes": [{"tag": "SystemToolbox", "contents": '
+        '{"Name": "s", "Name": "t", "Description": "d", "Capabilities": []}}]}'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_agent_file(str(tmp_path / "agent.json"))
+    assert info.value.json_path == "$.builtinToolboxes[0].contents.Name"
+    assert info.value.message == "duplicate key 'Name'"
+
+
+def test_nan_and_infinity_are_not_json(tmp_path: Path) -> None:
+    (tmp_path / "agent.json").write_text('{"slug": "a", "flavor": NaN}')
+    with pytest.raises(ConfigError, match="malformed JSON: NaN is not a JSON number"):
+        load_agent_file(str(tmp_path / "agent.json"))
+
+
+def test_skill_sources_are_checked(tmp_path: Path) -> None:
+    err = problem(
+        tmp_path,
+        {
+            "slug": "a",
+            "skillSources": [
+                {"tag": "SkillGitRepo", "contents": {"url": "https://git.example/skills", "subdir": "../up"}}
+            ],
+        },
+    )
+    assert err.json_path == "$.contents.skillSources[0].contents.subdir"
+    err = problem(tmp_path, {"slug": "a", "autoEnableSkills": ["core-utils", "Bad--Name"]})
+    assert err.json_path == "$.contents.autoEnableSkills[1]"
+    config = load_one(
+        tmp_path,
+        {
+            "slug": "a",
+            "skillSources": [
+                {"tag": "SkillDirectory", "contents": "./skills"},
+                {"tag": "SkillGitRepo", "contents": {"url": "https://git.example/skills", "subdir": "pdf"}},
+            ],
+        },
+    )
+    [skills] = config.toolboxes()
+    assert skills.allowed_hosts == ("git.example",)
+    assert skills.read_paths == (str(tmp_path.resolve() / "skills"),)
+
+
+def test_secrets_stay_out_of_reprs(tmp_path: Path) -> None:
+    api = {
+        "tag": "OpenAPIServer",
+        "contents": {"SpecUrl": "./spec.json", "BaseUrl": "https://x.example", "Token": "${T}", "Name": "x"},
+    }
+    config = load_one(tmp_path, {"slug": "a", "openApiToolboxes": [api]}, {"T": "s3cret-value"})
+    assert "s3cret-value" not in repr(config)
+    tb = config.toolboxes()[0]
+    assert tb.worker_config()["SpecUrl"] == str(tmp_path.resolve() / "spec.json")
+    assert tb.allowed_hosts == ("x.example",)
+
+
+def test_policy_allowed_hosts_are_checked(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, "toolboxes:\n  lua:\n    allowed_hosts: [API.Example.com, 'https://x/y']\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(policy))
+    assert (info.value.json_path, info.value.problems[0].line) == ("$.toolboxes.lua.allowed_hosts[1]", 3)
