@@ -1,0 +1,171 @@
+"""The frontends for real: the MCP stdio server driven by the official MCP SDK client, the CLI, and the
+no-survivor guarantee after ``kill -9`` of the supervisor."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from tests._policies import agent, system_toolbox, write_policy
+
+pytestmark = pytest.mark.root
+
+CLI = [sys.executable, "-m", "supervisor"]
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": REPO}
+
+
+@pytest.fixture
+def policy(sandbox_tmp: Path) -> Path:
+    return write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
+                        sessions={"max_concurrent_calls": 32})
+
+
+async def test_mcp_round_trip_with_the_official_sdk_client(policy: Path) -> None:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)],
+                                   env=_env(), cwd=REPO)
+    with trio.fail_after(60):
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            init = await session.initialize()
+            assert init.server_info.name == "agents-supervise"
+            assert init.capabilities.tools is not None and init.capabilities.tools.list_changed
+            await session.send_ping()
+            listed = await session.list_tools()
+            names = {t.name for t in listed.tools}
+            assert "system_system_date" in names and "system_system_running_user" in names
+            date = next(t for t in listed.tools if t.name == "system_system_date")
+            assert date.input_schema["type"] == "object"
+
+            ok = await session.call_tool("system_system_running_user", {})
+            assert not ok.is_error
+            assert ok.structured_content["data"]["uid"] == 65534
+            assert json.loads(ok.content[0].text)["capability"] == "running-user"
+
+            bad = await session.call_tool("system_system_date", {"nope": True})
+            assert bad.is_error
+            assert "Tool call validation failed for 'system_system_date'" in bad.content[0].text
+
+            missing = await session.call_tool("does_not_exist", {})
+            assert missing.is_error and "Tool not found" in missing.content[0].text
+
+            # Many calls in flight at once over one session all come back right.
+            results: list[bool] = []
+
+            async def one() -> None:
+                r = await session.call_tool("system_system_hostname", {})
+                results.append(not r.is_error and "hostname" in r.structured_content["data"])
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(20):
+                    nursery.start_soon(one)
+            assert results == [True] * 20
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for c in _children(p):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def test_no_process_survives_sigkill_of_the_supervisor(sandbox_tmp: Path) -> None:
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(), system_toolbox("b")])})
+    proc = subprocess.Popen([*CLI, "--policy", str(policy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(), cwd=REPO)
+    try:
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+                         b'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+        proc.stdin.flush()
+        line = await trio.to_thread.run_sync(proc.stdout.readline)
+        assert json.loads(line)["result"]["serverInfo"]["name"] == "agents-supervise"
+        family = _descendants(proc.pid)
+        assert len(family) >= 4  # two launchers, two workers
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        with trio.fail_after(10):
+            while any(_alive(p) for p in family):
+                await trio.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=_env(), cwd=REPO, timeout=60,
+                          input=stdin)
+
+
+def test_cli_call_prints_the_result_and_exit_codes(policy: Path) -> None:
+    ok = _cli("call", "--policy", str(policy), "system_system_date", "{}")
+    assert ok.returncode == 0, ok.stderr
+    result = json.loads(ok.stdout)
+    assert result["status"] == "passed" and result["structured"]["capability"] == "date"
+    bad = _cli("call", "--policy", str(policy), "system_system_date", '{"x": 1}')
+    assert bad.returncode == 2 and json.loads(bad.stdout)["status"] == "error"
+    not_json = _cli("call", "--policy", str(policy), "system_system_date", "{oops")
+    assert not_json.returncode == 2
+    assert "the arguments are not valid JSON" in not_json.stderr and "Traceback" not in not_json.stderr
+
+
+def test_cli_tools_and_check(policy: Path) -> None:
+    tools = _cli("tools", "--policy", str(policy), "--json")
+    assert tools.returncode == 0, tools.stderr
+    listed = json.loads(tools.stdout)
+    assert {t["name"] for t in listed["tools"]} >= {"system_system_date", "system_system_uptime"}
+    check = _cli("check", "--policy", str(policy), "--json")
+    assert check.returncode == 0, check.stderr
+    report = json.loads(check.stdout)
+    (tb,) = report["toolboxes"]
+    assert tb["uid"] == 65534 and tb["network"].startswith("own namespace")
+    assert any(p.endswith("/work/tester/system") for p in tb["read_write"])
+    human = _cli("check", "--policy", str(policy))
+    assert "toolbox system (system, agent tester)" in human.stdout and "uid/gid: 65534/65534" in human.stdout
+
+
+def test_cli_bad_input_gets_one_clear_line(sandbox_tmp: Path) -> None:
+    broken = sandbox_tmp / "broken.yaml"
+    broken.write_text("agents: [missing.json]\nstate_dir: /tmp/x\n")
+    out = _cli("tools", "--policy", str(broken))
+    assert out.returncode == 2
+    assert "missing.json" in out.stderr and "Traceback" not in out.stderr
+    garbage = sandbox_tmp / "garbage.yaml"
+    garbage.write_text("agents: [\n")
+    out = _cli("check", "--policy", str(garbage))
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "garbage.yaml" in out.stderr
+    schema = _cli("schema")
+    assert schema.returncode == 0 and "properties" in json.loads(schema.stdout)
