@@ -1,0 +1,185 @@
+"""The Developer toolbox (SPEC.md section 4, developer): one tool per listed capability.
+
+Config: ``{"Name", "Description", "Capabilities": [...], "FileSandbox": {...} | None, "policy": {...}}``. Tool
+names are ``developer_<Name>_<capability>`` with ``-`` as ``_``; only listed capabilities exist. Every path
+goes
+through the FileSandbox (:mod:`._access`, default ``AlwaysDeny``) before it is opened, and every result
+carries
+``state_effect`` and ``resource_id`` ``file:<canonical path>``. Writes are atomic
+(:func:`._store.atomic_write`).
+Edit sessions and snapshots live in the worker's state folder, per caller session (:mod:`._store`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from toolboxes._names import tool_name
+from toolboxes._result import ToolResult
+from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
+
+from . import _ops
+from ._access import Access, check
+from ._files import refusal
+
+__all__ = ["CAPABILITIES", "DeveloperToolbox", "open_toolbox"]
+
+_PATH = {"type": "string", "description": "Absolute path of the file."}
+_CAP = {"type": "string", "description": "Optional; the capability this tool is."}
+CAPABILITIES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
+    "read-file-range": (
+        "Read lines of a text file as 'N<TAB>line' with a snapshotRef (MD5) for later writes.",
+        {
+            "path": _PATH,
+            "ranges": {"type": "string", "description": "N, N-M, comma lists, or whole (default)."},
+            "session_id": {"type": "string"},
+            "metadata_only": {"type": "boolean"},
+        },
+        ["path"],
+    ),
+    "write-file-range": (
+        "Replace, insert (head, tail, N+) or delete (empty block) line ranges of a text file; "
+        "with session_id, stage edits against the original numbering until commit.",
+        {
+            "path": _PATH,
+            "ranges": {"type": "string"},
+            "contentBlocks": {"type": "array", "items": {"type": "string"}},
+            "expected_snapshot_ref": {"type": "string"},
+            "session_id": {"type": "string"},
+            "commit": {"type": "boolean"},
+        },
+        ["path", "ranges", "contentBlocks"],
+    ),
+    "patch-file": (
+        "Apply a unified diff to one file; every hunk is checked before any is applied.",
+        {"path": _PATH, "patch": {"type": "string"}, "expected_snapshot_ref": {"type": "string"}},
+        ["path", "patch"],
+    ),
+    "restore-file": (
+        "Restore a file to a snapshot taken when you read or wrote it.",
+        {"path": _PATH, "snapshot_ref": {"type": "string"}},
+        ["path", "snapshot_ref"],
+    ),
+    "show-spec": (
+        "Show a specification: bash-tools, agent or policy.",
+        {"spec_name": {"type": "string", "enum": ["bash-tools", "agent", "policy"]}},
+        ["spec_name"],
+    ),
+    "validate-tool": ("Run a bash tool's describe and check its output.", {"path": _PATH}, ["path"]),
+    "validate-agent": ("Check an agent file.", {"path": _PATH}, ["path"]),
+    "create-agent": (
+        "Create an agent file from a template (refuses to overwrite).",
+        {
+            "path": _PATH,
+            "slug": {"type": "string"},
+            "announce": {"type": "string"},
+            "modelUrl": {"type": "string"},
+            "modelName": {"type": "string"},
+            "apiKeyId": {"type": "string"},
+            "flavor": {"type": "string"},
+            "systemPrompt": {"type": "array", "items": {"type": "string"}},
+        },
+        ["path", "slug"],
+    ),
+    "create-tool": (
+        "Create a bash or python tool from the template (refuses to overwrite).",
+        {
+            "path": _PATH,
+            "language": {"type": "string", "enum": ["bash", "python"]},
+            "slug": {"type": "string"},
+            "description": {"type": "string"},
+        },
+        ["path", "language"],
+    ),
+}
+
+
+class DeveloperToolbox:
+    """The tools of one DeveloperToolbox. Writes are serialised by one lock; reads run concurrently."""
+
+    def __init__(self, config: dict[str, Any], env: WorkerEnv, clock: Callable[[], float] = time.time) -> None:
+        name = config.get("Name")
+        if not isinstance(name, str) or not name:
+            raise ValueError("DeveloperToolbox needs a Name")
+        caps = config.get("Capabilities") or []
+        unknown = [c for c in caps if c not in CAPABILITIES]
+        if unknown:
+            raise ValueError(
+                f"DeveloperToolbox {name}: unknown capabilities {unknown}; known: {', '.join(CAPABILITIES)}"
+            )
+        self.name = name
+        self.description = str(config.get("Description") or "Development tools")
+        self.sandbox: dict[str, Any] | None = config.get("FileSandbox")
+        policy = config.get("policy") or {}
+        self.output_bytes = int(policy.get("output_bytes", 1024 * 1024))
+        self.describe_timeout_s = float(policy.get("describe_timeout_s", 10.0))
+        self.state_dir = env.state_dir
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.by_tool = {tool_name("developer", name, c): c for c in caps}
+
+    def tools(self) -> list[ToolSpec]:
+        out = []
+        for tool, cap in self.by_tool.items():
+            text, props, required = CAPABILITIES[cap]
+            schema = {
+                "type": "object",
+                "properties": {**props, "capability": _CAP},
+                "required": required,
+                "additionalProperties": False,
+            }
+            out.append(ToolSpec(tool, f"{self.description}: {text}", schema))
+        return out
+
+    def load_errors(self) -> list[dict[str, str]]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+    def access(self, path: Any, *, for_write: bool, size: int | None = None) -> Access:
+        """The FileSandbox check every path goes through."""
+        return check(self.sandbox, path, for_write=for_write, size=size)
+
+    def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
+        cap = self.by_tool.get(tool)
+        if cap is None:
+            return ToolResult.error(f"unknown tool {tool!r}: this toolbox offers {', '.join(self.by_tool)}")
+        if "capability" in args and args["capability"] != cap:
+            return ToolResult.error(f"capability {args['capability']!r} does not match tool {tool} ({cap})")
+        handler = getattr(_ops, "op_" + cap.replace("-", "_"))
+        try:
+            return handler(self, args, ctx)
+        except OSError as exc:
+            path = str(args.get("path", ""))
+            return refusal(f"{cap} on {path}: {exc.strerror or exc} (the system refused)", path, status="failed")
+
+    # -- shared helpers for _ops
+    # -------------------------------------------------------------------------------
+    def json_result(
+        self,
+        value: dict[str, Any],
+        path: str,
+        effect: str,
+        summary: str,
+        status: str = "passed",
+        truncated: bool = False,
+    ) -> ToolResult:
+        result = ToolResult.json(value, status=status, summary=summary, truncated=truncated)  # type: ignore[arg-type]
+        return result.with_meta("state_effect", effect).with_meta("resource_id", f"file:{path}")
+
+    def dumps(self, value: Any) -> str:
+        return json.dumps(value, indent=2) + "\n"
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+
+def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> DeveloperToolbox:
+    """Open the toolbox described by ``config``. Raises ``ValueError`` on an unknown capability or no Name."""
+    return DeveloperToolbox(config, env)

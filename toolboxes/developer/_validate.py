@@ -1,0 +1,178 @@
+"""validate-tool and validate-agent: check a bash tool's ``describe`` output and an agent file's shape.
+
+:func:`run_describe` is the one place a script runs. It runs as a child of the worker, so it inherits the
+worker's
+confinement (Landlock, network namespace, rlimits, uid, no_new_privs): that *is* the sandbox. It gets a
+minimal
+environment, its own process group (killed whole at the time limit) and no stdin. A supervisor that wants a
+stricter sandbox for describe (read-only, no network) passes ``runner``: any callable with the same contract.
+The checks themselves (:func:`check_describe`, :func:`check_agent`) are pure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["check_agent", "check_describe", "run_describe"]
+
+ARITIES = ("single", "optional", "multiple")
+MODES = ("positional", "space", "dashdashspace", "dashdashequal", "stdin")
+BACKING = ("string", "number", "integer", "boolean", "bool", "int", "float", "text")
+
+Runner = Callable[[str, float], tuple[int, str, str]]
+
+
+def _run_confined_child(path: str, timeout_s: float) -> tuple[int, str, str]:
+    proc = subprocess.Popen(
+        [path, "describe"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        cwd=os.path.dirname(path),
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return -1, "", f"describe did not finish within {timeout_s:g} s"
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def run_describe(path: str, timeout_s: float = 10.0, runner: Runner | None = None) -> tuple[Any, str | None]:
+    """Run ``path describe``; returns ``(parsed JSON, None)`` or ``(None, what went wrong)``."""
+    if not os.access(path, os.X_OK):
+        return None, f"{path} is not executable (chmod +x it)"
+    try:
+        code, out, err = (runner or _run_confined_child)(path, timeout_s)
+    except OSError as exc:
+        return None, f"could not run {path}: {exc.strerror}"
+    if code != 0:
+        return None, f"'{os.path.basename(path)} describe' exited with {code}: {err.strip()[:500]}"
+    try:
+        return json.loads(out), None
+    except ValueError as exc:
+        return None, f"'describe' did not print JSON: {exc}"
+
+
+def check_describe(value: Any) -> list[dict[str, str]]:
+    """Errors (``{path, message}``) in a describe object; empty when it is valid."""
+    errors: list[dict[str, str]] = []
+
+    def err(path: str, message: str) -> None:
+        errors.append({"path": path, "message": message})
+
+    if not isinstance(value, dict):
+        return [{"path": "", "message": "describe must print a JSON object"}]
+    for key in ("slug", "description"):
+        if not isinstance(value.get(key), str) or not value.get(key):
+            err(key, f"{key} is required and must be a non-empty string")
+    args = value.get("args", [])
+    if not isinstance(args, list):
+        err("args", "args must be a list")
+        args = []
+    seen: set[str] = set()
+    for i, arg in enumerate(args):
+        where = f"args[{i}]"
+        if not isinstance(arg, dict):
+            err(where, "each arg is an object")
+            continue
+        name = arg.get("name")
+        if not isinstance(name, str) or not name:
+            err(f"{where}.name", "name is required")
+        elif name in seen:
+            err(f"{where}.name", f"duplicate arg name {name!r}")
+        else:
+            seen.add(name)
+        for key in ("description", "type", "backing_type"):
+            if not isinstance(arg.get(key), str):
+                err(f"{where}.{key}", f"{key} is required (a string)")
+        if arg.get("backing_type") is not None and arg.get("backing_type") not in BACKING:
+            err(
+                f"{where}.backing_type", f"Invalid enum value: {arg.get('backing_type')}. Allowed: {', '.join(BACKING)}"
+            )
+        if arg.get("arity") not in ARITIES:
+            err(f"{where}.arity", f"Invalid enum value: {arg.get('arity')}. Allowed: {', '.join(ARITIES)}")
+        if arg.get("mode") not in MODES:
+            err(f"{where}.mode", f"Invalid enum value: {arg.get('mode')}. Allowed: {', '.join(MODES)}")
+    empty = value.get("empty-result")
+    if empty is not None and not (isinstance(empty, dict) and empty.get("tag") in ("AddMessage", "DoNothing")):
+        err("empty-result", 'empty-result is {"tag": "AddMessage", "contents": TEXT} or {"tag": "DoNothing"}')
+    media = value.get("output-media-type")
+    if media is not None and (not isinstance(media, str) or "/" not in media):
+        err("output-media-type", "output-media-type is a media type such as image/png")
+    return errors
+
+
+_AGENT_KEYS = {
+    "slug",
+    "apiKeyId",
+    "flavor",
+    "modelUrl",
+    "modelName",
+    "announce",
+    "systemPrompt",
+    "toolDirectory",
+    "bashToolboxes",
+    "mcpServers",
+    "openApiToolboxes",
+    "postgrestToolboxes",
+    "builtinToolboxes",
+    "skillSources",
+    "autoEnableSkills",
+    "extraAgents",
+    "fileSandboxes",
+    "allowedPaths",
+}
+_BUILTIN = {"SqliteToolbox", "SystemToolbox", "DeveloperToolbox", "LuaToolbox"}
+_LISTS = (
+    "bashToolboxes",
+    "mcpServers",
+    "openApiToolboxes",
+    "postgrestToolboxes",
+    "builtinToolboxes",
+    "skillSources",
+    "autoEnableSkills",
+    "extraAgents",
+)
+
+
+def check_agent(data: Any) -> tuple[list[dict[str, str]], list[str]]:
+    """Errors and warnings in an agent file's JSON (the seed's keys). The supervisor's loader is
+    authoritative;
+    this check catches what an agent writing a file gets wrong most often."""
+    errors: list[dict[str, str]] = []
+    warnings: list[str] = []
+    if isinstance(data, dict) and data.get("tag") == "OpenAIAgentDescription":
+        data = data.get("contents")
+    if not isinstance(data, dict):
+        return [{"path": "", "message": 'an agent file is a JSON object (or {"tag": ..., "contents": {...}})'}], []
+    for key in sorted(set(data) - _AGENT_KEYS):
+        errors.append({"path": key, "message": f"unknown key {key!r}"})
+    if not isinstance(data.get("slug"), str) or not data.get("slug"):
+        errors.append({"path": "slug", "message": "slug is required (a non-empty string)"})
+    for key in ("apiKeyId", "flavor", "modelUrl", "modelName", "announce"):
+        if key in data and not isinstance(data[key], str):
+            errors.append({"path": key, "message": f"{key} must be a string"})
+    prompt = data.get("systemPrompt")
+    if prompt is not None and not (isinstance(prompt, list) and all(isinstance(p, str) for p in prompt)):
+        errors.append({"path": "systemPrompt", "message": "systemPrompt is a list of strings"})
+    for key in _LISTS:
+        if key in data and not isinstance(data[key], list):
+            errors.append({"path": key, "message": f"{key} must be a list"})
+    for i, tb in enumerate(data.get("builtinToolboxes") or []):
+        where = f"builtinToolboxes[{i}]"
+        if not isinstance(tb, dict) or tb.get("tag") not in _BUILTIN:
+            errors.append({"path": f"{where}.tag", "message": f"expected one of {', '.join(sorted(_BUILTIN))}"})
+        elif not isinstance(tb.get("contents"), dict) or not isinstance(tb["contents"].get("Name"), str):
+            errors.append({"path": f"{where}.contents.Name", "message": "a builtin toolbox needs a Name"})
+    if "allowedPaths" in data:
+        warnings.append("allowedPaths was removed and is ignored: write a FileSandbox with an fsbPredicate")
+    return errors, warnings
