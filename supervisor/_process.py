@@ -36,15 +36,17 @@ class ChildProcess:
         self._pidfd = os.pidfd_open(self.pid)
         self.returncode: int | None = None
         self._closed = False
+        self._wait_lock = trio.Lock()  # one task at a time may wait on the pidfd
 
     async def wait(self) -> int:
         """Wait for the child to exit and reap it; returns its status as ``Popen.returncode`` (negative = signal).
 
         A checkpoint. Cancellation leaves the child running.
         """
-        if self.returncode is None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-            self.returncode = self._popen.wait()
+        async with self._wait_lock:
+            if self.returncode is None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+                self.returncode = self._popen.wait()
         return self.returncode
 
     def poll(self) -> int | None:

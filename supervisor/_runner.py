@@ -18,6 +18,7 @@ import trio
 
 from toolboxes._result import ToolResult
 
+from ._errors import WorkerStartError
 from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
 
 __all__ = ["SupervisionPolicy", "ToolboxRunner"]
@@ -73,7 +74,7 @@ class ToolboxRunner:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the worker, report started (or raise when the first start fails), then keep it alive forever.
 
-        Meant for ``nursery.start``. The first start failing raises ``RuntimeError`` naming the cause, so a policy
+        Meant for ``nursery.start``. The first start failing raises ``WorkerStartError`` naming the cause, so a policy
         whose toolbox cannot be confined never serves.
         """
         async with trio.open_nursery() as nursery:
@@ -83,7 +84,7 @@ class ToolboxRunner:
                 worker = Worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper)
                 try:
                     await worker.start(nursery)
-                except RuntimeError as exc:
+                except WorkerStartError as exc:
                     if first:
                         raise
                     self._on_event(worker, "worker_start_failed", {"reason": str(exc)})
@@ -127,7 +128,7 @@ class ToolboxRunner:
         self._on_event(worker, kind, data)
 
     async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None) -> ToolResult:
+                   wall_time_s: float | None = None, origin: Any = None) -> ToolResult:
         """Call ``tool`` on the live worker, waiting for a restart in progress if needed."""
         limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
         deadline = trio.current_time() + limit
@@ -148,7 +149,7 @@ class ToolboxRunner:
                 return ToolResult.error(f"toolbox {self.name} is restarting and did not come back within "
                                         f"{limit:g} s; try again later")
         remaining = max(0.001, deadline - trio.current_time())
-        return await worker.call(tool, args, ctx, remaining)
+        return await worker.call(tool, args, ctx, remaining, origin)
 
     async def stop(self) -> None:
         """Stop the worker for good (graceful, bounded)."""
