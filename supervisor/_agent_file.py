@@ -20,28 +20,28 @@ loads).
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    PlainSerializer,
-    PlainValidator,
-    Tag,
-    ValidationInfo,
-    model_validator,
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from sandbox._predicates import AlwaysDeny, predicate_to_json
+
+from ._config_errors import check_known_keys
+from ._config_types import (
+    ConfigPath,
+    EnvText,
+    Executable,
+    Host,
+    HttpUrl,
+    Predicate,
+    SkillName,
+    SpecLocation,
+    ToolboxName,
+    capability_list,
+    check_regex,
+    check_subdir,
+    validation_context,
 )
-
-from sandbox._predicates import AlwaysDeny, PathPredicate, PredicateError, parse_predicate, predicate_to_json
-
-from ._config_errors import check_known_keys, problem
 
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE_BYTES",
@@ -51,7 +51,6 @@ __all__ = [
     "AgentDescription",
     "FileSandboxConfig",
     "FileSandboxRef",
-    "check_host",
     "validation_context",
 ]
 
@@ -88,164 +87,6 @@ DEVELOPER_CAPABILITIES = (
     "create-agent",
     "create-tool",
 )
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_HOST_RE = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9_-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9_-]*[a-z0-9])?)*\.?$")
-_IP_RE = re.compile(r"^\[?[0-9a-f:.]+\]?$")
-_SKILL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
-_ENV_RE = re.compile(r"\$\{([^}]*)\}")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def validation_context(base_dir: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The context ``AgentDescription.model_validate`` needs: the agent file's directory and the environment."""
-    return {"base_dir": os.path.realpath(base_dir), "environ": os.environ if environ is None else environ}
-
-
-_problem = problem
-
-
-def _ctx(info: ValidationInfo) -> Mapping[str, Any]:
-    return info.context if isinstance(info.context, Mapping) else {}
-
-
-def _base_dir(info: ValidationInfo) -> str:
-    return str(_ctx(info).get("base_dir") or os.getcwd())
-
-
-def _check_path_text(value: str) -> None:
-    if not value:
-        raise _problem("empty path", "a file or directory path")
-    if "\x00" in value:
-        raise _problem("a path must not contain NUL bytes")
-
-
-def _resolve_path(value: str, info: ValidationInfo) -> str:
-    _check_path_text(value)
-    return os.path.realpath(os.path.join(_base_dir(info), os.path.expanduser(value)))
-
-
-def _resolve_executable(value: str, info: ValidationInfo) -> str:
-    _check_path_text(value)
-    if "/" not in value:
-        return value
-    return os.path.normpath(os.path.join(_base_dir(info), value))
-
-
-def _check_name(value: str) -> str:
-    if not _NAME_RE.match(value):
-        raise _problem(f"invalid name {value!r}", "1 to 64 characters among A-Z, a-z, 0-9, '_' and '-'")
-    return value
-
-
-def check_host(value: str) -> str:
-    """A host name or address from a config file, lowercased; raises a config error naming what is wrong."""
-    host = value.strip().lower()
-    if not (_HOST_RE.match(host) or _IP_RE.match(host)) or not host:
-        raise _problem(
-            f"invalid host {value!r}",
-            "a host name or address without scheme, port or path, such as api.example.com",
-        )
-    return host
-
-
-def _expand_env(value: str, info: ValidationInfo) -> str:
-    environ = _ctx(info).get("environ", os.environ)
-
-    def one(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if not _ENV_NAME_RE.match(name):
-            raise _problem(f"invalid variable reference ${{{name}}}", "${NAME} with NAME of letters, digits, '_'")
-        if name not in environ:
-            raise _problem(f"environment variable {name!r} is not set", f"{name} set in the supervisor's environment")
-        return str(environ[name])
-
-    return _ENV_RE.sub(one, value)
-
-
-def _check_regex(value: str | None) -> str | None:
-    if value is not None:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise _problem(f"invalid regular expression: {exc}", "a Python regular expression") from exc
-    return value
-
-
-def _check_http_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _problem(f"invalid URL {value!r}", "an http:// or https:// URL with a host")
-    return value
-
-
-def _spec_location(value: str, info: ValidationInfo) -> str:
-    """A SpecUrl: an http(s) URL is kept, a ``file://`` URL or a path becomes a resolved path."""
-    parts = urlsplit(value)
-    if parts.scheme in ("http", "https"):
-        return _check_http_url(value)
-    if parts.scheme == "file":
-        return _resolve_path(parts.path, info)
-    if parts.scheme and len(parts.scheme) > 1:
-        raise _problem(f"unsupported scheme {parts.scheme!r} in {value!r}", "an http(s) URL or a file path")
-    return _resolve_path(value, info)
-
-
-def _capabilities(known: tuple[str, ...]) -> Any:
-    def check(values: list[str]) -> list[str]:
-        seen: set[str] = set()
-        for i, cap in enumerate(values):
-            if cap not in known:
-                raise _problem(f"unknown capability {cap!r}", "one of " + ", ".join(known), (i,))
-            if cap in seen:
-                raise _problem(f"capability {cap!r} is listed twice", "each capability once", (i,))
-            seen.add(cap)
-        return values
-
-    return AfterValidator(check)
-
-
-def _split_predicate_path(path: str) -> tuple[str | int, ...]:
-    parts: list[str | int] = []
-    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
-        parts.append(int(index) if index else name)
-    return tuple(parts)
-
-
-def _parse_predicate(value: Any, info: ValidationInfo) -> PathPredicate:
-    if not isinstance(value, dict | list | str | int | float | bool | type(None)):
-        return value  # already parsed (model_construct / copy)
-    try:
-        return parse_predicate(value, _base_dir(info))
-    except PredicateError as exc:
-        raise _problem(exc.message, None, _split_predicate_path(exc.path)) from exc
-
-
-def _check_subdir(value: str) -> str:
-    parts = value.split("/")
-    if not value or value.startswith("/") or ".." in parts or "\x00" in value:
-        raise _problem(f"invalid subdir {value!r}", "a relative path inside the repository, without '..'")
-    return value
-
-
-def _check_skill_name(value: str) -> str:
-    if not _SKILL_RE.match(value) or "--" in value:
-        raise _problem(
-            f"invalid skill name {value!r}",
-            "1 to 64 of a-z, 0-9 and '-', without a leading, trailing or double '-'",
-        )
-    return value
-
-
-ConfigPath = Annotated[str, AfterValidator(_resolve_path)]
-SkillName = Annotated[str, AfterValidator(_check_skill_name)]
-Executable = Annotated[str, AfterValidator(_resolve_executable)]
-ToolboxName = Annotated[str, AfterValidator(_check_name)]
-Host = Annotated[str, AfterValidator(check_host)]
-EnvText = Annotated[str, AfterValidator(_expand_env)]
-HttpUrl = Annotated[str, AfterValidator(_check_http_url)]
-SpecLocation = Annotated[str, AfterValidator(_spec_location)]
-Predicate = Annotated[Any, PlainValidator(_parse_predicate), PlainSerializer(predicate_to_json)]
 
 
 class _Model(BaseModel):
@@ -379,8 +220,8 @@ class SqliteContents(_Model):
 class SystemContents(_Model):
     name: ToolboxName = Field(alias="Name")
     description: str = Field(alias="Description")
-    capabilities: Annotated[list[str], _capabilities(SYSTEM_CAPABILITIES)] = Field(alias="Capabilities")
-    env_var_filter: Annotated[str | None, AfterValidator(_check_regex)] = Field(default=None, alias="EnvVarFilter")
+    capabilities: Annotated[list[str], capability_list(SYSTEM_CAPABILITIES)] = Field(alias="Capabilities")
+    env_var_filter: Annotated[str | None, AfterValidator(check_regex)] = Field(default=None, alias="EnvVarFilter")
     file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
     command_filter: ConfigPath | None = Field(default=None, alias="CommandFilter")
     session_scope: Literal["parents-only", "children-only", "subtree", "all"] = Field(
@@ -393,7 +234,7 @@ class SystemContents(_Model):
 class DeveloperContents(_Model):
     name: ToolboxName = Field(alias="Name")
     description: str = Field(alias="Description")
-    capabilities: Annotated[list[str], _capabilities(DEVELOPER_CAPABILITIES)] = Field(alias="Capabilities")
+    capabilities: Annotated[list[str], capability_list(DEVELOPER_CAPABILITIES)] = Field(alias="Capabilities")
     file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
 
 
@@ -439,7 +280,7 @@ class SkillDirectory(_Model):
 
 class GitRepoContents(_Model):
     url: HttpUrl
-    subdir: Annotated[str, AfterValidator(_check_subdir)] | None = None
+    subdir: Annotated[str, AfterValidator(check_subdir)] | None = None
 
 
 class SkillGitRepo(_Model):

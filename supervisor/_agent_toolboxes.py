@@ -1,7 +1,8 @@
-"""Loading one agent file, and the per-worker toolbox configs the rest of the supervisor uses.
+"""The per-worker toolbox configs of a loaded agent: what the rest of the supervisor uses.
 
-:func:`load_agent_file` reads and validates an agent file and returns a :class:`LoadedAgent`; its
-:meth:`LoadedAgent.toolboxes` gives one :class:`ToolboxConfig` per worker:
+:func:`supervisor._config_loader.load_agent_file` validates an agent file and returns a :class:`LoadedAgent`
+(built here by :func:`build_toolboxes`, a pure function); its :meth:`LoadedAgent.toolboxes` gives one
+:class:`ToolboxConfig` per worker:
 
 - bash: one per ``bashToolboxes`` entry, and ``toolDirectory`` as a ``FileSystemDirectory`` one;
 - skills: one per agent when it has ``skillSources``;
@@ -17,7 +18,6 @@ and PostgREST: the BaseUrl host with non-name characters as ``_``) never clash w
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -25,12 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import ValidationError
-
 from sandbox._predicates import PathPredicate
 
 from ._agent_file import (
-    TAGS,
     AgentDescription,
     BashToolbox,
     DeveloperToolbox,
@@ -42,11 +39,10 @@ from ._agent_file import (
     SqliteToolbox,
     SqliteVersioned,
     SystemToolbox,
-    validation_context,
 )
-from ._config_errors import ConfigError, ConfigProblem, format_json_path, problems_from_validation_error
+from ._config_errors import ConfigError, ConfigProblem
 
-__all__ = ["TOOLBOX_KINDS", "LoadedAgent", "ToolboxConfig", "load_agent_file"]
+__all__ = ["TOOLBOX_KINDS", "LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 
 ToolboxKind = Literal["bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua"]
 TOOLBOX_KINDS: tuple[str, ...] = (
@@ -323,121 +319,3 @@ def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tu
             config["FileSandbox"] = sandbox.to_json()
         out.append(ToolboxConfig(e.kind, name, agent.slug, sandbox, e.hosts, e.read, e.write, file, e.source, config))
     return tuple(out)
-
-
-def _pop_allowed_paths(data: Any, loc: tuple[int | str, ...], prefix: str, file: str, out: list[str]) -> None:
-    """Drop every removed ``allowedPaths`` key, with a warning that says what to write instead."""
-    if isinstance(data, dict):
-        if "allowedPaths" in data:
-            old = data.pop("allowedPaths")
-            paths = old if isinstance(old, list) else [old]
-            preds = [{"tag": "DirectoryRecursive", "contents": p} for p in paths if isinstance(p, str)]
-            suggestion = json.dumps({"FileSandbox": {"fsbPredicate": {"tag": "Any", "contents": preds}}})
-            out.append(
-                str(
-                    ConfigProblem(
-                        file,
-                        format_json_path((*loc, "allowedPaths"), prefix),
-                        "'allowedPaths' was removed and is ignored (it grants nothing)",
-                        f"instead: {suggestion}",
-                    )
-                )
-            )
-        for key, value in data.items():
-            _pop_allowed_paths(value, (*loc, key), prefix, file, out)
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            _pop_allowed_paths(value, (*loc, i), prefix, file, out)
-
-
-def parse_agent_data(data: Any, file: str, environ: Mapping[str, str] | None = None) -> LoadedAgent:
-    """Validate decoded agent-file data (the wrapped or bare form) that came from ``file``.
-
-    Raises:
-        ConfigError: every problem pydantic found, or the first name clash / bad ref.
-    """
-    prefix = "$"
-    if isinstance(data, dict) and "tag" in data:
-        if data["tag"] != "OpenAIAgentDescription":
-            raise ConfigError.one(file, "$.tag", f"unknown tag {data['tag']!r}", "one of OpenAIAgentDescription")
-        extra = sorted(set(data) - {"tag", "contents"})
-        if extra:
-            raise ConfigError.one(file, f"$.{extra[0]}", f"unknown key {extra[0]!r}", "keys among tag, contents")
-        data, prefix = data.get("contents"), "$.contents"
-    if not isinstance(data, dict):
-        raise ConfigError.one(
-            file,
-            prefix,
-            "wrong type: an agent description must be an object",
-            'an object {"slug": ..., ...} or {"tag": "OpenAIAgentDescription", "contents": {...}}',
-        )
-    warnings: list[str] = []
-    data = copy.deepcopy(data)
-    _pop_allowed_paths(data, (), prefix, file, warnings)
-    context = validation_context(os.path.dirname(file), environ)
-    try:
-        agent = AgentDescription.model_validate(data, context=context)
-    except ValidationError as exc:
-        raise ConfigError(problems_from_validation_error(exc, file, prefix, TAGS)) from exc
-    return LoadedAgent(file, agent, prefix, tuple(warnings), build_toolboxes(agent, file, prefix))
-
-
-def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> LoadedAgent:
-    """Read, parse and validate the agent file at ``path`` (made absolute and canonical first).
-
-    Raises:
-        ConfigError: unreadable file, malformed JSON (with line and column), or any validation problem.
-    """
-    file = os.path.realpath(path)
-    try:
-        with open(file, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError as exc:
-        raise ConfigError.one(file, None, "agent file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError.one(file, None, f"cannot read agent file: {exc}") from exc
-    try:
-        data = json.loads(text, object_pairs_hook=_JsonObject, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError.one(file, None, f"malformed JSON: {exc.msg}", None, exc.lineno, exc.colno) from exc
-    except _NotJson as exc:
-        raise ConfigError.one(file, None, f"malformed JSON: {exc}", "plain JSON numbers") from exc
-    duplicates: list[ConfigProblem] = []
-    data = _plain(data, (), file, duplicates)
-    if duplicates:
-        raise ConfigError(duplicates)
-    return parse_agent_data(data, file, environ)
-
-
-class _NotJson(ValueError):
-    pass
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NotJson(f"{name} is not a JSON number")
-
-
-class _JsonObject(dict[str, Any]):
-    """A decoded JSON object that remembers the keys it saw more than once (json keeps the last silently)."""
-
-    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
-        super().__init__(pairs)
-        seen: set[str] = set()
-        self.duplicates: list[str] = []
-        for key, _ in pairs:
-            if key in seen:
-                self.duplicates.append(key)
-            seen.add(key)
-
-
-def _plain(data: Any, loc: tuple[int | str, ...], file: str, problems: list[ConfigProblem]) -> Any:
-    """``data`` with plain dicts, noting every duplicate key with its JSON path."""
-    if isinstance(data, dict):
-        for key in getattr(data, "duplicates", ()):
-            problems.append(
-                ConfigProblem(file, format_json_path((*loc, key)), f"duplicate key {key!r}", "each key once")
-            )
-        return {k: _plain(v, (*loc, k), file, problems) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_plain(v, (*loc, i), file, problems) for i, v in enumerate(data)]
-    return data

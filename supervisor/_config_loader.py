@@ -10,6 +10,8 @@ touches the network; checking that the kernel can enforce the policy is left to 
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,8 +20,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ._agent_toolboxes import LoadedAgent, ToolboxConfig, load_agent_file
-from ._config_errors import ConfigError, ConfigProblem, display_path, problems_from_validation_error
+from ._agent_file import TAGS, AgentDescription, validation_context
+from ._agent_toolboxes import LoadedAgent, ToolboxConfig, build_toolboxes
+from ._config_errors import ConfigError, ConfigProblem, display_path, format_json_path, problems_from_validation_error
 from ._policy import Policy
 
 __all__ = [
@@ -28,8 +31,10 @@ __all__ = [
     "LoadedAgent",
     "LoadedConfig",
     "ToolboxConfig",
+    "load_agent_file",
     "load_config",
     "load_policy",
+    "parse_agent_data",
 ]
 
 Loc = tuple[int | str, ...]
@@ -106,8 +111,6 @@ def _read_yaml(file: str) -> tuple[Any, dict[Loc, int]]:
     if node is not None:
         _yaml_positions(node, (), lines, dups)
     if dups:
-        from ._config_errors import format_json_path
-
         raise ConfigError(
             [ConfigProblem(file, format_json_path(loc), msg, "each key once", line) for loc, msg, line in dups]
         )
@@ -243,3 +246,122 @@ def _warnings(policy: Policy, file: str, agents: list[LoadedAgent], line_of: Any
                 )
             )
     return out
+
+
+# ----------------------------------------------------------------------------------------------- agent files
+def _pop_allowed_paths(data: Any, loc: tuple[int | str, ...], prefix: str, file: str, out: list[str]) -> None:
+    """Drop every removed ``allowedPaths`` key, with a warning that says what to write instead."""
+    if isinstance(data, dict):
+        if "allowedPaths" in data:
+            old = data.pop("allowedPaths")
+            paths = old if isinstance(old, list) else [old]
+            preds = [{"tag": "DirectoryRecursive", "contents": p} for p in paths if isinstance(p, str)]
+            suggestion = json.dumps({"FileSandbox": {"fsbPredicate": {"tag": "Any", "contents": preds}}})
+            out.append(
+                str(
+                    ConfigProblem(
+                        file,
+                        format_json_path((*loc, "allowedPaths"), prefix),
+                        "'allowedPaths' was removed and is ignored (it grants nothing)",
+                        f"instead: {suggestion}",
+                    )
+                )
+            )
+        for key, value in data.items():
+            _pop_allowed_paths(value, (*loc, key), prefix, file, out)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _pop_allowed_paths(value, (*loc, i), prefix, file, out)
+
+
+def parse_agent_data(data: Any, file: str, environ: Mapping[str, str] | None = None) -> LoadedAgent:
+    """Validate decoded agent-file data (the wrapped or bare form) that came from ``file``.
+
+    Raises:
+        ConfigError: every problem pydantic found, or the first name clash / bad ref.
+    """
+    prefix = "$"
+    if isinstance(data, dict) and "tag" in data:
+        if data["tag"] != "OpenAIAgentDescription":
+            raise ConfigError.one(file, "$.tag", f"unknown tag {data['tag']!r}", "one of OpenAIAgentDescription")
+        extra = sorted(set(data) - {"tag", "contents"})
+        if extra:
+            raise ConfigError.one(file, f"$.{extra[0]}", f"unknown key {extra[0]!r}", "keys among tag, contents")
+        data, prefix = data.get("contents"), "$.contents"
+    if not isinstance(data, dict):
+        raise ConfigError.one(
+            file,
+            prefix,
+            "wrong type: an agent description must be an object",
+            'an object {"slug": ..., ...} or {"tag": "OpenAIAgentDescription", "contents": {...}}',
+        )
+    warnings: list[str] = []
+    data = copy.deepcopy(data)
+    _pop_allowed_paths(data, (), prefix, file, warnings)
+    context = validation_context(os.path.dirname(file), environ)
+    try:
+        agent = AgentDescription.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation_error(exc, file, prefix, TAGS)) from exc
+    return LoadedAgent(file, agent, prefix, tuple(warnings), build_toolboxes(agent, file, prefix))
+
+
+def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> LoadedAgent:
+    """Read, parse and validate the agent file at ``path`` (made absolute and canonical first).
+
+    Raises:
+        ConfigError: unreadable file, malformed JSON (with line and column), or any validation problem.
+    """
+    file = os.path.realpath(path)
+    try:
+        with open(file, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError as exc:
+        raise ConfigError.one(file, None, "agent file not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError.one(file, None, f"cannot read agent file: {exc}") from exc
+    try:
+        data = json.loads(text, object_pairs_hook=_JsonObject, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError.one(file, None, f"malformed JSON: {exc.msg}", None, exc.lineno, exc.colno) from exc
+    except _NotJson as exc:
+        raise ConfigError.one(file, None, f"malformed JSON: {exc}", "plain JSON numbers") from exc
+    duplicates: list[ConfigProblem] = []
+    data = _plain(data, (), file, duplicates)
+    if duplicates:
+        raise ConfigError(duplicates)
+    return parse_agent_data(data, file, environ)
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON number")
+
+
+class _JsonObject(dict[str, Any]):
+    """A decoded JSON object that remembers the keys it saw more than once (json keeps the last silently)."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        seen: set[str] = set()
+        self.duplicates: list[str] = []
+        for key, _ in pairs:
+            if key in seen:
+                self.duplicates.append(key)
+            seen.add(key)
+
+
+def _plain(data: Any, loc: tuple[int | str, ...], file: str, problems: list[ConfigProblem]) -> Any:
+    """``data`` with plain dicts, noting every duplicate key with its JSON path."""
+    if isinstance(data, dict):
+        for key in getattr(data, "duplicates", ()):
+            problems.append(
+                ConfigProblem(file, format_json_path((*loc, key)), f"duplicate key {key!r}", "each key once")
+            )
+        return {k: _plain(v, (*loc, k), file, problems) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_plain(v, (*loc, i), file, problems) for i, v in enumerate(data)]
+    return data

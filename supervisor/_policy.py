@@ -30,8 +30,8 @@ from pydantic import (
     model_validator,
 )
 
-from ._agent_file import check_host
 from ._config_errors import check_known_keys, problem
+from ._config_types import check_host
 
 __all__ = [
     "DEFAULT_STATE_DIR",

@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 from sandbox._predicates import Any_, DirectoryRecursive, FileExactly
-from supervisor._agent_toolboxes import load_agent_file
-from supervisor._config_loader import ConfigError, LoadedConfig, load_config
+from supervisor._config_loader import ConfigError, LoadedConfig, load_agent_file, load_config
 from supervisor._policy import Policy, parse_size, policy_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
