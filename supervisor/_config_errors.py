@@ -216,7 +216,7 @@ def problems_from_validation_error(
     """
     problems: list[ConfigProblem] = []
     for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in skip_loc))
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p in skip_loc or p == "[key]")))
         kind = err["type"]
         ctx = err.get("ctx") or {}
         value = err.get("input")

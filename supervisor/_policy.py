@@ -160,10 +160,21 @@ Size = Annotated[
         {
             "anyOf": [
                 {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt]i?[Bb]|[Bb])?\s*$"},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])?\s*$"},
             ]
         }
     ),
+]
+
+
+def _toolbox_key(value: str) -> str:
+    if not _TOOLBOX_KEY_RE.match(value):
+        raise _problem(f"invalid toolbox key {value!r}", "a toolbox name, or agent-slug/name")
+    return value
+
+
+ToolboxKey = Annotated[
+    str, AfterValidator(_toolbox_key), WithJsonSchema({"type": "string", "pattern": _TOOLBOX_KEY_RE.pattern})
 ]
 PolicyPath = Annotated[str, AfterValidator(_resolve)]
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
@@ -284,7 +295,7 @@ class Policy(_Model):
     device_paths: list[AbsolutePath] = Field(default=["/dev/null"], description="read-write device files")
     worker_env: Env = Field(default={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"})
     limits: Limits = Limits()
-    toolboxes: dict[str, ToolboxPolicy] = {}
+    toolboxes: dict[ToolboxKey, ToolboxPolicy] = {}
     network: Network = Network()
     max_call_depth: int = Field(default=4, ge=0)
     sessions: Sessions = Sessions()
@@ -299,9 +310,6 @@ class Policy(_Model):
     def _consistent(self) -> Policy:
         if self.strict and self.landlock_min_abi < 1:
             raise _problem("strict: true needs landlock_min_abi of at least 1", "landlock_min_abi >= 1")
-        for key in self.toolboxes:
-            if not _TOOLBOX_KEY_RE.match(key):
-                raise _problem(f"invalid toolbox key {key!r} under toolboxes", "a toolbox name, or agent-slug/name")
         if self.trace.path is None:
             object.__setattr__(
                 self,

@@ -10,9 +10,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox._predicates import Any_, DirectoryRecursive, FileExactly
-from supervisor._config_loader import ConfigError, LoadedConfig, load_agent_file, load_config
+from supervisor._config_loader import ConfigError, LoadedConfig, load_agent_file, load_config, parse_agent_data
 from supervisor._policy import Policy, parse_size, policy_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -593,3 +595,62 @@ def test_policy_allowed_hosts_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(str(policy))
     assert (info.value.json_path, info.value.problems[0].line) == ("$.toolboxes.lua.allowed_hosts[1]", 3)
+
+
+def test_bad_policy_toolbox_key_is_located(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, "toolboxes:\n  ok: {}\n  'not ok': {start: lazy}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(policy))
+    assert (info.value.json_path, info.value.message) == ('$.toolboxes["not ok"]', "invalid toolbox key 'not ok'")
+    assert info.value.problems[0].line == 3
+
+
+_KEYS = [
+    "slug",
+    "tag",
+    "contents",
+    "builtinToolboxes",
+    "Name",
+    "Description",
+    "Capabilities",
+    "FileSandbox",
+    "fsbPredicate",
+    "ref",
+    "Versioning",
+    "path",
+    "Path",
+    "bashToolboxes",
+    "fileSandboxes",
+    "AllowedHosts",
+    "SystemToolbox",
+    "LuaToolbox",
+    "SqliteToolbox",
+    "SqliteReadOnly",
+    "Any",
+    "DirectoryRecursive",
+    "x",
+]
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 2**70) | st.floats(allow_nan=False) | st.sampled_from(_KEYS),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.dictionaries(st.sampled_from(_KEYS), _JSON, max_size=5), wrap=st.booleans())
+def test_any_json_gives_a_config_or_a_config_error(body: dict[str, Any], wrap: bool) -> None:
+    data = {"tag": "OpenAIAgentDescription", "contents": body} if wrap else body
+    try:
+        agent = parse_agent_data(data, "/nonexistent/agent.json", environ={})
+    except ConfigError as exc:
+        error: ConfigError | None = exc
+    else:
+        error = None
+        for tb in agent.toolboxes():
+            json.dumps(tb.worker_config())
+    if error is not None:
+        text = str(error)
+        assert text.startswith("/nonexistent/agent.json")
+        assert "pydantic" not in text
+        assert all(p.json_path is None or p.json_path.startswith("$") for p in error.problems)
