@@ -1,0 +1,425 @@
+"""The Developer toolbox on real files: ranges, edit sessions, patches against patch(1), crash safety."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolboxes._result import ToolResult
+from toolboxes._toolbox import CallContext, WorkerEnv
+from toolboxes.developer import CAPABILITIES, DeveloperToolbox, open_toolbox
+
+ALL = list(CAPABILITIES)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(root: Path, caps: list[str] | None = None, sandbox: Any = "root", clock: Clock | None = None,
+         **policy: Any) -> DeveloperToolbox:
+    state = root / ".state"
+    state.mkdir(exist_ok=True)
+    fsb = ({"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(root / "src")}, "fsbMaxFileSize": None,
+            "fsbName": "dev"} if sandbox == "root" else sandbox)
+    config = {"Name": "dev", "Description": "d", "Capabilities": caps or ALL, "FileSandbox": fsb, "policy": policy}
+    env = WorkerEnv("dev", str(root), str(state), None)  # type: ignore[arg-type]
+    if clock is None:
+        return open_toolbox(config, env)
+    return DeveloperToolbox(config, env, clock)
+
+
+def call(tb: DeveloperToolbox, cap: str, session: str = "s1", **args: Any) -> ToolResult:
+    ctx = CallContext(call_id=1, tool="", session_id=session)
+    return tb.call(f"developer_dev_{cap.replace('-', '_')}", args, ctx)
+
+
+@pytest.fixture
+def root(sandbox_tmp: Path) -> Path:
+    (sandbox_tmp / "src").mkdir()
+    (sandbox_tmp / "src" / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    (sandbox_tmp / "secret.txt").write_text("no\n")
+    return sandbox_tmp
+
+
+def text(root: Path) -> str:
+    return (root / "src" / "f.txt").read_text()
+
+
+# --- tools and sandbox ---------------------------------------------------------------------------------------
+
+
+def test_only_listed_capabilities_exist(root: Path) -> None:
+    tb = make(root, ["read-file-range", "patch-file"])
+    assert [t.name for t in tb.tools()] == ["developer_dev_read_file_range", "developer_dev_patch_file"]
+    assert tb.call("developer_dev_write_file_range", {}, CallContext(1, "")).status == "error"
+    with pytest.raises(ValueError, match="unknown capabilities"):
+        make(root, ["read-file-range", "format-disk"])
+
+
+def test_every_path_goes_through_the_sandbox(root: Path) -> None:
+    tb = make(root)
+    res = call(tb, "read-file-range", path=str(root / "secret.txt"))
+    assert res.status == "error"
+    assert "not allowed by the file sandbox 'dev'" in (res.summary or "")
+    escape = root / "src" / "link"
+    escape.symlink_to(root / "secret.txt")
+    assert call(tb, "read-file-range", path=str(escape)).status == "error"
+    assert call(tb, "read-file-range", path=str(root / "src" / ".." / "secret.txt")).status == "error"
+    assert call(tb, "write-file-range", path=str(root / "secret.txt"), ranges="1",
+                contentBlocks=["x"]).status == "error"
+    assert (root / "secret.txt").read_text() == "no\n"
+    assert "absolute" in (call(tb, "read-file-range", path="src/f.txt").summary or "")
+    default_deny = make(root, sandbox=None)
+    res = call(default_deny, "read-file-range", path=str(root / "src" / "f.txt"))
+    assert res.status == "error"
+    assert res.meta("state_effect") == "read"
+
+
+# --- read-file-range ------------------------------------------------------------------------------------------
+
+
+def test_read_ranges_and_metadata(root: Path) -> None:
+    tb = make(root)
+    path = str(root / "src" / "f.txt")
+    res = call(tb, "read-file-range", path=path, ranges="2-3,9")
+    assert res.status == "passed", res
+    v = res.structured
+    assert v["content"] == "2\tline 2\n3\tline 3\n9\tline 9\n"
+    assert v["linesRead"] == 3
+    assert v["totalLineCount"] == 10
+    assert v["rangesParsed"] == ["2-3", "9-9"]
+    assert v["snapshotRef"] == hashlib.md5((root / "src" / "f.txt").read_bytes()).hexdigest()
+    assert res.meta("state_effect") == "read"
+    assert res.meta("resource_id") == f"file:{path}"
+    assert call(tb, "read-file-range", path=path).structured["linesRead"] == 10
+    meta = call(tb, "read-file-range", path=path, metadata_only=True).structured
+    assert meta["content"] == ""
+    assert meta["metadataOnly"] is True
+
+
+@pytest.mark.parametrize(("ranges", "words"), [
+    ("0", "numbered from 1"), ("5-2", "end is before the start"), ("a-b", "not N or N-M"),
+    ("11", "past the end"), ("3-12", "past the end"), ("1,,2", "empty item"),
+])
+def test_bad_read_ranges_say_what_to_fix(root: Path, ranges: str, words: str) -> None:
+    res = call(make(root), "read-file-range", path=str(root / "src" / "f.txt"), ranges=ranges)
+    assert res.status == "error"
+    assert words in (res.summary or "")
+
+
+def test_binary_files_are_refused(root: Path) -> None:
+    (root / "src" / "b.bin").write_bytes(b"\x89PNG\x00\x01")
+    (root / "src" / "l1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    tb = make(root)
+    assert "binary" in (call(tb, "read-file-range", path=str(root / "src" / "b.bin")).summary or "")
+    assert "UTF-8" in (call(tb, "patch-file", path=str(root / "src" / "l1.txt"),
+                            patch="@@ -1 +1 @@\n-a\n+b\n").summary or "")
+
+
+# --- write-file-range --------------------------------------------------------------------------------------------
+
+
+def test_write_replace_insert_delete(root: Path) -> None:
+    tb = make(root)
+    path = str(root / "src" / "f.txt")
+    ref = call(tb, "read-file-range", path=path).structured["snapshotRef"]
+    res = call(tb, "write-file-range", path=path, ranges="head,2,4-5,7+,tail",
+               contentBlocks=["top", "two\nTWO", "", "after seven", "end"], expected_snapshot_ref=ref)
+    assert res.status == "passed", res
+    assert text(root) == ("top\nline 1\ntwo\nTWO\nline 3\nline 6\nline 7\nafter seven\nline 8\nline 9\n"
+                          "line 10\nend\n")
+    v = res.structured
+    assert v["rangesModified"] == 5
+    assert v["beforeSnapshotRef"] == ref
+    assert v["afterSnapshotRef"] == hashlib.md5(text(root).encode()).hexdigest()
+    assert v["sessionStatus"] == "committed"
+    assert res.meta("state_effect") == "mutate"
+    # optimistic lock: the old ref no longer matches
+    stale = call(tb, "write-file-range", path=path, ranges="1", contentBlocks=["x"], expected_snapshot_ref=ref)
+    assert stale.status == "error"
+    assert "changed since snapshot" in (stale.summary or "")
+    assert not [p for p in os.listdir(root / "src") if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize(("ranges", "blocks", "words"), [
+    ("1,2", ["x"], "2 range(s) but 1 content block"),
+    ("0", ["x"], "numbered from 1"),
+    ("11+", ["x"], "cannot insert after line 11"),
+    ("2-4,3", ["x", "y"], "overlap"),
+    ("3+,3+", ["x", "y"], "overlap"),
+    ("x", ["x"], "not N, N-M, N+"),
+])
+def test_bad_writes_change_nothing(root: Path, ranges: str, blocks: list[str], words: str) -> None:
+    before = text(root)
+    res = call(make(root), "write-file-range", path=str(root / "src" / "f.txt"), ranges=ranges,
+               contentBlocks=blocks)
+    assert res.status == "error"
+    assert words in (res.summary or "")
+    assert text(root) == before
+
+
+def test_edit_session_keeps_original_numbering_and_survives_restart(root: Path) -> None:
+    path = str(root / "src" / "f.txt")
+    tb = make(root)
+    r1 = call(tb, "write-file-range", path=path, ranges="2+", contentBlocks=["a\nb\nc"], session_id="e1")
+    assert r1.structured["sessionStatus"] == "staged"
+    assert r1.meta("state_effect") == "read"
+    assert text(root).startswith("line 1\nline 2\nline 3\n"), "staged edits must not touch the file"
+    tb = make(root)  # a new worker: the session is in the state folder
+    overlap = call(tb, "write-file-range", path=path, ranges="1-3", contentBlocks=["z"], session_id="e1")
+    assert overlap.status == "error"
+    assert "overlap" in (overlap.summary or "")
+    other = call(tb, "write-file-range", path=path, ranges="5", contentBlocks=["x"], session_id="e1", session="s2")
+    assert other.structured["sessionNetDelta"] == 0, "another caller session must not see e1"
+    r2 = call(tb, "write-file-range", path=path, ranges="5", contentBlocks=["FIVE"], session_id="e1", commit=True)
+    assert r2.status == "passed", r2
+    assert r2.structured["sessionNetDelta"] == 3
+    assert r2.structured["sessionCommitted"] is True
+    lines = text(root).splitlines()
+    assert lines[:6] == ["line 1", "line 2", "a", "b", "c", "line 3"]
+    assert lines[7] == "FIVE"
+    again = call(tb, "write-file-range", path=path, ranges="1", contentBlocks=["q"], session_id="e1")
+    assert "already committed" in (again.summary or "")
+
+
+def test_edit_session_refuses_to_commit_over_a_changed_file(root: Path) -> None:
+    path = str(root / "src" / "f.txt")
+    tb = make(root)
+    call(tb, "write-file-range", path=path, ranges="1", contentBlocks=["mine"], session_id="e")
+    (root / "src" / "f.txt").write_text("someone else\n")
+    res = call(tb, "write-file-range", path=path, ranges="", contentBlocks=[], session_id="e", commit=True)
+    assert res.status == "error"
+    assert "changed on disk" in (res.summary or "")
+    assert text(root) == "someone else\n"
+
+
+def test_edit_session_expires_after_an_idle_hour(root: Path) -> None:
+    path = str(root / "src" / "f.txt")
+    clock = Clock()
+    tb = make(root, clock=clock)
+    call(tb, "write-file-range", path=path, ranges="1", contentBlocks=["x"], session_id="e")
+    clock.now += 3599
+    assert call(tb, "write-file-range", path=path, ranges="2", contentBlocks=["y"], session_id="e").status == "passed"
+    clock.now += 3601
+    res = call(tb, "write-file-range", path=path, ranges="", contentBlocks=[], session_id="e", commit=True)
+    assert res.status == "error"
+    assert "expired" in (res.summary or "")
+    assert text(root).startswith("line 1\n")
+
+
+def test_restore_file_and_its_session_scope(root: Path) -> None:
+    path = str(root / "src" / "f.txt")
+    tb = make(root)
+    ref = call(tb, "read-file-range", path=path).structured["snapshotRef"]
+    original = text(root)
+    call(tb, "write-file-range", path=path, ranges="1-10", contentBlocks=["gone"])
+    assert call(tb, "restore-file", path=path, snapshot_ref=ref, session="other").status == "error"
+    res = call(tb, "restore-file", path=path, snapshot_ref=ref)
+    assert res.status == "passed", res
+    assert text(root) == original
+    assert call(tb, "restore-file", path=path, snapshot_ref="../../x").status == "error"
+
+
+# --- patch-file ------------------------------------------------------------------------------------------------
+
+ORIGINALS = {
+    "code.py": "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(40)),
+    "noeol.txt": "alpha\nbeta\ngamma",
+    "short.md": "# Title\n\nSome text.\n",
+}
+
+
+def _modify(name: str, content: str) -> str:
+    if name == "code.py":
+        lines = content.splitlines(keepends=True)
+        lines[1] = "    return x * 1\n"
+        lines.insert(0, "import os\n")
+        del lines[50:53]
+        lines[100:100] = ["# middle\n", "# more\n"]
+        lines.append("def tail():\n    pass\n")
+        return "".join(lines)
+    if name == "noeol.txt":
+        return "alpha\nBETA\ngamma\ndelta"
+    return "Intro\n# Title\n\nSome text.\nMore.\n"
+
+
+def test_patch_file_matches_patch1_on_git_diffs(root: Path) -> None:
+    tb = make(root)
+    work = root / "work"
+    work.mkdir()
+    for name, content in ORIGINALS.items():
+        a, b = work / f"a_{name}", work / f"b_{name}"
+        a.write_text(content)
+        b.write_text(_modify(name, content))
+        diff = subprocess.run(["git", "diff", "--no-index", "--no-color", str(a), str(b)],
+                              capture_output=True, text=True, check=False).stdout
+        assert diff.count("@@ -") >= 1
+        ours = root / "src" / name
+        ours.write_text(content)
+        theirs = work / f"p_{name}"
+        theirs.write_text(content)
+        subprocess.run(["patch", "-s", str(theirs)], input=diff, text=True, check=True)
+        res = call(tb, "patch-file", path=str(ours), patch=diff)
+        assert res.status == "passed", res
+        assert ours.read_bytes() == theirs.read_bytes() == b.read_bytes(), name
+        assert res.structured["hunksApplied"] == diff.count("\n@@ -") + diff.startswith("@@ -")
+        assert res.meta("state_effect") == "mutate"
+
+
+def test_patch_file_finds_a_shifted_hunk_like_patch1(root: Path) -> None:
+    path = root / "src" / "f.txt"
+    tb = make(root)
+    patch = "--- a/f.txt\n+++ b/f.txt\n@@ -3,2 +3,2 @@\n line 5\n-line 6\n+six\n"
+    assert call(tb, "patch-file", path=str(path), patch=patch).status == "passed"
+    assert text(root).splitlines()[5] == "six"
+
+
+def test_patch_mismatch_reports_line_expected_actual_and_applies_nothing(root: Path) -> None:
+    path = root / "src" / "f.txt"
+    before = text(root)
+    patch = ("--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,2 @@\n line 1\n-line 2\n+two\n"
+             "@@ -8,2 +8,2 @@\n line 8\n-line NINE\n+nine\n")
+    res = call(make(root), "patch-file", path=str(path), patch=patch)
+    assert res.status == "failed"
+    body = res.structured
+    assert body["error"].startswith("Context mismatch at line 8")
+    assert body["expected"] == ["line 8", "line NINE"]
+    assert body["actual"] == ["line 8", "line 9"]
+    assert text(root) == before, "a failing hunk must stop every hunk"
+
+
+@pytest.mark.parametrize(("patch", "words"), [
+    ("--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\r\n line 1\r\n-line 2\r\n+two\r\n", "CRLF"),
+    ("--- a/f\n+++ b/f\n@@ -1,3 +1,2 @@\n line 1\n-line 2\n+two\n", "header counts"),
+    ("--- a/f\n+++ b/f\n@@ one two @@\n line 1\n", "bad hunk header"),
+    ("--- a/f\n@@ -1 +1 @@\n-line 1\n+x\n", "must be followed by '+++"),
+    ("--- a/f\n+++ b/f\n@@ -1 +1 @@\n-line 1\n+x\n--- a/g\n+++ b/g\n@@ -1 +1 @@\n-y\n+z\n", "more than one file"),
+    ("--- a/f\n+++ b/f\n@@ -2,2 +2,2 @@\n line 2\n-line 3\n+x\n@@ -3,2 +3,2 @@\n-line 3\n+y\n line 4\n",
+     "overlap"),
+    ("just words\n", "no hunks"),
+    ("--- a/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-line 1\n", "deletes the file"),
+])
+def test_bad_patches_say_what_to_fix(root: Path, patch: str, words: str) -> None:
+    before = text(root)
+    res = call(make(root), "patch-file", path=str(root / "src" / "f.txt"), patch=patch)
+    assert res.status in ("error", "failed")
+    assert words in (res.summary or ""), res.summary
+    assert text(root) == before
+
+
+def test_patch_without_final_newline_in_the_patch_text(root: Path) -> None:
+    res = call(make(root), "patch-file", path=str(root / "src" / "f.txt"),
+               patch="@@ -10 +10 @@\n-line 10\n+ten")
+    assert res.status == "passed", res
+    assert text(root).endswith("line 9\nten\n")
+
+
+# --- specs, templates, validation ------------------------------------------------------------------------------
+
+
+def test_show_spec(root: Path) -> None:
+    tb = make(root)
+    assert "describe" in (call(tb, "show-spec", spec_name="bash-tools").data or "")
+    assert "fsbPredicate" in (call(tb, "show-spec", spec_name="agent").data or "")
+    assert call(tb, "show-spec", spec_name="nope").status == "error"
+
+
+@pytest.mark.parametrize("language", ["bash", "python"])
+def test_create_tool_then_validate_it_for_real(root: Path, language: str) -> None:
+    if language == "python" and not shutil.which("python3"):
+        pytest.skip("no python3 on PATH for the template's #! line")
+    tb = make(root)
+    path = root / "src" / f"hello.{'sh' if language == 'bash' else 'py'}"
+    res = call(tb, "create-tool", path=str(path), language=language, slug="hello")
+    assert res.status == "passed", res
+    assert os.access(path, os.X_OK)
+    assert call(tb, "create-tool", path=str(path), language=language).status == "error"
+    res = call(tb, "validate-tool", path=str(path))
+    assert res.status == "passed", res
+    assert res.structured["describe"]["slug"] == "hello"
+    bad = root / "src" / "bad.sh"
+    bad.write_text('#!/bin/bash\necho \'{"slug": "b", "args": [{"name": "x", "arity": "sometimes"}]}\'\n')
+    bad.chmod(0o755)
+    res = call(tb, "validate-tool", path=str(bad))
+    assert res.status == "failed"
+    paths = {e["path"] for e in res.structured["errors"]}
+    assert {"description", "args[0].arity", "args[0].mode"} <= paths
+
+
+def test_create_and_validate_agent(root: Path) -> None:
+    tb = make(root)
+    path = root / "src" / "helper.json"
+    assert call(tb, "create-agent", path=str(path), slug="helper").status == "passed"
+    res = call(tb, "validate-agent", path=str(path))
+    assert res.status == "passed", res
+    assert res.structured["slug"] == "helper"
+    data = json.loads(path.read_text())
+    data["contents"]["colour"] = "blue"
+    del data["contents"]["slug"]
+    path.write_text(json.dumps(data))
+    res = call(tb, "validate-agent", path=str(path))
+    assert res.status == "failed"
+    assert {e["path"] for e in res.structured["errors"]} == {"colour", "slug"}
+    assert call(tb, "create-agent", path=str(root / "outside.json"), slug="x").status == "error"
+
+
+# --- crash safety ------------------------------------------------------------------------------------------------
+
+
+def _writer_child(root: Path, block: str, ready_w: int) -> None:
+    try:
+        tb = make(root)
+        os.write(ready_w, b"go")
+        call(tb, "write-file-range", path=str(root / "src" / "big.txt"), ranges="1-2", contentBlocks=[block])
+    finally:
+        os._exit(0)
+
+
+def test_sigkill_during_a_large_write_leaves_old_or_new(root: Path) -> None:
+    big = root / "src" / "big.txt"
+    old = "old 1\nold 2\n"
+    block = "n" * 100 + "\n"
+    block = block * 300_000  # about 30 MB
+    new = block
+    killed_mid_write = 0
+    for _attempt in range(5):
+        big.write_text(old)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            _writer_child(root, block, w)
+        os.close(w)
+        assert os.read(r, 2) == b"go"
+        os.close(r)
+        saw_tmp = False
+        while True:  # watch for the temporary file: the write is in progress
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if any(p.startswith(".big.txt.") for p in os.listdir(root / "src")):
+                saw_tmp = True
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+        content = big.read_text()
+        assert content in (old, new), f"mixed content of {len(content)} bytes"
+        if saw_tmp and content == old:
+            killed_mid_write += 1
+        for p in os.listdir(root / "src"):
+            if p.startswith(".big.txt."):
+                os.unlink(root / "src" / p)
+    assert killed_mid_write >= 1, "never caught the writer in the middle of its write"
