@@ -23,7 +23,9 @@ DEFAULT_ENV: dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "
 
 
 def _number(obj: dict[str, Any], key: str, default: float, where: str) -> float:
-    value = obj.get(key, default)
+    value = obj.get(key)
+    if value is None:
+        return default
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ValueError(f"{where}.{key} must be a positive number, not {value!r}")
     return float(value)

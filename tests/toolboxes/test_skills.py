@@ -1,0 +1,261 @@
+"""The skills toolbox, in process, with real skill folders and real scripts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolboxes._toolbox import CallContext, WorkerEnv
+from toolboxes.skills import (
+    ConfigError,
+    FrontmatterError,
+    SessionSkills,
+    SkillsToolbox,
+    open_toolbox,
+    parse_skill_md,
+)
+
+from .test_bash import FakeChannel, describe_json, write_script
+
+PDF_SKILL = """---
+name: pdf-processing
+description: Extract and manipulate PDF files
+license: MIT
+compatibility: Linux, macOS
+metadata:
+  author: team-pdf
+  version: "1.0"
+---
+
+# PDF Processing
+
+This skill provides tools for working with PDF documents.
+"""
+
+
+def make_skill(root: Path, folder: str, skill_md: str, scripts: dict[str, str] | None = None,
+               references: dict[str, str] | None = None) -> Path:
+    skill = root / folder
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(skill_md)
+    for name, slug in (scripts or {}).items():
+        (skill / "scripts").mkdir(exist_ok=True)
+        arg = {"name": "file", "description": "the file", "type": "path", "backing_type": "string",
+               "arity": "single", "mode": "positional"}
+        write_script(skill / "scripts", name, describe_json(slug, [arg]),
+                     'echo "$0 on $1 in session $AGENT_SESSION_ID"')
+    for rel, text in (references or {}).items():
+        path = skill / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return skill
+
+
+def skill_md(name: str, description: str = "does things") -> str:
+    return f"---\nname: {name}\ndescription: {description}\n---\nUse {name} well.\n"
+
+
+@pytest.fixture
+def skills_root(sandbox_tmp: Path) -> Path:
+    root = sandbox_tmp / "skills"
+    root.mkdir()
+    return root
+
+
+class Opener:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.opened: list[SkillsToolbox] = []
+
+    def __call__(self, roots: list[Path], auto: list[str] | None = None, **extra: Any) -> SkillsToolbox:
+        config: dict[str, Any] = {
+            "skillSources": [{"tag": "SkillDirectory", "contents": str(r)} for r in roots],
+            "autoEnableSkills": auto or [],
+            "policy": {"limits": {"wall_time_s": 10}},
+            **extra,
+        }
+        box = open_toolbox(config, WorkerEnv("skills", str(self.workdir), str(self.workdir), FakeChannel()))
+        self.opened.append(box)
+        return box
+
+
+@pytest.fixture
+def open_skills(sandbox_tmp: Path) -> Iterator[Opener]:
+    work = sandbox_tmp / "work"
+    work.mkdir()
+    opener = Opener(work)
+    yield opener
+    for box in opener.opened:
+        box.close()
+
+
+def ctx(session: str, tool: str = "t") -> CallContext:
+    return CallContext(call_id=1, tool=tool, session_id=session)
+
+
+# -- frontmatter (pure) --------------------------------------------------------------------------------------
+def test_the_seed_skill_md_parses() -> None:
+    meta = parse_skill_md(PDF_SKILL)
+    assert meta.name == "pdf-processing"
+    assert meta.license == "MIT"
+    assert meta.compatibility == "Linux, macOS"
+    assert meta.metadata == {"author": "team-pdf", "version": "1.0"}
+    assert meta.instructions.startswith("# PDF Processing")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("# no frontmatter\n", "must start with a '---' line"),
+        ("---\nname: x\ndescription: y\n", "not closed"),
+        ("---\nname: [x\n---\n", "not valid YAML"),
+        ("---\n- a\n---\n", "must be a YAML map"),
+        ("---\ndescription: y\n---\n", "frontmatter.name is required"),
+        ("---\nname: Bad_Name\ndescription: y\n---\n", "frontmatter.name 'Bad_Name' must be"),
+        ("---\nname: -lead\ndescription: y\n---\n", "no leading, trailing or double '-'"),
+        ("---\nname: trail-\ndescription: y\n---\n", "no leading, trailing or double '-'"),
+        ("---\nname: dou--ble\ndescription: y\n---\n", "no leading, trailing or double '-'"),
+        ("---\nname: " + "a" * 65 + "\ndescription: y\n---\n", "must be 1-64"),
+        ("---\nname: x\n---\n", "description is required"),
+        ("---\nname: x\ndescription: " + "d" * 1025 + "\n---\n", "the limit is 1024"),
+        ("---\nname: x\ndescription: y\nmetadata:\n  version: 1.0\n---\n", "metadata.version must be a string"),
+        ("---\nname: x\ndescription: y\nlicense: 3\n---\n", "frontmatter.license must be a string"),
+        ("---\nname: x\ndescripton: y\n---\n", "unknown key(s) descripton"),
+    ],
+)
+def test_invalid_frontmatter_is_refused_with_the_field(text: str, message: str) -> None:
+    with pytest.raises(FrontmatterError) as info:
+        parse_skill_md(text)
+    assert message in str(info.value)
+
+
+def test_sessions_start_with_auto_enabled_skills_and_keep_their_own_state() -> None:
+    sessions = SessionSkills(["core"], max_sessions=2)
+    assert sessions.enabled("a") == {"core"}
+    assert sessions.set("a", "core", False)
+    assert not sessions.set("a", "core", False)
+    assert sessions.enabled("a") == set()
+    assert sessions.enabled("b") == {"core"}
+    sessions.enabled("c")  # evicts "a", the least recently used
+    assert sessions.enabled("a") == {"core"}
+
+
+# -- the toolbox -------------------------------------------------------------------------------------------
+def test_meta_tools_always_listed_and_script_tools_session_scoped(open_skills: Opener, skills_root: Path) -> None:
+    make_skill(skills_root, "pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"})
+    box = open_skills([skills_root])
+    assert box.load_errors() == []
+    tools = {t.name: t for t in box.tools()}
+    assert set(tools) == {"skill_describe_pdf-processing", "skill_enable_pdf-processing",
+                          "skill_disable_pdf-processing", "skill_pdf-processing_extract-text"}
+    script = tools["skill_pdf-processing_extract-text"]
+    assert script.annotations == {"session_scoped": True, "skill": "pdf-processing"}
+    assert script.input_schema["required"] == ["file"]
+    assert not tools["skill_enable_pdf-processing"].annotations.get("session_scoped")
+    assert [t.name for t in box.tools_for_session("s1")] == [
+        "skill_describe_pdf-processing", "skill_enable_pdf-processing", "skill_disable_pdf-processing"]
+
+
+def test_a_skill_enabled_in_one_session_is_not_enabled_in_another(open_skills: Opener, skills_root: Path) -> None:
+    make_skill(skills_root, "pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"})
+    box = open_skills([skills_root])
+    tool = "skill_pdf-processing_extract-text"
+    refused = box.call(tool, {"file": "a.pdf"}, ctx("s1"))
+    assert refused.status == "error"
+    assert "not enabled in this session; call skill_enable_pdf-processing first" in (refused.summary or "")
+
+    enabled = box.call("skill_enable_pdf-processing", {}, ctx("s1"))
+    assert enabled.status == "passed"
+    assert enabled.structured == {"skill": "pdf-processing", "enabled": True, "changed": True, "tools": [tool]}
+    assert "This skill provides tools" in (enabled.data or "")
+
+    ran = box.call(tool, {"file": "a.pdf"}, ctx("s1"))
+    assert ran.status == "passed", ran
+    assert (ran.data or "").endswith("extract.sh on a.pdf in session s1\n")
+    assert tool in [t.name for t in box.tools_for_session("s1")]
+
+    other = box.call(tool, {"file": "a.pdf"}, ctx("s2"))
+    assert other.status == "error"
+    assert tool not in [t.name for t in box.tools_for_session("s2")]
+
+    box.call("skill_disable_pdf-processing", {}, ctx("s1"))
+    assert box.call(tool, {"file": "a.pdf"}, ctx("s1")).status == "error"
+
+
+def test_auto_enable_skills_are_on_in_every_new_session(open_skills: Opener, skills_root: Path) -> None:
+    make_skill(skills_root, "core", skill_md("core-utils"), scripts={"hello": "hello"})
+    make_skill(skills_root, "other", skill_md("other"), scripts={"hi": "hi"})
+    box = open_skills([skills_root], auto=["core-utils"])
+    for session in ("s1", "s2"):
+        assert box.call("skill_core-utils_hello", {"file": "x"}, ctx(session)).status == "passed"
+        assert box.call("skill_other_hi", {"file": "x"}, ctx(session)).status == "error"
+    # disabling an auto-enabled skill sticks for that session only
+    box.call("skill_disable_core-utils", {}, ctx("s1"))
+    assert box.call("skill_core-utils_hello", {"file": "x"}, ctx("s1")).status == "error"
+    assert box.call("skill_core-utils_hello", {"file": "x"}, ctx("s3")).status == "passed"
+
+
+def test_describe_lists_metadata_instructions_scripts_and_references(open_skills: Opener, skills_root: Path) -> None:
+    make_skill(skills_root, "deep/nested/pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"},
+               references={"references/forms.md": "forms", "references/api/reference.md": "api"})
+    box = open_skills([skills_root])
+    result = box.call("skill_describe_pdf-processing", {}, ctx("s1"))
+    assert result.status == "passed"
+    value = json.loads(result.data or "")
+    assert value["name"] == "pdf-processing"
+    assert value["metadata"] == {"author": "team-pdf", "version": "1.0"}
+    assert value["instructions"].startswith("# PDF Processing")
+    assert value["enabled"] is False
+    assert [s["tool"] for s in value["scripts"]] == ["skill_pdf-processing_extract-text"]
+    assert value["references"] == ["references/api/reference.md", "references/forms.md"]
+    assert value["path"] == str(skills_root / "deep/nested/pdf")
+
+
+def test_bad_skills_and_scripts_are_load_errors_and_the_rest_load(open_skills: Opener, skills_root: Path) -> None:
+    make_skill(skills_root, "good", skill_md("good"), scripts={"ok": "ok"})
+    make_skill(skills_root, "bad", "---\nname: BAD\ndescription: x\n---\n")
+    make_skill(skills_root, "zz-dup", skill_md("good"))  # searched after "good"
+    broken = make_skill(skills_root, "broken-script", skill_md("half"), scripts={"fine": "fine"})
+    (broken / "scripts" / "broken").write_text("#!/bin/bash\necho '{nope'\n")
+    (broken / "scripts" / "broken").chmod(0o755)
+    (skills_root / ".git" / "hidden").mkdir(parents=True)
+    (skills_root / ".git" / "hidden" / "SKILL.md").write_text("garbage")
+    box = open_skills([skills_root], auto=["missing"])
+    names = {t.name for t in box.tools()}
+    assert "skill_good_ok" in names
+    assert "skill_half_fine" in names
+    assert "skill_describe_half" in names
+    errors = {e["source"]: e["message"] for e in box.load_errors()}
+    assert "frontmatter.name 'BAD'" in errors[str(skills_root / "bad" / "SKILL.md")]
+    assert "already used by" in errors[str(skills_root / "zz-dup")]
+    assert "invalid JSON" in errors[str(broken / "scripts" / "broken")]
+    assert "'missing', which is not a loaded skill" in errors["autoEnableSkills"]
+    assert not any(".git" in source for source in errors)
+
+
+def test_git_sources_must_arrive_cloned_and_config_is_checked(open_skills: Opener, skills_root: Path) -> None:
+    make_skill(skills_root, "good", skill_md("good"))
+    box = open_skills([skills_root], skillSources=[
+        {"tag": "SkillDirectory", "contents": str(skills_root)},
+        {"tag": "SkillGitRepo", "contents": {"url": "file:///srv/skills.git", "subdir": "x"}},
+    ])
+    assert "skill_describe_good" in {t.name for t in box.tools()}
+    assert "was not cloned by the supervisor" in box.load_errors()[0]["message"]
+    with pytest.raises(ConfigError, match="absolute path"):
+        open_skills([], skillSources=[{"tag": "SkillDirectory", "contents": "relative"}])
+    with pytest.raises(ConfigError, match="not a valid skill name"):
+        open_skills([], auto=["Not Valid"])
+
+
+def test_script_tools_share_the_bash_limits(open_skills: Opener, skills_root: Path) -> None:
+    skill = make_skill(skills_root, "slow", skill_md("slow"))
+    (skill / "scripts").mkdir()
+    write_script(skill / "scripts", "wait", describe_json("wait"), "sleep 300")
+    box = open_skills([skills_root], auto=["slow"], policy={"limits": {"wall_time_s": 0.5}})
+    result = box.call("skill_slow_wait", {}, ctx("s"))
+    assert result.status == "error"
+    assert "did not finish within its time limit of 0.5 s" in (result.summary or "")

@@ -1,0 +1,246 @@
+"""The skills toolbox: ``skillSources`` (already local folders) and ``autoEnableSkills``.
+
+Tools, for each skill ``s``:
+
+- ``skill_describe_<s>``: metadata, instructions, script tools, references, and whether ``s`` is enabled in
+  the
+  caller's session (always listed);
+- ``skill_enable_<s>`` / ``skill_disable_<s>``: turn the skill on or off in the caller's session (always
+  listed;
+  annotations ``{"skill": s, "skill_action": "enable"|"disable"}``);
+- ``skill_<s>_<script>``: one per script of the skill, listed with annotations
+  ``{"session_scoped": True, "skill": s}``: it exists only in sessions where ``s`` is enabled. The supervisor
+  shows it
+  to those sessions only; this toolbox enforces it anyway and refuses a call from a session where ``s`` is not
+  enabled, telling the caller to call ``skill_enable_<s>``.
+
+``SkillGitRepo`` sources are cloned by the supervisor, which hands the worker a ``SkillDirectory`` instead;
+one that
+reaches the worker is a load error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._result import ToolResult
+from .._toolbox import CallContext, ToolSpec, WorkerEnv
+from ..bash import BashSettings, Reaper, ScriptRunner, input_schema
+from ._errors import ConfigError
+from ._frontmatter import valid_skill_name
+from ._sessions import SessionSkills
+from ._store import Skill, load_skills
+
+__all__ = ["SkillsToolbox", "open_toolbox"]
+
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+class SkillsToolbox:
+    """Skills loaded once at start. Thread-safe.
+
+    Args:
+        roots: skill source folders (absolute).
+        auto_enable: skills enabled in every new session.
+        runner: describes and runs the skills' scripts; owned (closed by :meth:`close`).
+        source_errors: problems found in the config (kept as load errors).
+    """
+
+    def __init__(
+        self,
+        roots: list[str],
+        auto_enable: list[str],
+        runner: ScriptRunner,
+        source_errors: list[dict[str, str]] | None = None,
+    ) -> None:
+        self._runner = runner
+        self._skills, errors = load_skills(roots, runner)
+        self._errors = list(source_errors or []) + errors
+        for name in auto_enable:
+            if name not in self._skills:
+                self._errors.append(
+                    {
+                        "source": "autoEnableSkills",
+                        "message": f"autoEnableSkills names {name!r}, which is not a loaded skill",
+                    }
+                )
+        self._sessions = SessionSkills(n for n in auto_enable if n in self._skills)
+        # tool name -> (kind, skill name)
+        self._index: dict[str, tuple[str, str]] = {}
+        for name, skill in self._skills.items():
+            self._index[f"skill_describe_{name}"] = ("describe", name)
+            self._index[f"skill_enable_{name}"] = ("enable", name)
+            self._index[f"skill_disable_{name}"] = ("disable", name)
+            for tool in skill.scripts:
+                self._index[tool] = ("script", name)
+
+    # -- Toolbox interface ---------------------------------------------------------------------------------
+    def tools(self) -> list[ToolSpec]:
+        """Meta tools of every skill, then every script tool (session-scoped), skills in name order."""
+        out: list[ToolSpec] = []
+        for name in sorted(self._skills):
+            skill = self._skills[name]
+            desc = skill.meta.description
+            out.append(
+                ToolSpec(
+                    f"skill_describe_{name}",
+                    f"Describe the skill {name}: {desc}",
+                    _EMPTY_SCHEMA,
+                    inline=True,
+                    annotations={"skill": name, "skill_action": "describe"},
+                )
+            )
+            out.append(
+                ToolSpec(
+                    f"skill_enable_{name}",
+                    f"Enable the skill {name} in this session, making its script tools available: {desc}",
+                    _EMPTY_SCHEMA,
+                    inline=True,
+                    annotations={"skill": name, "skill_action": "enable"},
+                )
+            )
+            out.append(
+                ToolSpec(
+                    f"skill_disable_{name}",
+                    f"Disable the skill {name} in this session.",
+                    _EMPTY_SCHEMA,
+                    inline=True,
+                    annotations={"skill": name, "skill_action": "disable"},
+                )
+            )
+        for name in sorted(self._skills):
+            for tool, (_path, spec) in self._skills[name].scripts.items():
+                out.append(
+                    ToolSpec(
+                        tool,
+                        spec.description,
+                        input_schema(spec),
+                        annotations={"session_scoped": True, "skill": name},
+                    )
+                )
+        return out
+
+    def tools_for_session(self, session_id: str) -> list[ToolSpec]:
+        """The tools a session sees: the meta tools and the script tools of the skills enabled in it."""
+        enabled = self._sessions.enabled(session_id)
+        return [
+            t
+            for t in self.tools()
+            if not t.annotations.get("session_scoped") or t.annotations["skill"] in enabled
+        ]
+
+    def load_errors(self) -> list[dict[str, str]]:
+        return [dict(e) for e in self._errors]
+
+    def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
+        """Run a meta tool or a script tool (refused unless its skill is enabled in ``ctx.session_id``)."""
+        entry = self._index.get(tool)
+        if entry is None:
+            return ToolResult.error(f"no tool {tool!r} in this skills toolbox")
+        kind, name = entry
+        skill = self._skills[name]
+        if kind == "describe":
+            return self._describe(skill, ctx)
+        if kind in ("enable", "disable"):
+            on = kind == "enable"
+            changed = self._sessions.set(ctx.session_id, name, on)
+            tools = sorted(skill.scripts)
+            if on:
+                text = (
+                    f"Skill {name} is enabled in this session."
+                    + (f" Its tools: {', '.join(tools)}." if tools else " It has no script tools.")
+                    + f"\n\n{skill.meta.instructions}"
+                )
+            else:
+                text = f"Skill {name} is disabled in this session."
+            result = ToolResult.passed(
+                text, structured={"skill": name, "enabled": on, "changed": changed, "tools": tools}
+            )
+            return result.with_meta("state_effect", "mutate").with_meta(
+                "resource_id", f"skill-session:{name}"
+            )
+        if not self._sessions.is_enabled(ctx.session_id, name):
+            return ToolResult.error(
+                f"{tool} belongs to the skill {name}, which is not enabled in this session; "
+                f"call skill_enable_{name} first"
+            )
+        path, spec = skill.scripts[tool]
+        return self._runner.run(tool, path, spec, args, ctx)
+
+    def _describe(self, skill: Skill, ctx: CallContext) -> ToolResult:
+        meta = skill.meta
+        value = {
+            "name": meta.name,
+            "description": meta.description,
+            "license": meta.license,
+            "compatibility": meta.compatibility,
+            "metadata": meta.metadata,
+            "path": skill.path,
+            "enabled": self._sessions.is_enabled(ctx.session_id, meta.name),
+            "instructions": meta.instructions,
+            "scripts": [
+                {"tool": tool, "description": spec.description, "input_schema": input_schema(spec)}
+                for tool, (_path, spec) in skill.scripts.items()
+            ],
+            "references": list(skill.references),
+        }
+        return (
+            ToolResult.json(value)
+            .with_meta("state_effect", "read")
+            .with_meta("resource_id", f"skill:{meta.name}")
+        )
+
+    def close(self) -> None:
+        """Kill every script still running. Safe to call twice."""
+        self._runner.close()
+
+
+def _sources(config: dict[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
+    sources = config.get("skillSources") or []
+    if not isinstance(sources, list):
+        raise ConfigError("skillSources must be a list")
+    roots: list[str] = []
+    errors: list[dict[str, str]] = []
+    for i, source in enumerate(sources):
+        tag = source.get("tag") if isinstance(source, dict) else None
+        if tag == "SkillGitRepo":
+            url = (
+                (source.get("contents") or {}).get("url")
+                if isinstance(source.get("contents"), dict)
+                else None
+            )
+            errors.append(
+                {
+                    "source": f"skillSources[{i}]",
+                    "message": (
+                        f"git skill source {url!r} was not cloned by the supervisor; "
+                        "a worker loads only SkillDirectory sources"
+                    ),
+                }
+            )
+            continue
+        if tag != "SkillDirectory":
+            raise ConfigError(f"skillSources[{i}].tag must be SkillDirectory or SkillGitRepo, not {tag!r}")
+        path = source.get("contents")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ConfigError(f"skillSources[{i}].contents must be an absolute path, not {path!r}")
+        roots.append(path)
+    return roots, errors
+
+
+def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> SkillsToolbox:
+    """Open the skills toolbox inside a confined worker (see :mod:`toolboxes._toolbox`). Raises
+    :class:`ConfigError` for a malformed config; problems with skills are load errors."""
+    roots, errors = _sources(config)
+    auto = config.get("autoEnableSkills") or []
+    if not isinstance(auto, list) or not all(isinstance(n, str) for n in auto):
+        raise ConfigError("autoEnableSkills must be a list of skill names")
+    for name in auto:
+        if not valid_skill_name(name):
+            raise ConfigError(f"autoEnableSkills: {name!r} is not a valid skill name")
+    try:
+        settings = BashSettings.from_policy(config.get("policy"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    runner = ScriptRunner(settings, env.workdir, Reaper(subreaper=True))
+    return SkillsToolbox(roots, auto, runner, errors)
