@@ -35,6 +35,7 @@ __all__ = [
     "load_config",
     "load_policy",
     "parse_agent_data",
+    "parse_policy_data",
 ]
 
 Loc = tuple[int | str, ...]
@@ -135,15 +136,23 @@ def load_policy(policy_path: str) -> tuple[Policy, str, dict[Loc, int]]:
     """
     file = os.path.realpath(policy_path)
     data, lines = _read_yaml(file)
+    return parse_policy_data(data, file, lines), file, lines
+
+
+def parse_policy_data(data: Any, file: str, lines: Mapping[Loc, int] | None = None) -> Policy:
+    """Validate decoded policy data that came from ``file`` (``None`` = an empty file: every default).
+
+    Raises:
+        ConfigError: every validation problem, with the line of each when ``lines`` maps locations to lines.
+    """
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError.one(file, "$", "wrong type: the policy must be a mapping of keys", "a YAML mapping", 1)
     try:
-        policy = Policy.model_validate(data, context={"base_dir": os.path.dirname(file)})
+        return Policy.model_validate(data, context={"base_dir": os.path.dirname(file)})
     except ValidationError as exc:
-        raise ConfigError(problems_from_validation_error(exc, file, line_of=_line_finder(lines))) from exc
-    return policy, file, lines
+        raise ConfigError(problems_from_validation_error(exc, file, line_of=_line_finder(lines or {}))) from exc
 
 
 def load_config(

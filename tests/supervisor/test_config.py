@@ -14,7 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox._predicates import Any_, DirectoryRecursive, FileExactly
-from supervisor._config_loader import ConfigError, LoadedConfig, load_agent_file, load_config, parse_agent_data
+from supervisor._config_loader import (
+    ConfigError,
+    LoadedConfig,
+    load_agent_file,
+    load_config,
+    parse_agent_data,
+    parse_policy_data,
+)
 from supervisor._policy import Policy, parse_size, policy_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -654,3 +661,47 @@ def test_any_json_gives_a_config_or_a_config_error(body: dict[str, Any], wrap: b
         assert text.startswith("/nonexistent/agent.json")
         assert "pydantic" not in text
         assert all(p.json_path is None or p.json_path.startswith("$") for p in error.problems)
+
+
+_POLICY_KEYS = [
+    "agents",
+    "limits",
+    "toolboxes",
+    "system",
+    "wall_time_s",
+    "output_bytes",
+    "network",
+    "allow_private_ranges",
+    "strict",
+    "supervision",
+    "restart_backoff_max_s",
+    "trace",
+    "path",
+    "env",
+    "worker_env",
+    "model_keys",
+    "context",
+    "images",
+    "max_bytes",
+    "x",
+]
+_YAML = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 2**70) | st.floats() | st.sampled_from(["1MiB", "10.0.0.0/8", "/x"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_POLICY_KEYS), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.dictionaries(st.sampled_from(_POLICY_KEYS), _YAML, max_size=5))
+def test_any_policy_data_gives_a_policy_or_a_config_error(data: dict[str, Any]) -> None:
+    try:
+        policy = parse_policy_data(data, "/nonexistent/policy.yaml")
+    except ConfigError as exc:
+        error: ConfigError | None = exc
+    else:
+        error = None
+        policy.effective_limits("system")
+    if error is not None:
+        assert str(error).startswith("/nonexistent/policy.yaml: at $")
+        assert "pydantic" not in str(error)
