@@ -414,3 +414,29 @@ def test_read_only_under_landlock_reads_wal_and_the_kernel_refuses_writes(
     if keep_writer_open:
         writer.close()
     assert count(db) == 4
+
+
+# --- the example agent file --------------------------------------------------------------------------------------
+
+
+def test_example_agent_toolboxes_work_on_the_generated_databases(sandbox_tmp: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, str(repo / "scripts" / "make_example_dbs.py"),
+                    str(sandbox_tmp / "sqlite-example")], check=True, capture_output=True)
+    agent = json.loads((repo / "policies" / "agents" / "sqlite-example.json").read_text())
+    boxes = {b["contents"]["Name"]: b["contents"] for b in agent["contents"]["builtinToolboxes"]}
+    assert set(boxes) == {"shared_working_memory", "analytics"}
+    opened = {}
+    for name, contents in boxes.items():
+        versioning = dict(contents["Versioning"])
+        versioning["path"] = os.path.normpath(os.path.join(sandbox_tmp, versioning["path"]))
+        opened[name] = toolbox(sandbox_tmp, versioning, name=name)
+    memory, analytics = opened["shared_working_memory"], opened["analytics"]
+    assert memory.query_tool == "sqlite_shared_working_memory_query"
+    res = q(memory, "INSERT INTO analysis_results (content) VALUES (?)", ["found it"])
+    assert res.status == "passed", res
+    assert q(analytics, "SELECT count(*) FROM users WHERE active = 1").structured["rows"] == [[3]]
+    assert q(analytics, "DELETE FROM events").status == "error"
