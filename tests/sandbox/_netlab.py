@@ -1,0 +1,393 @@
+"""A private network lab for the egress tests: namespaces, veth pairs, real servers, the proxy under test.
+
+Topology (every name unique per run, every namespace deleted on teardown)::
+
+    client ns (only lo)          supervisor ns                              internet ns
+    127.0.0.1:3128/53 ---SCM_RIGHTS--> proxy + DNS stub   203.0.113.1 ==veth== 203.0.113.10  HTTP (+ 2001:db8::10)
+    (bridge sockets opened            (this module, mode    2001:db8::1          203.0.113.11  HTTPS (trustme cert)
+     by sandbox._bridge)               "proxy")             127.0.0.1:8080       203.0.113.53  DNS (logs queries)
+                                                            loopback HTTP        169.254.169.254 fake metadata
+
+No packet leaves these namespaces: the machine's own namespace only runs ``ip`` and waits.
+Modes (``python -m tests.sandbox._netlab MODE``): ``inet`` serves the internet hosts, ``proxy`` receives a
+bridge and serves the proxy and the DNS stub with an injected resolver that asks the lab's DNS server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import queue
+import secrets
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PY = "/opt/agents-supervise/venv/bin/python"
+REPO = str(Path(__file__).resolve().parents[2])
+SUP_V4, INET_HTTP, INET_TLS, INET_DNS, METADATA = (
+    "203.0.113.1", "203.0.113.10", "203.0.113.11", "203.0.113.53", "169.254.169.254"
+)
+SUP_V6, INET_V6 = "2001:db8::1", "2001:db8::10"
+LOOPBACK_PORT = 8080
+ZONE: dict[str, dict[str, list[str]]] = {
+    "www.example.test": {"A": [INET_HTTP], "AAAA": [INET_V6]},
+    "www6.example.test": {"A": [], "AAAA": [INET_V6]},
+    "secure.example.test": {"A": [INET_TLS], "AAAA": []},
+    "evil.example.test": {"A": [INET_HTTP], "AAAA": []},
+    "loop.example.test": {"A": ["127.0.0.1"], "AAAA": []},
+    "meta.example.test": {"A": [METADATA], "AAAA": []},
+    "mapped.example.test": {"A": [], "AAAA": ["::ffff:169.254.169.254"]},
+    "nat64.example.test": {"A": [], "AAAA": ["64:ff9b::a9fe:a9fe"]},
+    "self.example.test": {"A": [SUP_V4], "AAAA": []},
+    "private.example.test": {"A": ["10.1.2.3"], "AAAA": []},
+}
+
+
+def sh(*args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """Run a command quietly (text mode, 30 s bound); raise with its output when ``check`` and it fails."""
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False, **kw)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def in_ns(ns: str, *args: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *args]
+
+
+class Lines:
+    """Lines of a child's stdout, read by a thread so tests can wait for one with a bound."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            for line in self.proc.stdout:
+                self.queue.put(line.rstrip("\n"))
+        self.queue.put(None)
+
+    def next(self, prefix: str, timeout: float = 15.0) -> str:
+        """The next line starting with ``prefix`` (others are skipped); fails when the child exits first."""
+        while True:
+            try:
+                line = self.queue.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no {prefix!r} line within {timeout} s") from None
+            if line is None:
+                err = self.proc.stderr.read() if self.proc.stderr else ""
+                raise AssertionError(f"the child exited before a {prefix!r} line: {err}")
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+
+    def pending(self) -> list[str]:
+        out = []
+        while True:
+            try:
+                line = self.queue.get_nowait()
+            except queue.Empty:
+                return out
+            if line is not None:
+                out.append(line)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+class Lab:
+    """The supervisor and internet namespaces, the internet servers, and a factory for client bridges."""
+
+    def __init__(self, workdir: Path) -> None:
+        tag = secrets.token_hex(3)
+        self.sup, self.inet = f"asv-s-{tag}", f"asv-i-{tag}"
+        self.workdir = workdir
+        self.ca_path = workdir / "ca.pem"
+        self.dns_log = workdir / "dns-queries.log"
+        self.procs: list[subprocess.Popen[str]] = []
+        self.namespaces: list[str] = []
+        try:
+            self._build(tag)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, tag: str) -> None:
+        for ns in (self.sup, self.inet):
+            sh("ip", "netns", "add", ns)
+            self.namespaces.append(ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        vs, vi = f"vs{tag}", f"vi{tag}"
+        sh("ip", "-n", self.sup, "link", "add", vs, "type", "veth", "peer", "name", vi, "netns", self.inet)
+        sh("ip", "-n", self.sup, "addr", "add", f"{SUP_V4}/24", "dev", vs)
+        sh("ip", "-n", self.sup, "addr", "add", f"{SUP_V6}/64", "dev", vs, "nodad")
+        sh("ip", "-n", self.sup, "link", "set", vs, "up")
+        sh("ip", "-n", self.sup, "route", "add", f"{METADATA}/32", "dev", vs)
+        for addr in (INET_HTTP, INET_TLS, INET_DNS):
+            sh("ip", "-n", self.inet, "addr", "add", f"{addr}/24", "dev", vi)
+        sh("ip", "-n", self.inet, "addr", "add", f"{METADATA}/16", "dev", vi)
+        sh("ip", "-n", self.inet, "addr", "add", f"{INET_V6}/64", "dev", vi, "nodad")
+        sh("ip", "-n", self.inet, "link", "set", vi, "up")
+        sh("ip", "-n", self.inet, "route", "add", f"{SUP_V4}/32", "dev", vi, check=False)
+        proc = subprocess.Popen(
+            in_ns(self.inet, PY, "-m", "tests.sandbox._netlab", "inet", "--ca", str(self.ca_path),
+                  "--dns-log", str(self.dns_log)),
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.procs.append(proc)
+        Lines(proc).next("ready")
+
+    def bridge(self, rules: list[str], *, private: tuple[str, ...] = (), toolbox: str = "lab") -> Bridge:
+        """A client namespace with only ``lo`` whose bridge is served by a proxy in the supervisor namespace."""
+        return Bridge(self, rules, private, toolbox)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            _stop(proc)
+        for ns in self.namespaces:
+            sh("ip", "netns", "del", ns, check=False)
+
+
+class Bridge:
+    """One client namespace, its bridge, and the proxy process serving it (with its decisions as lines)."""
+
+    def __init__(self, lab: Lab, rules: list[str], private: tuple[str, ...], toolbox: str) -> None:
+        self.lab = lab
+        self.ns = f"asv-c-{secrets.token_hex(3)}"
+        sh("ip", "netns", "add", self.ns)
+        lab.namespaces.append(self.ns)
+        sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+        sup_end, cli_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with sup_end, cli_end:
+            self.proxy = subprocess.Popen(
+                in_ns(lab.sup, PY, "-m", "tests.sandbox._netlab", "proxy", "--bridge-fd", str(sup_end.fileno()),
+                      "--rules", json.dumps(rules), "--private", json.dumps(list(private)),
+                      "--toolbox", toolbox),
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[sup_end.fileno()],
+            )
+            lab.procs.append(self.proxy)
+            self.lines = Lines(self.proxy)
+            opened = subprocess.run(
+                in_ns(self.ns, PY, "-c",
+                      f"from sandbox._bridge import open_bridge; print(open_bridge({cli_end.fileno()}))"),
+                cwd=REPO, capture_output=True, text=True, timeout=30, pass_fds=[cli_end.fileno()],
+            )
+            if opened.returncode != 0:
+                raise RuntimeError(f"open_bridge failed: {opened.stderr}")
+        self.lines.next("ready")
+        from sandbox._bridge import BridgePorts, worker_network_env
+
+        self.env = {"PATH": "/usr/bin:/bin", **worker_network_env(BridgePorts())}
+
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command in the client namespace with the worker's proxy environment."""
+        return subprocess.run(
+            in_ns(self.ns, *args), cwd=REPO, capture_output=True, text=True, timeout=timeout,
+            env={**self.env, **(env or {})},
+        )
+
+    def python(self, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run(PY, "-c", code, *args)
+
+    def curl(self, url: str, *extra: str) -> tuple[int, str]:
+        """``curl`` through the proxy from the environment; returns (HTTP status, body)."""
+        proc = self.run("curl", "-sS", "--max-time", "10", "-w", "\n%{http_code}", *extra, url)
+        body, _, code = proc.stdout.rpartition("\n")
+        return int(code or 0), body
+
+    def decision(self) -> dict[str, Any]:
+        """The next decision the proxy reported (waits for it, bounded)."""
+        return json.loads(self.lines.next("decision"))
+
+    def close(self) -> None:
+        _stop(self.proxy)
+        sh("ip", "netns", "del", self.ns, check=False)
+        self.lab.namespaces.remove(self.ns)
+
+
+# --- the processes --------------------------------------------------------------------------------------------
+
+
+def _http_handler(tag: str) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        server_version = "netlab"
+
+        def do_GET(self) -> None:
+            if self.path.startswith("/big/"):
+                size = int(self.path.split("/")[2])
+                self.send_response(200)
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                chunk = b"x" * 65536
+                while size > 0:
+                    self.wfile.write(chunk[:size])
+                    size -= len(chunk)
+                return
+            body = f"{tag} host={self.headers.get('Host')} path={self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            data = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            body = f"{tag} received {len(data)} bytes".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+def _serve_http(addr: str, port: int, tag: str, ctx: ssl.SSLContext | None = None) -> None:
+    class Server(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        daemon_threads = True
+
+    server = Server((addr, port), _http_handler(tag))
+    if ctx is not None:
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def _serve_dns(addr: str, log_path: str) -> None:
+    import dns.message
+    import dns.rcode
+    import dns.rdatatype
+    import dns.rrset
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((addr, 53))
+
+    def loop() -> None:
+        while True:
+            wire, peer = sock.recvfrom(4096)
+            query = dns.message.from_wire(wire)
+            question = query.question[0]
+            name = question.name.to_text(omit_final_dot=True).lower()
+            with open(log_path, "a") as log:
+                log.write(f"{name} {dns.rdatatype.to_text(question.rdtype)}\n")
+            response = dns.message.make_response(query)
+            entry = ZONE.get(name)
+            kind = dns.rdatatype.to_text(question.rdtype)
+            if entry is None:
+                response.set_rcode(dns.rcode.NXDOMAIN)
+            elif entry.get(kind):
+                response.answer.append(dns.rrset.from_text_list(question.name, 60, "IN", kind, entry[kind]))
+            sock.sendto(response.to_wire(), peer)
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def _main_inet(args: argparse.Namespace) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(args.ca)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("secure.example.test").configure_cert(ctx)
+    _serve_http(INET_HTTP, 80, "origin")
+    _serve_http(INET_V6, 80, "origin6")
+    _serve_http(INET_TLS, 443, "tls-origin", ctx)
+    _serve_http(METADATA, 80, "SECRET-METADATA")
+    _serve_dns(INET_DNS, args.dns_log)
+    print("ready", flush=True)
+    threading.Event().wait()
+
+
+def _lab_resolver() -> Callable[[str], Any]:
+    import ipaddress
+
+    import dns.message
+    import dns.query
+    import dns.rcode
+    import trio
+
+    from sandbox._egress import ResolveError
+
+    def lookup(host: str) -> list[Any]:
+        found: list[Any] = []
+        missing = 0
+        for kind in ("A", "AAAA"):
+            reply = dns.query.udp(dns.message.make_query(host, kind), INET_DNS, timeout=5)
+            if reply.rcode() == dns.rcode.NXDOMAIN:
+                missing += 1
+            for rrset in reply.answer:
+                found.extend(ipaddress.ip_address(r.address) for r in rrset)
+        if missing == 2:
+            raise ResolveError(f"{host} does not exist", not_found=True)
+        return found
+
+    async def resolve(host: str) -> list[Any]:
+        return await trio.to_thread.run_sync(lookup, host)
+
+    return resolve
+
+
+def _main_proxy(args: argparse.Namespace) -> None:
+    import trio
+
+    from sandbox._bridge import receive_bridge_nowait
+    from sandbox._dns_stub import serve_dns_stub
+    from sandbox._egress import serve_egress
+    from sandbox._hosts import AllowedHosts
+
+    _serve_http("127.0.0.1", LOOPBACK_PORT, "loopback-service")
+    with socket.socket(fileno=args.bridge_fd) as carrier:
+        bridge = receive_bridge_nowait(carrier)
+    rules = AllowedHosts.parse(json.loads(args.rules), private_networks=json.loads(args.private))
+    resolve = _lab_resolver()
+
+    def report(record: dict[str, Any]) -> None:
+        print("decision", json.dumps(record), flush=True)
+
+    async def main() -> None:
+        proxy, udp, tcp = bridge.to_trio()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status: serve_egress(
+                proxy, rules, on_decision=report, toolbox=args.toolbox, resolve=resolve, task_status=task_status))
+            await nursery.start(lambda task_status: serve_dns_stub(
+                udp, tcp, rules, resolve, task_status=task_status))
+            print("ready", flush=True)
+
+    trio.run(main)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["inet", "proxy"])
+    parser.add_argument("--ca")
+    parser.add_argument("--dns-log")
+    parser.add_argument("--bridge-fd", type=int)
+    parser.add_argument("--rules", default="[]")
+    parser.add_argument("--private", default="[]")
+    parser.add_argument("--toolbox", default="lab")
+    args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
+    os.environ.pop("HTTP_PROXY", None)
+    (_main_inet if args.mode == "inet" else _main_proxy)(args)
+
+
+if __name__ == "__main__":
+    main()
