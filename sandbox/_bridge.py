@@ -202,7 +202,10 @@ def _build(data: bytes, fds: list[int]) -> BridgeSockets:
             raise BridgeError(f"the bridge message carries {len(fds)} file descriptors, expected {_FD_COUNT}")
         ports = decode_bridge_message(data)
         while fds:
-            socks.append(socket.socket(fileno=fds[0]))
+            try:
+                socks.append(socket.socket(fileno=fds[0]))
+            except OSError as exc:
+                raise BridgeError(f"a bridge descriptor is not a socket: {exc.strerror or exc}") from None
             fds.pop(0)
         proxy, udp, tcp = socks
         _check_socket(proxy, socket.SOCK_STREAM, ports.proxy, "proxy socket")
