@@ -23,7 +23,7 @@ from toolboxes._names import tool_name
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 
-from . import _ops
+from . import _ops, _ops_meta
 from ._access import Access, check
 from ._files import refusal
 
@@ -152,7 +152,8 @@ class DeveloperToolbox:
             return ToolResult.error(f"unknown tool {tool!r}: this toolbox offers {', '.join(self.by_tool)}")
         if "capability" in args and args["capability"] != cap:
             return ToolResult.error(f"capability {args['capability']!r} does not match tool {tool} ({cap})")
-        handler = getattr(_ops, "op_" + cap.replace("-", "_"))
+        op = "op_" + cap.replace("-", "_")
+        handler = getattr(_ops, op, None) or getattr(_ops_meta, op)
         try:
             return handler(self, args, ctx)
         except OSError as exc:
