@@ -1,0 +1,151 @@
+"""The DNS stub's answers and the shared ``decide`` step, with a recording resolver (no network)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import dns.flags
+import dns.message
+import dns.opcode
+import dns.query
+import dns.rcode
+import trio
+
+from sandbox._dns_stub import answer_query, serve_dns_stub
+from sandbox._egress import ResolveError, decide, default_resolve
+from sandbox._hosts import AllowedHosts, IPAddress
+
+RULES = AllowedHosts.parse(["www.example.test", "*.cdn.example.test", "gone.example.test", "broken.example.test",
+                            "meta.example.test", "many.example.test", "localhost"])
+
+
+class Recorder:
+    """A resolver that records every name it is asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str) -> list[IPAddress]:
+        self.asked.append(host)
+        await trio.lowlevel.checkpoint()
+        if host == "gone.example.test":
+            raise ResolveError("no such name", not_found=True)
+        if host == "broken.example.test":
+            raise ResolveError("resolver timed out")
+        if host == "meta.example.test":
+            return [ipaddress.ip_address("169.254.169.254")]
+        if host == "many.example.test":
+            return [ipaddress.ip_address(f"203.0.113.{i}") for i in range(1, 101)]
+        return [ipaddress.ip_address("203.0.113.10"), ipaddress.ip_address("2001:db8::10")]
+
+
+def no_own() -> frozenset[IPAddress]:
+    return frozenset()
+
+
+async def ask(name: str, kind: str = "A", resolver: Recorder | None = None, **kw: object) -> dns.message.Message:
+    query = dns.message.make_query(name, kind, **kw)  # type: ignore[arg-type]
+    wire = await answer_query(query.to_wire(), RULES, resolve=resolver or Recorder(), own_addresses=no_own)
+    assert wire is not None
+    return dns.message.from_wire(wire)
+
+
+async def test_allowed_names_get_the_dialable_addresses_with_ttl_zero() -> None:
+    reply = await ask("www.example.test", "A")
+    assert reply.rcode() == dns.rcode.NOERROR
+    assert [(r.to_text(), s.ttl) for s in reply.answer for r in s] == [("203.0.113.10", 0)]
+    reply = await ask("A.CDN.Example.Test.", "AAAA")
+    assert [r.to_text() for s in reply.answer for r in s] == ["2001:db8::10"]
+
+
+async def test_refused_names_never_reach_the_resolver() -> None:
+    recorder = Recorder()
+    for name, kind in [("evil.example.test", "A"), ("cdn.example.test", "A"), ("x.www.example.test", "AAAA"),
+                       ("www.example.test", "TXT"), ("www.example.test", "MX"), ("10.in-addr.arpa", "PTR"),
+                       ("bad\\000name.example.test", "A")]:
+        reply = await ask(name, kind, recorder)
+        assert reply.rcode() == dns.rcode.REFUSED, (name, kind)
+        assert not reply.answer
+    assert recorder.asked == []
+
+
+async def test_forbidden_addresses_refused_missing_names_nxdomain_failures_servfail() -> None:
+    assert (await ask("meta.example.test")).rcode() == dns.rcode.REFUSED
+    assert (await ask("gone.example.test")).rcode() == dns.rcode.NXDOMAIN
+    assert (await ask("broken.example.test")).rcode() == dns.rcode.SERVFAIL
+
+
+async def test_localhost_is_answered_without_any_lookup() -> None:
+    recorder = Recorder()
+    reply = await ask("localhost", "AAAA", recorder)
+    assert [r.to_text() for s in reply.answer for r in s] == ["::1"]
+    assert recorder.asked == []
+
+
+async def test_malformed_and_odd_queries() -> None:
+    recorder = Recorder()
+    assert await answer_query(b"\x12", RULES, resolve=recorder) is None
+    formerr = await answer_query(b"\x12\x34" + b"\x01\x00" + b"\x00\x05" + b"\x00" * 6 + b"junk", RULES,
+                                 resolve=recorder)
+    assert formerr is not None
+    assert formerr[:2] == b"\x12\x34"
+    assert formerr[3] & 0x0F == dns.rcode.FORMERR
+    response = dns.message.make_response(dns.message.make_query("www.example.test", "A"))
+    assert await answer_query(response.to_wire(), RULES, resolve=recorder) is None
+    notify = dns.message.make_query("www.example.test", "SOA")
+    notify.set_opcode(dns.opcode.NOTIFY)
+    reply = dns.message.from_wire(await answer_query(notify.to_wire(), RULES, resolve=recorder) or b"")
+    assert reply.rcode() == dns.rcode.NOTIMP
+    assert recorder.asked == []
+
+
+async def test_large_answers_are_truncated_over_udp() -> None:
+    query = dns.message.make_query("many.example.test", "A")
+    wire = await answer_query(query.to_wire(), RULES, resolve=Recorder(), own_addresses=no_own, max_size=512)
+    assert wire is not None
+    reply = dns.message.from_wire(wire)
+    assert reply.flags & dns.flags.TC
+    assert len(wire) <= 512
+    full = await answer_query(query.to_wire(), RULES, resolve=Recorder(), own_addresses=no_own)
+    assert len(dns.message.from_wire(full or b"").answer[0]) == 100
+
+
+async def test_decide_never_resolves_ip_literals_or_refused_names() -> None:
+    recorder = Recorder()
+    rules = AllowedHosts.parse(["203.0.113.7", "www.example.test"])
+    allowed = await decide("0xcb.0.0x71.7", 443, rules, resolve=recorder, own_addresses=no_own)
+    assert (allowed.verdict, allowed.addresses) == ("allowed", (ipaddress.ip_address("203.0.113.7"),))
+    refused = await decide("evil.example.test", 443, rules, resolve=recorder, own_addresses=no_own)
+    assert refused.verdict == "refused"
+    bad = await decide("exa mple", 443, rules, resolve=recorder, own_addresses=no_own)
+    assert bad.verdict == "refused"
+    assert recorder.asked == []
+
+
+async def test_default_resolver_reads_the_hosts_file() -> None:
+    assert ipaddress.ip_address("127.0.0.1") in await default_resolve("localhost")
+
+
+async def test_stub_serves_udp_and_tcp() -> None:
+    udp = trio.socket.socket(type=trio.socket.SOCK_DGRAM)
+    await udp.bind(("127.0.0.1", 0))
+    tcp = trio.socket.socket()
+    await tcp.bind(("127.0.0.1", udp.getsockname()[1]))
+    tcp.listen(8)
+    port = udp.getsockname()[1]
+    recorder = Recorder()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: serve_dns_stub(udp, tcp, RULES, recorder, own_addresses=no_own, task_status=task_status)
+        )
+        query = dns.message.make_query("www.example.test", "A")
+        by_udp = await trio.to_thread.run_sync(lambda: dns.query.udp(query, "127.0.0.1", port=port, timeout=5))
+        by_tcp = await trio.to_thread.run_sync(lambda: dns.query.tcp(query, "127.0.0.1", port=port, timeout=5))
+        refused = await trio.to_thread.run_sync(
+            lambda: dns.query.udp(dns.message.make_query("evil.test", "A"), "127.0.0.1", port=port, timeout=5)
+        )
+        nursery.cancel_scope.cancel()
+    assert by_udp.answer == by_tcp.answer
+    assert [r.to_text() for s in by_udp.answer for r in s] == ["203.0.113.10"]
+    assert refused.rcode() == dns.rcode.REFUSED
+    assert recorder.asked == ["www.example.test", "www.example.test"]
