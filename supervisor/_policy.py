@@ -36,6 +36,7 @@ from ._config_types import check_host
 __all__ = [
     "DEFAULT_STATE_DIR",
     "DEFAULT_SYSTEM_PATHS",
+    "AgentLoop",
     "Limits",
     "LimitsOverride",
     "Policy",
@@ -241,6 +242,22 @@ class Sessions(_Model):
     max_concurrent_calls: int = Field(default=16, ge=1)
 
 
+class AgentLoop(_Model):
+    """Bounds of every sub-agent loop the supervisor runs (``io_prompt_agent_<slug>``, ``agents-supervise run``)."""
+
+    max_steps: int = Field(default=16, ge=1, description="model requests per loop before it ends with an error")
+    retries: int = Field(default=3, ge=0, description="retries of one model request after a transient error")
+    backoff_initial_s: float = Field(default=0.5, ge=0, description="wait before the first retry; doubles")
+    backoff_max_s: float = Field(default=10.0, ge=0, description="longest wait between retries")
+    request_timeout_s: float = Field(default=120.0, gt=0, description="wall time of one model request")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AgentLoop:
+        if self.backoff_initial_s > self.backoff_max_s:
+            raise _problem("backoff_initial_s is larger than backoff_max_s", "backoff_initial_s <= backoff_max_s")
+        return self
+
+
 class Supervision(_Model):
     restart_backoff_initial_s: float = Field(default=0.1, gt=0)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
@@ -299,6 +316,7 @@ class Policy(_Model):
     network: Network = Network()
     max_call_depth: int = Field(default=4, ge=0)
     sessions: Sessions = Sessions()
+    agent_loop: AgentLoop = Field(default=AgentLoop(), description="bounds of sub-agent loops (model requests)")
     supervision: Supervision = Supervision()
     trace: Trace = Trace()
     context: Context = Context()
