@@ -558,3 +558,44 @@ def test_kimi_ask_user_registers_as_bash_ask_user(boxes: Boxes) -> None:
     result = box.call("bash_ask_user", {"question": "Which colour?"}, ctx("bash_ask_user"))
     assert result.status == "passed"
     assert 'No user is available to answer "Which colour?"' in (result.data or "")
+
+
+# -- as PID 1 of a PID namespace whose /proc is the host's (how the launcher runs a worker) ---------------------
+PID1_PROGRAM = r"""
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from toolboxes.bash import Reaper, run_bounded
+reaper = Reaper(subreaper=True)
+script = "setsid sleep 300 & echo $!; sleep 300 & echo $!; (setsid sleep 300 & echo $!); echo done"
+out = run_bounded(reaper, ["/bin/bash", "-c", script], env={"PATH": "/usr/bin:/bin"}, cwd="/",
+                  stdin=None, deadline=time.monotonic() + 10, stdout_cap=4096, stderr_cap=4096)
+pids = [int(x) for x in out.stdout.split()[:-1]]
+left = []
+for pid in pids:
+    try:
+        os.kill(pid, 0)
+        left.append(pid)
+    except ProcessLookupError:
+        pass
+print(json.dumps({"pid": os.getpid(), "wipe": reaper.wipe_when_idle, "pids": pids, "left": left,
+                  "exit": out.exit_code, "elapsed": out.elapsed_s}))
+"""
+
+
+@pytest.mark.root
+def test_as_pid_1_leftovers_are_killed_and_reaped_without_proc() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", PID1_PROGRAM, str(REPO)],
+        capture_output=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert report["pid"] == 1
+    assert report["wipe"] is True
+    assert len(report["pids"]) == 3
+    assert report["exit"] == 0
+    assert report["elapsed"] < 5
+    assert report["left"] == []

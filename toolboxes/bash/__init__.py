@@ -1,8 +1,7 @@
 """The bash toolbox (seed "Bash tools"): scripts that answer ``describe`` and ``run``, as tools
 ``bash_<slug>``.
 
-The describe/run machinery (:class:`ScriptRunner`, :func:`parse_describe`, :func:`input_schema`) is shared
-with the
+The describe/run machinery (:class:`ScriptRunner`, :func:`parse_describe`, :func:`input_schema`) is shared with the
 skills toolbox, whose ``scripts/*`` follow the same protocol.
 """
 

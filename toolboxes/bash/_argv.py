@@ -7,10 +7,8 @@ Arguments are taken in describe order. For each one:
 - ``dashdashequal``: ``--name=value``, one argv element;
 - ``stdin``: the value and a newline are appended to the script's stdin.
 
-Arity ``single`` must be present; ``optional`` may be absent or ``null`` (nothing is added); ``multiple`` is a
-list
-and each element is rendered as above (the flag repeats). Values are rendered as text: strings as they are,
-booleans
+Arity ``single`` must be present; ``optional`` may be absent or ``null`` (nothing is added); ``multiple`` is a list
+and each element is rendered as above (the flag repeats). Values are rendered as text: strings as they are, booleans
 as ``true``/``false``, numbers in their JSON form, anything else as JSON.
 """
 
@@ -26,14 +24,12 @@ __all__ = ["ArgumentError", "Invocation", "build_invocation", "render_value"]
 
 
 class ArgumentError(ValueError):
-    """An argument cannot be put on a command line (missing, wrong shape, NUL byte). The message is for the
-    agent."""
+    """An argument cannot be put on a command line (missing, wrong shape, NUL byte). The message is for the agent."""
 
 
 @dataclass(frozen=True)
 class Invocation:
-    """What to run after ``SCRIPT run``: the extra argv and the stdin bytes (``None``: stdin is closed at
-    once)."""
+    """What to run after ``SCRIPT run``: the extra argv and the stdin bytes (``None``: stdin is closed at once)."""
 
     argv: tuple[str, ...]
     stdin: bytes | None
@@ -77,10 +73,8 @@ def _values(arg: ScriptArg, args: dict[str, Any]) -> list[str]:
 
 
 def build_invocation(spec: ScriptSpec, args: dict[str, Any]) -> Invocation:
-    """Build the argv tail and stdin for ``args``. Raises :class:`ArgumentError` for a missing required
-    argument or
-    a value that cannot be passed. Arguments the script does not declare are refused too (the supervisor's
-    schema
+    """Build the argv tail and stdin for ``args``. Raises :class:`ArgumentError` for a missing required argument or
+    a value that cannot be passed. Arguments the script does not declare are refused too (the supervisor's schema
     check normally stops them first)."""
     unknown = sorted(set(args) - {a.name for a in spec.args})
     if unknown:

@@ -1,9 +1,7 @@
 """Finding the scripts of a source, and a fingerprint of each so a watcher can tell what changed.
 
-A ``FileSystemDirectory`` offers every executable regular file directly in the folder (symlinks followed,
-names
-starting with ``.`` skipped: editors' swap and temporary files); a ``SingleTool`` offers its one file, and a
-missing
+A ``FileSystemDirectory`` offers every executable regular file directly in the folder (symlinks followed, names
+starting with ``.`` skipped: editors' swap and temporary files); a ``SingleTool`` offers its one file, and a missing
 or non-executable file is a load error rather than silence. Sub-folders are not searched.
 """
 

@@ -1,19 +1,13 @@
-"""From a finished run (:class:`ProcessOutcome`) to a :class:`ToolResult` (pure code; media files are written
-through
+"""From a finished run (:class:`ProcessOutcome`) to a :class:`ToolResult` (pure code; media files are written through
 a callback).
 
-- could not start, timed out, cancelled: ``error`` with the reason (and what the script printed before the
-  end);
-- non-zero exit or death by a signal: ``failed`` with the exit code (metadata ``exit_code``), stderr and
-  stdout;
-- exit 0: ``passed`` with stdout as text (decoded as UTF-8; invalid bytes are replaced and a note says so), or
-  the
-  ``empty-result`` text when stdout is exactly empty; with ``output-media-type``, stdout is that media: an
-  image
+- could not start, timed out, cancelled: ``error`` with the reason (and what the script printed before the end);
+- non-zero exit or death by a signal: ``failed`` with the exit code (metadata ``exit_code``), stderr and stdout;
+- exit 0: ``passed`` with stdout as text (decoded as UTF-8; invalid bytes are replaced and a note says so), or the
+  ``empty-result`` text when stdout is exactly empty; with ``output-media-type``, stdout is that media: an image
   (png, jpeg, gif, webp) becomes an attachment, anything else a file named by ``data_path``.
 
-Output past the cap is cut and the result has ``truncated`` set, with a note giving the full size.
-"""
+Output past the cap is cut and the result has ``truncated`` set, with a note giving the full size. """
 
 from __future__ import annotations
 
@@ -48,8 +42,7 @@ def sniff_image(data: bytes, media_type: str) -> bool:
 
 
 def decode_text(data: bytes) -> tuple[str, int]:
-    """Decode UTF-8, replacing invalid bytes; returns the text and how many replacement characters were
-    added."""
+    """Decode UTF-8, replacing invalid bytes; returns the text and how many replacement characters were added."""
     try:
         return data.decode("utf-8"), 0
     except UnicodeDecodeError:
@@ -79,8 +72,7 @@ def _with_notes(text: str, notes: list[str]) -> str:
 
 
 def _decode_media(data: bytes, media_type: str) -> bytes | None:
-    """The image bytes in ``data``: raw, or base64 text of them (the anchor's form). ``None`` when neither
-    fits."""
+    """The image bytes in ``data``: raw, or base64 text of them (the anchor's form). ``None`` when neither fits."""
     if sniff_image(data, media_type):
         return data
     try:

@@ -1,30 +1,30 @@
 """Running one script to completion under a wall-time limit, with capped output, leaving no process behind.
 
-Each script starts in a new session (``start_new_session=True``: its pid is its session and process-group id)
-with
+Each script starts in a new session (``start_new_session=True``: its pid is its session and process-group id) with
 a minimal environment, stdin either ``/dev/null`` or a pipe that is closed once the stdin-mode arguments are
-written, and stdout/stderr pipes read in the calling thread by a selector together with a pidfd of the script
-(so the
-exit of the script is seen even while a child still holds the pipes) and a wake pipe (so a cancel from another
-thread
+written, and stdout/stderr pipes read in the calling thread by a selector together with a pidfd of the script (so the
+exit of the script is seen even while a child still holds the pipes) and a wake pipe (so a cancel from another thread
 is seen at once).
 
 When the script exits, times out, or its call is cancelled, :meth:`Reaper.kill_tree` kills what it left:
 
 1. its process group (``killpg``), while the leader is still an unreaped zombie so its pid cannot be reused;
 2. every process of its session found in ``/proc`` (children that moved to another process group);
-3. with ``subreaper`` on (one toolbox per worker process), every child of this process that no call is
-   tracking:
-   the worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a grandchild that escaped with ``setsid``
-   is
+3. with ``subreaper`` on (one toolbox per worker process), every child of this process that no call is tracking:
+   the worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a grandchild that escaped with ``setsid`` is
    re-parented here when its parent dies, and is killed and reaped.
 
-What this does not cover: a process that escaped with ``setsid`` while its parent is still alive and then
-outlives
-the sweep's parent-exit (it is caught by the next sweep or :meth:`Reaper.close`); and a sandbox in which
-``/proc``
-cannot be read, where only the process group is killed. Memory, CPU and process-count limits are the worker's
-rlimits, set by the launcher; they are not this module's concern.
+Steps 2 and 3 need a ``/proc`` that shows this process's own PID namespace. A confined worker has neither: it is
+PID 1 of a PID namespace of its own while ``/proc`` is the host's (and Landlock lets it read only ``/proc/self``).
+There the reaper uses what PID 1 gets instead: every orphan of the namespace is re-parented to it, and whenever no
+script is running (the moment the last call or describe of the worker ends) it kills every other process of the
+namespace (``kill(-1, SIGKILL)``, which a PID 1 only delivers inside its namespace) and reaps them all.
+
+What this does not cover: a process that escaped with ``setsid`` while its parent is still alive and then outlives
+the sweep's parent-exit (it is caught by the next sweep, the next idle moment of a PID-1 worker, or
+:meth:`Reaper.close`); and a process that is neither in a PID namespace of its own nor able to read ``/proc``, where
+only the process group is killed. Memory, CPU and process-count limits are the worker's rlimits, set by the
+launcher; they are not this module's concern.
 """
 
 from __future__ import annotations
@@ -46,18 +46,15 @@ __all__ = ["ProcessOutcome", "Reaper", "run_bounded"]
 _PR_SET_CHILD_SUBREAPER = 36
 #: How long a tree kill waits for its victims to die before it rescans.
 _KILL_WAIT_S = 2.0
-#: After the script exits, how long the pipes may stay open (held by an escaped child) before they are
-#: abandoned.
+#: After the script exits, how long the pipes may stay open (held by an escaped child) before they are abandoned.
 _DRAIN_GRACE_S = 1.0
 _READ_CHUNK = 65536
 
 
 @dataclass
 class ProcessOutcome:
-    """How a run ended. ``exit_code`` is ``None`` when the script died of ``signal``; ``spawn_error`` is set
-    (and
-    everything else empty) when it could not start. ``stdout_total``/``stderr_total`` count every byte
-    printed,
+    """How a run ended. ``exit_code`` is ``None`` when the script died of ``signal``; ``spawn_error`` is set (and
+    everything else empty) when it could not start. ``stdout_total``/``stderr_total`` count every byte printed,
     including the ones past the cap."""
 
     exit_code: int | None = None
@@ -81,8 +78,7 @@ class ProcessOutcome:
 
 
 def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
-    """``(state, ppid, pgrp, session)`` of ``pid`` from ``/proc``, or ``None`` when it is gone or
-    unreadable."""
+    """``(state, ppid, pgrp, session)`` of ``pid`` from ``/proc``, or ``None`` when it is gone or unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -93,6 +89,15 @@ def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
         return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3])
     except (IndexError, ValueError):
         return None
+
+
+def _proc_is_ours() -> bool:
+    """Whether ``/proc`` shows this process's PID namespace (its ``/proc/self`` is our own pid)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            return int(f.read().split(b" ", 1)[0]) == os.getpid()
+    except (OSError, ValueError):
+        return False
 
 
 def _all_pids() -> list[int]:
@@ -106,10 +111,8 @@ class Reaper:
     """Spawns scripts and kills whatever they leave behind. Thread-safe; one per toolbox.
 
     Args:
-        subreaper: make this process a child subreaper and treat every child it has that no call tracks as a
-        leftover
-            to kill and reap. Right for a worker process (it runs one toolbox and has no other children);
-            leave it
+        subreaper: make this process a child subreaper and treat every child it has that no call tracks as a leftover
+            to kill and reap. Right for a worker process (it runs one toolbox and has no other children); leave it
             off in a process that has children of its own.
     """
 
@@ -118,10 +121,13 @@ class Reaper:
         self._tracked: set[int] = set()
         self._subreaper = subreaper
         self._closed = False
+        self._proc_ok = _proc_is_ours()
         if subreaper:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
                 self._subreaper = False
+        #: PID 1 of a namespace whose /proc we cannot use: wipe the namespace whenever no script runs.
+        self.wipe_when_idle = subreaper and os.getpid() == 1 and not self._proc_ok
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str, stdin: bool) -> subprocess.Popen[bytes]:
         """Start ``argv`` in a new session and track it. Raises ``OSError`` (cannot exec) or ``RuntimeError``
@@ -146,8 +152,28 @@ class Reaper:
         """Stop tracking a script that has been reaped."""
         with self._lock:
             self._tracked.discard(proc.pid)
+            if self.wipe_when_idle and not self._tracked:
+                self._wipe_namespace_locked()
+
+    def _wipe_namespace_locked(self) -> None:
+        """Kill every process of the namespace but this one and reap them (bounded). Holds the lock, so no spawn
+        races with ``waitpid(-1)``."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(-1, signal.SIGKILL)
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return  # no children left
+            if pid == 0:
+                if time.monotonic() > deadline:
+                    return  # still dying: reaped at the next idle moment
+                time.sleep(0.002)
 
     def _targets(self, sid: int) -> list[int]:
+        if not self._proc_ok:
+            return []
         me = os.getpid()
         out = []
         for pid in _all_pids():
@@ -161,7 +187,7 @@ class Reaper:
         return out
 
     def _reap_orphans(self) -> None:
-        if not self._subreaper:
+        if not (self._subreaper and self._proc_ok):
             return
         me = os.getpid()
         with self._lock:
@@ -172,8 +198,7 @@ class Reaper:
                         os.waitpid(pid, os.WNOHANG)
 
     def kill_tree(self, sid: int) -> None:
-        """Kill the session/process group ``sid`` and every untracked leftover child, and wait (bounded) until
-        they
+        """Kill the session/process group ``sid`` and every untracked leftover child, and wait (bounded) until they
         are dead; reap the ones that are this process's children. Never raises for processes already gone."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(sid, signal.SIGKILL)
@@ -207,6 +232,9 @@ class Reaper:
             tracked = list(self._tracked)
         for pid in tracked:
             self.kill_tree(pid)
+        if self.wipe_when_idle:
+            with self._lock:
+                self._wipe_namespace_locked()
 
 
 def _wait_readable(fds: list[int], timeout_s: float) -> None:
@@ -258,13 +286,10 @@ def run_bounded(
     stderr_cap: int,
     on_cancel: Callable[[Callable[[], None]], None] | None = None,
 ) -> ProcessOutcome:
-    """Run ``argv`` until it exits or ``deadline`` (``time.monotonic()``) passes, and kill its whole tree
-    either way.
+    """Run ``argv`` until it exits or ``deadline`` (``time.monotonic()``) passes, and kill its whole tree either way.
 
-    Blocks the calling thread. Output past the caps is read and counted but not kept. A callback registered
-    through
-    ``on_cancel`` ends the run early with ``cancelled`` set. Never raises for anything the script does; a
-    script that
+    Blocks the calling thread. Output past the caps is read and counted but not kept. A callback registered through
+    ``on_cancel`` ends the run early with ``cancelled`` set. Never raises for anything the script does; a script that
     cannot be started gives an outcome with ``spawn_error``.
     """
     started = time.monotonic()

@@ -1,7 +1,6 @@
 """Describe and run scripts of the bash protocol; shared by the bash and skills toolboxes.
 
-A :class:`ScriptRunner` owns the :class:`Reaper` of its toolbox, the limits and environment from the policy,
-and the
+A :class:`ScriptRunner` owns the :class:`Reaper` of its toolbox, the limits and environment from the policy, and the
 work folder (the scripts' current directory, where media outputs are written).
 """
 
@@ -96,8 +95,7 @@ class ScriptRunner:
     def run(
         self, tool: str, path: str, spec: ScriptSpec, args: dict[str, Any], ctx: CallContext
     ) -> ToolResult:
-        """Run ``path run ARGS...`` for one call and map the outcome to a result (never raises for what the
-        script
+        """Run ``path run ARGS...`` for one call and map the outcome to a result (never raises for what the script
         does). The wall-time limit is the smaller of the policy's and what is left of the call's deadline; a
         cancel of ``ctx`` kills the script's tree at once."""
         try:

@@ -6,10 +6,8 @@
      "env": {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
      "describe_timeout_s": 5, "watch_interval_s": 0.5}
 
-Every key is optional. ``env`` is the *whole* environment of a script besides the ``AGENT_*`` ids; when the
-policy
-gives none, :data:`DEFAULT_ENV` is used (a PATH and a UTF-8 locale, nothing of the supervisor's or the
-worker's).
+Every key is optional. ``env`` is the *whole* environment of a script besides the ``AGENT_*`` ids; when the policy
+gives none, :data:`DEFAULT_ENV` is used (a PATH and a UTF-8 locale, nothing of the supervisor's or the worker's).
 """
 
 from __future__ import annotations

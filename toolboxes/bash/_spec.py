@@ -1,5 +1,4 @@
-"""What a script says about itself on ``describe``, validated, and the tool schema derived from it (pure
-code).
+"""What a script says about itself on ``describe``, validated, and the tool schema derived from it (pure code).
 
 The describe protocol (seed "Bash tools")::
 
@@ -8,8 +7,7 @@ The describe protocol (seed "Bash tools")::
      "empty-result": {"tag": "AddMessage", "contents": "text"} | {"tag": "DoNothing"},   (optional)
      "output-media-type": "image/png"}                                                   (optional)
 
-Unknown keys are ignored (scripts written for newer versions of the protocol still load). Everything else is
-checked
+Unknown keys are ignored (scripts written for newer versions of the protocol still load). Everything else is checked
 here and a problem raises :class:`DescribeError` with the JSON path of the offending value.
 """
 
@@ -152,8 +150,7 @@ def _parse_empty_result(obj: Any) -> str | None:
 
 
 def parse_describe(raw: bytes) -> ScriptSpec:
-    """Validate the bytes a script printed on ``describe``. Raises :class:`DescribeError` saying what is
-    wrong."""
+    """Validate the bytes a script printed on ``describe``. Raises :class:`DescribeError` saying what is wrong."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -201,8 +198,7 @@ def parse_describe(raw: bytes) -> ScriptSpec:
 def input_schema(spec: ScriptSpec) -> dict[str, Any]:
     """The JSON schema (an object schema) of a script's arguments.
 
-    ``single`` arguments are required, ``optional`` ones are not, ``multiple`` ones are arrays (not required;
-    an
+    ``single`` arguments are required, ``optional`` ones are not, ``multiple`` ones are arrays (not required; an
     absent or empty array adds nothing to the command line). No other properties are allowed.
     """
     properties: dict[str, Any] = {}

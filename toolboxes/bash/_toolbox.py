@@ -1,10 +1,7 @@
-"""The bash toolbox: ``FileSystemDirectory {Path}`` or ``SingleTool {Path}``, one tool ``bash_<slug>`` per
-script.
+"""The bash toolbox: ``FileSystemDirectory {Path}`` or ``SingleTool {Path}``, one tool ``bash_<slug>`` per script.
 
-Loading asks every script ``describe`` (in parallel, each under the describe time limit); a script that fails
-is left
-out with a load error and the others load. A watcher re-lists the source every ``watch_interval_s`` and
-describes
+Loading asks every script ``describe`` (in parallel, each under the describe time limit); a script that fails is left
+out with a load error and the others load. A watcher re-lists the source every ``watch_interval_s`` and describes
 only the scripts whose fingerprint changed; when the tool list or the load errors change it calls
 ``env.channel.tools_changed()``.
 """
@@ -40,16 +37,14 @@ class _Loaded:
 
 
 class BashToolbox:
-    """Tools from the scripts of one source. Thread-safe: calls run concurrently with each other and with
-    reloads.
+    """Tools from the scripts of one source. Thread-safe: calls run concurrently with each other and with reloads.
 
     Args:
         path: the folder (or the file, with ``single``).
         single: a ``SingleTool`` source.
         runner: describes and runs scripts; owned (closed by :meth:`close`).
         channel: told when the tool list changes; ``None`` to tell no one.
-        watch_interval_s: how often to look for changes; 0 for never (call :meth:`refresh` yourself).
-    """
+        watch_interval_s: how often to look for changes; 0 for never (call :meth:`refresh` yourself). """
 
     def __init__(
         self,
@@ -86,8 +81,7 @@ class BashToolbox:
             return _Loaded(fp, None, str(exc))
 
     def refresh(self) -> bool:
-        """Re-list the source, describe new and changed scripts, drop removed ones. Returns whether the tools
-        or the
+        """Re-list the source, describe new and changed scripts, drop removed ones. Returns whether the tools or the
         load errors changed. Blocks while describing (bounded by the describe time limit)."""
         with self._refresh_lock:
             listing = list_scripts(self._path, self._single)
@@ -144,8 +138,7 @@ class BashToolbox:
             return [dict(e) for e in self._errors + self._watch_errors]
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
-        """Run the script behind ``tool``. Unknown tools (for example a script removed a moment ago) are
-        refused."""
+        """Run the script behind ``tool``. Unknown tools (for example a script removed a moment ago) are refused."""
         with self._lock:
             entry = self._tools.get(tool)
         if entry is None:

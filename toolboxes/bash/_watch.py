@@ -1,8 +1,7 @@
 """A polling watcher: calls ``check()`` every ``interval_s`` on a daemon thread until stopped.
 
 Polling (a ``stat`` of each script every half second) rather than inotify: it needs no extra file access under
-Landlock, sees changes made through any mount, and costs little for the few dozen scripts a toolbox has. A
-change is
+Landlock, sees changes made through any mount, and costs little for the few dozen scripts a toolbox has. A change is
 seen within one interval plus the time to ``describe`` the changed scripts.
 """
 

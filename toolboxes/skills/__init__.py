@@ -1,5 +1,4 @@
-"""The skills toolbox: folders with a ``SKILL.md``, their ``scripts/`` as per-session tools, their
-``references/``.
+"""The skills toolbox: folders with a ``SKILL.md``, their ``scripts/`` as per-session tools, their ``references/``.
 
 Scripts follow the bash protocol and run through :class:`toolboxes.bash.ScriptRunner`.
 """

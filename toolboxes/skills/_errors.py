@@ -6,10 +6,8 @@
     ├── ConfigError           the toolbox config is malformed (also a ValueError)
     └── FrontmatterError      a SKILL.md has no frontmatter or invalid frontmatter
 
-A :class:`FrontmatterError` becomes a load error for that skill (the other skills load); a script of a skill
-that
-fails ``describe`` is a load error too (``toolboxes.bash.DescribeError``). Calls never raise: refusals (a
-script
+A :class:`FrontmatterError` becomes a load error for that skill (the other skills load); a script of a skill that
+fails ``describe`` is a load error too (``toolboxes.bash.DescribeError``). Calls never raise: refusals (a script
 tool of a skill not enabled in the session) are ``error`` results.
 """
 
@@ -23,13 +21,10 @@ class SkillsError(Exception):
 
 
 class ConfigError(SkillsError, ValueError):
-    """Raised by ``open_toolbox`` for a malformed config (a source that is not a ``SkillDirectory`` with an
-    absolute
-    path, an ``autoEnableSkills`` that is not a list of names, a bad policy value). The message names the
-    key."""
+    """Raised by ``open_toolbox`` for a malformed config (a source that is not a ``SkillDirectory`` with an absolute
+    path, an ``autoEnableSkills`` that is not a list of names, a bad policy value). The message names the key."""
 
 
 class FrontmatterError(SkillsError):
-    """Raised when a ``SKILL.md`` cannot be used: no ``---`` frontmatter, YAML that does not parse, or fields
-    that
+    """Raised when a ``SKILL.md`` cannot be used: no ``---`` frontmatter, YAML that does not parse, or fields that
     break the rules (name, description, license, compatibility, metadata). The message names the field."""

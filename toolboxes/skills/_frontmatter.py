@@ -9,8 +9,7 @@ Rules (SPEC.md section 4, skills)::
     metadata       optional map of string to string
     allowed-tools  optional (accepted and ignored: the policy decides what a skill's scripts may do)
 
-Any other key is refused, so a typo (``descripton``) is an error rather than a skill without a description.
-"""
+Any other key is refused, so a typo (``descripton``) is an error rather than a skill without a description. """
 
 from __future__ import annotations
 

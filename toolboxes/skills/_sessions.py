@@ -2,10 +2,8 @@
 
 A session is created on first sight with the ``autoEnableSkills`` enabled; after that only
 ``enable``/``disable``
-change it (disabling an auto-enabled skill sticks for that session). Sessions are kept in least-recently-used
-order
-and the oldest are forgotten past ``max_sessions`` (a forgotten session that comes back starts afresh, with
-the
+change it (disabling an auto-enabled skill sticks for that session). Sessions are kept in least-recently-used order
+and the oldest are forgotten past ``max_sessions`` (a forgotten session that comes back starts afresh, with the
 auto-enabled skills).
 """
 

@@ -1,18 +1,14 @@
-"""Finding skills under their source folders and loading each one: metadata, scripts (bash protocol),
-references.
+"""Finding skills under their source folders and loading each one: metadata, scripts (bash protocol), references.
 
-A skill is a folder holding a ``SKILL.md``; sources are searched recursively (hidden folders such as ``.git``
-are
-skipped, symlinked folders are not followed, and the folders inside a skill are not searched for further
-skills).
+A skill is a folder holding a ``SKILL.md``; sources are searched recursively (hidden folders such as ``.git`` are
+skipped, symlinked folders are not followed, and the folders inside a skill are not searched for further skills).
 Inside a skill:
 
 - ``scripts/``: every executable regular file is asked ``describe`` like a bash tool and becomes the tool
   ``skill_<skill>_<slug>``; a script that fails is a load error and the skill loads without it;
 - ``references/``: every regular file beneath it is listed (relative paths), for ``skill_describe_<skill>``.
 
-A skill whose ``SKILL.md`` is invalid, or whose name another source already used, is left out with a load
-error.
+A skill whose ``SKILL.md`` is invalid, or whose name another source already used, is left out with a load error.
 """
 
 from __future__ import annotations
@@ -82,8 +78,7 @@ def _read_skill_md(path: str) -> str:
 
 
 def load_skill(skill_dir: str, runner: ScriptRunner, errors: list[dict[str, str]]) -> Skill | None:
-    """Load one skill folder; problems are appended to ``errors`` (``None`` when the skill itself is
-    unusable)."""
+    """Load one skill folder; problems are appended to ``errors`` (``None`` when the skill itself is unusable)."""
     md = os.path.join(skill_dir, "SKILL.md")
     try:
         meta = parse_skill_md(_read_skill_md(md))

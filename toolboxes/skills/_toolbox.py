@@ -2,20 +2,16 @@
 
 Tools, for each skill ``s``:
 
-- ``skill_describe_<s>``: metadata, instructions, script tools, references, and whether ``s`` is enabled in
-  the
+- ``skill_describe_<s>``: metadata, instructions, script tools, references, and whether ``s`` is enabled in the
   caller's session (always listed);
-- ``skill_enable_<s>`` / ``skill_disable_<s>``: turn the skill on or off in the caller's session (always
-  listed;
+- ``skill_enable_<s>`` / ``skill_disable_<s>``: turn the skill on or off in the caller's session (always listed;
   annotations ``{"skill": s, "skill_action": "enable"|"disable"}``);
 - ``skill_<s>_<script>``: one per script of the skill, listed with annotations
-  ``{"session_scoped": True, "skill": s}``: it exists only in sessions where ``s`` is enabled. The supervisor
-  shows it
+  ``{"session_scoped": True, "skill": s}``: it exists only in sessions where ``s`` is enabled. The supervisor shows it
   to those sessions only; this toolbox enforces it anyway and refuses a call from a session where ``s`` is not
   enabled, telling the caller to call ``skill_enable_<s>``.
 
-``SkillGitRepo`` sources are cloned by the supervisor, which hands the worker a ``SkillDirectory`` instead;
-one that
+``SkillGitRepo`` sources are cloned by the supervisor, which hands the worker a ``SkillDirectory`` instead; one that
 reaches the worker is a load error.
 """
 
