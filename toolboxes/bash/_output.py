@@ -97,9 +97,8 @@ def outcome_to_result(
         )
         printed, notes = _printed(outcome)
         summary = f"{why}; the script and its child processes were killed"
-        return ToolResult.error(
-            summary, data=_with_notes(f"{summary}.\n\n{printed}", notes), truncated=truncated
-        )
+        data = _with_notes(f"{summary}.\n\n{printed}", notes)
+        return ToolResult("error", summary=summary, data=data, truncated=truncated)
     if outcome.exit_code != 0:
         if outcome.signal is not None:
             name = (

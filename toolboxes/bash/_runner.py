@@ -22,6 +22,8 @@ from ._spec import ScriptSpec, parse_describe
 
 __all__ = ["MEDIA_DIR", "ScriptRunner"]
 
+#: Largest head start taken on a call's deadline (never more than a tenth of the time left).
+_DEADLINE_MARGIN_S = 0.25
 #: Folder beneath the work folder that receives media outputs.
 MEDIA_DIR = "tool-output"
 _EXTENSIONS = {
@@ -106,7 +108,9 @@ class ScriptRunner:
         limit = s.wall_time_s
         remaining = ctx.remaining()
         if remaining is not None:
-            limit = min(limit, remaining)
+            # Stop a little before the caller's deadline so that this toolbox's own answer (with what the script
+            # printed, and after its tree is gone) arrives before the supervisor gives up on the call.
+            limit = min(limit, max(0.0, remaining - min(_DEADLINE_MARGIN_S, remaining / 10)))
         env = dict(s.env)
         env.update(
             AGENT_SESSION_ID=ctx.session_id,

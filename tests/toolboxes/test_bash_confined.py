@@ -1,0 +1,116 @@
+"""Bash tools and skills through the supervisor, in real confined workers (Landlock, PID/net namespaces, uid 65534)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from supervisor._supervisor import Supervisor
+from tests._policies import agent, write_policy
+
+from .test_bash import describe_json, write_script
+from .test_skills import make_skill, skill_md
+
+pytestmark = pytest.mark.root
+
+ARG = {"name": "v", "description": "", "type": "string", "backing_type": "string", "arity": "single",
+       "mode": "positional"}
+
+
+def bash_policy(root: Path, **policy: Any) -> Path:
+    tools = root / "tools"
+    if not tools.exists():
+        tools.mkdir()
+    return write_policy(
+        root, {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
+        **policy,
+    )
+
+
+def processes_in_namespace_of(sup: Supervisor, toolbox: str) -> list[int]:
+    """Host pids of every process in the PID namespace of ``toolbox``'s worker (the worker included)."""
+    launcher = sup.runner(toolbox).worker
+    assert launcher is not None
+    assert launcher.pid is not None
+    [worker] = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
+    ns = os.readlink(f"/proc/{worker}/ns/pid")
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == ns:
+                    out.append(int(name))
+            except OSError:
+                continue
+    return out
+
+
+async def test_a_script_cannot_read_outside_its_sandbox_and_sees_only_its_env(sandbox_tmp: Path) -> None:
+    path = bash_policy(sandbox_tmp)
+    secret = sandbox_tmp / "secret.txt"
+    secret.write_text("top secret")
+    secret.chmod(0o644)  # world-readable: only Landlock stands in the way
+    write_script(sandbox_tmp / "tools", "peek", describe_json("peek", [ARG]),
+                 'echo "uid $(id -u)"; cat "$1"')
+    async with Supervisor.open(path) as sup:
+        assert sup.load_errors() == []
+        result = await sup.call("bash_peek", {"v": str(secret)}, session_id="s1")
+    assert result.status == "failed"
+    assert "Permission denied" in result.data
+    assert "uid 65534" in result.data
+    assert "top secret" not in result.data
+
+
+async def test_timeout_in_a_worker_leaves_only_the_worker(sandbox_tmp: Path) -> None:
+    path = bash_policy(sandbox_tmp, limits={"wall_time_s": 1})
+    write_script(sandbox_tmp / "tools", "slow", describe_json("slow"),
+                 "sleep 300 & (setsid sleep 300 &) ; setsid sleep 300 & echo started; sleep 300")
+    write_script(sandbox_tmp / "tools", "fork", describe_json("fork"),
+                 "(setsid sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & echo done")
+    async with Supervisor.open(path) as sup:
+        slow = await sup.call("bash_slow", {})
+        assert slow.status == "error"
+        assert "time limit" in (slow.summary or slow.data)
+        assert len(processes_in_namespace_of(sup, "tools")) == 1
+        fork = await sup.call("bash_fork", {})
+        assert (fork.status, fork.data) == ("passed", "done\n")
+        assert len(processes_in_namespace_of(sup, "tools")) == 1
+
+
+async def test_hot_reload_reaches_the_supervisor(sandbox_tmp: Path) -> None:
+    path = bash_policy(sandbox_tmp)
+    async with Supervisor.open(path) as sup:
+        assert "bash_new" not in [t.name for t in sup.list_tools()]
+        write_script(sandbox_tmp / "tools", "new", describe_json("new"), "echo fresh")
+        with trio.fail_after(3):
+            while "bash_new" not in [t.name for t in sup.list_tools()]:
+                await sup.wait_tools_changed()
+        result = await sup.call("bash_new", {})
+        assert (result.status, result.data) == ("passed", "fresh\n")
+
+
+async def test_skills_in_a_worker_are_per_session(sandbox_tmp: Path) -> None:
+    skills = sandbox_tmp / "skills"
+    make_skill(skills, "pdf", skill_md("pdf-tools"), scripts={"extract": "extract"})
+    make_skill(skills, "core", skill_md("core-utils"), scripts={"hello": "hello"})
+    path = write_policy(sandbox_tmp, {"tester": agent(
+        skillSources=[{"tag": "SkillDirectory", "contents": "./skills"}], autoEnableSkills=["core-utils"])})
+    async with Supervisor.open(path) as sup:
+        assert sup.load_errors() == []
+        refused = await sup.call("skill_pdf-tools_extract", {"file": "a"}, session_id="a")
+        assert refused.status == "error"
+        assert "skill_enable_pdf-tools" in refused.data
+        assert (await sup.call("skill_enable_pdf-tools", {}, session_id="a")).status == "passed"
+        ran = await sup.call("skill_pdf-tools_extract", {"file": "a"}, session_id="a")
+        assert ran.status == "passed", ran.data
+        assert ran.data.endswith("on a in session a\n")
+        assert (await sup.call("skill_pdf-tools_extract", {"file": "a"}, session_id="b")).status == "error"
+        auto = await sup.call("skill_core-utils_hello", {"file": "x"}, session_id="b")
+        assert auto.status == "passed", auto.data
+        described = await sup.call("skill_describe_pdf-tools", {}, session_id="b")
+        assert json.loads(described.data)["enabled"] is False
