@@ -40,6 +40,7 @@ from sandbox._privileges import (
     set_parent_death_signal,
     verify_status,
 )
+from sandbox._procfs import mount_private_proc
 from sandbox._rlimits import apply_rlimits, plan_rlimits
 
 __all__ = [
@@ -224,11 +225,13 @@ def confine(plan: ConfinementPlan) -> None:
        exits mirroring it, so the supervisor sees EOF the moment the worker dies, and when PID 1 dies the
        kernel kills every process of the namespace (no grandchild outlives the worker). The child sets
        PDEATHSIG again (a fork clears it) and checks the parent through a pipe (its ``getppid()`` is 0).
+       Then it mounts a private ``/proc`` for its PID namespace (``sandbox._procfs``): it lists only the worker's
+       own processes, so every one of them can read its ``/proc/self`` and none sees the host's processes.
     5. rlimits: while still privileged (raising a hard limit needs ``CAP_SYS_RESOURCE``), after the fork so
        the forwarding parent keeps its own.
     6. ``no_new_privs``: before Landlock, which requires it (or ``CAP_SYS_ADMIN``) in ``restrict_self``.
-    7. Landlock: the plan's rules, a read rule on this process's own ``/proc/self`` (opened after the fork, so
-       it names the worker) for the check of step 8, TCP connect only to ``plan.tcp_connect_ports``, TCP bind
+    7. Landlock: the plan's rules, a read rule on the private ``/proc`` (without a PID namespace: on this
+       process's own ``/proc/self``) for the check of step 8, TCP connect only to ``plan.tcp_connect_ports``, TCP bind
        nowhere, scoping of abstract unix sockets and signals. Before the uid drop: opening the rule paths may
        need access the sandbox uid does not have.
     8. Drop the capability bounding set, groups, gid, uid, every capability; then verify in
@@ -272,13 +275,15 @@ def confine(plan: ConfinementPlan) -> None:
         set_parent_death_signal()
         if not _parent_alive(ppid, alive_fd):
             raise ConfinementError("the launcher's parent exited during start-up", step="pdeathsig")
+        mount_private_proc()
     # 5
     apply_rlimits(plan_rlimits(plan.rlimits, lambda res: resource.getrlimit(res)[1]))
     # 6
     set_no_new_privs()
     # 7
     if abi >= 1:
-        rules = [*plan.fs_rules, FsRule(os.path.realpath("/proc/self"), READ)]
+        own_proc = "/proc" if namespaces.pid else os.path.realpath("/proc/self")
+        rules = [*plan.fs_rules, FsRule(own_proc, READ)]
         apply_ruleset(plan_ruleset(rules, abi, tcp_connect_ports=plan.tcp_connect_ports, scope=True))
     # 8
     drop_privileges(plan.uid, plan.gid)

@@ -22,6 +22,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
+from ._errors import SupervisorError
+
 __all__ = [
     "ConfigError",
     "ConfigProblem",
@@ -78,7 +80,7 @@ class ConfigProblem:
         return text
 
 
-class ConfigError(Exception):
+class ConfigError(SupervisorError):
     """A policy or agent file is wrong; nothing was started.
 
     ``problems`` lists every problem found (at least one). ``file``, ``json_path`` and ``expected`` are those of

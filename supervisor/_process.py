@@ -27,7 +27,9 @@ class ChildProcess:
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
         self.pid = popen.pid
-        assert popen.stdin and popen.stdout and popen.stderr
+        assert popen.stdin is not None
+        assert popen.stdout is not None
+        assert popen.stderr is not None
         self.stdin = trio.lowlevel.FdStream(os.dup(popen.stdin.fileno()))
         self.stdout = trio.lowlevel.FdStream(os.dup(popen.stdout.fileno()))
         self.stderr = trio.lowlevel.FdStream(os.dup(popen.stderr.fileno()))

@@ -148,8 +148,8 @@ class Worker:
     async def start(self, nursery: trio.Nursery) -> None:
         """Spawn the worker, send its plan and wait for ``hello``.
 
-        Raises :class:`WorkerStartError` naming the cause when the worker cannot start (launcher refused to confine, toolbox
-        failed to open, no hello in time). The worker's reader tasks live in ``nursery``.
+        Raises :class:`WorkerStartError` naming the cause when the worker cannot start (launcher refused to confine,
+        toolbox failed to open, no hello in time). The worker's reader tasks live in ``nursery``.
         """
         self._nursery = nursery
         spec = self.spec

@@ -53,8 +53,10 @@ class ToolResult:
         return cls("failed", summary=summary, data=data, **kw)
 
     @classmethod
-    def error(cls, summary: str, data: str | None = None, **kw: Any) -> ToolResult:
-        return cls("error", summary=summary, data=data if data is not None else summary, **kw)
+    def error(cls, message: str, summary: str | None = None, **kw: Any) -> ToolResult:
+        """A call that could not run: ``message`` (what was refused or failed, and why) is the data the model sees;
+        ``summary`` defaults to it."""
+        return cls("error", summary=summary if summary is not None else message, data=message, **kw)
 
     @classmethod
     def json(cls, value: Any, status: Status = "passed", summary: str | None = None, **kw: Any) -> ToolResult:

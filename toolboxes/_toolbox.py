@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ._result import ToolResult
 
-__all__ = ["CallContext", "HostChannel", "Toolbox", "ToolSpec", "WorkerEnv"]
+__all__ = ["CallContext", "HostChannel", "ToolSpec", "Toolbox", "WorkerEnv"]
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ def _alive(pid: int) -> bool:
 
 async def test_no_process_survives_sigkill_of_the_supervisor(sandbox_tmp: Path) -> None:
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(), system_toolbox("b")])})
-    proc = subprocess.Popen([*CLI, "--policy", str(policy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*CLI, "--policy", str(policy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: ASYNC220
                             stderr=subprocess.PIPE, env=_env(), cwd=REPO)
     try:
         assert proc.stdin and proc.stdout
@@ -117,7 +117,7 @@ async def test_no_process_survives_sigkill_of_the_supervisor(sandbox_tmp: Path) 
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         with trio.fail_after(10):
-            while any(_alive(p) for p in family):
+            while any(_alive(p) for p in family):  # noqa: ASYNC110 (kernel state: no event to wait on)
                 await trio.sleep(0.02)
     finally:
         if proc.poll() is None:

@@ -163,14 +163,14 @@ async def test_crash_loop_disables_the_toolbox_with_a_clear_error(sandbox_tmp: P
         runner = sup.runner("system")
         for _ in range(3):
             with trio.fail_after(10):
-                while runner.worker is None or runner.worker.state.value != "ready":
-                    await trio.sleep(0.01)
+                while runner.worker is None or runner.worker.state.value != "ready":  # noqa: ASYNC110
+                    await trio.sleep(0.01)  # the runner restarts on its own schedule; poll its state
             worker = runner.worker
             os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
             with trio.fail_after(10):
                 await worker.dead.wait()
         with trio.fail_after(10):
-            while runner.failed_reason is None:
+            while runner.failed_reason is None:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         result = await sup.call("system_system_date", {})
         assert result.status == "error"

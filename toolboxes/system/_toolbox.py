@@ -9,60 +9,108 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .._names import tool_name
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
+from ..bash._process import Reaper
+from ._command import execute_command
+from ._files import attach_file, list_directory
 from ._info import INFO_CAPABILITIES
 
 __all__ = ["SystemToolbox", "open_toolbox"]
 
-Handler = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+@dataclass(frozen=True)
+class _Capability:
+    description: str
+    properties: dict[str, Any]
+    required: tuple[str, ...]
+    run: Callable[[SystemToolbox, dict[str, Any], CallContext], ToolResult]
+    inline: bool = False
 
 
-class SystemToolbox:
-    """The System toolbox of one agent, inside its worker."""
+def _info(cap: str) -> _Capability:
+    description, handler = INFO_CAPABILITIES[cap]
 
-    def __init__(self, config: dict[str, Any], env: WorkerEnv) -> None:
-        self._config = config
-        self._env = env
-        name = config.get("Name") or env.toolbox_name
-        self._tools: dict[str, tuple[str, ToolSpec, Handler]] = {}
-        self._errors: list[dict[str, str]] = []
-        for cap in config.get("Capabilities", []):
-            entry = INFO_CAPABILITIES.get(cap)
-            if entry is None:
-                self._errors.append({"source": cap, "message": f"capability {cap!r} is not available in this build"})
-                continue
-            description, handler = entry
-            schema = {
-                "type": "object",
-                "properties": {"capability": {"type": "string", "enum": [cap]}},
-                "additionalProperties": False,
-            }
-            spec = ToolSpec(tool_name("system", name, cap), description, schema, inline=True)
-            self._tools[spec.name] = (cap, spec, handler)
-
-    def tools(self) -> list[ToolSpec]:
-        return [spec for _, spec, _ in self._tools.values()]
-
-    def load_errors(self) -> list[dict[str, str]]:
-        return list(self._errors)
-
-    def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
-        cap, _spec, handler = self._tools[tool]
+    def run(tb: SystemToolbox, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         start = time.perf_counter()
         try:
-            data = handler(args, self._config)
+            data = handler(args, tb.config)
         except OSError as exc:
             return ToolResult.error(f"{cap}: the sandbox refused or the system failed: {exc.strerror or exc}")
         out = {"capability": cap, "data": data, "executionTime": round(time.perf_counter() - start, 6)}
         return ToolResult.json(out, summary=cap).with_meta("state_effect", "read").with_meta(
             "resource_id", f"system:{cap}")
 
+    return _Capability(description, {}, (), run, inline=True)
+
+
+_CAPABILITIES: dict[str, _Capability] = {cap: _info(cap) for cap in INFO_CAPABILITIES}
+_CAPABILITIES["attach-file"] = _Capability(
+    "Attach an image file from the file sandbox (png, jpeg, gif, webp; the type is read from the file's bytes).",
+    {"filepath": {"type": "string", "description": "path of the image inside the file sandbox"}},
+    ("filepath",),
+    lambda tb, args, ctx: attach_file(args, tb.config, tb.env.workdir),
+)
+_CAPABILITIES["list-directory"] = _Capability(
+    "List a directory of the file sandbox (only the entries the sandbox allows).",
+    {"path": {"type": "string", "description": "the directory to list"},
+     "recursive": {"type": "boolean", "description": "also list subdirectories", "default": False},
+     "include_hidden": {"type": "boolean", "description": "include names starting with '.'", "default": False}},
+    ("path",),
+    lambda tb, args, ctx: list_directory(args, tb.config),
+)
+_CAPABILITIES["execute-command"] = _Capability(
+    "Run a shell command (sh -c) inside the sandbox; returns exitCode, stdout, stderr and duration.",
+    {"command": {"type": "string", "description": "the shell command"}},
+    ("command",),
+    lambda tb, args, ctx: execute_command(args, tb.config, ctx, tb.reaper, tb.env.workdir),
+)
+
+
+class SystemToolbox:
+    """The System toolbox of one agent, inside its worker."""
+
+    def __init__(self, config: dict[str, Any], env: WorkerEnv) -> None:
+        self.config = config
+        self.env = env
+        self.reaper = Reaper(subreaper=True)
+        name = config.get("Name") or env.toolbox_name
+        self._tools: dict[str, tuple[str, _Capability]] = {}
+        self._specs: list[ToolSpec] = []
+        self._errors: list[dict[str, str]] = []
+        for cap in config.get("Capabilities", []):
+            entry = _CAPABILITIES.get(cap)
+            if entry is None:
+                self._errors.append({"source": cap, "message": f"capability {cap!r} is not available in this build"})
+                continue
+            schema = {
+                "type": "object",
+                "properties": {"capability": {"type": "string", "enum": [cap]}, **entry.properties},
+                "required": list(entry.required),
+                "additionalProperties": False,
+            }
+            if not entry.required:
+                del schema["required"]
+            spec = ToolSpec(tool_name("system", name, cap), entry.description, schema, inline=entry.inline)
+            self._tools[spec.name] = (cap, entry)
+            self._specs.append(spec)
+
+    def tools(self) -> list[ToolSpec]:
+        return list(self._specs)
+
+    def load_errors(self) -> list[dict[str, str]]:
+        return list(self._errors)
+
+    def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
+        _cap, entry = self._tools[tool]
+        return entry.run(self, args, ctx)
+
     def close(self) -> None:
-        pass
+        self.reaper.close()
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> SystemToolbox:

@@ -1,0 +1,199 @@
+"""The ``agents-supervise`` command.
+
+::
+
+    agents-supervise --policy P [--agent F]...          serve MCP over stdio (the default command)
+    agents-supervise serve --policy P                   the same, spelled out
+    agents-supervise tools --policy P [--json]          list the tools, renamed names and load errors
+    agents-supervise call --policy P TOOL 'JSON'        call one tool; prints the tool-result as JSON;
+                                                        exit 0 passed, 1 failed, 2 error
+    agents-supervise check --policy P [--json]          what each toolbox's worker will get (nothing starts)
+    agents-supervise schema                             the policy's JSON Schema
+
+Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker that cannot start) is
+printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import trio
+
+from ._config_errors import ConfigError
+from ._errors import SupervisorError
+
+__all__ = ["main"]
+
+EXIT_FAILED, EXIT_ERROR, EXIT_INTERNAL = 1, 2, 70
+
+
+def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument("--policy", required=required, help="the YAML policy file")
+    p.add_argument("--agent", action="append", default=[], metavar="FILE",
+                   help="an agent file to load besides the policy's (repeatable)")
+    p.add_argument("--state-dir", default=None, help="override the policy's state directory")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agents-supervise",
+                                     description="Run AI agents' tools in kernel-confined workers.")
+    _add_common(parser, required=False)
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="serve MCP over stdio")
+    _add_common(serve)
+    tools = sub.add_parser("tools", help="list the tools")
+    _add_common(tools)
+    tools.add_argument("--json", action="store_true")
+    call = sub.add_parser("call", help="call one tool and print its result as JSON")
+    _add_common(call)
+    call.add_argument("tool")
+    call.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
+    call.add_argument("--session", default="cli", help="session id")
+    check = sub.add_parser("check", help="show what each toolbox's worker will get")
+    _add_common(check)
+    check.add_argument("--json", action="store_true")
+    sub.add_parser("schema", help="print the policy's JSON Schema")
+    return parser
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> int:
+    print(f"agents-supervise: error: {message}", file=sys.stderr)
+    return code
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from ._mcp_stdio import serve_mcp_stdio
+    from ._supervisor import Supervisor
+
+    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        for w in sup.compiled.warnings:
+            print(f"agents-supervise: warning: {w}", file=sys.stderr)
+        await serve_mcp_stdio(sup)
+    return 0
+
+
+async def _tools(args: argparse.Namespace) -> int:
+    from ._supervisor import Supervisor
+
+    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        tools = sup.list_tools()
+        renamed = sup.registry.renamed
+        errors = sup.load_errors()
+        if args.json:
+            print(json.dumps({
+                "tools": [{"name": t.name, "toolbox": t.toolbox, "agent": t.agent, "local_name": t.local_name,
+                           "description": t.description, "input_schema": t.input_schema} for t in tools],
+                "renamed": renamed, "load_errors": errors}, indent=2))
+            return 0
+        for t in tools:
+            first = (t.description.splitlines() or [""])[0]
+            print(f"{t.name}  [{t.agent}/{t.toolbox}]  {first}")
+        for public, local in renamed.items():
+            print(f"renamed: {local} -> {public}")
+        for e in errors:
+            print(f"load error: {e.get('toolbox')}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
+    return 0
+
+
+async def _call(args: argparse.Namespace) -> int:
+    from ._supervisor import Supervisor
+
+    try:
+        arguments = json.loads(args.arguments)
+    except json.JSONDecodeError as exc:
+        return _fail(f"the arguments are not valid JSON: {exc}")
+    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        result = await sup.call(args.tool, arguments, session_id=args.session)
+    print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))
+    return {"passed": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_ERROR)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from ._compile import compile_policy
+    from ._config_loader import load_config
+
+    config = load_config(args.policy, args.agent)
+    compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
+    report: dict[str, Any] = {
+        "policy": config.policy_file,
+        "state_dir": compiled.state_dir,
+        "landlock_abi": compiled.landlock_abi,
+        "strict": config.policy.strict,
+        "max_call_depth": compiled.max_call_depth,
+        "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
+        "warnings": compiled.warnings,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
+          f"max call depth {report['max_call_depth']})")
+    for tb in report["toolboxes"]:
+        print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
+        print(f"  uid/gid: {tb['uid']}/{tb['gid']}   network: {tb['network']}")
+        limits = tb["limits"]
+        print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+        print("  read-only: " + ", ".join(tb["read_only"]))
+        print("  read-write: " + ", ".join(tb["read_write"]))
+        print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
+        fs = tb.get("file_sandbox")
+        if fs:
+            exact = "exact" if fs["exact"] else f"inexact ({fs['residual']})"
+            print(f"  FileSandbox ({fs['mode']}): {exact}")
+            for line in fs["lines"]:
+                print(f"    {line}")
+        for w in tb["warnings"]:
+            print(f"  warning: {w}")
+    return 0
+
+
+def _schema() -> int:
+    from ._policy import policy_json_schema
+
+    print(json.dumps(policy_json_schema(), indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    command = args.command or "serve"
+    if command == "schema":
+        return _schema()
+    if not args.policy:
+        return _fail("--policy is required (for example: --policy policies/strict.yaml)")
+    try:
+        if command == "check":
+            return _check(args)
+        runner = {"serve": _serve, "tools": _tools, "call": _call}[command]
+        return trio.run(runner, args)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    except SupervisorError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except BaseExceptionGroup as group:
+        leaf = _first_leaf(group)
+        if isinstance(leaf, ConfigError | SupervisorError):
+            return _fail(str(leaf))
+        return _fail(f"internal error: {type(leaf).__name__}: {leaf}", EXIT_INTERNAL)
+    except OSError as exc:
+        return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+    os._exit(0)

@@ -1,0 +1,287 @@
+"""Compile a loaded policy into one worker spec per toolbox (what ``agents-supervise check`` shows).
+
+Pure decisions first (:func:`plan_worker`: rules, limits, environment, warnings from a policy and a toolbox
+config), then :func:`compile_policy` does the little I/O it needs: stage the worker code, create the work and state
+folders owned by the sandbox uid, and check that the sandbox uid can read the interpreter. A policy that cannot be
+enforced raises :class:`~supervisor._errors.PolicyRefused` before anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox._landlock import landlock_abi
+from sandbox._plan import READ, WRITE, ConfinementPlan, FsRule, Rlimits
+from sandbox._syspaths import python_runtime_paths, uid_can_read
+
+from ._agent_toolboxes import ToolboxConfig
+from ._config_loader import LoadedConfig
+from ._errors import PolicyRefused
+from ._sqlite_grants import sqlite_fs_rules
+from ._staging import stage_worker_code
+from ._worker import WorkerSpec
+
+__all__ = ["CompiledPolicy", "compile_policy", "plan_worker"]
+
+#: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
+_RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp"}
+#: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
+_WRITES_FILES = {"developer", "lua"}
+
+
+@dataclass
+class CompiledPolicy:
+    """Everything the supervisor needs to start, derived once from the loaded config."""
+
+    config: LoadedConfig
+    specs: list[WorkerSpec]
+    state_dir: str
+    trace_path: str | None
+    max_call_depth: int
+    session_max_calls: int | None
+    session_max_concurrent: int | None
+    max_image_bytes: int
+    restart_backoff_initial_s: float
+    restart_backoff_max_s: float
+    crash_loop_max_restarts: int
+    crash_loop_window_s: float
+    landlock_abi: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def _bootstrap(runtime_dir: str) -> str:
+    return (f"import sys; sys.path.insert(0, {runtime_dir!r}); "
+            "from sandbox._launcher import main; main()")
+
+
+def _fs_mode(tb: ToolboxConfig) -> str:
+    if tb.kind in _WRITES_FILES:
+        return WRITE
+    if tb.kind == "system" and "execute-command" in (tb.worker_config().get("Capabilities") or []):
+        return WRITE
+    return READ
+
+
+def _worker_config(tb: ToolboxConfig) -> dict[str, Any]:
+    """The config a worker gets, in the form its toolbox module reads."""
+    cfg = tb.worker_config()
+    if tb.kind == "bash":
+        return {"tag": cfg.get("tag"), "contents": {"Path": cfg.get("Path")}}
+    if tb.kind == "skills":
+        return {"skillSources": cfg.get("Sources", []), "autoEnableSkills": cfg.get("AutoEnable", [])}
+    return cfg
+
+
+def plan_worker(
+    config: LoadedConfig,
+    tb: ToolboxConfig,
+    *,
+    python: str,
+    runtime_dir: str,
+    state_dir: str,
+    running_as_root: bool,
+    kernel_abi: int,
+) -> WorkerSpec:
+    """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`."""
+    policy = config.policy
+    limits = policy.effective_limits(tb.name, tb.agent_slug)
+    overrides = policy.toolbox_policy(tb.name, tb.agent_slug)
+    warnings: list[str] = []
+    workdir = os.path.join(state_dir, "work", tb.agent_slug, tb.name)
+    tb_state = os.path.join(state_dir, "toolbox-state", tb.agent_slug, tb.name)
+
+    rules: list[FsRule] = []
+    rules += [FsRule(p, READ) for p in policy.system_paths]
+    rules += [FsRule(p, READ) for p in python_runtime_paths()]
+    rules.append(FsRule(runtime_dir, READ))
+    rules += [FsRule(p, WRITE) for p in policy.device_paths]
+    rules += [FsRule(workdir, WRITE), FsRule(tb_state, WRITE)]
+    rules += [FsRule(p, READ) for p in tb.read_paths]
+    rules += [FsRule(p, WRITE) for p in tb.write_paths]
+    cfg = _worker_config(tb)
+    if tb.kind == "sqlite":
+        rules += sqlite_fs_rules(cfg.get("Versioning") or {})
+
+    fs_report: dict[str, Any] | None = None
+    if tb.file_sandbox is not None:
+        from sandbox._fs_compile import compile_predicate
+
+        mode = _fs_mode(tb)
+        comp = compile_predicate(tb.file_sandbox.predicate, mode)
+        rules += list(comp.rules)
+        fs_report = {"mode": mode, "exact": comp.exact, "residual": comp.residual,
+                     "rules": [{"path": r.path, "mode": r.mode} for r in comp.rules], "lines": comp.describe(),
+                     "missing": list(comp.missing)}
+        if comp.unbounded:
+            if policy.strict:
+                raise PolicyRefused(
+                    f"toolbox {tb.name} (agent {tb.agent_slug}): its FileSandbox reaches the whole filesystem "
+                    "(AlwaysAllow, or a pattern/extension/size/Not without a directory around it); a strict policy "
+                    "refuses it. Intersect it with DirectoryRecursive of the trees the toolbox needs.")
+            warnings.append(f"{tb.name}: its FileSandbox reaches the whole filesystem; the kernel grants '/' "
+                            "read-only (never read-write) and the in-worker check does the rest")
+        warnings += [f"{tb.name}: FileSandbox path {p} does not exist; nothing is granted there until restart"
+                     for p in comp.missing]
+        runs_code = tb.kind in _RUNS_ARBITRARY_CODE or (
+            tb.kind == "system" and "execute-command" in (cfg.get("Capabilities") or []))
+        if not comp.exact and runs_code:
+            message = (f"toolbox {tb.name} (agent {tb.agent_slug}) runs arbitrary code but its FileSandbox cannot be "
+                       f"enforced exactly by the kernel ({comp.residual}); code it runs could reach more than the "
+                       "predicate allows")
+            if policy.inexact_predicates == "refuse":
+                raise PolicyRefused(message + ". The policy says inexact_predicates: refuse.")
+            warnings.append(message)
+
+    missing = [r.path for r in rules
+               if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir)]
+    if missing:
+        warnings += [f"{tb.name}: {p} does not exist and is not granted" for p in sorted(set(missing))]
+        rules = [r for r in rules if r.path not in missing]
+    # One rule per path, the widest mode wins.
+    merged: dict[str, str] = {}
+    for r in rules:
+        merged[r.path] = WRITE if WRITE in (merged.get(r.path), r.mode) else READ
+    rules = [FsRule(p, m) for p, m in merged.items()]
+
+    env = policy.worker_env_for(tb.name, tb.agent_slug)
+    env.update({"HOME": workdir, "TMPDIR": os.path.join(workdir, "tmp")})
+
+    uid = gid = None
+    if running_as_root:
+        uid, gid = policy.sandbox_uid, policy.sandbox_gid
+    min_abi = policy.landlock_min_abi if policy.strict else 0
+    if policy.strict and kernel_abi < policy.landlock_min_abi:
+        raise PolicyRefused(
+            f"this kernel's Landlock ABI is {kernel_abi or 'missing'}; the policy needs at least "
+            f"{policy.landlock_min_abi} (strict: true never runs a worker less confined than it says)")
+
+    payload = {
+        "kind": tb.kind,
+        "name": tb.name,
+        "config": {**cfg, "policy": {"limits": limits.model_dump(), "env": env,
+                                     "allowed_hosts": list(tb.allowed_hosts)}},
+        "workdir": workdir,
+        "state_dir": tb_state,
+        "limits": limits.model_dump(),
+        "max_concurrent_calls": limits.max_concurrent_calls,
+    }
+    plan = ConfinementPlan(
+        toolbox=tb.name,
+        workdir=workdir,
+        entry="toolboxes._worker:main",
+        payload=payload,
+        uid=uid,
+        gid=gid,
+        fs_rules=tuple(rules),
+        min_landlock_abi=min_abi,
+        rlimits=Rlimits(
+            address_space_bytes=limits.address_space_bytes,
+            cpu_seconds=limits.cpu_seconds,
+            open_files=limits.open_files,
+            file_size_bytes=limits.file_size_bytes,
+            processes=limits.processes,
+        ),
+        env=env,
+    )
+    report = {
+        "uid": uid if uid is not None else os.geteuid(),
+        "gid": gid if gid is not None else os.getegid(),
+        "limits": limits.model_dump(),
+        "read_only": sorted(r.path for r in rules if r.mode == READ),
+        "read_write": sorted(r.path for r in rules if r.mode == WRITE),
+        "allowed_hosts": list(tb.allowed_hosts) + list(overrides.allowed_hosts),
+        "file_sandbox": fs_report,
+        "network": "own namespace, loopback only",
+        "landlock_min_abi": min_abi,
+    }
+    allowed_tools = tuple(cfg.get("AllowedTools") or ()) if tb.kind == "lua" else ()
+    return WorkerSpec(
+        toolbox=tb.name,
+        kind=tb.kind,
+        argv=[python, "-I", "-B", "-c", _bootstrap(runtime_dir)],
+        env={"LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"},
+        cwd="/",
+        plan=plan,
+        wall_time_s=limits.wall_time_s,
+        shutdown_grace_s=policy.supervision.shutdown_grace_s,
+        agent=tb.agent_slug,
+        allowed_tools=allowed_tools,
+        warnings=warnings,
+        report={**report, "warnings": warnings},
+    )
+
+
+def _prepare_dir(path: str, uid: int | None, gid: int | None, mode: int) -> None:
+    os.makedirs(path, mode=0o711, exist_ok=True)
+    if uid is not None and gid is not None:
+        os.chown(path, uid, gid)
+    os.chmod(path, mode)
+
+
+def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir: str | None = None,
+                   prepare: bool = True) -> CompiledPolicy:
+    """Compile ``config``; with ``prepare`` also stage code and create folders. Raises :class:`PolicyRefused`."""
+    policy = config.policy
+    python = python or sys.executable
+    state_dir = os.path.abspath(state_dir or policy.state_dir)
+    root = os.geteuid() == 0
+    abi = landlock_abi()
+    if prepare:
+        os.makedirs(state_dir, mode=0o711, exist_ok=True)
+        os.chmod(state_dir, 0o711)
+        runtime_dir = stage_worker_code(state_dir)
+    else:
+        runtime_dir = os.path.join(state_dir, "runtime", "<staged>")
+    specs: list[WorkerSpec] = []
+    warnings: list[str] = list(config.warnings)
+    seen: set[str] = set()
+    for agent in config.agents:
+        for tb in agent.toolboxes():
+            if tb.name in seen:
+                raise PolicyRefused(f"two toolboxes are named {tb.name!r} (agents of the policy share one name "
+                                    "space for toolboxes); rename one")
+            seen.add(tb.name)
+            spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
+                               running_as_root=root, kernel_abi=abi)
+            specs.append(spec)
+            warnings += spec.warnings
+    if root and specs:
+        uid, gid = policy.sandbox_uid, policy.sandbox_gid
+        for path in (os.path.realpath(python), runtime_dir if prepare else None):
+            if path and not uid_can_read(path, uid, gid):
+                raise PolicyRefused(
+                    f"the sandbox uid {uid} cannot read {path}, so no worker could start. Run the supervisor "
+                    "with an interpreter every user can read, such as the venv scripts/setup makes "
+                    "(/opt/agents-supervise/venv/bin/agents-supervise).")
+    if prepare:
+        for spec in specs:
+            uid, gid = spec.plan.uid, spec.plan.gid
+            for path in (spec.plan.workdir, spec.plan.payload["state_dir"]):
+                parent = os.path.dirname(path)
+                os.makedirs(parent, mode=0o711, exist_ok=True)
+                os.chmod(os.path.dirname(parent), 0o711)
+                os.chmod(parent, 0o711)
+                _prepare_dir(path, uid, gid, 0o700)
+            _prepare_dir(os.path.join(spec.plan.workdir, "tmp"), uid, gid, 0o700)
+    trace_path = policy.trace.path or os.path.join(state_dir, "trace.jsonl")
+    if trace_path == os.path.join(policy.state_dir, "trace.jsonl"):
+        trace_path = os.path.join(state_dir, "trace.jsonl")  # follows a state_dir override
+    return CompiledPolicy(
+        config=config,
+        specs=specs,
+        state_dir=state_dir,
+        trace_path=trace_path,
+        max_call_depth=policy.max_call_depth,
+        session_max_calls=policy.sessions.max_calls,
+        session_max_concurrent=policy.sessions.max_concurrent_calls,
+        max_image_bytes=policy.context.images.max_bytes,
+        restart_backoff_initial_s=policy.supervision.restart_backoff_initial_s,
+        restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
+        crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,
+        crash_loop_window_s=policy.supervision.crash_loop_window_s,
+        landlock_abi=abi,
+        warnings=warnings,
+    )

@@ -1,0 +1,206 @@
+"""The Supervisor: owns the registry, the toolbox runners, the portal and the trace recorder.
+
+Use it as an async context manager::
+
+    async with Supervisor.open("policies/strict.yaml") as sup:
+        result = await sup.call("system_system_date", {})
+
+``open`` loads and compiles the policy (raising :class:`~supervisor._config_errors.ConfigError` or
+:class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
+returns once every worker said hello. Leaving the block stops every worker (graceful, then SIGKILL) and closes the
+trace. There is no global state: two supervisors in one process are independent.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from toolboxes._result import ToolResult
+
+from ._attachments import AttachmentStore
+from ._compile import CompiledPolicy, compile_policy
+from ._config_loader import LoadedConfig, load_config
+from ._portal import CallOrigin, Portal, SessionLimits
+from ._registry import RegisteredTool, ToolRegistry
+from ._runner import SupervisionPolicy, ToolboxRunner
+from ._trace import TraceRecorder
+from ._worker import Worker
+
+__all__ = ["Supervisor", "ToolInfo"]
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """A tool as frontends list it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    toolbox: str
+    agent: str
+    local_name: str
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+
+class Supervisor:
+    """The trusted side: decides what may run, runs it in confined workers, records what happened."""
+
+    def __init__(self, compiled: CompiledPolicy, trace: TraceRecorder) -> None:
+        self.compiled = compiled
+        self.config: LoadedConfig = compiled.config
+        self.trace = trace
+        self.registry = ToolRegistry()
+        self.attachments = AttachmentStore(compiled.state_dir, compiled.max_image_bytes)
+        self.portal = Portal(
+            registry=self.registry,
+            trace=trace,
+            max_call_depth=compiled.max_call_depth,
+            session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
+            postprocess=self._postprocess,
+        )
+        self.runners: list[ToolboxRunner] = []
+        self._tools_changed = trio.Event()
+
+    # -- opening -----------------------------------------------------------------------------------------------
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        policy: str | os.PathLike[str] | LoadedConfig,
+        *,
+        agents: Sequence[str] = (),
+        state_dir: str | None = None,
+    ) -> AsyncIterator[Supervisor]:
+        """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
+
+        ``agents`` adds agent files to the policy's list; ``state_dir`` overrides the policy's state directory
+        (tests use it). Raises ``ConfigError``/``PolicyRefused`` before starting anything, and ``RuntimeError``
+        naming the toolbox when a worker cannot start.
+        """
+        config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
+        compiled = compile_policy(config, python=sys.executable, state_dir=state_dir)
+        trace = TraceRecorder(compiled.trace_path)
+        sup = cls(compiled, trace)
+        trace.record("supervisor_start", pid=os.getpid(), policy=config.policy_file,
+                     toolboxes=[s.toolbox for s in compiled.specs])
+        trace.record("policy_compiled", workers=[
+            {"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
+            warnings=compiled.warnings)
+        try:
+            async with trio.open_nursery() as nursery:
+                await sup._start(nursery)
+                try:
+                    yield sup
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await sup._stop()
+                    nursery.cancel_scope.cancel()
+        finally:
+            trace.record("supervisor_stop", pid=os.getpid())
+            trace.close()
+
+    async def _start(self, nursery: trio.Nursery) -> None:
+        supervision = SupervisionPolicy(
+            self.compiled.restart_backoff_initial_s, self.compiled.restart_backoff_max_s,
+            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s)
+        for spec in self.compiled.specs:
+            runner = ToolboxRunner(spec, supervision, on_request=self._on_request, on_event=self._on_event,
+                                   on_tools=self._on_tools)
+            self.runners.append(runner)
+        async with trio.open_nursery() as starting:
+            for runner in self.runners:
+                starting.start_soon(self._start_runner, nursery, runner)
+        self._rebuild()
+
+    async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
+        await nursery.start(runner.run)
+
+    async def _stop(self) -> None:
+        async with trio.open_nursery() as n:
+            for runner in self.runners:
+                n.start_soon(runner.stop)
+
+    # -- events from workers -----------------------------------------------------------------------------------
+    def _on_tools(self, runner: ToolboxRunner) -> None:
+        for err in runner.load_errors:
+            self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
+                                                                     if k in ("source", "message")})
+        if len(self.runners) and all(r.worker is not None for r in self.runners):
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
+                  for n, t in self.registry.tools.items()}
+        self.registry.rebuild(self.runners)
+        after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
+                 for n, t in self.registry.tools.items()}
+        if before != after:
+            self._tools_changed.set()
+            self._tools_changed = trio.Event()
+
+    def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
+        if kind == "worker_event":
+            safe = {str(k)[:64]: (v if isinstance(v, str | int | float | bool) or v is None else repr(v)[:2000])
+                    for k, v in list(data.items())[:32]}
+            self.trace.record("worker_event", toolbox=worker.spec.toolbox, data=safe)
+        elif kind != "tools_changed":
+            self.trace.record(kind, **{"toolbox": worker.spec.toolbox, "pid": worker.pid, **data})
+
+    async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
+        origin = worker.origins.get(message.get("call"))  # type: ignore[arg-type]
+        if not isinstance(origin, CallOrigin):
+            return {"error": "request names no call in flight; portal and host requests are made from a call"}
+        if message["t"] == "portal":
+            args = message.get("args")
+            inner = CallOrigin(
+                session_id=origin.session_id, conversation_id=origin.conversation_id, turn_id=origin.turn_id,
+                agent_id=origin.agent_id, depth=origin.depth, stack=origin.stack,
+                allowed=frozenset(worker.spec.allowed_tools), parent_call_id=origin.parent_call_id,
+                caller=f"toolbox {worker.spec.toolbox}")
+            tool = message.get("tool")
+            if not isinstance(tool, str):
+                return {"error": "portal request needs a tool name"}
+            result = await self.portal.call(tool, args if args is not None else {}, inner)
+            return {"result": result.to_wire()}
+        return {"error": f"host operation {message.get('op')!r} is not supported by this supervisor"}
+
+    def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        if result.attachments:
+            return self.attachments.store(tool.runner.spec.plan.workdir, result)
+        return result
+
+    # -- the API frontends use ---------------------------------------------------------------------------------
+    def list_tools(self, session_id: str | None = None) -> list[ToolInfo]:
+        """Every tool currently served, in load order."""
+        return [ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
+                         t.annotations) for t in self.registry.tools.values()]
+
+    async def wait_tools_changed(self) -> None:
+        """Return the next time the tool list changes."""
+        await self._tools_changed.wait()
+
+    async def call(self, name: str, args: Any, *, session_id: str = "default", conversation_id: str = "",
+                   turn_id: str = "", agent_id: str = "") -> ToolResult:
+        """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input."""
+        origin = CallOrigin(session_id=session_id, conversation_id=conversation_id, turn_id=turn_id,
+                            agent_id=agent_id)
+        return await self.portal.call(name, args, origin)
+
+    def load_errors(self) -> list[dict[str, Any]]:
+        """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""
+        out = [{"toolbox": r.name, **e} for r in self.runners for e in r.load_errors]
+        out += self.registry.schema_errors
+        return out
+
+    def runner(self, toolbox: str) -> ToolboxRunner:
+        for r in self.runners:
+            if r.name == toolbox:
+                return r
+        raise KeyError(toolbox)

@@ -1,0 +1,166 @@
+"""The System toolbox's file capabilities: ``attach-file`` and ``list-directory``.
+
+Every path goes through the toolbox's FileSandbox twice: the in-worker predicate check here (which gives the
+predicate exactly, including what Landlock cannot say) and the kernel's Landlock rules behind it. A refused path
+gets the same answer whether or not it exists.
+
+``attach-file`` reads at most ``fsbMaxFileSize`` bytes, decides the media type from the file's leading bytes (never
+its name), copies an image into the work folder and returns it as an attachment (the supervisor then checks it again
+and stores it by sha256). Only images can be attached (seed 000); any other type is a ``failed`` result naming it.
+
+``list-directory`` lists only the entries the predicate allows, at most ``MAX_ENTRIES`` (then ``truncated``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import stat
+from typing import Any
+
+from sandbox._predicate_eval import check_path, evaluate
+
+from .._result import Attachment, ToolResult
+
+__all__ = ["MAX_ENTRIES", "attach_file", "list_directory", "sniff_media_type"]
+
+MAX_ENTRIES = 2000
+
+_SIGNATURES: list[tuple[bytes, int, str]] = [
+    (b"\x89PNG\r\n\x1a\n", 0, "image/png"),
+    (b"\xff\xd8\xff", 0, "image/jpeg"),
+    (b"GIF87a", 0, "image/gif"),
+    (b"GIF89a", 0, "image/gif"),
+    (b"%PDF-", 0, "application/pdf"),
+    (b"PK\x03\x04", 0, "application/zip"),
+    (b"ID3", 0, "audio/mpeg"),
+    (b"OggS", 0, "audio/ogg"),
+    (b"fLaC", 0, "audio/flac"),
+    (b"\x1aE\xdf\xa3", 0, "video/webm"),
+]
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def sniff_media_type(head: bytes) -> str:
+    """The media type the leading bytes show (``application/octet-stream`` when unknown)."""
+    for magic, offset, media_type in _SIGNATURES:
+        if head[offset:offset + len(magic)] == magic:
+            return media_type
+    if len(head) >= 12 and head[:4] == b"RIFF":
+        kind = head[8:12]
+        return {b"WEBP": "image/webp", b"WAVE": "audio/wav", b"AVI ": "video/avi"}.get(kind, "application/octet-stream")
+    if len(head) >= 12 and head[4:8] == b"ftyp":
+        return "video/mp4"
+    stripped = head.lstrip()
+    if stripped.startswith(b"<svg") or (stripped.startswith(b"<?xml") and b"<svg" in head):
+        return "image/svg+xml"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "application/octet-stream"
+    return "text/plain"
+
+
+def _sandbox(config: dict[str, Any]) -> dict[str, Any]:
+    return config.get("FileSandbox") or {"fsbPredicate": {"tag": "AlwaysDeny"}, "fsbMaxFileSize": 50 * 1024 * 1024}
+
+
+def attach_file(args: dict[str, Any], config: dict[str, Any], workdir: str) -> ToolResult:
+    path = args.get("filepath") or args.get("path")
+    if not isinstance(path, str):
+        return ToolResult.error("attach-file needs 'filepath': the path of the image to attach")
+    check = check_path(_sandbox(config), path, for_write=False)
+    if not check.allowed:
+        return ToolResult.error(check.message)
+    try:
+        fd = os.open(check.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return ToolResult.failed(f"attach-file: cannot open {path!r}: {exc.strerror}")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ToolResult.failed(f"attach-file: {path!r} is not a regular file")
+        limit = (_sandbox(config).get("fsbMaxFileSize"))
+        if limit is not None and st.st_size > limit:
+            return ToolResult.error(f"attach-file: {path!r} is {st.st_size} bytes, more than the sandbox's "
+                                    f"fsbMaxFileSize of {limit}")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if limit is not None and size > limit:
+                return ToolResult.error(f"attach-file: {path!r} grew past fsbMaxFileSize ({limit} bytes)")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    media_type = sniff_media_type(data[:64])
+    if media_type not in IMAGE_TYPES:
+        return ToolResult.failed(f"attach-file attaches images ({', '.join(IMAGE_TYPES)}); {path!r} is {media_type}")
+    digest = hashlib.sha256(data).hexdigest()
+    rel = os.path.join("attachments", f"{digest}.{media_type.split('/')[1]}")
+    target = os.path.join(workdir, rel)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = f"{target}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, target)
+    summary = f"attached {os.path.basename(check.path)} ({media_type}, {len(data)} bytes)"
+    return ToolResult.passed(summary, summary=summary, attachments=[Attachment(media_type, rel)]).with_meta(
+        "state_effect", "read").with_meta("resource_id", f"file:{check.path}")
+
+
+def _entry(path: str, name: str) -> dict[str, Any] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    kind = "directory" if stat.S_ISDIR(st.st_mode) else "symlink" if stat.S_ISLNK(st.st_mode) else \
+        "file" if stat.S_ISREG(st.st_mode) else "other"
+    modified = dt.datetime.fromtimestamp(st.st_mtime, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"name": name, "type": kind, "size": st.st_size if kind == "file" else 0, "modified": modified}
+
+
+def list_directory(args: dict[str, Any], config: dict[str, Any]) -> ToolResult:
+    path = args.get("path")
+    if not isinstance(path, str):
+        return ToolResult.error("list-directory needs 'path': the directory to list")
+    recursive = bool(args.get("recursive", False))
+    include_hidden = bool(args.get("include_hidden", False))
+    sandbox = _sandbox(config)
+    check = check_path(sandbox, path, for_write=False, size=0)
+    if not check.allowed:
+        return ToolResult.error(check.message)
+    from sandbox._file_sandbox import parse_file_sandbox
+
+    predicate = parse_file_sandbox(dict(sandbox), "/").predicate
+    root = check.path
+    if not os.path.isdir(root):
+        return ToolResult.failed(f"list-directory: {path!r} is not a directory")
+    entries: list[dict[str, Any]] = []
+    truncated = False
+    stack = [root]
+    while stack and not truncated:
+        current = stack.pop()
+        try:
+            names = sorted(os.listdir(current))
+        except OSError:
+            continue
+        for name in names:
+            if not include_hidden and name.startswith("."):
+                continue
+            full = os.path.join(current, name)
+            if not evaluate(predicate, full, for_write=False).allowed:
+                continue
+            entry = _entry(full, os.path.relpath(full, root))
+            if entry is None:
+                continue
+            if len(entries) >= MAX_ENTRIES:
+                truncated = True
+                break
+            entries.append(entry)
+            if recursive and entry["type"] == "directory":
+                stack.append(full)
+    out = {"path": path, "entries": entries, "total": len(entries)}
+    return ToolResult.json(out, summary=f"{len(entries)} entries", truncated=truncated).with_meta(
+        "state_effect", "read").with_meta("resource_id", f"file:{root}")
