@@ -131,10 +131,12 @@ _EVERYTHING = Bounds(frozenset({TOP}), {TOP: frozenset()})
 
 
 def _prune(upper: dict[Region, frozenset[str]]) -> dict[Region, frozenset[str]]:
+    """Drop regions inside another one, except inside regions rooted at ``/``: those compile to ``/`` read-only
+    in write mode, so what lies inside them keeps its own (write) rule."""
     if len(upper) > _MAX_REGIONS:
         raise ValueError(f"predicate too complex to compile (more than {_MAX_REGIONS} regions)")
     keys = sorted(upper)
-    return {r: upper[r] for r in keys if not any(s != r and contains(s, r) for s in keys)}
+    return {r: upper[r] for r in keys if not any(s != r and s.path != "/" and contains(s, r) for s in keys)}
 
 
 def bounds(p: PathPredicate) -> Bounds:
