@@ -19,6 +19,7 @@ from ..bash._process import Reaper
 from ._command import execute_command
 from ._files import attach_file, list_directory
 from ._info import INFO_CAPABILITIES
+from ._sessions import SESSION_CAPABILITIES
 
 __all__ = ["SystemToolbox", "open_toolbox"]
 
@@ -69,6 +70,10 @@ _CAPABILITIES["execute-command"] = _Capability(
     ("command",),
     lambda tb, args, ctx: execute_command(args, tb.config, ctx, tb.reaper, tb.env.workdir),
 )
+
+for _cap, (_description, _properties, _required, _run) in SESSION_CAPABILITIES.items():
+    _CAPABILITIES[_cap] = _Capability(
+        _description, _properties, _required, lambda tb, args, ctx, run=_run: run(tb.env, args, ctx))
 
 
 class SystemToolbox:

@@ -1,0 +1,239 @@
+"""Agent loops run by the supervisor: ``io_prompt_agent_<slug> {what}`` and ``agents-supervise run``.
+
+:class:`AgentService` runs one agent's loop against its OpenAI-compatible endpoint (``modelUrl``, ``modelName``;
+:mod:`supervisor._llm`): the agent's ``systemPrompt``, the user's ``what``, and the agent's tools as function
+tools. The tools of an agent are those of the toolboxes its own file declares (the registry knows each tool's
+agent) plus one ``io_prompt_agent_<slug>`` per sub-agent it names. Each tool call the model asks for goes through
+:meth:`Portal.call <supervisor._portal.Portal.call>` with a :class:`~supervisor._portal.CallOrigin` whose
+``allowed`` is that tool set, whose ``agent_id`` is the agent, and whose depth and stack continue the caller's, so
+``max_call_depth`` counts sub-agent calls like any other nested call (A calls B calls A ... stops at the limit, and
+the refusal, with the stack, is what the model gets back).
+
+Bounds (the policy's ``agent_loop``): at most ``max_steps`` model requests per loop, then an ``error`` result; each
+request bounded by ``request_timeout_s`` and retried after transient failures (see :mod:`supervisor._llm`). A tool
+call with unparsable arguments, or naming a tool the agent does not have, is answered to the model with the reason
+(it can correct itself); it still costs a step.
+
+Each loop is a session of its own in the session store, child of the caller's session, with its turns; the API key
+is resolved here, per loop, and goes nowhere but the request header (not into traces, sessions or workers).
+
+:class:`AgentRunner` serves one sub-agent's tool to the registry: it duck-types a toolbox runner (``name``,
+``spec.agent``, ``spec.toolbox``, ``tools``, ``call``) with no worker behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from toolboxes._result import ToolResult
+
+from ._agent_tree import AgentTree
+from ._llm import (
+    ChatClient,
+    ModelError,
+    RetryBounds,
+    complete_with_retries,
+    completion_url,
+    function_tool,
+    resolve_api_key,
+)
+from ._policy import AgentLoop
+from ._portal import CallOrigin, Portal
+from ._registry import RegisteredTool, ToolRegistry
+from ._sessions import SessionStore
+from ._trace import TraceRecorder
+
+__all__ = ["AgentRunner", "AgentService", "subagent_tool_name", "tool_message"]
+
+#: Longest tool output given back to the model in one tool message.
+MAX_TOOL_MESSAGE = 32 * 1024
+
+
+def subagent_tool_name(slug: str) -> str:
+    """The tool that runs the sub-agent ``slug`` (SPEC.md section 2)."""
+    return f"io_prompt_agent_{slug}"
+
+
+def tool_message(result: ToolResult) -> str:
+    """The text a model gets for a tool result: status, summary, data (cut to :data:`MAX_TOOL_MESSAGE`)."""
+    data = result.data or ""
+    if len(data) > MAX_TOOL_MESSAGE:
+        data = data[:MAX_TOOL_MESSAGE] + f"\n[... {len(data) - MAX_TOOL_MESSAGE} more characters cut]"
+    head = f"status: {result.status}"
+    if result.summary and result.summary != data:
+        head += f"\nsummary: {result.summary}"
+    if result.truncated:
+        head += "\n(the tool's output was truncated)"
+    if result.data_path:
+        head += f"\ndata_path: {result.data_path}"
+    return f"{head}\n\n{data}" if data else head
+
+
+@dataclass(frozen=True)
+class _RunnerSpec:
+    agent: str
+    toolbox: str
+
+
+class AgentRunner:
+    """The registry's view of one sub-agent: one tool, ``io_prompt_agent_<slug> {what}``, run by the service."""
+
+    is_agent = True
+
+    def __init__(self, service: AgentService, slug: str) -> None:
+        self.service = service
+        self.slug = slug
+        self.name = f"agent:{slug}"
+        self.spec = _RunnerSpec(agent=slug, toolbox=self.name)
+        self.load_errors: list[dict[str, Any]] = []
+        desc = service.tree.config.agent(slug).description
+        about = desc.announce or f"the agent {slug}"
+        self.tools = [{
+            "name": subagent_tool_name(slug),
+            "description": f"Ask {about}. It works on the request with its own tools and answers in text.",
+            "input_schema": {"type": "object", "properties": {"what": {
+                "type": "string", "description": "what to ask the agent, with everything it needs to know"}},
+                "required": ["what"], "additionalProperties": False},
+        }]
+
+    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any], wall_time_s: float | None = None,
+                   origin: Any = None) -> ToolResult:
+        """Run the sub-agent on ``args["what"]`` as the portal's call ``origin`` (depth and stack included)."""
+        if not isinstance(origin, CallOrigin):
+            origin = CallOrigin(session_id=str(ctx.get("session_id") or "default"))
+        return await self.service.run(self.slug, str(args.get("what", "")), origin)
+
+
+class AgentService:
+    """Runs agent loops for one supervisor (owns no resources besides what it is given)."""
+
+    def __init__(self, *, tree: AgentTree, portal: Portal, registry: ToolRegistry, trace: TraceRecorder,
+                 sessions: SessionStore | None, http: httpx.AsyncClient, bounds: AgentLoop,
+                 model_keys: Mapping[str, str], environ: Mapping[str, str] | None = None,
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        self.tree = tree
+        self.portal = portal
+        self.registry = registry
+        self.trace = trace
+        self.sessions = sessions
+        self.http = http
+        self.bounds = bounds
+        self.model_keys = model_keys
+        self.environ = environ
+        self._new_id = new_id
+
+    def runners(self) -> list[AgentRunner]:
+        """One runner per sub-agent (every agent some agent names), in first-seen order."""
+        return [AgentRunner(self, slug) for slug in self.tree.subagent_slugs]
+
+    def tools_of(self, slug: str) -> list[RegisteredTool]:
+        """The tools agent ``slug`` may call: its own toolboxes' tools, then its sub-agents' tools."""
+        subs = self.tree.subagents.get(slug, ())
+        own = [t for t in self.registry.tools.values() if not getattr(t.runner, "is_agent", False) and t.agent == slug]
+        agents = [t for t in self.registry.tools.values()
+                  if getattr(t.runner, "is_agent", False) and t.runner.slug in subs]  # type: ignore[attr-defined]
+        agents.sort(key=lambda t: subs.index(t.runner.slug))  # type: ignore[attr-defined]
+        return own + agents
+
+    async def run(self, slug: str, prompt: str, origin: CallOrigin) -> ToolResult:
+        """Run agent ``slug``'s loop on ``prompt``; always a result (``error`` with the reason when it fails).
+
+        ``origin`` is the call that asked (its depth and stack are those of the ``io_prompt_agent`` call itself, or
+        depth 0 for ``agents-supervise run``); the loop's tool calls are made one level deeper. Cancellation
+        propagates (the session is marked failed first).
+        """
+        try:
+            agent = self.tree.config.agent(slug)
+        except KeyError:
+            known = ", ".join(a.slug for a in self.tree.config.agents) or "none"
+            return ToolResult.error(f"no agent {slug!r} is loaded; loaded agents: {known}")
+        desc = agent.description
+        if not desc.model_url or not desc.model_name:
+            return ToolResult.error(f"agent {slug} cannot run: its file ({agent.file}) sets no modelUrl/modelName")
+        try:
+            key = resolve_api_key(desc.api_key_id, self.model_keys, self.environ)
+        except ModelError as exc:
+            return ToolResult.error(f"agent {slug} cannot run: {exc}")
+        client = ChatClient(self.http, completion_url(desc.model_url), desc.model_name, key)
+        tools = self.tools_of(slug)
+        allowed = frozenset(t.name for t in tools)
+        functions = [function_tool(t.name, t.description, t.input_schema) for t in tools]
+        session_id, conversation_id = self._new_id(), self._new_id()
+        inner = replace(origin, session_id=session_id, conversation_id=conversation_id, agent_id=slug,
+                        allowed=allowed, caller=f"agent {slug}")
+        if self.sessions is not None:
+            self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id)
+            self.sessions.add_turn(session_id, "user", prompt)
+        self.trace.record("agent_start", agent=slug, session=session_id, parent_session=origin.session_id,
+                          parent_call_id=origin.parent_call_id, depth=origin.depth, model=desc.model_name,
+                          tools=sorted(allowed))
+        status = "failed"
+        try:
+            result = await self._loop(slug, client, prompt, "\n".join(desc.system_prompt), functions, inner)
+            status = "idle" if result.status == "passed" else "failed"
+            return result
+        finally:
+            if self.sessions is not None:
+                self.sessions.finish(session_id, status)
+            self.trace.record("agent_end", agent=slug, session=session_id, status=status)
+
+    async def _loop(self, slug: str, client: ChatClient, prompt: str, system: str, functions: list[dict[str, Any]],
+                    inner: CallOrigin) -> ToolResult:
+        messages: list[dict[str, Any]] = []
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
+        bounds = RetryBounds(self.bounds.retries, self.bounds.backoff_initial_s, self.bounds.backoff_max_s,
+                             self.bounds.request_timeout_s)
+
+        def on_retry(attempt: int, error: ModelError, delay: float) -> None:
+            self.trace.record("model_retry", agent=slug, session=inner.session_id, attempt=attempt,
+                              status=error.status, reason=str(error)[:300], delay_s=delay)
+
+        for step in range(1, self.bounds.max_steps + 1):
+            start = time.perf_counter()
+            try:
+                reply = await complete_with_retries(client, messages, functions, bounds, on_retry)
+            except ModelError as exc:
+                self.trace.record("agent_step", agent=slug, session=inner.session_id, step=step, error=str(exc)[:500],
+                                  duration_s=round(time.perf_counter() - start, 6))
+                result = ToolResult.error(f"agent {slug}: {exc}")
+                return result.with_meta("transient", "true" if exc.transient else "false")
+            self.trace.record("agent_step", agent=slug, session=inner.session_id, step=step,
+                              tool_calls=[c.name for c in reply.tool_calls], finish_reason=reply.finish_reason,
+                              duration_s=round(time.perf_counter() - start, 6))
+            messages.append(reply.message())
+            if self.sessions is not None and (reply.content or not reply.tool_calls):
+                self.sessions.add_turn(inner.session_id, "assistant", reply.content)
+            if not reply.tool_calls:
+                return ToolResult.passed(reply.content, summary=f"agent {slug} answered after {step} step"
+                                         + ("s" if step > 1 else ""))
+            for call in reply.tool_calls:
+                origin = replace(inner, turn_id=str(step))
+                result = await self._tool_call(call.name, call.arguments, origin)
+                text = tool_message(result)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+                if self.sessions is not None:
+                    self.sessions.add_turn(inner.session_id, "tool", text, tool=call.name)
+        self.trace.record("limit_hit", limit="agent_loop.max_steps", value=self.bounds.max_steps, agent=slug,
+                          session=inner.session_id)
+        return ToolResult.error(f"agent {slug} reached its step limit of {self.bounds.max_steps} model requests "
+                                "without a final answer (it kept calling tools); the loop was stopped")
+
+    async def _tool_call(self, name: str, arguments: str, origin: CallOrigin) -> ToolResult:
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return ToolResult.error(f"the arguments of your call to {name} are not valid JSON ({exc.msg} at "
+                                    f"character {exc.pos}); send one JSON object that matches the tool's schema")
+        if not isinstance(args, dict):
+            return ToolResult.error(f"the arguments of your call to {name} must be a JSON object, not "
+                                    f"{type(args).__name__}")
+        return await self.portal.call(name, args, origin)
