@@ -82,6 +82,9 @@ class Portal:
     session_limits: SessionLimits = field(default_factory=SessionLimits)
     #: called with (tool, result) after each call, to store attachments etc.
     postprocess: Callable[[RegisteredTool, ToolResult], ToolResult] | None = None
+    #: told of every dispatched call once it ended (keywords: call_id, tool, args, origin, result or None when
+    #: cancelled, started (Unix time), duration_s), to record it in the session store; must not raise
+    on_call_end: Callable[..., None] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _sessions: dict[str, _SessionUsage] = field(default_factory=dict)
 
@@ -145,6 +148,7 @@ class Portal:
                           toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id, depth=depth,
                           caller=origin.caller, args=args)
         start = time.perf_counter()
+        started = time.time()
         result: ToolResult | None = None
         try:
             ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
@@ -160,3 +164,6 @@ class Portal:
                 status=result.status if result else "error", summary=result.summary if result else "cancelled",
                 duration_s=round(time.perf_counter() - start, 6), session=origin.session_id,
                 metadata=[list(p) for p in result.metadata] if result else [])
+            if self.on_call_end is not None:
+                self.on_call_end(call_id=call_id, tool=tool, args=args, origin=origin, result=result,
+                                 started=started, duration_s=time.perf_counter() - start)
