@@ -20,16 +20,20 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import trio
 
 from toolboxes._result import ToolResult
 
+from ._agent_tree import AgentTree, expand_agents
+from ._agents import AgentRunner, AgentService
 from ._attachments import AttachmentStore
 from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
 from ._runner import SupervisionPolicy, ToolboxRunner
+from ._sessions import SessionStore, answer_host_request
 from ._trace import TraceRecorder
 from ._worker import Worker
 
@@ -52,7 +56,8 @@ class ToolInfo:
 class Supervisor:
     """The trusted side: decides what may run, runs it in confined workers, records what happened."""
 
-    def __init__(self, compiled: CompiledPolicy, trace: TraceRecorder) -> None:
+    def __init__(self, compiled: CompiledPolicy, trace: TraceRecorder, *, tree: AgentTree | None = None,
+                 sessions: SessionStore | None = None, http: httpx.AsyncClient | None = None) -> None:
         self.compiled = compiled
         self.config: LoadedConfig = compiled.config
         self.trace = trace
@@ -64,8 +69,19 @@ class Supervisor:
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
+            on_call_end=self._record_call,
         )
         self.runners: list[ToolboxRunner] = []
+        #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
+        self.sessions = sessions
+        #: sub-agent loops (``io_prompt_agent_<slug>``, ``agents-supervise run``); ``None`` without an HTTP client
+        self.agents: AgentService | None = None
+        self.agent_runners: list[AgentRunner] = []
+        if tree is not None and http is not None:
+            self.agents = AgentService(
+                tree=tree, portal=self.portal, registry=self.registry, trace=trace, sessions=sessions, http=http,
+                bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys)
+            self.agent_runners = self.agents.runners()
         self._tools_changed = trio.Event()
 
     # -- opening -----------------------------------------------------------------------------------------------
@@ -85,9 +101,13 @@ class Supervisor:
         naming the toolbox when a worker cannot start.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
-        compiled = compile_policy(config, python=sys.executable, state_dir=state_dir)
+        tree = expand_agents(config)
+        compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir)
         trace = TraceRecorder(compiled.trace_path)
-        sup = cls(compiled, trace)
+        sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
+        # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
+        http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
+        sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
         trace.record("supervisor_start", pid=os.getpid(), policy=config.policy_file,
                      toolboxes=[s.toolbox for s in compiled.specs])
         trace.record("policy_compiled", workers=[
@@ -103,6 +123,9 @@ class Supervisor:
                         await sup._stop()
                     nursery.cancel_scope.cancel()
         finally:
+            with trio.CancelScope(shield=True):
+                await http.aclose()
+            sessions.close()
             trace.record("supervisor_stop", pid=os.getpid())
             trace.close()
 
@@ -138,7 +161,7 @@ class Supervisor:
     def _rebuild(self) -> None:
         before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
                   for n, t in self.registry.tools.items()}
-        self.registry.rebuild(self.runners)
+        self.registry.rebuild([*self.runners, *self.agent_runners])  # type: ignore[list-item]
         after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
                  for n, t in self.registry.tools.items()}
         if before != after:
@@ -169,7 +192,20 @@ class Supervisor:
                 return {"error": "portal request needs a tool name"}
             result = await self.portal.call(tool, args if args is not None else {}, inner)
             return {"result": result.to_wire()}
+        if worker.spec.kind == "system":
+            # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
+            return answer_host_request(self.sessions, worker.spec.plan.payload.get("config") or {},
+                                       origin.session_id, message.get("op"), message.get("args"))
         return {"error": f"host operation {message.get('op')!r} is not supported by this supervisor"}
+
+    def _record_call(self, *, call_id: str, tool: RegisteredTool, args: Any, origin: CallOrigin,
+                     result: ToolResult | None, started: float, duration_s: float) -> None:
+        if self.sessions is None:
+            return
+        self.sessions.record_call(
+            origin.session_id, call_id=call_id, parent_call_id=origin.parent_call_id, tool=tool.name, args=args,
+            status=result.status if result else "error", summary=result.summary if result else "cancelled",
+            output=result.data if result else None, started=started, duration_s=duration_s)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         if result.attachments:
@@ -192,6 +228,14 @@ class Supervisor:
         origin = CallOrigin(session_id=session_id, conversation_id=conversation_id, turn_id=turn_id,
                             agent_id=agent_id)
         return await self.portal.call(name, args, origin)
+
+    async def run_agent(self, slug: str, prompt: str, *, session_id: str = "cli") -> ToolResult:
+        """Run agent ``slug``'s loop on ``prompt`` at depth 0 (``agents-supervise run``); always a result."""
+        if self.agents is None:
+            return ToolResult.error("this supervisor runs no agent loops (it was built without an HTTP client)")
+        if self.sessions is not None:
+            self.sessions.ensure_session(session_id)
+        return await self.agents.run(slug, prompt, CallOrigin(session_id=session_id, caller="frontend"))
 
     def load_errors(self) -> list[dict[str, Any]]:
         """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""
