@@ -220,7 +220,8 @@ def confine(plan: ConfinementPlan) -> None:
        to be allowed to create them): needs privileges that step 8 drops.
     3. Bridge sockets (only when ``plan.bridge``): ``sandbox._bridge.open_bridge(plan.bridge_fd)`` opens the
        egress listening sockets *inside* the new namespace (so they listen on its ``lo``) and passes them
-       up; before Landlock, which refuses every TCP bind, and before the uid drop.
+       up; before Landlock, which refuses every TCP bind, and before the uid drop. Then a private
+       ``/etc/resolv.conf`` naming the stub (``sandbox._resolver``), while mounts are still allowed.
     4. Fork for the PID namespace: the child is PID 1 and becomes the worker; the parent forwards signals and
        exits mirroring it, so the supervisor sees EOF the moment the worker dies, and when PID 1 dies the
        kernel kills every process of the namespace (no grandchild outlives the worker). The child sets
@@ -266,8 +267,12 @@ def confine(plan: ConfinementPlan) -> None:
     # 3
     if plan.bridge and plan.bridge_fd is not None:
         from sandbox._bridge import open_bridge  # written elsewhere; imported only when a bridge is asked for
+        from sandbox._resolver import apply_private_resolv_conf, plan_resolv_conf
 
-        open_bridge(plan.bridge_fd)  # closes bridge_fd in every case; raises BridgeError (a SandboxError)
+        ports = open_bridge(plan.bridge_fd)  # closes bridge_fd in every case; raises BridgeError (a SandboxError)
+        # Name resolution goes to the bridge's DNS stub: a private, read-only /etc/resolv.conf in a mount
+        # namespace of the worker's own (the host's file is untouched).
+        apply_private_resolv_conf(plan_resolv_conf(ports.dns), workdir=plan.workdir)
     # 4
     alive_fd: int | None = None
     if namespaces.pid:

@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox._bridge import BridgePorts, worker_network_env
+from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
 from sandbox._plan import READ, WRITE, ConfinementPlan, FsRule, Rlimits
 from sandbox._syspaths import python_runtime_paths, uid_can_read
@@ -149,6 +151,16 @@ def plan_worker(
     env = policy.worker_env_for(tb.name, tb.agent_slug)
     env.update({"HOME": workdir, "TMPDIR": os.path.join(workdir, "tmp")})
 
+    hosts = tuple(dict.fromkeys([*tb.allowed_hosts, *overrides.allowed_hosts]))
+    private = tuple(str(n) for n in policy.network.allow_private_ranges)
+    try:
+        AllowedHosts.parse(hosts, private_networks=private)
+    except HostError as exc:
+        raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
+    ports = BridgePorts()
+    if hosts:
+        env.update(worker_network_env(ports))
+
     uid = gid = None
     if running_as_root:
         uid, gid = policy.sandbox_uid, policy.sandbox_gid
@@ -161,8 +173,7 @@ def plan_worker(
     payload = {
         "kind": tb.kind,
         "name": tb.name,
-        "config": {**cfg, "policy": {"limits": limits.model_dump(), "env": env,
-                                     "allowed_hosts": list(tb.allowed_hosts)}},
+        "config": {**cfg, "policy": {"limits": limits.model_dump(), "env": env, "allowed_hosts": list(hosts)}},
         "workdir": workdir,
         "state_dir": tb_state,
         "limits": limits.model_dump(),
@@ -177,6 +188,8 @@ def plan_worker(
         gid=gid,
         fs_rules=tuple(rules),
         min_landlock_abi=min_abi,
+        bridge=bool(hosts),
+        tcp_connect_ports=ports.tcp_connect_ports if hosts else (),
         rlimits=Rlimits(
             address_space_bytes=limits.address_space_bytes,
             cpu_seconds=limits.cpu_seconds,
@@ -192,9 +205,11 @@ def plan_worker(
         "limits": limits.model_dump(),
         "read_only": sorted(r.path for r in rules if r.mode == READ),
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
-        "allowed_hosts": list(tb.allowed_hosts) + list(overrides.allowed_hosts),
+        "allowed_hosts": list(hosts),
         "file_sandbox": fs_report,
-        "network": "own namespace, loopback only",
+        "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
+                    f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else
+                   "own namespace, loopback only, no egress",
         "landlock_min_abi": min_abi,
     }
     allowed_tools = tuple(cfg.get("AllowedTools") or ()) if tb.kind == "lua" else ()
@@ -209,6 +224,8 @@ def plan_worker(
         shutdown_grace_s=policy.supervision.shutdown_grace_s,
         agent=tb.agent_slug,
         allowed_tools=allowed_tools,
+        allowed_hosts=hosts,
+        private_networks=private,
         warnings=warnings,
         report={**report, "warnings": warnings},
     )

@@ -12,9 +12,11 @@ oversized or unexpected frames are a :class:`~toolboxes._protocol.ProtocolError`
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import signal
+import socket
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -24,6 +26,10 @@ from typing import Any
 import msgpack
 import trio
 
+from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
+from sandbox._dns_stub import serve_dns_stub
+from sandbox._egress import serve_egress
+from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
 from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
@@ -65,6 +71,10 @@ class WorkerSpec:
     agent: str = ""
     #: public tool names this toolbox may call through the portal (Lua AllowedTools); empty: none
     allowed_tools: tuple[str, ...] = ()
+    #: AllowedHosts of the egress bridge (empty: the worker gets no bridge and no network at all)
+    allowed_hosts: tuple[str, ...] = ()
+    #: private ranges the egress proxy may dial for this worker (the policy's network.allow_private_ranges)
+    private_networks: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
     #: what ``agents-supervise check`` shows about this worker (rules, exactness, hosts)
     report: dict[str, Any] = field(default_factory=dict)
@@ -153,20 +163,42 @@ class Worker:
         """
         self._nursery = nursery
         spec = self.spec
+        plan = spec.plan
+        carrier: socket.socket | None = None
+        child_end: socket.socket | None = None
+        if plan.bridge:
+            # The launcher opens the bridge sockets inside the worker's namespace and passes them up this pair.
+            carrier, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            plan = dataclasses.replace(plan, bridge_fd=child_end.fileno())
         try:
-            proc = spawn_child(spec.argv, env=spec.env, cwd=spec.cwd, pass_fds=spec.pass_fds)
+            proc = spawn_child(spec.argv, env=spec.env, cwd=spec.cwd,
+                               pass_fds=(*spec.pass_fds, *((child_end.fileno(),) if child_end else ())))
         except OSError as exc:
             self._set_state(WorkerState.DEAD, f"could not be started: {exc}")
+            if carrier is not None:
+                carrier.close()
             raise WorkerStartError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc
+        finally:
+            if child_end is not None:
+                child_end.close()
         self._proc = proc
-        plan = msgpack.packb(spec.plan.to_wire(), use_bin_type=True)
+        frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
         nursery.start_soon(self._read_stderr)
         nursery.start_soon(self._read_stdout)
         try:
-            await proc.stdin.send_all(struct.pack(">I", len(plan)) + plan)
+            await proc.stdin.send_all(struct.pack(">I", len(frame)) + frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the reader sees the exit and reports why
         with trio.move_on_after(spec.start_timeout_s):
+            if carrier is not None:
+                try:
+                    bridge = await receive_bridge(trio.socket.from_stdlib_socket(carrier))
+                except (BridgeError, OSError):
+                    await self.dead.wait()  # the launcher failed before the bridge: its exit says why
+                else:
+                    nursery.start_soon(self._serve_bridge, bridge)
+                finally:
+                    carrier.close()
             await self._wait_hello_or_death()
         if self.state is WorkerState.READY:
             return
@@ -176,6 +208,26 @@ class Worker:
         detail = tail[-1] if tail else ""
         raise WorkerStartError(f"toolbox {spec.toolbox}: the worker {self.death_reason}"
                            + (f": {detail}" if detail else ""))
+
+    async def _serve_bridge(self, bridge: BridgeSockets) -> None:
+        """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
+        proxy, dns_udp, dns_tcp = bridge.to_trio()
+        rules = AllowedHosts.parse(self.spec.allowed_hosts, private_networks=self.spec.private_networks)
+
+        def on_decision(decision: dict[str, Any]) -> None:
+            self._on_event(self, "egress", dict(decision))
+
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(lambda task_status: serve_egress(
+                    proxy, rules, on_decision=on_decision, toolbox=self.spec.toolbox, task_status=task_status))
+                await nursery.start(lambda task_status: serve_dns_stub(
+                    dns_udp, dns_tcp, rules, task_status=task_status))
+                await self.dead.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            for sock in (proxy, dns_udp, dns_tcp):
+                sock.close()
 
     async def _wait_hello_or_death(self) -> None:
         async with trio.open_nursery() as n:

@@ -1,0 +1,97 @@
+"""Network isolation end to end: the real supervisor, run inside the lab's supervisor namespace, a real confined
+worker with its egress bridge, and real servers on the lab's "internet" (203.0.113.0/24).
+
+The supervisor resolves names with the lab's DNS server (``ip netns exec`` shows it ``/etc/netns/<ns>/resolv.conf``
+as ``/etc/resolv.conf``), so no packet leaves the lab. Each check is a shell command run by ``execute-command``
+inside the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._policies import agent, system_toolbox, write_policy
+from tests.sandbox._netlab import INET_DNS, INET_HTTP, REPO, Lab
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    os.makedirs("/tmp/agents-supervise-tests", exist_ok=True)
+    root = Path(__import__("tempfile").mkdtemp(dir="/tmp/agents-supervise-tests"))
+    os.chmod(root, 0o755)
+    lab = Lab(root)
+    netns_etc = Path("/etc/netns") / lab.sup
+    netns_etc.mkdir(parents=True, exist_ok=True)
+    (netns_etc / "resolv.conf").write_text(f"nameserver {INET_DNS}\n")
+    try:
+        yield lab
+    finally:
+        lab.close()
+        shutil.rmtree(netns_etc, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _call(lab: Lab, policy: Path, command: str) -> dict:
+    proc = subprocess.run(
+        ["ip", "netns", "exec", lab.sup, sys.executable, "-m", "supervisor", "call", "--policy", str(policy),
+         "system_system_execute_command", json.dumps({"command": command})],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+    )
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout)["structured"]
+
+
+@pytest.fixture
+def policy(sandbox_tmp: Path) -> Path:
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    return write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])},
+                        toolboxes={"system": {"allowed_hosts": ["www.example.test", "*.sub.example.test"]}})
+
+
+def test_allowed_host_through_the_proxy_and_refusals(lab: Lab, policy: Path) -> None:
+    out = _call(lab, policy, "curl -sS --max-time 10 http://www.example.test/hello; echo; "
+                             "curl -sS --max-time 10 -o /dev/null -w '%{http_code}' http://evil.example.test/; echo; "
+                             "curl -sS --max-time 10 -o /dev/null -w '%{http_code}' http://WWW.EXAMPLE.TEST./x")
+    lines = out["stdout"].splitlines()
+    assert "origin" in lines[0], out
+    assert lines[1] == "403", out
+    assert lines[2] == "200", out
+    trace = [json.loads(line) for line in (policy.parent / "state" / "trace.jsonl").read_text().splitlines()]
+    egress = [r for r in trace if r["event"] == "egress"]
+    verdicts = {(r["host"], r["verdict"]) for r in egress}
+    assert ("www.example.test", "allowed") in verdicts
+    assert ("evil.example.test", "refused") in verdicts
+    assert all(r["toolbox"] == "system" for r in egress)
+
+
+def test_direct_connections_and_refused_names_reach_nothing(lab: Lab, policy: Path) -> None:
+    before = lab.dns_log.read_text() if lab.dns_log.exists() else ""
+    out = _call(lab, policy, f"curl -sS --noproxy '*' --max-time 5 http://{INET_HTTP}/ && echo BREACH-TCP; "
+                             f"bash -c 'exec 3<>/dev/tcp/{INET_HTTP}/80' && echo BREACH-DEVTCP; "
+                             "getent hosts leak-check.evil.example.test && echo BREACH-DNS; "
+                             "getent hosts www.example.test; getent ahostsv4 www.example.test; true")
+    assert "BREACH" not in out["stdout"], out
+    assert "127.0.0.1" not in out["stdout"]
+    # the stub answers allowed names with the addresses the proxy would dial
+    assert "203.0.113.10" in out["stdout"] or "2001:db8::10" in out["stdout"]
+    after = lab.dns_log.read_text() if lab.dns_log.exists() else ""
+    assert "leak-check" not in after[len(before):]  # a refused name is never looked up
+
+
+def test_a_toolbox_without_allowed_hosts_has_no_network(lab: Lab, sandbox_tmp: Path) -> None:
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])})
+    out = _call(lab, policy, "curl -sS --max-time 5 http://www.example.test/ && echo BREACH; "
+                             "env | grep -i _proxy || echo no-proxy-env")
+    assert "BREACH" not in out["stdout"]
+    assert "no-proxy-env" in out["stdout"]
