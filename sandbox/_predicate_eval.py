@@ -334,18 +334,17 @@ def check_path(
         sandbox = parse_file_sandbox(dict(sandbox), "/")
     elif not isinstance(sandbox, FileSandbox):
         sandbox = FileSandbox(sandbox, max_file_size, None)
-    shown = path if isinstance(path, str) else repr(path)
     label = f"the file sandbox {sandbox.name!r}" if sandbox.name else "the file sandbox"
     action = "writing" if for_write else "reading"
     verdict = evaluate(sandbox.predicate, path, for_write=for_write, size=size, base_dir=base_dir)
     if verdict.rule == "path syntax":
-        return PathCheck(False, "", f"refused: {shown!r} is not a valid path (empty or contains a NUL byte)",
+        return PathCheck(False, "", f"refused: {path!r} is not a valid path (a non-empty string without NUL bytes)",
                          verdict.rule)
     if not verdict.allowed:
         return PathCheck(
             False,
             "",
-            f"refused: {action} {shown!r} is not allowed by {label} (rule {verdict.rule}). "
+            f"refused: {action} {path!r} is not allowed by {label} (rule {verdict.rule}). "
             "Use a path the sandbox allows.",
             verdict.rule,
         )
@@ -356,7 +355,7 @@ def check_path(
             return PathCheck(
                 False,
                 "",
-                f"refused: {action} {shown!r}: its size cannot be checked against fsbMaxFileSize "
+                f"refused: {action} {path!r}: its size cannot be checked against fsbMaxFileSize "
                 "(permission denied on the way to it).",
                 "fsbMaxFileSize",
             )
@@ -365,7 +364,7 @@ def check_path(
             return PathCheck(
                 False,
                 "",
-                f"refused: {action} {shown!r}: {what} larger than {label} allows "
+                f"refused: {action} {path!r}: {what} larger than {label} allows "
                 f"(fsbMaxFileSize {limit} bytes).",
                 "fsbMaxFileSize",
             )

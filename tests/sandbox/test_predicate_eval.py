@@ -271,6 +271,12 @@ def test_paths_with_nul_bytes_or_empty_are_refused(tree: Path, bad: str) -> None
     assert "not a valid path" in check.message
 
 
+def test_a_path_that_is_not_a_string_is_refused_not_raised() -> None:
+    check = check_path(FileSandbox(AlwaysAllow()), 42, for_write=False)  # type: ignore[arg-type]
+    assert not check.allowed
+    assert check.message == "refused: 42 is not a valid path (a non-empty string without NUL bytes)"
+
+
 def test_canonicalise_refuses_nul_and_resolves(tree: Path) -> None:
     with pytest.raises(PredicateError, match="NUL"):
         canonicalise("/a\x00b")
