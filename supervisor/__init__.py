@@ -1,1 +1,24 @@
-"""Package."""
+"""The trusted side: policy, registry, portal, worker supervision, frontends, traces.
+
+``async with Supervisor.open("policies/strict.yaml") as sup: await sup.call(name, args)``.
+"""
+
+from toolboxes._result import Attachment, ToolResult
+
+from ._config_errors import ConfigError
+from ._config_loader import LoadedConfig, load_config
+from ._errors import PolicyRefused, SupervisorError, WorkerStartError
+from ._supervisor import Supervisor, ToolInfo
+
+__all__ = [
+    "Attachment",
+    "ConfigError",
+    "LoadedConfig",
+    "PolicyRefused",
+    "Supervisor",
+    "SupervisorError",
+    "ToolInfo",
+    "ToolResult",
+    "WorkerStartError",
+    "load_config",
+]
