@@ -9,6 +9,11 @@
                                                         exit 0 passed, 1 failed, 2 error
     agents-supervise check --policy P [--json]          what each toolbox's worker will get (nothing starts)
     agents-supervise schema                             the policy's JSON Schema
+    agents-supervise run --policy P --agent SLUG 'PROMPT'
+                                                        run an agent's loop; prints its answer; exit 0 answered,
+                                                        2 error (model unreachable, step limit, ...)
+    agents-supervise trace FILE [--json]                the call tree, per-tool summary, refusals, egress and
+                                                        redundant reads of a trace file
 
 Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker that cannot start) is
 printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback.
@@ -58,6 +63,17 @@ def _parser() -> argparse.ArgumentParser:
     _add_common(check)
     check.add_argument("--json", action="store_true")
     sub.add_parser("schema", help="print the policy's JSON Schema")
+    run = sub.add_parser("run", help="run an agent's loop on a prompt and print its answer")
+    run.add_argument("--policy", required=True, help="the YAML policy file")
+    run.add_argument("--agent", required=True, dest="slug", metavar="SLUG", help="the slug of the agent to run")
+    run.add_argument("--agent-file", action="append", default=[], dest="agent", metavar="FILE",
+                     help="an agent file to load besides the policy's (repeatable)")
+    run.add_argument("--state-dir", default=None, help="override the policy's state directory")
+    run.add_argument("--session", default="cli", help="session id")
+    run.add_argument("prompt")
+    trace = sub.add_parser("trace", help="report on a trace file (call tree, summary, redundant reads)")
+    trace.add_argument("file")
+    trace.add_argument("--json", action="store_true")
     return parser
 
 
@@ -114,10 +130,11 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from ._agent_tree import expand_agents
     from ._compile import compile_policy
     from ._config_loader import load_config
 
-    config = load_config(args.policy, args.agent)
+    config = expand_agents(load_config(args.policy, args.agent)).config  # sub-agents' toolboxes get workers too
     compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
     report: dict[str, Any] = {
         "policy": config.policy_file,
@@ -152,6 +169,28 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run(args: argparse.Namespace) -> int:
+    from ._supervisor import Supervisor
+
+    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        result = await sup.run_agent(args.slug, args.prompt, session_id=args.session)
+    if result.status != "passed":
+        return _fail(result.data or result.summary or "the agent failed", EXIT_ERROR)
+    print(result.data or "")
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from ._trace_report import load_trace, render_text, report
+
+    try:
+        data = report(load_trace(args.file))
+    except OSError as exc:
+        return _fail(f"cannot read the trace file: {exc.strerror or exc}: {args.file}")
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else render_text(data))
+    return 0
+
+
 def _schema() -> int:
     from ._policy import policy_json_schema
 
@@ -165,12 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command or "serve"
     if command == "schema":
         return _schema()
+    if command == "trace":
+        return _trace(args)
     if not args.policy:
         return _fail("--policy is required (for example: --policy policies/strict.yaml)")
     try:
         if command == "check":
             return _check(args)
-        runner = {"serve": _serve, "tools": _tools, "call": _call}[command]
+        runner = {"serve": _serve, "tools": _tools, "call": _call, "run": _run}[command]
         return trio.run(runner, args)
     except ConfigError as exc:
         return _fail(str(exc))
