@@ -252,3 +252,39 @@ def test_cli_run_prints_the_answer(sandbox_tmp: Path) -> None:
                               "nobody", "x"], capture_output=True, text=True, env=env, cwd=repo, timeout=60)
         assert bad.returncode == 2 and "no agent 'nobody' is loaded; loaded agents: main, helper" in bad.stderr
         assert "Traceback" not in bad.stderr
+
+
+# ------------------------------------------------------------------------------------------ the agent tree
+def test_subagents_come_from_extra_agents_and_tool_directory_json(sandbox_tmp: Path) -> None:
+    from supervisor._agent_tree import expand_agents
+    from supervisor._config_loader import load_config
+
+    tools = sandbox_tmp / "tools"
+    tools.mkdir()
+    (tools / "zed.json").write_text(json.dumps(agent("zed", extraAgents=[{"slug": "main", "path": "../main.json"}])))
+    (tools / "notes.txt").write_text("not an agent")
+    (sandbox_tmp / "helper.json").write_text(json.dumps(agent("helper")))
+    main = agent("main", toolDirectory="tools", extraAgents=[{"slug": "helper", "path": "helper.json"}])
+    tree = expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
+    assert [a.slug for a in tree.config.agents] == ["main", "helper", "zed"]
+    assert dict(tree.subagents) == {"main": ("helper", "zed"), "helper": (), "zed": ("main",)}
+    assert tree.subagent_slugs == ["helper", "zed", "main"]
+    assert expand_agents(tree.config).subagents == tree.subagents  # idempotent
+
+
+def test_duplicate_and_mismatched_subagent_slugs_are_refused(sandbox_tmp: Path) -> None:
+    from supervisor._agent_tree import expand_agents
+    from supervisor._config_errors import ConfigError
+    from supervisor._config_loader import load_config
+
+    (sandbox_tmp / "one.json").write_text(json.dumps(agent("twin")))
+    (sandbox_tmp / "two.json").write_text(json.dumps(agent("twin")))
+    main = agent("main", extraAgents=[{"slug": "twin", "path": "one.json"}, {"slug": "twin", "path": "two.json"}])
+    with pytest.raises(ConfigError, match=r"agent slug 'twin' is already used by .*one\.json"):
+        expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
+    main = agent("main", extraAgents=[{"slug": "other", "path": "one.json"}])
+    with pytest.raises(ConfigError, match=r"extraAgents\[0\]\.slug: extraAgents names slug 'other' but .* says 'twin'"):
+        expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
+    main = agent("main", extraAgents=[{"slug": "gone", "path": "gone.json"}])
+    with pytest.raises(ConfigError, match=r"sub-agent file not found"):
+        expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
