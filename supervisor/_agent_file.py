@@ -31,6 +31,7 @@ from ._config_types import (
     ConfigPath,
     EnvText,
     Executable,
+    GitUrl,
     Host,
     HttpUrl,
     Predicate,
@@ -279,7 +280,7 @@ class SkillDirectory(_Model):
 
 
 class GitRepoContents(_Model):
-    url: HttpUrl
+    url: GitUrl
     subdir: Annotated[str, AfterValidator(check_subdir)] | None = None
 
 

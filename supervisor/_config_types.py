@@ -25,6 +25,7 @@ __all__ = [
     "ConfigPath",
     "EnvText",
     "Executable",
+    "GitUrl",
     "Host",
     "HttpUrl",
     "Predicate",
@@ -128,6 +129,16 @@ def _check_http_url(value: str) -> str:
     return value
 
 
+def _git_url(value: str, info: ValidationInfo) -> str:
+    """A git URL: http(s) with a host, or ``file:///absolute/path`` (canonicalised)."""
+    parts = urlsplit(value)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise _problem(f"invalid URL {value!r}", "an http:// or https:// URL with a host, or file:///absolute/path")
+        return "file://" + _resolve_path(parts.path, info)
+    return _check_http_url(value)
+
+
 def _spec_location(value: str, info: ValidationInfo) -> str:
     """A SpecUrl: an http(s) URL is kept, a ``file://`` URL or a path becomes a resolved path."""
     parts = urlsplit(value)
@@ -193,5 +204,6 @@ ToolboxName = Annotated[str, AfterValidator(_check_name)]
 Host = Annotated[str, AfterValidator(check_host)]
 EnvText = Annotated[str, AfterValidator(_expand_env)]
 HttpUrl = Annotated[str, AfterValidator(_check_http_url)]
+GitUrl = Annotated[str, AfterValidator(_git_url)]
 SpecLocation = Annotated[str, AfterValidator(_spec_location)]
 Predicate = Annotated[Any, PlainValidator(_parse_predicate), PlainSerializer(predicate_to_json)]
