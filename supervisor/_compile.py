@@ -22,6 +22,7 @@ from sandbox._syspaths import python_runtime_paths, uid_can_read
 from ._agent_toolboxes import ToolboxConfig
 from ._config_loader import LoadedConfig
 from ._errors import PolicyRefused
+from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_fs_rules
 from ._staging import stage_worker_code
 from ._worker import WorkerSpec
@@ -52,6 +53,8 @@ class CompiledPolicy:
     crash_loop_window_s: float
     landlock_abi: int
     warnings: list[str] = field(default_factory=list)
+    #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
+    git_sources: list[GitSource] = field(default_factory=list)
 
 
 def _bootstrap(runtime_dir: str) -> str:
@@ -104,6 +107,11 @@ def plan_worker(
     rules += [FsRule(p, READ) for p in tb.read_paths]
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
     cfg = _worker_config(tb)
+    git_targets: set[str] = set()
+    if tb.kind == "skills":  # git sources: read the clones, which exist once the supervisor made them
+        cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
+        git_targets = {g.target for g in git}
+        rules += [FsRule(t, READ) for t in sorted(git_targets)]
     if tb.kind == "sqlite":
         rules += sqlite_fs_rules(cfg.get("Versioning") or {})
 
@@ -138,7 +146,7 @@ def plan_worker(
             warnings.append(message)
 
     missing = [r.path for r in rules
-               if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir)]
+               if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir, *git_targets)]
     if missing:
         warnings += [f"{tb.name}: {p} does not exist and is not granted" for p in sorted(set(missing))]
         rules = [r for r in rules if r.path not in missing]
@@ -151,7 +159,9 @@ def plan_worker(
     env = policy.worker_env_for(tb.name, tb.agent_slug)
     env.update({"HOME": workdir, "TMPDIR": os.path.join(workdir, "tmp")})
 
-    hosts = tuple(dict.fromkeys([*tb.allowed_hosts, *overrides.allowed_hosts]))
+    # A skills toolbox's agent-file hosts are its git sources' hosts: for the clone, not for the worker.
+    tb_hosts = () if tb.kind == "skills" else tb.allowed_hosts
+    hosts = tuple(dict.fromkeys([*tb_hosts, *overrides.allowed_hosts]))
     private = tuple(str(n) for n in policy.network.allow_private_ranges)
     try:
         AllowedHosts.parse(hosts, private_networks=private)
@@ -255,6 +265,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     specs: list[WorkerSpec] = []
     warnings: list[str] = list(config.warnings)
     seen: set[str] = set()
+    git_sources: list[GitSource] = []
     for agent in config.agents:
         for tb in agent.toolboxes():
             if tb.name in seen:
@@ -265,6 +276,9 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                                running_as_root=root, kernel_abi=abi)
             specs.append(spec)
             warnings += spec.warnings
+            if tb.kind == "skills":
+                git_sources += plan_git_sources(_worker_config(tb), state_dir=state_dir, toolbox=tb.name,
+                                                agent=tb.agent_slug)[1]
     if root and specs:
         uid, gid = policy.sandbox_uid, policy.sandbox_gid
         for path in (os.path.realpath(python), runtime_dir if prepare else None):
@@ -301,4 +315,5 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         crash_loop_window_s=policy.supervision.crash_loop_window_s,
         landlock_abi=abi,
         warnings=warnings,
+        git_sources=git_sources,
     )

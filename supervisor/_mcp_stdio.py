@@ -3,7 +3,9 @@
 Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call``; notifications ``notifications/initialized`` and
 ``notifications/cancelled`` (cancels the named call; its worker is told to stop it), and the server sends
 ``notifications/tools/list_changed`` whenever the tool list changes. One stdio connection is one session: its
-session id is given to every call (skills enabled in it, session limits).
+session id is given to every call (skills enabled in it, session limits), ``tools/list`` shows the session's own
+list (skills' script tools only where their skill is enabled) and enabling or disabling a skill notifies this
+session only.
 
 Results map as follows: ``data`` -> a text content block (``summary`` when there is no data), each stored image
 attachment -> an image content block, ``structured`` JSON -> ``structuredContent`` (an object; other JSON values
@@ -109,7 +111,7 @@ class McpStdioServer:
 
     async def _watch_tools(self) -> None:
         while True:
-            await self.sup.wait_tools_changed()
+            await self.sup.wait_tools_changed(self.session_id)  # global changes and this session's own
             if self._initialized:
                 await self._write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 

@@ -33,7 +33,9 @@ from ._config_loader import LoadedConfig, load_config
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
 from ._runner import SupervisionPolicy, ToolboxRunner
+from ._session_tools import SessionToolViews
 from ._sessions import SessionStore, answer_host_request
+from ._skill_sources import prepare_git_sources
 from ._trace import TraceRecorder
 from ._worker import Worker
 
@@ -83,6 +85,10 @@ class Supervisor:
                 bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys)
             self.agent_runners = self.agents.runners()
         self._tools_changed = trio.Event()
+        #: which session-scoped tools (skills' scripts) each session sees
+        self.session_tools = SessionToolViews()
+        #: load errors found before any worker started (git skill sources that could not be cloned)
+        self.source_errors: list[dict[str, Any]] = []
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -133,7 +139,11 @@ class Supervisor:
         supervision = SupervisionPolicy(
             self.compiled.restart_backoff_initial_s, self.compiled.restart_backoff_max_s,
             self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s)
+        self.source_errors = await prepare_git_sources(self.compiled, self.trace)
         for spec in self.compiled.specs:
+            if spec.kind == "skills":
+                auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
+                self.session_tools.set_auto_enabled(spec.toolbox, auto)
             runner = ToolboxRunner(spec, supervision, on_request=self._on_request, on_event=self._on_event,
                                    on_tools=self._on_tools)
             self.runners.append(runner)
@@ -167,6 +177,7 @@ class Supervisor:
         if before != after:
             self._tools_changed.set()
             self._tools_changed = trio.Event()
+            self.session_tools.wake()
 
     def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
         if kind == "worker_event":
@@ -200,6 +211,9 @@ class Supervisor:
 
     def _record_call(self, *, call_id: str, tool: RegisteredTool, args: Any, origin: CallOrigin,
                      result: ToolResult | None, started: float, duration_s: float) -> None:
+        if result is not None and tool.annotations.get("skill_action"):
+            self.session_tools.observe(origin.session_id, tool.toolbox, tool.annotations, result.status,
+                                       result.structured)
         if self.sessions is None:
             return
         self.sessions.record_call(
@@ -214,13 +228,19 @@ class Supervisor:
 
     # -- the API frontends use ---------------------------------------------------------------------------------
     def list_tools(self, session_id: str | None = None) -> list[ToolInfo]:
-        """Every tool currently served, in load order."""
+        """The tools served to ``session_id``, in load order: every tool but the session-scoped ones (skills'
+        script tools) whose skill is not enabled in that session. ``None``: every tool."""
         return [ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
-                         t.annotations) for t in self.registry.tools.values()]
+                         t.annotations) for t in self.registry.tools.values()
+                if self.session_tools.visible(session_id, t.toolbox, t.annotations)]
 
-    async def wait_tools_changed(self) -> None:
-        """Return the next time the tool list changes."""
-        await self._tools_changed.wait()
+    async def wait_tools_changed(self, session_id: str | None = None) -> None:
+        """Return the next time the tool list changes; with ``session_id``, also when that session's own list
+        changes (a skill enabled or disabled in it), and not when another session's does."""
+        if session_id is None:
+            await self._tools_changed.wait()
+        else:
+            await self.session_tools.wait(session_id)
 
     async def call(self, name: str, args: Any, *, session_id: str = "default", conversation_id: str = "",
                    turn_id: str = "", agent_id: str = "") -> ToolResult:
@@ -241,6 +261,7 @@ class Supervisor:
         """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""
         out = [{"toolbox": r.name, **e} for r in self.runners for e in r.load_errors]
         out += self.registry.schema_errors
+        out += self.source_errors
         return out
 
     def runner(self, toolbox: str) -> ToolboxRunner:
