@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -89,8 +90,24 @@ async def _serve(args: argparse.Namespace) -> int:
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
         for w in sup.compiled.warnings:
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
-        await serve_mcp_stdio(sup)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, nursery.cancel_scope, sup)
+
+            async def serve() -> None:
+                await serve_mcp_stdio(sup)
+                nursery.cancel_scope.cancel()  # EOF from the frontend: shut down cleanly
+
+            nursery.start_soon(serve)
     return 0
+
+
+async def _stop_on_signal(scope: trio.CancelScope, sup: Any) -> None:
+    """SIGTERM, SIGINT or SIGHUP: leave the serving loop so that every worker is stopped and the trace closed."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            sup.trace.record("signal", signal=signal.Signals(signum).name)
+            scope.cancel()
+            return
 
 
 async def _tools(args: argparse.Namespace) -> int:

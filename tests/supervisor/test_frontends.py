@@ -169,3 +169,97 @@ def test_cli_bad_input_gets_one_clear_line(sandbox_tmp: Path) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr and "garbage.yaml" in out.stderr
     schema = _cli("schema")
     assert schema.returncode == 0 and "properties" in json.loads(schema.stdout)
+
+
+class _RawMcp:
+    """The supervisor's MCP server driven line by line (for what the SDK client does not expose directly)."""
+
+    def __init__(self, policy: Path) -> None:
+        self.proc = subprocess.Popen([*CLI, "--policy", str(policy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=_env(), cwd=REPO)
+
+    def send(self, message: dict) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    async def receive(self) -> dict:
+        assert self.proc.stdout is not None
+        line = await trio.to_thread.run_sync(self.proc.stdout.readline)
+        assert line, "the server closed stdout"
+        return json.loads(line)
+
+    async def initialize(self) -> None:
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        assert (await self.receive())["id"] == 0
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        self.proc.wait()
+
+
+def _trace(policy: Path) -> list[dict]:
+    return [json.loads(line) for line in (policy.parent / "state" / "trace.jsonl").read_text().splitlines()]
+
+
+async def test_cancelled_notification_stops_the_call_in_the_worker(sandbox_tmp: Path) -> None:
+    toolbox = system_toolbox(capabilities=["execute-command", "date"])
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])})
+    mcp = _RawMcp(policy)
+    try:
+        with trio.fail_after(30):
+            await mcp.initialize()
+            mcp.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "system_system_execute_command", "arguments": {"command": "echo started; sleep 60"}}})
+            while not any(r["event"] == "call_start" for r in _trace(policy)):  # noqa: ASYNC110
+                await trio.sleep(0.02)  # the trace file is the only sign the call began
+            mcp.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+            mcp.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "system_system_date", "arguments": {}}})
+            reply = await mcp.receive()
+            assert reply["id"] == 2  # no response is sent for the cancelled call (MCP's rule)
+            assert not reply["result"]["isError"]
+            while not any(r["event"] == "call_end" and r["tool"] == "system_system_execute_command"  # noqa: ASYNC110
+                          for r in _trace(policy)):
+                await trio.sleep(0.02)
+        end = next(r for r in _trace(policy) if r["event"] == "call_end" and r["tool"].endswith("execute_command"))
+        assert end["status"] == "error" and end["duration_s"] < 30
+    finally:
+        mcp.close()
+
+
+async def test_sigterm_shuts_down_cleanly(policy: Path) -> None:
+    mcp = _RawMcp(policy)
+    try:
+        with trio.fail_after(30):
+            await mcp.initialize()
+            family = _descendants(mcp.proc.pid)
+            mcp.proc.send_signal(signal.SIGTERM)
+            code = await trio.to_thread.run_sync(mcp.proc.wait)
+        assert code == 0
+        assert not any(_alive(p) for p in family)
+        kinds = [r["event"] for r in _trace(policy)]
+        assert "signal" in kinds and kinds[-1] == "supervisor_stop"
+        assert kinds.count("worker_exit") == 1
+    finally:
+        mcp.close()
+
+
+async def test_eof_from_the_frontend_shuts_down_cleanly(policy: Path) -> None:
+    mcp = _RawMcp(policy)
+    try:
+        with trio.fail_after(30):
+            await mcp.initialize()
+            assert mcp.proc.stdin is not None
+            mcp.proc.stdin.close()
+            code = await trio.to_thread.run_sync(mcp.proc.wait)
+        assert code == 0
+        assert _trace(policy)[-1]["event"] == "supervisor_stop"
+    finally:
+        mcp.close()
