@@ -1,0 +1,327 @@
+"""The Developer toolbox in a real confined worker, through ``Supervisor.open``: files, refusals, crashes.
+
+The worker's FileSandbox is ``DirectoryRecursive <tmp>/project`` (granted read-write by the kernel). Beside it,
+``<tmp>/secret.txt`` is world-readable and world-writable on purpose: Unix permissions would let uid 65534 read
+and write it, so only the in-worker check and Landlock stand in the way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import json
+import os
+import signal
+import struct
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import trio
+
+from sandbox._plan import WRITE, FsRule
+from supervisor._supervisor import Supervisor
+from tests._policies import agent, write_policy
+from toolboxes._result import ToolResult
+
+pytestmark = pytest.mark.root
+
+NOBODY = 65534
+SECRET = "top-secret-value\n"
+CAPS = ["read-file-range", "write-file-range", "patch-file", "restore-file", "create-tool", "validate-tool"]
+
+
+def _worker_pid(sup: Supervisor, toolbox: str) -> int:
+    """The worker process proper: PID 1 of its namespace, the only child of the launcher we spawned."""
+    worker = sup.runner(toolbox).worker
+    assert worker is not None and worker.pid is not None
+    children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+def _own(path: Path) -> None:
+    os.chown(path, NOBODY, NOBODY)
+
+
+@pytest.fixture
+def project(sandbox_tmp: Path) -> Path:
+    project = sandbox_tmp / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    for p in (project, project / "src", project / "src" / "f.txt"):
+        _own(p)
+    secret = sandbox_tmp / "secret.txt"
+    secret.write_text(SECRET)
+    secret.chmod(0o666)
+    (project / "src" / "planted-link").symlink_to(secret)
+    return project
+
+
+@pytest.fixture
+async def sup(sandbox_tmp: Path, project: Path) -> AsyncIterator[Supervisor]:
+    fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": "project"}
+    dev = {"tag": "DeveloperToolbox",
+           "contents": {"Name": "dev", "Description": "dev tools", "Capabilities": CAPS, "FileSandbox": fsb}}
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[dev])}, landlock_min_abi=6,
+                          limits={"wall_time_s": 60}, supervision={"restart_backoff_initial_s": 0.05})
+    async with Supervisor.open(policy) as s:
+        yield s
+
+
+def _v(res: ToolResult) -> dict[str, Any]:
+    assert res.status == "passed", (res.status, res.data)
+    assert isinstance(res.structured, dict)
+    return res.structured
+
+
+async def dev(sup: Supervisor, cap: str, session: str = "s1", **args: Any) -> ToolResult:
+    return await sup.call(f"developer_dev_{cap.replace('-', '_')}", args, session_id=session)
+
+
+# --- inside the sandbox ---------------------------------------------------------------------------------------
+
+
+async def test_read_write_patch_restore_through_the_worker(sup: Supervisor, project: Path) -> None:
+    path = str(project / "src" / "f.txt")
+    read = await dev(sup, "read-file-range", path=path, ranges="2-3")
+    v = _v(read)
+    assert v["content"] == "2\tline 2\n3\tline 3\n"
+    assert v["snapshotRef"] == hashlib.md5((project / "src" / "f.txt").read_bytes()).hexdigest()
+    assert dict(read.metadata) == {"state_effect": "read", "resource_id": f"file:{path}"}
+    original = v["snapshotRef"]
+
+    write = await dev(sup, "write-file-range", path=path, ranges="head,5,tail", contentBlocks=["top", "FIVE", "end"],
+                      expected_snapshot_ref=original)
+    w = _v(write)
+    assert dict(write.metadata) == {"state_effect": "mutate", "resource_id": f"file:{path}"}
+    lines = (project / "src" / "f.txt").read_text().splitlines()
+    assert lines[0] == "top" and lines[5] == "FIVE" and lines[-1] == "end" and len(lines) == 12
+    stale = await dev(sup, "write-file-range", path=path, ranges="1", contentBlocks=["x"],
+                      expected_snapshot_ref=original)
+    assert stale.status == "error" and "changed since snapshot" in (stale.data or "")
+
+    patch = "--- a/f.txt\n+++ b/f.txt\n@@ -2,3 +2,3 @@\n line 1\n-line 2\n+LINE TWO\n line 3\n"
+    patched = await dev(sup, "patch-file", path=path, patch=patch)
+    assert _v(patched)["hunksApplied"] == 1
+    assert (project / "src" / "f.txt").read_text().splitlines()[2] == "LINE TWO"
+    mismatch = await dev(sup, "patch-file", path=path, patch=patch)
+    assert mismatch.status == "failed"
+    assert mismatch.structured["message"] == "Context doesn't match"
+
+    restored = await dev(sup, "restore-file", path=path, snapshot_ref=original)
+    _v(restored)
+    assert hashlib.md5((project / "src" / "f.txt").read_bytes()).hexdigest() == original
+    assert w["beforeSnapshotRef"] == original
+    # New files are created by the sandbox uid, inside the tree, and can be validated (describe runs confined).
+    tool = str(project / "src" / "hello.sh")
+    _v(await dev(sup, "create-tool", path=tool, language="bash", slug="hello"))
+    assert os.stat(tool).st_uid == NOBODY and os.access(tool, os.X_OK)
+    checked = await dev(sup, "validate-tool", path=tool)
+    assert _v(checked)["valid"] is True, checked.data
+    # Nothing was left behind by the atomic writes.
+    assert not [n for n in os.listdir(project / "src") if n.endswith(".tmp")]
+
+
+# --- outside the sandbox: the in-worker check ------------------------------------------------------------------
+
+
+async def test_paths_outside_are_refused_naming_the_rule(sup: Supervisor, sandbox_tmp: Path, project: Path) -> None:
+    secret = sandbox_tmp / "secret.txt"
+    rule = f"rule DirectoryRecursive({project})"
+    for cap, path, extra in (
+        ("read-file-range", str(secret), {}),
+        ("read-file-range", str(project / ".." / "secret.txt"), {}),
+        ("read-file-range", str(project / "src" / "planted-link"), {}),
+        ("write-file-range", str(secret), {"ranges": "1", "contentBlocks": ["pwned"]}),
+        ("patch-file", str(sandbox_tmp / "new.txt"), {"patch": "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+x\n"}),
+        ("create-tool", str(sandbox_tmp / "evil.sh"), {"language": "bash"}),
+    ):
+        res = await dev(sup, cap, path=path, **extra)
+        assert res.status == "error", (cap, path, res)
+        assert "not allowed by the file sandbox 'project'" in (res.data or ""), res.data
+        assert rule in (res.data or ""), res.data
+        assert str(secret) not in (res.data or "") or path == str(secret)  # a symlink's target is not revealed
+    assert secret.read_text() == SECRET
+    assert sorted(os.listdir(sandbox_tmp)) == ["policy.yaml", "project", "secret.txt", "state", "tester.json"]
+
+
+async def test_relative_paths_are_refused_with_a_clear_message(sup: Supervisor) -> None:
+    res = await dev(sup, "read-file-range", path="src/f.txt")
+    assert res.status == "error"
+    assert "absolute" in (res.data or "")
+
+
+# --- outside the sandbox: the kernel ---------------------------------------------------------------------------
+
+_PROBE = textwrap.dedent("""
+    import json, os, sys
+    project, secret = sys.argv[1], sys.argv[2]
+    out = {}
+    def attempt(name, fn):
+        try:
+            fn()
+            out[name] = "allowed"
+        except OSError as exc:
+            out[name] = type(exc).__name__
+    def write(path, text):
+        with open(path, "w") as f:
+            f.write(text)
+    attempt("read_inside", lambda: open(os.path.join(project, "src", "f.txt")).read())
+    attempt("write_inside", lambda: write(os.path.join(project, "src", "probe.txt"), "ok"))
+    attempt("read_secret", lambda: open(secret).read())
+    attempt("read_link", lambda: open(os.path.join(project, "src", "planted-link")).read())
+    attempt("write_secret", lambda: write(secret, "pwned"))
+    attempt("create_beside", lambda: write(secret + ".new", "pwned"))
+    print(json.dumps(out))
+""")
+
+
+async def test_kernel_holds_the_sandbox_without_the_in_worker_check(
+    sup: Supervisor, sandbox_tmp: Path, project: Path
+) -> None:
+    """The developer worker's exact plan, running a plain Python probe instead of the toolbox."""
+    spec = sup.runner("dev").spec
+    rules = spec.plan.fs_rules
+    assert FsRule(str(project), WRITE) in rules
+    tmp = str(sandbox_tmp)
+    assert not [r for r in rules if tmp == r.path or tmp.startswith(r.path.rstrip("/") + "/")], \
+        "a rule covers the directory holding the secret"
+    plan = dataclasses.replace(spec.plan, entry="sandbox._launcher:exec_argv",
+                               payload={"argv": [spec.argv[0], "-I", "-c", _PROBE, str(project),
+                                                 str(sandbox_tmp / "secret.txt")]})
+    body = msgpack.packb(plan.to_wire())
+    proc = await trio.run_process(spec.argv, stdin=struct.pack(">I", len(body)) + body, capture_stdout=True,
+                                  capture_stderr=True, check=False, env=spec.env, cwd=spec.cwd)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = json.loads(proc.stdout)
+    assert out["read_inside"] == "allowed" and out["write_inside"] == "allowed", out
+    for name in ("read_secret", "read_link", "write_secret", "create_beside"):
+        assert out[name] == "PermissionError", f"BREACH: {name}: {out[name]}"
+    assert (sandbox_tmp / "secret.txt").read_text() == SECRET
+
+
+# --- edit sessions survive a restart -----------------------------------------------------------------------------
+
+
+async def test_edit_session_survives_a_worker_restart(sup: Supervisor, sandbox_tmp: Path, project: Path) -> None:
+    path = str(project / "src" / "f.txt")
+    before = (project / "src" / "f.txt").read_text()
+    staged = await dev(sup, "write-file-range", session="caller-A", path=path, ranges="2", contentBlocks=["TWO"],
+                       session_id="edit-1")
+    assert _v(staged)["sessionStatus"] == "staged"
+    assert (project / "src" / "f.txt").read_text() == before  # staged, not written
+    state = sandbox_tmp / "state" / "toolbox-state" / "tester" / "dev" / "developer"
+    session_files = list(state.glob("*/edits/*.json"))
+    assert len(session_files) == 1
+    assert json.loads(session_files[0].read_text())["edits"] == [["2", "TWO"]]
+
+    pid = _worker_pid(sup, "dev")
+    old = sup.runner("dev").worker
+    assert old is not None
+    os.kill(pid, signal.SIGKILL)
+    with trio.fail_after(10):
+        await old.dead.wait()  # the supervisor saw it die; the next call waits for the restarted worker
+    # The restarted worker finds the staged edits in its state folder; numbering is still the original's.
+    more = await dev(sup, "write-file-range", session="caller-A", path=path, ranges="4-5", contentBlocks=[""],
+                     session_id="edit-1")
+    assert _v(more)["sessionNetDelta"] == -2
+    assert _worker_pid(sup, "dev") != pid
+    overlap = await dev(sup, "write-file-range", session="caller-A", path=path, ranges="2", contentBlocks=["x"],
+                        session_id="edit-1")
+    assert overlap.status == "error" and "overlap" in (overlap.data or "").lower()
+    other_caller = await dev(sup, "write-file-range", session="caller-B", path=path, ranges="", contentBlocks=[],
+                             session_id="edit-1", commit=True)
+    assert other_caller.status == "passed" and (project / "src" / "f.txt").read_text() == before  # B's own, empty
+    done = await dev(sup, "write-file-range", session="caller-A", path=path, ranges="", contentBlocks=[],
+                     session_id="edit-1", commit=True)
+    assert _v(done)["sessionStatus"] == "committed"
+    lines = (project / "src" / "f.txt").read_text().splitlines()
+    assert lines == ["line 1", "TWO", "line 3", "line 6", "line 7", "line 8", "line 9", "line 10"]
+
+
+# --- kill -9 in the middle of a large write -------------------------------------------------------------------------
+
+LINE = 1000
+_IN_CREATE = 0x100
+_IN_NONBLOCK = os.O_NONBLOCK
+
+
+class _CreateWatch:
+    """inotify ``IN_CREATE`` on one directory: wake up when a file is created in it (no polling, no sleeps)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.inotify_init1(_IN_NONBLOCK | os.O_CLOEXEC)
+        assert self.fd >= 0, os.strerror(ctypes.get_errno())
+        assert self._libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_CREATE) >= 0
+
+    async def wait_for(self, condition: Callable[[], bool]) -> None:
+        """Return once ``condition()`` holds, re-testing it after each creation in the directory."""
+        while not condition():
+            with trio.move_on_after(0.5):  # also re-test now and then: the call may end without a creation
+                await trio.lowlevel.wait_readable(self.fd)
+            try:
+                os.read(self.fd, 65536)
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _content(ch: str, total: int) -> str:
+    return (ch * (LINE - 1) + "\n") * (total // LINE)
+
+
+async def test_sigkill_mid_write_leaves_old_or_new_never_a_mix(sup: Supervisor, project: Path) -> None:
+    size = 30 * 1024 * 1024
+    lines = size // LINE
+    target = project / "src" / "big.txt"
+    versions = [_content("o", size).encode(), _content("n", size).encode()]
+    target.write_bytes(versions[0])
+    _own(target)
+    caught_mid_write = 0
+    watch = _CreateWatch(target.parent)
+    for attempt in range(6):
+        # A call first: it waits for the worker the previous attempt killed to be restarted.
+        _v(await dev(sup, "read-file-range", path=str(target), ranges="1", metadata_only=True))
+        pid = _worker_pid(sup, "dev")
+        old_worker = sup.runner("dev").worker
+        assert old_worker is not None
+        before_names = set(os.listdir(target.parent))
+        current = target.read_bytes()
+        wanted = versions[1] if current == versions[0] else versions[0]
+        result: list[ToolResult] = []
+
+        async def write(wanted: bytes = wanted, result: list[ToolResult] = result) -> None:
+            result.append(await dev(sup, "write-file-range", path=str(target), ranges=f"1-{lines}",
+                                    contentBlocks=[wanted.decode()]))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write)
+            # Synchronise on the write itself: the worker's temporary file appears beside the target.
+            with trio.fail_after(60):
+                await watch.wait_for(lambda result=result, before=before_names: bool(result) or bool(
+                    {n for n in os.listdir(target.parent) if n.endswith(".tmp")} - before))
+            os.kill(pid, signal.SIGKILL)
+            with trio.fail_after(10):
+                await old_worker.dead.wait()
+        after = target.read_bytes()
+        assert after in versions, f"attempt {attempt}: a mix of {len(after)} bytes"
+        leftovers = [n for n in os.listdir(target.parent) if n.endswith(".tmp")]
+        if result[0].status == "error" and leftovers:
+            caught_mid_write += 1
+            assert after == current, "a write killed before its rename must leave the old file"
+        for name in leftovers:
+            os.unlink(target.parent / name)
+        if caught_mid_write >= 2:
+            break
+    watch.close()
+    assert caught_mid_write >= 1, "never caught the worker in the middle of a write"
+    read = await dev(sup, "read-file-range", path=str(target), ranges="1", metadata_only=True)
+    assert _v(read)["totalFileSize"] == lines * LINE  # the restarted worker serves the file
