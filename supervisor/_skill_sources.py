@@ -115,21 +115,31 @@ def drop_git_sources(payload: dict[str, Any], failed: list[GitSource]) -> dict[s
     return {**payload, "config": config}
 
 
-def _git_env(path_var: str, scheme: str, repo_path: str | None) -> dict[str, str]:
-    env = {
+def _git_env(path_var: str, scheme: str, global_config: str) -> dict[str, str]:
+    return {
         "PATH": path_var, "LANG": "C.UTF-8", "HOME": "/nonexistent",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": global_config, "GIT_TERMINAL_PROMPT": "0",
         "GIT_ALLOW_PROTOCOL": scheme, "GIT_NO_REPLACE_OBJECTS": "1",
     }
+
+
+def _write_global_config(path: str, repo_path: str | None) -> None:
+    """The only git configuration the clone sees. A local repository belongs to another user than the sandbox
+    uid, so git would refuse it as of "dubious ownership": name it (and its ``.git``) in ``safe.directory``, which
+    git 2.39 reads from the global configuration only."""
+    lines = ["[safe]"]
     if repo_path is not None:
-        # The repository belongs to another user than the sandbox uid: git would refuse it as "dubious ownership".
-        env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="safe.directory", GIT_CONFIG_VALUE_0=repo_path)
-    return env
+        lines += [f"\tdirectory = {p}" for p in (repo_path, os.path.join(repo_path, ".git"))]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.chmod(path, 0o644)
 
 
 @dataclass
 class _Clone:
     tmp: str
+    config: str
     rules: list[FsRule]
     env: dict[str, str]
     hosts: tuple[str, ...]
@@ -160,11 +170,14 @@ def _prepare(git: GitSource, policy: Any, uid: int | None, gid: int | None) -> _
     rules.append(FsRule(tmp, WRITE))
     if repo_path is not None:
         rules.append(FsRule(repo_path, READ))
-    env = _git_env(policy.worker_env.get("PATH", "/usr/local/bin:/usr/bin:/bin"), parts.scheme, repo_path)
-    return _Clone(tmp, rules, env, hosts)
+    config = tmp + ".gitconfig"
+    _write_global_config(config, repo_path)
+    rules.append(FsRule(config, READ))
+    env = _git_env(policy.worker_env.get("PATH", "/usr/local/bin:/usr/bin:/bin"), parts.scheme, config)
+    return _Clone(tmp, config, rules, env, hosts)
 
 
-def _finish(git: GitSource, tmp: str, outcome: ConfinedOutcome, timeout_s: float) -> str | None:
+def _finish(git: GitSource, clone: _Clone, outcome: ConfinedOutcome, timeout_s: float) -> str | None:
     """Move a good clone into place; always remove the temporary folder. Returns the error, if any."""
     try:
         if outcome.timed_out:
@@ -173,14 +186,20 @@ def _finish(git: GitSource, tmp: str, outcome: ConfinedOutcome, timeout_s: float
             why = outcome.stderr_text(600) or f"exit status {outcome.returncode}"
             return f"git clone of {git.url} failed: {why}"
         try:
-            os.rename(tmp, git.target)
+            os.rename(clone.tmp, git.target)
         except OSError:
             if not os.path.isdir(git.target):  # another supervisor may have won the race: use its clone
                 raise
         return None
     finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
+        _cleanup(clone)
+
+
+def _cleanup(clone: _Clone) -> None:
+    if os.path.isdir(clone.tmp):
+        shutil.rmtree(clone.tmp, ignore_errors=True)
+    if os.path.exists(clone.config):
+        os.unlink(clone.config)
 
 
 def _exists(git: GitSource) -> bool:
@@ -219,9 +238,9 @@ async def fetch_git_source(
             allowed_hosts=clone.hosts, private_networks=tuple(str(n) for n in policy.network.allow_private_ranges),
             on_egress=on_egress, launcher=launcher)
     except BaseException:
-        shutil.rmtree(clone.tmp, ignore_errors=True)
+        _cleanup(clone)
         raise
-    return _finish(git, clone.tmp, outcome, timeout_s), True
+    return _finish(git, clone, outcome, timeout_s), True
 
 
 def _check_subdir(git: GitSource) -> str | None:
