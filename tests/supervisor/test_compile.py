@@ -1,0 +1,88 @@
+"""Policy compilation: what each worker gets, and the policies that must be refused before anything starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sandbox._plan import READ, WRITE
+from supervisor._compile import compile_policy
+from supervisor._config_loader import load_config
+from supervisor._errors import PolicyRefused
+from tests._policies import agent, system_toolbox, write_policy
+
+
+def _compile(root: Path, toolbox: dict, **policy: object):
+    path = write_policy(root, {"tester": agent(builtinToolboxes=[toolbox])}, **policy)
+    return compile_policy(load_config(str(path)), state_dir=str(root / "state"), prepare=False)
+
+
+def test_a_worker_gets_its_folders_system_paths_and_limits(sandbox_tmp: Path) -> None:
+    compiled = _compile(sandbox_tmp, system_toolbox(), limits={"open_files": 99, "wall_time_s": 7})
+    (spec,) = compiled.specs
+    rules = {r.path: r.mode for r in spec.plan.fs_rules}
+    assert rules[str(sandbox_tmp / "state" / "work" / "tester" / "system")] == WRITE
+    assert rules["/usr"] == READ
+    assert all(mode == READ for path, mode in rules.items() if not path.startswith(str(sandbox_tmp))
+               and path != "/dev/null")
+    assert spec.plan.rlimits.open_files == 99 and spec.wall_time_s == 7
+    assert spec.plan.new_netns and spec.plan.new_pidns and not spec.plan.bridge
+    assert spec.plan.tcp_connect_ports == ()
+    assert "PYTHONPATH" not in spec.plan.env and spec.plan.env["HOME"].endswith("/work/tester/system")
+    if os.geteuid() == 0:
+        assert (spec.plan.uid, spec.plan.gid) == (65534, 65534)
+
+
+def test_landlock_too_old_for_a_strict_policy_is_refused(sandbox_tmp: Path) -> None:
+    with pytest.raises(PolicyRefused, match="needs at least 64"):
+        _compile(sandbox_tmp, system_toolbox(), strict=True, landlock_min_abi=64)
+
+
+def test_always_allow_is_refused_under_strict_and_never_read_write(sandbox_tmp: Path) -> None:
+    fsb = {"fsbPredicate": {"tag": "AlwaysAllow"}}
+    toolbox = system_toolbox(capabilities=["list-directory"], FileSandbox=fsb)
+    with pytest.raises(PolicyRefused, match="whole filesystem"):
+        _compile(sandbox_tmp, toolbox, strict=True)
+    compiled = _compile(sandbox_tmp, toolbox, strict=False, landlock_min_abi=0, inexact_predicates="warn")
+    rules = {r.path: r.mode for r in compiled.specs[0].plan.fs_rules}
+    assert rules["/"] == READ
+    assert any("whole filesystem" in w for w in compiled.warnings)
+
+
+def test_inexact_predicate_on_code_running_toolbox(sandbox_tmp: Path) -> None:
+    project = sandbox_tmp / "project"
+    project.mkdir()
+    fsb = {"fsbPredicate": {"tag": "And", "contents": [
+        {"tag": "DirectoryRecursive", "contents": str(project)}, {"tag": "FileExtension", "contents": ["md"]}]}}
+    runs_code = system_toolbox(capabilities=["execute-command"], FileSandbox=fsb)
+    with pytest.raises(PolicyRefused, match="runs arbitrary code"):
+        _compile(sandbox_tmp, runs_code, inexact_predicates="refuse")
+    warned = _compile(sandbox_tmp, runs_code, inexact_predicates="warn")
+    assert any("cannot be enforced exactly" in w for w in warned.warnings)
+    # The same predicate on a toolbox that runs no code is fine: the in-worker check gives the predicate.
+    reads_only = _compile(sandbox_tmp, system_toolbox(capabilities=["list-directory"], FileSandbox=fsb))
+    report = reads_only.specs[0].report["file_sandbox"]
+    assert report["exact"] is False and report["mode"] == READ and report["residual"]
+
+
+def test_allowed_hosts_give_a_bridge_and_proxy_environment(sandbox_tmp: Path) -> None:
+    compiled = _compile(sandbox_tmp, system_toolbox(), toolboxes={"system": {"allowed_hosts": ["api.example.com"]}})
+    spec = compiled.specs[0]
+    assert spec.plan.bridge and spec.plan.tcp_connect_ports == (3128, 53)
+    assert spec.plan.env["HTTPS_PROXY"] == "http://127.0.0.1:3128"
+    assert spec.allowed_hosts == ("api.example.com",)
+    assert spec.report["allowed_hosts"] == ["api.example.com"]
+
+
+def test_an_unreadable_interpreter_is_refused(sandbox_tmp: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the uid check applies when the supervisor runs as root")
+    hidden = sandbox_tmp / "hidden"
+    hidden.mkdir(mode=0o700)
+    fake_python = hidden / "python3"
+    fake_python.write_text("")
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])})
+    with pytest.raises(PolicyRefused, match="cannot read"):
+        compile_policy(load_config(str(path)), python=str(fake_python), state_dir=str(sandbox_tmp / "state"))
