@@ -17,7 +17,8 @@ trusted): the scope (``SessionIntrospectionScope``), ``SessionIntrospectionMaxRe
 - ``all``: every session in the store.
 
 Writes are small and synchronous on the trio thread (WAL mode); a session left ``running`` by a supervisor that died
-is marked ``interrupted`` when the store opens.
+is marked ``interrupted`` when the store opens. A write that fails (disk full, database locked by another program)
+never fails the call or loop it records: it is counted in :attr:`SessionStore.write_errors` with the last message.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +123,15 @@ class SessionStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._db.execute("UPDATE sessions SET status='interrupted' WHERE status='running'")
+        self.write_errors = 0
+        self.last_write_error: str | None = None
+
+    def _write(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except sqlite3.Error as exc:
+            self.write_errors += 1
+            self.last_write_error = f"{type(exc).__name__}: {exc}"
 
     def close(self) -> None:
         """Close the database; safe to call twice."""
@@ -131,40 +141,50 @@ class SessionStore:
     def ensure_session(self, session_id: str, conversation_id: str = "", agent: str = "") -> None:
         """Create a root session record for a frontend's session id unless it exists."""
         now = time.time()
-        self._db.execute("INSERT OR IGNORE INTO sessions (id, conversation_id, parent_id, agent, created, modified, "
-                         "status) VALUES (?, ?, NULL, ?, ?, ?, 'idle')",
-                         (session_id, conversation_id or session_id, agent, now, now))
+        self._write(lambda: self._db.execute(
+            "INSERT OR IGNORE INTO sessions (id, conversation_id, parent_id, agent, created, modified, status) "
+            "VALUES (?, ?, NULL, ?, ?, ?, 'idle')", (session_id, conversation_id or session_id, agent, now, now)))
 
     def start_child(self, session_id: str, conversation_id: str, parent_id: str, agent: str,
                     parent_call_id: str | None) -> None:
         """Record a sub-agent's session, child of ``parent_id`` (created as a root first if unknown)."""
         self.ensure_session(parent_id)
         now = time.time()
-        self._db.execute("INSERT INTO sessions (id, conversation_id, parent_id, agent, parent_call_id, created, "
-                         "modified, status) VALUES (?, ?, ?, ?, ?, ?, ?, 'running')",
-                         (session_id, conversation_id, parent_id, agent, parent_call_id, now, now))
+        self._write(lambda: self._db.execute(
+            "INSERT INTO sessions (id, conversation_id, parent_id, agent, parent_call_id, created, modified, status) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 'running')",
+            (session_id, conversation_id, parent_id, agent, parent_call_id, now, now)))
 
     def add_turn(self, session_id: str, role: str, content: str, tool: str | None = None) -> None:
         """Append a turn (``user``, ``assistant`` or ``tool``) to a session."""
         now = time.time()
-        self._db.execute("INSERT INTO turns (session_id, n, role, content, tool, ts) VALUES (?, (SELECT "
-                         "COALESCE(MAX(n), 0) + 1 FROM turns WHERE session_id = ?), ?, ?, ?, ?)",
-                         (session_id, session_id, role, _cut(content), tool, now))
-        self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (now, session_id))
+
+        def write() -> None:
+            self._db.execute("INSERT INTO turns (session_id, n, role, content, tool, ts) VALUES (?, (SELECT "
+                             "COALESCE(MAX(n), 0) + 1 FROM turns WHERE session_id = ?), ?, ?, ?, ?)",
+                             (session_id, session_id, role, _cut(content), tool, now))
+            self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (now, session_id))
+
+        self._write(write)
 
     def finish(self, session_id: str, status: str) -> None:
         """Mark a session ``idle`` (answered) or ``failed``."""
-        self._db.execute("UPDATE sessions SET status = ?, modified = ? WHERE id = ?", (status, time.time(), session_id))
+        self._write(lambda: self._db.execute("UPDATE sessions SET status = ?, modified = ? WHERE id = ?",
+                                             (status, time.time(), session_id)))
 
     def record_call(self, session_id: str, *, call_id: str, parent_call_id: str | None, tool: str, args: Any,
                     status: str, summary: str | None, output: str | None, started: float, duration_s: float) -> None:
         """Record one finished tool call of a session (the session is created as a root if unknown)."""
         self.ensure_session(session_id)
-        self._db.execute("INSERT INTO tool_calls (session_id, call_id, parent_call_id, tool, args, status, summary, "
-                         "output, started, duration_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         (session_id, call_id, parent_call_id, tool, _cut(json.dumps(args, default=repr)), status,
-                          summary, _cut(output or ""), started, duration_s))
-        self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (time.time(), session_id))
+
+        def write() -> None:
+            self._db.execute("INSERT INTO tool_calls (session_id, call_id, parent_call_id, tool, args, status, "
+                             "summary, output, started, duration_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (session_id, call_id, parent_call_id, tool, _cut(json.dumps(args, default=repr)),
+                              status, summary, _cut(output or ""), started, duration_s))
+            self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (time.time(), session_id))
+
+        self._write(write)
 
     # -- reading ------------------------------------------------------------------------------------------------
     def parents(self) -> dict[str, str | None]:
@@ -333,3 +353,5 @@ def answer_host_request(store: SessionStore | None, config: Mapping[str, Any], s
         return {"error": str(exc)}
     except ValueError as exc:
         return {"error": str(exc)}
+    except sqlite3.Error as exc:
+        return {"error": f"SessionStoreError: the session store could not be read ({type(exc).__name__}: {exc})"}

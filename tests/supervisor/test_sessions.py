@@ -182,3 +182,13 @@ async def test_introspection_through_real_workers_and_a_subagent(sandbox_tmp: Pa
             stats = await sup.call("system_main_sys_get_session_stats", {}, session_id="s1")
             assert stats.structured["totalSessions"] == 2 and stats.structured["totalToolCalls"] >= 2
     assert (sandbox_tmp / "state" / "sessions.sqlite3").exists()
+
+
+def test_a_failing_write_is_counted_never_raised() -> None:
+    store = _store()
+    store._db.execute("PRAGMA query_only = ON")  # every later write fails, as on a full disk
+    store.add_turn("a", "user", "lost")
+    store.record_call("a", call_id="c9", parent_call_id=None, tool="t", args={}, status="passed", summary=None,
+                      output=None, started=0.0, duration_s=0.0)
+    assert store.write_errors == 3 and "readonly" in (store.last_write_error or "")
+    assert _ask(store, "root", "get-session-stats")["result"]["totalTurnsAcrossAllSessions"] == 3
