@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PY = "/opt/agents-supervise/venv/bin/python"
+PY = sys.executable  # the venv scripts/setup makes (readable by the sandbox uid)
 REPO = str(Path(__file__).resolve().parents[2])
 SUP_V4, INET_HTTP, INET_TLS, INET_DNS, METADATA = (
     "203.0.113.1", "203.0.113.10", "203.0.113.11", "203.0.113.53", "169.254.169.254"

@@ -16,6 +16,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,7 @@ from sandbox._landlock import landlock_abi
 from sandbox._plan import ConfinementPlan, FsRule, Rlimits
 from sandbox._syspaths import python_runtime_paths
 
-PYTHON = "/opt/agents-supervise/venv/bin/python"
+PYTHON = sys.executable  # the venv scripts/setup makes (readable by the sandbox uid)
 NOBODY = 65534
 SYSTEM_PATHS = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
 WAIT_S = 15.0
