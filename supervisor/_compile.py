@@ -183,7 +183,10 @@ def plan_worker(
     payload = {
         "kind": tb.kind,
         "name": tb.name,
-        "config": {**cfg, "policy": {"limits": limits.model_dump(), "env": env, "allowed_hosts": list(hosts)}},
+        # base_dir: what relative paths in tool arguments are relative to (developer, lua): the agent file's
+        # directory, the same base the agent file's own paths (FileSandbox ./src) were resolved against.
+        "config": {**cfg, "policy": {"limits": limits.model_dump(), "env": env, "allowed_hosts": list(hosts),
+                                     "base_dir": os.path.dirname(tb.agent_file)}},
         "workdir": workdir,
         "state_dir": tb_state,
         "limits": limits.model_dump(),
