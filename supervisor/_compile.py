@@ -31,6 +31,9 @@ __all__ = ["CompiledPolicy", "compile_policy", "plan_worker"]
 
 #: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
 _RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp"}
+#: Toolbox kinds this build runs (``toolboxes.<kind>``); the seed's MCP, OpenAPI and PostgREST toolboxes are not
+#: implemented yet.
+IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "sqlite", "developer", "lua"})
 #: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
 _WRITES_FILES = {"developer", "lua"}
 
@@ -271,6 +274,14 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     git_sources: list[GitSource] = []
     for agent in config.agents:
         for tb in agent.toolboxes():
+            if tb.kind not in IMPLEMENTED_KINDS:
+                message = (f"toolbox {tb.name} of agent {tb.agent_slug} is a {tb.kind} toolbox, which this build "
+                           "does not run yet")
+                if policy.strict:
+                    raise PolicyRefused(message + "; remove it from the agent file or use a permissive policy, "
+                                        "which leaves it out with a warning")
+                warnings.append(message + "; it is left out")
+                continue
             if tb.name in seen:
                 raise PolicyRefused(f"two toolboxes are named {tb.name!r} (agents of the policy share one name "
                                     "space for toolboxes); rename one")

@@ -86,3 +86,16 @@ def test_an_unreadable_interpreter_is_refused(sandbox_tmp: Path) -> None:
     path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])})
     with pytest.raises(PolicyRefused, match="cannot read"):
         compile_policy(load_config(str(path)), python=str(fake_python), state_dir=str(sandbox_tmp / "state"))
+
+
+def test_toolbox_kinds_this_build_does_not_run(sandbox_tmp: Path) -> None:
+    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "files", "executable": "/bin/true", "args": []}}
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()], mcpServers=[mcp])},
+                        strict=True)
+    with pytest.raises(PolicyRefused, match="mcp toolbox, which this build does not run yet"):
+        compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()], mcpServers=[mcp])},
+                        strict=False, landlock_min_abi=0)
+    compiled = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
+    assert [s.kind for s in compiled.specs] == ["system"]
+    assert any("it is left out" in w for w in compiled.warnings)
