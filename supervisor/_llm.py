@@ -337,10 +337,19 @@ class ChatClient:
                                      f"(it starts: {_preview(raw, 120)!r}); check modelUrl", transient=False,
                                      status=200)
                 return parse_completion(body)
+        except httpx.UnsupportedProtocol as exc:
+            raise ModelError(f"the model endpoint's URL cannot be used: {exc}; check modelUrl",
+                             transient=False) from exc
         except httpx.TransportError as exc:
             what = "broke while answering" if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError) \
                 else "could not be reached"
             raise ModelError(f"the model endpoint {what}: {type(exc).__name__}: {exc}", transient=True) from exc
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise ModelError(f"the request to the model endpoint failed: {type(exc).__name__}: {exc}; check "
+                             "modelUrl", transient=False) from exc
+        except (ValueError, TypeError) as exc:  # an answer shaped in a way the parsers did not foresee
+            raise ModelError(f"the model endpoint's answer could not be read: {type(exc).__name__}: {exc}",
+                             transient=False) from exc
 
 
 async def _read_capped(response: httpx.Response) -> bytes:

@@ -97,3 +97,18 @@ def test_urls_and_function_tools() -> None:
     schema = {"type": "object", "properties": {"what": {"type": "string"}}}
     assert function_tool("t", "d", schema) == {"type": "function",
                                                "function": {"name": "t", "description": "d", "parameters": schema}}
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/v1/chat/completions", "http://[::1/v1", "127.0.0.1:9/v1"])
+async def test_an_unusable_model_url_is_a_clear_error_not_retried(url: str) -> None:
+    import httpx
+
+    from supervisor._llm import ChatClient, RetryBounds, complete_with_retries
+
+    attempts: list[int] = []
+    async with httpx.AsyncClient(timeout=None, trust_env=False) as http:
+        with pytest.raises(ModelError, match="modelUrl") as caught:
+            await complete_with_retries(ChatClient(http, url, "m", None), [], [],
+                                        RetryBounds(retries=3, backoff_initial_s=0),
+                                        on_retry=lambda n, e, d: attempts.append(n))
+    assert not caught.value.transient and attempts == []
