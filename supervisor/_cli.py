@@ -14,6 +14,9 @@
                                                         2 error (model unreachable, step limit, ...)
     agents-supervise trace FILE [--json]                the call tree, per-tool summary, refusals, egress and
                                                         redundant reads of a trace file
+    agents-supervise check-tool-call --tool PATH [--policy P] < PAYLOAD
+                                                        run the bash tool's describe confined and validate the
+                                                        JSON arguments on stdin; exit 0 valid, 1 invalid, 2 error
 
 Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker that cannot start) is
 printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback.
@@ -75,7 +78,27 @@ def _parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="report on a trace file (call tree, summary, redundant reads)")
     trace.add_argument("file")
     trace.add_argument("--json", action="store_true")
+    ctc = sub.add_parser("check-tool-call", help="validate a tool call payload (stdin) against a bash tool")
+    ctc.add_argument("--tool", required=True, metavar="PATH", help="the bash tool (describe/run script)")
+    ctc.add_argument("--policy", default=None, help="take system paths, environment and uid from this policy")
     return parser
+
+
+def _check_tool_call(args: argparse.Namespace) -> int:
+    from ._check_tool import check_tool_call
+
+    extra: dict[str, Any] = {}
+    if args.policy:
+        from ._config_loader import load_config
+
+        policy = load_config(args.policy, []).policy
+        extra = {"system_paths": tuple(policy.system_paths), "env": dict(policy.worker_env),
+                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid}
+    outcome = trio.run(lambda: check_tool_call(args.tool, sys.stdin.read(), **extra))
+    if outcome.exit_code == EXIT_ERROR:
+        return _fail(outcome.text)
+    print(outcome.text)
+    return outcome.exit_code
 
 
 def _fail(message: str, code: int = EXIT_ERROR) -> int:
@@ -223,6 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         return _schema()
     if command == "trace":
         return _trace(args)
+    if command == "check-tool-call":
+        try:
+            return _check_tool_call(args)
+        except ConfigError as exc:
+            return _fail(str(exc))
+        except OSError as exc:
+            return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
     if not args.policy:
         return _fail("--policy is required (for example: --policy policies/strict.yaml)")
     try:
