@@ -1,10 +1,8 @@
 """An OpenAI-compatible chat-completions client for the supervisor's agent loops (httpx, under trio).
 
-Pure parts first, tested apart from I/O: :func:`completion_url`, :func:`function_tool` (a registry tool as an
-OpenAI function tool), :func:`parse_completion` (a non-streamed answer), :class:`StreamAssembler` (a streamed
-answer, ``text/event-stream``), :func:`retry_decision` (whether a failed request may be made again) and
-:func:`resolve_api_key`. Then :class:`ChatClient` makes one request, and :func:`complete_with_retries` retries it
-within the policy's ``agent_loop`` bounds.
+Pure parts (tested apart from I/O): :func:`completion_url`, :func:`function_tool`, :func:`parse_completion`,
+:class:`StreamAssembler` (``text/event-stream``), :func:`retry_decision`, :func:`resolve_api_key`. Then
+:class:`ChatClient` makes one request and :func:`complete_with_retries` retries it within ``agent_loop`` bounds.
 
 Every failure is a :class:`ModelError` whose message says what the endpoint did, in words a person can act on,
 and whose ``transient`` says whether the same request may succeed if made again:
@@ -13,10 +11,8 @@ and whose ``transient`` says whether the same request may succeed if made again:
   complete (a stream that ended without ``[DONE]`` or a finish reason), an error event inside a stream, a request
   that did not answer within ``request_timeout_s``;
 - not transient: any other status, an answer that is not JSON (an HTML page), a JSON answer of the wrong shape.
-
 The seed's ``transient`` metadata key overrides both ways: an error body (or stream error event) carrying
 ``"metadata": [["transient", "false"]]`` vetoes a retry of a ``429``; ``"true"`` makes any failure retryable.
-
 The API key is sent only in the ``Authorization`` header; it is never part of an error message, a trace record or
 anything a worker sees. Timeouts are trio cancel scopes (the httpx client is built without its own timeouts).
 """
