@@ -150,10 +150,18 @@ async def test_paths_outside_are_refused_naming_the_rule(sup: Supervisor, sandbo
     assert sorted(os.listdir(sandbox_tmp)) == ["policy.yaml", "project", "secret.txt", "state", "tester.json"]
 
 
-async def test_relative_paths_are_refused_with_a_clear_message(sup: Supervisor) -> None:
-    res = await dev(sup, "read-file-range", path="src/f.txt")
-    assert res.status == "error"
-    assert "absolute" in (res.data or "")
+async def test_relative_paths_start_at_the_agent_file_directory(sup: Supervisor, sandbox_tmp: Path,
+                                                                 project: Path) -> None:
+    """The agent file is ``<tmp>/tester.json``: ``project/src/f.txt`` names the file its FileSandbox allows."""
+    read = await dev(sup, "read-file-range", path="project/src/f.txt", ranges="1")
+    assert _v(read)["content"] == "1\tline 1\n"
+    assert read.meta("resource_id") == f"file:{project / 'src' / 'f.txt'}"
+    dotted = await dev(sup, "read-file-range", path="./project/src/../src/f.txt", ranges="1")
+    assert _v(dotted)["path"] == str(project / "src" / "f.txt")
+    outside = await dev(sup, "read-file-range", path="project/../secret.txt")
+    assert outside.status == "error"
+    assert "'project/../secret.txt' is not allowed by the file sandbox 'project'" in (outside.data or "")
+    assert outside.meta("resource_id") == "file:project/../secret.txt"
 
 
 # --- outside the sandbox: the kernel ---------------------------------------------------------------------------

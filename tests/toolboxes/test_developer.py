@@ -81,7 +81,14 @@ def test_every_path_goes_through_the_sandbox(root: Path) -> None:
     assert call(tb, "write-file-range", path=str(root / "secret.txt"), ranges="1",
                 contentBlocks=["x"]).status == "error"
     assert (root / "secret.txt").read_text() == "no\n"
-    assert "absolute" in (call(tb, "read-file-range", path="src/f.txt").summary or "")
+    assert "absolute" in (call(tb, "read-file-range", path="src/f.txt").summary or "")  # no base_dir: refused
+    based = make(root, base_dir=str(root))  # the supervisor passes the agent file's directory
+    assert based.call("developer_dev_read_file_range", {"path": "src/f.txt", "ranges": "1"},
+                      CallContext(1, "", session_id="s1")).structured["path"] == str(root / "src" / "f.txt")
+    rel = based.call("developer_dev_read_file_range", {"path": "src/../secret.txt"}, CallContext(1, ""))
+    assert rel.status == "error" and "'src/../secret.txt' is not allowed by the file sandbox 'dev'" in (rel.data or "")
+    with pytest.raises(ValueError, match="base_dir must be an absolute path"):
+        make(root, base_dir="relative")
     default_deny = make(root, sandbox=None)
     res = call(default_deny, "read-file-range", path=str(root / "src" / "f.txt"))
     assert res.status == "error"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from toolboxes._result import ToolResult
@@ -51,7 +50,3 @@ def refusal(message: str, path: str, effect: str = "read", status: str = "error"
     """An ``error`` (or ``failed``) result with the reserved metadata of a file tool."""
     result = ToolResult.error(message) if status == "error" else ToolResult.failed(message, summary=message)
     return result.with_meta("state_effect", effect).with_meta("resource_id", f"file:{path or '?'}")
-
-
-def exists_as_file(path: str) -> bool:
-    return os.path.isfile(path)

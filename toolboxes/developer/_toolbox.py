@@ -24,7 +24,7 @@ from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 
 from . import _ops, _ops_meta
-from ._access import Access, check
+from ._access import Access, Gate
 from ._files import refusal
 
 __all__ = ["CAPABILITIES", "DeveloperToolbox", "open_toolbox"]
@@ -114,9 +114,10 @@ class DeveloperToolbox:
             )
         self.name = name
         self.description = str(config.get("Description") or "Development tools")
-        self.sandbox: dict[str, Any] | None = config.get("FileSandbox")
         policy = config.get("policy") or {}
-        self.output_bytes = int(policy.get("output_bytes", 1024 * 1024))
+        self.gate = Gate(config.get("FileSandbox"), policy.get("base_dir"))
+        limits = policy.get("limits") or {}
+        self.output_bytes = int(policy.get("output_bytes", limits.get("output_bytes") or 1024 * 1024))
         self.describe_timeout_s = float(policy.get("describe_timeout_s", 10.0))
         self.state_dir = env.state_dir
         self.clock = clock
@@ -144,7 +145,7 @@ class DeveloperToolbox:
 
     def access(self, path: Any, *, for_write: bool, size: int | None = None) -> Access:
         """The FileSandbox check every path goes through."""
-        return check(self.sandbox, path, for_write=for_write, size=size)
+        return self.gate.check(path, for_write=for_write, size=size)
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         cap = self.by_tool.get(tool)
