@@ -36,7 +36,7 @@ from ._runner import SupervisionPolicy, ToolboxRunner
 from ._session_tools import SessionToolViews
 from ._sessions import SessionStore, answer_host_request
 from ._skill_sources import prepare_git_sources
-from ._trace import TraceRecorder
+from ._trace import FLUSH_INTERVAL_S, TraceRecorder
 from ._worker import Worker
 
 __all__ = ["Supervisor", "ToolInfo"]
@@ -121,6 +121,7 @@ class Supervisor:
             warnings=compiled.warnings)
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(sup._flush_trace)
                 await sup._start(nursery)
                 try:
                     yield sup
@@ -151,6 +152,12 @@ class Supervisor:
             for runner in self.runners:
                 starting.start_soon(self._start_runner, nursery, runner)
         self._rebuild()
+
+    async def _flush_trace(self) -> None:
+        """Write buffered call records at least every ``FLUSH_INTERVAL_S`` (see ``_trace.py``)."""
+        while True:
+            await trio.sleep(FLUSH_INTERVAL_S)
+            self.trace.flush()
 
     async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
         await nursery.start(runner.run)
