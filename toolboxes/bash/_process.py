@@ -172,17 +172,23 @@ class Reaper:
                 time.sleep(0.002)
 
     def _targets(self, sid: int) -> list[int]:
+        """Live processes to kill; zombie orphans seen on the way are reaped (one scan of ``/proc`` for both).
+        Holds the lock."""
         if not self._proc_ok:
             return []
         me = os.getpid()
         out = []
         for pid in _all_pids():
             st = _proc_stat(pid)
-            if st is None or st[0] in "ZX" or pid == me:
+            if st is None or pid == me:
                 continue
-            in_session = st[3] == sid or st[2] == sid
             orphan = self._subreaper and st[1] == me and pid not in self._tracked
-            if in_session or orphan:
+            if st[0] in "ZX":
+                if orphan:
+                    with contextlib.suppress(ChildProcessError, OSError):
+                        os.waitpid(pid, os.WNOHANG)
+                continue
+            if st[3] == sid or st[2] == sid or orphan:
                 out.append(pid)
         return out
 
@@ -202,6 +208,7 @@ class Reaper:
         are dead; reap the ones that are this process's children. Never raises for processes already gone."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(sid, signal.SIGKILL)
+        killed = False
         for _round in range(10):
             fds: list[int] = []
             with self._lock:
@@ -218,12 +225,14 @@ class Reaper:
                     fds.append(fd)
             if not fds:
                 break
+            killed = True
             try:
                 _wait_readable(fds, _KILL_WAIT_S)
             finally:
                 for fd in fds:
                     os.close(fd)
-        self._reap_orphans()
+        if killed:  # otherwise the one scan above already reaped every zombie orphan
+            self._reap_orphans()
 
     def close(self) -> None:
         """Refuse new spawns and kill every tracked script with its tree. Safe to call twice."""
