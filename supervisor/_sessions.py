@@ -125,21 +125,48 @@ class SessionStore:
         self._db.execute("UPDATE sessions SET status='interrupted' WHERE status='running'")
         self.write_errors = 0
         self.last_write_error: str | None = None
+        self._pending: list[Callable[[], None]] = []
+        self._known: set[str] = set()
 
     def _write(self, action: Callable[[], None]) -> None:
+        """Queue a write; :meth:`flush` runs queued writes in one transaction (the supervisor flushes every
+        0.2 s, and every read flushes first, so readers always see every write made before them)."""
+        self._pending.append(action)
+        if len(self._pending) >= 512:
+            self.flush()
+
+    def flush(self) -> None:
+        """Run the queued writes in one transaction. A failing write is counted and skipped, never raised."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._db.execute("BEGIN")
+        for action in pending:
+            try:
+                action()
+            except sqlite3.Error as exc:
+                self.write_errors += 1
+                self.last_write_error = f"{type(exc).__name__}: {exc}"
         try:
-            action()
+            self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            self.write_errors += 1
+            self.write_errors += len(pending)
             self.last_write_error = f"{type(exc).__name__}: {exc}"
 
     def close(self) -> None:
-        """Close the database; safe to call twice."""
+        """Flush and close the database; safe to call twice."""
+        try:
+            self.flush()
+        except sqlite3.ProgrammingError:
+            pass  # already closed
         self._db.close()
 
     # -- writing ------------------------------------------------------------------------------------------------
     def ensure_session(self, session_id: str, conversation_id: str = "", agent: str = "") -> None:
         """Create a root session record for a frontend's session id unless it exists."""
+        if session_id in self._known:
+            return
+        self._known.add(session_id)
         now = time.time()
         self._write(lambda: self._db.execute(
             "INSERT OR IGNORE INTO sessions (id, conversation_id, parent_id, agent, created, modified, status) "
@@ -189,10 +216,12 @@ class SessionStore:
     # -- reading ------------------------------------------------------------------------------------------------
     def parents(self) -> dict[str, str | None]:
         """Every session id and its parent id."""
+        self.flush()
         return dict(self._db.execute("SELECT id, parent_id FROM sessions").fetchall())
 
     def rows(self, ids: set[str]) -> list[SessionRow]:
         """The sessions among ``ids``, most recently modified first."""
+        self.flush()
         out = []
         for row in self._db.execute(
                 "SELECT s.id, s.conversation_id, s.parent_id, s.agent, s.created, s.modified, s.status, "
@@ -204,17 +233,20 @@ class SessionStore:
 
     def turns(self, session_id: str) -> list[tuple[int, str, str, str | None]]:
         """``(n, role, content, tool)`` of a session's turns, in order."""
+        self.flush()
         return self._db.execute("SELECT n, role, content, tool FROM turns WHERE session_id = ? ORDER BY n",
                                 (session_id,)).fetchall()
 
     def tool_calls(self, session_id: str) -> list[dict[str, Any]]:
         """A session's tool calls, in order."""
+        self.flush()
         cur = self._db.execute("SELECT call_id, parent_call_id, tool, args, status, summary, output, started, "
                                "duration_s FROM tool_calls WHERE session_id = ? ORDER BY id", (session_id,))
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def count_calls(self, ids: set[str]) -> int:
+        self.flush()
         return sum(1 for (sid,) in self._db.execute("SELECT session_id FROM tool_calls") if sid in ids)
 
 

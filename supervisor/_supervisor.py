@@ -154,10 +154,12 @@ class Supervisor:
         self._rebuild()
 
     async def _flush_trace(self) -> None:
-        """Write buffered call records at least every ``FLUSH_INTERVAL_S`` (see ``_trace.py``)."""
+        """Write buffered call records and session writes at least every ``FLUSH_INTERVAL_S``."""
         while True:
             await trio.sleep(FLUSH_INTERVAL_S)
             self.trace.flush()
+            if self.sessions is not None:
+                self.sessions.flush()
 
     async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
         await nursery.start(runner.run)

@@ -186,9 +186,11 @@ async def test_introspection_through_real_workers_and_a_subagent(sandbox_tmp: Pa
 
 def test_a_failing_write_is_counted_never_raised() -> None:
     store = _store()
+    store.flush()
     store._db.execute("PRAGMA query_only = ON")  # every later write fails, as on a full disk
     store.add_turn("a", "user", "lost")
     store.record_call("a", call_id="c9", parent_call_id=None, tool="t", args={}, status="passed", summary=None,
                       output=None, started=0.0, duration_s=0.0)
+    store.flush()  # writes are batched; the supervisor flushes every 0.2 s and before every read
     assert store.write_errors == 3 and "readonly" in (store.last_write_error or "")
     assert _ask(store, "root", "get-session-stats")["result"]["totalTurnsAcrossAllSessions"] == 3
