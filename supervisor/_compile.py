@@ -31,9 +31,9 @@ __all__ = ["CompiledPolicy", "compile_policy", "plan_worker"]
 
 #: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
 _RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp"}
-#: Toolbox kinds this build runs (``toolboxes.<kind>``); the seed's MCP, OpenAPI and PostgREST toolboxes are not
+#: Toolbox kinds this build runs (``toolboxes.<kind>``); the seed's OpenAPI and PostgREST toolboxes are not
 #: implemented yet.
-IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "sqlite", "developer", "lua"})
+IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "mcp", "sqlite", "developer", "lua"})
 #: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
 _WRITES_FILES = {"developer", "lua"}
 
@@ -83,6 +83,25 @@ def _worker_config(tb: ToolboxConfig) -> dict[str, Any]:
     return cfg
 
 
+def _mcp_read_rules(cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
+    """What an MCP server needs besides the system paths: its executable (through its symlinks) and every argument
+    that is an absolute path of something that exists (the script it runs, the folder it serves), read-only.
+    ``/`` is never granted this way (a FileSandbox cannot be widened to everything through an argument)."""
+    out: list[FsRule] = []
+    exe = str(cfg.get("executable") or "")
+    if "/" in exe:
+        out += [FsRule(exe, READ), FsRule(os.path.realpath(exe), READ)]
+    for arg in cfg.get("args") or []:
+        if not (isinstance(arg, str) and arg.startswith("/") and os.path.exists(arg)):
+            continue
+        real = os.path.realpath(arg)
+        if real == "/":
+            warnings.append(f"MCP server {cfg.get('name')}: argument {arg!r} is the whole filesystem; not granted")
+            continue
+        out.append(FsRule(real, READ))
+    return out
+
+
 def plan_worker(
     config: LoadedConfig,
     tb: ToolboxConfig,
@@ -117,6 +136,8 @@ def plan_worker(
         rules += [FsRule(t, READ) for t in sorted(git_targets)]
     if tb.kind == "sqlite":
         rules += sqlite_fs_rules(cfg.get("Versioning") or {})
+    if tb.kind == "mcp":
+        rules += _mcp_read_rules(cfg, warnings)
 
     fs_report: dict[str, Any] | None = None
     if tb.file_sandbox is not None:

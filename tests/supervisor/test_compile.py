@@ -76,6 +76,21 @@ def test_allowed_hosts_give_a_bridge_and_proxy_environment(sandbox_tmp: Path) ->
     assert spec.report["allowed_hosts"] == ["api.example.com"]
 
 
+def test_an_mcp_server_may_read_its_executable_and_path_arguments(sandbox_tmp: Path) -> None:
+    script = sandbox_tmp / "server.py"
+    script.write_text("")
+    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "files", "executable": "/bin/sh",
+                                                  "args": [str(script), "--flag", "/", str(sandbox_tmp / "nope")]}}
+    path = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[mcp])})
+    compiled = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
+    (spec,) = compiled.specs
+    rules = {r.path: r.mode for r in spec.plan.fs_rules}
+    assert rules[str(script)] == READ
+    assert rules[os.path.realpath("/bin/sh")] == READ
+    assert "/" not in rules and str(sandbox_tmp / "nope") not in rules
+    assert any("whole filesystem; not granted" in w for w in compiled.warnings)
+
+
 def test_an_unreadable_interpreter_is_refused(sandbox_tmp: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the uid check applies when the supervisor runs as root")
@@ -89,12 +104,14 @@ def test_an_unreadable_interpreter_is_refused(sandbox_tmp: Path) -> None:
 
 
 def test_toolbox_kinds_this_build_does_not_run(sandbox_tmp: Path) -> None:
-    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "files", "executable": "/bin/true", "args": []}}
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()], mcpServers=[mcp])},
-                        strict=True)
-    with pytest.raises(PolicyRefused, match="mcp toolbox, which this build does not run yet"):
+    openapi = {"tag": "OpenAPIServer", "contents": {"SpecUrl": "https://api.example.com/openapi.json",
+                                                    "BaseUrl": "https://api.example.com"}}
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()],
+                                                      openApiToolboxes=[openapi])}, strict=True)
+    with pytest.raises(PolicyRefused, match="openapi toolbox, which this build does not run yet"):
         compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()], mcpServers=[mcp])},
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()],
+                                                      openApiToolboxes=[openapi])},
                         strict=False, landlock_min_abi=0)
     compiled = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
     assert [s.kind for s in compiled.specs] == ["system"]
