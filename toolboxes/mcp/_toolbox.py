@@ -1,0 +1,242 @@
+"""The MCP toolbox: the tools of one stdio MCP server, named ``mcp_<server>_<tool>``.
+
+Life of the server:
+
+1. ``open_toolbox`` starts it and runs the handshake (``initialize`` with :data:`PROTOCOL_VERSION`, then
+   ``notifications/initialized``) and ``tools/list`` through every page (``nextCursor``), all within the handshake
+   limit (the toolbox's ``wall_time_s``, at least 5 s and at most 25 s, so the worker's hello never waits past the
+   supervisor's start limit). A server that fails any of it (does not start, exits, never answers, answers with an
+   error or a protocol version this client does not speak) is a load error: the toolbox has no tools and the worker
+   serves on.
+2. ``notifications/tools/list_changed`` makes the toolbox list the tools again and tell the supervisor
+   (``env.channel.tools_changed()``) when the list differs.
+3. A call is a ``tools/call`` bounded by the call's deadline; a cancel or the deadline sends
+   ``notifications/cancelled`` for it and the server keeps serving the other calls.
+4. A server that dies ends every call in flight with an ``error`` naming its exit status and the tail of its
+   stderr. The next call starts it again (handshake and listing as in 1, the tool list re-announced when it
+   changed). More than :data:`CRASH_LOOP_MAX` deaths within :data:`CRASH_LOOP_WINDOW_S` and it is not started again
+   until the oldest of them leaves the window: calls meanwhile end with an error that says so.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from .._names import tool_name
+from .._result import ToolResult
+from .._toolbox import CallContext, ToolSpec, WorkerEnv
+from ._connection import Connection
+from ._content import AttachmentSink, to_result
+from ._errors import McpError, ServerGone, ServerRefused, ServerTimeout
+from ._jsonrpc import KNOWN_PROTOCOL_VERSIONS, Notification, initialize_params
+
+__all__ = ["CRASH_LOOP_MAX", "CRASH_LOOP_WINDOW_S", "McpToolbox", "open_toolbox"]
+
+CRASH_LOOP_MAX = 5
+CRASH_LOOP_WINDOW_S = 60.0
+#: Bounds of the handshake limit (the toolbox's wall_time_s in between).
+_HANDSHAKE_MIN_S, _HANDSHAKE_MAX_S = 5.0, 25.0
+#: Pagination bounds: a server that keeps sending cursors is cut off with a load error.
+_MAX_PAGES, _MAX_TOOLS = 100, 5000
+
+
+class McpToolbox:
+    """One MCP server's tools inside its worker. Thread-safe."""
+
+    def __init__(self, config: dict[str, Any], env: WorkerEnv) -> None:
+        policy = config.get("policy") or {}
+        limits = policy.get("limits") or env.limits or {}
+        self.env = env
+        self.server = str(config.get("name") or env.toolbox_name)
+        self.label = f"MCP server {self.server!r}"
+        self.argv = [str(config["executable"]), *(str(a) for a in config.get("args") or [])]
+        self.child_env = {str(k): str(v) for k, v in (policy.get("env") or {}).items()}
+        self.output_cap = int(limits.get("output_bytes") or 1 << 20)
+        wall = float(limits.get("wall_time_s") or 30)
+        self.handshake_s = min(max(wall, _HANDSHAKE_MIN_S), _HANDSHAKE_MAX_S)
+        self.sink = AttachmentSink(env.workdir)
+        self._lock = threading.Lock()  # tools, errors, connection
+        self._start_lock = threading.Lock()  # one (re)start at a time
+        self._conn: Connection | None = None
+        self._counted: set[int] = set()  # pids whose death is already in _deaths
+        self._deaths: deque[float] = deque()
+        self._tools: list[dict[str, Any]] = []
+        self._public: dict[str, str] = {}
+        self._specs: list[ToolSpec] = []
+        self._errors: list[dict[str, str]] = []
+        self._list_errors: list[dict[str, str]] = []
+        self._closed = False
+        try:
+            self._start(time.monotonic() + self.handshake_s)
+        except McpError as exc:
+            self._errors = [{"source": self.argv[0], "message": str(exc)}]
+
+    # -- the Toolbox interface ---------------------------------------------------------------------------------
+    def tools(self) -> list[ToolSpec]:
+        with self._lock:
+            return list(self._specs)
+
+    def load_errors(self) -> list[dict[str, str]]:
+        with self._lock:
+            return [*self._errors, *self._list_errors]
+
+    def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
+        with self._lock:
+            remote = self._public.get(tool)
+        if remote is None:
+            return ToolResult.error(f"{tool} is not a tool of {self.label} (any more)")
+        try:
+            conn = self._running(ctx)
+            result = conn.request("tools/call", {"name": remote, "arguments": args}, deadline=ctx.deadline,
+                                  cancelled=ctx.cancelled, on_cancel=ctx.on_cancel)
+        except ServerGone as exc:
+            return ToolResult.error(f"{exc}. The call ended with it; the server is started again for the next call.",
+                                    summary=f"{self.label} died during the call")
+        except ServerTimeout as exc:
+            why = "the call was cancelled" if ctx.cancelled.is_set() else "the call's time limit passed"
+            return ToolResult.error(f"{exc}: {why}. It was sent notifications/cancelled and keeps serving other "
+                                    "calls.", summary=f"{tool}: {why}")
+        except McpError as exc:
+            return ToolResult.error(str(exc))
+        return to_result(result, tool=tool, stem=f"{remote}-{ctx.call_id}", sink=self.sink,
+                         output_cap=self.output_cap)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- starting and listing ----------------------------------------------------------------------------------
+    def _running(self, ctx: CallContext) -> Connection:
+        """The live connection, after starting the server again if it died. Raises :class:`McpError`."""
+        with self._lock:
+            conn = self._conn
+        if conn is not None and conn.gone_reason is None:
+            return conn
+        with self._start_lock:
+            with self._lock:
+                conn = self._conn
+            if conn is not None and conn.gone_reason is None:
+                return conn  # another call restarted it meanwhile
+            now = time.monotonic()
+            while self._deaths and now - self._deaths[0] > CRASH_LOOP_WINDOW_S:
+                self._deaths.popleft()
+            if conn is not None and conn.pid not in self._counted:
+                self._counted.add(conn.pid)
+                self._deaths.append(now)
+            if len(self._deaths) > CRASH_LOOP_MAX:
+                wait = CRASH_LOOP_WINDOW_S - (now - self._deaths[0])
+                last = conn.gone_reason if conn is not None else "it did not start"
+                raise McpError(f"{self.label} died {len(self._deaths)} times within {CRASH_LOOP_WINDOW_S:g} s "
+                               f"(last: {last}); it is not started again for {wait:.0f} s")
+            deadline = now + self.handshake_s
+            if ctx.deadline is not None:
+                deadline = min(deadline, ctx.deadline)
+            return self._start(deadline)
+
+    def _start(self, deadline: float) -> Connection:
+        """Start the server, handshake, list its tools, publish them; on failure stop it and raise."""
+        with self._lock:
+            if self._closed:
+                raise McpError(f"{self.label} is shutting down")
+        conn = Connection(self.argv, self.child_env, self.env.workdir, self.label, self._on_notification)
+        try:
+            init = conn.request("initialize", initialize_params(), deadline=deadline)
+            version = init.get("protocolVersion")
+            if version not in KNOWN_PROTOCOL_VERSIONS:
+                raise ServerRefused(f"{self.label} answered initialize with protocol version {version!r}, which "
+                                    f"this client does not speak ({', '.join(sorted(KNOWN_PROTOCOL_VERSIONS))})")
+            conn.notify("notifications/initialized")
+            tools = self._list(conn, deadline)
+        except ServerTimeout as exc:
+            conn.close()
+            raise ServerTimeout(f"{exc} (the limit for starting is {self.handshake_s:g} s)") from exc
+        except McpError:
+            conn.close()
+            raise
+        with self._lock:
+            if self._closed:
+                conn.close()
+                raise McpError(f"{self.label} is shutting down")
+            self._conn = conn
+            changed = self._set_tools(tools)
+            self._errors = []
+        if changed and self._published:
+            self.env.channel.tools_changed()
+        self._published = True
+        return conn
+
+    _published = False
+
+    def _list(self, conn: Connection, deadline: float) -> list[dict[str, Any]]:
+        """Every page of ``tools/list``. Raises :class:`McpError`."""
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _page in range(_MAX_PAGES):
+            page = conn.request("tools/list", {"cursor": cursor} if cursor is not None else {}, deadline=deadline)
+            items = page.get("tools")
+            if not isinstance(items, list):
+                raise ServerRefused(f"{self.label} answered tools/list without a list of tools")
+            tools += [t for t in items if isinstance(t, dict)]
+            if len(tools) > _MAX_TOOLS:
+                raise ServerRefused(f"{self.label} lists more than {_MAX_TOOLS} tools")
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                return tools
+            if not isinstance(cursor, str) or cursor in seen:
+                raise ServerRefused(f"{self.label} sent a nextCursor that is not a new string ({cursor!r})")
+            seen.add(cursor)
+        raise ServerRefused(f"{self.label} sent more than {_MAX_PAGES} pages of tools")
+
+    def _set_tools(self, tools: list[dict[str, Any]]) -> bool:
+        """Replace the tool list (holding ``_lock``); returns whether the public list changed."""
+        specs: list[ToolSpec] = []
+        public: dict[str, str] = {}
+        errors: list[dict[str, str]] = []
+        for t in tools:
+            remote = t.get("name")
+            if not isinstance(remote, str) or not remote:
+                errors.append({"source": self.label, "message": f"a tool without a name was left out: {t!r:.200}"})
+                continue
+            name = tool_name("mcp", self.server, remote)
+            if name in public:
+                errors.append({"source": remote, "message": f"left out: its name {name} is the name of tool "
+                               f"{public[name]!r} once characters outside [A-Za-z0-9_-] are replaced"})
+                continue
+            schema = t.get("inputSchema")
+            if not isinstance(schema, dict):
+                schema = {"type": "object"}
+            description = t.get("description") or t.get("title") or f"Tool {remote} of {self.label}."
+            public[name] = remote
+            specs.append(ToolSpec(name, str(description), schema))
+        before = [s.to_wire() for s in self._specs]
+        self._tools, self._public, self._specs = tools, public, specs
+        self._list_errors = errors
+        return before != [s.to_wire() for s in specs]
+
+    def _on_notification(self, note: Notification) -> None:
+        if note.method != "notifications/tools/list_changed":
+            return
+        with self._lock:
+            conn = self._conn
+        if conn is None or conn.gone_reason is not None:
+            return
+        try:
+            tools = self._list(conn, time.monotonic() + self.handshake_s)
+        except McpError as exc:
+            self.env.channel.event({"event": "mcp_relist_failed", "server": self.server, "message": str(exc)})
+            return
+        with self._lock:
+            changed = self._set_tools(tools)
+        if changed:
+            self.env.channel.tools_changed()
+
+
+def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> McpToolbox:
+    return McpToolbox(config, env)
