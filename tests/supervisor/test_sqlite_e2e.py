@@ -306,6 +306,44 @@ async def test_wal_database_read_only_sees_latest_committed_data(sup: Supervisor
     assert refused.status == "error" and "read-only" in (refused.data or "")
 
 
+async def test_wal_database_without_writer_is_read_read_only(sandbox_tmp: Path) -> None:
+    """The last writer closed: no ``-wal``, all data in the main file; the worker may not create ``-wal``/``-shm``."""
+    db = sandbox_tmp / "closed" / "closed.db"
+    db.parent.mkdir()
+    db.parent.chmod(0o777)  # DAC would let uid 65534 create the -wal here: only Landlock refuses it
+    make_users_db(db, wal=True)
+    assert not os.path.exists(str(db) + "-wal")
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
+        sqlite_toolbox("closed", {"tag": "SqliteReadOnly", "path": str(db)})])}, landlock_min_abi=6)
+    async with Supervisor.open(policy) as sup:
+        res = await sup.call("sqlite_closed_query", {"sql": "SELECT name FROM users ORDER BY id"})
+        assert _data(res)["rows"] == [["ada"], ["brian"]]
+        refused = await sup.call("sqlite_closed_query", {"sql": "UPDATE users SET name = 'x'"})
+        assert refused.status == "error" and "read-only" in (refused.data or "")
+    assert os.listdir(db.parent) == ["closed.db"]
+
+
+async def test_big_results_are_cut_at_the_policy_output_cap(sandbox_tmp: Path) -> None:
+    db = owned_dir(sandbox_tmp / "big") / "big.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")  # one transaction: 5000 autocommits would be 5000 fsyncs
+    conn.execute("CREATE TABLE t (x TEXT)")
+    conn.executemany("INSERT INTO t VALUES (?)", [("x" * 100,)] * 5000)
+    conn.execute("COMMIT")
+    conn.close()
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
+        sqlite_toolbox("big", {"tag": "SqliteReadOnly", "path": str(db)})])},
+        toolboxes={"big": {"limits": {"output_bytes": 20000}}})
+    async with Supervisor.open(policy) as sup:
+        res = await sup.call("sqlite_big_query", {"sql": "SELECT x FROM t"})
+        data = _data(res)
+        assert res.status == "passed" and res.truncated and data["truncated"] is True
+        assert 0 < data["rowCount"] == len(data["rows"]) < 200  # 20000 bytes of row JSON, not 5000 rows
+        assert "LIMIT" in (res.summary or "")
+        capped = await sup.call("sqlite_big_query", {"sql": "SELECT rowid FROM t"})
+        assert _data(capped)["rowCount"] == 1000 and capped.truncated  # the row cap
+
+
 # --- versioned ---------------------------------------------------------------------------------------------------
 
 

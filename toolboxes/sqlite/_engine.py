@@ -48,10 +48,12 @@ class Limits:
 
     @classmethod
     def from_policy(cls, policy: dict[str, Any] | None) -> Limits:
+        """Read ``config["policy"]``: its own keys first, then the policy's per-toolbox ``limits.output_bytes``."""
         policy = policy or {}
+        limits = policy.get("limits") or {}
         return cls(
             max_rows=int(policy.get("max_rows", cls.max_rows)),
-            output_bytes=int(policy.get("output_bytes", cls.output_bytes)),
+            output_bytes=int(policy.get("output_bytes", limits.get("output_bytes") or cls.output_bytes)),
             busy_timeout_s=float(policy.get("busy_timeout_s", cls.busy_timeout_s)),
         )
 
