@@ -31,9 +31,10 @@ __all__ = ["CompiledPolicy", "compile_policy", "plan_worker"]
 
 #: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
 _RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp"}
-#: Toolbox kinds this build runs (``toolboxes.<kind>``); the seed's OpenAPI and PostgREST toolboxes are not
-#: implemented yet.
-IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "mcp", "sqlite", "developer", "lua"})
+#: Toolbox kinds this build runs (``toolboxes.<kind>``); a kind the loader knows but this set lacks is refused under
+#: strict and left out with a warning otherwise.
+IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer",
+                               "lua"})
 #: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
 _WRITES_FILES = {"developer", "lua"}
 
@@ -127,6 +128,8 @@ def plan_worker(
     rules += [FsRule(p, WRITE) for p in policy.device_paths]
     rules += [FsRule(workdir, WRITE), FsRule(tb_state, WRITE)]
     rules += [FsRule(p, READ) for p in tb.read_paths]
+    if tb.kind in ("openapi", "postgrest"):  # a spec given by path: its folder too (relative $ref files)
+        rules += [FsRule(os.path.dirname(p), READ) for p in tb.read_paths]
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
     cfg = _worker_config(tb)
     git_targets: set[str] = set()

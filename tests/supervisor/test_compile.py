@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -103,16 +104,27 @@ def test_an_unreadable_interpreter_is_refused(sandbox_tmp: Path) -> None:
         compile_policy(load_config(str(path)), python=str(fake_python), state_dir=str(sandbox_tmp / "state"))
 
 
-def test_toolbox_kinds_this_build_does_not_run(sandbox_tmp: Path) -> None:
-    openapi = {"tag": "OpenAPIServer", "contents": {"SpecUrl": "https://api.example.com/openapi.json",
+def test_every_toolbox_kind_the_loader_produces_is_implemented(sandbox_tmp: Path) -> None:
+    """Every kind of the loader runs (nothing is left out); an OpenAPI toolbox compiles to a worker with its hosts
+    and, for a spec given by path, the spec and its folder (relative $ref files) readable."""
+    import toolboxes._worker as worker_loop
+    from supervisor._agent_toolboxes import TOOLBOX_KINDS
+    from supervisor._compile import IMPLEMENTED_KINDS
+
+    assert set(TOOLBOX_KINDS) <= IMPLEMENTED_KINDS
+    assert set(TOOLBOX_KINDS) <= worker_loop._KINDS
+    for kind in TOOLBOX_KINDS:
+        assert callable(importlib.import_module(f"toolboxes.{kind}").open_toolbox), kind
+    spec_dir = sandbox_tmp / "specs"
+    spec_dir.mkdir()
+    (spec_dir / "api.yaml").write_text("openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n")
+    openapi = {"tag": "OpenAPIServer", "contents": {"SpecUrl": str(spec_dir / "api.yaml"),
                                                     "BaseUrl": "https://api.example.com"}}
     path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()],
                                                       openApiToolboxes=[openapi])}, strict=True)
-    with pytest.raises(PolicyRefused, match="openapi toolbox, which this build does not run yet"):
-        compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()],
-                                                      openApiToolboxes=[openapi])},
-                        strict=False, landlock_min_abi=0)
     compiled = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
-    assert [s.kind for s in compiled.specs] == ["system"]
-    assert any("it is left out" in w for w in compiled.warnings)
+    assert [s.kind for s in compiled.specs] == ["openapi", "system"]
+    assert not any("left out" in w for w in compiled.warnings)
+    report = compiled.specs[0].report
+    assert report["allowed_hosts"] == ["api.example.com"]
+    assert str(spec_dir) in report["read_only"]

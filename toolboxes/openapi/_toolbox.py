@@ -1,0 +1,96 @@
+"""The OpenAPI toolbox: one tool per operation of a spec, each call one HTTP request through the egress proxy.
+
+Config (the seed's ``OpenAPIServer`` contents): ``SpecUrl`` (http(s) URL or a resolved file path), ``BaseUrl`` (every
+request goes to ``BaseUrl`` + the operation's path; the spec's ``servers``/``host``/``basePath`` are not used, so
+the agent file decides where calls go), ``Headers``, ``Token`` (``Authorization: Bearer``), ``Name``. The spec is
+read once, when the worker starts; a spec that cannot be read or parsed leaves the toolbox without tools and with
+a load error (the worker still starts; restart it to try again).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from .._http import DEFAULT_TIMEOUT_S, send_request
+from .._result import ToolResult
+from .._toolbox import CallContext, ToolSpec, WorkerEnv
+from ._operations import Operation, build_operations
+from ._refs import SpecError
+from ._request import build_request
+from ._source import load_spec
+
+__all__ = ["OpenApiToolbox", "auth_headers", "open_toolbox", "output_cap"]
+
+_READ_METHODS = {"GET", "HEAD", "OPTIONS"}
+DEFAULT_OUTPUT_BYTES = 1024 * 1024
+
+
+def output_cap(config: dict[str, Any], env: WorkerEnv) -> int:
+    """The response-size cap: the policy's ``output_bytes`` limit."""
+    limits = (config.get("policy") or {}).get("limits") or env.limits or {}
+    value = limits.get("output_bytes")
+    return int(value) if isinstance(value, int) and value > 0 else DEFAULT_OUTPUT_BYTES
+
+
+def auth_headers(config: dict[str, Any]) -> dict[str, str]:
+    """``Headers`` plus ``Authorization: Bearer <Token>`` (the Token wins)."""
+    headers = {str(k): str(v) for k, v in (config.get("Headers") or {}).items()}
+    token = config.get("Token")
+    if token:
+        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def spec_headers(config: dict[str, Any]) -> dict[str, str]:
+    """Headers sent when fetching the spec: the auth headers only when the spec is on the BaseUrl's host (a
+    Token is never sent to another host)."""
+    spec, base = str(config.get("SpecUrl") or ""), str(config.get("BaseUrl") or "")
+    same = "://" in spec and urlsplit(spec).netloc.lower() == urlsplit(base).netloc.lower()
+    return auth_headers(config) if same else {}
+
+
+class OpenApiToolbox:
+    """The tools of one OpenAPI spec, inside its worker."""
+
+    def __init__(self, config: dict[str, Any], env: WorkerEnv) -> None:
+        self.env = env
+        self.base_url = str(config.get("BaseUrl") or "")
+        self.headers = {str(k): str(v) for k, v in (config.get("Headers") or {}).items()}
+        self.token = config.get("Token") or None
+        self.max_bytes = output_cap(config, env)
+        self._ops: dict[str, Operation] = {}
+        self._errors: list[dict[str, str]] = []
+        spec_url = str(config.get("SpecUrl") or "")
+        try:
+            resolver = load_spec(spec_url, headers=spec_headers(config), timeout_s=DEFAULT_TIMEOUT_S)
+            ops, errors = build_operations(resolver, env.toolbox_name)
+        except SpecError as exc:
+            self._errors.append({"source": spec_url, "message": str(exc)})
+            return
+        self._ops = {op.tool: op for op in ops}
+        self._errors = [{"source": f"{spec_url}: {e['source']}", "message": e["message"]} for e in errors]
+
+    def tools(self) -> list[ToolSpec]:
+        return [ToolSpec(op.tool, op.description, op.input_schema) for op in self._ops.values()]
+
+    def load_errors(self) -> list[dict[str, str]]:
+        return list(self._errors)
+
+    def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
+        op = self._ops.get(tool)
+        if op is None:
+            return ToolResult.error(f"unknown tool {tool!r}")
+        request = build_request(op, args, self.base_url, self.headers, self.token)
+        effect = "read" if op.method in _READ_METHODS else "mutate"
+        return send_request(request, ctx, max_bytes=self.max_bytes, workdir=self.env.workdir,
+                            state_effect=effect, resource_id=f"openapi:{request.url}")
+
+    def close(self) -> None:
+        pass
+
+
+def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> OpenApiToolbox:
+    """Open the OpenAPI toolbox described by ``config`` (the seed's ``OpenAPIServer`` contents)."""
+    return OpenApiToolbox(config, env)

@@ -1,0 +1,7 @@
+"""The PostgREST toolbox (SPEC.md section 4, postgrest): tables, views and functions from PostgREST's description."""
+
+from ._query import build_request
+from ._toolbox import PostgrestToolbox, open_toolbox
+from ._tools import FILTER_PATTERN, TableTool, build_tools
+
+__all__ = ["FILTER_PATTERN", "PostgrestToolbox", "TableTool", "build_request", "build_tools", "open_toolbox"]
