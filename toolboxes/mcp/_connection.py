@@ -136,6 +136,8 @@ class Connection:
                 why = "was cancelled" if cancelled is not None and cancelled.is_set() else "timed out"
                 self.notify("notifications/cancelled", {"requestId": req_id, "reason": f"the call {why}"})
                 raise ServerTimeout(self._timeout_message(method))
+            if response.malformed is not None:
+                raise ServerRefused(f"{self.label} answered {method} with {response.malformed}")
             if response.error is not None:
                 err = response.error
                 raise ServerRefused(f"{self.label} answered {method} with error {err['code']}: {err['message']}",

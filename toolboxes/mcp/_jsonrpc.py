@@ -47,11 +47,13 @@ METHOD_NOT_FOUND = -32601
 
 @dataclass(frozen=True)
 class Response:
-    """An answer to one of our requests: ``result`` (an object) or ``error`` (``{code, message, data?}``)."""
+    """An answer to one of our requests: ``result`` (an object) or ``error`` (``{code, message, data?}``), or,
+    when the answer has our id but not one of those shapes, ``malformed`` saying what is wrong."""
 
     id: int
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    malformed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,11 +137,11 @@ def parse_line(line: bytes) -> Incoming:
     if "error" in msg:
         err = msg["error"]
         if not (isinstance(err, dict) and isinstance(err.get("code"), int) and isinstance(err.get("message"), str)):
-            return Garbage("an error response without code and message", _sample(stripped))
+            return Response(req_id, malformed=f"an error without code and message: {_sample(stripped)}")
         return Response(req_id, error=err)
     result = msg.get("result")
     if not isinstance(result, dict):
-        return Garbage("a response whose result is not an object", _sample(stripped))
+        return Response(req_id, malformed=f"a result that is not an object: {_sample(stripped)}")
     return Response(req_id, result=result)
 
 
