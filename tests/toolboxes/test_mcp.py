@@ -21,6 +21,7 @@ from toolboxes._names import tool_name
 from toolboxes._result import ToolResult
 from toolboxes.mcp._content import AttachmentSink, to_result
 from toolboxes.mcp._jsonrpc import Garbage, LineSplitter, Notification, Request, Response, parse_line
+from toolboxes.mcp._toolbox import CRASH_LOOP_MAX
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
@@ -106,7 +107,8 @@ SDK_SERVER = textwrap.dedent(f'''
 
 #: A JSON-RPC server by hand: ``python raw.py MODE``. ``silent`` never answers initialize; otherwise two pages of
 #: tools; ``probe`` sends the client a ping, a sampling and a roots request and returns the answers; ``garbage``
-#: writes non-JSON-RPC lines and never answers; ``malformed`` answers with a result that is not an object.
+#: writes non-JSON-RPC lines and never answers; ``malformed`` answers with a result that is not an object;
+#: ``crash`` exits with status 4.
 RAW_SERVER = textwrap.dedent('''
     import json, sys
     mode = sys.argv[1]
@@ -130,7 +132,8 @@ RAW_SERVER = textwrap.dedent('''
                                         "serverInfo": {"name": "raw", "version": "1"}}})
         elif method == "tools/list":
             if msg.get("params", {}).get("cursor") == "page2":
-                send({"id": mid, "result": {"tools": [tool("probe"), tool("garbage"), tool("malformed")]}})
+                page = [tool(n) for n in ("probe", "garbage", "malformed", "crash")]
+                send({"id": mid, "result": {"tools": page}})
             else:
                 send({"id": mid, "result": {"tools": [tool("first")], "nextCursor": "page2"}})
         elif method == "tools/call":
@@ -145,6 +148,9 @@ RAW_SERVER = textwrap.dedent('''
                     if "method" not in reply:
                         answers[reply["id"]] = reply
                 send({"id": mid, "result": {"content": [{"type": "text", "text": json.dumps(answers)}]}})
+            elif name == "crash":
+                sys.stderr.write("crashing on purpose\\n"); sys.stderr.flush()
+                sys.exit(4)
             elif name == "malformed":
                 send({"id": mid, "result": 5})
             elif name == "garbage":
@@ -278,7 +284,8 @@ def raw_policy(root: Path, mode: str, **policy: Any) -> Path:
 async def test_pagination_and_requests_from_the_server(sandbox_tmp: Path) -> None:
     async with Supervisor.open(raw_policy(sandbox_tmp, "normal")) as sup:
         names = [t.name for t in sup.list_tools() if t.toolbox == "raw"]
-        assert names == ["mcp_raw_first", "mcp_raw_probe", "mcp_raw_garbage", "mcp_raw_malformed"]  # both pages
+        assert names == ["mcp_raw_first", "mcp_raw_probe", "mcp_raw_garbage", "mcp_raw_malformed",
+                         "mcp_raw_crash"]  # both pages, in order
         first = await sup.call("mcp_raw_first", {"n": 1})
         assert first.data == "first {'name': 'first', 'arguments': {'n': 1}}"
         probe = await sup.call("mcp_raw_probe", {})
@@ -317,6 +324,20 @@ async def test_a_server_that_never_answers_initialize_is_a_load_error(sandbox_tm
             assert [t.name for t in sup.list_tools() if t.toolbox == "raw"] == []
             date = await sup.call("system_system_date", {})
             assert date.status == "passed"
+
+
+@pytest.mark.root
+async def test_a_server_in_a_crash_loop_is_not_restarted_for_a_while(sandbox_tmp: Path) -> None:
+    async with Supervisor.open(raw_policy(sandbox_tmp, "normal")) as sup:
+        for _ in range(CRASH_LOOP_MAX + 1):
+            crashed = await sup.call("mcp_raw_crash", {})
+            assert crashed.status == "error"
+            assert "exited with status 4; its last stderr lines: crashing on purpose" in text(crashed)
+        refused = await sup.call("mcp_raw_first", {"n": 1})
+        assert refused.status == "error"
+        assert f"died {CRASH_LOOP_MAX + 1} times within 60 s" in text(refused)
+        assert "it is not started again for" in text(refused)
+        assert (await sup.call("system_system_date", {})).status == "passed"
 
 
 # -- pure parts ---------------------------------------------------------------------------------------------------
