@@ -189,7 +189,8 @@ def send_request(request: HttpRequest, ctx: CallContext, *, max_bytes: int, work
         with _client(timeout_s) as client:
             req = client.build_request(request.method, request.url, headers=request.headers,
                                        content=request.content)
-            with client.send(req, stream=True) as response:
+            response = client.send(req, stream=True)
+            try:
                 body = bytearray()
                 truncated = False
                 for chunk in response.iter_bytes(_CHUNK):
@@ -208,6 +209,8 @@ def send_request(request: HttpRequest, ctx: CallContext, *, max_bytes: int, work
                 meta.append(("http_status", str(response.status_code)))
                 meta.append(("duration_s", f"{time.monotonic() - started:.3f}"))
                 return _result(response, bytes(body), truncated, workdir, meta)
+            finally:
+                response.close()
     except httpx.ProxyError as exc:
         return ToolResult.error(f"the egress proxy refused {request.method} {request.url}: {exc} (only the "
                                 "toolbox's AllowedHosts are reachable)", metadata=meta)
