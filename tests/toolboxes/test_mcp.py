@@ -332,7 +332,7 @@ async def test_a_server_in_a_crash_loop_is_not_restarted_for_a_while(sandbox_tmp
         for _ in range(CRASH_LOOP_MAX + 1):
             crashed = await sup.call("mcp_raw_crash", {})
             assert crashed.status == "error"
-            assert "exited with status 4; its last stderr lines: crashing on purpose" in text(crashed)
+            assert "exited with status 4; its stderr: crashing on purpose" in text(crashed)
         refused = await sup.call("mcp_raw_first", {"n": 1})
         assert refused.status == "error"
         assert f"died {CRASH_LOOP_MAX + 1} times within 60 s" in text(refused)
@@ -397,3 +397,41 @@ def test_content_maps_to_a_result(tmp_path: Path) -> None:
 
 def test_tool_names_follow_the_spec() -> None:
     assert tool_name("mcp", "files", "read.file") == "mcp_files_read_file"
+
+
+# -- a real server from npm ------------------------------------------------------------------------------------------
+FILESYSTEM_SERVER = "/usr/bin/mcp-server-filesystem"
+
+
+@pytest.mark.root
+async def test_the_npm_filesystem_server_serves_only_what_it_is_granted(sandbox_tmp: Path) -> None:
+    if not Path(FILESYSTEM_SERVER).exists():
+        pytest.skip(f"{FILESYSTEM_SERVER} is missing: scripts/setup installs it (npm) when node is present")
+    project = sandbox_tmp / "project"
+    project.mkdir()
+    project.chmod(0o755)
+    (project / "notes.txt").write_text("remember the milk")
+    (project / "notes.txt").chmod(0o644)
+    secret = sandbox_tmp / "secret.txt"
+    secret.write_text("top secret")
+    secret.chmod(0o644)
+    server = {"tag": "McpSimpleBinary", "contents": {"name": "files", "executable": FILESYSTEM_SERVER,
+                                                     "args": [str(project)]}}
+    # Node's heap needs more address space than the 1 GiB default (docs/MCP.md).
+    path = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[server])},
+                        toolboxes={"files": {"limits": {"address_space_bytes": "2GiB"}}})
+    async with Supervisor.open(path) as sup:
+        assert sup.load_errors() == []
+        names = {t.name for t in sup.list_tools()}
+        assert {"mcp_files_read_text_file", "mcp_files_write_file", "mcp_files_list_directory"} <= names
+        read = await sup.call("mcp_files_read_text_file", {"path": str(project / "notes.txt")})
+        assert (read.status, read.data) == ("passed", "remember the milk"), read.data
+        listed = await sup.call("mcp_files_list_directory", {"path": str(project)})
+        assert "notes.txt" in text(listed)
+        outside = await sup.call("mcp_files_read_text_file", {"path": str(secret)})
+        assert outside.status == "failed" and "top secret" not in text(outside)
+        # The server would write inside its allowed directory; the kernel grants it read-only.
+        wrote = await sup.call("mcp_files_write_file", {"path": str(project / "new.txt"), "content": "x"})
+        assert wrote.status == "failed", wrote.data
+        assert "EACCES: permission denied" in text(wrote)
+        assert not (project / "new.txt").exists()  # Landlock, not the server, said no

@@ -46,6 +46,8 @@ from ._jsonrpc import (
 __all__ = ["Connection"]
 
 _STDERR_TAIL_BYTES = 2000
+#: What a message quotes of the server's stderr: its first bytes and its last.
+_STDERR_HEAD_BYTES, _STDERR_EXCERPT_TAIL = 600, 600
 #: How long a server gets to exit after its stdin closes and SIGTERM, before SIGKILL.
 _TERM_GRACE_S = 1.0
 
@@ -77,6 +79,8 @@ class Connection:
         self._next_id = 1
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
+        self._stderr_head = b""
+        self._stderr_total = 0
         self._garbage = 0
         self._last_garbage = ""
         self._gone: str | None = None
@@ -249,15 +253,22 @@ class Connection:
             if not chunk:
                 return
             with self._lock:
+                if len(self._stderr_head) < _STDERR_HEAD_BYTES:
+                    self._stderr_head += chunk[: _STDERR_HEAD_BYTES - len(self._stderr_head)]
                 self._stderr.append(chunk)
                 self._stderr_size += len(chunk)
+                self._stderr_total += len(chunk)
                 while self._stderr_size - len(self._stderr[0]) >= _STDERR_TAIL_BYTES:
                     self._stderr_size -= len(self._stderr.popleft())
 
-    def stderr_tail(self) -> str:
+    def stderr_excerpt(self) -> str:
+        """The server's stderr for a message: all of it when short, else its first and last lines."""
         with self._lock:
-            text = b"".join(self._stderr).decode("utf-8", "replace")
-        return text[-_STDERR_TAIL_BYTES:].strip()
+            head, tail, total = self._stderr_head, b"".join(self._stderr), self._stderr_total
+        if total <= _STDERR_HEAD_BYTES + _STDERR_EXCERPT_TAIL:
+            return tail.decode("utf-8", "replace").strip()  # the tail buffer still holds all of it
+        return (head.decode("utf-8", "replace").rstrip() + "\n[...]\n"
+                + tail[-_STDERR_EXCERPT_TAIL:].decode("utf-8", "replace").strip())
 
     def _ended(self) -> None:
         """stdout ended: the server exited (or closed it); kill what is left of its process group, reap it, then
@@ -276,8 +287,8 @@ class Connection:
         how = f"died of signal {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
         if code == -signal.SIGKILL:
             how += " (out of memory, a limit, or stopped by the worker)"
-        tail = self.stderr_tail()
-        reason = f"{self.label} {how}" + (f"; its last stderr lines: {tail[-600:]}" if tail else "")
+        excerpt = self.stderr_excerpt()
+        reason = f"{self.label} {how}" + (f"; its stderr: {excerpt}" if excerpt else "")
         with self._notify_ready:
             self._gone = reason
             pending = list(self._pending.values())
