@@ -127,6 +127,8 @@ class Connection:
         try:
             if on_cancel is not None:
                 on_cancel(pending.event.set)
+            if cancelled is not None and cancelled.is_set():
+                raise ServerTimeout(f"{self.label} was not asked: the call was cancelled first")
             self._send({"id": req_id, "method": method, "params": params})
             while not pending.event.is_set():
                 left = None if deadline is None else deadline - time.monotonic()
