@@ -78,6 +78,7 @@ class FileOps:
         return (True, True)
 
     def _stat(self, op: str, path: str) -> os.stat_result | Answer | None:
+        """The stat of an allowed path (``None`` if missing) or the refusal; note ``stat_result`` is a tuple."""
         verdict = self.gate.check(path, for_write=False, limit_size=False)
         if not verdict.allowed:
             return _refused(op, verdict.message)
@@ -88,15 +89,19 @@ class FileOps:
 
     def exists(self, path: str) -> Answer:
         st = self._stat("exists", path)
-        return st if isinstance(st, tuple) else (True, st is not None)
+        return (True, st is not None) if st is None or isinstance(st, os.stat_result) else st
 
     def isdir(self, path: str) -> Answer:
         st = self._stat("isdir", path)
-        return st if isinstance(st, tuple) else (True, st is not None and stat.S_ISDIR(st.st_mode))
+        if st is None or isinstance(st, os.stat_result):
+            return (True, st is not None and stat.S_ISDIR(st.st_mode))
+        return st
 
     def isfile(self, path: str) -> Answer:
         st = self._stat("isfile", path)
-        return st if isinstance(st, tuple) else (True, st is not None and stat.S_ISREG(st.st_mode))
+        if st is None or isinstance(st, os.stat_result):
+            return (True, st is not None and stat.S_ISREG(st.st_mode))
+        return st
 
     def list(self, path: str) -> Answer:
         """The names in directory ``path`` that the sandbox lets the script read, sorted, as a JSON array."""
