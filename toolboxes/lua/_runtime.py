@@ -32,9 +32,9 @@ from ._errors import Kind
 
 __all__ = ["HOOK_COUNT", "Clock", "Outcome", "run_script"]
 
-#: Lua instructions between two looks at the clock. At about 100-300 M instructions/s this is a look every few
+#: Lua instructions between two looks at the clock. At about 100-300 M instructions/s this is a look every 30-100
 #: microseconds; scripts/bench_lua.py measures the cost.
-HOOK_COUNT = 1000
+HOOK_COUNT = 10000
 
 _PRELUDE = resources.files(__package__).joinpath("_prelude.lua").read_text(encoding="utf-8")
 _PATTERNS = resources.files(__package__).joinpath("_patterns.lua").read_bytes()
