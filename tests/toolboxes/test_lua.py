@@ -416,14 +416,56 @@ LIMIT_CASES = [
     ("local t = {}\nfor i = 1, 1e9 do t[i] = i end", "memory"),
     ("local t, s = {}, 'x'\nwhile true do s = s .. s\nt[#t + 1] = s end", "memory"),
     ("local function f(n) return 1 + f(n + 1) end\nreturn f(1)", "memory"),
+    # The two scripts that once defeated the hook (docs/LUA.md, "Time"), and their variants.
+    # pcall on itself at the C-stack limit: the hook's own call fails there with "C stack overflow".
+    ("local function f() pcall(f) return f() end\nf()", "timeout"),
+    ("local function f() pcall(f) while true do end end\nf()", "timeout"),
+    ("local function f() xpcall(f, function(e) return e end) return f() end\nf()", "timeout"),
+    ("local function f() coroutine.resume(coroutine.create(f)) return f() end\nf()", "timeout"),
+    ("local function f() pcall(string.gsub, 'a', '.', f) return f() end\nf()", "timeout"),
+    ("local function f() load(f) return f() end\nf()", "timeout"),
+    # the same inside a coroutine, where a yieldable pcall takes no C frame and nests until memory runs out
+    ("coroutine.wrap(function() local function f() pcall(f) return f() end f() end)()", "timeout"),
+    ("local co = coroutine.create(function() local function f() pcall(f) return f() end f() end)\n"
+     "while true do coroutine.resume(co) end", "timeout"),
+    # a message handler that loops: it used to run with hooks off once the hook's error reached it
+    ("xpcall(function() while true do end end, function() while true do end end)", "timeout"),
+    ("xpcall(function() error('x') end, function() while true do end end)", "timeout"),
+    ("local function f() xpcall(f, function() while true do end end) return f() end\nf()", "timeout"),
+    ("coroutine.wrap(function() xpcall(function() while true do end end, function() while true do end end) end)()",
+     "timeout"),
+    # error objects whose __tostring loops, caught and uncaught
+    ("local e = setmetatable({}, {__tostring = function() while true do end end})\nerror(e)", "timeout"),
+    ("local e = setmetatable({}, {__tostring = function() while true do end end})\n"
+     "while true do pcall(error, e) end", "timeout"),
+    ("local e = setmetatable({}, {__tostring = function() while true do end end})\n"
+     "return xpcall(error, tostring, e)", "timeout"),
+    # string.gsub with a function replacement that loops, alone and under pcall
+    ("return string.gsub('aaa', 'a', function() while true do end end)", "timeout"),
+    ("while true do pcall(string.gsub, 'aaa', 'a', function() while true do end end) end", "timeout"),
+    # to-be-closed variables whose __close loops, and load with a reader that loops
+    ("do local x <close> = setmetatable({}, {__close = function() while true do end end})\nerror('x') end",
+     "timeout"),
+    ("while true do load(function() while true do end end) end", "timeout"),
 ]
+
+
+def run_bounded(tb: LuaToolbox, script: str, **args: Any) -> ToolResult:
+    """``run`` on a thread, failing (instead of hanging the suite) when the script escaped its limit: a Lua state
+    cannot be stopped from outside, so the escaped thread is left spinning, as a worker would until its wall time."""
+    results: list[ToolResult] = []
+    thread = threading.Thread(target=lambda: results.append(run(tb, script, **args)), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), f"the script escaped the time limit and still runs after 10 s: {script!r}"
+    return results[0]
 
 
 @pytest.mark.parametrize(("script", "kind"), LIMIT_CASES)
 def test_limit_holds_and_the_next_call_works(tree: Path, script: str, kind: str) -> None:
     tb = make_toolbox(tree)
     started = time.monotonic()
-    result = run(tb, script, timeout=0.4)
+    result = run_bounded(tb, script, timeout=0.4)
     elapsed = time.monotonic() - started
     err = error_of(result)
     assert err["kind"] == kind, err
@@ -432,6 +474,42 @@ def test_limit_holds_and_the_next_call_works(tree: Path, script: str, kind: str)
         assert elapsed >= 0.4
         assert "0.4 s" in err["message"]
     assert values_of(run(tb, "return 1 + 1")) == [2]
+
+
+def test_protected_calls_still_behave_like_lua(tree: Path) -> None:
+    script = """
+    local r = {}
+    r[1] = json.array({pcall(error, 'x')})
+    r[2] = json.array({pcall(function(a, b) return a + b, 'two' end, 1, 2)})
+    r[3] = json.array({xpcall(function() error('boom', 0) end, function(e) return 'handled ' .. e end)})
+    r[4] = json.array({xpcall(function(a) return a * 2 end, print, 21)})
+    r[5] = json.array({pcall(pcall, error, 'inner')})
+    local co = coroutine.create(function(a) local b = coroutine.yield(a + 1) error('co ' .. b, 0) end)
+    r[6] = json.array({coroutine.resume(co, 1)})
+    r[7] = json.array({coroutine.resume(co, 'done')})
+    r[8] = type(load(function() return nil end))
+    r[9] = select(2, load(function() error('reader', 0) end))
+    return r
+    """
+    assert values_of(run(make_toolbox(tree), script)) == [[
+        [False, "x"], [True, 3, "two"], [False, "handled boom"], [True, 42], [True, False, "inner"],
+        [True, 2], [False, "co done"], "function", "reader",
+    ]]
+
+
+def test_protected_calls_nest_to_a_bound_with_a_clear_error(tree: Path) -> None:
+    script = """
+    local depth = 0
+    local function f() depth = depth + 1 local ok, e = pcall(f) if not ok then error(e, 0) end end
+    local ok, e = pcall(f)
+    return depth, e
+    """
+    for wrapped in (script, f"return coroutine.wrap(function() {script} end)()"):
+        depth, message = values_of(run(make_toolbox(tree), wrapped))
+        assert depth == 100  # the outer pcall and 99 of f's
+        assert "pcall: protected calls nested deeper than 100 levels" in message
+    err = error_of(run(make_toolbox(tree), "xpcall(print, 42)"))
+    assert err["kind"] == "runtime" and "bad argument #2 to 'xpcall' (function expected, got number)" in err["message"]
 
 
 def test_the_call_timeout_only_lowers_the_toolbox_limit(tree: Path) -> None:

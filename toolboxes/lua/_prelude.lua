@@ -45,6 +45,33 @@ local function hook()
   end
 end
 
+-- The hook alone does not hold in two places (Lua 5.4, ldo.c/ldebug.c):
+-- * luaD_hook clears L->allowhook while the hook runs, and an error raised in the hook calls the message handler of
+--   an enclosing xpcall (luaG_errormsg) before anything sets it back: the handler runs with hooks off, so a handler
+--   that loops never meets the hook again. The wrapped xpcall below runs the script's handler in a fresh coroutine,
+--   whose allowhook is 1 and whose hook is armed (and not at all once the deadline passed).
+-- * The hook is a Lua function that ldblib's C hook calls with lua_call: near the C-stack limit (LUAI_MAXCCALLS,
+--   200 nested C calls) that call fails with "C stack overflow" (luaE_checkcstack) before the hook runs, so it never
+--   looks at the clock, and a pcall one level up swallows the error. `local function f() pcall(f) return f() end`
+--   spends all its time at that depth. So every construct that catches errors (pcall, xpcall, coroutine.resume,
+--   coroutine.wrap, coroutine.close, load with a reader function) is wrapped: when it caught an error it asks the
+--   clock itself, and once the deadline passed it re-raises the timeout (it is uncatchable from then on). If the
+--   clock cannot be asked at that depth either, that error goes up to the next wrapper, one C level higher.
+local function deadline_passed()
+  if not timed_out and expired() then
+    timed_out = true
+    sethook(hook, "", 1)
+    sethook(main_thread, hook, "", 1)
+  end
+  return timed_out
+end
+local function caught(ok, ...)
+  if timed_out or (not ok and deadline_passed()) then
+    error(TIMEOUT_MSG, 0)
+  end
+  return ok, ...
+end
+
 -- 2. Errors raised on the script's behalf name the script line that called (the first frame that is neither C nor
 -- trusted code: tail calls in the modules would defeat error()'s level). Refusals also carry a kind the runner
 -- reports (sandbox, tool_invocation); the message is what the agent reads.
@@ -111,7 +138,14 @@ G.load = function(chunk, name, mode, env)
   if type(chunk) == "string" and s_byte(chunk, 1) == 27 then
     refuse("load: binary (precompiled) chunks are refused")
   end
-  return raw_load(chunk, name, "t", G)
+  if timed_out then
+    error(TIMEOUT_MSG, 0)
+  end
+  local fn, err = raw_load(chunk, name, "t", G)
+  if fn == nil and type(chunk) ~= "string" and deadline_passed() then
+    error(TIMEOUT_MSG, 0)  -- the reader function ran out of time and load caught it
+  end
+  return fn, err
 end
 
 G.collectgarbage = function(opt)
@@ -135,19 +169,89 @@ end
 coroutine.create = function(f)
   return arm(co_create(f))
 end
+coroutine.resume = function(co, ...)
+  if timed_out then
+    error(TIMEOUT_MSG, 0)
+  end
+  return caught(co_resume(co, ...))
+end
+coroutine.close = function(co)
+  return caught(co_close(co))
+end
 local function wrap_result(co, ok, ...)
   if ok then
     return ...
   end
   local e = ...
   co_close(co)
+  if deadline_passed() then
+    error(TIMEOUT_MSG, 0)
+  end
   error(e, type(e) == "string" and 2 or 0)
 end
 coroutine.wrap = function(f)
   local co = arm(co_create(f))
   return function(...)
+    if timed_out then
+      error(TIMEOUT_MSG, 0)
+    end
     return wrap_result(co, co_resume(co, ...))
   end
+end
+
+-- pcall and xpcall also bound how deeply they nest, per thread. In the main thread the C stack bounds them (about
+-- 200), but in a coroutine Lua 5.4 runs a yieldable pcall without a C frame, so `local function f() pcall(f)
+-- return f() end` in a coroutine nests until memory runs out, and unwinding that depth after the deadline costs
+-- time quadratic in it (every caught error shrinks the stack, which walks every frame).
+local MAX_PCALL_NESTING = 100
+local nesting = raw_setmt({}, {__mode = "k"})
+local function too_deep(fname)
+  fail(s_format("%s: protected calls nested deeper than %d levels in one thread", fname, MAX_PCALL_NESTING))
+end
+local function leave(th, n, ok, ...)
+  nesting[th] = n
+  if timed_out or (not ok and deadline_passed()) then
+    error(TIMEOUT_MSG, 0)
+  end
+  return ok, ...
+end
+G.pcall = function(f, ...)
+  if timed_out then
+    error(TIMEOUT_MSG, 0)
+  end
+  local th = co_running()
+  local n = nesting[th] or 0
+  if n >= MAX_PCALL_NESTING then
+    too_deep("pcall")
+  end
+  nesting[th] = n + 1
+  return leave(th, n, pcall(f, ...))
+end
+-- The script's message handler runs in its own coroutine (see deadline_passed above for why); it gets the error
+-- value and its first result is xpcall's second. If it fails, xpcall gives that error instead.
+local function run_handler(h, e)
+  if timed_out then
+    return e
+  end
+  local co = arm(co_create(h))
+  return select(2, co_resume(co, e))
+end
+G.xpcall = function(f, h, ...)
+  if timed_out then
+    error(TIMEOUT_MSG, 0)
+  end
+  if type(h) ~= "function" then
+    fail("bad argument #2 to 'xpcall' (function expected, got " .. type(h) .. ")")
+  end
+  local th = co_running()
+  local n = nesting[th] or 0
+  if n >= MAX_PCALL_NESTING then
+    too_deep("xpcall")
+  end
+  nesting[th] = n + 1
+  return leave(th, n, xpcall(f, function(e)
+    return run_handler(h, e)
+  end, ...))
 end
 
 -- print collects text (capped) instead of writing to the worker's stdout, which is the protocol pipe.
@@ -297,7 +401,7 @@ end
 local function checked(fname, f, ...)
   local r = t_pack(pcall(f, ...))
   if not r[1] then
-    if timed_out then
+    if deadline_passed() then
       error(TIMEOUT_MSG, 0)
     end
     fail(fname .. ": " .. tostring(r[2]))
@@ -752,7 +856,7 @@ tools.call = function(name, args)
   end
   local ok, encoded = pcall(encode, args or {})
   if not ok then
-    if timed_out then
+    if deadline_passed() then
       error(TIMEOUT_MSG, 0)
     end
     raise("tool_invocation", "tools.call: the arguments cannot be sent as JSON: " .. tostring(encoded))
