@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox._predicates import AlwaysDeny, PathPredicate, PredicateError, parse_predicate
+from sandbox._file_sandbox import FileSandbox, parse_file_sandbox
+from sandbox._predicates import PredicateError
 
 from ._errors import LuaConfigError
 
@@ -26,7 +27,8 @@ DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class LuaConfig:
-    """A checked Lua toolbox config. ``max_file_size`` is ``None`` when the FileSandbox sets no limit."""
+    """A checked Lua toolbox config. ``file_sandbox.max_file_size`` is ``None`` when the FileSandbox sets no
+    limit (``fsbMaxFileSize: null``); absent, it is the seed's 50 MiB."""
 
     name: str
     description: str
@@ -34,8 +36,7 @@ class LuaConfig:
     max_seconds: float
     allowed_tools: tuple[str, ...]
     allowed_hosts: tuple[str, ...]
-    predicate: PathPredicate
-    max_file_size: int | None
+    file_sandbox: FileSandbox
     base_dir: str
     max_output_bytes: int
 
@@ -70,20 +71,15 @@ def parse_config(config: dict[str, Any], default_base_dir: str) -> LuaConfig:
         raise LuaConfigError("expected a string", "Description")
     memory_mb = _positive_number(config, "MaxMemoryMB", DEFAULT_MAX_MEMORY_MB)
     seconds = _positive_number(config, "MaxExecutionTimeSeconds", DEFAULT_MAX_SECONDS)
-    predicate: PathPredicate = AlwaysDeny()
-    max_file_size: int | None = None
+    file_sandbox = FileSandbox()
     fsb = config.get("FileSandbox")
     if fsb is not None:
         if not isinstance(fsb, dict) or "fsbPredicate" not in fsb:
             raise LuaConfigError('expected {"fsbPredicate": ..., "fsbMaxFileSize": ...}', "FileSandbox")
         try:
-            predicate = parse_predicate(fsb["fsbPredicate"], "/", "FileSandbox.fsbPredicate")
+            file_sandbox = parse_file_sandbox(fsb, "/")
         except PredicateError as exc:
             raise LuaConfigError(str(exc)) from exc
-        size = fsb.get("fsbMaxFileSize")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
-            raise LuaConfigError(f"expected a non-negative integer or null, got {size!r}", "FileSandbox.fsbMaxFileSize")
-        max_file_size = size
     policy = config.get("policy") or {}
     if not isinstance(policy, dict):
         raise LuaConfigError("expected an object", "policy")
@@ -100,8 +96,7 @@ def parse_config(config: dict[str, Any], default_base_dir: str) -> LuaConfig:
         max_seconds=seconds,
         allowed_tools=_strings(config, "AllowedTools"),
         allowed_hosts=tuple(h.lower() for h in _strings(config, "AllowedHosts")),
-        predicate=predicate,
-        max_file_size=max_file_size,
+        file_sandbox=file_sandbox,
         base_dir=base_dir,
         max_output_bytes=max_output,
     )

@@ -40,7 +40,7 @@ class LuaToolbox:
         self.config = config
         self.env = env
         self.http = http
-        self.gate = PathGate(config.predicate, config.max_file_size, config.base_dir)
+        self.gate = PathGate(config.file_sandbox, config.base_dir)
         self.tool_name = f"lua_{config.name}_execute"
 
     def tools(self) -> list[ToolSpec]:
