@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -96,6 +97,17 @@ def _failure(kind: Kind, message: str, clock: Clock) -> Outcome:
                    line=int(m.group(1)) if m else None)
 
 
+def _memory_message(max_memory_bytes: int) -> str:
+    """Which limit a script ran into: MaxMemoryMB, or the worker's address-space rlimit when that is lower (the
+    allocator then failed before lupa's limit was reached)."""
+    message = f"the script ran out of memory: its limit is {max_memory_bytes / 2**20:g} MB (MaxMemoryMB)"
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < max_memory_bytes:
+        message += (f", and the worker's whole address space is limited to {soft / 2**20:g} MB (the policy's "
+                    "address_space_bytes), which is lower")
+    return message
+
+
 def run_script(
     script: str,
     *,
@@ -125,7 +137,7 @@ def run_script(
         answer = runtime.execute(_PRELUDE, clock.expired, host, script.encode("utf-8"), hook_count,
                                  max_output_bytes, _PATTERNS)
     except lua54.LuaMemoryError:
-        return _failure("memory", "the script ran out of memory (MaxMemoryMB)", clock)
+        return _failure("memory", _memory_message(max_memory_bytes), clock)
     except lua54.LuaError as exc:
         first = _text(exc.args[0] if exc.args else exc).split("\nstack traceback:")[0]
         return _failure("runtime", first, clock)
@@ -136,7 +148,7 @@ def run_script(
     if answer[0] is not True:
         kind, message = _text(answer[1]), _text(answer[2])
         if kind == "memory":
-            message = f"the script ran out of memory: its limit is {max_memory_bytes / 2**20:g} MB (MaxMemoryMB)"
+            message = _memory_message(max_memory_bytes)
         return _failure(kind, message, clock)  # type: ignore[arg-type]
     if clock.fired:
         return _failure("timeout", "", clock)
