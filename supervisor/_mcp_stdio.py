@@ -25,6 +25,7 @@ import trio
 
 from toolboxes._result import ToolResult
 
+from ._pipes import send_whole
 from ._supervisor import Supervisor
 
 __all__ = ["McpStdioServer", "serve_mcp_stdio"]
@@ -74,11 +75,10 @@ class McpStdioServer:
 
     async def _write(self, message: dict[str, Any]) -> None:
         line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-        async with self._send_lock:
-            try:
-                await self._send.send_all(line)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+        try:
+            await send_whole(self._send, self._send_lock, line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     async def _reply(self, req_id: Any, result: dict[str, Any]) -> None:
         await self._write({"jsonrpc": "2.0", "id": req_id, "result": result})

@@ -35,6 +35,7 @@ from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError
+from ._pipes import send_whole
 from ._process import ChildProcess, spawn_child
 
 __all__ = ["Worker", "WorkerSpec", "WorkerState"]
@@ -263,9 +264,7 @@ class Worker:
     # -- I/O ---------------------------------------------------------------------------------------------------
     async def _send(self, message: dict[str, Any]) -> None:
         assert self._proc is not None
-        data = encode(message)
-        async with self._send_lock:
-            await self._proc.stdin.send_all(data)
+        await send_whole(self._proc.stdin, self._send_lock, encode(message))
 
     async def _read_stderr(self) -> None:
         assert self._proc is not None
