@@ -508,6 +508,18 @@ def test_protected_calls_nest_to_a_bound_with_a_clear_error(tree: Path) -> None:
         depth, message = values_of(run(make_toolbox(tree), wrapped))
         assert depth == 100  # the outer pcall and 99 of f's
         assert "pcall: protected calls nested deeper than 100 levels" in message
+    # the count is per thread: coroutines suspended inside pcalls do not use up the main thread's levels
+    script = """
+    local cos = {}
+    for i = 1, 150 do
+      local co = coroutine.create(function() pcall(coroutine.yield, i) return pcall(error, 'late ' .. i, 0) end)
+      assert(coroutine.resume(co))
+      cos[i] = co
+    end
+    local inner = {pcall(pcall, pcall, function() return 'deep enough' end)}
+    return inner[4], select(3, coroutine.resume(cos[150]))
+    """
+    assert values_of(run(make_toolbox(tree), script)) == ["deep enough", "late 150"]
     err = error_of(run(make_toolbox(tree), "xpcall(print, 42)"))
     assert err["kind"] == "runtime" and "bad argument #2 to 'xpcall' (function expected, got number)" in err["message"]
 

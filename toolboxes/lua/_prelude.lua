@@ -169,11 +169,31 @@ end
 coroutine.create = function(f)
   return arm(co_create(f))
 end
+-- pcall and xpcall also bound how deeply they nest in one thread. In the main thread the C stack bounds them (about
+-- 200), but in a coroutine Lua 5.4 runs a yieldable pcall without a C frame, so `local function f() pcall(f)
+-- return f() end` in a coroutine nests until memory runs out, and unwinding that depth after the deadline costs
+-- time quadratic in it (every caught error shrinks the stack, which walks every frame). `depth` is the nesting of
+-- the running thread: resuming a coroutine swaps in the coroutine's own count and swaps it back when it yields or
+-- ends, so the per-pcall cost is two upvalue writes. Each wrapper restores the count it found on the way out, so
+-- an error that skips a level cannot leave it wrong for long.
+local MAX_PCALL_NESTING = 100
+local depth = 0
+local co_depth = raw_setmt({}, {__mode = "k"})
+local function resumed(co, caller_depth, ok, ...)
+  co_depth[co] = depth
+  depth = caller_depth
+  return ok, ...
+end
+local function resume(co, ...)
+  local caller_depth = depth
+  depth = co_depth[co] or 0
+  return resumed(co, caller_depth, co_resume(co, ...))
+end
 coroutine.resume = function(co, ...)
   if timed_out then
     error(TIMEOUT_MSG, 0)
   end
-  return caught(co_resume(co, ...))
+  return caught(resume(co, ...))
 end
 coroutine.close = function(co)
   return caught(co_close(co))
@@ -195,37 +215,29 @@ coroutine.wrap = function(f)
     if timed_out then
       error(TIMEOUT_MSG, 0)
     end
-    return wrap_result(co, co_resume(co, ...))
+    return wrap_result(co, resume(co, ...))
   end
 end
 
--- pcall and xpcall also bound how deeply they nest, per thread. In the main thread the C stack bounds them (about
--- 200), but in a coroutine Lua 5.4 runs a yieldable pcall without a C frame, so `local function f() pcall(f)
--- return f() end` in a coroutine nests until memory runs out, and unwinding that depth after the deadline costs
--- time quadratic in it (every caught error shrinks the stack, which walks every frame).
-local MAX_PCALL_NESTING = 100
-local nesting = raw_setmt({}, {__mode = "k"})
 local function too_deep(fname)
   fail(s_format("%s: protected calls nested deeper than %d levels in one thread", fname, MAX_PCALL_NESTING))
 end
-local function leave(th, n, ok, ...)
-  nesting[th] = n
+local function leave(n, ok, ...)
+  depth = n
   if timed_out or (not ok and deadline_passed()) then
     error(TIMEOUT_MSG, 0)
   end
   return ok, ...
 end
 G.pcall = function(f, ...)
+  local n = depth
   if timed_out then
     error(TIMEOUT_MSG, 0)
-  end
-  local th = co_running()
-  local n = nesting[th] or 0
-  if n >= MAX_PCALL_NESTING then
+  elseif n >= MAX_PCALL_NESTING then
     too_deep("pcall")
   end
-  nesting[th] = n + 1
-  return leave(th, n, pcall(f, ...))
+  depth = n + 1
+  return leave(n, pcall(f, ...))
 end
 -- The script's message handler runs in its own coroutine (see deadline_passed above for why); it gets the error
 -- value and its first result is xpcall's second. If it fails, xpcall gives that error instead.
@@ -233,23 +245,19 @@ local function run_handler(h, e)
   if timed_out then
     return e
   end
-  local co = arm(co_create(h))
-  return select(2, co_resume(co, e))
+  return select(2, resume(arm(co_create(h)), e))
 end
 G.xpcall = function(f, h, ...)
+  local n = depth
   if timed_out then
     error(TIMEOUT_MSG, 0)
-  end
-  if type(h) ~= "function" then
+  elseif type(h) ~= "function" then
     fail("bad argument #2 to 'xpcall' (function expected, got " .. type(h) .. ")")
-  end
-  local th = co_running()
-  local n = nesting[th] or 0
-  if n >= MAX_PCALL_NESTING then
+  elseif n >= MAX_PCALL_NESTING then
     too_deep("xpcall")
   end
-  nesting[th] = n + 1
-  return leave(th, n, xpcall(f, function(e)
+  depth = n + 1
+  return leave(n, xpcall(f, function(e)
     return run_handler(h, e)
   end, ...))
 end
