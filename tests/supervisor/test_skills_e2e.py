@@ -183,6 +183,24 @@ async def test_script_tools_are_listed_per_session_with_explicit_session_ids(san
         assert refused.status == "error" and "call skill_enable_pdf-tools first" in refused.data
 
 
+async def test_enabled_skills_survive_a_worker_restart(sandbox_tmp: Path) -> None:
+    async with Supervisor.open(skills_policy(sandbox_tmp)) as sup:
+        assert (await sup.call("skill_enable_pdf-tools", {}, session_id="a")).status == "passed"
+        runner = sup.runner("skills")
+        old = runner.worker
+        assert old is not None and old.pid is not None
+        os.kill(old.pid, 9)
+        with trio.fail_after(20):
+            await old.dead.wait()
+            while runner.worker is old or runner.worker is None or runner.worker.state.value != "ready":  # noqa: ASYNC110
+                await trio.sleep(0.02)  # the runner restarts on its own schedule
+        assert PDF_TOOL in names(sup.list_tools("a"))
+        again = await sup.call(PDF_TOOL, {"file": "x"}, session_id="a")
+        assert "call skill_enable_pdf-tools first" not in (again.data or "")
+        refused = await sup.call(PDF_TOOL, {"file": "x"}, session_id="b")
+        assert refused.status == "error" and "call skill_enable_pdf-tools first" in refused.data
+
+
 # -- per-session tool lists, official MCP SDK client over two sessions --------------------------------------------
 class Notifications:
     """Counts ``notifications/tools/list_changed`` of one MCP session; ``wait`` returns at the next one."""

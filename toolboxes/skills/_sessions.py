@@ -1,14 +1,19 @@
 """Which skills are enabled in which session.
 
-A session is created on first sight with the ``autoEnableSkills`` enabled; after that only
-``enable``/``disable``
+A session is created on first sight with the ``autoEnableSkills`` enabled; after that only ``enable``/``disable``
 change it (disabling an auto-enabled skill sticks for that session). Sessions are kept in least-recently-used order
 and the oldest are forgotten past ``max_sessions`` (a forgotten session that comes back starts afresh, with the
 auto-enabled skills).
+
+With a ``path`` (a file in the toolbox's state folder), every change is saved there atomically and loaded at start,
+so a worker that crashed and was restarted keeps each session's skills: the supervisor, which lists a session's
+tools from the enable/disable results it saw, and the worker, which enforces, stay in agreement.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -19,11 +24,38 @@ __all__ = ["SessionSkills"]
 class SessionSkills:
     """Thread-safe map of session id to enabled skill names."""
 
-    def __init__(self, auto_enable: Iterable[str], max_sessions: int = 4096) -> None:
+    def __init__(self, auto_enable: Iterable[str], max_sessions: int = 4096, path: str | None = None) -> None:
         self._auto = frozenset(auto_enable)
         self._max = max_sessions
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, set[str]] = OrderedDict()
+        self._path = path
+        if path is not None:
+            self._load(path)
+
+    def _load(self, path: str) -> None:
+        """Load saved sessions; a missing or unreadable file starts empty (never fails the toolbox)."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            return
+        if isinstance(saved, dict):
+            for session, skills in list(saved.items())[-self._max:]:
+                if isinstance(session, str) and isinstance(skills, list):
+                    self._sessions[session] = {s for s in skills if isinstance(s, str)}
+
+    def _save(self) -> None:
+        """Write every session atomically (temp file, rename); called with the lock held."""
+        if self._path is None:
+            return
+        tmp = f"{self._path}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({s: sorted(k) for s, k in self._sessions.items()}, f)
+            os.replace(tmp, self._path)
+        except OSError:
+            pass  # the in-memory state still holds; a restart would fall back to the auto-enabled skills
 
     def _get(self, session: str) -> set[str]:
         enabled = self._sessions.get(session)
@@ -54,4 +86,6 @@ class SessionSkills:
                 skills.add(skill)
             else:
                 skills.discard(skill)
+            if before != enabled:
+                self._save()
             return before != enabled

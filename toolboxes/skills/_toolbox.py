@@ -17,6 +17,7 @@ reaches the worker is a load error.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .._result import ToolResult
@@ -40,6 +41,7 @@ class SkillsToolbox:
         auto_enable: skills enabled in every new session.
         runner: describes and runs the skills' scripts; owned (closed by :meth:`close`).
         source_errors: problems found in the config (kept as load errors).
+        state_file: where each session's enabled skills are kept across worker restarts (``None``: memory only).
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class SkillsToolbox:
         auto_enable: list[str],
         runner: ScriptRunner,
         source_errors: list[dict[str, str]] | None = None,
+        state_file: str | None = None,
     ) -> None:
         self._runner = runner
         self._skills, errors = load_skills(roots, runner)
@@ -60,7 +63,7 @@ class SkillsToolbox:
                         "message": f"autoEnableSkills names {name!r}, which is not a loaded skill",
                     }
                 )
-        self._sessions = SessionSkills(n for n in auto_enable if n in self._skills)
+        self._sessions = SessionSkills((n for n in auto_enable if n in self._skills), path=state_file)
         # tool name -> (kind, skill name)
         self._index: dict[str, tuple[str, str]] = {}
         for name, skill in self._skills.items():
@@ -239,4 +242,5 @@ def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> SkillsToolbox:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     runner = ScriptRunner(settings, env.workdir, Reaper(subreaper=True))
-    return SkillsToolbox(roots, auto, runner, errors)
+    return SkillsToolbox(roots, auto, runner, errors,
+                         state_file=os.path.join(env.state_dir, "skill-sessions.json"))
