@@ -95,11 +95,16 @@ class CgroupInstance:
 
 @dataclass(frozen=True)
 class CgroupPlan:
-    """The limits of a worker's group and where it goes; :meth:`instance` names one group of it."""
+    """The limits of a worker's group and where it goes; :meth:`instance` names one group of it.
+
+    ``required``: a group that cannot be made at start stops the worker (strict policies); otherwise the supervisor
+    warns and runs the worker without it.
+    """
 
     layout: CgroupLayout
     pids_max: int | None
     memory_bytes: int | None
+    required: bool = True
 
     def describe(self) -> str:
         """One line for ``agents-supervise check``."""
@@ -218,7 +223,8 @@ def read_layout() -> tuple[CgroupLayout | None, str]:
     return layout, ""
 
 
-def plan_cgroup(layout: CgroupLayout, *, pids_max: int | None, memory_bytes: int | None) -> CgroupPlan | None:
+def plan_cgroup(layout: CgroupLayout, *, pids_max: int | None, memory_bytes: int | None,
+                required: bool = True) -> CgroupPlan | None:
     """The plan of a worker's group; ``None`` when neither limit is asked for. Pure.
 
     Raises:
@@ -229,7 +235,7 @@ def plan_cgroup(layout: CgroupLayout, *, pids_max: int | None, memory_bytes: int
             raise ConfinementError(f"cgroup {name}: invalid limit {value!r}", step="cgroup")
     if pids_max is None and memory_bytes is None:
         return None
-    return CgroupPlan(layout, pids_max, memory_bytes)
+    return CgroupPlan(layout, pids_max, memory_bytes, required)
 
 
 def _fail(what: str, exc: OSError) -> ConfinementError:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox._bridge import BridgePorts, worker_network_env
+from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
 from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
 from sandbox._plan import READ, WRITE, ConfinementPlan, FsRule, Rlimits
@@ -37,6 +38,9 @@ IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "mcp", "openapi", "po
                                "lua"})
 #: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
 _WRITES_FILES = {"developer", "lua"}
+#: With a cgroup holding each worker to ``limits.processes``, RLIMIT_NPROC (counted over every process of the sandbox
+#: uid on the machine) is only a backstop: this many times the worker's own limit.
+NPROC_BACKSTOP_FACTOR = 8
 
 
 @dataclass
@@ -112,6 +116,8 @@ def plan_worker(
     state_dir: str,
     running_as_root: bool,
     kernel_abi: int,
+    cgroup_layout: CgroupLayout | None = None,
+    cgroup_problem: str = "cgroups were not looked for",
 ) -> WorkerSpec:
     """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`."""
     policy = config.policy
@@ -207,6 +213,24 @@ def plan_worker(
             f"this kernel's Landlock ABI is {kernel_abi or 'missing'}; the policy needs at least "
             f"{policy.landlock_min_abi} (strict: true never runs a worker less confined than it says)")
 
+    cgroup: CgroupPlan | None = None
+    if limits.processes is not None or limits.memory_bytes is not None:
+        if cgroup_layout is not None:
+            cgroup = plan_cgroup(cgroup_layout, pids_max=limits.processes, memory_bytes=limits.memory_bytes,
+                                 required=policy.strict)
+        elif policy.strict:
+            raise PolicyRefused(
+                f"toolbox {tb.name} (agent {tb.agent_slug}): its processes and memory limits need a cgroup of its own "
+                f"and none can be made here ({cgroup_problem}); strict: true never runs a worker less confined than "
+                "it says. Run the supervisor as root on a host with the pids and memory controllers, or set "
+                "limits.processes and limits.memory_bytes to null.")
+        else:
+            warnings.append(f"{tb.name}: no cgroup ({cgroup_problem}): limits.memory_bytes is not enforced and "
+                            "limits.processes is only RLIMIT_NPROC, shared by every process of the sandbox uid")
+    nproc = limits.processes
+    if cgroup is not None and cgroup.pids_max is not None:
+        nproc = cgroup.pids_max * NPROC_BACKSTOP_FACTOR
+
     payload = {
         "kind": tb.kind,
         "name": tb.name,
@@ -235,7 +259,7 @@ def plan_worker(
             cpu_seconds=limits.cpu_seconds,
             open_files=limits.open_files,
             file_size_bytes=limits.file_size_bytes,
-            processes=limits.processes,
+            processes=nproc,
         ),
         env=env,
     )
@@ -251,6 +275,8 @@ def plan_worker(
                     f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else
                    "own namespace, loopback only, no egress",
         "landlock_min_abi": min_abi,
+        "cgroup": cgroup.describe() if cgroup is not None else None,
+        "rlimit_nproc": nproc,
     }
     allowed_tools = tuple(cfg.get("AllowedTools") or ()) if tb.kind == "lua" else ()
     return WorkerSpec(
@@ -266,6 +292,7 @@ def plan_worker(
         allowed_tools=allowed_tools,
         allowed_hosts=hosts,
         private_networks=private,
+        cgroup=cgroup,
         warnings=warnings,
         report={**report, "warnings": warnings},
     )
@@ -286,6 +313,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     state_dir = os.path.abspath(state_dir or policy.state_dir)
     root = os.geteuid() == 0
     abi = landlock_abi()
+    layout, cgroup_problem = read_layout()
     if prepare:
         os.makedirs(state_dir, mode=0o711, exist_ok=True)
         os.chmod(state_dir, 0o711)
@@ -311,7 +339,8 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                                     "space for toolboxes); rename one")
             seen.add(tb.name)
             spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
-                               running_as_root=root, kernel_abi=abi)
+                               running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
+                               cgroup_problem=cgroup_problem)
             specs.append(spec)
             warnings += spec.warnings
             if tb.kind == "skills":

@@ -204,7 +204,12 @@ class Limits(_Model):
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
     open_files: int | None = Field(default=256, ge=16, description="RLIMIT_NOFILE")
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
-    processes: int | None = Field(default=64, ge=1, description="RLIMIT_NPROC for the sandbox uid")
+    processes: int | None = Field(
+        default=64, ge=1, description="pids.max of the worker's cgroup: processes and threads of its whole tree"
+    )
+    memory_bytes: Size | None = Field(
+        default=1024**3, ge=1, description="memory limit of the worker's cgroup: its whole tree, page cache included"
+    )
     output_bytes: Size = Field(default=1024**2, ge=1, description="cap on a call's output; more is cut, truncated set")
     max_concurrent_calls: int = Field(default=8, ge=1, description="calls in flight in one worker")
 
@@ -218,6 +223,7 @@ class LimitsOverride(_Model):
     open_files: int | None = Field(default=None, ge=16)
     file_size_bytes: Size | None = None
     processes: int | None = Field(default=None, ge=1)
+    memory_bytes: Size | None = Field(default=None, ge=1)
     output_bytes: Size | None = Field(default=None, ge=1)
     max_concurrent_calls: int | None = Field(default=None, ge=1)
 

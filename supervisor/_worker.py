@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import secrets
 import signal
 import socket
 import struct
@@ -27,8 +28,10 @@ import msgpack
 import trio
 
 from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
+from sandbox._cgroups import CgroupInstance, CgroupPlan, create_cgroup, enter_cgroup, remove_cgroup
 from sandbox._dns_stub import serve_dns_stub
 from sandbox._egress import serve_egress
+from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
 from toolboxes._protocol import FrameDecoder, ProtocolError, encode
@@ -76,6 +79,8 @@ class WorkerSpec:
     allowed_hosts: tuple[str, ...] = ()
     #: private ranges the egress proxy may dial for this worker (the policy's network.allow_private_ranges)
     private_networks: tuple[str, ...] = ()
+    #: the worker's cgroup (pids.max, memory), made at each start; None: no cgroup
+    cgroup: CgroupPlan | None = None
     warnings: list[str] = field(default_factory=list)
     #: what ``agents-supervise check`` shows about this worker (rules, exactness, hosts)
     report: dict[str, Any] = field(default_factory=dict)
@@ -133,6 +138,8 @@ class Worker:
         self._nursery: trio.Nursery | None = None
         #: call id -> the caller's context object, so that a portal request names the call it comes from
         self.origins: dict[int, Any] = {}
+        #: this start's cgroup, removed once the worker is reaped
+        self.cgroup: CgroupInstance | None = None
 
     # -- state -------------------------------------------------------------------------------------------------
     @property
@@ -183,6 +190,14 @@ class Worker:
             if child_end is not None:
                 child_end.close()
         self._proc = proc
+        try:
+            self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside the group
+        except ConfinementError as exc:
+            if carrier is not None:
+                carrier.close()
+            await self.kill(f"could not be put in its cgroup: {exc}")
+            raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}"
+                                   ) from exc
         frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
         nursery.start_soon(self._read_stderr)
         nursery.start_soon(self._read_stdout)
@@ -209,6 +224,27 @@ class Worker:
         detail = tail[-1] if tail else ""
         raise WorkerStartError(f"toolbox {spec.toolbox}: the worker {self.death_reason}"
                            + (f": {detail}" if detail else ""))
+
+    def _join_cgroup(self, pid: int) -> None:
+        """Make this start's cgroup and move the launcher ``pid`` into it; raise only when the plan requires it."""
+        plan = self.spec.cgroup
+        if plan is None:
+            return
+        instance = plan.instance(self.spec.toolbox, f"{pid}-{secrets.token_hex(3)}")
+        try:
+            create_cgroup(instance)
+            self.cgroup = instance
+            enter_cgroup(instance, pid)
+        except ConfinementError as exc:
+            if plan.required:
+                raise
+            self._on_event(self, "cgroup_unavailable", {"reason": str(exc)})
+
+    def _release_cgroup(self) -> None:
+        """Remove this start's cgroup once the launcher was reaped (its PID namespace is empty by then)."""
+        if self.cgroup is not None and self._proc is not None and self._proc.poll() is not None:
+            instance, self.cgroup = self.cgroup, None
+            remove_cgroup(instance)
 
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
@@ -243,6 +279,7 @@ class Worker:
         self._set_state(WorkerState.DEAD, reason)
         if self._proc is not None:
             await self._proc.kill()
+            self._release_cgroup()
 
     async def stop(self) -> None:
         """Stop gracefully: ``shutdown`` frame, then the process's kill path (SIGTERM, grace, SIGKILL)."""
@@ -260,6 +297,7 @@ class Worker:
                     await self._proc.wait()
         self._set_state(WorkerState.DEAD, "was stopped")
         await self._proc.aclose(grace_s=self.spec.shutdown_grace_s)
+        self._release_cgroup()
 
     # -- I/O ---------------------------------------------------------------------------------------------------
     async def _send(self, message: dict[str, Any]) -> None:
@@ -304,6 +342,7 @@ class Worker:
             if reason is None:
                 await self._proc.kill()
                 reason = "closed its pipe and was killed"
+            self._release_cgroup()
         self._set_state(WorkerState.DEAD, reason)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
