@@ -61,6 +61,28 @@ def result_to_mcp(result: ToolResult, read_attachment: Callable[[Any], bytes]) -
     return out
 
 
+def _encode_line(message: dict[str, Any]) -> bytes:
+    """One JSON line for ``message``; strict JSON even when a worker's structured value is not.
+
+    A tool's ``structured`` value may hold NaN or infinities (JSON cannot spell them): it is left out and the text
+    content, which says the same, stays. Anything else that cannot be written becomes a JSON-RPC error.
+    """
+    try:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    except (ValueError, TypeError, RecursionError) as exc:
+        result = message.get("result")
+        if isinstance(result, dict) and "structuredContent" in result:
+            trimmed = {**message, "result": {k: v for k, v in result.items() if k != "structuredContent"}}
+            return _encode_line(trimmed)
+        error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {exc}"}
+        return json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": error}).encode() + b"\n"
+
+
+def _valid_id(req_id: Any) -> bool:
+    """JSON-RPC ids are strings or numbers (``None`` marks a notification)."""
+    return isinstance(req_id, str | int | float) and not isinstance(req_id, bool)
+
+
 class McpStdioServer:
     """One MCP session over a pair of byte streams."""
 
@@ -74,7 +96,7 @@ class McpStdioServer:
         self._initialized = False
 
     async def _write(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        line = _encode_line(message)
         try:
             await send_whole(self._send, self._send_lock, line)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -90,7 +112,8 @@ class McpStdioServer:
         """Serve until the client closes stdin."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_tools)
-            buffer = b""
+            buffer = bytearray()
+            skipping = False  # inside a line that was too long: drop bytes until its newline
             while True:
                 try:
                     chunk = await self._receive.receive_some(1 << 16)
@@ -98,15 +121,24 @@ class McpStdioServer:
                     chunk = b""
                 if not chunk:
                     break
-                buffer += chunk
-                if len(buffer) > _MAX_LINE and b"\n" not in buffer:
-                    await self._error(None, INVALID_REQUEST, "message too large")
-                    buffer = b""
-                    continue
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        self._handle_line(nursery, line)
+                start = 0
+                while (end := chunk.find(b"\n", start)) >= 0:
+                    if skipping:
+                        skipping = False
+                    else:
+                        buffer += chunk[start:end]
+                        if buffer.strip():
+                            self._handle_line(nursery, bytes(buffer))
+                    buffer.clear()
+                    start = end + 1
+                if not skipping:
+                    buffer += chunk[start:]
+                    if len(buffer) > _MAX_LINE:
+                        # Refused once, as soon as it is too long; never buffered beyond the limit.
+                        await self._error(None, INVALID_REQUEST,
+                                          f"message too large: a line may have at most {_MAX_LINE} bytes")
+                        buffer.clear()
+                        skipping = True
             nursery.cancel_scope.cancel()
 
     async def _watch_tools(self) -> None:
@@ -118,8 +150,11 @@ class McpStdioServer:
     def _handle_line(self, nursery: trio.Nursery, line: bytes) -> None:
         try:
             msg = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            nursery.start_soon(self._error, None, PARSE_ERROR, f"parse error: {exc}")
+        except RecursionError:
+            nursery.start_soon(self._error, None, PARSE_ERROR, "parse error: the JSON is nested too deeply")
+            return
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            nursery.start_soon(self._error, None, PARSE_ERROR, f"parse error: {str(exc)[:200]}")
             return
         if isinstance(msg, list) or not isinstance(msg, dict):
             nursery.start_soon(self._error, None, INVALID_REQUEST, "expected a JSON-RPC object")
@@ -135,10 +170,17 @@ class McpStdioServer:
         if req_id is None:
             self._notification(method, params)
             return
+        if not _valid_id(req_id):
+            nursery.start_soon(self._error, None, INVALID_REQUEST, "the id must be a string or a number")
+            return
         if not isinstance(params, dict):
             nursery.start_soon(self._error, req_id, INVALID_PARAMS, "params must be an object")
             return
         if method == "tools/call":
+            if req_id in self._calls:
+                nursery.start_soon(self._error, req_id, INVALID_REQUEST,
+                                   f"a call with id {json.dumps(req_id)} is already running; ids must be unique")
+                return
             scope = trio.CancelScope()
             self._calls[req_id] = scope
             nursery.start_soon(self._tools_call, req_id, params, scope)
@@ -148,8 +190,9 @@ class McpStdioServer:
     def _notification(self, method: str, params: Any) -> None:
         if method == "notifications/initialized":
             self._initialized = True
-        elif method == "notifications/cancelled" and isinstance(params, dict):
-            scope = self._calls.get(params.get("requestId"))
+        elif method == "notifications/cancelled" and isinstance(params, dict) and _valid_id(
+                params.get("requestId")):
+            scope = self._calls.get(params["requestId"])
             if scope is not None:
                 scope.cancel()
 

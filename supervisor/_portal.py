@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
 from ._registry import RegisteredTool, ToolRegistry
@@ -28,6 +29,27 @@ from ._trace import TraceRecorder
 from ._validation import format_validation_errors
 
 __all__ = ["CallOrigin", "Portal", "SessionLimits", "StackEntry"]
+
+
+#: Bounds on a call's arguments: they must be plain JSON (no bytes, sets or NaN from the Python API), nested at
+#: most this deep, with at most this many values and this many bytes once encoded for the worker.
+MAX_ARGS_DEPTH = 100
+MAX_ARGS_VALUES = 1_000_000
+MAX_ARGS_BYTES = 16 * 1024 * 1024
+
+
+def _arguments_problem(args: Any) -> str | None:
+    """Why ``args`` cannot be sent to a worker, or ``None``."""
+    problem, _ = json_problem(args, max_depth=MAX_ARGS_DEPTH, max_nodes=MAX_ARGS_VALUES)
+    if problem:
+        return problem
+    try:
+        size = len(encode(args))
+    except (ValueError, TypeError, OverflowError) as exc:
+        return f"cannot be encoded ({exc})"
+    if size > MAX_ARGS_BYTES:
+        return f"take {size} bytes, more than the limit of {MAX_ARGS_BYTES}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -106,6 +128,11 @@ class Portal:
             allowed = ", ".join(sorted(origin.allowed)) or "none"
             return self._refuse(origin, name, "PortalToolNotAllowed",
                                 f"Tool '{name}' is not allowed for {origin.caller}. Allowed tools: {allowed}.")
+        problem = _arguments_problem(args)
+        if problem:
+            return self._refuse(origin, name, "PortalInvalidArguments",
+                                f"Tool call validation failed for '{name}': the arguments {problem}. "
+                                "Send a smaller JSON object.")
         errors = tool.validator.errors(args)
         if errors:
             return self._refuse(origin, name, "PortalInvalidArguments",

@@ -71,6 +71,9 @@ class ToolRegistry:
         tools: dict[str, RegisteredTool] = {}
         renamed: dict[str, str] = {}
         schema_errors: list[dict[str, str]] = []
+        # Only the validators of the current lists are kept: a worker changing its schemas again and again must not
+        # grow this cache.
+        validators: dict[tuple[str, str, str], ArgumentValidator] = {}
         for runner in runners:
             for t in runner.tools:
                 local = t["name"]
@@ -83,7 +86,7 @@ class ToolRegistry:
                     except SchemaError as exc:
                         schema_errors.append({"toolbox": runner.name, "tool": local, "message": str(exc)})
                         continue
-                    self._validators[key] = validator
+                validators[key] = validator
                 name = public_name(local)
                 if name in tools:
                     n = 2
@@ -101,6 +104,7 @@ class ToolRegistry:
                     validator=validator,
                     annotations=dict(t.get("annotations") or {}),
                 )
+        self._validators = validators
         self.tools = tools
         self.renamed = renamed
         self.schema_errors = schema_errors

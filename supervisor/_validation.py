@@ -12,15 +12,79 @@
 
 from __future__ import annotations
 
+import contextvars
 import re
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+import regex
+from jsonschema import _keywords
 from jsonschema import exceptions as js_exceptions
-from jsonschema.validators import validator_for
+from jsonschema.validators import extend, validator_for
 
 __all__ = ["ArgumentValidator", "FieldError", "SchemaError", "format_validation_errors"]
+
+#: Time one validation may spend matching the schema's regexes (``pattern``, ``patternProperties``). Schemas come
+#: from workers (untrusted) and strings from agents (untrusted): ``^(a+)+$`` against 30 ``a`` and a ``b`` would
+#: hold Python's ``re`` for minutes on the supervisor's only thread. The ``regex`` module checks a timeout while
+#: it matches.
+PATTERN_BUDGET_S = 0.25
+_deadline: contextvars.ContextVar[float] = contextvars.ContextVar("pattern_deadline", default=0.0)
+
+
+class _PatternTimeout(Exception):
+    """Matching the schema's regexes took longer than :data:`PATTERN_BUDGET_S`."""
+
+
+def _search(pattern: str, text: str) -> bool:
+    left = _deadline.get() - time.monotonic()
+    if left <= 0:
+        raise _PatternTimeout(pattern)
+    try:
+        return regex.search(pattern, text, timeout=left) is not None
+    except TimeoutError as exc:
+        raise _PatternTimeout(pattern) from exc
+    except regex.error:
+        return bool(re.search(pattern, text))  # what jsonschema itself would do (already compiled by check_schema)
+
+
+def _pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Iterator[js_exceptions.ValidationError]:
+    if validator.is_type(instance, "string") and not _search(patrn, instance):
+        yield js_exceptions.ValidationError(f"{instance!r} does not match {patrn!r}")
+
+
+def _pattern_properties(validator: Any, pattern_properties: dict[str, Any], instance: Any,
+                        schema: Any) -> Iterator[js_exceptions.ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in pattern_properties.items():
+        for k, v in instance.items():
+            if _search(pattern, k):
+                yield from validator.descend(v, subschema, path=k, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, additional: Any, instance: Any,
+                           schema: Any) -> Iterator[js_exceptions.ValidationError]:
+    patterns = schema.get("patternProperties")
+    if not patterns or not validator.is_type(instance, "object"):
+        yield from _keywords.additionalProperties(validator, additional, instance, schema)
+        return
+    known = schema.get("properties", {})
+    extras = sorted(k for k in instance if k not in known and not any(_search(p, k) for p in patterns))
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        joined = ", ".join(repr(each) for each in extras)
+        yield js_exceptions.ValidationError(f"{joined} do not match any of the regexes: "
+                                            f"{', '.join(repr(p) for p in sorted(patterns))}")
+
+
+_BOUNDED = {"pattern": _pattern, "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties}
 
 _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number",
                type(None): "null"}
@@ -73,7 +137,8 @@ def _field_errors(error: js_exceptions.ValidationError) -> list[FieldError]:
         return [FieldError(path, f"Invalid enum value: {error.instance}. Allowed: {allowed}")]
     if v == "additionalProperties" and isinstance(error.instance, dict):
         known = set((error.schema or {}).get("properties", {}))
-        extras = [k for k in error.instance if k not in known] or ["?"]
+        patterns = (error.schema or {}).get("patternProperties") or {}
+        extras = [k for k in error.instance if k not in known and not any(_search(p, k) for p in patterns)] or ["?"]
         return [FieldError(f"{path}.{k}" if path else k, "Unknown property") for k in extras]
     if v == "const":
         return [FieldError(path, f"Expected the value {error.validator_value!r}")]
@@ -104,7 +169,10 @@ class ArgumentValidator:
             cls.check_schema(schema)
         except js_exceptions.SchemaError as exc:
             raise SchemaError(f"invalid input schema: {exc.message}") from exc
-        self._validator = cls(schema)
+        if "unevaluatedProperties" in repr(schema) and "patternProperties" in repr(schema):
+            # jsonschema matches patternProperties again for unevaluatedProperties, without a time bound.
+            raise SchemaError("unevaluatedProperties together with patternProperties is not supported")
+        self._validator = extend(cls, _BOUNDED)(schema)
         self._trivial = schema.get("type") == "object" and not schema.get("properties") and not schema.get(
             "required") and len(schema) <= 2
 
@@ -115,6 +183,14 @@ class ArgumentValidator:
         if self._trivial:
             return []
         out: list[FieldError] = []
-        for e in self._validator.iter_errors(args):
-            out.extend(_field_errors(e))
+        token = _deadline.set(time.monotonic() + PATTERN_BUDGET_S)
+        try:
+            for e in self._validator.iter_errors(args):
+                out.extend(_field_errors(e))
+        except _PatternTimeout as exc:
+            return [FieldError("", f"the arguments could not be checked within {PATTERN_BUDGET_S:g} s: matching "
+                                   f"the schema's pattern {str(exc)[:200]!r} took too long; send shorter or "
+                                   "simpler strings")]
+        finally:
+            _deadline.reset(token)
         return sorted(out, key=lambda e: (e.path, e.message))

@@ -34,7 +34,7 @@ from sandbox._egress import serve_egress
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
-from toolboxes._protocol import FrameDecoder, ProtocolError, encode
+from toolboxes._protocol import FrameDecoder, ProtocolError, encode, json_problem
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError
@@ -49,6 +49,20 @@ _READ_CHUNK = 1 << 18
 _STDERR_KEEP = 8192
 #: How long a cancelled call may take to answer before its worker is killed.
 CANCEL_GRACE_S = 2.0
+#: Bounds on a worker's tool list (hello, tools_changed). Compiling a schema costs the supervisor about 30 µs per
+#: value on its own thread, so the list is bounded in values, not only in bytes; the largest real list we know
+#: (Xero's OpenAPI spec: 235 tools, 32,000 schema values) fits many times over.
+MAX_TOOLS = 2048
+MAX_TOOL_NAME_CHARS = 1024
+MAX_DESCRIPTION_CHARS = 100_000
+MAX_SCHEMA_DEPTH = 64
+MAX_SCHEMA_VALUES = 250_000
+MAX_LOAD_ERRORS = 1024
+#: At most this many tools_changed frames per window; more is a flood, not a toolbox reacting to changes.
+MAX_TOOLS_CHANGED = 30
+TOOLS_CHANGED_WINDOW_S = 10.0
+#: Portal and host requests a worker may have in flight at once (each holds a task and maybe a nested call).
+MAX_REQUESTS_IN_FLIGHT = 64
 
 
 class WorkerState(enum.Enum):
@@ -140,6 +154,8 @@ class Worker:
         self.origins: dict[int, Any] = {}
         #: this start's cgroup, removed once the worker is reaped
         self.cgroup: CgroupInstance | None = None
+        self._requests_in_flight = 0
+        self._tools_changed_at: deque[float] = deque()
 
     # -- state -------------------------------------------------------------------------------------------------
     @property
@@ -371,6 +387,13 @@ class Worker:
             self.state = WorkerState.READY
             self._hello.set()
         elif kind == "tools_changed":
+            now = trio.current_time()
+            self._tools_changed_at.append(now)
+            while now - self._tools_changed_at[0] > TOOLS_CHANGED_WINDOW_S:
+                self._tools_changed_at.popleft()
+            if len(self._tools_changed_at) > MAX_TOOLS_CHANGED:
+                raise ProtocolError(f"more than {MAX_TOOLS_CHANGED} tools_changed messages within "
+                                    f"{TOOLS_CHANGED_WINDOW_S:g} s")
             self._set_tools(message)
             self._on_event(self, "tools_changed", {})
         elif kind == "event":
@@ -381,33 +404,63 @@ class Worker:
         elif kind in ("portal", "host"):
             if not self._hello.is_set():
                 raise ProtocolError(f"{kind} request before hello")
+            if self._requests_in_flight >= MAX_REQUESTS_IN_FLIGHT:
+                raise ProtocolError(f"more than {MAX_REQUESTS_IN_FLIGHT} portal/host requests in flight")
             assert self._nursery is not None
+            self._requests_in_flight += 1
             self._nursery.start_soon(self._answer_request, message)
 
     def _set_tools(self, message: dict[str, Any]) -> None:
+        """Check a tool list (hello, tools_changed) against the protocol's shape and bounds, then keep it."""
         tools = message.get("tools")
-        if not isinstance(tools, list) or not all(
-            isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("input_schema"), dict)
-            for t in tools
-        ):
+        if not isinstance(tools, list):
             raise ProtocolError("tools must be a list of {name, description, input_schema}")
+        if len(tools) > MAX_TOOLS:
+            raise ProtocolError(f"the tool list has {len(tools)} tools, more than the limit of {MAX_TOOLS}")
+        budget = MAX_SCHEMA_VALUES
+        for t in tools:
+            if not (isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("input_schema"), dict)):
+                raise ProtocolError("tools must be a list of {name, description, input_schema}")
+            name = t["name"]
+            if not 0 < len(name) <= MAX_TOOL_NAME_CHARS:
+                raise ProtocolError(f"a tool name must have 1 to {MAX_TOOL_NAME_CHARS} characters, "
+                                    f"not {len(name)}")
+            description = t.get("description")
+            if not (description is None or (isinstance(description, str) and len(description)
+                    <= MAX_DESCRIPTION_CHARS)):
+                raise ProtocolError(f"tool {name[:64]!r}: the description must be a string of at most "
+                                    f"{MAX_DESCRIPTION_CHARS} characters")
+            annotations = t.get("annotations")
+            if not (annotations is None or isinstance(annotations, dict)):
+                raise ProtocolError(f"tool {name[:64]!r}: annotations must be a map")
+            for key in ("input_schema", "annotations"):
+                problem, used = json_problem(t.get(key), max_depth=MAX_SCHEMA_DEPTH, max_nodes=budget)
+                if problem:
+                    raise ProtocolError(f"tool {name[:64]!r}: its {key} {problem}"
+                                        + (" (the limit is for the whole tool list)" if budget < MAX_SCHEMA_VALUES
+                                           else ""))
+                budget -= used
         errors = message.get("load_errors") or []
-        if not isinstance(errors, list):
-            raise ProtocolError("load_errors must be a list")
+        if not (isinstance(errors, list) and len(errors) <= MAX_LOAD_ERRORS and all(
+                isinstance(e, dict) and json_problem(e, max_depth=2, max_nodes=64)[0] is None for e in errors)):
+            raise ProtocolError(f"load_errors must be a list of at most {MAX_LOAD_ERRORS} flat maps")
         self.tools = tools
         self.load_errors = errors
 
     async def _answer_request(self, message: dict[str, Any]) -> None:
         try:
-            reply = await self._on_request(self, message)
-        except Exception as exc:  # the handler is ours; a bug there must not kill the supervisor
-            reply = {"error": f"internal supervisor error: {type(exc).__name__}: {exc}"}
-        if self.state is WorkerState.DEAD:
-            return
-        try:
-            await self._send({"t": "reply", "id": message["id"], **reply})
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+            try:
+                reply = await self._on_request(self, message)
+            except Exception as exc:  # the handler is ours; a bug there must not kill the supervisor
+                reply = {"error": f"internal supervisor error: {type(exc).__name__}: {exc}"}
+            if self.state is WorkerState.DEAD:
+                return
+            try:
+                await self._send({"t": "reply", "id": message["id"], **reply})
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        finally:
+            self._requests_in_flight -= 1
 
     # -- calls ---------------------------------------------------------------------------------------------------
     async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],

@@ -21,6 +21,7 @@ worker).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "FrameDecoder",
     "ProtocolError",
     "encode",
+    "json_problem",
 ]
 
 PROTOCOL_VERSION = 1
@@ -66,6 +68,42 @@ class ProtocolError(Exception):
     """
 
 
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code} is not part of the protocol")
+
+
+def json_problem(value: Any, *, max_depth: int, max_nodes: int, finite: bool = True) -> tuple[str | None, int]:
+    """Whether ``value`` is plain JSON within bounds: ``(problem or None, nodes seen)``. Never recurses.
+
+    JSON here means maps with string keys, lists, strings, integers, floats, booleans and ``None`` (no bytes, no
+    msgpack extension values), nested at most ``max_depth`` deep and ``max_nodes`` values in all; ``finite``
+    refuses NaN and infinities (which JSON cannot spell). Stops at the first problem, so the cost is bounded by
+    ``max_nodes`` whatever the value.
+    """
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            return f"has more than {max_nodes} values", nodes
+        if depth > max_depth:
+            return f"is nested more than {max_depth} deep", nodes
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    return f"has a map key that is a {type(k).__name__}, not a string", nodes
+                stack.append((v, depth + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, float):
+            if finite and not math.isfinite(item):
+                return f"holds {item!r}, which JSON cannot represent", nodes
+        elif not (item is None or isinstance(item, str | int | bool)):
+            return f"holds a {type(item).__name__}, which is not a JSON value", nodes
+    return None, nodes
+
+
 def encode(message: dict[str, Any]) -> bytes:
     """Serialise one message to a frame."""
     return msgpack.packb(message, use_bin_type=True)
@@ -81,6 +119,7 @@ class FrameDecoder:
             max_buffer_size=max_frame_bytes,
             strict_map_key=True,
             use_list=True,
+            ext_hook=_refuse_ext,
         )
 
     def feed(self, data: bytes) -> Iterator[dict[str, Any]]:

@@ -14,7 +14,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._protocol import json_problem
+
 __all__ = ["Attachment", "Status", "ToolResult"]
+
+#: Bounds on what a result from a worker may carry (a compromised worker could send megabytes of pairs).
+MAX_METADATA_PAIRS = 256
+MAX_METADATA_CHARS = 64 * 1024
+MAX_ATTACHMENTS = 64
+MAX_STRUCTURED_DEPTH = 128
+MAX_STRUCTURED_NODES = 1_000_000
 
 Status = Literal["passed", "failed", "error"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "error")
@@ -109,16 +118,40 @@ class ToolResult:
         for key in ("summary", "data", "data_path"):
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise ValueError(f"result {key} must be a string")
+        raw_metadata = data.get("metadata") or []
+        if not isinstance(raw_metadata, list) or len(raw_metadata) > MAX_METADATA_PAIRS:
+            raise ValueError(f"result metadata must be a list of at most {MAX_METADATA_PAIRS} pairs")
         metadata: list[tuple[str, str]] = []
-        for pair in data.get("metadata") or []:
+        chars = 0
+        for pair in raw_metadata:
             if not (isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
                 raise ValueError("result metadata must be a list of [string, string] pairs")
+            chars += len(pair[0]) + len(pair[1])
+            if chars > MAX_METADATA_CHARS:
+                raise ValueError(f"result metadata holds more than {MAX_METADATA_CHARS} characters")
             metadata.append((pair[0], pair[1]))
+        raw_attachments = data.get("attachments") or []
+        if not isinstance(raw_attachments, list) or len(raw_attachments) > MAX_ATTACHMENTS:
+            raise ValueError(f"result attachments must be a list of at most {MAX_ATTACHMENTS}")
         attachments: list[Attachment] = []
-        for a in data.get("attachments") or []:
-            if not (isinstance(a, dict) and isinstance(a.get("media_type"), str) and isinstance(a.get("path"), str)):
+        for a in raw_attachments:
+            if not (isinstance(a, dict) and isinstance(a.get("media_type"), str) and isinstance(a.get("path"), str)
+                    and len(a["media_type"]) <= 255 and len(a["path"]) <= 4096):
                 raise ValueError("result attachments must be maps with string media_type and path")
-            attachments.append(Attachment(a["media_type"], a["path"], a.get("sha256"), a.get("size")))
+            sha256, size = a.get("sha256"), a.get("size")
+            if not (sha256 is None or (isinstance(sha256, str) and len(sha256) == 64)) or not (
+                    size is None or (isinstance(size, int) and not isinstance(size, bool))):
+                raise ValueError("result attachment sha256 must be 64 hex digits and size an integer")
+            # The supervisor stores each attachment itself and replaces sha256 and size; a worker's claim is
+            # never used to read a file.
+            attachments.append(Attachment(a["media_type"], a["path"], sha256, size))
+        structured = data.get("structured")
+        if structured is not None:
+            # NaN and infinities are allowed (a Lua script may return math.huge); frontends spell them.
+            problem, _ = json_problem(structured, max_depth=MAX_STRUCTURED_DEPTH, max_nodes=MAX_STRUCTURED_NODES,
+                                      finite=False)
+            if problem:
+                raise ValueError(f"result structured value {problem}")
         unknown = set(data) - {"status", "summary", "data", "data_path", "truncated", "metadata", "attachments",
                                "structured"}
         if unknown:
@@ -131,5 +164,5 @@ class ToolResult:
             truncated=bool(data.get("truncated", False)),
             metadata=metadata,
             attachments=attachments,
-            structured=data.get("structured"),
+            structured=structured,
         )
