@@ -42,6 +42,7 @@ from sandbox._privileges import (
 )
 from sandbox._procfs import mount_private_proc
 from sandbox._rlimits import apply_rlimits, plan_rlimits
+from sandbox._seccomp import apply_seccomp, plan_seccomp
 
 __all__ = [
     "EXIT_CONFINEMENT_FAILED",
@@ -230,7 +231,8 @@ def confine(plan: ConfinementPlan) -> None:
        own processes, so every one of them can read its ``/proc/self`` and none sees the host's processes.
     5. rlimits: while still privileged (raising a hard limit needs ``CAP_SYS_RESOURCE``), after the fork so
        the forwarding parent keeps its own.
-    6. ``no_new_privs``: before Landlock, which requires it (or ``CAP_SYS_ADMIN``) in ``restrict_self``.
+    6. ``no_new_privs``: before Landlock, which requires it (or ``CAP_SYS_ADMIN``) in ``restrict_self``. Then the
+       seccomp filter (``sandbox._seccomp``: keyrings, io_uring, userfaultfd, perf, bpf refused), which needs it too.
     7. Landlock: the plan's rules, a read rule on the private ``/proc`` (without a PID namespace: on this
        process's own ``/proc/self``) for the check of step 8, TCP connect only to ``plan.tcp_connect_ports``, TCP bind
        nowhere, scoping of abstract unix sockets and signals. Before the uid drop: opening the rule paths may
@@ -285,6 +287,8 @@ def confine(plan: ConfinementPlan) -> None:
     apply_rlimits(plan_rlimits(plan.rlimits, lambda res: resource.getrlimit(res)[1]))
     # 6
     set_no_new_privs()
+    machine = os.uname().machine
+    apply_seccomp(plan_seccomp(machine), machine)
     # 7
     if abi >= 1:
         own_proc = "/proc" if namespaces.pid else os.path.realpath("/proc/self")
