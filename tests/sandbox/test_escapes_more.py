@@ -1,0 +1,198 @@
+"""More escape attempts from inside a real worker: namespaces, io_uring, keyrings, tracing, kernel interfaces, other
+workers' folders and sockets. Same rules as ``test_escapes.py``: a real shell run by ``execute-command`` in the real
+sandbox, exit 0 of an attempt is a breach and the test shows what it printed.
+
+Two toolboxes, ``alpha`` and ``beta``, each with its own project folder; ``<tmp>/secret.txt`` is world-readable, so
+only the sandbox stands between a worker and it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from sandbox._landlock import landlock_abi
+from supervisor._supervisor import Supervisor
+from tests._policies import agent, system_toolbox, write_policy
+
+pytestmark = pytest.mark.root
+
+SECRET = "top-secret-value-2"
+
+
+@pytest.fixture
+async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
+    (sandbox_tmp / "secret.txt").write_text(SECRET)
+    os.chmod(sandbox_tmp / "secret.txt", 0o644)
+    toolboxes = []
+    for name in ("alpha", "beta"):
+        project = sandbox_tmp / name
+        project.mkdir()
+        os.chown(project, 65534, 65534)
+        fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": name}
+        toolboxes.append(system_toolbox(name, capabilities=["execute-command"], FileSandbox=fsb))
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=toolboxes)}, landlock_min_abi=6)
+    async with Supervisor.open(policy) as s:
+        yield s
+
+
+async def _run(sup: Supervisor, command: str, toolbox: str = "alpha") -> dict:
+    result = await sup.call(f"system_{toolbox}_execute_command", {"command": command})
+    assert result.structured is not None, result.data
+    return result.structured
+
+
+async def _assert_refused(sup: Supervisor, command: str, toolbox: str = "alpha") -> dict:
+    out = await _run(sup, command, toolbox)
+    assert out["exitCode"] != 0, f"BREACH: {command!r} succeeded: stdout={out['stdout']!r} stderr={out['stderr']!r}"
+    assert SECRET not in out["stdout"], f"BREACH: secret leaked by {command!r}"
+    return out
+
+
+def _py(body: str) -> str:
+    """A shell command running ``body`` with python3 (a heredoc: the worker cannot read our files)."""
+    return f"python3 - <<'PYEOF'\nimport ctypes, os, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
+           f"sc = libc.syscall\nsc.restype = ctypes.c_long\n{body}\nPYEOF"
+
+
+def _syscall_must_fail(expr: str) -> str:
+    return _py(f"r = {expr}\nprint('result', r, os.strerror(ctypes.get_errno()))\nsys.exit(0 if r >= 0 else 1)")
+
+
+async def test_a_user_namespace_gains_nothing(sup: Supervisor, sandbox_tmp: Path) -> None:
+    # unshare -r needs to write /proc/self/uid_map, which Landlock keeps read-only.
+    await _assert_refused(sup, "unshare -U -r true")
+    # Without the map: the new namespace's capabilities do not let it mount (Landlock refuses topology changes),
+    # and chroot in it reaches nothing new: reading outside the rules still fails.
+    mount = _py("assert libc.unshare(0x10000000) == 0\nassert libc.unshare(0x20000) == 0\n"
+                "r = libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)\nprint('mount', r, ctypes.get_errno())\n"
+                "sys.exit(0 if r == 0 else 1)")
+    out = await _assert_refused(sup, mount)
+    assert "mount -1 1" in out["stdout"], out  # EPERM
+    chroot = _py(f"assert libc.unshare(0x10000000) == 0\nassert libc.chroot(b'/') == 0\n"
+                 f"print(open('{sandbox_tmp}/secret.txt').read())")
+    out = await _assert_refused(sup, chroot)
+    assert "PermissionError" in out["stderr"], out
+    # A new network namespace in it has only a down lo: nothing to reach.
+    netns = _py("assert libc.unshare(0x10000000 | 0x40000000) == 0\nimport socket\n"
+                "socket.create_connection(('203.0.113.1', 80), 2)")
+    await _assert_refused(sup, netns)
+
+
+async def test_io_uring_and_other_kernel_surfaces_are_refused(sup: Supervisor) -> None:
+    for name, expr in (
+        ("io_uring_setup", "sc(425, 4, ctypes.create_string_buffer(120))"),
+        ("bpf", "sc(321, 0, ctypes.create_string_buffer(128), 128)"),
+        ("perf_event_open", "sc(298, ctypes.create_string_buffer(128), 0, -1, -1, 0)"),
+        ("userfaultfd", "sc(323, 1)"),  # UFFD_USER_MODE_ONLY: allowed by the sysctl, refused by the filter
+        ("x32 keyctl", "sc(0x40000000 + 250, 0, -4, 0)"),
+        ("open_by_handle_at", "sc(304, -100, ctypes.create_string_buffer(128), 0)"),
+        ("process_vm_readv", f"sc(310, {os.getpid()}, 0, 0, 0, 0, 0)"),
+        ("ptrace attach", f"sc(101, 16, {os.getpid()}, 0, 0)"),
+        ("ptrace attach own PID 1", "sc(101, 16, 1, 0, 0)"),
+    ):
+        out = await _assert_refused(sup, _syscall_must_fail(expr))
+        assert "result -1" in out["stdout"], (name, out)
+
+
+async def test_the_uid_keyring_is_no_channel_between_toolboxes(sup: Supervisor) -> None:
+    # Every worker runs as uid 65534, and the kernel gives a uid one user keyring shared machine-wide.
+    add = _syscall_must_fail("sc(248, b'user', b'agents-supervise-probe', b'from-alpha', 10, -4)")
+    out = await _assert_refused(sup, add, "alpha")
+    assert "Operation not permitted" in out["stdout"], out
+    read = _syscall_must_fail("sc(250, 10, -4, 0, 0)")  # KEYCTL_SEARCH would need a name; READ of @u suffices
+    await _assert_refused(sup, read, "beta")
+
+
+async def test_kernel_tunables_and_security_attributes_are_read_only(sup: Supervisor) -> None:
+    for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/self/attr/current",
+                 "/proc/self/attr/exec", "/proc/self/oom_score_adj", "/proc/self/uid_map", "/proc/self/setgroups",
+                 "/sys/kernel/mm/transparent_hugepage/enabled", "/sys/fs/cgroup/pids/cgroup.procs",
+                 "/proc/sysrq-trigger"):
+        await _assert_refused(sup, f"echo 1 > {path}")
+
+
+async def test_limits_and_privileges_cannot_be_raised(sup: Supervisor) -> None:
+    await _assert_refused(sup, _py("import resource\nresource.setrlimit(resource.RLIMIT_NPROC, "
+                                   "(resource.RLIM_INFINITY, resource.RLIM_INFINITY))"))
+    await _assert_refused(sup, _py("import resource\nsoft, hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+                                   "resource.setrlimit(resource.RLIMIT_AS, (hard + 4096, hard + 4096))"))
+    for name, expr in (
+        ("clear no_new_privs", "libc.prctl(38, 0, 0, 0, 0)"),
+        ("ambient CAP_SYS_ADMIN", "libc.prctl(47, 2, 21, 0, 0)"),
+        ("PR_SET_MM", "libc.prctl(35, 6, 0, 0, 0)"),
+        ("securebits", "libc.prctl(28, 0x2f, 0, 0, 0)"),
+        ("setuid 0", "libc.setuid(0)"),
+    ):
+        out = await _assert_refused(sup, _syscall_must_fail(expr))
+        assert "result -1" in out["stdout"], (name, out)
+
+
+async def test_tiocsti_has_no_terminal_to_push_into(sup: Supervisor) -> None:
+    probe = _py("import fcntl\nfor fd in (0, 1, 2):\n    try:\n        fcntl.ioctl(fd, 0x5412, b'x')\n"
+                "        print('pushed into', fd)\n        sys.exit(0)\n"
+                "    except OSError as e:\n        print(fd, e)\n"
+                "fd = os.open('/dev/tty', os.O_RDWR)\nfcntl.ioctl(fd, 0x5412, b'x')")
+    await _assert_refused(sup, probe)
+
+
+async def test_another_workers_folder_is_out_of_reach(sup: Supervisor, sandbox_tmp: Path) -> None:
+    beta_work = sup.runner("beta").spec.plan.workdir
+    out = await _run(sup, "echo beta-private > note.txt && mkdir -p d && echo x > d/y && pwd", "beta")
+    assert out["exitCode"] == 0 and out["stdout"].strip() == beta_work, out
+    (sandbox_tmp / "beta" / "shared.txt").write_text("beta project")
+    for command in (f"cat {beta_work}/note.txt", f"ls {beta_work}", f"echo x > {beta_work}/planted",
+                    f"cat {sandbox_tmp}/beta/shared.txt", f"ln -s {beta_work}/note.txt link && cat link",
+                    f"cat {beta_work}/../../*/beta/note.txt"):
+        out = await _assert_refused(sup, command, "alpha")
+        assert "beta-private" not in out["stdout"] and "beta project" not in out["stdout"], (command, out)
+    assert not os.path.exists(f"{beta_work}/planted")
+
+
+async def test_no_host_pathname_socket_under_the_system_paths(sup: Supervisor) -> None:
+    # Landlock below ABI 9 does not restrict connect() to pathname unix sockets: what a worker could reach is every
+    # socket whose path it can name and whose mode lets uid 65534 in. The well-known ones must not be reachable.
+    probe = _py("import socket\nfound = []\nfor p in ('/run/dbus/system_bus_socket', '/var/run/docker.sock', "
+                "'/run/docker.sock', '/run/systemd/private', '/run/systemd/journal/socket', '/dev/log', "
+                "'/run/nscd/socket', '/var/run/nscd/socket', '/run/postgresql/.s.PGSQL.5432', "
+                "'/tmp/.X11-unix/X0', '/run/containerd/containerd.sock'):\n"
+                "    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(p)\n        found.append(p)\n"
+                "    except OSError as e:\n        print(p, e.strerror)\nprint('reachable', found)\n"
+                "sys.exit(0 if found else 1)")
+    await _assert_refused(sup, probe)
+
+
+@pytest.mark.xfail(landlock_abi() < 9, strict=True,
+                   reason="known gap (CONFINEMENT.md): Landlock below ABI 9 does not restrict connect() to pathname "
+                          "unix sockets, and every worker is the same uid, so one worker reaches a socket another "
+                          "listens on in its own work folder")
+async def test_a_pathname_socket_of_another_worker_is_unreachable(sup: Supervisor) -> None:
+    beta_work = sup.runner("beta").spec.plan.workdir
+    ready = Path(beta_work, "ready")
+    os.mkfifo(ready, 0o600)
+    os.chown(ready, 65534, 65534)
+    listen = _py("import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('svc.sock')\ns.listen(1)\n"
+                 "open('ready', 'w').write('listening')\nc, _ = s.accept()\nc.sendall(b'beta-service')\nc.close()")
+    results: dict[str, dict] = {}
+
+    async def serve() -> None:
+        results["beta"] = await _run(sup, listen, "beta")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        sock = f"{beta_work}/svc.sock"
+        with trio.fail_after(20):
+            await trio.to_thread.run_sync(ready.read_text, abandon_on_cancel=True)
+        try:
+            out = await _run(sup, _py(f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('{sock}')\n"
+                                      "print(s.recv(100))"), "alpha")
+        finally:
+            if "beta" not in results:  # free the listener if alpha did not reach it
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(sock)
+    assert out["exitCode"] != 0, f"BREACH: alpha reached beta's socket: {out}"
