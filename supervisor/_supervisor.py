@@ -42,6 +42,14 @@ from ._worker import Worker
 __all__ = ["Supervisor", "ToolInfo"]
 
 
+def _short_repr(value: Any) -> str:
+    """At most 2000 characters describing an untrusted value (a nested one may be too deep for ``repr``)."""
+    try:
+        return repr(value)[:2000]
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply>"
+
+
 @dataclass(frozen=True)
 class ToolInfo:
     """A tool as frontends list it."""
@@ -190,7 +198,8 @@ class Supervisor:
 
     def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
         if kind == "worker_event":
-            safe = {str(k)[:64]: (v if isinstance(v, str | int | float | bool) or v is None else repr(v)[:2000])
+            safe = {str(k)[:64]: (v[:2000] if isinstance(v, str) else v if isinstance(v, int | float | bool)
+                                  or v is None else _short_repr(v))
                     for k, v in list(data.items())[:32]}
             self.trace.record("worker_event", toolbox=worker.spec.toolbox, data=safe)
         elif kind != "tools_changed":

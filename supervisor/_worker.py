@@ -256,11 +256,20 @@ class Worker:
                 raise
             self._on_event(self, "cgroup_unavailable", {"reason": str(exc)})
 
-    def _release_cgroup(self) -> None:
-        """Remove this start's cgroup once the launcher was reaped (its PID namespace is empty by then)."""
-        if self.cgroup is not None and self._proc is not None and self._proc.poll() is not None:
-            instance, self.cgroup = self.cgroup, None
-            remove_cgroup(instance)
+    async def _release_cgroup(self) -> None:
+        """Remove this start's cgroup once the launcher was reaped (its PID namespace is empty by then).
+
+        The kernel may still call the group busy just after the last task was reaped (tasks are released after an
+        RCU grace period; there is nothing to wait on in v1), so the removal is retried for up to 2 s, shielded.
+        """
+        if self.cgroup is None or self._proc is None or self._proc.poll() is None:
+            return
+        instance, self.cgroup = self.cgroup, None
+        with trio.CancelScope(shield=True):
+            for _ in range(200):
+                if remove_cgroup(instance):
+                    break
+                await trio.sleep(0.01)
 
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
@@ -295,7 +304,7 @@ class Worker:
         self._set_state(WorkerState.DEAD, reason)
         if self._proc is not None:
             await self._proc.kill()
-            self._release_cgroup()
+            await self._release_cgroup()
 
     async def stop(self) -> None:
         """Stop gracefully: ``shutdown`` frame, then the process's kill path (SIGTERM, grace, SIGKILL)."""
@@ -313,7 +322,7 @@ class Worker:
                     await self._proc.wait()
         self._set_state(WorkerState.DEAD, "was stopped")
         await self._proc.aclose(grace_s=self.spec.shutdown_grace_s)
-        self._release_cgroup()
+        await self._release_cgroup()
 
     # -- I/O ---------------------------------------------------------------------------------------------------
     async def _send(self, message: dict[str, Any]) -> None:
@@ -358,14 +367,14 @@ class Worker:
             if reason is None:
                 await self._proc.kill()
                 reason = "closed its pipe and was killed"
-            self._release_cgroup()
+            await self._release_cgroup()
         self._set_state(WorkerState.DEAD, reason)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         """Handle one validated frame from the worker. Raises ProtocolError for an unexpected one."""
         kind = message["t"]
         if kind == "result":
-            pending = self._pending.pop(message["id"], None)
+            pending = self._pending.get(message["id"])
             if pending is None:
                 # A result for a call we already ended (cancelled, timed out) is expected; one for an id we
                 # never used is not.
@@ -373,9 +382,12 @@ class Worker:
                     raise ProtocolError(f"result for unknown call id {message['id']}")
                 return
             try:
-                pending.finish(ToolResult.from_wire(message["result"]))
+                result = ToolResult.from_wire(message["result"])
             except ValueError as exc:
+                # The call stays pending, so the worker's death ends it with an error that says why.
                 raise ProtocolError(f"malformed result: {exc}") from exc
+            del self._pending[message["id"]]
+            pending.finish(result)
         elif kind == "hello":
             if self._hello.is_set():
                 raise ProtocolError("second hello")
