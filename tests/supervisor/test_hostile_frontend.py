@@ -1,0 +1,123 @@
+"""A hostile MCP client on a real ``agents-supervise`` process's stdin: every bad line gets a JSON-RPC error or is
+ignored, and the server keeps serving (checked with a ``ping`` and a real tool call after each attack)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor.test_frontends import _RawMcp
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture
+def policy(sandbox_tmp: Path) -> Path:
+    toolbox = system_toolbox(capabilities=["date", "execute-command"])
+    return write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])},
+                        sessions={"max_concurrent_calls": 4})
+
+
+def _raw(mcp: _RawMcp, data: bytes) -> None:
+    assert mcp.proc.stdin is not None
+    mcp.proc.stdin.write(data)
+    mcp.proc.stdin.flush()
+
+
+async def _still_serves(mcp: _RawMcp, marker: str) -> None:
+    mcp.send({"jsonrpc": "2.0", "id": marker, "method": "tools/call",
+              "params": {"name": "system_system_date", "arguments": {}}})
+    while (reply := await mcp.receive()).get("id") != marker:
+        assert "error" in reply or "result" in reply
+    assert reply["result"]["isError"] is False
+
+
+LINES = {
+    "100k deep array": (b"[" * 100_000 + b"]" * 100_000, -32700, "nested too deeply"),
+    "100k deep object": (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, -32700, "nested too deeply"),
+    "invalid UTF-8": (b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}', -32700, "parse error"),
+    "batch": (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', -32600, "expected a JSON-RPC object"),
+    "id is a list": (b'{"jsonrpc":"2.0","id":[1],"method":"tools/call","params":{"name":"x"}}', -32600,
+                     "string or a number"),
+    "id is an object": (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', -32600, "string or a number"),
+    "id is true": (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', -32600, "string or a number"),
+    "params a list": (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[1]}', -32602, "params"),
+}
+
+
+async def test_bad_lines_get_errors_and_the_server_keeps_serving(policy: Path) -> None:
+    mcp = _RawMcp(policy)
+    try:
+        with trio.fail_after(60):
+            await mcp.initialize()
+            for what, (line, code, text) in LINES.items():
+                _raw(mcp, line + b"\n")
+                reply = await mcp.receive()
+                assert reply["error"]["code"] == code, (what, reply)
+                assert text in reply["error"]["message"], (what, reply)
+                await _still_serves(mcp, what)
+            # Notifications with bad params, cancels of unknown or unhashable ids: ignored, no reply.
+            for params in ([1], {"requestId": [1]}, {"requestId": {"a": 1}}, {"requestId": 999}, "x", None):
+                mcp.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
+            _raw(mcp, b'{"jsonrpc":"2.0","result":{}}\n{"jsonrpc":"2.0","method":"nope","params":5}\n')
+            await _still_serves(mcp, "after notifications")
+    finally:
+        mcp.close()
+    assert mcp.proc.returncode is not None
+
+
+async def test_a_100_mb_line_is_refused_once_and_bounded(policy: Path) -> None:
+    mcp = _RawMcp(policy)
+    try:
+        with trio.fail_after(60):
+            await mcp.initialize()
+            chunk = b"x" * (1 << 20)
+
+            def flood() -> None:
+                for _ in range(100):
+                    _raw(mcp, chunk)
+                _raw(mcp, b"\n")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, flood)
+                reply = await mcp.receive()
+            assert reply["error"]["code"] == -32600 and "message too large" in reply["error"]["message"]
+            await _still_serves(mcp, "after the long line")  # the rest of the long line was dropped, unanswered
+    finally:
+        mcp.close()
+
+
+async def test_huge_deep_and_concurrent_calls(policy: Path) -> None:
+    mcp = _RawMcp(policy)
+    try:
+        with trio.fail_after(60):
+            await mcp.initialize()
+            deep: object = 1
+            for _ in range(500):
+                deep = [deep]
+            mcp.send({"jsonrpc": "2.0", "id": "deep", "method": "tools/call",
+                      "params": {"name": "system_system_execute_command", "arguments": {"command": deep}}})
+            reply = await mcp.receive()
+            assert reply["id"] == "deep" and reply["result"]["isError"]
+            assert "nested more than 100 deep" in reply["result"]["content"][0]["text"]
+            mcp.send({"jsonrpc": "2.0", "id": "huge", "method": "tools/call", "params": {
+                "name": "system_system_execute_command", "arguments": {"command": "x" * (20 << 20)}}})
+            reply = await mcp.receive()
+            assert reply["id"] == "huge" and "more than the limit of 16777216" in reply["result"]["content"][0]["text"]
+            # 2000 calls at once: 4 run (the session's limit), the others are refused at once; ids repeat too.
+            lines = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+                "name": "system_system_execute_command", "arguments": {"command": "sleep 1"}}}) for i in range(2000)]
+            _raw(mcp, ("\n".join([*lines, lines[0]]) + "\n").encode())
+            replies = [await mcp.receive() for _ in range(2001)]
+            errors = [r for r in replies if "error" in r]
+            assert len(errors) == 1 and "already running" in errors[0]["error"]["message"]
+            results = [r for r in replies if "result" in r]
+            ran = [r for r in results if not r["result"]["isError"]]
+            refused = [r for r in results if "limit 4" in r["result"]["content"][0]["text"]]
+            assert len(ran) == 4 and len(refused) == 1996
+            await _still_serves(mcp, "after the burst")
+    finally:
+        mcp.close()
