@@ -302,18 +302,19 @@ def remove_cgroup(instance: CgroupInstance) -> bool:
     """Remove the group (and the shared ``agents-supervise`` directory when it is empty). Safe to call twice.
 
     Call it after the worker was reaped: its PID namespace is empty by then. Any process still listed (none should
-    be) is killed with SIGKILL and the removal retried a few times. Returns whether every directory is gone.
+    be) is killed with SIGKILL and the removal retried twice. Returns whether every directory is gone; the caller
+    retries a while later when not (the kernel releases reaped tasks from a group after an RCU grace period).
     """
     gone = True
     for d in reversed(instance.dirs):
-        for attempt in range(50):
+        for attempt in range(3):
             try:
                 os.rmdir(d)
                 break
             except FileNotFoundError:
                 break
             except OSError as exc:
-                if exc.errno != errno_mod.EBUSY or attempt == 49:
+                if exc.errno != errno_mod.EBUSY or attempt == 2:
                     gone = False
                     break
                 for pid in (_read(os.path.join(d, "cgroup.procs")) or "").split():

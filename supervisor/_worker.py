@@ -154,6 +154,8 @@ class Worker:
         self.origins: dict[int, Any] = {}
         #: this start's cgroup, removed once the worker is reaped
         self.cgroup: CgroupInstance | None = None
+        self._cgroup_claimed = False
+        self._cgroup_removed = trio.Event()
         self._requests_in_flight = 0
         self._tools_changed_at: deque[float] = deque()
 
@@ -262,14 +264,22 @@ class Worker:
         The kernel may still call the group busy just after the last task was reaped (tasks are released after an
         RCU grace period; there is nothing to wait on in v1), so the removal is retried for up to 2 s, shielded.
         """
-        if self.cgroup is None or self._proc is None or self._proc.poll() is None:
+        if self._proc is None or self._proc.poll() is None:
             return
-        instance, self.cgroup = self.cgroup, None
         with trio.CancelScope(shield=True):
-            for _ in range(200):
-                if remove_cgroup(instance):
-                    break
-                await trio.sleep(0.01)
+            if self.cgroup is None:  # none, or another task (reader, kill, stop) is removing it: wait for that
+                if self._cgroup_claimed:
+                    await self._cgroup_removed.wait()
+                return
+            instance, self.cgroup = self.cgroup, None
+            self._cgroup_claimed = True
+            try:
+                for _ in range(200):
+                    if remove_cgroup(instance):
+                        break
+                    await trio.sleep(0.01)
+            finally:
+                self._cgroup_removed.set()
 
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
@@ -374,7 +384,7 @@ class Worker:
         """Handle one validated frame from the worker. Raises ProtocolError for an unexpected one."""
         kind = message["t"]
         if kind == "result":
-            pending = self._pending.get(message["id"])
+            pending = self._pending.pop(message["id"], None)
             if pending is None:
                 # A result for a call we already ended (cancelled, timed out) is expected; one for an id we
                 # never used is not.
@@ -382,12 +392,9 @@ class Worker:
                     raise ProtocolError(f"result for unknown call id {message['id']}")
                 return
             try:
-                result = ToolResult.from_wire(message["result"])
+                pending.finish(ToolResult.from_wire(message["result"]))
             except ValueError as exc:
-                # The call stays pending, so the worker's death ends it with an error that says why.
                 raise ProtocolError(f"malformed result: {exc}") from exc
-            del self._pending[message["id"]]
-            pending.finish(result)
         elif kind == "hello":
             if self._hello.is_set():
                 raise ProtocolError("second hello")

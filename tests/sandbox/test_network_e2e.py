@@ -43,8 +43,12 @@ def lab() -> Iterator[Lab]:
 
 def _call(lab: Lab, policy: Path, command: str) -> dict:
     proc = subprocess.run(
-        ["ip", "netns", "exec", lab.sup, sys.executable, "-m", "supervisor", "call", "--policy", str(policy),
-         "system_system_execute_command", json.dumps({"command": command})],
+        # Not `ip netns exec`: it mounts a fresh /sys without the cgroup hierarchies the workers' cgroups need. A
+        # private mount namespace gets the lab's resolv.conf, nsenter the lab's network namespace.
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         'mount --bind "$0" /etc/resolv.conf && exec nsenter --net="$1" "$2" -m supervisor call --policy "$3" '
+         'system_system_execute_command "$4"', f"/etc/netns/{lab.sup}/resolv.conf", f"/run/netns/{lab.sup}",
+         sys.executable, str(policy), json.dumps({"command": command})],
         capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
     )
     assert proc.stdout, proc.stderr
