@@ -514,29 +514,40 @@ async def serve_egress(
     """Serve the proxy on ``listener_sock`` (a listening trio TCP socket) until cancelled.
 
     For ``nursery.start``: ``task_status.started()`` once accepting. Connections beyond ``MAX_CONNECTIONS``
-    wait. A broken client or server ends its own connection only; ``on_decision`` is called once per request
-    (not for connections closed before a request), from the trio thread, and exceptions it raises propagate.
+    wait in the listen backlog, not accepted. A broken client or server ends its own connection only;
+    ``on_decision`` is called once per request (not for connections closed before a request), from the trio
+    thread, and exceptions it raises propagate.
     The listener is closed when this returns.
     """
     server = _Server(rules, toolbox, on_decision, resolve, own_addresses, trio.CapacityLimiter(MAX_CONNECTIONS))
     listener = trio.SocketListener(listener_sock)
 
-    async def handle(stream: trio.SocketStream) -> None:
-        async with server.limiter:
+    async def handle(stream: trio.SocketStream, token: object) -> None:
+        try:
             await _Connection(stream, server).run()
+        finally:
+            server.limiter.release_on_behalf_of(token)
 
     try:
         async with trio.open_nursery() as nursery:
             task_status.started()
             while True:
+                # A slot is taken before accepting: connections beyond the limit wait in the kernel's backlog,
+                # not as descriptors and tasks of the supervisor (a worker cannot exhaust its descriptors).
+                token = object()
+                await server.limiter.acquire_on_behalf_of(token)
                 try:
                     stream = await listener.accept()
                 except OSError as exc:
+                    server.limiter.release_on_behalf_of(token)
                     if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                         raise
                     await trio.sleep(0.1)  # back off until descriptors free up; not a synchronisation
                     continue
-                nursery.start_soon(handle, stream)
+                except BaseException:
+                    server.limiter.release_on_behalf_of(token)
+                    raise
+                nursery.start_soon(handle, stream, token)
     finally:
         with trio.CancelScope(shield=True):
             await listener.aclose()
