@@ -121,3 +121,16 @@ async def test_huge_deep_and_concurrent_calls(policy: Path) -> None:
             await _still_serves(mcp, "after the burst")
     finally:
         mcp.close()
+
+
+async def test_python_api_arguments_that_are_not_json_are_refused(policy: Path) -> None:
+    from supervisor._supervisor import Supervisor
+
+    async with Supervisor.open(policy) as sup:
+        for args, why in (({"command": b"id"}, "bytes"), ({"command": {"a"}}, "set"),
+                          ({"command": float("nan")}, "JSON cannot represent"), ({1: "x"}, "map key")):
+            result = await sup.call("system_system_execute_command", args)
+            assert result.status == "error" and why in (result.data or ""), result.data
+        nul = await sup.call("system_system_execute_command", {"command": "echo a\x00b"})
+        assert nul.status in ("error", "failed") and "Traceback" not in (nul.data or ""), nul.data
+        assert (await sup.call("system_system_date", {})).status == "passed"
