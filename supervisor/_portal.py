@@ -16,6 +16,7 @@ result whose text says what was refused and why; nothing here raises for a calle
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -78,6 +79,24 @@ class CallOrigin:
     allowed: frozenset[str] | None = None
     parent_call_id: str | None = None
     caller: str = "frontend"
+
+
+#: Arguments larger than this (as JSON) are not copied into the trace; their size is recorded instead.
+MAX_TRACED_ARGS_CHARS = 16 * 1024
+
+
+def _traced_args(args: Any) -> Any:
+    """``args`` for a ``call_start`` record: as given when small, else a note of their size.
+
+    Path-like fields of small inputs stay available to the trace report's redundant-read detection.
+    """
+    try:
+        size = len(json.dumps(args, default=repr))
+    except (TypeError, ValueError, RecursionError):
+        return {"_omitted": "arguments that are not JSON"}
+    if size <= MAX_TRACED_ARGS_CHARS:
+        return args
+    return {"_omitted": f"{size} characters of arguments (more than {MAX_TRACED_ARGS_CHARS} are not traced)"}
 
 
 @dataclass
@@ -173,7 +192,7 @@ class Portal:
         )
         self.trace.record("call_start", call_id=call_id, parent_call_id=origin.parent_call_id, tool=name,
                           toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id, depth=depth,
-                          caller=origin.caller, args=args)
+                          caller=origin.caller, args=_traced_args(args))
         start = time.perf_counter()
         started = time.time()
         result: ToolResult | None = None
