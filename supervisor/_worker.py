@@ -384,7 +384,7 @@ class Worker:
         """Handle one validated frame from the worker. Raises ProtocolError for an unexpected one."""
         kind = message["t"]
         if kind == "result":
-            pending = self._pending.pop(message["id"], None)
+            pending = self._pending.get(message["id"])
             if pending is None:
                 # A result for a call we already ended (cancelled, timed out) is expected; one for an id we
                 # never used is not.
@@ -392,9 +392,12 @@ class Worker:
                     raise ProtocolError(f"result for unknown call id {message['id']}")
                 return
             try:
-                pending.finish(ToolResult.from_wire(message["result"]))
+                result = ToolResult.from_wire(message["result"])
             except ValueError as exc:
+                # The call stays pending, so the worker's death ends it with an error that says why.
                 raise ProtocolError(f"malformed result: {exc}") from exc
+            del self._pending[message["id"]]
+            pending.finish(result)
         elif kind == "hello":
             if self._hello.is_set():
                 raise ProtocolError("second hello")
