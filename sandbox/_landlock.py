@@ -123,13 +123,13 @@ _WRITE_RIGHTS = (
     | FS_REMOVE_FILE
     | FS_MAKE_DIR
     | FS_MAKE_REG
-    | FS_MAKE_SOCK
     | FS_MAKE_FIFO
     | FS_MAKE_SYM
     | FS_REFER
     | FS_TRUNCATE
     | FS_IOCTL_DEV
-)  # never MAKE_CHAR / MAKE_BLOCK
+)  # never MAKE_CHAR / MAKE_BLOCK; never MAKE_SOCK: a worker may not bind a pathname unix socket anywhere, so
+#   no worker can offer a socket that another (same uid; Landlock below ABI 9 does not restrict connect()) reaches
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,9 @@ async def sup(sandbox_tmp: Path, project: Path) -> AsyncIterator[Supervisor]:
     dev = {"tag": "DeveloperToolbox",
            "contents": {"Name": "dev", "Description": "dev tools", "Capabilities": CAPS, "FileSandbox": fsb}}
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[dev])}, landlock_min_abi=6,
-                          limits={"wall_time_s": 60}, supervision={"restart_backoff_initial_s": 0.05})
+                          limits={"wall_time_s": 60},
+                          supervision={"restart_backoff_initial_s": 0.05, "restart_backoff_max_s": 0.2,
+                                       "crash_loop_max_restarts": 40})
     async with Supervisor.open(policy) as s:
         yield s
 
@@ -287,7 +289,7 @@ def _content(ch: str, total: int) -> str:
 
 
 async def test_sigkill_mid_write_leaves_old_or_new_never_a_mix(sup: Supervisor, project: Path) -> None:
-    size = 30 * 1024 * 1024
+    size = 14 * 1024 * 1024  # under the portal's 16 MiB limit on arguments
     lines = size // LINE
     target = project / "src" / "big.txt"
     versions = [_content("o", size).encode(), _content("n", size).encode()]
@@ -295,7 +297,7 @@ async def test_sigkill_mid_write_leaves_old_or_new_never_a_mix(sup: Supervisor, 
     _own(target)
     caught_mid_write = 0
     watch = _CreateWatch(target.parent)
-    for attempt in range(6):
+    for attempt in range(20):  # the kill races the write; on a busy machine a few attempts may miss it
         # A call first: it waits for the worker the previous attempt killed to be restarted.
         _v(await dev(sup, "read-file-range", path=str(target), ranges="1", metadata_only=True))
         pid = _worker_pid(sup, "dev")
@@ -327,7 +329,7 @@ async def test_sigkill_mid_write_leaves_old_or_new_never_a_mix(sup: Supervisor, 
             assert after == current, "a write killed before its rename must leave the old file"
         for name in leftovers:
             os.unlink(target.parent / name)
-        if caught_mid_write >= 2:
+        if caught_mid_write >= 1:
             break
     watch.close()
     assert caught_mid_write >= 1, "never caught the worker in the middle of a write"
