@@ -53,6 +53,8 @@ __all__ = [
     "plan_cgroup",
     "read_layout",
     "remove_cgroup",
+    "stale_groups",
+    "sweep_stale_cgroups",
 ]
 
 #: The directory, below the supervisor's own cgroup, that holds the workers' groups.
@@ -328,3 +330,43 @@ def remove_cgroup(instance: CgroupInstance) -> bool:
         except OSError:
             pass
     return gone
+
+
+def stale_groups(layout: CgroupLayout, *, names: list[str], procs_of: Callable[[str], str | None],
+                 alive: Callable[[int], bool]) -> list[str]:
+    """The worker groups under ``layout`` left by supervisors that died: empty, and their launcher pid is gone. Pure.
+
+    Group names are ``<toolbox>-<launcher pid>-<random>``; a group whose launcher is alive may be one being set up
+    right now (made, not yet entered), so it is never stale.
+    """
+    out = []
+    for base in sorted({layout.pids_base, layout.memory_base}):
+        for name in names:
+            parts = name.rsplit("-", 2)
+            if len(parts) != 3 or not parts[1].isdigit():
+                continue
+            path = os.path.join(base, name)
+            procs = procs_of(os.path.join(path, "cgroup.procs"))
+            if procs is None or procs.strip() or alive(int(parts[1])):
+                continue
+            out.append(path)
+    return out
+
+
+def sweep_stale_cgroups(layout: CgroupLayout) -> list[str]:
+    """Remove the groups :func:`stale_groups` finds (a supervisor killed with SIGKILL leaves them); returns them."""
+    names: set[str] = set()
+    for base in {layout.pids_base, layout.memory_base}:
+        try:
+            names.update(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+    removed = []
+    for path in stale_groups(layout, names=sorted(names), procs_of=_read, alive=lambda pid: os.path.exists(
+            f"/proc/{pid}")):
+        try:
+            os.rmdir(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import trio
 
+from sandbox._cgroups import sweep_stale_cgroups
 from toolboxes._result import ToolResult
 
 from ._agent_tree import AgentTree, expand_agents
@@ -148,6 +149,11 @@ class Supervisor:
         supervision = SupervisionPolicy(
             self.compiled.restart_backoff_initial_s, self.compiled.restart_backoff_max_s,
             self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s)
+        layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
+        for layout in layouts:  # groups a supervisor killed with SIGKILL left behind
+            removed = sweep_stale_cgroups(layout)
+            if removed:
+                self.trace.record("stale_cgroups_removed", groups=removed)
         self.source_errors = await prepare_git_sources(self.compiled, self.trace)
         for spec in self.compiled.specs:
             if spec.kind == "skills":

@@ -272,3 +272,29 @@ async def test_the_worker_cannot_leave_or_loosen_its_group(sandbox_tmp: Path) ->
         inside = (await sup.call("system_system_execute_command", {"command": "cat /proc/self/cgroup"})).structured
         assert os.path.basename(group) in inside["stdout"]
         assert Path(group, "pids.max").read_text().strip() == "64"
+
+
+def test_stale_groups_are_the_empty_ones_whose_launcher_is_gone() -> None:
+    from sandbox._cgroups import CgroupLayout, stale_groups
+
+    layout = CgroupLayout("v1", "/cg/pids/agents-supervise", "/cg/memory/agents-supervise")
+    procs = {"/cg/pids/agents-supervise/a-10-x/cgroup.procs": "", "/cg/memory/agents-supervise/a-10-x/cgroup.procs": "",
+             "/cg/pids/agents-supervise/b-20-y/cgroup.procs": "55\n",  # still has a process
+             "/cg/pids/agents-supervise/c-30-z/cgroup.procs": ""}  # its launcher is alive: being set up
+    found = stale_groups(layout, names=["a-10-x", "b-20-y", "c-30-z", "not-a-group"], procs_of=procs.get,
+                         alive=lambda pid: pid == 30)
+    assert found == ["/cg/memory/agents-supervise/a-10-x", "/cg/pids/agents-supervise/a-10-x"]
+
+
+@pytest.mark.root
+@needs_cgroups
+async def test_a_supervisor_removes_groups_a_killed_supervisor_left(sandbox_tmp: Path) -> None:
+    assert LAYOUT is not None
+    dead_pid = 2**22 + 7  # above pid_max: no process has it
+    stale = [os.path.join(base, f"system-{dead_pid}-abc123") for base in {LAYOUT.pids_base, LAYOUT.memory_base}]
+    for d in stale:
+        os.makedirs(d)
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])}, landlock_min_abi=6)
+    async with Supervisor.open(policy) as sup:
+        assert not any(os.path.exists(d) for d in stale)
+        assert (await sup.call("system_system_date", {})).status == "passed"
