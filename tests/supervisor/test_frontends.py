@@ -263,3 +263,26 @@ async def test_eof_from_the_frontend_shuts_down_cleanly(policy: Path) -> None:
         assert _trace(policy)[-1]["event"] == "supervisor_stop"
     finally:
         mcp.close()
+
+
+async def test_an_image_attachment_reaches_the_sdk_client_as_image_content(sandbox_tmp: Path) -> None:
+    import base64
+
+    from tests.sandbox.test_escapes import _png
+
+    pictures = sandbox_tmp / "pictures"
+    pictures.mkdir()
+    (pictures / "chart.bin").write_bytes(_png(2, 2))
+    fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(pictures)}}
+    toolbox = system_toolbox(capabilities=["attach-file"], FileSandbox=fsb)
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])})
+    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)],
+                                   env=_env(), cwd=REPO)
+    with trio.fail_after(60):
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("system_system_attach_file", {"filepath": str(pictures / "chart.bin")})
+    assert not result.is_error
+    images = [c for c in result.content if c.type == "image"]
+    assert len(images) == 1 and images[0].mime_type == "image/png"
+    assert base64.b64decode(images[0].data) == _png(2, 2)
