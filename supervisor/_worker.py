@@ -34,12 +34,13 @@ from sandbox._egress import serve_egress
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
-from toolboxes._protocol import FrameDecoder, ProtocolError, encode, json_problem
+from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError
 from ._pipes import send_whole
 from ._process import ChildProcess, spawn_child
+from ._tool_lists import checked_tool_list
 
 __all__ = ["Worker", "WorkerSpec", "WorkerState"]
 
@@ -49,15 +50,6 @@ _READ_CHUNK = 1 << 18
 _STDERR_KEEP = 8192
 #: How long a cancelled call may take to answer before its worker is killed.
 CANCEL_GRACE_S = 2.0
-#: Bounds on a worker's tool list (hello, tools_changed). Compiling a schema costs the supervisor about 30 µs per
-#: value on its own thread, so the list is bounded in values, not only in bytes; the largest real list we know
-#: (Xero's OpenAPI spec: 235 tools, 32,000 schema values) fits many times over.
-MAX_TOOLS = 2048
-MAX_TOOL_NAME_CHARS = 1024
-MAX_DESCRIPTION_CHARS = 100_000
-MAX_SCHEMA_DEPTH = 64
-MAX_SCHEMA_VALUES = 250_000
-MAX_LOAD_ERRORS = 1024
 #: At most this many tools_changed frames per window; more is a flood, not a toolbox reacting to changes.
 MAX_TOOLS_CHANGED = 30
 TOOLS_CHANGED_WINDOW_S = 10.0
@@ -434,40 +426,7 @@ class Worker:
 
     def _set_tools(self, message: dict[str, Any]) -> None:
         """Check a tool list (hello, tools_changed) against the protocol's shape and bounds, then keep it."""
-        tools = message.get("tools")
-        if not isinstance(tools, list):
-            raise ProtocolError("tools must be a list of {name, description, input_schema}")
-        if len(tools) > MAX_TOOLS:
-            raise ProtocolError(f"the tool list has {len(tools)} tools, more than the limit of {MAX_TOOLS}")
-        budget = MAX_SCHEMA_VALUES
-        for t in tools:
-            if not (isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("input_schema"), dict)):
-                raise ProtocolError("tools must be a list of {name, description, input_schema}")
-            name = t["name"]
-            if not 0 < len(name) <= MAX_TOOL_NAME_CHARS:
-                raise ProtocolError(f"a tool name must have 1 to {MAX_TOOL_NAME_CHARS} characters, "
-                                    f"not {len(name)}")
-            description = t.get("description")
-            if not (description is None or (isinstance(description, str) and len(description)
-                    <= MAX_DESCRIPTION_CHARS)):
-                raise ProtocolError(f"tool {name[:64]!r}: the description must be a string of at most "
-                                    f"{MAX_DESCRIPTION_CHARS} characters")
-            annotations = t.get("annotations")
-            if not (annotations is None or isinstance(annotations, dict)):
-                raise ProtocolError(f"tool {name[:64]!r}: annotations must be a map")
-            for key in ("input_schema", "annotations"):
-                problem, used = json_problem(t.get(key), max_depth=MAX_SCHEMA_DEPTH, max_nodes=budget)
-                if problem:
-                    raise ProtocolError(f"tool {name[:64]!r}: its {key} {problem}"
-                                        + (" (the limit is for the whole tool list)" if budget < MAX_SCHEMA_VALUES
-                                           else ""))
-                budget -= used
-        errors = message.get("load_errors") or []
-        if not (isinstance(errors, list) and len(errors) <= MAX_LOAD_ERRORS and all(
-                isinstance(e, dict) and json_problem(e, max_depth=2, max_nodes=64)[0] is None for e in errors)):
-            raise ProtocolError(f"load_errors must be a list of at most {MAX_LOAD_ERRORS} flat maps")
-        self.tools = tools
-        self.load_errors = errors
+        self.tools, self.load_errors = checked_tool_list(message)
 
     async def _answer_request(self, message: dict[str, Any]) -> None:
         try:

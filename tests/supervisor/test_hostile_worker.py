@@ -21,8 +21,9 @@ import trio
 
 from supervisor._mcp_stdio import _encode_line, result_to_mcp
 from supervisor._supervisor import Supervisor
+from supervisor._tool_lists import MAX_TOOLS
 from supervisor._validation import ArgumentValidator
-from supervisor._worker import MAX_REQUESTS_IN_FLIGHT, MAX_TOOLS, MAX_TOOLS_CHANGED, Worker
+from supervisor._worker import MAX_REQUESTS_IN_FLIGHT, MAX_TOOLS_CHANGED, Worker
 from tests._policies import agent, system_toolbox, write_policy
 from toolboxes._protocol import encode
 from toolboxes._result import ToolResult
