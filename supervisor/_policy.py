@@ -39,6 +39,7 @@ __all__ = [
     "AgentLoop",
     "Limits",
     "LimitsOverride",
+    "OtelExport",
     "Policy",
     "ToolboxPolicy",
     "parse_size",
@@ -281,9 +282,42 @@ class Supervision(_Model):
         return self
 
 
+_HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
+
+
+def _otel_endpoint(value: str) -> str:
+    match = re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value)
+    if not match:
+        raise _problem(f"invalid OTLP endpoint {value!r}", "an http:// or https:// URL such as http://127.0.0.1:4318")
+    return value.rstrip("/")
+
+
+def _otel_headers(values: dict[str, str]) -> dict[str, str]:
+    for name, value in values.items():
+        if not _HEADER_NAME_RE.match(name):
+            raise _problem(f"invalid HTTP header name {name!r}", "letters, digits and -")
+        if any(c in value for c in "\r\n\x00"):
+            raise _problem(f"the value of header {name} contains a line break or NUL")
+    return values
+
+
+class OtelExport(_Model):
+    """OpenTelemetry export of the trace (``supervisor/_otel.py``, docs/TRACES.md); off unless ``enabled``."""
+
+    enabled: bool = Field(default=False, description="export one span per tool call over OTLP/HTTP")
+    endpoint: Annotated[str, AfterValidator(_otel_endpoint)] = Field(
+        default="http://127.0.0.1:4318", description="OTLP/HTTP base URL (/v1/traces is added) or the full URL")
+    service_name: str = Field(default="agents-supervise", min_length=1, max_length=256)
+    headers: Annotated[dict[str, str], AfterValidator(_otel_headers)] = Field(
+        default={}, description="HTTP headers of every export request (never traced)")
+    timeout_s: float = Field(default=5.0, gt=0, le=60, description="one export request; also the flush at stop")
+    include_arguments: bool = Field(default=False, description="export call arguments (may hold secrets)")
+
+
 class Trace(_Model):
     path: PolicyPath | None = Field(default=None, description="JSONL file; default <state_dir>/trace.jsonl")
-    otel: bool = False
+    otel: Annotated[OtelExport, BeforeValidator(lambda v: {"enabled": v} if isinstance(v, bool) else v)] = Field(
+        default=OtelExport(), description="OpenTelemetry export: false, true (the defaults) or a section")
 
 
 class Images(_Model):
@@ -363,5 +397,7 @@ def policy_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of the policy file."""
     schema = Policy.model_json_schema(mode="validation")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    otel = schema["$defs"]["Trace"]["properties"]["otel"]
+    otel["anyOf"] = [{"type": "boolean"}, {"$ref": otel.pop("$ref")}] if "$ref" in otel else [{"type": "boolean"}]
     schema.setdefault("title", "agents-supervise policy")
     return schema

@@ -31,6 +31,7 @@ from ._agents import AgentRunner, AgentService
 from ._attachments import AttachmentStore
 from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
+from ._otel import OtelExport, open_otel
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
 from ._runner import SupervisionPolicy, ToolboxRunner
@@ -98,6 +99,8 @@ class Supervisor:
         self.session_tools = SessionToolViews()
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
+        #: the OpenTelemetry export (``trace.otel``); ``None`` when off
+        self.otel: OtelExport | None = None
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -123,6 +126,7 @@ class Supervisor:
         # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
         http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
+        sup.otel = open_otel(config.policy.trace.otel, trace)
         trace.record("supervisor_start", pid=os.getpid(), policy=config.policy_file,
                      toolboxes=[s.toolbox for s in compiled.specs])
         trace.record("policy_compiled", workers=[
@@ -141,6 +145,10 @@ class Supervisor:
         finally:
             with trio.CancelScope(shield=True):
                 await http.aclose()
+                if sup.otel is not None:  # send the last spans (bounded by trace.otel.timeout_s), off the trio thread
+                    trace.sink = None
+                    await trio.to_thread.run_sync(sup.otel.close)
+                    sup.otel.poll()
             sessions.close()
             trace.record("supervisor_stop", pid=os.getpid())
             trace.close()
@@ -172,6 +180,8 @@ class Supervisor:
         while True:
             await trio.sleep(FLUSH_INTERVAL_S)
             self.trace.flush()
+            if self.otel is not None:
+                self.otel.poll()
             if self.sessions is not None:
                 self.sessions.flush()
 

@@ -3,9 +3,9 @@
 Every record has ``ts`` (Unix time, float), ``event`` (the kind) and the event's fields. Kinds written by the
 supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``worker_spawn``, ``worker_exit``,
 ``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``protocol_violation``, ``call_start``, ``call_end``,
-``portal_refusal``, ``limit_hit``, ``egress``, ``load_error``, ``signal``, ``internal_error``, ``worker_event``
-(untrusted events a worker sent, tagged with its toolbox). Secrets never enter a record: callers pass only what is
-safe to keep.
+``portal_refusal``, ``limit_hit``, ``egress``, ``load_error``, ``signal``, ``internal_error``, ``otel_export_failed``,
+``worker_event`` (untrusted events a worker sent, tagged with its toolbox). Secrets never enter a record: callers
+pass only what is safe to keep.
 
 Records are written whole (a reader never sees half a line from us). For speed, the per-call records
 (``call_start``, ``call_end``, ``egress``) are buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL_S", "TraceRecorder"]
@@ -38,12 +39,16 @@ class TraceRecorder:
         self._size = 0
         self._oldest = 0.0
         self._encoder = json.JSONEncoder(ensure_ascii=False, default=repr, separators=(",", ":"))
+        #: also told of every record (``trace.otel``, ``supervisor/_otel.py``); must not raise
+        self.sink: Callable[[str, dict[str, Any]], None] | None = None
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def record(self, event: str, **fields: Any) -> None:
         """Add one record. Never raises for an unserialisable field (it is written as its ``repr``)."""
+        if self.sink is not None:
+            self.sink(event, fields)
         if self._fd is None:
             return
         now = time.time()
