@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ._errors import PolicyRefused
 from ._policy import OtelExport as OtelPolicy
 from ._trace import TraceRecorder
 
@@ -282,9 +283,19 @@ class OtelExport:
 
 
 def open_otel(policy: OtelPolicy, trace: TraceRecorder) -> OtelExport | None:
-    """An exporter hooked into ``trace`` when ``policy.enabled``, else ``None`` (nothing imported)."""
+    """An exporter hooked into ``trace`` when ``policy.enabled``, else ``None`` (nothing imported).
+
+    ``PolicyRefused`` when export is enabled and the SDK is not installed (nothing started yet)."""
     if not policy.enabled:
         return None
+    try:
+        import opentelemetry.exporter.otlp.proto.http.trace_exporter
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError as exc:
+        raise PolicyRefused(
+            f"trace.otel is enabled but the OpenTelemetry SDK cannot be imported ({exc}); install "
+            "opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http (scripts/setup does), or set "
+            "trace.otel: false") from None
     export = OtelExport(policy, trace)
     trace.sink = export.observe
     return export

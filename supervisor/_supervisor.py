@@ -122,11 +122,16 @@ class Supervisor:
         tree = expand_agents(config)
         compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir)
         trace = TraceRecorder(compiled.trace_path)
+        try:
+            otel = open_otel(config.policy.trace.otel, trace)
+        except BaseException:
+            trace.close()
+            raise
         sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
         # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
         http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
-        sup.otel = open_otel(config.policy.trace.otel, trace)
+        sup.otel = otel
         trace.record("supervisor_start", pid=os.getpid(), policy=config.policy_file,
                      toolboxes=[s.toolbox for s in compiled.specs])
         trace.record("policy_compiled", workers=[
