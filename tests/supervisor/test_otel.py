@@ -207,7 +207,7 @@ async def test_a_collector_that_is_down_never_fails_a_call(sandbox_tmp: Path) ->
         results.append(await sup.call("system_sys_date", {}))
     assert [r.status for r in results] == ["passed"] * 4
     [failed] = [r for r in _trace(sandbox_tmp) if r["event"] == "otel_export_failed"]
-    assert failed["failures"] >= 1 and failed["spans_lost"] >= 7 and failed["endpoint"].endswith("/v1/traces")
+    assert failed["failures"] >= 1 and failed["spans_lost"] >= 1 and failed["endpoint"].endswith("/v1/traces")
     assert failed["error"]
 
 
