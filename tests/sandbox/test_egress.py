@@ -65,6 +65,18 @@ for part in sys.argv[1:]:
         if not chunk:
             break
         data += chunk
+    head, _, body = data.partition(b"\\r\\n\\r\\n")
+    length = 0
+    for line in head.split(b"\\r\\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:  # the body may come in a later segment than the head
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+        data += chunk
     print(repr(data))
 """
 
