@@ -106,16 +106,27 @@ async def run(args: argparse.Namespace) -> None:
                 await call()
                 timed([script, "run", "hello"])
                 timed([*BWRAP, script, "run", "hello"])
-            for _ in range(args.calls):
-                times["direct"].append(timed([script, "run", "hello"]))
-                times["bwrap"].append(timed([*BWRAP, script, "run", "hello"]))
+            async def supervised() -> float:
                 t2 = time.perf_counter()
                 if profiler:
                     profiler.enable()
                 await call()
                 if profiler:
                     profiler.disable()
-                times["supervisor"].append(time.perf_counter() - t2)
+                return time.perf_counter() - t2
+
+            ways = ["direct", "bwrap", "supervisor"]
+            for i in range(args.calls):
+                # Rotate the order every round: each way follows each other way equally often. A fixed order
+                # would always run the supervisor right after bwrap, whose network and PID namespaces the kernel
+                # tears down in the background, on the same two cores.
+                for way in ways[i % 3:] + ways[:i % 3]:
+                    if way == "direct":
+                        times["direct"].append(timed([script, "run", "hello"]))
+                    elif way == "bwrap":
+                        times["bwrap"].append(timed([*BWRAP, script, "run", "hello"]))
+                    else:
+                        times["supervisor"].append(await supervised())
         if profiler:
             profiler.dump_stats(args.profile)
         p50 = {k: statistics.median(v) for k, v in times.items()}
