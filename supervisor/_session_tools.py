@@ -8,7 +8,9 @@ to decide what ``tools/list`` shows and whom to notify:
 - a new session starts with the toolbox's ``autoEnableSkills`` (from its worker config);
 - a **passed** result of a tool annotated ``{"skill": s, "skill_action": "enable"|"disable"}`` whose structured
   value is ``{"skill": s, "enabled": bool, "changed": bool, ...}`` updates that session; when it changed the
-  session's list, the session's waiters are woken (MCP: ``notifications/tools/list_changed`` to that session only).
+  session's list, the session's waiters are woken (MCP: ``notifications/tools/list_changed`` to that session only);
+- a skill that leaves the toolbox's tool list (the worker watches its skill folders) is forgotten by every session,
+  as the worker forgets it (:meth:`SessionToolViews.forget`).
 
 The view can only be wrong in the safe direction for enforcement: a tool shown but refused by the worker (after a
 worker restart, which forgets sessions) or hidden until the next enable. At most ``max_sessions`` sessions are
@@ -82,6 +84,17 @@ class SessionToolViews:
             enabled.discard(skill)
         self.wake(session_id)
         return True
+
+    def forget(self, toolbox: str, skills: Iterable[str]) -> None:
+        """``skills`` of ``toolbox`` were removed: disable them in every session (the tool list change that removed
+        them wakes everyone already)."""
+        gone = set(skills)
+        if not gone:
+            return
+        for state in self._enabled.values():
+            enabled = state.get(toolbox)
+            if enabled is not None:
+                enabled.difference_update(gone)
 
     def wake(self, session_id: str | None = None) -> None:
         """Wake the waiters of ``session_id`` (``None``: of every session)."""

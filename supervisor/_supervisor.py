@@ -97,6 +97,7 @@ class Supervisor:
         self._tools_changed = trio.Event()
         #: which session-scoped tools (skills' scripts) each session sees
         self.session_tools = SessionToolViews()
+        self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
@@ -200,6 +201,13 @@ class Supervisor:
 
     # -- events from workers -----------------------------------------------------------------------------------
     def _on_tools(self, runner: ToolboxRunner) -> None:
+        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session, as in the worker
+            present = {str((t.get("annotations") or {}).get("skill")) for t in runner.tools
+                       if (t.get("annotations") or {}).get("skill_action") == "describe"}
+            before = self._skills_listed.get(runner.name)
+            if before is not None:
+                self.session_tools.forget(runner.name, before - present)
+            self._skills_listed[runner.name] = present
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
                                                                      if k in ("source", "message")})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -199,6 +200,54 @@ async def test_enabled_skills_survive_a_worker_restart(sandbox_tmp: Path) -> Non
         assert "call skill_enable_pdf-tools first" not in (again.data or "")
         refused = await sup.call(PDF_TOOL, {"file": "x"}, session_id="b")
         assert refused.status == "error" and "call skill_enable_pdf-tools first" in refused.data
+
+
+# -- skill folders watched ----------------------------------------------------------------------------------------
+async def wait_listed(sup: Supervisor, done: Callable[[set[str]], bool]) -> None:
+    """Wait on the supervisor's tool-list changes until ``done(names)`` (a change seen over two polls of the worker
+    comes as two changes)."""
+    with trio.fail_after(10):
+        while not done(names(sup.list_tools())):
+            await sup.wait_tools_changed()
+
+
+async def test_a_skill_folder_added_and_removed_changes_the_supervisors_tools(sandbox_tmp: Path) -> None:
+    async with Supervisor.open(skills_policy(sandbox_tmp)) as sup:
+        assert (await sup.call("skill_enable_pdf-tools", {}, session_id="a")).status == "passed"
+        assert "skill_describe_notes" not in names(sup.list_tools())
+        built = make_skill(sandbox_tmp / "staging", "notes", skill_md("notes"), scripts={"jot": "jot"})
+        shutil.move(str(built), str(sandbox_tmp / "skills" / "notes"))  # appears whole
+        await wait_listed(sup, lambda listed: "skill_notes_jot" in listed)
+        assert "skill_enable_notes" in names(sup.list_tools("a"))
+        assert "skill_notes_jot" not in names(sup.list_tools("a"))
+        assert PDF_TOOL in names(sup.list_tools("a"))  # the session kept its skill
+        assert (await sup.call("skill_enable_notes", {}, session_id="a")).status == "passed"
+        ran = await sup.call("skill_notes_jot", {"file": "n"}, session_id="a")
+        assert ran.status == "passed", ran.data
+        assert ran.data.endswith("jot on n in session a\n")
+
+        shutil.rmtree(sandbox_tmp / "skills" / "notes")
+        await wait_listed(sup, lambda listed: not any("notes" in n for n in listed))
+        assert PDF_TOOL in names(sup.list_tools("a"))
+        # Back again: off in the session that had it (the supervisor forgot it as the worker did).
+        built = make_skill(sandbox_tmp / "staging", "notes", skill_md("notes"), scripts={"jot": "jot"})
+        shutil.move(str(built), str(sandbox_tmp / "skills" / "notes"))
+        await wait_listed(sup, lambda listed: "skill_notes_jot" in listed)
+        assert "skill_notes_jot" not in names(sup.list_tools("a"))
+        refused = await sup.call("skill_notes_jot", {"file": "n"}, session_id="a")
+        assert refused.status == "error" and "call skill_enable_notes first" in refused.data
+
+
+async def test_a_kept_git_clone_is_watched(sandbox_tmp: Path) -> None:
+    repo = make_git_repo(sandbox_tmp)
+    path = write_policy(sandbox_tmp, {"tester": agent(skillSources=[
+        {"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "skills"}}])})
+    async with Supervisor.open(path) as sup:
+        [clone] = list((sandbox_tmp / "state" / "skills-git").iterdir())
+        built = make_skill(sandbox_tmp / "staging", "notes", skill_md("notes"), scripts={"jot": "jot"})
+        shutil.move(str(built), str(clone / "skills" / "notes"))  # an operator edits the clone
+        await wait_listed(sup, lambda listed: "skill_notes_jot" in listed)
+        assert sup.load_errors() == []
 
 
 # -- per-session tool lists, official MCP SDK client over two sessions --------------------------------------------

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +73,7 @@ class Opener:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.opened: list[SkillsToolbox] = []
+        self.channel = FakeChannel()  # shared by the boxes opened; `changed` is what watching tests wait on
 
     def __call__(self, roots: list[Path], auto: list[str] | None = None, **extra: Any) -> SkillsToolbox:
         config: dict[str, Any] = {
@@ -78,7 +82,7 @@ class Opener:
             "policy": {"limits": {"wall_time_s": 10}},
             **extra,
         }
-        box = open_toolbox(config, WorkerEnv("skills", str(self.workdir), str(self.workdir), FakeChannel()))
+        box = open_toolbox(config, WorkerEnv("skills", str(self.workdir), str(self.workdir), self.channel))
         self.opened.append(box)
         return box
 
@@ -259,3 +263,108 @@ def test_script_tools_share_the_bash_limits(open_skills: Opener, skills_root: Pa
     result = box.call("skill_slow_wait", {}, ctx("s"))
     assert result.status == "error"
     assert "did not finish within its time limit of 0.5 s" in (result.summary or "")
+
+
+# -- watching ------------------------------------------------------------------------------------------------------
+def wait_until(channel: FakeChannel, done: Callable[[], bool], timeout: float = 2.0) -> None:
+    """Wait on ``tools_changed`` until ``done()`` (a change seen over two polls comes as two calls)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert channel.changed.wait(max(0.0, deadline - time.monotonic())), "no tools_changed in time"
+        channel.changed.clear()
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file renamed over it), as editors save."""
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def move_in(staging: Path, folder: str, root: Path, skill_text: str, scripts: dict[str, str]) -> Path:
+    """Build a skill under ``staging``, then rename it into ``root`` (so the watcher never sees half of it)."""
+    built = make_skill(staging, folder, skill_text, scripts=scripts)
+    return Path(shutil.move(str(built), str(root / folder)))
+
+
+def test_added_changed_and_removed_skills_update_the_tools_and_sessions_keep_their_skills(
+    open_skills: Opener, skills_root: Path, sandbox_tmp: Path
+) -> None:
+    staging = sandbox_tmp / "staging"
+    log = sandbox_tmp / "describes.log"
+    core = make_skill(skills_root, "core", skill_md("core-utils"))
+    (core / "scripts").mkdir()
+    counted = describe_json("hello")
+    write_script(core / "scripts", "hello", counted, "echo hello")
+    script = core / "scripts" / "hello"  # counts its describes, to show unchanged scripts are not asked again
+    script.write_text(script.read_text().replace("then\n", f"then\necho x >> {log}\n", 1))
+    box = open_skills([skills_root], policy={"watch_interval_s": 0.1})
+    channel = open_skills.channel
+    assert box.call("skill_enable_core-utils", {}, ctx("s1")).status == "passed"
+
+    def listed(session: str | None = None) -> set[str]:
+        return {t.name for t in (box.tools() if session is None else box.tools_for_session(session))}
+
+    # Added: a new folder with a SKILL.md.
+    move_in(staging, "pdf", skills_root, skill_md("pdf-tools"), {"extract": "extract"})
+    wait_until(channel, lambda: "skill_pdf-tools_extract" in listed())
+    assert {"skill_describe_pdf-tools", "skill_enable_pdf-tools"} <= listed("s1")
+    assert "skill_core-utils_hello" in listed("s1")  # the session kept its skill
+    assert box.call("skill_core-utils_hello", {}, ctx("s1")).status == "passed"
+    assert box.call("skill_enable_pdf-tools", {}, ctx("s1")).status == "passed"
+
+    # Changed: a SKILL.md (new description) and a script (new slug).
+    replace_text(core / "SKILL.md", skill_md("core-utils", "says hello, revised"))
+    pdf_scripts = skills_root / "pdf" / "scripts"
+    arg = {"name": "file", "description": "the file", "type": "path", "backing_type": "string", "arity": "single",
+           "mode": "positional"}
+    write_script(pdf_scripts, ".extract.new", describe_json("extract-v2", [arg]), 'echo "v2 on $1"')
+    os.replace(pdf_scripts / ".extract.new", pdf_scripts / "extract")
+    enable_core = "skill_enable_core-utils"
+    wait_until(channel, lambda: "skill_pdf-tools_extract-v2" in listed()
+               and "revised" in next(t.description for t in box.tools() if t.name == enable_core))
+    assert "skill_pdf-tools_extract" not in listed()
+    assert {"skill_core-utils_hello", "skill_pdf-tools_extract-v2"} <= listed("s1")  # changed skills stay enabled
+    assert "skill_pdf-tools_extract-v2" not in listed("s2")
+    assert box.call("skill_pdf-tools_extract-v2", {"file": "a"}, ctx("s1")).data == "v2 on a\n"
+    described = json.loads(box.call("skill_describe_core-utils", {}, ctx("s1")).data or "")
+    assert described["description"] == "says hello, revised"
+    assert described["enabled"] is True
+
+    # Removed: gone from every session; calls are refused.
+    shutil.rmtree(skills_root / "pdf")
+    wait_until(channel, lambda: not any("pdf-tools" in name for name in listed()))
+    refused = box.call("skill_pdf-tools_extract-v2", {"file": "a"}, ctx("s1"))
+    assert refused.status == "error" and "may have been removed" in (refused.summary or "")
+    assert "skill_core-utils_hello" in listed("s1")
+    assert box.load_errors() == []
+    # A removed skill that comes back starts off again in the sessions that had it enabled.
+    move_in(staging, "pdf", skills_root, skill_md("pdf-tools"), {"extract": "extract"})
+    wait_until(channel, lambda: "skill_pdf-tools_extract" in listed())
+    assert "skill_pdf-tools_extract" not in listed("s1")
+    assert box.call("skill_pdf-tools_extract", {"file": "a"}, ctx("s1")).status == "error"
+
+    assert log.read_text() == "x\n"  # described once: the reloads reused its unchanged description
+
+
+def test_a_broken_skill_md_becomes_a_load_error_and_the_other_skills_stay(
+    open_skills: Opener, skills_root: Path
+) -> None:
+    make_skill(skills_root, "good", skill_md("good"), scripts={"ok": "ok"})
+    other = make_skill(skills_root, "other", skill_md("other"), scripts={"run": "run"})
+    box = open_skills([skills_root], auto=["good"], policy={"watch_interval_s": 0.1})
+    channel = open_skills.channel
+    before = {t.name for t in box.tools()}
+    assert "skill_other_run" in before
+
+    replace_text(other / "SKILL.md", "---\nname: Other\ndescription: x\n---\n")
+    wait_until(channel, lambda: box.load_errors() != [])
+    [error] = box.load_errors()
+    assert error["source"] == str(other / "SKILL.md")
+    assert "frontmatter.name 'Other'" in error["message"]
+    assert {t.name for t in box.tools()} == {n for n in before if "other" not in n}
+    assert box.call("skill_good_ok", {"file": "x"}, ctx("s")).status == "passed"
+
+    replace_text(other / "SKILL.md", skill_md("other"))
+    wait_until(channel, lambda: box.load_errors() == [])
+    assert {t.name for t in box.tools()} == before

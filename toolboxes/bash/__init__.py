@@ -13,7 +13,7 @@ from ._runner import MEDIA_DIR, ScriptRunner
 from ._settings import DEFAULT_ENV, BashSettings
 from ._spec import ScriptArg, ScriptSpec, bash_tool_name, input_schema, parse_describe
 from ._toolbox import BashToolbox, open_toolbox
-from ._watch import Watcher
+from ._watch import Watcher, snapshot_tree
 
 __all__ = [
     "DEFAULT_ENV",
@@ -39,4 +39,5 @@ __all__ = [
     "parse_describe",
     "render_value",
     "run_bounded",
+    "snapshot_tree",
 ]

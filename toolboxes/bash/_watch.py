@@ -1,4 +1,5 @@
-"""A polling watcher: calls ``check()`` every ``interval_s`` on a daemon thread until stopped.
+"""A polling watcher: calls ``check()`` every ``interval_s`` on a daemon thread until stopped; and
+:func:`snapshot_tree`, a fingerprint of every entry of a folder tree, for checks that watch trees (skill folders).
 
 Polling (a ``stat`` of each script every half second) rather than inotify: it needs no extra file access under
 Landlock, sees changes made through any mount, and costs little for the few dozen scripts a toolbox has. A change is
@@ -7,10 +8,44 @@ seen within one interval plus the time to ``describe`` the changed scripts.
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-__all__ = ["Watcher"]
+from ._discover import Fingerprint
+
+__all__ = ["Watcher", "snapshot_tree"]
+
+
+def _fingerprint(path: str) -> Fingerprint | None:
+    try:
+        st = os.stat(path)  # a symlink is seen through (a script may be one)
+    except OSError:
+        try:
+            st = os.lstat(path)  # a dangling symlink is still an entry
+        except OSError:
+            return None  # removed while walking
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode)
+
+
+def snapshot_tree(roots: Iterable[str]) -> dict[str, Fingerprint]:
+    """Path -> fingerprint of each root and of every folder and file beneath it; equal snapshots mean nothing was
+    added, removed, rewritten, replaced or chmod-ed. Folders whose name starts with ``.`` (``.git``) are neither
+    listed nor searched; symlinked folders are listed but not searched. A missing root has no entries."""
+    out: dict[str, Fingerprint] = {}
+    for root in roots:
+        fp = _fingerprint(root)
+        if fp is None:
+            continue
+        out[root] = fp
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for name in (*dirnames, *filenames):
+                full = os.path.join(dirpath, name)
+                fp = _fingerprint(full)
+                if fp is not None:
+                    out[full] = fp
+    return out
 
 
 class Watcher:

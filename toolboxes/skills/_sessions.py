@@ -8,6 +8,9 @@ auto-enabled skills).
 With a ``path`` (a file in the toolbox's state folder), every change is saved there atomically and loaded at start,
 so a worker that crashed and was restarted keeps each session's skills: the supervisor, which lists a session's
 tools from the enable/disable results it saw, and the worker, which enforces, stay in agreement.
+
+A skill that is no longer loaded (its folder removed, its ``SKILL.md`` broken) is :meth:`forget`-ed by every session:
+if it comes back it is off again, except in sessions that start after that with it auto-enabled.
 """
 
 from __future__ import annotations
@@ -76,6 +79,24 @@ class SessionSkills:
     def is_enabled(self, session: str, skill: str) -> bool:
         with self._lock:
             return skill in self._get(session)
+
+    def mentioned(self) -> frozenset[str]:
+        """Every skill enabled in some session."""
+        with self._lock:
+            return frozenset().union(*self._sessions.values())
+
+    def forget(self, skills: Iterable[str]) -> bool:
+        """Disable ``skills`` in every session (they were removed); returns whether that changed anything."""
+        gone = frozenset(skills)
+        with self._lock:
+            changed = False
+            for enabled in self._sessions.values():
+                if enabled & gone:
+                    enabled.difference_update(gone)
+                    changed = True
+            if changed:
+                self._save()
+            return changed
 
     def set(self, session: str, skill: str, enabled: bool) -> bool:
         """Enable or disable ``skill`` in ``session``; returns whether that changed anything."""

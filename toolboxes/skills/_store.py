@@ -9,6 +9,9 @@ Inside a skill:
 - ``references/``: every regular file beneath it is listed (relative paths), for ``skill_describe_<skill>``.
 
 A skill whose ``SKILL.md`` is invalid, or whose name another source already used, is left out with a load error.
+
+A :class:`DescribeCache` keeps each script's ``describe`` result while the script's fingerprint is unchanged, so a
+reload (the toolbox watches its sources) asks only new and changed scripts.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import os
 from dataclasses import dataclass, field
 
 from ..bash import DescribeError, ScriptRunner, ScriptSpec, list_scripts
+from ..bash._discover import Fingerprint
 from ._errors import FrontmatterError
 from ._frontmatter import SkillMeta, parse_skill_md
 
-__all__ = ["MAX_SKILL_MD_BYTES", "Skill", "load_skills", "script_tool_name"]
+__all__ = ["MAX_SKILL_MD_BYTES", "DescribeCache", "Skill", "load_skills", "script_tool_name"]
 
 MAX_SKILL_MD_BYTES = 1024 * 1024
 MAX_REFERENCES = 1000
@@ -39,6 +43,33 @@ class Skill:
     path: str
     scripts: dict[str, tuple[str, ScriptSpec]] = field(default_factory=dict)
     references: tuple[str, ...] = ()
+
+
+class DescribeCache:
+    """``describe`` results by script path, reused while the script's fingerprint is unchanged. One load at a time
+    (the toolbox serialises its reloads); each load keeps only the scripts it saw."""
+
+    def __init__(self, runner: ScriptRunner) -> None:
+        self._runner = runner
+        self._entries: dict[str, tuple[Fingerprint, ScriptSpec | None, str]] = {}
+        self._seen: dict[str, tuple[Fingerprint, ScriptSpec | None, str]] = {}
+
+    def describe(self, path: str, fp: Fingerprint) -> ScriptSpec:
+        """The script's spec; raises :class:`DescribeError` (again, from the cache) for a script that failed."""
+        entry = self._entries.get(path)
+        if entry is None or entry[0] != fp:
+            try:
+                entry = (fp, self._runner.describe(path), "")
+            except DescribeError as exc:
+                entry = (fp, None, str(exc))
+        self._seen[path] = entry
+        if entry[1] is None:
+            raise DescribeError(entry[2])
+        return entry[1]
+
+    def finish(self) -> None:
+        """End a load: forget the scripts it did not see (removed ones)."""
+        self._entries, self._seen = self._seen, {}
 
 
 def _find_skill_dirs(root: str) -> list[str]:
@@ -77,7 +108,7 @@ def _read_skill_md(path: str) -> str:
         raise FrontmatterError(f"SKILL.md is not UTF-8 (at byte {exc.start})") from exc
 
 
-def load_skill(skill_dir: str, runner: ScriptRunner, errors: list[dict[str, str]]) -> Skill | None:
+def load_skill(skill_dir: str, cache: DescribeCache, errors: list[dict[str, str]]) -> Skill | None:
     """Load one skill folder; problems are appended to ``errors`` (``None`` when the skill itself is unusable)."""
     md = os.path.join(skill_dir, "SKILL.md")
     try:
@@ -93,9 +124,9 @@ def load_skill(skill_dir: str, runner: ScriptRunner, errors: list[dict[str, str]
     if os.path.isdir(scripts_dir):
         listing = list_scripts(scripts_dir, single=False)
         errors.extend(listing.errors)
-        for path in listing.scripts:
+        for path, fp in listing.scripts.items():
             try:
-                spec = runner.describe(path)
+                spec = cache.describe(path, fp)
             except DescribeError as exc:
                 errors.append({"source": path, "message": str(exc)})
                 continue
@@ -109,8 +140,12 @@ def load_skill(skill_dir: str, runner: ScriptRunner, errors: list[dict[str, str]
     return Skill(meta, skill_dir, scripts, _references(skill_dir))
 
 
-def load_skills(roots: list[str], runner: ScriptRunner) -> tuple[dict[str, Skill], list[dict[str, str]]]:
-    """Load every skill under ``roots`` (in order). Returns skills by name and the load errors."""
+def load_skills(
+    roots: list[str], runner: ScriptRunner | DescribeCache
+) -> tuple[dict[str, Skill], list[dict[str, str]]]:
+    """Load every skill under ``roots`` (in order). Returns skills by name and the load errors. With a
+    :class:`DescribeCache`, unchanged scripts since its previous load are not described again."""
+    cache = runner if isinstance(runner, DescribeCache) else DescribeCache(runner)
     skills: dict[str, Skill] = {}
     errors: list[dict[str, str]] = []
     for root in roots:
@@ -118,7 +153,7 @@ def load_skills(roots: list[str], runner: ScriptRunner) -> tuple[dict[str, Skill
             errors.append({"source": root, "message": "the skill source is not a readable folder"})
             continue
         for skill_dir in _find_skill_dirs(root):
-            skill = load_skill(skill_dir, runner, errors)
+            skill = load_skill(skill_dir, cache, errors)
             if skill is None:
                 continue
             if skill.meta.name in skills:
@@ -130,4 +165,5 @@ def load_skills(roots: list[str], runner: ScriptRunner) -> tuple[dict[str, Skill
                 )
                 continue
             skills[skill.meta.name] = skill
+    cache.finish()
     return skills, errors

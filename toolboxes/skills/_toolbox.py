@@ -13,35 +13,57 @@ Tools, for each skill ``s``:
 
 ``SkillGitRepo`` sources are cloned by the supervisor, which hands the worker a ``SkillDirectory`` instead; one that
 reaches the worker is a load error.
+
+Watching: every ``watch_interval_s`` (the bash toolbox's policy key) the sources' trees are compared with the last
+load (:func:`toolboxes.bash.snapshot_tree`); on any difference the skills are loaded again (only new and changed
+scripts are described). Sessions keep their enabled skills; a skill that is gone is forgotten by every session. When
+the tools or the load errors change, ``env.channel.tools_changed()`` is called.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 from .._result import ToolResult
-from .._toolbox import CallContext, ToolSpec, WorkerEnv
-from ..bash import BashSettings, Reaper, ScriptRunner, input_schema
+from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
+from ..bash import BashSettings, Reaper, ScriptRunner, Watcher, input_schema, snapshot_tree
+from ..bash._discover import Fingerprint
 from ._errors import ConfigError
 from ._frontmatter import valid_skill_name
 from ._sessions import SessionSkills
-from ._store import Skill, load_skills
+from ._store import DescribeCache, Skill, load_skills
 
 __all__ = ["SkillsToolbox", "open_toolbox"]
 
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    """One load of the sources: swapped whole, so a call sees one consistent set of skills."""
+
+    skills: dict[str, Skill]
+    index: dict[str, tuple[str, str]]  # tool name -> (kind, skill name)
+    tools: list[ToolSpec]
+    errors: list[dict[str, str]]
+
+
 class SkillsToolbox:
-    """Skills loaded once at start. Thread-safe.
+    """Skills loaded at start and, with a ``watch_interval_s``, reloaded when a source changes. Thread-safe: calls
+    run concurrently with each other and with reloads.
 
     Args:
         roots: skill source folders (absolute).
-        auto_enable: skills enabled in every new session.
+        auto_enable: skills enabled in every new session (a name not loaded is a load error, and is enabled in the
+            sessions that start once it is).
         runner: describes and runs the skills' scripts; owned (closed by :meth:`close`).
         source_errors: problems found in the config (kept as load errors).
         state_file: where each session's enabled skills are kept across worker restarts (``None``: memory only).
+        channel: told when the tool list or the load errors change; ``None`` to tell no one.
+        watch_interval_s: how often to look for changes under the roots; 0 for never (call :meth:`refresh`).
     """
 
     def __init__(
@@ -51,73 +73,69 @@ class SkillsToolbox:
         runner: ScriptRunner,
         source_errors: list[dict[str, str]] | None = None,
         state_file: str | None = None,
+        channel: HostChannel | None = None,
+        watch_interval_s: float = 0.0,
     ) -> None:
+        self._roots = list(roots)
+        self._auto = list(auto_enable)
         self._runner = runner
-        self._skills, errors = load_skills(roots, runner)
-        self._errors = list(source_errors or []) + errors
-        for name in auto_enable:
-            if name not in self._skills:
-                self._errors.append(
-                    {
-                        "source": "autoEnableSkills",
-                        "message": f"autoEnableSkills names {name!r}, which is not a loaded skill",
-                    }
-                )
-        self._sessions = SessionSkills((n for n in auto_enable if n in self._skills), path=state_file)
-        # tool name -> (kind, skill name)
-        self._index: dict[str, tuple[str, str]] = {}
-        for name, skill in self._skills.items():
-            self._index[f"skill_describe_{name}"] = ("describe", name)
-            self._index[f"skill_enable_{name}"] = ("enable", name)
-            self._index[f"skill_disable_{name}"] = ("disable", name)
-            for tool in skill.scripts:
-                self._index[tool] = ("script", name)
+        self._source_errors = list(source_errors or [])
+        self._channel = channel
+        self._cache = DescribeCache(runner)
+        self._lock = threading.Lock()  # guards _loaded and _watch_errors
+        self._refresh_lock = threading.Lock()  # one reload at a time
+        self._snapshot: dict[str, Fingerprint] | None = None
+        self._loaded = _Loaded({}, {}, [], [])
+        self._watch_errors: list[dict[str, str]] = []
+        self._sessions = SessionSkills(self._auto, path=state_file)
+        self.refresh()
+        # Skills removed while the worker was down are forgotten as if it had seen them go.
+        self._sessions.forget(self._sessions.mentioned() - set(self._loaded.skills))
+        self._watcher: Watcher | None = None
+        if watch_interval_s > 0:
+            self._watcher = Watcher(self._check, watch_interval_s, self._watch_failed,
+                                    name=f"skills-watch {len(self._roots)} sources")
+            self._watcher.start()
+
+    # -- loading -------------------------------------------------------------------------------------------
+    def refresh(self) -> bool:
+        """Reload the skills if anything under the roots changed since the last load (describing only new and
+        changed scripts); skills that are gone are forgotten by every session. Returns whether the tools or the
+        load errors changed."""
+        with self._refresh_lock:
+            snapshot = snapshot_tree(self._roots)  # taken first: a change made while loading is seen next time
+            if snapshot == self._snapshot:
+                return False
+            skills, errors = load_skills(self._roots, self._cache)
+            errors = self._source_errors + errors
+            for name in self._auto:
+                if name not in skills:
+                    errors.append({"source": "autoEnableSkills",
+                                   "message": f"autoEnableSkills names {name!r}, which is not a loaded skill"})
+            loaded = _Loaded(skills, _index(skills), _tools(skills), errors)
+            with self._lock:
+                old = self._loaded
+                self._loaded = loaded
+                self._snapshot = snapshot
+                self._watch_errors = []
+            gone = set(old.skills) - set(skills)
+            if gone:
+                self._sessions.forget(gone)
+            return loaded.tools != old.tools or loaded.errors != old.errors
+
+    def _check(self) -> None:
+        if self.refresh() and self._channel is not None:
+            self._channel.tools_changed()
+
+    def _watch_failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self._watch_errors = [{"source": "skillSources", "message": f"watching failed: {exc!r}"}]
 
     # -- Toolbox interface ---------------------------------------------------------------------------------
     def tools(self) -> list[ToolSpec]:
         """Meta tools of every skill, then every script tool (session-scoped), skills in name order."""
-        out: list[ToolSpec] = []
-        for name in sorted(self._skills):
-            skill = self._skills[name]
-            desc = skill.meta.description
-            out.append(
-                ToolSpec(
-                    f"skill_describe_{name}",
-                    f"Describe the skill {name}: {desc}",
-                    _EMPTY_SCHEMA,
-                    inline=True,
-                    annotations={"skill": name, "skill_action": "describe"},
-                )
-            )
-            out.append(
-                ToolSpec(
-                    f"skill_enable_{name}",
-                    f"Enable the skill {name} in this session, making its script tools available: {desc}",
-                    _EMPTY_SCHEMA,
-                    inline=True,
-                    annotations={"skill": name, "skill_action": "enable"},
-                )
-            )
-            out.append(
-                ToolSpec(
-                    f"skill_disable_{name}",
-                    f"Disable the skill {name} in this session.",
-                    _EMPTY_SCHEMA,
-                    inline=True,
-                    annotations={"skill": name, "skill_action": "disable"},
-                )
-            )
-        for name in sorted(self._skills):
-            for tool, (_path, spec) in self._skills[name].scripts.items():
-                out.append(
-                    ToolSpec(
-                        tool,
-                        spec.description,
-                        input_schema(spec),
-                        annotations={"session_scoped": True, "skill": name},
-                    )
-                )
-        return out
+        with self._lock:
+            return list(self._loaded.tools)
 
     def tools_for_session(self, session_id: str) -> list[ToolSpec]:
         """The tools a session sees: the meta tools and the script tools of the skills enabled in it."""
@@ -129,15 +147,18 @@ class SkillsToolbox:
         ]
 
     def load_errors(self) -> list[dict[str, str]]:
-        return [dict(e) for e in self._errors]
+        with self._lock:
+            return [dict(e) for e in self._loaded.errors + self._watch_errors]
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         """Run a meta tool or a script tool (refused unless its skill is enabled in ``ctx.session_id``)."""
-        entry = self._index.get(tool)
+        with self._lock:
+            loaded = self._loaded
+        entry = loaded.index.get(tool)
         if entry is None:
-            return ToolResult.error(f"no tool {tool!r} in this skills toolbox")
+            return ToolResult.error(f"no tool {tool!r} in this skills toolbox (its skill may have been removed)")
         kind, name = entry
-        skill = self._skills[name]
+        skill = loaded.skills[name]
         if kind == "describe":
             return self._describe(skill, ctx)
         if kind in ("enable", "disable"):
@@ -190,8 +211,66 @@ class SkillsToolbox:
         )
 
     def close(self) -> None:
-        """Kill every script still running. Safe to call twice."""
+        """Stop watching and kill every script still running. Safe to call twice."""
+        if self._watcher is not None:
+            self._watcher.stop()
         self._runner.close()
+
+
+def _index(skills: dict[str, Skill]) -> dict[str, tuple[str, str]]:
+    index: dict[str, tuple[str, str]] = {}
+    for name, skill in skills.items():
+        index[f"skill_describe_{name}"] = ("describe", name)
+        index[f"skill_enable_{name}"] = ("enable", name)
+        index[f"skill_disable_{name}"] = ("disable", name)
+        for tool in skill.scripts:
+            index[tool] = ("script", name)
+    return index
+
+
+def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
+    """Meta tools of every skill, then every script tool (session-scoped), skills in name order."""
+    out: list[ToolSpec] = []
+    for name in sorted(skills):
+        desc = skills[name].meta.description
+        out.append(
+            ToolSpec(
+                f"skill_describe_{name}",
+                f"Describe the skill {name}: {desc}",
+                _EMPTY_SCHEMA,
+                inline=True,
+                annotations={"skill": name, "skill_action": "describe"},
+            )
+        )
+        out.append(
+            ToolSpec(
+                f"skill_enable_{name}",
+                f"Enable the skill {name} in this session, making its script tools available: {desc}",
+                _EMPTY_SCHEMA,
+                inline=True,
+                annotations={"skill": name, "skill_action": "enable"},
+            )
+        )
+        out.append(
+            ToolSpec(
+                f"skill_disable_{name}",
+                f"Disable the skill {name} in this session.",
+                _EMPTY_SCHEMA,
+                inline=True,
+                annotations={"skill": name, "skill_action": "disable"},
+            )
+        )
+    for name in sorted(skills):
+        for tool, (_path, spec) in skills[name].scripts.items():
+            out.append(
+                ToolSpec(
+                    tool,
+                    spec.description,
+                    input_schema(spec),
+                    annotations={"session_scoped": True, "skill": name},
+                )
+            )
+    return out
 
 
 def _sources(config: dict[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
@@ -243,4 +322,5 @@ def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> SkillsToolbox:
         raise ConfigError(str(exc)) from exc
     runner = ScriptRunner(settings, env.workdir, Reaper(subreaper=True))
     return SkillsToolbox(roots, auto, runner, errors,
-                         state_file=os.path.join(env.state_dir, "skill-sessions.json"))
+                         state_file=os.path.join(env.state_dir, "skill-sessions.json"),
+                         channel=env.channel, watch_interval_s=settings.watch_interval_s)
