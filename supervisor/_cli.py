@@ -198,6 +198,7 @@ def _check(args: argparse.Namespace) -> int:
         print("  read-only: " + ", ".join(tb["read_only"]))
         print("  read-write: " + ", ".join(tb["read_write"]))
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
+        print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         fs = tb.get("file_sandbox")
         if fs:
             exact = "exact" if fs["exact"] else f"inexact ({fs['residual']})"

@@ -155,6 +155,7 @@ def test_cli_tools_and_check(policy: Path) -> None:
     assert any(p.endswith("/work/tester/system") for p in tb["read_write"])
     human = _cli("check", "--policy", str(policy))
     assert "toolbox system (system, agent tester)" in human.stdout and "uid/gid: 65534/65534" in human.stdout
+    assert "cgroup v1 (pids.max=" in human.stdout or "cgroup v2 (pids.max=" in human.stdout
 
 
 def test_cli_bad_input_gets_one_clear_line(sandbox_tmp: Path) -> None:
