@@ -19,11 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from .._atomic import atomic_write
 
 __all__ = ["EDIT_SESSION_IDLE_S", "EditSession", "Store", "atomic_write", "snapshot_ref"]
 
@@ -34,47 +35,6 @@ EDIT_SESSION_IDLE_S = 3600.0
 def snapshot_ref(content: bytes) -> str:
     """The seed's snapshot reference: the MD5 of the content, in hex."""
     return hashlib.md5(content, usedforsecurity=False).hexdigest()
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, content: bytes, mode: int | None = None) -> None:
-    """Replace ``path`` by ``content``: a temporary file in the same directory, fsync, rename, fsync
-    directory.
-
-    A crash at any point leaves ``path`` with its old or its new content, never a mix (at worst a stray
-    ``.<name>.*.tmp`` file). The new file keeps ``mode`` (default: the old file's permission bits, else 0644).
-
-    Raises:
-        OSError: the directory cannot be written (the sandbox or the kernel refused).
-    """
-    directory = os.path.dirname(path) or "."
-    if mode is None:
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(directory)
 
 
 @dataclass

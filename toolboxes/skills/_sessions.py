@@ -16,10 +16,11 @@ if it comes back it is off again, except in sessions that start after that with 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+
+from .._atomic import atomic_write
 
 __all__ = ["SessionSkills"]
 
@@ -52,11 +53,9 @@ class SessionSkills:
         """Write every session atomically (temp file, rename); called with the lock held."""
         if self._path is None:
             return
-        tmp = f"{self._path}.tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({s: sorted(k) for s, k in self._sessions.items()}, f)
-            os.replace(tmp, self._path)
+            data = json.dumps({s: sorted(k) for s, k in self._sessions.items()}).encode()
+            atomic_write(self._path, data, 0o600)
         except OSError:
             pass  # the in-memory state still holds; a restart would fall back to the auto-enabled skills
 

@@ -26,6 +26,7 @@ import sqlite3
 import tempfile
 import uuid
 
+from toolboxes._atomic import fsync_dir
 from toolboxes._toolbox import CallContext
 
 from ._engine import sqlite_uri
@@ -73,14 +74,6 @@ def snapshot_path(storage_root: str, handle: str) -> str | None:
     return os.path.join(storage_root, handle + ".db")
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def copy_database(source: str | None, target: str, *, journal_mode: str = "DELETE") -> None:
     """Write a consistent copy of ``source`` (``None``: an empty database) to ``target``, atomically.
 
@@ -114,7 +107,7 @@ def copy_database(source: str | None, target: str, *, journal_mode: str = "DELET
             os.close(fd)
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
-        _fsync_dir(directory)
+        fsync_dir(directory)
     except BaseException:
         for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
             try:

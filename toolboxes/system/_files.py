@@ -21,6 +21,7 @@ from typing import Any
 
 from sandbox._predicate_eval import check_path, evaluate
 
+from .._atomic import atomic_write
 from .._result import Attachment, ToolResult
 
 __all__ = ["MAX_ENTRIES", "attach_file", "list_directory", "sniff_media_type"]
@@ -101,10 +102,7 @@ def attach_file(args: dict[str, Any], config: dict[str, Any], workdir: str) -> T
     rel = os.path.join("attachments", f"{digest}.{media_type.split('/')[1]}")
     target = os.path.join(workdir, rel)
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = f"{target}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, target)
+    atomic_write(target, data, 0o644)
     summary = f"attached {os.path.basename(check.path)} ({media_type}, {len(data)} bytes)"
     return ToolResult.passed(summary, summary=summary, attachments=[Attachment(media_type, rel)]).with_meta(
         "state_effect", "read").with_meta("resource_id", f"file:{check.path}")
