@@ -32,16 +32,14 @@ def _encode(lines: list[str]) -> bytes:
 
 
 def op_read_file_range(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContext) -> ToolResult:
-    acc = tb.access(args.get("path"), for_write=False)
-    if not acc.allowed:
-        return refusal(acc.message, acc.path)
-    text = load_text(acc.path)
-    if isinstance(text, str):
-        return refusal(text, acc.path)
+    opened = tb.read_text(args.get("path"))
+    if isinstance(opened, ToolResult):
+        return opened
+    path, text = opened
     try:
         ranges = parse_read_ranges(args.get("ranges"), len(text.lines))
     except RangeError as exc:
-        return refusal(f"{exc}", acc.path)
+        return refusal(f"{exc}", path)
     ref = _store(tb, ctx).save_snapshot(text.raw)
     metadata_only = bool(args.get("metadata_only"))
     parts: list[str] = []
@@ -61,7 +59,7 @@ def op_read_file_range(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallCont
             if truncated:
                 break
     value: dict[str, Any] = {
-        "path": acc.path,
+        "path": path,
         "content": "".join(parts),
         "linesRead": read,
         "totalLineCount": len(text.lines),
@@ -76,7 +74,7 @@ def op_read_file_range(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallCont
     if truncated:
         value["truncated"] = True
     summary = f"{read} of {len(text.lines)} lines" + (" (truncated: read smaller ranges)" if truncated else "")
-    return tb.json_result(value, acc.path, "read", summary, truncated=truncated)
+    return tb.json_result(value, path, "read", summary, truncated=truncated)
 
 
 def _stale(expected: Any, actual: str, path: str) -> ToolResult | None:

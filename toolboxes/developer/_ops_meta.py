@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext
 
-from ._files import load_text, refusal
+from ._files import refusal
 from ._specs import SPECS, agent_template, tool_template
 from ._store import atomic_write, snapshot_ref
 from ._validate import check_agent, check_describe, run_describe
@@ -50,12 +50,10 @@ def op_validate_tool(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContex
 
 
 def op_validate_agent(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContext) -> ToolResult:
-    acc = tb.access(args.get("path"), for_write=False)
-    if not acc.allowed:
-        return refusal(acc.message, acc.path)
-    text = load_text(acc.path)
-    if isinstance(text, str):
-        return refusal(text, acc.path)
+    opened = tb.read_text(args.get("path"))
+    if isinstance(opened, ToolResult):
+        return opened
+    path, text = opened
     try:
         data = json.loads(text.raw)
     except ValueError as exc:
@@ -64,14 +62,14 @@ def op_validate_agent(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallConte
         errors, warnings = check_agent(data)
     contents = data.get("contents", data) if isinstance(data, dict) else {}
     out = {
-        "path": acc.path,
+        "path": path,
         "valid": not errors,
         "errors": errors,
         "warnings": warnings,
         "slug": contents.get("slug") if isinstance(contents, dict) else None,
     }
     summary = "valid" if not errors else f"{len(errors)} problem(s): {errors[0]['path']} {errors[0]['message']}"
-    return tb.json_result(out, acc.path, "read", summary, status="passed" if not errors else "failed")
+    return tb.json_result(out, path, "read", summary, status="passed" if not errors else "failed")
 
 
 def _create(tb: DeveloperToolbox, path: str, content: str, mode: int, kind: str) -> ToolResult:

@@ -25,7 +25,7 @@ from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 
 from . import _ops, _ops_meta
 from ._access import Access, Gate
-from ._files import refusal
+from ._files import TextFile, load_text, refusal
 
 __all__ = ["CAPABILITIES", "DeveloperToolbox", "open_toolbox"]
 
@@ -146,6 +146,16 @@ class DeveloperToolbox:
     def access(self, path: Any, *, for_write: bool, size: int | None = None) -> Access:
         """The FileSandbox check every path goes through."""
         return self.gate.check(path, for_write=for_write, size=size)
+
+    def read_text(self, path: Any) -> tuple[str, TextFile] | ToolResult:
+        """Check ``path`` for reading and load it as text: ``(canonical path, text)``, or the refusal to return."""
+        acc = self.access(path, for_write=False)
+        if not acc.allowed:
+            return refusal(acc.message, acc.path)
+        text = load_text(acc.path)
+        if isinstance(text, str):
+            return refusal(text, acc.path)
+        return acc.path, text
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         cap = self.by_tool.get(tool)

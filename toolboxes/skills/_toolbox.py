@@ -233,33 +233,13 @@ def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
     out: list[ToolSpec] = []
     for name in sorted(skills):
         desc = skills[name].meta.description
-        out.append(
-            ToolSpec(
-                f"skill_describe_{name}",
-                f"Describe the skill {name}: {desc}",
-                _EMPTY_SCHEMA,
-                inline=True,
-                annotations={"skill": name, "skill_action": "describe"},
-            )
-        )
-        out.append(
-            ToolSpec(
-                f"skill_enable_{name}",
-                f"Enable the skill {name} in this session, making its script tools available: {desc}",
-                _EMPTY_SCHEMA,
-                inline=True,
-                annotations={"skill": name, "skill_action": "enable"},
-            )
-        )
-        out.append(
-            ToolSpec(
-                f"skill_disable_{name}",
-                f"Disable the skill {name} in this session.",
-                _EMPTY_SCHEMA,
-                inline=True,
-                annotations={"skill": name, "skill_action": "disable"},
-            )
-        )
+        for action, text in (
+            ("describe", f"Describe the skill {name}: {desc}"),
+            ("enable", f"Enable the skill {name} in this session, making its script tools available: {desc}"),
+            ("disable", f"Disable the skill {name} in this session."),
+        ):
+            out.append(ToolSpec(f"skill_{action}_{name}", text, _EMPTY_SCHEMA, inline=True,
+                                annotations={"skill": name, "skill_action": action}))
     for name in sorted(skills):
         for tool, (_path, spec) in skills[name].scripts.items():
             out.append(
