@@ -82,6 +82,71 @@ async def test_timeout_in_a_worker_leaves_only_the_worker(sandbox_tmp: Path) -> 
         assert len(processes_in_namespace_of(sup, "tools")) == 1
 
 
+def commands_in_namespace_of(sup: Supervisor, toolbox: str) -> list[str]:
+    """Command lines of the processes in ``toolbox``'s PID namespace, the worker left out."""
+    out = []
+    for pid in processes_in_namespace_of(sup, toolbox):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if b"toolboxes._worker" not in argv and not any(b"sandbox" in a for a in argv):
+            out.append(b" ".join(argv).decode(errors="replace").strip())
+    return out
+
+
+#: A leftover made with a raw clone() and exit signal 0 (not SIGCHLD), outliving its parent: the kernel re-parents
+#: it to the worker (and gives it SIGCHLD then); the wipe after the script's exit must find and kill it.
+CLONE_NO_SIGNAL = """python3 - <<'PY'
+import ctypes, os
+nr = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pid = libc.syscall(nr, 0, 0, 0, 0, 0)
+if pid == 0:
+    os.execv("/bin/sleep", ["sleep", "300"])
+print("cloned", pid > 0)
+PY"""
+
+
+async def test_a_leftover_made_by_raw_clone_is_killed(sandbox_tmp: Path) -> None:
+    path = bash_policy(sandbox_tmp)
+    write_script(sandbox_tmp / "tools", "hide", describe_json("hide"), CLONE_NO_SIGNAL)
+    async with Supervisor.open(path) as sup:
+        result = await sup.call("bash_hide", {})
+        assert (result.status, result.data) == ("passed", "cloned True\n")
+        assert len(processes_in_namespace_of(sup, "tools")) == 1
+
+
+async def test_one_calls_leftovers_die_while_another_call_runs_on(sandbox_tmp: Path) -> None:
+    """With two scripts running, the end of one kills only what it left behind (not the wipe of the idle worker)."""
+    path = bash_policy(sandbox_tmp)
+    tools = sandbox_tmp / "tools"
+    write_script(tools, "waiter", describe_json("waiter"), "while [ ! -e gate ]; do sleep 0.01; done; echo waited")
+    write_script(tools, "leaver", describe_json("leaver"), "setsid sleep 300 & sleep 301 & echo left")
+    gate = sandbox_tmp / "state" / "work" / "tester" / "tools" / "gate"
+    async with Supervisor.open(path) as sup:
+        waited: list[Any] = []
+        async with trio.open_nursery() as nursery:
+            async def wait() -> None:
+                waited.append(await sup.call("bash_waiter", {}))
+
+            nursery.start_soon(wait)
+            with trio.fail_after(10):
+                # a process of another namespace appearing: nothing to wait on but /proc
+                while not any("waiter" in c for c in commands_in_namespace_of(sup, "tools")):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            left = await sup.call("bash_leaver", {})
+            assert (left.status, left.data) == ("passed", "left\n")
+            running = commands_in_namespace_of(sup, "tools")
+            assert not any(c.startswith(("sleep 300", "sleep 301")) for c in running), running
+            assert any("waiter" in c for c in running), running
+            gate.write_text("")
+        [result] = waited
+        assert (result.status, result.data) == ("passed", "waited\n")
+        assert len(processes_in_namespace_of(sup, "tools")) == 1
+
+
 async def test_hot_reload_reaches_the_supervisor(sandbox_tmp: Path) -> None:
     path = bash_policy(sandbox_tmp)
     async with Supervisor.open(path) as sup:

@@ -14,11 +14,13 @@ When the script exits, times out, or its call is cancelled, :meth:`Reaper.kill_t
    the worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a grandchild that escaped with ``setsid`` is
    re-parented here when its parent dies, and is killed and reaped.
 
-Steps 2 and 3 need a ``/proc`` that shows this process's own PID namespace. A confined worker has neither: it is
-PID 1 of a PID namespace of its own while ``/proc`` is the host's (and Landlock lets it read only ``/proc/self``).
-There the reaper uses what PID 1 gets instead: every orphan of the namespace is re-parented to it, and whenever no
-script is running (the moment the last call or describe of the worker ends) it kills every other process of the
-namespace (``kill(-1, SIGKILL)``, which a PID 1 only delivers inside its namespace) and reaps them all.
+Steps 2 and 3 need a ``/proc`` that shows this process's own PID namespace. A confined worker needs neither: it
+is PID 1 of a PID namespace of its own, so every process of the namespace descends from it and every orphan is
+re-parented to it. There the reaper uses what PID 1 gets instead: whenever no other script is running (when the
+only running script's leader exits, and the moment the last call or describe of the worker ends) it kills every
+other process of the namespace (``kill(-1, SIGKILL)``, which a PID 1 only delivers inside its namespace) and reaps
+them all. That costs nothing in the common case: a PID 1 with no child left (``waitid`` says ``ECHILD``) has no
+process left in its namespace, so there is nothing to kill and no ``/proc`` to scan.
 
 What this does not cover: a process that escaped with ``setsid`` while its parent is still alive and then outlives
 the sweep's parent-exit (it is caught by the next sweep, the next idle moment of a PID-1 worker, or
@@ -49,6 +51,10 @@ _KILL_WAIT_S = 2.0
 #: After the script exits, how long the pipes may stay open (held by an escaped child) before they are abandoned.
 _DRAIN_GRACE_S = 1.0
 _READ_CHUNK = 65536
+#: ``__WALL``: wait for every kind of child, including ``clone()`` children whose exit signal is not ``SIGCHLD``
+#: (invisible to ``waitid`` without it). Defensive: the kernel gives a child re-parented to the worker ``SIGCHLD``
+#: as its exit signal, and the worker makes no such children itself.
+_WALL = 0x40000000
 
 
 @dataclass
@@ -126,8 +132,9 @@ class Reaper:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
                 self._subreaper = False
-        #: PID 1 of a namespace whose /proc we cannot use: wipe the namespace whenever no script runs.
-        self.wipe_when_idle = subreaper and os.getpid() == 1 and not self._proc_ok
+        #: PID 1 of a PID namespace: every other process of the namespace descends from this one, so whenever no
+        #: script runs, every other process is a leftover to wipe (no /proc needed).
+        self.wipe_when_idle = subreaper and os.getpid() == 1
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str, stdin: bool) -> subprocess.Popen[bytes]:
         """Start ``argv`` in a new session and track it. Raises ``OSError`` (cannot exec) or ``RuntimeError``
@@ -155,18 +162,35 @@ class Reaper:
             if self.wipe_when_idle and not self._tracked:
                 self._wipe_namespace_locked()
 
+    def leader_exited(self, proc: subprocess.Popen[bytes]) -> None:
+        """The leader of ``proc``'s tree has exited (it is a zombie, not yet reaped): kill what it left behind, so
+        that nothing holds its pipes open, and reap the leader when that is part of the cleanup."""
+        with self._lock:
+            if self.wipe_when_idle and self._tracked == {proc.pid}:
+                # No other script runs and none can start while the lock is held: every other process of the
+                # namespace is a leftover of this one. Reap the leader first (then its pid names nothing of ours).
+                proc.wait()
+                self._wipe_namespace_locked()
+                return
+        self.kill_tree(proc.pid)
+
     def _wipe_namespace_locked(self) -> None:
         """Kill every process of the namespace but this one and reap them (bounded). Holds the lock, so no spawn
-        races with ``waitpid(-1)``."""
+        races with the reaping. Costs one ``waitid`` when there is nothing to kill."""
+        flags = os.WEXITED | os.WNOHANG | _WALL
+        try:
+            os.waitid(os.P_ALL, 0, flags | os.WNOWAIT)
+        except ChildProcessError:
+            return  # no child at all, so (as PID 1) no other process in the namespace
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(-1, signal.SIGKILL)
         deadline = time.monotonic() + _KILL_WAIT_S
         while True:
             try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
+                reaped = os.waitid(os.P_ALL, 0, flags)
             except ChildProcessError:
                 return  # no children left
-            if pid == 0:
+            if reaped is None:
                 if time.monotonic() > deadline:
                     return  # still dying: reaped at the next idle moment
                 time.sleep(0.002)
@@ -345,7 +369,7 @@ def _pump(
     assert proc.stdout is not None
     assert proc.stderr is not None
     out, err = bytearray(), bytearray()
-    sel = selectors.DefaultSelector()
+    sel = selectors.PollSelector()  # no kernel object to make per run, unlike epoll
     pidfd = os.pidfd_open(proc.pid)
     try:
         sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "out")
@@ -405,8 +429,8 @@ def _pump(
                 elif what == "exit":
                     sel.unregister(pidfd)
                     exited = True
-                    # The leader is a zombie until proc.wait(): its group id cannot be reused yet.
-                    reaper.kill_tree(proc.pid)
+                    # The leader is a zombie until reaped: its group id cannot be reused yet.
+                    reaper.leader_exited(proc)
                     end = min(end, time.monotonic() + _DRAIN_GRACE_S) if not killed else end
                 elif what == "wake":
                     sel.unregister(waker.read_fd)
