@@ -4,9 +4,11 @@ The launcher calls :func:`main` with the payload of the plan once the process is
 
 1. opens the toolbox (``toolboxes.<kind>.open_toolbox``) and sends ``hello`` with its tools and load errors (or, if
    the toolbox cannot open, a ``hello`` with ``fatal`` set, then exits);
-2. reads frames from stdin on the main thread; each ``call`` runs on a pool thread (or inline for tools marked
-   ``inline``), ``cancel`` cancels a call's context and answers it at once with an ``error`` result, ``reply``
-   answers a pending portal/host request, ``shutdown`` or EOF ends the loop;
+2. reads frames from stdin with leader/follower threads (:mod:`toolboxes._serving`): a ``call`` runs on the thread
+   that read it, which first hands the reading to another thread (tools marked ``inline`` run without that hand-off,
+   while reading waits); ``cancel`` cancels a call's context and answers it at once with an ``error`` result,
+   ``reply`` answers a pending portal/host request, ``shutdown`` or EOF ends the loop; at most
+   ``max_concurrent_calls`` calls run at once, later ones wait in order;
 3. on exit closes the toolbox (which kills its child processes) and exits.
 
 Frames are written whole under a lock, so results from several threads never interleave. A protocol violation from
@@ -21,11 +23,11 @@ import signal
 import sys
 import threading
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ._protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode
 from ._result import ToolResult
+from ._serving import LeaderFollowers
 from ._toolbox import CallContext, Toolbox, ToolSpec, WorkerEnv
 
 __all__ = ["main"]
@@ -189,50 +191,62 @@ def main(payload: dict[str, Any]) -> None:
     channel._tools_changed_cb = lambda: announce("tools_changed")
     announce("hello")
 
-    pool = ThreadPoolExecutor(max_workers=int(payload.get("max_concurrent_calls", 16)),
-                              thread_name_prefix="call")
     decoder = FrameDecoder("to_worker")
+    Job = tuple[CallContext, dict[str, Any]]
+
+    def read() -> list[Job] | None:
+        """One read from the supervisor (on the leader thread): handle what it holds; the calls to run, or ``None``
+        at EOF, ``shutdown`` or a protocol violation."""
+        try:
+            data = os.read(in_fd, 1 << 16)
+        except InterruptedError:
+            return []
+        if not data:
+            return None
+        try:
+            messages = list(decoder.feed(data))
+        except ProtocolError as exc:
+            print(f"worker: protocol violation from the supervisor: {exc}", file=sys.stderr)
+            return None
+        jobs: list[Job] = []
+        for msg in messages:
+            kind = msg["t"]
+            if kind == "call":
+                args = msg["args"] if isinstance(msg["args"], dict) else {}
+                ctx = CallContext.from_wire(msg["id"], msg["tool"], msg["ctx"] or {})
+                spec = specs.get(ctx.tool)
+                if spec is None:
+                    channel.send_result(ctx.call_id, ToolResult.error(f"unknown tool {ctx.tool!r}"))
+                    continue
+                with channel.calls_lock:
+                    channel.calls[ctx.call_id] = ctx
+                if spec.inline:
+                    _run_call(toolbox, channel, ctx, args)
+                else:
+                    jobs.append((ctx, args))
+            elif kind == "cancel":
+                with channel.calls_lock:
+                    ctx = channel.calls.get(msg["id"])
+                if ctx is not None:
+                    ctx.cancel()
+                    channel.send_result(ctx.call_id, ToolResult.error("the call was cancelled"))
+            elif kind == "reply":
+                channel.deliver_reply(msg)
+            elif kind == "shutdown":
+                return None
+        return jobs
+
+    def run(job: Job) -> None:
+        ctx, args = job
+        if not ctx.cancelled.is_set():  # a call cancelled while it waited in the queue was answered already
+            _run_call(toolbox, channel, ctx, args)
+
+    # The thread that reads a call runs it (toolboxes/_serving.py); this thread only waits for the end, so that
+    # SIGTERM/SIGINT (delivered to the main thread) end the worker at once whatever the others are doing.
+    serving = LeaderFollowers(read, run, max_jobs=int(payload.get("max_concurrent_calls", 16)), name="call")
     try:
-        while True:
-            try:
-                data = os.read(in_fd, 1 << 16)
-            except InterruptedError:
-                continue
-            if not data:
-                break
-            try:
-                messages = list(decoder.feed(data))
-            except ProtocolError as exc:
-                print(f"worker: protocol violation from the supervisor: {exc}", file=sys.stderr)
-                break
-            stop = False
-            for msg in messages:
-                kind = msg["t"]
-                if kind == "call":
-                    args = msg["args"] if isinstance(msg["args"], dict) else {}
-                    ctx = CallContext.from_wire(msg["id"], msg["tool"], msg["ctx"] or {})
-                    spec = specs.get(ctx.tool)
-                    if spec is None:
-                        channel.send_result(ctx.call_id, ToolResult.error(f"unknown tool {ctx.tool!r}"))
-                        continue
-                    with channel.calls_lock:
-                        channel.calls[ctx.call_id] = ctx
-                    if spec.inline:
-                        _run_call(toolbox, channel, ctx, args)
-                    else:
-                        pool.submit(_run_call, toolbox, channel, ctx, args)
-                elif kind == "cancel":
-                    with channel.calls_lock:
-                        ctx = channel.calls.get(msg["id"])
-                    if ctx is not None:
-                        ctx.cancel()
-                        channel.send_result(ctx.call_id, ToolResult.error("the call was cancelled"))
-                elif kind == "reply":
-                    channel.deliver_reply(msg)
-                elif kind == "shutdown":
-                    stop = True
-            if stop:
-                break
+        serving.start()
+        serving.stopped.wait()
     finally:
         channel.closed.set()
         with channel.calls_lock:
@@ -242,5 +256,4 @@ def main(payload: dict[str, Any]) -> None:
         try:
             toolbox.close()
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
             os._exit(0)

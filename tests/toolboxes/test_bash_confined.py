@@ -147,6 +147,30 @@ async def test_one_calls_leftovers_die_while_another_call_runs_on(sandbox_tmp: P
         assert len(processes_in_namespace_of(sup, "tools")) == 1
 
 
+async def test_calls_past_max_concurrent_calls_wait_for_a_free_slot(sandbox_tmp: Path) -> None:
+    """With one slot, a second call waits until the first ends: here the first waits (one second at most) for a file
+    that only the second creates, so it gives up (had both run at once, it would have seen the file)."""
+    path = bash_policy(sandbox_tmp, limits={"max_concurrent_calls": 1})
+    tools = sandbox_tmp / "tools"
+    write_script(tools, "waiter", describe_json("waiter"),
+                 "for i in $(seq 100); do [ -e gate ] && { echo waited; exit 0; }; sleep 0.01; done; echo gave up")
+    write_script(tools, "opener", describe_json("opener"), "touch gate; echo opened")
+    async with Supervisor.open(path) as sup:
+        results: dict[str, Any] = {}
+        async with trio.open_nursery() as nursery:
+            async def call(name: str) -> None:
+                results[name] = await sup.call(f"bash_{name}", {})
+
+            nursery.start_soon(call, "waiter")
+            with trio.fail_after(10):
+                # a process of another namespace appearing: nothing to wait on but /proc
+                while not any("waiter" in c for c in commands_in_namespace_of(sup, "tools")):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            nursery.start_soon(call, "opener")
+        assert (results["waiter"].status, results["waiter"].data) == ("passed", "gave up\n")
+        assert (results["opener"].status, results["opener"].data) == ("passed", "opened\n")
+
+
 async def test_hot_reload_reaches_the_supervisor(sandbox_tmp: Path) -> None:
     path = bash_policy(sandbox_tmp)
     async with Supervisor.open(path) as sup:
