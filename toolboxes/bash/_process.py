@@ -35,7 +35,6 @@ import contextlib
 import ctypes
 import os
 import select
-import selectors
 import signal
 import subprocess
 import threading
@@ -43,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ProcessOutcome", "Reaper", "run_bounded"]
+__all__ = ["ProcessOutcome", "Reaper", "Spawned", "run_bounded"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 #: How long a tree kill waits for its victims to die before it rescans.
@@ -81,6 +80,23 @@ class ProcessOutcome:
     @property
     def stderr_truncated(self) -> bool:
         return self.stderr_total > len(self.stderr)
+
+
+@dataclass
+class Spawned:
+    """A started script: its process and this side's ends of its pipes (``stdin_fd`` ``None``: it reads
+    ``/dev/null``). :func:`run_bounded` closes the ends."""
+
+    proc: subprocess.Popen[bytes]
+    stdout_fd: int
+    stderr_fd: int
+    stdin_fd: int | None
+
+    def close(self) -> None:
+        for fd in (self.stdout_fd, self.stderr_fd, self.stdin_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
@@ -127,6 +143,7 @@ class Reaper:
         self._tracked: set[int] = set()
         self._subreaper = subreaper
         self._closed = False
+        self._devnull_fd: int | None = None
         self._proc_ok = _proc_is_ours()
         if subreaper:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -136,24 +153,55 @@ class Reaper:
         #: script runs, every other process is a leftover to wipe (no /proc needed).
         self.wipe_when_idle = subreaper and os.getpid() == 1
 
-    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, stdin: bool) -> subprocess.Popen[bytes]:
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, stdin: bool) -> Spawned:
         """Start ``argv`` in a new session and track it. Raises ``OSError`` (cannot exec) or ``RuntimeError``
         (reaper closed)."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the toolbox is closing")
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                close_fds=True,
-            )
-            self._tracked.add(proc.pid)
-        return proc
+        # Plain pipes (no Python file objects around them); stdin is /dev/null unless the caller writes to it.
+        ours: list[int] = []
+        theirs: list[int] = []
+        try:
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(out_r)
+            theirs.append(out_w)
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(err_r)
+            theirs.append(err_w)
+            in_w: int | None = None
+            if stdin:
+                child_in, in_w = os.pipe2(os.O_CLOEXEC)
+                ours.append(in_w)
+                theirs.append(child_in)
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("the toolbox is closing")
+                if not stdin:
+                    child_in = self._devnull()
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=child_in,
+                    stdout=out_w,
+                    stderr=err_w,
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+                self._tracked.add(proc.pid)
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        return Spawned(proc, out_r, err_r, in_w)
+
+    def _devnull(self) -> int:
+        """A descriptor of ``/dev/null`` for scripts' stdin, opened once (read-only: a script's write fails).
+        Holds the lock."""
+        if self._devnull_fd is None:
+            self._devnull_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        return self._devnull_fd
 
     def forget(self, proc: subprocess.Popen[bytes]) -> None:
         """Stop tracking a script that has been reaped."""
@@ -268,6 +316,10 @@ class Reaper:
         if self.wipe_when_idle:
             with self._lock:
                 self._wipe_namespace_locked()
+        with self._lock:
+            if self._devnull_fd is not None:
+                os.close(self._devnull_fd)
+                self._devnull_fd = None
 
 
 def _wait_readable(fds: list[int], timeout_s: float) -> None:
@@ -327,24 +379,22 @@ def run_bounded(
     """
     started = time.monotonic()
     try:
-        proc = reaper.spawn(argv, env, cwd, stdin is not None)
+        spawned = reaper.spawn(argv, env, cwd, stdin is not None)
     except (OSError, ValueError, RuntimeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return ProcessOutcome(spawn_error=reason)
+    proc = spawned.proc
     outcome = ProcessOutcome()
     waker = _Waker()
     try:
-        _pump(reaper, proc, outcome, waker, stdin, deadline, stdout_cap, stderr_cap, on_cancel)
+        _pump(reaper, spawned, outcome, waker, stdin, deadline, stdout_cap, stderr_cap, on_cancel)
     finally:
         # Whatever happened above (even an exception), leave nothing running.
         if proc.poll() is None:
             reaper.kill_tree(proc.pid)
         proc.wait()
         reaper.forget(proc)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
+        spawned.close()
         waker.close()
     code = proc.returncode
     if code is not None and code < 0:
@@ -357,7 +407,7 @@ def run_bounded(
 
 def _pump(
     reaper: Reaper,
-    proc: subprocess.Popen[bytes],
+    spawned: Spawned,
     outcome: ProcessOutcome,
     waker: _Waker,
     stdin: bytes | None,
@@ -366,23 +416,23 @@ def _pump(
     stderr_cap: int,
     on_cancel: Callable[[Callable[[], None]], None] | None,
 ) -> None:
-    assert proc.stdout is not None
-    assert proc.stderr is not None
+    proc = spawned.proc
     out, err = bytearray(), bytearray()
-    sel = selectors.PollSelector()  # no kernel object to make per run, unlike epoll
+    poller = select.poll()
     pidfd = os.pidfd_open(proc.pid)
     try:
-        sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "out")
-        sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "err")
-        sel.register(pidfd, selectors.EVENT_READ, "exit")
-        sel.register(waker.read_fd, selectors.EVENT_READ, "wake")
+        what = {spawned.stdout_fd: "out", spawned.stderr_fd: "err", pidfd: "exit", waker.read_fd: "wake"}
+        for fd in what:
+            poller.register(fd, select.POLLIN)
         pending_in = memoryview(stdin or b"")
-        if proc.stdin is not None:
-            os.set_blocking(proc.stdin.fileno(), False)
+        if spawned.stdin_fd is not None:
+            os.set_blocking(spawned.stdin_fd, False)
             if pending_in:
-                sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "in")
+                what[spawned.stdin_fd] = "in"
+                poller.register(spawned.stdin_fd, select.POLLOUT)
             else:
-                proc.stdin.close()
+                os.close(spawned.stdin_fd)
+                spawned.stdin_fd = None
         if on_cancel is not None:
             on_cancel(waker.wake)
         streams = 2
@@ -399,47 +449,47 @@ def _pump(
                 killed = True
                 end = time.monotonic() + _KILL_WAIT_S
                 continue
-            for key, _mask in sel.select(left):
-                what = key.data
-                if what in ("out", "err"):
-                    chunk = os.read(key.fd, _READ_CHUNK)
+            for fd, _events in poller.poll(left * 1000):
+                kind = what[fd]
+                if kind == "out" or kind == "err":
+                    chunk = os.read(fd, _READ_CHUNK)
                     if not chunk:
-                        sel.unregister(key.fd)
+                        poller.unregister(fd)
                         streams -= 1
                         continue
-                    buf, cap = (out, stdout_cap) if what == "out" else (err, stderr_cap)
-                    if what == "out":
+                    if kind == "out":
                         outcome.stdout_total += len(chunk)
+                        if len(out) < stdout_cap:
+                            out += chunk[: stdout_cap - len(out)]
                     else:
                         outcome.stderr_total += len(chunk)
-                    if len(buf) < cap:
-                        buf += chunk[: cap - len(buf)]
-                elif what == "in":
-                    assert proc.stdin is not None
+                        if len(err) < stderr_cap:
+                            err += chunk[: stderr_cap - len(err)]
+                elif kind == "in":
                     try:
-                        n = os.write(key.fd, pending_in[:_READ_CHUNK])
+                        n = os.write(fd, pending_in[:_READ_CHUNK])
                     except BlockingIOError:
                         continue
                     except BrokenPipeError:
                         n = len(pending_in)
                     pending_in = pending_in[n:]
                     if not pending_in:
-                        sel.unregister(key.fd)
-                        proc.stdin.close()
-                elif what == "exit":
-                    sel.unregister(pidfd)
+                        poller.unregister(fd)
+                        os.close(fd)
+                        spawned.stdin_fd = None
+                elif kind == "exit":
+                    poller.unregister(pidfd)
                     exited = True
                     # The leader is a zombie until reaped: its group id cannot be reused yet.
                     reaper.leader_exited(proc)
                     end = min(end, time.monotonic() + _DRAIN_GRACE_S) if not killed else end
-                elif what == "wake":
-                    sel.unregister(waker.read_fd)
+                elif kind == "wake":
+                    poller.unregister(waker.read_fd)
                     outcome.cancelled = True
                     reaper.kill_tree(proc.pid)
                     killed = True
                     end = time.monotonic() + _KILL_WAIT_S
     finally:
-        sel.close()
         os.close(pidfd)
         outcome.stdout = bytes(out)
         outcome.stderr = bytes(err)
