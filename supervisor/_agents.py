@@ -197,10 +197,24 @@ class AgentService:
             self.trace.record("model_retry", agent=slug, session=inner.session_id, attempt=attempt,
                               status=error.status, reason=str(error)[:300], delay_s=delay)
 
+        # The seed's continuation_id: an endpoint that holds the conversation returns an id; the next request then
+        # carries only the messages after those it holds (``held`` of them), plus the id.
+        continuation = ""
+        held = 0
         for step in range(1, self.bounds.max_steps + 1):
             start = time.perf_counter()
             try:
-                reply = await complete_with_retries(client, messages, functions, bounds, on_retry)
+                try:
+                    reply = await complete_with_retries(client, messages[held:] if continuation else messages,
+                                                        functions, bounds, on_retry, continuation)
+                except ModelError as exc:
+                    if not continuation or exc.transient:
+                        raise
+                    # The endpoint refused the continued request (it may have lost the state): send it all.
+                    self.trace.record("model_continuation_dropped", agent=slug, session=inner.session_id, step=step,
+                                      reason=str(exc)[:300])
+                    continuation = ""
+                    reply = await complete_with_retries(client, messages, functions, bounds, on_retry)
             except ModelError as exc:
                 self.trace.record("agent_step", agent=slug, session=inner.session_id, step=step, error=str(exc)[:500],
                                   duration_s=round(time.perf_counter() - start, 6))
@@ -210,6 +224,7 @@ class AgentService:
                               tool_calls=[c.name for c in reply.tool_calls], finish_reason=reply.finish_reason,
                               duration_s=round(time.perf_counter() - start, 6))
             messages.append(reply.message())
+            continuation, held = reply.continuation_id, len(messages)
             if self.sessions is not None and (reply.content or not reply.tool_calls):
                 self.sessions.add_turn(inner.session_id, "assistant", reply.content)
             if not reply.tool_calls:

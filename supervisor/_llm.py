@@ -13,6 +13,9 @@ and whose ``transient`` says whether the same request may succeed if made again:
 - not transient: any other status, an answer that is not JSON (an HTML page), a JSON answer of the wrong shape.
 The seed's ``transient`` metadata key overrides both ways: an error body (or stream error event) carrying
 ``"metadata": [["transient", "false"]]`` vetoes a retry of a ``429``; ``"true"`` makes any failure retryable.
+An answer may carry the seed's ``continuation_id`` metadata key (the endpoint holds the conversation): it is
+returned in :attr:`ChatReply.continuation_id`, and :meth:`ChatClient.complete` sends it back as the request's
+``continuation_id`` field with only the new messages (the agent loop decides which, ``supervisor/_agents.py``).
 The API key is sent only in the ``Authorization`` header; it is never part of an error message, a trace record or
 anything a worker sees. Timeouts are trio cancel scopes (the httpx client is built without its own timeouts).
 """
@@ -75,6 +78,9 @@ class ChatReply:
     content: str
     tool_calls: tuple[ToolCallRequest, ...] = ()
     finish_reason: str | None = None
+    #: the seed's ``continuation_id`` metadata key: the endpoint holds the conversation so far under this id ("" when
+    #: it sent none, or an empty one: it holds nothing, send everything next time)
+    continuation_id: str = ""
 
     def message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation before the tool results."""
@@ -108,15 +114,22 @@ def function_tool(name: str, description: str, input_schema: Mapping[str, Any]) 
                                              "parameters": dict(input_schema) or {"type": "object"}}}
 
 
-def _transient_meta(body: Any) -> str | None:
-    """The first ``transient`` metadata value of an error body (top level or under ``error``), if any."""
+def _metadata_value(body: Any, key: str) -> str | None:
+    """The first ``key`` pair of the seed's ``metadata`` list (``[[key, value], ...]``) in ``body`` (top level or
+    under ``error``), if any."""
     for holder in (body, body.get("error") if isinstance(body, dict) else None):
         if not isinstance(holder, dict):
             continue
-        for pair in holder.get("metadata") or []:
-            if isinstance(pair, list | tuple) and len(pair) == 2 and pair[0] == "transient":
+        pairs = holder.get("metadata")
+        for pair in pairs if isinstance(pairs, list) else []:
+            if isinstance(pair, list | tuple) and len(pair) == 2 and pair[0] == key:
                 return str(pair[1])
     return None
+
+
+def _transient_meta(body: Any) -> str | None:
+    """The first ``transient`` metadata value of an error body, if any."""
+    return _metadata_value(body, "transient")
 
 
 def retry_decision(status: int | None, *, broken: bool = False, transient_meta: str | None = None) -> bool:
@@ -187,7 +200,8 @@ def parse_completion(body: Any) -> ChatReply:
     calls = message.get("tool_calls") or []
     if not isinstance(calls, list):
         raise ModelError("the model's tool_calls is not a list", transient=False)
-    return ChatReply(content, tuple(_tool_call(c, i) for i, c in enumerate(calls)), choices[0].get("finish_reason"))
+    return ChatReply(content, tuple(_tool_call(c, i) for i, c in enumerate(calls)), choices[0].get("finish_reason"),
+                     _metadata_value(body, "continuation_id") or "")
 
 
 @dataclass
@@ -198,6 +212,8 @@ class StreamAssembler:
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish_reason: str | None = None
     done: bool = False
+    #: the first ``continuation_id`` metadata value any event carried (``None``: none did)
+    continuation_id: str | None = None
     _buffer: str = ""
 
     def feed(self, text: str) -> None:
@@ -225,6 +241,8 @@ class StreamAssembler:
             meta = _transient_meta(chunk)
             raise ModelError(f"the model's stream reported an error: {_error_text(chunk, data.encode())}",
                              transient=meta != "false")
+        if self.continuation_id is None:
+            self.continuation_id = _metadata_value(chunk, "continuation_id")
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -255,7 +273,7 @@ class StreamAssembler:
                              "[DONE])", transient=True)
         calls = tuple(_tool_call({"id": c["id"], "function": {"name": c["name"], "arguments": c["arguments"]}}, i)
                       for i, c in sorted(self.calls.items()))
-        return ChatReply("".join(self.content), calls, self.finish_reason)
+        return ChatReply("".join(self.content), calls, self.finish_reason, self.continuation_id or "")
 
 
 def resolve_api_key(api_key_id: str | None, model_keys: Mapping[str, str],
@@ -299,13 +317,17 @@ class ChatClient:
     def __repr__(self) -> str:
         return f"ChatClient(url={self.url!r}, model={self.model!r})"
 
-    async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> ChatReply:
+    async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
+                       continuation_id: str = "") -> ChatReply:
         """Make one request (streamed); return the reply or raise :class:`ModelError`.
 
-        Not bounded in time here: the caller wraps it in a cancel scope. A checkpoint; cancellation closes the
-        connection.
+        With ``continuation_id``, ``messages`` are only those the endpoint does not hold yet, and the id is sent as
+        the request's ``continuation_id`` field (the seed's protocol). Not bounded in time here: the caller wraps it
+        in a cancel scope. A checkpoint; cancellation closes the connection.
         """
         payload: dict[str, Any] = {"model": self.model, "messages": list(messages), "stream": True}
+        if continuation_id:
+            payload["continuation_id"] = continuation_id
         if tools:
             payload["tools"] = list(tools)
         headers = {"Accept": "text/event-stream, application/json"}
@@ -371,6 +393,7 @@ async def complete_with_retries(
     tools: Sequence[Mapping[str, Any]],
     bounds: RetryBounds,
     on_retry: Callable[[int, ModelError, float], None] | None = None,
+    continuation_id: str = "",
 ) -> ChatReply:
     """:meth:`ChatClient.complete`, each attempt bounded by ``request_timeout_s``, transient failures retried up to
     ``retries`` times after a backoff doubling from ``backoff_initial_s`` up to ``backoff_max_s``.
@@ -385,7 +408,7 @@ async def complete_with_retries(
         error: ModelError
         with trio.move_on_after(bounds.request_timeout_s) as scope:
             try:
-                return await client.complete(messages, tools)
+                return await client.complete(messages, tools, continuation_id)
             except ModelError as exc:
                 error = exc
         if scope.cancelled_caught:

@@ -288,3 +288,73 @@ def test_duplicate_and_mismatched_subagent_slugs_are_refused(sandbox_tmp: Path) 
     main = agent("main", extraAgents=[{"slug": "gone", "path": "gone.json"}])
     with pytest.raises(ConfigError, match=r"sub-agent file not found"):
         expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
+
+
+# -- the seed's continuation_id: an endpoint that keeps the conversation --------------------------------------------
+class StatefulDriver:
+    """A model endpoint that holds each conversation under an id (``conv-N``) and answers from what it holds plus
+    what a request adds, as a driver that opts into the seed's ``continuation_id`` would. ``forget`` makes it lose
+    every conversation (it then refuses continued requests with HTTP 404)."""
+
+    def __init__(self, *, hand_out: bool = True) -> None:
+        self.held: dict[str, list[dict[str, Any]]] = {}
+        self.hand_out = hand_out
+        self.forget = False
+
+    def __call__(self, req: dict[str, Any]) -> Reply:
+        cid = req.get("continuation_id")
+        if cid is not None and (self.forget or cid not in self.held):
+            return Reply("status", {"error": {"message": f"unknown continuation {cid}"}}, status=404)
+        history = (self.held[cid] if cid else []) + req["messages"]
+        if history[-1]["role"] == "user":
+            reply = call("system_helper_sys_hostname", {})
+        else:
+            reply = answer(f"I saw {len(history)} messages")
+        cid = cid or f"conv-{len(self.held) + 1}"
+        self.held[cid] = [*history, reply.body["choices"][0]["message"]]
+        if self.hand_out:
+            reply.body["metadata"] = [["continuation_id", cid]]
+        return reply
+
+
+async def test_with_a_continuation_id_only_the_new_messages_are_sent(sandbox_tmp: Path) -> None:
+    driver = StatefulDriver()
+    with model_server(driver) as server:
+        async with Supervisor.open(_policy(sandbox_tmp, server.url)) as sup:
+            result = await sup.call("io_prompt_agent_helper", {"what": "Which host?"})
+    assert (result.status, result.data) == ("passed", "I saw 4 messages")  # system, user, call, tool result
+    first, second = server.requests
+    assert "continuation_id" not in first
+    assert [m["role"] for m in first["messages"]] == ["system", "user"]
+    assert second["continuation_id"] == "conv-1"
+    assert [m["role"] for m in second["messages"]] == ["tool"]
+    assert second["tools"] == first["tools"]
+
+
+async def test_without_a_continuation_id_every_request_sends_everything(sandbox_tmp: Path) -> None:
+    with model_server(StatefulDriver(hand_out=False)) as server:
+        async with Supervisor.open(_policy(sandbox_tmp, server.url)) as sup:
+            result = await sup.call("io_prompt_agent_helper", {"what": "Which host?"})
+    assert (result.status, result.data) == ("passed", "I saw 4 messages")
+    assert all("continuation_id" not in r for r in server.requests)
+    assert [m["role"] for m in server.requests[1]["messages"]] == ["system", "user", "assistant", "tool"]
+
+
+async def test_a_refused_continuation_is_sent_again_in_full(sandbox_tmp: Path) -> None:
+    driver = StatefulDriver()
+
+    def script(req: dict[str, Any]) -> Reply:
+        if req.get("continuation_id"):
+            driver.forget = True  # the endpoint lost its state between the two requests
+        else:
+            driver.forget = False
+        return driver(req)
+
+    with model_server(script) as server:
+        async with Supervisor.open(_policy(sandbox_tmp, server.url)) as sup:
+            result = await sup.call("io_prompt_agent_helper", {"what": "Which host?"})
+    assert (result.status, result.data) == ("passed", "I saw 4 messages")
+    assert [("continuation_id" in r, len(r["messages"])) for r in server.requests] == [(False, 2), (True, 1),
+                                                                                        (False, 4)]
+    dropped = [r for r in _trace(sandbox_tmp) if r["event"] == "model_continuation_dropped"]
+    assert len(dropped) == 1 and "unknown continuation conv-1" in dropped[0]["reason"]

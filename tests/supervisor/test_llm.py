@@ -112,3 +112,26 @@ async def test_an_unusable_model_url_is_a_clear_error_not_retried(url: str) -> N
                                         RetryBounds(retries=3, backoff_initial_s=0),
                                         on_retry=lambda n, e, d: attempts.append(n))
     assert not caught.value.transient and attempts == []
+
+
+# -- the seed's continuation_id metadata key ----------------------------------------------------------------------
+def test_a_completion_carries_the_first_continuation_id_of_its_metadata() -> None:
+    body = {**message("hi"), "metadata": [["state_effect", "read"], ["continuation_id", "conv-7"],
+                                          ["continuation_id", "conv-8"]]}
+    assert parse_completion(body).continuation_id == "conv-7"
+    assert parse_completion(message("hi")).continuation_id == ""
+    assert parse_completion({**message("hi"), "metadata": [["continuation_id", ""]]}).continuation_id == ""
+    assert parse_completion({**message("hi"), "metadata": "not a list"}).continuation_id == ""
+
+
+def test_a_stream_carries_the_continuation_id_of_its_first_event_that_has_one() -> None:
+    chunks = streamed("Hello").chunks
+    chunks[1] = {**chunks[1], "metadata": [["continuation_id", "conv-1"]]}
+    chunks[-1] = {**chunks[-1], "metadata": [["continuation_id", "conv-2"]]}
+    assembler = StreamAssembler()
+    assembler.feed(_sse_text(chunks))
+    reply = assembler.reply()
+    assert (reply.content, reply.continuation_id) == ("Hello", "conv-1")
+    plain = StreamAssembler()
+    plain.feed(_sse_text(streamed("Hello").chunks))
+    assert plain.reply().continuation_id == ""
