@@ -100,6 +100,8 @@ def decode_plan(data: bytes) -> ConfinementPlan:
         value = getattr(plan, name)
         want(value is None or (is_int(value) and value >= 0), f"{name} must be a non-negative integer")
     want(is_int(plan.min_landlock_abi) and plan.min_landlock_abi >= 0, "min_landlock_abi must be >= 0")
+    for name in ("new_netns", "new_pidns", "new_ipcns", "bridge"):
+        want(isinstance(getattr(plan, name), bool), f"{name} must be true or false")
     want(not plan.bridge or plan.bridge_fd is not None, "bridge needs bridge_fd")
     want(all(isinstance(r.path, str) and isinstance(r.mode, str) for r in plan.fs_rules), "bad fs_rules")
     want(all(is_int(p) and 0 <= p <= 65535 for p in plan.tcp_connect_ports), "bad tcp_connect_ports")
@@ -217,8 +219,8 @@ def confine(plan: ConfinementPlan) -> None:
        takes the launcher with it; the re-check catches a death just before the call. Then every fd above 2
        except ``bridge_fd`` is closed (fds opened before Landlock are not covered by it), and the kernel's
        Landlock ABI is checked against ``plan.min_landlock_abi`` before any work is done.
-    2. New network namespace with ``lo`` up, new PID namespace (and, for a non-root launcher, a user namespace
-       to be allowed to create them): needs privileges that step 8 drops.
+    2. New network namespace with ``lo`` up, new PID namespace, new IPC namespace (and, for a non-root launcher, a
+       user namespace to be allowed to create them): needs privileges that step 8 drops.
     3. Bridge sockets (only when ``plan.bridge``): ``sandbox._bridge.open_bridge(plan.bridge_fd)`` opens the
        egress listening sockets *inside* the new namespace (so they listen on its ``lo``) and passes them
        up; before Landlock, which refuses every TCP bind, and before the uid drop. Then a private
@@ -264,7 +266,8 @@ def confine(plan: ConfinementPlan) -> None:
     if os.geteuid() == 0 and plan.uid is None:
         raise ConfinementError("refusing to run a worker as root: the plan names no uid", step="identity")
     # 2
-    namespaces = plan_namespaces(new_netns=plan.new_netns, new_pidns=plan.new_pidns, euid=os.geteuid())
+    namespaces = plan_namespaces(new_netns=plan.new_netns, new_pidns=plan.new_pidns, new_ipcns=plan.new_ipcns,
+                                 euid=os.geteuid())
     enter_namespaces(namespaces)
     # 3
     if plan.bridge and plan.bridge_fd is not None:

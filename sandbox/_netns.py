@@ -1,15 +1,19 @@
-"""Namespaces over ctypes: a new network namespace with only ``lo`` up, a new PID namespace, a user namespace.
+"""Namespaces over ctypes: a new network namespace with only ``lo`` up, a new PID namespace, a new IPC namespace,
+a user namespace.
 
 What it enforces: after :func:`enter_namespaces`, the process sees a network stack of its own with one
 interface, ``lo``, brought up here; it has no route anywhere else, so the only way out is a socket handed in
 from outside (the egress bridge). ``CLONE_NEWPID`` does not move the caller: its *next child* is PID 1 of the
-new namespace, and when that PID 1 dies the kernel kills every process left in the namespace. A launcher that
+new namespace, and when that PID 1 dies the kernel kills every process left in the namespace. ``CLONE_NEWIPC``
+gives the worker SysV IPC objects (shared memory, semaphores, message queues) and POSIX message queues of its own:
+they are not files, so Landlock does not see them, and every worker runs as the same uid, so without it a key
+would name the same object in every worker and on the host (a channel between toolboxes). A launcher that
 is not root also enters a new user namespace (mapping its own uid and gid to themselves) so that it may create
 the others.
 
 What it does NOT cover: the filesystem (``/proc`` stays the host's procfs, so PIDs seen in ``/proc`` are host
-PIDs and not those of the new namespace), IPC, the mount table, the hostname (no ``CLONE_NEWNS``,
-``CLONE_NEWIPC``, ``CLONE_NEWUTS``); pathname unix sockets are reachable through the filesystem unless
+PIDs and not those of the new namespace), the mount table, the hostname (no ``CLONE_NEWNS``, ``CLONE_NEWUTS``
+here); pathname unix sockets are reachable through the filesystem unless
 Landlock denies the path. No pyroute2 here: importing it costs about 300 ms; the ioctl costs 0.3 ms.
 """
 
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from sandbox._errors import ConfinementError
 
 __all__ = [
+    "CLONE_NEWIPC",
     "CLONE_NEWNET",
     "CLONE_NEWPID",
     "CLONE_NEWUSER",
@@ -35,6 +40,7 @@ __all__ = [
     "plan_namespaces",
 ]
 
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -60,19 +66,21 @@ class NamespacePlan:
     user_ns: bool
     net: bool
     pid: bool
+    ipc: bool = False
 
 
-def plan_namespaces(*, new_netns: bool, new_pidns: bool, euid: int) -> NamespacePlan:
+def plan_namespaces(*, new_netns: bool, new_pidns: bool, euid: int, new_ipcns: bool = False) -> NamespacePlan:
     """Decide the ``unshare`` flags. Pure.
 
     A root launcher needs no user namespace. A non-root one needs ``CLONE_NEWUSER`` to be allowed to create a
-    network or PID namespace; with neither requested, no namespace at all is entered.
+    network, PID or IPC namespace; with none requested, no namespace at all is entered.
     """
-    flags = (CLONE_NEWNET if new_netns else 0) | (CLONE_NEWPID if new_pidns else 0)
+    flags = ((CLONE_NEWNET if new_netns else 0) | (CLONE_NEWPID if new_pidns else 0)
+             | (CLONE_NEWIPC if new_ipcns else 0))
     user_ns = bool(flags) and euid != 0
     if user_ns:
         flags |= CLONE_NEWUSER
-    return NamespacePlan(flags=flags, user_ns=user_ns, net=new_netns, pid=new_pidns)
+    return NamespacePlan(flags=flags, user_ns=user_ns, net=new_netns, pid=new_pidns, ipc=new_ipcns)
 
 
 def _unshare(flags: int) -> None:

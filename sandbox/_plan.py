@@ -58,6 +58,7 @@ class ConfinementPlan:
             connects and every TCP bind are refused when the kernel has ABI 4.
         new_netns: enter a new network namespace with only ``lo`` up.
         new_pidns: enter a new PID namespace; the worker is its PID 1, so every descendant dies with it.
+        new_ipcns: enter a new IPC namespace (SysV IPC and POSIX message queues of the worker's own).
         bridge: open the egress bridge listening sockets inside the namespace and pass them up on ``bridge_fd``.
         bridge_fd: the inherited unix socket that carries the bridge sockets (SCM_RIGHTS), or ``None``.
         rlimits: resource limits.
@@ -78,6 +79,7 @@ class ConfinementPlan:
     tcp_connect_ports: tuple[int, ...] = ()
     new_netns: bool = True
     new_pidns: bool = True
+    new_ipcns: bool = True
     bridge: bool = False
     bridge_fd: int | None = None
     rlimits: Rlimits = field(default_factory=Rlimits)

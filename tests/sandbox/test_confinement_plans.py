@@ -12,7 +12,7 @@ import pytest
 
 from sandbox._errors import ConfinementError, SandboxError
 from sandbox._launcher import decode_plan
-from sandbox._netns import CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER, plan_namespaces
+from sandbox._netns import CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER, plan_namespaces
 from sandbox._plan import ConfinementPlan, FsRule, Rlimits
 from sandbox._privileges import check_status
 from sandbox._rlimits import RlimitSetting, plan_rlimits
@@ -43,6 +43,17 @@ def test_non_root_adds_a_user_namespace_only_when_another_namespace_is_asked_for
     assert plan.flags == CLONE_NEWNET | CLONE_NEWUSER
     assert (plan.user_ns, plan.net, plan.pid) == (True, True, False)
     assert plan_namespaces(new_netns=False, new_pidns=False, euid=1000).flags == 0
+    only_ipc = plan_namespaces(new_netns=False, new_pidns=False, new_ipcns=True, euid=1000)
+    assert only_ipc.flags == CLONE_NEWIPC | CLONE_NEWUSER
+
+
+def test_a_plan_asks_for_an_ipc_namespace_by_default() -> None:
+    from sandbox._plan import ConfinementPlan
+
+    plan = ConfinementPlan(toolbox="t", workdir="/w", entry="m:f")
+    assert plan.new_ipcns is True
+    flags = plan_namespaces(new_netns=plan.new_netns, new_pidns=plan.new_pidns, new_ipcns=plan.new_ipcns, euid=0)
+    assert flags.flags == CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC
 
 
 # --- rlimits

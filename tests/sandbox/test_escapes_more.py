@@ -176,3 +176,28 @@ async def test_a_worker_cannot_offer_a_pathname_socket_to_another(sup: Superviso
     out = await _assert_refused(sup, _py("import socket, os\ns = socket.socket(socket.AF_UNIX)\n"
                                          "s.bind(os.environ['TMPDIR'] + '/x.sock')"), "alpha")
     assert "Permission denied" in out["stderr"], out
+
+
+_IPC_CREAT, _IPC_RMID = 0o1000, 0
+
+
+async def test_sysv_ipc_is_no_channel_between_toolboxes_nor_to_the_host(sup: Supervisor) -> None:
+    """SysV shared memory and message queues are not files: Landlock does not see them, and every worker has the
+    same uid. Each worker has an IPC namespace of its own, so a key means nothing outside it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    host_shm = libc.shmget(0x5A5A0002, 4096, _IPC_CREAT | 0o666)  # world-accessible, on the host
+    host_msg = libc.msgget(0x5A5A0003, _IPC_CREAT | 0o666)
+    assert host_shm >= 0 and host_msg >= 0, os.strerror(ctypes.get_errno())
+    try:
+        made = await _run(sup, _py("r = libc.shmget(0x5A5A0001, 4096, 0o1000 | 0o666)\nprint('made', r)\n"
+                                   "sys.exit(0 if r >= 0 else 1)"), "alpha")
+        assert made["exitCode"] == 0, made  # a worker may use SysV IPC within its own namespace
+        await _assert_refused(sup, _syscall_must_fail("libc.shmget(0x5A5A0001, 0, 0)"), "beta")
+        await _assert_refused(sup, _syscall_must_fail("libc.shmget(0x5A5A0002, 0, 0)"), "alpha")
+        await _assert_refused(sup, _syscall_must_fail("libc.msgget(0x5A5A0003, 0)"), "beta")
+        assert libc.shmget(0x5A5A0001, 0, 0) == -1  # and the worker's segment is not on the host
+    finally:
+        libc.shmctl(host_shm, _IPC_RMID, None)
+        libc.msgctl(host_msg, _IPC_RMID, None)
