@@ -1,11 +1,14 @@
-"""A cgroup per worker: a process count (``pids.max``) and a memory limit for the whole tree of one toolbox.
+"""A cgroup per worker: a process count (``pids.max``), a memory limit and a CPU bandwidth for the whole tree of one
+toolbox.
 
 Why: every worker runs as the same uid, so ``RLIMIT_NPROC`` is shared machine-wide (a fork bomb in one toolbox stops
 every other toolbox from creating a thread) and ``RLIMIT_AS`` is per process (many processes together exhaust
-memory). A cgroup counts the worker's whole tree, and only it.
+memory), and ``RLIMIT_CPU`` is per process (a tree of busy processes takes every CPU of the host). A cgroup counts
+the worker's whole tree, and only it.
 
 How: :func:`detect_layout` looks at the mounts and the supervisor's own cgroup and picks cgroup v2 when ``pids`` and
-``memory`` are enabled there, else the v1 ``pids`` and ``memory`` hierarchies. Groups are made *below the
+``memory`` are enabled there, else the v1 ``pids`` and ``memory`` hierarchies; the ``cpu`` controller is used where it
+is found beside them (v2: enabled there too; v1: a hierarchy with ``cpu``). Groups are made *below the
 supervisor's own cgroup* in each hierarchy, in ``agents-supervise/<toolbox>-<id>``: the limits of whatever runs the
 supervisor (a systemd unit, a container) keep applying to the workers. :func:`plan_cgroup` (pure) decides the limits;
 :meth:`CgroupPlan.instance` (pure) names the directories and the files to write for one start of the worker. The
@@ -17,18 +20,20 @@ Limits: ``pids.max`` counts every task (threads too). Memory: v1 ``memory.limit_
 accounted, ``memory.memsw.limit_in_bytes`` at the same value (no escape into swap); v2 ``memory.max``,
 ``memory.swap.max`` 0 and ``memory.oom.group`` 1. Past the memory limit the kernel reclaims, then its OOM killer
 kills in the group only: in v1 the largest process of the group (the hog; the worker if it is the hog, and the
-supervisor restarts it), in v2 the whole group (the worker restarts).
+supervisor restarts it), in v2 the whole group (the worker restarts). CPU: a CFS bandwidth quota, ``cpus`` CPUs per
+100 ms period (v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``, v2 ``cpu.max``): a tree that wants more is throttled
+until the next period, so one toolbox cannot take the CPUs from the others or from the host.
 
 The worker cannot leave its group: moving a process needs write access to a ``cgroup.procs`` file owned by root
 (mode 0644); the worker runs as the sandbox uid without capabilities, Landlock grants it nothing under ``/sys``, and
 its mounts are locked (Landlock refuses ``mount`` to a sandboxed process, so it cannot mount a cgroupfs of its own).
 
-What it does NOT cover: CPU time of the tree (no ``cpu`` controller is set; ``RLIMIT_CPU`` is per process), disk
-I/O and disk usage, kernel memory outside the memory controller's accounting, network buffers of the supervisor's
-egress proxy (those are the supervisor's). Under v2 the supervisor's own cgroup must allow the controllers in its
-``cgroup.subtree_control`` (a cgroup with processes in it cannot: run the supervisor in a leaf of its own, as
-systemd's ``Delegate=yes`` does). A supervisor killed by SIGKILL leaves its groups behind (empty; removable with
-``rmdir``). Memory charged before the launcher enters the group (its start-up) stays with the supervisor's group.
+What it does NOT cover: disk I/O and disk usage, kernel memory outside the memory controller's accounting, network
+buffers of the supervisor's egress proxy (those are the supervisor's). Under v2 the supervisor's own cgroup must
+allow the controllers in its ``cgroup.subtree_control`` (a cgroup with processes in it cannot: run the supervisor in
+a leaf of its own, as systemd's ``Delegate=yes`` does). A supervisor killed by SIGKILL leaves its groups behind
+(empty; removable with ``rmdir``). Memory charged before the launcher enters the group (its start-up) stays with the
+supervisor's group.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ CGROUP_DIR = "agents-supervise"
 V1 = "v1"
 V2 = "v2"
 _NEEDED = ("pids", "memory")
+#: CFS bandwidth period (us): a worker gets ``cpus * period`` of CPU time in each period
+CPU_PERIOD_US = 100_000
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -75,12 +82,19 @@ class CgroupLayout:
             the same directory); it may not exist yet.
         parent_enable: v2 only: the supervisor's own cgroup, whose ``cgroup.subtree_control`` must enable the
             controllers for the base directory (``""`` for v1).
+        cpu_base: the directory that holds the worker groups for the ``cpu`` controller (v2: the same directory as
+            the others); ``""`` when this host offers no ``cpu`` controller to the supervisor.
     """
 
     version: str
     pids_base: str
     memory_base: str
     parent_enable: str = ""
+    cpu_base: str = ""
+
+    def bases(self) -> list[str]:
+        """Every distinct base directory, sorted."""
+        return sorted({self.pids_base, self.memory_base} | ({self.cpu_base} if self.cpu_base else set()))
 
 
 @dataclass(frozen=True)
@@ -107,13 +121,15 @@ class CgroupPlan:
     pids_max: int | None
     memory_bytes: int | None
     required: bool = True
+    #: CPU time per ``CPU_PERIOD_US`` period, in microseconds (``None``: no CPU limit)
+    cpu_quota_us: int | None = None
 
     def describe(self) -> str:
         """One line for ``agents-supervise check``."""
         what = [f"pids.max={self.pids_max}" if self.pids_max is not None else "no process limit",
-                f"memory={self.memory_bytes}" if self.memory_bytes is not None else "no memory limit"]
-        where = sorted({self.layout.pids_base, self.layout.memory_base})
-        return f"cgroup {self.layout.version} ({', '.join(what)}) under {' and '.join(where)}"
+                f"memory={self.memory_bytes}" if self.memory_bytes is not None else "no memory limit",
+                f"cpus={self.cpu_quota_us / CPU_PERIOD_US:g}" if self.cpu_quota_us is not None else "no CPU limit"]
+        return f"cgroup {self.layout.version} ({', '.join(what)}) under {' and '.join(self.layout.bases())}"
 
     def instance(self, toolbox: str, unique: str) -> CgroupInstance:
         """The group ``<base>/<toolbox>-<unique>`` of this plan. Pure."""
@@ -122,8 +138,11 @@ class CgroupPlan:
         writes: list[tuple[str, str, bool]] = []
         if layout.version == V2:
             group = os.path.join(layout.pids_base, name)
-            enable = ((os.path.join(layout.parent_enable, "cgroup.subtree_control"), "+pids +memory"),
-                      (os.path.join(layout.pids_base, "cgroup.subtree_control"), "+pids +memory"))
+            controllers = "+pids +memory" + (" +cpu" if self.cpu_quota_us is not None else "")
+            enable = ((os.path.join(layout.parent_enable, "cgroup.subtree_control"), controllers),
+                      (os.path.join(layout.pids_base, "cgroup.subtree_control"), controllers))
+            if self.cpu_quota_us is not None:
+                writes.append((os.path.join(group, "cpu.max"), f"{self.cpu_quota_us} {CPU_PERIOD_US}", True))
             if self.pids_max is not None:
                 writes.append((os.path.join(group, "pids.max"), str(self.pids_max), True))
             if self.memory_bytes is not None:
@@ -141,6 +160,11 @@ class CgroupPlan:
             dirs.append(memory)
             writes += [(os.path.join(memory, "memory.limit_in_bytes"), str(self.memory_bytes), True),
                        (os.path.join(memory, "memory.memsw.limit_in_bytes"), str(self.memory_bytes), False)]
+        if self.cpu_quota_us is not None:
+            cpu = os.path.join(layout.cpu_base, name)
+            dirs.append(cpu)
+            writes += [(os.path.join(cpu, "cpu.cfs_period_us"), str(CPU_PERIOD_US), True),
+                       (os.path.join(cpu, "cpu.cfs_quota_us"), str(self.cpu_quota_us), True)]
         return CgroupInstance(tuple(dirs), tuple(writes), tuple(os.path.join(d, "cgroup.procs") for d in dirs))
 
 
@@ -189,16 +213,16 @@ def detect_layout(mountinfo: str, proc_cgroup: str, v2_controllers: Callable[[st
         available = (v2_controllers(own_dir) or "").split()
         if all(c in available for c in _NEEDED):
             base = os.path.join(own_dir, CGROUP_DIR)
-            return CgroupLayout(V2, base, base, parent_enable=own_dir), ""
+            return CgroupLayout(V2, base, base, parent_enable=own_dir, cpu_base=base if "cpu" in available else ""), ""
         reasons.append(f"cgroup2 at {point} offers {' '.join(available) or 'no controllers'} in {own_dir}")
         break
     bases: dict[str, str] = {}
     for point, fstype, root, options in mounts:
-        for controller in _NEEDED:
+        for controller in (*_NEEDED, "cpu"):
             if fstype == "cgroup" and controller in options and controller not in bases and controller in own:
                 bases[controller] = os.path.join(below(point, root, own[controller]), CGROUP_DIR)
     if all(c in bases for c in _NEEDED):
-        return CgroupLayout(V1, bases["pids"], bases["memory"]), ""
+        return CgroupLayout(V1, bases["pids"], bases["memory"], cpu_base=bases.get("cpu", "")), ""
     missing = [c for c in _NEEDED if c not in bases]
     reasons.append(f"no cgroup v1 hierarchy with {' and '.join(missing)} is mounted")
     return None, "; ".join(reasons)
@@ -218,7 +242,7 @@ def read_layout() -> tuple[CgroupLayout | None, str]:
                                    lambda d: _read(os.path.join(d, "cgroup.controllers")))
     if layout is None:
         return None, reason
-    for base in {layout.pids_base, layout.memory_base}:
+    for base in layout.bases():
         existing = base if os.path.isdir(base) else os.path.dirname(base)
         if not os.access(existing, os.W_OK):
             return None, f"cannot create cgroups in {existing} (the supervisor runs as uid {os.geteuid()})"
@@ -226,18 +250,29 @@ def read_layout() -> tuple[CgroupLayout | None, str]:
 
 
 def plan_cgroup(layout: CgroupLayout, *, pids_max: int | None, memory_bytes: int | None,
-                required: bool = True) -> CgroupPlan | None:
-    """The plan of a worker's group; ``None`` when neither limit is asked for. Pure.
+                required: bool = True, cpus: float | None = None) -> CgroupPlan | None:
+    """The plan of a worker's group; ``None`` when no limit is asked for. Pure.
+
+    ``cpus``: CPU bandwidth of the whole tree in CPUs (``0.5``: half of one CPU; ``2``: two CPUs).
 
     Raises:
-        ConfinementError: a limit below 1 (a group that admits no process, or no memory).
+        ConfinementError: a limit below 1 (a group that admits no process, or no memory), a CPU share below 0.01 CPU
+            (the kernel's smallest quota is 1 ms per period), or a CPU limit on a host without the ``cpu``
+            controller.
     """
     for name, value in (("pids_max", pids_max), ("memory_bytes", memory_bytes)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfinementError(f"cgroup {name}: invalid limit {value!r}", step="cgroup")
-    if pids_max is None and memory_bytes is None:
+    quota = None
+    if cpus is not None:
+        if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not cpus >= 0.01:
+            raise ConfinementError(f"cgroup cpus: invalid limit {cpus!r} (at least 0.01)", step="cgroup")
+        if not layout.cpu_base:
+            raise ConfinementError("cgroup cpus: this host offers the supervisor no cpu controller", step="cgroup")
+        quota = round(cpus * CPU_PERIOD_US)
+    if pids_max is None and memory_bytes is None and quota is None:
         return None
-    return CgroupPlan(layout, pids_max, memory_bytes, required)
+    return CgroupPlan(layout, pids_max, memory_bytes, required, quota)
 
 
 def _fail(what: str, exc: OSError) -> ConfinementError:
@@ -340,7 +375,7 @@ def stale_groups(layout: CgroupLayout, *, names: list[str], procs_of: Callable[[
     right now (made, not yet entered), so it is never stale.
     """
     out = []
-    for base in sorted({layout.pids_base, layout.memory_base}):
+    for base in layout.bases():
         for name in names:
             parts = name.rsplit("-", 2)
             if len(parts) != 3 or not parts[1].isdigit():
@@ -356,7 +391,7 @@ def stale_groups(layout: CgroupLayout, *, names: list[str], procs_of: Callable[[
 def sweep_stale_cgroups(layout: CgroupLayout) -> list[str]:
     """Remove the groups :func:`stale_groups` finds (a supervisor killed with SIGKILL leaves them); returns them."""
     names: set[str] = set()
-    for base in {layout.pids_base, layout.memory_base}:
+    for base in layout.bases():
         try:
             names.update(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
         except OSError:

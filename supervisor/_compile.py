@@ -214,19 +214,30 @@ def plan_worker(
             f"{policy.landlock_min_abi} (strict: true never runs a worker less confined than it says)")
 
     cgroup: CgroupPlan | None = None
-    if limits.processes is not None or limits.memory_bytes is not None:
+    cpus = limits.cpus
+    if cpus is not None and cgroup_layout is not None and not cgroup_layout.cpu_base:
+        if policy.strict:
+            raise PolicyRefused(
+                f"toolbox {tb.name} (agent {tb.agent_slug}): limits.cpus needs the cgroup cpu controller and this "
+                "host offers none to the supervisor (v1: no hierarchy with cpu mounted; v2: cpu not enabled in the "
+                "supervisor's cgroup); strict: true never runs a worker less confined than it says. Set limits.cpus "
+                "to null, or enable the controller.")
+        warnings.append(f"{tb.name}: no cgroup cpu controller: limits.cpus is not enforced")
+        cpus = None
+    if limits.processes is not None or limits.memory_bytes is not None or cpus is not None:
         if cgroup_layout is not None:
             cgroup = plan_cgroup(cgroup_layout, pids_max=limits.processes, memory_bytes=limits.memory_bytes,
-                                 required=policy.strict)
+                                 required=policy.strict, cpus=cpus)
         elif policy.strict:
             raise PolicyRefused(
-                f"toolbox {tb.name} (agent {tb.agent_slug}): its processes and memory limits need a cgroup of its own "
-                f"and none can be made here ({cgroup_problem}); strict: true never runs a worker less confined than "
-                "it says. Run the supervisor as root on a host with the pids and memory controllers, or set "
-                "limits.processes and limits.memory_bytes to null.")
+                f"toolbox {tb.name} (agent {tb.agent_slug}): its processes, memory and CPU limits need a cgroup of its "
+                f"own and none can be made here ({cgroup_problem}); strict: true never runs a worker less confined "
+                "than it says. Run the supervisor as root on a host with the pids and memory controllers, or set "
+                "limits.processes, limits.memory_bytes and limits.cpus to null.")
         else:
-            warnings.append(f"{tb.name}: no cgroup ({cgroup_problem}): limits.memory_bytes is not enforced and "
-                            "limits.processes is only RLIMIT_NPROC, shared by every process of the sandbox uid")
+            warnings.append(f"{tb.name}: no cgroup ({cgroup_problem}): limits.memory_bytes and limits.cpus are not "
+                            "enforced and limits.processes is only RLIMIT_NPROC, shared by every process of the "
+                            "sandbox uid")
     nproc = limits.processes
     if cgroup is not None and cgroup.pids_max is not None:
         nproc = cgroup.pids_max * NPROC_BACKSTOP_FACTOR

@@ -211,6 +211,10 @@ class Limits(_Model):
     memory_bytes: Size | None = Field(
         default=1024**3, ge=1, description="memory limit of the worker's cgroup: its whole tree, page cache included"
     )
+    cpus: float | None = Field(
+        default=None, ge=0.01,
+        description="CPU bandwidth of the worker's cgroup, its whole tree, in CPUs (0.5 = half of one CPU); null = none"
+    )
     output_bytes: Size = Field(default=1024**2, ge=1, description="cap on a call's output; more is cut, truncated set")
     max_concurrent_calls: int = Field(default=8, ge=1, description="calls in flight in one worker")
 
@@ -225,6 +229,7 @@ class LimitsOverride(_Model):
     file_size_bytes: Size | None = None
     processes: int | None = Field(default=None, ge=1)
     memory_bytes: Size | None = Field(default=None, ge=1)
+    cpus: float | None = Field(default=None, ge=0.01)
     output_bytes: Size | None = Field(default=None, ge=1)
     max_concurrent_calls: int | None = Field(default=None, ge=1)
 

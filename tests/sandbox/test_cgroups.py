@@ -78,6 +78,38 @@ def test_v1_instance_limits_memory_and_swap_alike_and_names_are_safe() -> None:
         plan_cgroup(layout, pids_max=0, memory_bytes=None)
 
 
+V1_CPU_MOUNTINFO = V1_MOUNTINFO + "34 30 0:30 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+
+
+def test_a_cpu_limit_is_a_cfs_quota_per_100ms_period_in_v1_and_v2() -> None:
+    layout, _ = detect_layout(V1_CPU_MOUNTINFO, V1_CGROUP + "3:cpu,cpuacct:/jobs\n", lambda d: None)
+    assert layout is not None and layout.cpu_base == f"/sys/fs/cgroup/cpu,cpuacct/jobs/{CGROUP_DIR}"
+    plan = plan_cgroup(layout, pids_max=None, memory_bytes=None, cpus=0.5)
+    assert plan is not None and plan.cpu_quota_us == 50_000 and "cpus=0.5" in plan.describe()
+    inst = plan.instance("tb", "1")
+    cpu = f"/sys/fs/cgroup/cpu,cpuacct/jobs/{CGROUP_DIR}/tb-1"
+    assert inst.dirs == (cpu,)
+    assert inst.writes == ((f"{cpu}/cpu.cfs_period_us", "100000", True), (f"{cpu}/cpu.cfs_quota_us", "50000", True))
+    v2, _ = detect_layout("33 30 0:29 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "0::/s\n",
+                          lambda d: "cpu memory pids" if d == "/sys/fs/cgroup/s" else None)
+    assert v2 is not None and v2.cpu_base == v2.pids_base
+    inst = plan_cgroup(v2, pids_max=8, memory_bytes=None, cpus=2).instance("tb", "1")  # type: ignore[union-attr]
+    assert (f"{v2.pids_base}/tb-1/cpu.max", "200000 100000", True) in inst.writes
+    assert inst.enable[0][1] == "+pids +memory +cpu"
+
+
+def test_a_cpu_limit_needs_the_controller_and_a_real_share() -> None:
+    layout, _ = detect_layout(V1_MOUNTINFO, V1_CGROUP, lambda d: None)  # pids and memory only
+    assert layout is not None and layout.cpu_base == ""
+    with pytest.raises(ConfinementError, match="no cpu controller"):
+        plan_cgroup(layout, pids_max=8, memory_bytes=None, cpus=1)
+    cpu_layout, _ = detect_layout(V1_CPU_MOUNTINFO, V1_CGROUP + "3:cpu,cpuacct:/\n", lambda d: None)
+    assert cpu_layout is not None
+    for bad in (0, 0.001, -1, True):
+        with pytest.raises(ConfinementError, match="cpus"):
+            plan_cgroup(cpu_layout, pids_max=None, memory_bytes=None, cpus=bad)  # type: ignore[arg-type]
+
+
 def _config(tmp: Path, **policy: object) -> object:
     return load_config(str(write_policy(tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])}, **policy)))
 
@@ -105,6 +137,18 @@ def test_the_plan_carries_the_limits_and_nproc_becomes_a_backstop(sandbox_tmp: P
     assert spec.cgroup.required  # type: ignore[attr-defined]
     assert spec.plan.rlimits.processes == 40 * NPROC_BACKSTOP_FACTOR  # type: ignore[attr-defined]
     assert "pids.max=40" in spec.report["cgroup"]  # type: ignore[attr-defined]
+
+
+def test_strict_refuses_a_cpu_limit_it_cannot_enforce_permissive_warns(sandbox_tmp: Path) -> None:
+    no_cpu, _ = detect_layout(V1_MOUNTINFO, V1_CGROUP, lambda d: None)
+    with pytest.raises(PolicyRefused, match=r"limits\.cpus needs the cgroup cpu controller"):
+        _plan(_config(sandbox_tmp, limits={"cpus": 1}), no_cpu)
+    spec = _plan(_config(sandbox_tmp, strict=False, landlock_min_abi=0, limits={"cpus": 1}), no_cpu)
+    assert spec.cgroup.cpu_quota_us is None  # type: ignore[attr-defined]
+    assert any("limits.cpus is not enforced" in w for w in spec.warnings)  # type: ignore[attr-defined]
+    with_cpu, _ = detect_layout(V1_CPU_MOUNTINFO, V1_CGROUP + "3:cpu,cpuacct:/\n", lambda d: None)
+    spec = _plan(_config(sandbox_tmp, limits={"cpus": 0.25}), with_cpu)
+    assert spec.cgroup.cpu_quota_us == 25_000 and "cpus=0.25" in spec.report["cgroup"]  # type: ignore[attr-defined]
 
 
 # --- real workers in real groups ---------------------------------------------------------------------------------
@@ -298,3 +342,30 @@ async def test_a_supervisor_removes_groups_a_killed_supervisor_left(sandbox_tmp:
     async with Supervisor.open(policy) as sup:
         assert not any(os.path.exists(d) for d in stale)
         assert (await sup.call("system_system_date", {})).status == "passed"
+
+
+BURN = "python3 -c \"import os, time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.5: pass\n" \
+       "u = os.times(); print(u.user + u.system)\""
+
+
+def _throttled(group: str) -> int:
+    stat = dict(line.split() for line in Path(group, "cpu.stat").read_text().splitlines())
+    return int(stat["nr_throttled"])
+
+
+@pytest.mark.root
+@needs_cgroups
+@pytest.mark.skipif(LAYOUT is None or not LAYOUT.cpu_base, reason="no cgroup cpu controller here")
+async def test_a_cpu_hog_gets_only_its_share_of_the_cpu(sandbox_tmp: Path) -> None:
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
+        system_toolbox("hog", capabilities=["execute-command"])])}, landlock_min_abi=6, limits={"cpus": 0.2})
+    async with Supervisor.open(policy) as sup:
+        group = _group(sup, "hog", "cpu")
+        assert Path(group, "cpu.cfs_quota_us").read_text().strip() == "20000"
+        before = _throttled(group)
+        out = (await sup.call("system_hog_execute_command", {"command": BURN})).structured
+        assert out is not None and out["exitCode"] == 0, out
+        used = float(out["stdout"])
+        # 1.5 s of wall time at 0.2 CPU: about 0.3 s of CPU (unlimited, a busy loop takes about 1.5 s)
+        assert used < 0.6, f"BREACH: the loop got {used:.2f} s of CPU in 1.5 s with a 0.2 CPU limit"
+        assert _throttled(group) > before

@@ -440,7 +440,7 @@ def test_unknown_policy_key_gives_path_and_line(tmp_path: Path) -> None:
     assert (err.json_path, err.message, err.problems[0].line) == ("$.limits.cpu_secs", "unknown key 'cpu_secs'", 4)
     assert str(err).endswith(
         "policy.yaml:4: at $.limits.cpu_secs: unknown key 'cpu_secs'; expected keys among "
-        "address_space_bytes, cpu_seconds, wall_time_s, open_files, file_size_bytes, processes, memory_bytes, "
+        "address_space_bytes, cpu_seconds, wall_time_s, open_files, file_size_bytes, processes, memory_bytes, cpus, "
         "output_bytes, max_concurrent_calls"
     )
 
