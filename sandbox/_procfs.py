@@ -13,19 +13,9 @@ privileges the worker drops); ``/sys`` is not remounted (the policy grants none 
 
 from __future__ import annotations
 
-import ctypes
-import os
-
-from ._errors import ConfinementError
+from ._private_files import MS_NODEV, MS_NOEXEC, MS_NOSUID, enter_private_mounts, mount
 
 __all__ = ["mount_private_proc"]
-
-CLONE_NEWNS = 0x00020000
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
 
 
 def mount_private_proc(target: str = "/proc") -> None:
@@ -34,14 +24,5 @@ def mount_private_proc(target: str = "/proc") -> None:
     Must run in the PID namespace's first process (after the fork), with ``CAP_SYS_ADMIN`` over the namespaces.
     Raises :class:`ConfinementError` naming the failing call.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def check(result: int, what: str) -> None:
-        if result != 0:
-            err = ctypes.get_errno()
-            raise ConfinementError(f"{what} failed: {os.strerror(err)}", step="procfs", errno=err)
-
-    check(libc.unshare(ctypes.c_int(CLONE_NEWNS)), "unshare(CLONE_NEWNS)")
-    check(libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None), "making / private")
-    check(libc.mount(b"proc", target.encode(), b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None),
-          f"mounting a private procfs on {target}")
+    enter_private_mounts(step="procfs")
+    mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, step="procfs")

@@ -25,28 +25,24 @@ the stub.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import secrets
 
 from sandbox._errors import ConfinementError
+from sandbox._private_files import (
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_RDONLY,
+    enter_private_mounts,
+    mount,
+    show_private_file,
+)
 
 __all__ = [
-    "CLONE_NEWNS",
     "RESOLVER_SOCKET_DIRS",
     "apply_private_resolv_conf",
     "plan_resolv_conf",
 ]
-
-CLONE_NEWNS = 0x00020000
-MS_RDONLY = 0x1
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
-MS_REMOUNT = 0x20
-MS_BIND = 0x1000
-MS_REC = 0x4000
-MS_PRIVATE = 0x40000
 
 #: Directories holding sockets of host-side caching resolvers; hidden when they exist.
 RESOLVER_SOCKET_DIRS = ("/run/nscd", "/var/run/nscd", "/run/systemd/resolve")
@@ -69,29 +65,6 @@ def plan_resolv_conf(dns_port: int, *, host: str = "127.0.0.1") -> str:
     )
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise ConfinementError(f"{what} failed: {os.strerror(err)}", step="resolver", errno=err)
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    libc = _libc()
-    ctypes.set_errno(0)
-    result = libc.mount(
-        source.encode() if source is not None else None,
-        target.encode(),
-        fstype.encode() if fstype is not None else None,
-        ctypes.c_ulong(flags),
-        data.encode() if data is not None else None,
-    )
-    _check(result, f"mount of {target}")
-
-
 def apply_private_resolv_conf(
     content: str,
     *,
@@ -110,31 +83,9 @@ def apply_private_resolv_conf(
         ConfinementError: any step failed (no privilege for a mount namespace, ``target`` missing, ...); the
             worker must not run, since it would then see the host's resolver configuration.
     """
-    libc = _libc()
-    ctypes.set_errno(0)
-    _check(libc.unshare(ctypes.c_int(CLONE_NEWNS)), "unshare(CLONE_NEWNS)")
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    real_target = os.path.realpath(target)
-    if not os.path.isfile(real_target):
-        raise ConfinementError(f"{target} does not exist; there is nothing to mount over", step="resolver")
-    path = os.path.join(workdir, f".resolv.conf.{secrets.token_hex(8)}")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise ConfinementError(
-            f"cannot write the worker's resolv.conf in {workdir}: {exc.strerror}", step="resolver", errno=exc.errno
-        ) from exc
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(content)
-        os.chmod(path, 0o644)
-        _mount(path, real_target, None, MS_BIND)
-        _mount(None, real_target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    enter_private_mounts(step="resolver")
+    show_private_file(content, target, workdir=workdir, step="resolver")
     for directory in mask_dirs:
         if os.path.isdir(directory) and not os.path.islink(directory):
-            _mount("none", directory, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+            mount("none", directory, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555",
+                  step="resolver")
