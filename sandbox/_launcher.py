@@ -102,6 +102,9 @@ def decode_plan(data: bytes) -> ConfinementPlan:
     want(is_int(plan.min_landlock_abi) and plan.min_landlock_abi >= 0, "min_landlock_abi must be >= 0")
     for name in ("new_netns", "new_pidns", "new_ipcns", "bridge"):
         want(isinstance(getattr(plan, name), bool), f"{name} must be true or false")
+    want(is_int(plan.umask) and 0 <= plan.umask <= 0o777, "umask must be between 0 and 0o777")
+    want(isinstance(plan.account_name, str) and ":" not in plan.account_name and "\n" not in plan.account_name,
+         "account_name must be a string without ':' or newlines")
     want(not plan.bridge or plan.bridge_fd is not None, "bridge needs bridge_fd")
     want(all(isinstance(r.path, str) and isinstance(r.mode, str) for r in plan.fs_rules), "bad fs_rules")
     want(all(is_int(p) and 0 <= p <= 65535 for p in plan.tcp_connect_ports), "bad tcp_connect_ports")
@@ -231,6 +234,9 @@ def confine(plan: ConfinementPlan) -> None:
        PDEATHSIG again (a fork clears it) and checks the parent through a pipe (its ``getppid()`` is 0).
        Then it mounts a private ``/proc`` for its PID namespace (``sandbox._procfs``): it lists only the worker's
        own processes, so every one of them can read its ``/proc/self`` and none sees the host's processes.
+       With ``plan.account_name`` and a uid the host's ``/etc/passwd`` does not know (a uid per worker), private
+       copies of ``/etc/passwd`` and ``/etc/group`` that name it are mounted (``sandbox._accounts``), before
+       Landlock so that the rules on those paths cover the copies.
     5. rlimits: while still privileged (raising a hard limit needs ``CAP_SYS_RESOURCE``), after the fork so
        the forwarding parent keeps its own.
     6. ``no_new_privs``: before Landlock, which requires it (or ``CAP_SYS_ADMIN``) in ``restrict_self``. Then the
@@ -243,7 +249,7 @@ def confine(plan: ConfinementPlan) -> None:
        ``/proc/self/status`` (CapEff 0, NoNewPrivs 1, the ids). Last of the kernel steps: the earlier ones
        need the privileges it removes.
     9. PDEATHSIG again (a credential change clears it) and re-check the parent is alive.
-    10. ``umask(0o077)``, ``chdir(plan.workdir)``, ``os.environ`` replaced by ``plan.env``: the worker sees
+    10. ``umask(plan.umask)``, ``chdir(plan.workdir)``, ``os.environ`` replaced by ``plan.env``: the worker sees
         nothing of the launcher's start-up state. The caller then imports the entry.
 
     Raises:
@@ -286,6 +292,8 @@ def confine(plan: ConfinementPlan) -> None:
         if not _parent_alive(ppid, alive_fd):
             raise ConfinementError("the launcher's parent exited during start-up", step="pdeathsig")
         mount_private_proc()
+    if plan.account_name and plan.uid is not None and plan.gid is not None:
+        _show_account(plan, plan.uid, plan.gid, private_mounts=namespaces.pid)
     # 5
     apply_rlimits(plan_rlimits(plan.rlimits, lambda res: resource.getrlimit(res)[1]))
     # 6
@@ -307,7 +315,7 @@ def confine(plan: ConfinementPlan) -> None:
     if alive_fd is not None:
         os.close(alive_fd)
     # 10
-    os.umask(0o077)
+    os.umask(plan.umask)
     try:
         os.chdir(plan.workdir)
     except OSError as exc:
@@ -316,6 +324,27 @@ def confine(plan: ConfinementPlan) -> None:
         ) from exc
     os.environ.clear()
     os.environ.update(plan.env)
+
+
+def _show_account(plan: ConfinementPlan, uid: int, gid: int, *, private_mounts: bool) -> None:
+    """Step 4b: name the worker's uid in private ``/etc/passwd``/``/etc/group`` when the host does not."""
+    from sandbox._accounts import apply_account_files, plan_account_files
+    from sandbox._private_files import enter_private_mounts
+
+    def text(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError as exc:
+            raise ConfinementError(f"cannot read {path}: {exc.strerror}", step="accounts", errno=exc.errno) from exc
+
+    files = plan_account_files(text("/etc/passwd"), text("/etc/group"), uid=uid, gid=gid,
+                               name=plan.account_name, home=plan.workdir)
+    if files.passwd is None and files.group is None:
+        return
+    if not private_mounts:
+        enter_private_mounts(step="accounts")
+    apply_account_files(files, workdir=plan.workdir)
 
 
 def load_entry(entry: str) -> Callable[[dict[str, Any]], Any]:

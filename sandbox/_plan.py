@@ -59,6 +59,9 @@ class ConfinementPlan:
         new_netns: enter a new network namespace with only ``lo`` up.
         new_pidns: enter a new PID namespace; the worker is its PID 1, so every descendant dies with it.
         new_ipcns: enter a new IPC namespace (SysV IPC and POSIX message queues of the worker's own).
+        account_name: when set and the host has no ``/etc/passwd`` entry for ``uid``, the worker sees private copies
+            of ``/etc/passwd`` and ``/etc/group`` that name it (``sandbox._accounts``).
+        umask: the worker's file mode creation mask.
         bridge: open the egress bridge listening sockets inside the namespace and pass them up on ``bridge_fd``.
         bridge_fd: the inherited unix socket that carries the bridge sockets (SCM_RIGHTS), or ``None``.
         rlimits: resource limits.
@@ -80,6 +83,8 @@ class ConfinementPlan:
     new_netns: bool = True
     new_pidns: bool = True
     new_ipcns: bool = True
+    account_name: str = ""
+    umask: int = 0o077
     bridge: bool = False
     bridge_fd: int | None = None
     rlimits: Rlimits = field(default_factory=Rlimits)

@@ -27,6 +27,7 @@ from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_fs_rules
 from ._staging import stage_worker_code
 from ._worker import WorkerSpec
+from ._worker_uids import TooManyWorkers, assign_worker_uids, take_ownership
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_worker"]
 
@@ -118,8 +119,13 @@ def plan_worker(
     kernel_abi: int,
     cgroup_layout: CgroupLayout | None = None,
     cgroup_problem: str = "cgroups were not looked for",
+    worker_uid: int | None = None,
 ) -> WorkerSpec:
-    """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`."""
+    """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`.
+
+    ``worker_uid``: the uid of its own this worker runs as (the policy's ``worker_uids``, see
+    :func:`assign_worker_uids`); ``None``: the policy's ``sandbox_uid``.
+    """
     policy = config.policy
     limits = policy.effective_limits(tb.name, tb.agent_slug)
     overrides = policy.toolbox_policy(tb.name, tb.agent_slug)
@@ -207,6 +213,8 @@ def plan_worker(
     uid = gid = None
     if running_as_root:
         uid, gid = policy.sandbox_uid, policy.sandbox_gid
+        if worker_uid is not None:
+            uid = worker_uid
     min_abi = policy.landlock_min_abi if policy.strict else 0
     if policy.strict and kernel_abi < policy.landlock_min_abi:
         raise PolicyRefused(
@@ -261,6 +269,10 @@ def plan_worker(
         payload=payload,
         uid=uid,
         gid=gid,
+        # With a uid per worker the host has no account for it: name it, and keep new files usable by the other
+        # workers (same group) where Landlock lets them meet, as they were with one shared uid.
+        account_name=f"agent-{tb.name}"[:32] if worker_uid is not None and uid is not None else "",
+        umask=0o007 if worker_uid is not None else 0o077,
         fs_rules=tuple(rules),
         min_landlock_abi=min_abi,
         bridge=bool(hosts),
@@ -335,6 +347,14 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     warnings: list[str] = list(config.warnings)
     seen: set[str] = set()
     git_sources: list[GitSource] = []
+    worker_uids: dict[str, int] = {}
+    if root and policy.worker_uids is not None:
+        try:
+            worker_uids = assign_worker_uids((f"{tb.agent_slug}/{tb.name}" for agent in config.agents
+                                              for tb in agent.toolboxes()),
+                                             policy.worker_uids.first, policy.worker_uids.count)
+        except TooManyWorkers as exc:
+            raise PolicyRefused(f"{exc}; make the range larger") from exc
     for agent in config.agents:
         for tb in agent.toolboxes():
             if tb.kind not in IMPLEMENTED_KINDS:
@@ -351,14 +371,15 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
             seen.add(tb.name)
             spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
                                running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
-                               cgroup_problem=cgroup_problem)
+                               cgroup_problem=cgroup_problem,
+                               worker_uid=worker_uids.get(f"{tb.agent_slug}/{tb.name}"))
             specs.append(spec)
             warnings += spec.warnings
             if tb.kind == "skills":
                 git_sources += plan_git_sources(_worker_config(tb), state_dir=state_dir, toolbox=tb.name,
                                                 agent=tb.agent_slug)[1]
     if root and specs:
-        uid, gid = policy.sandbox_uid, policy.sandbox_gid
+        uid, gid = specs[0].plan.uid or policy.sandbox_uid, policy.sandbox_gid
         for path in (os.path.realpath(python), runtime_dir if prepare else None):
             if path and not uid_can_read(path, uid, gid):
                 raise PolicyRefused(
@@ -373,6 +394,8 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 os.makedirs(parent, mode=0o711, exist_ok=True)
                 os.chmod(os.path.dirname(parent), 0o711)
                 os.chmod(parent, 0o711)
+                if uid is not None and gid is not None:
+                    take_ownership(path, uid, gid)  # a worker whose uid changed gets its own files back
                 _prepare_dir(path, uid, gid, 0o700)
             _prepare_dir(os.path.join(spec.plan.workdir, "tmp"), uid, gid, 0o700)
     trace_path = policy.trace.path or os.path.join(state_dir, "trace.jsonl")

@@ -341,13 +341,30 @@ def _model_key(value: str, info: ValidationInfo) -> str:
     raise _problem(f"invalid key source {value!r}", "an environment variable name or a key file path with a '/'")
 
 
+class WorkerUids(_Model):
+    """A uid of its own for every worker: ``first`` .. ``first + count - 1``, kept by each toolbox from run to run."""
+
+    first: int = Field(ge=1000, le=4294967294, description="first uid of the range (not a uid in use on the host)")
+    count: int = Field(default=65536, ge=1, le=1 << 24, description="how many uids the range holds")
+
+    @model_validator(mode="after")
+    def _fits(self) -> WorkerUids:
+        if self.first + self.count - 1 > 4294967294:
+            raise _problem(f"the range {self.first}..{self.first + self.count - 1} passes the largest uid, 4294967294",
+                           "first + count - 1 <= 4294967294")
+        return self
+
+
 class Policy(_Model):
     """The policy file. See ``policies/strict.yaml`` for every key, commented."""
 
     agents: list[PolicyPath] = Field(default=[], description="agent files, relative to the policy file")
     state_dir: PolicyPath = DEFAULT_STATE_DIR
     sandbox_uid: int = Field(default=65534, ge=1, description="uid workers run as (never root)")
-    sandbox_gid: int = Field(default=65534, ge=1)
+    sandbox_gid: int = Field(default=65534, ge=1, description="gid workers run as (shared by every worker)")
+    worker_uids: WorkerUids | None = Field(
+        default=None, description="a uid of its own for every worker from this range; null = all run as sandbox_uid"
+    )
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"

@@ -16,7 +16,10 @@ not exist yet:
   so the supervisor drops that source from the worker's config and shows a load error (the other sources load).
 
 A clone is kept across restarts and never deleted by the supervisor (the anchor deleted its clones before they
-were used): to fetch a newer version, delete its folder and restart.
+were used): to fetch a newer version, delete its folder and restart. When the supervisor runs as root it makes
+every clone readable by all uids (:func:`seal_clone`): two skills toolboxes may share a clone (same URL) while
+running as different uids (the policy's ``worker_uids``). No worker can change a clone: Landlock grants the
+skills workers read access only.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -206,6 +210,25 @@ def _exists(git: GitSource) -> bool:
     return os.path.isdir(git.target)
 
 
+def seal_clone(path: str) -> None:
+    """Make the clone at ``path`` readable (and its folders enterable) by every uid, writable by its owner only.
+    Symbolic links are left alone, never followed. Cheap when ``path`` is sealed already."""
+    if os.lstat(path).st_mode & 0o7777 == 0o755:
+        return
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for name in (*dirs, *files):
+            _seal_one(os.path.join(root, name))
+    _seal_one(path)
+
+
+def _seal_one(path: str) -> None:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return
+    executable = stat.S_ISDIR(st.st_mode) or st.st_mode & 0o100
+    os.chmod(path, 0o755 if executable else 0o644)
+
+
 async def fetch_git_source(
     git: GitSource,
     *,
@@ -225,6 +248,8 @@ async def fetch_git_source(
     private ranges); ``launcher``, ``rlimits``, ``uid``, ``gid`` are those of the skills toolbox's worker.
     """
     if _exists(git):
+        if uid is not None:
+            seal_clone(git.target)
         return None, False
     clone = _prepare(git, policy, uid, gid)
     if isinstance(clone, str):
@@ -240,7 +265,10 @@ async def fetch_git_source(
     except BaseException:
         _cleanup(clone)
         raise
-    return _finish(git, clone, outcome, timeout_s), True
+    error = _finish(git, clone, outcome, timeout_s)
+    if error is None and uid is not None:
+        seal_clone(git.target)
+    return error, True
 
 
 def _check_subdir(git: GitSource) -> str | None:

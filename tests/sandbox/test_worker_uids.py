@@ -1,0 +1,122 @@
+"""A uid per worker (``worker_uids``), in real workers: distinct uids with names, and per-user kernel counts (here
+inotify instances, 128 per user by default) that one toolbox can no longer use up for another."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from supervisor._supervisor import Supervisor
+from tests._policies import agent, system_toolbox, write_policy
+
+pytestmark = pytest.mark.root
+
+FIRST = 3_000_000_000
+
+#: Creates inotify instances until the kernel refuses, reports, then holds them until ``gate`` exists.
+HOARD = """python3 - <<'PY'
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while len(held) < 1000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    held.append(fd)
+open("hoarded", "w").write(str(len(held)))
+while not os.path.exists("gate"):
+    time.sleep(0.01)
+print(len(held), os.strerror(ctypes.get_errno()))
+PY"""
+ONE = ("python3 -c \"import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); fd = libc.inotify_init1(0); "
+       "print(fd >= 0, os.strerror(ctypes.get_errno()))\"")
+
+
+def _policy(root: Path, **policy: Any) -> tuple[Path, dict[str, Path]]:
+    projects, toolboxes = {}, []
+    for name in ("alpha", "beta"):
+        project = root / name
+        project.mkdir(exist_ok=True)
+        os.chown(project, 0, 65534)
+        os.chmod(project, 0o770)  # the workers' shared group may write: their uids differ
+        projects[name] = project
+        fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": name}
+        toolboxes.append(system_toolbox(name, capabilities=["execute-command"], FileSandbox=fsb))
+    return write_policy(root, {"tester": agent(builtinToolboxes=toolboxes)}, landlock_min_abi=6, **policy), projects
+
+
+async def _run(sup: Supervisor, toolbox: str, command: str, cwd: Path) -> dict[str, Any]:
+    result = await sup.call(f"system_{toolbox}_execute_command", {"command": f"cd {cwd} && {command}"})
+    assert result.structured is not None, result.data
+    return result.structured
+
+
+async def test_each_worker_runs_as_a_uid_of_its_own_with_a_name(sandbox_tmp: Path) -> None:
+    policy, projects = _policy(sandbox_tmp, worker_uids={"first": FIRST, "count": 1000})
+    async with Supervisor.open(policy) as sup:
+        seen = {}
+        for name in ("alpha", "beta"):
+            out = await _run(sup, name, "id -u; id -un; id -g; umask; touch mine; stat -c %u mine", projects[name])
+            assert out["exitCode"] == 0, out
+            uid, user, gid, umask, owner = out["stdout"].split()
+            assert FIRST <= int(uid) < FIRST + 1000 and owner == uid
+            assert (user, gid, umask) == (f"agent-{name}", "65534", "0007")
+            seen[name] = int(uid)
+            workdir = sandbox_tmp / "state" / "work" / "tester" / name
+            assert workdir.stat().st_uid == int(uid)
+        assert seen["alpha"] != seen["beta"]
+    # The host's /etc/passwd is untouched.
+    assert "agent-alpha" not in Path("/etc/passwd").read_text()
+
+
+async def _hoard_and_probe(sup: Supervisor, projects: dict[str, Path]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """alpha takes every inotify instance its user may have and holds them while beta asks for one."""
+    results: dict[str, Any] = {}
+    async with trio.open_nursery() as nursery:
+        async def hoard() -> None:
+            results["alpha"] = await _run(sup, "alpha", HOARD, projects["alpha"])
+
+        nursery.start_soon(hoard)
+        with trio.fail_after(20):
+            # a file another process writes: nothing to wait on but the file system
+            while not (projects["alpha"] / "hoarded").exists():  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        results["beta"] = await _run(sup, "beta", ONE, projects["beta"])
+        (projects["alpha"] / "gate").write_text("")
+    (projects["alpha"] / "hoarded").unlink()
+    (projects["alpha"] / "gate").unlink()
+    return results["alpha"], results["beta"]
+
+
+async def test_one_toolbox_cannot_use_up_a_per_user_count_of_another(sandbox_tmp: Path) -> None:
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    # With one shared uid the hoarder takes them all and the other toolbox gets none: the problem this solves.
+    policy, projects = _policy(sandbox_tmp)
+    async with Supervisor.open(policy) as sup:
+        alpha, beta = await _hoard_and_probe(sup, projects)
+    assert alpha["stdout"].startswith(f"{limit} "), alpha
+    assert beta["stdout"].startswith("False Too many open files"), beta
+    # With a uid per worker the hoarder uses up only its own.
+    policy, projects = _policy(sandbox_tmp, worker_uids={"first": FIRST, "count": 1000})
+    async with Supervisor.open(policy) as sup:
+        alpha, beta = await _hoard_and_probe(sup, projects)
+    assert alpha["stdout"].startswith(f"{limit} "), alpha
+    assert beta["stdout"].startswith("True"), beta
+
+
+async def test_a_worker_whose_uid_changed_gets_its_files_back(sandbox_tmp: Path) -> None:
+    policy, _ = _policy(sandbox_tmp)
+    async with Supervisor.open(policy) as sup:
+        out = await sup.call("system_alpha_execute_command", {"command": "mkdir -p keep && echo one > keep/file"})
+        assert out.structured["exitCode"] == 0, out.data
+    kept = sandbox_tmp / "state" / "work" / "tester" / "alpha" / "keep" / "file"
+    assert kept.stat().st_uid == 65534
+    policy, _ = _policy(sandbox_tmp, worker_uids={"first": FIRST, "count": 1000})
+    async with Supervisor.open(policy) as sup:
+        out = await sup.call("system_alpha_execute_command", {"command": "echo two >> keep/file && cat keep/file"})
+        assert (out.structured["exitCode"], out.structured["stdout"]) == (0, "one\ntwo\n"), out.data
+    assert FIRST <= kept.stat().st_uid < FIRST + 1000
