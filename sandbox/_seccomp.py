@@ -1,8 +1,8 @@
-"""A small seccomp filter: refuse (``EPERM``) the system calls no toolbox needs and that cross the worker's walls.
+"""A small seccomp filter: refuse the system calls no toolbox needs and that cross the worker's walls.
 
-Why each is refused:
+Why each is refused (``EPERM``):
 
-- ``keyctl``, ``add_key``, ``request_key``: every worker runs as the same uid, and the kernel gives each uid one *user
+- ``keyctl``, ``add_key``, ``request_key``: every worker of a shared uid, and the kernel gives each uid one *user
   keyring* (``@u``) shared by all its processes on the machine and outliving them. A key one toolbox adds there, any
   other toolbox reads: a channel between toolboxes that Landlock, the namespaces and the cgroups do not see.
 - ``io_uring_setup``/``enter``/``register``: io_uring operations do respect Landlock (an ``OPENAT`` outside the rules
@@ -10,13 +10,22 @@ Why each is refused:
   system calls when it is refused.
 - ``userfaultfd``, ``perf_event_open``, ``bpf``: kernel surfaces that exploits use (``userfaultfd`` widens races;
   perf and bpf are refused already by the sysctls of a Debian host, this does not depend on them).
+- ``unshare`` and ``clone`` with ``CLONE_NEWUSER``: a new user namespace gives its creator every capability inside
+  it, and with them kernel code that is otherwise root's only: nf_tables and the rest of netfilter in a network
+  namespace of its own, other network and file system code. That is where most local privilege escalations of recent
+  years were reached from (nf_tables alone: CVE-2022-1015, CVE-2023-32233, CVE-2024-1086). Nothing gained inside
+  leaves the namespace (Landlock refuses ``mount``, the worker's network namespace has no route), but the bugs are in
+  the kernel, not behind those walls. Docker's default profile refuses the same.
+- ``clone3`` answers ``ENOSYS`` (its flags are in memory, where a filter cannot look): the C libraries then use
+  ``clone``, whose flags are checked (glibc and musl fall back on ``ENOSYS``; so do Go and Rust).
 
 System calls of another ABI (x32 numbers on x86-64, or a foreign audit arch such as i386 via ``int 0x80``) are
 refused wholesale: they would otherwise reach the same calls under other numbers.
 
-What it does NOT cover: it is a deny list of a few calls, not an allow list; it does not filter arguments (so
-``unshare(CLONE_NEWUSER)`` is allowed: inside, ``mount`` is refused by Landlock and nothing outside is gained), and
-it leaves every other system call to Landlock, the namespaces, the cgroup and the uid.
+What it does NOT cover: it is a deny list of a few calls, not an allow list; of arguments it looks only at the
+namespace flag above; it leaves every other system call to Landlock, the namespaces, the cgroup and the uid. A tool
+that builds a sandbox of its own with user namespaces (Chromium's, bubblewrap) cannot: run it without (Chromium's
+``--no-sandbox``), the worker is its sandbox.
 
 :func:`plan_seccomp` builds the BPF program (pure); :func:`apply_seccomp` installs it (needs ``no_new_privs``).
 """
@@ -29,22 +38,28 @@ import struct
 
 from sandbox._errors import ConfinementError
 
-__all__ = ["REFUSED_SYSCALLS", "apply_seccomp", "plan_seccomp"]
+__all__ = ["CLONE_NEWUSER", "REFUSED_SYSCALLS", "apply_seccomp", "plan_seccomp"]
 
 REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
                     "userfaultfd", "perf_event_open", "bpf")
-#: machine -> (audit arch, first number of another ABI to refuse or 0, numbers of REFUSED_SYSCALLS)
+#: machine -> (audit arch, first number of another ABI to refuse or 0, numbers of REFUSED_SYSCALLS,
+#: (unshare, clone, clone3))
 _ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, (250, 248, 249, 425, 426, 427, 323, 298, 321)),
-    "aarch64": (0xC00000B7, 0, (219, 217, 218, 425, 426, 427, 282, 241, 280)),
+    "x86_64": (0xC000003E, 0x40000000, (250, 248, 249, 425, 426, 427, 323, 298, 321), (272, 56, 435)),
+    "aarch64": (0xC00000B7, 0, (219, 217, 218, 425, 426, 427, 282, 241, 280), (97, 220, 435)),
 }
+CLONE_NEWUSER = 0x10000000
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
 _BPF_JGE_K = 0x35
+_BPF_JSET_K = 0x45
 _BPF_RET_K = 0x06
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 _EPERM = 1
+_ENOSYS = 38
+#: offsets in ``struct seccomp_data``: nr, arch, args[0] (its low 32 bits: every CLONE_* flag lives there)
+_NR, _ARCH, _ARG0_LOW = 0, 4, 16
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 _NR_SECCOMP = {"x86_64": 317, "aarch64": 277}
@@ -52,6 +67,25 @@ _NR_SECCOMP = {"x86_64": 317, "aarch64": 277}
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def _assemble(program: list[tuple[int, str | int, str | int, int] | str]) -> bytes:
+    """Instructions ``(code, jt, jf, k)`` whose jumps name labels (or 0 for the next one); a string is a label."""
+    labels: dict[str, int] = {}
+    index = 0
+    for item in program:
+        if isinstance(item, str):
+            labels[item] = index
+        else:
+            index += 1
+    out: list[bytes] = []
+    for item in program:
+        if isinstance(item, str):
+            continue
+        code, jt, jf, k = item
+        here = len(out) + 1
+        out.append(_insn(code, 0 if jt == 0 else labels[str(jt)] - here, 0 if jf == 0 else labels[str(jf)] - here, k))
+    return b"".join(out)
 
 
 def plan_seccomp(machine: str) -> bytes:
@@ -62,21 +96,30 @@ def plan_seccomp(machine: str) -> bytes:
     """
     if machine not in _ARCHES:
         raise ConfinementError(f"no seccomp table for {machine}", step="seccomp")
-    arch, foreign_abi, numbers = _ARCHES[machine]
-    # Layout: [arch check] [load nr] [foreign ABI check] [one JEQ per call] [allow] [deny]
-    body: list[bytes] = []
-    n = len(numbers)
-    jumps = n + (1 if foreign_abi else 0)
-    body.append(_insn(_BPF_LD_W_ABS, 0, 0, 4))  # seccomp_data.arch
-    body.append(_insn(_BPF_JEQ_K, 0, jumps + 2, arch))  # another arch: to deny
-    body.append(_insn(_BPF_LD_W_ABS, 0, 0, 0))  # seccomp_data.nr
+    arch, foreign_abi, numbers, (unshare, clone, clone3) = _ARCHES[machine]
+    program: list[tuple[int, str | int, str | int, int] | str] = [
+        (_BPF_LD_W_ABS, 0, 0, _ARCH),
+        (_BPF_JEQ_K, 0, "deny", arch),  # another arch: refused
+        (_BPF_LD_W_ABS, 0, 0, _NR),
+    ]
     if foreign_abi:
-        body.append(_insn(_BPF_JGE_K, n + 1, 0, foreign_abi))
-    for i, nr in enumerate(numbers):
-        body.append(_insn(_BPF_JEQ_K, n - i, 0, nr))
-    body.append(_insn(_BPF_RET_K, 0, 0, _RET_ALLOW))
-    body.append(_insn(_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM))
-    return b"".join(body)
+        program.append((_BPF_JGE_K, "deny", 0, foreign_abi))
+    program += [(_BPF_JEQ_K, "deny", 0, nr) for nr in numbers]
+    program += [
+        (_BPF_JEQ_K, "nosys", 0, clone3),
+        (_BPF_JEQ_K, "flags", 0, unshare),
+        (_BPF_JEQ_K, "flags", 0, clone),
+        (_BPF_RET_K, 0, 0, _RET_ALLOW),
+        "flags",
+        (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
+        (_BPF_JSET_K, "deny", 0, CLONE_NEWUSER),
+        (_BPF_RET_K, 0, 0, _RET_ALLOW),
+        "nosys",
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _ENOSYS),
+        "deny",
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
+    ]
+    return _assemble(program)
 
 
 def apply_seccomp(program: bytes, machine: str) -> None:

@@ -1,0 +1,68 @@
+"""The seccomp filter, run on a small interpreter of classic BPF (the instructions the filter uses), for both
+machines it supports. The filter's effect from inside real workers is in ``test_escapes_more.py``."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from sandbox._errors import ConfinementError
+from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp
+
+ALLOW, EPERM, ENOSYS = "allow", "EPERM", "ENOSYS"
+ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+#: (keyctl, unshare, clone, clone3, read) per machine
+NR = {"x86_64": (250, 272, 56, 435, 0), "aarch64": (219, 97, 220, 435, 63)}
+SIGCHLD = 17
+
+
+def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0) -> str:
+    """Run a classic BPF seccomp program on ``struct seccomp_data`` (nr, arch, ip 0, args) and name its verdict."""
+    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    acc, pc = 0, 0
+    for _ in range(len(insns)):  # a seccomp program only jumps forward: this many steps always suffice
+        code, jt, jf, k = insns[pc]
+        pc += 1
+        if code == 0x20:  # LD W ABS
+            acc = struct.unpack_from("=I", data, k)[0]
+        elif code in (0x15, 0x35, 0x45):  # JEQ, JGE, JSET with a constant
+            taken = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
+            pc += jt if taken else jf
+        elif code == 0x06:  # RET
+            if k == 0x7FFF0000:
+                return ALLOW
+            assert k >> 16 == 0x0005, f"unexpected action {k:#x}"
+            return {1: EPERM, 38: ENOSYS}[k & 0xFFFF]
+        else:
+            raise AssertionError(f"instruction {code:#x} not expected in this filter")
+    raise AssertionError("the program ran off its end")
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str) -> None:
+    program = plan_seccomp(machine)
+    keyctl, unshare, clone, clone3, read = NR[machine]
+
+    def verdict(nr: int, arg0: int = 0, arch: int = ARCH[machine]) -> str:
+        return run_filter(program, arch=arch, nr=nr, arg0=arg0)
+
+    assert verdict(read) == ALLOW
+    assert verdict(keyctl) == EPERM
+    assert verdict(clone3) == ENOSYS  # the C library falls back to clone, whose flags can be checked
+    assert verdict(unshare, CLONE_NEWUSER) == EPERM
+    assert verdict(unshare, CLONE_NEWUSER | 0x00020000) == EPERM
+    assert verdict(unshare, 0x00020000) == ALLOW  # CLONE_NEWNS alone: the kernel asks for CAP_SYS_ADMIN itself
+    assert verdict(clone, SIGCHLD) == ALLOW  # fork
+    assert verdict(clone, 0x003D0F00) == ALLOW  # pthread_create's flags
+    assert verdict(clone, CLONE_NEWUSER | SIGCHLD) == EPERM
+    assert verdict(read, arch=0x40000003) == EPERM  # i386 through int 0x80
+    if machine == "x86_64":
+        assert verdict(0x40000000 + keyctl) == EPERM  # x32
+        assert verdict(0x40000000 + read) == EPERM
+
+
+def test_a_machine_without_a_table_is_refused() -> None:
+    with pytest.raises(ConfinementError, match="no seccomp table for riscv64"):
+        plan_seccomp("riscv64")
