@@ -18,6 +18,10 @@ Why each is refused (``EPERM``):
   the kernel, not behind those walls. Docker's default profile refuses the same.
 - ``clone3`` answers ``ENOSYS`` (its flags are in memory, where a filter cannot look): the C libraries then use
   ``clone``, whose flags are checked (glibc and musl fall back on ``ENOSYS``; so do Go and Rust).
+- ``socket`` and ``socketpair`` of any family but ``AF_UNIX``, ``AF_INET``, ``AF_INET6`` and ``AF_NETLINK`` answer
+  ``EAFNOSUPPORT``: a tool needs no other, and each other family is kernel code an exploit can reach (``AF_ALG``,
+  ``AF_VSOCK``, ``AF_TIPC``, ...), or on a modular kernel a module the first ``socket()`` of that family loads
+  (DCCP, RDS and others have had their holes).
 
 System calls of another ABI (x32 numbers on x86-64, or a foreign audit arch such as i386 via ``int 0x80``) are
 refused wholesale: they would otherwise reach the same calls under other numbers.
@@ -38,17 +42,20 @@ import struct
 
 from sandbox._errors import ConfinementError
 
-__all__ = ["CLONE_NEWUSER", "REFUSED_SYSCALLS", "apply_seccomp", "plan_seccomp"]
+__all__ = ["CLONE_NEWUSER", "REFUSED_SYSCALLS", "SOCKET_FAMILIES", "apply_seccomp", "plan_seccomp"]
 
 REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
                     "userfaultfd", "perf_event_open", "bpf")
 #: machine -> (audit arch, first number of another ABI to refuse or 0, numbers of REFUSED_SYSCALLS,
-#: (unshare, clone, clone3))
+#: (unshare, clone, clone3), (socket, socketpair))
 _ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, (250, 248, 249, 425, 426, 427, 323, 298, 321), (272, 56, 435)),
-    "aarch64": (0xC00000B7, 0, (219, 217, 218, 425, 426, 427, 282, 241, 280), (97, 220, 435)),
+    "x86_64": (0xC000003E, 0x40000000, (250, 248, 249, 425, 426, 427, 323, 298, 321), (272, 56, 435), (41, 53)),
+    "aarch64": (0xC00000B7, 0, (219, 217, 218, 425, 426, 427, 282, 241, 280), (97, 220, 435), (198, 199)),
 }
 CLONE_NEWUSER = 0x10000000
+#: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the only socket families a worker may create
+SOCKET_FAMILIES = (1, 2, 10, 16)
+_EAFNOSUPPORT = 97
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
 _BPF_JGE_K = 0x35
@@ -96,7 +103,7 @@ def plan_seccomp(machine: str) -> bytes:
     """
     if machine not in _ARCHES:
         raise ConfinementError(f"no seccomp table for {machine}", step="seccomp")
-    arch, foreign_abi, numbers, (unshare, clone, clone3) = _ARCHES[machine]
+    arch, foreign_abi, numbers, (unshare, clone, clone3), (socket, socketpair) = _ARCHES[machine]
     program: list[tuple[int, str | int, str | int, int] | str] = [
         (_BPF_LD_W_ABS, 0, 0, _ARCH),
         (_BPF_JEQ_K, 0, "deny", arch),  # another arch: refused
@@ -109,10 +116,17 @@ def plan_seccomp(machine: str) -> bytes:
         (_BPF_JEQ_K, "nosys", 0, clone3),
         (_BPF_JEQ_K, "flags", 0, unshare),
         (_BPF_JEQ_K, "flags", 0, clone),
+        (_BPF_JEQ_K, "family", 0, socket),
+        (_BPF_JEQ_K, "family", 0, socketpair),
         (_BPF_RET_K, 0, 0, _RET_ALLOW),
+        "family",
+        (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
+        *[(_BPF_JEQ_K, "allow", 0, family) for family in SOCKET_FAMILIES],
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EAFNOSUPPORT),
         "flags",
         (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
         (_BPF_JSET_K, "deny", 0, CLONE_NEWUSER),
+        "allow",
         (_BPF_RET_K, 0, 0, _RET_ALLOW),
         "nosys",
         (_BPF_RET_K, 0, 0, _RET_ERRNO | _ENOSYS),

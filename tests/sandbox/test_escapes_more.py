@@ -80,6 +80,18 @@ async def test_no_user_namespace_can_be_made(sup: Supervisor) -> None:
     assert (ok["exitCode"], ok["stdout"]) == (0, "thread\nchild\nforked True\n"), ok
 
 
+async def test_only_unix_inet_and_netlink_sockets_can_be_made(sup: Supervisor) -> None:
+    """Every other socket family is kernel code an exploit can reach (or, on a modular kernel, a module to load)."""
+    for family, name in ((38, "AF_ALG"), (40, "AF_VSOCK"), (17, "AF_PACKET"), (30, "AF_TIPC"), (21, "AF_RDS"),
+                         (44, "AF_XDP")):
+        out = await _assert_refused(sup, _py(f"import socket\ns = socket.socket({family}, socket.SOCK_STREAM "
+                                              f"if {family} != 17 else socket.SOCK_RAW)\nprint('BREACH {name}')"))
+        assert "Address family not supported" in out["stderr"], (name, out)
+    ok = await _run(sup, _py("import socket\nfor f, t in ((1, 1), (2, 1), (10, 2), (16, 3)):\n"
+                             "    socket.socket(f, t, 0).close()\na, b = socket.socketpair()\nprint('ok')"))
+    assert (ok["exitCode"], ok["stdout"]) == (0, "ok\n"), ok
+
+
 async def test_io_uring_and_other_kernel_surfaces_are_refused(sup: Supervisor) -> None:
     for name, expr in (
         ("io_uring_setup", "sc(425, 4, ctypes.create_string_buffer(120))"),

@@ -10,10 +10,10 @@ import pytest
 from sandbox._errors import ConfinementError
 from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp
 
-ALLOW, EPERM, ENOSYS = "allow", "EPERM", "ENOSYS"
+ALLOW, EPERM, ENOSYS, EAFNOSUPPORT = "allow", "EPERM", "ENOSYS", "EAFNOSUPPORT"
 ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-#: (keyctl, unshare, clone, clone3, read) per machine
-NR = {"x86_64": (250, 272, 56, 435, 0), "aarch64": (219, 97, 220, 435, 63)}
+#: (keyctl, unshare, clone, clone3, read, socket, socketpair) per machine
+NR = {"x86_64": (250, 272, 56, 435, 0, 41, 53), "aarch64": (219, 97, 220, 435, 63, 198, 199)}
 SIGCHLD = 17
 
 
@@ -34,7 +34,7 @@ def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0) -> str:
             if k == 0x7FFF0000:
                 return ALLOW
             assert k >> 16 == 0x0005, f"unexpected action {k:#x}"
-            return {1: EPERM, 38: ENOSYS}[k & 0xFFFF]
+            return {1: EPERM, 38: ENOSYS, 97: EAFNOSUPPORT}[k & 0xFFFF]
         else:
             raise AssertionError(f"instruction {code:#x} not expected in this filter")
     raise AssertionError("the program ran off its end")
@@ -43,7 +43,7 @@ def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0) -> str:
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str) -> None:
     program = plan_seccomp(machine)
-    keyctl, unshare, clone, clone3, read = NR[machine]
+    keyctl, unshare, clone, clone3, read, socket, socketpair = NR[machine]
 
     def verdict(nr: int, arg0: int = 0, arch: int = ARCH[machine]) -> str:
         return run_filter(program, arch=arch, nr=nr, arg0=arg0)
@@ -57,6 +57,12 @@ def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str)
     assert verdict(clone, SIGCHLD) == ALLOW  # fork
     assert verdict(clone, 0x003D0F00) == ALLOW  # pthread_create's flags
     assert verdict(clone, CLONE_NEWUSER | SIGCHLD) == EPERM
+    for family in (1, 2, 10, 16):  # unix, inet, inet6, netlink
+        assert verdict(socket, family) == ALLOW
+        assert verdict(socketpair, family) == ALLOW
+    for family in (17, 38, 40, 30, 21, 44, 0, 0xFFFF):  # packet, alg, vsock, tipc, rds, xdp, unspec, nonsense
+        assert verdict(socket, family) == EAFNOSUPPORT
+        assert verdict(socketpair, family) == EAFNOSUPPORT
     assert verdict(read, arch=0x40000003) == EPERM  # i386 through int 0x80
     if machine == "x86_64":
         assert verdict(0x40000000 + keyctl) == EPERM  # x32
