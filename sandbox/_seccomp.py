@@ -21,7 +21,9 @@ Why each is refused (``EPERM``):
 - ``socket`` and ``socketpair`` of any family but ``AF_UNIX``, ``AF_INET``, ``AF_INET6`` and ``AF_NETLINK`` answer
   ``EAFNOSUPPORT``: a tool needs no other, and each other family is kernel code an exploit can reach (``AF_ALG``,
   ``AF_VSOCK``, ``AF_TIPC``, ...), or on a modular kernel a module the first ``socket()`` of that family loads
-  (DCCP, RDS and others have had their holes).
+  (DCCP, RDS and others have had their holes). Of netlink, only ``NETLINK_ROUTE`` and ``NETLINK_SOCK_DIAG`` may be
+  opened (others answer ``EPROTONOSUPPORT``): some are not per network namespace (``NETLINK_KOBJECT_UEVENT`` carries
+  the host's device events) and generic netlink is a large surface.
 
 System calls of another ABI (x32 numbers on x86-64, or a foreign audit arch such as i386 via ``int 0x80``) are
 refused wholesale: they would otherwise reach the same calls under other numbers.
@@ -42,7 +44,8 @@ import struct
 
 from sandbox._errors import ConfinementError
 
-__all__ = ["CLONE_NEWUSER", "REFUSED_SYSCALLS", "SOCKET_FAMILIES", "apply_seccomp", "plan_seccomp"]
+__all__ = ["CLONE_NEWUSER", "NETLINK_PROTOCOLS", "REFUSED_SYSCALLS", "SOCKET_FAMILIES", "apply_seccomp",
+           "plan_seccomp"]
 
 REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
                     "userfaultfd", "perf_event_open", "bpf")
@@ -55,7 +58,12 @@ _ARCHES = {
 CLONE_NEWUSER = 0x10000000
 #: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the only socket families a worker may create
 SOCKET_FAMILIES = (1, 2, 10, 16)
+AF_NETLINK = 16
+#: NETLINK_ROUTE (addresses and routes: getaddrinfo, getifaddrs, ip) and NETLINK_SOCK_DIAG (ss): the only netlink
+#: protocols a worker may open
+NETLINK_PROTOCOLS = (0, 4)
 _EAFNOSUPPORT = 97
+_EPROTONOSUPPORT = 93
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
 _BPF_JGE_K = 0x35
@@ -65,8 +73,9 @@ _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 _EPERM = 1
 _ENOSYS = 38
-#: offsets in ``struct seccomp_data``: nr, arch, args[0] (its low 32 bits: every CLONE_* flag lives there)
-_NR, _ARCH, _ARG0_LOW = 0, 4, 16
+#: offsets in ``struct seccomp_data``: nr, arch, the low 32 bits of args[0] (every CLONE_* flag, the socket family)
+#: and of args[2] (the socket protocol)
+_NR, _ARCH, _ARG0_LOW, _ARG2_LOW = 0, 4, 16, 32
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 _NR_SECCOMP = {"x86_64": 317, "aarch64": 277}
@@ -121,8 +130,13 @@ def plan_seccomp(machine: str) -> bytes:
         (_BPF_RET_K, 0, 0, _RET_ALLOW),
         "family",
         (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
-        *[(_BPF_JEQ_K, "allow", 0, family) for family in SOCKET_FAMILIES],
+        (_BPF_JEQ_K, "netlink", 0, AF_NETLINK),
+        *[(_BPF_JEQ_K, "allow", 0, family) for family in SOCKET_FAMILIES if family != AF_NETLINK],
         (_BPF_RET_K, 0, 0, _RET_ERRNO | _EAFNOSUPPORT),
+        "netlink",
+        (_BPF_LD_W_ABS, 0, 0, _ARG2_LOW),
+        *[(_BPF_JEQ_K, "allow", 0, protocol) for protocol in NETLINK_PROTOCOLS],
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPROTONOSUPPORT),
         "flags",
         (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
         (_BPF_JSET_K, "deny", 0, CLONE_NEWUSER),

@@ -87,9 +87,15 @@ async def test_only_unix_inet_and_netlink_sockets_can_be_made(sup: Supervisor) -
         out = await _assert_refused(sup, _py(f"import socket\ns = socket.socket({family}, socket.SOCK_STREAM "
                                               f"if {family} != 17 else socket.SOCK_RAW)\nprint('BREACH {name}')"))
         assert "Address family not supported" in out["stderr"], (name, out)
-    ok = await _run(sup, _py("import socket\nfor f, t in ((1, 1), (2, 1), (10, 2), (16, 3)):\n"
-                             "    socket.socket(f, t, 0).close()\na, b = socket.socketpair()\nprint('ok')"))
-    assert (ok["exitCode"], ok["stdout"]) == (0, "ok\n"), ok
+    for protocol, name in ((15, "NETLINK_KOBJECT_UEVENT"), (16, "NETLINK_GENERIC"), (11, "NETLINK_CONNECTOR")):
+        out = await _assert_refused(sup, _py(f"import socket\ns = socket.socket(16, 3, {protocol})\n"
+                                              f"print('BREACH {name}')"))
+        assert "Protocol not supported" in out["stderr"], (name, out)
+    ok = await _run(sup, _py("import socket\n"
+                             "for f, t, p in ((1, 1, 0), (2, 1, 0), (10, 2, 0), (16, 3, 0), (16, 3, 4)):\n"
+                             "    socket.socket(f, t, p).close()\na, b = socket.socketpair()\n"
+                             "print(len(socket.getaddrinfo('localhost', 80)) > 0)"))
+    assert (ok["exitCode"], ok["stdout"]) == (0, "True\n"), ok
 
 
 async def test_io_uring_and_other_kernel_surfaces_are_refused(sup: Supervisor) -> None:

@@ -10,16 +10,16 @@ import pytest
 from sandbox._errors import ConfinementError
 from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp
 
-ALLOW, EPERM, ENOSYS, EAFNOSUPPORT = "allow", "EPERM", "ENOSYS", "EAFNOSUPPORT"
+ALLOW, EPERM, ENOSYS, EAFNOSUPPORT, EPROTONOSUPPORT = "allow", "EPERM", "ENOSYS", "EAFNOSUPPORT", "EPROTONOSUPPORT"
 ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 #: (keyctl, unshare, clone, clone3, read, socket, socketpair) per machine
 NR = {"x86_64": (250, 272, 56, 435, 0, 41, 53), "aarch64": (219, 97, 220, 435, 63, 198, 199)}
 SIGCHLD = 17
 
 
-def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0) -> str:
+def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0, arg2: int = 0) -> str:
     """Run a classic BPF seccomp program on ``struct seccomp_data`` (nr, arch, ip 0, args) and name its verdict."""
-    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, arg2, 0, 0, 0)
     insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
     acc, pc = 0, 0
     for _ in range(len(insns)):  # a seccomp program only jumps forward: this many steps always suffice
@@ -34,7 +34,7 @@ def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0) -> str:
             if k == 0x7FFF0000:
                 return ALLOW
             assert k >> 16 == 0x0005, f"unexpected action {k:#x}"
-            return {1: EPERM, 38: ENOSYS, 97: EAFNOSUPPORT}[k & 0xFFFF]
+            return {1: EPERM, 38: ENOSYS, 97: EAFNOSUPPORT, 93: EPROTONOSUPPORT}[k & 0xFFFF]
         else:
             raise AssertionError(f"instruction {code:#x} not expected in this filter")
     raise AssertionError("the program ran off its end")
@@ -45,8 +45,8 @@ def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str)
     program = plan_seccomp(machine)
     keyctl, unshare, clone, clone3, read, socket, socketpair = NR[machine]
 
-    def verdict(nr: int, arg0: int = 0, arch: int = ARCH[machine]) -> str:
-        return run_filter(program, arch=arch, nr=nr, arg0=arg0)
+    def verdict(nr: int, arg0: int = 0, arch: int = ARCH[machine], arg2: int = 0) -> str:
+        return run_filter(program, arch=arch, nr=nr, arg0=arg0, arg2=arg2)
 
     assert verdict(read) == ALLOW
     assert verdict(keyctl) == EPERM
@@ -60,6 +60,9 @@ def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str)
     for family in (1, 2, 10, 16):  # unix, inet, inet6, netlink
         assert verdict(socket, family) == ALLOW
         assert verdict(socketpair, family) == ALLOW
+    assert verdict(socket, 16, arg2=4) == ALLOW  # NETLINK_SOCK_DIAG
+    for protocol in (15, 16, 9, 6, 11):  # kobject uevent, generic, audit, xfrm, connector
+        assert verdict(socket, 16, arg2=protocol) == EPROTONOSUPPORT
     for family in (17, 38, 40, 30, 21, 44, 0, 0xFFFF):  # packet, alg, vsock, tipc, rds, xdp, unspec, nonsense
         assert verdict(socket, family) == EAFNOSUPPORT
         assert verdict(socketpair, family) == EAFNOSUPPORT
