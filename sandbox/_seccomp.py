@@ -2,7 +2,7 @@
 
 Why each is refused (``EPERM``):
 
-- ``keyctl``, ``add_key``, ``request_key``: every worker of a shared uid, and the kernel gives each uid one *user
+- ``keyctl``, ``add_key``, ``request_key``: workers may share a uid, and the kernel gives each uid one *user
   keyring* (``@u``) shared by all its processes on the machine and outliving them. A key one toolbox adds there, any
   other toolbox reads: a channel between toolboxes that Landlock, the namespaces and the cgroups do not see.
 - ``io_uring_setup``/``enter``/``register``: io_uring operations do respect Landlock (an ``OPENAT`` outside the rules
@@ -10,6 +10,9 @@ Why each is refused (``EPERM``):
   system calls when it is refused.
 - ``userfaultfd``, ``perf_event_open``, ``bpf``: kernel surfaces that exploits use (``userfaultfd`` widens races;
   perf and bpf are refused already by the sysctls of a Debian host, this does not depend on them).
+- ``syslog``: the kernel's log is the host's (addresses, other tenants' messages); ``dmesg_restrict`` usually
+  refuses it already, this does not depend on it. On x86-64 also ``modify_ldt`` and ``uselib``, old interfaces with a
+  history of holes that nothing current uses.
 - ``unshare`` and ``clone`` with ``CLONE_NEWUSER``: a new user namespace gives its creator every capability inside
   it, and with them kernel code that is otherwise root's only: nf_tables and the rest of netfilter in a network
   namespace of its own, other network and file system code. That is where most local privilege escalations of recent
@@ -48,12 +51,20 @@ __all__ = ["CLONE_NEWUSER", "NETLINK_PROTOCOLS", "REFUSED_SYSCALLS", "SOCKET_FAM
            "plan_seccomp"]
 
 REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
-                    "userfaultfd", "perf_event_open", "bpf")
-#: machine -> (audit arch, first number of another ABI to refuse or 0, numbers of REFUSED_SYSCALLS,
-#: (unshare, clone, clone3), (socket, socketpair))
+                    "userfaultfd", "perf_event_open", "bpf", "syslog", "modify_ldt", "uselib")
+#: machine -> system call numbers of REFUSED_SYSCALLS (a call a machine does not have is left out)
+_REFUSED_NUMBERS = {
+    "x86_64": {"keyctl": 250, "add_key": 248, "request_key": 249, "io_uring_setup": 425, "io_uring_enter": 426,
+               "io_uring_register": 427, "userfaultfd": 323, "perf_event_open": 298, "bpf": 321, "syslog": 103,
+               "modify_ldt": 154, "uselib": 134},
+    "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "io_uring_setup": 425, "io_uring_enter": 426,
+                "io_uring_register": 427, "userfaultfd": 282, "perf_event_open": 241, "bpf": 280, "syslog": 116},
+}
+#: machine -> (audit arch, first number of another ABI to refuse or 0, (unshare, clone, clone3),
+#: (socket, socketpair))
 _ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, (250, 248, 249, 425, 426, 427, 323, 298, 321), (272, 56, 435), (41, 53)),
-    "aarch64": (0xC00000B7, 0, (219, 217, 218, 425, 426, 427, 282, 241, 280), (97, 220, 435), (198, 199)),
+    "x86_64": (0xC000003E, 0x40000000, (272, 56, 435), (41, 53)),
+    "aarch64": (0xC00000B7, 0, (97, 220, 435), (198, 199)),
 }
 CLONE_NEWUSER = 0x10000000
 #: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the only socket families a worker may create
@@ -112,7 +123,8 @@ def plan_seccomp(machine: str) -> bytes:
     """
     if machine not in _ARCHES:
         raise ConfinementError(f"no seccomp table for {machine}", step="seccomp")
-    arch, foreign_abi, numbers, (unshare, clone, clone3), (socket, socketpair) = _ARCHES[machine]
+    arch, foreign_abi, (unshare, clone, clone3), (socket, socketpair) = _ARCHES[machine]
+    numbers = [_REFUSED_NUMBERS[machine][name] for name in REFUSED_SYSCALLS if name in _REFUSED_NUMBERS[machine]]
     program: list[tuple[int, str | int, str | int, int] | str] = [
         (_BPF_LD_W_ABS, 0, 0, _ARCH),
         (_BPF_JEQ_K, 0, "deny", arch),  # another arch: refused

@@ -104,6 +104,8 @@ async def test_io_uring_and_other_kernel_surfaces_are_refused(sup: Supervisor) -
         ("bpf", "sc(321, 0, ctypes.create_string_buffer(128), 128)"),
         ("perf_event_open", "sc(298, ctypes.create_string_buffer(128), 0, -1, -1, 0)"),
         ("userfaultfd", "sc(323, 1)"),  # UFFD_USER_MODE_ONLY: allowed by the sysctl, refused by the filter
+        ("syslog", "sc(103, 10, 0, 0)"),  # SYSLOG_ACTION_SIZE_BUFFER
+        ("modify_ldt", "sc(154, 0, ctypes.create_string_buffer(16), 16)"),
         ("x32 keyctl", "sc(0x40000000 + 250, 0, -4, 0)"),
         ("open_by_handle_at", "sc(304, -100, ctypes.create_string_buffer(128), 0)"),
         ("process_vm_readv", f"sc(310, {os.getpid()}, 0, 0, 0, 0, 0)"),

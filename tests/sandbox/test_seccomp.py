@@ -12,8 +12,8 @@ from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp
 
 ALLOW, EPERM, ENOSYS, EAFNOSUPPORT, EPROTONOSUPPORT = "allow", "EPERM", "ENOSYS", "EAFNOSUPPORT", "EPROTONOSUPPORT"
 ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-#: (keyctl, unshare, clone, clone3, read, socket, socketpair) per machine
-NR = {"x86_64": (250, 272, 56, 435, 0, 41, 53), "aarch64": (219, 97, 220, 435, 63, 198, 199)}
+#: (keyctl, unshare, clone, clone3, read, socket, socketpair, syslog) per machine
+NR = {"x86_64": (250, 272, 56, 435, 0, 41, 53, 103), "aarch64": (219, 97, 220, 435, 63, 198, 199, 116)}
 SIGCHLD = 17
 
 
@@ -43,13 +43,14 @@ def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0, arg2: int =
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str) -> None:
     program = plan_seccomp(machine)
-    keyctl, unshare, clone, clone3, read, socket, socketpair = NR[machine]
+    keyctl, unshare, clone, clone3, read, socket, socketpair, syslog = NR[machine]
 
     def verdict(nr: int, arg0: int = 0, arch: int = ARCH[machine], arg2: int = 0) -> str:
         return run_filter(program, arch=arch, nr=nr, arg0=arg0, arg2=arg2)
 
     assert verdict(read) == ALLOW
     assert verdict(keyctl) == EPERM
+    assert verdict(syslog) == EPERM
     assert verdict(clone3) == ENOSYS  # the C library falls back to clone, whose flags can be checked
     assert verdict(unshare, CLONE_NEWUSER) == EPERM
     assert verdict(unshare, CLONE_NEWUSER | 0x00020000) == EPERM
@@ -68,6 +69,8 @@ def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str)
         assert verdict(socketpair, family) == EAFNOSUPPORT
     assert verdict(read, arch=0x40000003) == EPERM  # i386 through int 0x80
     if machine == "x86_64":
+        assert verdict(154) == EPERM  # modify_ldt
+        assert verdict(134) == EPERM  # uselib
         assert verdict(0x40000000 + keyctl) == EPERM  # x32
         assert verdict(0x40000000 + read) == EPERM
 
