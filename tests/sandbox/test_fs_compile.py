@@ -507,19 +507,33 @@ def check_against_kernel(tree: dict[str, Any], data: dict[str, Any], mode: str) 
     expected = [evaluate(predicate, path, for_write=op in ("write", "create")).allowed for op, path in probes]
     got = confined_attempts(c.rules, probes, predicate)
     assert got["check"] == expected, "the in-worker check differs inside the confined process"
+    # a predicate path that does not exist gets no rule (docs/FILES.md, "Paths that do not exist"): the kernel
+    # denies it and what is beneath it until restart; only a new FileExactly/DirectoryExactly in write mode
+    # whose parent exists gets a rule (its parent's)
+    denied_until_restart = [r.path for r in bounds(predicate).upper if r.path in c.missing and (
+        r.kind != "exact" or mode == READ or probe_path(os.path.dirname(r.path)) != "dir")]
     for (op, path), want, kernel in zip(probes, expected, got["kernel"], strict=True):
         assert kernel in ("ok", "denied"), f"{op} {path}: unexpected {kernel}"
         opened = kernel == "ok"
-        where = f"{op} {path}: predicate {want}, kernel {kernel}, rules {c.rules}, residual {c.residual!r}"
+        where = f"{op} {path}: predicate {want}, kernel {kernel}, rules {c.rules}, residual {c.residual!r}, " \
+            f"missing {c.missing}"
         writes = op in ("write", "create")
+        target = os.path.realpath(path)  # where the kernel lands, as the check judges it
+        may_deny = any(target == m or target.startswith(m + "/") for m in denied_until_restart)
         if mode == READ and writes:
             assert not opened, where  # read mode never lets anything be written
-        elif c.exact:
-            assert opened == want, where
         elif writes and c.unbounded:
-            assert not opened or want, where  # unbounded: / is read-only, writes only where the rules say
+            # / is read-only: no write outside the bounded write rules; inside them the kernel allows a superset,
+            # and more than the predicate only under a rule reported inexact
+            here = [rep for rep in c.reports if rep.rule.mode == WRITE and rep.rule.path != "/" and (
+                target == rep.rule.path or target.startswith(rep.rule.path + "/"))]
+            assert here or not opened, where
+            assert not here or opened or not want or may_deny, where
+            assert not opened or want or not all(rep.exact for rep in here), where
+        elif c.exact:
+            assert opened == want or (may_deny and not opened), where
         else:
-            assert opened or not want, where  # inexact: the kernel allows a superset
+            assert opened or not want or may_deny, where  # inexact: the kernel allows a superset
     return c
 
 
@@ -528,8 +542,9 @@ TREES = st.tuples(
                        st.integers(0, 30)), min_size=1, max_size=8),
     st.lists(st.tuples(st.sampled_from(NAMES), st.integers(0, 12)), max_size=3),
 )
-# Derandomized: the same 40 examples every run, so CI is repeatable. One full-suite run failed here once and the
-# failure could not be reproduced in about 1000 random examples since; a longer random hunt is noted on issue 3.
+# Derandomized: the same 40 examples every run, so CI is repeatable. The one full-suite failure was the oracle's
+# (unbounded write mode with an inexact write rule; a missing DirectoryRecursive root): random hunts of 5000 examples
+# hit it on every seed; with the oracle fixed, about 23,000 random examples per test (some under CPU load) passed.
 KERNEL_SETTINGS = settings(max_examples=40, database=None, deadline=None, derandomize=True,
                            suppress_health_check=[HealthCheck.too_slow])
 
@@ -592,6 +607,41 @@ def test_any_predicate_kernel_allows_a_superset_and_the_check_gives_the_rest(
 
 
 # --- named kernel cases (the same machinery, readable)
+
+
+#: Shapes a long random hunt found (each about once in a few thousand examples) where the first oracle was wrong, not
+#: the compiler: in write mode an inexact write rule lets the kernel allow more than the predicate (the residual says
+#: so, the in-worker check refuses the rest), and a DirectoryRecursive root that does not exist yet gets no rule (the
+#: kernel denies it until a restart, fail-closed). Kept so that these shapes are checked on every run.
+HUNT_FINDS = [
+    ([(["a", "a"], False, 0)], T("Or", [T("FilePattern", "*.md"), T("DirectoryShallow", "./.")]), "write", "a/a",
+     False, "ok"),
+    ([(["a", "a"], False, 0)], T("Any", [T("FilePattern", "*.md"), T("FileExactly", "././fresh.md")]), "write", "a/a",
+     False, "ok"),
+    ([(["a"], False, 0)], T("And", [T("FilePattern", "*.md"), T("Any", [T("FileExactly", "./a"),
+                                                                          T("FilePattern", "*.md")])]), "write", "a",
+     False, "ok"),
+    ([(["a", "a"], False, 0)], T("DirectoryRecursive", "././fresh.md"), "create", "fresh.md", True, "denied"),
+    ([(["a"], False, 0)], T("Or", [T("FileExactly", "./."), T("DirectoryRecursive", "././fresh.md")]), "create",
+     "fresh.md", True, "denied"),
+]
+
+
+@needs_landlock
+@pytest.mark.parametrize(("entries", "data", "op", "rel", "predicate_allows", "kernel"), HUNT_FINDS)
+def test_shapes_a_random_hunt_found(entries: Any, data: Any, op: str, rel: str, predicate_allows: bool,
+                                    kernel: str) -> None:
+    with built_tree(entries, []) as tree:
+        c = check_against_kernel(tree, data, WRITE)  # every probe of the tree, by the oracle
+        predicate = parse_predicate(data, tree["t"])
+        path = f"{tree['t']}/{rel}"
+        got = confined_attempts(c.rules, [(op, path)], predicate)
+        assert (evaluate(predicate, path, for_write=True).allowed, got["kernel"][0]) == (predicate_allows, kernel)
+        if kernel == "ok":  # more than the predicate: only under a rule the compiler calls inexact
+            assert not c.exact and c.residual
+        else:  # less than the predicate: the missing root, listed for the operator
+            assert any(m.endswith("/fresh.md") for m in c.missing)
+
 
 
 @needs_landlock
