@@ -197,6 +197,9 @@ def plan_worker(
 
     env = policy.worker_env_for(tb.name, tb.agent_slug)
     env.update({"HOME": workdir, "TMPDIR": os.path.join(workdir, "tmp")})
+    # bash sets SHELL from the account database when it is missing: an NSS lookup (nscd socket, nsswitch.conf,
+    # passwd) on every start of every script, about 60 us here. A policy's own SHELL wins.
+    env.setdefault("SHELL", "/bin/sh")
 
     # A skills toolbox's agent-file hosts are its git sources' hosts: for the clone, not for the worker.
     tb_hosts = () if tb.kind == "skills" else tb.allowed_hosts

@@ -32,8 +32,11 @@ def test_a_worker_gets_its_folders_system_paths_and_limits(sandbox_tmp: Path) ->
     assert spec.plan.new_netns and spec.plan.new_pidns and not spec.plan.bridge
     assert spec.plan.tcp_connect_ports == ()
     assert "PYTHONPATH" not in spec.plan.env and spec.plan.env["HOME"].endswith("/work/tester/system")
+    assert spec.plan.env["SHELL"] == "/bin/sh"  # bash would look the account up for it on every start
     if os.geteuid() == 0:
         assert (spec.plan.uid, spec.plan.gid) == (65534, 65534)
+    own = _compile(sandbox_tmp, system_toolbox(), worker_env={"PATH": "/usr/bin", "SHELL": "/bin/bash"}).specs[0]
+    assert own.plan.env["SHELL"] == "/bin/bash"
 
 
 def test_landlock_too_old_for_a_strict_policy_is_refused(sandbox_tmp: Path) -> None:
