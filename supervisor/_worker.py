@@ -55,6 +55,10 @@ MAX_TOOLS_CHANGED = 30
 TOOLS_CHANGED_WINDOW_S = 10.0
 #: Portal and host requests a worker may have in flight at once (each holds a task and maybe a nested call).
 MAX_REQUESTS_IN_FLIGHT = 64
+#: At most this many ``event`` frames of a worker reach the trace per window; the rest are counted and dropped (a
+#: worker cannot fill the disk through the trace).
+MAX_EVENTS = 100
+EVENTS_WINDOW_S = 10.0
 
 
 class WorkerState(enum.Enum):
@@ -150,6 +154,8 @@ class Worker:
         self._cgroup_removed = trio.Event()
         self._requests_in_flight = 0
         self._tools_changed_at: deque[float] = deque()
+        self._events_at: deque[float] = deque()
+        self._events_dropped = 0
 
     # -- state -------------------------------------------------------------------------------------------------
     @property
@@ -414,6 +420,17 @@ class Worker:
             event = message["event"]
             if not isinstance(event, dict):
                 raise ProtocolError("event must be a map")
+            now = trio.current_time()
+            while self._events_at and now - self._events_at[0] > EVENTS_WINDOW_S:
+                self._events_at.popleft()
+            if len(self._events_at) >= MAX_EVENTS:
+                self._events_dropped += 1
+                return
+            if self._events_dropped:
+                self._on_event(self, "limit_hit", {"limit": "worker events", "value": MAX_EVENTS,
+                                                   "window_s": EVENTS_WINDOW_S, "dropped": self._events_dropped})
+                self._events_dropped = 0
+            self._events_at.append(now)
             self._on_event(self, "worker_event", event)
         elif kind in ("portal", "host"):
             if not self._hello.is_set():

@@ -216,3 +216,26 @@ def test_structured_values_that_json_cannot_spell_stay_out_of_mcp_replies() -> N
                 {"status": "passed", "attachments": [{"media_type": "image/png", "path": "a"}] * 65}):
         with pytest.raises(ValueError, match=r"structured|attachments"):
             ToolResult.from_wire(bad)
+
+
+async def test_an_event_flood_reaches_the_trace_only_up_to_the_rate_limit(policy: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import supervisor._worker as worker_module
+
+    monkeypatch.setattr(worker_module, "MAX_EVENTS", 20)
+    monkeypatch.setattr(worker_module, "EVENTS_WINDOW_S", 0.5)
+    async with Supervisor.open(policy) as sup:
+        worker = sup.runner("system").worker
+        assert worker is not None
+        await _inject(worker, b"".join(encode({"t": "event", "event": {"n": i}}) for i in range(150)))
+        # Frames are handled in order: once a call made after the flood is answered, the flood was read.
+        assert (await sup.call("system_system_date", {})).status == "passed"
+        await trio.sleep(0.6)  # let the rate window pass (a duration the limit is about, not a synchronisation)
+        await _inject(worker, encode({"t": "event", "event": {"n": "after"}}))
+        assert (await sup.call("system_system_date", {})).status == "passed"
+        assert sup.runner("system").worker is worker  # dropping events costs the worker nothing
+    trace = [json.loads(line) for line in (policy.parent / "state" / "trace.jsonl").read_text().splitlines()]
+    events = [r["data"]["n"] for r in trace if r["event"] == "worker_event" and r["toolbox"] == "system"]
+    assert events == [*range(20), "after"]
+    [limit] = [r for r in trace if r["event"] == "limit_hit" and r.get("limit") == "worker events"]
+    assert (limit["dropped"], limit["value"]) == (130, 20)
