@@ -321,6 +321,9 @@ class OtelExport(_Model):
 
 class Trace(_Model):
     path: PolicyPath | None = Field(default=None, description="JSONL file; default <state_dir>/trace.jsonl")
+    max_bytes: Size | None = Field(
+        default=256 * 1024**2, ge=4096,
+        description="rotate the file to <path>.1 past this size (disk use stays under about twice it); null = never")
     otel: Annotated[OtelExport, BeforeValidator(lambda v: {"enabled": v} if isinstance(v, bool) else v)] = Field(
         default=OtelExport(), description="OpenTelemetry export: false, true (the defaults) or a section")
 

@@ -122,7 +122,7 @@ class Supervisor:
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
         compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir)
-        trace = TraceRecorder(compiled.trace_path)
+        trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
         try:
             otel = open_otel(config.policy.trace.otel, trace)
         except BaseException:

@@ -13,6 +13,11 @@ Records are written whole (a reader never sees half a line from us). For speed, 
 buffer passes ``FLUSH_BYTES``); every other record, being rare and worth keeping across a crash, is written at once
 together with whatever is buffered. So a supervisor killed with SIGKILL loses at most the last
 ``FLUSH_INTERVAL_S`` of call records; a clean stop loses nothing.
+
+With ``max_bytes``, the file is rotated once a write takes it past that size: it becomes ``<path>.1`` (replacing an
+older ``.1``) and a new file is started, so the trace never takes more than about twice ``max_bytes`` of disk,
+however many calls, refusals or egress decisions the workers cause. Rotation happens between writes: a record is
+never split.
 """
 
 from __future__ import annotations
@@ -31,11 +36,16 @@ _BUFFERED = frozenset({"call_start", "call_end", "egress"})
 
 
 class TraceRecorder:
-    """Appends trace records to ``path`` (``None``: records are dropped). Not thread-safe: use from trio."""
+    """Appends trace records to ``path`` (``None``: records are dropped). Not thread-safe: use from trio.
 
-    def __init__(self, path: str | None) -> None:
+    ``max_bytes``: rotate the file to ``<path>.1`` once it grows past this size (``None``: never).
+    """
+
+    def __init__(self, path: str | None, max_bytes: int | None = None) -> None:
         self.path = path
+        self.max_bytes = max_bytes
         self._fd: int | None = None
+        self._file_size = 0
         self._buffer: list[str] = []
         self._size = 0
         self._oldest = 0.0
@@ -44,7 +54,13 @@ class TraceRecorder:
         self.sink: Callable[[str, dict[str, Any]], None] | None = None
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._open()
+
+    def _open(self) -> None:
+        if self.path is None:
+            return
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._file_size = os.fstat(self._fd).st_size
 
     def record(self, event: str, **fields: Any) -> None:
         """Add one record. Never raises for an unserialisable field (it is written as its ``repr``)."""
@@ -72,6 +88,18 @@ class TraceRecorder:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view):]
+        self._file_size += len(data)
+        if self.max_bytes is not None and self._file_size >= self.max_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """``<path>`` becomes ``<path>.1`` (an older one is replaced); records go to a new file from now on."""
+        if self.path is None or self._fd is None:
+            return
+        os.close(self._fd)
+        self._fd = None
+        os.replace(self.path, self.path + ".1")
+        self._open()
 
     def pending(self) -> bool:
         """Whether records wait in the buffer (the supervisor's flusher calls :meth:`flush` then)."""

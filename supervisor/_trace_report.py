@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -35,20 +36,24 @@ PATH_KEYS = ("path", "filepath", "file_path", "file", "filename")
 
 
 def load_trace(path: str) -> list[dict[str, Any]]:
-    """The records of a trace file; an unreadable line becomes ``{"event": "_unreadable", "line": N}``.
+    """The records of a trace file, preceded by those of its rotated part ``<path>.1`` when there is one; an
+    unreadable line becomes ``{"event": "_unreadable", "line": N}``.
 
     Raises ``OSError`` when the file cannot be read.
     """
     out: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                record = None
-            out.append(record if isinstance(record, dict) else {"event": "_unreadable", "line": n})
+    for part in (path + ".1", path):
+        if part != path and not os.path.exists(part):
+            continue
+        with open(part, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    record = None
+                out.append(record if isinstance(record, dict) else {"event": "_unreadable", "line": n})
     return out
 
 

@@ -108,3 +108,25 @@ async def test_report_of_a_real_trace(sandbox_tmp: Path) -> None:
                              capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert missing.returncode == 2 and "cannot read the trace file" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_the_trace_rotates_past_max_bytes_and_the_report_reads_both_parts(tmp_path: Path) -> None:
+    from supervisor._trace import TraceRecorder
+    from supervisor._trace_report import load_trace
+
+    path = tmp_path / "trace.jsonl"
+    trace = TraceRecorder(str(path), max_bytes=4096)
+    for i in range(400):  # about 60 bytes each: the file is rotated several times
+        trace.record("portal_refusal", n=i)  # not buffered: every record is written at once
+    trace.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.jsonl", "trace.jsonl.1"]
+    older, newer = (tmp_path / "trace.jsonl.1").read_text(), path.read_text()
+    assert 4096 <= len(older) < 4096 + 200 and len(newer) < 4096  # disk use stays under about twice max_bytes
+    assert all(line.endswith("}") for line in (older + newer).splitlines())  # no record split by a rotation
+    numbers = [r["n"] for r in load_trace(str(path))]
+    assert numbers == list(range(numbers[0], 400)) and numbers[0] > 0  # the newest records, in order, none lost
+    # A supervisor started again on a file near max_bytes continues it, and rotates it after the write past it.
+    again = TraceRecorder(str(path), max_bytes=len(newer) + 1)
+    again.record("portal_refusal", n="restart")
+    again.close()
+    assert '"restart"' in (tmp_path / "trace.jsonl.1").read_text() and path.read_text() == ""
