@@ -252,6 +252,9 @@ class Network(_Model):
 class Sessions(_Model):
     max_calls: int | None = Field(default=None, ge=1, description="calls per session; null = no cap")
     max_concurrent_calls: int = Field(default=16, ge=1)
+    keep_days: float | None = Field(
+        default=30, gt=0,
+        description="sessions (turns, tool calls) not modified for this long are deleted; null = keep all")
 
 
 class AgentLoop(_Model):

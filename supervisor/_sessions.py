@@ -245,6 +245,31 @@ class SessionStore:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
+    def prune(self, older_than: float) -> int:
+        """Delete every session last modified before ``older_than`` (Unix time) that is not running, with its
+        turns and tool calls; return how many sessions went. A child whose parent went keeps its (now dangling)
+        parent id: scopes treat a missing session as none. Never raises for a database error (counted as a write
+        error)."""
+        self.flush()
+        cutoff = (older_than,)
+        try:
+            self._db.execute("BEGIN")
+            old = "SELECT id FROM sessions WHERE modified < ? AND status != 'running'"
+            self._db.execute(f"DELETE FROM turns WHERE session_id IN ({old})", cutoff)
+            self._db.execute(f"DELETE FROM tool_calls WHERE session_id IN ({old})", cutoff)
+            gone = self._db.execute("DELETE FROM sessions WHERE modified < ? AND status != 'running'", cutoff).rowcount
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.write_errors += 1
+            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            return 0
+        self._known.clear()  # a pruned root session seen again is created again
+        return gone
+
     def count_calls(self, ids: set[str]) -> int:
         self.flush()
         return sum(1 for (sid,) in self._db.execute("SELECT session_id FROM tool_calls") if sid in ids)

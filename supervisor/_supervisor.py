@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ from ._sessions import SessionStore, answer_host_request
 from ._skill_sources import prepare_git_sources
 from ._trace import FLUSH_INTERVAL_S, TraceRecorder
 from ._worker import Worker
+
+#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start).
+PRUNE_INTERVAL_S = 3600.0
 
 __all__ = ["Supervisor", "ToolInfo"]
 
@@ -139,6 +143,7 @@ class Supervisor:
             {"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
             warnings=compiled.warnings)
         try:
+            sup._prune_sessions()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup._flush_trace)
                 await sup._start(nursery)
@@ -182,14 +187,27 @@ class Supervisor:
         self._rebuild()
 
     async def _flush_trace(self) -> None:
-        """Write buffered call records and session writes at least every ``FLUSH_INTERVAL_S``."""
+        """Write buffered call records and session writes at least every ``FLUSH_INTERVAL_S``; prune old sessions
+        every ``PRUNE_INTERVAL_S`` (:meth:`open` prunes once at start)."""
+        next_prune = trio.current_time() + PRUNE_INTERVAL_S
         while True:
+            if self.sessions is not None and trio.current_time() >= next_prune:
+                self._prune_sessions()
+                next_prune = trio.current_time() + PRUNE_INTERVAL_S
             await trio.sleep(FLUSH_INTERVAL_S)
             self.trace.flush()
             if self.otel is not None:
                 self.otel.poll()
             if self.sessions is not None:
                 self.sessions.flush()
+
+    def _prune_sessions(self) -> None:
+        keep_days = self.config.policy.sessions.keep_days
+        if self.sessions is None or keep_days is None:
+            return
+        gone = self.sessions.prune(time.time() - keep_days * 86400)
+        if gone:
+            self.trace.record("sessions_pruned", sessions=gone, keep_days=keep_days)
 
     async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
         await nursery.start(runner.run)

@@ -5,8 +5,8 @@ supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``wo
 ``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``protocol_violation``, ``call_start``, ``call_end``,
 ``portal_refusal``, ``limit_hit``, ``egress``, ``load_error``, ``signal``, ``internal_error``, ``otel_export_failed``,
 ``worker_event`` (untrusted events a worker sent, tagged with its toolbox), and for sub-agent loops ``agent_start``,
-``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``. Secrets never enter a record: callers
-pass only what is safe to keep.
+``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; and ``sessions_pruned``. Secrets
+never enter a record: callers pass only what is safe to keep.
 
 Records are written whole (a reader never sees half a line from us). For speed, the per-call records
 (``call_start``, ``call_end``, ``egress``) are buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the

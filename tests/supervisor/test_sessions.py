@@ -194,3 +194,35 @@ def test_a_failing_write_is_counted_never_raised() -> None:
     store.flush()  # writes are batched; the supervisor flushes every 0.2 s and before every read
     assert store.write_errors == 3 and "readonly" in (store.last_write_error or "")
     assert _ask(store, "root", "get-session-stats")["result"]["totalTurnsAcrossAllSessions"] == 3
+
+
+def test_prune_deletes_old_sessions_with_their_turns_and_calls_but_not_running_ones() -> None:
+    store = _store()  # root and a (idle) and b (running), modified just now
+    store.flush()
+    store._db.execute("UPDATE sessions SET modified = 1000 WHERE id IN ('root', 'a', 'b')")
+    assert store.prune(older_than=2000) == 2  # root and a; b is still running
+    assert set(store.parents()) == {"b"}
+    assert store.turns("a") == [] and store.tool_calls("root") == []
+    assert store.prune(older_than=2000) == 0
+    # A session seen again after it was pruned starts afresh.
+    store.record_call("root", call_id="c9", parent_call_id=None, tool="t", args={}, status="passed", summary=None,
+                      output="", started=3000.0, duration_s=0.1)
+    assert set(store.parents()) == {"b", "root"} and len(store.tool_calls("root")) == 1
+
+
+async def test_the_supervisor_prunes_sessions_past_keep_days_when_it_starts(sandbox_tmp: Path) -> None:
+    import time
+
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
+                        sessions={"keep_days": 7})
+    old = SessionStore(str(sandbox_tmp / "state" / "sessions.sqlite3"))
+    for sid, age_days in (("ancient", 30), ("recent", 1)):
+        old.ensure_session(sid)
+        old.flush()
+        old._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (time.time() - age_days * 86400, sid))
+    old.close()
+    async with Supervisor.open(path) as sup:
+        assert sup.sessions is not None
+        assert set(sup.sessions.parents()) == {"recent"}
+    trace = [json.loads(line) for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()]
+    assert [(r["sessions"], r["keep_days"]) for r in trace if r["event"] == "sessions_pruned"] == [(1, 7)]
