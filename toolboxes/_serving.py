@@ -61,10 +61,16 @@ class LeaderFollowers(Generic[Job]):
             self._spawn_locked(1)
 
     def _spawn_locked(self, wanted: int) -> None:
-        """Start up to ``wanted`` threads, within the bound of ``max_jobs + 1``."""
+        """Start up to ``wanted`` threads, within the bound of ``max_jobs + 1``. When the system refuses a thread
+        (address-space or process limits), serving goes on with the threads it has: a job then waits for a free one,
+        and with no thread free, the one that read a job runs it and reading waits."""
         for _ in range(min(wanted, self._max_jobs + 1 - self._threads)):
+            thread = threading.Thread(target=self._serve, name=f"{self._name}-{self._threads + 1}", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # "can't start new thread"
+                return
             self._threads += 1
-            threading.Thread(target=self._serve, name=f"{self._name}-{self._threads}", daemon=True).start()
 
     def _serve(self) -> None:
         while True:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import queue
 import threading
 
+import pytest
+
 from toolboxes._serving import LeaderFollowers
 
 WAIT_S = 10
@@ -110,7 +112,32 @@ def test_after_stop_queued_jobs_never_start() -> None:
 
 
 def test_max_jobs_must_be_positive() -> None:
-    import pytest
 
     with pytest.raises(ValueError, match="at least 1"):
         LeaderFollowers(lambda: None, lambda job: None, 0)
+
+
+def test_serving_goes_on_when_no_more_threads_can_be_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system may refuse a thread (RLIMIT_AS, pids.max): jobs still run, one by one on the threads there are."""
+
+    h = Harness(max_jobs=4, name="starved")
+    real_start = threading.Thread.start
+    started: list[str] = []
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("starved-") and started:
+            raise RuntimeError("can't start new thread")
+        started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    h.serving.start()
+    h.inputs.put(["a"])
+    assert h.next_started() == "a"  # the only thread read it and runs it (no one else can lead)
+    h.inputs.put(["b"])
+    h.release["a"].set()
+    assert h.next_started() == "b"  # after a, the same thread reads again and runs b
+    h.release["b"].set()
+    assert len(started) == 1 and len(h.threads()) == 1
+    h.inputs.put(None)
+    assert h.serving.stopped.wait(WAIT_S)
