@@ -112,7 +112,6 @@ def test_after_stop_queued_jobs_never_start() -> None:
 
 
 def test_max_jobs_must_be_positive() -> None:
-
     with pytest.raises(ValueError, match="at least 1"):
         LeaderFollowers(lambda: None, lambda job: None, 0)
 
