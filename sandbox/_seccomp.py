@@ -11,7 +11,12 @@ Why each is refused (``EPERM``):
 - ``userfaultfd``, ``perf_event_open``, ``bpf``: kernel surfaces that exploits use (``userfaultfd`` widens races;
   perf and bpf are refused already by the sysctls of a Debian host, this does not depend on them).
 - ``syslog``: the kernel's log is the host's (addresses, other tenants' messages); ``dmesg_restrict`` usually
-  refuses it already, this does not depend on it. On x86-64 also ``modify_ldt`` and ``uselib``, old interfaces with a
+  refuses it already, this does not depend on it.
+- ``inotify_init``/``inotify_init1``/``fanotify_init``: Landlock does not check ``inotify_add_watch`` or
+  ``fanotify_mark``, only the file modes do, so a watch would show the names and the live activity (create, open,
+  write, delete) in any folder the uid may list: the host's ``/tmp`` and ``/etc``, a project folder another
+  toolbox shares, ``/usr/bin`` (which programs other workers run). Tools that watch files must poll (the bash and
+  skills toolboxes do). On x86-64 also ``modify_ldt`` and ``uselib``, old interfaces with a
   history of holes that nothing current uses.
 - ``unshare`` and ``clone`` with ``CLONE_NEWUSER``: a new user namespace gives its creator every capability inside
   it, and with them kernel code that is otherwise root's only: nf_tables and the rest of netfilter in a network
@@ -51,14 +56,16 @@ __all__ = ["CLONE_NEWUSER", "NETLINK_PROTOCOLS", "REFUSED_SYSCALLS", "SOCKET_FAM
            "plan_seccomp"]
 
 REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
-                    "userfaultfd", "perf_event_open", "bpf", "syslog", "modify_ldt", "uselib")
+                    "userfaultfd", "perf_event_open", "bpf", "syslog", "inotify_init", "inotify_init1",
+                    "fanotify_init", "modify_ldt", "uselib")
 #: machine -> system call numbers of REFUSED_SYSCALLS (a call a machine does not have is left out)
 _REFUSED_NUMBERS = {
     "x86_64": {"keyctl": 250, "add_key": 248, "request_key": 249, "io_uring_setup": 425, "io_uring_enter": 426,
                "io_uring_register": 427, "userfaultfd": 323, "perf_event_open": 298, "bpf": 321, "syslog": 103,
-               "modify_ldt": 154, "uselib": 134},
+               "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "modify_ldt": 154, "uselib": 134},
     "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "io_uring_setup": 425, "io_uring_enter": 426,
-                "io_uring_register": 427, "userfaultfd": 282, "perf_event_open": 241, "bpf": 280, "syslog": 116},
+                "io_uring_register": 427, "userfaultfd": 282, "perf_event_open": 241, "bpf": 280, "syslog": 116,
+                "inotify_init1": 26, "fanotify_init": 262},
 }
 #: machine -> (audit arch, first number of another ABI to refuse or 0, (unshare, clone, clone3),
 #: (socket, socketpair))

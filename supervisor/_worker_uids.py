@@ -1,10 +1,10 @@
 """A uid of its own for every worker (the policy's ``worker_uids``): which uid, and handing a folder to it.
 
 Why: with one sandbox uid for every worker, everything the kernel counts *per user* is shared by all toolboxes:
-inotify instances and watches, pending signals, POSIX message queue bytes, ``RLIMIT_NPROC``, pipe buffer pages. One
-toolbox can use up such a count and make another fail. A uid per worker gives each toolbox its own counts. (The
-keyrings and SysV IPC, which a shared uid would also share, are closed off by the seccomp filter and the worker's
-IPC namespace either way.)
+pending signals, POSIX message queue bytes, ``RLIMIT_NPROC``, pipe buffer pages (and inotify instances, were they
+not refused by the seccomp filter). One toolbox can use up such a count and make another fail. A uid per worker
+gives each toolbox its own counts. (The keyrings and SysV IPC, which a shared uid would also share, are closed off
+by the seccomp filter and the worker's IPC namespace either way.)
 
 :func:`assign_worker_uids` (pure) gives each toolbox a uid from the range that depends only on its name (a hash,
 with linear probing in name order on a collision), so a toolbox keeps its uid from run to run and its files stay

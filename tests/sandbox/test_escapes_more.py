@@ -105,6 +105,8 @@ async def test_io_uring_and_other_kernel_surfaces_are_refused(sup: Supervisor) -
         ("perf_event_open", "sc(298, ctypes.create_string_buffer(128), 0, -1, -1, 0)"),
         ("userfaultfd", "sc(323, 1)"),  # UFFD_USER_MODE_ONLY: allowed by the sysctl, refused by the filter
         ("syslog", "sc(103, 10, 0, 0)"),  # SYSLOG_ACTION_SIZE_BUFFER
+        ("inotify_init1", "libc.inotify_init1(0)"),  # a watch would show names and activity outside the rules
+        ("fanotify_init", "sc(300, 0x200, 0)"),  # FAN_REPORT_FID: allowed to a non-root user by the kernel
         ("modify_ldt", "sc(154, 0, ctypes.create_string_buffer(16), 16)"),
         ("x32 keyctl", "sc(0x40000000 + 250, 0, -4, 0)"),
         ("open_by_handle_at", "sc(304, -100, ctypes.create_string_buffer(128), 0)"),

@@ -51,6 +51,9 @@ def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str)
     assert verdict(read) == ALLOW
     assert verdict(keyctl) == EPERM
     assert verdict(syslog) == EPERM
+    for name, nr in {"x86_64": (("inotify_init", 253), ("inotify_init1", 294), ("fanotify_init", 300)),
+                     "aarch64": (("inotify_init1", 26), ("fanotify_init", 262))}[machine]:
+        assert verdict(nr) == EPERM, name
     assert verdict(clone3) == ENOSYS  # the C library falls back to clone, whose flags can be checked
     assert verdict(unshare, CLONE_NEWUSER) == EPERM
     assert verdict(unshare, CLONE_NEWUSER | 0x00020000) == EPERM
