@@ -114,7 +114,11 @@ def drop_privileges(uid: int | None, gid: int | None) -> None:
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
     except OSError as exc:
-        raise _fail("identity", f"cannot switch to uid {uid} gid {gid}", exc.errno) from exc
+        hint = ""
+        if exc.errno == 22:  # EINVAL: the id does not exist in this user namespace
+            hint = (" (this user namespace does not map that id, as in a container that maps only some uids: set the"
+                    " policy's worker_uids to a range it maps, or to null for one sandbox_uid)")
+        raise _fail("identity", f"cannot switch to uid {uid} gid {gid}{hint}", exc.errno) from exc
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     ctypes.set_errno(0)

@@ -348,7 +348,8 @@ def _model_key(value: str, info: ValidationInfo) -> str:
 
 
 class WorkerUids(_Model):
-    """A uid of its own for every worker: ``first`` .. ``first + count - 1``, kept by each toolbox from run to run."""
+    """A uid of its own for every worker: ``first`` .. ``first + count - 1``, kept by each toolbox from run to run.
+    The default of a policy (``null`` in the file: every worker runs as ``sandbox_uid``)."""
 
     first: int = Field(ge=1000, le=4294967294, description="first uid of the range (not a uid in use on the host)")
     count: int = Field(default=65536, ge=1, le=1 << 24, description="how many uids the range holds")
@@ -369,8 +370,8 @@ class Policy(_Model):
     sandbox_uid: int = Field(default=65534, ge=1, description="uid workers run as (never root)")
     sandbox_gid: int = Field(default=65534, ge=1, description="gid workers run as (shared by every worker)")
     worker_uids: WorkerUids | None = Field(
-        default=None, description="a uid of its own for every worker from this range; null = all run as sandbox_uid"
-    )
+        default=WorkerUids(first=3_000_000_000),
+        description="a uid of its own for every worker from this range; null = all run as sandbox_uid")
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"

@@ -28,11 +28,15 @@ def agent(slug: str = "tester", **keys: Any) -> dict[str, Any]:
 def write_policy(root: Path, agents: dict[str, dict[str, Any]], **policy: Any) -> Path:
     """Write agent files ``<root>/<name>.json`` and ``<root>/policy.yaml`` naming them; return the policy path.
 
-    The state directory is ``<root>/state`` unless ``policy`` says otherwise.
+    The state directory is ``<root>/state`` unless ``policy`` says otherwise. Workers share ``sandbox_uid`` (65534)
+    unless ``policy`` sets ``worker_uids``: most tests hand their folders to that uid, as a shared-uid setup does; the
+    default of a policy file (a uid per worker) is tested in ``tests/sandbox/test_worker_uids.py`` and wherever a test
+    sets it.
     """
     for name, content in agents.items():
         (root / f"{name}.json").write_text(json.dumps(content, indent=2))
-    data = {"agents": [f"{name}.json" for name in agents], "state_dir": str(root / "state"), **policy}
+    data = {"agents": [f"{name}.json" for name in agents], "state_dir": str(root / "state"), "worker_uids": None,
+            **policy}
     path = root / "policy.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
