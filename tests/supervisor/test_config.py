@@ -705,3 +705,11 @@ def test_any_policy_data_gives_a_policy_or_a_config_error(data: dict[str, Any]) 
     if error is not None:
         assert str(error).startswith("/nonexistent/policy.yaml: at $")
         assert "pydantic" not in str(error)
+
+
+def test_the_readme_policy_example_is_a_valid_policy() -> None:
+    text = (REPO / "README.md").read_text()
+    block = text.split("## A policy", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    policy = parse_policy_data(yaml.safe_load(block), str(REPO / "policy.yaml"))
+    assert policy.worker_uids is not None and policy.toolboxes["system"].allowed_hosts == ["api.example.com",
+                                                                                           "*.example.org"]
