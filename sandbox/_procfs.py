@@ -7,15 +7,32 @@ belongs to the worker's PID namespace, so it lists only the worker and its desce
 every one of them (tools such as bash's ``<(...)``, ``ps`` or Python's ``os.cpu_count`` rely on it). The launcher then
 grants ``/proc`` read-only in Landlock.
 
-What it does not cover: ``/proc/sys`` and other global files still show host-wide values (read-only, and writes need
+The host-wide files of procfs that no tool needs and that leak what other tenants do or how the kernel is built are
+masked (as container runtimes do): :data:`MASKED_FILES` by ``/dev/null`` bind-mounted over them (they read empty),
+:data:`MASKED_DIRS` by an empty read-only tmpfs. Among them: ``key-users`` and ``keys`` (other uids' key counts),
+``interrupts``/``softirqs`` and ``timer_list`` (timing side channels), ``config.gz``, ``kallsyms``, ``iomem``,
+``modules``, ``slabinfo``, ``vmallocinfo`` and the page maps (kernel layout), ``kmsg``, ``sysrq-trigger``.
+
+What it does not cover: ``/proc/sys``, ``/proc/stat``, ``/proc/meminfo``, ``/proc/pressure`` and other global
+files that programs read (``ps``, ``top``, ``free``) still show host-wide values (read-only, and writes need
 privileges the worker drops); ``/sys`` is not remounted (the policy grants none of it by default).
 """
 
 from __future__ import annotations
 
-from ._private_files import MS_NODEV, MS_NOEXEC, MS_NOSUID, enter_private_mounts, mount
+import os
 
-__all__ = ["mount_private_proc"]
+from ._private_files import MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, enter_private_mounts, mount
+
+__all__ = ["MASKED_DIRS", "MASKED_FILES", "mount_private_proc"]
+
+#: Host-wide procfs files no tool needs (read empty in a worker).
+MASKED_FILES = ("key-users", "keys", "kcore", "kmsg", "config.gz", "kallsyms", "timer_list", "sched_debug",
+                "latency_stats", "interrupts", "softirqs", "iomem", "ioports", "modules", "slabinfo", "vmallocinfo",
+                "pagetypeinfo", "buddyinfo", "zoneinfo", "kpagecount", "kpageflags", "kpagecgroup", "lock_stat",
+                "sysrq-trigger", "timer_stats")
+#: Host-wide procfs folders no tool needs (empty in a worker).
+MASKED_DIRS = ("acpi", "asound", "bus", "driver", "irq", "scsi", "dynamic_debug")
 
 
 def mount_private_proc(target: str = "/proc") -> None:
@@ -26,3 +43,12 @@ def mount_private_proc(target: str = "/proc") -> None:
     """
     enter_private_mounts(step="procfs")
     mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, step="procfs")
+    for name in MASKED_FILES:
+        path = os.path.join(target, name)
+        if os.path.isfile(path):
+            mount("/dev/null", path, None, MS_BIND, step="procfs")
+    for name in MASKED_DIRS:
+        path = os.path.join(target, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            mount("none", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555",
+                  step="procfs")

@@ -98,6 +98,21 @@ async def test_only_unix_inet_and_netlink_sockets_can_be_made(sup: Supervisor) -
     assert (ok["exitCode"], ok["stdout"]) == (0, "True\n"), ok
 
 
+async def test_host_wide_proc_files_no_tool_needs_read_empty(sup: Supervisor) -> None:
+    """The private /proc still has the kernel's global files: the ones that show other tenants' activity or the
+    kernel's layout are masked; the ones programs read (ps, free, os.cpu_count) are not."""
+    out = await _run(sup, "cat /proc/key-users /proc/keys /proc/interrupts /proc/config.gz /proc/iomem "
+                          "/proc/timer_list /proc/slabinfo /proc/vmallocinfo /proc/modules 2>/dev/null | wc -c; "
+                          "find /proc/irq /proc/bus /proc/driver -mindepth 1 | wc -l")
+    assert out["stdout"].split() == ["0", "0"], out
+    out = await _run(sup, "head -c 3 /proc/stat; head -c 8 /proc/meminfo; grep -c ^Pid /proc/self/status; "
+                          "ls /proc | grep -c '^[0-9]'")
+    assert out["exitCode"] == 0 and out["stdout"].startswith("cpuMemTotal"), out
+    assert int(out["stdout"].split()[-1]) >= 2, out  # the worker and the shell, nothing of the host
+    # Writing stays refused, masked or not.
+    await _assert_refused(sup, "echo 1 > /proc/sysrq-trigger")
+
+
 async def test_io_uring_and_other_kernel_surfaces_are_refused(sup: Supervisor) -> None:
     for name, expr in (
         ("io_uring_setup", "sc(425, 4, ctypes.create_string_buffer(120))"),
