@@ -371,3 +371,21 @@ async def test_the_kimi_example_registers_and_runs_bash_ask_user(sandbox_tmp: Pa
         result = await sup.call("bash_ask_user", {"question": "Proceed?"})
         assert result.status == "passed", result.data
         assert result.data.strip()
+
+
+async def test_a_clone_made_under_one_uid_loads_for_another_agents_uid(sandbox_tmp: Path) -> None:
+    """Clones are kept per URL in the state directory; with a uid per worker another agent's skills toolbox (another
+    uid) may find the clone later, so clones are made readable by every uid."""
+    repo = make_git_repo(sandbox_tmp)
+    source = [{"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "skills"}}]
+    uids = {"first": 3_000_000_000, "count": 1000}
+    for slug in ("first", "second"):
+        path = write_policy(sandbox_tmp, {slug: agent(slug, skillSources=source)}, worker_uids=uids)
+        async with Supervisor.open(path) as sup:
+            assert sup.load_errors() == [], (slug, sup.load_errors())
+            assert (await sup.call("skill_enable_pdf-tools", {}, session_id="s")).status == "passed"
+            ran = await sup.call(PDF_TOOL, {"file": "a.pdf"}, session_id="s")
+            assert ran.status == "passed", (slug, ran.data)
+    [clone] = (sandbox_tmp / "state" / "skills-git").iterdir()
+    assert clone.stat().st_mode & 0o777 == 0o755
+    assert [e["action"] for e in read_trace(sandbox_tmp) if e.get("event") == "skill_source"] == ["cloned", "kept"]
