@@ -157,8 +157,8 @@ async def serve_dns_stub(
                 continue
             nursery.start_soon(udp_one, wire, addr, token)
 
-    async def tcp_one(stream: trio.SocketStream) -> None:
-        async with tcp_limit:
+    async def tcp_one(stream: trio.SocketStream, token: object) -> None:
+        try:
             buffer = bytearray()
             try:
                 while True:
@@ -180,15 +180,25 @@ async def serve_dns_stub(
             finally:
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
+        finally:
+            tcp_limit.release_on_behalf_of(token)
 
     async def serve_tcp(nursery: trio.Nursery) -> None:
         while True:
+            # A slot is taken before accepting (as the proxy does): connections beyond the limit wait in the
+            # kernel's backlog, not as descriptors and tasks of the supervisor.
+            token = object()
+            await tcp_limit.acquire_on_behalf_of(token)
             try:
                 stream = await listener.accept()
             except OSError:
+                tcp_limit.release_on_behalf_of(token)
                 await trio.sleep(0.1)  # out of descriptors: back off (not a synchronisation)
                 continue
-            nursery.start_soon(tcp_one, stream)
+            except BaseException:
+                tcp_limit.release_on_behalf_of(token)
+                raise
+            nursery.start_soon(tcp_one, stream, token)
 
     try:
         async with trio.open_nursery() as nursery:

@@ -72,6 +72,8 @@ _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
      b"te", b"trailer", b"upgrade", b"host"}
 )
+#: Headers that frame a request body; kept even when the client names them in ``Connection``.
+_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 _REASONS = {400: b"Bad Request", 403: b"Forbidden", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
 
 
@@ -252,6 +254,9 @@ class _Connection:
                 self.record["reason"] = f"connection broken: {exc}"
         except _Quiet:
             return  # the client left before sending a request: nothing was decided
+        except Exception as exc:  # a bug of ours: this connection fails, never the supervisor
+            self.record["verdict"] = "failed"
+            self.record["reason"] = f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
         finally:
             with trio.CancelScope(shield=True):
                 await self.client.aclose()
@@ -408,8 +413,13 @@ class _Connection:
         host: str, port: int, path: str,
     ) -> None:
         headers = [(n, v) for n, v in request.headers if n.lower() not in _HOP_BY_HOP]
-        named = {t.strip().lower() for n, v in request.headers if n.lower() == b"connection" for t in v.split(b",")}
+        # Headers the client names in Connection are hop-by-hop too, but never the body's framing: h11 has framed
+        # the request body by it already, and the upstream request must carry the same framing.
+        named = {t.strip().lower() for n, v in request.headers if n.lower() == b"connection"
+                 for t in v.split(b",")} - _FRAMING
         headers = [(n, v) for n, v in headers if n.lower() not in named]
+        if any(n.lower() == b"transfer-encoding" for n, _ in headers):
+            headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]  # RFC 9112 6.3: TE wins
         host_header = host if port == 80 else f"{host}:{port}"
         up = h11.Connection(h11.CLIENT)
         head = up.send(h11.Request(
@@ -420,7 +430,10 @@ class _Connection:
             nursery.start_soon(self._response, up, upstream, nursery.cancel_scope)
             await upstream.send_all(head or b"")
             self.record["bytes_up"] += len(head or b"")
-            await self._request_body(conn, up, upstream)
+            try:
+                await self._request_body(conn, up, upstream)
+            except h11.ProtocolError as exc:  # a body the upstream framing cannot carry: refuse, never crash
+                raise _Refusal(400, f"request body does not match its framing: {exc}") from None
 
     async def _request_body(self, conn: h11.Connection, up: h11.Connection, upstream: trio.SocketStream) -> None:
         while True:

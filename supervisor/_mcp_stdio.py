@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,9 @@ __all__ = ["McpStdioServer", "serve_mcp_stdio"]
 SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 SERVER_INFO = {"name": "agents-supervise", "version": "0.1.0"}
 _MAX_LINE = 64 * 1024 * 1024
+#: Requests of one MCP session being handled or answered at once. Past it the server stops reading stdin until one
+#: ends: a client that sends without reading the replies is slowed down, never buffered without bound.
+MAX_IN_FLIGHT = 256
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 
@@ -69,18 +73,59 @@ def _encode_line(message: dict[str, Any]) -> bytes:
     """
     try:
         return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (from a client's own string): escaped, it is valid JSON
+        return _encode_line_ascii(message)
     except (ValueError, TypeError, RecursionError) as exc:
         result = message.get("result")
         if isinstance(result, dict) and "structuredContent" in result:
             trimmed = {**message, "result": {k: v for k, v in result.items() if k != "structuredContent"}}
             return _encode_line(trimmed)
         error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {exc}"}
-        return json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": error}).encode() + b"\n"
+        return _encode_line_ascii({"jsonrpc": "2.0", "id": message.get("id"), "error": error})
+
+
+def _encode_line_ascii(message: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    except (ValueError, TypeError, RecursionError) as exc:
+        error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {type(exc).__name__}"}
+        return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode() + b"\n"
 
 
 def _valid_id(req_id: Any) -> bool:
-    """JSON-RPC ids are strings or numbers (``None`` marks a notification)."""
-    return isinstance(req_id, str | int | float) and not isinstance(req_id, bool)
+    """JSON-RPC ids are strings or numbers (``None`` marks a notification); JSON has no NaN or infinity."""
+    if isinstance(req_id, float):
+        return math.isfinite(req_id)
+    return isinstance(req_id, str | int) and not isinstance(req_id, bool)
+
+
+class _Slotted:
+    """Starts tasks in ``nursery`` holding one in-flight slot: the first task started gets the slot and gives it
+    back when it ends; a line that starts no task gives it back when :meth:`done` is called."""
+
+    def __init__(self, nursery: trio.Nursery, limiter: trio.CapacityLimiter, token: object) -> None:
+        self._nursery = nursery
+        self._limiter = limiter
+        self._token: object | None = token
+
+    def start_soon(self, fn: Any, *args: Any) -> None:
+        token, self._token = self._token, None
+        if token is None:
+            self._nursery.start_soon(fn, *args)
+            return
+
+        async def holding() -> None:
+            try:
+                await fn(*args)
+            finally:
+                self._limiter.release_on_behalf_of(token)
+
+        self._nursery.start_soon(holding)
+
+    def done(self) -> None:
+        if self._token is not None:
+            self._limiter.release_on_behalf_of(self._token)
+            self._token = None
 
 
 class McpStdioServer:
@@ -94,6 +139,7 @@ class McpStdioServer:
         self._calls: dict[Any, trio.CancelScope] = {}
         self.session_id = f"mcp-{uuid.uuid4().hex[:12]}"
         self._initialized = False
+        self._in_flight = trio.CapacityLimiter(MAX_IN_FLIGHT)
 
     async def _write(self, message: dict[str, Any]) -> None:
         line = _encode_line(message)
@@ -128,7 +174,14 @@ class McpStdioServer:
                     else:
                         buffer += chunk[start:end]
                         if buffer.strip():
-                            self._handle_line(nursery, bytes(buffer))
+                            # A slot per line: a line starts at most one task, which gives the slot back.
+                            token = object()
+                            await self._in_flight.acquire_on_behalf_of(token)
+                            slotted = _Slotted(nursery, self._in_flight, token)
+                            try:
+                                self._handle_line(slotted, bytes(buffer))
+                            finally:
+                                slotted.done()
                     buffer.clear()
                     start = end + 1
                 if not skipping:
@@ -147,7 +200,7 @@ class McpStdioServer:
             if self._initialized:
                 await self._write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
-    def _handle_line(self, nursery: trio.Nursery, line: bytes) -> None:
+    def _handle_line(self, nursery: _Slotted, line: bytes) -> None:
         try:
             msg = json.loads(line)
         except RecursionError:

@@ -295,6 +295,10 @@ class Worker:
                     dns_udp, dns_tcp, rules, task_status=task_status))
                 await self.dead.wait()
                 nursery.cancel_scope.cancel()
+        except Exception as exc:  # a bug in the bridge ends this worker (it restarts), never the supervisor
+            self._on_event(self, "internal_error", {"where": "egress bridge", "error": f"{type(exc).__name__}: {exc}"})
+            if not self.dead.is_set():
+                await self.kill(f"its egress bridge failed ({type(exc).__name__}) and was killed")
         finally:
             for sock in (proxy, dns_udp, dns_tcp):
                 sock.close()

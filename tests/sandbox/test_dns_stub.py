@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 
 import dns.flags
 import dns.message
@@ -10,6 +11,7 @@ import dns.opcode
 import dns.query
 import dns.rcode
 import trio
+import trio.lowlevel
 
 from sandbox._dns_stub import answer_query, serve_dns_stub
 from sandbox._egress import ResolveError, decide, default_resolve
@@ -149,3 +151,38 @@ async def test_stub_serves_udp_and_tcp() -> None:
     assert [r.to_text() for s in by_udp.answer for r in s] == ["203.0.113.10"]
     assert refused.rcode() == dns.rcode.REFUSED
     assert recorder.asked == ["www.example.test", "www.example.test"]
+
+
+async def test_tcp_connections_past_the_limit_wait_in_the_backlog_not_as_descriptors() -> None:
+    """A worker opening TCP connections to the stub without end once made the supervisor accept them all (one
+    descriptor and one task each); now a slot is taken before accepting, as the proxy does."""
+    from sandbox._dns_stub import MAX_TCP_CONNECTIONS
+
+    udp = trio.socket.socket(type=trio.socket.SOCK_DGRAM)
+    await udp.bind(("127.0.0.1", 0))
+    tcp = trio.socket.socket()
+    await tcp.bind(("127.0.0.1", udp.getsockname()[1]))
+    tcp.listen(1024)
+    port = udp.getsockname()[1]
+    extra = 60
+    clients: list[trio.socket.SocketType] = []
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: serve_dns_stub(udp, tcp, RULES, Recorder(), own_addresses=no_own,
+                                                               task_status=task_status))
+        before = fds()
+        for _ in range(MAX_TCP_CONNECTIONS + extra):
+            client = trio.socket.socket()
+            await client.connect(("127.0.0.1", port))  # completed by the kernel's backlog, accepted or not
+            clients.append(client)
+        for _ in range(20):
+            await trio.lowlevel.checkpoint()  # let the stub accept what it may (scheduling, not a wait for time)
+        grown = fds() - before
+        nursery.cancel_scope.cancel()
+    for client in clients:
+        client.close()
+    # every client holds one descriptor; the stub holds at most one per slot
+    assert grown <= len(clients) + MAX_TCP_CONNECTIONS, (grown, len(clients))

@@ -211,6 +211,18 @@ def test_host_header_cannot_pick_another_virtual_host(make_bridge) -> None:
     assert "host=www.example.test path=/v" in proc.stdout
 
 
+def test_a_body_framing_header_named_in_connection_is_kept_and_the_proxy_lives_on(make_bridge) -> None:
+    """Connection may name hop-by-hop headers, but not the body's framing: dropping Content-Length upstream once
+    made h11 raise inside the proxy, and that ended the whole supervisor (found by a red-team pass)."""
+    bridge = make_bridge(["www.example.test"])
+    proc = bridge.python(RAW_CLIENT, "POST http://www.example.test/upload HTTP/1.1\\r\\nHost: x\\r\\n"
+                                     "Connection: content-length\\r\\nContent-Length: 5\\r\\n\\r\\nhello")
+    assert "origin received 5 bytes" in proc.stdout
+    assert bridge.decision()["verdict"] == "allowed"
+    status, body = bridge.curl("http://www.example.test/after")  # the proxy still serves
+    assert (status, body) == (200, "origin host=www.example.test path=/after")
+
+
 def test_connect_inside_a_tunnel_gets_nothing_more(make_bridge) -> None:
     bridge = make_bridge(["www.example.test"])
     proc = bridge.python(

@@ -45,6 +45,8 @@ LINES = {
                      "string or a number"),
     "id is an object": (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', -32600, "string or a number"),
     "id is true": (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', -32600, "string or a number"),
+    "id is NaN": (b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}', -32600, "string or a number"),
+    "id is infinite": (b'{"jsonrpc":"2.0","id":1e400,"method":"ping"}', -32600, "string or a number"),
     "params a list": (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[1]}', -32602, "params"),
 }
 
@@ -110,8 +112,10 @@ async def test_huge_deep_and_concurrent_calls(policy: Path) -> None:
             # 2000 calls at once: 4 run (the session's limit), the others are refused at once; ids repeat too.
             lines = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
                 "name": "system_system_execute_command", "arguments": {"command": "sleep 1"}}}) for i in range(2000)]
-            _raw(mcp, ("\n".join([*lines, lines[0]]) + "\n").encode())
-            replies = [await mcp.receive() for _ in range(2001)]
+            burst = ("\n".join([*lines, lines[0]]) + "\n").encode()
+            async with trio.open_nursery() as nursery:  # read while writing: the server reads no faster than that
+                nursery.start_soon(trio.to_thread.run_sync, _raw, mcp, burst)
+                replies = [await mcp.receive() for _ in range(2001)]
             errors = [r for r in replies if "error" in r]
             assert len(errors) == 1 and "already running" in errors[0]["error"]["message"]
             results = [r for r in replies if "result" in r]
@@ -134,3 +138,56 @@ async def test_python_api_arguments_that_are_not_json_are_refused(policy: Path) 
         nul = await sup.call("system_system_execute_command", {"command": "echo a\x00b"})
         assert nul.status in ("error", "failed") and "Traceback" not in (nul.data or ""), nul.data
         assert (await sup.call("system_system_date", {})).status == "passed"
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+async def test_a_client_that_never_reads_is_slowed_down_not_buffered(policy: Path) -> None:
+    """Requests are read only while fewer than MAX_IN_FLIGHT are being handled or answered: a client that floods
+    without reading the replies ends up blocked on its own writes, and the server's memory stays bounded (without
+    this, 40 MB of pings made the server grow by gigabytes)."""
+    mcp = _RawMcp(policy)
+    try:
+        with trio.fail_after(60):
+            await mcp.initialize()
+            before = _rss_kib(mcp.proc.pid)
+            flood = b"".join(json.dumps({"jsonrpc": "2.0", "id": f"{i:06d}" + "x" * 2000,
+                                         "method": "ping"}).encode() + b"\n" for i in range(20_000))
+            async with trio.open_nursery() as nursery:
+                done = trio.Event()
+
+                async def write() -> None:
+                    await trio.to_thread.run_sync(_raw, mcp, flood, abandon_on_cancel=True)
+                    done.set()
+
+                nursery.start_soon(write)
+                with trio.move_on_after(3):  # the flood would be read within this if nothing held it back
+                    await done.wait()
+                assert not done.is_set(), "the server read the whole flood without anyone reading its replies"
+                assert _rss_kib(mcp.proc.pid) - before < 30_000, "the server buffered the flood"
+                replies = 0
+                while not done.is_set() or replies < 20_000:  # reading the replies lets the writer finish
+                    reply = await mcp.receive()
+                    replies += reply["id"].endswith("x")
+            await _still_serves(mcp, "after the flood")
+    finally:
+        mcp.close()
+
+
+async def test_a_tool_name_with_a_lone_surrogate_gets_the_usual_refusal(policy: Path) -> None:
+    mcp = _RawMcp(policy)
+    try:
+        with trio.fail_after(30):
+            await mcp.initialize()
+            _raw(mcp, b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a\\ud800b","arguments":{}}}\n')
+            reply = await mcp.receive()  # valid JSON: the surrogate comes back escaped
+            assert reply["id"] == 7 and reply["result"]["isError"] is True
+            assert "Tool not found" in reply["result"]["content"][0]["text"]
+            await _still_serves(mcp, "after the surrogate")
+    finally:
+        mcp.close()
