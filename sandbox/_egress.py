@@ -53,6 +53,7 @@ __all__ = [
     "Resolver",
     "decide",
     "default_resolve",
+    "limited_resolver",
     "local_addresses",
     "serve_egress",
 ]
@@ -104,6 +105,19 @@ async def default_resolve(host: str) -> list[IPAddress]:
     for _family, _type, _proto, _canon, sockaddr in infos:
         found[ipaddress.ip_address(str(sockaddr[0]).split("%")[0])] = None
     return list(found)
+
+
+def limited_resolver(resolve: Resolver, limit: int) -> Resolver:
+    """``resolve`` with at most ``limit`` lookups in flight. Each ``getaddrinfo`` holds a thread of trio's pool, which
+    the whole supervisor shares: one worker's bridge (its proxy and DNS stub together) takes at most ``limit`` of
+    them, however many slow names it asks for."""
+    limiter = trio.CapacityLimiter(limit)
+
+    async def limited(host: str) -> list[IPAddress]:
+        async with limiter:
+            return await resolve(host)
+
+    return limited
 
 
 def local_addresses() -> frozenset[IPAddress]:

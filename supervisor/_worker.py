@@ -30,7 +30,7 @@ import trio
 from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
 from sandbox._cgroups import CgroupInstance, CgroupPlan, create_cgroup, enter_cgroup, remove_cgroup
 from sandbox._dns_stub import serve_dns_stub
-from sandbox._egress import serve_egress
+from sandbox._egress import default_resolve, limited_resolver, serve_egress
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
@@ -55,6 +55,9 @@ MAX_TOOLS_CHANGED = 30
 TOOLS_CHANGED_WINDOW_S = 10.0
 #: Portal and host requests a worker may have in flight at once (each holds a task and maybe a nested call).
 MAX_REQUESTS_IN_FLIGHT = 64
+#: Name lookups one worker's egress bridge (proxy and DNS stub) may have in flight; trio's thread pool (40 threads)
+#: serves the whole supervisor.
+LOOKUPS_PER_BRIDGE = 8
 #: At most this many ``event`` frames of a worker reach the trace per window; the rest are counted and dropped (a
 #: worker cannot fill the disk through the trace).
 MAX_EVENTS = 100
@@ -289,10 +292,12 @@ class Worker:
 
         try:
             async with trio.open_nursery() as nursery:
+                resolve = limited_resolver(default_resolve, LOOKUPS_PER_BRIDGE)
                 await nursery.start(lambda task_status: serve_egress(
-                    proxy, rules, on_decision=on_decision, toolbox=self.spec.toolbox, task_status=task_status))
+                    proxy, rules, on_decision=on_decision, toolbox=self.spec.toolbox, resolve=resolve,
+                    task_status=task_status))
                 await nursery.start(lambda task_status: serve_dns_stub(
-                    dns_udp, dns_tcp, rules, task_status=task_status))
+                    dns_udp, dns_tcp, rules, resolve=resolve, task_status=task_status))
                 await self.dead.wait()
                 nursery.cancel_scope.cancel()
         except Exception as exc:  # a bug in the bridge ends this worker (it restarts), never the supervisor

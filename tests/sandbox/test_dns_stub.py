@@ -12,6 +12,7 @@ import dns.query
 import dns.rcode
 import trio
 import trio.lowlevel
+import trio.testing
 
 from sandbox._dns_stub import answer_query, serve_dns_stub
 from sandbox._egress import ResolveError, decide, default_resolve
@@ -186,3 +187,33 @@ async def test_tcp_connections_past_the_limit_wait_in_the_backlog_not_as_descrip
         client.close()
     # every client holds one descriptor; the stub holds at most one per slot
     assert grown <= len(clients) + MAX_TCP_CONNECTIONS, (grown, len(clients))
+
+
+async def test_a_bridge_has_at_most_its_share_of_lookups_in_flight() -> None:
+    """Slow names asked through the stub (or the proxy) hold at most ``limit`` lookups, so one worker cannot take
+    trio's whole thread pool (shared by the supervisor) away from the others."""
+    from sandbox._egress import limited_resolver
+
+    release = trio.Event()
+    in_flight, most = 0, 0
+
+    async def slow(host: str) -> list:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await release.wait()
+            return [ipaddress.ip_address("203.0.113.10")]
+        finally:
+            in_flight -= 1
+
+    resolve = limited_resolver(slow, 3)
+    rules = AllowedHosts.parse(["*.example.test"])
+    async with trio.open_nursery() as nursery:
+        for i in range(20):
+            query = dns.message.make_query(f"n{i}.example.test", "A").to_wire()
+            nursery.start_soon(lambda q=query: answer_query(q, rules, resolve=resolve, own_addresses=no_own))
+        await trio.testing.wait_all_tasks_blocked()  # every query reached the resolver or waits for a slot
+        assert (most, in_flight) == (3, 3)
+        release.set()
+    assert in_flight == 0 and most == 3
