@@ -19,7 +19,8 @@ import base64
 import json
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -99,35 +100,6 @@ def _valid_id(req_id: Any) -> bool:
     return isinstance(req_id, str | int) and not isinstance(req_id, bool)
 
 
-class _Slotted:
-    """Starts tasks in ``nursery`` holding one in-flight slot: the first task started gets the slot and gives it
-    back when it ends; a line that starts no task gives it back when :meth:`done` is called."""
-
-    def __init__(self, nursery: trio.Nursery, limiter: trio.CapacityLimiter, token: object) -> None:
-        self._nursery = nursery
-        self._limiter = limiter
-        self._token: object | None = token
-
-    def start_soon(self, fn: Any, *args: Any) -> None:
-        token, self._token = self._token, None
-        if token is None:
-            self._nursery.start_soon(fn, *args)
-            return
-
-        async def holding() -> None:
-            try:
-                await fn(*args)
-            finally:
-                self._limiter.release_on_behalf_of(token)
-
-        self._nursery.start_soon(holding)
-
-    def done(self) -> None:
-        if self._token is not None:
-            self._limiter.release_on_behalf_of(self._token)
-            self._token = None
-
-
 class McpStdioServer:
     """One MCP session over a pair of byte streams."""
 
@@ -173,15 +145,12 @@ class McpStdioServer:
                         skipping = False
                     else:
                         buffer += chunk[start:end]
-                        if buffer.strip():
-                            # A slot per line: a line starts at most one task, which gives the slot back.
+                        job = self._handle_line(bytes(buffer)) if buffer.strip() else None
+                        if job is not None:
+                            # A slot per answer in progress: no more lines are read while all are taken.
                             token = object()
                             await self._in_flight.acquire_on_behalf_of(token)
-                            slotted = _Slotted(nursery, self._in_flight, token)
-                            try:
-                                self._handle_line(slotted, bytes(buffer))
-                            finally:
-                                slotted.done()
+                            nursery.start_soon(self._run_job, job, token)
                     buffer.clear()
                     start = end + 1
                 if not skipping:
@@ -200,45 +169,44 @@ class McpStdioServer:
             if self._initialized:
                 await self._write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
-    def _handle_line(self, nursery: _Slotted, line: bytes) -> None:
+    async def _run_job(self, job: Callable[[], Awaitable[None]], token: object) -> None:
+        try:
+            await job()
+        finally:
+            self._in_flight.release_on_behalf_of(token)
+
+    def _handle_line(self, line: bytes) -> Callable[[], Awaitable[None]] | None:
+        """Decode one line and say what answers it (``None``: nothing to answer, a notification or a response)."""
         try:
             msg = json.loads(line)
         except RecursionError:
-            nursery.start_soon(self._error, None, PARSE_ERROR, "parse error: the JSON is nested too deeply")
-            return
+            return partial(self._error, None, PARSE_ERROR, "parse error: the JSON is nested too deeply")
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-            nursery.start_soon(self._error, None, PARSE_ERROR, f"parse error: {str(exc)[:200]}")
-            return
+            return partial(self._error, None, PARSE_ERROR, f"parse error: {str(exc)[:200]}")
         if isinstance(msg, list) or not isinstance(msg, dict):
-            nursery.start_soon(self._error, None, INVALID_REQUEST, "expected a JSON-RPC object")
-            return
+            return partial(self._error, None, INVALID_REQUEST, "expected a JSON-RPC object")
         method = msg.get("method")
         req_id = msg.get("id")
         params = msg.get("params") or {}
         if not isinstance(method, str):
             if "result" in msg or "error" in msg:
-                return  # a response to something we never ask; ignore
-            nursery.start_soon(self._error, req_id, INVALID_REQUEST, "missing method")
-            return
+                return None  # a response to something we never ask; ignore
+            return partial(self._error, req_id, INVALID_REQUEST, "missing method")
         if req_id is None:
             self._notification(method, params)
-            return
+            return None
         if not _valid_id(req_id):
-            nursery.start_soon(self._error, None, INVALID_REQUEST, "the id must be a string or a number")
-            return
+            return partial(self._error, None, INVALID_REQUEST, "the id must be a string or a number")
         if not isinstance(params, dict):
-            nursery.start_soon(self._error, req_id, INVALID_PARAMS, "params must be an object")
-            return
+            return partial(self._error, req_id, INVALID_PARAMS, "params must be an object")
         if method == "tools/call":
             if req_id in self._calls:
-                nursery.start_soon(self._error, req_id, INVALID_REQUEST,
-                                   f"a call with id {json.dumps(req_id)} is already running; ids must be unique")
-                return
+                return partial(self._error, req_id, INVALID_REQUEST,
+                               f"a call with id {json.dumps(req_id)} is already running; ids must be unique")
             scope = trio.CancelScope()
             self._calls[req_id] = scope
-            nursery.start_soon(self._tools_call, req_id, params, scope)
-        else:
-            nursery.start_soon(self._request, req_id, method, params)
+            return partial(self._tools_call, req_id, params, scope)
+        return partial(self._request, req_id, method, params)
 
     def _notification(self, method: str, params: Any) -> None:
         if method == "notifications/initialized":
