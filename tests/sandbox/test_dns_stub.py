@@ -129,13 +129,18 @@ async def test_default_resolver_reads_the_hosts_file() -> None:
     assert ipaddress.ip_address("127.0.0.1") in await default_resolve("localhost")
 
 
-async def test_stub_serves_udp_and_tcp() -> None:
+async def _stub_sockets(backlog: int) -> tuple[trio.socket.SocketType, trio.socket.SocketType, int]:
+    """A UDP and a listening TCP socket for a stub, on one port of 127.0.0.1."""
     udp = trio.socket.socket(type=trio.socket.SOCK_DGRAM)
     await udp.bind(("127.0.0.1", 0))
     tcp = trio.socket.socket()
     await tcp.bind(("127.0.0.1", udp.getsockname()[1]))
-    tcp.listen(8)
-    port = udp.getsockname()[1]
+    tcp.listen(backlog)
+    return udp, tcp, udp.getsockname()[1]
+
+
+async def test_stub_serves_udp_and_tcp() -> None:
+    udp, tcp, port = await _stub_sockets(backlog=8)
     recorder = Recorder()
     async with trio.open_nursery() as nursery:
         await nursery.start(
@@ -159,12 +164,7 @@ async def test_tcp_connections_past_the_limit_wait_in_the_backlog_not_as_descrip
     descriptor and one task each); now a slot is taken before accepting, as the proxy does."""
     from sandbox._dns_stub import MAX_TCP_CONNECTIONS
 
-    udp = trio.socket.socket(type=trio.socket.SOCK_DGRAM)
-    await udp.bind(("127.0.0.1", 0))
-    tcp = trio.socket.socket()
-    await tcp.bind(("127.0.0.1", udp.getsockname()[1]))
-    tcp.listen(1024)
-    port = udp.getsockname()[1]
+    udp, tcp, port = await _stub_sockets(backlog=1024)
     extra = 60
     clients: list[trio.socket.SocketType] = []
 

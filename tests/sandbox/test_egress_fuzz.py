@@ -86,6 +86,17 @@ async def _serve(nursery: trio.Nursery, decisions: list[dict]) -> tuple[str, int
     return sock.getsockname()
 
 
+async def _exchange(addr: tuple[str, int], data: bytes) -> bytes:
+    """Send ``data`` on a new connection to the proxy and read until it closes (bounded in time)."""
+    with trio.fail_after(10):
+        async with await trio.open_tcp_stream(*addr) as client:
+            await client.send_all(data)
+            reply = b""
+            while chunk := await client.receive_some(65536):
+                reply += chunk
+    return reply
+
+
 HEADS = [
     b"GET / HTTP/1.1\r\n\r\n",
     b"CONNECT \r\n\r\n",
@@ -102,12 +113,7 @@ async def test_hostile_heads_get_an_http_refusal(head: bytes) -> None:
     decisions: list[dict] = []
     async with trio.open_nursery() as nursery:
         addr = await _serve(nursery, decisions)
-        with trio.fail_after(10):
-            async with await trio.open_tcp_stream(*addr) as client:
-                await client.send_all(head)
-                reply = b""
-                while chunk := await client.receive_some(65536):
-                    reply += chunk
+        reply = await _exchange(addr, head)
         assert reply.startswith((b"HTTP/1.1 400", b"HTTP/1.1 403")), reply[:200]
         assert decisions and decisions[-1]["verdict"] == "refused"
         nursery.cancel_scope.cancel()
@@ -118,12 +124,7 @@ async def test_slowloris_is_cut_at_the_head_timeout(monkeypatch: pytest.MonkeyPa
     decisions: list[dict] = []
     async with trio.open_nursery() as nursery:
         addr = await _serve(nursery, decisions)
-        with trio.fail_after(10):
-            async with await trio.open_tcp_stream(*addr) as client:
-                await client.send_all(b"G")  # one byte, then nothing: the proxy must not wait for ever
-                reply = b""
-                while chunk := await client.receive_some(65536):
-                    reply += chunk
+        reply = await _exchange(addr, b"G")  # one byte, then nothing: the proxy must not wait for ever
         assert reply.startswith(b"HTTP/1.1 400") and b"no complete request head within" in reply
         nursery.cancel_scope.cancel()
 
@@ -150,4 +151,24 @@ async def test_connections_beyond_the_limit_are_not_accepted(monkeypatch: pytest
         assert reply.startswith(b"HTTP/1.1 400")
         for stream in (late, *idle[1:]):
             await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_bug_while_serving_a_connection_fails_that_connection_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever goes wrong inside the proxy for one connection (here a planted error) is a failed decision for it;
+    the proxy, and the supervisor that runs it, serve on."""
+
+    def broken(target: str) -> tuple[str, str]:
+        raise RuntimeError("planted")
+
+    decisions: list[dict] = []
+    async with trio.open_nursery() as nursery:
+        addr = await _serve(nursery, decisions)
+        monkeypatch.setattr(_egress, "_split_absolute", broken)
+        assert await _exchange(addr, b"GET http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n") == b""
+        assert decisions[-1]["verdict"] == "failed"
+        assert decisions[-1]["reason"] == "internal error: RuntimeError: planted"
+        monkeypatch.undo()
+        reply = await _exchange(addr, b"GET http://evil.example/ HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 403") and decisions[-1]["verdict"] == "refused"
         nursery.cancel_scope.cancel()
