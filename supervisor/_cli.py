@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 from ._config_errors import ConfigError
-from ._errors import SupervisorError
+from ._errors import SupervisorError, first_leaf
 
 __all__ = ["main"]
 
@@ -268,19 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BaseExceptionGroup as group:
-        leaf = _first_leaf(group)
+        leaf = first_leaf(group)
         if isinstance(leaf, ConfigError | SupervisorError):
             return _fail(str(leaf))
         return _fail(f"internal error: {type(leaf).__name__}: {leaf}", EXIT_INTERNAL)
     except OSError as exc:
         return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
-
-
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
 
 
 if __name__ == "__main__":

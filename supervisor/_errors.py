@@ -15,7 +15,14 @@ raise into the supervisor.
 
 from __future__ import annotations
 
-__all__ = ["PolicyRefused", "SupervisorError", "WorkerStartError"]
+__all__ = ["PolicyRefused", "SupervisorError", "WorkerStartError", "first_leaf"]
+
+
+def first_leaf(exc: BaseException) -> BaseException:
+    """``exc`` itself, or the first exception inside it when it is a (nested) exception group."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 class SupervisorError(Exception):

@@ -37,7 +37,7 @@ from sandbox._plan import ConfinementPlan
 from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
 
-from ._errors import WorkerStartError
+from ._errors import WorkerStartError, first_leaf
 from ._pipes import send_whole
 from ._process import ChildProcess, spawn_child
 from ._tool_lists import checked_tool_list
@@ -301,9 +301,11 @@ class Worker:
                 await self.dead.wait()
                 nursery.cancel_scope.cancel()
         except Exception as exc:  # a bug in the bridge ends this worker (it restarts), never the supervisor
-            self._on_event(self, "internal_error", {"where": "egress bridge", "error": f"{type(exc).__name__}: {exc}"})
+            leaf = first_leaf(exc)
+            self._on_event(self, "internal_error", {"where": "egress bridge",
+                                                    "error": f"{type(leaf).__name__}: {leaf}"})
             if not self.dead.is_set():
-                await self.kill(f"its egress bridge failed ({type(exc).__name__}) and was killed")
+                await self.kill(f"its egress bridge failed ({type(leaf).__name__}) and was killed")
         finally:
             for sock in (proxy, dns_udp, dns_tcp):
                 sock.close()

@@ -239,3 +239,36 @@ async def test_an_event_flood_reaches_the_trace_only_up_to_the_rate_limit(policy
     assert events == [*range(20), "after"]
     [limit] = [r for r in trace if r["event"] == "limit_hit" and r.get("limit") == "worker events"]
     assert (limit["dropped"], limit["value"]) == (130, 20)
+
+
+async def test_a_failed_egress_bridge_costs_its_own_worker_only(sandbox_tmp: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """If a worker's bridge (its proxy and DNS stub) fails for any reason, that worker is killed and restarted; the
+    supervisor and the other workers serve on. The failure is planted in the DNS stub here."""
+    import supervisor._worker as worker_module
+
+    trigger = trio.Event()
+
+    async def broken_stub(*args: Any, task_status: Any = trio.TASK_STATUS_IGNORED, **kwargs: Any) -> None:
+        task_status.started()
+        await trigger.wait()  # fails while serving, as a bug reached by a worker's request would
+        raise RuntimeError("planted bridge bug")
+
+    monkeypatch.setattr(worker_module, "serve_dns_stub", broken_stub)
+    tools = [system_toolbox("net", ["date"]), system_toolbox("calm", ["date"])]
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=tools)},
+                          toolboxes={"net": {"allowed_hosts": ["www.example.test"]}},
+                          supervision={"restart_backoff_initial_s": 0.05, "crash_loop_max_restarts": 100})
+    trace = sandbox_tmp / "state" / "trace.jsonl"
+    async with Supervisor.open(policy) as sup:
+        assert (await sup.call("system_net_date", {})).status == "passed"
+        trigger.set()
+        with trio.fail_after(30):
+            # records another task writes: nothing to wait on but the file
+            while '"egress bridge"' not in trace.read_text():  # noqa: ASYNC110
+                await trio.sleep(0.02)
+            assert (await sup.call("system_calm_date", {})).status == "passed"
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    failures = [r for r in records if r["event"] == "internal_error" and r.get("where") == "egress bridge"]
+    assert failures and failures[0]["toolbox"] == "net" and "planted bridge bug" in failures[0]["error"]
+    assert any(r["event"] == "worker_exit" and r.get("toolbox") == "net" for r in records)
