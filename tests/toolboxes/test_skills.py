@@ -175,7 +175,8 @@ def test_the_list_tool_lists_every_skill_and_what_is_enabled_in_the_session(open
     listed = box.call("skill_list", {}, ctx("s1"))
     assert listed.status == "passed"
     assert [(s["name"], s["enabled"], s["tools"]) for s in listed.structured["skills"]] == [
-        ("core-utils", True, ["skill_core-utils_hello"]), ("pdf-processing", True, ["skill_pdf-processing_extract-text"])]
+        ("core-utils", True, ["skill_core-utils_hello"]),
+        ("pdf-processing", True, ["skill_pdf-processing_extract-text"])]
     assert [s["enabled"] for s in box.call("skill_list", {}, ctx("s2")).structured["skills"]] == [True, False]
     assert "This skill" not in listed.data and listed.structured["skills"][1]["description"]
 
