@@ -289,6 +289,7 @@ def plan_worker(
             processes=nproc,
         ),
         env=env,
+        xattrs=overrides.xattrs,
     )
     report = {
         "uid": uid if uid is not None else os.geteuid(),
@@ -298,6 +299,7 @@ def plan_worker(
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
         "allowed_hosts": list(hosts),
         "cname_targets": list(cname_targets),
+        "xattrs": overrides.xattrs,
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
                     f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else
