@@ -166,19 +166,24 @@ class Portal:
 
     async def call(self, name: str, args: Any, origin: CallOrigin) -> ToolResult:
         """Check and run one call; always returns a result."""
+        return (await self.call_traced(name, args, origin))[0]
+
+    async def call_traced(self, name: str, args: Any, origin: CallOrigin) -> tuple[ToolResult, str]:
+        """:meth:`call`, also answering the call's trace id (its ``call_id`` in the trace; ``""`` when the call
+        was refused before it was dispatched, which only a ``portal_refusal`` record shows)."""
         checked = self.check(name, args, origin)
         if isinstance(checked, ToolResult):
-            return checked
+            return checked, ""
         tool = checked
         usage = self._sessions.setdefault(origin.session_id, _SessionUsage())
         limits = self.session_limits
         if limits.max_calls is not None and usage.calls >= limits.max_calls:
             return self._refuse(origin, name, "SessionLimit",
-                                f"Session {origin.session_id} reached its limit of {limits.max_calls} tool calls.")
+                                f"Session {origin.session_id} reached its limit of {limits.max_calls} tool calls."), ""
         if limits.max_concurrent is not None and usage.in_flight >= limits.max_concurrent:
             return self._refuse(origin, name, "SessionLimit",
                                 f"Session {origin.session_id} already has {usage.in_flight} calls running "
-                                f"(limit {limits.max_concurrent}); wait for one to finish.")
+                                f"(limit {limits.max_concurrent}); wait for one to finish."), ""
         usage.calls += 1
         usage.in_flight += 1
         call_id = f"c{next(self._ids)}"
@@ -202,7 +207,7 @@ class Portal:
             result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
             if self.postprocess is not None:
                 result = self.postprocess(tool, result)
-            return result
+            return result, call_id
         finally:
             usage.in_flight -= 1
             self.trace.record(

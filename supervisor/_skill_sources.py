@@ -289,7 +289,8 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
         spec = specs[git.toolbox]
         if git.target not in done:
             def on_egress(decision: dict[str, Any], toolbox: str = git.toolbox) -> None:
-                trace.record("egress", toolbox=toolbox, purpose="git clone", **decision)
+                # the decision names the clone's toolbox too ("x (git clone)"): the skills toolbox's name wins
+                trace.record("egress", **{**decision, "toolbox": toolbox, "purpose": "git clone"})
 
             try:
                 error, cloned = await fetch_git_source(

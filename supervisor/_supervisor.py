@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -266,7 +266,9 @@ class Supervisor:
             tool = message.get("tool")
             if not isinstance(tool, str):
                 return {"error": "portal request needs a tool name"}
-            result = await self.portal.call(tool, args if args is not None else {}, inner)
+            result, trace_id = await self.portal.call_traced(tool, args if args is not None else {}, inner)
+            if trace_id:  # the seed's ToolResult.resultTraceId (Lua's tools.call result), first of its key
+                result = replace(result, metadata=[("trace_id", trace_id), *result.metadata])
             return {"result": result.to_wire()}
         if worker.spec.kind == "system":
             # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
