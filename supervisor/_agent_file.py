@@ -178,6 +178,8 @@ class PostgrestContents(_Model):
     spec_url: SpecLocation = Field(alias="SpecUrl")
     base_url: HttpUrl = Field(alias="BaseUrl")
     allowed_methods: list[Literal["GET", "POST", "PATCH", "DELETE"]] = Field(default=["GET"], alias="AllowedMethods")
+    #: the toolbox's name (its tools' prefix, its policy key); without it, the BaseUrl's host (as OpenAPI's)
+    name: ToolboxName | None = Field(default=None, alias="Name")
 
 
 class PostgRESTServer(_Model):

@@ -10,8 +10,8 @@
 
 Names: a toolbox's ``name`` is the one used in its tool names (SPEC.md section 2) and the key of policy
 overrides. Explicit names (``Name``, MCP ``name``) must be unique within the agent: a clash is an error.
-Derived names (bash: the directory's name or the script's stem; skills: ``skills``; OpenAPI without ``Name``
-and PostgREST: the BaseUrl host with non-name characters as ``_``) never clash with explicit ones: they get
+Derived names (bash: the directory's name or the script's stem; skills: ``skills``; OpenAPI and PostgREST
+without ``Name``: the BaseUrl host with non-name characters as ``_``) never clash with explicit ones: they get
 ``_2``, ``_3`` in load order.
 """
 

@@ -142,11 +142,13 @@ async def _tools(args: argparse.Namespace) -> int:
         tools = sup.list_tools()
         renamed = sup.registry.renamed
         errors = sup.load_errors()
+        for w in sup.compiled.warnings:  # on stderr, as serve shows them (removed allowedPaths, missing paths ...)
+            print(f"agents-supervise: warning: {w}", file=sys.stderr)
         if args.json:
             print(json.dumps({
                 "tools": [{"name": t.name, "toolbox": t.toolbox, "agent": t.agent, "local_name": t.local_name,
                            "description": t.description, "input_schema": t.input_schema} for t in tools],
-                "renamed": renamed, "load_errors": errors}, indent=2))
+                "renamed": renamed, "load_errors": errors, "warnings": sup.compiled.warnings}, indent=2))
             return 0
         for t in tools:
             first = (t.description.splitlines() or [""])[0]
@@ -154,8 +156,13 @@ async def _tools(args: argparse.Namespace) -> int:
         for public, local in renamed.items():
             print(f"renamed: {local} -> {public}")
         for e in errors:
-            print(f"load error: {e.get('toolbox')}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
+            print(f"load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
     return 0
+
+
+def _load_error_owner(error: dict[str, Any]) -> str:
+    """Whose load error it is: a toolbox, or an agent (a sub-agent file it names is missing)."""
+    return str(error["toolbox"]) if error.get("toolbox") else f"agent {error.get('agent')}"
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -176,7 +183,8 @@ def _check(args: argparse.Namespace) -> int:
     from ._compile import compile_policy
     from ._config_loader import load_config
 
-    config = expand_agents(load_config(args.policy, args.agent)).config  # sub-agents' toolboxes get workers too
+    tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
+    config = tree.config
     compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
     report: dict[str, Any] = {
         "policy": config.policy_file,
@@ -186,6 +194,7 @@ def _check(args: argparse.Namespace) -> int:
         "max_call_depth": compiled.max_call_depth,
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
         "warnings": compiled.warnings,
+        "load_errors": [dict(e) for e in tree.load_errors],
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -209,6 +218,14 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"    {line}")
         for w in tb["warnings"]:
             print(f"  warning: {w}")
+    shown = {w for tb in report["toolboxes"] for w in tb["warnings"]}
+    general = [w for w in report["warnings"] if w not in shown]  # the loader's (allowedPaths ...) and the policy's
+    if general or report["load_errors"]:
+        print("\nwarnings:")
+        for w in general:
+            print(f"  warning: {w}")
+        for e in report["load_errors"]:
+            print(f"  load error: {_load_error_owner(e)}: {e['source']}: {e['message']}")
     return 0
 
 

@@ -104,6 +104,8 @@ class Supervisor:
         self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
+        #: sub-agents left out at load (their file does not exist), ``{"agent", "source", "message"}``
+        self.agent_load_errors: tuple[dict[str, str], ...] = tree.load_errors if tree is not None else ()
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
         self.otel: OtelExport | None = None
 
@@ -173,6 +175,8 @@ class Supervisor:
             removed = sweep_stale_cgroups(layout)
             if removed:
                 self.trace.record("stale_cgroups_removed", groups=removed)
+        for error in self.agent_load_errors:
+            self.trace.record("load_error", **error)
         self.source_errors = await prepare_git_sources(self.compiled, self.trace)
         for spec in self.compiled.specs:
             if spec.kind == "skills":
@@ -329,6 +333,7 @@ class Supervisor:
         out = [{"toolbox": r.name, **e} for r in self.runners for e in r.load_errors]
         out += self.registry.schema_errors
         out += self.source_errors
+        out += [dict(e) for e in self.agent_load_errors]
         return out
 
     def runner(self, toolbox: str) -> ToolboxRunner:

@@ -213,6 +213,19 @@ def test_derived_names_get_suffixes_and_explicit_names_win(tmp_path: Path) -> No
     assert [tb.name for tb in config.toolboxes()] == ["system_2", "system_3", "system"]
 
 
+def test_two_postgrest_toolboxes_on_one_host_are_told_apart_by_name(tmp_path: Path) -> None:
+    def server(**extra: Any) -> dict[str, Any]:
+        return {"tag": "PostgRESTServer", "contents": {"SpecUrl": "http://localhost:3000/",
+                                                       "BaseUrl": "http://localhost:3000", **extra}}
+
+    config = load_one(tmp_path, {"slug": "a", "postgrestToolboxes": [server(Name="orders"), server(Name="stock"),
+                                                                     server()]})
+    assert [(t.kind, t.name) for t in config.toolboxes()] == [("postgrest", "orders"), ("postgrest", "stock"),
+                                                              ("postgrest", "localhost")]
+    clash = problem(tmp_path, {"slug": "a", "postgrestToolboxes": [server(Name="db"), server(Name="db")]})
+    assert "duplicate toolbox name 'db'" in str(clash)
+
+
 def test_allowed_paths_is_ignored_with_a_warning_saying_what_to_write(tmp_path: Path) -> None:
     lua = {
         "tag": "LuaToolbox",
