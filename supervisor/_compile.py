@@ -225,8 +225,9 @@ def plan_worker(
     tb_hosts = () if tb.kind == "skills" else tb.allowed_hosts
     hosts = tuple(dict.fromkeys([*tb_hosts, *overrides.allowed_hosts]))
     private = tuple(str(n) for n in policy.network.allow_private_ranges)
+    cname_targets = tuple(overrides.cname_targets)
     try:
-        AllowedHosts.parse(hosts, private_networks=private)
+        AllowedHosts.parse(hosts, private_networks=private, cname_targets=cname_targets)
     except HostError as exc:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
     ports = BridgePorts()
@@ -316,6 +317,7 @@ def plan_worker(
         "read_only": sorted(r.path for r in rules if r.mode == READ),
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
         "allowed_hosts": list(hosts),
+        "cname_targets": list(cname_targets),
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
                     f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else
@@ -338,6 +340,7 @@ def plan_worker(
         allowed_tools=allowed_tools,
         allowed_hosts=hosts,
         private_networks=private,
+        cname_targets=cname_targets,
         cgroup=cgroup,
         warnings=warnings,
         report={**report, "warnings": warnings},
