@@ -284,7 +284,7 @@ def test_unknown_tag_names_the_known_tags(tmp_path: Path) -> None:
     err = problem(tmp_path, {"slug": "a", "builtinToolboxes": [{"tag": "ShellToolbox", "contents": {}}]})
     assert err.json_path == "$.contents.builtinToolboxes[0].tag"
     assert err.message == "unknown tag 'ShellToolbox'"
-    assert err.expected == "one of SqliteToolbox, SystemToolbox, DeveloperToolbox, LuaToolbox"
+    assert err.expected == "one of SqliteToolbox, SystemToolbox, DeveloperToolbox, LuaToolbox, WasmToolbox"
 
 
 def test_unknown_versioning_tag(tmp_path: Path) -> None:
