@@ -230,6 +230,13 @@ def plan_worker(
         AllowedHosts.parse(hosts, private_networks=private, cname_targets=cname_targets)
     except HostError as exc:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
+    if tb.kind == "wasm" and hosts:
+        message = (f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives WASM components nothing in this "
+                   "build: wasmtime-py's WASI p2 context refuses every socket (create-tcp-socket answers "
+                   "access-denied even with the network inherited), so components have no network at all")
+        if policy.strict:
+            raise PolicyRefused(message + "; a strict policy refuses a setting that cannot hold. Remove AllowedHosts.")
+        warnings.append(message)
     ports = BridgePorts()
     if hosts:
         env.update(worker_network_env(ports))
