@@ -23,13 +23,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import trio
 from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
-from ._policy import OAuthResourceServer, Tenant
+from ._errors import PolicyRefused
+from ._http_address import parse_listen
+from ._policy import HttpFrontend, OAuthResourceServer, Policy, Tenant
 
-__all__ = ["AuthRefusal", "Authenticator", "Principal", "hash_token", "load_key_set"]
+__all__ = ["AuthRefusal", "Authenticator", "Principal", "hash_token", "http_frontend_from_policy", "load_key_set"]
 
 #: Longest Authorization header value considered; a longer one is refused without parsing.
 MAX_TOKEN_CHARS = 16 * 1024
@@ -179,3 +182,53 @@ def _claim_problem(exc: JoseError) -> str:
     if error == "missing_claim":
         return f"the access token has no {claim} claim"
     return f"the access token's claims are not acceptable ({exc})"
+
+
+async def http_frontend_from_policy(policy: Policy, listen: str | None = None) -> tuple[
+        HttpFrontend, Authenticator]:
+    """The HTTP settings (``listen`` overriding the policy's) and the authenticator the policy describes.
+
+    Raises:
+        PolicyRefused: no tenant is named (an HTTP service would serve nobody, or everybody), or the OAuth key set
+            cannot be read or fetched.
+    """
+    settings = policy.frontends.http or HttpFrontend()
+    if listen is not None:
+        try:
+            parse_listen(listen)
+        except ValueError as exc:
+            raise PolicyRefused(f"--http {listen}: {exc}") from None
+        settings = settings.model_copy(update={"listen": listen})
+    if not policy.tenants:
+        raise PolicyRefused("serving MCP over HTTP needs at least one tenant in the policy (tenants: NAME: {tokens: "
+                            "[sha256:...], agents: [...]}); every request is authenticated, none is anonymous")
+    key_set = None
+    if policy.oauth is not None:
+        key_set = load_key_set_from(await _jwks_text(policy.oauth), policy.oauth)
+    return settings, Authenticator(policy.tenants, policy.oauth, key_set)
+
+
+async def _jwks_text(oauth: OAuthResourceServer) -> bytes:
+    if oauth.jwks_file is not None:
+        try:  # the operator's file, named by the policy; read once at start
+            return (await trio.Path(oauth.jwks_file).read_bytes())[: 1 << 20]
+        except OSError as exc:
+            raise PolicyRefused(f"oauth.jwks_file {oauth.jwks_file}: {exc.strerror or exc}") from None
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=10, follow_redirects=False) as client:
+            response = await client.get(str(oauth.jwks_url))
+            response.raise_for_status()
+            return response.content[: 1 << 20]
+    except httpx.HTTPError as exc:
+        raise PolicyRefused(f"oauth.jwks_url {oauth.jwks_url}: could not fetch the key set ({exc})") from None
+
+
+def load_key_set_from(data: bytes, oauth: OAuthResourceServer) -> KeySet:
+    """The issuer's key set, or a :class:`PolicyRefused` naming where it came from."""
+    try:
+        return load_key_set(data)
+    except ValueError as exc:
+        where = oauth.jwks_file or oauth.jwks_url
+        raise PolicyRefused(f"oauth key set {where}: {exc}") from None

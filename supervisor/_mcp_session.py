@@ -32,6 +32,7 @@ from toolboxes._result import ToolResult
 from ._supervisor import Supervisor
 
 __all__ = [
+    "MODERN_VERSIONS",
     "SERVER_INFO",
     "SUPPORTED_VERSIONS",
     "McpSession",
@@ -40,7 +41,13 @@ __all__ = [
     "valid_id",
 ]
 
+#: Revisions with the ``initialize`` handshake and sessions, newest first.
 SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+#: Stateless revisions: no handshake, every request carries its protocol version and client facts in ``_meta``.
+MODERN_VERSIONS = ("2026-07-28",)
+_INSTRUCTIONS = "Tools run in kernel-confined workers; refusals explain what was refused and why."
+#: Results that the stateless revision lets a client cache; this server's lists change, so never for long.
+_CACHEABLE = ("tools/list", "server/discover")
 SERVER_INFO = {"name": "agents-supervise", "version": "0.1.0"}
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
@@ -108,14 +115,22 @@ class McpSession:
     """The state and methods of one MCP session; ``send`` delivers each message it sends (replies, notifications)."""
 
     def __init__(self, sup: Supervisor, send: Callable[[dict[str, Any]], Awaitable[None]], *,
-                 session_id: str | None = None) -> None:
+                 session_id: str | None = None, modern: bool = False, agent: str | None = None) -> None:
+        """``modern``: the stateless revision (``server/discover``, no ``initialize``, typed results).
+        ``agent``: the session serves that agent's tools only (``None``: every tool of the supervisor)."""
         self.sup = sup
         self._send = send
         self._calls: dict[Any, trio.CancelScope] = {}
         self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
-        self._initialized = False
+        self.modern = modern
+        self.agent = agent
+        self._initialized = modern
 
-    async def _reply(self, req_id: Any, result: dict[str, Any]) -> None:
+    async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
+        if self.modern:
+            result = {**result, "resultType": "complete"}
+            if method in _CACHEABLE:
+                result.update(ttlMs=0, cacheScope="private")
         await self._send({"jsonrpc": "2.0", "id": req_id, "result": result})
 
     async def _error(self, req_id: Any, code: int, message: str) -> None:
@@ -173,7 +188,7 @@ class McpSession:
                 scope.cancel()
 
     async def _request(self, req_id: Any, method: str, params: dict[str, Any]) -> None:
-        if method == "initialize":
+        if method == "initialize" and not self.modern:
             asked = params.get("protocolVersion")
             version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
             self._initialized = True
@@ -181,16 +196,22 @@ class McpSession:
                 "protocolVersion": version,
                 "capabilities": {"tools": {"listChanged": True}},
                 "serverInfo": SERVER_INFO,
-                "instructions": "Tools run in kernel-confined workers; refusals explain what was refused and why.",
+                "instructions": _INSTRUCTIONS,
             })
+        elif method == "server/discover" and self.modern:
+            await self._reply(req_id, {"supportedVersions": list(MODERN_VERSIONS),
+                                       "capabilities": {"tools": {"listChanged": True}},
+                                       "serverInfo": SERVER_INFO, "instructions": _INSTRUCTIONS}, method)
         elif method == "ping":
             await self._reply(req_id, {})
         elif method == "tools/list":
             tools = []
             for t in self.sup.list_tools(self.session_id):
+                if self.agent is not None and t.agent != self.agent:
+                    continue
                 entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
                 tools.append(entry)
-            await self._reply(req_id, {"tools": tools})
+            await self._reply(req_id, {"tools": tools}, method)
         else:
             await self._error(req_id, METHOD_NOT_FOUND, f"method not found: {method}")
 
@@ -203,7 +224,8 @@ class McpSession:
                 return
             with scope:
                 try:
-                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id)
+                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id,
+                                                 agent_scope=self.agent)
                     reply = result_to_mcp(result, self.sup.attachments.read)
                 except Exception as exc:  # a bug of ours ends this call, never the session
                     self.sup.trace.record("internal_error", where="tools/call", tool=name,

@@ -305,6 +305,10 @@ class Supervisor:
                          t.annotations) for t in self.registry.tools.values()
                 if self.session_tools.visible(session_id, t.toolbox, t.annotations)]
 
+    def agent_slugs(self) -> list[str]:
+        """The slugs of the agents this supervisor serves, in load order."""
+        return [agent.slug for agent in self.compiled.config.agents]
+
     async def wait_tools_changed(self, session_id: str | None = None) -> None:
         """Return the next time the tool list changes; with ``session_id``, also when that session's own list
         changes (a skill enabled or disabled in it), and not when another session's does."""
@@ -314,10 +318,12 @@ class Supervisor:
             await self.session_tools.wait(session_id)
 
     async def call(self, name: str, args: Any, *, session_id: str = "default", conversation_id: str = "",
-                   turn_id: str = "", agent_id: str = "") -> ToolResult:
-        """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input."""
+                   turn_id: str = "", agent_id: str = "", agent_scope: str | None = None) -> ToolResult:
+        """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
+
+        ``agent_scope``: only that agent's tools exist for this caller (a session bound to one agent)."""
         origin = CallOrigin(session_id=session_id, conversation_id=conversation_id, turn_id=turn_id,
-                            agent_id=agent_id)
+                            agent_id=agent_id, agent_scope=agent_scope)
         return await self.portal.call(name, args, origin)
 
     async def run_agent(self, slug: str, prompt: str, *, session_id: str = "cli") -> ToolResult:
