@@ -425,8 +425,10 @@ class McpHttpApp:
             with session.scope:
                 await send_start(send, 200, "text/event-stream")
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(session.mcp.watch_tools)
+                    await nursery.start(session.mcp.watch_tools)
                     nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
+                    if session.mcp.changed_since_listed():  # changed while no stream was open to say so
+                        stream_send.send_nowait({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
                     while True:
                         with trio.move_on_after(self.settings.sse_keepalive_s):
                             message = await stream_receive.receive()

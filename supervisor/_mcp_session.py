@@ -124,6 +124,7 @@ class McpSession:
         self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
         self.modern = modern
         self.agent = agent
+        self.listed: frozenset[str] | None = None  # the names this session's last tools/list answered
         self._initialized = modern
 
     async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
@@ -144,8 +145,19 @@ class McpSession:
         """The job that answers a message with a JSON-RPC error."""
         return partial(self._error, req_id, code, why)
 
-    async def watch_tools(self) -> None:
-        """Send ``notifications/tools/list_changed`` each time this session's tool list changes; runs forever."""
+    def visible_tools(self) -> list[Any]:
+        """The tools this session serves: its own list (skills enabled in it), of its agent only when bound."""
+        return [t for t in self.sup.list_tools(self.session_id) if self.agent is None or t.agent == self.agent]
+
+    def changed_since_listed(self) -> bool:
+        """Whether the tools served now differ from those the session's last ``tools/list`` answered."""
+        return self.listed is not None and frozenset(t.name for t in self.visible_tools()) != self.listed
+
+    async def watch_tools(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Send ``notifications/tools/list_changed`` each time this session's tool list changes; runs forever.
+
+        ``task_status.started`` is called once the first wait is registered: a change after it is never missed."""
+        task_status.started()
         while True:
             await self.sup.wait_tools_changed(self.session_id)  # global changes and this session's own
             if self._initialized:
@@ -206,11 +218,10 @@ class McpSession:
             await self._reply(req_id, {})
         elif method == "tools/list":
             tools = []
-            for t in self.sup.list_tools(self.session_id):
-                if self.agent is not None and t.agent != self.agent:
-                    continue
+            for t in self.visible_tools():
                 entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
                 tools.append(entry)
+            self.listed = frozenset(t["name"] for t in tools)
             await self._reply(req_id, {"tools": tools}, method)
         else:
             await self._error(req_id, METHOD_NOT_FOUND, f"method not found: {method}")

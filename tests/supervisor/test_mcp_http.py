@@ -23,6 +23,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from supervisor._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor.test_skills_e2e import Notifications
+from tests.toolboxes.test_bash import describe_json, write_script
 
 pytestmark = pytest.mark.root
 
@@ -101,6 +103,30 @@ async def test_sdk_client_over_http_sees_only_its_agent(server: _Server, mode: s
             assert "sys2" not in other.content[0].text.split("Available tools:")[1]
     starts = server.records("http_session_start")
     assert (len(starts) == 1 and starts[0]["tenant"] == "acme") if mode == "legacy" else not starts
+
+
+async def test_list_changed_reaches_the_session_stream(sandbox_tmp: Path) -> None:
+    """The SDK client opens the session's GET stream after initialize; a new bash tool is announced on it (when the
+    stream opens after the change, at its opening: the session knows what it last listed)."""
+    tools = sandbox_tmp / "tools"
+    tools.mkdir()
+    write_script(tools, "old", describe_json("old"), "echo old")
+    policy = write_policy(sandbox_tmp, {"alpha": agent("alpha", bashToolboxes=[
+        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]}})
+    seen = Notifications()
+    async for server in _start(policy):
+        with trio.fail_after(60):
+            async with create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http, Client(
+                    streamable_http_client(server.url("alpha"), http_client=http), mode="legacy",
+                    message_handler=seen.handler) as client:
+                assert {t.name for t in (await client.list_tools()).tools} == {"bash_old"}
+                write_script(tools, "new", describe_json("new"), "echo fresh")
+                await seen.wait()
+                while {t.name for t in (await client.list_tools()).tools} != {"bash_old", "bash_new"}:
+                    await seen.wait()
+                assert (await client.call_tool("bash_new", {})).content[0].text == "fresh\n"
 
 
 async def _curl(*args: str) -> tuple[int, dict[str, str], str]:
