@@ -23,6 +23,7 @@ from sandbox._syspaths import python_runtime_paths, uid_can_read
 from ._agent_toolboxes import ToolboxConfig
 from ._config_loader import LoadedConfig
 from ._errors import PolicyRefused
+from ._session_introspection import introspection_problem
 from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_fs_rules
 from ._staging import stage_worker_code
@@ -144,6 +145,10 @@ def plan_worker(
         rules += [FsRule(os.path.dirname(p), READ) for p in tb.read_paths]
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
     cfg = _worker_config(tb)
+    if tb.kind == "system":  # session introspection: an agent file only narrows what the policy allows
+        too_wide = introspection_problem(cfg, policy.sessions.introspection)
+        if too_wide:
+            raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): {too_wide}")
     git_targets: set[str] = set()
     if tb.kind == "skills":  # git sources: read the clones, which exist once the supervisor made them
         cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
