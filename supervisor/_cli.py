@@ -8,7 +8,7 @@
     agents-supervise call --policy P TOOL 'JSON'        call one tool; prints the tool-result as JSON;
                                                         exit 0 passed, 1 failed, 2 error
     agents-supervise check --policy P [--json]          what each toolbox's worker will get (nothing starts)
-    agents-supervise schema                             the policy's JSON Schema
+    agents-supervise schema [--agent-file]              the policy's (or the agent file's) JSON Schema
     agents-supervise run --policy P --agent SLUG 'PROMPT'
                                                         run an agent's loop; prints its answer; exit 0 answered,
                                                         2 error (model unreachable, step limit, ...)
@@ -66,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="show what each toolbox's worker will get")
     _add_common(check)
     check.add_argument("--json", action="store_true")
-    sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema = sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema.add_argument("--agent-file", action="store_true", dest="agent_file",
+                        help="print the agent file's JSON Schema instead (toolbox kinds and their keys)")
     run = sub.add_parser("run", help="run an agent's loop on a prompt and print its answer")
     run.add_argument("--policy", required=True, help="the YAML policy file")
     run.add_argument("--agent", required=True, dest="slug", metavar="SLUG", help="the slug of the agent to run")
@@ -249,10 +251,11 @@ def _trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schema() -> int:
+def _schema(args: argparse.Namespace) -> int:
+    from ._agent_file import agent_json_schema
     from ._policy import policy_json_schema
 
-    print(json.dumps(policy_json_schema(), indent=2))
+    print(json.dumps(agent_json_schema() if args.agent_file else policy_json_schema(), indent=2))
     return 0
 
 
@@ -261,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = args.command or "serve"
     if command == "schema":
-        return _schema()
+        return _schema(args)
     if command == "trace":
         return _trace(args)
     if command == "check-tool-call":

@@ -36,13 +36,13 @@ from ._worker_uids import TooManyWorkers, assign_worker_uids, take_ownership
 __all__ = ["CompiledPolicy", "compile_policy", "plan_worker"]
 
 #: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
-_RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp"}
+_RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp", "wasm"}
 #: Toolbox kinds this build runs (``toolboxes.<kind>``); a kind the loader knows but this set lacks is refused under
 #: strict and left out with a warning otherwise.
 IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer",
-                               "lua"})
+                               "lua", "wasm"})
 #: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
-_WRITES_FILES = {"developer", "lua"}
+_WRITES_FILES = {"developer", "lua", "wasm"}
 #: With a cgroup holding each worker to ``limits.processes``, RLIMIT_NPROC (counted over every process of the sandbox
 #: uid on the machine) is only a backstop: this many times the worker's own limit.
 NPROC_BACKSTOP_FACTOR = 8
@@ -120,6 +120,24 @@ def _mcp_read_rules(cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
     return out
 
 
+def _wasm_rules(tb: ToolboxConfig, cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
+    """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already), and a
+    warning that ``fsbMaxFileSize`` cannot hold inside wasmtime's WASI (only ``limits.file_size_bytes`` does)."""
+    out: list[FsRule] = []
+    path = str(cfg.get("Path") or "")
+    if path and not os.path.isdir(path):
+        stem = os.path.basename(path)
+        stem = stem[: -len(".wasm")] if stem.endswith(".wasm") else stem
+        sidecar = os.path.join(os.path.dirname(path), stem + ".json")
+        if os.path.exists(sidecar):
+            out.append(FsRule(sidecar, READ))
+    fsb = cfg.get("FileSandbox") or {}
+    if fsb and fsb.get("fsbMaxFileSize") is not None:
+        warnings.append(f"{tb.name}: fsbMaxFileSize is not enforced for WASM components (wasmtime's WASI writes "
+                        "files directly); limits.file_size_bytes (RLIMIT_FSIZE) is the limit that holds")
+    return out
+
+
 def plan_worker(
     config: LoadedConfig,
     tb: ToolboxConfig,
@@ -165,6 +183,8 @@ def plan_worker(
         rules += sqlite_fs_rules(cfg.get("Versioning") or {})
     if tb.kind == "mcp":
         rules += _mcp_read_rules(cfg, warnings)
+    if tb.kind == "wasm":
+        rules += _wasm_rules(tb, cfg, warnings)
 
     fs_report: dict[str, Any] | None = None
     if tb.file_sandbox is not None:
@@ -217,8 +237,9 @@ def plan_worker(
     tb_hosts = () if tb.kind == "skills" else tb.allowed_hosts
     hosts = tuple(dict.fromkeys([*tb_hosts, *overrides.allowed_hosts]))
     private = tuple(str(n) for n in policy.network.allow_private_ranges)
+    cname_targets = tuple(overrides.cname_targets)
     try:
-        AllowedHosts.parse(hosts, private_networks=private)
+        AllowedHosts.parse(hosts, private_networks=private, cname_targets=cname_targets)
     except HostError as exc:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
     ports = BridgePorts()
@@ -308,6 +329,7 @@ def plan_worker(
         "read_only": sorted(r.path for r in rules if r.mode == READ),
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
         "allowed_hosts": list(hosts),
+        "cname_targets": list(cname_targets),
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
                     f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else
@@ -330,6 +352,7 @@ def plan_worker(
         allowed_tools=allowed_tools,
         allowed_hosts=hosts,
         private_networks=private,
+        cname_targets=cname_targets,
         cgroup=cgroup,
         warnings=warnings,
         report={**report, "warnings": warnings},
