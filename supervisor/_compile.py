@@ -242,6 +242,13 @@ def plan_worker(
         AllowedHosts.parse(hosts, private_networks=private, cname_targets=cname_targets)
     except HostError as exc:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
+    if tb.kind == "wasm" and hosts:
+        message = (f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives WASM components nothing in this "
+                   "build: wasmtime-py's WASI p2 context refuses every socket (create-tcp-socket answers "
+                   "access-denied even with the network inherited), so components have no network at all")
+        if policy.strict:
+            raise PolicyRefused(message + "; a strict policy refuses a setting that cannot hold. Remove AllowedHosts.")
+        warnings.append(message)
     ports = BridgePorts()
     if hosts:
         env.update(worker_network_env(ports))
@@ -321,6 +328,7 @@ def plan_worker(
             processes=nproc,
         ),
         env=env,
+        xattrs=overrides.xattrs,
     )
     report = {
         "uid": uid if uid is not None else os.geteuid(),
@@ -330,6 +338,7 @@ def plan_worker(
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
         "allowed_hosts": list(hosts),
         "cname_targets": list(cname_targets),
+        "xattrs": overrides.xattrs,
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
                     f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else

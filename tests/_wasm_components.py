@@ -174,7 +174,8 @@ class Spec:
     behaviour: str = "static"
     description: str = ""
     world: str = "probe"
-    extra_wat: str = ""
+    #: where ``net`` connects: an IPv4 address and a port
+    connect: tuple[tuple[int, int, int, int], int] = ((203, 0, 113, 1), 80)
 
 
 class _Blob:
@@ -244,7 +245,8 @@ BEHAVIOURS = {
     # open a path outside the preopens; data := the error code (or 'opened'), metadata := the preopens' names
     "open": f"""(call $open_outside)
         (call $preopen_names (i32.const {_RESULT + _METADATA}))""",
-    # connect a TCP socket to 203.0.113.1:80; data := the error code (or 'started')
+    # connect a TCP socket to the spec's address (default 203.0.113.1:80); data := start-connect's error code
+    # (100 + create-tcp-socket's when that fails), or 'started'
     "net": "(call $connect)",
     # metadata := the component's whole environment
     "env": f"(call $get_env (i32.const {_RESULT + _METADATA}))",
@@ -334,13 +336,14 @@ _PROBE_HELPERS = f"""
   (func $connect
     (local $sock i32) (local $net i32)
     (call $tcp_new (i32.const 0) (i32.const {_SCRATCH + 16}))
-    (if (i32.load8_u (i32.const {_SCRATCH + 16}))
-      (then (call $set_number (i32.const {_RESULT + _DATA}) (i32.load8_u (i32.const {_SCRATCH + 20}))) (return)))
+    (if (i32.load8_u (i32.const {_SCRATCH + 16}))  ;; create-tcp-socket failed: 100 + its error code
+      (then (call $set_number (i32.const {_RESULT + _DATA})
+                              (i32.add (i32.const 100) (i32.load8_u (i32.const {_SCRATCH + 20})))) (return)))
     (local.set $sock (i32.load (i32.const {_SCRATCH + 20})))
     (local.set $net (call $inst_net))
-    ;; ip-socket-address::ipv4(port 80, address 203.0.113.1), padded to the ipv6 case's 11 values
-    (call $tcp_connect (local.get $sock) (local.get $net) (i32.const 0) (i32.const 80)
-      (i32.const 203) (i32.const 0) (i32.const 113) (i32.const 1)
+    ;; ip-socket-address::ipv4 of the spec's address and port, padded to the ipv6 case's 11 values
+    (call $tcp_connect (local.get $sock) (local.get $net) (i32.const 0) (i32.const {{port}})
+      (i32.const {{a}}) (i32.const {{b}}) (i32.const {{c}}) (i32.const {{d}})
       (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const {_SCRATCH + 32}))
     (if (i32.load8_u (i32.const {_SCRATCH + 32}))
       (then (call $set_number (i32.const {_RESULT + _DATA}) (i32.load8_u (i32.const {_SCRATCH + 33}))))
@@ -364,7 +367,8 @@ def component_wat(spec: Spec) -> str:
     probe = spec.world == "probe"
     helpers = _HELPERS + (_PROBE_HELPERS.format(
         preopen_at=where["preopen"][0], outside_at=where["outside"][0], outside_len=where["outside"][1],
-        opened_at=where["opened"][0], started_at=where["started"][0]) if probe else "")
+        opened_at=where["opened"][0], started_at=where["started"][0], port=spec.connect[1],
+        a=spec.connect[0][0], b=spec.connect[0][1], c=spec.connect[0][2], d=spec.connect[0][3]) if probe else "")
     assert blob.start + len(blob.data) < _HEAP, "static data overflows into the heap"
     return f"""(module
   {_IMPORTS if probe else ""}
@@ -372,7 +376,6 @@ def component_wat(spec: Spec) -> str:
   (data (i32.const {_RESULT}) "{_wat_bytes(record)}")
   (data (i32.const {blob.start}) "{_wat_bytes(bytes(blob.data))}")
   {helpers}
-  {spec.extra_wat}
   (func (export "cm32p2|murmur:tool/run@0.2|run") (param $dd i32) (param $dp i32) (param $dl i32)
       (param $ld i32) (param $lp i32) (param $ll i32) (result i32)
     {writes}
