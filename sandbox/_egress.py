@@ -1,10 +1,12 @@
 """The egress proxy the supervisor serves on a worker's bridge: CONNECT and absolute-form HTTP, nothing else.
 
 Each request's host is normalised and matched against the toolbox's ``AllowedHosts`` (:mod:`sandbox._hosts`);
-the supervisor resolves the name itself (``localhost`` is always 127.0.0.1 and ::1, never looked up), drops every
-address :func:`~sandbox._hosts.address_verdict` refuses, and dials a checked address, by number, with no second
-lookup. Refusals answer ``403`` with the reason in the body (``400`` for requests that are not proxy requests,
-``502`` when an allowed host cannot be resolved or reached). Every decision is reported once, when the
+cloud metadata names are refused before any rule (:mod:`sandbox._metadata`). The supervisor resolves the name
+itself, as an absolute name (no search list; ``localhost`` is always 127.0.0.1 and ::1, never looked up), refuses
+a CNAME target the rules do not allow, drops every address :func:`~sandbox._addresses.address_verdict` refuses
+(metadata first), and dials a checked address, by number, with no second lookup. Refusals answer ``403`` with
+the reason in the body (``400`` for requests that are not proxy requests, ``502`` when an allowed host cannot be
+resolved or reached). Every decision is reported once, when the
 connection ends, to ``on_decision`` with toolbox, method, host, port, verdict, reason, address, bytes up/down.
 
 * CONNECT: after ``200`` the bytes are relayed opaquely in both directions (TLS stays end to end). Whatever the

@@ -194,7 +194,7 @@ def _check(args: argparse.Namespace) -> int:
         "max_call_depth": compiled.max_call_depth,
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
         "warnings": compiled.warnings,
-        "load_errors": [dict(e) for e in tree.load_errors],
+        "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)],
     }
     if args.json:
         print(json.dumps(report, indent=2))

@@ -247,6 +247,8 @@ class ToolboxPolicy(_Model):
         "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts"
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    xattrs: bool = Field(default=False, description="let this toolbox's workers use extended attributes (the "
+                         "setxattr/getxattr/listxattr/removexattr system calls); false: they answer EOPNOTSUPP")
     start: Literal["eager", "lazy"] = Field(default="eager", description="start at supervisor start or first call")
 
 

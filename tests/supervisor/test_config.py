@@ -758,5 +758,5 @@ def test_the_readme_policy_example_is_a_valid_policy() -> None:
     text = (REPO / "README.md").read_text()
     block = text.split("## A policy", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     policy = parse_policy_data(yaml.safe_load(block), str(REPO / "policy.yaml"))
-    assert policy.worker_uids is not None and policy.toolboxes["system"].allowed_hosts == ["api.example.com",
+    assert policy.worker_uids is not None and policy.toolboxes["system"].allowed_hosts == ["api.example.com:443",
                                                                                            "*.example.org"]
