@@ -206,6 +206,9 @@ def _check(args: argparse.Namespace) -> int:
         print(f"  uid/gid: {tb['uid']}/{tb['gid']}   network: {tb['network']}")
         limits = tb["limits"]
         print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+        if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:
+            print("  address space: no RLIMIT_AS (the cgroup's memory limit bounds memory; address_space_bytes "
+                  "applies only without one)")
         print("  read-only: " + ", ".join(tb["read_only"]))
         print("  read-write: " + ", ".join(tb["read_write"]))
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))

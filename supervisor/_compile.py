@@ -34,7 +34,7 @@ from ._staging import stage_worker_code
 from ._worker import WorkerSpec
 from ._worker_uids import TooManyWorkers, assign_worker_uids
 
-__all__ = ["CompiledPolicy", "compile_policy", "plan_worker"]
+__all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
 #: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
 _RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp", "wasm"}
@@ -293,6 +293,7 @@ def plan_worker(
     nproc = limits.processes
     if cgroup is not None and cgroup.pids_max is not None:
         nproc = cgroup.pids_max * NPROC_BACKSTOP_FACTOR
+    address_space, address_space_fallback = plan_address_space(limits.address_space_bytes, cgroup)
 
     payload = {
         "kind": tb.kind,
@@ -322,7 +323,7 @@ def plan_worker(
         bridge=bool(hosts),
         tcp_connect_ports=ports.tcp_connect_ports if hosts else (),
         rlimits=Rlimits(
-            address_space_bytes=limits.address_space_bytes,
+            address_space_bytes=address_space,
             cpu_seconds=limits.cpu_seconds,
             open_files=limits.open_files,
             file_size_bytes=limits.file_size_bytes,
@@ -347,6 +348,7 @@ def plan_worker(
         "landlock_min_abi": min_abi,
         "cgroup": cgroup.describe() if cgroup is not None else None,
         "rlimit_nproc": nproc,
+        "rlimit_as": address_space,
     }
     allowed_tools = tuple(cfg.get("AllowedTools") or ()) if tb.kind == "lua" else ()
     return WorkerSpec(
@@ -364,9 +366,25 @@ def plan_worker(
         private_networks=private,
         cname_targets=cname_targets,
         cgroup=cgroup,
+        address_space_fallback=address_space_fallback,
         warnings=warnings,
         report={**report, "warnings": warnings},
     )
+
+
+def plan_address_space(address_space_bytes: int | None, cgroup: CgroupPlan | None) -> tuple[int | None, int | None]:
+    """``(RLIMIT_AS of the plan, RLIMIT_AS to set if the optional cgroup cannot be made)`` (pure).
+
+    ``limits.address_space_bytes`` bounds memory only where no cgroup does: RLIMIT_AS counts address space a
+    process *reserves*, not memory it uses, so it breaks runtimes that reserve far more than they touch (V8's
+    "Failed to reserve virtual memory for CodeRange", the JVM's heap reservation, Go's arenas) while the cgroup's
+    ``memory.max`` bounds what is really used, the whole tree and page cache included. With a cgroup memory limit
+    in force the worker gets no RLIMIT_AS; a permissive policy's optional group that cannot be made at a start
+    puts the rlimit back for that start.
+    """
+    if cgroup is None or cgroup.memory_bytes is None or address_space_bytes is None:
+        return address_space_bytes, None
+    return None, (None if cgroup.required else address_space_bytes)
 
 
 def _prepare_worker_dirs(anchor: int, state_dir: str, spec: WorkerSpec) -> None:

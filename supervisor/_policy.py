@@ -198,7 +198,9 @@ class _Model(BaseModel):
 class Limits(_Model):
     """Per-toolbox limits. ``None`` = no limit of that kind (the inherited one stays)."""
 
-    address_space_bytes: Size | None = Field(default=1024**3, description="RLIMIT_AS of the worker and children")
+    address_space_bytes: Size | None = Field(
+        default=1024**3, description="RLIMIT_AS of the worker and children, only where no cgroup memory limit "
+                                     "(memory_bytes) is in force")
     cpu_seconds: int | None = Field(
         default=600, ge=1, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
