@@ -89,7 +89,8 @@ class _HttpSession:
         self.agent = agent
         self.version = version
         self.last_used = trio.current_time()
-        self.mcp = McpSession(app.sup, self.deliver, session_id=f"http-{secrets.token_hex(8)}", agent=agent)
+        self.mcp = McpSession(app.sup, self.deliver, session_id=f"http-{secrets.token_hex(8)}", agent=agent,
+                              tenant=principal.tenant)
         self.pending: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
         self.progress: dict[Any, Any] = {}  # progress token -> request id
         self.stream: trio.MemorySendChannel[dict[str, Any]] | None = None
@@ -338,7 +339,7 @@ class McpHttpApp:
                            rpc_code=UNSUPPORTED_VERSION, req_id=req_id)
         exchange = _Exchange(principal)
         mcp = McpSession(self.sup, exchange.deliver, session_id=f"http-{secrets.token_hex(8)}", modern=True,
-                         agent=agent)
+                         agent=agent, tenant=principal.tenant)
         # On this wire closing the response is how a client cancels.
         await self._answer(exchange, mcp, message, headers, send, cancel_on=receive)
 

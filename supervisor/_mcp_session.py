@@ -2,9 +2,12 @@
 
 Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call``; notifications ``notifications/initialized`` and
 ``notifications/cancelled`` (cancels the named call; its worker is told to stop it), and the session sends
-``notifications/tools/list_changed`` whenever its tool list changes. A session's id is given to every call (skills
-enabled in it, session limits), ``tools/list`` shows the session's own list (skills' script tools only where their
-skill is enabled) and enabling or disabling a skill notifies this session only.
+``notifications/tools/list_changed`` whenever its tool list changes. One MCP session is one frontend session: its
+name is given to every call, which runs in that name's session with the called tool's agent (one session per agent,
+see :mod:`supervisor._frontend_sessions`: skills enabled in it, session limits, introspection); ``tools/list`` shows
+the session's own list (skills' script tools only where their skill is enabled) and enabling or disabling a skill
+notifies this session only. A ``tools/call`` whose ``_meta`` carries ``conversationId``/``turnId`` runs with those
+ids; otherwise the call has its session's conversation and a new turn.
 
 Results map as follows: ``data`` -> a text content block (``summary`` when there is no data), each stored image
 attachment -> an image content block, ``structured`` JSON -> ``structuredContent`` (an object; other JSON values
@@ -29,6 +32,7 @@ import trio
 
 from toolboxes._result import ToolResult
 
+from ._session_ids import LOCAL_TENANT, ids_from_meta
 from ._supervisor import Supervisor
 
 __all__ = [
@@ -115,15 +119,18 @@ class McpSession:
     """The state and methods of one MCP session; ``send`` delivers each message it sends (replies, notifications)."""
 
     def __init__(self, sup: Supervisor, send: Callable[[dict[str, Any]], Awaitable[None]], *,
-                 session_id: str | None = None, modern: bool = False, agent: str | None = None) -> None:
+                 session_id: str | None = None, modern: bool = False, agent: str | None = None,
+                 tenant: str = LOCAL_TENANT) -> None:
         """``modern``: the stateless revision (``server/discover``, no ``initialize``, typed results).
-        ``agent``: the session serves that agent's tools only (``None``: every tool of the supervisor)."""
+        ``agent``: the session serves that agent's tools only (``None``: every tool of the supervisor).
+        ``tenant``: whose session it is (the HTTP frontend's tenants; the local operator on stdio)."""
         self.sup = sup
         self._send = send
         self._calls: dict[Any, trio.CancelScope] = {}
         self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
         self.modern = modern
         self.agent = agent
+        self.tenant = tenant
         self.listed: frozenset[str] | None = None  # the names this session's last tools/list answered
         self._initialized = modern
 
@@ -233,10 +240,15 @@ class McpSession:
             if not isinstance(name, str):
                 await self._error(req_id, INVALID_PARAMS, "tools/call needs a string 'name'")
                 return
+            try:
+                ids = ids_from_meta(params.get("_meta"))  # the client's conversation and turn ids, if it sent them
+            except ValueError as exc:
+                await self._error(req_id, INVALID_PARAMS, f"tools/call: {exc}")
+                return
             with scope:
                 try:
                     result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id,
-                                                 agent_scope=self.agent)
+                                                 agent_scope=self.agent, tenant=self.tenant, **ids)
                     reply = result_to_mcp(result, self.sup.attachments.read)
                 except Exception as exc:  # a bug of ours ends this call, never the session
                     self.sup.trace.record("internal_error", where="tools/call", tool=name,
