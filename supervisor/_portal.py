@@ -32,6 +32,7 @@ from toolboxes._result import ToolResult
 
 from ._errors import execution_error
 from ._registry import RegisteredTool, ToolRegistry
+from ._session_ids import LOCAL_TENANT
 from ._trace import TraceRecorder
 from ._validation import format_validation_errors
 
@@ -74,12 +75,16 @@ class CallOrigin:
     """Who is calling: the session ids, the depth and stack so far, and what the caller may call.
 
     ``allowed`` ``None`` means "every tool of the registry" (a frontend caller of the policy's agents).
+    ``session_id`` is a session of the store (a frontend's is resolved per agent by the supervisor, see
+    :mod:`supervisor._session_ids`), ``tenant`` its owner's tenant; ``conversation_id`` and ``turn_id`` are the
+    call's (the client's when it sent them, else made by the frontend).
     """
 
     session_id: str = "default"
     conversation_id: str = ""
     turn_id: str = ""
     agent_id: str = ""
+    tenant: str = LOCAL_TENANT
     depth: int = 0
     stack: tuple[StackEntry, ...] = ()
     allowed: frozenset[str] | None = None
@@ -132,6 +137,8 @@ class Portal:
     #: told of every dispatched call once it ended (keywords: call_id, tool, args, origin, result or None when
     #: cancelled, started (Unix time), duration_s), to record it in the session store; must not raise
     on_call_end: Callable[..., None] | None = None
+    #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
+    call_context: Callable[[RegisteredTool, CallOrigin], dict[str, Any]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _sessions: dict[str, _SessionUsage] = field(default_factory=dict)
 
@@ -202,7 +209,8 @@ class Portal:
             agent_id=origin.agent_id or tool.agent,
         )
         self.trace.record("call_start", call_id=call_id, parent_call_id=origin.parent_call_id, tool=name,
-                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id, depth=depth,
+                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id,
+                          conversation=origin.conversation_id, turn=origin.turn_id, depth=depth,
                           caller=origin.caller, args=_traced_args(args))
         start = time.perf_counter()
         started = time.time()
@@ -210,6 +218,8 @@ class Portal:
         try:
             ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
                    "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
+            if self.call_context is not None:
+                ctx.update(self.call_context(tool, origin))
             try:
                 result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
                 if self.postprocess is not None:
