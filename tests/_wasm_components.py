@@ -176,6 +176,8 @@ class Spec:
     world: str = "probe"
     #: where ``net`` connects: an IPv4 address and a port
     connect: tuple[tuple[int, int, int, int], int] = ((203, 0, 113, 1), 80)
+    #: filler functions that make the component slow to compile (for the benchmark of the compile cache)
+    bulk: int = 0
 
 
 class _Blob:
@@ -354,6 +356,15 @@ _PROBE_HELPERS = f"""
 OUTSIDE = "../" * 24 + "etc/hostname"
 
 
+def _filler(i: int) -> str:
+    """A function that is never called but must be compiled: a loop of arithmetic over memory."""
+    steps = "".join(f"(local.set $x (i32.add (i32.mul (local.get $x) (i32.const {i * 7 + k + 3})) "
+                    f"(i32.load (i32.and (local.get $x) (i32.const 4092)))))" for k in range(12))
+    return (f"(func $filler{i} (export \"filler{i}\") (param $x i32) (result i32)\n"
+            f"  (loop $again {steps} (br_if $again (i32.lt_u (local.get $x) (i32.const {i + 1000})))) "
+            f"(local.get $x))\n")
+
+
 def component_wat(spec: Spec) -> str:
     """The core module of ``spec`` in WAT."""
     files: dict[str, tuple[int, int, int, int]] = {}
@@ -370,12 +381,14 @@ def component_wat(spec: Spec) -> str:
         opened_at=where["opened"][0], started_at=where["started"][0], port=spec.connect[1],
         a=spec.connect[0][0], b=spec.connect[0][1], c=spec.connect[0][2], d=spec.connect[0][3]) if probe else "")
     assert blob.start + len(blob.data) < _HEAP, "static data overflows into the heap"
+    filler = "".join(_filler(i) for i in range(spec.bulk))
     return f"""(module
   {_IMPORTS if probe else ""}
   (memory (export "cm32p2_memory") 2)
   (data (i32.const {_RESULT}) "{_wat_bytes(record)}")
   (data (i32.const {blob.start}) "{_wat_bytes(bytes(blob.data))}")
   {helpers}
+  {filler}
   (func (export "cm32p2|murmur:tool/run@0.2|run") (param $dd i32) (param $dp i32) (param $dl i32)
       (param $ld i32) (param $lp i32) (param $ll i32) (result i32)
     {writes}
