@@ -11,6 +11,10 @@ Checks, in order (DESIGN.md "Call context and the portal"):
 
 then it dispatches to the toolbox's runner and records ``call_start``/``call_end``. Every refusal is an ``error``
 result whose text says what was refused and why; nothing here raises for a caller's mistake.
+
+A dispatched call that could not run (an ``error`` result: the worker died, the call timed out, the toolbox
+refused it, or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
+``PortalExecutionError`` kind in its metadata ``portal_error``, as the refusals above carry theirs.
 """
 
 from __future__ import annotations
@@ -204,9 +208,14 @@ class Portal:
         try:
             ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
                    "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
-            result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
-            if self.postprocess is not None:
-                result = self.postprocess(tool, result)
+            try:
+                result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
+                if self.postprocess is not None:
+                    result = self.postprocess(tool, result)
+            except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
+                result = ToolResult.error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
+            if result.status == "error" and result.meta("portal_error") is None:
+                result = result.with_meta("portal_error", "PortalExecutionError")
             return result, call_id
         finally:
             usage.in_flight -= 1

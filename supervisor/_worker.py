@@ -92,6 +92,8 @@ class WorkerSpec:
     allowed_hosts: tuple[str, ...] = ()
     #: private ranges the egress proxy may dial for this worker (the policy's network.allow_private_ranges)
     private_networks: tuple[str, ...] = ()
+    #: names an allowed host may be a CNAME of without being allowed itself (the policy's cname_targets)
+    cname_targets: tuple[str, ...] = ()
     #: the worker's cgroup (pids.max, memory), made at each start; None: no cgroup
     cgroup: CgroupPlan | None = None
     warnings: list[str] = field(default_factory=list)
@@ -285,7 +287,8 @@ class Worker:
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
         proxy, dns_udp, dns_tcp = bridge.to_trio()
-        rules = AllowedHosts.parse(self.spec.allowed_hosts, private_networks=self.spec.private_networks)
+        rules = AllowedHosts.parse(self.spec.allowed_hosts, private_networks=self.spec.private_networks,
+                                   cname_targets=self.spec.cname_targets)
 
         def on_decision(decision: dict[str, Any]) -> None:
             self._on_event(self, "egress", dict(decision))

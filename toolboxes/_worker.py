@@ -33,7 +33,7 @@ from ._toolbox import CallContext, Toolbox, ToolSpec, WorkerEnv
 
 __all__ = ["main"]
 
-_KINDS = {"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer", "lua"}
+_KINDS = {"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer", "lua", "wasm"}
 
 
 class _Pending:
