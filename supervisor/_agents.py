@@ -182,7 +182,8 @@ class AgentService:
         inner = replace(origin, session_id=session_id, conversation_id=conversation_id, agent_id=slug,
                         allowed=allowed, caller=f"agent {slug}")
         if self.sessions is not None:
-            self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id)
+            self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id,
+                                      tenant=origin.tenant)
             self.sessions.add_turn(session_id, "user", prompt)
         self.trace.record("agent_start", agent=slug, session=session_id, parent_session=origin.session_id,
                           parent_call_id=origin.parent_call_id, depth=origin.depth, model=desc.model_name,

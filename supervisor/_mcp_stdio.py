@@ -2,10 +2,12 @@
 
 Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call``; notifications ``notifications/initialized`` and
 ``notifications/cancelled`` (cancels the named call; its worker is told to stop it), and the server sends
-``notifications/tools/list_changed`` whenever the tool list changes. One stdio connection is one session: its
-session id is given to every call (skills enabled in it, session limits), ``tools/list`` shows the session's own
-list (skills' script tools only where their skill is enabled) and enabling or disabling a skill notifies this
-session only.
+``notifications/tools/list_changed`` whenever the tool list changes. One stdio connection is one frontend session:
+its name is given to every call, which runs in that name's session with the called tool's agent (one session per
+agent, see :mod:`supervisor._frontend_sessions`: skills enabled in it, session limits, introspection); ``tools/list``
+shows the connection's own list (skills' script tools only where their skill is enabled) and enabling or disabling a
+skill notifies this connection only. A ``tools/call`` whose ``_meta`` carries ``conversationId``/``turnId`` runs with
+those ids; otherwise the call has its session's conversation and a new turn.
 
 Results map to content blocks in ``_mcp_content.py`` (text, image, audio, embedded resources, resource links,
 ``structuredContent``, ``isError``). Calls run concurrently; replies are written whole, one line each.
@@ -24,6 +26,7 @@ import trio
 
 from ._mcp_content import result_to_mcp
 from ._pipes import send_whole
+from ._session_ids import ids_from_meta
 from ._supervisor import Supervisor
 
 __all__ = ["McpStdioServer", "serve_mcp_stdio"]
@@ -218,9 +221,15 @@ class McpStdioServer:
             if not isinstance(name, str):
                 await self._error(req_id, INVALID_PARAMS, "tools/call needs a string 'name'")
                 return
+            try:
+                ids = ids_from_meta(params.get("_meta"))  # the client's conversation and turn ids, if it sent them
+            except ValueError as exc:
+                await self._error(req_id, INVALID_PARAMS, f"tools/call: {exc}")
+                return
             with scope:
                 try:
-                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id)
+                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id,
+                                                 **ids)
                     reply = result_to_mcp(result, self.sup.attachments.read)
                 except Exception as exc:  # a bug of ours ends this call, never the session
                     self.sup.trace.record("internal_error", where="tools/call", tool=name,
