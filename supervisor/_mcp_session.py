@@ -9,9 +9,8 @@ the session's own list (skills' script tools only where their skill is enabled) 
 notifies this session only. A ``tools/call`` whose ``_meta`` carries ``conversationId``/``turnId`` runs with those
 ids; otherwise the call has its session's conversation and a new turn.
 
-Results map as follows: ``data`` -> a text content block (``summary`` when there is no data), each stored image
-attachment -> an image content block, ``structured`` JSON -> ``structuredContent`` (an object; other JSON values
-are wrapped as ``{"result": value}``), status ``failed``/``error`` -> ``isError: true``.
+Results map to content blocks in ``_mcp_content.py`` (text, image, audio, embedded resources, resource links,
+``structuredContent``, ``isError``).
 
 A transport (``_mcp_stdio``, ``_mcp_http``) decodes each message, hands it to :meth:`McpSession.handle_message`,
 runs the job it returns, and delivers what the session sends through the ``send`` callable it was given: replies
@@ -20,7 +19,6 @@ runs the job it returns, and delivers what the session sends through the ``send`
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import uuid
@@ -30,8 +28,7 @@ from typing import Any
 
 import trio
 
-from toolboxes._result import ToolResult
-
+from ._mcp_content import result_to_mcp
 from ._session_ids import LOCAL_TENANT, ids_from_meta
 from ._supervisor import Supervisor
 
@@ -41,7 +38,6 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "McpSession",
     "encode_message",
-    "result_to_mcp",
     "valid_id",
 ]
 
@@ -55,30 +51,6 @@ _CACHEABLE = ("tools/list", "server/discover")
 SERVER_INFO = {"name": "agents-supervise", "version": "0.1.0"}
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
-
-
-def result_to_mcp(result: ToolResult, read_attachment: Callable[[Any], bytes]) -> dict[str, Any]:
-    """The ``CallToolResult`` for one tool result."""
-    content: list[dict[str, Any]] = []
-    text = result.data if result.data is not None else result.summary
-    if text:
-        content.append({"type": "text", "text": text})
-    for a in result.attachments:
-        try:
-            data = read_attachment(a)
-        except (OSError, KeyError):
-            content.append({"type": "text", "text": f"[attachment {a.path} is no longer available]"})
-            continue
-        content.append({"type": "image", "data": base64.b64encode(data).decode("ascii"), "mimeType": a.media_type})
-    if result.truncated:
-        content.append({"type": "text", "text": "[output truncated]"})
-    if not content:
-        content.append({"type": "text", "text": ""})
-    out: dict[str, Any] = {"content": content, "isError": result.status != "passed"}
-    if result.structured is not None:
-        out["structuredContent"] = result.structured if isinstance(result.structured, dict) else {
-            "result": result.structured}
-    return out
 
 
 def encode_message(message: dict[str, Any]) -> bytes:

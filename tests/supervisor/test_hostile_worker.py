@@ -19,7 +19,8 @@ import msgpack
 import pytest
 import trio
 
-from supervisor._mcp_session import encode_message, result_to_mcp
+from supervisor._mcp_content import result_to_mcp
+from supervisor._mcp_session import encode_message
 from supervisor._supervisor import Supervisor
 from supervisor._tool_lists import MAX_TOOLS
 from supervisor._validation import ArgumentValidator
