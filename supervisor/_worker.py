@@ -37,7 +37,7 @@ from sandbox._plan import ConfinementPlan
 from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
 
-from ._errors import WorkerStartError, first_leaf
+from ._errors import WorkerStartError, execution_error, first_leaf
 from ._pipes import send_whole
 from ._process import ChildProcess, spawn_child
 from ._tool_lists import checked_tool_list
@@ -96,6 +96,9 @@ class WorkerSpec:
     cname_targets: tuple[str, ...] = ()
     #: the worker's cgroup (pids.max, memory), made at each start; None: no cgroup
     cgroup: CgroupPlan | None = None
+    #: RLIMIT_AS to set after all when the (optional) cgroup that was to bound the worker's memory cannot be made
+    #: at a start; the plan carries none while a cgroup memory limit is in force (docs/CONFINEMENT.md)
+    address_space_fallback: int | None = None
     warnings: list[str] = field(default_factory=list)
     #: what ``agents-supervise check`` shows about this worker (rules, exactness, hosts)
     report: dict[str, Any] = field(default_factory=dict)
@@ -174,7 +177,7 @@ class Worker:
         if state is WorkerState.DEAD:
             self.death_reason = reason
             for pending in list(self._pending.values()):
-                pending.finish(ToolResult.error(
+                pending.finish(execution_error(
                     f"toolbox {self.spec.toolbox}: the worker {reason}; the call did not finish. "
                     "It is restarted automatically; try the call again."))
             self._pending.clear()
@@ -212,13 +215,16 @@ class Worker:
                 child_end.close()
         self._proc = proc
         try:
-            self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside the group
+            joined = self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside it
         except ConfinementError as exc:
             if carrier is not None:
                 carrier.close()
             await self.kill(f"could not be put in its cgroup: {exc}")
             raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}"
                                    ) from exc
+        if not joined and spec.address_space_fallback is not None:  # no group bounds its memory: the rlimit does
+            plan = dataclasses.replace(plan, rlimits=dataclasses.replace(
+                plan.rlimits, address_space_bytes=spec.address_space_fallback))
         frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
         nursery.start_soon(self._read_stderr)
         nursery.start_soon(self._read_stdout)
@@ -246,11 +252,12 @@ class Worker:
         raise WorkerStartError(f"toolbox {spec.toolbox}: the worker {self.death_reason}"
                            + (f": {detail}" if detail else ""))
 
-    def _join_cgroup(self, pid: int) -> None:
-        """Make this start's cgroup and move the launcher ``pid`` into it; raise only when the plan requires it."""
+    def _join_cgroup(self, pid: int) -> bool:
+        """Make this start's cgroup and move the launcher ``pid`` into it; raise only when the plan requires it.
+        Returns whether the launcher is in its group (``False``: no group planned, or an optional one failed)."""
         plan = self.spec.cgroup
         if plan is None:
-            return
+            return False
         instance = plan.instance(self.spec.toolbox, f"{pid}-{secrets.token_hex(3)}")
         try:
             create_cgroup(instance)
@@ -260,6 +267,8 @@ class Worker:
             if plan.required:
                 raise
             self._on_event(self, "cgroup_unavailable", {"reason": str(exc)})
+            return False
+        return True
 
     async def _release_cgroup(self) -> None:
         """Remove this start's cgroup once the launcher was reaped (its PID namespace is empty by then).
@@ -484,7 +493,7 @@ class Worker:
         cancelled, the worker is told to cancel too (shielded), and ``trio.Cancelled`` propagates.
         """
         if self.state is not WorkerState.READY:
-            return ToolResult.error(f"toolbox {self.spec.toolbox} is not running (its worker "
+            return execution_error(f"toolbox {self.spec.toolbox} is not running (its worker "
                                     f"{self.death_reason or 'is ' + self.state.value}); try again shortly")
         limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
         call_id = self._next_id
@@ -500,7 +509,7 @@ class Worker:
                 await self._send({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx})
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.dead.wait()
-                return pending.result or ToolResult.error(f"toolbox {self.spec.toolbox}: worker is gone")
+                return pending.result or execution_error(f"toolbox {self.spec.toolbox}: worker is gone")
             with trio.move_on_after(limit if limit else math.inf):
                 await pending.done.wait()
             if pending.result is not None:
@@ -509,7 +518,7 @@ class Worker:
             nominal = max(limit, self.spec.wall_time_s)  # a restart wait may have used part of the budget
             self._on_event(self, "limit_hit", {"limit": "wall_time_s", "value": nominal, "tool": tool})
             await self._cancel_in_worker(call_id, pending)
-            return ToolResult.error(
+            return execution_error(
                 f"the call to {tool} exceeded its wall-time limit of {nominal:g} s and was stopped")
         except trio.Cancelled:
             await self._cancel_in_worker(call_id, pending)
