@@ -231,6 +231,9 @@ def _check(args: argparse.Namespace) -> int:
         print("  read-only: " + ", ".join(tb["read_only"]))
         print("  read-write: " + ", ".join(tb["read_write"]))
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
+        if tb.get("cname_targets"):
+            print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         fs = tb.get("file_sandbox")
         if fs:

@@ -61,7 +61,7 @@ class CompiledPolicy:
     max_call_depth: int
     session_max_calls: int | None
     session_max_concurrent: int | None
-    max_image_bytes: int
+    media_limits: dict[str, int]
     restart_backoff_initial_s: float
     restart_backoff_max_s: float
     crash_loop_max_restarts: int
@@ -519,7 +519,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         max_call_depth=policy.max_call_depth,
         session_max_calls=policy.sessions.max_calls,
         session_max_concurrent=policy.sessions.max_concurrent_calls,
-        max_image_bytes=policy.context.images.max_bytes,
+        media_limits=policy.context.media_limits(),
         restart_backoff_initial_s=policy.supervision.restart_backoff_initial_s,
         restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
         crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,

@@ -360,11 +360,28 @@ class Trace(_Model):
 
 
 class Images(_Model):
-    max_bytes: Size = Field(default=5 * 1024**2, ge=1)
+    max_bytes: Size = Field(default=5 * 1024**2, ge=1, description="largest image a result may carry")
+
+
+class Audio(_Model):
+    max_bytes: Size = Field(default=10 * 1024**2, ge=1, description="largest audio a result may carry")
+
+
+class Files(_Model):
+    max_bytes: Size = Field(default=10 * 1024**2, ge=1,
+                            description="largest other media (PDF, video, binary, text file) a result may carry")
 
 
 class Context(_Model):
+    """Limits on the media a result carries, per class (``toolboxes/_media.class_of``); larger ones are refused
+    with a note."""
+
     images: Images = Images()
+    audio: Audio = Audio()
+    files: Files = Files()
+
+    def media_limits(self) -> dict[str, int]:
+        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:

@@ -90,7 +90,7 @@ class Supervisor:
         self.config: LoadedConfig = compiled.config
         self.trace = trace
         self.registry = ToolRegistry()
-        self.attachments = AttachmentStore(compiled.state_dir, compiled.max_image_bytes)
+        self.attachments = AttachmentStore(compiled.state_dir, compiled.media_limits)
         self.portal = Portal(
             registry=self.registry,
             trace=trace,
@@ -111,7 +111,8 @@ class Supervisor:
         if tree is not None and http is not None:
             self.agents = AgentService(
                 tree=tree, portal=self.portal, registry=self.registry, trace=trace, sessions=sessions, http=http,
-                bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys)
+                bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys,
+                read_attachment=self.attachments.read, max_image_bytes=compiled.media_limits["images"])
             self.agent_runners = self.agents.runners()
         self._tools_changed = trio.Event()
         #: which session-scoped tools (skills' scripts) each session sees (kept in the session store)
