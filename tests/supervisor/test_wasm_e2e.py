@@ -311,3 +311,37 @@ async def test_load_errors_and_the_folder_is_watched(sandbox_tmp: Path) -> None:
                 changes.event = trio.Event()
             result = await s.call_tool("wasm_probe_later", {"q": "fresh"})
     assert json.loads(_text(result)) == {"q": "fresh"}
+
+
+async def test_calls_in_flight_each_get_their_own_store(policy: Path) -> None:
+    """Eight echo calls while another call loops: each gets back its own input, and the loop ends on time."""
+    answers: dict[int, Any] = {}
+    with trio.fail_after(60):
+        async with _session(policy) as s:
+            async def echo(i: int) -> None:
+                answers[i] = json.loads(_text(await s.call_tool("wasm_probe_echo", {"q": f"call {i}"})))
+
+            async def loop() -> None:
+                answers[-1] = await s.call_tool("wasm_probe_loops", {})
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(loop)
+                for i in range(8):
+                    nursery.start_soon(echo, i)
+    assert {i: answers[i] for i in range(8)} == {i: {"q": f"call {i}"} for i in range(8)}
+    assert answers[-1].is_error and "time limit" in _text(answers[-1])
+
+
+async def test_a_restart_does_not_compile_again(policy: Path) -> None:
+    cache = policy.parent / "state" / "toolbox-state" / "tester" / "probe" / "wasm-cache"
+    with trio.fail_after(60):
+        async with _session(policy) as s:
+            assert not (await s.call_tool("wasm_probe_echo", {})).is_error
+    first = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.iterdir()}
+    assert len(first) == len(SPECS)  # one compiled file per component, written by the worker
+    assert all(p.stat().st_uid == NOBODY and p.stat().st_mode & 0o077 == 0 for p in cache.iterdir())
+    with trio.fail_after(60):
+        async with _session(policy) as s:
+            assert not (await s.call_tool("wasm_probe_echo", {})).is_error
+    # the second worker deserialized every file: none was written again
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.iterdir()} == first
