@@ -105,6 +105,8 @@ class McpSession:
         self.tenant = tenant
         self.listed: frozenset[str] | None = None  # the names this session's last tools/list answered
         self._initialized = modern
+        #: the revision this session speaks (set by ``initialize``; the stateless revision's otherwise)
+        self.version = MODERN_VERSIONS[0] if modern else SUPPORTED_VERSIONS[0]
 
     async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
         if self.modern:
@@ -182,6 +184,7 @@ class McpSession:
         if method == "initialize" and not self.modern:
             asked = params.get("protocolVersion")
             version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
+            self.version = version
             self._initialized = True
             await self._reply(req_id, {
                 "protocolVersion": version,
@@ -199,6 +202,10 @@ class McpSession:
             tools = []
             for t in self.visible_tools():
                 entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+                if t.hints and self.version >= "2025-03-26":
+                    entry["annotations"] = t.hints
+                if t.output_schema is not None and self.version >= "2025-06-18":
+                    entry["outputSchema"] = t.output_schema
                 tools.append(entry)
             self.listed = frozenset(t["name"] for t in tools)
             await self._reply(req_id, {"tools": tools}, method)
@@ -222,6 +229,8 @@ class McpSession:
                     result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id,
                                                  agent_scope=self.agent, tenant=self.tenant, **ids)
                     reply = result_to_mcp(result, self.sup.attachments.read)
+                    if self.version < "2025-06-18":  # structuredContent came with that revision
+                        reply.pop("structuredContent", None)
                 except Exception as exc:  # a bug of ours ends this call, never the session
                     self.sup.trace.record("internal_error", where="tools/call", tool=name,
                                           error=f"{type(exc).__name__}: {exc}")

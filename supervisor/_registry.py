@@ -21,7 +21,7 @@ from ._validation import ArgumentValidator, SchemaError
 if TYPE_CHECKING:
     from ._runner import ToolboxRunner
 
-__all__ = ["RegisteredTool", "ToolRegistry", "public_name"]
+__all__ = ["RegisteredTool", "ToolRegistry", "public_name", "served_hints"]
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -46,6 +46,10 @@ class RegisteredTool:
     input_schema: dict[str, Any]
     validator: ArgumentValidator
     annotations: dict[str, Any] = field(default_factory=dict)
+    #: the MCP annotations served (``readOnlyHint`` ...): the toolbox's hints with what the supervisor knows
+    hints: dict[str, Any] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+    output_validator: ArgumentValidator | None = None
 
     @property
     def toolbox(self) -> str:
@@ -54,6 +58,21 @@ class RegisteredTool:
     @property
     def agent(self) -> str:
         return self.runner.spec.agent
+
+
+def served_hints(runner: Any, hints: Any) -> dict[str, Any]:
+    """The MCP annotations of a tool: the toolbox's ``hints``, with ``openWorldHint`` set from what the supervisor
+    enforces: true when the worker has an egress bridge (allowed hosts), false when it has no network and calls no
+    other tool through the portal (the kernel keeps it inside). See docs/MCP.md."""
+    out = dict(hints) if isinstance(hints, dict) else {}
+    spec = getattr(runner, "spec", None)
+    if spec is None or not hasattr(spec, "allowed_hosts"):
+        return out
+    if spec.allowed_hosts:
+        out["openWorldHint"] = True
+    elif not getattr(spec, "allowed_tools", ()):
+        out["openWorldHint"] = False
+    return out
 
 
 class ToolRegistry:
@@ -92,6 +111,20 @@ class ToolRegistry:
                                                          f"({type(exc).__name__})"})
                         continue
                 validators[key] = validator
+                output_schema = t.get("output_schema")
+                output_validator = None
+                if isinstance(output_schema, dict):
+                    okey = (runner.name, local, "output " + repr(output_schema))
+                    output_validator = self._validators.get(okey)
+                    if output_validator is None:
+                        try:
+                            output_validator = ArgumentValidator(output_schema)
+                        except Exception as exc:  # the tool is served without an output schema
+                            schema_errors.append({"toolbox": runner.name, "tool": local,
+                                                  "message": f"its output schema was left out: {exc}"[:600]})
+                            output_schema = None
+                    if output_validator is not None:
+                        validators[okey] = output_validator
                 name = public_name(local)
                 if name in tools:
                     n = 2
@@ -108,6 +141,9 @@ class ToolRegistry:
                     input_schema=schema,
                     validator=validator,
                     annotations=dict(t.get("annotations") or {}),
+                    hints=served_hints(runner, t.get("hints")),
+                    output_schema=output_schema if output_validator is not None else None,
+                    output_validator=output_validator,
                 )
         self._validators = validators
         self.tools = tools

@@ -51,6 +51,7 @@ from ._session_introspection import answer_host_request
 from ._session_tools import SessionToolViews
 from ._sessions import SessionStore
 from ._skill_sources import prepare_git_sources
+from ._tool_output import checked_output
 from ._trace import FLUSH_INTERVAL_S, TraceRecorder
 from ._worker import Worker
 
@@ -79,6 +80,9 @@ class ToolInfo:
     agent: str
     local_name: str
     annotations: dict[str, Any] = field(default_factory=dict)
+    #: MCP tool annotations (readOnlyHint, destructiveHint, idempotentHint, openWorldHint, title)
+    hints: dict[str, Any] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
 
 
 class Supervisor:
@@ -283,8 +287,8 @@ class Supervisor:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
-                  for n, t in self.registry.tools.items()}
+        before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description, repr(t.hints),
+                      repr(t.output_schema)) for n, t in self.registry.tools.items()}
         runners = [r for r in self.runners if r.name not in self._undescribable]
         try:
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
@@ -298,8 +302,8 @@ class Supervisor:
                     self._load_failed(runner, "tool list", exc)
             runners = [r for r in runners if r.name not in self._undescribable]
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
-        after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
-                 for n, t in self.registry.tools.items()}
+        after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description, repr(t.hints),
+                     repr(t.output_schema)) for n, t in self.registry.tools.items()}
         if before != after:
             self._tools_changed.set()
             self._tools_changed = trio.Event()
@@ -357,6 +361,7 @@ class Supervisor:
         return {}
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        result = checked_output(tool, result)
         if result.attachments:
             return self.attachments.store(tool.runner.spec.plan.workdir, result)
         return result
@@ -376,7 +381,7 @@ class Supervisor:
                 if not self.session_tools.visible(resolved, t.toolbox, t.annotations):
                     continue
             out.append(ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
-                                t.annotations))
+                                t.annotations, t.hints, t.output_schema))
         return out
 
     def agent_slugs(self) -> list[str]:

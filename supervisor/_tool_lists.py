@@ -12,7 +12,7 @@ from typing import Any
 
 from toolboxes._protocol import ProtocolError, json_problem
 
-__all__ = ["MAX_SCHEMA_VALUES", "MAX_TOOLS", "checked_tool_list"]
+__all__ = ["HINT_KEYS", "MAX_SCHEMA_VALUES", "MAX_TOOLS", "checked_tool_list", "hints_problem"]
 
 #: Bounds on a worker's tool list (hello, tools_changed). Compiling a schema costs the supervisor about 30 µs per
 #: value on its own thread, so the list is bounded in values, not only in bytes; the largest real list we know
@@ -23,6 +23,28 @@ MAX_DESCRIPTION_CHARS = 100_000
 MAX_SCHEMA_DEPTH = 64
 MAX_SCHEMA_VALUES = 250_000
 MAX_LOAD_ERRORS = 1024
+#: The MCP tool annotations a worker may declare (``hints``): the four booleans, and a title.
+HINT_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+MAX_TITLE_CHARS = 200
+
+
+def hints_problem(hints: Any) -> str | None:
+    """What is wrong with a tool's ``hints`` (``None``: nothing): a map of :data:`HINT_KEYS` to booleans and
+    ``title`` to a string of at most :data:`MAX_TITLE_CHARS` characters, nothing else."""
+    if hints is None:
+        return None
+    if not isinstance(hints, dict):
+        return "must be a map"
+    for key, value in hints.items():
+        if key in HINT_KEYS:
+            if not isinstance(value, bool):
+                return f"{key} must be true or false"
+        elif key == "title":
+            if not (isinstance(value, str) and len(value) <= MAX_TITLE_CHARS):
+                return f"title must be a string of at most {MAX_TITLE_CHARS} characters"
+        else:
+            return f"hold {str(key)[:64]!r}, which is not one of {', '.join(HINT_KEYS)}, title"
+    return None
 
 
 def checked_tool_list(message: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -48,7 +70,14 @@ def checked_tool_list(message: dict[str, Any]) -> tuple[list[dict[str, Any]], li
         annotations = t.get("annotations")
         if not (annotations is None or isinstance(annotations, dict)):
             raise ProtocolError(f"tool {name[:64]!r}: annotations must be a map")
-        for key in ("input_schema", "annotations"):
+        problem = hints_problem(t.get("hints"))
+        if problem:
+            raise ProtocolError(f"tool {name[:64]!r}: its hints {problem}")
+        output_schema = t.get("output_schema")
+        if not (output_schema is None or (isinstance(output_schema, dict)
+                                          and output_schema.get("type") == "object")):
+            raise ProtocolError(f"tool {name[:64]!r}: output_schema must be an object schema (type: object)")
+        for key in ("input_schema", "annotations", "output_schema"):
             problem, used = json_problem(t.get(key), max_depth=MAX_SCHEMA_DEPTH, max_nodes=budget)
             if problem:
                 raise ProtocolError(f"tool {name[:64]!r}: its {key} {problem}"

@@ -38,6 +38,12 @@ class ToolSpec:
     input_schema: dict[str, Any]
     inline: bool = False
     annotations: dict[str, Any] = field(default_factory=dict)
+    #: MCP tool annotations this toolbox knows to be true (``readOnlyHint``, ``destructiveHint``,
+    #: ``idempotentHint``, ``openWorldHint``: booleans; ``title``: a string); see docs/MCP.md for each kind's table
+    hints: dict[str, Any] = field(default_factory=dict)
+    #: the JSON schema (an object schema) every successful result's ``structured`` value matches, when the tool has
+    #: one; the supervisor checks each result against it
+    output_schema: dict[str, Any] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -47,6 +53,10 @@ class ToolSpec:
         }
         if self.annotations:
             out["annotations"] = self.annotations
+        if self.hints:
+            out["hints"] = self.hints
+        if self.output_schema is not None:
+            out["output_schema"] = self.output_schema
         return out
 
 

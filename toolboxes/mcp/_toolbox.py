@@ -214,7 +214,14 @@ class McpToolbox:
                 schema = {"type": "object"}
             description = t.get("description") or t.get("title") or f"Tool {remote} of {self.label}."
             public[name] = remote
-            specs.append(ToolSpec(name, str(description), schema))
+            output_schema = t.get("outputSchema")
+            if output_schema is not None and not (isinstance(output_schema, dict)
+                                                  and output_schema.get("type") == "object"):
+                errors.append({"source": remote, "message": "its outputSchema was left out: it is not an object "
+                               "schema (type: object)"})
+                output_schema = None
+            specs.append(ToolSpec(name, str(description), schema, hints=server_hints(t.get("annotations")),
+                                  output_schema=output_schema))
         before = [s.to_wire() for s in self._specs]
         self._tools, self._public, self._specs = tools, public, specs
         self._list_errors = errors
@@ -236,6 +243,21 @@ class McpToolbox:
             changed = self._set_tools(tools)
         if changed:
             self.env.channel.tools_changed()
+
+
+def server_hints(annotations: Any) -> dict[str, Any]:
+    """The MCP annotations of a server's tool that are well-formed: the four boolean hints and a title of at most
+    200 characters; anything else is left out (a server is untrusted, and the supervisor refuses malformed hints)."""
+    if not isinstance(annotations, dict):
+        return {}
+    out: dict[str, Any] = {k: v for k, v in annotations.items() if k in _HINT_KEYS and isinstance(v, bool)}
+    title = annotations.get("title")
+    if isinstance(title, str) and len(title) <= 200:
+        out["title"] = title
+    return out
+
+
+_HINT_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> McpToolbox:

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .._hints import READ_ONLY
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
 from ..bash import BashSettings, Reaper, ScriptRunner, Watcher, input_schema, snapshot_tree
@@ -246,11 +247,15 @@ def _index(skills: dict[str, Skill]) -> dict[str, tuple[str, str]]:
     return index
 
 
+#: Enabling or disabling a skill changes only the session's tool list, the same way each time.
+_SESSION_SWITCH = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True}
+
+
 def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
     """The list tool, meta tools of every skill, then every script tool (session-scoped), skills in name order."""
     out: list[ToolSpec] = [ToolSpec(LIST_TOOL, "List the skills this toolbox offers: each one's name, description, "
                                     "script tools and whether it is enabled in this session.", _EMPTY_SCHEMA,
-                                    inline=True, annotations={"skill_action": "list"})]
+                                    inline=True, annotations={"skill_action": "list"}, hints=dict(READ_ONLY))]
     for name in sorted(skills):
         desc = skills[name].meta.description
         for action, text in (
@@ -259,7 +264,8 @@ def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
             ("disable", f"Disable the skill {name} in this session."),
         ):
             out.append(ToolSpec(f"skill_{action}_{name}", text, _EMPTY_SCHEMA, inline=True,
-                                annotations={"skill": name, "skill_action": action}))
+                                annotations={"skill": name, "skill_action": action},
+                                hints=dict(READ_ONLY if action == "describe" else _SESSION_SWITCH)))
     for name in sorted(skills):
         for tool, (_path, spec) in skills[name].scripts.items():
             out.append(
