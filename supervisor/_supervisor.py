@@ -38,6 +38,7 @@ from toolboxes._result import ToolResult
 from ._agent_tree import AgentTree, expand_agents
 from ._agents import AgentRunner, AgentService
 from ._attachments import AttachmentStore
+from ._catalog import CatalogError, get_prompt, list_entries, read_resource
 from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
 from ._errors import WorkerStartError, first_leaf
@@ -128,6 +129,7 @@ class Supervisor:
         #: "message"}``; such a toolbox serves nothing
         self.toolbox_load_errors: list[dict[str, str]] = list(compiled.load_errors)
         self._undescribable: set[str] = set()  # toolboxes whose tool list could not be registered
+        self._catalog_seen = ""  # the resources and prompts of every worker, when the lists were last rebuilt
         #: sub-agents left out at load (their file does not exist), ``{"agent", "source", "message"}``
         self.agent_load_errors: tuple[dict[str, str], ...] = tree.load_errors if tree is not None else ()
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
@@ -304,7 +306,10 @@ class Supervisor:
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
         after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description, repr(t.hints),
                      repr(t.output_schema)) for n, t in self.registry.tools.items()}
-        if before != after:
+        catalog = repr([(r.spec.agent, r.name, r.worker.catalog if r.worker else None) for r in self.runners])
+        catalog_changed = catalog != self._catalog_seen  # resources or prompts: the same wake-up as for tools
+        self._catalog_seen = catalog
+        if before != after or catalog_changed:
             self._tools_changed.set()
             self._tools_changed = trio.Event()
             self.session_tools.wake()
@@ -383,6 +388,43 @@ class Supervisor:
             out.append(ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
                                 t.annotations, t.hints, t.output_schema))
         return out
+
+    def list_catalog(self, kind: str, agent: str | None = None) -> list[dict[str, Any]]:
+        """The ``resources``, ``resource_templates`` or ``prompts`` served (of ``agent``'s toolboxes only, when
+        given), in MCP's spelling with public names (see :mod:`supervisor._catalog`)."""
+        return [e.public for e in list_entries(self._live_runners(), kind, agent)]
+
+    def _live_runners(self) -> list[ToolboxRunner]:
+        return [r for r in self.runners if r.name not in self._undescribable and not r.failed_reason]
+
+    async def read_resource(self, uri: str, *, agent: str | None = None, session_id: str | None = None,
+                            tenant: str = LOCAL_TENANT) -> dict[str, Any]:
+        """MCP's ``resources/read`` result for ``uri`` (of ``agent``'s toolboxes only, when given); raises
+        :class:`~supervisor._catalog.CatalogError` saying why it cannot be read. Traced as ``resource_read``."""
+        ctx = {"session_id": session_id or "", "depth": 0}
+        try:
+            result = await read_resource(self._live_runners(), uri, agent, ctx)
+        except CatalogError as exc:
+            self.trace.record("resource_read", uri=uri[:500], tenant=tenant, session=session_id, status="error",
+                              message=str(exc)[:500])
+            raise
+        self.trace.record("resource_read", uri=uri[:500], tenant=tenant, session=session_id, status="passed",
+                          contents=len(result["contents"]))
+        return result
+
+    async def get_prompt(self, name: str, args: dict[str, str], *, agent: str | None = None,
+                         session_id: str | None = None, tenant: str = LOCAL_TENANT) -> dict[str, Any]:
+        """MCP's ``prompts/get`` result; raises :class:`~supervisor._catalog.CatalogError`. Traced as
+        ``prompt_get``."""
+        ctx = {"session_id": session_id or "", "depth": 0}
+        try:
+            result = await get_prompt(self._live_runners(), name, args, agent, ctx)
+        except CatalogError as exc:
+            self.trace.record("prompt_get", prompt=name[:200], tenant=tenant, session=session_id, status="error",
+                              message=str(exc)[:500])
+            raise
+        self.trace.record("prompt_get", prompt=name[:200], tenant=tenant, session=session_id, status="passed")
+        return result
 
     def agent_slugs(self) -> list[str]:
         """The slugs of the agents this supervisor serves, in load order."""

@@ -34,6 +34,7 @@ from sandbox._egress import default_resolve, limited_resolver, serve_egress
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
+from toolboxes._catalog import KINDS, catalog_problem
 from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
 
@@ -142,6 +143,8 @@ class Worker:
         self.state = WorkerState.STARTING
         self.tools: list[dict[str, Any]] = []
         self.load_errors: list[dict[str, Any]] = []
+        #: resources, resource_templates, prompts (toolboxes/_catalog.py), checked
+        self.catalog: dict[str, list[dict[str, Any]]] = {}
         self.death_reason: str | None = None
         self.dead = trio.Event()
         self._on_request = on_request
@@ -465,8 +468,16 @@ class Worker:
             self._nursery.start_soon(self._answer_request, message)
 
     def _set_tools(self, message: dict[str, Any]) -> None:
-        """Check a tool list (hello, tools_changed) against the protocol's shape and bounds, then keep it."""
-        self.tools, self.load_errors = checked_tool_list(message)
+        """Check a tool list (hello, tools_changed) against the protocol's shape and bounds, then keep it, with
+        the resources, templates and prompts the frame lists (toolboxes/_catalog.py)."""
+        tools, errors = checked_tool_list(message)
+        catalog: dict[str, list[dict[str, Any]]] = {}
+        for kind in KINDS:
+            problem = catalog_problem(kind, message.get(kind))
+            if problem:
+                raise ProtocolError(problem)
+            catalog[kind] = list(message.get(kind) or [])
+        self.tools, self.load_errors, self.catalog = tools, errors, catalog
 
     async def _answer_request(self, message: dict[str, Any]) -> None:
         try:
@@ -485,9 +496,10 @@ class Worker:
 
     # -- calls ---------------------------------------------------------------------------------------------------
     async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None, origin: Any = None) -> ToolResult:
+                   wall_time_s: float | None = None, origin: Any = None, op: str | None = None) -> ToolResult:
         """Run ``tool`` (the toolbox's own name) and return its result; never raises for the worker's faults.
 
+        ``op``: ``read_resource`` or ``get_prompt`` (``tool`` is then a resource URI or a prompt name).
         At ``wall_time_s`` (default: the spec's) the call is cancelled in the worker and ends with status ``error``;
         a worker that does not answer the cancel within :data:`CANCEL_GRACE_S` is killed. If the caller is
         cancelled, the worker is told to cancel too (shielded), and ``trio.Cancelled`` propagates.
@@ -506,7 +518,10 @@ class Worker:
             wire_ctx["timeout_s"] = limit
         try:
             try:
-                await self._send({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx})
+                frame = {"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx}
+                if op is not None:
+                    frame["op"] = op
+                await self._send(frame)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.dead.wait()
                 return pending.result or execution_error(f"toolbox {self.spec.toolbox}: worker is gone")

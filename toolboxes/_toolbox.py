@@ -172,3 +172,9 @@ class Toolbox(Protocol):
     def close(self) -> None:
         """Release everything (child processes included). Called once, at worker exit."""
         ...
+
+    # Optional (see toolboxes/_catalog.py): a toolbox with resources or prompts also has
+    #   resources() -> list[dict], resource_templates() -> list[dict], prompts() -> list[dict],
+    #   read_resource(uri: str, ctx) -> ToolResult  (structured: {"contents": [...]}),
+    #   get_prompt(name: str, args: dict[str, str], ctx) -> ToolResult  (structured: {"messages": [...]}).
+    # A change of any of the lists is announced with channel.tools_changed(), like a change of the tools.

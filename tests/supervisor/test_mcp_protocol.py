@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 import trio
-from mcp import Client, ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, MCPError, StdioServerParameters
+from mcp import types as mcp_types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -21,6 +22,7 @@ from supervisor._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.test_mcp_http import _start
 from tests.toolboxes.test_mcp import mcp_server, write_server
+from tests.toolboxes.test_skills import make_skill, skill_md
 
 pytestmark = pytest.mark.root
 
@@ -30,7 +32,8 @@ TOKEN = "protocol-test-token"
 #: The SDK's MCPServer with a read-only annotated tool and a tool with an output schema (a pydantic return type).
 SDK_SERVER = textwrap.dedent('''
     from pydantic import BaseModel
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.resources import TextResource
     from mcp.types import ToolAnnotations
 
     server = MCPServer("docs")
@@ -43,6 +46,24 @@ SDK_SERVER = textwrap.dedent('''
                                                                     title="Make a point"))
     def point(x: int, y: int) -> Point:
         return Point(x=x, y=y)
+
+    @server.resource("note://welcome", description="the welcome note", mime_type="text/plain")
+    def welcome() -> str:
+        return "hello from the docs server"
+
+    @server.resource("note://{id}", description="a note by id")
+    def note(id: str) -> str:
+        return f"note {id}"
+
+    @server.prompt(description="review some code")
+    def review(code: str) -> str:
+        return f"Please review: {code}"
+
+    @server.tool(description="adds a note resource and says so")
+    async def add_note(ctx: Context) -> str:
+        server.add_resource(TextResource(uri="note://added", name="added", text="added later"))
+        await ctx.session.send_resource_list_changed()
+        return "added"
 
     server.run("stdio")
 ''')
@@ -74,11 +95,15 @@ LIAR_SERVER = textwrap.dedent('''
 def _policy(root: Path) -> Path:
     docs = write_server(root, "docs.py", SDK_SERVER)
     liar = write_server(root, "liar.py", LIAR_SERVER)
-    return write_policy(root, {"alpha": agent(
-        "alpha", builtinToolboxes=[system_toolbox("system", ["date", "execute-command"])],
-        mcpServers=[mcp_server("docs", docs), mcp_server("liar", liar)])},
+    make_skill(root / "skills", "pdf", skill_md("pdf-tools", "reads PDFs"),
+               references={"references/forms.md": "# Forms\nFill them in.\n"})
+    return write_policy(root, {
+        "alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date", "execute-command"])],
+                       mcpServers=[mcp_server("docs", docs), mcp_server("liar", liar)],
+                       skillSources=[{"tag": "SkillDirectory", "contents": "./skills"}]),
+        "beta": agent("beta", builtinToolboxes=[system_toolbox("sys2", ["date"])])},
         frontends={"http": {"listen": "127.0.0.1:0"}},
-        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}})
+        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha", "beta"]}})
 
 
 def _annotations(tools: Any) -> dict[str, dict[str, Any]]:
@@ -164,3 +189,98 @@ def test_old_revisions_get_neither(sandbox_tmp: Path) -> None:
         proc.stdin.close()
         proc.wait(timeout=30)
         proc.stdout.close()
+
+
+class _Changes:
+    """Counts the list_changed notifications of one client session, by kind."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self._event = trio.Event()
+
+    async def handler(self, message: Any) -> None:
+        for kind, cls in (("tools", mcp_types.ToolListChangedNotification),
+                          ("resources", mcp_types.ResourceListChangedNotification),
+                          ("prompts", mcp_types.PromptListChangedNotification)):
+            if isinstance(message, cls):
+                self.seen.append(kind)
+                self._event.set()
+                self._event = trio.Event()
+
+    async def wait_for(self, kind: str) -> None:
+        while kind not in self.seen:
+            await self._event.wait()
+
+
+async def _check_resources_and_prompts(client: Any, changes: _Changes, *, bound: bool) -> None:
+    """Skills' files and an MCP server's resources, templates and prompts, each under a namespaced name; a read
+    and a prompt round trip through the confined worker; the server adding a resource reaches the client."""
+    listed = {str(r.uri): r for r in (await client.list_resources()).resources}
+    skill_md_uri = "agents-supervise://alpha/skills/pdf-tools/SKILL.md"
+    forms_uri = "agents-supervise://alpha/skills/pdf-tools/references/forms.md"
+    welcome_uri = "agents-supervise://alpha/docs/note%3A//welcome"
+    assert set(listed) == {skill_md_uri, forms_uri, welcome_uri}  # beta's (none) and nobody else's
+    assert listed[welcome_uri].description == "the welcome note"
+    assert listed[forms_uri].mime_type == "text/markdown"
+
+    read = await client.read_resource(skill_md_uri)
+    assert "Use pdf-tools well." in read.contents[0].text and str(read.contents[0].uri) == skill_md_uri
+    assert (await client.read_resource(forms_uri)).contents[0].text == "# Forms\nFill them in.\n"
+    welcome = await client.read_resource(welcome_uri)
+    assert welcome.contents[0].text == "hello from the docs server" and str(welcome.contents[0].uri) == welcome_uri
+
+    templates = (await client.list_resource_templates()).resource_templates
+    assert [t.uri_template for t in templates] == ["agents-supervise://alpha/docs/note%3A//{id}"]
+    by_template = await client.read_resource("agents-supervise://alpha/docs/note%3A//42")
+    assert by_template.contents[0].text == "note 42"
+
+    # Another agent's toolbox: a session bound to alpha (HTTP) does not see it at all; an unbound one (stdio) does,
+    # but that toolbox lists nothing.
+    with pytest.raises(MCPError, match="no toolbox 'sys2' of agent 'beta' here" if bound else "does not list it"):
+        await client.read_resource("agents-supervise://beta/sys2/x")
+    with pytest.raises(MCPError, match="does not list it"):
+        await client.read_resource("agents-supervise://alpha/skills/pdf-tools/scripts/../../etc/passwd")
+
+    prompts = (await client.list_prompts()).prompts
+    assert [(p.name, [a.name for a in p.arguments or []]) for p in prompts] == [("mcp_docs_review", ["code"])]
+    got = await client.get_prompt("mcp_docs_review", {"code": "x = 1"})
+    assert got.messages[0].role == "user" and got.messages[0].content.text == "Please review: x = 1"
+    with pytest.raises(MCPError, match="unknown prompt"):
+        await client.get_prompt("review", {"code": "x"})
+
+    assert (await client.call_tool("mcp_docs_add_note", {})).content[0].text == "added"
+    await changes.wait_for("resources")
+    uris = {str(r.uri) for r in (await client.list_resources()).resources}
+    assert "agents-supervise://alpha/docs/note%3A//added" in uris
+
+
+async def test_resources_and_prompts_on_stdio(sandbox_tmp: Path) -> None:
+    import os
+    changes = _Changes()
+    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy",
+                                                                 str(_policy(sandbox_tmp))],
+                                   env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+    with trio.fail_after(90):
+        async with stdio_client(params) as (read, write), ClientSession(
+                read, write, message_handler=changes.handler) as session:
+            init = await session.initialize()
+            caps = init.capabilities
+            assert caps.resources is not None and caps.resources.list_changed and not caps.resources.subscribe
+            assert caps.prompts is not None and caps.prompts.list_changed
+            await _check_resources_and_prompts(session, changes, bound=False)
+
+
+async def test_resources_and_prompts_over_http_are_the_agents_own(sandbox_tmp: Path) -> None:
+    changes = _Changes()
+    async for server in _start(_policy(sandbox_tmp)):
+        with trio.fail_after(90):
+            async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                async with Client(streamable_http_client(server.url("alpha"), http_client=http), mode="legacy",
+                                  message_handler=changes.handler) as client:
+                    await _check_resources_and_prompts(client, changes, bound=True)
+                async with Client(streamable_http_client(server.url("beta"), http_client=http),
+                                  mode="legacy") as beta:
+                    # beta has only a System toolbox: no resources or prompts are offered, so none are served.
+                    assert beta.server_capabilities.resources is None and beta.server_capabilities.prompts is None
+                    with pytest.raises(MCPError, match="method not found"):
+                        await beta.read_resource("agents-supervise://alpha/skills/pdf-tools/SKILL.md")

@@ -42,6 +42,7 @@ from ..bash import BashSettings, Reaper, ScriptRunner, Watcher, input_schema, sn
 from ..bash._discover import Fingerprint
 from ._errors import ConfigError
 from ._frontmatter import valid_skill_name
+from ._resources import read_skill_file, skill_resources
 from ._store import DescribeCache, Skill, load_skills
 
 __all__ = ["SkillsToolbox", "open_toolbox"]
@@ -121,7 +122,8 @@ class SkillsToolbox:
                 self._loaded = loaded
                 self._snapshot = snapshot
                 self._watch_errors = []
-            return loaded.tools != old.tools or loaded.errors != old.errors
+            return (loaded.tools != old.tools or loaded.errors != old.errors
+                    or skill_resources(loaded.skills) != skill_resources(old.skills))
 
     def _check(self) -> None:
         if self.refresh() and self._channel is not None:
@@ -224,6 +226,17 @@ class SkillsToolbox:
             .with_meta("state_effect", "read")
             .with_meta("resource_id", f"skill:{meta.name}")
         )
+
+    def resources(self) -> list[dict[str, Any]]:
+        """Every skill's SKILL.md and references (``toolboxes/skills/_resources.py``)."""
+        with self._lock:
+            skills = self._loaded.skills
+        return skill_resources(skills)
+
+    def read_resource(self, uri: str, ctx: CallContext) -> ToolResult:
+        with self._lock:
+            skills = self._loaded.skills
+        return read_skill_file(skills, uri)
 
     def close(self) -> None:
         """Stop watching and kill every script still running. Safe to call twice."""
