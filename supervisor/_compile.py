@@ -30,7 +30,7 @@ from ._config_loader import LoadedConfig
 from ._errors import PolicyRefused
 from ._session_introspection import introspection_problem
 from ._skill_sources import GitSource, plan_git_sources
-from ._sqlite_grants import sqlite_fs_rules
+from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
 from ._staging import stage_worker_code
 from ._worker import WorkerSpec
 from ._worker_uids import TooManyWorkers, assign_worker_uids
@@ -478,6 +478,11 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 load_errors.append(_load_error(tb, "compile", exc))
                 continue
             origins[spec.toolbox] = tb
+            if tb.kind == "sqlite":  # file modes that keep the worker's uid out of a database it must write
+                spec.warnings += sqlite_access_warnings(
+                    tb.name, tb.worker_config().get("Versioning") or {},
+                    spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
+                    spec.plan.gid if spec.plan.gid is not None else os.getegid())
             specs.append(spec)
             warnings += spec.warnings
             if tb.kind == "skills":

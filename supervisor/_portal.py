@@ -12,9 +12,10 @@ Checks, in order (DESIGN.md "Call context and the portal"):
 then it dispatches to the toolbox's runner and records ``call_start``/``call_end``. Every refusal is an ``error``
 result whose text says what was refused and why; nothing here raises for a caller's mistake.
 
-A dispatched call that could not run (an ``error`` result: the worker died, the call timed out, the toolbox
-refused it, or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
-``PortalExecutionError`` kind in its metadata ``portal_error``, as the refusals above carry theirs.
+A dispatched call that could not run (its worker died, restarted or was disabled, the call ran past its wall time,
+or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
+``PortalExecutionError`` kind in its metadata ``portal_error`` (:func:`~supervisor._errors.execution_error`), as the
+refusals above carry theirs. A toolbox's own refusal of a call is its result, not an execution error.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
+from ._errors import execution_error
 from ._registry import RegisteredTool, ToolRegistry
 from ._session_ids import LOCAL_TENANT
 from ._trace import TraceRecorder
@@ -223,9 +225,7 @@ class Portal:
                 if self.postprocess is not None:
                     result = self.postprocess(tool, result)
             except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
-                result = ToolResult.error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
-            if result.status == "error" and result.meta("portal_error") is None:
-                result = result.with_meta("portal_error", "PortalExecutionError")
+                result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
             return result, call_id
         finally:
             usage.in_flight -= 1
