@@ -88,6 +88,7 @@ class ConfinementPlan:
         view: a private filesystem view (``sandbox._view``: only the rules' paths exist, a fresh ``/tmp``,
             ``/dev/shm`` and ``/proc``, ``/etc`` files naming only the worker, a UTS namespace), or ``None``: the
             worker sees the host's tree (Landlock alone decides what it may open). Needs ``new_pidns``.
+        xattrs: let the worker use the extended-attribute system calls (seccomp answers ``EOPNOTSUPP`` otherwise).
         workdir: the worker's own work folder (read-write, its cwd and HOME).
         env: the complete environment of the worker (nothing of the supervisor's is inherited).
         entry: ``module:function`` called as ``function(payload)`` after confinement.
@@ -113,6 +114,7 @@ class ConfinementPlan:
     rlimits: Rlimits = field(default_factory=Rlimits)
     view: ViewSpec | None = None
     env: dict[str, str] = field(default_factory=dict)
+    xattrs: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         """Return the plan as plain msgpack-able data."""
