@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sandbox._view_plan import NO_NETWORK_RESOLV_CONF
 from supervisor._policy import DEFAULT_SYSTEM_PATHS
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
@@ -124,6 +125,9 @@ async def test_etc_names_only_the_workers_account(sup: Supervisor) -> None:
     assert rest.startswith("nobody\n127.0.0.1\tlocalhost\n") and socket.gethostname() not in rest.split("\n", 1)[1]
     host_names = {line.split(":")[0] for line in Path("/etc/passwd").read_text().splitlines() if line}
     assert len(host_names) > 2  # the host has more accounts than the worker sees
+    # No network: no name server at all, and nothing of the host's resolver configuration.
+    out = await _run(sup, "cat /etc/resolv.conf")
+    assert out["stdout"] == NO_NETWORK_RESOLV_CONF and Path("/etc/resolv.conf").read_text() != out["stdout"], out
 
 
 async def test_hostname_is_neutral_unless_the_capability_is_granted(sup: Supervisor) -> None:
