@@ -21,6 +21,7 @@ from typing import Any
 
 from sandbox._bridge import BridgePorts, worker_network_env
 from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
+from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, reown_tree
 from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
 from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule, Rlimits, ViewSpec
@@ -29,11 +30,12 @@ from sandbox._syspaths import python_runtime_paths, uid_can_read
 from ._agent_toolboxes import ToolboxConfig
 from ._config_loader import LoadedConfig
 from ._errors import PolicyRefused
+from ._session_introspection import introspection_problem
 from ._skill_sources import GitSource, plan_git_sources
-from ._sqlite_grants import sqlite_fs_rules
+from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
 from ._staging import stage_worker_code
 from ._worker import WorkerSpec
-from ._worker_uids import TooManyWorkers, assign_worker_uids, take_ownership
+from ._worker_uids import TooManyWorkers, assign_worker_uids
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
@@ -61,7 +63,7 @@ class CompiledPolicy:
     max_call_depth: int
     session_max_calls: int | None
     session_max_concurrent: int | None
-    max_image_bytes: int
+    media_limits: dict[str, int]
     restart_backoff_initial_s: float
     restart_backoff_max_s: float
     crash_loop_max_restarts: int
@@ -176,6 +178,10 @@ def plan_worker(
         rules += [FsRule(os.path.dirname(p), READ) for p in tb.read_paths]
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
     cfg = _worker_config(tb)
+    if tb.kind == "system":  # session introspection: an agent file only narrows what the policy allows
+        too_wide = introspection_problem(cfg, policy.sessions.introspection)
+        if too_wide:
+            raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): {too_wide}")
     git_targets: set[str] = set()
     if tb.kind == "skills":  # git sources: read the clones, which exist once the supervisor made them
         cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
@@ -427,25 +433,30 @@ def plan_address_space(address_space_bytes: int | None, cgroup: CgroupPlan | Non
     return None, (None if cgroup.required else address_space_bytes)
 
 
-def _prepare_dir(path: str, uid: int | None, gid: int | None, mode: int) -> None:
-    os.makedirs(path, mode=0o711, exist_ok=True)
-    if uid is not None and gid is not None:
-        os.chown(path, uid, gid)
-    os.chmod(path, mode)
+def _prepare_worker_dirs(anchor: int, state_dir: str, spec: WorkerSpec) -> None:
+    """The worker's work folder (with its ``tmp``) and state folder, under ``state_dir`` (open as ``anchor``),
+    owned by the worker's uid with mode 0700; the folders above them root's, 0711. All through dir fds that never
+    follow a link (``sandbox._dirfd``): a worker's link at ``tmp`` is replaced, never followed. A folder that
+    belongs to another uid (the worker's uid changed) is handed over first, entry by entry, through fds.
 
-
-def _prepare_folders(spec: WorkerSpec) -> None:
-    """Make the work folder (with ``tmp``) and the state folder of ``spec``'s worker, owned by its uid."""
+    Raises:
+        UnsafeTreeError: a folder cannot be prepared safely (the toolbox is then left out, see the caller).
+    """
     uid, gid = spec.plan.uid, spec.plan.gid
     for path in (spec.plan.workdir, spec.plan.payload["state_dir"]):
-        parent = os.path.dirname(path)
-        os.makedirs(parent, mode=0o711, exist_ok=True)
-        os.chmod(os.path.dirname(parent), 0o711)
-        os.chmod(parent, 0o711)
-        if uid is not None and gid is not None:
-            take_ownership(path, uid, gid)  # a worker whose uid changed gets its own files back
-        _prepare_dir(path, uid, gid, 0o700)
-    _prepare_dir(os.path.join(spec.plan.workdir, "tmp"), uid, gid, 0o700)
+        *above, name = os.path.relpath(path, state_dir).split(os.sep)
+        parent = ensure_path(anchor, above, mode=0o711, where=os.path.join(state_dir, *above))
+        try:
+            if uid is not None and gid is not None:
+                reown_tree(parent, name, uid, gid)  # a worker whose uid changed gets its own files back
+            own = ensure_dir(parent, name, mode=0o700, uid=uid, gid=gid, where=path)
+            try:
+                if path == spec.plan.workdir:
+                    os.close(ensure_dir(own, "tmp", mode=0o700, uid=uid, gid=gid, where=os.path.join(path, "tmp")))
+            finally:
+                os.close(own)
+        finally:
+            os.close(parent)
 
 
 def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir: str | None = None,
@@ -459,8 +470,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     layout, cgroup_problem = read_layout()
     staging_error: BaseException | None = None
     if prepare:
-        os.makedirs(state_dir, mode=0o711, exist_ok=True)
-        os.chmod(state_dir, 0o711)
+        os.close(open_anchor(state_dir, mode=0o711))
         try:
             runtime_dir = stage_worker_code(state_dir)
         except Exception as exc:  # every toolbox's load error below; the supervisor still starts
@@ -509,6 +519,11 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 load_errors.append(_load_error(tb, "compile", exc))
                 continue
             origins[spec.toolbox] = tb
+            if tb.kind == "sqlite":  # file modes that keep the worker's uid out of a database it must write
+                spec.warnings += sqlite_access_warnings(
+                    tb.name, tb.worker_config().get("Versioning") or {},
+                    spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
+                    spec.plan.gid if spec.plan.gid is not None else os.getegid())
             specs.append(spec)
             warnings += spec.warnings
             if tb.kind == "skills":
@@ -523,12 +538,16 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                     "with an interpreter every user can read, such as the venv scripts/setup makes "
                     "(/opt/agents-supervise/venv/bin/agents-supervise).")
     if prepare:
-        for spec in list(specs):
-            try:
-                _prepare_folders(spec)
-            except Exception as exc:  # this toolbox's folders cannot be made: its load error, the others start
-                load_errors.append(_load_error(origins[spec.toolbox], "its work and state folders", exc))
-                specs.remove(spec)
+        anchor = open_anchor(state_dir)
+        try:
+            for spec in list(specs):
+                try:
+                    _prepare_worker_dirs(anchor, state_dir, spec)
+                except Exception as exc:  # unsafe or impossible: this toolbox's load error, the others start
+                    load_errors.append(_load_error(origins[spec.toolbox], "its work and state folders", exc))
+                    specs.remove(spec)
+        finally:
+            os.close(anchor)
         git_sources = [g for g in git_sources if g.toolbox in {s.toolbox for s in specs}]
     trace_path = policy.trace.path or os.path.join(state_dir, "trace.jsonl")
     if trace_path == os.path.join(policy.state_dir, "trace.jsonl"):
@@ -541,7 +560,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         max_call_depth=policy.max_call_depth,
         session_max_calls=policy.sessions.max_calls,
         session_max_concurrent=policy.sessions.max_concurrent_calls,
-        max_image_bytes=policy.context.images.max_bytes,
+        media_limits=policy.context.media_limits(),
         restart_backoff_initial_s=policy.supervision.restart_backoff_initial_s,
         restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
         crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,

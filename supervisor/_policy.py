@@ -258,12 +258,31 @@ class Network(_Model):
     allow_private_ranges: list[Cidr] = Field(default=[], description="private ranges the egress proxy may dial")
 
 
+SessionScope = Literal["parents-only", "children-only", "subtree", "all"]
+
+
+class Introspection(_Model):
+    """Caps on the System toolbox's session capabilities (an agent file can only narrow them)."""
+
+    scopes: list[SessionScope] = Field(
+        default=["parents-only", "children-only", "subtree", "all"],
+        description="the SessionIntrospectionScope values agent files may set; another one is refused at load")
+    tool_outputs: bool = Field(
+        default=True, description="whether agent files may set SessionIntrospectionIncludeToolOutputs: true")
+    other_agents: bool = Field(
+        default=False,
+        description="whether introspection sees sessions of other agents (a sub-agent's runs from its caller, the "
+                    "caller's session from a sub-agent, every agent's under scope all); false: only the caller's "
+                    "agent's own sessions")
+
+
 class Sessions(_Model):
     max_calls: int | None = Field(default=None, ge=1, description="calls per session; null = no cap")
     max_concurrent_calls: int = Field(default=16, ge=1)
     keep_days: float | None = Field(
         default=30, gt=0,
         description="sessions (turns, tool calls) not modified for this long are deleted; null = keep all")
+    introspection: Introspection = Field(default=Introspection(), description="caps on session introspection")
 
 
 class AgentLoop(_Model):
@@ -341,11 +360,28 @@ class Trace(_Model):
 
 
 class Images(_Model):
-    max_bytes: Size = Field(default=5 * 1024**2, ge=1)
+    max_bytes: Size = Field(default=5 * 1024**2, ge=1, description="largest image a result may carry")
+
+
+class Audio(_Model):
+    max_bytes: Size = Field(default=10 * 1024**2, ge=1, description="largest audio a result may carry")
+
+
+class Files(_Model):
+    max_bytes: Size = Field(default=10 * 1024**2, ge=1,
+                            description="largest other media (PDF, video, binary, text file) a result may carry")
 
 
 class Context(_Model):
+    """Limits on the media a result carries, per class (``toolboxes/_media.class_of``); larger ones are refused
+    with a note."""
+
     images: Images = Images()
+    audio: Audio = Audio()
+    files: Files = Files()
+
+    def media_limits(self) -> dict[str, int]:
+        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:

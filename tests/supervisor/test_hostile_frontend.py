@@ -48,6 +48,8 @@ LINES = {
     "id is NaN": (b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}', -32600, "string or a number"),
     "id is infinite": (b'{"jsonrpc":"2.0","id":1e400,"method":"ping"}', -32600, "string or a number"),
     "params a list": (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[1]}', -32602, "params"),
+    "_meta turn id a number": (b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"system_system_date",'
+                               b'"_meta":{"turnId":5}}}', -32602, "_meta.turnId must be a string, not int"),
 }
 
 

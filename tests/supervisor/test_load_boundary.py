@@ -47,14 +47,14 @@ def _plant_compile(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _plant_folders(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = compile_module._prepare_folders
+    real = compile_module._prepare_worker_dirs
 
-    def prepare(spec: Any) -> None:
+    def prepare(anchor: int, state_dir: str, spec: Any) -> None:
         if spec.toolbox == "broken":
             raise PermissionError("planted in the folders")
-        real(spec)
+        real(anchor, state_dir, spec)
 
-    monkeypatch.setattr(compile_module, "_prepare_folders", prepare)
+    monkeypatch.setattr(compile_module, "_prepare_worker_dirs", prepare)
 
 
 def _plant_worker_start(monkeypatch: pytest.MonkeyPatch) -> None:
