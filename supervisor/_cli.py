@@ -8,7 +8,7 @@
     agents-supervise call --policy P TOOL 'JSON'        call one tool; prints the tool-result as JSON;
                                                         exit 0 passed, 1 failed, 2 error
     agents-supervise check --policy P [--json]          what each toolbox's worker will get (nothing starts)
-    agents-supervise schema                             the policy's JSON Schema
+    agents-supervise schema [--agent-file]              the policy's (or the agent file's) JSON Schema
     agents-supervise run --policy P --agent SLUG 'PROMPT'
                                                         run an agent's loop; prints its answer; exit 0 answered,
                                                         2 error (model unreachable, step limit, ...)
@@ -17,6 +17,9 @@
     agents-supervise check-tool-call --tool PATH [--policy P] < PAYLOAD
                                                         run the bash tool's describe confined and validate the
                                                         JSON arguments on stdin; exit 0 valid, 1 invalid, 2 error
+
+``call`` and ``run`` take ``--session NAME`` (continue that session; without it every run is a session of its own),
+``--conversation ID`` and ``--turn ID`` (the call's ids; default: the session's conversation and a new turn).
 
 Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker that cannot start) is
 printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback.
@@ -48,6 +51,21 @@ def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--state-dir", default=None, help="override the policy's state directory")
 
 
+def _add_ids(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--session", default=None, metavar="NAME",
+                   help="a session name to continue (with the agent of the tool or run); default: a new session")
+    p.add_argument("--conversation", default="", metavar="ID",
+                   help="the conversation id of this call (default: the session's own)")
+    p.add_argument("--turn", default="", metavar="ID", help="the turn id of this call (default: a new one)")
+
+
+def _session_name(args: argparse.Namespace) -> str:
+    """The session name of a ``call`` or ``run``: ``--session``, else one unique to this run."""
+    from ._session_ids import new_id
+
+    return args.session if args.session is not None else f"cli-{new_id()}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agents-supervise",
                                      description="Run AI agents' tools in kernel-confined workers.")
@@ -62,18 +80,20 @@ def _parser() -> argparse.ArgumentParser:
     _add_common(call)
     call.add_argument("tool")
     call.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
-    call.add_argument("--session", default="cli", help="session id")
+    _add_ids(call)
     check = sub.add_parser("check", help="show what each toolbox's worker will get")
     _add_common(check)
     check.add_argument("--json", action="store_true")
-    sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema = sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema.add_argument("--agent-file", action="store_true", dest="agent_file",
+                        help="print the agent file's JSON Schema instead (toolbox kinds and their keys)")
     run = sub.add_parser("run", help="run an agent's loop on a prompt and print its answer")
     run.add_argument("--policy", required=True, help="the YAML policy file")
     run.add_argument("--agent", required=True, dest="slug", metavar="SLUG", help="the slug of the agent to run")
     run.add_argument("--agent-file", action="append", default=[], dest="agent", metavar="FILE",
                      help="an agent file to load besides the policy's (repeatable)")
     run.add_argument("--state-dir", default=None, help="override the policy's state directory")
-    run.add_argument("--session", default="cli", help="session id")
+    _add_ids(run)
     run.add_argument("prompt")
     trace = sub.add_parser("trace", help="report on a trace file (call tree, summary, redundant reads)")
     trace.add_argument("file")
@@ -140,11 +160,13 @@ async def _tools(args: argparse.Namespace) -> int:
         tools = sup.list_tools()
         renamed = sup.registry.renamed
         errors = sup.load_errors()
+        for w in sup.compiled.warnings:  # on stderr, as serve shows them (removed allowedPaths, missing paths ...)
+            print(f"agents-supervise: warning: {w}", file=sys.stderr)
         if args.json:
             print(json.dumps({
                 "tools": [{"name": t.name, "toolbox": t.toolbox, "agent": t.agent, "local_name": t.local_name,
                            "description": t.description, "input_schema": t.input_schema} for t in tools],
-                "renamed": renamed, "load_errors": errors}, indent=2))
+                "renamed": renamed, "load_errors": errors, "warnings": sup.compiled.warnings}, indent=2))
             return 0
         for t in tools:
             first = (t.description.splitlines() or [""])[0]
@@ -152,8 +174,13 @@ async def _tools(args: argparse.Namespace) -> int:
         for public, local in renamed.items():
             print(f"renamed: {local} -> {public}")
         for e in errors:
-            print(f"load error: {e.get('toolbox')}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
+            print(f"load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
     return 0
+
+
+def _load_error_owner(error: dict[str, Any]) -> str:
+    """Whose load error it is: a toolbox, or an agent (a sub-agent file it names is missing)."""
+    return str(error["toolbox"]) if error.get("toolbox") else f"agent {error.get('agent')}"
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -164,7 +191,8 @@ async def _call(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         return _fail(f"the arguments are not valid JSON: {exc}")
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
-        result = await sup.call(args.tool, arguments, session_id=args.session)
+        result = await sup.call(args.tool, arguments, session_id=_session_name(args),
+                                conversation_id=args.conversation, turn_id=args.turn)
     print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))
     return {"passed": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_ERROR)
 
@@ -174,7 +202,8 @@ def _check(args: argparse.Namespace) -> int:
     from ._compile import compile_policy
     from ._config_loader import load_config
 
-    config = expand_agents(load_config(args.policy, args.agent)).config  # sub-agents' toolboxes get workers too
+    tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
+    config = tree.config
     compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
     report: dict[str, Any] = {
         "policy": config.policy_file,
@@ -184,6 +213,7 @@ def _check(args: argparse.Namespace) -> int:
         "max_call_depth": compiled.max_call_depth,
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
         "warnings": compiled.warnings,
+        "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)],
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -195,9 +225,15 @@ def _check(args: argparse.Namespace) -> int:
         print(f"  uid/gid: {tb['uid']}/{tb['gid']}   network: {tb['network']}")
         limits = tb["limits"]
         print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+        if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:
+            print("  address space: no RLIMIT_AS (the cgroup's memory limit bounds memory; address_space_bytes "
+                  "applies only without one)")
         print("  read-only: " + ", ".join(tb["read_only"]))
         print("  read-write: " + ", ".join(tb["read_write"]))
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
+        if tb.get("cname_targets"):
+            print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         fs = tb.get("file_sandbox")
         if fs:
@@ -207,6 +243,14 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"    {line}")
         for w in tb["warnings"]:
             print(f"  warning: {w}")
+    shown = {w for tb in report["toolboxes"] for w in tb["warnings"]}
+    general = [w for w in report["warnings"] if w not in shown]  # the loader's (allowedPaths ...) and the policy's
+    if general or report["load_errors"]:
+        print("\nwarnings:")
+        for w in general:
+            print(f"  warning: {w}")
+        for e in report["load_errors"]:
+            print(f"  load error: {_load_error_owner(e)}: {e['source']}: {e['message']}")
     return 0
 
 
@@ -214,7 +258,8 @@ async def _run(args: argparse.Namespace) -> int:
     from ._supervisor import Supervisor
 
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
-        result = await sup.run_agent(args.slug, args.prompt, session_id=args.session)
+        result = await sup.run_agent(args.slug, args.prompt, session_id=_session_name(args),
+                                     conversation_id=args.conversation, turn_id=args.turn)
     if result.status != "passed":
         return _fail(result.data or result.summary or "the agent failed", EXIT_ERROR)
     print(result.data or "")
@@ -232,10 +277,11 @@ def _trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schema() -> int:
+def _schema(args: argparse.Namespace) -> int:
+    from ._agent_file import agent_json_schema
     from ._policy import policy_json_schema
 
-    print(json.dumps(policy_json_schema(), indent=2))
+    print(json.dumps(agent_json_schema() if args.agent_file else policy_json_schema(), indent=2))
     return 0
 
 
@@ -244,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = args.command or "serve"
     if command == "schema":
-        return _schema()
+        return _schema(args)
     if command == "trace":
         return _trace(args)
     if command == "check-tool-call":

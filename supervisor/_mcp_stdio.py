@@ -2,20 +2,19 @@
 
 Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call``; notifications ``notifications/initialized`` and
 ``notifications/cancelled`` (cancels the named call; its worker is told to stop it), and the server sends
-``notifications/tools/list_changed`` whenever the tool list changes. One stdio connection is one session: its
-session id is given to every call (skills enabled in it, session limits), ``tools/list`` shows the session's own
-list (skills' script tools only where their skill is enabled) and enabling or disabling a skill notifies this
-session only.
+``notifications/tools/list_changed`` whenever the tool list changes. One stdio connection is one frontend session:
+its name is given to every call, which runs in that name's session with the called tool's agent (one session per
+agent, see :mod:`supervisor._frontend_sessions`: skills enabled in it, session limits, introspection); ``tools/list``
+shows the connection's own list (skills' script tools only where their skill is enabled) and enabling or disabling a
+skill notifies this connection only. A ``tools/call`` whose ``_meta`` carries ``conversationId``/``turnId`` runs with
+those ids; otherwise the call has its session's conversation and a new turn.
 
-Results map as follows: ``data`` -> a text content block (``summary`` when there is no data), each stored image
-attachment -> an image content block, ``structured`` JSON -> ``structuredContent`` (an object; other JSON values
-are wrapped as ``{"result": value}``), status ``failed``/``error`` -> ``isError: true``. Calls run concurrently;
-replies are written whole, one line each.
+Results map to content blocks in ``_mcp_content.py`` (text, image, audio, embedded resources, resource links,
+``structuredContent``, ``isError``). Calls run concurrently; replies are written whole, one line each.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import uuid
@@ -25,9 +24,9 @@ from typing import Any
 
 import trio
 
-from toolboxes._result import ToolResult
-
+from ._mcp_content import result_to_mcp
 from ._pipes import send_whole
+from ._session_ids import ids_from_meta
 from ._supervisor import Supervisor
 
 __all__ = ["McpStdioServer", "serve_mcp_stdio"]
@@ -40,30 +39,6 @@ _MAX_LINE = 64 * 1024 * 1024
 MAX_IN_FLIGHT = 256
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
-
-
-def result_to_mcp(result: ToolResult, read_attachment: Callable[[Any], bytes]) -> dict[str, Any]:
-    """The ``CallToolResult`` for one tool result."""
-    content: list[dict[str, Any]] = []
-    text = result.data if result.data is not None else result.summary
-    if text:
-        content.append({"type": "text", "text": text})
-    for a in result.attachments:
-        try:
-            data = read_attachment(a)
-        except (OSError, KeyError):
-            content.append({"type": "text", "text": f"[attachment {a.path} is no longer available]"})
-            continue
-        content.append({"type": "image", "data": base64.b64encode(data).decode("ascii"), "mimeType": a.media_type})
-    if result.truncated:
-        content.append({"type": "text", "text": "[output truncated]"})
-    if not content:
-        content.append({"type": "text", "text": ""})
-    out: dict[str, Any] = {"content": content, "isError": result.status != "passed"}
-    if result.structured is not None:
-        out["structuredContent"] = result.structured if isinstance(result.structured, dict) else {
-            "result": result.structured}
-    return out
 
 
 def _encode_line(message: dict[str, Any]) -> bytes:
@@ -246,9 +221,15 @@ class McpStdioServer:
             if not isinstance(name, str):
                 await self._error(req_id, INVALID_PARAMS, "tools/call needs a string 'name'")
                 return
+            try:
+                ids = ids_from_meta(params.get("_meta"))  # the client's conversation and turn ids, if it sent them
+            except ValueError as exc:
+                await self._error(req_id, INVALID_PARAMS, f"tools/call: {exc}")
+                return
             with scope:
                 try:
-                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id)
+                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id,
+                                                 **ids)
                     reply = result_to_mcp(result, self.sup.attachments.read)
                 except Exception as exc:  # a bug of ours ends this call, never the session
                     self.sup.trace.record("internal_error", where="tools/call", tool=name,

@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from ._config_errors import check_known_keys, problem
-from ._config_types import check_host
+from ._config_types import check_cname_target, check_host
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -210,7 +210,9 @@ class _Model(BaseModel):
 class Limits(_Model):
     """Per-toolbox limits. ``None`` = no limit of that kind (the inherited one stays)."""
 
-    address_space_bytes: Size | None = Field(default=1024**3, description="RLIMIT_AS of the worker and children")
+    address_space_bytes: Size | None = Field(
+        default=1024**3, description="RLIMIT_AS of the worker and children, only where no cgroup memory limit "
+                                     "(memory_bytes) is in force")
     cpu_seconds: int | None = Field(
         default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
@@ -252,14 +254,39 @@ class ToolboxPolicy(_Model):
 
     limits: LimitsOverride = LimitsOverride()
     allowed_hosts: list[Annotated[str, AfterValidator(check_host)]] = Field(
-        default=[], description="hosts added to what the agent file grants"
+        default=[], description="hosts added to what the agent file grants: a name, '*.suffix' or IP, each with an "
+        "optional ':port' or ':first-last' range ('api.example.com:443', '[2001:db8::1]:443'); no port: any port"
+    )
+    cname_targets: list[Annotated[str, AfterValidator(check_cname_target)]] = Field(
+        default=[], description="names an allowed host may be an alias (CNAME) of without being allowed itself "
+        "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts"
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    xattrs: bool = Field(default=False, description="let this toolbox's workers use extended attributes (the "
+                         "setxattr/getxattr/listxattr/removexattr system calls); false: they answer EOPNOTSUPP")
     start: Literal["eager", "lazy"] = Field(default="eager", description="start at supervisor start or first call")
 
 
 class Network(_Model):
     allow_private_ranges: list[Cidr] = Field(default=[], description="private ranges the egress proxy may dial")
+
+
+SessionScope = Literal["parents-only", "children-only", "subtree", "all"]
+
+
+class Introspection(_Model):
+    """Caps on the System toolbox's session capabilities (an agent file can only narrow them)."""
+
+    scopes: list[SessionScope] = Field(
+        default=["parents-only", "children-only", "subtree", "all"],
+        description="the SessionIntrospectionScope values agent files may set; another one is refused at load")
+    tool_outputs: bool = Field(
+        default=True, description="whether agent files may set SessionIntrospectionIncludeToolOutputs: true")
+    other_agents: bool = Field(
+        default=False,
+        description="whether introspection sees sessions of other agents (a sub-agent's runs from its caller, the "
+                    "caller's session from a sub-agent, every agent's under scope all); false: only the caller's "
+                    "agent's own sessions")
 
 
 class Sessions(_Model):
@@ -268,6 +295,7 @@ class Sessions(_Model):
     keep_days: float | None = Field(
         default=30, gt=0,
         description="sessions (turns, tool calls) not modified for this long are deleted; null = keep all")
+    introspection: Introspection = Field(default=Introspection(), description="caps on session introspection")
 
 
 class AgentLoop(_Model):
@@ -347,11 +375,28 @@ class Trace(_Model):
 
 
 class Images(_Model):
-    max_bytes: Size = Field(default=5 * 1024**2, ge=1)
+    max_bytes: Size = Field(default=5 * 1024**2, ge=1, description="largest image a result may carry")
+
+
+class Audio(_Model):
+    max_bytes: Size = Field(default=10 * 1024**2, ge=1, description="largest audio a result may carry")
+
+
+class Files(_Model):
+    max_bytes: Size = Field(default=10 * 1024**2, ge=1,
+                            description="largest other media (PDF, video, binary, text file) a result may carry")
 
 
 class Context(_Model):
+    """Limits on the media a result carries, per class (``toolboxes/_media.class_of``); larger ones are refused
+    with a note."""
+
     images: Images = Images()
+    audio: Audio = Audio()
+    files: Files = Files()
+
+    def media_limits(self) -> dict[str, int]:
+        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:

@@ -11,6 +11,11 @@ Checks, in order (DESIGN.md "Call context and the portal"):
 
 then it dispatches to the toolbox's runner and records ``call_start``/``call_end``. Every refusal is an ``error``
 result whose text says what was refused and why; nothing here raises for a caller's mistake.
+
+A dispatched call that could not run (its worker died, restarted or was disabled, the call ran past its wall time,
+or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
+``PortalExecutionError`` kind in its metadata ``portal_error`` (:func:`~supervisor._errors.execution_error`), as the
+refusals above carry theirs. A toolbox's own refusal of a call is its result, not an execution error.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from typing import Any
 from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
+from ._errors import execution_error
 from ._registry import RegisteredTool, ToolRegistry
+from ._session_ids import LOCAL_TENANT
 from ._trace import TraceRecorder
 from ._validation import format_validation_errors
 
@@ -68,12 +75,16 @@ class CallOrigin:
     """Who is calling: the session ids, the depth and stack so far, and what the caller may call.
 
     ``allowed`` ``None`` means "every tool of the registry" (a frontend caller of the policy's agents).
+    ``session_id`` is a session of the store (a frontend's is resolved per agent by the supervisor, see
+    :mod:`supervisor._session_ids`), ``tenant`` its owner's tenant; ``conversation_id`` and ``turn_id`` are the
+    call's (the client's when it sent them, else made by the frontend).
     """
 
     session_id: str = "default"
     conversation_id: str = ""
     turn_id: str = ""
     agent_id: str = ""
+    tenant: str = LOCAL_TENANT
     depth: int = 0
     stack: tuple[StackEntry, ...] = ()
     allowed: frozenset[str] | None = None
@@ -126,6 +137,8 @@ class Portal:
     #: told of every dispatched call once it ended (keywords: call_id, tool, args, origin, result or None when
     #: cancelled, started (Unix time), duration_s), to record it in the session store; must not raise
     on_call_end: Callable[..., None] | None = None
+    #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
+    call_context: Callable[[RegisteredTool, CallOrigin], dict[str, Any]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _sessions: dict[str, _SessionUsage] = field(default_factory=dict)
 
@@ -196,7 +209,8 @@ class Portal:
             agent_id=origin.agent_id or tool.agent,
         )
         self.trace.record("call_start", call_id=call_id, parent_call_id=origin.parent_call_id, tool=name,
-                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id, depth=depth,
+                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id,
+                          conversation=origin.conversation_id, turn=origin.turn_id, depth=depth,
                           caller=origin.caller, args=_traced_args(args))
         start = time.perf_counter()
         started = time.time()
@@ -204,9 +218,14 @@ class Portal:
         try:
             ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
                    "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
-            result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
-            if self.postprocess is not None:
-                result = self.postprocess(tool, result)
+            if self.call_context is not None:
+                ctx.update(self.call_context(tool, origin))
+            try:
+                result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
+                if self.postprocess is not None:
+                    result = self.postprocess(tool, result)
+            except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
+                result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
             return result, call_id
         finally:
             usage.in_flight -= 1

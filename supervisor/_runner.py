@@ -22,7 +22,7 @@ import trio
 
 from toolboxes._result import ToolResult
 
-from ._errors import WorkerStartError
+from ._errors import WorkerStartError, execution_error
 from ._tool_lists import CompiledSchema
 from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
 
@@ -87,8 +87,9 @@ class ToolboxRunner:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the worker, report started (or raise when the first start fails), then keep it alive forever.
 
-        Meant for ``nursery.start``. The first start failing raises ``WorkerStartError`` naming the cause, so a policy
-        whose toolbox cannot be confined never serves.
+        Meant for ``nursery.start``. The first start failing raises (``WorkerStartError`` naming the cause, or the
+        unexpected exception), before ``started``: the supervisor turns it into a load error of this toolbox, which
+        then never serves (:meth:`fail_to_load`); a later start failing counts as a death.
         """
         async with trio.open_nursery() as nursery:
             first = True
@@ -98,7 +99,10 @@ class ToolboxRunner:
                                            reuse=self.schemas)
                 try:
                     await worker.start(nursery)
-                except WorkerStartError as exc:
+                except Exception as exc:  # WorkerStartError, or a bug on the start path: never the supervisor's end
+                    if not isinstance(exc, WorkerStartError):
+                        with trio.CancelScope(shield=True):
+                            await worker.kill(f"could not be started: {type(exc).__name__}: {exc}")
                     if first:
                         raise
                     self._on_event(worker, "worker_start_failed", {"reason": str(exc)})
@@ -149,6 +153,11 @@ class ToolboxRunner:
         self.failed_reason = None
         self._on_event(worker, "crash_loop_recovered", {"cooldown_s": cooldown, "deaths": deaths})
 
+    def fail_to_load(self, message: str) -> None:
+        """Disable this toolbox for good because it could not load: its calls answer with ``message``."""
+        self.failed_reason = message
+        self._ready.set()  # wake waiters so they get the failure
+
     def _on_event_wrapper(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
         if kind == "tools_changed":
             self._on_tools(self)
@@ -161,7 +170,7 @@ class ToolboxRunner:
         deadline = trio.current_time() + limit
         worker = self.worker
         if self.failed_reason:
-            return ToolResult.error(self.failed_reason)
+            return execution_error(self.failed_reason)
         if worker is None or worker.state is not WorkerState.READY:
             with trio.move_on_at(deadline):
                 while not self.failed_reason:
@@ -171,9 +180,9 @@ class ToolboxRunner:
                         break
                     await trio.sleep(0.01)
             if self.failed_reason:
-                return ToolResult.error(self.failed_reason)
+                return execution_error(self.failed_reason)
             if worker is None or worker.state is not WorkerState.READY:
-                return ToolResult.error(f"toolbox {self.name} is restarting and did not come back within "
+                return execution_error(f"toolbox {self.name} is restarting and did not come back within "
                                         f"{limit:g} s; try again later")
         remaining = max(0.001, deadline - trio.current_time())
         return await worker.call(tool, args, ctx, remaining, origin)

@@ -27,13 +27,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from sandbox._dirfd import open_anchor, open_dir, seal_tree
 from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import python_runtime_paths
 
@@ -166,9 +166,15 @@ def _prepare(git: GitSource, policy: Any, uid: int | None, gid: int | None) -> _
     os.makedirs(parent, mode=0o711, exist_ok=True)
     os.chmod(parent, 0o711)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(git.target)}.partial-", dir=parent)
-    if uid is not None and gid is not None:
-        os.chown(tmp, uid, gid)
-    os.chmod(tmp, 0o700)
+    parent_fd = open_anchor(parent)
+    try:  # root's fresh folder, handed to the clone's uid through its fd
+        fd = open_dir(parent_fd, os.path.basename(tmp))
+        if uid is not None and gid is not None:
+            os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o700)
+        os.close(fd)
+    finally:
+        os.close(parent_fd)
     rules = [FsRule(p, READ) for p in [*policy.system_paths, *python_runtime_paths()] if os.path.exists(p)]
     rules += [FsRule(p, WRITE) for p in policy.device_paths if os.path.exists(p)]
     rules.append(FsRule(tmp, WRITE))
@@ -211,22 +217,14 @@ def _exists(git: GitSource) -> bool:
 
 
 def seal_clone(path: str) -> None:
-    """Make the clone at ``path`` readable (and its folders enterable) by every uid, writable by its owner only.
-    Symbolic links are left alone, never followed. Cheap when ``path`` is sealed already."""
-    if os.lstat(path).st_mode & 0o7777 == 0o755:
-        return
-    for root, dirs, files in os.walk(path, followlinks=False):
-        for name in (*dirs, *files):
-            _seal_one(os.path.join(root, name))
-    _seal_one(path)
-
-
-def _seal_one(path: str) -> None:
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        return
-    executable = stat.S_ISDIR(st.st_mode) or st.st_mode & 0o100
-    os.chmod(path, 0o755 if executable else 0o644)
+    """Make the clone at ``path`` readable (and its folders enterable) by every uid, writable by its owner only,
+    through dir fds (``sandbox._dirfd.seal_tree``: links left alone, never followed). Cheap when ``path`` is sealed
+    already."""
+    parent = open_anchor(os.path.dirname(path))
+    try:
+        seal_tree(parent, os.path.basename(path))
+    finally:
+        os.close(parent)
 
 
 async def fetch_git_source(
@@ -298,6 +296,8 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
                     uid=spec.plan.uid, gid=spec.plan.gid, on_egress=on_egress)
             except OSError as exc:
                 error, cloned = f"git source {git.url}: cannot write its clone: {exc}", False
+            except Exception as exc:  # a bug on the clone path: this source's load error, never the supervisor's end
+                error, cloned = f"git source {git.url}: the clone failed: {type(exc).__name__}: {exc}"[:2000], False
             done[git.target] = error
             if error is None:
                 trace.record("skill_source", toolbox=git.toolbox, url=git.url, folder=git.target,

@@ -7,8 +7,16 @@ Use it as an async context manager::
 
 ``open`` loads and compiles the policy (raising :class:`~supervisor._config_errors.ConfigError` or
 :class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
-returns once every worker said hello. Leaving the block stops every worker (graceful, then SIGKILL) and closes the
-trace. There is no global state: two supervisors in one process are independent.
+returns once every worker said hello or failed to load.
+
+Nothing that goes wrong while one toolbox loads ends the supervisor: an error in its compilation, its folders, its
+git skill sources, its worker's start or the handling of its tool list (an unexpected exception included) becomes
+a load error naming that toolbox (:meth:`Supervisor.load_errors`, ``agents-supervise tools``, the trace's
+``load_error``); that toolbox serves nothing (its calls answer with the error) and every other one serves. Only
+deliberate refusals (a malformed config, a policy that cannot be enforced) stop the start, before anything runs.
+
+Leaving the block stops every worker (graceful, then SIGKILL) and closes the trace. There is no global state: two
+supervisors in one process are independent.
 """
 
 from __future__ import annotations
@@ -33,12 +41,16 @@ from ._agents import AgentRunner, AgentService
 from ._attachments import AttachmentStore
 from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
+from ._errors import WorkerStartError, first_leaf
+from ._frontend_sessions import FrontendSessions
 from ._otel import OtelExport, open_otel
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
 from ._runner import SupervisionPolicy, ToolboxRunner
+from ._session_ids import LOCAL_TENANT
+from ._session_introspection import answer_host_request
 from ._session_tools import SessionToolViews
-from ._sessions import SessionStore, answer_host_request
+from ._sessions import SessionStore
 from ._skill_sources import prepare_git_sources
 from ._trace import FLUSH_INTERVAL_S, TraceRecorder
 from ._worker import Worker
@@ -79,7 +91,7 @@ class Supervisor:
         self.config: LoadedConfig = compiled.config
         self.trace = trace
         self.registry = ToolRegistry()
-        self.attachments = AttachmentStore(compiled.state_dir, compiled.max_image_bytes)
+        self.attachments = AttachmentStore(compiled.state_dir, compiled.media_limits)
         self.portal = Portal(
             registry=self.registry,
             trace=trace,
@@ -87,24 +99,34 @@ class Supervisor:
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
             on_call_end=self._record_call,
+            call_context=self._call_context,
         )
         self.runners: list[ToolboxRunner] = []
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
         self.sessions = sessions
+        #: frontends' session names -> root sessions of the store, per agent
+        self.frontends = FrontendSessions(sessions, tree)
         #: sub-agent loops (``io_prompt_agent_<slug>``, ``agents-supervise run``); ``None`` without an HTTP client
         self.agents: AgentService | None = None
         self.agent_runners: list[AgentRunner] = []
         if tree is not None and http is not None:
             self.agents = AgentService(
                 tree=tree, portal=self.portal, registry=self.registry, trace=trace, sessions=sessions, http=http,
-                bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys)
+                bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys,
+                read_attachment=self.attachments.read, max_image_bytes=compiled.media_limits["images"])
             self.agent_runners = self.agents.runners()
         self._tools_changed = trio.Event()
-        #: which session-scoped tools (skills' scripts) each session sees
-        self.session_tools = SessionToolViews()
+        #: which session-scoped tools (skills' scripts) each session sees (kept in the session store)
+        self.session_tools = SessionToolViews(sessions if sessions is not None else SessionStore(":memory:"))
         self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
+        #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "source",
+        #: "message"}``; such a toolbox serves nothing
+        self.toolbox_load_errors: list[dict[str, str]] = list(compiled.load_errors)
+        self._undescribable: set[str] = set()  # toolboxes whose tool list could not be registered
+        #: sub-agents left out at load (their file does not exist), ``{"agent", "source", "message"}``
+        self.agent_load_errors: tuple[dict[str, str], ...] = tree.load_errors if tree is not None else ()
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
         self.otel: OtelExport | None = None
 
@@ -121,8 +143,8 @@ class Supervisor:
         """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
 
         ``agents`` adds agent files to the policy's list; ``state_dir`` overrides the policy's state directory
-        (tests use it). Raises ``ConfigError``/``PolicyRefused`` before starting anything, and ``RuntimeError``
-        naming the toolbox when a worker cannot start.
+        (tests use it). Raises ``ConfigError``/``PolicyRefused`` before starting anything; a toolbox that cannot load
+        (its worker cannot start, say) is a load error (:meth:`load_errors`), not an exception.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
@@ -177,9 +199,15 @@ class Supervisor:
             self.compiled.crash_loop_cooldown_s)
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
         for layout in layouts:  # groups a supervisor killed with SIGKILL left behind
-            removed = sweep_stale_cgroups(layout)
+            try:
+                removed = sweep_stale_cgroups(layout)
+            except Exception as exc:  # housekeeping: a failure costs nothing but the sweep
+                self.trace.record("stale_cgroups_sweep_failed", reason=f"{type(exc).__name__}: {exc}"[:2000])
+                continue
             if removed:
                 self.trace.record("stale_cgroups_removed", groups=removed)
+        for error in [*self.agent_load_errors, *self.toolbox_load_errors]:
+            self.trace.record("load_error", **error)
         self.source_errors = await prepare_git_sources(self.compiled, self.trace)
         for spec in self.compiled.specs:
             if spec.kind == "skills":
@@ -217,7 +245,21 @@ class Supervisor:
             self.trace.record("sessions_pruned", sessions=gone, keep_days=keep_days)
 
     async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
-        await nursery.start(runner.run)
+        try:
+            await nursery.start(runner.run)
+        except Exception as exc:  # its first start failed (WorkerStartError or a bug): a load error, not our end
+            self._load_failed(runner, "worker start", exc)
+
+    def _load_failed(self, runner: ToolboxRunner, source: str, exc: BaseException) -> None:
+        """Record that ``runner``'s toolbox could not load at ``source`` and disable it."""
+        leaf = first_leaf(exc)
+        why = str(leaf) if isinstance(leaf, WorkerStartError) else f"{type(leaf).__name__}: {leaf}"
+        message = (f"toolbox {runner.name} did not load ({source}): {why}"[:2000]
+                   + ". It serves nothing; fix the cause and restart the supervisor.")
+        runner.fail_to_load(message)
+        error = {"toolbox": runner.name, "source": source, "message": message}
+        self.toolbox_load_errors.append(error)
+        self.trace.record("load_error", **error)
 
     async def _stop(self) -> None:
         async with trio.open_nursery() as n:
@@ -226,6 +268,14 @@ class Supervisor:
 
     # -- events from workers -----------------------------------------------------------------------------------
     def _on_tools(self, runner: ToolboxRunner) -> None:
+        try:
+            self._take_tools(runner)
+        except Exception as exc:  # the handling of one toolbox's tool list failed: that toolbox is left out
+            self._undescribable.add(runner.name)
+            self._load_failed(runner, "tool list", exc)
+            self._rebuild()
+
+    def _take_tools(self, runner: ToolboxRunner) -> None:
         if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session, as in the worker
             present = {str((t.get("annotations") or {}).get("skill")) for t in runner.tools
                        if (t.get("annotations") or {}).get("skill_action") == "describe"}
@@ -236,13 +286,25 @@ class Supervisor:
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
                                                                      if k in ("source", "message")})
-        if len(self.runners) and all(r.worker is not None for r in self.runners):
+        if len(self.runners) and all(r.worker is not None or r.failed_reason for r in self.runners):
             self._rebuild()
 
     def _rebuild(self) -> None:
         before = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
                   for n, t in self.registry.tools.items()}
-        self.registry.rebuild([*self.runners, *self.agent_runners])  # type: ignore[list-item]
+        runners = [r for r in self.runners if r.name not in self._undescribable]
+        try:
+            self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
+        except Exception:
+            # Find the toolbox whose list cannot be registered, leave it out, keep the others.
+            for runner in runners:
+                try:
+                    ToolRegistry().rebuild([runner])
+                except Exception as exc:
+                    self._undescribable.add(runner.name)
+                    self._load_failed(runner, "tool list", exc)
+            runners = [r for r in runners if r.name not in self._undescribable]
+            self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
         after = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
                  for n, t in self.registry.tools.items()}
         if before != after:
@@ -265,11 +327,9 @@ class Supervisor:
             return {"error": "request names no call in flight; portal and host requests are made from a call"}
         if message["t"] == "portal":
             args = message.get("args")
-            inner = CallOrigin(
-                session_id=origin.session_id, conversation_id=origin.conversation_id, turn_id=origin.turn_id,
-                agent_id=origin.agent_id, depth=origin.depth, stack=origin.stack,
-                allowed=frozenset(worker.spec.allowed_tools), parent_call_id=origin.parent_call_id,
-                caller=f"toolbox {worker.spec.toolbox}")
+            # The same session, conversation, turn and owner as the call that asks (only what it may call differs).
+            inner = replace(origin, allowed=frozenset(worker.spec.allowed_tools),
+                            caller=f"toolbox {worker.spec.toolbox}")
             tool = message.get("tool")
             if not isinstance(tool, str):
                 return {"error": "portal request needs a tool name"}
@@ -280,20 +340,28 @@ class Supervisor:
         if worker.spec.kind == "system":
             # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
             return answer_host_request(self.sessions, worker.spec.plan.payload.get("config") or {},
-                                       origin.session_id, message.get("op"), message.get("args"))
+                                       origin.session_id, message.get("op"), message.get("args"),
+                                       self.config.policy.sessions.introspection)
         return {"error": f"host operation {message.get('op')!r} is not supported by this supervisor"}
 
     def _record_call(self, *, call_id: str, tool: RegisteredTool, args: Any, origin: CallOrigin,
                      result: ToolResult | None, started: float, duration_s: float) -> None:
-        if result is not None and tool.annotations.get("skill_action"):
-            self.session_tools.observe(origin.session_id, tool.toolbox, tool.annotations, result.status,
-                                       result.structured)
+        if result is not None and tool.annotations.get("skill_action") and self.session_tools.observe(
+                origin.session_id, tool.toolbox, tool.annotations, result.status, result.structured):
+            self.session_tools.wake(self.frontends.name_of(origin.session_id))
         if self.sessions is None:
             return
         self.sessions.record_call(
             origin.session_id, call_id=call_id, parent_call_id=origin.parent_call_id, tool=tool.name, args=args,
             status=result.status if result else "error", summary=result.summary if result else "cancelled",
-            output=result.data if result else None, started=started, duration_s=duration_s)
+            output=result.data if result else None, started=started, duration_s=duration_s,
+            conversation_id=origin.conversation_id, turn_id=origin.turn_id)
+
+    def _call_context(self, tool: RegisteredTool, origin: CallOrigin) -> dict[str, Any]:
+        """What a call's toolbox gets besides the ids: a skills toolbox, the skills the session enabled."""
+        if getattr(tool.runner.spec, "kind", None) == "skills":
+            return {"enabled_skills": sorted(self.session_tools.enabled(origin.session_id, tool.toolbox))}
+        return {}
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         if result.attachments:
@@ -301,12 +369,22 @@ class Supervisor:
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
-    def list_tools(self, session_id: str | None = None) -> list[ToolInfo]:
-        """The tools served to ``session_id``, in load order: every tool but the session-scoped ones (skills'
-        script tools) whose skill is not enabled in that session. ``None``: every tool."""
-        return [ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
-                         t.annotations) for t in self.registry.tools.values()
-                if self.session_tools.visible(session_id, t.toolbox, t.annotations)]
+    def list_tools(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> list[ToolInfo]:
+        """The tools served to the frontend session named ``session_id``, in load order: every tool but the
+        session-scoped ones (skills' script tools) whose skill is not enabled in that session's session with the
+        tool's agent. ``None``: every tool."""
+        out = []
+        for t in self.registry.tools.values():
+            if session_id is not None and t.annotations.get("session_scoped"):
+                try:
+                    resolved = self.frontends.open(session_id, self.frontends.owner_agent(t), tenant=tenant)[0]
+                except ValueError:
+                    continue
+                if not self.session_tools.visible(resolved, t.toolbox, t.annotations):
+                    continue
+            out.append(ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
+                                t.annotations))
+        return out
 
     async def wait_tools_changed(self, session_id: str | None = None) -> None:
         """Return the next time the tool list changes; with ``session_id``, also when that session's own list
@@ -316,26 +394,43 @@ class Supervisor:
         else:
             await self.session_tools.wait(session_id)
 
-    async def call(self, name: str, args: Any, *, session_id: str = "default", conversation_id: str = "",
-                   turn_id: str = "", agent_id: str = "") -> ToolResult:
-        """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input."""
-        origin = CallOrigin(session_id=session_id, conversation_id=conversation_id, turn_id=turn_id,
-                            agent_id=agent_id)
-        return await self.portal.call(name, args, origin)
+    async def call(self, name: str, args: Any, *, session_id: str | None = None, conversation_id: str = "",
+                   turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:
+        """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
-    async def run_agent(self, slug: str, prompt: str, *, session_id: str = "cli") -> ToolResult:
-        """Run agent ``slug``'s loop on ``prompt`` at depth 0 (``agents-supervise run``); always a result."""
+        ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
+        runs in that name's session with the tool's agent (see :mod:`supervisor._frontend_sessions`).
+        ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
+        session's conversation and a new turn.
+        """
+        try:
+            agent = self.frontends.owner_agent(self.registry.get(name))
+            origin = self.frontends.origin(session_id, agent, conversation_id=conversation_id, turn_id=turn_id,
+                                           tenant=tenant)
+        except ValueError as exc:
+            return ToolResult.error(f"the call was refused: {exc}")
+        return await self.portal.call(name, args, replace(origin, agent_id=agent_id))
+
+    async def run_agent(self, slug: str, prompt: str, *, session_id: str | None = None, conversation_id: str = "",
+                        turn_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:
+        """Run agent ``slug``'s loop on ``prompt`` at depth 0 (``agents-supervise run``), its run a child of the
+        session ``session_id`` names with ``slug`` (see :meth:`call`); always a result."""
         if self.agents is None:
             return ToolResult.error("this supervisor runs no agent loops (it was built without an HTTP client)")
-        if self.sessions is not None:
-            self.sessions.ensure_session(session_id)
-        return await self.agents.run(slug, prompt, CallOrigin(session_id=session_id, caller="frontend"))
+        try:
+            origin = self.frontends.origin(session_id, slug, conversation_id=conversation_id, turn_id=turn_id,
+                                           tenant=tenant)
+        except ValueError as exc:
+            return ToolResult.error(f"the run was refused: {exc}")
+        return await self.agents.run(slug, prompt, replace(origin, caller="frontend"))
 
     def load_errors(self) -> list[dict[str, Any]]:
         """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""
         out = [{"toolbox": r.name, **e} for r in self.runners for e in r.load_errors]
+        out += [dict(e) for e in self.toolbox_load_errors]
         out += self.registry.schema_errors
         out += self.source_errors
+        out += [dict(e) for e in self.agent_load_errors]
         return out
 
     def runner(self, toolbox: str) -> ToolboxRunner:

@@ -2,8 +2,9 @@
 
 Every record has ``ts`` (Unix time, float), ``event`` (the kind) and the event's fields. Kinds written by the
 supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``worker_spawn``, ``worker_exit``,
-``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``protocol_violation``, ``call_start``, ``call_end``,
-``portal_refusal``, ``limit_hit``, ``egress``, ``load_error``, ``signal``, ``internal_error``, ``otel_export_failed``,
+``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``crash_loop_recovered``, ``protocol_violation``,
+``call_start``, ``call_end``, ``portal_refusal``, ``limit_hit``, ``egress``, ``load_error``, ``signal``,
+``internal_error``, ``otel_export_failed``,
 ``worker_event`` (untrusted events a worker sent, tagged with its toolbox), and for sub-agent loops ``agent_start``,
 ``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; and ``sessions_pruned``. Secrets
 never enter a record: callers pass only what is safe to keep.

@@ -205,6 +205,9 @@ class ArgumentValidator:
             self._validator = _bounded(cls)(schema)
         except Exception as exc:
             raise SchemaError(f"invalid input schema ({type(exc).__name__}: {str(exc)[:300]})") from exc
+        properties = schema.get("properties")
+        self._ranks: dict[str, int] = ({"": -1} | {str(k): i for i, k in enumerate(properties)}
+                                       if isinstance(properties, dict) else {"": -1})
         self._trivial = schema.get("type") == "object" and not schema.get("properties") and not schema.get(
             "required") and len(schema) <= 2
         if not self._trivial:
@@ -253,4 +256,10 @@ class ArgumentValidator:
                                    "its toolbox fixes its schema")]
         finally:
             _deadline.reset(token)
-        return sorted(out, key=lambda e: (e.path, e.message))
+        return sorted(out, key=self._schema_order)
+
+    def _schema_order(self, error: FieldError) -> tuple[int, str, str]:
+        """The seed's report lists problems in the schema's order: by the top-level property's place in
+        ``properties`` (properties the schema does not name after them), then path and message."""
+        head = re.split(r"[.\[]", error.path, maxsplit=1)[0]
+        return self._ranks.get(head, len(self._ranks)), error.path, error.message

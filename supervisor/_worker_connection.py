@@ -36,7 +36,7 @@ import trio
 from toolboxes._protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode, json_problem
 from toolboxes._result import ToolResult
 
-from ._errors import first_leaf
+from ._errors import execution_error, first_leaf
 from ._pipes import FrameWriter
 from ._tool_lists import CompiledSchema, ToolList, prepare_tool_list
 
@@ -171,7 +171,7 @@ class WorkerConnection:
         elif state is ConnectionState.DEAD:
             self.death_reason = reason
             for pending in list(self._pending.values()):
-                pending.finish(ToolResult.error(
+                pending.finish(execution_error(
                     f"toolbox {self.toolbox}: the worker {reason}; the call did not finish. "
                     "It is restarted automatically; try the call again."))
             self._pending.clear()
@@ -384,8 +384,8 @@ class WorkerConnection:
         too (shielded, bounded), and ``trio.Cancelled`` propagates.
         """
         if self.state is not ConnectionState.READY:
-            return ToolResult.error(f"toolbox {self.toolbox} is not running (its worker "
-                                    f"{self.death_reason or 'is ' + self.state.value}); try again shortly")
+            return execution_error(f"toolbox {self.toolbox} is not running (its worker "
+                                   f"{self.death_reason or 'is ' + self.state.value}); try again shortly")
         limit = self.wall_time_s if wall_time_s is None else wall_time_s
         wire_ctx = dict(ctx)
         if limit and math.isfinite(limit):
@@ -394,7 +394,7 @@ class WorkerConnection:
         try:
             frame = encode({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx})
         except (TypeError, ValueError, OverflowError) as exc:
-            return ToolResult.error(f"the arguments of {tool} cannot be sent to its worker ({exc})")
+            return execution_error(f"the arguments of {tool} cannot be sent to its worker ({exc})")
         self._next_id += 1
         pending = _PendingCall()
         self._pending[call_id] = pending
@@ -412,7 +412,7 @@ class WorkerConnection:
             self._on_event("limit_hit", {"limit": "wall_time_s", "value": nominal, "tool": tool})
             if sent:
                 await self._cancel_in_worker(call_id, pending)
-            return ToolResult.error(
+            return execution_error(
                 f"the call to {tool} exceeded its wall-time limit of {nominal:g} s and was stopped"
                 + ("" if sent else " (its worker was not reading its input)"))
         except trio.Cancelled:

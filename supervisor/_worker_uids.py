@@ -8,17 +8,16 @@ by the seccomp filter and the worker's IPC namespace either way.)
 
 :func:`assign_worker_uids` (pure) gives each toolbox a uid from the range that depends only on its name (a hash,
 with linear probing in name order on a collision), so a toolbox keeps its uid from run to run and its files stay
-its own. :func:`take_ownership` hands a worker's own folders to its uid when they belong to another (the range or
-the hash slot changed), without following symbolic links.
+its own. Handing a worker's folders to its uid when they belong to another is ``sandbox._dirfd.reown_tree``'s job
+(through dir fds, never by path).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable
 
-__all__ = ["TooManyWorkers", "assign_worker_uids", "take_ownership"]
+__all__ = ["TooManyWorkers", "assign_worker_uids"]
 
 
 class TooManyWorkers(ValueError):
@@ -43,29 +42,3 @@ def assign_worker_uids(keys: Iterable[str], first: int, count: int) -> dict[str,
         taken.add(slot)
         out[key] = first + slot
     return out
-
-
-def take_ownership(path: str, uid: int, gid: int) -> int:
-    """Give ``path`` and everything below it to ``uid``:``gid`` when ``path`` itself belongs to another uid.
-
-    Symbolic links are changed themselves, never followed; other mount points are not entered. Returns how many
-    entries were changed (0 when ``path`` already belonged to ``uid``).
-    """
-    try:
-        top = os.lstat(path)
-    except FileNotFoundError:
-        return 0
-    if top.st_uid == uid:
-        return 0
-    changed = 0
-    for root, dirs, files in os.walk(path, followlinks=False):
-        dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(root, d))]
-        for name in (*dirs, *files):
-            full = os.path.join(root, name)
-            try:
-                os.lchown(full, uid, gid)
-                changed += 1
-            except FileNotFoundError:
-                continue
-    os.lchown(path, uid, gid)
-    return changed + 1

@@ -70,8 +70,9 @@ async def _open(sandbox_tmp: Path, lua: dict[str, Any]) -> AsyncIterator[Supervi
     sqlite = {"tag": "SqliteToolbox", "contents": {"Name": "shared_working_memory", "Description": "memory",
                                                    "Versioning": {"tag": "SqliteReadWrite",
                                                                   "path": "./memory/memory.db"}}}
+    # No cgroup memory limit, so the worker gets the RLIMIT_AS the memory tests below put behind MaxMemoryMB.
     policy = write_policy(sandbox_tmp, {"team/tester": agent(builtinToolboxes=[lua, sqlite])}, landlock_min_abi=6,
-                          limits={"address_space_bytes": ADDRESS_SPACE})
+                          limits={"address_space_bytes": ADDRESS_SPACE, "memory_bytes": None})
     async with Supervisor.open(policy) as sup:
         yield sup
 

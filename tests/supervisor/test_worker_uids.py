@@ -1,14 +1,14 @@
-"""A uid per worker, the pure parts: which uid each toolbox gets, the account files, handing folders over."""
+"""A uid per worker, the pure parts: which uid each toolbox gets, the account files (handing folders over:
+``tests/sandbox/test_dirfd.py``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from sandbox._accounts import plan_account_files
-from supervisor._worker_uids import TooManyWorkers, assign_worker_uids, take_ownership
+from supervisor._worker_uids import TooManyWorkers, assign_worker_uids
 
 PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
@@ -46,23 +46,6 @@ def test_account_files_name_a_uid_the_host_does_not_know() -> None:
     taken = plan_account_files(PASSWD + "agent-x:x:1:1::/:/bin/false\n", GROUP, uid=7000, gid=65534, name="agent-x",
                                home="/w")
     assert taken.passwd is not None and "\nagent-x2:x:7000:" in taken.passwd
-
-
-@pytest.mark.root
-def test_take_ownership_hands_a_folder_over_without_following_links(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    (work / "sub").mkdir(parents=True)
-    (work / "sub" / "file").write_text("x")
-    outside = tmp_path / "outside"
-    outside.write_text("not ours")
-    (work / "link").symlink_to(outside)
-    for p in (work, work / "sub", work / "sub" / "file"):
-        os.chown(p, 65534, 65534)
-    assert take_ownership(str(work), 3_000_000_005, 65534) == 4
-    assert {os.lstat(p).st_uid for p in (work, work / "sub", work / "sub" / "file", work / "link")} == {3_000_000_005}
-    assert outside.stat().st_uid == 0  # the link's target is not ours to take
-    assert take_ownership(str(work), 3_000_000_005, 65534) == 0  # already its own: nothing walked
-    assert take_ownership(str(tmp_path / "missing"), 1, 1) == 0
 
 
 @pytest.mark.root
