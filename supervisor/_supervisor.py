@@ -386,6 +386,10 @@ class Supervisor:
                                 t.annotations))
         return out
 
+    def agent_slugs(self) -> list[str]:
+        """The slugs of the agents this supervisor serves, in load order."""
+        return [agent.slug for agent in self.compiled.config.agents]
+
     async def wait_tools_changed(self, session_id: str | None = None) -> None:
         """Return the next time the tool list changes; with ``session_id``, also when that session's own list
         changes (a skill enabled or disabled in it), and not when another session's does."""
@@ -395,13 +399,15 @@ class Supervisor:
             await self.session_tools.wait(session_id)
 
     async def call(self, name: str, args: Any, *, session_id: str | None = None, conversation_id: str = "",
-                   turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:
+                   turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT,
+                   agent_scope: str | None = None) -> ToolResult:
         """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
         ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
         runs in that name's session with the tool's agent (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
-        session's conversation and a new turn.
+        session's conversation and a new turn. ``agent_scope``: only that agent's tools exist for this caller (a
+        frontend session bound to one agent).
         """
         try:
             agent = self.frontends.owner_agent(self.registry.get(name))
@@ -409,7 +415,7 @@ class Supervisor:
                                            tenant=tenant)
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await self.portal.call(name, args, replace(origin, agent_id=agent_id))
+        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope))
 
     async def run_agent(self, slug: str, prompt: str, *, session_id: str | None = None, conversation_id: str = "",
                         turn_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:
