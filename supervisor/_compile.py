@@ -68,6 +68,7 @@ class CompiledPolicy:
     restart_backoff_max_s: float
     crash_loop_max_restarts: int
     crash_loop_window_s: float
+    crash_loop_cooldown_s: float
     landlock_abi: int
     warnings: list[str] = field(default_factory=list)
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
@@ -565,6 +566,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
         crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,
         crash_loop_window_s=policy.supervision.crash_loop_window_s,
+        crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
         landlock_abi=abi,
         warnings=warnings,
         git_sources=git_sources,
