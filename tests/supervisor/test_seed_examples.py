@@ -153,7 +153,7 @@ def _supervisor(lab: Lab, *command: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_fixtures_are_the_seeds_text() -> None:
-    seed = Path(REPO).parent.parent / "shared" / "seeds" / "004_bef637d7703902f1.txt"
+    seed = Path(REPO).parent / "shared" / "seeds" / "004_bef637d7703902f1.txt"
     assert set(SOURCES) == {p.name for p in SEED.iterdir()} == set(AGENTS)
     if not seed.exists():  # a checkout outside the project's workspace: the fixtures are the record
         return
