@@ -21,6 +21,7 @@ supervisors in one process are independent.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -98,7 +99,7 @@ class Supervisor:
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
             on_call_end=self._record_call,
-            call_context=self._call_context,
+            call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
         self.runners: list[ToolboxRunner] = []
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
@@ -117,7 +118,6 @@ class Supervisor:
         self._tools_changed = trio.Event()
         #: which session-scoped tools (skills' scripts) each session sees (kept in the session store)
         self.session_tools = SessionToolViews(sessions if sessions is not None else SessionStore(":memory:"))
-        self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
         #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "source",
@@ -169,9 +169,14 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup._flush_trace)
                 await sup._start(nursery)
+                # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
+                # costs what was made since (it stalls every task and thread while it runs).
+                gc.collect()
+                gc.freeze()
                 try:
                     yield sup
                 finally:
+                    gc.unfreeze()
                     with trio.CancelScope(shield=True):
                         await sup._stop()
                     nursery.cancel_scope.cancel()
@@ -189,7 +194,8 @@ class Supervisor:
     async def _start(self, nursery: trio.Nursery) -> None:
         supervision = SupervisionPolicy(
             self.compiled.restart_backoff_initial_s, self.compiled.restart_backoff_max_s,
-            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s)
+            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s,
+            self.compiled.crash_loop_cooldown_s)
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
         for layout in layouts:  # groups a supervisor killed with SIGKILL left behind
             try:
@@ -269,13 +275,8 @@ class Supervisor:
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
-        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session, as in the worker
-            present = {str((t.get("annotations") or {}).get("skill")) for t in runner.tools
-                       if (t.get("annotations") or {}).get("skill_action") == "describe"}
-            before = self._skills_listed.get(runner.name)
-            if before is not None:
-                self.session_tools.forget(runner.name, before - present)
-            self._skills_listed[runner.name] = present
+        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session
+            self.session_tools.tools_listed(runner.name, runner.tools)
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
                                                                      if k in ("source", "message")})
@@ -283,7 +284,7 @@ class Supervisor:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
+        before = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
                   for n, t in self.registry.tools.items()}
         runners = [r for r in self.runners if r.name not in self._undescribable]
         try:
@@ -298,7 +299,7 @@ class Supervisor:
                     self._load_failed(runner, "tool list", exc)
             runners = [r for r in runners if r.name not in self._undescribable]
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
-        after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
+        after = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
                  for n, t in self.registry.tools.items()}
         if before != after:
             self._tools_changed.set()
@@ -350,12 +351,6 @@ class Supervisor:
             output=result.data if result else None, started=started, duration_s=duration_s,
             conversation_id=origin.conversation_id, turn_id=origin.turn_id)
 
-    def _call_context(self, tool: RegisteredTool, origin: CallOrigin) -> dict[str, Any]:
-        """What a call's toolbox gets besides the ids: a skills toolbox, the skills the session enabled."""
-        if getattr(tool.runner.spec, "kind", None) == "skills":
-            return {"enabled_skills": sorted(self.session_tools.enabled(origin.session_id, tool.toolbox))}
-        return {}
-
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         if result.attachments:
             return self.attachments.store(tool.runner.spec.plan.workdir, result)
@@ -379,6 +374,10 @@ class Supervisor:
                                 t.annotations))
         return out
 
+    def agent_slugs(self) -> list[str]:
+        """The slugs of the agents this supervisor serves, in load order."""
+        return [agent.slug for agent in self.compiled.config.agents]
+
     async def wait_tools_changed(self, session_id: str | None = None) -> None:
         """Return the next time the tool list changes; with ``session_id``, also when that session's own list
         changes (a skill enabled or disabled in it), and not when another session's does."""
@@ -388,13 +387,15 @@ class Supervisor:
             await self.session_tools.wait(session_id)
 
     async def call(self, name: str, args: Any, *, session_id: str | None = None, conversation_id: str = "",
-                   turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:
+                   turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT,
+                   agent_scope: str | None = None) -> ToolResult:
         """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
         ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
         runs in that name's session with the tool's agent (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
-        session's conversation and a new turn.
+        session's conversation and a new turn. ``agent_scope``: only that agent's tools exist for this caller (a
+        frontend session bound to one agent).
         """
         try:
             agent = self.frontends.owner_agent(self.registry.get(name))
@@ -402,7 +403,7 @@ class Supervisor:
                                            tenant=tenant)
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await self.portal.call(name, args, replace(origin, agent_id=agent_id))
+        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope))
 
     async def run_agent(self, slug: str, prompt: str, *, session_id: str | None = None, conversation_id: str = "",
                         turn_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:

@@ -52,6 +52,8 @@ SPECS = [
     Spec("allocates", behaviour="alloc"),
     Spec("measures", behaviour="measure"),
     Spec("opens", behaviour="open"),
+    Spec("opens_inside", behaviour="open", open_path="inside.txt"),
+    Spec("opens_link", behaviour="open", open_path="escape/hostname"),
     Spec("connects", behaviour="net"),
     Spec("environ", behaviour="env"),
 ]
@@ -215,9 +217,15 @@ async def test_memory_is_capped_by_the_store_limit(policy: Path) -> None:
 async def test_only_the_work_folder_and_the_file_sandbox_are_preopened(policy: Path, sandbox_tmp: Path) -> None:
     with trio.fail_after(60):
         async with _session(policy) as s:
+            (_workdir(policy) / "inside.txt").write_text("in the work folder")
+            (_workdir(policy) / "escape").symlink_to("/etc")
             opened = await s.call_tool("wasm_probe_opens", {})
+            inside = await s.call_tool("wasm_probe_opens_inside", {})
+            linked = await s.call_tool("wasm_probe_opens_link", {})
     # open-at of ../../../etc/hostname from the work folder: wasi:filesystem error-code 31, not-permitted
     assert _text(opened) == "31"
+    assert _text(inside) == "opened"  # the same open-at of a file that is in the work folder works
+    assert _text(linked) == "31"  # a symlink in the work folder that leads out is refused the same way
     preopens = [v for k, v in _ends(policy)["wasm_probe_opens"]["metadata"] if k == "preopen"]
     assert preopens == [str(_workdir(policy)), str(sandbox_tmp / "shared")]
 
