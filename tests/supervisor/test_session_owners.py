@@ -320,3 +320,26 @@ async def test_by_default_a_parent_and_its_sub_agent_do_not_see_each_others_sess
             assert seen["sessions"] == [] and seen["scope"] == "parents-only"
             listed = await sup.call("system_main_sys_list_sessions", {}, session_id="s1")
             assert [s["sessionId"] for s in listed.structured["sessions"]] == [root_session_id(Owner("main"), "s1")]
+
+
+@pytest.mark.root
+async def test_run_agent_runs_in_the_named_session_of_that_agent(sandbox_tmp: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTS_TEST_KEY", "k")
+    with model_server(lambda req: answer("done")) as server:
+        policy = write_policy(sandbox_tmp, {"solo": agent("solo", modelUrl=server.url)},
+                              model_keys={"test": "AGENTS_TEST_KEY"})
+        async with Supervisor.open(policy) as sup:
+            for _ in range(2):
+                assert (await sup.run_agent("solo", "hi", session_id="r")).status == "passed"
+            assert (await sup.run_agent("solo", "hi")).status == "passed"
+            assert sup.sessions is not None
+            parents = sup.sessions.parents()
+            runs = [parent for sid, parent in parents.items() if parent is not None]
+            named = root_session_id(Owner("solo"), "r")
+            assert runs.count(named) == 2  # both runs are children of solo's session "r"
+            [other] = [p for p in runs if p != named]  # the third, of this supervisor's own default session
+            assert sup.sessions.owners()[other] == Owner("solo")
+            assert all(owner == Owner("solo") for owner in sup.sessions.owners().values())
+            bad = await sup.run_agent("solo", "hi", session_id="")
+            assert bad.status == "error" and "the session name must have 1 to 200 characters" in (bad.data or "")
