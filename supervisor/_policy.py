@@ -552,6 +552,11 @@ class Policy(_Model):
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
+    private_view: bool = Field(
+        default=True,
+        description="each worker gets a root of its own holding only the paths it is granted (a fresh /tmp, "
+                    "/dev/shm and /proc, /etc files naming only the worker, its own host name); false: workers see "
+                    "the host's tree and Landlock alone decides what they may open")
     system_paths: list[AbsolutePath] = Field(
         default=list(DEFAULT_SYSTEM_PATHS), description="read-only (and execute) paths every worker sees"
     )
