@@ -207,6 +207,8 @@ async def _call(args: argparse.Namespace) -> int:
         arguments = json.loads(args.arguments)
     except json.JSONDecodeError as exc:
         return _fail(f"the arguments are not valid JSON: {exc}")
+    except (RecursionError, ValueError) as exc:  # nested too deeply, a number of more than 4300 digits
+        return _fail(f"the arguments cannot be read: {type(exc).__name__}: {str(exc)[:200]}")
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
         result = await sup.call(args.tool, arguments, session_id=_session_name(args),
                                 conversation_id=args.conversation, turn_id=args.turn)
@@ -252,6 +254,11 @@ def _check(args: argparse.Namespace) -> int:
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
         print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
+        view = tb.get("view")
+        print("  filesystem view: " + ("private root, only these mounts:" if view else
+                                       "the host's tree (private_view: false); Landlock alone refuses"))
+        for line in view or ():
+            print(f"    {line}")
         fs = tb.get("file_sandbox")
         if fs:
             exact = "exact" if fs["exact"] else f"inexact ({fs['residual']})"

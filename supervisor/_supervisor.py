@@ -21,6 +21,7 @@ supervisors in one process are independent.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -33,6 +34,7 @@ import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from toolboxes._catalog import KINDS
 from toolboxes._result import ToolResult
 
 from ._agent_tree import AgentTree, expand_agents
@@ -53,7 +55,7 @@ from ._session_tools import SessionToolViews
 from ._sessions import SessionStore
 from ._skill_sources import prepare_git_sources
 from ._tool_output import checked_output
-from ._trace import FLUSH_INTERVAL_S, TraceRecorder
+from ._trace import FLUSH_INTERVAL_S, TraceRecorder, strict_json
 from ._worker import Worker
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start).
@@ -103,7 +105,7 @@ class Supervisor:
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
             on_call_end=self._record_call,
-            call_context=self._call_context,
+            call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
         self.runners: list[ToolboxRunner] = []
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
@@ -122,7 +124,6 @@ class Supervisor:
         self._tools_changed = trio.Event()
         #: which session-scoped tools (skills' scripts) each session sees (kept in the session store)
         self.session_tools = SessionToolViews(sessions if sessions is not None else SessionStore(":memory:"))
-        self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
         #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "source",
@@ -175,9 +176,14 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup._flush_trace)
                 await sup._start(nursery)
+                # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
+                # costs what was made since (it stalls every task and thread while it runs).
+                gc.collect()
+                gc.freeze()
                 try:
                     yield sup
                 finally:
+                    gc.unfreeze()
                     with trio.CancelScope(shield=True):
                         await sup._stop()
                     nursery.cancel_scope.cancel()
@@ -195,7 +201,8 @@ class Supervisor:
     async def _start(self, nursery: trio.Nursery) -> None:
         supervision = SupervisionPolicy(
             self.compiled.restart_backoff_initial_s, self.compiled.restart_backoff_max_s,
-            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s)
+            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s,
+            self.compiled.crash_loop_cooldown_s)
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
         for layout in layouts:  # groups a supervisor killed with SIGKILL left behind
             try:
@@ -275,13 +282,8 @@ class Supervisor:
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
-        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session, as in the worker
-            present = {str((t.get("annotations") or {}).get("skill")) for t in runner.tools
-                       if (t.get("annotations") or {}).get("skill_action") == "describe"}
-            before = self._skills_listed.get(runner.name)
-            if before is not None:
-                self.session_tools.forget(runner.name, before - present)
-            self._skills_listed[runner.name] = present
+        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session
+            self.session_tools.tools_listed(runner.name, runner.tools)
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
                                                                      if k in ("source", "message")})
@@ -289,7 +291,7 @@ class Supervisor:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description, repr(t.hints),
+        before = {n: (t.runner.name, t.local_name, t.fingerprint, t.description, repr(t.hints),
                       repr(t.output_schema)) for n, t in self.registry.tools.items()}
         runners = [r for r in self.runners if r.name not in self._undescribable]
         try:
@@ -304,9 +306,9 @@ class Supervisor:
                     self._load_failed(runner, "tool list", exc)
             runners = [r for r in runners if r.name not in self._undescribable]
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
-        after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description, repr(t.hints),
+        after = {n: (t.runner.name, t.local_name, t.fingerprint, t.description, repr(t.hints),
                      repr(t.output_schema)) for n, t in self.registry.tools.items()}
-        catalog = repr([(r.spec.agent, r.name, r.worker.catalog if r.worker else None) for r in self.runners])
+        catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in KINDS]) for r in self.runners])
         catalog_changed = catalog != self._catalog_seen  # resources or prompts: the same wake-up as for tools
         self._catalog_seen = catalog
         if before != after or catalog_changed:
@@ -317,7 +319,7 @@ class Supervisor:
     def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
         if kind == "worker_event":
             safe = {str(k)[:64]: (v[:2000] if isinstance(v, str) else v if isinstance(v, int | float | bool)
-                                  or v is None else _short_repr(v))
+                                  or v is None else _short_repr(strict_json(v, string_limit=200)))
                     for k, v in list(data.items())[:32]}
             self.trace.record("worker_event", toolbox=worker.spec.toolbox, data=safe)
         elif kind != "tools_changed":
@@ -358,12 +360,6 @@ class Supervisor:
             status=result.status if result else "error", summary=result.summary if result else "cancelled",
             output=result.data if result else None, started=started, duration_s=duration_s,
             conversation_id=origin.conversation_id, turn_id=origin.turn_id)
-
-    def _call_context(self, tool: RegisteredTool, origin: CallOrigin) -> dict[str, Any]:
-        """What a call's toolbox gets besides the ids: a skills toolbox, the skills the session enabled."""
-        if getattr(tool.runner.spec, "kind", None) == "skills":
-            return {"enabled_skills": sorted(self.session_tools.enabled(origin.session_id, tool.toolbox))}
-        return {}
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         result = checked_output(tool, result)
