@@ -163,9 +163,10 @@ async def test_bad_attachments_are_refused_with_notes_and_status_unchanged(polic
     images = [c for c in result.content if isinstance(c, mcp_types.ImageContent)]
     assert [base64.b64decode(i.data) for i in images] == [png_bytes()]  # only pic.png
     text = _text(result)
-    assert "[attachment 'fake.png' refused: its bytes are not image/png (they look like image/gif)]" in text
+    assert ("[attachment 'fake.png' refused: it is not image/png: its leading bytes are not image/png (they look "
+            "like image/gif)]") in text
     assert f"[attachment 'big.png' refused: it is {len(png_bytes(padding=MAX_IMAGE * 2))} bytes, more than the " \
-           f"limit of {MAX_IMAGE}]" in text
+           f"limit of {MAX_IMAGE} for images (context.images.max_bytes)]" in text
     assert "[attachment 'link.png' refused: the path goes through a symbolic link]" in text
     assert _ends(policy)["wasm_probe_bad_attachments"]["status"] == "passed"
 
