@@ -71,8 +71,13 @@ def _parser() -> argparse.ArgumentParser:
                                      description="Run AI agents' tools in kernel-confined workers.")
     _add_common(parser, required=False)
     sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", help="serve MCP over stdio")
+    serve = sub.add_parser("serve", help="serve MCP over stdio, or over Streamable HTTP with --http")
     _add_common(serve)
+    serve.add_argument("--http", nargs="?", const="", default=None, metavar="HOST:PORT",
+                       help="serve MCP over Streamable HTTP (default: the policy's frontends.http.listen, "
+                            "else 127.0.0.1:8765)")
+    hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
+    hash_token.set_defaults(policy=None)
     tools = sub.add_parser("tools", help="list the tools")
     _add_common(tools)
     tools.add_argument("--json", action="store_true")
@@ -127,16 +132,28 @@ def _fail(message: str, code: int = EXIT_ERROR) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from ._mcp_stdio import serve_mcp_stdio
     from ._supervisor import Supervisor
 
+    http = getattr(args, "http", None)
+    if http is not None:
+        from ._config_loader import load_config
+        from ._http_auth import http_frontend_from_policy
+        from ._mcp_http import serve_mcp_http
+
+        settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
         for w in sup.compiled.warnings:
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope, sup)
+            if http is not None:
+                address = await nursery.start(serve_mcp_http, sup, settings, auth)
+                print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
+                return 0  # serves until a signal ends the nursery
 
             async def serve() -> None:
+                from ._mcp_stdio import serve_mcp_stdio
+
                 await serve_mcp_stdio(sup)
                 nursery.cancel_scope.cancel()  # EOF from the frontend: shut down cleanly
 
@@ -231,7 +248,15 @@ def _check(args: argparse.Namespace) -> int:
         print("  read-only: " + ", ".join(tb["read_only"]))
         print("  read-write: " + ", ".join(tb["read_write"]))
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
+        if tb.get("cname_targets"):
+            print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
+        view = tb.get("view")
+        print("  filesystem view: " + ("private root, only these mounts:" if view else
+                                       "the host's tree (private_view: false); Landlock alone refuses"))
+        for line in view or ():
+            print(f"    {line}")
         fs = tb.get("file_sandbox")
         if fs:
             exact = "exact" if fs["exact"] else f"inexact ({fs['residual']})"
@@ -290,6 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         return _schema(args)
     if command == "trace":
         return _trace(args)
+    if command == "hash-token":
+        from ._http_auth import hash_token
+
+        token = sys.stdin.readline().strip()
+        if not token:
+            return _fail("hash-token reads the token on its standard input (one line)")
+        print(hash_token(token))
+        return 0
     if command == "check-tool-call":
         try:
             return _check_tool_call(args)

@@ -14,6 +14,7 @@ worker).
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -95,6 +96,13 @@ _TOOLBOX_KEY_RE = re.compile(r"^([A-Za-z0-9_-]{1,64}/)?[A-Za-z0-9_-]{1,64}$")
 _problem = problem
 
 
+#: Largest size a limit may have (the kernel's rlimits and cgroup files take 64-bit values; 2^62 is far beyond
+#: any machine and leaves room for arithmetic).
+MAX_SIZE = 1 << 62
+#: Largest uid or gid (4294967295 is "no id" to the kernel).
+MAX_ID = 4294967294
+
+
 def parse_size(value: Any) -> int:
     """A size in bytes from an integer or a string like ``"256MiB"``; ``ValueError`` says what to write."""
     if isinstance(value, bool):
@@ -102,12 +110,16 @@ def parse_size(value: Any) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"a size cannot be negative: {value}")
+        if value > MAX_SIZE:
+            raise ValueError(f"the size {value} is larger than the kernel takes (at most 2^62 bytes, 4 EiB)")
         return value
     if isinstance(value, str):
         match = _SIZE_RE.match(value)
         if match and match.group(2).lower() in _UNITS:
             number, unit = match.groups()
             scaled = float(number) * _UNITS[unit.lower()] if "." in number else int(number) * _UNITS[unit.lower()]
+            if not math.isfinite(scaled) or scaled > MAX_SIZE:
+                raise ValueError(f"the size {value!r} is larger than the kernel takes (at most 2^62 bytes, 4 EiB)")
             if scaled != int(scaled):
                 raise ValueError(f"{value!r} is not a whole number of bytes")
             return int(scaled)
@@ -202,38 +214,39 @@ class Limits(_Model):
         default=1024**3, description="RLIMIT_AS of the worker and children, only where no cgroup memory limit "
                                      "(memory_bytes) is in force")
     cpu_seconds: int | None = Field(
-        default=600, ge=1, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
+        default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
-    open_files: int | None = Field(default=256, ge=16, description="RLIMIT_NOFILE")
+    open_files: int | None = Field(default=256, ge=16, le=1 << 20, description="RLIMIT_NOFILE (at most fs.nr_open)")
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(
-        default=64, ge=1, description="pids.max of the worker's cgroup: processes and threads of its whole tree"
+        default=64, ge=1, le=1 << 22,
+        description="pids.max of the worker's cgroup: processes and threads of its whole tree",
     )
     memory_bytes: Size | None = Field(
         default=1024**3, ge=1, description="memory limit of the worker's cgroup: its whole tree, page cache included"
     )
     cpus: float | None = Field(
-        default=None, ge=0.01,
+        default=None, ge=0.01, le=4096,
         description="CPU bandwidth of the worker's cgroup, its whole tree, in CPUs (0.5 = half of one CPU); null = none"
     )
     output_bytes: Size = Field(default=1024**2, ge=1, description="cap on a call's output; more is cut, truncated set")
-    max_concurrent_calls: int = Field(default=8, ge=1, description="calls in flight in one worker")
+    max_concurrent_calls: int = Field(default=8, ge=1, le=4096, description="calls in flight in one worker")
 
 
 class LimitsOverride(_Model):
     """Per-toolbox overrides: only the keys written replace the defaults (``null`` = no limit)."""
 
     address_space_bytes: Size | None = None
-    cpu_seconds: int | None = Field(default=None, ge=1)
+    cpu_seconds: int | None = Field(default=None, ge=1, le=MAX_SIZE)
     wall_time_s: float | None = Field(default=None, gt=0)
-    open_files: int | None = Field(default=None, ge=16)
+    open_files: int | None = Field(default=None, ge=16, le=1 << 20)
     file_size_bytes: Size | None = None
-    processes: int | None = Field(default=None, ge=1)
+    processes: int | None = Field(default=None, ge=1, le=1 << 22)
     memory_bytes: Size | None = Field(default=None, ge=1)
-    cpus: float | None = Field(default=None, ge=0.01)
+    cpus: float | None = Field(default=None, ge=0.01, le=4096)
     output_bytes: Size | None = Field(default=None, ge=1)
-    max_concurrent_calls: int | None = Field(default=None, ge=1)
+    max_concurrent_calls: int | None = Field(default=None, ge=1, le=4096)
 
 
 class ToolboxPolicy(_Model):
@@ -306,6 +319,8 @@ class Supervision(_Model):
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     crash_loop_max_restarts: int = Field(default=5, ge=0)
     crash_loop_window_s: float = Field(default=60.0, gt=0)
+    #: how long a toolbox stays down after a crash loop before it is started afresh
+    crash_loop_cooldown_s: float = Field(default=300.0, gt=0, le=86400 * 7)
     shutdown_grace_s: float = Field(default=2.0, ge=0)
 
     @model_validator(mode="after")
@@ -407,19 +422,141 @@ class WorkerUids(_Model):
         return self
 
 
+_TOKEN_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_SLUG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def _listen(value: str) -> str:
+    from ._http_address import parse_listen
+
+    try:
+        parse_listen(value)
+    except ValueError as exc:
+        raise _problem(str(exc), "HOST:PORT, for example 127.0.0.1:8765 or [::1]:8765") from exc
+    return value
+
+
+def _origin(value: str) -> str:
+    from ._http_address import normalise_origin
+
+    try:
+        return normalise_origin(value)
+    except ValueError as exc:
+        raise _problem(str(exc), "an origin such as https://app.example.com (scheme, host, optional port)") from exc
+
+
+def _public_url(value: str) -> str:
+    if not re.match(r"^https?://[^/?#\s]+$", value):
+        raise _problem(f"invalid public_url {value!r}", "scheme and authority only, such as https://tools.example.com")
+    return value
+
+
+def _jwks_url(value: str) -> str:
+    from ._http_address import is_loopback_url
+
+    if not (value.startswith("https://") or is_loopback_url(value)):
+        raise _problem(f"the JWKS is fetched over https only: {value!r}", "an https:// URL (http:// on loopback only)")
+    return value
+
+
+def _token_hash(value: str) -> str:
+    if not _TOKEN_HASH_RE.match(value):
+        raise _problem("a static token is stored as its hash, never in clear",
+                       "sha256:<64 lowercase hex digits> (agents-supervise hash-token prints it)")
+    return value
+
+
+def _slug(value: str) -> str:
+    if not _SLUG_RE.match(value):
+        raise _problem(f"invalid agent slug {value!r}", "an agent's slug")
+    return value
+
+
+class TlsFiles(_Model):
+    """A certificate chain and its private key (PEM files), for HTTPS."""
+
+    cert: PolicyPath = Field(description="PEM certificate chain, leaf first")
+    key: PolicyPath = Field(description="PEM private key of the leaf (readable by root only)")
+
+
+class HttpFrontend(_Model):
+    """MCP over Streamable HTTP (``agents-supervise serve --http``); every request is authenticated (``tenants``)."""
+
+    listen: Annotated[str, AfterValidator(_listen)] = Field(
+        default="127.0.0.1:8765", description="HOST:PORT to listen on; loopback unless you mean it")
+    tls: TlsFiles | None = Field(default=None, description="serve HTTPS with these files; null = plain HTTP")
+    public_url: Annotated[str, AfterValidator(_public_url)] | None = Field(
+        default=None, description="the URL clients reach this server at (OAuth resource); default from listen")
+    allowed_origins: list[Annotated[str, AfterValidator(_origin)]] = Field(
+        default=[], description="Origin values of browser clients let in (a request with another Origin gets 403)")
+    max_body_bytes: Size = Field(default=4 * 1024**2, ge=1024, description="largest request body")
+    max_sessions: int = Field(default=10000, ge=1, description="MCP sessions held at once, all tenants together")
+    session_idle_s: float = Field(default=900.0, gt=0, description="a session unused this long is ended")
+    sse_keepalive_s: float = Field(default=15.0, gt=0, description="comment line sent on an idle SSE stream")
+
+
+class Frontends(_Model):
+    http: HttpFrontend | None = Field(default=None, description="MCP over Streamable HTTP; null = stdio only")
+
+
+class OAuthResourceServer(_Model):
+    """OAuth 2.1 resource-server mode: JWT access tokens checked against the issuer's keys (RFC 9068, 8707, 9728)."""
+
+    issuer: str = Field(min_length=1, description="the iss every token must carry")
+    authorization_servers: list[str] = Field(
+        default=[], description="announced in the protected-resource metadata; default [issuer]")
+    jwks_file: PolicyPath | None = Field(default=None, description="the issuer's public keys (a JWK Set file)")
+    jwks_url: Annotated[str, AfterValidator(_jwks_url)] | None = Field(
+        default=None, description="or where to fetch them (https; fetched at start)")
+    algorithms: list[Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
+                             "EdDSA"]] = Field(default=["RS256", "ES256", "EdDSA"])
+    tenant_claim: str = Field(default="tenant", min_length=1, description="the claim naming the tenant")
+    required_scopes: list[str] = Field(default=[], description="scopes every token must hold (scope claim)")
+    leeway_s: int = Field(default=30, ge=0, le=600, description="clock skew allowed on exp and nbf")
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> OAuthResourceServer:
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise _problem("oauth needs exactly one of jwks_file and jwks_url")
+        return self
+
+
+class TenantLimits(_Model):
+    calls_per_second: float | None = Field(default=None, gt=0, description="tool calls per second; null = no cap")
+    concurrent_calls: int = Field(default=16, ge=1, description="tool calls in flight at once")
+    sessions: int = Field(default=64, ge=1, description="MCP sessions held at once")
+    sse_streams: int = Field(default=16, ge=1, description="open SSE streams at once")
+
+
+class Tenant(_Model):
+    """Who may use the HTTP frontend: credentials, the agents it may use, its limits."""
+
+    tokens: list[Annotated[str, AfterValidator(_token_hash)]] = Field(
+        default=[], description="static bearer tokens, each stored as sha256:<hex>")
+    agents: list[Annotated[str, AfterValidator(_slug)]] = Field(
+        min_length=1, description="the agent slugs this tenant may use")
+    limits: TenantLimits = TenantLimits()
+
+
 class Policy(_Model):
     """The policy file. See ``policies/strict.yaml`` for every key, commented."""
 
     agents: list[PolicyPath] = Field(default=[], description="agent files, relative to the policy file")
     state_dir: PolicyPath = DEFAULT_STATE_DIR
-    sandbox_uid: int = Field(default=65534, ge=1, description="uid workers run as (never root)")
-    sandbox_gid: int = Field(default=65534, ge=1, description="gid workers run as (shared by every worker)")
+    sandbox_uid: int = Field(default=65534, ge=1, le=MAX_ID, description="uid workers run as (never root)")
+    sandbox_gid: int = Field(default=65534, ge=1, le=MAX_ID,
+                             description="gid workers run as (shared by every worker)")
     worker_uids: WorkerUids | None = Field(
         default=WorkerUids(first=3_000_000_000),
         description="a uid of its own for every worker from this range; null = all run as sandbox_uid")
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
+    private_view: bool = Field(
+        default=True,
+        description="each worker gets a root of its own holding only the paths it is granted (a fresh /tmp, "
+                    "/dev/shm and /proc, /etc files naming only the worker, its own host name); false: workers see "
+                    "the host's tree and Landlock alone decides what they may open")
     system_paths: list[AbsolutePath] = Field(
         default=list(DEFAULT_SYSTEM_PATHS), description="read-only (and execute) paths every worker sees"
     )
@@ -437,6 +574,10 @@ class Policy(_Model):
     model_keys: dict[str, Annotated[str, AfterValidator(_model_key)]] = Field(
         default={}, description="apiKeyId -> environment variable name, or key file path (with a '/')"
     )
+    frontends: Frontends = Frontends()
+    oauth: OAuthResourceServer | None = Field(default=None, description="accept OAuth JWT access tokens over HTTP")
+    tenants: dict[Annotated[str, AfterValidator(_slug)], Tenant] = Field(
+        default={}, description="who may use the HTTP frontend")
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:

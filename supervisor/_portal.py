@@ -76,6 +76,8 @@ class CallOrigin:
     """Who is calling: the session ids, the depth and stack so far, and what the caller may call.
 
     ``allowed`` ``None`` means "every tool of the registry" (a frontend caller of the policy's agents).
+    ``agent_scope``: a frontend session bound to one agent (HTTP endpoints): another agent's tools do not exist
+    for it (refused as not found, never as not allowed, so their names are not revealed).
     ``session_id`` is a session of the store (a frontend's is resolved per agent by the supervisor, see
     :mod:`supervisor._session_ids`), ``tenant`` its owner's tenant; ``conversation_id`` and ``turn_id`` are the
     call's (the client's when it sent them, else made by the frontend).
@@ -91,6 +93,7 @@ class CallOrigin:
     allowed: frozenset[str] | None = None
     parent_call_id: str | None = None
     caller: str = "frontend"
+    agent_scope: str | None = None
     #: where this call's progress goes (a frontend whose client asked for it); ``None``: nowhere. Nested calls
     #: (a sub-agent's tool calls, a toolbox's portal calls) do not inherit it: the sub-agent reports its steps.
     progress: Callable[[ProgressUpdate], None] | None = field(default=None, compare=False)
@@ -155,8 +158,11 @@ class Portal:
     def check(self, name: str, args: Any, origin: CallOrigin) -> RegisteredTool | ToolResult:
         """Run checks 1-4; return the tool to call or the refusal result."""
         tool = self.registry.get(name)
-        if tool is None:
+        scope = origin.agent_scope
+        if tool is None or (scope is not None and tool.agent != scope):
             known = sorted(self.registry.tools) if origin.allowed is None else sorted(origin.allowed)
+            if scope is not None:
+                known = [k for k in known if (t := self.registry.get(k)) is not None and t.agent == scope]
             shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
             return self._refuse(origin, name, "PortalToolNotFound",
                                 f"Tool not found: '{name}'. Available tools: {shown or 'none'}.")

@@ -21,6 +21,7 @@ supervisors in one process are independent.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -170,9 +171,14 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup._flush_trace)
                 await sup._start(nursery)
+                # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
+                # costs what was made since (it stalls every task and thread while it runs).
+                gc.collect()
+                gc.freeze()
                 try:
                     yield sup
                 finally:
+                    gc.unfreeze()
                     with trio.CancelScope(shield=True):
                         await sup._stop()
                     nursery.cancel_scope.cancel()
@@ -190,7 +196,8 @@ class Supervisor:
     async def _start(self, nursery: trio.Nursery) -> None:
         supervision = SupervisionPolicy(
             self.compiled.restart_backoff_initial_s, self.compiled.restart_backoff_max_s,
-            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s)
+            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s,
+            self.compiled.crash_loop_cooldown_s)
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
         for layout in layouts:  # groups a supervisor killed with SIGKILL left behind
             try:
@@ -284,7 +291,7 @@ class Supervisor:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
+        before = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
                   for n, t in self.registry.tools.items()}
         runners = [r for r in self.runners if r.name not in self._undescribable]
         try:
@@ -299,7 +306,7 @@ class Supervisor:
                     self._load_failed(runner, "tool list", exc)
             runners = [r for r in runners if r.name not in self._undescribable]
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
-        after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
+        after = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
                  for n, t in self.registry.tools.items()}
         if before != after:
             self._tools_changed.set()
@@ -386,6 +393,10 @@ class Supervisor:
                                 t.annotations))
         return out
 
+    def agent_slugs(self) -> list[str]:
+        """The slugs of the agents this supervisor serves, in load order."""
+        return [agent.slug for agent in self.compiled.config.agents]
+
     async def wait_tools_changed(self, session_id: str | None = None) -> None:
         """Return the next time the tool list changes; with ``session_id``, also when that session's own list
         changes (a skill enabled or disabled in it), and not when another session's does."""
@@ -396,13 +407,15 @@ class Supervisor:
 
     async def call(self, name: str, args: Any, *, session_id: str | None = None, conversation_id: str = "",
                    turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT,
+                   agent_scope: str | None = None,
                    progress: Callable[[ProgressUpdate], None] | None = None) -> ToolResult:
         """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
         ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
         runs in that name's session with the tool's agent (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
-        session's conversation and a new turn. ``progress``: called (on the trio loop, without blocking) with each
+        session's conversation and a new turn. ``agent_scope``: only that agent's tools exist for this caller (a
+        frontend session bound to one agent). ``progress``: called (on the trio loop, without blocking) with each
         progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
         try:
@@ -411,7 +424,8 @@ class Supervisor:
                                            tenant=tenant)
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, progress=progress))
+        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope,
+                                                          progress=progress))
 
     async def run_agent(self, slug: str, prompt: str, *, session_id: str | None = None, conversation_id: str = "",
                         turn_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:
