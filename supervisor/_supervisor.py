@@ -52,7 +52,7 @@ from ._session_introspection import answer_host_request
 from ._session_tools import SessionToolViews
 from ._sessions import SessionStore
 from ._skill_sources import prepare_git_sources
-from ._trace import FLUSH_INTERVAL_S, TraceRecorder
+from ._trace import FLUSH_INTERVAL_S, TraceRecorder, strict_json
 from ._worker import Worker
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start).
@@ -309,7 +309,7 @@ class Supervisor:
     def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
         if kind == "worker_event":
             safe = {str(k)[:64]: (v[:2000] if isinstance(v, str) else v if isinstance(v, int | float | bool)
-                                  or v is None else _short_repr(v))
+                                  or v is None else _short_repr(strict_json(v, string_limit=200)))
                     for k, v in list(data.items())[:32]}
             self.trace.record("worker_event", toolbox=worker.spec.toolbox, data=safe)
         elif kind != "tools_changed":
