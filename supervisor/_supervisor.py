@@ -52,7 +52,7 @@ from ._session_introspection import answer_host_request
 from ._session_tools import SessionToolViews
 from ._sessions import SessionStore
 from ._skill_sources import prepare_git_sources
-from ._trace import FLUSH_INTERVAL_S, TraceRecorder
+from ._trace import FLUSH_INTERVAL_S, TraceRecorder, strict_json
 from ._worker import Worker
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start).
@@ -99,7 +99,7 @@ class Supervisor:
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
             on_call_end=self._record_call,
-            call_context=self._call_context,
+            call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
         self.runners: list[ToolboxRunner] = []
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
@@ -118,7 +118,6 @@ class Supervisor:
         self._tools_changed = trio.Event()
         #: which session-scoped tools (skills' scripts) each session sees (kept in the session store)
         self.session_tools = SessionToolViews(sessions if sessions is not None else SessionStore(":memory:"))
-        self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
         #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "source",
@@ -276,13 +275,8 @@ class Supervisor:
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
-        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session, as in the worker
-            present = {str((t.get("annotations") or {}).get("skill")) for t in runner.tools
-                       if (t.get("annotations") or {}).get("skill_action") == "describe"}
-            before = self._skills_listed.get(runner.name)
-            if before is not None:
-                self.session_tools.forget(runner.name, before - present)
-            self._skills_listed[runner.name] = present
+        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session
+            self.session_tools.tools_listed(runner.name, runner.tools)
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
                                                                      if k in ("source", "message")})
@@ -315,7 +309,7 @@ class Supervisor:
     def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
         if kind == "worker_event":
             safe = {str(k)[:64]: (v[:2000] if isinstance(v, str) else v if isinstance(v, int | float | bool)
-                                  or v is None else _short_repr(v))
+                                  or v is None else _short_repr(strict_json(v, string_limit=200)))
                     for k, v in list(data.items())[:32]}
             self.trace.record("worker_event", toolbox=worker.spec.toolbox, data=safe)
         elif kind != "tools_changed":
@@ -356,12 +350,6 @@ class Supervisor:
             status=result.status if result else "error", summary=result.summary if result else "cancelled",
             output=result.data if result else None, started=started, duration_s=duration_s,
             conversation_id=origin.conversation_id, turn_id=origin.turn_id)
-
-    def _call_context(self, tool: RegisteredTool, origin: CallOrigin) -> dict[str, Any]:
-        """What a call's toolbox gets besides the ids: a skills toolbox, the skills the session enabled."""
-        if getattr(tool.runner.spec, "kind", None) == "skills":
-            return {"enabled_skills": sorted(self.session_tools.enabled(origin.session_id, tool.toolbox))}
-        return {}
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         if result.attachments:
