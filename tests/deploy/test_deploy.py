@@ -161,3 +161,8 @@ def test_each_granted_capability_is_needed(sandbox_tmp: Path, missing: str | Non
         assert (rc, errors) == (0, []), stderr
     else:
         assert rc != 0 or errors, f"{missing} is granted but nothing needs it"
+
+
+def test_the_unit_does_not_reload_with_a_signal_that_stops_the_service() -> None:
+    """SIGHUP stops the supervisor (no policy reload yet): an ExecReload sending it would turn a reload into a stop."""
+    assert not [ln for ln in UNIT.read_text().splitlines() if ln.startswith("ExecReload=")]
