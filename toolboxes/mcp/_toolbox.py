@@ -15,7 +15,9 @@ Life of the server:
    ``notifications/resources/list_changed`` and ``.../prompts/list_changed`` list them again. A read is a
    ``resources/read``, a prompt a ``prompts/get`` (prompts are named ``mcp_<server>_<prompt>`` like tools).
 3. A call is a ``tools/call`` bounded by the call's deadline; a cancel or the deadline sends
-   ``notifications/cancelled`` for it and the server keeps serving the other calls.
+   ``notifications/cancelled`` for it and the server keeps serving the other calls. When the supervisor asks the
+   call for progress, the request carries a ``progressToken`` and the server's ``notifications/progress`` for it
+   are relayed to the supervisor (``toolboxes/_progress.py``) while the call runs.
 4. A server that dies ends every call in flight with an ``error`` naming its exit status and the tail of its
    stderr. The next call starts it again (handshake and listing as in 1, the tool list re-announced when it
    changed). More than :data:`CRASH_LOOP_MAX` deaths within :data:`CRASH_LOOP_WINDOW_S` and it is not started again
@@ -31,6 +33,7 @@ from typing import Any
 
 from .._catalog import MAX_ENTRIES, clean_entries
 from .._names import tool_name
+from .._progress import parse_progress_event, progress_event, wants_progress
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
 from ._connection import Connection
@@ -79,6 +82,7 @@ class McpToolbox:
         self._server_capabilities: dict[str, Any] = {}
         self._prompt_names: dict[str, str] = {}  # public prompt name -> the server's
         self._closed = False
+        self._progress: dict[str, int] = {}  # progressToken -> call id, while the call runs
         try:
             self._start(time.monotonic() + self.handshake_s)
         except McpError as exc:
@@ -141,8 +145,15 @@ class McpToolbox:
             return ToolResult.error(f"{tool} is not a tool of {self.label} (any more)")
         try:
             conn = self._running(ctx)
-            result = conn.request("tools/call", {"name": remote, "arguments": args}, deadline=ctx.deadline,
-                                  cancelled=ctx.cancelled, on_cancel=ctx.on_cancel)
+            params: dict[str, Any] = {"name": remote, "arguments": args}
+            if wants_progress(ctx.extra):
+                # The server's progress for this call is relayed to the supervisor (and so to the frontend).
+                token = f"call-{ctx.call_id}"
+                params["_meta"] = {"progressToken": token}
+                with self._lock:
+                    self._progress[token] = ctx.call_id
+            result = conn.request("tools/call", params, deadline=ctx.deadline, cancelled=ctx.cancelled,
+                                  on_cancel=ctx.on_cancel)
         except ServerGone as exc:
             return ToolResult.error(f"{exc}. The call ended with it; the server is started again for the next call.",
                                     summary=f"{self.label} died during the call")
@@ -152,6 +163,9 @@ class McpToolbox:
                                     "calls.", summary=f"{tool}: {why}")
         except McpError as exc:
             return ToolResult.error(str(exc))
+        finally:
+            with self._lock:
+                self._progress.pop(f"call-{ctx.call_id}", None)
         return to_result(result, tool=tool, stem=f"{remote}-{ctx.call_id}", sink=self.sink,
                          output_cap=self.output_cap)
 
@@ -352,6 +366,9 @@ class McpToolbox:
             self.env.channel.tools_changed()
 
     def _on_notification(self, note: Notification) -> None:
+        if note.method == "notifications/progress":
+            self._relay_progress(note.params)
+            return
         kinds = _CATALOG_CHANGES.get(note.method)
         if kinds is not None:
             for kind in kinds:
@@ -372,6 +389,18 @@ class McpToolbox:
             changed = self._set_tools(tools)
         if changed:
             self.env.channel.tools_changed()
+
+    def _relay_progress(self, params: dict[str, Any]) -> None:
+        """A ``notifications/progress`` of a call that asked for progress: to the supervisor; others are dropped."""
+        token = params.get("progressToken")
+        with self._lock:
+            call_id = self._progress.get(token) if isinstance(token, str) else None
+        if call_id is None:
+            return
+        parsed = parse_progress_event({"event": "progress", "call": call_id, "progress": params.get("progress"),
+                                       "total": params.get("total"), "message": params.get("message")})
+        if parsed is not None:
+            self.env.channel.event(progress_event(call_id, parsed[1]))
 
 
 def server_hints(annotations: Any) -> dict[str, Any]:
