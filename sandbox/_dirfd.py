@@ -188,7 +188,8 @@ def _closing(fd: int) -> Iterator[int]:
 def reown_tree(parent_fd: int, name: str, uid: int, gid: int) -> ReownCount:
     """Hand the folder ``name`` in ``parent_fd`` and what is below it to ``uid``:``gid``, when the folder belongs to
     another uid (the previous owner). Only entries of that previous owner change; symbolic links change themselves;
-    other file systems are not entered. Nothing happens when the folder is missing or already ``uid``'s.
+    other file systems are not entered. Nothing happens when the folder is missing, already ``uid``'s, or root's
+    (root's files are never handed to a worker).
 
     Safe against a process of the previous owner renaming and swapping entries meanwhile: every change goes
     through an fd of the inode that was checked (folders are opened ``O_DIRECTORY | O_NOFOLLOW``, everything else
@@ -202,7 +203,7 @@ def reown_tree(parent_fd: int, name: str, uid: int, gid: int) -> ReownCount:
     count = ReownCount()
     with _closing(top):
         st = os.fstat(top)
-        if st.st_uid == uid:
+        if st.st_uid in (uid, 0):  # already its own; or root's, which is never handed to a worker (see ensure_dir)
             return count
         _reown_entries(top, st.st_uid, uid, gid, st.st_dev, 0, count)
         os.fchown(top, uid, gid)

@@ -1,10 +1,12 @@
 """The egress proxy the supervisor serves on a worker's bridge: CONNECT and absolute-form HTTP, nothing else.
 
 Each request's host is normalised and matched against the toolbox's ``AllowedHosts`` (:mod:`sandbox._hosts`);
-the supervisor resolves the name itself (``localhost`` is always 127.0.0.1 and ::1, never looked up), drops every
-address :func:`~sandbox._hosts.address_verdict` refuses, and dials a checked address, by number, with no second
-lookup. Refusals answer ``403`` with the reason in the body (``400`` for requests that are not proxy requests,
-``502`` when an allowed host cannot be resolved or reached). Every decision is reported once, when the
+cloud metadata names are refused before any rule (:mod:`sandbox._metadata`). The supervisor resolves the name
+itself, as an absolute name (no search list; ``localhost`` is always 127.0.0.1 and ::1, never looked up), refuses
+a CNAME target the rules do not allow, drops every address :func:`~sandbox._addresses.address_verdict` refuses
+(metadata first), and dials a checked address, by number, with no second lookup. Refusals answer ``403`` with
+the reason in the body (``400`` for requests that are not proxy requests, ``502`` when an allowed host cannot be
+resolved or reached). Every decision is reported once, when the
 connection ends, to ``on_decision`` with toolbox, method, host, port, verdict, reason, address, bytes up/down.
 
 * CONNECT: after ``200`` the bytes are relayed opaquely in both directions (TLS stays end to end). Whatever the
@@ -36,19 +38,21 @@ import h11
 import psutil
 import trio
 
+from sandbox._addresses import address_verdict
 from sandbox._hosts import (
     AllowedHosts,
     HostError,
     HostRule,
     IPAddress,
-    address_verdict,
     normalize_host,
     split_host_port,
 )
+from sandbox._metadata import metadata_name
 
 __all__ = [
     "Decision",
     "OnDecision",
+    "Resolution",
     "ResolveError",
     "Resolver",
     "decide",
@@ -58,7 +62,7 @@ __all__ = [
     "serve_egress",
 ]
 
-Resolver = Callable[[str], Awaitable[list[IPAddress]]]
+Resolver = Callable[[str], Awaitable["Resolution"]]
 OnDecision = Callable[[dict[str, Any]], None]
 
 HEAD_TIMEOUT_S = 30.0
@@ -90,21 +94,49 @@ class ResolveError(Exception):
         self.not_found = not_found
 
 
-async def default_resolve(host: str) -> list[IPAddress]:
-    """Resolve ``host`` with the supervisor's own resolver (``getaddrinfo`` on a thread); order kept, no dups.
+@dataclass(frozen=True)
+class Resolution:
+    """What a resolver found for a name.
+
+    Attributes:
+        addresses: the addresses, in the resolver's order, without duplicates.
+        cname_targets: the names the name's CNAME chain leads to, as far as the resolver shows them (the system
+            resolver shows only the last one, the canonical name); empty when the name is no alias.
+    """
+
+    addresses: tuple[IPAddress, ...]
+    cname_targets: tuple[str, ...] = ()
+
+
+def absolute_name(host: str) -> str:
+    """``host`` as an absolute DNS name (one trailing dot): no search list applies, whatever ``ndots`` says."""
+    return host if host.endswith(".") else host + "."
+
+
+async def default_resolve(host: str) -> Resolution:
+    """Resolve ``host`` as an absolute name with the supervisor's own resolver (``getaddrinfo`` of ``host.`` on a
+    thread, ``AI_CANONNAME``): the ``search`` list and ``ndots`` of its resolv.conf never apply, so
+    ``allowed.test`` is never answered by ``allowed.test.<search domain>`` (and no such name is ever sent to the
+    resolver). glibc looks absolute names up in DNS only, not in ``/etc/hosts``. The canonical name, when it
+    differs from ``host``, is the CNAME target the caller judges.
 
     Raises:
         ResolveError: the lookup failed (``not_found`` for a name that does not exist or has no address).
     """
     try:
-        infos = await trio.socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        infos = await trio.socket.getaddrinfo(absolute_name(host), None, type=socket.SOCK_STREAM,
+                                              flags=socket.AI_CANONNAME)
     except socket.gaierror as exc:
         missing = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
         raise ResolveError(f"cannot resolve {host}: {exc.strerror}", not_found=missing) from None
     found: dict[IPAddress, None] = {}
-    for _family, _type, _proto, _canon, sockaddr in infos:
+    canonical = ""
+    for _family, _type, _proto, canon, sockaddr in infos:
+        canonical = canonical or canon
         found[ipaddress.ip_address(str(sockaddr[0]).split("%")[0])] = None
-    return list(found)
+    canonical = canonical.rstrip(".").lower()
+    asked = host.rstrip(".").lower()
+    return Resolution(tuple(found), (canonical,) if canonical and canonical != asked else ())
 
 
 def limited_resolver(resolve: Resolver, limit: int) -> Resolver:
@@ -113,7 +145,7 @@ def limited_resolver(resolve: Resolver, limit: int) -> Resolver:
     them, however many slow names it asks for."""
     limiter = trio.CapacityLimiter(limit)
 
-    async def limited(host: str) -> list[IPAddress]:
+    async def limited(host: str) -> Resolution:
         async with limiter:
             return await resolve(host)
 
@@ -171,13 +203,18 @@ async def decide(
     """Normalise, match, resolve and filter ``host_text``:``port`` (``port=None``: any port, for DNS).
 
     A checkpoint when it resolves. The resolver is called only for names that matched a rule, so a refused
-    name never leaves the supervisor; IP literals and ``localhost`` are never looked up.
+    name never leaves the supervisor; IP literals, ``localhost`` and metadata names are never looked up. A name
+    whose CNAME chain leads to a name the rules do not allow (:meth:`AllowedHosts.cname_refusal`) is refused;
+    the addresses it resolves to are judged as always.
     """
     try:
         host = normalize_host(host_text)
     except HostError as exc:
         return Decision("refused", str(exc), host_text[:255])
     shown = _host_text(host)
+    what = metadata_name(host) if isinstance(host, str) else None
+    if what is not None:  # before any rule: a wildcard entry may cover it, and it is never looked up
+        return Decision("refused", f"{shown} names a cloud metadata service ({what}) and is never reachable", shown)
     entry = rules.match(host, port)
     if entry is None:
         return Decision("refused", rules.refusal(host, port), shown)
@@ -187,9 +224,14 @@ async def decide(
         candidates = list(_LOCALHOST)
     else:
         try:
-            candidates = await resolve(host)
+            resolution = await resolve(host)
         except ResolveError as exc:
             return Decision("failed", str(exc), shown, entry, not_found=exc.not_found)
+        for target in resolution.cname_targets:
+            refused = rules.cname_refusal(target, port)
+            if refused:
+                return Decision("refused", f"{shown} is an alias (CNAME) of {target}: {refused}", shown, entry)
+        candidates = list(resolution.addresses)
     own = own_addresses()
     allowed: list[IPAddress] = []
     reasons: list[str] = []

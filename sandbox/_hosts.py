@@ -10,13 +10,11 @@ can check every spelling without a network.
   are IPs, never names; a name whose last label is numeric but is not a valid IPv4 is refused (fail closed).
   ``%`` zone ids are refused.
 * :class:`AllowedHosts` holds a toolbox's entries: exact names, ``*.suffix`` (strict subdomains only), IP
-  literals, each with an optional ``:port``. An IP is reachable by literal only when that literal is listed.
-  No entries means no network at all.
-* :func:`address_verdict` says whether the proxy may dial one resolved address. Loopback only for the entries
-  ``localhost``/``127.0.0.1``/``::1``; never link-local (cloud metadata 169.254.169.254), multicast,
-  unspecified, broadcast, reserved, or the host's own non-loopback addresses; private ranges only when the
-  policy opens them (or the entry is that very IP literal). IPv6 forms that carry an IPv4 (mapped, compatible,
-  6to4, Teredo, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``) are judged by the IPv4 they carry.
+  literals, each with an optional ``:port`` or ``:first-last`` port range (``api.example.com:443``,
+  ``*.example.org:443``, ``[2001:db8::1]:443``, ``host:8000-8100``); an entry without a port allows every port.
+  An IP is reachable by literal only when that literal is listed. No entries means no network at all. Cloud
+  metadata names and addresses (:mod:`sandbox._metadata`) are refused as entries.
+* :mod:`sandbox._addresses` judges the resolved addresses (cloud metadata first, then the address classes).
 
 What this module does not do: resolve names, look at interfaces (the caller passes the host's own addresses),
 or see inside TLS (a client may send another name in SNI or ``Host`` inside a CONNECT tunnel; the tunnel still
@@ -32,15 +30,16 @@ from dataclasses import dataclass, field
 
 import idna
 
+from sandbox._addresses import metadata_refusal
+from sandbox._metadata import metadata_name
+
 __all__ = [
     "AllowedHosts",
     "HostError",
     "HostRule",
     "IPAddress",
-    "address_verdict",
-    "embedded_ipv4",
-    "is_loopback_entry",
     "normalize_host",
+    "parse_cname_targets",
     "parse_ipv4_number",
     "split_host_port",
 ]
@@ -60,8 +59,6 @@ class HostError(ValueError):
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
-_LOOPBACK_NAMES = frozenset({"localhost"})
-_LOOPBACK_IPS = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
 
 
 def parse_ipv4_number(text: str) -> ipaddress.IPv4Address | None:
@@ -198,6 +195,36 @@ def _parse_port(text: str, context: str) -> int:
     return port
 
 
+def _parse_ports(text: str, entry: str) -> tuple[int, int]:
+    """``443`` or ``8000-8100`` (inclusive, first <= last) from an ``AllowedHosts`` entry."""
+    if not text:
+        raise HostError(f"{entry!r}: a port is missing after ':' (write host:443, host:8000-8100, or no ':')")
+    first_text, dash, last_text = text.partition("-")
+    first = _parse_port(first_text, entry)
+    last = _parse_port(last_text, entry) if dash else first
+    if last < first:
+        raise HostError(f"{entry!r}: the port range {text} is empty (write the lower port first)")
+    return first, last
+
+
+def _split_entry(body: str, entry: str) -> tuple[str, str | None]:
+    """Split an entry (without its ``*.``) into its host and port parts (``None``: no port written)."""
+    if body.startswith("["):
+        end = body.find("]")
+        if end < 0:
+            raise HostError(f"{entry!r}: unbalanced brackets")
+        rest = body[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise HostError(f"{entry!r}: expected ':port' after the bracketed address")
+        return body[: end + 1], (rest[1:] if rest else None)
+    if body.count(":") > 1:
+        return body, None  # a bare IPv6 address; with a port it must be written [address]:port
+    if ":" in body:
+        host, port = body.split(":", 1)
+        return host, port
+    return body, None
+
+
 @dataclass(frozen=True)
 class HostRule:
     """One ``AllowedHosts`` entry, normalised.
@@ -205,51 +232,57 @@ class HostRule:
     Attributes:
         kind: ``"exact"`` (a name), ``"suffix"`` (``*.name``: strict subdomains of ``value``) or ``"ip"``.
         value: the name (for ``exact``/``suffix``) or the address (for ``ip``).
-        port: the only port allowed, or ``None`` for any port.
+        ports: the allowed ports as an inclusive ``(first, last)`` range, or ``None`` for any port (an entry
+            written without a port).
         text: the entry as written, for messages and traces.
     """
 
     kind: str
     value: Host
-    port: int | None
+    ports: tuple[int, int] | None
     text: str
 
     @classmethod
     def parse(cls, entry: str) -> HostRule:
-        """Parse one entry (``name``, ``*.suffix``, ``1.2.3.4``, ``[::1]``, ``::1``, each with optional
-        ``:port``).
+        """Parse one entry: ``name``, ``*.suffix``, ``1.2.3.4``, ``[2001:db8::1]`` or bare ``2001:db8::1``, each
+        (but the bare IPv6 form) with an optional ``:port`` or ``:first-last`` port range.
 
         Raises :class:`HostError` on anything else: wildcards other than a leading ``*.``, ``*`` alone, a
-        wildcard over an IP, bad ports.
+        wildcard over an IP, bad ports or ranges, and cloud metadata names and addresses
+        (:mod:`sandbox._metadata`), which no entry can open.
         """
         text = entry.strip()
         if not text:
             raise HostError("an AllowedHosts entry is empty")
-        if text.count(":") > 1 and not text.startswith("["):
-            host, port = normalize_host(text), None
-        else:
-            wildcard = text.startswith("*.")
-            body = text[2:] if wildcard else text
-            if "*" in body:
-                raise HostError(
-                    f"{entry!r}: a wildcard is only allowed as a whole first label ('*.example.com')"
-                )
-            if body.startswith("[") or ":" in body:
-                host, port = split_host_port(body)
-            else:
-                host, port = normalize_host(body), None
-            if wildcard:
-                if not isinstance(host, str):
-                    raise HostError(f"{entry!r}: a wildcard cannot stand before an IP address")
-                return cls("suffix", host, port, text)
+        if "@" in text or "/" in text:
+            raise HostError(f"{entry!r}: an entry is a host with an optional port, without scheme, user or path")
+        wildcard = text.startswith("*.")
+        body = text[2:] if wildcard else text
+        if "*" in body:
+            raise HostError(f"{entry!r}: a wildcard is only allowed as a whole first label ('*.example.com')")
+        host_part, port_part = _split_entry(body, entry)
+        host = normalize_host(host_part)
+        ports = _parse_ports(port_part, entry) if port_part is not None else None
         if isinstance(host, str):
-            return cls("exact", host, port, text)
-        return cls("ip", host, port, text)
+            what = metadata_name(host)
+            if what is not None:
+                raise HostError(f"{entry!r} names a cloud metadata service ({what}); it can never be allowed")
+            return cls("suffix" if wildcard else "exact", host, ports, text)
+        if wildcard:
+            raise HostError(f"{entry!r}: a wildcard cannot stand before an IP address")
+        refused = metadata_refusal(host)
+        if refused is not None:
+            raise HostError(f"{entry!r}: {refused}; it can never be allowed")
+        return cls("ip", host, ports, text)
+
+    def allows_port(self, port: int | None) -> bool:
+        """Whether ``port`` is in this rule's ports (``None``: any port is asked, which every rule allows)."""
+        return port is None or self.ports is None or self.ports[0] <= port <= self.ports[1]
 
     def matches(self, host: Host, port: int | None) -> bool:
         """Whether ``host`` (normalised) on ``port`` matches this rule; ``port=None`` ignores the rule's
-        port."""
-        if port is not None and self.port is not None and port != self.port:
+        ports."""
+        if not self.allows_port(port):
             return False
         if self.kind == "ip":
             return not isinstance(host, str) and host == self.value
@@ -260,34 +293,47 @@ class HostRule:
         return host.endswith("." + str(self.value))
 
 
-def is_loopback_entry(rule: HostRule | None) -> bool:
-    """Whether ``rule`` is one of the entries that may reach the host's loopback: localhost, 127.0.0.1,
-    ::1."""
-    if rule is None:
-        return False
-    if rule.kind == "exact":
-        return rule.value in _LOOPBACK_NAMES
-    return rule.kind == "ip" and rule.value in _LOOPBACK_IPS
+def parse_cname_targets(entries: Iterable[str]) -> tuple[tuple[HostRule, ...], bool]:
+    """Parse a policy's ``cname_targets``: host patterns without ports (``cdn.example.net``, ``*.fastly.net``), or
+    ``*`` alone for any name. Returns ``(rules, any_name)``; raises :class:`HostError` naming the bad entry."""
+    rules: list[HostRule] = []
+    any_name = False
+    for entry in entries:
+        if entry.strip() == "*":
+            any_name = True
+            continue
+        rule = HostRule.parse(entry)
+        if rule.kind == "ip":
+            raise HostError(f"{entry!r}: a CNAME target is a name, not an IP address")
+        if rule.ports is not None:
+            raise HostError(f"{entry!r}: a CNAME target has no port (the request's port is the one judged)")
+        rules.append(rule)
+    return tuple(rules), any_name
 
 
 @dataclass(frozen=True)
 class AllowedHosts:
-    """A toolbox's egress policy: its host rules and the private networks the policy opens.
+    """A toolbox's egress policy: its host rules, the private networks and the CNAME targets the policy opens.
 
     Attributes:
         rules: the parsed entries; empty means no network at all.
         private_networks: private/shared ranges (RFC 1918, CGNAT, ULA...) the policy lets the proxy dial for
-            any matching name. Only private ranges can be opened this way: link-local, multicast, reserved,
-                unspecified
-            and broadcast stay refused whatever the policy says.
+            any matching name. Only private ranges can be opened this way: cloud metadata, link-local, multicast,
+            reserved, unspecified and broadcast stay refused whatever the policy says.
+        cname_rules: names an allowed name may be an alias (CNAME) of without being allowed themselves.
+        cname_any: every CNAME target is accepted (the policy said ``*``); the addresses are still judged.
     """
 
     rules: tuple[HostRule, ...] = ()
     private_networks: tuple[IPNetwork, ...] = field(default=())
+    cname_rules: tuple[HostRule, ...] = ()
+    cname_any: bool = False
 
     @classmethod
-    def parse(cls, entries: Iterable[str], *, private_networks: Iterable[str] = ()) -> AllowedHosts:
-        """Parse ``AllowedHosts`` entries and CIDR strings; raises :class:`HostError` naming the bad entry."""
+    def parse(cls, entries: Iterable[str], *, private_networks: Iterable[str] = (),
+              cname_targets: Iterable[str] = ()) -> AllowedHosts:
+        """Parse ``AllowedHosts`` entries, CIDR strings and CNAME targets (:func:`parse_cname_targets`); raises
+        :class:`HostError` naming the bad entry."""
         rules = tuple(HostRule.parse(e) for e in entries)
         nets: list[IPNetwork] = []
         for text in private_networks:
@@ -295,7 +341,31 @@ class AllowedHosts:
                 nets.append(ipaddress.ip_network(text, strict=False))
             except ValueError:
                 raise HostError(f"{text!r} is not a network in CIDR form (like 10.0.0.0/8)") from None
-        return cls(rules, tuple(nets))
+        cname_rules, cname_any = parse_cname_targets(cname_targets)
+        return cls(rules, tuple(nets), cname_rules, cname_any)
+
+    def cname_refusal(self, target: str, port: int | None) -> str:
+        """Why an allowed name may not be an alias of ``target`` on ``port``; empty when it may.
+
+        ``target`` may be a CNAME target when it names no metadata service and either an ``AllowedHosts`` rule
+        allows it on ``port`` (as if the request had named it) or the policy's CNAME targets cover it (``*``:
+        any name). Judging the target does not replace judging the addresses: those are checked as always.
+        """
+        try:
+            host = normalize_host(target)
+        except HostError as exc:
+            return f"the CNAME target is not a valid host name ({exc})"
+        if not isinstance(host, str):
+            return "the CNAME target is not a host name"
+        what = metadata_name(host)
+        if what is not None:
+            return f"{host} names a cloud metadata service ({what}) and is never reachable"
+        if self.cname_any or self.match(host, port) is not None or any(r.matches(host, None)
+                                                                          for r in self.cname_rules):
+            return ""
+        where = f" on port {port}" if port is not None else ""
+        return (f"{host} is not allowed{where} by AllowedHosts ({self._listed()}) nor by the policy's cname_targets "
+                f"for this toolbox; add it (or a pattern such as '*.{host.split('.', 1)[-1]}') to one of them")
 
     @property
     def empty(self) -> bool:
@@ -316,7 +386,8 @@ class AllowedHosts:
         if self.empty:
             return "this toolbox has no network access (AllowedHosts is empty)"
         if self.match(host, None) is not None and port is not None:
-            return f"{shown} is allowed only on other ports than {port} (AllowedHosts: {self._listed()})"
+            return f"{shown} is not allowed on port {port}; AllowedHosts lists it only with other ports " \
+                   f"({self._listed()})"
         if not isinstance(host, str):
             listed = self._listed()
             return f"the IP address {shown} is not listed in AllowedHosts ({listed}); use a listed host name"
@@ -324,139 +395,3 @@ class AllowedHosts:
 
     def _listed(self) -> str:
         return ", ".join(r.text for r in self.rules)
-
-
-# Address classes, checked in this order. Documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
-# 2001:db8::/32) are deliberately absent: they never route on the internet and the tests use them as "the
-# internet".
-def _nets(*texts: str) -> tuple[IPNetwork, ...]:
-    return tuple(ipaddress.ip_network(t) for t in texts)
-
-
-_V4_CLASSES: tuple[tuple[str, tuple[IPNetwork, ...]], ...] = (
-    ("unspecified", _nets("0.0.0.0/8")),
-    ("loopback", _nets("127.0.0.0/8")),
-    ("link-local", _nets("169.254.0.0/16")),
-    ("multicast", _nets("224.0.0.0/4")),
-    ("broadcast", _nets("255.255.255.255/32")),
-    ("reserved", _nets("240.0.0.0/4", "192.0.0.0/24", "192.88.99.0/24")),
-    ("private", _nets("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "198.18.0.0/15")),
-)
-_V6_CLASSES: tuple[tuple[str, tuple[IPNetwork, ...]], ...] = (
-    ("unspecified", _nets("::/128")),
-    ("loopback", _nets("::1/128")),
-    ("link-local", _nets("fe80::/10")),
-    ("multicast", _nets("ff00::/8")),
-    ("reserved", _nets("::/8", "100::/64", "2001::/23", "fec0::/10", "5f00::/16", "3fff::/20")),
-    ("private", _nets("fc00::/7")),
-)
-_METADATA = frozenset(ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254"))
-_NAT64_WKP = ipaddress.ip_network("64:ff9b::/96")
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
-_V4_COMPAT = ipaddress.ip_network("::/96")
-_SIXTOFOUR = ipaddress.ip_network("2002::/16")
-_TEREDO = ipaddress.ip_network("2001::/32")
-
-
-def _rfc6052_extract(ip: ipaddress.IPv6Address, prefix_len: int) -> ipaddress.IPv4Address:
-    """The IPv4 embedded in ``ip`` by RFC 6052 for a NAT64 prefix of ``prefix_len`` bits (bits 64-71
-    skipped)."""
-    raw = ip.packed
-    octets = [b for i, b in enumerate(raw) if i != 8]  # the "u" octet never carries address bits
-    start = prefix_len // 8 if prefix_len <= 64 else prefix_len // 8 - 1
-    return ipaddress.IPv4Address(bytes(octets[start : start + 4]))
-
-
-def embedded_ipv4(ip: IPAddress) -> list[tuple[str, ipaddress.IPv4Address]]:
-    """Return the IPv4 addresses an IPv6 address carries, each with the name of the form that carries it.
-
-    IPv4-mapped (``::ffff:a.b.c.d``), IPv4-compatible (``::a.b.c.d``, not ``::``/``::1``), NAT64 well-known
-    prefix (``64:ff9b::/96``), local-use NAT64 (``64:ff9b:1::/48``: every RFC 6052 position a /48 to /96
-    prefix could
-    use), 6to4 (``2002::/16``) and Teredo (server and de-obfuscated client). Empty for IPv4 and plain IPv6.
-    """
-    if isinstance(ip, ipaddress.IPv4Address):
-        return []
-    found: list[tuple[str, ipaddress.IPv4Address]] = []
-    if ip.ipv4_mapped is not None:
-        found.append(("IPv4-mapped", ip.ipv4_mapped))
-    elif ip in _V4_COMPAT and int(ip) > 1:
-        found.append(("IPv4-compatible", ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)))
-    elif ip in _NAT64_WKP:
-        found.append(("NAT64", ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)))
-    elif ip in _NAT64_LOCAL:
-        candidates = [_rfc6052_extract(ip, length) for length in (96, 64, 56, 48)]
-        nonzero = [v4 for v4 in candidates if int(v4)] or candidates[:1]  # a zero position is just padding
-        found.extend(("NAT64", v4) for v4 in dict.fromkeys(nonzero))
-    elif ip.sixtofour is not None:
-        found.append(("6to4", ip.sixtofour))
-    elif ip.teredo is not None:
-        server, client = ip.teredo
-        found.extend([("Teredo", server), ("Teredo", client)])
-    return found
-
-
-def _address_class(ip: IPAddress) -> str | None:
-    classes = _V4_CLASSES if isinstance(ip, ipaddress.IPv4Address) else _V6_CLASSES
-    for name, nets in classes:
-        if any(ip in net for net in nets):
-            return name
-    return None
-
-
-def address_verdict(
-    ip: IPAddress,
-    rules: AllowedHosts,
-    *,
-    entry: HostRule | None = None,
-    own_addresses: frozenset[IPAddress] = frozenset(),
-) -> tuple[bool, str]:
-    """Decide whether the proxy may dial ``ip``, reached through the rule ``entry``; return ``(ok, reason)``.
-
-    ``reason`` is empty when ``ok``; otherwise it names the address class in words an agent can act on.
-    IPv6 forms that carry IPv4 addresses are judged by every IPv4 they carry (all must pass) as well as by
-    their own class. Loopback passes only when ``entry`` is a loopback entry (localhost, 127.0.0.1, ::1); a
-    private address only when it lies in ``rules.private_networks`` or ``entry`` is that very IP literal;
-    ``own_addresses`` (the host's non-loopback addresses) never pass. Link-local (incl. cloud metadata),
-    multicast, unspecified, broadcast and reserved never pass.
-    """
-    carried = embedded_ipv4(ip)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        judged: list[tuple[str, IPAddress]] = [(f"{carried[0][0]} {carried[0][1]}", carried[0][1])]
-    else:
-        judged = [("", ip)] + [(f"{form} {v4}", v4) for form, v4 in carried]
-        if carried and _address_class(ip) == "reserved":
-            judged = judged[1:]  # 6to4/Teredo/compat live in reserved-looking blocks; their IPv4 decides
-    for via, addr in judged:
-        ok, reason = _single_verdict(addr, rules, entry, own_addresses)
-        if not ok:
-            return False, (f"{ip} carries {via}: {reason}" if via else reason)
-    return True, ""
-
-
-def _single_verdict(
-    ip: IPAddress, rules: AllowedHosts, entry: HostRule | None, own_addresses: frozenset[IPAddress]
-) -> tuple[bool, str]:
-    kind = _address_class(ip)
-    if kind == "loopback":
-        if is_loopback_entry(entry):
-            return True, ""
-        return False, f"{ip} is a loopback address; only the entries localhost, 127.0.0.1 or ::1 reach it"
-    if ip in own_addresses:
-        return False, f"{ip} is an address of the supervisor's own host; use 'localhost' for local services"
-    if kind == "link-local":
-        if ip in _METADATA:
-            return False, f"{ip} is a cloud metadata address and is never reachable"
-        return False, f"{ip} is a link-local address and is never reachable"
-    if kind in ("unspecified", "multicast", "broadcast", "reserved"):
-        return False, f"{ip} is a {kind} address and is never reachable"
-    if kind == "private":
-        if any(ip in net for net in rules.private_networks if net.version == ip.version):
-            return True, ""
-        if entry is not None and entry.kind == "ip" and entry.value == ip:
-            return True, ""
-        return False, (
-            f"{ip} is in a private range; the policy must open that range (private_networks) "
-            "or list the address itself"
-        )
-    return True, ""

@@ -299,7 +299,7 @@ def confine(plan: ConfinementPlan) -> None:
     # 6
     set_no_new_privs()
     machine = os.uname().machine
-    apply_seccomp(plan_seccomp(machine), machine)
+    apply_seccomp(plan_seccomp(machine, xattrs=plan.xattrs), machine)
     # 7
     if abi >= 1:
         own_proc = "/proc" if namespaces.pid else os.path.realpath("/proc/self")

@@ -66,6 +66,7 @@ class ConfinementPlan:
         bridge: open the egress bridge listening sockets inside the namespace and pass them up on ``bridge_fd``.
         bridge_fd: the inherited unix socket that carries the bridge sockets (SCM_RIGHTS), or ``None``.
         rlimits: resource limits.
+        xattrs: let the worker use the extended-attribute system calls (seccomp answers ``EOPNOTSUPP`` otherwise).
         workdir: the worker's own work folder (read-write, its cwd and HOME).
         env: the complete environment of the worker (nothing of the supervisor's is inherited).
         entry: ``module:function`` called as ``function(payload)`` after confinement.
@@ -91,6 +92,7 @@ class ConfinementPlan:
     bridge_fd: int | None = None
     rlimits: Rlimits = field(default_factory=Rlimits)
     env: dict[str, str] = field(default_factory=dict)
+    xattrs: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         """Return the plan as plain msgpack-able data."""

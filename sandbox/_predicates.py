@@ -1,9 +1,10 @@
 """The seed's ``PathPredicate``: the data model and its JSON form.
 
-JSON form (as in the seed): ``{"tag": NAME, "contents": ...}``. ``And``/``Or`` take a two-element array, ``Not`` one
-predicate, ``Any``/``All`` an array, ``FileExtension`` an array of extensions without the dot, ``FileSizeLessThan``
-an integer, ``FilePattern`` a glob on the file name, ``AlwaysAllow``/``AlwaysDeny`` no contents (``contents`` may be
-absent or ``[]``); the others a path.
+JSON form (as in the seed): ``{"tag": NAME, "contents": ...}``. ``And``/``Or`` take an array of two or more predicates
+(the seed's own example gives ``And`` three; more than two parse as ``All``/``Any``, which they then are in every
+respect, the Landlock compiler and the in-worker check included), ``Not`` one predicate, ``Any``/``All`` an array,
+``FileExtension`` an array of extensions without the dot, ``FileSizeLessThan`` an integer, ``FilePattern`` a glob on
+the file name, ``AlwaysAllow``/``AlwaysDeny`` no contents (``contents`` may be absent or ``[]``); the others a path.
 
 Paths are resolved once, when parsed: a relative path joins ``base_dir`` (the directory of the file that holds it)
 and the result is canonicalised (symlinks resolved, ``..`` removed). Evaluation and compilation to Landlock live in
@@ -182,11 +183,12 @@ def parse_predicate(data: Any, base_dir: str, where: str = "") -> PathPredicate:
             raise PredicateError("FileSizeLessThan takes a non-negative integer number of bytes", here)
         return FileSizeLessThan(contents)
     if tag in ("And", "Or"):
-        if not isinstance(contents, list) or len(contents) != 2:
-            raise PredicateError(f"{tag} takes an array of exactly two predicates", here)
-        left = parse_predicate(contents[0], base_dir, f"{here}[0]")
-        right = parse_predicate(contents[1], base_dir, f"{here}[1]")
-        return And(left, right) if tag == "And" else Or(left, right)
+        if not isinstance(contents, list) or len(contents) < 2:
+            raise PredicateError(f"{tag} takes an array of two or more predicates", here)
+        operands = tuple(parse_predicate(c, base_dir, f"{here}[{i}]") for i, c in enumerate(contents))
+        if len(operands) > 2:
+            return All(operands) if tag == "And" else Any_(operands)
+        return And(*operands) if tag == "And" else Or(*operands)
     if tag == "Not":
         return Not(parse_predicate(contents, base_dir, here))
     if tag in ("Any", "All"):

@@ -33,6 +33,15 @@ Why each is refused (``EPERM``):
   opened (others answer ``EPROTONOSUPPORT``): some are not per network namespace (``NETLINK_KOBJECT_UEVENT`` carries
   the host's device events) and generic netlink is a large surface.
 
+- the extended-attribute calls (``setxattr``, ``getxattr``, ``listxattr``, ``removexattr``, their ``l``/``f``
+  forms and the ``*xattrat`` calls of Linux 6.13) answer ``EOPNOTSUPP``, as on a file system without extended
+  attributes, unless the plan allows them (the policy's ``toolboxes.<name>.xattrs: true``). Landlock (up to ABI 7)
+  does not mediate them, only the file modes do: a worker could set, read and remove ``user.*`` attributes on any
+  file its uid or group may write (another tenant's files in a shared folder: a channel of kilobytes per file that
+  no Landlock rule sees), and read those of any file it may read. Reading is refused too: it is the other end of
+  that channel, and it also shows what other tenants stored. ``EOPNOTSUPP`` is the answer programs already handle
+  (``cp -a``, ``ls -l`` checking for ACLs, Python's ``shutil.copystat`` skip attributes on such file systems).
+
 System calls of another ABI (x32 numbers on x86-64, or a foreign audit arch such as i386 via ``int 0x80``) are
 refused wholesale: they would otherwise reach the same calls under other numbers.
 
@@ -52,8 +61,8 @@ import struct
 
 from sandbox._errors import ConfinementError
 
-__all__ = ["CLONE_NEWUSER", "NETLINK_PROTOCOLS", "REFUSED_SYSCALLS", "SOCKET_FAMILIES", "apply_seccomp",
-           "plan_seccomp"]
+__all__ = ["CLONE_NEWUSER", "NETLINK_PROTOCOLS", "REFUSED_SYSCALLS", "SOCKET_FAMILIES", "XATTR_SYSCALLS",
+           "apply_seccomp", "plan_seccomp"]
 
 REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
                     "userfaultfd", "perf_event_open", "bpf", "syslog", "inotify_init", "inotify_init1",
@@ -66,6 +75,14 @@ _REFUSED_NUMBERS = {
     "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "io_uring_setup": 425, "io_uring_enter": 426,
                 "io_uring_register": 427, "userfaultfd": 282, "perf_event_open": 241, "bpf": 280, "syslog": 116,
                 "inotify_init1": 26, "fanotify_init": 262},
+}
+XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "getxattr", "lgetxattr", "fgetxattr", "listxattr",
+                  "llistxattr", "flistxattr", "removexattr", "lremovexattr", "fremovexattr", "setxattrat",
+                  "getxattrat", "listxattrat", "removexattrat")
+#: machine -> system call numbers of XATTR_SYSCALLS (the *xattrat calls have one number on every machine since 6.13)
+_XATTR_NUMBERS = {
+    "x86_64": dict(zip(XATTR_SYSCALLS, (*range(188, 200), 463, 464, 465, 466), strict=True)),
+    "aarch64": dict(zip(XATTR_SYSCALLS, (*range(5, 17), 463, 464, 465, 466), strict=True)),
 }
 #: machine -> (audit arch, first number of another ABI to refuse or 0, (unshare, clone, clone3),
 #: (socket, socketpair))
@@ -81,6 +98,7 @@ AF_NETLINK = 16
 #: protocols a worker may open
 NETLINK_PROTOCOLS = (0, 4)
 _EAFNOSUPPORT = 97
+_EOPNOTSUPP = 95
 _EPROTONOSUPPORT = 93
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
@@ -122,8 +140,10 @@ def _assemble(program: list[tuple[int, str | int, str | int, int] | str]) -> byt
     return b"".join(out)
 
 
-def plan_seccomp(machine: str) -> bytes:
+def plan_seccomp(machine: str, *, xattrs: bool = False) -> bytes:
     """The filter for ``machine`` (``platform.machine()``) as raw ``sock_filter`` instructions. Pure.
+
+    ``xattrs``: let the extended-attribute calls through (otherwise they answer ``EOPNOTSUPP``).
 
     Raises:
         ConfinementError: a machine this module has no system call table for.
@@ -140,6 +160,8 @@ def plan_seccomp(machine: str) -> bytes:
     if foreign_abi:
         program.append((_BPF_JGE_K, "deny", 0, foreign_abi))
     program += [(_BPF_JEQ_K, "deny", 0, nr) for nr in numbers]
+    if not xattrs:
+        program += [(_BPF_JEQ_K, "noxattr", 0, nr) for nr in _XATTR_NUMBERS[machine].values()]
     program += [
         (_BPF_JEQ_K, "nosys", 0, clone3),
         (_BPF_JEQ_K, "flags", 0, unshare),
@@ -163,6 +185,8 @@ def plan_seccomp(machine: str) -> bytes:
         (_BPF_RET_K, 0, 0, _RET_ALLOW),
         "nosys",
         (_BPF_RET_K, 0, 0, _RET_ERRNO | _ENOSYS),
+        "noxattr",
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EOPNOTSUPP),
         "deny",
         (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
     ]

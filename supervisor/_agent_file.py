@@ -52,6 +52,7 @@ __all__ = [
     "AgentDescription",
     "FileSandboxConfig",
     "FileSandboxRef",
+    "agent_json_schema",
     "validation_context",
 ]
 
@@ -177,6 +178,8 @@ class PostgrestContents(_Model):
     spec_url: SpecLocation = Field(alias="SpecUrl")
     base_url: HttpUrl = Field(alias="BaseUrl")
     allowed_methods: list[Literal["GET", "POST", "PATCH", "DELETE"]] = Field(default=["GET"], alias="AllowedMethods")
+    #: the toolbox's name (its tools' prefix, its policy key); without it, the BaseUrl's host (as OpenAPI's)
+    name: ToolboxName | None = Field(default=None, alias="Name")
 
 
 class PostgRESTServer(_Model):
@@ -249,6 +252,26 @@ class LuaContents(_Model):
     file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
 
 
+class WasmContents(_Model):
+    """``WasmToolbox`` (docs/WASM.md): ``Path`` is one component or a folder of them."""
+
+    name: ToolboxName = Field(alias="Name", description="the toolbox name; tools are wasm_<Name>_<component>")
+    description: str = Field(alias="Description", description="what the toolbox is for")
+    path: ConfigPath = Field(alias="Path", description=(
+        "a component file (<component>.wasm) or a folder of them, each with its sidecar <component>.json "
+        '{"description": ..., "inputSchema": {...}} beside it; a folder is watched for changes'))
+    file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox", description=(
+        "folders besides the work folder the components may open, preopened read-write at their own paths "
+        "(the folders of the predicate's Landlock rules); none by default"))
+    max_memory_mb: int = Field(default=64, gt=0, le=4096, alias="MaxMemoryMB", description=(
+        "the store's memory limit of one call, in MiB: a memory.grow past it fails"))
+    max_execution_time_s: float = Field(default=30.0, gt=0, alias="MaxExecutionTimeSeconds", description=(
+        "the epoch deadline of one call (10 ms ticks): a component still running is stopped with status error"))
+    allowed_hosts: list[Host] = Field(default=[], alias="AllowedHosts", description=(
+        "hosts the components may reach; non-empty gives them WASI sockets inside a worker whose only way out "
+        "is the egress proxy for these hosts; empty: no sockets at all"))
+
+
 class SqliteToolbox(_Model):
     tag: Literal["SqliteToolbox"]
     contents: SqliteContents
@@ -269,7 +292,13 @@ class LuaToolbox(_Model):
     contents: LuaContents
 
 
-BuiltinToolbox = Annotated[SqliteToolbox | SystemToolbox | DeveloperToolbox | LuaToolbox, Field(discriminator="tag")]
+class WasmToolbox(_Model):
+    tag: Literal["WasmToolbox"]
+    contents: WasmContents
+
+
+BuiltinToolbox = Annotated[SqliteToolbox | SystemToolbox | DeveloperToolbox | LuaToolbox | WasmToolbox,
+                           Field(discriminator="tag")]
 BashToolbox = Annotated[FileSystemDirectory | SingleTool, Field(discriminator="tag")]
 
 
@@ -331,6 +360,7 @@ TAGS = frozenset(
         "SystemToolbox",
         "DeveloperToolbox",
         "LuaToolbox",
+        "WasmToolbox",
         "SqliteReadOnly",
         "SqliteReadWrite",
         "SqliteNoVersioning",
@@ -341,3 +371,11 @@ TAGS = frozenset(
         "FileSandboxRef",
     }
 )
+
+
+def agent_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the contents of an agent file (``OpenAIAgentDescription``)."""
+    schema = AgentDescription.model_json_schema(mode="validation", by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "agents-supervise agent file (the contents of OpenAIAgentDescription)"
+    return schema

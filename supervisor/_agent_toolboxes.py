@@ -6,12 +6,12 @@
 
 - bash: one per ``bashToolboxes`` entry, and ``toolDirectory`` as a ``FileSystemDirectory`` one;
 - skills: one per agent when it has ``skillSources``;
-- mcp, openapi, postgrest: one per entry; sqlite, system, developer, lua: one per ``builtinToolboxes`` entry.
+- mcp, openapi, postgrest: one per entry; sqlite, system, developer, lua, wasm: one per ``builtinToolboxes`` entry.
 
 Names: a toolbox's ``name`` is the one used in its tool names (SPEC.md section 2) and the key of policy
 overrides. Explicit names (``Name``, MCP ``name``) must be unique within the agent: a clash is an error.
-Derived names (bash: the directory's name or the script's stem; skills: ``skills``; OpenAPI without ``Name``
-and PostgREST: the BaseUrl host with non-name characters as ``_``) never clash with explicit ones: they get
+Derived names (bash: the directory's name or the script's stem; skills: ``skills``; OpenAPI and PostgREST
+without ``Name``: the BaseUrl host with non-name characters as ``_``) never clash with explicit ones: they get
 ``_2``, ``_3`` in load order.
 """
 
@@ -39,12 +39,14 @@ from ._agent_file import (
     SqliteToolbox,
     SqliteVersioned,
     SystemToolbox,
+    WasmToolbox,
 )
 from ._config_errors import ConfigError, ConfigProblem
 
 __all__ = ["TOOLBOX_KINDS", "LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 
-ToolboxKind = Literal["bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua"]
+ToolboxKind = Literal["bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua",
+                      "wasm"]
 TOOLBOX_KINDS: tuple[str, ...] = (
     "bash",
     "skills",
@@ -55,6 +57,7 @@ TOOLBOX_KINDS: tuple[str, ...] = (
     "system",
     "developer",
     "lua",
+    "wasm",
 )
 
 
@@ -180,6 +183,10 @@ def _builtin_entry(tb: Any, source: str) -> _Entry:
     elif isinstance(tb, LuaToolbox):
         entry.kind = "lua"
         entry.hosts = tuple(contents.allowed_hosts)
+    elif isinstance(tb, WasmToolbox):
+        entry.kind = "wasm"
+        entry.hosts = tuple(contents.allowed_hosts)
+        entry.read = (contents.path,)
     return entry
 
 

@@ -8,6 +8,15 @@ they are bounded at run time by ``max_call_depth``, not here.
 
 Refused with a :class:`~supervisor._config_errors.ConfigError` naming the files: two different files with the same
 slug, an ``extraAgents`` entry whose slug differs from its file's, a file that does not load.
+
+Not refused:
+
+- a sub-agent file that does not exist is a load error of the agent that names it (:attr:`AgentTree.load_errors`,
+  shown by ``check`` and ``tools``); that sub-agent is left out and everything else loads;
+- an ``extraAgents`` entry that names the agent's *own* slug (the seed's kimi example: ``local_lrmlua`` lists
+  ``{"slug": "local_lrmlua", "path": "kimi-10.lrmlua.json"}``) makes the agent its own sub-agent
+  (``io_prompt_agent_<slug>`` prompts it again, bounded by ``max_call_depth`` like any cycle). One slug is one agent,
+  so the other file is not loaded as a second one; a warning says so.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ class AgentTree:
 
     config: LoadedConfig
     subagents: Mapping[str, tuple[str, ...]]
+    #: sub-agents left out (``{"agent", "source", "message"}``): their file does not exist
+    load_errors: tuple[dict[str, str], ...] = ()
 
     @property
     def subagent_slugs(self) -> list[str]:
@@ -61,15 +72,26 @@ def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None
     agents = list(config.agents)
     subagents: dict[str, tuple[str, ...]] = {}
     problems: list[ConfigProblem] = []
+    load_errors: list[dict[str, str]] = []
+    warnings: list[str] = []
     queue = list(config.agents)
     while queue:
         agent = queue.pop(0)
         slugs: list[str] = []
         for declared, path, where in subagent_files(agent):
             sub = by_file.get(path)
+            if sub is None and declared == agent.slug:
+                warnings.append(str(ConfigProblem(
+                    agent.file, f"{where}.slug",
+                    f"extraAgents names the agent's own slug {declared!r}: the agent is its own sub-agent "
+                    f"(io_prompt_agent_{declared} prompts it again, bounded by max_call_depth); "
+                    f"{display_path(path)} is not loaded as a second agent with that slug")))
+                sub = agent
             if sub is None:
                 if not os.path.exists(path):
-                    problems.append(ConfigProblem(agent.file, where, f"sub-agent file not found: {display_path(path)}"))
+                    load_errors.append({"agent": agent.slug, "source": f"{display_path(agent.file)} {where}",
+                                        "message": f"sub-agent file not found: {display_path(path)}; that "
+                                                   "sub-agent is left out"})
                     continue
                 try:
                     sub = load_agent_file(path, environ)
@@ -99,6 +121,6 @@ def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None
     if problems:
         raise ConfigError(problems)
     expanded = dataclasses.replace(config, agents=tuple(agents),
-                                   warnings=tuple(dict.fromkeys([*config.warnings,
+                                   warnings=tuple(dict.fromkeys([*config.warnings, *warnings,
                                                                  *(w for a in agents for w in a.warnings)])))
-    return AgentTree(expanded, subagents)
+    return AgentTree(expanded, subagents, tuple(load_errors))

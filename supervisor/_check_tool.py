@@ -117,6 +117,8 @@ async def check_tool_call(
             build_invocation(spec, args)
         except ArgumentError as exc:
             errors = [FieldError("", str(exc))]
+    # The report names the tool as the seed's does: by the slug its describe gave ('read-file'), not the public
+    # name the supervisor lists it under (``tool``).
     if errors:
-        return CheckOutcome(EXIT_INVALID, format_validation_errors(tool, errors), tool)
-    return CheckOutcome(EXIT_VALID, f"Tool call to '{tool}' is valid.", tool)
+        return CheckOutcome(EXIT_INVALID, format_validation_errors(spec.slug, errors), tool)
+    return CheckOutcome(EXIT_VALID, f"Tool call to '{spec.slug}' is valid.", tool)

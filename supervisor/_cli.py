@@ -8,7 +8,7 @@
     agents-supervise call --policy P TOOL 'JSON'        call one tool; prints the tool-result as JSON;
                                                         exit 0 passed, 1 failed, 2 error
     agents-supervise check --policy P [--json]          what each toolbox's worker will get (nothing starts)
-    agents-supervise schema                             the policy's JSON Schema
+    agents-supervise schema [--agent-file]              the policy's (or the agent file's) JSON Schema
     agents-supervise run --policy P --agent SLUG 'PROMPT'
                                                         run an agent's loop; prints its answer; exit 0 answered,
                                                         2 error (model unreachable, step limit, ...)
@@ -66,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="show what each toolbox's worker will get")
     _add_common(check)
     check.add_argument("--json", action="store_true")
-    sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema = sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema.add_argument("--agent-file", action="store_true", dest="agent_file",
+                        help="print the agent file's JSON Schema instead (toolbox kinds and their keys)")
     run = sub.add_parser("run", help="run an agent's loop on a prompt and print its answer")
     run.add_argument("--policy", required=True, help="the YAML policy file")
     run.add_argument("--agent", required=True, dest="slug", metavar="SLUG", help="the slug of the agent to run")
@@ -164,11 +166,13 @@ async def _tools(args: argparse.Namespace) -> int:
         tools = sup.list_tools()
         renamed = sup.registry.renamed
         errors = sup.load_errors()
+        for w in sup.compiled.warnings:  # on stderr, as serve shows them (removed allowedPaths, missing paths ...)
+            print(f"agents-supervise: warning: {w}", file=sys.stderr)
         if args.json:
             print(json.dumps({
                 "tools": [{"name": t.name, "toolbox": t.toolbox, "agent": t.agent, "local_name": t.local_name,
                            "description": t.description, "input_schema": t.input_schema} for t in tools],
-                "renamed": renamed, "load_errors": errors}, indent=2))
+                "renamed": renamed, "load_errors": errors, "warnings": sup.compiled.warnings}, indent=2))
             return 0
         for t in tools:
             first = (t.description.splitlines() or [""])[0]
@@ -176,8 +180,13 @@ async def _tools(args: argparse.Namespace) -> int:
         for public, local in renamed.items():
             print(f"renamed: {local} -> {public}")
         for e in errors:
-            print(f"load error: {e.get('toolbox')}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
+            print(f"load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
     return 0
+
+
+def _load_error_owner(error: dict[str, Any]) -> str:
+    """Whose load error it is: a toolbox, or an agent (a sub-agent file it names is missing)."""
+    return str(error["toolbox"]) if error.get("toolbox") else f"agent {error.get('agent')}"
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -198,7 +207,8 @@ def _check(args: argparse.Namespace) -> int:
     from ._compile import compile_policy
     from ._config_loader import load_config
 
-    config = expand_agents(load_config(args.policy, args.agent)).config  # sub-agents' toolboxes get workers too
+    tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
+    config = tree.config
     compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
     report: dict[str, Any] = {
         "policy": config.policy_file,
@@ -208,6 +218,7 @@ def _check(args: argparse.Namespace) -> int:
         "max_call_depth": compiled.max_call_depth,
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
         "warnings": compiled.warnings,
+        "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)],
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -220,6 +231,9 @@ def _check(args: argparse.Namespace) -> int:
         print(f"  uid/gid: {tb['uid']}/{tb['gid']}{groups}   network: {tb['network']}")
         limits = tb["limits"]
         print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+        if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:
+            print("  address space: no RLIMIT_AS (the cgroup's memory limit bounds memory; address_space_bytes "
+                  "applies only without one)")
         print("  read-only: " + ", ".join(tb["read_only"]))
         print("  read-write: " + ", ".join(tb["read_write"]))
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
@@ -232,6 +246,14 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"    {line}")
         for w in tb["warnings"]:
             print(f"  warning: {w}")
+    shown = {w for tb in report["toolboxes"] for w in tb["warnings"]}
+    general = [w for w in report["warnings"] if w not in shown]  # the loader's (allowedPaths ...) and the policy's
+    if general or report["load_errors"]:
+        print("\nwarnings:")
+        for w in general:
+            print(f"  warning: {w}")
+        for e in report["load_errors"]:
+            print(f"  load error: {_load_error_owner(e)}: {e['source']}: {e['message']}")
     return 0
 
 
@@ -257,10 +279,11 @@ def _trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schema() -> int:
+def _schema(args: argparse.Namespace) -> int:
+    from ._agent_file import agent_json_schema
     from ._policy import policy_json_schema
 
-    print(json.dumps(policy_json_schema(), indent=2))
+    print(json.dumps(agent_json_schema() if args.agent_file else policy_json_schema(), indent=2))
     return 0
 
 
@@ -269,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = args.command or "serve"
     if command == "schema":
-        return _schema()
+        return _schema(args)
     if command == "trace":
         return _trace(args)
     if command == "check-tool-call":

@@ -4,6 +4,10 @@ Pure decisions first (:func:`plan_worker`: rules, limits, environment, warnings 
 config), then :func:`compile_policy` does the little I/O it needs: stage the worker code, create the work and state
 folders owned by the sandbox uid, and check that the sandbox uid can read the interpreter. A policy that cannot be
 enforced raises :class:`~supervisor._errors.PolicyRefused` before anything starts.
+
+Anything else that goes wrong for one toolbox (an unexpected exception while planning its worker, its folders that
+cannot be made, the worker code that cannot be staged) is a load error of that toolbox
+(:attr:`CompiledPolicy.load_errors`): it gets no worker and the others compile.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from sandbox._bridge import BridgePorts, worker_network_env
 from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
-from sandbox._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, reown_tree
+from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, reown_tree
 from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
 from sandbox._plan import READ, WRITE, ConfinementPlan, FsRule, Rlimits
@@ -31,16 +35,16 @@ from ._sqlite_grants import sqlite_fs_rules
 from ._staging import stage_worker_code
 from ._worker import WorkerSpec
 
-__all__ = ["CompiledPolicy", "compile_policy", "plan_worker"]
+__all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
 #: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
-_RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp"}
+_RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp", "wasm"}
 #: Toolbox kinds this build runs (``toolboxes.<kind>``); a kind the loader knows but this set lacks is refused under
 #: strict and left out with a warning otherwise.
 IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer",
-                               "lua"})
+                               "lua", "wasm"})
 #: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
-_WRITES_FILES = {"developer", "lua"}
+_WRITES_FILES = {"developer", "lua", "wasm"}
 #: With a cgroup holding each worker to ``limits.processes``, RLIMIT_NPROC (counted over every process of the sandbox
 #: uid on the machine) is only a backstop: this many times the worker's own limit.
 NPROC_BACKSTOP_FACTOR = 8
@@ -66,6 +70,14 @@ class CompiledPolicy:
     warnings: list[str] = field(default_factory=list)
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
     git_sources: list[GitSource] = field(default_factory=list)
+    #: toolboxes left out because they could not be compiled (``{"toolbox", "source", "message"}``)
+    load_errors: list[dict[str, str]] = field(default_factory=list)
+
+
+def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str, str]:
+    message = (f"toolbox {tb.name} (agent {tb.agent_slug}) did not load ({source}): {type(exc).__name__}: {exc}"
+               [:2000] + ". It serves nothing; fix the cause and restart the supervisor.")
+    return {"toolbox": tb.name, "source": source, "message": message}
 
 
 def _bootstrap(runtime_dir: str) -> str:
@@ -107,6 +119,24 @@ def _mcp_read_rules(cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
             warnings.append(f"MCP server {cfg.get('name')}: argument {arg!r} is the whole filesystem; not granted")
             continue
         out.append(FsRule(real, READ))
+    return out
+
+
+def _wasm_rules(tb: ToolboxConfig, cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
+    """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already), and a
+    warning that ``fsbMaxFileSize`` cannot hold inside wasmtime's WASI (only ``limits.file_size_bytes`` does)."""
+    out: list[FsRule] = []
+    path = str(cfg.get("Path") or "")
+    if path and not os.path.isdir(path):
+        stem = os.path.basename(path)
+        stem = stem[: -len(".wasm")] if stem.endswith(".wasm") else stem
+        sidecar = os.path.join(os.path.dirname(path), stem + ".json")
+        if os.path.exists(sidecar):
+            out.append(FsRule(sidecar, READ))
+    fsb = cfg.get("FileSandbox") or {}
+    if fsb and fsb.get("fsbMaxFileSize") is not None:
+        warnings.append(f"{tb.name}: fsbMaxFileSize is not enforced for WASM components (wasmtime's WASI writes "
+                        "files directly); limits.file_size_bytes (RLIMIT_FSIZE) is the limit that holds")
     return out
 
 
@@ -155,6 +185,8 @@ def plan_worker(
         rules += sqlite_fs_rules(cfg.get("Versioning") or {})
     if tb.kind == "mcp":
         rules += _mcp_read_rules(cfg, warnings)
+    if tb.kind == "wasm":
+        rules += _wasm_rules(tb, cfg, warnings)
 
     fs_report: dict[str, Any] | None = None
     if tb.file_sandbox is not None:
@@ -207,10 +239,18 @@ def plan_worker(
     tb_hosts = () if tb.kind == "skills" else tb.allowed_hosts
     hosts = tuple(dict.fromkeys([*tb_hosts, *overrides.allowed_hosts]))
     private = tuple(str(n) for n in policy.network.allow_private_ranges)
+    cname_targets = tuple(overrides.cname_targets)
     try:
-        AllowedHosts.parse(hosts, private_networks=private)
+        AllowedHosts.parse(hosts, private_networks=private, cname_targets=cname_targets)
     except HostError as exc:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
+    if tb.kind == "wasm" and hosts:
+        message = (f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives WASM components nothing in this "
+                   "build: wasmtime-py's WASI p2 context refuses every socket (create-tcp-socket answers "
+                   "access-denied even with the network inherited), so components have no network at all")
+        if policy.strict:
+            raise PolicyRefused(message + "; a strict policy refuses a setting that cannot hold. Remove AllowedHosts.")
+        warnings.append(message)
     ports = BridgePorts()
     if hosts:
         env.update(worker_network_env(ports))
@@ -256,6 +296,7 @@ def plan_worker(
     nproc = limits.processes
     if cgroup is not None and cgroup.pids_max is not None:
         nproc = cgroup.pids_max * NPROC_BACKSTOP_FACTOR
+    address_space, address_space_fallback = plan_address_space(limits.address_space_bytes, cgroup)
 
     payload = {
         "kind": tb.kind,
@@ -287,13 +328,14 @@ def plan_worker(
         bridge=bool(hosts),
         tcp_connect_ports=ports.tcp_connect_ports if hosts else (),
         rlimits=Rlimits(
-            address_space_bytes=limits.address_space_bytes,
+            address_space_bytes=address_space,
             cpu_seconds=limits.cpu_seconds,
             open_files=limits.open_files,
             file_size_bytes=limits.file_size_bytes,
             processes=nproc,
         ),
         env=env,
+        xattrs=overrides.xattrs,
     )
     report = {
         "uid": uid if uid is not None else os.geteuid(),
@@ -303,6 +345,8 @@ def plan_worker(
         "read_only": sorted(r.path for r in rules if r.mode == READ),
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
         "allowed_hosts": list(hosts),
+        "cname_targets": list(cname_targets),
+        "xattrs": overrides.xattrs,
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
                     f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else
@@ -310,6 +354,7 @@ def plan_worker(
         "landlock_min_abi": min_abi,
         "cgroup": cgroup.describe() if cgroup is not None else None,
         "rlimit_nproc": nproc,
+        "rlimit_as": address_space,
     }
     allowed_tools = tuple(cfg.get("AllowedTools") or ()) if tb.kind == "lua" else ()
     return WorkerSpec(
@@ -325,10 +370,27 @@ def plan_worker(
         allowed_tools=allowed_tools,
         allowed_hosts=hosts,
         private_networks=private,
+        cname_targets=cname_targets,
         cgroup=cgroup,
+        address_space_fallback=address_space_fallback,
         warnings=warnings,
         report={**report, "warnings": warnings},
     )
+
+
+def plan_address_space(address_space_bytes: int | None, cgroup: CgroupPlan | None) -> tuple[int | None, int | None]:
+    """``(RLIMIT_AS of the plan, RLIMIT_AS to set if the optional cgroup cannot be made)`` (pure).
+
+    ``limits.address_space_bytes`` bounds memory only where no cgroup does: RLIMIT_AS counts address space a
+    process *reserves*, not memory it uses, so it breaks runtimes that reserve far more than they touch (V8's
+    "Failed to reserve virtual memory for CodeRange", the JVM's heap reservation, Go's arenas) while the cgroup's
+    ``memory.max`` bounds what is really used, the whole tree and page cache included. With a cgroup memory limit
+    in force the worker gets no RLIMIT_AS; a permissive policy's optional group that cannot be made at a start
+    puts the rlimit back for that start.
+    """
+    if cgroup is None or cgroup.memory_bytes is None or address_space_bytes is None:
+        return address_space_bytes, None
+    return None, (None if cgroup.required else address_space_bytes)
 
 
 def _prepare_worker_dirs(anchor: int, state_dir: str, spec: WorkerSpec) -> None:
@@ -393,11 +455,17 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     root = os.geteuid() == 0
     abi = landlock_abi()
     layout, cgroup_problem = read_layout()
+    staging_error: BaseException | None = None
     if prepare:
         os.close(open_anchor(state_dir, mode=0o711))
-        runtime_dir = stage_worker_code(state_dir)
+        try:
+            runtime_dir = stage_worker_code(state_dir)
+        except Exception as exc:  # every toolbox's load error below; the supervisor still starts
+            staging_error, runtime_dir = exc, os.path.join(state_dir, "runtime", "<not staged>")
     else:
         runtime_dir = os.path.join(state_dir, "runtime", "<staged>")
+    load_errors: list[dict[str, str]] = []
+    origins: dict[str, ToolboxConfig] = {}  # toolbox name -> its config, for a load error of a later step
     specs: list[WorkerSpec] = []
     warnings: list[str] = list(config.warnings)
     seen: set[str] = set()
@@ -424,10 +492,20 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 raise PolicyRefused(f"two toolboxes are named {tb.name!r} (agents of the policy share one name "
                                     "space for toolboxes); rename one")
             seen.add(tb.name)
-            spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
-                               running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
-                               cgroup_problem=cgroup_problem,
-                               identity=identities.get(f"{tb.agent_slug}/{tb.name}"))
+            if staging_error is not None:
+                load_errors.append(_load_error(tb, "staging the worker code", staging_error))
+                continue
+            try:
+                spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
+                                   running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
+                                   cgroup_problem=cgroup_problem,
+                                   identity=identities.get(f"{tb.agent_slug}/{tb.name}"))
+            except PolicyRefused:
+                raise
+            except Exception as exc:  # a bug or a surprise of this machine: this toolbox's load error only
+                load_errors.append(_load_error(tb, "compile", exc))
+                continue
+            origins[spec.toolbox] = tb
             specs.append(spec)
             warnings += spec.warnings
             if tb.kind == "skills":
@@ -447,13 +525,12 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
             for spec in list(specs):
                 try:
                     _prepare_worker_dirs(anchor, state_dir, spec)
-                except UnsafeTreeError as exc:  # that toolbox is left out; the others serve
+                except Exception as exc:  # unsafe or impossible: this toolbox's load error, the others start
+                    load_errors.append(_load_error(origins[spec.toolbox], "its work and state folders", exc))
                     specs.remove(spec)
-                    warnings.append(f"toolbox {spec.toolbox} (agent {spec.agent}) is left out: {exc}")
         finally:
             os.close(anchor)
-        kept = {s.toolbox for s in specs}
-        git_sources = [g for g in git_sources if g.toolbox in kept]
+        git_sources = [g for g in git_sources if g.toolbox in {s.toolbox for s in specs}]
     trace_path = policy.trace.path or os.path.join(state_dir, "trace.jsonl")
     if trace_path == os.path.join(policy.state_dir, "trace.jsonl"):
         trace_path = os.path.join(state_dir, "trace.jsonl")  # follows a state_dir override
@@ -473,4 +550,5 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         landlock_abi=abi,
         warnings=warnings,
         git_sources=git_sources,
+        load_errors=load_errors,
     )

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, PlainSerializer, PlainValidator, ValidationInfo
 
+from sandbox._hosts import HostError, HostRule, parse_cname_targets
 from sandbox._predicates import PathPredicate, PredicateError, parse_predicate, predicate_to_json
 
 from ._config_errors import problem
@@ -33,6 +34,7 @@ __all__ = [
     "SpecLocation",
     "ToolboxName",
     "capability_list",
+    "check_cname_target",
     "check_host",
     "check_regex",
     "check_subdir",
@@ -40,8 +42,6 @@ __all__ = [
 ]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_HOST_RE = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9_-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9_-]*[a-z0-9])?)*\.?$")
-_IP_RE = re.compile(r"^\[?[0-9a-f:.]+\]?$")
 _SKILL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
 _ENV_RE = re.compile(r"\$\{([^}]*)\}")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -89,14 +89,30 @@ def _check_name(value: str) -> str:
 
 
 def check_host(value: str) -> str:
-    """A host name or address from a config file, lowercased; raises a config error naming what is wrong."""
+    """An ``AllowedHosts`` entry from a config file (``sandbox._hosts.HostRule`` syntax: a name, ``*.suffix`` or IP,
+    each with an optional ``:port`` or ``:first-last`` range), lowercased; raises a config error saying what is
+    wrong (the caller's location gives the JSON path)."""
     host = value.strip().lower()
-    if not (_HOST_RE.match(host) or _IP_RE.match(host)) or not host:
+    try:
+        HostRule.parse(host)
+    except HostError as exc:
         raise _problem(
-            f"invalid host {value!r}",
-            "a host name or address without scheme, port or path, such as api.example.com",
-        )
+            f"invalid host {value!r}: {exc}",
+            "a host name or address with an optional port, without scheme or path: api.example.com, "
+            "*.example.org:443, [2001:db8::1]:443, host:8000-8100",
+        ) from None
     return host
+
+
+def check_cname_target(value: str) -> str:
+    """A policy's ``cname_targets`` entry (a name or ``*.suffix`` without port, or ``*``), lowercased."""
+    target = value.strip().lower()
+    try:
+        parse_cname_targets([target])
+    except HostError as exc:
+        raise _problem(f"invalid CNAME target {value!r}: {exc}",
+                       "a host name or '*.suffix' without port, or '*' for any name") from None
+    return target
 
 
 def _expand_env(value: str, info: ValidationInfo) -> str:

@@ -293,8 +293,8 @@ def open_otel(policy: OtelPolicy, trace: TraceRecorder) -> OtelExport | None:
         import opentelemetry.sdk.trace  # noqa: F401
     except ImportError as exc:
         raise PolicyRefused(
-            f"trace.otel is enabled but the OpenTelemetry SDK cannot be imported ({exc}); install "
-            "opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http (scripts/setup does), or set "
+            f"trace.otel is enabled but the OpenTelemetry SDK cannot be imported ({exc}); install the "
+            "'otel' extra (pip install 'agents-supervise[otel]'; scripts/setup does), or set "
             "trace.otel: false") from None
     export = OtelExport(policy, trace)
     trace.sink = export.observe

@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from ._config_errors import check_known_keys, problem
-from ._config_types import check_host
+from ._config_types import check_cname_target, check_host
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -199,7 +199,9 @@ class _Model(BaseModel):
 class Limits(_Model):
     """Per-toolbox limits. ``None`` = no limit of that kind (the inherited one stays)."""
 
-    address_space_bytes: Size | None = Field(default=1024**3, description="RLIMIT_AS of the worker and children")
+    address_space_bytes: Size | None = Field(
+        default=1024**3, description="RLIMIT_AS of the worker and children, only where no cgroup memory limit "
+                                     "(memory_bytes) is in force")
     cpu_seconds: int | None = Field(
         default=600, ge=1, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
@@ -240,9 +242,16 @@ class ToolboxPolicy(_Model):
 
     limits: LimitsOverride = LimitsOverride()
     allowed_hosts: list[Annotated[str, AfterValidator(check_host)]] = Field(
-        default=[], description="hosts added to what the agent file grants"
+        default=[], description="hosts added to what the agent file grants: a name, '*.suffix' or IP, each with an "
+        "optional ':port' or ':first-last' range ('api.example.com:443', '[2001:db8::1]:443'); no port: any port"
+    )
+    cname_targets: list[Annotated[str, AfterValidator(check_cname_target)]] = Field(
+        default=[], description="names an allowed host may be an alias (CNAME) of without being allowed itself "
+        "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts"
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    xattrs: bool = Field(default=False, description="let this toolbox's workers use extended attributes (the "
+                         "setxattr/getxattr/listxattr/removexattr system calls); false: they answer EOPNOTSUPP")
     start: Literal["eager", "lazy"] = Field(default="eager", description="start at supervisor start or first call")
 
 

@@ -11,6 +11,10 @@ Checks, in order (DESIGN.md "Call context and the portal"):
 
 then it dispatches to the toolbox's runner and records ``call_start``/``call_end``. Every refusal is an ``error``
 result whose text says what was refused and why; nothing here raises for a caller's mistake.
+
+A dispatched call that could not run (an ``error`` result: the worker died, the call timed out, the toolbox
+refused it, or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
+``PortalExecutionError`` kind in its metadata ``portal_error``, as the refusals above carry theirs.
 """
 
 from __future__ import annotations
@@ -166,19 +170,24 @@ class Portal:
 
     async def call(self, name: str, args: Any, origin: CallOrigin) -> ToolResult:
         """Check and run one call; always returns a result."""
+        return (await self.call_traced(name, args, origin))[0]
+
+    async def call_traced(self, name: str, args: Any, origin: CallOrigin) -> tuple[ToolResult, str]:
+        """:meth:`call`, also answering the call's trace id (its ``call_id`` in the trace; ``""`` when the call
+        was refused before it was dispatched, which only a ``portal_refusal`` record shows)."""
         checked = self.check(name, args, origin)
         if isinstance(checked, ToolResult):
-            return checked
+            return checked, ""
         tool = checked
         usage = self._sessions.setdefault(origin.session_id, _SessionUsage())
         limits = self.session_limits
         if limits.max_calls is not None and usage.calls >= limits.max_calls:
             return self._refuse(origin, name, "SessionLimit",
-                                f"Session {origin.session_id} reached its limit of {limits.max_calls} tool calls.")
+                                f"Session {origin.session_id} reached its limit of {limits.max_calls} tool calls."), ""
         if limits.max_concurrent is not None and usage.in_flight >= limits.max_concurrent:
             return self._refuse(origin, name, "SessionLimit",
                                 f"Session {origin.session_id} already has {usage.in_flight} calls running "
-                                f"(limit {limits.max_concurrent}); wait for one to finish.")
+                                f"(limit {limits.max_concurrent}); wait for one to finish."), ""
         usage.calls += 1
         usage.in_flight += 1
         call_id = f"c{next(self._ids)}"
@@ -199,10 +208,15 @@ class Portal:
         try:
             ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
                    "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
-            result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
-            if self.postprocess is not None:
-                result = self.postprocess(tool, result)
-            return result
+            try:
+                result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
+                if self.postprocess is not None:
+                    result = self.postprocess(tool, result)
+            except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
+                result = ToolResult.error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
+            if result.status == "error" and result.meta("portal_error") is None:
+                result = result.with_meta("portal_error", "PortalExecutionError")
+            return result, call_id
         finally:
             usage.in_flight -= 1
             self.trace.record(

@@ -86,6 +86,11 @@ class ToolRegistry:
                     except SchemaError as exc:
                         schema_errors.append({"toolbox": runner.name, "tool": local, "message": str(exc)})
                         continue
+                    except Exception as exc:  # ArgumentValidator promises SchemaError only; a slip costs one tool
+                        schema_errors.append({"toolbox": runner.name, "tool": local,
+                                              "message": f"its input schema could not be compiled "
+                                                         f"({type(exc).__name__})"})
+                        continue
                 validators[key] = validator
                 name = public_name(local)
                 if name in tools:

@@ -74,8 +74,9 @@ class ToolboxRunner:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the worker, report started (or raise when the first start fails), then keep it alive forever.
 
-        Meant for ``nursery.start``. The first start failing raises ``WorkerStartError`` naming the cause, so a policy
-        whose toolbox cannot be confined never serves.
+        Meant for ``nursery.start``. The first start failing raises (``WorkerStartError`` naming the cause, or the
+        unexpected exception), before ``started``: the supervisor turns it into a load error of this toolbox, which
+        then never serves (:meth:`fail_to_load`); a later start failing counts as a death.
         """
         async with trio.open_nursery() as nursery:
             first = True
@@ -84,7 +85,10 @@ class ToolboxRunner:
                 worker = Worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper)
                 try:
                     await worker.start(nursery)
-                except WorkerStartError as exc:
+                except Exception as exc:  # WorkerStartError, or a bug on the start path: never the supervisor's end
+                    if not isinstance(exc, WorkerStartError):
+                        with trio.CancelScope(shield=True):
+                            await worker.kill(f"could not be started: {type(exc).__name__}: {exc}")
                     if first:
                         raise
                     self._on_event(worker, "worker_start_failed", {"reason": str(exc)})
@@ -121,6 +125,11 @@ class ToolboxRunner:
                 backoff = min(backoff * 2, self.supervision.backoff_max_s)
                 self.restarts += 1
                 self._on_event(worker, "worker_restart", {"restarts": self.restarts})
+
+    def fail_to_load(self, message: str) -> None:
+        """Disable this toolbox for good because it could not load: its calls answer with ``message``."""
+        self.failed_reason = message
+        self._ready.set()  # wake waiters so they get the failure
 
     def _on_event_wrapper(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
         if kind == "tools_changed":

@@ -287,7 +287,8 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
         spec = specs[git.toolbox]
         if git.target not in done:
             def on_egress(decision: dict[str, Any], toolbox: str = git.toolbox) -> None:
-                trace.record("egress", toolbox=toolbox, purpose="git clone", **decision)
+                # the decision names the clone's toolbox too ("x (git clone)"): the skills toolbox's name wins
+                trace.record("egress", **{**decision, "toolbox": toolbox, "purpose": "git clone"})
 
             try:
                 error, cloned = await fetch_git_source(
@@ -295,6 +296,8 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
                     uid=spec.plan.uid, gid=spec.plan.gid, on_egress=on_egress)
             except OSError as exc:
                 error, cloned = f"git source {git.url}: cannot write its clone: {exc}", False
+            except Exception as exc:  # a bug on the clone path: this source's load error, never the supervisor's end
+                error, cloned = f"git source {git.url}: the clone failed: {type(exc).__name__}: {exc}"[:2000], False
             done[git.target] = error
             if error is None:
                 trace.record("skill_source", toolbox=git.toolbox, url=git.url, folder=git.target,

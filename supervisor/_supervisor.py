@@ -7,8 +7,16 @@ Use it as an async context manager::
 
 ``open`` loads and compiles the policy (raising :class:`~supervisor._config_errors.ConfigError` or
 :class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
-returns once every worker said hello. Leaving the block stops every worker (graceful, then SIGKILL) and closes the
-trace. There is no global state: two supervisors in one process are independent.
+returns once every worker said hello or failed to load.
+
+Nothing that goes wrong while one toolbox loads ends the supervisor: an error in its compilation, its folders, its
+git skill sources, its worker's start or the handling of its tool list (an unexpected exception included) becomes
+a load error naming that toolbox (:meth:`Supervisor.load_errors`, ``agents-supervise tools``, the trace's
+``load_error``); that toolbox serves nothing (its calls answer with the error) and every other one serves. Only
+deliberate refusals (a malformed config, a policy that cannot be enforced) stop the start, before anything runs.
+
+Leaving the block stops every worker (graceful, then SIGKILL) and closes the trace. There is no global state: two
+supervisors in one process are independent.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -32,6 +40,7 @@ from ._agents import AgentRunner, AgentService
 from ._attachments import AttachmentStore
 from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
+from ._errors import WorkerStartError, first_leaf
 from ._otel import OtelExport, open_otel
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
@@ -104,6 +113,12 @@ class Supervisor:
         self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
+        #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "source",
+        #: "message"}``; such a toolbox serves nothing
+        self.toolbox_load_errors: list[dict[str, str]] = list(compiled.load_errors)
+        self._undescribable: set[str] = set()  # toolboxes whose tool list could not be registered
+        #: sub-agents left out at load (their file does not exist), ``{"agent", "source", "message"}``
+        self.agent_load_errors: tuple[dict[str, str], ...] = tree.load_errors if tree is not None else ()
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
         self.otel: OtelExport | None = None
 
@@ -120,8 +135,8 @@ class Supervisor:
         """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
 
         ``agents`` adds agent files to the policy's list; ``state_dir`` overrides the policy's state directory
-        (tests use it). Raises ``ConfigError``/``PolicyRefused`` before starting anything, and ``RuntimeError``
-        naming the toolbox when a worker cannot start.
+        (tests use it). Raises ``ConfigError``/``PolicyRefused`` before starting anything; a toolbox that cannot load
+        (its worker cannot start, say) is a load error (:meth:`load_errors`), not an exception.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
@@ -170,9 +185,15 @@ class Supervisor:
             self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s)
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
         for layout in layouts:  # groups a supervisor killed with SIGKILL left behind
-            removed = sweep_stale_cgroups(layout)
+            try:
+                removed = sweep_stale_cgroups(layout)
+            except Exception as exc:  # housekeeping: a failure costs nothing but the sweep
+                self.trace.record("stale_cgroups_sweep_failed", reason=f"{type(exc).__name__}: {exc}"[:2000])
+                continue
             if removed:
                 self.trace.record("stale_cgroups_removed", groups=removed)
+        for error in [*self.agent_load_errors, *self.toolbox_load_errors]:
+            self.trace.record("load_error", **error)
         self.source_errors = await prepare_git_sources(self.compiled, self.trace)
         for spec in self.compiled.specs:
             if spec.kind == "skills":
@@ -210,7 +231,21 @@ class Supervisor:
             self.trace.record("sessions_pruned", sessions=gone, keep_days=keep_days)
 
     async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
-        await nursery.start(runner.run)
+        try:
+            await nursery.start(runner.run)
+        except Exception as exc:  # its first start failed (WorkerStartError or a bug): a load error, not our end
+            self._load_failed(runner, "worker start", exc)
+
+    def _load_failed(self, runner: ToolboxRunner, source: str, exc: BaseException) -> None:
+        """Record that ``runner``'s toolbox could not load at ``source`` and disable it."""
+        leaf = first_leaf(exc)
+        why = str(leaf) if isinstance(leaf, WorkerStartError) else f"{type(leaf).__name__}: {leaf}"
+        message = (f"toolbox {runner.name} did not load ({source}): {why}"[:2000]
+                   + ". It serves nothing; fix the cause and restart the supervisor.")
+        runner.fail_to_load(message)
+        error = {"toolbox": runner.name, "source": source, "message": message}
+        self.toolbox_load_errors.append(error)
+        self.trace.record("load_error", **error)
 
     async def _stop(self) -> None:
         async with trio.open_nursery() as n:
@@ -219,6 +254,14 @@ class Supervisor:
 
     # -- events from workers -----------------------------------------------------------------------------------
     def _on_tools(self, runner: ToolboxRunner) -> None:
+        try:
+            self._take_tools(runner)
+        except Exception as exc:  # the handling of one toolbox's tool list failed: that toolbox is left out
+            self._undescribable.add(runner.name)
+            self._load_failed(runner, "tool list", exc)
+            self._rebuild()
+
+    def _take_tools(self, runner: ToolboxRunner) -> None:
         if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session, as in the worker
             present = {str((t.get("annotations") or {}).get("skill")) for t in runner.tools
                        if (t.get("annotations") or {}).get("skill_action") == "describe"}
@@ -229,13 +272,25 @@ class Supervisor:
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
                                                                      if k in ("source", "message")})
-        if len(self.runners) and all(r.worker is not None for r in self.runners):
+        if len(self.runners) and all(r.worker is not None or r.failed_reason for r in self.runners):
             self._rebuild()
 
     def _rebuild(self) -> None:
         before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
                   for n, t in self.registry.tools.items()}
-        self.registry.rebuild([*self.runners, *self.agent_runners])  # type: ignore[list-item]
+        runners = [r for r in self.runners if r.name not in self._undescribable]
+        try:
+            self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
+        except Exception:
+            # Find the toolbox whose list cannot be registered, leave it out, keep the others.
+            for runner in runners:
+                try:
+                    ToolRegistry().rebuild([runner])
+                except Exception as exc:
+                    self._undescribable.add(runner.name)
+                    self._load_failed(runner, "tool list", exc)
+            runners = [r for r in runners if r.name not in self._undescribable]
+            self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
         after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
                  for n, t in self.registry.tools.items()}
         if before != after:
@@ -266,7 +321,9 @@ class Supervisor:
             tool = message.get("tool")
             if not isinstance(tool, str):
                 return {"error": "portal request needs a tool name"}
-            result = await self.portal.call(tool, args if args is not None else {}, inner)
+            result, trace_id = await self.portal.call_traced(tool, args if args is not None else {}, inner)
+            if trace_id:  # the seed's ToolResult.resultTraceId (Lua's tools.call result), first of its key
+                result = replace(result, metadata=[("trace_id", trace_id), *result.metadata])
             return {"result": result.to_wire()}
         if worker.spec.kind == "system":
             # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
@@ -325,8 +382,10 @@ class Supervisor:
     def load_errors(self) -> list[dict[str, Any]]:
         """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""
         out = [{"toolbox": r.name, **e} for r in self.runners for e in r.load_errors]
+        out += [dict(e) for e in self.toolbox_load_errors]
         out += self.registry.schema_errors
         out += self.source_errors
+        out += [dict(e) for e in self.agent_load_errors]
         return out
 
     def runner(self, toolbox: str) -> ToolboxRunner:

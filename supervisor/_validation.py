@@ -158,26 +158,70 @@ def format_validation_errors(tool: str, errors: list[FieldError]) -> str:
     return "\n".join(lines)
 
 
+#: Arguments that would probe a schema for references to itself at load time (the empty object).
+_PROBE: dict[str, Any] = {}
+
+
 class ArgumentValidator:
-    """A compiled validator for one tool's input schema."""
+    """A compiled validator for one tool's input schema.
+
+    The schema is untrusted (a worker sent it): whatever it holds, constructing a validator either succeeds or raises
+    :class:`SchemaError` with a reason (never another exception), and :meth:`errors` never raises (a schema that
+    cannot be applied, such as a ``$ref`` that refers to itself without end or cannot be resolved, is reported as
+    a problem of the call). References are resolved only inside the schema itself: nothing is fetched.
+    """
 
     def __init__(self, schema: dict[str, Any]) -> None:
         if not isinstance(schema, dict):
             raise SchemaError("the input schema must be a JSON object")
-        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+        dialect = schema.get("$schema")
+        if dialect is not None and not isinstance(dialect, str):
+            raise SchemaError(f"invalid input schema: $schema must be a string (the URI of a JSON Schema dialect), "
+                              f"not {dialect!r:.60}")
         try:
+            cls = validator_for(schema, default=jsonschema.Draft202012Validator)
             cls.check_schema(schema)
         except js_exceptions.SchemaError as exc:
-            raise SchemaError(f"invalid input schema: {exc.message}") from exc
+            raise SchemaError(f"invalid input schema: {exc.message[:500]}") from exc
+        except RecursionError as exc:
+            raise SchemaError("invalid input schema: it is nested too deeply to be checked") from exc
+        except Exception as exc:  # jsonschema's own checks can fail in other ways on hostile input
+            raise SchemaError(f"invalid input schema ({type(exc).__name__}: {str(exc)[:300]})") from exc
         if "unevaluatedProperties" in repr(schema) and "patternProperties" in repr(schema):
             # jsonschema matches patternProperties again for unevaluatedProperties, without a time bound.
             raise SchemaError("unevaluatedProperties together with patternProperties is not supported")
-        self._validator = extend(cls, _BOUNDED)(schema)
+        try:
+            self._validator = extend(cls, _BOUNDED)(schema)
+        except Exception as exc:
+            raise SchemaError(f"invalid input schema ({type(exc).__name__}: {str(exc)[:300]})") from exc
+        properties = schema.get("properties")
+        self._ranks: dict[str, int] = ({"": -1} | {str(k): i for i, k in enumerate(properties)}
+                                       if isinstance(properties, dict) else {"": -1})
         self._trivial = schema.get("type") == "object" and not schema.get("properties") and not schema.get(
             "required") and len(schema) <= 2
+        if not self._trivial:
+            problem = self._unusable(_PROBE)
+            if problem is not None:
+                raise SchemaError(f"invalid input schema: {problem}")
+
+    def _unusable(self, args: Any) -> str | None:
+        """Why the schema cannot be applied to ``args`` at all (``None``: it can)."""
+        token = _deadline.set(time.monotonic() + PATTERN_BUDGET_S)
+        try:
+            for _ in self._validator.iter_errors(args):
+                pass
+        except _PatternTimeout:
+            return None  # a question of the arguments, reported by errors()
+        except RecursionError:
+            return "it refers to itself without end (a $ref cycle that never reaches a value)"
+        except Exception as exc:  # an unresolvable $ref, a broken keyword value jsonschema did not check
+            return f"it cannot be applied ({type(exc).__name__}: {str(exc)[:300]})"
+        finally:
+            _deadline.reset(token)
+        return None
 
     def errors(self, args: Any) -> list[FieldError]:
-        """Every problem with ``args``, in a stable order (empty when valid)."""
+        """Every problem with ``args``, in a stable order (empty when valid). Never raises."""
         if not isinstance(args, dict):
             return [FieldError("", f"Expected object but got {_type_name(args)}")]
         if self._trivial:
@@ -191,6 +235,20 @@ class ArgumentValidator:
             return [FieldError("", f"the arguments could not be checked within {PATTERN_BUDGET_S:g} s: matching "
                                    f"the schema's pattern {str(exc)[:200]!r} took too long; send shorter or "
                                    "simpler strings")]
+        except RecursionError:
+            return [FieldError("", "the arguments could not be checked: the tool's input schema refers to itself "
+                                   "without end (a $ref cycle); the tool cannot be called until its toolbox fixes "
+                                   "its schema")]
+        except Exception as exc:
+            return [FieldError("", f"the arguments could not be checked against the tool's input schema "
+                                   f"({type(exc).__name__}: {str(exc)[:300]}); the tool cannot be called until "
+                                   "its toolbox fixes its schema")]
         finally:
             _deadline.reset(token)
-        return sorted(out, key=lambda e: (e.path, e.message))
+        return sorted(out, key=self._schema_order)
+
+    def _schema_order(self, error: FieldError) -> tuple[int, str, str]:
+        """The seed's report lists problems in the schema's order: by the top-level property's place in
+        ``properties`` (properties the schema does not name after them), then path and message."""
+        head = re.split(r"[.\[]", error.path, maxsplit=1)[0]
+        return self._ranks.get(head, len(self._ranks)), error.path, error.message

@@ -92,8 +92,13 @@ class WorkerSpec:
     allowed_hosts: tuple[str, ...] = ()
     #: private ranges the egress proxy may dial for this worker (the policy's network.allow_private_ranges)
     private_networks: tuple[str, ...] = ()
+    #: names an allowed host may be a CNAME of without being allowed itself (the policy's cname_targets)
+    cname_targets: tuple[str, ...] = ()
     #: the worker's cgroup (pids.max, memory), made at each start; None: no cgroup
     cgroup: CgroupPlan | None = None
+    #: RLIMIT_AS to set after all when the (optional) cgroup that was to bound the worker's memory cannot be made
+    #: at a start; the plan carries none while a cgroup memory limit is in force (docs/CONFINEMENT.md)
+    address_space_fallback: int | None = None
     warnings: list[str] = field(default_factory=list)
     #: what ``agents-supervise check`` shows about this worker (rules, exactness, hosts)
     report: dict[str, Any] = field(default_factory=dict)
@@ -210,13 +215,16 @@ class Worker:
                 child_end.close()
         self._proc = proc
         try:
-            self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside the group
+            joined = self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside it
         except ConfinementError as exc:
             if carrier is not None:
                 carrier.close()
             await self.kill(f"could not be put in its cgroup: {exc}")
             raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}"
                                    ) from exc
+        if not joined and spec.address_space_fallback is not None:  # no group bounds its memory: the rlimit does
+            plan = dataclasses.replace(plan, rlimits=dataclasses.replace(
+                plan.rlimits, address_space_bytes=spec.address_space_fallback))
         frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
         nursery.start_soon(self._read_stderr)
         nursery.start_soon(self._read_stdout)
@@ -244,11 +252,12 @@ class Worker:
         raise WorkerStartError(f"toolbox {spec.toolbox}: the worker {self.death_reason}"
                            + (f": {detail}" if detail else ""))
 
-    def _join_cgroup(self, pid: int) -> None:
-        """Make this start's cgroup and move the launcher ``pid`` into it; raise only when the plan requires it."""
+    def _join_cgroup(self, pid: int) -> bool:
+        """Make this start's cgroup and move the launcher ``pid`` into it; raise only when the plan requires it.
+        Returns whether the launcher is in its group (``False``: no group planned, or an optional one failed)."""
         plan = self.spec.cgroup
         if plan is None:
-            return
+            return False
         instance = plan.instance(self.spec.toolbox, f"{pid}-{secrets.token_hex(3)}")
         try:
             create_cgroup(instance)
@@ -258,6 +267,8 @@ class Worker:
             if plan.required:
                 raise
             self._on_event(self, "cgroup_unavailable", {"reason": str(exc)})
+            return False
+        return True
 
     async def _release_cgroup(self) -> None:
         """Remove this start's cgroup once the launcher was reaped (its PID namespace is empty by then).
@@ -285,7 +296,8 @@ class Worker:
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
         proxy, dns_udp, dns_tcp = bridge.to_trio()
-        rules = AllowedHosts.parse(self.spec.allowed_hosts, private_networks=self.spec.private_networks)
+        rules = AllowedHosts.parse(self.spec.allowed_hosts, private_networks=self.spec.private_networks,
+                                   cname_targets=self.spec.cname_targets)
 
         def on_decision(decision: dict[str, Any]) -> None:
             self._on_event(self, "egress", dict(decision))

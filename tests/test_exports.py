@@ -51,3 +51,23 @@ def test_launcher_start_up_stays_light() -> None:
     out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); {code}"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+#: The import name of each runtime distribution, where it differs from the distribution's name.
+_IMPORT_NAMES = {"pyyaml": "yaml", "dnspython": "dns", "python-prctl": "prctl"}
+
+
+def test_runtime_dependencies_are_imported_by_the_runtime() -> None:
+    """``dependencies`` holds only what the three runtime packages import; the rest belongs in an extra."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime_imports: set[str] = set()
+    for package in ("sandbox", "toolboxes", "supervisor"):
+        for path in (ROOT / package).rglob("*.py"):
+            runtime_imports |= _imports(path)
+    for requirement in project["dependencies"]:
+        name = requirement.split(">")[0].split("=")[0].split("[")[0].strip().lower()
+        assert _IMPORT_NAMES.get(name, name.replace("-", "_")) in runtime_imports, (
+            f"{name} is a runtime dependency that no runtime module imports: move it to an extra")
+    assert "mcp" not in runtime_imports  # the official SDK is the benchmark's reference, never the runtime's

@@ -25,6 +25,7 @@ import threading
 import traceback
 from typing import Any
 
+from ._atomic import sweep_temporaries
 from ._protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode
 from ._result import ToolResult
 from ._serving import LeaderFollowers
@@ -32,7 +33,7 @@ from ._toolbox import CallContext, Toolbox, ToolSpec, WorkerEnv
 
 __all__ = ["main"]
 
-_KINDS = {"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer", "lua"}
+_KINDS = {"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer", "lua", "wasm"}
 
 
 class _Pending:
@@ -135,6 +136,10 @@ def _open_toolbox(payload: dict[str, Any], channel: _Channel) -> tuple[Toolbox, 
     if kind not in _KINDS:
         raise ValueError(f"unknown toolbox kind {kind!r}")
     module = importlib.import_module(f"toolboxes.{kind}")
+    for folder in (payload.get("workdir"), payload.get("state_dir")):
+        if folder:  # this worker's own folders: what an atomic write killed with the last worker left there
+            for leftover in sweep_temporaries(folder):
+                print(f"removed {leftover}, left by an interrupted write", file=sys.stderr)
     env = WorkerEnv(
         toolbox_name=payload.get("name", kind),
         workdir=payload.get("workdir", os.getcwd()),

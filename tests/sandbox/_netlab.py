@@ -10,23 +10,32 @@ Topology (every name unique per run, every namespace deleted on teardown)::
 
 No packet leaves these namespaces: the machine's own namespace only runs ``ip`` and waits.
 Modes (``python -m tests.sandbox._netlab MODE``): ``inet`` serves the internet hosts, ``proxy`` receives a
-bridge and serves the proxy and the DNS stub with an injected resolver that asks the lab's DNS server.
+bridge and serves the proxy and the DNS stub with the supervisor's real resolver (``default_resolve``).
+
+The supervisor namespace's resolv.conf (``/etc/netns/<ns>/resolv.conf``, which ``ip netns exec`` shows as
+``/etc/resolv.conf``) names the lab's DNS server with a search domain and ``ndots:5``, as a Kubernetes pod's
+does: ``abs.example.test`` asked without its trailing dot would first be tried as ``abs.example.test.<SEARCH>``,
+which the lab answers with another server (``SEARCH_ANSWER``). The DNS server logs every question it gets
+(``Lab.dns_log``), answers CNAME chains like a recursive resolver (the chain plus the target's records), and the
+"internet" also serves fake metadata services on the cloud metadata addresses outside link-local (Azure
+WireServer, Alibaba, AWS and GCP over IPv6): all answer ``SECRET-METADATA``.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import http.server
 import json
 import os
 import queue
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +45,27 @@ SUP_V4, INET_HTTP, INET_TLS, INET_DNS, METADATA = (
     "203.0.113.1", "203.0.113.10", "203.0.113.11", "203.0.113.53", "169.254.169.254"
 )
 SUP_V6, INET_V6 = "2001:db8::1", "2001:db8::10"
+SEARCH, SEARCH_ANSWER = "corp.example.test", "203.0.113.12"
+#: metadata addresses outside link-local the lab serves (every private range that holds one can be opened)
+METADATA_ELSEWHERE = ("168.63.129.16", "100.100.100.200", "fd00:ec2::254", "fd20:ce::254")
 LOOPBACK_PORT = 8080
+ALT_PORT = 8443
 ZONE: dict[str, dict[str, list[str]]] = {
+    # absolute-name resolution: the search-domain form answers elsewhere
+    "abs.example.test": {"A": [INET_HTTP], "AAAA": []},
+    f"abs.example.test.{SEARCH}": {"A": [SEARCH_ANSWER], "AAAA": []},
+    f"leak.example.test.{SEARCH}": {"A": [SEARCH_ANSWER], "AAAA": []},
+    # metadata addresses behind names
+    "azure.example.test": {"A": ["168.63.129.16"], "AAAA": []},
+    "alibaba.example.test": {"A": ["100.100.100.200"], "AAAA": []},
+    "aws6.example.test": {"A": [], "AAAA": ["fd00:ec2::254"]},
+    "gcp6.example.test": {"A": [], "AAAA": ["fd20:ce::254"]},
+    "azure-mapped.example.test": {"A": [], "AAAA": ["::ffff:168.63.129.16"]},
+    # CNAME chains
+    "alias.example.test": {"CNAME": ["www.example.test"]},
+    "cdn-alias.example.test": {"CNAME": ["edge.cdn.example.test"]},
+    "edge.cdn.example.test": {"A": [INET_HTTP], "AAAA": []},
+    "meta-alias.example.test": {"CNAME": ["azure.example.test"]},
     "www.example.test": {"A": [INET_HTTP], "AAAA": [INET_V6]},
     "www6.example.test": {"A": [], "AAAA": [INET_V6]},
     "secure.example.test": {"A": [INET_TLS], "AAAA": []},
@@ -138,10 +166,20 @@ class Lab:
         sh("ip", "-n", self.sup, "addr", "add", f"{SUP_V6}/64", "dev", vs, "nodad")
         sh("ip", "-n", self.sup, "link", "set", vs, "up")
         sh("ip", "-n", self.sup, "route", "add", f"{METADATA}/32", "dev", vs)
-        for addr in (INET_HTTP, INET_TLS, INET_DNS):
+        for addr in (INET_HTTP, INET_TLS, INET_DNS, SEARCH_ANSWER):
             sh("ip", "-n", self.inet, "addr", "add", f"{addr}/24", "dev", vi)
         sh("ip", "-n", self.inet, "addr", "add", f"{METADATA}/16", "dev", vi)
         sh("ip", "-n", self.inet, "addr", "add", f"{INET_V6}/64", "dev", vi, "nodad")
+        for addr in METADATA_ELSEWHERE:
+            host_net, flags = (f"{addr}/128", ["nodad"]) if ":" in addr else (f"{addr}/32", [])
+            sh("ip", "-n", self.inet, "addr", "add", host_net, "dev", vi, *flags)
+            sh("ip", "-n", self.sup, "route", "add", host_net, "dev", vs)
+        # the supervisor's resolver: the lab's DNS server, with a search domain and ndots as in a Kubernetes pod
+        self.netns_etc = Path("/etc/netns") / self.sup
+        self.netns_etc.mkdir(parents=True, exist_ok=True)
+        (self.netns_etc / "resolv.conf").write_text(f"nameserver {INET_DNS}\nsearch {SEARCH}\noptions ndots:5\n")
+        # IPv4 first (RFC 6724 table with IPv4-mapped on top): the tests name the address the proxy dials first
+        (self.netns_etc / "gai.conf").write_text("precedence ::ffff:0:0/96 100\n")
         sh("ip", "-n", self.inet, "link", "set", vi, "up")
         sh("ip", "-n", self.inet, "route", "add", f"{SUP_V4}/32", "dev", vi, check=False)
         proc = subprocess.Popen(
@@ -152,21 +190,29 @@ class Lab:
         self.procs.append(proc)
         Lines(proc).next("ready")
 
-    def bridge(self, rules: list[str], *, private: tuple[str, ...] = (), toolbox: str = "lab") -> Bridge:
+    def bridge(self, rules: list[str], *, private: tuple[str, ...] = (), toolbox: str = "lab",
+               cname_targets: tuple[str, ...] = ()) -> Bridge:
         """A client namespace with only ``lo`` whose bridge is served by a proxy in the supervisor namespace."""
-        return Bridge(self, rules, private, toolbox)
+        return Bridge(self, rules, private, toolbox, cname_targets)
+
+    def queries(self) -> list[str]:
+        """Every question the lab's DNS server got so far, as ``name TYPE`` lines (name without the final dot)."""
+        return self.dns_log.read_text().splitlines() if self.dns_log.exists() else []
 
     def close(self) -> None:
         for proc in self.procs:
             _stop(proc)
         for ns in self.namespaces:
             sh("ip", "netns", "del", ns, check=False)
+        if getattr(self, "netns_etc", None) is not None:
+            shutil.rmtree(self.netns_etc, ignore_errors=True)
 
 
 class Bridge:
     """One client namespace, its bridge, and the proxy process serving it (with its decisions as lines)."""
 
-    def __init__(self, lab: Lab, rules: list[str], private: tuple[str, ...], toolbox: str) -> None:
+    def __init__(self, lab: Lab, rules: list[str], private: tuple[str, ...], toolbox: str,
+                 cname_targets: tuple[str, ...] = ()) -> None:
         self.lab = lab
         self.ns = f"asv-c-{secrets.token_hex(3)}"
         sh("ip", "netns", "add", self.ns)
@@ -177,7 +223,7 @@ class Bridge:
             self.proxy = subprocess.Popen(
                 in_ns(lab.sup, PY, "-m", "tests.sandbox._netlab", "proxy", "--bridge-fd", str(sup_end.fileno()),
                       "--rules", json.dumps(rules), "--private", json.dumps(list(private)),
-                      "--toolbox", toolbox),
+                      "--cname-targets", json.dumps(list(cname_targets)), "--toolbox", toolbox),
                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[sup_end.fileno()],
             )
             lab.procs.append(self.proxy)
@@ -273,6 +319,7 @@ def _serve_http(addr: str, port: int, tag: str, ctx: ssl.SSLContext | None = Non
 
 def _serve_dns(addr: str, log_path: str) -> None:
     import dns.message
+    import dns.name
     import dns.rcode
     import dns.rdatatype
     import dns.rrset
@@ -289,12 +336,16 @@ def _serve_dns(addr: str, log_path: str) -> None:
             with open(log_path, "a") as log:
                 log.write(f"{name} {dns.rdatatype.to_text(question.rdtype)}\n")
             response = dns.message.make_response(query)
-            entry = ZONE.get(name)
             kind = dns.rdatatype.to_text(question.rdtype)
+            owner, entry = question.name, ZONE.get(name)
             if entry is None:
                 response.set_rcode(dns.rcode.NXDOMAIN)
-            elif entry.get(kind):
-                response.answer.append(dns.rrset.from_text_list(question.name, 60, "IN", kind, entry[kind]))
+            while entry is not None and entry.get("CNAME") and kind != "CNAME":  # a chain, as a recursive resolver
+                target = entry["CNAME"][0]
+                response.answer.append(dns.rrset.from_text_list(owner, 60, "IN", "CNAME", [target + "."]))
+                owner, entry = dns.name.from_text(target), ZONE.get(target)
+            if entry is not None and entry.get(kind):
+                response.answer.append(dns.rrset.from_text_list(owner, 60, "IN", kind, entry[kind]))
             sock.sendto(response.to_wire(), peer)
 
     threading.Thread(target=loop, daemon=True).start()
@@ -311,38 +362,13 @@ def _main_inet(args: argparse.Namespace) -> None:
     _serve_http(INET_V6, 80, "origin6")
     _serve_http(INET_TLS, 443, "tls-origin", ctx)
     _serve_http(METADATA, 80, "SECRET-METADATA")
+    for addr in METADATA_ELSEWHERE:
+        _serve_http(addr, 80, "SECRET-METADATA")
+    _serve_http(SEARCH_ANSWER, 80, "SEARCH-LIST-ANSWER")
+    _serve_http(INET_TLS, ALT_PORT, "origin-alt-port")
     _serve_dns(INET_DNS, args.dns_log)
     print("ready", flush=True)
     threading.Event().wait()
-
-
-def _lab_resolver() -> Callable[[str], Any]:
-    import ipaddress
-
-    import dns.message
-    import dns.query
-    import dns.rcode
-    import trio
-
-    from sandbox._egress import ResolveError
-
-    def lookup(host: str) -> list[Any]:
-        found: list[Any] = []
-        missing = 0
-        for kind in ("A", "AAAA"):
-            reply = dns.query.udp(dns.message.make_query(host, kind), INET_DNS, timeout=5)
-            if reply.rcode() == dns.rcode.NXDOMAIN:
-                missing += 1
-            for rrset in reply.answer:
-                found.extend(ipaddress.ip_address(r.address) for r in rrset)
-        if missing == 2:
-            raise ResolveError(f"{host} does not exist", not_found=True)
-        return found
-
-    async def resolve(host: str) -> list[Any]:
-        return await trio.to_thread.run_sync(lookup, host)
-
-    return resolve
 
 
 def _main_proxy(args: argparse.Namespace) -> None:
@@ -353,11 +379,15 @@ def _main_proxy(args: argparse.Namespace) -> None:
     from sandbox._egress import serve_egress
     from sandbox._hosts import AllowedHosts
 
-    _serve_http("127.0.0.1", LOOPBACK_PORT, "loopback-service")
+    try:
+        _serve_http("127.0.0.1", LOOPBACK_PORT, "loopback-service")
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise  # else another bridge's proxy in the supervisor namespace serves it already
     with socket.socket(fileno=args.bridge_fd) as carrier:
         bridge = receive_bridge_nowait(carrier)
-    rules = AllowedHosts.parse(json.loads(args.rules), private_networks=json.loads(args.private))
-    resolve = _lab_resolver()
+    rules = AllowedHosts.parse(json.loads(args.rules), private_networks=json.loads(args.private),
+                               cname_targets=json.loads(args.cname_targets))
 
     def report(record: dict[str, Any]) -> None:
         print("decision", json.dumps(record), flush=True)
@@ -366,9 +396,8 @@ def _main_proxy(args: argparse.Namespace) -> None:
         proxy, udp, tcp = bridge.to_trio()
         async with trio.open_nursery() as nursery:
             await nursery.start(lambda task_status: serve_egress(
-                proxy, rules, on_decision=report, toolbox=args.toolbox, resolve=resolve, task_status=task_status))
-            await nursery.start(lambda task_status: serve_dns_stub(
-                udp, tcp, rules, resolve, task_status=task_status))
+                proxy, rules, on_decision=report, toolbox=args.toolbox, task_status=task_status))
+            await nursery.start(lambda task_status: serve_dns_stub(udp, tcp, rules, task_status=task_status))
             print("ready", flush=True)
 
     trio.run(main)
@@ -382,6 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bridge-fd", type=int)
     parser.add_argument("--rules", default="[]")
     parser.add_argument("--private", default="[]")
+    parser.add_argument("--cname-targets", default="[]")
     parser.add_argument("--toolbox", default="lab")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]

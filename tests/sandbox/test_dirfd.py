@@ -90,6 +90,9 @@ def test_reown_hands_the_previous_owners_entries_over_and_nothing_else(tmp_path:
         assert (count.changed, count.left) == (4, 1)
         assert reown_tree(anchor, "work", NEW, NEW).changed == 0  # already its own: nothing walked
         assert reown_tree(anchor, "missing", NEW, NEW).changed == 0
+        os.chown(work, 0, 0)
+        assert reown_tree(anchor, "work", OLD, OLD).changed == 0  # root's: never handed to a worker
+        os.chown(work, NEW, NEW)
     finally:
         os.close(anchor)
     assert {os.lstat(p).st_uid for p in (work, work / "sub", work / "sub" / "file", work / "link")} == {NEW}

@@ -10,13 +10,14 @@ import dns.message
 import dns.opcode
 import dns.query
 import dns.rcode
+import pytest
 import trio
 import trio.lowlevel
 import trio.testing
 
 from sandbox._dns_stub import answer_query, serve_dns_stub
-from sandbox._egress import ResolveError, decide, default_resolve
-from sandbox._hosts import AllowedHosts, IPAddress
+from sandbox._egress import Resolution, ResolveError, decide
+from sandbox._hosts import AllowedHosts, HostError, IPAddress
 
 RULES = AllowedHosts.parse(["www.example.test", "*.cdn.example.test", "gone.example.test", "broken.example.test",
                             "meta.example.test", "many.example.test", "localhost"])
@@ -28,18 +29,23 @@ class Recorder:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    async def __call__(self, host: str) -> list[IPAddress]:
+    async def __call__(self, host: str) -> Resolution:
         self.asked.append(host)
         await trio.lowlevel.checkpoint()
+        return Resolution(*self._answer(host))
+
+    def _answer(self, host: str) -> tuple[tuple[IPAddress, ...], tuple[str, ...]]:
         if host == "gone.example.test":
             raise ResolveError("no such name", not_found=True)
         if host == "broken.example.test":
             raise ResolveError("resolver timed out")
         if host == "meta.example.test":
-            return [ipaddress.ip_address("169.254.169.254")]
+            return (ipaddress.ip_address("169.254.169.254"),), ()
         if host == "many.example.test":
-            return [ipaddress.ip_address(f"203.0.113.{i}") for i in range(1, 101)]
-        return [ipaddress.ip_address("203.0.113.10"), ipaddress.ip_address("2001:db8::10")]
+            return tuple(ipaddress.ip_address(f"203.0.113.{i}") for i in range(1, 101)), ()
+        if host.startswith("alias-"):  # alias-<target>: a CNAME of <target>
+            return (ipaddress.ip_address("203.0.113.10"),), (host[len("alias-"):],)
+        return (ipaddress.ip_address("203.0.113.10"), ipaddress.ip_address("2001:db8::10")), ()
 
 
 def no_own() -> frozenset[IPAddress]:
@@ -125,8 +131,51 @@ async def test_decide_never_resolves_ip_literals_or_refused_names() -> None:
     assert recorder.asked == []
 
 
-async def test_default_resolver_reads_the_hosts_file() -> None:
-    assert ipaddress.ip_address("127.0.0.1") in await default_resolve("localhost")
+async def test_cname_targets_are_judged_like_requested_names() -> None:
+    rules = AllowedHosts.parse(["alias-www.example.test:443", "www.example.test:443", "alias-cdn.other.test",
+                                "alias-metadata.google.internal", "alias-x.fastly.test"])
+    ok = await decide("alias-www.example.test", 443, rules, resolve=Recorder(), own_addresses=no_own)
+    assert ok.verdict == "allowed"
+    refused = await decide("alias-cdn.other.test", 443, rules, resolve=Recorder(), own_addresses=no_own)
+    assert refused.verdict == "refused"
+    assert "alias (CNAME) of cdn.other.test" in refused.reason and "cname_targets" in refused.reason
+    meta = await decide("alias-metadata.google.internal", 80, rules, resolve=Recorder(), own_addresses=no_own)
+    assert meta.verdict == "refused" and "cloud metadata" in meta.reason
+    # the target must be allowed on the request's port, as if the request had named it
+    other_port = AllowedHosts.parse(["alias-www.example.test", "www.example.test:443"])
+    assert (await decide("alias-www.example.test", 80, other_port, resolve=Recorder(),
+                         own_addresses=no_own)).verdict == "refused"
+
+
+async def test_the_policy_can_accept_cname_targets_by_pattern_or_all() -> None:
+    entries = ["alias-x.fastly.test", "alias-cdn.other.test"]
+    by_pattern = AllowedHosts.parse(entries, cname_targets=["*.fastly.test"])
+    assert (await decide("alias-x.fastly.test", 443, by_pattern, resolve=Recorder(),
+                         own_addresses=no_own)).verdict == "allowed"
+    assert (await decide("alias-cdn.other.test", 443, by_pattern, resolve=Recorder(),
+                         own_addresses=no_own)).verdict == "refused"
+    anything = AllowedHosts.parse(entries, cname_targets=["*"])
+    assert (await decide("alias-cdn.other.test", 443, anything, resolve=Recorder(),
+                         own_addresses=no_own)).verdict == "allowed"
+    # '*' never opens a metadata name, and the addresses are still judged
+    meta = AllowedHosts.parse(["alias-metadata.goog", "meta.example.test"], cname_targets=["*"])
+    decision = await decide("alias-metadata.goog", 80, meta, resolve=Recorder(), own_addresses=no_own)
+    assert decision.verdict == "refused"
+
+
+def test_cname_targets_are_names_without_ports() -> None:
+    for bad in ["cdn.example:443", "203.0.113.1", "*.*.x"]:
+        with pytest.raises(HostError):
+            AllowedHosts.parse(["a.example"], cname_targets=[bad])
+
+
+async def test_metadata_names_are_refused_before_rules_and_never_resolved() -> None:
+    recorder = Recorder()
+    rules = AllowedHosts.parse(["*.google.internal", "*.goog"])
+    for name in ["metadata.google.internal", "METADATA.goog."]:
+        decision = await decide(name, 80, rules, resolve=recorder, own_addresses=no_own)
+        assert decision.verdict == "refused" and "cloud metadata" in decision.reason
+    assert recorder.asked == []
 
 
 async def _stub_sockets(backlog: int) -> tuple[trio.socket.SocketType, trio.socket.SocketType, int]:
@@ -197,13 +246,13 @@ async def test_a_bridge_has_at_most_its_share_of_lookups_in_flight() -> None:
     release = trio.Event()
     in_flight, most = 0, 0
 
-    async def slow(host: str) -> list:
+    async def slow(host: str) -> Resolution:
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
         try:
             await release.wait()
-            return [ipaddress.ip_address("203.0.113.10")]
+            return Resolution((ipaddress.ip_address("203.0.113.10"),))
         finally:
             in_flight -= 1
 

@@ -15,7 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox._netlab import INET_HTTP, METADATA, Bridge, Lab, in_ns, sh
+from tests.sandbox._netlab import (
+    INET_HTTP,
+    METADATA,
+    METADATA_ELSEWHERE,
+    PY,
+    SEARCH,
+    SEARCH_ANSWER,
+    Bridge,
+    Lab,
+    in_ns,
+    sh,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -82,9 +93,75 @@ for part in sys.argv[1:]:
 
 
 def test_lab_metadata_service_is_really_there_for_the_supervisor(lab: Lab) -> None:
-    """The refusals below mean something: from the supervisor side, the fake metadata service answers."""
-    proc = sh(*in_ns(lab.sup, "curl", "-sS", "--max-time", "5", f"http://{METADATA}/"), check=False)
-    assert "SECRET-METADATA" in proc.stdout
+    """The refusals below mean something: from the supervisor side, the fake metadata services answer."""
+    for addr in (METADATA, *METADATA_ELSEWHERE):
+        url = f"http://[{addr}]/" if ":" in addr else f"http://{addr}/"
+        proc = sh(*in_ns(lab.sup, "curl", "-sS", "--max-time", "5", url), check=False)
+        assert "SECRET-METADATA" in proc.stdout, (addr, proc.stderr)
+
+
+def test_lab_resolver_really_has_a_search_list_that_answers_elsewhere(lab: Lab) -> None:
+    """The absolute-name test below means something: a plain lookup in the supervisor namespace takes the
+    search-domain answer (ndots:5), and the lab logs what it was asked."""
+    code = "import socket; print(socket.getaddrinfo('abs.example.test', 80, socket.AF_INET)[0][4][0])"
+    proc = sh(*in_ns(lab.sup, PY, "-c", code))
+    assert proc.stdout.strip() == SEARCH_ANSWER
+    assert f"abs.example.test.{SEARCH} A" in lab.queries()
+
+
+def test_names_are_resolved_as_absolute_names_and_refused_names_never_reach_the_resolver(lab: Lab, make_bridge) -> None:
+    """A Kubernetes-like resolv.conf (search domain, ndots:5) never decides what an allowed name means: only
+    the answer for the absolute name is used, and no name is sent with the search domain appended."""
+    bridge = make_bridge(["abs.example.test"])
+    before = len(lab.queries())
+    status, body = bridge.curl("http://abs.example.test/x")
+    assert (status, body) == (200, "origin host=abs.example.test path=/x")
+    assert bridge.decision()["address"] == INET_HTTP
+    status, body = bridge.curl("http://leak.example.test/")  # no rule allows it
+    assert status == 403
+    code = ("import dns.message, dns.query; r = dns.query.udp(dns.message.make_query('abs.example.test', 'A'), "
+            "'127.0.0.1', port=53, timeout=5); print(sorted(x.to_text() for s in r.answer for x in s))")
+    assert bridge.python(code).stdout.strip() == f"['{INET_HTTP}']"  # the DNS stub: the same answer
+    asked = lab.queries()[before:]
+    assert "abs.example.test A" in asked
+    assert not [q for q in asked if SEARCH in q], asked
+    assert not [q for q in asked if "leak" in q], asked
+
+
+@pytest.mark.parametrize("host", ["azure.example.test", "alibaba.example.test", "aws6.example.test",
+                                  "gcp6.example.test", "azure-mapped.example.test"])
+def test_metadata_behind_allowed_names_is_refused_even_with_private_ranges_open(make_bridge, host: str) -> None:
+    bridge = make_bridge([host], private=("10.0.0.0/8", "100.64.0.0/10", "fc00::/7", "172.16.0.0/12"))
+    status, body = bridge.curl(f"http://{host}/")
+    assert status == 403
+    assert "cloud metadata address" in body
+    assert "SECRET" not in body
+    record = bridge.decision()
+    assert (record["verdict"], record["address"]) == ("refused", None)
+
+
+def test_a_cname_to_an_allowed_name_is_followed(make_bridge) -> None:
+    bridge = make_bridge(["alias.example.test", "www.example.test"])
+    status, body = bridge.curl("http://alias.example.test/")
+    assert (status, body.split()[0]) == (200, "origin")
+
+
+def test_a_cname_to_a_name_no_rule_allows_is_refused_unless_the_policy_accepts_it(make_bridge) -> None:
+    strict = make_bridge(["cdn-alias.example.test"])
+    status, body = strict.curl("http://cdn-alias.example.test/")
+    assert status == 403
+    assert "alias (CNAME) of edge.cdn.example.test" in body
+    assert "cname_targets" in body
+    accepting = make_bridge(["cdn-alias.example.test"], cname_targets=("*.cdn.example.test",))
+    status, body = accepting.curl("http://cdn-alias.example.test/")
+    assert (status, body.split()[0]) == (200, "origin")
+
+
+def test_a_cname_to_a_metadata_address_is_refused_whatever_the_policy_accepts(make_bridge) -> None:
+    bridge = make_bridge(["meta-alias.example.test"], cname_targets=("*",))
+    status, body = bridge.curl("http://meta-alias.example.test/")
+    assert status == 403
+    assert "cloud metadata address" in body and "SECRET" not in body
 
 
 def test_allowed_host_over_http_and_decision_is_reported(make_bridge) -> None:

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from sandbox import _egress
 from sandbox._dns_stub import answer_query
-from sandbox._egress import _Refusal, _split_absolute, serve_egress
+from sandbox._egress import Resolution, _Refusal, _split_absolute, serve_egress
 from sandbox._hosts import AllowedHosts, HostError, split_host_port
 
 RULES = AllowedHosts.parse(["api.example.com"])
 
 
-async def _never_resolve(host: str) -> list:
+async def _never_resolve(host: str) -> Resolution:
     raise AssertionError(f"the resolver was asked about {host!r}")
 
 

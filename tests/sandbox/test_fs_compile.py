@@ -173,6 +173,18 @@ def test_name_and_size_predicates_narrow_a_tree_inexactly(narrow: dict[str, Any]
     assert narrow["tag"] in c.residual
 
 
+def test_seed_and_of_three_operands_compiles_as_all() -> None:
+    three = [T("DirectoryRecursive", "./src"), T("FileExtension", ["hs", "lhs"]), T("FileSizeLessThan", 1048576)]
+    c = comp(T("And", three), READ)
+    assert (rules(c), c.exact, c.residual) == (lambda a: (rules(a), a.exact, a.residual))(comp(T("All", three)))
+    assert rules(c) == [("/p/src", READ)]
+    assert not c.exact and "FileExtension" in c.residual and "FileSizeLessThan" in c.residual
+    either = comp(T("Or", [T("DirectoryRecursive", "./src/deep"), T("FileExactly", "./README.md"),
+                           T("DirectoryRecursive", "/q")]), WRITE)
+    assert rules(either) == [("/p/README.md", WRITE), ("/p/src/deep", WRITE), ("/q", WRITE)]
+    assert either.exact
+
+
 def test_and_of_a_tree_and_a_subtree_is_the_subtree_exactly() -> None:
     c = comp(T("All", [T("DirectoryRecursive", "."), T("DirectoryRecursive", "./src/deep")]), WRITE)
     assert rules(c) == [("/p/src/deep", WRITE)]
@@ -658,6 +670,20 @@ def test_symlink_planted_inside_pointing_out_is_refused_by_both_fences() -> None
         got = confined_attempts(c.rules, probes, predicate)
         assert got["kernel"] == ["denied", "denied", "denied", "ok", "denied"]
         assert got["check"] == [False, False, False, True, False]
+
+
+@needs_landlock
+def test_seed_and_of_three_operands_in_a_confined_child() -> None:
+    with built_tree([(["src", "Main.hs"], False, 5), (["src", "big.hs"], False, 2000), (["src", "a.py"], False, 1),
+                     (["Top.hs"], False, 1)], []) as tree:
+        t = tree["t"]
+        predicate = parse_predicate(T("And", [T("DirectoryRecursive", "./src"), T("FileExtension", ["hs", "lhs"]),
+                                              T("FileSizeLessThan", 1000)]), t)
+        c = compile_predicate(predicate, READ)
+        got = confined_attempts(c.rules, [("read-file", f"{t}/src/Main.hs"), ("read-file", f"{t}/src/big.hs"),
+                                          ("read-file", f"{t}/src/a.py"), ("read-file", f"{t}/Top.hs")], predicate)
+        assert got["kernel"] == ["ok", "ok", "ok", "denied"]  # the kernel fences the tree ...
+        assert got["check"] == [True, False, False, False]  # ... and the in-worker check the rest
 
 
 @needs_landlock

@@ -9,12 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sandbox._addresses import address_verdict, embedded_ipv4
 from sandbox._hosts import (
     AllowedHosts,
     HostError,
     HostRule,
-    address_verdict,
-    embedded_ipv4,
     normalize_host,
     parse_ipv4_number,
     split_host_port,
@@ -158,13 +157,43 @@ def test_split_host_port_handles_brackets_defaults_and_bad_ports() -> None:
 def test_rules_parse_every_entry_form() -> None:
     assert HostRule.parse("Example.com") == HostRule("exact", "example.com", None, "Example.com")
     assert HostRule.parse("*.Example.com:443").kind == "suffix"
-    assert HostRule.parse("*.Example.com:443").port == 443
-    assert HostRule.parse("10.0.0.5:5432") == HostRule("ip", V4("10.0.0.5"), 5432, "10.0.0.5:5432")
+    assert HostRule.parse("*.Example.com:443").ports == (443, 443)
+    assert HostRule.parse("10.0.0.5:5432") == HostRule("ip", V4("10.0.0.5"), (5432, 5432), "10.0.0.5:5432")
     assert HostRule.parse("::1").value == V6("::1")
-    assert HostRule.parse("[::1]:80").port == 80
-    for bad in ["", "*", "*.", "a.*.com", "*example.com", "*.*.com", "*.1.2.3.4", "example.com:0", "[::1"]:
+    assert HostRule.parse("[::1]:80").ports == (80, 80)
+    assert HostRule.parse("[2001:db8::1]:443") == HostRule("ip", V6("2001:db8::1"), (443, 443), "[2001:db8::1]:443")
+    assert HostRule.parse("api.example.com:8000-8100").ports == (8000, 8100)
+    assert HostRule.parse("*.example.org:443-443").ports == (443, 443)
+    assert HostRule.parse("2001:db8::1").ports is None  # a bare IPv6 address has no port: any port
+    for bad in ["", "*", "*.", "a.*.com", "*example.com", "*.*.com", "*.1.2.3.4", "example.com:0", "[::1",
+                "example.com:", "example.com:8100-8000", "example.com:1-", "example.com:-5", "example.com:1-2-3",
+                "example.com:65536", "example.com:http", "[::1]443", "[::1]:", "*.[::1]:443", "user@example.com",
+                "http://example.com", "example.com/path", "2001:db8::1:443x"]:
         with pytest.raises(HostError):
             HostRule.parse(bad)
+
+
+def test_port_errors_name_the_entry_and_what_to_write() -> None:
+    with pytest.raises(HostError, match=r"'example.com:'.*port is missing"):
+        HostRule.parse("example.com:")
+    with pytest.raises(HostError, match=r"8100-8000.*empty"):
+        HostRule.parse("example.com:8100-8000")
+    with pytest.raises(HostError, match=r"outside 1-65535"):
+        HostRule.parse("example.com:0-80")
+
+
+def test_ports_and_port_ranges_match_only_their_ports() -> None:
+    rules = AllowedHosts.parse(["api.example.com:443", "*.example.org:8000-8100", "[2001:db8::1]:443", "any.example"])
+    assert rules.match("api.example.com", 443) is not None
+    assert rules.match("api.example.com", 8443) is None
+    assert rules.match("api.example.com", 80) is None
+    assert rules.match("a.example.org", 8000) is not None and rules.match("a.example.org", 8100) is not None
+    assert rules.match("a.example.org", 7999) is None and rules.match("a.example.org", 8101) is None
+    assert rules.match(V6("2001:db8::1"), 443) is not None and rules.match(V6("2001:db8::1"), 80) is None
+    assert rules.match("any.example", 1) is not None and rules.match("any.example", 65535) is not None
+    # the DNS stub asks with no port: a name allowed on some port resolves
+    assert rules.match("api.example.com", None) is not None
+    assert "not allowed on port 8443" in rules.refusal("api.example.com", 8443)
 
 
 def test_exact_suffix_ip_and_port_matching() -> None:
@@ -203,6 +232,7 @@ def test_empty_allowed_hosts_means_no_network() -> None:
 def test_refusals_explain_ports() -> None:
     rules = AllowedHosts.parse(["example.com:443"])
     assert "other ports" in rules.refusal("example.com", 80)
+    assert "port 80" in rules.refusal("example.com", 80)
     assert "not in AllowedHosts" in rules.refusal("other.com", 443)
 
 
@@ -320,3 +350,46 @@ def test_embedded_ipv4_lists_each_form() -> None:
     assert embedded_ipv4(V6("64:ff9b::1.2.3.4")) == [("NAT64", V4("1.2.3.4"))]
     assert ("NAT64", V4("1.2.3.4")) in embedded_ipv4(V6("64:ff9b:1:102:3:400::"))
     assert embedded_ipv4(V6("2002:102:304::")) == [("6to4", V4("1.2.3.4"))]
+
+
+# --- cloud metadata, checked first
+# ---------------------------------------------------------------------------------------------
+
+#: Every metadata address outside the link-local range, with what opens the class it is in.
+_METADATA_IN_OPENABLE_RANGES = ["168.63.129.16", "100.100.100.200", "fd00:ec2::254", "fd20:ce::254",
+                                "fd00:c1::a9fe:a9fe", "fd00:ec2::23", "192.0.0.192"]
+
+
+@pytest.mark.parametrize("ip", [*_METADATA_IN_OPENABLE_RANGES, "169.254.169.254", "169.254.170.2", "fe80::a9fe:a9fe",
+                                "::ffff:168.63.129.16", "64:ff9b::a83f:8110", "64:ff9b::6464:64c8",
+                                "::ffff:100.100.100.200", "2002:a83f:8110::1", "64:ff9b:1::a83f:8110"])
+def test_metadata_is_refused_first_whatever_the_policy_opens(ip: str) -> None:
+    """Opening every range, listing the literal, or reaching it via localhost: a metadata address never passes."""
+    address = ipaddress.ip_address(ip)
+    wide = AllowedHosts.parse(["x.example", "localhost"], private_networks=["0.0.0.0/0", "::/0"])
+    for entry in (wide.match("x.example", 80), wide.match("localhost", 80), None):
+        ok, reason = address_verdict(address, wide, entry=entry)
+        assert not ok, (ip, entry)
+        assert "cloud metadata address" in reason
+        assert "never dialled" in reason
+
+
+def test_before_this_fix_a_public_metadata_address_passed_by_class() -> None:
+    """168.63.129.16 (Azure WireServer) is a plain public address by class: only the metadata list refuses it."""
+    ok, reason = address_verdict(V4("168.63.129.16"), PUBLIC, entry=NAME)
+    assert not ok and "Azure WireServer" in reason
+
+
+@pytest.mark.parametrize("entry", ["168.63.129.16", "100.100.100.200:80", "[fd00:ec2::254]:80", "fd20:ce::254",
+                                   "169.254.169.254", "::ffff:169.254.169.254", "metadata.google.internal",
+                                   "Metadata.Google.Internal.", "metadata", "metadata.goog:80"])
+def test_metadata_cannot_be_an_entry(entry: str) -> None:
+    with pytest.raises(HostError, match="cloud metadata"):
+        HostRule.parse(entry)
+
+
+def test_every_metadata_entry_names_its_source() -> None:
+    from sandbox._metadata import METADATA_ADDRESSES, METADATA_NAMES
+
+    for what in [*METADATA_ADDRESSES.values(), *METADATA_NAMES.values()]:
+        assert "docs" in what or "spec" in what, what

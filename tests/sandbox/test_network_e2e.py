@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests._policies import agent, system_toolbox, write_policy
-from tests.sandbox._netlab import INET_DNS, INET_HTTP, REPO, Lab
+from tests.sandbox._netlab import ALT_PORT, INET_HTTP, INET_TLS, REPO, Lab, in_ns, sh
 
 pytestmark = pytest.mark.root
 
@@ -29,15 +29,11 @@ def lab() -> Iterator[Lab]:
     os.makedirs("/tmp/agents-supervise-tests", exist_ok=True)
     root = Path(__import__("tempfile").mkdtemp(dir="/tmp/agents-supervise-tests"))
     os.chmod(root, 0o755)
-    lab = Lab(root)
-    netns_etc = Path("/etc/netns") / lab.sup
-    netns_etc.mkdir(parents=True, exist_ok=True)
-    (netns_etc / "resolv.conf").write_text(f"nameserver {INET_DNS}\n")
+    lab = Lab(root)  # its supervisor namespace's resolv.conf has a search domain and ndots:5
     try:
         yield lab
     finally:
         lab.close()
-        shutil.rmtree(netns_etc, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -99,3 +95,33 @@ def test_a_toolbox_without_allowed_hosts_has_no_network(lab: Lab, sandbox_tmp: P
                              "env | grep -i _proxy || echo no-proxy-env")
     assert "BREACH" not in out["stdout"]
     assert "no-proxy-env" in out["stdout"]
+
+
+def test_a_port_entry_allows_its_port_and_refuses_others_from_a_real_worker(lab: Lab, sandbox_tmp: Path) -> None:
+    """``secure.example.test:443`` reaches 443 (CONNECT, TLS end to end), not 8443, which the same host serves."""
+    alt = sh(*in_ns(lab.sup, "curl", "-sS", "--max-time", "5", f"http://{INET_TLS}:{ALT_PORT}/"), check=False)
+    assert "origin-alt-port" in alt.stdout  # the refusal below is the policy's, not an empty port
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])},
+                          toolboxes={"system": {"allowed_hosts": ["secure.example.test:443"]}})
+    out = _call(lab, policy, "curl -sSk --max-time 10 https://secure.example.test/a; echo; "
+                             f"curl -sS --max-time 10 -w '\\n%{{http_code}}' http://secure.example.test:{ALT_PORT}/b")
+    lines = out["stdout"].splitlines()
+    assert lines[0].startswith("tls-origin"), out
+    assert lines[-1] == "403", out
+    assert f"not allowed on port {ALT_PORT}" in out["stdout"]
+
+
+@pytest.mark.parametrize("accepted", [False, True])
+def test_the_policy_cname_targets_knob_works_both_ways(lab: Lab, sandbox_tmp: Path, accepted: bool) -> None:
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    extra = {"cname_targets": ["*.cdn.example.test"]} if accepted else {}
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])},
+                          toolboxes={"system": {"allowed_hosts": ["cdn-alias.example.test"], **extra}})
+    out = _call(lab, policy, "curl -sS --max-time 10 -w '\\n%{http_code}' http://cdn-alias.example.test/")
+    lines = out["stdout"].splitlines()
+    if accepted:
+        assert lines[-1] == "200" and lines[0].startswith("origin"), out
+    else:
+        assert lines[-1] == "403", out
+        assert "alias (CNAME) of edge.cdn.example.test" in out["stdout"]

@@ -416,7 +416,8 @@ def test_parse_defaults_to_always_deny() -> None:
         ({"fsbMaxFileSize": True}, "fsbMaxFileSize is a non-negative"),
         ({"fsbName": 3}, "fsbName is a string"),
         ({"fsbPredicate": T("Nope", 1)}, "unknown predicate tag 'Nope'"),
-        ({"fsbPredicate": T("And", [T("AlwaysDeny")])}, "exactly two"),
+        ({"fsbPredicate": T("And", [T("AlwaysDeny")])}, "And takes an array of two or more predicates"),
+        ({"fsbPredicate": T("Or", [])}, "Or takes an array of two or more predicates"),
         ({"fsbPredicate": T("FileExactly", "a\x00b")}, "NUL"),
         ([], "expected a file sandbox object"),
     ],
@@ -441,3 +442,39 @@ def test_predicate_paths_were_canonicalised_at_load(tree: Path) -> None:
     assert allows(p, tree / "src" / "a.py")
     assert allows(p, tree.parent / "link-to-proj" / "src" / "a.py")
     assert os.path.realpath(str(tree)) == str(tree)
+
+
+# --- n-ary And / Or (the seed's own example gives And three operands)
+
+SEED_AND3 = T("And", [T("DirectoryRecursive", "./src"), T("FileExtension", ["hs", "lhs"]),
+                      T("FileSizeLessThan", 1048576)])
+
+
+def test_seed_and_of_three_parses_as_all_and_behaves_as_all(tree: Path) -> None:
+    (tree / "src" / "Main.hs").write_text("main = pure ()\n")
+    (tree / "src" / "deep" / "Big.lhs").write_bytes(b"x" * 1048576)
+    (tree / "Top.hs").write_text("")
+    p = parse_predicate(SEED_AND3, str(tree))
+    assert p == All((DirectoryRecursive(str(tree / "src")), FileExtension(("hs", "lhs")),
+                     FileSizeLessThan(1048576)))
+    assert allows(p, tree / "src" / "Main.hs")
+    assert not allows(p, tree / "src" / "a.py")  # wrong extension
+    assert not allows(p, tree / "src" / "deep" / "Big.lhs")  # not smaller than 1 MiB
+    assert not allows(p, tree / "Top.hs")  # outside ./src
+    refusal = check_path(p, str(tree / "src" / "a.py"), for_write=False, max_file_size=None)
+    assert not refusal.allowed and "FileExtension" in refusal.message
+
+
+def test_or_of_three_behaves_as_any(tree: Path) -> None:
+    data = T("Or", [T("FileExactly", "./README.md"), T("DirectoryRecursive", "./src/deep"),
+                    T("FilePattern", "*.bin")])
+    p = parse_predicate(data, str(tree))
+    assert p == Any_((FileExactly(str(tree / "README.md")), DirectoryRecursive(str(tree / "src" / "deep")),
+                      FilePattern("*.bin")))
+    assert [allows(p, tree / n) for n in ("README.md", "src/deep/b.py", "big.bin", "src/a.py")] == [
+        True, True, True, False]
+
+
+def test_and_of_two_stays_a_binary_and(tree: Path) -> None:
+    p = parse_predicate(T("And", [T("DirectoryRecursive", "./src"), T("FileExtension", ["py"])]), str(tree))
+    assert p == And(DirectoryRecursive(str(tree / "src")), FileExtension(("py",)))

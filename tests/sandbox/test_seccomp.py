@@ -11,6 +11,7 @@ from sandbox._errors import ConfinementError
 from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp
 
 ALLOW, EPERM, ENOSYS, EAFNOSUPPORT, EPROTONOSUPPORT = "allow", "EPERM", "ENOSYS", "EAFNOSUPPORT", "EPROTONOSUPPORT"
+EOPNOTSUPP = "EOPNOTSUPP"
 ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 #: (keyctl, unshare, clone, clone3, read, socket, socketpair, syslog) per machine
 NR = {"x86_64": (250, 272, 56, 435, 0, 41, 53, 103), "aarch64": (219, 97, 220, 435, 63, 198, 199, 116)}
@@ -34,7 +35,7 @@ def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0, arg2: int =
             if k == 0x7FFF0000:
                 return ALLOW
             assert k >> 16 == 0x0005, f"unexpected action {k:#x}"
-            return {1: EPERM, 38: ENOSYS, 97: EAFNOSUPPORT, 93: EPROTONOSUPPORT}[k & 0xFFFF]
+            return {1: EPERM, 38: ENOSYS, 97: EAFNOSUPPORT, 93: EPROTONOSUPPORT, 95: EOPNOTSUPP}[k & 0xFFFF]
         else:
             raise AssertionError(f"instruction {code:#x} not expected in this filter")
     raise AssertionError("the program ran off its end")
@@ -81,3 +82,18 @@ def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str)
 def test_a_machine_without_a_table_is_refused() -> None:
     with pytest.raises(ConfinementError, match="no seccomp table for riscv64"):
         plan_seccomp("riscv64")
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_xattr_calls_answer_eopnotsupp_unless_the_plan_allows_them(machine: str) -> None:
+    """Numbers from the kernel's tables (x86-64 188-199, the generic table 5-16) and the *xattrat calls (463-466)."""
+    first = {"x86_64": 188, "aarch64": 5}[machine]
+    family = [*range(first, first + 12), 463, 464, 465, 466]
+    refusing, allowing = plan_seccomp(machine), plan_seccomp(machine, xattrs=True)
+    for nr in family:
+        assert run_filter(refusing, arch=ARCH[machine], nr=nr) == EOPNOTSUPP, nr
+        assert run_filter(allowing, arch=ARCH[machine], nr=nr) == ALLOW, nr
+    # the knob opens nothing else
+    keyctl = NR[machine][0]
+    assert run_filter(allowing, arch=ARCH[machine], nr=keyctl) == EPERM
+    assert run_filter(refusing, arch=ARCH[machine], nr=first + 12) == ALLOW  # the next call (not of the family)

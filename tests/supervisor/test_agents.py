@@ -285,9 +285,39 @@ def test_duplicate_and_mismatched_subagent_slugs_are_refused(sandbox_tmp: Path) 
     main = agent("main", extraAgents=[{"slug": "other", "path": "one.json"}])
     with pytest.raises(ConfigError, match=r"extraAgents\[0\]\.slug: extraAgents names slug 'other' but .* says 'twin'"):
         expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
-    main = agent("main", extraAgents=[{"slug": "gone", "path": "gone.json"}])
-    with pytest.raises(ConfigError, match=r"sub-agent file not found"):
-        expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
+
+
+def test_a_missing_subagent_file_is_a_load_error_of_its_agent(sandbox_tmp: Path) -> None:
+    (sandbox_tmp / "helper.json").write_text(json.dumps(agent("helper", builtinToolboxes=[system_toolbox("h")])))
+    main = agent("main", builtinToolboxes=[system_toolbox("m")],
+                 extraAgents=[{"slug": "gone", "path": "gone.json"}, {"slug": "helper", "path": "helper.json"}])
+    policy = write_policy(sandbox_tmp, {"main": main})
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": repo}
+    for command in ("check", "tools"):
+        done = subprocess.run([sys.executable, "-m", "supervisor", command, "--policy", str(policy)],
+                              capture_output=True, text=True, env=env, cwd=repo, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"load error: agent main: {sandbox_tmp / 'main.json'} $.contents.extraAgents[0]: " in done.stdout
+        assert f"sub-agent file not found: {sandbox_tmp / 'gone.json'}; that sub-agent is left out" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "supervisor", "tools", "--policy", str(policy)],
+                          capture_output=True, text=True, env=env, cwd=repo, timeout=120)
+    assert "io_prompt_agent_helper" in done.stdout and "system_h_date" in done.stdout  # the rest loads
+    assert "io_prompt_agent_gone" not in done.stdout
+
+
+def test_extra_agents_naming_the_agents_own_slug_in_another_file_is_the_agent_itself(sandbox_tmp: Path) -> None:
+    # the seed's kimi example: local_lrmlua lists {"slug": "local_lrmlua", "path": "kimi-10.lrmlua.json"}
+    from supervisor._agent_tree import expand_agents
+    from supervisor._config_loader import load_config
+
+    (sandbox_tmp / "kimi-10.lrmlua.json").write_text(json.dumps(agent("local_lrmlua")))
+    main = agent("local_lrmlua", extraAgents=[{"slug": "local_lrmlua", "path": "kimi-10.lrmlua.json"}])
+    tree = expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
+    assert [a.slug for a in tree.config.agents] == ["local_lrmlua"]
+    assert dict(tree.subagents) == {"local_lrmlua": ("local_lrmlua",)}
+    [warning] = [w for w in tree.config.warnings if "own slug" in w]
+    assert "kimi-10.lrmlua.json is not loaded as a second agent" in warning
 
 
 # -- the seed's continuation_id: an endpoint that keeps the conversation --------------------------------------------

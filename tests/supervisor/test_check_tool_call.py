@@ -38,25 +38,40 @@ def typed_tool(sandbox_tmp: Path) -> Path:
 
 def test_a_valid_payload_exits_0(typed_tool: Path) -> None:
     out = check(typed_tool, json.dumps({"name": "x", "count": 3, "tags": ["a", "b"], "verbose": True}))
-    assert (out.returncode, out.stdout, out.stderr) == (0, "Tool call to 'bash_typed_tool' is valid.\n", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "Tool call to 'typed-tool' is valid.\n", "")
 
 
 def test_an_invalid_payload_prints_the_seed_report(typed_tool: Path) -> None:
+    # in the schema's order (name, count, tags, verbose), properties the schema does not know last
     out = check(typed_tool, json.dumps({"count": "3", "tags": "a", "extra": 1}))
     assert out.returncode == 1, out.stderr
     assert out.stdout == (
-        "Tool call validation failed for 'bash_typed_tool' with 4 errors:\n\n"
-        "1. count: Expected integer but got string\n"
-        "2. extra: Unknown property\n"
-        "3. name: Required property missing\n"
-        "4. tags: Expected array but got string\n\n"
+        "Tool call validation failed for 'typed-tool' with 4 errors:\n\n"
+        "1. name: Required property missing\n"
+        "2. count: Expected integer but got string\n"
+        "3. tags: Expected array but got string\n"
+        "4. extra: Unknown property\n\n"
+        "Please correct these issues and try again.\n")
+
+
+def test_the_seeds_read_file_example(sandbox_tmp: Path) -> None:
+    # the seed: check-tool-call --tool ./tools/read-file.sh -> "... for 'read-file' with 2 errors: 1. filepath ...
+    # 2. content ..." (schema order, although "content" sorts first)
+    tool = write_script(sandbox_tmp, "read-file.sh", describe_json("read-file", [
+        arg("filepath", "string", "single"), arg("content", "string", "single")]), "cat")
+    out = check(tool, "{}")
+    assert out.returncode == 1, out.stderr
+    assert out.stdout == (
+        "Tool call validation failed for 'read-file' with 2 errors:\n\n"
+        "1. filepath: Required property missing\n"
+        "2. content: Required property missing\n\n"
         "Please correct these issues and try again.\n")
 
 
 def test_a_value_the_command_line_cannot_carry_is_invalid(typed_tool: Path) -> None:
     out = check(typed_tool, json.dumps({"name": "a\u0000b"}))
     assert out.returncode == 1
-    assert out.stdout.startswith("Tool call validation failed for 'bash_typed_tool' with 1 error:\n\n1. ")
+    assert out.stdout.startswith("Tool call validation failed for 'typed-tool' with 1 error:\n\n1. ")
     assert "NUL" in out.stdout
 
 
@@ -67,7 +82,7 @@ def test_the_seed_templates_and_the_kimi_tool_check(sandbox_tmp: Path) -> None:
     for template in (EXAMPLES / "tools" / "bash" / "my-tool.bash", EXAMPLES / "tools" / "python" / "my-tool.py"):
         out = check(template, "{}", "--policy", str(Path(REPO) / "policies" / "strict.yaml"))
         assert out.returncode in (0, 1), out.stderr
-        assert "bash_my_tool" in out.stdout
+        assert "'my-tool'" in out.stdout
 
 
 def test_describe_runs_confined(sandbox_tmp: Path) -> None:

@@ -132,3 +132,30 @@ def test_every_toolbox_kind_the_loader_produces_is_implemented(sandbox_tmp: Path
     assert report["allowed_hosts"] == ["api.example.com"]
     assert str(spec_dir) in report["read_only"]
 
+
+
+# -- RLIMIT_AS only where no cgroup bounds memory (issue 13 item 11) ------------------------------------------------
+def test_address_space_rlimit_is_the_memory_bound_only_without_a_cgroup_memory_limit() -> None:
+    from sandbox._cgroups import CgroupLayout, CgroupPlan
+    from supervisor._compile import plan_address_space
+
+    layout = CgroupLayout("v2", "/sys/fs/cgroup/x", "/sys/fs/cgroup/x", "/sys/fs/cgroup", "/sys/fs/cgroup/x")
+    memory = CgroupPlan(layout, pids_max=64, memory_bytes=2**30, required=True)
+    optional = CgroupPlan(layout, pids_max=64, memory_bytes=2**30, required=False)
+    pids_only = CgroupPlan(layout, pids_max=64, memory_bytes=None)
+    assert plan_address_space(2**29, memory) == (None, None)
+    assert plan_address_space(2**29, optional) == (None, 2**29)  # back if the optional group cannot be made
+    assert plan_address_space(2**29, pids_only) == (2**29, None)
+    assert plan_address_space(2**29, None) == (2**29, None)
+    assert plan_address_space(None, memory) == (None, None)
+
+
+def test_check_says_when_the_cgroup_replaces_the_address_space_rlimit(sandbox_tmp: Path) -> None:
+    compiled = _compile(sandbox_tmp, system_toolbox(), limits={"address_space_bytes": "512MiB"})
+    (spec,) = compiled.specs
+    if spec.cgroup is None or spec.cgroup.memory_bytes is None:
+        assert spec.plan.rlimits.address_space_bytes == 512 * 2**20  # this host has no cgroup: the rlimit bounds
+    else:
+        assert spec.plan.rlimits.address_space_bytes is None and spec.report["rlimit_as"] is None
+    no_memory = _compile(sandbox_tmp, system_toolbox(), limits={"address_space_bytes": "512MiB", "memory_bytes": None})
+    assert no_memory.specs[0].plan.rlimits.address_space_bytes == 512 * 2**20

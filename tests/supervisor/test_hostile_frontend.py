@@ -109,10 +109,11 @@ async def test_huge_deep_and_concurrent_calls(policy: Path) -> None:
                 "name": "system_system_execute_command", "arguments": {"command": "x" * (20 << 20)}}})
             reply = await mcp.receive()
             assert reply["id"] == "huge" and "more than the limit of 16777216" in reply["result"]["content"][0]["text"]
-            # 2000 calls at once: 4 run (the session's limit), the others are refused at once; ids repeat too.
+            # 2000 calls at once: 4 run (the session's limit), the others are refused at once; an id repeats right
+            # after its first use, while that call (sleep 1) certainly still runs.
             lines = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
                 "name": "system_system_execute_command", "arguments": {"command": "sleep 1"}}}) for i in range(2000)]
-            burst = ("\n".join([*lines, lines[0]]) + "\n").encode()
+            burst = ("\n".join([lines[0], *lines]) + "\n").encode()
             async with trio.open_nursery() as nursery:  # read while writing: the server reads no faster than that
                 nursery.start_soon(trio.to_thread.run_sync, _raw, mcp, burst)
                 replies = [await mcp.receive() for _ in range(2001)]

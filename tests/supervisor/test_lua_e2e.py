@@ -70,8 +70,9 @@ async def _open(sandbox_tmp: Path, lua: dict[str, Any]) -> AsyncIterator[Supervi
     sqlite = {"tag": "SqliteToolbox", "contents": {"Name": "shared_working_memory", "Description": "memory",
                                                    "Versioning": {"tag": "SqliteReadWrite",
                                                                   "path": "./memory/memory.db"}}}
+    # No cgroup memory limit, so the worker gets the RLIMIT_AS the memory tests below put behind MaxMemoryMB.
     policy = write_policy(sandbox_tmp, {"team/tester": agent(builtinToolboxes=[lua, sqlite])}, landlock_min_abi=6,
-                          limits={"address_space_bytes": ADDRESS_SPACE})
+                          limits={"address_space_bytes": ADDRESS_SPACE, "memory_bytes": None})
     async with Supervisor.open(policy) as sup:
         yield sup
 
@@ -140,6 +141,26 @@ async def test_seed_example_script_runs_in_a_confined_worker(sup: Supervisor, te
     assert output.stat().st_uid == NOBODY  # written by the confined worker, not by the test
     with sqlite3.connect(team / "memory" / "memory.db") as db:
         assert db.execute("SELECT content FROM analysis_results").fetchall() == [("split module Foo",)]
+
+
+async def test_tools_call_result_has_the_seeds_tool_result_fields(sup: Supervisor, team: Path) -> None:
+    # the seed's ToolResult {resultData, resultDuration, resultTraceId}: data decoded when JSON, the call's trace id
+    [value] = _values(await _run(sup, """
+        local r = tools.call("sqlite_shared_working_memory_query", {sql = "SELECT 'split' AS word, 7 AS n"})
+        local refused = tools.call("sqlite_shared_working_memory_query", {nope = 1})
+        return {data = r.data, text = r.result_txt, duration = r.duration, trace_id = r.trace_id,
+                refused_trace = refused.trace_id, refused_data = refused.data}
+    """))
+    assert isinstance(value["data"], dict) and value["data"] == json.loads(value["text"])
+    assert "split" in json.dumps(value["data"])
+    assert isinstance(value["duration"], float) and 0 < value["duration"] < 30
+    sup.trace.flush()
+    records = [json.loads(line) for line in Path(sup.compiled.trace_path).read_text().splitlines()]
+    sqlite_calls = [r["call_id"] for r in records if r.get("event") == "call_start"
+                    and r.get("tool") == "sqlite_shared_working_memory_query"]
+    assert value["trace_id"] in sqlite_calls and value["trace_id"].startswith("c")
+    # refused by the portal's schema check before dispatch: no call record, so no trace id; the message is the data
+    assert value["refused_trace"] == "" and "validation failed" in value["refused_data"]
 
 
 async def test_relative_paths_start_at_the_agent_files_folder(sup: Supervisor, team: Path) -> None:

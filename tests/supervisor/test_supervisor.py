@@ -106,9 +106,24 @@ async def test_sigkill_mid_call_fails_that_call_and_the_next_succeeds(policy: Pa
             os.kill(pid, signal.SIGKILL)
         assert results[0].status == "error"
         assert "was killed by SIGKILL" in results[0].data
+        assert results[0].meta("portal_error") == "PortalExecutionError"  # the seed's kind of a call that failed
         after = await sup.call("system_system_date", {})
         assert after.status == "passed"
         assert _worker_pid(sup) != pid
+
+
+async def test_an_unexpected_exception_behind_the_portal_is_a_portal_execution_error(
+        policy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Supervisor.open(policy) as sup:
+        async def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("planted bug")
+
+        monkeypatch.setattr(sup.runner("system"), "call", broken)  # a planted bug in the runner, not a mock of it
+        result = await sup.call("system_system_date", {})
+        assert (result.status, result.meta("portal_error")) == ("error", "PortalExecutionError")
+        assert result.data == "Tool 'system_system_date' failed to execute: RuntimeError: planted bug"
+        monkeypatch.undo()
+        assert (await sup.call("system_system_date", {})).status == "passed"
 
 
 async def test_wall_time_limit_stops_a_hung_worker(sandbox_tmp: Path) -> None:

@@ -47,3 +47,18 @@ async def test_a_worker_that_links_its_tmp_elsewhere_gets_a_fresh_tmp_and_the_ta
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o755)
     assert list(victim.iterdir()) == []
     assert not (sandbox_tmp / "missing").exists()
+
+
+async def test_a_folder_of_another_owner_in_a_work_folder_is_that_toolboxs_load_error(sandbox_tmp: Path) -> None:
+    """Not a link but a real folder of another uid at ``tmp`` (moved there somehow): root does not take it; that
+    toolbox does not load and says why, the others serve."""
+    tmp = sandbox_tmp / "state" / "work" / "tester" / "alpha" / "tmp"
+    tmp.mkdir(parents=True)
+    os.chown(tmp.parent, 12344, 12344)  # the work folder of a former uid: handed over, but not what it did not own
+    os.chown(tmp, 12345, 12345)
+    async with Supervisor.open(_policy(sandbox_tmp)) as sup:
+        other = await sup.call("system_beta_date", {})
+        assert other.status == "passed", other.data
+        [error] = [e for e in sup.load_errors() if e.get("toolbox") == "alpha"]
+        assert f"{tmp} belongs to uid 12345" in error["message"] and "Move it away" in error["message"]
+    assert os.stat(tmp).st_uid == 12345 and os.stat(tmp.parent).st_uid not in (0, 12344)

@@ -207,6 +207,17 @@ def test_seed_example_script_runs(tree: Path) -> None:
     assert [c[0] for c in portal.calls] == ["io_prompt_agent_local_lrmlua", "sqlite_shared_working_memory_query"]
 
 
+def test_tools_call_result_data_is_decoded_json_or_the_text(tree: Path) -> None:
+    portal = StandInPortal(str(tree / "memory.db"))
+    script = """
+    local r = tools.call("io_prompt_agent_local_lrmlua", {what = "x"})
+    local t = tools.call("sqlite_shared_working_memory_query", {sql = "SELECT nope FROM missing_table"})
+    return r.data.summary, r.data.question, r.trace_id, type(r.duration), t.data == t.result_txt, type(t.data)
+    """
+    assert values_of(run(make_toolbox(tree, portal), script)) == [
+        "split module Foo", "x", "trace-1", "number", True, "string"]
+
+
 def test_tools_call_refusals_and_list(tree: Path) -> None:
     portal = StandInPortal(str(tree / "memory.db"))
     script = """

@@ -154,14 +154,31 @@ def test_meta_tools_always_listed_and_script_tools_session_scoped(open_skills: O
     box = open_skills([skills_root])
     assert box.load_errors() == []
     tools = {t.name: t for t in box.tools()}
-    assert set(tools) == {"skill_describe_pdf-processing", "skill_enable_pdf-processing",
+    assert set(tools) == {"skill_list", "skill_describe_pdf-processing", "skill_enable_pdf-processing",
                           "skill_disable_pdf-processing", "skill_pdf-processing_extract-text"}
     script = tools["skill_pdf-processing_extract-text"]
     assert script.annotations == {"session_scoped": True, "skill": "pdf-processing"}
     assert script.input_schema["required"] == ["file"]
     assert not tools["skill_enable_pdf-processing"].annotations.get("session_scoped")
     assert [t.name for t in box.tools_for_session("s1")] == [
-        "skill_describe_pdf-processing", "skill_enable_pdf-processing", "skill_disable_pdf-processing"]
+        "skill_list", "skill_describe_pdf-processing", "skill_enable_pdf-processing", "skill_disable_pdf-processing"]
+
+
+def test_the_list_tool_lists_every_skill_and_what_is_enabled_in_the_session(open_skills: Opener,
+                                                                           skills_root: Path) -> None:
+    # the seed's computeSkillTools: listTool ++ metaTools ++ scriptTools
+    make_skill(skills_root, "core", skill_md("core-utils"), scripts={"hello": "hello"})
+    make_skill(skills_root, "pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"})
+    box = open_skills([skills_root], auto=["core-utils"])
+    assert box.tools()[0].name == "skill_list"
+    box.call("skill_enable_pdf-processing", {}, ctx("s1"))
+    listed = box.call("skill_list", {}, ctx("s1"))
+    assert listed.status == "passed"
+    assert [(s["name"], s["enabled"], s["tools"]) for s in listed.structured["skills"]] == [
+        ("core-utils", True, ["skill_core-utils_hello"]),
+        ("pdf-processing", True, ["skill_pdf-processing_extract-text"])]
+    assert [s["enabled"] for s in box.call("skill_list", {}, ctx("s2")).structured["skills"]] == [True, False]
+    assert "This skill" not in listed.data and listed.structured["skills"][1]["description"]
 
 
 def test_a_skill_enabled_in_one_session_is_not_enabled_in_another(open_skills: Opener, skills_root: Path) -> None:

@@ -1,7 +1,7 @@
 """One function per Developer capability: ``op_<capability>(toolbox, args, ctx) -> ToolResult``.
 
 Each one checks its path through ``toolbox.access`` before it opens anything, refuses bad input with a message
-that says what to fix, and writes only through :func:`._store.atomic_write`.
+that says what to fix, and writes only through ``DeveloperToolbox.write_file`` (in place, journaled).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from toolboxes._toolbox import CallContext
 from ._files import TextFile, load_text, refusal
 from ._patch import PatchError, apply_hunks, locate_hunks, parse_patch
 from ._ranges import RangeError, apply_edits, check_overlaps, parse_read_ranges, parse_write_ranges
-from ._store import EditSession, Store, atomic_write, snapshot_ref
+from ._store import EditSession, Store, snapshot_ref
 
 if TYPE_CHECKING:
     from ._toolbox import DeveloperToolbox
@@ -131,7 +131,7 @@ def _commit(
     if not size_check.allowed:
         return refusal(size_check.message, path)
     store.save_snapshot(before.raw)
-    atomic_write(path, new)
+    tb.write_file(path, new)
     after = store.save_snapshot(new)
     value = {
         "path": path,
@@ -267,7 +267,7 @@ def op_patch_file(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContext) 
             return refusal(size_check.message, path)
         store = _store(tb, ctx)
         store.save_snapshot(current.raw)
-        atomic_write(path, new)
+        tb.write_file(path, new)
         after = store.save_snapshot(new)
     changed = sum(h.changed for h in hunks)
     value = {
@@ -301,6 +301,6 @@ def op_restore_file(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContext
                 before: str | None = store.save_snapshot(f.read())
         except FileNotFoundError:
             before = None
-        atomic_write(acc.path, content)
+        tb.write_file(acc.path, content, create_mode=None if before is not None else 0o644)
     value = {"path": acc.path, "restoredSnapshotRef": ref, "beforeSnapshotRef": before, "afterSnapshotRef": ref}
     return tb.json_result(value, acc.path, "mutate", f"restored {os.path.basename(acc.path)} to {ref}")

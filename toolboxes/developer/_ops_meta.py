@@ -12,7 +12,7 @@ from toolboxes._toolbox import CallContext
 
 from ._files import refusal
 from ._specs import SPECS, agent_template, tool_template
-from ._store import atomic_write, snapshot_ref
+from ._store import snapshot_ref
 from ._validate import check_agent, check_describe, run_describe
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def _create(tb: DeveloperToolbox, path: str, content: str, mode: int, kind: str)
             return refusal(f"{acc.path} already exists; choose a new path (create-{kind} never overwrites)", acc.path)
         if not os.path.isdir(os.path.dirname(acc.path)):
             return refusal(f"the directory {os.path.dirname(acc.path)} does not exist", acc.path)
-        atomic_write(acc.path, data, mode)
+        tb.write_file(acc.path, data, create_mode=mode)
     value = {"path": acc.path, "created": True, "snapshotRef": snapshot_ref(data)}
     return tb.json_result(value, acc.path, "mutate", f"created {kind} {os.path.basename(acc.path)}")
 

@@ -46,7 +46,8 @@ JSON, either {"tag": "OpenAIAgentDescription", "contents": {...}} or the bare ob
 - openApiToolboxes [{"tag": "OpenAPIServer", "contents": {"SpecUrl", "BaseUrl", "Headers", "Token"}}]
 - postgrestToolboxes [{"tag": "PostgRESTServer", "contents": {"SpecUrl", "BaseUrl"}}]
 - builtinToolboxes: SqliteToolbox {Name, Description, Versioning}, SystemToolbox {Name, Description,
-  Capabilities, ...}, DeveloperToolbox {Name, Description, Capabilities, FileSandbox}, LuaToolbox {...}
+  Capabilities, ...}, DeveloperToolbox {Name, Description, Capabilities, FileSandbox}, LuaToolbox {...},
+  WasmToolbox {Name, Description, Path, FileSandbox, MaxMemoryMB, MaxExecutionTimeSeconds, AllowedHosts}
 - skillSources, autoEnableSkills, extraAgents [{"slug", "path"}], fileSandboxes {name: FileSandbox}
 
 FileSandbox: {"fsbPredicate": PathPredicate, "fsbMaxFileSize": bytes|null, "fsbName": text} or {"ref": NAME}.

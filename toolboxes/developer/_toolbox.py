@@ -5,8 +5,10 @@ names are ``developer_<Name>_<capability>`` with ``-`` as ``_``; only listed cap
 goes
 through the FileSandbox (:mod:`._access`, default ``AlwaysDeny``) before it is opened, and every result
 carries
-``state_effect`` and ``resource_id`` ``file:<canonical path>``. Writes are atomic
-(:func:`._store.atomic_write`).
+``state_effect`` and ``resource_id`` ``file:<canonical path>``. Edits rewrite the file in place through a journal
+in the state folder (:func:`toolboxes._journal.write_in_place`: crash-safe, and no temporary file beside the target,
+so a file granted by ``FileExactly`` can be edited); journals a killed worker left are replayed or discarded when
+the toolbox opens.
 Edit sessions and snapshots live in the worker's state folder, per caller session (:mod:`._store`).
 """
 
@@ -14,11 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from toolboxes._journal import JournalReport, recover, write_in_place
 from toolboxes._names import tool_name
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
@@ -29,7 +33,7 @@ from ._files import TextFile, load_text, refusal
 
 __all__ = ["CAPABILITIES", "DeveloperToolbox", "open_toolbox"]
 
-_PATH = {"type": "string", "description": "Absolute path of the file."}
+_PATH = {"type": "string", "description": "Path of the file (absolute, or relative to the agent file's folder)."}
 _CAP = {"type": "string", "description": "Optional; the capability this tool is."}
 CAPABILITIES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "read-file-range": (
@@ -120,6 +124,7 @@ class DeveloperToolbox:
         self.output_bytes = int(policy.get("output_bytes", limits.get("output_bytes") or 1024 * 1024))
         self.describe_timeout_s = float(policy.get("describe_timeout_s", 10.0))
         self.state_dir = env.state_dir
+        self.journal_dir = os.path.join(env.state_dir, "write-journal")
         self.clock = clock
         self.lock = threading.Lock()
         self.by_tool = {tool_name("developer", name, c): c for c in caps}
@@ -142,6 +147,15 @@ class DeveloperToolbox:
 
     def close(self) -> None:
         pass
+
+    def write_file(self, path: str, content: bytes, *, create_mode: int | None = None) -> None:
+        """Give the allowed file ``path`` the content ``content`` in place, crash-safely (``toolboxes._journal``:
+        no temporary file beside it, so a file granted alone can be edited). ``create_mode``: create it."""
+        write_in_place(path, content, self.journal_dir, create_mode=create_mode)
+
+    def recover_writes(self) -> list[JournalReport]:
+        """Finish or discard the edits a killed worker left in its journal (at start, before any call)."""
+        return recover(self.journal_dir, lambda p, size: self.gate.check(p, for_write=True, size=size).allowed)
 
     def access(self, path: Any, *, for_write: bool, size: int | None = None) -> Access:
         """The FileSandbox check every path goes through."""
@@ -194,4 +208,9 @@ class DeveloperToolbox:
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> DeveloperToolbox:
     """Open the toolbox described by ``config``. Raises ``ValueError`` on an unknown capability or no Name."""
-    return DeveloperToolbox(config, env)
+    toolbox = DeveloperToolbox(config, env)
+    for report in toolbox.recover_writes():
+        print(f"developer {toolbox.name}: journal {os.path.basename(report.journal)} {report.action}"
+              f"{' ' + report.target if report.target else ''}{': ' + report.reason if report.reason else ''}",
+              file=sys.stderr)
+    return toolbox

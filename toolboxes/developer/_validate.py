@@ -131,7 +131,7 @@ _AGENT_KEYS = {
     "fileSandboxes",
     "allowedPaths",
 }
-_BUILTIN = {"SqliteToolbox", "SystemToolbox", "DeveloperToolbox", "LuaToolbox"}
+_BUILTIN = {"SqliteToolbox", "SystemToolbox", "DeveloperToolbox", "LuaToolbox", "WasmToolbox"}
 _LISTS = (
     "bashToolboxes",
     "mcpServers",

@@ -101,11 +101,13 @@ class Host:
 
     def _tool_call(self, tool: str, args_json: str) -> Answer:
         """Ask the supervisor's portal to run ``tool``; answers the fields of the Lua result table:
-        ``status`` (ok | error | not-allowed), ``result_txt``, ``duration`` (seconds), ``trace_id``, ``error``."""
+        ``status`` (ok | error | not-allowed), ``result_txt``, ``duration`` (seconds), ``trace_id`` (the portal's
+        call id, ``""`` when the portal refused before dispatching), ``error``, and whether ``result_txt`` is JSON
+        (the prelude then decodes it into ``data`` inside the state, under its limits)."""
         if tool not in self.config.allowed_tools:
             allowed = ", ".join(self.config.allowed_tools) or "none"
             return (True, "not-allowed", "", 0.0, "",
-                    f"tool {tool!r} is not in this toolbox's AllowedTools ({allowed})")
+                    f"tool {tool!r} is not in this toolbox's AllowedTools ({allowed})", False)
         try:
             args = json.loads(args_json)
         except ValueError as exc:
@@ -122,7 +124,20 @@ class Host:
         duration = time.monotonic() - started
         text = result.data if result.data is not None else (result.summary or "")
         trace_id = result.meta("trace_id") or ""
+        is_json = result.data is not None and (result.structured is not None or _is_json_document(result.data))
         if result.status == "passed":
-            return (True, "ok", text, duration, trace_id, None)
+            return (True, "ok", text, duration, trace_id, None, is_json)
         status = "not-allowed" if result.meta("portal_error") == "PortalToolNotAllowed" else "error"
-        return (True, status, text, duration, trace_id, result.summary or text or f"{tool} failed")
+        return (True, status, text, duration, trace_id, result.summary or text or f"{tool} failed", is_json)
+
+
+def _is_json_document(text: str) -> bool:
+    """A result text is JSON when it parses as a JSON object or array (a bare word or number stays text)."""
+    stripped = text.lstrip()
+    if not stripped.startswith(("{", "[")):
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True

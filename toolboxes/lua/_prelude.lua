@@ -872,8 +872,19 @@ tools.call = function(name, args)
   if encoded == "[]" then
     encoded = "{}"
   end
-  local status, result_txt, duration, trace_id, err = call(2, "tools.call", name, encoded)
-  return {status = status, result_txt = result_txt, duration = duration, trace_id = trace_id, error = err}
+  local status, result_txt, duration, trace_id, err, is_json = call(2, "tools.call", name, encoded)
+  -- data: the seed's ToolResult.resultData, the decoded JSON when the result is JSON, else the text
+  local data = result_txt
+  if is_json then
+    local decoded_ok, value = pcall(decode, result_txt)
+    if decoded_ok then
+      data = value
+    elseif deadline_passed() then
+      error(TIMEOUT_MSG, 0)
+    end
+  end
+  return {status = status, result_txt = result_txt, data = data, duration = duration, trace_id = trace_id,
+          error = err}
 end
 tools.list = function()
   return arrayify(decode(call(2, "tools.list")))

@@ -1,6 +1,8 @@
 """The skills toolbox: ``skillSources`` (already local folders) and ``autoEnableSkills``.
 
-Tools, for each skill ``s``:
+Tools: ``skill_list`` (the seed's ``listTool`` of ``computeSkillTools``: every loaded skill with its description,
+its script tools and whether it is enabled in the caller's session; always listed, annotations
+``{"skill_action": "list"}``), then for each skill ``s``:
 
 - ``skill_describe_<s>``: metadata, instructions, script tools, references, and whether ``s`` is enabled in the
   caller's session (always listed);
@@ -158,6 +160,8 @@ class SkillsToolbox:
         if entry is None:
             return ToolResult.error(f"no tool {tool!r} in this skills toolbox (its skill may have been removed)")
         kind, name = entry
+        if kind == "list":
+            return self._list(loaded.skills, ctx)
         skill = loaded.skills[name]
         if kind == "describe":
             return self._describe(skill, ctx)
@@ -186,6 +190,12 @@ class SkillsToolbox:
             )
         path, spec = skill.scripts[tool]
         return self._runner.run(tool, path, spec, args, ctx)
+
+    def _list(self, skills: dict[str, Skill], ctx: CallContext) -> ToolResult:
+        enabled = self._sessions.enabled(ctx.session_id)
+        value = {"skills": [{"name": name, "description": skills[name].meta.description, "enabled": name in enabled,
+                             "tools": sorted(skills[name].scripts)} for name in sorted(skills)]}
+        return ToolResult.json(value).with_meta("state_effect", "read").with_meta("resource_id", "skills")
 
     def _describe(self, skill: Skill, ctx: CallContext) -> ToolResult:
         meta = skill.meta
@@ -217,8 +227,12 @@ class SkillsToolbox:
         self._runner.close()
 
 
+#: The seed's ``listTool``: always listed, even with no skill loaded.
+LIST_TOOL = "skill_list"
+
+
 def _index(skills: dict[str, Skill]) -> dict[str, tuple[str, str]]:
-    index: dict[str, tuple[str, str]] = {}
+    index: dict[str, tuple[str, str]] = {LIST_TOOL: ("list", "")}
     for name, skill in skills.items():
         index[f"skill_describe_{name}"] = ("describe", name)
         index[f"skill_enable_{name}"] = ("enable", name)
@@ -229,8 +243,10 @@ def _index(skills: dict[str, Skill]) -> dict[str, tuple[str, str]]:
 
 
 def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
-    """Meta tools of every skill, then every script tool (session-scoped), skills in name order."""
-    out: list[ToolSpec] = []
+    """The list tool, meta tools of every skill, then every script tool (session-scoped), skills in name order."""
+    out: list[ToolSpec] = [ToolSpec(LIST_TOOL, "List the skills this toolbox offers: each one's name, description, "
+                                    "script tools and whether it is enabled in this session.", _EMPTY_SCHEMA,
+                                    inline=True, annotations={"skill_action": "list"})]
     for name in sorted(skills):
         desc = skills[name].meta.description
         for action, text in (

@@ -23,10 +23,9 @@ import hashlib
 import os
 import re
 import sqlite3
-import tempfile
 import uuid
 
-from toolboxes._atomic import fsync_dir
+from toolboxes._atomic import fsync_dir, make_temporary
 from toolboxes._toolbox import CallContext
 
 from ._engine import sqlite_uri
@@ -86,7 +85,7 @@ def copy_database(source: str | None, target: str, *, journal_mode: str = "DELET
         sqlite3.Error, OSError: the source cannot be read or the target's directory cannot be written.
     """
     directory = os.path.dirname(target) or "."
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=directory)
+    fd, tmp = make_temporary(target)
     os.close(fd)
     try:
         dst = sqlite3.connect(tmp, isolation_level=None)

@@ -1,8 +1,9 @@
 """The System toolbox's file capabilities: ``attach-file`` and ``list-directory``.
 
-Every path goes through the toolbox's FileSandbox twice: the in-worker predicate check here (which gives the
-predicate exactly, including what Landlock cannot say) and the kernel's Landlock rules behind it. A refused path
-gets the same answer whether or not it exists.
+Every path goes through the toolbox's FileSandbox twice: the in-worker check (:class:`toolboxes._paths.PathGate`,
+which gives the predicate exactly, including what Landlock cannot say) and the kernel's Landlock rules behind it.
+Relative paths start at the agent file's folder (the rule every toolbox that takes a path shares), and messages
+show a path as resolved. A refused path gets the same answer whether or not it exists.
 
 ``attach-file`` reads at most ``fsbMaxFileSize`` bytes, decides the media type from the file's leading bytes (never
 its name), copies an image into the work folder and returns it as an attachment (the supervisor then checks it again
@@ -19,12 +20,13 @@ import os
 import stat
 from typing import Any
 
-from sandbox._predicate_eval import check_path, evaluate
+from sandbox._predicate_eval import evaluate
 
 from .._atomic import atomic_write
+from .._paths import PathGate
 from .._result import Attachment, ToolResult
 
-__all__ = ["MAX_ENTRIES", "attach_file", "list_directory", "sniff_media_type"]
+__all__ = ["MAX_ENTRIES", "attach_file", "file_gate", "list_directory", "sniff_media_type"]
 
 MAX_ENTRIES = 2000
 
@@ -63,41 +65,43 @@ def sniff_media_type(head: bytes) -> str:
     return "text/plain"
 
 
-def _sandbox(config: dict[str, Any]) -> dict[str, Any]:
-    return config.get("FileSandbox") or {"fsbPredicate": {"tag": "AlwaysDeny"}, "fsbMaxFileSize": 50 * 1024 * 1024}
+def file_gate(config: dict[str, Any]) -> PathGate:
+    """The System toolbox's FileSandbox (default ``AlwaysDeny``) bound to the agent file's folder."""
+    return PathGate(config.get("FileSandbox"), (config.get("policy") or {}).get("base_dir"))
 
 
-def attach_file(args: dict[str, Any], config: dict[str, Any], workdir: str) -> ToolResult:
+def attach_file(args: dict[str, Any], gate: PathGate, workdir: str) -> ToolResult:
     path = args.get("filepath") or args.get("path")
     if not isinstance(path, str):
         return ToolResult.error("attach-file needs 'filepath': the path of the image to attach")
-    check = check_path(_sandbox(config), path, for_write=False)
+    check = gate.check(path, for_write=False)
     if not check.allowed:
         return ToolResult.error(check.message)
+    shown = gate.shown(path)
     try:
         fd = os.open(check.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        return ToolResult.failed(f"attach-file: cannot open {path!r}: {exc.strerror}")
+        return ToolResult.failed(f"attach-file: cannot open {shown}: {exc.strerror}")
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return ToolResult.failed(f"attach-file: {path!r} is not a regular file")
-        limit = (_sandbox(config).get("fsbMaxFileSize"))
+            return ToolResult.failed(f"attach-file: {shown} is not a regular file")
+        limit = gate.sandbox.max_file_size
         if limit is not None and st.st_size > limit:
-            return ToolResult.error(f"attach-file: {path!r} is {st.st_size} bytes, more than the sandbox's "
+            return ToolResult.error(f"attach-file: {shown} is {st.st_size} bytes, more than the sandbox's "
                                     f"fsbMaxFileSize of {limit}")
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             size += len(chunk)
             if limit is not None and size > limit:
-                return ToolResult.error(f"attach-file: {path!r} grew past fsbMaxFileSize ({limit} bytes)")
+                return ToolResult.error(f"attach-file: {shown} grew past fsbMaxFileSize ({limit} bytes)")
             chunks.append(chunk)
     finally:
         os.close(fd)
     data = b"".join(chunks)
     media_type = sniff_media_type(data[:64])
     if media_type not in IMAGE_TYPES:
-        return ToolResult.failed(f"attach-file attaches images ({', '.join(IMAGE_TYPES)}); {path!r} is {media_type}")
+        return ToolResult.failed(f"attach-file attaches images ({', '.join(IMAGE_TYPES)}); {shown} is {media_type}")
     digest = hashlib.sha256(data).hexdigest()
     rel = os.path.join("attachments", f"{digest}.{media_type.split('/')[1]}")
     target = os.path.join(workdir, rel)
@@ -119,22 +123,19 @@ def _entry(path: str, name: str) -> dict[str, Any] | None:
     return {"name": name, "type": kind, "size": st.st_size if kind == "file" else 0, "modified": modified}
 
 
-def list_directory(args: dict[str, Any], config: dict[str, Any]) -> ToolResult:
+def list_directory(args: dict[str, Any], gate: PathGate) -> ToolResult:
     path = args.get("path")
     if not isinstance(path, str):
         return ToolResult.error("list-directory needs 'path': the directory to list")
     recursive = bool(args.get("recursive", False))
     include_hidden = bool(args.get("include_hidden", False))
-    sandbox = _sandbox(config)
-    check = check_path(sandbox, path, for_write=False, size=0)
+    check = gate.check(path, for_write=False, limit_size=False)
     if not check.allowed:
         return ToolResult.error(check.message)
-    from sandbox._file_sandbox import parse_file_sandbox
-
-    predicate = parse_file_sandbox(dict(sandbox), "/").predicate
+    predicate = gate.sandbox.predicate
     root = check.path
     if not os.path.isdir(root):
-        return ToolResult.failed(f"list-directory: {path!r} is not a directory")
+        return ToolResult.failed(f"list-directory: {gate.shown(path)} is not a directory")
     entries: list[dict[str, Any]] = []
     truncated = False
     stack = [root]

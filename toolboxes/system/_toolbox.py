@@ -17,7 +17,7 @@ from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
 from ..bash._process import Reaper
 from ._command import execute_command
-from ._files import attach_file, list_directory
+from ._files import attach_file, file_gate, list_directory
 from ._info import INFO_CAPABILITIES
 from ._sessions import SESSION_CAPABILITIES
 
@@ -52,17 +52,19 @@ def _info(cap: str) -> _Capability:
 _CAPABILITIES: dict[str, _Capability] = {cap: _info(cap) for cap in INFO_CAPABILITIES}
 _CAPABILITIES["attach-file"] = _Capability(
     "Attach an image file from the file sandbox (png, jpeg, gif, webp; the type is read from the file's bytes).",
-    {"filepath": {"type": "string", "description": "path of the image inside the file sandbox"}},
+    {"filepath": {"type": "string", "description": "path of the image inside the file sandbox (absolute, or "
+                             "relative to the agent file's folder)"}},
     ("filepath",),
-    lambda tb, args, ctx: attach_file(args, tb.config, tb.env.workdir),
+    lambda tb, args, ctx: attach_file(args, tb.gate, tb.env.workdir),
 )
 _CAPABILITIES["list-directory"] = _Capability(
     "List a directory of the file sandbox (only the entries the sandbox allows).",
-    {"path": {"type": "string", "description": "the directory to list"},
+    {"path": {"type": "string", "description": "the directory to list (absolute, or relative to the agent "
+                         "file's folder)"},
      "recursive": {"type": "boolean", "description": "also list subdirectories", "default": False},
      "include_hidden": {"type": "boolean", "description": "include names starting with '.'", "default": False}},
     ("path",),
-    lambda tb, args, ctx: list_directory(args, tb.config),
+    lambda tb, args, ctx: list_directory(args, tb.gate),
 )
 _CAPABILITIES["execute-command"] = _Capability(
     "Run a shell command (sh -c) inside the sandbox; returns exitCode, stdout, stderr and duration.",
@@ -82,6 +84,7 @@ class SystemToolbox:
     def __init__(self, config: dict[str, Any], env: WorkerEnv) -> None:
         self.config = config
         self.env = env
+        self.gate = file_gate(config)
         self.reaper = Reaper(subreaper=True)
         name = config.get("Name") or env.toolbox_name
         self._tools: dict[str, tuple[str, _Capability]] = {}

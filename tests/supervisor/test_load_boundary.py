@@ -1,0 +1,155 @@
+"""No error while one toolbox loads ends the supervisor: it becomes a load error naming that toolbox.
+
+Each test plants an unexpected exception (``RuntimeError("planted ...")``) in one load-time path of one toolbox
+(``broken``) — its compilation, its folders, staging the worker code, its git skill source, its worker's start,
+the handling of its tool list, the registry — and opens a real supervisor with real confined workers: the other
+toolbox (``good``) serves, ``broken`` serves no tool, and ``load_errors()`` and the trace name it and the error.
+The planted exceptions stand in for bugs; nothing else is replaced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import supervisor._compile as compile_module
+import supervisor._registry as registry_module
+import supervisor._skill_sources as sources_module
+from supervisor._supervisor import Supervisor
+from supervisor._worker import Worker
+from tests._policies import agent, system_toolbox, write_policy
+
+pytestmark = pytest.mark.root
+
+
+def _policy(root: Path, **keys: Any) -> Path:
+    return write_policy(root, {"tester": agent(builtinToolboxes=[system_toolbox("good"), system_toolbox("broken")],
+                                               **keys)})
+
+
+def _trace(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (root / "state" / "trace.jsonl").read_text().splitlines()]
+
+
+def _plant_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = compile_module.plan_worker
+
+    def plan_worker(config: Any, tb: Any, **kw: Any) -> Any:
+        if tb.name == "broken":
+            raise RuntimeError("planted in compile")
+        return real(config, tb, **kw)
+
+    monkeypatch.setattr(compile_module, "plan_worker", plan_worker)
+
+
+def _plant_folders(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = compile_module._prepare_worker_dirs
+
+    def prepare(anchor: int, state_dir: str, spec: Any) -> None:
+        if spec.toolbox == "broken":
+            raise PermissionError("planted in the folders")
+        real(anchor, state_dir, spec)
+
+    monkeypatch.setattr(compile_module, "_prepare_worker_dirs", prepare)
+
+
+def _plant_worker_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Worker.start
+
+    async def start(self: Worker, nursery: Any) -> None:
+        if self.spec.toolbox == "broken":
+            raise RuntimeError("planted in the worker start")
+        await real(self, nursery)
+
+    monkeypatch.setattr(Worker, "start", start)
+
+
+def _plant_tool_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Supervisor._take_tools
+
+    def take(self: Supervisor, runner: Any) -> None:
+        if runner.name == "broken":
+            raise RuntimeError("planted in the tool list")
+        real(self, runner)
+
+    monkeypatch.setattr(Supervisor, "_take_tools", take)
+
+
+def _plant_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = registry_module.public_name
+
+    def public_name(raw: str) -> str:
+        if "broken" in raw:
+            raise RuntimeError("planted in the registry")
+        return real(raw)
+
+    monkeypatch.setattr(registry_module, "public_name", public_name)
+
+
+PLANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
+    "compile": (_plant_compile, "did not load (compile): RuntimeError: planted in compile"),
+    "folders": (_plant_folders, "did not load (its work and state folders): PermissionError: planted in the folders"),
+    "worker start": (_plant_worker_start, "did not load (worker start): RuntimeError: planted in the worker start"),
+    "tool list": (_plant_tool_list, "did not load (tool list): RuntimeError: planted in the tool list"),
+    "registry": (_plant_registry, "did not load (tool list): RuntimeError: planted in the registry"),
+}
+
+
+@pytest.mark.parametrize("where", list(PLANTS))
+async def test_an_exception_in_a_load_path_is_that_toolboxs_load_error(
+        where: str, sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plant, expected = PLANTS[where]
+    plant(monkeypatch)
+    async with Supervisor.open(_policy(sandbox_tmp)) as sup:
+        good = await sup.call("system_good_date", {})
+        assert good.status == "passed", good.data
+        names = {t.name for t in sup.list_tools()}
+        assert "system_good_hostname" in names and not any("broken" in n for n in names)
+        broken = await sup.call("system_broken_date", {})
+        assert broken.status == "error"
+        [error] = [e for e in sup.load_errors() if e.get("toolbox") == "broken"]
+        assert error["message"].startswith("toolbox broken")
+        assert expected in error["message"] and "restart the supervisor" in error["message"]
+        assert "Tool not found: 'system_broken_date'" in broken.data
+    assert any(r["event"] == "load_error" and r.get("toolbox") == "broken" and expected in r["message"]
+               for r in _trace(sandbox_tmp))
+    assert _trace(sandbox_tmp)[-1]["event"] == "supervisor_stop"
+
+
+async def test_worker_code_that_cannot_be_staged_is_every_toolboxs_load_error(
+        sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def stage(state_dir: str) -> str:
+        raise OSError(28, "No space left on device (planted)")
+
+    monkeypatch.setattr(compile_module, "stage_worker_code", stage)
+    async with Supervisor.open(_policy(sandbox_tmp)) as sup:
+        assert sup.list_tools() == []
+        errors = {e["toolbox"]: e["message"] for e in sup.load_errors()}
+        assert set(errors) == {"good", "broken"}
+        assert "did not load (staging the worker code): OSError: [Errno 28] No space left on device" in errors["good"]
+        assert (await sup.call("system_good_date", {})).status == "error"
+
+
+async def test_an_exception_on_a_git_sources_clone_path_is_that_sources_load_error(
+        sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.toolboxes.test_skills import make_skill, skill_md
+
+    async def fetch(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("planted in the clone")
+
+    monkeypatch.setattr(sources_module, "fetch_git_source", fetch)
+    make_skill(sandbox_tmp / "local", "core", skill_md("core-utils"), scripts={"hello": "hello"})
+    policy = _policy(sandbox_tmp, skillSources=[
+        {"tag": "SkillGitRepo", "contents": {"url": "https://git.example.test/skills.git"}},
+        {"tag": "SkillDirectory", "contents": "./local"}])
+    async with Supervisor.open(policy) as sup:
+        assert (await sup.call("system_broken_date", {})).status == "passed"
+        assert (await sup.call("skill_enable_core-utils", {})).status == "passed"  # the local source loads
+        [error] = sup.load_errors()
+        assert error == {"toolbox": "skills", "source": "skillSources[0]",
+                         "message": "git source https://git.example.test/skills.git: the clone failed: "
+                                    "RuntimeError: planted in the clone"}

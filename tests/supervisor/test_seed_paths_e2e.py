@@ -1,0 +1,86 @@
+"""Issue 13 item 3: relative paths in tool arguments start at the agent file's folder, in every toolbox that takes a
+path (System, Developer, Lua ``fs``), through real confined workers.
+
+The agent file is ``<tmp>/tester.json``; its FileSandboxes are the seed's, with relative paths (``./src``,
+``./project``), resolved against that same folder at load. The seed's own calls are made as written:
+``list-directory {"path": "./src", ...}`` and ``attach-file ./project/x.png``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from supervisor._supervisor import Supervisor
+from tests._policies import agent, system_toolbox, write_policy
+from tests.sandbox.test_escapes import _png
+
+pytestmark = pytest.mark.root
+
+SANDBOX = {"fsbPredicate": {"tag": "Any", "contents": [{"tag": "DirectoryRecursive", "contents": "./src"},
+                                                        {"tag": "DirectoryRecursive", "contents": "./project"}]},
+           "fsbMaxFileSize": 52428800, "fsbName": "system-sandbox"}
+
+
+@pytest.fixture
+async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
+    (sandbox_tmp / "src" / "Utils").mkdir(parents=True)
+    (sandbox_tmp / "src" / "Main.hs").write_text("main = pure ()\n")
+    (sandbox_tmp / "project").mkdir()
+    (sandbox_tmp / "project" / "x.png").write_bytes(_png())
+    (sandbox_tmp / "secret.txt").write_text("no\n")
+    for p in (sandbox_tmp / "src", sandbox_tmp / "src" / "Utils", sandbox_tmp / "src" / "Main.hs"):
+        os.chown(p, 65534, 65534)
+    system = system_toolbox(capabilities=["attach-file", "list-directory"], FileSandbox=SANDBOX)
+    dev = {"tag": "DeveloperToolbox", "contents": {"Name": "dev", "Description": "d", "Capabilities":
+                                                    ["read-file-range"], "FileSandbox": SANDBOX}}
+    lua = {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "Lua", "MaxMemoryMB": 64,
+                                              "MaxExecutionTimeSeconds": 10, "AllowedTools": [], "AllowedHosts": [],
+                                              "FileSandbox": SANDBOX}}
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system, dev, lua])}, landlock_min_abi=6)
+    async with Supervisor.open(policy) as s:
+        yield s
+
+
+async def test_the_seeds_list_directory_of_dot_src(sup: Supervisor, sandbox_tmp: Path) -> None:
+    listing = await sup.call("system_system_list_directory",
+                             {"capability": "list-directory", "path": "./src", "recursive": False,
+                              "include_hidden": False})
+    assert listing.status == "passed", listing.data
+    assert listing.structured["path"] == "./src"
+    assert [(e["name"], e["type"]) for e in listing.structured["entries"]] == [("Main.hs", "file"),
+                                                                                 ("Utils", "directory")]
+    assert listing.structured["total"] == 2
+    assert listing.meta("resource_id") == f"file:{sandbox_tmp / 'src'}"
+
+
+async def test_the_seeds_attach_file_of_a_relative_path(sup: Supervisor) -> None:
+    attached = await sup.call("system_system_attach_file", {"capability": "attach-file",
+                                                            "filepath": "./project/x.png"})
+    assert attached.status == "passed", attached.data
+    [image] = attached.attachments
+    assert image.media_type == "image/png" and sup.attachments.read(image) == _png()
+
+
+async def test_one_rule_for_system_developer_and_lua(sup: Supervisor, sandbox_tmp: Path) -> None:
+    read = await sup.call("developer_dev_read_file_range", {"path": "./src/Main.hs"})
+    assert read.status == "passed" and read.structured["path"] == str(sandbox_tmp / "src" / "Main.hs")
+    lua = await sup.call("lua_lua_execute", {"script": "return fs.read('./src/Main.hs'), fs.isdir('src/Utils')"})
+    assert lua.status == "passed" and lua.structured["values"] == ["main = pure ()\n", True], lua.data
+    # The same relative path outside the sandbox is refused by each, showing the path as resolved.
+    resolved = f"'{sandbox_tmp}/secret.txt'"
+    where = f"Relative paths start at the agent file's folder, {sandbox_tmp}."
+    for result in (await sup.call("system_system_list_directory", {"path": "./secret.txt"}),
+                   await sup.call("system_system_attach_file", {"filepath": "secret.txt"}),
+                   await sup.call("developer_dev_read_file_range", {"path": "./secret.txt"})):
+        assert result.status == "error" and resolved in (result.data or "") and where in (result.data or ""), \
+            result.data
+    refused = await sup.call("lua_lua_execute", {"script": "return fs.read('./secret.txt')"})
+    assert resolved in (refused.data or "") and where in (refused.data or ""), refused.data
+    # A path that is allowed but is no directory: the message shows it resolved too.
+    not_dir = await sup.call("system_system_list_directory", {"path": "./src/Main.hs"})
+    assert not_dir.status == "failed"
+    assert f"'./src/Main.hs' (resolved to {sandbox_tmp}/src/Main.hs) is not a directory" in (not_dir.data or "")

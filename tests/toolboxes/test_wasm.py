@@ -1,0 +1,175 @@
+"""The WASM toolbox's pure parts and its in-process behaviour (no worker): config and sidecar checks, the result
+mapping's bounds, the compile cache, and the epoch deadline. The confined, end-to-end behaviour is in
+``tests/supervisor/test_wasm_e2e.py``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wasmtime import component as wc
+
+from tests._wasm_components import Spec, build_components
+from toolboxes._result import MAX_ATTACHMENTS, MAX_METADATA_PAIRS
+from toolboxes._toolbox import CallContext, WorkerEnv
+from toolboxes.wasm import ComponentLoadError, WasmConfigError, open_toolbox
+from toolboxes.wasm._config import parse_config
+from toolboxes.wasm._engine import WASMTIME_VERSION, EpochClock
+from toolboxes.wasm._result_map import to_tool_result
+from toolboxes.wasm._sidecar import parse_sidecar
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.changes = 0
+
+    def event(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def tools_changed(self) -> None:
+        self.changes += 1
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    work, state, components = tmp_path / "work", tmp_path / "state", tmp_path / "components"
+    work.mkdir()
+    state.mkdir()
+    build_components([Spec("echo", summary="echoed", behaviour="echo"), Spec("loops", behaviour="loop")], components)
+    return work, state, components
+
+
+def _open(dirs: tuple[Path, Path, Path], **config: Any) -> Any:
+    work, state, components = dirs
+    entry = {"Name": "t", "Path": str(components), "MaxExecutionTimeSeconds": 0.3,
+             "policy": {"watch_interval_s": 0}, **config}
+    return open_toolbox(entry, WorkerEnv("t", str(work), str(state), _Channel()))  # type: ignore[arg-type]
+
+
+# -- config and sidecar --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"Path": "/x"}, "Name: expected a non-empty string"),
+    ({"Name": "t", "Path": "relative"}, "Path: expected an absolute path"),
+    ({"Name": "t", "Path": "/x", "MaxMemoryMB": 0}, "MaxMemoryMB: expected a positive number"),
+    ({"Name": "t", "Path": "/x", "MaxExecutionTimeSeconds": float("inf")}, "MaxExecutionTimeSeconds"),
+    ({"Name": "t", "Path": "/x", "FileSandbox": {"fsbMaxFileSize": 1}}, "FileSandbox"),
+    ({"Name": "t", "Path": "/x", "AllowedHosts": "a.test"}, "AllowedHosts: expected a list"),
+])
+def test_bad_config_is_refused_naming_the_key(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(WasmConfigError, match=message):
+        parse_config(entry)
+
+
+def test_config_defaults() -> None:
+    cfg = parse_config({"Name": "t", "Path": "/x", "policy": {"env": {"B": "2", "A": "1"}}})
+    assert cfg.max_memory_bytes == 64 * 1024 * 1024 and cfg.max_seconds == 30
+    assert cfg.env == (("A", "1"), ("B", "2")) and cfg.file_sandbox is None and cfg.allowed_hosts == ()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (b"{", "not valid JSON"),
+    (b"[]", "expected an object"),
+    (b'{"description": "x", "schema": {}}', "unknown keys \\['schema'\\]"),
+    (b'{"description": "  "}', "'description' must be a non-empty string"),
+    (b'{"description": "x", "inputSchema": {"type": "string"}}', "\"type\": \"object\""),
+    (b'{"description": "x", "inputSchema": {"type": "object", "required": 3}}', "not a valid JSON Schema"),
+    (b" " * (256 * 1024 + 1), "larger than"),
+])
+def test_a_bad_sidecar_says_what_is_wrong(text: bytes, message: str) -> None:
+    with pytest.raises(ComponentLoadError, match=message):
+        parse_sidecar(text, "x.json")
+
+
+def test_a_sidecar_without_a_schema_takes_any_object() -> None:
+    side = parse_sidecar(b'{"description": "does x"}', "x.json")
+    assert side.description == "does x" and side.input_schema == {"type": "object"}
+
+
+# -- the result mapping ----------------------------------------------------------------------------------------------
+def _record(**fields: Any) -> wc.Record:
+    record = wc.Record()
+    values = {"status": "passed", "summary": None, "data": None, "data-path": None, "truncated": False,
+              "metadata": [], "attachments": [], **fields}
+    for k, v in values.items():
+        setattr(record, k, v)
+    return record
+
+
+def _attachment(path: str, media_type: str = "image/png") -> wc.Record:
+    a = wc.Record()
+    setattr(a, "media-type", media_type)
+    a.path = path
+    return a
+
+
+def test_paths_under_the_work_folder_become_relative() -> None:
+    result = to_tool_result(_record(**{"data-path": "/w/out/a.txt", "attachments": [_attachment("/w/p.png"),
+                                                                                    _attachment("/etc/p.png")]}),
+                            "/w", "t")
+    assert result.data_path == "out/a.txt"
+    assert [a.path for a in result.attachments] == ["p.png", "/etc/p.png"]  # the supervisor refuses the second
+
+
+def test_more_metadata_than_the_wire_carries_is_an_error() -> None:
+    result = to_tool_result(_record(metadata=[("k", "v")] * (MAX_METADATA_PAIRS + 1)), "/w", "t")
+    assert result.status == "error" and "more metadata than a result may carry" in result.data
+
+
+def test_attachments_past_the_limit_are_dropped_with_a_note() -> None:
+    result = to_tool_result(_record(data="d", attachments=[_attachment(f"{i}.png") for i in
+                                                           range(MAX_ATTACHMENTS + 1)]), "/w", "t")
+    assert result.status == "passed" and len(result.attachments) == MAX_ATTACHMENTS
+    assert result.data == f"d\n[attachment '{MAX_ATTACHMENTS}.png' refused: more than {MAX_ATTACHMENTS} attachments]"
+    assert result.meta("attachment_refused")
+
+
+def test_an_unknown_status_is_an_error() -> None:
+    assert to_tool_result(_record(status="maybe"), "/w", "t").status == "error"
+
+
+# -- compile cache, time limit -------------------------------------------------------------------------------------
+def test_a_restart_takes_the_compiled_component_from_the_cache(dirs: tuple[Path, Path, Path]) -> None:
+    first = _open(dirs)
+    assert first.loaded("wasm_t_echo").from_cache is False
+    first.close()
+    cached = sorted((dirs[1] / "wasm-cache").iterdir())
+    assert len(cached) == 2 and all(f"-{WASMTIME_VERSION}-" in p.name for p in cached)
+    second = _open(dirs)
+    try:
+        assert second.loaded("wasm_t_echo").from_cache is True
+        result = second.call("wasm_t_echo", {"q": "x"}, CallContext(1, "wasm_t_echo"))
+        assert result.status == "passed" and json.loads(result.data) == {"q": "x"}
+    finally:
+        second.close()
+
+
+def test_an_unusable_cache_file_is_compiled_again(dirs: tuple[Path, Path, Path]) -> None:
+    _open(dirs).close()
+    for p in (dirs[1] / "wasm-cache").iterdir():
+        p.write_bytes(b"not a compiled component")
+    again = _open(dirs)
+    try:
+        assert again.loaded("wasm_t_echo").from_cache is False
+        assert again.call("wasm_t_echo", {}, CallContext(1, "wasm_t_echo")).status == "passed"
+    finally:
+        again.close()
+
+
+def test_the_deadline_of_the_call_lowers_the_time_limit(dirs: tuple[Path, Path, Path]) -> None:
+    tb = _open(dirs, MaxExecutionTimeSeconds=30)
+    try:
+        ctx = CallContext(1, "wasm_t_loops", deadline=time.monotonic() + 0.2)
+        start = time.monotonic()
+        result = tb.call("wasm_t_loops", {}, ctx)
+        assert result.status == "error" and "ran longer than its time limit" in result.data
+        assert time.monotonic() - start < 5
+    finally:
+        tb.close()
+
+
+def test_epoch_ticks_round_up() -> None:
+    assert EpochClock.ticks(0) == 1 and EpochClock.ticks(1.0) == 101
