@@ -17,7 +17,7 @@ import stat
 import sys
 import sysconfig
 
-__all__ = ["python_runtime_paths", "uid_can_read"]
+__all__ = ["python_runtime_paths", "uid_can_read", "uid_write_problem"]
 
 
 def _covered(path: str, by: str) -> bool:
@@ -95,3 +95,37 @@ def uid_can_read(path: str, uid: int, gid: int) -> bool:
     if not _allows(st, uid, gid, _R):
         return False
     return not stat.S_ISDIR(st.st_mode) or _allows(st, uid, gid, _X)
+
+
+_W = (stat.S_IWUSR, stat.S_IWGRP, stat.S_IWOTH)
+
+
+def _who(st: os.stat_result) -> str:
+    return f"owner {st.st_uid}:{st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o}"
+
+
+def uid_write_problem(path: str, uid: int, gid: int, *, folder_too: bool = True) -> str | None:
+    """Why the classic permissions keep ``uid``/``gid`` (no supplementary groups) from writing ``path``, or
+    ``None`` when they do not. Mode bits only, like :func:`uid_can_read`; a missing ``path`` is fine when its
+    folder lets the uid create it. ``folder_too``: the folder must also let the uid create and remove files there
+    (SQLite's journal beside the database). uid 0 is never kept out.
+    """
+    if uid == 0:
+        return None
+    path = os.path.realpath(path)
+    folder = os.path.dirname(path)
+    if not _ancestors_traversable(path, uid, gid):
+        return f"a folder on the way to {path} does not let uid {uid} through (no search permission)"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return f"{path} cannot be looked at: {exc.strerror}"
+    if st is not None and not (_allows(st, uid, gid, _R) and _allows(st, uid, gid, _W)):
+        return f"{path} is not readable and writable by uid {uid} ({_who(st)})"
+    if folder_too or st is None:
+        fst = os.stat(folder)
+        if not (_allows(fst, uid, gid, _W) and _allows(fst, uid, gid, _X)):
+            return f"its folder {folder} does not let uid {uid} create files ({_who(fst)})"
+    return None

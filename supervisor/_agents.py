@@ -14,6 +14,10 @@ request bounded by ``request_timeout_s`` and retried after transient failures (s
 call with unparsable arguments, or naming a tool the agent does not have, is answered to the model with the reason
 (it can correct itself); it still costs a step.
 
+Images a tool returns reach the model: after the step's tool messages, one ``user`` message carries them as
+``image_url`` parts with data URLs (:mod:`supervisor._model_media`), each within ``context.images.max_bytes``; the
+tool message itself lists every attachment.
+
 Each loop is a session of its own in the session store, child of the caller's session, with its turns; the API key
 is resolved here, per loop, and goes nowhere but the request header (not into traces, sessions or workers).
 
@@ -32,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from toolboxes._result import ToolResult
+from toolboxes._result import Attachment, ToolResult
 
 from ._agent_tree import AgentTree
 from ._llm import (
@@ -44,6 +48,7 @@ from ._llm import (
     function_tool,
     resolve_api_key,
 )
+from ._model_media import attachment_label, image_parts
 from ._policy import AgentLoop
 from ._portal import CallOrigin, Portal
 from ._registry import RegisteredTool, ToolRegistry
@@ -73,6 +78,10 @@ def tool_message(result: ToolResult) -> str:
         head += "\n(the tool's output was truncated)"
     if result.data_path:
         head += f"\ndata_path: {result.data_path}"
+    for a in result.attachments:
+        head += f"\nattachment: {attachment_label(a)}"
+    for link in result.links:
+        head += f"\nresource link: {link.name} <{link.uri}>"
     return f"{head}\n\n{data}" if data else head
 
 
@@ -117,7 +126,9 @@ class AgentService:
     def __init__(self, *, tree: AgentTree, portal: Portal, registry: ToolRegistry, trace: TraceRecorder,
                  sessions: SessionStore | None, http: httpx.AsyncClient, bounds: AgentLoop,
                  model_keys: Mapping[str, str], environ: Mapping[str, str] | None = None,
-                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+                 read_attachment: Callable[[Attachment], bytes] | None = None,
+                 max_image_bytes: int = 5 * 1024 * 1024) -> None:
         self.tree = tree
         self.portal = portal
         self.registry = registry
@@ -128,6 +139,8 @@ class AgentService:
         self.model_keys = model_keys
         self.environ = environ
         self._new_id = new_id
+        self.read_attachment = read_attachment
+        self.max_image_bytes = max_image_bytes
 
     def runners(self) -> list[AgentRunner]:
         """One runner per sub-agent (every agent some agent names), in first-seen order."""
@@ -169,7 +182,8 @@ class AgentService:
         inner = replace(origin, session_id=session_id, conversation_id=conversation_id, agent_id=slug,
                         allowed=allowed, caller=f"agent {slug}")
         if self.sessions is not None:
-            self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id)
+            self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id,
+                                      tenant=origin.tenant)
             self.sessions.add_turn(session_id, "user", prompt)
         self.trace.record("agent_start", agent=slug, session=session_id, parent_session=origin.session_id,
                           parent_call_id=origin.parent_call_id, depth=origin.depth, model=desc.model_name,
@@ -230,17 +244,32 @@ class AgentService:
             if not reply.tool_calls:
                 return ToolResult.passed(reply.content, summary=f"agent {slug} answered after {step} step"
                                          + ("s" if step > 1 else ""))
+            images: list[dict[str, Any]] = []
             for call in reply.tool_calls:
                 origin = replace(inner, turn_id=str(step))
                 result = await self._tool_call(call.name, call.arguments, origin)
-                text = tool_message(result)
+                parts, notes = self._images(call.name, result)
+                images += parts
+                text = tool_message(result) + "".join(f"\n[{n}]" for n in notes)
+                if parts:
+                    text += "\n[its images follow in the next message]"
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
                 if self.sessions is not None:
                     self.sessions.add_turn(inner.session_id, "tool", text, tool=call.name)
+            if images:
+                # The chat format has no images in tool messages: they follow them, in one user message.
+                messages.append({"role": "user", "content": images})
         self.trace.record("limit_hit", limit="agent_loop.max_steps", value=self.bounds.max_steps, agent=slug,
                           session=inner.session_id)
         return ToolResult.error(f"agent {slug} reached its step limit of {self.bounds.max_steps} model requests "
                                 "without a final answer (it kept calling tools); the loop was stopped")
+
+    def _images(self, call: str, result: ToolResult) -> tuple[list[dict[str, Any]], list[str]]:
+        if not result.attachments:
+            return [], []
+        if self.read_attachment is None:
+            return [], ["this loop cannot read attachments: none is shown to you"]
+        return image_parts(call, result.attachments, self.read_attachment, self.max_image_bytes)
 
     async def _tool_call(self, name: str, arguments: str, origin: CallOrigin) -> ToolResult:
         try:

@@ -1,12 +1,14 @@
-"""Attachments (seed 000): images a tool returns by naming a file beneath its work folder.
+"""Attachments (seed 000): media a tool returns by naming a file beneath its work folder.
 
 The worker is untrusted, so the supervisor opens the file itself, beneath the worker's work folder only:
 ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`` refuses any symlink, any ``..`` that
 climbs out and any absolute path, and ``O_NOFOLLOW | O_NONBLOCK`` plus an ``fstat`` refuse anything but a regular
-file (a FIFO cannot stall the supervisor). It then checks that the leading bytes match the declared media type
-(png, jpeg, gif, webp) and that the size is at most ``context.images.max_bytes``, and stores the bytes once, by
-sha256, under ``<state_dir>/attachments/``. A refused attachment is dropped and a note saying why is added to the
-result; the result's status never changes because of an attachment.
+file (a FIFO cannot stall the supervisor). It then checks the content against the declared media type
+(``toolboxes/_media.mismatch``: leading bytes of binary types, UTF-8/JSON/SVG rules for text types) and the size
+against the limit of the type's class (``context.images``, ``context.audio``, ``context.files`` ``.max_bytes``), and
+stores the bytes once, by sha256, under ``<state_dir>/attachments/``. A refused attachment is dropped and a note
+saying why is added to the result; the result's status never changes because of an attachment. Temporary files of
+a store interrupted by a kill are removed when the store opens again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import os
 import stat
 from dataclasses import replace
 
+from toolboxes._atomic import make_temporary, sweep_temporaries
+from toolboxes._media import canonical, class_of, mismatch, sniff
 from toolboxes._result import Attachment, ToolResult
 
 __all__ = ["AttachmentRefused", "AttachmentStore", "media_type_of", "open_beneath"]
@@ -64,28 +68,19 @@ def open_beneath(root: str, relpath: str) -> int:
         os.close(dirfd)
 
 
-_MAGIC = {
-    "image/png": lambda b: b.startswith(b"\x89PNG\r\n\x1a\n"),
-    "image/jpeg": lambda b: b.startswith(b"\xff\xd8\xff"),
-    "image/gif": lambda b: b.startswith((b"GIF87a", b"GIF89a")),
-    "image/webp": lambda b: len(b) >= 12 and b[:4] == b"RIFF" and b[8:12] == b"WEBP",
-}
-
-
 def media_type_of(head: bytes) -> str | None:
-    """The image media type the leading bytes show, or ``None``."""
-    for media_type, check in _MAGIC.items():
-        if check(head):
-            return media_type
-    return None
+    """The media type the leading bytes show (a signature), or ``None``."""
+    return sniff(head)
 
 
 class AttachmentStore:
-    """Validates attachments and stores their bytes by sha256."""
+    """Checks attachments and stores their bytes by sha256; ``limits`` maps a media class to its largest size."""
 
-    def __init__(self, state_dir: str, max_bytes: int) -> None:
+    def __init__(self, state_dir: str, limits: dict[str, int]) -> None:
         self.root = os.path.join(state_dir, "attachments")
-        self.max_bytes = max_bytes
+        self.limits = dict(limits)
+        if os.path.isdir(self.root):
+            sweep_temporaries(self.root)  # a root-owned 0700 folder no worker can reach
 
     def path_of(self, sha256: str) -> str:
         return os.path.join(self.root, sha256)
@@ -98,40 +93,50 @@ class AttachmentStore:
             return f.read()
 
     def accept(self, workdir: str, attachment: Attachment) -> Attachment:
-        """Validate and store one attachment; raises :class:`AttachmentRefused`."""
-        if attachment.media_type not in _MAGIC:
-            raise AttachmentRefused(f"media type {attachment.media_type!r} is not one of "
-                                    f"{', '.join(_MAGIC)}")
+        """Check and store one attachment; raises :class:`AttachmentRefused`."""
+        media_type = canonical(attachment.media_type)
+        if not media_type or "/" not in media_type:
+            raise AttachmentRefused(f"{attachment.media_type!r} is not a media type")
+        media_class = class_of(media_type)
+        limit = self.limits[media_class]
         fd = open_beneath(workdir, attachment.path)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise AttachmentRefused("it is not a regular file")
-            if st.st_size > self.max_bytes:
-                raise AttachmentRefused(f"it is {st.st_size} bytes, more than the limit of {self.max_bytes}")
+            if st.st_size > limit:
+                raise AttachmentRefused(f"it is {st.st_size} bytes, more than the limit of {limit} for "
+                                        f"{media_class} (context.{media_class}.max_bytes)")
             chunks = []
             size = 0
             while chunk := os.read(fd, 1 << 20):
                 size += len(chunk)
-                if size > self.max_bytes:
-                    raise AttachmentRefused(f"it is more than the limit of {self.max_bytes} bytes")
+                if size > limit:
+                    raise AttachmentRefused(f"it is more than the limit of {limit} bytes for {media_class} "
+                                            f"(context.{media_class}.max_bytes)")
                 chunks.append(chunk)
         finally:
             os.close(fd)
         data = b"".join(chunks)
-        if not _MAGIC[attachment.media_type](data[:16]):
-            actual = media_type_of(data[:16])
-            raise AttachmentRefused(f"its bytes are not {attachment.media_type}"
-                                    + (f" (they look like {actual})" if actual else ""))
+        problem = mismatch(media_type, data)
+        if problem is not None:
+            raise AttachmentRefused(f"it is not {media_type}: {problem}")
         digest = hashlib.sha256(data).hexdigest()
         target = self.path_of(digest)
         if not os.path.exists(target):
             os.makedirs(self.root, mode=0o700, exist_ok=True)
-            tmp = f"{target}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        return replace(attachment, sha256=digest, size=len(data))
+            tmp_fd, tmp = make_temporary(target)
+            try:
+                with os.fdopen(tmp_fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, target)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+                raise
+        return replace(attachment, media_type=media_type, sha256=digest, size=len(data))
 
     def store(self, workdir: str, result: ToolResult) -> ToolResult:
         """Accept every attachment of ``result``; refused ones are replaced by a note. Status is unchanged."""

@@ -18,6 +18,9 @@
                                                         run the bash tool's describe confined and validate the
                                                         JSON arguments on stdin; exit 0 valid, 1 invalid, 2 error
 
+``call`` and ``run`` take ``--session NAME`` (continue that session; without it every run is a session of its own),
+``--conversation ID`` and ``--turn ID`` (the call's ids; default: the session's conversation and a new turn).
+
 Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker that cannot start) is
 printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback.
 """
@@ -48,13 +51,33 @@ def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--state-dir", default=None, help="override the policy's state directory")
 
 
+def _add_ids(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--session", default=None, metavar="NAME",
+                   help="a session name to continue (with the agent of the tool or run); default: a new session")
+    p.add_argument("--conversation", default="", metavar="ID",
+                   help="the conversation id of this call (default: the session's own)")
+    p.add_argument("--turn", default="", metavar="ID", help="the turn id of this call (default: a new one)")
+
+
+def _session_name(args: argparse.Namespace) -> str:
+    """The session name of a ``call`` or ``run``: ``--session``, else one unique to this run."""
+    from ._session_ids import new_id
+
+    return args.session if args.session is not None else f"cli-{new_id()}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agents-supervise",
                                      description="Run AI agents' tools in kernel-confined workers.")
     _add_common(parser, required=False)
     sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", help="serve MCP over stdio")
+    serve = sub.add_parser("serve", help="serve MCP over stdio, or over Streamable HTTP with --http")
     _add_common(serve)
+    serve.add_argument("--http", nargs="?", const="", default=None, metavar="HOST:PORT",
+                       help="serve MCP over Streamable HTTP (default: the policy's frontends.http.listen, "
+                            "else 127.0.0.1:8765)")
+    hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
+    hash_token.set_defaults(policy=None)
     tools = sub.add_parser("tools", help="list the tools")
     _add_common(tools)
     tools.add_argument("--json", action="store_true")
@@ -62,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_common(call)
     call.add_argument("tool")
     call.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
-    call.add_argument("--session", default="cli", help="session id")
+    _add_ids(call)
     check = sub.add_parser("check", help="show what each toolbox's worker will get")
     _add_common(check)
     check.add_argument("--json", action="store_true")
@@ -75,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--agent-file", action="append", default=[], dest="agent", metavar="FILE",
                      help="an agent file to load besides the policy's (repeatable)")
     run.add_argument("--state-dir", default=None, help="override the policy's state directory")
-    run.add_argument("--session", default="cli", help="session id")
+    _add_ids(run)
     run.add_argument("prompt")
     trace = sub.add_parser("trace", help="report on a trace file (call tree, summary, redundant reads)")
     trace.add_argument("file")
@@ -133,16 +156,28 @@ def _fail(message: str, code: int = EXIT_ERROR) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from ._mcp_stdio import serve_mcp_stdio
     from ._supervisor import Supervisor
 
+    http = getattr(args, "http", None)
+    if http is not None:
+        from ._config_loader import load_config
+        from ._http_auth import http_frontend_from_policy
+        from ._mcp_http import serve_mcp_http
+
+        settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
         for w in sup.compiled.warnings:
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope, sup)
+            if http is not None:
+                address = await nursery.start(serve_mcp_http, sup, settings, auth)
+                print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
+                return 0  # serves until a signal ends the nursery
 
             async def serve() -> None:
+                from ._mcp_stdio import serve_mcp_stdio
+
                 await serve_mcp_stdio(sup)
                 nursery.cancel_scope.cancel()  # EOF from the frontend: shut down cleanly
 
@@ -197,7 +232,8 @@ async def _call(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         return _fail(f"the arguments are not valid JSON: {exc}")
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
-        result = await sup.call(args.tool, arguments, session_id=args.session)
+        result = await sup.call(args.tool, arguments, session_id=_session_name(args),
+                                conversation_id=args.conversation, turn_id=args.turn)
     print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))
     return {"passed": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_ERROR)
 
@@ -237,6 +273,9 @@ def _check(args: argparse.Namespace) -> int:
         print("  read-only: " + ", ".join(tb["read_only"]))
         print("  read-write: " + ", ".join(tb["read_write"]))
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
+        if tb.get("cname_targets"):
+            print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         fs = tb.get("file_sandbox")
         if fs:
@@ -261,7 +300,8 @@ async def _run(args: argparse.Namespace) -> int:
     from ._supervisor import Supervisor
 
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
-        result = await sup.run_agent(args.slug, args.prompt, session_id=args.session)
+        result = await sup.run_agent(args.slug, args.prompt, session_id=_session_name(args),
+                                     conversation_id=args.conversation, turn_id=args.turn)
     if result.status != "passed":
         return _fail(result.data or result.summary or "the agent failed", EXIT_ERROR)
     print(result.data or "")
@@ -295,6 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         return _schema(args)
     if command == "trace":
         return _trace(args)
+    if command == "hash-token":
+        from ._http_auth import hash_token
+
+        token = sys.stdin.readline().strip()
+        if not token:
+            return _fail("hash-token reads the token on its standard input (one line)")
+        print(hash_token(token))
+        return 0
     if command == "check-tool-call":
         try:
             return _check_tool_call(args)

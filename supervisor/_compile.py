@@ -30,8 +30,9 @@ from ._config_errors import ConfigError, ConfigProblem
 from ._config_loader import LoadedConfig
 from ._errors import PolicyRefused
 from ._identities import WorkerIdentity, assign_identities
+from ._session_introspection import introspection_problem
 from ._skill_sources import GitSource, plan_git_sources
-from ._sqlite_grants import sqlite_fs_rules
+from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
 from ._staging import stage_worker_code
 from ._worker import WorkerSpec
 
@@ -61,7 +62,7 @@ class CompiledPolicy:
     max_call_depth: int
     session_max_calls: int | None
     session_max_concurrent: int | None
-    max_image_bytes: int
+    media_limits: dict[str, int]
     restart_backoff_initial_s: float
     restart_backoff_max_s: float
     crash_loop_max_restarts: int
@@ -176,6 +177,10 @@ def plan_worker(
         rules += [FsRule(os.path.dirname(p), READ) for p in tb.read_paths]
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
     cfg = _worker_config(tb)
+    if tb.kind == "system":  # session introspection: an agent file only narrows what the policy allows
+        too_wide = introspection_problem(cfg, policy.sessions.introspection)
+        if too_wide:
+            raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): {too_wide}")
     git_targets: set[str] = set()
     if tb.kind == "skills":  # git sources: read the clones, which exist once the supervisor made them
         cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
@@ -506,6 +511,11 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 load_errors.append(_load_error(tb, "compile", exc))
                 continue
             origins[spec.toolbox] = tb
+            if tb.kind == "sqlite":  # file modes that keep the worker's uid out of a database it must write
+                spec.warnings += sqlite_access_warnings(
+                    tb.name, tb.worker_config().get("Versioning") or {},
+                    spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
+                    spec.plan.gid if spec.plan.gid is not None else os.getegid())
             specs.append(spec)
             warnings += spec.warnings
             if tb.kind == "skills":
@@ -542,7 +552,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         max_call_depth=policy.max_call_depth,
         session_max_calls=policy.sessions.max_calls,
         session_max_concurrent=policy.sessions.max_concurrent_calls,
-        max_image_bytes=policy.context.images.max_bytes,
+        media_limits=policy.context.media_limits(),
         restart_backoff_initial_s=policy.supervision.restart_backoff_initial_s,
         restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
         crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,

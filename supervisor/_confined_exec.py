@@ -97,6 +97,7 @@ async def run_confined(
     rlimits: Rlimits | None = None,
     allowed_hosts: Sequence[str] = (),
     private_networks: Sequence[str] = (),
+    cname_targets: Sequence[str] = (),
     on_egress: Callable[[dict[str, Any]], None] | None = None,
     launcher: Sequence[str] | None = None,
     stdout_cap: int = 1 << 20,
@@ -151,7 +152,7 @@ async def run_confined(
             with trio.move_on_after(timeout_s) as scope:
                 if carrier is not None:
                     nursery.start_soon(_serve_bridge, carrier, proc, toolbox, allowed_hosts, private_networks,
-                                       on_egress)
+                                       cname_targets, on_egress)
                     carrier = None  # owned by the task now
                 await proc.wait()
             if scope.cancelled_caught:
@@ -167,7 +168,8 @@ async def run_confined(
 
 
 async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: Sequence[str],
-                        private: Sequence[str], on_egress: Callable[[dict[str, Any]], None] | None) -> None:
+                        private: Sequence[str], cname_targets: Sequence[str],
+                        on_egress: Callable[[dict[str, Any]], None] | None) -> None:
     """Receive the bridge sockets from the launcher and serve them until the program exits."""
     try:
         bridge = await receive_bridge(trio.socket.from_stdlib_socket(carrier))
@@ -176,7 +178,7 @@ async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: 
     finally:
         carrier.close()
     proxy, dns_udp, dns_tcp = bridge.to_trio()
-    rules = AllowedHosts.parse(tuple(hosts), private_networks=tuple(private))
+    rules = AllowedHosts.parse(tuple(hosts), private_networks=tuple(private), cname_targets=tuple(cname_targets))
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(lambda task_status: serve_egress(

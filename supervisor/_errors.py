@@ -15,7 +15,16 @@ raise into the supervisor.
 
 from __future__ import annotations
 
-__all__ = ["PolicyRefused", "SupervisorError", "WorkerStartError", "first_leaf"]
+from toolboxes._result import ToolResult
+
+__all__ = ["PolicyRefused", "SupervisorError", "WorkerStartError", "execution_error", "first_leaf"]
+
+
+def execution_error(message: str) -> ToolResult:
+    """An ``error`` result of a dispatched call that could not run (its worker died, restarted, was disabled, or
+    the call ran past its wall time): the seed's ``PortalExecutionError`` kind in metadata ``portal_error``, as the
+    portal's refusals carry theirs. A toolbox's own refusal is not one."""
+    return ToolResult.error(message).with_meta("portal_error", "PortalExecutionError")
 
 
 def first_leaf(exc: BaseException) -> BaseException:

@@ -1,135 +1,56 @@
 """The MCP frontend over stdio: newline-delimited JSON-RPC 2.0, served with trio.
 
-Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call``; notifications ``notifications/initialized`` and
-``notifications/cancelled`` (cancels the named call; its worker is told to stop it), and the server sends
-``notifications/tools/list_changed`` whenever the tool list changes. One stdio connection is one session: its
-session id is given to every call (skills enabled in it, session limits), ``tools/list`` shows the session's own
-list (skills' script tools only where their skill is enabled) and enabling or disabling a skill notifies this
-session only.
-
-Results map as follows: ``data`` -> a text content block (``summary`` when there is no data), each stored image
-attachment -> an image content block, ``structured`` JSON -> ``structuredContent`` (an object; other JSON values
-are wrapped as ``{"result": value}``), status ``failed``/``error`` -> ``isError: true``. Calls run concurrently;
-replies are written whole, one line each.
+One stdio connection is one :class:`~supervisor._mcp_session.McpSession` (the methods, the session's tool view and
+how results map are there). Calls run concurrently; replies are written whole, one line each. At most
+``MAX_IN_FLIGHT`` requests are handled at once: past it the server stops reading stdin until one ends.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import math
-import uuid
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 import trio
 
-from toolboxes._result import ToolResult
-
+from ._mcp_session import INVALID_REQUEST, McpSession, encode_message
 from ._pipes import send_whole
 from ._supervisor import Supervisor
 
 __all__ = ["McpStdioServer", "serve_mcp_stdio"]
 
-SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-SERVER_INFO = {"name": "agents-supervise", "version": "0.1.0"}
 _MAX_LINE = 64 * 1024 * 1024
 #: Requests of one MCP session being handled or answered at once. Past it the server stops reading stdin until one
 #: ends: a client that sends without reading the replies is slowed down, never buffered without bound.
 MAX_IN_FLIGHT = 256
 
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
-
-
-def result_to_mcp(result: ToolResult, read_attachment: Callable[[Any], bytes]) -> dict[str, Any]:
-    """The ``CallToolResult`` for one tool result."""
-    content: list[dict[str, Any]] = []
-    text = result.data if result.data is not None else result.summary
-    if text:
-        content.append({"type": "text", "text": text})
-    for a in result.attachments:
-        try:
-            data = read_attachment(a)
-        except (OSError, KeyError):
-            content.append({"type": "text", "text": f"[attachment {a.path} is no longer available]"})
-            continue
-        content.append({"type": "image", "data": base64.b64encode(data).decode("ascii"), "mimeType": a.media_type})
-    if result.truncated:
-        content.append({"type": "text", "text": "[output truncated]"})
-    if not content:
-        content.append({"type": "text", "text": ""})
-    out: dict[str, Any] = {"content": content, "isError": result.status != "passed"}
-    if result.structured is not None:
-        out["structuredContent"] = result.structured if isinstance(result.structured, dict) else {
-            "result": result.structured}
-    return out
-
-
-def _encode_line(message: dict[str, Any]) -> bytes:
-    """One JSON line for ``message``; strict JSON even when a worker's structured value is not.
-
-    A tool's ``structured`` value may hold NaN or infinities (JSON cannot spell them): it is left out and the text
-    content, which says the same, stays. Anything else that cannot be written becomes a JSON-RPC error.
-    """
-    try:
-        return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-    except UnicodeEncodeError:  # a lone surrogate (from a client's own string): escaped, it is valid JSON
-        return _encode_line_ascii(message)
-    except (ValueError, TypeError, RecursionError) as exc:
-        result = message.get("result")
-        if isinstance(result, dict) and "structuredContent" in result:
-            trimmed = {**message, "result": {k: v for k, v in result.items() if k != "structuredContent"}}
-            return _encode_line(trimmed)
-        error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {exc}"}
-        return _encode_line_ascii({"jsonrpc": "2.0", "id": message.get("id"), "error": error})
-
-
-def _encode_line_ascii(message: dict[str, Any]) -> bytes:
-    try:
-        return json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-    except (ValueError, TypeError, RecursionError) as exc:
-        error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {type(exc).__name__}"}
-        return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode() + b"\n"
-
-
-def _valid_id(req_id: Any) -> bool:
-    """JSON-RPC ids are strings or numbers (``None`` marks a notification); JSON has no NaN or infinity."""
-    if isinstance(req_id, float):
-        return math.isfinite(req_id)
-    return isinstance(req_id, str | int) and not isinstance(req_id, bool)
-
 
 class McpStdioServer:
-    """One MCP session over a pair of byte streams."""
+    """One MCP session over a pair of byte streams (newline-delimited JSON)."""
 
     def __init__(self, sup: Supervisor, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         self.sup = sup
         self._receive = receive
         self._send = send
         self._send_lock = trio.Lock()
-        self._calls: dict[Any, trio.CancelScope] = {}
-        self.session_id = f"mcp-{uuid.uuid4().hex[:12]}"
-        self._initialized = False
+        self.session = McpSession(sup, self._write)
         self._in_flight = trio.CapacityLimiter(MAX_IN_FLIGHT)
 
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
     async def _write(self, message: dict[str, Any]) -> None:
-        line = _encode_line(message)
+        line = encode_message(message)
         try:
             await send_whole(self._send, self._send_lock, line)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def _reply(self, req_id: Any, result: dict[str, Any]) -> None:
-        await self._write({"jsonrpc": "2.0", "id": req_id, "result": result})
-
-    async def _error(self, req_id: Any, code: int, message: str) -> None:
-        await self._write({"jsonrpc": "2.0", "id": req_id, "error": {"code": code, "message": message}})
-
     async def serve(self) -> None:
         """Serve until the client closes stdin."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_tools)
+            nursery.start_soon(self.session.watch_tools)
             buffer = bytearray()
             skipping = False  # inside a line that was too long: drop bytes until its newline
             while True:
@@ -157,17 +78,11 @@ class McpStdioServer:
                     buffer += chunk[start:]
                     if len(buffer) > _MAX_LINE:
                         # Refused once, as soon as it is too long; never buffered beyond the limit.
-                        await self._error(None, INVALID_REQUEST,
-                                          f"message too large: a line may have at most {_MAX_LINE} bytes")
+                        await self.session.refuse(
+                            None, INVALID_REQUEST, f"message too large: a line may have at most {_MAX_LINE} bytes")()
                         buffer.clear()
                         skipping = True
             nursery.cancel_scope.cancel()
-
-    async def _watch_tools(self) -> None:
-        while True:
-            await self.sup.wait_tools_changed(self.session_id)  # global changes and this session's own
-            if self._initialized:
-                await self._write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
     async def _run_job(self, job: Callable[[], Awaitable[None]], token: object) -> None:
         try:
@@ -180,86 +95,10 @@ class McpStdioServer:
         try:
             msg = json.loads(line)
         except RecursionError:
-            return partial(self._error, None, PARSE_ERROR, "parse error: the JSON is nested too deeply")
+            return self.session.parse_error("parse error: the JSON is nested too deeply")
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-            return partial(self._error, None, PARSE_ERROR, f"parse error: {str(exc)[:200]}")
-        if isinstance(msg, list) or not isinstance(msg, dict):
-            return partial(self._error, None, INVALID_REQUEST, "expected a JSON-RPC object")
-        method = msg.get("method")
-        req_id = msg.get("id")
-        params = msg.get("params") or {}
-        if not isinstance(method, str):
-            if "result" in msg or "error" in msg:
-                return None  # a response to something we never ask; ignore
-            return partial(self._error, req_id, INVALID_REQUEST, "missing method")
-        if req_id is None:
-            self._notification(method, params)
-            return None
-        if not _valid_id(req_id):
-            return partial(self._error, None, INVALID_REQUEST, "the id must be a string or a number")
-        if not isinstance(params, dict):
-            return partial(self._error, req_id, INVALID_PARAMS, "params must be an object")
-        if method == "tools/call":
-            if req_id in self._calls:
-                return partial(self._error, req_id, INVALID_REQUEST,
-                               f"a call with id {json.dumps(req_id)} is already running; ids must be unique")
-            scope = trio.CancelScope()
-            self._calls[req_id] = scope
-            return partial(self._tools_call, req_id, params, scope)
-        return partial(self._request, req_id, method, params)
-
-    def _notification(self, method: str, params: Any) -> None:
-        if method == "notifications/initialized":
-            self._initialized = True
-        elif method == "notifications/cancelled" and isinstance(params, dict) and _valid_id(
-                params.get("requestId")):
-            scope = self._calls.get(params["requestId"])
-            if scope is not None:
-                scope.cancel()
-
-    async def _request(self, req_id: Any, method: str, params: dict[str, Any]) -> None:
-        if method == "initialize":
-            asked = params.get("protocolVersion")
-            version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
-            self._initialized = True
-            await self._reply(req_id, {
-                "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": True}},
-                "serverInfo": SERVER_INFO,
-                "instructions": "Tools run in kernel-confined workers; refusals explain what was refused and why.",
-            })
-        elif method == "ping":
-            await self._reply(req_id, {})
-        elif method == "tools/list":
-            tools = []
-            for t in self.sup.list_tools(self.session_id):
-                entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
-                tools.append(entry)
-            await self._reply(req_id, {"tools": tools})
-        else:
-            await self._error(req_id, METHOD_NOT_FOUND, f"method not found: {method}")
-
-    async def _tools_call(self, req_id: Any, params: dict[str, Any], scope: trio.CancelScope) -> None:
-        try:
-            name = params.get("name")
-            args = params.get("arguments")
-            if not isinstance(name, str):
-                await self._error(req_id, INVALID_PARAMS, "tools/call needs a string 'name'")
-                return
-            with scope:
-                try:
-                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id)
-                    reply = result_to_mcp(result, self.sup.attachments.read)
-                except Exception as exc:  # a bug of ours ends this call, never the session
-                    self.sup.trace.record("internal_error", where="tools/call", tool=name,
-                                          error=f"{type(exc).__name__}: {exc}")
-                    await self._error(req_id, INTERNAL_ERROR, f"internal error while calling {name}; see the trace")
-                    return
-            if scope.cancelled_caught:
-                return  # the client cancelled: MCP says no response is sent
-            await self._reply(req_id, reply)
-        finally:
-            self._calls.pop(req_id, None)
+            return self.session.parse_error(f"parse error: {str(exc)[:200]}")
+        return self.session.handle_message(msg)
 
 
 async def serve_mcp_stdio(sup: Supervisor) -> None:

@@ -39,7 +39,7 @@ _log = logging.getLogger("supervisor.otel")
 #: at most one ``otel_export_failed`` record (and one exporter log line) per this many seconds
 REPORT_INTERVAL_S = 60.0
 _MAX_STRING = 4096
-_CALL_KEYS = ("call_id", "parent_call_id", "toolbox", "agent", "session", "depth", "caller")
+_CALL_KEYS = ("call_id", "parent_call_id", "toolbox", "agent", "session", "conversation", "turn", "depth", "caller")
 _WORKER_EVENTS = frozenset({"worker_spawn", "worker_exit", "worker_restart", "worker_start_failed", "crash_loop",
                             "protocol_violation"})
 _EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",

@@ -259,12 +259,31 @@ class Network(_Model):
     allow_private_ranges: list[Cidr] = Field(default=[], description="private ranges the egress proxy may dial")
 
 
+SessionScope = Literal["parents-only", "children-only", "subtree", "all"]
+
+
+class Introspection(_Model):
+    """Caps on the System toolbox's session capabilities (an agent file can only narrow them)."""
+
+    scopes: list[SessionScope] = Field(
+        default=["parents-only", "children-only", "subtree", "all"],
+        description="the SessionIntrospectionScope values agent files may set; another one is refused at load")
+    tool_outputs: bool = Field(
+        default=True, description="whether agent files may set SessionIntrospectionIncludeToolOutputs: true")
+    other_agents: bool = Field(
+        default=False,
+        description="whether introspection sees sessions of other agents (a sub-agent's runs from its caller, the "
+                    "caller's session from a sub-agent, every agent's under scope all); false: only the caller's "
+                    "agent's own sessions")
+
+
 class Sessions(_Model):
     max_calls: int | None = Field(default=None, ge=1, description="calls per session; null = no cap")
     max_concurrent_calls: int = Field(default=16, ge=1)
     keep_days: float | None = Field(
         default=30, gt=0,
         description="sessions (turns, tool calls) not modified for this long are deleted; null = keep all")
+    introspection: Introspection = Field(default=Introspection(), description="caps on session introspection")
 
 
 class AgentLoop(_Model):
@@ -342,11 +361,28 @@ class Trace(_Model):
 
 
 class Images(_Model):
-    max_bytes: Size = Field(default=5 * 1024**2, ge=1)
+    max_bytes: Size = Field(default=5 * 1024**2, ge=1, description="largest image a result may carry")
+
+
+class Audio(_Model):
+    max_bytes: Size = Field(default=10 * 1024**2, ge=1, description="largest audio a result may carry")
+
+
+class Files(_Model):
+    max_bytes: Size = Field(default=10 * 1024**2, ge=1,
+                            description="largest other media (PDF, video, binary, text file) a result may carry")
 
 
 class Context(_Model):
+    """Limits on the media a result carries, per class (``toolboxes/_media.class_of``); larger ones are refused
+    with a note."""
+
     images: Images = Images()
+    audio: Audio = Audio()
+    files: Files = Files()
+
+    def media_limits(self) -> dict[str, int]:
+        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:
@@ -380,6 +416,122 @@ class SharedGroup(_Model):
 
     gid: int = Field(ge=1, le=4294967294, description="the group (not root's; outside the worker_uids range)")
     toolboxes: list[ToolboxKey] = Field(min_length=1, description="agent-slug/toolbox keys of the toolboxes in it")
+
+
+_TOKEN_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_SLUG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def _listen(value: str) -> str:
+    from ._http_address import parse_listen
+
+    try:
+        parse_listen(value)
+    except ValueError as exc:
+        raise _problem(str(exc), "HOST:PORT, for example 127.0.0.1:8765 or [::1]:8765") from exc
+    return value
+
+
+def _origin(value: str) -> str:
+    from ._http_address import normalise_origin
+
+    try:
+        return normalise_origin(value)
+    except ValueError as exc:
+        raise _problem(str(exc), "an origin such as https://app.example.com (scheme, host, optional port)") from exc
+
+
+def _public_url(value: str) -> str:
+    if not re.match(r"^https?://[^/?#\s]+$", value):
+        raise _problem(f"invalid public_url {value!r}", "scheme and authority only, such as https://tools.example.com")
+    return value
+
+
+def _jwks_url(value: str) -> str:
+    from ._http_address import is_loopback_url
+
+    if not (value.startswith("https://") or is_loopback_url(value)):
+        raise _problem(f"the JWKS is fetched over https only: {value!r}", "an https:// URL (http:// on loopback only)")
+    return value
+
+
+def _token_hash(value: str) -> str:
+    if not _TOKEN_HASH_RE.match(value):
+        raise _problem("a static token is stored as its hash, never in clear",
+                       "sha256:<64 lowercase hex digits> (agents-supervise hash-token prints it)")
+    return value
+
+
+def _slug(value: str) -> str:
+    if not _SLUG_RE.match(value):
+        raise _problem(f"invalid agent slug {value!r}", "an agent's slug")
+    return value
+
+
+class TlsFiles(_Model):
+    """A certificate chain and its private key (PEM files), for HTTPS."""
+
+    cert: PolicyPath = Field(description="PEM certificate chain, leaf first")
+    key: PolicyPath = Field(description="PEM private key of the leaf (readable by root only)")
+
+
+class HttpFrontend(_Model):
+    """MCP over Streamable HTTP (``agents-supervise serve --http``); every request is authenticated (``tenants``)."""
+
+    listen: Annotated[str, AfterValidator(_listen)] = Field(
+        default="127.0.0.1:8765", description="HOST:PORT to listen on; loopback unless you mean it")
+    tls: TlsFiles | None = Field(default=None, description="serve HTTPS with these files; null = plain HTTP")
+    public_url: Annotated[str, AfterValidator(_public_url)] | None = Field(
+        default=None, description="the URL clients reach this server at (OAuth resource); default from listen")
+    allowed_origins: list[Annotated[str, AfterValidator(_origin)]] = Field(
+        default=[], description="Origin values of browser clients let in (a request with another Origin gets 403)")
+    max_body_bytes: Size = Field(default=4 * 1024**2, ge=1024, description="largest request body")
+    max_sessions: int = Field(default=10000, ge=1, description="MCP sessions held at once, all tenants together")
+    session_idle_s: float = Field(default=900.0, gt=0, description="a session unused this long is ended")
+    sse_keepalive_s: float = Field(default=15.0, gt=0, description="comment line sent on an idle SSE stream")
+
+
+class Frontends(_Model):
+    http: HttpFrontend | None = Field(default=None, description="MCP over Streamable HTTP; null = stdio only")
+
+
+class OAuthResourceServer(_Model):
+    """OAuth 2.1 resource-server mode: JWT access tokens checked against the issuer's keys (RFC 9068, 8707, 9728)."""
+
+    issuer: str = Field(min_length=1, description="the iss every token must carry")
+    authorization_servers: list[str] = Field(
+        default=[], description="announced in the protected-resource metadata; default [issuer]")
+    jwks_file: PolicyPath | None = Field(default=None, description="the issuer's public keys (a JWK Set file)")
+    jwks_url: Annotated[str, AfterValidator(_jwks_url)] | None = Field(
+        default=None, description="or where to fetch them (https; fetched at start)")
+    algorithms: list[Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
+                             "EdDSA"]] = Field(default=["RS256", "ES256", "EdDSA"])
+    tenant_claim: str = Field(default="tenant", min_length=1, description="the claim naming the tenant")
+    required_scopes: list[str] = Field(default=[], description="scopes every token must hold (scope claim)")
+    leeway_s: int = Field(default=30, ge=0, le=600, description="clock skew allowed on exp and nbf")
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> OAuthResourceServer:
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise _problem("oauth needs exactly one of jwks_file and jwks_url")
+        return self
+
+
+class TenantLimits(_Model):
+    calls_per_second: float | None = Field(default=None, gt=0, description="tool calls per second; null = no cap")
+    concurrent_calls: int = Field(default=16, ge=1, description="tool calls in flight at once")
+    sessions: int = Field(default=64, ge=1, description="MCP sessions held at once")
+    sse_streams: int = Field(default=16, ge=1, description="open SSE streams at once")
+
+
+class Tenant(_Model):
+    """Who may use the HTTP frontend: credentials, the agents it may use, its limits."""
+
+    tokens: list[Annotated[str, AfterValidator(_token_hash)]] = Field(
+        default=[], description="static bearer tokens, each stored as sha256:<hex>")
+    agents: list[Annotated[str, AfterValidator(_slug)]] = Field(
+        min_length=1, description="the agent slugs this tenant may use")
+    limits: TenantLimits = TenantLimits()
 
 
 class Policy(_Model):
@@ -417,6 +569,10 @@ class Policy(_Model):
     model_keys: dict[str, Annotated[str, AfterValidator(_model_key)]] = Field(
         default={}, description="apiKeyId -> environment variable name, or key file path (with a '/')"
     )
+    frontends: Frontends = Frontends()
+    oauth: OAuthResourceServer | None = Field(default=None, description="accept OAuth JWT access tokens over HTTP")
+    tenants: dict[Annotated[str, AfterValidator(_slug)], Tenant] = Field(
+        default={}, description="who may use the HTTP frontend")
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:

@@ -12,9 +12,10 @@ Checks, in order (DESIGN.md "Call context and the portal"):
 then it dispatches to the toolbox's runner and records ``call_start``/``call_end``. Every refusal is an ``error``
 result whose text says what was refused and why; nothing here raises for a caller's mistake.
 
-A dispatched call that could not run (an ``error`` result: the worker died, the call timed out, the toolbox
-refused it, or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
-``PortalExecutionError`` kind in its metadata ``portal_error``, as the refusals above carry theirs.
+A dispatched call that could not run (its worker died, restarted or was disabled, the call ran past its wall time,
+or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
+``PortalExecutionError`` kind in its metadata ``portal_error`` (:func:`~supervisor._errors.execution_error`), as the
+refusals above carry theirs. A toolbox's own refusal of a call is its result, not an execution error.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from typing import Any
 from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
+from ._errors import execution_error
 from ._registry import RegisteredTool, ToolRegistry
+from ._session_ids import LOCAL_TENANT
 from ._trace import TraceRecorder
 from ._validation import format_validation_errors
 
@@ -72,17 +75,24 @@ class CallOrigin:
     """Who is calling: the session ids, the depth and stack so far, and what the caller may call.
 
     ``allowed`` ``None`` means "every tool of the registry" (a frontend caller of the policy's agents).
+    ``agent_scope``: a frontend session bound to one agent (HTTP endpoints): another agent's tools do not exist
+    for it (refused as not found, never as not allowed, so their names are not revealed).
+    ``session_id`` is a session of the store (a frontend's is resolved per agent by the supervisor, see
+    :mod:`supervisor._session_ids`), ``tenant`` its owner's tenant; ``conversation_id`` and ``turn_id`` are the
+    call's (the client's when it sent them, else made by the frontend).
     """
 
     session_id: str = "default"
     conversation_id: str = ""
     turn_id: str = ""
     agent_id: str = ""
+    tenant: str = LOCAL_TENANT
     depth: int = 0
     stack: tuple[StackEntry, ...] = ()
     allowed: frozenset[str] | None = None
     parent_call_id: str | None = None
     caller: str = "frontend"
+    agent_scope: str | None = None
 
 
 #: Arguments larger than this (as JSON) are not copied into the trace; their size is recorded instead.
@@ -130,6 +140,8 @@ class Portal:
     #: told of every dispatched call once it ended (keywords: call_id, tool, args, origin, result or None when
     #: cancelled, started (Unix time), duration_s), to record it in the session store; must not raise
     on_call_end: Callable[..., None] | None = None
+    #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
+    call_context: Callable[[RegisteredTool, CallOrigin], dict[str, Any]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _sessions: dict[str, _SessionUsage] = field(default_factory=dict)
 
@@ -142,8 +154,11 @@ class Portal:
     def check(self, name: str, args: Any, origin: CallOrigin) -> RegisteredTool | ToolResult:
         """Run checks 1-4; return the tool to call or the refusal result."""
         tool = self.registry.get(name)
-        if tool is None:
+        scope = origin.agent_scope
+        if tool is None or (scope is not None and tool.agent != scope):
             known = sorted(self.registry.tools) if origin.allowed is None else sorted(origin.allowed)
+            if scope is not None:
+                known = [k for k in known if (t := self.registry.get(k)) is not None and t.agent == scope]
             shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
             return self._refuse(origin, name, "PortalToolNotFound",
                                 f"Tool not found: '{name}'. Available tools: {shown or 'none'}.")
@@ -200,7 +215,8 @@ class Portal:
             agent_id=origin.agent_id or tool.agent,
         )
         self.trace.record("call_start", call_id=call_id, parent_call_id=origin.parent_call_id, tool=name,
-                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id, depth=depth,
+                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id,
+                          conversation=origin.conversation_id, turn=origin.turn_id, depth=depth,
                           caller=origin.caller, args=_traced_args(args))
         start = time.perf_counter()
         started = time.time()
@@ -208,14 +224,14 @@ class Portal:
         try:
             ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
                    "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
+            if self.call_context is not None:
+                ctx.update(self.call_context(tool, origin))
             try:
                 result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
                 if self.postprocess is not None:
                     result = self.postprocess(tool, result)
             except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
-                result = ToolResult.error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
-            if result.status == "error" and result.meta("portal_error") is None:
-                result = result.with_meta("portal_error", "PortalExecutionError")
+                result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
             return result, call_id
         finally:
             usage.in_flight -= 1

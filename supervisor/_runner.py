@@ -18,7 +18,7 @@ import trio
 
 from toolboxes._result import ToolResult
 
-from ._errors import WorkerStartError
+from ._errors import WorkerStartError, execution_error
 from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
 
 __all__ = ["SupervisionPolicy", "ToolboxRunner"]
@@ -143,7 +143,7 @@ class ToolboxRunner:
         deadline = trio.current_time() + limit
         worker = self.worker
         if self.failed_reason:
-            return ToolResult.error(self.failed_reason)
+            return execution_error(self.failed_reason)
         if worker is None or worker.state is not WorkerState.READY:
             with trio.move_on_at(deadline):
                 while not self.failed_reason:
@@ -153,9 +153,9 @@ class ToolboxRunner:
                         break
                     await trio.sleep(0.01)
             if self.failed_reason:
-                return ToolResult.error(self.failed_reason)
+                return execution_error(self.failed_reason)
             if worker is None or worker.state is not WorkerState.READY:
-                return ToolResult.error(f"toolbox {self.name} is restarting and did not come back within "
+                return execution_error(f"toolbox {self.name} is restarting and did not come back within "
                                         f"{limit:g} s; try again later")
         remaining = max(0.001, deadline - trio.current_time())
         return await worker.call(tool, args, ctx, remaining, origin)

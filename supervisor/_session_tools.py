@@ -1,41 +1,39 @@
 """Which session-scoped tools each session sees (skills' script tools), and per-session change events.
 
 A skills toolbox lists a script tool with annotations ``{"session_scoped": true, "skill": s}``: it belongs in the
-tool list of a session only while ``s`` is enabled there. The skills worker keeps the authoritative state and
-refuses a script call from a session where its skill is off; this module keeps the supervisor's view of it, only
-to decide what ``tools/list`` shows and whom to notify:
+tool list of a session only while ``s`` is enabled there. Which skills a session enabled is kept in one place, the
+session store (:meth:`SessionStore.enabled_skills <supervisor._sessions.SessionStore.enabled_skills>`); this module
+reads and changes it there, and the supervisor hands the session's list to the skills worker with every call
+(``ctx["enabled_skills"]``), which enforces it. So neither a worker restart nor a supervisor restart loses it, and
+the list a session is shown is the list its calls are judged by.
 
-- a new session starts with the toolbox's ``autoEnableSkills`` (from its worker config);
+- a session that never changed its skills has the toolbox's ``autoEnableSkills`` (from its worker config);
 - a **passed** result of a tool annotated ``{"skill": s, "skill_action": "enable"|"disable"}`` whose structured
-  value is ``{"skill": s, "enabled": bool, "changed": bool, ...}`` updates that session; when it changed the
-  session's list, the session's waiters are woken (MCP: ``notifications/tools/list_changed`` to that session only);
-- a skill that leaves the toolbox's tool list (the worker watches its skill folders) is forgotten by every session,
-  as the worker forgets it (:meth:`SessionToolViews.forget`).
-
-The view can only be wrong in the safe direction for enforcement: a tool shown but refused by the worker (after a
-worker restart, which forgets sessions) or hidden until the next enable. At most ``max_sessions`` sessions are
-kept, least recently used first out (a forgotten session comes back with the auto-enabled skills, as in the
-worker).
+  value is ``{"skill": s, "enabled": bool, ...}`` updates that session in the store; when it changed the session's
+  list the caller wakes the session's waiters (MCP: ``notifications/tools/list_changed`` to that session only);
+- a skill that leaves the toolbox's tool list (the worker watches its skill folders) is disabled in every session
+  that has a list of its own (:meth:`SessionToolViews.forget`).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 import trio
 
+from ._sessions import SessionStore
+
 __all__ = ["SessionToolViews"]
 
 
 class SessionToolViews:
-    """Enabled skills per (session, toolbox) as the supervisor last saw them, and per-session change events."""
+    """Enabled skills per (session, toolbox), read from and written to the session store, and per-session change
+    events (keyed by whatever the caller waits on: a frontend's session name)."""
 
-    def __init__(self, max_sessions: int = 4096) -> None:
-        self._max = max_sessions
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
         self._auto: dict[str, frozenset[str]] = {}
-        self._enabled: OrderedDict[str, dict[str, set[str]]] = OrderedDict()
         self._events: dict[str, trio.Event] = {}
         self._waiters: dict[str, int] = {}
 
@@ -43,29 +41,21 @@ class SessionToolViews:
         """The skills a new session of ``toolbox`` starts with (its ``autoEnableSkills``)."""
         self._auto[toolbox] = frozenset(skills)
 
-    def _session(self, session_id: str) -> dict[str, set[str]]:
-        state = self._enabled.get(session_id)
-        if state is None:
-            state = {tb: set(auto) for tb, auto in self._auto.items()}
-            self._enabled[session_id] = state
-            while len(self._enabled) > self._max:
-                self._enabled.popitem(last=False)
-        else:
-            self._enabled.move_to_end(session_id)
-        return state
+    def enabled(self, session_id: str, toolbox: str) -> frozenset[str]:
+        """The skills enabled in ``session_id`` for ``toolbox``."""
+        kept = self._store.enabled_skills(session_id, toolbox)
+        return kept if kept is not None else self._auto.get(toolbox, frozenset())
 
     def visible(self, session_id: str | None, toolbox: str, annotations: dict[str, Any]) -> bool:
         """Whether a tool with ``annotations`` of ``toolbox`` is listed for ``session_id`` (``None``: every tool)."""
         if session_id is None or not annotations.get("session_scoped"):
             return True
-        enabled = self._session(session_id).get(toolbox)
-        if enabled is None:
-            enabled = set(self._auto.get(toolbox, ()))
-        return annotations.get("skill") in enabled
+        return annotations.get("skill") in self.enabled(session_id, toolbox)
 
     def observe(self, session_id: str, toolbox: str, annotations: dict[str, Any], status: str,
                 structured: Any) -> bool:
-        """Learn from a finished call; returns whether ``session_id``'s list changed (its waiters are woken)."""
+        """Learn from a finished call; returns whether ``session_id``'s list changed (the caller wakes its
+        waiters)."""
         action = annotations.get("skill_action")
         if status != "passed" or action not in ("enable", "disable") or not isinstance(structured, dict):
             return False
@@ -75,26 +65,20 @@ class SessionToolViews:
         on = action == "enable"
         if structured.get("enabled") is not on:
             return False
-        enabled = self._session(session_id).setdefault(toolbox, set(self._auto.get(toolbox, ())))
+        enabled = set(self.enabled(session_id, toolbox))
         if (skill in enabled) == on:
             return False
         if on:
             enabled.add(skill)
         else:
             enabled.discard(skill)
-        self.wake(session_id)
+        self._store.set_enabled_skills(session_id, toolbox, enabled)
         return True
 
     def forget(self, toolbox: str, skills: Iterable[str]) -> None:
         """``skills`` of ``toolbox`` were removed: disable them in every session (the tool list change that removed
         them wakes everyone already)."""
-        gone = set(skills)
-        if not gone:
-            return
-        for state in self._enabled.values():
-            enabled = state.get(toolbox)
-            if enabled is not None:
-                enabled.difference_update(gone)
+        self._store.forget_skills(toolbox, set(skills))
 
     def wake(self, session_id: str | None = None) -> None:
         """Wake the waiters of ``session_id`` (``None``: of every session)."""

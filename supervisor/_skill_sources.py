@@ -237,13 +237,15 @@ async def fetch_git_source(
     gid: int | None,
     on_egress: Callable[[dict[str, Any]], None] | None = None,
     timeout_s: float = CLONE_TIMEOUT_S,
+    cname_targets: tuple[str, ...] = (),
 ) -> tuple[str | None, bool]:
     """Clone ``git`` unless its folder exists. Returns ``(error message or None, cloned now)``; the ``subdir`` is
     not checked here.
 
     Never raises for what git or the repository does; ``OSError`` only when the state directory cannot be
     written. ``policy`` is the loaded :class:`~supervisor._policy.Policy` (system paths, environment, strictness,
-    private ranges); ``launcher``, ``rlimits``, ``uid``, ``gid`` are those of the skills toolbox's worker.
+    private ranges); ``launcher``, ``rlimits``, ``uid``, ``gid`` and ``cname_targets`` are those of the skills
+    toolbox's worker.
     """
     if _exists(git):
         if uid is not None:
@@ -259,7 +261,7 @@ async def fetch_git_source(
             timeout_s=timeout_s, uid=uid, gid=gid,
             min_landlock_abi=policy.landlock_min_abi if policy.strict else 0, rlimits=rlimits,
             allowed_hosts=clone.hosts, private_networks=tuple(str(n) for n in policy.network.allow_private_ranges),
-            on_egress=on_egress, launcher=launcher)
+            cname_targets=cname_targets, on_egress=on_egress, launcher=launcher)
     except BaseException:
         _cleanup(clone)
         raise
@@ -293,7 +295,7 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
             try:
                 error, cloned = await fetch_git_source(
                     git, policy=compiled.config.policy, launcher=list(spec.argv), rlimits=spec.plan.rlimits,
-                    uid=spec.plan.uid, gid=spec.plan.gid, on_egress=on_egress)
+                    uid=spec.plan.uid, gid=spec.plan.gid, on_egress=on_egress, cname_targets=spec.cname_targets)
             except OSError as exc:
                 error, cloned = f"git source {git.url}: cannot write its clone: {exc}", False
             except Exception as exc:  # a bug on the clone path: this source's load error, never the supervisor's end

@@ -42,8 +42,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox._plan import READ, WRITE, FsRule
+from sandbox._syspaths import uid_write_problem
 
-__all__ = ["sqlite_fs_rules"]
+__all__ = ["sqlite_access_warnings", "sqlite_fs_rules"]
 
 _TAGS = ("SqliteReadOnly", "SqliteReadWrite", "SqliteNoVersioning", "SqliteVersioned")
 
@@ -93,3 +94,33 @@ def sqlite_fs_rules(
     if body.get("storageRoot") is not None:
         rules.append(FsRule(_abs(body["storageRoot"], "storageRoot"), WRITE))
     return rules
+
+
+def sqlite_access_warnings(toolbox: str, versioning: dict[str, Any], uid: int, gid: int) -> list[str]:
+    """``check``'s warnings for a database the worker must write but whose file modes keep its uid out.
+
+    Landlock grants the worker the database's folder, but the kernel's classic permissions still apply: a
+    ``SqliteReadWrite`` database owned by another user with mode 0644 answers every write with "this database is
+    read-only". Each warning names the path, the uid and the fix. Looks at mode bits only (see
+    :func:`sandbox._syspaths.uid_write_problem`).
+    """
+    tag = versioning.get("tag")
+    body = _body(versioning)
+    if tag in ("SqliteReadWrite", "SqliteNoVersioning"):
+        paths = [body.get("path")]
+    elif tag == "SqliteVersioned":
+        paths = [body.get("basePath")]
+    else:
+        return []
+    out: list[str] = []
+    for path in paths:
+        if not isinstance(path, str) or not os.path.isabs(path):
+            continue
+        problem = uid_write_problem(path, uid, gid)
+        if problem is not None:
+            folder = os.path.dirname(os.path.realpath(path))
+            out.append(f"{toolbox}: the read-write database {path} cannot be written by the worker (uid {uid}): "
+                       f"{problem}, so every write would answer 'this database is read-only'. Fix: "
+                       f"chown {uid}:{gid} {folder} {path} (or give group {gid} write access with chmod g+rw), "
+                       "or declare it SqliteReadOnly")
+    return out

@@ -41,12 +41,15 @@ from ._attachments import AttachmentStore
 from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
 from ._errors import WorkerStartError, first_leaf
+from ._frontend_sessions import FrontendSessions
 from ._otel import OtelExport, open_otel
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
 from ._runner import SupervisionPolicy, ToolboxRunner
+from ._session_ids import LOCAL_TENANT
+from ._session_introspection import answer_host_request
 from ._session_tools import SessionToolViews
-from ._sessions import SessionStore, answer_host_request
+from ._sessions import SessionStore
 from ._skill_sources import prepare_git_sources
 from ._trace import FLUSH_INTERVAL_S, TraceRecorder
 from ._worker import Worker
@@ -87,7 +90,7 @@ class Supervisor:
         self.config: LoadedConfig = compiled.config
         self.trace = trace
         self.registry = ToolRegistry()
-        self.attachments = AttachmentStore(compiled.state_dir, compiled.max_image_bytes)
+        self.attachments = AttachmentStore(compiled.state_dir, compiled.media_limits)
         self.portal = Portal(
             registry=self.registry,
             trace=trace,
@@ -95,21 +98,25 @@ class Supervisor:
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
             on_call_end=self._record_call,
+            call_context=self._call_context,
         )
         self.runners: list[ToolboxRunner] = []
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
         self.sessions = sessions
+        #: frontends' session names -> root sessions of the store, per agent
+        self.frontends = FrontendSessions(sessions, tree)
         #: sub-agent loops (``io_prompt_agent_<slug>``, ``agents-supervise run``); ``None`` without an HTTP client
         self.agents: AgentService | None = None
         self.agent_runners: list[AgentRunner] = []
         if tree is not None and http is not None:
             self.agents = AgentService(
                 tree=tree, portal=self.portal, registry=self.registry, trace=trace, sessions=sessions, http=http,
-                bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys)
+                bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys,
+                read_attachment=self.attachments.read, max_image_bytes=compiled.media_limits["images"])
             self.agent_runners = self.agents.runners()
         self._tools_changed = trio.Event()
-        #: which session-scoped tools (skills' scripts) each session sees
-        self.session_tools = SessionToolViews()
+        #: which session-scoped tools (skills' scripts) each session sees (kept in the session store)
+        self.session_tools = SessionToolViews(sessions if sessions is not None else SessionStore(":memory:"))
         self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
@@ -313,11 +320,9 @@ class Supervisor:
             return {"error": "request names no call in flight; portal and host requests are made from a call"}
         if message["t"] == "portal":
             args = message.get("args")
-            inner = CallOrigin(
-                session_id=origin.session_id, conversation_id=origin.conversation_id, turn_id=origin.turn_id,
-                agent_id=origin.agent_id, depth=origin.depth, stack=origin.stack,
-                allowed=frozenset(worker.spec.allowed_tools), parent_call_id=origin.parent_call_id,
-                caller=f"toolbox {worker.spec.toolbox}")
+            # The same session, conversation, turn and owner as the call that asks (only what it may call differs).
+            inner = replace(origin, allowed=frozenset(worker.spec.allowed_tools),
+                            caller=f"toolbox {worker.spec.toolbox}")
             tool = message.get("tool")
             if not isinstance(tool, str):
                 return {"error": "portal request needs a tool name"}
@@ -328,20 +333,28 @@ class Supervisor:
         if worker.spec.kind == "system":
             # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
             return answer_host_request(self.sessions, worker.spec.plan.payload.get("config") or {},
-                                       origin.session_id, message.get("op"), message.get("args"))
+                                       origin.session_id, message.get("op"), message.get("args"),
+                                       self.config.policy.sessions.introspection)
         return {"error": f"host operation {message.get('op')!r} is not supported by this supervisor"}
 
     def _record_call(self, *, call_id: str, tool: RegisteredTool, args: Any, origin: CallOrigin,
                      result: ToolResult | None, started: float, duration_s: float) -> None:
-        if result is not None and tool.annotations.get("skill_action"):
-            self.session_tools.observe(origin.session_id, tool.toolbox, tool.annotations, result.status,
-                                       result.structured)
+        if result is not None and tool.annotations.get("skill_action") and self.session_tools.observe(
+                origin.session_id, tool.toolbox, tool.annotations, result.status, result.structured):
+            self.session_tools.wake(self.frontends.name_of(origin.session_id))
         if self.sessions is None:
             return
         self.sessions.record_call(
             origin.session_id, call_id=call_id, parent_call_id=origin.parent_call_id, tool=tool.name, args=args,
             status=result.status if result else "error", summary=result.summary if result else "cancelled",
-            output=result.data if result else None, started=started, duration_s=duration_s)
+            output=result.data if result else None, started=started, duration_s=duration_s,
+            conversation_id=origin.conversation_id, turn_id=origin.turn_id)
+
+    def _call_context(self, tool: RegisteredTool, origin: CallOrigin) -> dict[str, Any]:
+        """What a call's toolbox gets besides the ids: a skills toolbox, the skills the session enabled."""
+        if getattr(tool.runner.spec, "kind", None) == "skills":
+            return {"enabled_skills": sorted(self.session_tools.enabled(origin.session_id, tool.toolbox))}
+        return {}
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         if result.attachments:
@@ -349,12 +362,26 @@ class Supervisor:
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
-    def list_tools(self, session_id: str | None = None) -> list[ToolInfo]:
-        """The tools served to ``session_id``, in load order: every tool but the session-scoped ones (skills'
-        script tools) whose skill is not enabled in that session. ``None``: every tool."""
-        return [ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
-                         t.annotations) for t in self.registry.tools.values()
-                if self.session_tools.visible(session_id, t.toolbox, t.annotations)]
+    def list_tools(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> list[ToolInfo]:
+        """The tools served to the frontend session named ``session_id``, in load order: every tool but the
+        session-scoped ones (skills' script tools) whose skill is not enabled in that session's session with the
+        tool's agent. ``None``: every tool."""
+        out = []
+        for t in self.registry.tools.values():
+            if session_id is not None and t.annotations.get("session_scoped"):
+                try:
+                    resolved = self.frontends.open(session_id, self.frontends.owner_agent(t), tenant=tenant)[0]
+                except ValueError:
+                    continue
+                if not self.session_tools.visible(resolved, t.toolbox, t.annotations):
+                    continue
+            out.append(ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
+                                t.annotations))
+        return out
+
+    def agent_slugs(self) -> list[str]:
+        """The slugs of the agents this supervisor serves, in load order."""
+        return [agent.slug for agent in self.compiled.config.agents]
 
     async def wait_tools_changed(self, session_id: str | None = None) -> None:
         """Return the next time the tool list changes; with ``session_id``, also when that session's own list
@@ -364,20 +391,37 @@ class Supervisor:
         else:
             await self.session_tools.wait(session_id)
 
-    async def call(self, name: str, args: Any, *, session_id: str = "default", conversation_id: str = "",
-                   turn_id: str = "", agent_id: str = "") -> ToolResult:
-        """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input."""
-        origin = CallOrigin(session_id=session_id, conversation_id=conversation_id, turn_id=turn_id,
-                            agent_id=agent_id)
-        return await self.portal.call(name, args, origin)
+    async def call(self, name: str, args: Any, *, session_id: str | None = None, conversation_id: str = "",
+                   turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT,
+                   agent_scope: str | None = None) -> ToolResult:
+        """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
-    async def run_agent(self, slug: str, prompt: str, *, session_id: str = "cli") -> ToolResult:
-        """Run agent ``slug``'s loop on ``prompt`` at depth 0 (``agents-supervise run``); always a result."""
+        ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
+        runs in that name's session with the tool's agent (see :mod:`supervisor._frontend_sessions`).
+        ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
+        session's conversation and a new turn. ``agent_scope``: only that agent's tools exist for this caller (a
+        frontend session bound to one agent).
+        """
+        try:
+            agent = self.frontends.owner_agent(self.registry.get(name))
+            origin = self.frontends.origin(session_id, agent, conversation_id=conversation_id, turn_id=turn_id,
+                                           tenant=tenant)
+        except ValueError as exc:
+            return ToolResult.error(f"the call was refused: {exc}")
+        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope))
+
+    async def run_agent(self, slug: str, prompt: str, *, session_id: str | None = None, conversation_id: str = "",
+                        turn_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:
+        """Run agent ``slug``'s loop on ``prompt`` at depth 0 (``agents-supervise run``), its run a child of the
+        session ``session_id`` names with ``slug`` (see :meth:`call`); always a result."""
         if self.agents is None:
             return ToolResult.error("this supervisor runs no agent loops (it was built without an HTTP client)")
-        if self.sessions is not None:
-            self.sessions.ensure_session(session_id)
-        return await self.agents.run(slug, prompt, CallOrigin(session_id=session_id, caller="frontend"))
+        try:
+            origin = self.frontends.origin(session_id, slug, conversation_id=conversation_id, turn_id=turn_id,
+                                           tenant=tenant)
+        except ValueError as exc:
+            return ToolResult.error(f"the run was refused: {exc}")
+        return await self.agents.run(slug, prompt, replace(origin, caller="frontend"))
 
     def load_errors(self) -> list[dict[str, Any]]:
         """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""

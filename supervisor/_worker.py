@@ -37,7 +37,7 @@ from sandbox._plan import ConfinementPlan
 from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
 
-from ._errors import WorkerStartError, first_leaf
+from ._errors import WorkerStartError, execution_error, first_leaf
 from ._pipes import send_whole
 from ._process import ChildProcess, spawn_child
 from ._tool_lists import checked_tool_list
@@ -177,7 +177,7 @@ class Worker:
         if state is WorkerState.DEAD:
             self.death_reason = reason
             for pending in list(self._pending.values()):
-                pending.finish(ToolResult.error(
+                pending.finish(execution_error(
                     f"toolbox {self.spec.toolbox}: the worker {reason}; the call did not finish. "
                     "It is restarted automatically; try the call again."))
             self._pending.clear()
@@ -493,7 +493,7 @@ class Worker:
         cancelled, the worker is told to cancel too (shielded), and ``trio.Cancelled`` propagates.
         """
         if self.state is not WorkerState.READY:
-            return ToolResult.error(f"toolbox {self.spec.toolbox} is not running (its worker "
+            return execution_error(f"toolbox {self.spec.toolbox} is not running (its worker "
                                     f"{self.death_reason or 'is ' + self.state.value}); try again shortly")
         limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
         call_id = self._next_id
@@ -509,7 +509,7 @@ class Worker:
                 await self._send({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx})
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.dead.wait()
-                return pending.result or ToolResult.error(f"toolbox {self.spec.toolbox}: worker is gone")
+                return pending.result or execution_error(f"toolbox {self.spec.toolbox}: worker is gone")
             with trio.move_on_after(limit if limit else math.inf):
                 await pending.done.wait()
             if pending.result is not None:
@@ -518,7 +518,7 @@ class Worker:
             nominal = max(limit, self.spec.wall_time_s)  # a restart wait may have used part of the budget
             self._on_event(self, "limit_hit", {"limit": "wall_time_s", "value": nominal, "tool": tool})
             await self._cancel_in_worker(call_id, pending)
-            return ToolResult.error(
+            return execution_error(
                 f"the call to {tool} exceeded its wall-time limit of {nominal:g} s and was stopped")
         except trio.Cancelled:
             await self._cancel_in_worker(call_id, pending)

@@ -176,6 +176,8 @@ class Spec:
     world: str = "probe"
     #: where ``net`` connects: an IPv4 address and a port
     connect: tuple[tuple[int, int, int, int], int] = ((203, 0, 113, 1), 80)
+    #: what ``open`` opens, relative to the first preopen (the work folder)
+    open_path: str = ""
     #: filler functions that make the component slow to compile (for the benchmark of the compile cache)
     bulk: int = 0
 
@@ -244,7 +246,8 @@ BEHAVIOURS = {
     # grow memory until it fails, then report the pages held
     "measure": f"""(loop $more (br_if $more (i32.ne (memory.grow (i32.const 1)) (i32.const -1))))
         (call $set_number (i32.const {_RESULT + _DATA}) (memory.size))""",
-    # open a path outside the preopens; data := the error code (or 'opened'), metadata := the preopens' names
+    # open the spec's open_path (default: outside the preopens) for reading, following symlinks; data := the
+    # wasi:filesystem error code (or 'opened'), metadata := the preopens' names
     "open": f"""(call $open_outside)
         (call $preopen_names (i32.const {_RESULT + _METADATA}))""",
     # connect a TCP socket to the spec's address (default 203.0.113.1:80); data := start-connect's error code
@@ -369,7 +372,7 @@ def component_wat(spec: Spec) -> str:
     """The core module of ``spec`` in WAT."""
     files: dict[str, tuple[int, int, int, int]] = {}
     record, blob = _result_blob(spec, files)
-    consts = {"preopen": "preopen", "outside": OUTSIDE, "opened": "opened", "started": "started",
+    consts = {"preopen": "preopen", "outside": spec.open_path or OUTSIDE, "opened": "opened", "started": "started",
               "log": "a line from the component's log\n"}
     where = {k: blob.string(v) for k, v in consts.items()}
     body = BEHAVIOURS[spec.behaviour].format(log_at=where["log"][0], log_len=where["log"][1])

@@ -45,7 +45,6 @@ __all__ = [
 #: Timeout of a request made outside a call (fetching a spec), and of a call without a deadline.
 DEFAULT_TIMEOUT_S = 20.0
 _CHUNK = 64 * 1024
-_IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 _CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
@@ -145,7 +144,8 @@ def _binary_result(body: bytes, media: str, workdir: str, status: str, summary: 
     os.makedirs(os.path.join(workdir, "http-responses"), exist_ok=True)
     with open(os.path.join(workdir, name), "wb") as f:
         f.write(body)
-    attachments = [Attachment(media, name)] if media in _IMAGE_TYPES and not truncated else []
+    # Any media, checked by the supervisor against its bytes and its class's limit (a cut body is never attached).
+    attachments = [Attachment(media or "application/octet-stream", name)] if not truncated else []
     return ToolResult(status, summary=summary, data=f"{len(body)} bytes of {media or 'unknown type'} saved to {name}",
                       data_path=name, truncated=truncated, metadata=meta, attachments=attachments)  # type: ignore[arg-type]
 

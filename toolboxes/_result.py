@@ -4,8 +4,9 @@
 HTTP 4xx/5xx, SQL error) or ``error`` (it could not run: validation, refusal by policy, timeout, crash, protocol
 violation). ``data`` is the text the model sees; ``structured`` carries the same data as a JSON value when the tool
 produced JSON (``data`` then holds its serialisation). ``metadata`` is a list of string pairs with the reserved keys
-``continuation_id``, ``state_effect``, ``resource_id`` and ``transient``. ``attachments`` name images by a path
-relative to the worker's work folder; the supervisor validates and stores them.
+``continuation_id``, ``state_effect``, ``resource_id`` and ``transient``. ``attachments`` name media (images,
+audio, any other file) by a path relative to the worker's work folder; the supervisor checks and stores them
+(``supervisor/_attachments.py``). ``links`` are resource links an MCP server returned, passed on as they are.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from typing import Any, Literal
 
 from ._protocol import json_problem
 
-__all__ = ["Attachment", "Status", "ToolResult"]
+__all__ = ["Attachment", "ResourceLink", "Status", "ToolResult"]
 
 #: Bounds on what a result from a worker may carry (a compromised worker could send megabytes of pairs).
 MAX_METADATA_PAIRS = 256
 MAX_METADATA_CHARS = 64 * 1024
 MAX_ATTACHMENTS = 64
+MAX_LINKS = 256
+_LINK_FIELDS = ("uri", "name", "title", "description", "mime_type")
 MAX_STRUCTURED_DEPTH = 128
 MAX_STRUCTURED_NODES = 1_000_000
 
@@ -31,12 +34,36 @@ STATUSES: tuple[str, ...] = ("passed", "failed", "error")
 
 @dataclass(frozen=True)
 class Attachment:
-    """An image a tool returns: ``path`` relative to the work folder, or ``sha256`` once the supervisor stored it."""
+    """Media a tool returns: ``path`` relative to the work folder, or ``sha256`` once the supervisor stored it.
+    ``name``: a file name to show (optional); ``uri``: the URI an MCP server gave an embedded resource (optional)."""
 
     media_type: str
     path: str
     sha256: str | None = None
     size: int | None = None
+    name: str | None = None
+    uri: str | None = None
+
+
+@dataclass(frozen=True)
+class ResourceLink:
+    """A link to a resource (MCP ``resource_link``): passed on, never fetched."""
+
+    uri: str
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+
+    @classmethod
+    def from_wire(cls, data: Any) -> ResourceLink:
+        if not (isinstance(data, dict) and isinstance(data.get("uri"), str) and isinstance(data.get("name"), str)
+                and set(data) <= set(_LINK_FIELDS)
+                and all(data.get(k) is None or (isinstance(data[k], str) and len(data[k]) <= 8192)
+                        for k in _LINK_FIELDS)):
+            raise ValueError("result links must be maps with string uri and name (and optional title, description, "
+                             "mime_type) of at most 8192 characters")
+        return cls(**data)
 
 
 @dataclass
@@ -51,6 +78,7 @@ class ToolResult:
     metadata: list[tuple[str, str]] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
     structured: Any = None
+    links: list[ResourceLink] = field(default_factory=list)
 
     # -- constructors ---------------------------------------------------------------------------------------
     @classmethod
@@ -105,6 +133,8 @@ class ToolResult:
             ]
         if self.structured is not None:
             out["structured"] = self.structured
+        if self.links:
+            out["links"] = [{k: v for k, v in link.__dict__.items() if v is not None} for link in self.links]
         return out
 
     @classmethod
@@ -142,9 +172,16 @@ class ToolResult:
             if not (sha256 is None or (isinstance(sha256, str) and len(sha256) == 64)) or not (
                     size is None or (isinstance(size, int) and not isinstance(size, bool))):
                 raise ValueError("result attachment sha256 must be 64 hex digits and size an integer")
+            name, uri = a.get("name"), a.get("uri")
+            if not all(v is None or (isinstance(v, str) and len(v) <= 4096) for v in (name, uri)):
+                raise ValueError("result attachment name and uri must be strings of at most 4096 characters")
             # The supervisor stores each attachment itself and replaces sha256 and size; a worker's claim is
             # never used to read a file.
-            attachments.append(Attachment(a["media_type"], a["path"], sha256, size))
+            attachments.append(Attachment(a["media_type"], a["path"], sha256, size, name, uri))
+        raw_links = data.get("links") or []
+        if not isinstance(raw_links, list) or len(raw_links) > MAX_LINKS:
+            raise ValueError(f"result links must be a list of at most {MAX_LINKS}")
+        links = [ResourceLink.from_wire(link) for link in raw_links]
         structured = data.get("structured")
         if structured is not None:
             # NaN and infinities are allowed (a Lua script may return math.huge); frontends spell them.
@@ -153,7 +190,7 @@ class ToolResult:
             if problem:
                 raise ValueError(f"result structured value {problem}")
         unknown = set(data) - {"status", "summary", "data", "data_path", "truncated", "metadata", "attachments",
-                               "structured"}
+                               "structured", "links"}
         if unknown:
             raise ValueError(f"result has unknown keys: {', '.join(sorted(map(str, unknown)))}")
         return cls(
@@ -165,4 +202,5 @@ class ToolResult:
             metadata=metadata,
             attachments=attachments,
             structured=structured,
+            links=links,
         )

@@ -66,6 +66,8 @@ ZONE: dict[str, dict[str, list[str]]] = {
     "cdn-alias.example.test": {"CNAME": ["edge.cdn.example.test"]},
     "edge.cdn.example.test": {"A": [INET_HTTP], "AAAA": []},
     "meta-alias.example.test": {"CNAME": ["azure.example.test"]},
+    "git-alias.example.test": {"CNAME": ["git-edge.cdn.example.test"]},
+    "git-edge.cdn.example.test": {"A": [INET_TLS], "AAAA": []},
     "www.example.test": {"A": [INET_HTTP], "AAAA": [INET_V6]},
     "www6.example.test": {"A": [], "AAAA": [INET_V6]},
     "secure.example.test": {"A": [INET_TLS], "AAAA": []},

@@ -191,10 +191,10 @@ async def test_attachment_refusals(sup: Supervisor, sandbox_tmp: Path) -> None:
     worker = sup.runner("system").spec.plan.workdir
     Path(worker, "ok.png").write_bytes(_png())
     Path(worker, "fake.png").write_bytes(b"GIF89a" + b"\x00" * 20)
-    Path(worker, "big.png").write_bytes(_png() + b"\x00" * (sup.attachments.max_bytes + 1))
+    Path(worker, "big.png").write_bytes(_png() + b"\x00" * (sup.attachments.limits["images"] + 1))
     os.symlink(worker + "/ok.png", worker + "/link.png")
     cases = {"link.png": "symbolic link", "../ok.png": "leaves the work folder", "/etc/passwd": "not absolute",
-             "fake.png": "look like image/gif", "big.png": "more than the limit", "ok.png": None}
+             "fake.png": "they look like image/gif", "big.png": "more than the limit", "ok.png": None}
     result = ToolResult.passed("x", attachments=[Attachment("image/png", p) for p in cases])
     stored = sup.attachments.store(worker, result)
     assert stored.status == "passed"

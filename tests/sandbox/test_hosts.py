@@ -14,6 +14,7 @@ from sandbox._hosts import (
     AllowedHosts,
     HostError,
     HostRule,
+    IPAddress,
     normalize_host,
     parse_ipv4_number,
     split_host_port,
@@ -393,3 +394,21 @@ def test_every_metadata_entry_names_its_source() -> None:
 
     for what in [*METADATA_ADDRESSES.values(), *METADATA_NAMES.values()]:
         assert "docs" in what or "spec" in what, what
+
+
+def _carrying_forms(v4: ipaddress.IPv4Address) -> list[IPAddress]:
+    n = int(v4)
+    return [V6((0xFFFF << 32) | n), V6(n), V6((0x64FF9B << 96) | n), V6((0x2002 << 112) | (n << 80)),
+            V6((0x64FF9B0001 << 80) | n)]
+
+
+def test_every_ipv4_metadata_address_is_refused_in_every_form_that_carries_it() -> None:
+    from sandbox._metadata import METADATA_ADDRESSES
+
+    wide = AllowedHosts.parse(["x.example"], private_networks=["0.0.0.0/0", "::/0"])
+    entry = wide.match("x.example", 80)
+    for ip in METADATA_ADDRESSES:
+        forms = [ip, *(_carrying_forms(ip) if isinstance(ip, ipaddress.IPv4Address) else [])]
+        for form in forms:
+            ok, reason = address_verdict(form, wide, entry=entry)
+            assert not ok and "cloud metadata address" in reason, (ip, form, reason)

@@ -125,3 +125,18 @@ def test_the_policy_cname_targets_knob_works_both_ways(lab: Lab, sandbox_tmp: Pa
     else:
         assert lines[-1] == "403", out
         assert "alias (CNAME) of edge.cdn.example.test" in out["stdout"]
+
+
+def test_metadata_behind_allowed_names_stays_refused_with_private_ranges_open(lab: Lab, sandbox_tmp: Path) -> None:
+    """From a real worker: the Azure WireServer (public by class) and AWS IMDS over IPv6 (in fc00::/7, opened here)
+    behind allowed names are refused by the proxy and not answered by the DNS stub."""
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])},
+                          toolboxes={"system": {"allowed_hosts": ["azure.example.test", "aws6.example.test"]}},
+                          network={"allow_private_ranges": ["fc00::/7", "100.64.0.0/10"]})
+    out = _call(lab, policy, "for h in azure.example.test aws6.example.test; do "
+                             "curl -sS --max-time 10 -w '\\n%{http_code}\\n' http://$h/; "
+                             "getent ahosts $h && echo BREACH-DNS; done; true")
+    assert "SECRET" not in out["stdout"] and "BREACH" not in out["stdout"], out
+    assert out["stdout"].count("cloud metadata address") == 2, out
+    assert [line for line in out["stdout"].splitlines() if line.isdigit()] == ["403", "403"], out

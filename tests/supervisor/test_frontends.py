@@ -156,6 +156,7 @@ def test_cli_tools_and_check(policy: Path) -> None:
     human = _cli("check", "--policy", str(policy))
     assert "toolbox system (system, agent tester)" in human.stdout and "uid/gid: 65534/65534" in human.stdout
     assert "cgroup v1 (pids.max=" in human.stdout or "cgroup v2 (pids.max=" in human.stdout
+    assert tb["xattrs"] is False and "extended attributes: refused (EOPNOTSUPP)" in human.stdout
 
 
 def test_cli_bad_input_gets_one_clear_line(sandbox_tmp: Path) -> None:
@@ -170,6 +171,9 @@ def test_cli_bad_input_gets_one_clear_line(sandbox_tmp: Path) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr and "garbage.yaml" in out.stderr
     schema = _cli("schema")
     assert schema.returncode == 0 and "properties" in json.loads(schema.stdout)
+    toolbox_keys = json.loads(schema.stdout)["$defs"]["ToolboxPolicy"]["properties"]
+    assert {"allowed_hosts", "cname_targets", "xattrs"} <= set(toolbox_keys)
+    assert "':port'" in toolbox_keys["allowed_hosts"]["description"]
 
 
 class _RawMcp:

@@ -48,6 +48,8 @@ LINES = {
     "id is NaN": (b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}', -32600, "string or a number"),
     "id is infinite": (b'{"jsonrpc":"2.0","id":1e400,"method":"ping"}', -32600, "string or a number"),
     "params a list": (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[1]}', -32602, "params"),
+    "_meta turn id a number": (b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"system_system_date",'
+                               b'"_meta":{"turnId":5}}}', -32602, "_meta.turnId must be a string, not int"),
 }
 
 
@@ -110,19 +112,29 @@ async def test_huge_deep_and_concurrent_calls(policy: Path) -> None:
             reply = await mcp.receive()
             assert reply["id"] == "huge" and "more than the limit of 16777216" in reply["result"]["content"][0]["text"]
             # 2000 calls at once: 4 run (the session's limit), the others are refused at once; an id repeats right
-            # after its first use, while that call (sleep 1) certainly still runs.
+            # after its first use, while that call certainly still runs. The 4 that run block until the test
+            # cancels them, so no amount of load lets a fifth start.
             lines = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
-                "name": "system_system_execute_command", "arguments": {"command": "sleep 1"}}}) for i in range(2000)]
+                "name": "system_system_execute_command", "arguments": {"command": "sleep 600"}}}) for i in range(2000)]
             burst = ("\n".join([lines[0], *lines]) + "\n").encode()
             async with trio.open_nursery() as nursery:  # read while writing: the server reads no faster than that
                 nursery.start_soon(trio.to_thread.run_sync, _raw, mcp, burst)
-                replies = [await mcp.receive() for _ in range(2001)]
+                replies = [await mcp.receive() for _ in range(1997)]
             errors = [r for r in replies if "error" in r]
             assert len(errors) == 1 and "already running" in errors[0]["error"]["message"]
-            results = [r for r in replies if "result" in r]
-            ran = [r for r in results if not r["result"]["isError"]]
-            refused = [r for r in results if "limit 4" in r["result"]["content"][0]["text"]]
-            assert len(ran) == 4 and len(refused) == 1996
+            refused = [r for r in replies if "result" in r and "limit 4" in r["result"]["content"][0]["text"]]
+            assert len(refused) == 1996
+            running = set(range(2000)) - {r["id"] for r in refused}
+            assert len(running) == 4
+            for call_id in running:  # cancelled calls get no response (MCP); their workers stop them
+                mcp.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": call_id}})
+            while True:  # their slots are free once the worker has stopped them; until then a call is refused
+                mcp.send({"jsonrpc": "2.0", "id": "after", "method": "tools/call",
+                          "params": {"name": "system_system_date", "arguments": {}}})
+                reply = await mcp.receive()
+                assert reply["id"] == "after"  # nothing else answers: the cancelled calls did not
+                if "limit 4" not in reply["result"]["content"][0]["text"]:
+                    break
             await _still_serves(mcp, "after the burst")
     finally:
         mcp.close()

@@ -19,7 +19,8 @@ import msgpack
 import pytest
 import trio
 
-from supervisor._mcp_stdio import _encode_line, result_to_mcp
+from supervisor._mcp_content import result_to_mcp
+from supervisor._mcp_session import encode_message
 from supervisor._supervisor import Supervisor
 from supervisor._tool_lists import MAX_TOOLS
 from supervisor._validation import ArgumentValidator
@@ -208,7 +209,7 @@ def test_pattern_properties_are_bounded_too() -> None:
 
 def test_structured_values_that_json_cannot_spell_stay_out_of_mcp_replies() -> None:
     result = ToolResult.from_wire({"status": "passed", "data": "Infinity", "structured": math.inf})
-    line = _encode_line({"jsonrpc": "2.0", "id": 1, "result": result_to_mcp(result, lambda a: b"")})
+    line = encode_message({"jsonrpc": "2.0", "id": 1, "result": result_to_mcp(result, lambda a: b"")})
     reply = json.loads(line)  # strict JSON: no bare Infinity
     assert "structuredContent" not in reply["result"]
     assert reply["result"]["content"][0]["text"] == "Infinity"

@@ -28,6 +28,7 @@ from supervisor._config_loader import load_config
 from supervisor._otel import REPORT_INTERVAL_S, OtelExport
 from supervisor._policy import OtelExport as OtelPolicy
 from supervisor._policy import policy_json_schema
+from supervisor._session_ids import Owner, root_session_id
 from supervisor._supervisor import Supervisor
 from supervisor._trace import TraceRecorder
 from tests._policies import agent, system_toolbox, write_policy
@@ -156,7 +157,8 @@ async def test_nested_calls_are_one_trace_with_parent_links(sandbox_tmp: Path, c
     assert inner.trace_id == outer.trace_id and inner.parent_span_id == outer.span_id
     assert not outer.parent_span_id
     a_out, a_in = _attrs(outer), _attrs(inner)
-    assert a_out["toolbox"] == "lua" and a_out["agent"] == "tester" and a_out["session"] == "s1"
+    assert a_out["toolbox"] == "lua" and a_out["agent"] == "tester"
+    assert a_out["session"] == root_session_id(Owner("tester"), "s1") and a_out["conversation"] and a_out["turn"]
     assert a_out["depth"] == 1 and a_out["caller"] == "frontend" and a_out["status"] == "passed"
     assert a_in["toolbox"] == "sys" and a_in["depth"] == 2 and a_in["caller"] == "toolbox lua"
     assert a_in["parent_call_id"] == a_out["call_id"] and a_in["status"] == "passed" and inner.status.code == OK

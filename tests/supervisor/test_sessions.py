@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from supervisor._sessions import SessionStore, answer_host_request, scope_members
+from supervisor._session_ids import Owner, root_session_id
+from supervisor._session_introspection import answer_host_request
+from supervisor._sessions import SessionStore, scope_members
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, model_server
@@ -38,14 +40,15 @@ def test_unknown_scope_is_refused() -> None:
 
 
 def _store() -> SessionStore:
+    """root -> a, root -> b, every session the agent main's (the owner filter has tests of its own)."""
     store = SessionStore(":memory:")
-    store.ensure_session("root")
-    store.start_child("a", "conv-a", "root", "helper", "c1")
+    store.ensure_session("root", agent="main")
+    store.start_child("a", "conv-a", "root", "main", "c1")
     store.add_turn("a", "user", "please find the needle in the haystack")
     store.add_turn("a", "tool", "secret tool output with a token", tool="system_x_date")
     store.add_turn("a", "assistant", "found it")
     store.finish("a", "idle")
-    store.start_child("b", "conv-b", "root", "helper", "c2")
+    store.start_child("b", "conv-b", "root", "main", "c2")
     store.record_call("root", call_id="c1", parent_call_id=None, tool="io_prompt_agent_helper",
                       args={"what": "x"}, status="passed", summary="ok", output="found it", started=1.0,
                       duration_s=0.5)
@@ -101,7 +104,7 @@ def test_search_sessions_respects_scope_and_tool_outputs() -> None:
 
 def test_refusals_say_why() -> None:
     store = _store()
-    store.ensure_session("other")
+    store.ensure_session("other", agent="main")
     denied = _ask(store, "b", "read-session", {"session_id": "a"})
     assert denied == {"error": "SessionAccessDeniedError: session 'a' is outside this toolbox's scope (subtree)"}
     assert _ask(store, "root", "read-session", {"session_id": "zzz"})["error"].startswith("SessionNotFoundError")
@@ -120,7 +123,7 @@ def test_refusals_say_why() -> None:
 def test_sessions_left_running_are_marked_interrupted_on_reopen(tmp_path: Path) -> None:
     path = str(tmp_path / "s.sqlite3")
     store = SessionStore(path)
-    store.start_child("a", "conv", "root", "helper", None)
+    store.start_child("a", "conv", "root", "main", None)
     store.close()
     again = SessionStore(path)
     assert again.rows({"a"})[0].status == "interrupted"
@@ -144,21 +147,24 @@ async def test_introspection_through_real_workers_and_a_subagent(sandbox_tmp: Pa
         main = agent("main", modelUrl=server.url, extraAgents=[{"slug": "helper", "path": "helper.json"}],
                      builtinToolboxes=[system_toolbox("main_sys", SESSION_CAPS, SessionIntrospectionMaxResults=5)])
         (sandbox_tmp / "helper.json").write_text(json.dumps(helper))
-        policy = write_policy(sandbox_tmp, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"})
+        # The policy lets introspection see other agents' sessions: main its sub-agent's run, helper main's session.
+        policy = write_policy(sandbox_tmp, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"},
+                              sessions={"introspection": {"other_agents": True}})
+        s1, s2 = (root_session_id(Owner("main"), name) for name in ("s1", "s2"))  # the frontend acts as main
         async with Supervisor.open(policy) as sup:
             asked = await sup.call("io_prompt_agent_helper", {"what": "which sessions are above me?"},
                                    session_id="s1")
             assert asked.status == "passed", asked.data
             seen = json.loads((asked.data or "").removeprefix("sessions seen: "))
             # parents-only, from inside the sub-agent: just the frontend's session s1
-            assert [s["sessionId"] for s in seen["sessions"]] == ["s1"] and seen["scope"] == "parents-only"
+            assert [s["sessionId"] for s in seen["sessions"]] == [s1] and seen["scope"] == "parents-only"
             assert seen["sessions"][0]["isParent"]
 
             listed = await sup.call("system_main_sys_list_sessions", {}, session_id="s1")
             assert listed.status == "passed", listed.data
             sessions = listed.structured["sessions"]
-            child = next(s for s in sessions if s["sessionId"] != "s1")
-            assert {s["sessionId"] for s in sessions} == {"s1", child["sessionId"]}
+            child = next(s for s in sessions if s["sessionId"] != s1)
+            assert {s["sessionId"] for s in sessions} == {s1, child["sessionId"]}
             assert child["isChild"] and child["agent"] == "helper" and child["status"] == "idle"
 
             read = await sup.call("system_main_sys_read_session", {"session_id": child["sessionId"]},
@@ -170,14 +176,14 @@ async def test_introspection_through_real_workers_and_a_subagent(sandbox_tmp: Pa
 
             found = await sup.call("system_main_sys_search_sessions", {"query": "above me"}, session_id="s1")
             matches = {r["sessionId"]: r["matchType"] for r in found.structured["results"]}
-            assert matches == {child["sessionId"]: "content", "s1": "tool_call"}  # s1's call carried the prompt
+            assert matches == {child["sessionId"]: "content", s1: "tool_call"}  # s1's call carried the prompt
 
             # another frontend session sees neither s1 nor its child
             other = await sup.call("system_main_sys_list_sessions", {}, session_id="s2")
-            assert [s["sessionId"] for s in other.structured["sessions"]] == ["s2"]
-            denied = await sup.call("system_main_sys_read_session", {"session_id": "s1"}, session_id="s2")
+            assert [s["sessionId"] for s in other.structured["sessions"]] == [s2]
+            denied = await sup.call("system_main_sys_read_session", {"session_id": s1}, session_id="s2")
             assert denied.status == "error"
-            assert "SessionAccessDeniedError: session 's1' is outside this toolbox's scope (subtree)" in (
+            assert f"SessionAccessDeniedError: session '{s1}' is outside this toolbox's scope (subtree)" in (
                 denied.data or "")
             stats = await sup.call("system_main_sys_get_session_stats", {}, session_id="s1")
             assert stats.structured["totalSessions"] == 2 and stats.structured["totalToolCalls"] >= 2

@@ -67,7 +67,7 @@ def git_server(lab: Lab, sandbox_tmp: Path) -> Iterator[Path]:
     import trustme
 
     ca = trustme.CA()
-    cert = ca.issue_cert("secure.example.test")
+    cert = ca.issue_cert("secure.example.test", "git-alias.example.test")
     keys = sandbox_tmp / "tls"
     keys.mkdir()
     cert.private_key_pem.write_to_path(str(keys / "key.pem"))
@@ -135,3 +135,30 @@ def test_https_sources_reachable_and_unreachable(lab: Lab, git_server: Path, san
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["structured"]["name"] == "pdf-processing"
     assert [r["action"] for r in _trace(sandbox_tmp) if r["event"] == "skill_source"] == ["cloned", "kept"]
+
+
+@pytest.mark.parametrize("accepted", [False, True])
+def test_a_clone_through_a_cname_needs_the_skills_toolboxs_cname_targets(
+    lab: Lab, git_server: Path, sandbox_tmp: Path, accepted: bool
+) -> None:
+    """``git-alias.example.test`` is a CNAME of ``git-edge.cdn.example.test``: the clone's bridge judges the target
+    as the worker's does, and the skills toolbox's policy ``cname_targets`` opens it for the clone too."""
+    url = f"https://git-alias.example.test:{GIT_PORT}/skills-repo.git"
+    extra = {"toolboxes": {"skills": {"cname_targets": ["*.cdn.example.test"]}}} if accepted else {}
+    policy = write_policy(sandbox_tmp, {"tester": agent(
+        skillSources=[{"tag": "SkillGitRepo", "contents": {"url": url, "subdir": "pdf-tools"}}],
+        builtinToolboxes=[system_toolbox()])}, **extra)
+    out = _in_lab(lab, git_server, "tools", "--policy", str(policy), "--json")
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    names = {t["name"] for t in listed["tools"]}
+    egress = [r for r in _trace(sandbox_tmp) if r["event"] == "egress"]
+    if accepted:
+        assert "skill_enable_pdf-processing" in names and not listed["load_errors"], listed
+        assert ("git-alias.example.test", "allowed") in {(r["host"], r["verdict"]) for r in egress}
+    else:
+        assert "skill_enable_pdf-processing" not in names
+        [error] = listed["load_errors"]
+        assert error["message"].startswith(f"git clone of {url} failed: "), error
+        refused = [r for r in egress if r["verdict"] == "refused"]
+        assert refused and "alias (CNAME) of git-edge.cdn.example.test" in refused[0]["reason"], egress

@@ -23,6 +23,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
 
 from supervisor._mcp_stdio import McpStdioServer
+from supervisor._session_ids import Owner, root_session_id
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, write_policy
 from tests.toolboxes.test_bash import describe_json, write_script
@@ -200,6 +201,23 @@ async def test_enabled_skills_survive_a_worker_restart(sandbox_tmp: Path) -> Non
         assert "call skill_enable_pdf-tools first" not in (again.data or "")
         refused = await sup.call(PDF_TOOL, {"file": "x"}, session_id="b")
         assert refused.status == "error" and "call skill_enable_pdf-tools first" in refused.data
+    # The session store is the one copy: the worker kept nothing of its own.
+    assert not list((sandbox_tmp / "state" / "toolbox-state").rglob("*session*"))
+
+
+async def test_enabled_skills_survive_a_supervisor_restart_in_a_named_session(sandbox_tmp: Path) -> None:
+    policy = skills_policy(sandbox_tmp)
+    async with Supervisor.open(policy) as sup:
+        assert (await sup.call("skill_enable_pdf-tools", {}, session_id="work")).status == "passed"
+        assert (await sup.call("skill_disable_core-utils", {}, session_id="work")).status == "passed"
+    async with Supervisor.open(policy) as sup:
+        listed = names(sup.list_tools("work"))
+        assert PDF_TOOL in listed and CORE_TOOL not in listed
+        ran = await sup.call(PDF_TOOL, {"file": "x"}, session_id="work")
+        assert ran.status == "passed", ran.data
+        assert (await sup.call(CORE_TOOL, {"file": "x"}, session_id="work")).status == "error"
+        fresh = names(sup.list_tools("fresh"))
+        assert CORE_TOOL in fresh and PDF_TOOL not in fresh
 
 
 # -- skill folders watched ----------------------------------------------------------------------------------------
@@ -224,7 +242,7 @@ async def test_a_skill_folder_added_and_removed_changes_the_supervisors_tools(sa
         assert (await sup.call("skill_enable_notes", {}, session_id="a")).status == "passed"
         ran = await sup.call("skill_notes_jot", {"file": "n"}, session_id="a")
         assert ran.status == "passed", ran.data
-        assert ran.data.endswith("jot on n in session a\n")
+        assert ran.data.endswith(f"jot on n in session {root_session_id(Owner('tester'), 'a')}\n")
 
         shutil.rmtree(sandbox_tmp / "skills" / "notes")
         await wait_listed(sup, lambda listed: not any("notes" in n for n in listed))
@@ -317,7 +335,8 @@ async def test_two_mcp_sessions_see_their_own_skills(sandbox_tmp: Path) -> None:
                 assert PDF_TOOL in names((await a.list_tools()).tools)
                 ran = await a.call_tool(PDF_TOOL, {"file": "doc"})
                 assert not ran.is_error
-                assert ran.content[0].text.endswith(f"on doc in session {server_a.session_id}\n")
+                session_a = root_session_id(Owner("tester"), server_a.session_id)  # the connection's, with tester
+                assert ran.content[0].text.endswith(f"on doc in session {session_a}\n")
                 # The other session was not told, and its list is unchanged: a round trip on it comes after any
                 # notification the server would have sent it.
                 assert PDF_TOOL not in names((await b.list_tools()).tools)

@@ -277,6 +277,38 @@ async def test_read_write_works_and_persists(sup: Supervisor, lab: Lab) -> None:
     assert names(lab.rw_db) == ["ada", "brian", "chen", "dora"]
 
 
+async def test_a_read_write_database_the_workers_uid_cannot_write_is_named_with_its_fix(sandbox_tmp: Path) -> None:
+    # Issue 13 item 11: root's 0644 file in a folder the worker's uid does not own. check warns; a write names the
+    # path, the uid and the fix instead of "this database is read-only".
+    folder = sandbox_tmp / "rootowned"
+    folder.mkdir()
+    folder.chmod(0o755)
+    db = folder / "memory.db"
+    make_users_db(db)
+    db.chmod(0o644)
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
+        sqlite_toolbox("memory", {"tag": "SqliteReadWrite", "path": str(db)})])}, landlock_min_abi=6)
+    check = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(policy)], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert check.returncode == 0, check.stderr
+    assert (f"warning: memory: the read-write database {db} cannot be written by the worker (uid {NOBODY}): "
+            f"{db} is not readable and writable by uid {NOBODY} (owner 0:0, mode 0644)") in check.stdout
+    assert f"Fix: chown {NOBODY}:{NOBODY} {folder} {db}" in check.stdout
+    async with Supervisor.open(policy) as sup:
+        read = await sup.call("sqlite_memory_query", {"sql": "SELECT name FROM users"})
+        assert read.status == "passed", read.data  # reading is allowed by the modes
+        wrote = await sup.call("sqlite_memory_query", {"sql": "INSERT INTO users (name) VALUES ('eve')"})
+    assert wrote.status == "error"
+    assert wrote.data.startswith(f"the database {db} cannot be written by this worker (uid {NOBODY}): ")
+    assert f"chown {NOBODY}:{NOBODY} {folder} {db}" in wrote.data and "SqliteReadOnly" in wrote.data
+    assert names(db) == ["ada", "brian"]
+    os.chown(folder, NOBODY, NOBODY)  # the fix: no warning any more
+    os.chown(db, NOBODY, NOBODY)
+    fixed = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(policy)], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "cannot be written by the worker" not in fixed.stdout
+
+
 async def test_locked_database_fails_with_a_retry_hint(sup: Supervisor, lab: Lab) -> None:
     holder = sqlite3.connect(lab.rw_db, isolation_level=None, timeout=0)
     try:

@@ -52,6 +52,8 @@ SPECS = [
     Spec("allocates", behaviour="alloc"),
     Spec("measures", behaviour="measure"),
     Spec("opens", behaviour="open"),
+    Spec("opens_inside", behaviour="open", open_path="inside.txt"),
+    Spec("opens_link", behaviour="open", open_path="escape/hostname"),
     Spec("connects", behaviour="net"),
     Spec("environ", behaviour="env"),
 ]
@@ -162,11 +164,12 @@ async def test_bad_attachments_are_refused_with_notes_and_status_unchanged(polic
     assert not result.is_error  # a refused attachment never changes the status
     images = [c for c in result.content if isinstance(c, mcp_types.ImageContent)]
     assert [base64.b64decode(i.data) for i in images] == [png_bytes()]  # only pic.png
-    text = _text(result)
-    assert "[attachment 'fake.png' refused: its bytes are not image/png (they look like image/gif)]" in text
-    assert f"[attachment 'big.png' refused: it is {len(png_bytes(padding=MAX_IMAGE * 2))} bytes, more than the " \
-           f"limit of {MAX_IMAGE}]" in text
-    assert "[attachment 'link.png' refused: the path goes through a symbolic link]" in text
+    notes = {line.split("'")[1]: line for line in _text(result).splitlines() if line.startswith("[attachment ")}
+    assert set(notes) == {"fake.png", "big.png", "link.png"}
+    assert "not image/png" in notes["fake.png"] and "image/gif" in notes["fake.png"]
+    assert f"it is {len(png_bytes(padding=MAX_IMAGE * 2))} bytes, more than the limit of {MAX_IMAGE}" \
+        in notes["big.png"]
+    assert "the path goes through a symbolic link" in notes["link.png"]
     assert _ends(policy)["wasm_probe_bad_attachments"]["status"] == "passed"
 
 
@@ -214,9 +217,15 @@ async def test_memory_is_capped_by_the_store_limit(policy: Path) -> None:
 async def test_only_the_work_folder_and_the_file_sandbox_are_preopened(policy: Path, sandbox_tmp: Path) -> None:
     with trio.fail_after(60):
         async with _session(policy) as s:
+            (_workdir(policy) / "inside.txt").write_text("in the work folder")
+            (_workdir(policy) / "escape").symlink_to("/etc")
             opened = await s.call_tool("wasm_probe_opens", {})
+            inside = await s.call_tool("wasm_probe_opens_inside", {})
+            linked = await s.call_tool("wasm_probe_opens_link", {})
     # open-at of ../../../etc/hostname from the work folder: wasi:filesystem error-code 31, not-permitted
     assert _text(opened) == "31"
+    assert _text(inside) == "opened"  # the same open-at of a file that is in the work folder works
+    assert _text(linked) == "31"  # a symlink in the work folder that leads out is refused the same way
     preopens = [v for k, v in _ends(policy)["wasm_probe_opens"]["metadata"] if k == "preopen"]
     assert preopens == [str(_workdir(policy)), str(sandbox_tmp / "shared")]
 
@@ -310,3 +319,37 @@ async def test_load_errors_and_the_folder_is_watched(sandbox_tmp: Path) -> None:
                 changes.event = trio.Event()
             result = await s.call_tool("wasm_probe_later", {"q": "fresh"})
     assert json.loads(_text(result)) == {"q": "fresh"}
+
+
+async def test_calls_in_flight_each_get_their_own_store(policy: Path) -> None:
+    """Eight echo calls while another call loops: each gets back its own input, and the loop ends on time."""
+    answers: dict[int, Any] = {}
+    with trio.fail_after(60):
+        async with _session(policy) as s:
+            async def echo(i: int) -> None:
+                answers[i] = json.loads(_text(await s.call_tool("wasm_probe_echo", {"q": f"call {i}"})))
+
+            async def loop() -> None:
+                answers[-1] = await s.call_tool("wasm_probe_loops", {})
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(loop)
+                for i in range(8):
+                    nursery.start_soon(echo, i)
+    assert {i: answers[i] for i in range(8)} == {i: {"q": f"call {i}"} for i in range(8)}
+    assert answers[-1].is_error and "time limit" in _text(answers[-1])
+
+
+async def test_a_restart_does_not_compile_again(policy: Path) -> None:
+    cache = policy.parent / "state" / "toolbox-state" / "tester" / "probe" / "wasm-cache"
+    with trio.fail_after(60):
+        async with _session(policy) as s:
+            assert not (await s.call_tool("wasm_probe_echo", {})).is_error
+    first = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.iterdir()}
+    assert len(first) == len(SPECS)  # one compiled file per component, written by the worker
+    assert all(p.stat().st_uid == NOBODY and p.stat().st_mode & 0o077 == 0 for p in cache.iterdir())
+    with trio.fail_after(60):
+        async with _session(policy) as s:
+            assert not (await s.call_tool("wasm_probe_echo", {})).is_error
+    # the second worker deserialized every file: none was written again
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.iterdir()} == first

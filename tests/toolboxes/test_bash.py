@@ -453,19 +453,45 @@ def test_image_output_becomes_an_attachment(boxes: Boxes, tools_dir: Path, workd
         assert attachment.media_type == "image/png"
         assert not attachment.path.startswith("/")
         assert (workdir / attachment.path).read_bytes() == PNG
-    liar = box.call("bash_liar", {}, ctx("t"))
-    assert liar.status == "failed"
-    assert "not a image/png image" in (liar.data or "")
+    liar = box.call("bash_liar", {}, ctx("t"))  # attached as printed: the supervisor's check refuses it
+    assert liar.status == "passed" and (workdir / liar.attachments[0].path).read_bytes() == b"text\n"
 
 
-def test_other_media_becomes_a_file_named_by_data_path(boxes: Boxes, tools_dir: Path, workdir: Path) -> None:
+def test_other_media_becomes_an_attachment_of_its_type(boxes: Boxes, tools_dir: Path, workdir: Path) -> None:
     write_script(tools_dir, "pdf", describe_json("pdf", **{"output-media-type": "application/pdf"}),
                  "printf '%%PDF-1.4 fake'")
-    result = boxes.open(tools_dir).call("bash_pdf", {}, ctx("t"))
-    assert result.status == "passed"
-    assert result.data_path is not None
-    assert result.data_path.endswith(".pdf")
-    assert (workdir / result.data_path).read_bytes() == b"%PDF-1.4 fake"
+    write_script(tools_dir, "wav", describe_json("wav", **{"output-media-type": "audio/wav"}),
+                 "printf 'RIFF\\0\\0\\0\\0WAVEfmt ' | base64")
+    write_script(tools_dir, "notpdf", describe_json("notpdf", **{"output-media-type": "application/pdf"}),
+                 "echo hello")
+    box = boxes.open(tools_dir)
+    result = box.call("bash_pdf", {}, ctx("t"))
+    assert result.status == "passed" and result.data_path is None
+    [pdf] = result.attachments
+    assert (pdf.media_type, pdf.name) == ("application/pdf", "bash_pdf.pdf")
+    assert (workdir / pdf.path).read_bytes() == b"%PDF-1.4 fake"
+    [wav] = box.call("bash_wav", {}, ctx("t")).attachments  # printed as base64: decoded
+    assert wav.media_type == "audio/wav" and (workdir / wav.path).read_bytes() == b"RIFF\0\0\0\0WAVEfmt "
+    [notpdf] = box.call("bash_notpdf", {}, ctx("t")).attachments
+    assert notpdf.media_type == "application/pdf" and (workdir / notpdf.path).read_bytes() == b"hello\n"
+
+
+def test_json_and_text_output_are_the_results_data(boxes: Boxes, tools_dir: Path) -> None:
+    """``output-media-type`` application/json and text/*: delivered as data, not as a file."""
+    write_script(tools_dir, "js", describe_json("js", **{"output-media-type": "application/json"}),
+                 "echo '{\"rows\": [1, 2]}'")
+    write_script(tools_dir, "badjs", describe_json("badjs", **{"output-media-type": "application/json"}),
+                 "echo 'not json'")
+    write_script(tools_dir, "csv", describe_json("csv", **{"output-media-type": "text/csv"}), "printf 'a,b\\n1,2\\n'")
+    box = boxes.open(tools_dir)
+    js = box.call("bash_js", {}, ctx("t"))
+    assert (js.status, js.structured, js.attachments, js.data_path) == ("passed", {"rows": [1, 2]}, [], None)
+    assert js.meta("media_type") == "application/json"
+    bad = box.call("bash_badjs", {}, ctx("t"))
+    assert bad.status == "passed" and bad.structured is None
+    assert bad.data is not None and bad.data.startswith("not json") and "is not JSON" in bad.data
+    csv = box.call("bash_csv", {}, ctx("t"))
+    assert (csv.status, csv.data, csv.attachments) == ("passed", "a,b\n1,2\n", [])
 
 
 def test_unknown_tool_and_missing_argument_are_refused(boxes: Boxes, tools_dir: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import trio
 
+from supervisor._session_ids import Owner, root_session_id
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, write_policy
 
@@ -197,7 +198,7 @@ async def test_skills_in_a_worker_are_per_session(sandbox_tmp: Path) -> None:
         assert (await sup.call("skill_enable_pdf-tools", {}, session_id="a")).status == "passed"
         ran = await sup.call("skill_pdf-tools_extract", {"file": "a"}, session_id="a")
         assert ran.status == "passed", ran.data
-        assert ran.data.endswith("on a in session a\n")
+        assert ran.data.endswith(f"on a in session {root_session_id(Owner('tester'), 'a')}\n")  # a's, with tester
         assert (await sup.call("skill_pdf-tools_extract", {"file": "a"}, session_id="b")).status == "error"
         auto = await sup.call("skill_core-utils_hello", {"file": "x"}, session_id="b")
         assert auto.status == "passed", auto.data

@@ -369,6 +369,8 @@ def test_long_lines_are_dropped_whole_and_splitting_survives_any_chunking() -> N
 
 
 def test_content_maps_to_a_result(tmp_path: Path) -> None:
+    """Every kind of content is passed on: images, audio and embedded resources as attachments of their type (a
+    resource keeps its uri), resource links as links; what cannot be used becomes a note."""
     sink = AttachmentSink(str(tmp_path))
     result = to_result({"content": [
         {"type": "text", "text": "hello"},
@@ -376,17 +378,25 @@ def test_content_maps_to_a_result(tmp_path: Path) -> None:
         {"type": "image", "mimeType": "image/svg+xml", "data": "PHN2Zz4="},
         {"type": "resource_link", "uri": "file:///a.txt", "name": "a.txt", "mimeType": "text/plain"},
         {"type": "resource", "resource": {"uri": "mem://x", "text": "inside"}},
-        {"type": "audio", "mimeType": "audio/wav", "data": ""},
+        {"type": "resource", "resource": {"uri": "mem://doc.pdf", "mimeType": "application/pdf",
+                                          "blob": "JVBERi0xLjQ="}},
+        {"type": "audio", "mimeType": "audio/wav", "data": "UklGRgAAAABXQVZF"},
+        {"type": "audio", "mimeType": "audio/wav", "data": "not base64!"},
+        {"type": "image", "data": PNG_B64},
     ], "isError": True}, tool="t", stem="t-1", sink=sink, output_cap=1 << 20)
     assert result.status == "failed"
     lines = text(result).splitlines()
     assert lines[0] == "hello"
-    assert "image/svg+xml not attached" in lines[2]
-    assert lines[3] == "[resource link] a.txt: file:///a.txt (text/plain)"
-    assert lines[4:6] == ["[resource mem://x]", "inside"]
-    assert "audio" in lines[6]
-    [att] = result.attachments
-    assert (tmp_path / att.path).read_bytes()[:4] == b"\x89PNG"
+    assert lines[1:8] == ["[image/png attached]", "[image/svg+xml attached]", "[resource link a.txt: file:///a.txt]",
+                          "[text/plain attached: mem://x]", "[application/pdf attached: mem://doc.pdf]",
+                          "[audio/wav attached]", "[audio not attached: its data is not valid base64]"]
+    assert lines[8] == "[image not attached: it has no usable mimeType]"
+    kinds = [(a.media_type, a.uri, (tmp_path / a.path).read_bytes()[:4]) for a in result.attachments]
+    assert kinds == [("image/png", None, b"\x89PNG"), ("image/svg+xml", None, b"<svg"),
+                     ("text/plain", "mem://x", b"insi"), ("application/pdf", "mem://doc.pdf", b"%PDF"),
+                     ("audio/wav", None, b"RIFF")]
+    [link] = result.links
+    assert (link.uri, link.name, link.mime_type) == ("file:///a.txt", "a.txt", "text/plain")
     only_structured = to_result({"content": [], "structuredContent": {"k": [1]}}, tool="t", stem="s", sink=sink,
                                 output_cap=1 << 20)
     assert (only_structured.status, only_structured.data, only_structured.structured) == (

@@ -16,7 +16,6 @@ from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.skills import (
     ConfigError,
     FrontmatterError,
-    SessionSkills,
     SkillsToolbox,
     open_toolbox,
     parse_skill_md,
@@ -97,8 +96,11 @@ def open_skills(sandbox_tmp: Path) -> Iterator[Opener]:
         box.close()
 
 
-def ctx(session: str, tool: str = "t") -> CallContext:
-    return CallContext(call_id=1, tool=tool, session_id=session)
+def ctx(session: str, tool: str = "t", enabled: list[str] | None = None) -> CallContext:
+    """A call of ``session``; ``enabled``: the skills the supervisor says the session enabled (``None``: it sent
+    no list, as in process)."""
+    extra = {} if enabled is None else {"enabled_skills": enabled}
+    return CallContext(call_id=1, tool=tool, session_id=session, extra=extra)
 
 
 # -- frontmatter (pure) --------------------------------------------------------------------------------------
@@ -137,17 +139,6 @@ def test_invalid_frontmatter_is_refused_with_the_field(text: str, message: str) 
     assert message in str(info.value)
 
 
-def test_sessions_start_with_auto_enabled_skills_and_keep_their_own_state() -> None:
-    sessions = SessionSkills(["core"], max_sessions=2)
-    assert sessions.enabled("a") == {"core"}
-    assert sessions.set("a", "core", False)
-    assert not sessions.set("a", "core", False)
-    assert sessions.enabled("a") == set()
-    assert sessions.enabled("b") == {"core"}
-    sessions.enabled("c")  # evicts "a", the least recently used
-    assert sessions.enabled("a") == {"core"}
-
-
 # -- the toolbox -------------------------------------------------------------------------------------------
 def test_meta_tools_always_listed_and_script_tools_session_scoped(open_skills: Opener, skills_root: Path) -> None:
     make_skill(skills_root, "pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"})
@@ -160,7 +151,7 @@ def test_meta_tools_always_listed_and_script_tools_session_scoped(open_skills: O
     assert script.annotations == {"session_scoped": True, "skill": "pdf-processing"}
     assert script.input_schema["required"] == ["file"]
     assert not tools["skill_enable_pdf-processing"].annotations.get("session_scoped")
-    assert [t.name for t in box.tools_for_session("s1")] == [
+    assert [t.name for t in box.tools_for([])] == [
         "skill_list", "skill_describe_pdf-processing", "skill_enable_pdf-processing", "skill_disable_pdf-processing"]
 
 
@@ -171,8 +162,7 @@ def test_the_list_tool_lists_every_skill_and_what_is_enabled_in_the_session(open
     make_skill(skills_root, "pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"})
     box = open_skills([skills_root], auto=["core-utils"])
     assert box.tools()[0].name == "skill_list"
-    box.call("skill_enable_pdf-processing", {}, ctx("s1"))
-    listed = box.call("skill_list", {}, ctx("s1"))
+    listed = box.call("skill_list", {}, ctx("s1", enabled=["core-utils", "pdf-processing"]))
     assert listed.status == "passed"
     assert [(s["name"], s["enabled"], s["tools"]) for s in listed.structured["skills"]] == [
         ("core-utils", True, ["skill_core-utils_hello"]),
@@ -181,30 +171,31 @@ def test_the_list_tool_lists_every_skill_and_what_is_enabled_in_the_session(open
     assert "This skill" not in listed.data and listed.structured["skills"][1]["description"]
 
 
-def test_a_skill_enabled_in_one_session_is_not_enabled_in_another(open_skills: Opener, skills_root: Path) -> None:
+def test_a_script_runs_only_when_the_calls_list_has_its_skill(open_skills: Opener, skills_root: Path) -> None:
+    """The worker keeps no session state: the enabled skills come with each call (the supervisor's session store)."""
     make_skill(skills_root, "pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"})
     box = open_skills([skills_root])
     tool = "skill_pdf-processing_extract-text"
-    refused = box.call(tool, {"file": "a.pdf"}, ctx("s1"))
+    refused = box.call(tool, {"file": "a.pdf"}, ctx("s1", enabled=[]))
     assert refused.status == "error"
     assert "not enabled in this session; call skill_enable_pdf-processing first" in (refused.summary or "")
 
-    enabled = box.call("skill_enable_pdf-processing", {}, ctx("s1"))
+    enabled = box.call("skill_enable_pdf-processing", {}, ctx("s1", enabled=[]))
     assert enabled.status == "passed"
     assert enabled.structured == {"skill": "pdf-processing", "enabled": True, "changed": True, "tools": [tool]}
     assert "This skill provides tools" in (enabled.data or "")
+    again = box.call("skill_enable_pdf-processing", {}, ctx("s1", enabled=["pdf-processing"]))
+    assert again.structured["changed"] is False  # judged against the list the call came with
 
-    ran = box.call(tool, {"file": "a.pdf"}, ctx("s1"))
+    ran = box.call(tool, {"file": "a.pdf"}, ctx("s1", enabled=["pdf-processing"]))
     assert ran.status == "passed", ran
     assert (ran.data or "").endswith("extract.sh on a.pdf in session s1\n")
-    assert tool in [t.name for t in box.tools_for_session("s1")]
-
-    other = box.call(tool, {"file": "a.pdf"}, ctx("s2"))
-    assert other.status == "error"
-    assert tool not in [t.name for t in box.tools_for_session("s2")]
-
-    box.call("skill_disable_pdf-processing", {}, ctx("s1"))
-    assert box.call(tool, {"file": "a.pdf"}, ctx("s1")).status == "error"
+    assert tool in [t.name for t in box.tools_for(["pdf-processing"])]
+    assert tool not in [t.name for t in box.tools_for([])]
+    # Enabling remembered nothing here: the next call without the skill in its list is refused.
+    assert box.call(tool, {"file": "a.pdf"}, ctx("s1", enabled=[])).status == "error"
+    disabled = box.call("skill_disable_pdf-processing", {}, ctx("s1", enabled=["pdf-processing"]))
+    assert disabled.structured["changed"] is True and disabled.structured["enabled"] is False
 
 
 def test_auto_enable_skills_are_on_in_every_new_session(open_skills: Opener, skills_root: Path) -> None:
@@ -214,10 +205,9 @@ def test_auto_enable_skills_are_on_in_every_new_session(open_skills: Opener, ski
     for session in ("s1", "s2"):
         assert box.call("skill_core-utils_hello", {"file": "x"}, ctx(session)).status == "passed"
         assert box.call("skill_other_hi", {"file": "x"}, ctx(session)).status == "error"
-    # disabling an auto-enabled skill sticks for that session only
-    box.call("skill_disable_core-utils", {}, ctx("s1"))
-    assert box.call("skill_core-utils_hello", {"file": "x"}, ctx("s1")).status == "error"
-    assert box.call("skill_core-utils_hello", {"file": "x"}, ctx("s3")).status == "passed"
+    # a session whose list (from the supervisor) lacks an auto-enabled skill does not have it
+    assert box.call("skill_core-utils_hello", {"file": "x"}, ctx("s1", enabled=[])).status == "error"
+    assert box.call("skill_core-utils_hello", {"file": "x"}, ctx("s1", enabled=["core-utils"])).status == "passed"
 
 
 def test_describe_lists_metadata_instructions_scripts_and_references(open_skills: Opener, skills_root: Path) -> None:
@@ -304,7 +294,7 @@ def move_in(staging: Path, folder: str, root: Path, skill_text: str, scripts: di
     return Path(shutil.move(str(built), str(root / folder)))
 
 
-def test_added_changed_and_removed_skills_update_the_tools_and_sessions_keep_their_skills(
+def test_added_changed_and_removed_skills_update_the_tools(
     open_skills: Opener, skills_root: Path, sandbox_tmp: Path
 ) -> None:
     staging = sandbox_tmp / "staging"
@@ -317,18 +307,17 @@ def test_added_changed_and_removed_skills_update_the_tools_and_sessions_keep_the
     script.write_text(script.read_text().replace("then\n", f"then\necho x >> {log}\n", 1))
     box = open_skills([skills_root], policy={"watch_interval_s": 0.1})
     channel = open_skills.channel
-    assert box.call("skill_enable_core-utils", {}, ctx("s1")).status == "passed"
+    on = ["core-utils", "pdf-tools"]  # what the supervisor would send for a session that enabled both
 
-    def listed(session: str | None = None) -> set[str]:
-        return {t.name for t in (box.tools() if session is None else box.tools_for_session(session))}
+    def listed(enabled: list[str] | None = None) -> set[str]:
+        return {t.name for t in (box.tools() if enabled is None else box.tools_for(enabled))}
 
     # Added: a new folder with a SKILL.md.
     move_in(staging, "pdf", skills_root, skill_md("pdf-tools"), {"extract": "extract"})
     wait_until(channel, lambda: "skill_pdf-tools_extract" in listed())
-    assert {"skill_describe_pdf-tools", "skill_enable_pdf-tools"} <= listed("s1")
-    assert "skill_core-utils_hello" in listed("s1")  # the session kept its skill
-    assert box.call("skill_core-utils_hello", {}, ctx("s1")).status == "passed"
-    assert box.call("skill_enable_pdf-tools", {}, ctx("s1")).status == "passed"
+    assert {"skill_describe_pdf-tools", "skill_enable_pdf-tools"} <= listed(["core-utils"])
+    assert "skill_core-utils_hello" in listed(["core-utils"])
+    assert box.call("skill_core-utils_hello", {}, ctx("s1", enabled=on)).status == "passed"
 
     # Changed: a SKILL.md (new description) and a script (new slug).
     replace_text(core / "SKILL.md", skill_md("core-utils", "says hello, revised"))
@@ -341,25 +330,20 @@ def test_added_changed_and_removed_skills_update_the_tools_and_sessions_keep_the
     wait_until(channel, lambda: "skill_pdf-tools_extract-v2" in listed()
                and "revised" in next(t.description for t in box.tools() if t.name == enable_core))
     assert "skill_pdf-tools_extract" not in listed()
-    assert {"skill_core-utils_hello", "skill_pdf-tools_extract-v2"} <= listed("s1")  # changed skills stay enabled
-    assert "skill_pdf-tools_extract-v2" not in listed("s2")
-    assert box.call("skill_pdf-tools_extract-v2", {"file": "a"}, ctx("s1")).data == "v2 on a\n"
-    described = json.loads(box.call("skill_describe_core-utils", {}, ctx("s1")).data or "")
+    assert {"skill_core-utils_hello", "skill_pdf-tools_extract-v2"} <= listed(on)  # changed skills stay enabled
+    assert "skill_pdf-tools_extract-v2" not in listed([])
+    assert box.call("skill_pdf-tools_extract-v2", {"file": "a"}, ctx("s1", enabled=on)).data == "v2 on a\n"
+    described = json.loads(box.call("skill_describe_core-utils", {}, ctx("s1", enabled=on)).data or "")
     assert described["description"] == "says hello, revised"
     assert described["enabled"] is True
 
-    # Removed: gone from every session; calls are refused.
+    # Removed: gone from the list; calls are refused (the supervisor also forgets it in every session: e2e test).
     shutil.rmtree(skills_root / "pdf")
     wait_until(channel, lambda: not any("pdf-tools" in name for name in listed()))
-    refused = box.call("skill_pdf-tools_extract-v2", {"file": "a"}, ctx("s1"))
+    refused = box.call("skill_pdf-tools_extract-v2", {"file": "a"}, ctx("s1", enabled=on))
     assert refused.status == "error" and "may have been removed" in (refused.summary or "")
-    assert "skill_core-utils_hello" in listed("s1")
+    assert "skill_core-utils_hello" in listed(on)
     assert box.load_errors() == []
-    # A removed skill that comes back starts off again in the sessions that had it enabled.
-    move_in(staging, "pdf", skills_root, skill_md("pdf-tools"), {"extract": "extract"})
-    wait_until(channel, lambda: "skill_pdf-tools_extract" in listed())
-    assert "skill_pdf-tools_extract" not in listed("s1")
-    assert box.call("skill_pdf-tools_extract", {"file": "a"}, ctx("s1")).status == "error"
 
     assert log.read_text() == "x\n"  # described once: the reloads reused its unchanged description
 

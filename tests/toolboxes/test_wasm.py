@@ -173,3 +173,13 @@ def test_the_deadline_of_the_call_lowers_the_time_limit(dirs: tuple[Path, Path, 
 
 def test_epoch_ticks_round_up() -> None:
     assert EpochClock.ticks(0) == 1 and EpochClock.ticks(1.0) == 101
+
+
+def test_logs_a_dead_worker_left_are_removed_at_open(dirs: tuple[Path, Path, Path]) -> None:
+    logs = dirs[0] / ".wasm-logs"
+    logs.mkdir()
+    (logs / "echo-7-0000.log").write_text("from a worker killed mid-call")
+    (logs / "link.log").symlink_to(dirs[2] / "echo.json")
+    _open(dirs).close()
+    assert list(logs.iterdir()) == []
+    assert (dirs[2] / "echo.json").exists()  # the link was removed, not what it points to

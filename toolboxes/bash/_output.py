@@ -4,8 +4,11 @@ a callback).
 - could not start, timed out, cancelled: ``error`` with the reason (and what the script printed before the end);
 - non-zero exit or death by a signal: ``failed`` with the exit code (metadata ``exit_code``), stderr and stdout;
 - exit 0: ``passed`` with stdout as text (decoded as UTF-8; invalid bytes are replaced and a note says so), or the
-  ``empty-result`` text when stdout is exactly empty; with ``output-media-type``, stdout is that media: an image
-  (png, jpeg, gif, webp) becomes an attachment, anything else a file named by ``data_path``.
+  ``empty-result`` text when stdout is exactly empty; with ``output-media-type``, stdout is that media, delivered as
+  what it is: ``application/json`` (and ``+json``) is the result's data and structured value, ``text/*`` (and XML)
+  its data; any other type (images, SVG, audio, video, PDF, binary) becomes an attachment of that type, which the
+  supervisor checks and delivers (image, audio or embedded resource; what fails the check is refused with a note,
+  the status stays). Binary media may be printed raw or as base64.
 
 Output past the cap is cut and the result has ``truncated`` set, with a note giving the full size. """
 
@@ -13,32 +16,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import signal
 from collections.abc import Callable
 
+from .._media import canonical, is_textual, mismatch
 from .._result import Attachment, ToolResult
 from ._process import ProcessOutcome
 from ._spec import ScriptSpec
 
-__all__ = ["IMAGE_TYPES", "decode_text", "outcome_to_result", "sniff_image"]
-
-#: Image types that travel as attachments (seed 000), with their leading bytes.
-IMAGE_TYPES: dict[str, tuple[bytes, ...]] = {
-    "image/png": (b"\x89PNG\r\n\x1a\n",),
-    "image/jpeg": (b"\xff\xd8\xff",),
-    "image/gif": (b"GIF87a", b"GIF89a"),
-    "image/webp": (b"RIFF",),
-}
+__all__ = ["decode_text", "outcome_to_result"]
 
 #: ``save(data, media_type) -> path relative to the work folder``.
 SaveMedia = Callable[[bytes, str], str]
-
-
-def sniff_image(data: bytes, media_type: str) -> bool:
-    """Whether ``data`` starts like an image of ``media_type``."""
-    if media_type == "image/webp":
-        return data[:4] == b"RIFF" and data[8:12] == b"WEBP"
-    return any(data.startswith(magic) for magic in IMAGE_TYPES.get(media_type, ()))
 
 
 def decode_text(data: bytes) -> tuple[str, int]:
@@ -71,15 +61,16 @@ def _with_notes(text: str, notes: list[str]) -> str:
     return text + "".join(f"\n[note: {n}]" for n in notes)
 
 
-def _decode_media(data: bytes, media_type: str) -> bytes | None:
-    """The image bytes in ``data``: raw, or base64 text of them (the anchor's form). ``None`` when neither fits."""
-    if sniff_image(data, media_type):
+def _decode_media(data: bytes, media_type: str) -> bytes:
+    """The media bytes in ``data``: raw, or base64 text of them (the anchor's form) when only that decodes to
+    ``media_type``; else ``data`` as printed (the supervisor's check then refuses it with a note)."""
+    if mismatch(media_type, data) is None:
         return data
     try:
         decoded = base64.b64decode(b"".join(data.split()), validate=True)
     except (binascii.Error, ValueError):
-        return None
-    return decoded if sniff_image(decoded, media_type) else None
+        return data
+    return decoded if decoded and mismatch(media_type, decoded) is None else data
 
 
 def outcome_to_result(
@@ -141,21 +132,30 @@ def _media_result(tool: str, media_type: str, outcome: ProcessOutcome, save: Sav
         return ToolResult.failed(
             f"{tool} declares {media_type} output but printed nothing", summary="empty media"
         )
-    if media_type in IMAGE_TYPES:
-        image = _decode_media(outcome.stdout, media_type)
-        if image is None:
-            return ToolResult.failed(
-                f"{tool} declares {media_type} output but what it printed is not a {media_type} image",
-                summary="invalid image",
-            )
-        path = save(image, media_type)
-        return ToolResult.passed(
-            f"{media_type} image, {len(image)} bytes, attached ({path})",
-            attachments=[Attachment(media_type, path)],
-        )
-    path = save(outcome.stdout, media_type)
+    media_type = canonical(media_type)
+    if is_textual(media_type) and media_type != "image/svg+xml":
+        return _text_media_result(tool, media_type, outcome)
+    media = _decode_media(outcome.stdout, media_type)
+    path = save(media, media_type)
     return ToolResult.passed(
-        f"{media_type} output, {len(outcome.stdout)} bytes, saved as {path} in the work folder",
-        data_path=path,
+        f"{media_type}, {len(media)} bytes, attached",
+        attachments=[Attachment(media_type, path, name=f"{tool}{_suffix(path)}")],
         metadata=[("media_type", media_type)],
     )
+
+
+def _suffix(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return name[name.rfind("."):] if "." in name else ""
+
+
+def _text_media_result(tool: str, media_type: str, outcome: ProcessOutcome) -> ToolResult:
+    """JSON and text output: the result's data (JSON also its structured value)."""
+    text, notes = _text_with_notes(outcome.stdout, outcome.stdout_total, "the output")
+    meta = [("media_type", media_type)]
+    if media_type == "application/json" or media_type.endswith("+json"):
+        problem = mismatch(media_type, outcome.stdout)
+        if problem is None:
+            return ToolResult.json(json.loads(text), metadata=meta)
+        notes.append(f"{tool} declares {media_type} output but {problem}; it is given as text")
+    return ToolResult.passed(_with_notes(text, notes), summary="; ".join(notes) if notes else None, metadata=meta)

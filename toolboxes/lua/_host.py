@@ -87,6 +87,9 @@ class Host:
             return self._tool_call(_text(args[0], "the tool name"), _text(args[1], "the arguments"))
         if op == "tools.list":
             return (True, json.dumps(list(self.config.allowed_tools)))
+        if op == "tools.context":  # the call's ids, as the bash toolbox's AGENT_* variables carry them
+            ctx = self.ctx
+            return (True, ctx.session_id, ctx.conversation_id, ctx.turn_id, ctx.agent_id)
         raise ValueError(f"unknown host operation {op!r}")
 
     def _fs(self, op: str, args: tuple[Any, ...]) -> Answer:

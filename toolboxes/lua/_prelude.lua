@@ -889,6 +889,10 @@ end
 tools.list = function()
   return arrayify(decode(call(2, "tools.list")))
 end
+tools.context = function()
+  local session_id, conversation_id, turn_id, agent_id = call(2, "tools.context")
+  return {session_id = session_id, conversation_id = conversation_id, turn_id = turn_id, agent_id = agent_id}
+end
 
 local modules = {json = json, text = text, time = time_m, fs = fs, http = http, tools = tools, string = string,
   table = table, math = math, utf8 = utf8, coroutine = coroutine, os = G.os}

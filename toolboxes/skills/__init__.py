@@ -5,14 +5,12 @@ Scripts follow the bash protocol and run through :class:`toolboxes.bash.ScriptRu
 
 from ._errors import ConfigError, FrontmatterError, SkillsError
 from ._frontmatter import SkillMeta, parse_skill_md, valid_skill_name
-from ._sessions import SessionSkills
 from ._store import Skill, load_skills, script_tool_name
 from ._toolbox import SkillsToolbox, open_toolbox
 
 __all__ = [
     "ConfigError",
     "FrontmatterError",
-    "SessionSkills",
     "Skill",
     "SkillMeta",
     "SkillsError",

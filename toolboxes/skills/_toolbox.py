@@ -13,19 +13,25 @@ its script tools and whether it is enabled in the caller's session; always liste
   to those sessions only; this toolbox enforces it anyway and refuses a call from a session where ``s`` is not
   enabled, telling the caller to call ``skill_enable_<s>``.
 
+Which skills a session enabled is not kept here: the supervisor keeps it in its session store and sends the list
+with every call (``ctx.extra["enabled_skills"]``); a call without it (this toolbox used in process, no supervisor)
+has the ``autoEnableSkills``. Enable and disable answer ``{"skill", "enabled", "changed", "tools"}``, ``changed``
+judged against the list the call came with; the supervisor records the new state from that answer. So a worker that
+restarts loses nothing.
+
 ``SkillGitRepo`` sources are cloned by the supervisor, which hands the worker a ``SkillDirectory`` instead; one that
 reaches the worker is a load error.
 
 Watching: every ``watch_interval_s`` (the bash toolbox's policy key) the sources' trees are compared with the last
 load (:func:`toolboxes.bash.snapshot_tree`); on any difference the skills are loaded again (only new and changed
-scripts are described). Sessions keep their enabled skills; a skill that is gone is forgotten by every session. When
-the tools or the load errors change, ``env.channel.tools_changed()`` is called.
+scripts are described); the supervisor forgets a skill that is gone in every session. When the tools or the load
+errors change, ``env.channel.tools_changed()`` is called.
 """
 
 from __future__ import annotations
 
-import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +41,6 @@ from ..bash import BashSettings, Reaper, ScriptRunner, Watcher, input_schema, sn
 from ..bash._discover import Fingerprint
 from ._errors import ConfigError
 from ._frontmatter import valid_skill_name
-from ._sessions import SessionSkills
 from ._store import DescribeCache, Skill, load_skills
 
 __all__ = ["SkillsToolbox", "open_toolbox"]
@@ -63,7 +68,6 @@ class SkillsToolbox:
             sessions that start once it is).
         runner: describes and runs the skills' scripts; owned (closed by :meth:`close`).
         source_errors: problems found in the config (kept as load errors).
-        state_file: where each session's enabled skills are kept across worker restarts (``None``: memory only).
         channel: told when the tool list or the load errors change; ``None`` to tell no one.
         watch_interval_s: how often to look for changes under the roots; 0 for never (call :meth:`refresh`).
     """
@@ -74,7 +78,6 @@ class SkillsToolbox:
         auto_enable: list[str],
         runner: ScriptRunner,
         source_errors: list[dict[str, str]] | None = None,
-        state_file: str | None = None,
         channel: HostChannel | None = None,
         watch_interval_s: float = 0.0,
     ) -> None:
@@ -89,10 +92,7 @@ class SkillsToolbox:
         self._snapshot: dict[str, Fingerprint] | None = None
         self._loaded = _Loaded({}, {}, [], [])
         self._watch_errors: list[dict[str, str]] = []
-        self._sessions = SessionSkills(self._auto, path=state_file)
         self.refresh()
-        # Skills removed while the worker was down are forgotten as if it had seen them go.
-        self._sessions.forget(self._sessions.mentioned() - set(self._loaded.skills))
         self._watcher: Watcher | None = None
         if watch_interval_s > 0:
             self._watcher = Watcher(self._check, watch_interval_s, self._watch_failed,
@@ -120,9 +120,6 @@ class SkillsToolbox:
                 self._loaded = loaded
                 self._snapshot = snapshot
                 self._watch_errors = []
-            gone = set(old.skills) - set(skills)
-            if gone:
-                self._sessions.forget(gone)
             return loaded.tools != old.tools or loaded.errors != old.errors
 
     def _check(self) -> None:
@@ -139,9 +136,16 @@ class SkillsToolbox:
         with self._lock:
             return list(self._loaded.tools)
 
-    def tools_for_session(self, session_id: str) -> list[ToolSpec]:
-        """The tools a session sees: the meta tools and the script tools of the skills enabled in it."""
-        enabled = self._sessions.enabled(session_id)
+    def enabled(self, ctx: CallContext) -> frozenset[str]:
+        """The skills enabled in the calling session: the list the supervisor sent, else ``autoEnableSkills``."""
+        sent = ctx.extra.get("enabled_skills")
+        if isinstance(sent, list):
+            return frozenset(s for s in sent if isinstance(s, str))
+        return frozenset(self._auto)
+
+    def tools_for(self, enabled: Iterable[str]) -> list[ToolSpec]:
+        """The tools a session with the skills ``enabled`` sees: the meta tools and those skills' script tools."""
+        enabled = frozenset(enabled)
         return [
             t
             for t in self.tools()
@@ -167,7 +171,7 @@ class SkillsToolbox:
             return self._describe(skill, ctx)
         if kind in ("enable", "disable"):
             on = kind == "enable"
-            changed = self._sessions.set(ctx.session_id, name, on)
+            changed = (name in self.enabled(ctx)) != on
             tools = sorted(skill.scripts)
             if on:
                 text = (
@@ -183,7 +187,7 @@ class SkillsToolbox:
             return result.with_meta("state_effect", "mutate").with_meta(
                 "resource_id", f"skill-session:{name}"
             )
-        if not self._sessions.is_enabled(ctx.session_id, name):
+        if name not in self.enabled(ctx):
             return ToolResult.error(
                 f"{tool} belongs to the skill {name}, which is not enabled in this session; "
                 f"call skill_enable_{name} first"
@@ -192,7 +196,7 @@ class SkillsToolbox:
         return self._runner.run(tool, path, spec, args, ctx)
 
     def _list(self, skills: dict[str, Skill], ctx: CallContext) -> ToolResult:
-        enabled = self._sessions.enabled(ctx.session_id)
+        enabled = self.enabled(ctx)
         value = {"skills": [{"name": name, "description": skills[name].meta.description, "enabled": name in enabled,
                              "tools": sorted(skills[name].scripts)} for name in sorted(skills)]}
         return ToolResult.json(value).with_meta("state_effect", "read").with_meta("resource_id", "skills")
@@ -206,7 +210,7 @@ class SkillsToolbox:
             "compatibility": meta.compatibility,
             "metadata": meta.metadata,
             "path": skill.path,
-            "enabled": self._sessions.is_enabled(ctx.session_id, meta.name),
+            "enabled": meta.name in self.enabled(ctx),
             "instructions": meta.instructions,
             "scripts": [
                 {"tool": tool, "description": spec.description, "input_schema": input_schema(spec)}
@@ -317,6 +321,4 @@ def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> SkillsToolbox:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     runner = ScriptRunner(settings, env.workdir, Reaper(subreaper=True))
-    return SkillsToolbox(roots, auto, runner, errors,
-                         state_file=os.path.join(env.state_dir, "skill-sessions.json"),
-                         channel=env.channel, watch_interval_s=settings.watch_interval_s)
+    return SkillsToolbox(roots, auto, runner, errors, channel=env.channel, watch_interval_s=settings.watch_interval_s)

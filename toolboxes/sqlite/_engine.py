@@ -179,6 +179,10 @@ def _cell(value: Any) -> Any:
     return value
 
 
+#: SQLite refused a write to a database it opened read-only (or whose files it cannot write)
+READ_ONLY_MESSAGE = "this database is read-only: the statement would write to it"
+
+
 def _message(exc: sqlite3.Error, auth: Authorizer, busy_timeout_s: float) -> tuple[str, str]:
     text = str(exc)
     if auth.refusal:
@@ -191,7 +195,7 @@ def _message(exc: sqlite3.Error, auth: Authorizer, busy_timeout_s: float) -> tup
     if isinstance(exc, sqlite3.ProgrammingError) and "bindings" in text:
         return "error", f"the parameters do not match the statement's placeholders: {text}"
     if "readonly database" in text:
-        return "error", "this database is read-only: the statement would write to it"
+        return "error", READ_ONLY_MESSAGE
     if "database is locked" in text or "database table is locked" in text:
         return "failed", (
             f"the database is locked by another connection (waited {busy_timeout_s:g} s); retry later"

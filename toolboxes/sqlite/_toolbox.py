@@ -20,12 +20,13 @@ import sqlite3
 import threading
 from typing import Any
 
+from sandbox._syspaths import uid_write_problem
 from toolboxes._names import tool_name
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 
 from ._authorizer import Authorizer
-from ._engine import Limits, Outcome, open_connection, run_statement
+from ._engine import READ_ONLY_MESSAGE, Limits, Outcome, open_connection, run_statement
 from ._versions import SCOPES, copy_database, promote, scope_handle, snapshot_path
 
 __all__ = ["SqliteToolbox", "open_toolbox", "parse_versioning"]
@@ -169,11 +170,17 @@ class SqliteToolbox:
         try:
             conn = open_connection(path, read_only=read_only, busy_timeout_s=busy, create=self.mode == "rw")
         except sqlite3.Error as exc:
-            return Outcome("failed", f"cannot open the database {os.path.basename(path)}: {exc}")
+            problem = None if read_only else _modes_problem(path)
+            return Outcome("failed", problem or f"cannot open the database {os.path.basename(path)}: {exc}")
         try:
-            return run_statement(conn, Authorizer(allow_writes=not read_only), sql, params, self.limits, ctx)
+            outcome = run_statement(conn, Authorizer(allow_writes=not read_only), sql, params, self.limits, ctx)
         finally:
             conn.close()
+        if not read_only and outcome.status == "error" and outcome.message == READ_ONLY_MESSAGE:
+            problem = _modes_problem(path)
+            if problem is not None:
+                return Outcome("error", problem)
+        return outcome
 
     def _finish(self, outcome: Outcome, handle: str | None = None) -> ToolResult:
         effect = "mutate" if outcome.wrote and outcome.status == "passed" else "read"
@@ -251,6 +258,19 @@ class SqliteToolbox:
             ),
             "mutate",
         )
+
+
+def _modes_problem(path: str) -> str | None:
+    """Why this worker's uid cannot write the read-write database ``path`` by its file modes, with the fix; or
+    ``None`` (then SQLite's own message stands)."""
+    uid, gid = os.getuid(), os.getgid()
+    problem = uid_write_problem(path, uid, gid)
+    if problem is None:
+        return None
+    folder = os.path.dirname(os.path.realpath(path))
+    return (f"the database {path} cannot be written by this worker (uid {uid}): {problem}. An operator must give "
+            f"uid {uid} write access to it and its folder (chown {uid}:{gid} {folder} {path}), or declare the "
+            "database SqliteReadOnly; `agents-supervise check` warns about it")
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> SqliteToolbox:

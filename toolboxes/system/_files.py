@@ -5,9 +5,11 @@ which gives the predicate exactly, including what Landlock cannot say) and the k
 Relative paths start at the agent file's folder (the rule every toolbox that takes a path shares), and messages
 show a path as resolved. A refused path gets the same answer whether or not it exists.
 
-``attach-file`` reads at most ``fsbMaxFileSize`` bytes, decides the media type from the file's leading bytes (never
-its name), copies an image into the work folder and returns it as an attachment (the supervisor then checks it again
-and stores it by sha256). Only images can be attached (seed 000); any other type is a ``failed`` result naming it.
+``attach-file`` reads at most ``fsbMaxFileSize`` bytes, decides the media type from the file's content (never its
+name: ``toolboxes/_media.sniff_file``: a signature, else SVG, JSON or plain text, else ``application/octet-stream``),
+copies the file into the work folder and returns it as an attachment of that type, named by the file's name (the
+supervisor then checks it again, caps it by its class's ``context.*.max_bytes`` and delivers it as what it is:
+image, audio or embedded resource).
 
 ``list-directory`` lists only the entries the predicate allows, at most ``MAX_ENTRIES`` (then ``truncated``).
 """
@@ -23,6 +25,7 @@ from typing import Any
 from sandbox._predicate_eval import evaluate
 
 from .._atomic import atomic_write
+from .._media import sniff_file
 from .._paths import PathGate
 from .._result import Attachment, ToolResult
 
@@ -30,39 +33,9 @@ __all__ = ["MAX_ENTRIES", "attach_file", "file_gate", "list_directory", "sniff_m
 
 MAX_ENTRIES = 2000
 
-_SIGNATURES: list[tuple[bytes, int, str]] = [
-    (b"\x89PNG\r\n\x1a\n", 0, "image/png"),
-    (b"\xff\xd8\xff", 0, "image/jpeg"),
-    (b"GIF87a", 0, "image/gif"),
-    (b"GIF89a", 0, "image/gif"),
-    (b"%PDF-", 0, "application/pdf"),
-    (b"PK\x03\x04", 0, "application/zip"),
-    (b"ID3", 0, "audio/mpeg"),
-    (b"OggS", 0, "audio/ogg"),
-    (b"fLaC", 0, "audio/flac"),
-    (b"\x1aE\xdf\xa3", 0, "video/webm"),
-]
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-
-
 def sniff_media_type(head: bytes) -> str:
-    """The media type the leading bytes show (``application/octet-stream`` when unknown)."""
-    for magic, offset, media_type in _SIGNATURES:
-        if head[offset:offset + len(magic)] == magic:
-            return media_type
-    if len(head) >= 12 and head[:4] == b"RIFF":
-        kind = head[8:12]
-        return {b"WEBP": "image/webp", b"WAVE": "audio/wav", b"AVI ": "video/avi"}.get(kind, "application/octet-stream")
-    if len(head) >= 12 and head[4:8] == b"ftyp":
-        return "video/mp4"
-    stripped = head.lstrip()
-    if stripped.startswith(b"<svg") or (stripped.startswith(b"<?xml") and b"<svg" in head):
-        return "image/svg+xml"
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError:
-        return "application/octet-stream"
-    return "text/plain"
+    """The media type some content shows (``application/octet-stream`` when unknown)."""
+    return sniff_file(head)
 
 
 def file_gate(config: dict[str, Any]) -> PathGate:
@@ -99,16 +72,15 @@ def attach_file(args: dict[str, Any], gate: PathGate, workdir: str) -> ToolResul
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    media_type = sniff_media_type(data[:64])
-    if media_type not in IMAGE_TYPES:
-        return ToolResult.failed(f"attach-file attaches images ({', '.join(IMAGE_TYPES)}); {shown} is {media_type}")
+    media_type = sniff_file(data)
     digest = hashlib.sha256(data).hexdigest()
-    rel = os.path.join("attachments", f"{digest}.{media_type.split('/')[1]}")
+    rel = os.path.join("attachments", digest)
     target = os.path.join(workdir, rel)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     atomic_write(target, data, 0o644)
     summary = f"attached {os.path.basename(check.path)} ({media_type}, {len(data)} bytes)"
-    return ToolResult.passed(summary, summary=summary, attachments=[Attachment(media_type, rel)]).with_meta(
+    attachment = Attachment(media_type, rel, name=os.path.basename(check.path))
+    return ToolResult.passed(summary, summary=summary, attachments=[attachment]).with_meta(
         "state_effect", "read").with_meta("resource_id", f"file:{check.path}")
 
 

@@ -51,8 +51,9 @@ def _info(cap: str) -> _Capability:
 
 _CAPABILITIES: dict[str, _Capability] = {cap: _info(cap) for cap in INFO_CAPABILITIES}
 _CAPABILITIES["attach-file"] = _Capability(
-    "Attach an image file from the file sandbox (png, jpeg, gif, webp; the type is read from the file's bytes).",
-    {"filepath": {"type": "string", "description": "path of the image inside the file sandbox (absolute, or "
+    "Attach a file from the file sandbox: images, audio, PDF, video, text or any other file (the type is read from "
+    "the file's bytes).",
+    {"filepath": {"type": "string", "description": "path of the file inside the file sandbox (absolute, or "
                              "relative to the agent file's folder)"}},
     ("filepath",),
     lambda tb, args, ctx: attach_file(args, tb.gate, tb.env.workdir),

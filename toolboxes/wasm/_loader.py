@@ -61,7 +61,8 @@ def _check_instantiates(run: ComponentRun, component: wc.Component, path: str, c
         with clock.running():
             run.linker.instantiate(store, component)
     except wasmtime.WasmtimeError as exc:
-        raise ComponentLoadError(f"{path}: the component cannot be instantiated with WASI p2 alone: "
+        raise ComponentLoadError(f"{path}: the component does not instantiate here (this toolbox links WASI p2 "
+                                 "only, within MaxMemoryMB and MaxExecutionTimeSeconds): "
                                  f"{str(exc).strip()}") from exc
 
 

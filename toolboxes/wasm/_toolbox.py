@@ -76,6 +76,22 @@ def _preopens(config: WasmConfig, workdir: str) -> tuple[tuple[Preopen, ...], li
     return tuple(out), problems
 
 
+def _remove_stale_logs(workdir: str) -> None:
+    """Remove the log files a previous worker left (it died during a call): links are removed, never followed."""
+    with contextlib.suppress(OSError):
+        root = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            logs = os.open(LOG_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root)
+        finally:
+            os.close(root)
+        try:
+            for name in os.listdir(logs):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=logs)
+        finally:
+            os.close(logs)
+
+
 class WasmToolbox:
     """Tools from the components of one ``Path``. Thread-safe: calls run concurrently (each in its own store) with
     each other and with reloads."""
@@ -90,6 +106,7 @@ class WasmToolbox:
         linker = wc.Linker(engine)
         linker.add_wasip2()
         preopens, self._preopen_errors = _preopens(config, env.workdir)
+        _remove_stale_logs(env.workdir)
         self.run = ComponentRun(engine, linker, preopens, config.env, bool(config.allowed_hosts),
                                 config.max_memory_bytes)
         self._lock = threading.Lock()

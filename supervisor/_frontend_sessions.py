@@ -1,0 +1,78 @@
+"""The sessions of frontends (MCP connections, the CLI, the Python API): from a frontend's session name and the
+agent it acts as to a root session of the store, and the call's conversation and turn ids.
+
+A frontend acts as the agent whose tool it calls (:meth:`FrontendSessions.owner_agent`); its session name with that
+agent (and the tenant, ``local`` for now) is one root session (:mod:`supervisor._session_ids`). A call's
+conversation id is the client's when it sent one, else its session's (made when the session was created, so stable
+for the session's life, across supervisor runs for a named session); its turn id is the client's, else a new one
+per call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._agent_tree import AgentTree
+from ._portal import CallOrigin
+from ._session_ids import LOCAL_TENANT, Owner, client_id, new_id, root_session_id
+from ._sessions import SessionStore
+
+__all__ = ["FrontendSessions"]
+
+#: Root sessions whose frontend name is remembered (to wake that frontend when a skill changes its list).
+MAX_FRONTEND_NAMES = 4096
+
+
+class FrontendSessions:
+    """Resolves frontends' session names for one supervisor (``store`` ``None``: nothing is kept on disk)."""
+
+    def __init__(self, store: SessionStore | None, tree: AgentTree | None) -> None:
+        self.store = store
+        self.tree = tree
+        #: the session name of calls that name none (Python API): unique to this supervisor
+        self.default_name = f"api-{new_id()}"
+        self._names: dict[str, str] = {}  # root session id -> the frontend's name for it
+        self._conversations: dict[str, str] = {}  # root session id -> conversation id, without a store
+
+    def owner_agent(self, tool: Any) -> str:
+        """The agent a frontend acts as when it calls ``tool`` (a registered tool or ``None``): the tool's agent;
+        for a sub-agent's tool (``io_prompt_agent_<slug>``) the first agent that names that sub-agent."""
+        if tool is None:
+            return ""
+        runner = tool.runner
+        if getattr(runner, "is_agent", False) and self.tree is not None:
+            for parent, subs in self.tree.subagents.items():
+                if runner.slug in subs:
+                    return parent
+        return str(tool.agent)
+
+    def open(self, name: str | None, agent: str, *, tenant: str = LOCAL_TENANT) -> tuple[str, str]:
+        """The root session the frontend session ``name`` (``None``: :attr:`default_name`) has with ``agent``, as
+        ``(session id, conversation id)``, created unless it exists. Raises ``ValueError`` for a name
+        :func:`~supervisor._session_ids.client_id` refuses."""
+        name = self.default_name if name is None else client_id(name, "the session name")
+        owner = Owner(agent, tenant)
+        if self.store is not None:
+            session_id, conversation = self.store.open_root(owner, name)
+        else:
+            session_id = root_session_id(owner, name)
+            conversation = self._conversations.setdefault(session_id, new_id())
+        if session_id not in self._names:
+            if len(self._names) >= MAX_FRONTEND_NAMES:
+                self._names.pop(next(iter(self._names)))
+            self._names[session_id] = name
+        return session_id, conversation
+
+    def name_of(self, session_id: str) -> str:
+        """The frontend's name for a root session this supervisor opened (else the id itself)."""
+        return self._names.get(session_id, session_id)
+
+    def origin(self, name: str | None, agent: str, *, conversation_id: str = "", turn_id: str = "",
+               tenant: str = LOCAL_TENANT) -> CallOrigin:
+        """The origin of a frontend's call as ``agent`` (depth 0); raises ``ValueError`` for an id a client may not
+        send."""
+        conversation = client_id(conversation_id, "the conversation id") if conversation_id else ""
+        turn = client_id(turn_id, "the turn id") if turn_id else new_id()
+        session_id, stored = self.open(name, agent, tenant=tenant)
+        return CallOrigin(session_id=session_id, conversation_id=conversation or stored, turn_id=turn,
+                          tenant=tenant)

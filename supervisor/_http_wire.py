@@ -1,0 +1,130 @@
+"""The ASGI plumbing of the HTTP frontend: reading a bounded body, writing JSON, SSE and refusals. No MCP here."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ._mcp_session import INVALID_REQUEST, PARSE_ERROR, encode_message
+
+__all__ = [
+    "HEADER_MISMATCH",
+    "UNSUPPORTED_VERSION",
+    "HttpRefused",
+    "Receive",
+    "Scope",
+    "Send",
+    "cancel_on_disconnect",
+    "lifespan",
+    "read_body",
+    "request_headers",
+    "rpc_status",
+    "send_empty",
+    "send_json",
+    "send_refusal",
+    "send_start",
+    "sse_event",
+]
+
+HEADER_MISMATCH = -32020
+UNSUPPORTED_VERSION = -32022
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class HttpRefused(Exception):
+    """An HTTP answer other than success, raised from deep in a request and written by the app."""
+
+    def __init__(self, status: int, message: str, *, headers: list[tuple[str, str]] | None = None,
+                 rpc_code: int | None = None, req_id: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or []
+        self.rpc_code = rpc_code
+        self.req_id = req_id
+        self.tenant: str | None = None  # set once the caller is known
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in scope.get("headers", []):
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        out[key] = f"{out[key]}, {text}" if key in out and key in ("accept",) else text
+    return out
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            raise HttpRefused(400, "the client went away before the body was read")
+        chunk = event.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HttpRefused(413, f"the body is larger than {limit} bytes, the limit (frontends.http.max_body_bytes)")
+        chunks.append(chunk)
+        if not event.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+def rpc_status(reply: dict[str, Any]) -> int:
+    """The HTTP status of a JSON-RPC answer: 200, except protocol errors the transport maps (as the spec's table)."""
+    code = (reply.get("error") or {}).get("code") if isinstance(reply.get("error"), dict) else None
+    return {PARSE_ERROR: 400, INVALID_REQUEST: 400, -32602: 400, HEADER_MISMATCH: 400,
+            UNSUPPORTED_VERSION: 400, -32601: 404}.get(code, 200) if code is not None else 200
+
+
+def sse_event(message: dict[str, Any]) -> bytes:
+    return b"event: message\ndata: " + encode_message(message).rstrip(b"\n") + b"\n\n"
+
+
+async def send_start(send: Send, status: int, content_type: str,
+                      extra: list[tuple[str, str]] | None = None) -> None:
+    headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
+    headers += [(k.encode(), v.encode()) for k, v in extra or []]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def send_json(send: Send, status: int, value: dict[str, Any],
+                     extra: list[tuple[str, str]] | None = None) -> None:
+    body = encode_message(value)
+    await send_start(send, status, "application/json", [*(extra or []), ("content-length", str(len(body)))])
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_empty(send: Send, status: int) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def send_refusal(send: Send, refused: HttpRefused) -> None:
+    code = refused.rpc_code if refused.rpc_code is not None else INVALID_REQUEST
+    body = {"jsonrpc": "2.0", "id": refused.req_id, "error": {"code": code, "message": refused.message}}
+    try:
+        await send_json(send, refused.status, body, refused.headers)
+    except Exception:  # the response had started or the client is gone: nothing more can be said
+        pass
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        event = await receive()
+        if event["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif event["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
