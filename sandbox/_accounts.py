@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sandbox._private_files import show_private_file
 
-__all__ = ["AccountFiles", "apply_account_files", "plan_account_files"]
+__all__ = ["AccountFiles", "apply_account_files", "plan_account_files", "plan_view_accounts"]
 
 PASSWD = "/etc/passwd"
 GROUP = "/etc/group"
@@ -72,6 +72,25 @@ def plan_account_files(passwd: str, group: str, *, uid: int, gid: int, name: str
         label = GROUP_NAME if GROUP_NAME not in _names(group) else f"{GROUP_NAME}-{gid}"
         new_group = f"{body}{label}:x:{gid}:\n"
     return AccountFiles(new_passwd, new_group)
+
+
+def plan_view_accounts(*, uid: int, gid: int, name: str, home: str, group_name: str = "") -> AccountFiles:
+    """``/etc/passwd`` and ``/etc/group`` of a worker's private view (``sandbox._view_plan``). Pure.
+
+    They name ``root`` (the owner of the system files every worker sees) and the worker's own uid and gid, and no
+    other account of the host: ``name`` (cleaned of ``:`` and newlines; ``worker`` when empty) for the uid, home
+    ``home``; ``group_name`` (default: ``name``) for the gid.
+    """
+
+    def clean(value: str) -> str:
+        return "".join(c for c in value if c not in ":\n\r")[:32] or "worker"
+
+    account = clean(name) if uid != 0 else "root"
+    passwd = "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+    if uid != 0:
+        passwd += f"{account}:x:{uid}:{gid}:agents-supervise worker:{clean(home)}:/usr/sbin/nologin\n"
+    group = "root:x:0:\n" + (f"{clean(group_name or account)}:x:{gid}:\n" if gid != 0 else "")
+    return AccountFiles(passwd, group)
 
 
 def apply_account_files(files: AccountFiles, *, workdir: str) -> None:

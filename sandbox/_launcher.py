@@ -33,7 +33,7 @@ import msgpack
 from sandbox._errors import ConfinementError, SandboxError
 from sandbox._landlock import apply_ruleset, landlock_abi, plan_ruleset
 from sandbox._netns import enter_namespaces, plan_namespaces
-from sandbox._plan import READ, ConfinementPlan, FsRule
+from sandbox._plan import READ, WRITE, ConfinementPlan, FsRule, ViewSpec
 from sandbox._privileges import (
     drop_privileges,
     set_no_new_privs,
@@ -106,6 +106,12 @@ def decode_plan(data: bytes) -> ConfinementPlan:
     want(isinstance(plan.account_name, str) and ":" not in plan.account_name and "\n" not in plan.account_name,
          "account_name must be a string without ':' or newlines")
     want(not plan.bridge or plan.bridge_fd is not None, "bridge needs bridge_fd")
+    if plan.view is not None:
+        want(plan.new_pidns, "a private view needs new_pidns (its /proc is the PID namespace's)")
+        want(isinstance(plan.view.hostname, str) and 0 < len(plan.view.hostname) <= 64
+             and all(c.isalnum() or c in "-._" for c in plan.view.hostname), "view.hostname must be a host name")
+        want(all(is_int(v) and v > 0 for v in (plan.view.tmp_bytes, plan.view.shm_bytes)),
+             "view sizes must be positive integers")
     want(all(isinstance(r.path, str) and isinstance(r.mode, str) for r in plan.fs_rules), "bad fs_rules")
     want(all(is_int(p) and 0 <= p <= 65535 for p in plan.tcp_connect_ports), "bad tcp_connect_ports")
     want(
@@ -222,12 +228,14 @@ def confine(plan: ConfinementPlan) -> None:
        takes the launcher with it; the re-check catches a death just before the call. Then every fd above 2
        except ``bridge_fd`` is closed (fds opened before Landlock are not covered by it), and the kernel's
        Landlock ABI is checked against ``plan.min_landlock_abi`` before any work is done.
-    2. New network namespace with ``lo`` up, new PID namespace, new IPC namespace (and, for a non-root launcher, a
-       user namespace to be allowed to create them): needs privileges that step 8 drops.
+    2. New network namespace with ``lo`` up, new PID namespace, new IPC namespace, with ``plan.view`` a UTS
+       namespace named ``plan.view.hostname`` (and, for a non-root launcher, a user namespace to be allowed to create
+       them): needs privileges that step 8 drops.
     3. Bridge sockets (only when ``plan.bridge``): ``sandbox._bridge.open_bridge(plan.bridge_fd)`` opens the
        egress listening sockets *inside* the new namespace (so they listen on its ``lo``) and passes them
        up; before Landlock, which refuses every TCP bind, and before the uid drop. Then a private
-       ``/etc/resolv.conf`` naming the stub (``sandbox._resolver``), while mounts are still allowed.
+       ``/etc/resolv.conf`` naming the stub (``sandbox._resolver``), while mounts are still allowed (with a view,
+       the view holds it).
     4. Fork for the PID namespace: the child is PID 1 and becomes the worker; the parent forwards signals and
        exits mirroring it, so the supervisor sees EOF the moment the worker dies, and when PID 1 dies the
        kernel kills every process of the namespace (no grandchild outlives the worker). The child sets
@@ -237,12 +245,17 @@ def confine(plan: ConfinementPlan) -> None:
        With ``plan.account_name`` and a uid the host's ``/etc/passwd`` does not know (a uid per worker), private
        copies of ``/etc/passwd`` and ``/etc/group`` that name it are mounted (``sandbox._accounts``), before
        Landlock so that the rules on those paths cover the copies.
+       With ``plan.view`` instead (4c): the private filesystem view (``sandbox._view_plan`` plans it from the rules,
+       ``sandbox._view`` builds it and pivots into it): only the rules' paths, a fresh ``/tmp``, ``/dev/shm``,
+       minimal ``/dev``, the worker's own ``/proc``, and ``/etc`` files naming only the worker. Before Landlock,
+       whose rules are then opened in the view.
     5. rlimits: while still privileged (raising a hard limit needs ``CAP_SYS_RESOURCE``), after the fork so
        the forwarding parent keeps its own.
     6. ``no_new_privs``: before Landlock, which requires it (or ``CAP_SYS_ADMIN``) in ``restrict_self``. Then the
        seccomp filter (``sandbox._seccomp``: keyrings, io_uring, userfaultfd, perf, bpf refused), which needs it too.
     7. Landlock: the plan's rules, a read rule on the private ``/proc`` (without a PID namespace: on this
-       process's own ``/proc/self``) for the check of step 8, TCP connect only to ``plan.tcp_connect_ports``, TCP bind
+       process's own ``/proc/self``) for the check of step 8, with a view write rules on its fresh ``/tmp`` and
+       ``/dev/shm``, TCP connect only to ``plan.tcp_connect_ports``, TCP bind
        nowhere, scoping of abstract unix sockets and signals. Before the uid drop: opening the rule paths may
        need access the sandbox uid does not have.
     8. Drop the capability bounding set, groups, gid, uid, every capability; then verify in
@@ -273,17 +286,24 @@ def confine(plan: ConfinementPlan) -> None:
         raise ConfinementError("refusing to run a worker as root: the plan names no uid", step="identity")
     # 2
     namespaces = plan_namespaces(new_netns=plan.new_netns, new_pidns=plan.new_pidns, new_ipcns=plan.new_ipcns,
-                                 euid=os.geteuid())
+                                 new_utsns=plan.view is not None, euid=os.geteuid())
     enter_namespaces(namespaces)
+    if plan.view is not None:
+        from sandbox._view import set_hostname
+
+        set_hostname(plan.view.hostname)
     # 3
+    resolv_conf: str | None = None
     if plan.bridge and plan.bridge_fd is not None:
         from sandbox._bridge import open_bridge  # written elsewhere; imported only when a bridge is asked for
         from sandbox._resolver import apply_private_resolv_conf, plan_resolv_conf
 
         ports = open_bridge(plan.bridge_fd)  # closes bridge_fd in every case; raises BridgeError (a SandboxError)
         # Name resolution goes to the bridge's DNS stub: a private, read-only /etc/resolv.conf in a mount
-        # namespace of the worker's own (the host's file is untouched).
-        apply_private_resolv_conf(plan_resolv_conf(ports.dns), workdir=plan.workdir)
+        # namespace of the worker's own (the host's file is untouched), or in the view.
+        resolv_conf = plan_resolv_conf(ports.dns)
+        if plan.view is None:
+            apply_private_resolv_conf(resolv_conf, workdir=plan.workdir)
     # 4
     alive_fd: int | None = None
     if namespaces.pid:
@@ -291,8 +311,11 @@ def confine(plan: ConfinementPlan) -> None:
         set_parent_death_signal()
         if not _parent_alive(ppid, alive_fd):
             raise ConfinementError("the launcher's parent exited during start-up", step="pdeathsig")
-        mount_private_proc()
-    if plan.account_name and plan.uid is not None and plan.gid is not None:
+        if plan.view is None:
+            mount_private_proc()
+    if plan.view is not None:
+        _enter_view(plan, plan.view, resolv_conf)
+    elif plan.account_name and plan.uid is not None and plan.gid is not None:
         _show_account(plan, plan.uid, plan.gid, private_mounts=namespaces.pid)
     # 5
     apply_rlimits(plan_rlimits(plan.rlimits, lambda res: resource.getrlimit(res)[1]))
@@ -304,6 +327,8 @@ def confine(plan: ConfinementPlan) -> None:
     if abi >= 1:
         own_proc = "/proc" if namespaces.pid else os.path.realpath("/proc/self")
         rules = [*plan.fs_rules, FsRule(own_proc, READ)]
+        if plan.view is not None:
+            rules += [FsRule("/tmp", WRITE), FsRule("/dev/shm", WRITE)]  # the view's own tmpfs
         apply_ruleset(plan_ruleset(rules, abi, tcp_connect_ports=plan.tcp_connect_ports, scope=True))
     # 8
     drop_privileges(plan.uid, plan.gid, plan.groups)
@@ -324,6 +349,36 @@ def confine(plan: ConfinementPlan) -> None:
         ) from exc
     os.environ.clear()
     os.environ.update(plan.env)
+
+
+def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) -> None:
+    """Step 4c: plan the private view from the rules and make it this process's root."""
+    import grp
+    import pwd
+
+    from sandbox._private_files import enter_private_mounts
+    from sandbox._view import apply_view, probe_host
+    from sandbox._view_plan import ViewError, plan_view, view_files
+
+    uid = plan.uid if plan.uid is not None else os.geteuid()
+    gid = plan.gid if plan.gid is not None else os.getegid()
+
+    def host_name(lookup: Callable[[int], Any], ident: int) -> str:
+        try:
+            return str(lookup(ident)[0])
+        except (KeyError, OSError):
+            return ""
+
+    # A shared uid keeps the name the host gives it (nobody); a uid of its own has none on the host.
+    account = plan.account_name or host_name(pwd.getpwuid, uid) or f"agent-{plan.toolbox}"[:32]
+    files = view_files(uid=uid, gid=gid, account=account, group=host_name(grp.getgrgid, gid), home=plan.workdir,
+                       hostname=view.hostname, resolv_conf=resolv_conf)
+    try:
+        planned = plan_view(plan.fs_rules, view, files, probe_host)
+    except ViewError as exc:
+        raise ConfinementError(str(exc), step="view") from exc
+    enter_private_mounts(step="view")
+    apply_view(planned)
 
 
 def _show_account(plan: ConfinementPlan, uid: int, gid: int, *, private_mounts: bool) -> None:

@@ -12,8 +12,8 @@ is not root also enters a new user namespace (mapping its own uid and gid to the
 the others.
 
 What it does NOT cover: the filesystem (``/proc`` stays the host's procfs, so PIDs seen in ``/proc`` are host
-PIDs and not those of the new namespace), the mount table, the hostname (no ``CLONE_NEWNS``, ``CLONE_NEWUTS``
-here); pathname unix sockets are reachable through the filesystem unless
+PIDs and not those of the new namespace), the mount table (no ``CLONE_NEWNS`` here: ``sandbox._procfs`` and
+``sandbox._view`` make the mount namespace); pathname unix sockets are reachable through the filesystem unless
 Landlock denies the path. No pyroute2 here: importing it costs about 300 ms; the ioctl costs 0.3 ms.
 """
 
@@ -33,6 +33,7 @@ __all__ = [
     "CLONE_NEWNET",
     "CLONE_NEWPID",
     "CLONE_NEWUSER",
+    "CLONE_NEWUTS",
     "NamespacePlan",
     "bring_up_loopback",
     "enter_namespaces",
@@ -40,6 +41,7 @@ __all__ = [
     "plan_namespaces",
 ]
 
+CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -67,20 +69,23 @@ class NamespacePlan:
     net: bool
     pid: bool
     ipc: bool = False
+    uts: bool = False
 
 
-def plan_namespaces(*, new_netns: bool, new_pidns: bool, euid: int, new_ipcns: bool = False) -> NamespacePlan:
+def plan_namespaces(*, new_netns: bool, new_pidns: bool, euid: int, new_ipcns: bool = False,
+                    new_utsns: bool = False) -> NamespacePlan:
     """Decide the ``unshare`` flags. Pure.
 
     A root launcher needs no user namespace. A non-root one needs ``CLONE_NEWUSER`` to be allowed to create a
-    network, PID or IPC namespace; with none requested, no namespace at all is entered.
+    network, PID, IPC or UTS namespace; with none requested, no namespace at all is entered. A UTS namespace (the
+    private view's) gets its host name from the caller (``sandbox._view.set_hostname``).
     """
     flags = ((CLONE_NEWNET if new_netns else 0) | (CLONE_NEWPID if new_pidns else 0)
-             | (CLONE_NEWIPC if new_ipcns else 0))
+             | (CLONE_NEWIPC if new_ipcns else 0) | (CLONE_NEWUTS if new_utsns else 0))
     user_ns = bool(flags) and euid != 0
     if user_ns:
         flags |= CLONE_NEWUSER
-    return NamespacePlan(flags=flags, user_ns=user_ns, net=new_netns, pid=new_pidns, ipc=new_ipcns)
+    return NamespacePlan(flags=flags, user_ns=user_ns, net=new_netns, pid=new_pidns, ipc=new_ipcns, uts=new_utsns)
 
 
 def _unshare(flags: int) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ConfinementPlan", "FsRule", "Rlimits"]
+__all__ = ["NEUTRAL_HOSTNAME", "ConfinementPlan", "FsRule", "Rlimits", "ViewSpec"]
 
 #: Access modes a filesystem rule may grant.
 READ = "read"  # read files, list directories, execute
@@ -43,6 +43,26 @@ class Rlimits:
     core_bytes: int = 0
 
 
+#: The host name a worker sees when the ``hostname`` capability is not granted.
+NEUTRAL_HOSTNAME = "sandbox"
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """The worker's private filesystem view (``sandbox._view``): a root of its own built from the plan's rules.
+
+    Attributes:
+        hostname: the name of the worker's UTS namespace (:data:`NEUTRAL_HOSTNAME`, or the host's own when the
+            ``hostname`` capability is granted).
+        tmp_bytes: size of the fresh tmpfs on ``/tmp``.
+        shm_bytes: size of the fresh tmpfs on ``/dev/shm``.
+    """
+
+    hostname: str = NEUTRAL_HOSTNAME
+    tmp_bytes: int = 64 << 20
+    shm_bytes: int = 16 << 20
+
+
 @dataclass(frozen=True)
 class ConfinementPlan:
     """What a worker gets from the kernel.
@@ -66,6 +86,9 @@ class ConfinementPlan:
         bridge: open the egress bridge listening sockets inside the namespace and pass them up on ``bridge_fd``.
         bridge_fd: the inherited unix socket that carries the bridge sockets (SCM_RIGHTS), or ``None``.
         rlimits: resource limits.
+        view: a private filesystem view (``sandbox._view``: only the rules' paths exist, a fresh ``/tmp``,
+            ``/dev/shm`` and ``/proc``, ``/etc`` files naming only the worker, a UTS namespace), or ``None``: the
+            worker sees the host's tree (Landlock alone decides what it may open). Needs ``new_pidns``.
         xattrs: let the worker use the extended-attribute system calls (seccomp answers ``EOPNOTSUPP`` otherwise).
         workdir: the worker's own work folder (read-write, its cwd and HOME).
         env: the complete environment of the worker (nothing of the supervisor's is inherited).
@@ -91,6 +114,7 @@ class ConfinementPlan:
     bridge: bool = False
     bridge_fd: int | None = None
     rlimits: Rlimits = field(default_factory=Rlimits)
+    view: ViewSpec | None = None
     env: dict[str, str] = field(default_factory=dict)
     xattrs: bool = False
 
@@ -106,4 +130,6 @@ class ConfinementPlan:
         data["rlimits"] = Rlimits(**data.get("rlimits", {}))
         data["tcp_connect_ports"] = tuple(data.get("tcp_connect_ports", ()))
         data["groups"] = tuple(data.get("groups", ()))
+        if data.get("view") is not None:
+            data["view"] = ViewSpec(**data["view"])
         return cls(**data)

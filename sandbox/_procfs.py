@@ -11,7 +11,9 @@ The host-wide files of procfs that no tool needs and that leak what other tenant
 masked (as container runtimes do): :data:`MASKED_FILES` by ``/dev/null`` bind-mounted over them (they read empty),
 :data:`MASKED_DIRS` by an empty read-only tmpfs. Among them: ``key-users`` and ``keys`` (other uids' key counts),
 ``interrupts``/``softirqs`` and ``timer_list`` (timing side channels), ``config.gz``, ``kallsyms``, ``iomem``,
-``modules``, ``slabinfo``, ``vmallocinfo`` and the page maps (kernel layout), ``kmsg``, ``sysrq-trigger``.
+``modules``, ``slabinfo``, ``vmallocinfo`` and the page maps (kernel layout), ``kmsg``, ``sysrq-trigger``, and the
+host's identity: ``cmdline`` (the kernel's boot arguments) and ``sys/kernel/random/boot_id``. The private filesystem
+view (``sandbox._view``) mounts its own procfs with the same masks.
 
 What it does not cover: ``/proc/sys``, ``/proc/stat``, ``/proc/meminfo``, ``/proc/pressure`` and other global
 files that programs read (``ps``, ``top``, ``free``) still show host-wide values (read-only, and writes need
@@ -30,7 +32,7 @@ __all__ = ["MASKED_DIRS", "MASKED_FILES", "mount_private_proc"]
 MASKED_FILES = ("key-users", "keys", "kcore", "kmsg", "config.gz", "kallsyms", "timer_list", "sched_debug",
                 "latency_stats", "interrupts", "softirqs", "iomem", "ioports", "modules", "slabinfo", "vmallocinfo",
                 "pagetypeinfo", "buddyinfo", "zoneinfo", "kpagecount", "kpageflags", "kpagecgroup", "lock_stat",
-                "sysrq-trigger", "timer_stats")
+                "sysrq-trigger", "timer_stats", "cmdline", "sys/kernel/random/boot_id")
 #: Host-wide procfs folders no tool needs (empty in a worker).
 MASKED_DIRS = ("acpi", "asound", "bus", "driver", "irq", "scsi", "dynamic_debug")
 

@@ -277,6 +277,11 @@ def _check(args: argparse.Namespace) -> int:
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
         print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
+        view = tb.get("view")
+        print("  filesystem view: " + ("private root, only these mounts:" if view else
+                                       "the host's tree (private_view: false); Landlock alone refuses"))
+        for line in view or ():
+            print(f"    {line}")
         fs = tb.get("file_sandbox")
         if fs:
             exact = "exact" if fs["exact"] else f"inexact ({fs['residual']})"

@@ -12,7 +12,9 @@ cannot be made, the worker code that cannot be staged) is a load error of that t
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import socket
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +24,7 @@ from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
 from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, reown_tree
 from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
-from sandbox._plan import READ, WRITE, ConfinementPlan, FsRule, Rlimits
+from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule, Rlimits, ViewSpec
 from sandbox._syspaths import python_runtime_paths, uid_can_read
 
 from ._agent_toolboxes import ToolboxConfig
@@ -67,6 +69,7 @@ class CompiledPolicy:
     restart_backoff_max_s: float
     crash_loop_max_restarts: int
     crash_loop_window_s: float
+    crash_loop_cooldown_s: float
     landlock_abi: int
     warnings: list[str] = field(default_factory=list)
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
@@ -361,6 +364,11 @@ def plan_worker(
         "rlimit_nproc": nproc,
         "rlimit_as": address_space,
     }
+    view = _plan_view(policy.private_view, policy.strict, tb, cfg, rules, warnings,
+                      made_at_start=(workdir, tb_state, runtime_dir, *git_targets))
+    if view is not None:
+        plan = dataclasses.replace(plan, view=view[0])
+    report["view"] = view[1] if view is not None else None
     allowed_tools = tuple(cfg.get("AllowedTools") or ()) if tb.kind == "lua" else ()
     return WorkerSpec(
         toolbox=tb.name,
@@ -381,6 +389,40 @@ def plan_worker(
         warnings=warnings,
         report={**report, "warnings": warnings},
     )
+
+
+def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, cfg: dict[str, Any], rules: list[FsRule],
+               warnings: list[str], *, made_at_start: tuple[str, ...]) -> tuple[ViewSpec, list[str]] | None:
+    """The worker's private view (``policy.private_view``) and what ``check`` shows of it; ``None`` when off.
+
+    The host name is the host's own only when the System toolbox's ``hostname`` capability is granted. A rule on
+    ``/`` cannot be shown as a view: refused under a strict policy, else the view is off with a warning. The
+    launcher plans the view again from the host as it is then; ``made_at_start`` (work folders, staged code, clones)
+    are shown as the folders they will be.
+    """
+    if not enabled:
+        return None
+    from sandbox._view import probe_host
+    from sandbox._view_plan import PathInfo, ViewError, plan_view, view_files
+
+    def probe(path: str) -> PathInfo:
+        found = probe_host(path)
+        if found.kind == "missing" and any(m == path or m.startswith(path.rstrip("/") + "/") for m in made_at_start):
+            return PathInfo("dir")
+        return found
+
+    granted = tb.kind == "system" and "hostname" in (cfg.get("Capabilities") or [])
+    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if granted else NEUTRAL_HOSTNAME)
+    files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
+    try:
+        lines = plan_view(rules, spec, files, probe).describe()
+    except ViewError as exc:
+        message = f"toolbox {tb.name} (agent {tb.agent_slug}): {exc}"
+        if strict:
+            raise PolicyRefused(message + "; a strict policy needs the view (or private_view: false)") from exc
+        warnings.append(message + "; this worker sees the host's tree")
+        return None
+    return spec, lines
 
 
 def plan_address_space(address_space_bytes: int | None, cgroup: CgroupPlan | None) -> tuple[int | None, int | None]:
@@ -557,6 +599,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
         crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,
         crash_loop_window_s=policy.supervision.crash_loop_window_s,
+        crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
         landlock_abi=abi,
         warnings=warnings,
         git_sources=git_sources,

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from ._agent_file import TAGS, AgentDescription, validation_context
 from ._agent_toolboxes import LoadedAgent, ToolboxConfig, build_toolboxes
+from ._config_bounds import MAX_DEPTH, BoundedYamlLoader, plain_value_problems, read_bounded
 from ._config_errors import ConfigError, ConfigProblem, display_path, format_json_path, problems_from_validation_error
 from ._policy import Policy
 
@@ -81,14 +82,11 @@ def _yaml_positions(node: yaml.Node, loc: Loc, out: dict[Loc, int], problems: li
 
 
 def _read_yaml(file: str) -> tuple[Any, dict[Loc, int]]:
+    text = read_bounded(file, "policy file")
     try:
-        with open(file, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError as exc:
-        raise ConfigError.one(file, None, "policy file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError.one(file, None, f"cannot read policy file: {exc}") from exc
-    loader = yaml.SafeLoader(text)
+        loader = BoundedYamlLoader(text)
+    except yaml.YAMLError as exc:  # characters YAML does not allow (NUL, other controls)
+        raise ConfigError.one(file, None, f"malformed YAML: {exc}") from exc
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
@@ -105,6 +103,8 @@ def _read_yaml(file: str) -> tuple[Any, dict[Loc, int]]:
         ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError.one(file, None, f"malformed YAML: {exc}") from exc
+    except (RecursionError, ValueError, OverflowError) as exc:  # a value PyYAML's constructors cannot make
+        raise ConfigError.one(file, None, f"malformed YAML: {type(exc).__name__}: {str(exc)[:200]}") from exc
     finally:
         loader.dispose()
     lines: dict[Loc, int] = {}
@@ -115,6 +115,9 @@ def _read_yaml(file: str) -> tuple[Any, dict[Loc, int]]:
         raise ConfigError(
             [ConfigProblem(file, format_json_path(loc), msg, "each key once", line) for loc, msg, line in dups]
         )
+    bad = plain_value_problems(data, file, line_of=_line_finder(lines))
+    if bad:
+        raise ConfigError(bad)
     return data, lines
 
 
@@ -322,19 +325,21 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
         ConfigError: unreadable file, malformed JSON (with line and column), or any validation problem.
     """
     file = os.path.realpath(path)
-    try:
-        with open(file, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError as exc:
-        raise ConfigError.one(file, None, "agent file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError.one(file, None, f"cannot read agent file: {exc}") from exc
+    text = read_bounded(file, "agent file")
     try:
         data = json.loads(text, object_pairs_hook=_JsonObject, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise ConfigError.one(file, None, f"malformed JSON: {exc.msg}", None, exc.lineno, exc.colno) from exc
     except _NotJson as exc:
         raise ConfigError.one(file, None, f"malformed JSON: {exc}", "plain JSON numbers") from exc
+    except RecursionError as exc:
+        raise ConfigError.one(file, None, "malformed JSON: nested too deeply to read",
+                              f"at most {MAX_DEPTH} levels of objects and arrays") from exc
+    except ValueError as exc:  # an integer of more than 4300 digits, ...
+        raise ConfigError.one(file, None, f"malformed JSON: {str(exc)[:200]}") from exc
+    bad = plain_value_problems(data, file)
+    if bad:
+        raise ConfigError(bad)
     duplicates: list[ConfigProblem] = []
     data = _plain(data, (), file, duplicates)
     if duplicates:

@@ -3,7 +3,11 @@
 ``trio.lowlevel.FdStream.send_all`` always yields to the scheduler (it checkpoints before and after the write); on
 the call path that is two task switches per frame. :func:`send_whole` writes at once when no other task is in the
 middle of a frame and the pipe takes the frame whole (the common case: frames are small and the peer reads
-promptly), and otherwise falls back to ``send_all`` under the lock, so frames never interleave.
+promptly), and otherwise falls back to a locked write, so frames never interleave.
+
+:class:`FrameWriter` does the same for one stream and also knows when a write was cancelled after part of a frame
+went out (:attr:`FrameWriter.torn`): the stream is then unusable (the peer would read half a frame followed by the
+next one), so every later send raises ``trio.BrokenResourceError`` and the owner is expected to end the peer.
 """
 
 from __future__ import annotations
@@ -12,7 +16,19 @@ import os
 
 import trio
 
-__all__ = ["send_whole"]
+__all__ = ["FrameWriter", "send_whole"]
+
+
+def _write_now(fileno: int, data: bytes) -> int:
+    """Write what the pipe takes at once; raise trio's errors for a gone reader or a closed fd."""
+    try:
+        return os.write(fileno, data)
+    except BlockingIOError:
+        return 0
+    except BrokenPipeError as exc:
+        raise trio.BrokenResourceError("the reader closed its end of the pipe") from exc
+    except (OSError, ValueError) as exc:
+        raise trio.ClosedResourceError("the pipe is closed") from exc
 
 
 async def send_whole(stream: trio.abc.SendStream, lock: trio.Lock, data: bytes) -> None:
@@ -24,16 +40,69 @@ async def send_whole(stream: trio.abc.SendStream, lock: trio.Lock, data: bytes) 
     """
     fileno = getattr(stream, "fileno", None)
     if fileno is not None and not lock.locked():
-        try:
-            written = os.write(fileno(), data)
-        except BlockingIOError:
-            written = 0
-        except BrokenPipeError as exc:
-            raise trio.BrokenResourceError("the reader closed its end of the pipe") from exc
-        except (OSError, ValueError) as exc:
-            raise trio.ClosedResourceError("the pipe is closed") from exc
+        written = _write_now(fileno(), data)
         if written == len(data):
             return
         data = data[written:]
     async with lock:  # a partial frame is finished before anyone else may write
         await stream.send_all(data)
+
+
+class FrameWriter:
+    """Whole frames onto one stream from many tasks; a cancelled half-written frame marks the stream :attr:`torn`.
+
+    Cancelling :meth:`send` is always safe for the caller: either nothing of the frame was written (waiting for the
+    lock or for room), or the stream is torn and every later send fails.
+    """
+
+    def __init__(self, stream: trio.abc.SendStream) -> None:
+        self.stream = stream
+        self.torn = False
+        self._lock = trio.Lock()
+        #: the stream's fd, asked each time (a closed ``FdStream`` answers -1, never a reused number)
+        self._fileno_of = getattr(stream, "fileno", None)
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` whole. Raises ``trio.BrokenResourceError`` (reader gone, or the stream torn by an earlier
+        cancelled write) or ``trio.ClosedResourceError``; ``trio.Cancelled`` leaves :attr:`torn` set when part of
+        the frame had been written."""
+        if self.torn:
+            raise trio.BrokenResourceError("an earlier frame was cut off half way")
+        if self._fileno_of is not None and not self._lock.locked():
+            written = _write_now(self._fileno_of(), data)
+            if written == len(data):
+                return
+            if written:
+                # Part of the frame is out: nobody else may write until it is finished.
+                try:
+                    async with self._lock:  # free: we checked, and nothing yielded since
+                        await self._finish(data, written)
+                except trio.Cancelled:
+                    self.torn = True
+                    raise
+                return
+        async with self._lock:
+            if self.torn:
+                raise trio.BrokenResourceError("an earlier frame was cut off half way")
+            await self._finish(data, 0)
+
+    async def _finish(self, data: bytes, written: int) -> None:
+        if self._fileno_of is None:
+            try:
+                await self.stream.send_all(data[written:])
+            except trio.Cancelled:
+                self.torn = True  # a generic stream does not say how much it took: assume part of it
+                raise
+            return
+        view = memoryview(data)[written:]
+        try:
+            while view:
+                fileno = self._fileno_of()
+                if fileno < 0:
+                    raise trio.ClosedResourceError("the pipe is closed")
+                await trio.lowlevel.wait_writable(fileno)
+                view = view[_write_now(self._fileno_of(), view):]
+        except trio.Cancelled:
+            if len(view) < len(data):
+                self.torn = True
+            raise

@@ -14,6 +14,7 @@ worker).
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -96,6 +97,13 @@ _TOOLBOX_KEY_RE = re.compile(r"^([A-Za-z0-9_-]{1,64}/)?[A-Za-z0-9_-]{1,64}$")
 _problem = problem
 
 
+#: Largest size a limit may have (the kernel's rlimits and cgroup files take 64-bit values; 2^62 is far beyond
+#: any machine and leaves room for arithmetic).
+MAX_SIZE = 1 << 62
+#: Largest uid or gid (4294967295 is "no id" to the kernel).
+MAX_ID = 4294967294
+
+
 def parse_size(value: Any) -> int:
     """A size in bytes from an integer or a string like ``"256MiB"``; ``ValueError`` says what to write."""
     if isinstance(value, bool):
@@ -103,12 +111,16 @@ def parse_size(value: Any) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"a size cannot be negative: {value}")
+        if value > MAX_SIZE:
+            raise ValueError(f"the size {value} is larger than the kernel takes (at most 2^62 bytes, 4 EiB)")
         return value
     if isinstance(value, str):
         match = _SIZE_RE.match(value)
         if match and match.group(2).lower() in _UNITS:
             number, unit = match.groups()
             scaled = float(number) * _UNITS[unit.lower()] if "." in number else int(number) * _UNITS[unit.lower()]
+            if not math.isfinite(scaled) or scaled > MAX_SIZE:
+                raise ValueError(f"the size {value!r} is larger than the kernel takes (at most 2^62 bytes, 4 EiB)")
             if scaled != int(scaled):
                 raise ValueError(f"{value!r} is not a whole number of bytes")
             return int(scaled)
@@ -203,38 +215,39 @@ class Limits(_Model):
         default=1024**3, description="RLIMIT_AS of the worker and children, only where no cgroup memory limit "
                                      "(memory_bytes) is in force")
     cpu_seconds: int | None = Field(
-        default=600, ge=1, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
+        default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
-    open_files: int | None = Field(default=256, ge=16, description="RLIMIT_NOFILE")
+    open_files: int | None = Field(default=256, ge=16, le=1 << 20, description="RLIMIT_NOFILE (at most fs.nr_open)")
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(
-        default=64, ge=1, description="pids.max of the worker's cgroup: processes and threads of its whole tree"
+        default=64, ge=1, le=1 << 22,
+        description="pids.max of the worker's cgroup: processes and threads of its whole tree",
     )
     memory_bytes: Size | None = Field(
         default=1024**3, ge=1, description="memory limit of the worker's cgroup: its whole tree, page cache included"
     )
     cpus: float | None = Field(
-        default=None, ge=0.01,
+        default=None, ge=0.01, le=4096,
         description="CPU bandwidth of the worker's cgroup, its whole tree, in CPUs (0.5 = half of one CPU); null = none"
     )
     output_bytes: Size = Field(default=1024**2, ge=1, description="cap on a call's output; more is cut, truncated set")
-    max_concurrent_calls: int = Field(default=8, ge=1, description="calls in flight in one worker")
+    max_concurrent_calls: int = Field(default=8, ge=1, le=4096, description="calls in flight in one worker")
 
 
 class LimitsOverride(_Model):
     """Per-toolbox overrides: only the keys written replace the defaults (``null`` = no limit)."""
 
     address_space_bytes: Size | None = None
-    cpu_seconds: int | None = Field(default=None, ge=1)
+    cpu_seconds: int | None = Field(default=None, ge=1, le=MAX_SIZE)
     wall_time_s: float | None = Field(default=None, gt=0)
-    open_files: int | None = Field(default=None, ge=16)
+    open_files: int | None = Field(default=None, ge=16, le=1 << 20)
     file_size_bytes: Size | None = None
-    processes: int | None = Field(default=None, ge=1)
+    processes: int | None = Field(default=None, ge=1, le=1 << 22)
     memory_bytes: Size | None = Field(default=None, ge=1)
-    cpus: float | None = Field(default=None, ge=0.01)
+    cpus: float | None = Field(default=None, ge=0.01, le=4096)
     output_bytes: Size | None = Field(default=None, ge=1)
-    max_concurrent_calls: int | None = Field(default=None, ge=1)
+    max_concurrent_calls: int | None = Field(default=None, ge=1, le=4096)
 
 
 class ToolboxPolicy(_Model):
@@ -307,6 +320,8 @@ class Supervision(_Model):
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     crash_loop_max_restarts: int = Field(default=5, ge=0)
     crash_loop_window_s: float = Field(default=60.0, gt=0)
+    #: how long a toolbox stays down after a crash loop before it is started afresh
+    crash_loop_cooldown_s: float = Field(default=300.0, gt=0, le=86400 * 7)
     shutdown_grace_s: float = Field(default=2.0, ge=0)
 
     @model_validator(mode="after")
@@ -539,15 +554,20 @@ class Policy(_Model):
 
     agents: list[PolicyPath] = Field(default=[], description="agent files, relative to the policy file")
     state_dir: PolicyPath = DEFAULT_STATE_DIR
-    sandbox_uid: int = Field(default=65534, ge=1, description="uid workers run as (never root)")
-    sandbox_gid: int = Field(default=65534, ge=1, description="gid workers run as with worker_uids null (each worker "
-                             "has a gid of its own otherwise)")
+    sandbox_uid: int = Field(default=65534, ge=1, le=MAX_ID, description="uid workers run as (never root)")
+    sandbox_gid: int = Field(default=65534, ge=1, le=MAX_ID, description="gid workers run as with worker_uids null "
+                             "(each worker has a gid of its own otherwise)")
     worker_uids: WorkerUids | None = Field(
         default=WorkerUids(first=3_000_000_000),
         description="a uid of its own for every worker from this range; null = all run as sandbox_uid")
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
+    private_view: bool = Field(
+        default=True,
+        description="each worker gets a root of its own holding only the paths it is granted (a fresh /tmp, "
+                    "/dev/shm and /proc, /etc files naming only the worker, its own host name); false: workers see "
+                    "the host's tree and Landlock alone decides what they may open")
     system_paths: list[AbsolutePath] = Field(
         default=list(DEFAULT_SYSTEM_PATHS), description="read-only (and execute) paths every worker sees"
     )

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._validation import ArgumentValidator, SchemaError
+from ._tool_lists import CompiledSchema, compile_schema, fingerprint
+from ._validation import ArgumentValidator
 
 if TYPE_CHECKING:
     from ._runner import ToolboxRunner
@@ -46,6 +47,8 @@ class RegisteredTool:
     input_schema: dict[str, Any]
     validator: ArgumentValidator
     annotations: dict[str, Any] = field(default_factory=dict)
+    #: digest of ``input_schema`` (tells a changed schema without comparing the schemas)
+    fingerprint: str = ""
 
     @property
     def toolbox(self) -> str:
@@ -63,35 +66,35 @@ class ToolRegistry:
         self.tools: dict[str, RegisteredTool] = {}
         self.renamed: dict[str, str] = {}
         self.schema_errors: list[dict[str, str]] = []
-        self.version = 0
-        self._validators: dict[tuple[str, str, str], ArgumentValidator] = {}
+        self._compiled: dict[tuple[str, str], CompiledSchema] = {}
 
     def rebuild(self, runners: list[ToolboxRunner]) -> None:
-        """Recompute every name from the runners' current tool lists (in load order)."""
+        """Recompute every name from the runners' current tool lists (in load order).
+
+        Schemas are compiled already (by the worker's connection, on a thread) when a runner offers ``schemas``;
+        the few tools of runners that do not (sub-agent loops: the supervisor's own schemas) are compiled here, once.
+        """
         tools: dict[str, RegisteredTool] = {}
         renamed: dict[str, str] = {}
         schema_errors: list[dict[str, str]] = []
-        # Only the validators of the current lists are kept: a worker changing its schemas again and again must not
-        # grow this cache.
-        validators: dict[tuple[str, str, str], ArgumentValidator] = {}
+        # Only the schemas of the current lists are kept: a runner changing its schemas must not grow this cache.
+        compiled_here: dict[tuple[str, str], CompiledSchema] = {}
         for runner in runners:
-            for t in runner.tools:
+            listed = list(runner.tools)
+            schemas: list[CompiledSchema] | None = getattr(runner, "schemas", None)
+            if schemas is None or len(schemas) != len(listed):
+                schemas = []
+                for t in listed:
+                    schema = t.get("input_schema") or {"type": "object"}
+                    key = (runner.name, fingerprint(schema))
+                    schemas.append(self._compiled.get(key) or compile_schema(schema, key[1]))
+                    compiled_here[key] = schemas[-1]
+            for t, compiled in zip(listed, schemas, strict=True):
                 local = t["name"]
-                schema = t.get("input_schema") or {"type": "object"}
-                key = (runner.name, local, repr(schema))
-                validator = self._validators.get(key)
-                if validator is None:
-                    try:
-                        validator = ArgumentValidator(schema)
-                    except SchemaError as exc:
-                        schema_errors.append({"toolbox": runner.name, "tool": local, "message": str(exc)})
-                        continue
-                    except Exception as exc:  # ArgumentValidator promises SchemaError only; a slip costs one tool
-                        schema_errors.append({"toolbox": runner.name, "tool": local,
-                                              "message": f"its input schema could not be compiled "
-                                                         f"({type(exc).__name__})"})
-                        continue
-                validators[key] = validator
+                if compiled.validator is None:
+                    schema_errors.append({"toolbox": runner.name, "tool": local,
+                                          "message": compiled.error or "its input schema was not compiled"})
+                    continue
                 name = public_name(local)
                 if name in tools:
                     n = 2
@@ -105,15 +108,15 @@ class ToolRegistry:
                     local_name=local,
                     runner=runner,
                     description=str(t.get("description") or ""),
-                    input_schema=schema,
-                    validator=validator,
+                    input_schema=t.get("input_schema") or {"type": "object"},
+                    validator=compiled.validator,
                     annotations=dict(t.get("annotations") or {}),
+                    fingerprint=compiled.fingerprint,
                 )
-        self._validators = validators
+        self._compiled = compiled_here
         self.tools = tools
         self.renamed = renamed
         self.schema_errors = schema_errors
-        self.version += 1
 
     def get(self, name: str) -> RegisteredTool | None:
         return self.tools.get(name)

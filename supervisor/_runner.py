@@ -1,15 +1,19 @@
-"""Supervision of one toolbox: keep its worker running, restart it with backoff, stop after a crash loop.
+"""Supervision of one toolbox: keep its worker running, restart it with backoff, rest it after a crash loop.
 
 A :class:`ToolboxRunner` owns at most one live :class:`~supervisor._worker.Worker` at a time. When the worker dies
 it restarts it after an exponential backoff (``restart_backoff_initial_s`` doubling up to
 ``restart_backoff_max_s``); more than ``crash_loop_max_restarts`` deaths within ``crash_loop_window_s`` disable the
-toolbox (state ``failed``), and its calls answer with an ``error`` that says so. A call that arrives while the worker
-is restarting waits for it (bounded by the call's wall time).
+toolbox for ``crash_loop_cooldown_s`` (trace ``crash_loop``), and its calls answer with an ``error`` that says so and
+when it is tried again. After the cool-down the toolbox starts afresh (trace ``crash_loop_recovered``, the death
+count and the backoff reset), so one agent's misbehaving command never disables its toolbox for good. A call that
+arrives while the worker is restarting waits for it (bounded by the call's wall time).
+
+Times are trio's clock (``trio.current_time``), so tests drive a runner with ``trio.testing.MockClock``; the
+worker is made by ``make_worker`` (default :class:`~supervisor._worker.Worker`), so tests give a fake one.
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +23,7 @@ import trio
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, execution_error
+from ._tool_lists import CompiledSchema
 from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
 
 __all__ = ["SupervisionPolicy", "ToolboxRunner"]
@@ -28,11 +33,12 @@ class SupervisionPolicy:
     """Restart parameters (from the policy's ``supervision`` section)."""
 
     def __init__(self, backoff_initial_s: float = 0.1, backoff_max_s: float = 30.0, max_restarts: int = 5,
-                 window_s: float = 60.0) -> None:
+                 window_s: float = 60.0, cooldown_s: float = 300.0) -> None:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.max_restarts = max_restarts
         self.window_s = window_s
+        self.cooldown_s = cooldown_s
 
 
 class ToolboxRunner:
@@ -46,6 +52,7 @@ class ToolboxRunner:
         on_request: RequestHandler,
         on_event: EventHandler,
         on_tools: Callable[[ToolboxRunner], None],
+        make_worker: Callable[..., Worker] = Worker,
     ) -> None:
         self.spec = spec
         self.supervision = supervision
@@ -58,6 +65,7 @@ class ToolboxRunner:
         self._deaths: deque[float] = deque()
         self._ready = trio.Event()
         self._stopping = False
+        self._make_worker = make_worker
 
     @property
     def name(self) -> str:
@@ -66,6 +74,11 @@ class ToolboxRunner:
     @property
     def tools(self) -> list[dict[str, Any]]:
         return self.worker.tools if self.worker else []
+
+    @property
+    def schemas(self) -> list[CompiledSchema]:
+        """The compiled input schema of each of :attr:`tools` (same order)."""
+        return self.worker.schemas if self.worker else []
 
     @property
     def load_errors(self) -> list[dict[str, Any]]:
@@ -82,7 +95,8 @@ class ToolboxRunner:
             first = True
             backoff = self.supervision.backoff_initial_s
             while not self._stopping:
-                worker = Worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper)
+                worker = self._make_worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper,
+                                           reuse=self.schemas)
                 try:
                     await worker.start(nursery)
                 except Exception as exc:  # WorkerStartError, or a bug on the start path: never the supervisor's end
@@ -100,31 +114,44 @@ class ToolboxRunner:
                     if first:
                         task_status.started()
                     first = False
-                    started = time.monotonic()
+                    started = trio.current_time()
                     await worker.dead.wait()
                     self._ready = trio.Event()
                     self._on_event(worker, "worker_exit", {"reason": worker.death_reason,
                                                            "stderr_tail": worker.stderr_tail()[-500:]})
-                    if time.monotonic() - started > self.supervision.window_s:
+                    if trio.current_time() - started > self.supervision.window_s:
                         backoff = self.supervision.backoff_initial_s
                 if self._stopping:
                     break
-                now = time.monotonic()
+                now = trio.current_time()
                 self._deaths.append(now)
                 while self._deaths and now - self._deaths[0] > self.supervision.window_s:
                     self._deaths.popleft()
                 if len(self._deaths) > self.supervision.max_restarts:
-                    self.failed_reason = (
-                        f"toolbox {self.name} is disabled: its worker died {len(self._deaths)} times within "
-                        f"{self.supervision.window_s:g} s (last: {worker.death_reason}). Fix the cause and "
-                        "restart the supervisor.")
-                    self._on_event(worker, "crash_loop", {"reason": self.failed_reason})
-                    self._ready.set()  # wake waiters so they get the failure
-                    await trio.sleep_forever()
+                    await self._rest(worker)
+                    backoff = self.supervision.backoff_initial_s
+                    continue
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self.supervision.backoff_max_s)
                 self.restarts += 1
                 self._on_event(worker, "worker_restart", {"restarts": self.restarts})
+
+    async def _rest(self, worker: Worker) -> None:
+        """Keep the toolbox down for the cool-down after a crash loop (calls get the reason), then clear it."""
+        cooldown = self.supervision.cooldown_s
+        deaths = len(self._deaths)
+        self.failed_reason = (
+            f"toolbox {self.name} is disabled for {cooldown:g} s: its worker died {deaths} times within "
+            f"{self.supervision.window_s:g} s (last: {worker.death_reason}). It is started again after the "
+            "cool-down; fix the cause if it keeps happening.")
+        self._on_event(worker, "crash_loop", {"reason": self.failed_reason, "deaths": deaths,
+                                              "cooldown_s": cooldown})
+        self._ready.set()  # wake waiters so they get the failure
+        await trio.sleep(cooldown)
+        self._deaths.clear()
+        self._ready = trio.Event()
+        self.failed_reason = None
+        self._on_event(worker, "crash_loop_recovered", {"cooldown_s": cooldown, "deaths": deaths})
 
     def fail_to_load(self, message: str) -> None:
         """Disable this toolbox for good because it could not load: its calls answer with ``message``."""

@@ -21,6 +21,7 @@ supervisors in one process are independent.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -169,9 +170,14 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup._flush_trace)
                 await sup._start(nursery)
+                # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
+                # costs what was made since (it stalls every task and thread while it runs).
+                gc.collect()
+                gc.freeze()
                 try:
                     yield sup
                 finally:
+                    gc.unfreeze()
                     with trio.CancelScope(shield=True):
                         await sup._stop()
                     nursery.cancel_scope.cancel()
@@ -189,7 +195,8 @@ class Supervisor:
     async def _start(self, nursery: trio.Nursery) -> None:
         supervision = SupervisionPolicy(
             self.compiled.restart_backoff_initial_s, self.compiled.restart_backoff_max_s,
-            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s)
+            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s,
+            self.compiled.crash_loop_cooldown_s)
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
         for layout in layouts:  # groups a supervisor killed with SIGKILL left behind
             try:
@@ -283,7 +290,7 @@ class Supervisor:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        before = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
+        before = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
                   for n, t in self.registry.tools.items()}
         runners = [r for r in self.runners if r.name not in self._undescribable]
         try:
@@ -298,7 +305,7 @@ class Supervisor:
                     self._load_failed(runner, "tool list", exc)
             runners = [r for r in runners if r.name not in self._undescribable]
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
-        after = {n: (t.runner.name, t.local_name, repr(t.input_schema), t.description)
+        after = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
                  for n, t in self.registry.tools.items()}
         if before != after:
             self._tools_changed.set()

@@ -1,22 +1,35 @@
-"""Checks of the tool list a worker announces (``hello``, ``tools_changed``), without I/O.
+"""Checks and compilation of the tool list a worker announces (``hello``, ``tools_changed``), without I/O.
 
 A worker is untrusted: its tool list is bounded in count, name length, description length, and in the depth and
-total number of values of every schema (compiling a schema costs the supervisor about 30 µs per value on its own
-thread). A list that breaks a bound is a :class:`~toolboxes._protocol.ProtocolError`: the worker is killed, the
-supervisor and every other toolbox keep serving.
+total number of values of every schema. A list that breaks a bound is a :class:`~toolboxes._protocol.ProtocolError`:
+the worker is killed, the supervisor and every other toolbox keep serving.
+
+Compiling a schema (jsonschema's check against its metaschema) costs about 80-120 µs per schema value, so a list
+at the bounds costs tens of seconds of CPU. :func:`prepare_tool_list` does the checks and the compilation in one
+pass meant for a worker thread (the connection runs it with ``trio.to_thread`` under a small limiter, never on the
+trio loop); it reuses the compiled schemas of the worker's previous list (by fingerprint), yields the GIL between
+schemas, and stops compiling after :data:`COMPILE_BUDGET_S`: the tools left are load errors naming them, the rest
+of the list serves. A schema that does not compile is a load error of its tool (:class:`CompiledSchema.error`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from toolboxes._protocol import ProtocolError, json_problem
 
-__all__ = ["MAX_SCHEMA_VALUES", "MAX_TOOLS", "checked_tool_list"]
+from ._validation import ArgumentValidator, SchemaError
 
-#: Bounds on a worker's tool list (hello, tools_changed). Compiling a schema costs the supervisor about 30 µs per
-#: value on its own thread, so the list is bounded in values, not only in bytes; the largest real list we know
-#: (Xero's OpenAPI spec: 235 tools, 32,000 schema values) fits many times over.
+__all__ = ["COMPILE_BUDGET_S", "MAX_SCHEMA_VALUES", "MAX_TOOLS", "CompiledSchema", "ToolList", "checked_tool_list",
+           "compile_schema", "prepare_tool_list"]
+
+#: Bounds on a worker's tool list (hello, tools_changed). The list is bounded in values, not only in bytes; the
+#: largest real list we know (Xero's OpenAPI spec: 235 tools, 32,000 schema values, about 3 s to compile) fits.
 MAX_TOOLS = 2048
 MAX_TOOL_NAME_CHARS = 1024
 MAX_DESCRIPTION_CHARS = 100_000
@@ -61,3 +74,69 @@ def checked_tool_list(message: dict[str, Any]) -> tuple[list[dict[str, Any]], li
         raise ProtocolError(f"load_errors must be a list of at most {MAX_LOAD_ERRORS} flat maps")
     return tools, errors
 
+
+
+#: Thread time one tool list may spend compiling schemas it did not have compiled before; the tools past it are
+#: left out with a load error (a re-list of the same schemas is nearly free: they are reused by fingerprint).
+COMPILE_BUDGET_S = 10.0
+
+
+@dataclass(frozen=True)
+class CompiledSchema:
+    """One tool's input schema, compiled: a validator, or the reason it was left out."""
+
+    fingerprint: str
+    validator: ArgumentValidator | None
+    error: str | None = None
+    #: left out for want of time, not for a fault: compiled again when the tool is listed again
+    retry: bool = False
+
+
+@dataclass(frozen=True)
+class ToolList:
+    """A checked tool list: the tools, their compiled schemas (same order) and the worker's own load errors."""
+
+    tools: list[dict[str, Any]]
+    schemas: list[CompiledSchema]
+    load_errors: list[dict[str, Any]]
+
+
+def fingerprint(schema: Any) -> str:
+    """A stable digest of a JSON value (key order does not matter)."""
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def compile_schema(schema: Any, digest: str | None = None) -> CompiledSchema:
+    """Compile one input schema; never raises (a schema that fails is a :class:`CompiledSchema` with ``error``)."""
+    digest = digest or fingerprint(schema)
+    try:
+        return CompiledSchema(digest, ArgumentValidator(schema))
+    except SchemaError as exc:
+        return CompiledSchema(digest, None, str(exc))
+    except Exception as exc:  # ArgumentValidator promises SchemaError only; a slip costs this tool only
+        return CompiledSchema(digest, None, f"its input schema could not be compiled ({type(exc).__name__})")
+
+
+def prepare_tool_list(message: dict[str, Any], reuse: Mapping[str, CompiledSchema], *,
+                      budget_s: float = COMPILE_BUDGET_S) -> ToolList:
+    """Check ``message``'s tool list and compile its schemas (for a worker thread). Raises :class:`ProtocolError`.
+
+    ``reuse`` maps fingerprints to schemas compiled before (the previous list); they are not compiled again.
+    """
+    tools, load_errors = checked_tool_list(message)
+    deadline = time.monotonic() + budget_s
+    schemas: list[CompiledSchema] = []
+    for t in tools:
+        digest = fingerprint(t["input_schema"])
+        compiled = reuse.get(digest)
+        if compiled is None:
+            if time.monotonic() > deadline:
+                compiled = CompiledSchema(digest, None, f"left out: compiling the tool list's schemas took more "
+                                          f"than {budget_s:g} s; this tool and the rest were not checked",
+                                          retry=True)
+            else:
+                compiled = compile_schema(t["input_schema"], digest)
+            time.sleep(0)  # let the trio thread take the GIL between schemas
+        schemas.append(compiled)
+    return ToolList(tools, schemas, load_errors)

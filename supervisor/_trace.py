@@ -2,13 +2,18 @@
 
 Every record has ``ts`` (Unix time, float), ``event`` (the kind) and the event's fields. Kinds written by the
 supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``worker_spawn``, ``worker_exit``,
-``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``protocol_violation``, ``call_start``, ``call_end``,
-``portal_refusal``, ``limit_hit``, ``egress``, ``load_error``, ``signal``, ``internal_error``, ``otel_export_failed``,
+``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``crash_loop_recovered``, ``protocol_violation``,
+``call_start``, ``call_end``, ``portal_refusal``, ``limit_hit``, ``egress``, ``load_error``, ``signal``,
+``internal_error``, ``otel_export_failed``,
 ``worker_event`` (untrusted events a worker sent, tagged with its toolbox), and for sub-agent loops ``agent_start``,
 ``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; and ``sessions_pruned``. Secrets
 never enter a record: callers pass only what is safe to keep.
 
-Records are written whole (a reader never sees half a line from us). For speed, the per-call records
+Records are strict JSON, one complete record per line, whatever a worker or an argument put in a field: NaN and
+infinities become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, lone surrogates become U+FFFD, values
+nested deeper than :data:`MAX_DEPTH` or beyond :data:`MAX_VALUES` are cut with a marker, and a record longer than
+:data:`MAX_RECORD_CHARS` has its long strings shortened (``"trace_truncated": true`` says so). Records are written
+whole (a reader never sees half a line from us). For speed, the per-call records
 (``call_start``, ``call_end``, ``egress``) are buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the
 buffer passes ``FLUSH_BYTES``); every other record, being rare and worth keeping across a crash, is written at once
 together with whatever is buffered. So a supervisor killed with SIGKILL loses at most the last
@@ -23,16 +28,67 @@ never split.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL_S", "TraceRecorder"]
+__all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL_S", "MAX_RECORD_CHARS", "TraceRecorder", "strict_json"]
 
 FLUSH_INTERVAL_S = 0.2
 FLUSH_BYTES = 256 * 1024
 _BUFFERED = frozenset({"call_start", "call_end", "egress"})
+#: Bounds of one record: nesting, values, characters of the whole line (a longer one has its strings shortened).
+MAX_DEPTH = 32
+MAX_VALUES = 20_000
+MAX_RECORD_CHARS = 256 * 1024
+#: How long each string of an over-long record may stay.
+_SHORT_STRING = 2000
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def _clean_string(text: str, limit: int | None) -> str:
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"... ({len(text) - limit} more characters)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (a worker's or an agent's bytes): replaced, never passed on
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def strict_json(value: Any, *, string_limit: int | None = None) -> Any:
+    """``value`` as plain, strict JSON: finite numbers, valid Unicode, string keys, bounded depth and size.
+
+    Recursion is bounded by :data:`MAX_DEPTH`; at most :data:`MAX_VALUES` values are kept. Other objects become
+    their ``repr`` (shortened). Never raises.
+    """
+    budget = [MAX_VALUES]
+
+    def walk(item: Any, depth: int) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return "<trace: more values left out>"
+        if item is None or isinstance(item, bool | int):
+            return item
+        if isinstance(item, float):
+            return item if math.isfinite(item) else _NON_FINITE.get(item, "NaN")
+        if isinstance(item, str):
+            return _clean_string(item, string_limit)
+        if depth >= MAX_DEPTH:
+            return "<trace: nested too deeply>"
+        if isinstance(item, dict):
+            return {_clean_string(str(k), 200): walk(v, depth + 1) for k, v in list(item.items())}
+        if isinstance(item, list | tuple | set | frozenset):
+            return [walk(v, depth + 1) for v in list(item)]
+        try:
+            text = repr(item)
+        except Exception:  # a repr that fails (or recurses) must not cost the record
+            text = f"<{type(item).__name__}>"
+        return _clean_string(text, _SHORT_STRING)
+
+    return walk(value, 0)
 
 
 class TraceRecorder:
@@ -49,7 +105,7 @@ class TraceRecorder:
         self._buffer: list[str] = []
         self._size = 0
         self._oldest = 0.0
-        self._encoder = json.JSONEncoder(ensure_ascii=False, default=repr, separators=(",", ":"))
+        self._encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr, separators=(",", ":"))
         #: also told of every record (``trace.otel``, ``supervisor/_otel.py``); must not raise
         self.sink: Callable[[str, dict[str, Any]], None] | None = None
         if path:
@@ -68,8 +124,7 @@ class TraceRecorder:
             self.sink(event, fields)
         if self._fd is None:
             return
-        now = time.time()
-        line = self._encoder.encode({"ts": round(now, 6), "event": event, **fields}) + "\n"
+        line = self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n"
         if not self._buffer:
             self._oldest = time.monotonic()
         self._buffer.append(line)
@@ -77,6 +132,20 @@ class TraceRecorder:
         if (event not in _BUFFERED or self._size >= FLUSH_BYTES
                 or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S):
             self.flush()
+
+    def _line(self, record: dict[str, Any]) -> str:
+        """One strict-JSON line for ``record`` of at most about :data:`MAX_RECORD_CHARS` characters."""
+        try:
+            line = self._encoder.encode(record)
+            line.encode("utf-8")
+        except (ValueError, TypeError, RecursionError):  # NaN, lone surrogates, nesting, a failing repr...
+            line = self._encoder.encode(strict_json(record))
+        if len(line) > MAX_RECORD_CHARS:
+            line = self._encoder.encode({**strict_json(record, string_limit=_SHORT_STRING), "trace_truncated": True})
+            if len(line) > MAX_RECORD_CHARS:
+                line = self._encoder.encode({"ts": record["ts"], "trace_truncated": True,
+                                             "event": strict_json(record["event"], string_limit=200)})
+        return line
 
     def flush(self) -> None:
         """Write every buffered record now (one ``write`` when it fits)."""

@@ -191,7 +191,7 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
         "agents": {"loops": events["agent_start"], "steps": events["agent_step"],
                    "model_retries": events["model_retry"]},
         "workers": {k: events[k] for k in ("worker_spawn", "worker_exit", "worker_restart", "crash_loop",
-                                           "protocol_violation") if events[k]},
+                                           "crash_loop_recovered", "protocol_violation") if events[k]},
         "redundant_reads": redundant_reads(ended),
     }
 

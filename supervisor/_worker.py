@@ -1,26 +1,24 @@
-"""One worker process and the supervisor's end of its pipe (the RPC client side).
+"""One worker process: its launch, its confinement's trusted half (cgroup, egress bridge) and its end.
 
-A :class:`Worker` is started with :meth:`Worker.start` (spawn the launcher, send the confinement plan, wait for
-``hello``), serves :meth:`Worker.call` concurrently, answers the worker's own ``portal``/``host`` requests through
-the handler it was given, and ends in state ``DEAD`` when the process exits, breaks the protocol or is stopped. Its
-state changes only in :meth:`Worker._set_state`. Restarting is not its business (see ``_runner.py``).
+A :class:`Worker` is started with :meth:`Worker.start` (spawn the launcher, move it into its cgroup, send the
+confinement plan, serve its bridge, wait for ``hello``) and stopped with :meth:`Worker.stop` (bounded whatever the
+worker does). Everything said over its pipes - calls, wall-time limits, cancels, portal/host requests, events, tool
+lists, the worker's state - is the business of its :class:`~supervisor._worker_connection.WorkerConnection`, which
+needs no process (its tests run without root). Restarting is not the worker's business (see ``_runner.py``).
 
 Every call ends in exactly one :class:`ToolResult`; a worker that dies or misbehaves fails its in-flight calls with
-status ``error`` and a message naming the cause. Nothing a worker sends can raise into the supervisor: malformed,
-oversized or unexpected frames are a :class:`~toolboxes._protocol.ProtocolError`, which kills that worker only.
+status ``error`` and a message naming the cause. Nothing a worker sends can raise into the supervisor.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
-import math
 import secrets
 import signal
 import socket
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,41 +32,31 @@ from sandbox._egress import default_resolve, limited_resolver, serve_egress
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
-from toolboxes._protocol import FrameDecoder, ProtocolError, encode
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, execution_error, first_leaf
-from ._pipes import send_whole
 from ._process import ChildProcess, spawn_child
-from ._tool_lists import checked_tool_list
+from ._tool_lists import CompiledSchema
+from ._worker_connection import (
+    CANCEL_GRACE_S,
+    MAX_EVENTS,
+    MAX_REQUESTS_IN_FLIGHT,
+    MAX_TOOLS_CHANGED,
+    ConnectionState,
+    WorkerConnection,
+)
 
-__all__ = ["Worker", "WorkerSpec", "WorkerState"]
+__all__ = ["CANCEL_GRACE_S", "MAX_EVENTS", "MAX_REQUESTS_IN_FLIGHT", "MAX_TOOLS_CHANGED", "Worker", "WorkerSpec",
+           "WorkerState"]
 
-#: Largest chunk read from a worker's stdout at once.
-_READ_CHUNK = 1 << 18
 #: How much of a worker's stderr is kept for diagnostics.
 _STDERR_KEEP = 8192
-#: How long a cancelled call may take to answer before its worker is killed.
-CANCEL_GRACE_S = 2.0
-#: At most this many tools_changed frames per window; more is a flood, not a toolbox reacting to changes.
-MAX_TOOLS_CHANGED = 30
-TOOLS_CHANGED_WINDOW_S = 10.0
-#: Portal and host requests a worker may have in flight at once (each holds a task and maybe a nested call).
-MAX_REQUESTS_IN_FLIGHT = 64
 #: Name lookups one worker's egress bridge (proxy and DNS stub) may have in flight; trio's thread pool (40 threads)
 #: serves the whole supervisor.
 LOOKUPS_PER_BRIDGE = 8
-#: At most this many ``event`` frames of a worker reach the trace per window; the rest are counted and dropped (a
-#: worker cannot fill the disk through the trace).
-MAX_EVENTS = 100
-EVENTS_WINDOW_S = 10.0
 
-
-class WorkerState(enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    DRAINING = "draining"
-    DEAD = "dead"
+#: A worker's states are its connection's.
+WorkerState = ConnectionState
 
 
 @dataclass
@@ -104,19 +92,6 @@ class WorkerSpec:
     report: dict[str, Any] = field(default_factory=dict)
 
 
-class _PendingCall:
-    __slots__ = ("done", "result")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.result: ToolResult | None = None
-
-    def finish(self, result: ToolResult) -> None:
-        if not self.done.is_set():
-            self.result = result
-            self.done.set()
-
-
 #: handler(worker, message) -> reply dict ({"result": ...} or {"error": ...})
 RequestHandler = Callable[["Worker", dict[str, Any]], Awaitable[dict[str, Any]]]
 EventHandler = Callable[["Worker", str, dict[str, Any]], None]
@@ -135,56 +110,76 @@ def _describe_exit(code: int | None) -> str:
 
 
 class Worker:
-    """One confined worker process serving one toolbox."""
+    """One confined worker process serving one toolbox: the launch, the process and its cgroup and bridge, over a
+    :class:`~supervisor._worker_connection.WorkerConnection` that holds the protocol and the worker's state."""
 
-    def __init__(self, spec: WorkerSpec, *, on_request: RequestHandler, on_event: EventHandler) -> None:
+    def __init__(self, spec: WorkerSpec, *, on_request: RequestHandler, on_event: EventHandler,
+                 reuse: Sequence[CompiledSchema] = ()) -> None:
         self.spec = spec
-        self.state = WorkerState.STARTING
-        self.tools: list[dict[str, Any]] = []
-        self.load_errors: list[dict[str, Any]] = []
-        self.death_reason: str | None = None
-        self.dead = trio.Event()
+        self._reuse = reuse
         self._on_request = on_request
         self._on_event = on_event
         self._proc: ChildProcess | None = None
-        self._pending: dict[int, _PendingCall] = {}
-        self._next_id = 1
-        self._send_lock = trio.Lock()
-        self._hello = trio.Event()
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
-        self._nursery: trio.Nursery | None = None
-        #: call id -> the caller's context object, so that a portal request names the call it comes from
-        self.origins: dict[int, Any] = {}
+        #: the protocol over the process's pipes (made at :meth:`start`; until then a worker is ``starting``)
+        self.conn: WorkerConnection | None = None
+        self._not_started = trio.Event()
+        self._not_started_reason: str | None = None
         #: this start's cgroup, removed once the worker is reaped
         self.cgroup: CgroupInstance | None = None
         self._cgroup_claimed = False
         self._cgroup_removed = trio.Event()
-        self._requests_in_flight = 0
-        self._tools_changed_at: deque[float] = deque()
-        self._events_at: deque[float] = deque()
-        self._events_dropped = 0
 
-    # -- state -------------------------------------------------------------------------------------------------
+    # -- the connection's view ---------------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def _set_state(self, state: WorkerState, reason: str | None = None) -> None:
-        if self.state is WorkerState.DEAD:
-            return
-        self.state = state
-        if state is WorkerState.DEAD:
-            self.death_reason = reason
-            for pending in list(self._pending.values()):
-                pending.finish(execution_error(
-                    f"toolbox {self.spec.toolbox}: the worker {reason}; the call did not finish. "
-                    "It is restarted automatically; try the call again."))
-            self._pending.clear()
-            self.dead.set()
+    @property
+    def state(self) -> WorkerState:
+        if self.conn is None:
+            return WorkerState.DEAD if self._not_started.is_set() else WorkerState.STARTING
+        return self.conn.state
+
+    @property
+    def dead(self) -> trio.Event:
+        return self.conn.dead if self.conn is not None else self._not_started
+
+    @property
+    def death_reason(self) -> str | None:
+        return self.conn.death_reason if self.conn is not None else self._not_started_reason
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self.conn.tools if self.conn is not None else []
+
+    @property
+    def schemas(self) -> list[CompiledSchema]:
+        return self.conn.schemas if self.conn is not None else []
+
+    @property
+    def load_errors(self) -> list[dict[str, Any]]:
+        return self.conn.load_errors if self.conn is not None else []
+
+    @property
+    def origins(self) -> dict[int, Any]:
+        return self.conn.origins if self.conn is not None else {}
+
+    @property
+    def _pending(self) -> dict[int, Any]:
+        return self.conn._pending if self.conn is not None else {}
+
+    @property
+    def _next_id(self) -> int:
+        return self.conn._next_id if self.conn is not None else 1
 
     def stderr_tail(self) -> str:
         return b"".join(self._stderr).decode("utf-8", "replace")[-2000:]
+
+    def _fail_start(self, reason: str) -> None:
+        self._not_started_reason = reason
+        self._not_started.set()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self, nursery: trio.Nursery) -> None:
@@ -193,7 +188,6 @@ class Worker:
         Raises :class:`WorkerStartError` naming the cause when the worker cannot start (launcher refused to confine,
         toolbox failed to open, no hello in time). The worker's reader tasks live in ``nursery``.
         """
-        self._nursery = nursery
         spec = self.spec
         plan = spec.plan
         carrier: socket.socket | None = None
@@ -206,7 +200,7 @@ class Worker:
             proc = spawn_child(spec.argv, env=spec.env, cwd=spec.cwd,
                                pass_fds=(*spec.pass_fds, *((child_end.fileno(),) if child_end else ())))
         except OSError as exc:
-            self._set_state(WorkerState.DEAD, f"could not be started: {exc}")
+            self._fail_start(f"could not be started: {exc}")
             if carrier is not None:
                 carrier.close()
             raise WorkerStartError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc
@@ -214,6 +208,12 @@ class Worker:
             if child_end is not None:
                 child_end.close()
         self._proc = proc
+        conn = WorkerConnection(
+            spec.toolbox, proc.stdin, proc.stdout, wall_time_s=spec.wall_time_s,
+            on_request=lambda message: self._on_request(self, message),
+            on_event=lambda kind, data: self._on_event(self, kind, data),
+            terminate=self._terminate, exit_reason=self._exit_reason, reuse=self._reuse)
+        self.conn = conn
         try:
             joined = self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside it
         except ConfinementError as exc:
@@ -227,30 +227,32 @@ class Worker:
                 plan.rlimits, address_space_bytes=spec.address_space_fallback))
         frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
         nursery.start_soon(self._read_stderr)
-        nursery.start_soon(self._read_stdout)
-        try:
-            await proc.stdin.send_all(struct.pack(">I", len(frame)) + frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the reader sees the exit and reports why
+        await nursery.start(conn.serve)
         with trio.move_on_after(spec.start_timeout_s):
+            try:
+                await conn.writer.send(struct.pack(">I", len(frame)) + frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the reader sees the exit and reports why
             if carrier is not None:
                 try:
                     bridge = await receive_bridge(trio.socket.from_stdlib_socket(carrier))
                 except (BridgeError, OSError):
-                    await self.dead.wait()  # the launcher failed before the bridge: its exit says why
+                    await conn.dead.wait()  # the launcher failed before the bridge: its exit says why
                 else:
                     nursery.start_soon(self._serve_bridge, bridge)
                 finally:
                     carrier.close()
-            await self._wait_hello_or_death()
-        if self.state is WorkerState.READY:
+            await conn.wait_started()
+        if conn.state is WorkerState.READY:
             return
-        if not self.dead.is_set():
+        if not conn.dead.is_set():
             await self.kill(f"sent no hello within {spec.start_timeout_s:g} s")
+        if conn.fatal:
+            self._stderr.append(conn.fatal.encode())
         tail = self.stderr_tail().strip().splitlines()
         detail = tail[-1] if tail else ""
-        raise WorkerStartError(f"toolbox {spec.toolbox}: the worker {self.death_reason}"
-                           + (f": {detail}" if detail else ""))
+        raise WorkerStartError(f"toolbox {spec.toolbox}: the worker {conn.death_reason}"
+                               + (f": {detail}" if detail else ""))
 
     def _join_cgroup(self, pid: int) -> bool:
         """Make this start's cgroup and move the launcher ``pid`` into it; raise only when the plan requires it.
@@ -322,44 +324,49 @@ class Worker:
             for sock in (proxy, dns_udp, dns_tcp):
                 sock.close()
 
-    async def _wait_hello_or_death(self) -> None:
-        async with trio.open_nursery() as n:
-            async def wait(ev: trio.Event) -> None:
-                await ev.wait()
-                n.cancel_scope.cancel()
-            n.start_soon(wait, self._hello)
-            n.start_soon(wait, self.dead)
-
-    async def kill(self, reason: str) -> None:
-        """Kill the worker at once (SIGKILL) and fail its in-flight calls with ``reason``."""
-        self._set_state(WorkerState.DEAD, reason)
+    async def _terminate(self) -> None:
+        """The connection's way to end the worker: SIGKILL, reap, remove its cgroup."""
         if self._proc is not None:
             await self._proc.kill()
             await self._release_cgroup()
 
+    async def _exit_reason(self) -> str:
+        """After EOF on the worker's stdout: how it ended (waits at most 5 s, then kills it)."""
+        assert self._proc is not None
+        reason: str | None = None
+        with trio.move_on_after(5):
+            reason = _describe_exit(await self._proc.wait())
+        if reason is None:
+            await self._proc.kill()
+            reason = "closed its pipe and was killed"
+        await self._release_cgroup()
+        return reason
+
+    async def kill(self, reason: str) -> None:
+        """Kill the worker at once (SIGKILL) and fail its in-flight calls with ``reason``."""
+        if self.conn is not None:
+            await self.conn.kill(reason)
+        else:
+            self._fail_start(reason)
+            await self._terminate()
+
     async def stop(self) -> None:
-        """Stop gracefully: ``shutdown`` frame, then the process's kill path (SIGTERM, grace, SIGKILL)."""
+        """Stop gracefully: ``shutdown`` frame, then the process's kill path (SIGTERM, grace, SIGKILL). Bounded:
+        about ``0.5 + 2 * shutdown_grace_s`` seconds whatever the worker does."""
         if self._proc is None:
             return
-        if self.state is not WorkerState.DEAD:
-            self.state = WorkerState.DRAINING
+        conn = self.conn
+        if conn is not None and conn.state is not WorkerState.DEAD:
             with trio.CancelScope(shield=True):
-                with trio.move_on_after(0.5):
-                    try:
-                        await self._send({"t": "shutdown"})
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
+                await conn.shutdown()
                 with trio.move_on_after(self.spec.shutdown_grace_s):
                     await self._proc.wait()
-        self._set_state(WorkerState.DEAD, "was stopped")
+        if conn is not None:
+            conn.mark_dead("was stopped")
         await self._proc.aclose(grace_s=self.spec.shutdown_grace_s)
         await self._release_cgroup()
 
     # -- I/O ---------------------------------------------------------------------------------------------------
-    async def _send(self, message: dict[str, Any]) -> None:
-        assert self._proc is not None
-        await send_whole(self._proc.stdin, self._send_lock, encode(message))
-
     async def _read_stderr(self) -> None:
         assert self._proc is not None
         try:
@@ -371,172 +378,11 @@ class Worker:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def _read_stdout(self) -> None:
-        assert self._proc is not None
-        decoder = FrameDecoder("to_supervisor")
-        reason: str | None = None
-        try:
-            while True:
-                try:
-                    chunk = await self._proc.stdout.receive_some(_READ_CHUNK)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    chunk = b""
-                if not chunk:
-                    break
-                for message in decoder.feed(chunk):
-                    self._dispatch(message)
-        except ProtocolError as exc:
-            reason = f"broke the protocol ({exc}) and was killed"
-            self._on_event(self, "protocol_violation", {"reason": str(exc)})
-            await self.kill(reason)
-            return
-        # EOF: the worker is exiting or dead.
-        with trio.CancelScope(shield=True):
-            with trio.move_on_after(5):
-                code = await self._proc.wait()
-                reason = _describe_exit(code)
-            if reason is None:
-                await self._proc.kill()
-                reason = "closed its pipe and was killed"
-            await self._release_cgroup()
-        self._set_state(WorkerState.DEAD, reason)
-
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        """Handle one validated frame from the worker. Raises ProtocolError for an unexpected one."""
-        kind = message["t"]
-        if kind == "result":
-            pending = self._pending.get(message["id"])
-            if pending is None:
-                # A result for a call we already ended (cancelled, timed out) is expected; one for an id we
-                # never used is not.
-                if message["id"] >= self._next_id or message["id"] <= 0:
-                    raise ProtocolError(f"result for unknown call id {message['id']}")
-                return
-            try:
-                result = ToolResult.from_wire(message["result"])
-            except ValueError as exc:
-                # The call stays pending, so the worker's death ends it with an error that says why.
-                raise ProtocolError(f"malformed result: {exc}") from exc
-            del self._pending[message["id"]]
-            pending.finish(result)
-        elif kind == "hello":
-            if self._hello.is_set():
-                raise ProtocolError("second hello")
-            fatal = message.get("fatal")
-            if fatal:
-                self._stderr.append(str(fatal).encode())
-                raise ProtocolError(str(fatal))
-            self._set_tools(message)
-            self.state = WorkerState.READY
-            self._hello.set()
-        elif kind == "tools_changed":
-            now = trio.current_time()
-            self._tools_changed_at.append(now)
-            while now - self._tools_changed_at[0] > TOOLS_CHANGED_WINDOW_S:
-                self._tools_changed_at.popleft()
-            if len(self._tools_changed_at) > MAX_TOOLS_CHANGED:
-                raise ProtocolError(f"more than {MAX_TOOLS_CHANGED} tools_changed messages within "
-                                    f"{TOOLS_CHANGED_WINDOW_S:g} s")
-            self._set_tools(message)
-            self._on_event(self, "tools_changed", {})
-        elif kind == "event":
-            event = message["event"]
-            if not isinstance(event, dict):
-                raise ProtocolError("event must be a map")
-            now = trio.current_time()
-            while self._events_at and now - self._events_at[0] > EVENTS_WINDOW_S:
-                self._events_at.popleft()
-            if len(self._events_at) >= MAX_EVENTS:
-                self._events_dropped += 1
-                return
-            if self._events_dropped:
-                self._on_event(self, "limit_hit", {"limit": "worker events", "value": MAX_EVENTS,
-                                                   "window_s": EVENTS_WINDOW_S, "dropped": self._events_dropped})
-                self._events_dropped = 0
-            self._events_at.append(now)
-            self._on_event(self, "worker_event", event)
-        elif kind in ("portal", "host"):
-            if not self._hello.is_set():
-                raise ProtocolError(f"{kind} request before hello")
-            if self._requests_in_flight >= MAX_REQUESTS_IN_FLIGHT:
-                raise ProtocolError(f"more than {MAX_REQUESTS_IN_FLIGHT} portal/host requests in flight")
-            assert self._nursery is not None
-            self._requests_in_flight += 1
-            self._nursery.start_soon(self._answer_request, message)
-
-    def _set_tools(self, message: dict[str, Any]) -> None:
-        """Check a tool list (hello, tools_changed) against the protocol's shape and bounds, then keep it."""
-        self.tools, self.load_errors = checked_tool_list(message)
-
-    async def _answer_request(self, message: dict[str, Any]) -> None:
-        try:
-            try:
-                reply = await self._on_request(self, message)
-            except Exception as exc:  # the handler is ours; a bug there must not kill the supervisor
-                reply = {"error": f"internal supervisor error: {type(exc).__name__}: {exc}"}
-            if self.state is WorkerState.DEAD:
-                return
-            try:
-                await self._send({"t": "reply", "id": message["id"], **reply})
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-        finally:
-            self._requests_in_flight -= 1
-
     # -- calls ---------------------------------------------------------------------------------------------------
     async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
                    wall_time_s: float | None = None, origin: Any = None) -> ToolResult:
-        """Run ``tool`` (the toolbox's own name) and return its result; never raises for the worker's faults.
-
-        At ``wall_time_s`` (default: the spec's) the call is cancelled in the worker and ends with status ``error``;
-        a worker that does not answer the cancel within :data:`CANCEL_GRACE_S` is killed. If the caller is
-        cancelled, the worker is told to cancel too (shielded), and ``trio.Cancelled`` propagates.
-        """
-        if self.state is not WorkerState.READY:
+        """Run ``tool`` (see :meth:`WorkerConnection.call`); never raises for the worker's faults."""
+        if self.conn is None:
             return execution_error(f"toolbox {self.spec.toolbox} is not running (its worker "
-                                    f"{self.death_reason or 'is ' + self.state.value}); try again shortly")
-        limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
-        call_id = self._next_id
-        self._next_id += 1
-        pending = _PendingCall()
-        self._pending[call_id] = pending
-        self.origins[call_id] = origin
-        wire_ctx = dict(ctx)
-        if limit and math.isfinite(limit):
-            wire_ctx["timeout_s"] = limit
-        try:
-            try:
-                await self._send({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx})
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.dead.wait()
-                return pending.result or execution_error(f"toolbox {self.spec.toolbox}: worker is gone")
-            with trio.move_on_after(limit if limit else math.inf):
-                await pending.done.wait()
-            if pending.result is not None:
-                return pending.result
-            # Wall time exceeded.
-            nominal = max(limit, self.spec.wall_time_s)  # a restart wait may have used part of the budget
-            self._on_event(self, "limit_hit", {"limit": "wall_time_s", "value": nominal, "tool": tool})
-            await self._cancel_in_worker(call_id, pending)
-            return execution_error(
-                f"the call to {tool} exceeded its wall-time limit of {nominal:g} s and was stopped")
-        except trio.Cancelled:
-            await self._cancel_in_worker(call_id, pending)
-            raise
-        finally:
-            self._pending.pop(call_id, None)
-            self.origins.pop(call_id, None)
-
-    async def _cancel_in_worker(self, call_id: int, pending: _PendingCall) -> None:
-        with trio.CancelScope(shield=True):
-            if self.state is WorkerState.DEAD:
-                return
-            try:
-                await self._send({"t": "cancel", "id": call_id})
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            with trio.move_on_after(CANCEL_GRACE_S):
-                await pending.done.wait()
-            if not pending.done.is_set():
-                await self.kill(f"did not stop call {call_id} within {CANCEL_GRACE_S:g} s of its cancel "
-                                "and was killed")
+                                   f"{self.death_reason or 'is starting'}); try again shortly")
+        return await self.conn.call(tool, args, ctx, wall_time_s, origin)

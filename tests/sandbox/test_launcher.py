@@ -347,6 +347,10 @@ def test_plan_demanding_a_newer_landlock_abi_exits_78(stage: Stage, start: Any) 
         (msgpack.packb({"toolbox": "x", "workdir": "/", "entry": "m:f", "bogus": 1}), "unexpected keyword"),
         (msgpack.packb({"toolbox": "x", "workdir": "rel", "entry": "m:f", "uid": 1, "gid": 1}), "absolute"),
         (msgpack.packb({"toolbox": "x", "workdir": "/", "entry": "nocolon", "uid": 1, "gid": 1}), "module:function"),
+        (msgpack.packb({"toolbox": "x", "workdir": "/", "entry": "m:f", "uid": 1, "gid": 1, "new_pidns": False,
+                        "view": {}}), "a private view needs new_pidns"),
+        (msgpack.packb({"toolbox": "x", "workdir": "/", "entry": "m:f", "uid": 1, "gid": 1,
+                        "view": {"hostname": "a b"}}), "view.hostname must be a host name"),
     ],
 )
 def test_malformed_plan_exits_78_with_a_message(start: Any, body: bytes, reason: str) -> None:

@@ -130,21 +130,28 @@ async def test_a_worker_whose_uid_changed_gets_its_files_back(sandbox_tmp: Path)
 async def test_by_default_one_worker_cannot_chmod_another_workers_folder(sandbox_tmp: Path) -> None:
     """Landlock (up to ABI 7) does not check chmod: only the file modes stand between two workers, and they tell
     two workers apart only when their uids differ. A policy file that does not mention worker_uids gets one per
-    worker; with one shared uid the same chmod goes through (shown first)."""
+    worker; with one shared uid and no private view the same chmod goes through (shown first); with the view
+    (the default) the other worker's folder does not even exist."""
     import yaml
 
     beta_work = sandbox_tmp / "state" / "work" / "tester" / "beta"
     attack = f"chmod 000 {beta_work} && echo BREACH"
-    policy, projects = _policy(sandbox_tmp)  # the test helper pins worker_uids: null
+    policy, projects = _policy(sandbox_tmp, private_view=False)  # the test helper pins worker_uids: null
     async with Supervisor.open(policy) as sup:
         shared = await _run(sup, "alpha", attack, projects["alpha"])
         assert shared["stdout"] == "BREACH\n", shared  # the problem this solves
         broken = await sup.call("system_beta_execute_command", {"command": "echo hi"})
         assert broken.status == "error" and "Permission denied" in (broken.data or ""), broken.data
     data = yaml.safe_load(policy.read_text())
-    del data["worker_uids"]  # the default of a policy file
+    del data["private_view"]  # the default: a view per worker, even with one shared uid
     policy.write_text(yaml.safe_dump(data))
     async with Supervisor.open(policy) as sup:  # beta's folder is handed back (mode and owner) at start
+        out = await _run(sup, "alpha", attack, projects["alpha"])
+        assert out["exitCode"] != 0 and "No such file or directory" in out["stderr"], out
+    del data["worker_uids"]  # the default of a policy file; without the view, the modes alone refuse it
+    data["private_view"] = False
+    policy.write_text(yaml.safe_dump(data))
+    async with Supervisor.open(policy) as sup:
         out = await _run(sup, "alpha", attack, projects["alpha"])
         assert out["exitCode"] != 0 and "Operation not permitted" in out["stderr"], out
         ok = await sup.call("system_beta_execute_command", {"command": "echo hi"})

@@ -221,10 +221,10 @@ def test_structured_values_that_json_cannot_spell_stay_out_of_mcp_replies() -> N
 
 async def test_an_event_flood_reaches_the_trace_only_up_to_the_rate_limit(policy: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import supervisor._worker as worker_module
+    import supervisor._worker_connection as connection_module
 
-    monkeypatch.setattr(worker_module, "MAX_EVENTS", 20)
-    monkeypatch.setattr(worker_module, "EVENTS_WINDOW_S", 0.5)
+    monkeypatch.setattr(connection_module, "MAX_EVENTS", 20)
+    monkeypatch.setattr(connection_module, "EVENTS_WINDOW_S", 0.5)
     async with Supervisor.open(policy) as sup:
         worker = sup.runner("system").worker
         assert worker is not None
