@@ -163,7 +163,8 @@ async def test_by_default_one_worker_cannot_chmod_another_workers_folder(sandbox
 META_ATTACK = """python3 - "$1" <<'PY'
 import os, sys
 p = sys.argv[1]
-for name, attempt in (("utime", lambda: os.utime(p)), ("setxattr", lambda: os.setxattr(p, "user.x", b"1")),
+for name, attempt in (("write", lambda: open(p, "a").write("x")), ("utime", lambda: os.utime(p)),
+                      ("setxattr", lambda: os.setxattr(p, "user.x", b"1")),
                       ("removexattr", lambda: os.removexattr(p, "user.mark"))):
     try:
         attempt()
@@ -178,8 +179,17 @@ async def test_another_toolbox_cannot_touch_times_or_xattrs_of_a_toolboxs_file(s
     another toolbox is 'other' to a file a worker made and may not write it, its times or its xattrs."""
     import errno
 
-    policy, projects = _policy(sandbox_tmp, worker_uids={"first": FIRST, "count": 1000})
-    target = projects["alpha"] / "made-by-alpha"
+    project = sandbox_tmp / "project"
+    project.mkdir()
+    os.chmod(project, 0o777)
+    # Both FileSandboxes reach the folder (read-write): Landlock and the private view let beta at alpha's file, so
+    # only its owner, group and mode stand in the way.
+    fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": "project"}
+    boxes = [system_toolbox(n, capabilities=["execute-command"], FileSandbox=fsb) for n in ("alpha", "beta")]
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=boxes)}, landlock_min_abi=6,
+                          worker_uids={"first": FIRST, "count": 1000})
+    projects = {"alpha": project}
+    target = project / "made-by-alpha"
     async with Supervisor.open(policy) as sup:
         made = await _run(sup, "alpha", f"echo data > {target.name} && touch -d 2001-02-03 {target.name} && "
                                         f"stat -c '%a %u %g' {target.name}", projects["alpha"])
@@ -193,8 +203,8 @@ async def test_another_toolbox_cannot_touch_times_or_xattrs_of_a_toolboxs_file(s
         assert out.structured is not None, out.data
         results = dict(line.split() for line in out.structured["stdout"].splitlines())
     refused = {str(errno.EACCES), str(errno.EPERM), str(errno.EOPNOTSUPP)}  # modes; or the seccomp filter (xattrs)
-    assert set(results) == {"utime", "setxattr", "removexattr"} and set(results.values()) <= refused, results
-    assert results["utime"] == str(errno.EACCES)  # no seccomp rule for utimensat: the modes refuse it
+    assert set(results) == {"write", "utime", "setxattr", "removexattr"} and set(results.values()) <= refused, results
+    assert results["write"] == results["utime"] == str(errno.EACCES)  # no seccomp rule for these: the modes refuse
     assert os.stat(target).st_mtime_ns == before
     assert os.listxattr(target) == ["user.mark"]
     assert target.read_text() == "data\n"
