@@ -32,6 +32,7 @@ class FrontendSessions:
         #: the session name of calls that name none (Python API): unique to this supervisor
         self.default_name = f"api-{new_id()}"
         self._names: dict[str, str] = {}  # root session id -> the frontend's name for it
+        self._opened: dict[tuple[str, str, str], tuple[str, str]] = {}  # (tenant, agent, name) -> open()'s answer
         self._conversations: dict[str, str] = {}  # root session id -> conversation id, without a store
 
     def owner_agent(self, tool: Any) -> str:
@@ -50,6 +51,10 @@ class FrontendSessions:
         """The root session the frontend session ``name`` (``None``: :attr:`default_name`) has with ``agent``, as
         ``(session id, conversation id)``, created unless it exists. Raises ``ValueError`` for a name
         :func:`~supervisor._session_ids.client_id` refuses."""
+        key = (tenant, agent, self.default_name if name is None else name)
+        known = self._opened.get(key)
+        if known is not None and (self.store is None or known[0] in self.store.open_roots):
+            return known
         name = self.default_name if name is None else client_id(name, "the session name")
         owner = Owner(agent, tenant)
         if self.store is not None:
@@ -60,7 +65,9 @@ class FrontendSessions:
         if session_id not in self._names:
             if len(self._names) >= MAX_FRONTEND_NAMES:
                 self._names.pop(next(iter(self._names)))
+                self._opened.pop(next(iter(self._opened)))
             self._names[session_id] = name
+            self._opened[key] = (session_id, conversation)
         return session_id, conversation
 
     def name_of(self, session_id: str) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from toolboxes._progress import ProgressUpdate
 from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
@@ -93,6 +94,9 @@ class CallOrigin:
     parent_call_id: str | None = None
     caller: str = "frontend"
     agent_scope: str | None = None
+    #: where this call's progress goes (a frontend whose client asked for it); ``None``: nowhere. Nested calls
+    #: (a sub-agent's tool calls, a toolbox's portal calls) do not inherit it: the sub-agent reports its steps.
+    progress: Callable[[ProgressUpdate], None] | None = field(default=None, compare=False)
 
 
 #: Arguments larger than this (as JSON) are not copied into the trace; their size is recorded instead.
@@ -226,6 +230,8 @@ class Portal:
                    "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
             if self.call_context is not None:
                 ctx.update(self.call_context(tool, origin))
+            if origin.progress is not None:
+                ctx["progress"] = True  # the worker relays the tool's progress (toolboxes/_progress.py)
             try:
                 result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
                 if self.postprocess is not None:

@@ -106,7 +106,17 @@ class ToolboxRunner:
                     if first:
                         raise
                     self._on_event(worker, "worker_start_failed", {"reason": str(exc)})
+                except BaseException:  # cancelled while starting (the supervisor stops): end what was started
+                    with trio.CancelScope(shield=True):
+                        await worker.kill("its start was interrupted: the supervisor is stopping")
+                    raise
                 else:
+                    if self._stopping:  # stopped while this one started: it must not outlive the stop
+                        with trio.CancelScope(shield=True):
+                            await worker.stop()
+                        if first:
+                            task_status.started()
+                        break
                     self.worker = worker
                     self._ready.set()
                     self._on_event(worker, "worker_spawn", {"pid": worker.pid, "restart": not first})

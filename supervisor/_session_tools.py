@@ -34,6 +34,7 @@ class SessionToolViews:
     def __init__(self, store: SessionStore) -> None:
         self._store = store
         self._auto: dict[str, frozenset[str]] = {}
+        self._listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         self._events: dict[str, trio.Event] = {}
         self._waiters: dict[str, int] = {}
 
@@ -45,6 +46,23 @@ class SessionToolViews:
         """The skills enabled in ``session_id`` for ``toolbox``."""
         kept = self._store.enabled_skills(session_id, toolbox)
         return kept if kept is not None else self._auto.get(toolbox, frozenset())
+
+    def call_context(self, tool: Any, session_id: str) -> dict[str, Any]:
+        """What a call of the registered ``tool`` gets in its context from here: for a skills toolbox, the skills
+        ``session_id`` enabled (``enabled_skills``, the list the worker judges the call by)."""
+        if getattr(tool.runner.spec, "kind", None) != "skills":
+            return {}
+        return {"enabled_skills": sorted(self.enabled(session_id, tool.toolbox))}
+
+    def tools_listed(self, toolbox: str, tools: list[dict[str, Any]]) -> None:
+        """The skills worker of ``toolbox`` listed ``tools``: skills that left the list since its last one (a
+        restarted worker's first list included) are forgotten by every session."""
+        present = {str((t.get("annotations") or {}).get("skill")) for t in tools
+                   if (t.get("annotations") or {}).get("skill_action") == "describe"}
+        before = self._listed.get(toolbox)
+        if before is not None:
+            self.forget(toolbox, before - present)
+        self._listed[toolbox] = present
 
     def visible(self, session_id: str | None, toolbox: str, annotations: dict[str, Any]) -> bool:
         """Whether a tool with ``annotations`` of ``toolbox`` is listed for ``session_id`` (``None``: every tool)."""

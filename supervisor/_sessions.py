@@ -177,6 +177,11 @@ class SessionStore:
         self._db.close()
 
     # -- writing ------------------------------------------------------------------------------------------------
+    @property
+    def open_roots(self) -> Mapping[str, str]:
+        """Root sessions opened through this store since it opened (or was last pruned): id -> conversation id."""
+        return self._roots
+
     def open_root(self, owner: Owner, name: str) -> tuple[str, str]:
         """The root session ``name`` of ``owner`` as ``(session id, conversation id)``, created unless it exists.
 

@@ -25,7 +25,7 @@ import gc
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +34,7 @@ import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from toolboxes._progress import ProgressUpdate, parse_progress_event
 from toolboxes._result import ToolResult
 
 from ._agent_tree import AgentTree, expand_agents
@@ -52,7 +53,7 @@ from ._session_introspection import answer_host_request
 from ._session_tools import SessionToolViews
 from ._sessions import SessionStore
 from ._skill_sources import prepare_git_sources
-from ._trace import FLUSH_INTERVAL_S, TraceRecorder
+from ._trace import FLUSH_INTERVAL_S, TraceRecorder, strict_json
 from ._worker import Worker
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start).
@@ -99,7 +100,7 @@ class Supervisor:
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
             on_call_end=self._record_call,
-            call_context=self._call_context,
+            call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
         self.runners: list[ToolboxRunner] = []
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
@@ -118,7 +119,6 @@ class Supervisor:
         self._tools_changed = trio.Event()
         #: which session-scoped tools (skills' scripts) each session sees (kept in the session store)
         self.session_tools = SessionToolViews(sessions if sessions is not None else SessionStore(":memory:"))
-        self._skills_listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
         #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "source",
@@ -276,13 +276,8 @@ class Supervisor:
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
-        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session, as in the worker
-            present = {str((t.get("annotations") or {}).get("skill")) for t in runner.tools
-                       if (t.get("annotations") or {}).get("skill_action") == "describe"}
-            before = self._skills_listed.get(runner.name)
-            if before is not None:
-                self.session_tools.forget(runner.name, before - present)
-            self._skills_listed[runner.name] = present
+        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session
+            self.session_tools.tools_listed(runner.name, runner.tools)
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
                                                                      if k in ("source", "message")})
@@ -313,9 +308,15 @@ class Supervisor:
             self.session_tools.wake()
 
     def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
+        if kind == "worker_event" and (progress := parse_progress_event(data)) is not None:
+            call, update = progress
+            origin = worker.origins.get(call)  # a call that ended has no origin: its late updates are dropped
+            if isinstance(origin, CallOrigin) and origin.progress is not None:
+                origin.progress(update)
+            return
         if kind == "worker_event":
             safe = {str(k)[:64]: (v[:2000] if isinstance(v, str) else v if isinstance(v, int | float | bool)
-                                  or v is None else _short_repr(v))
+                                  or v is None else _short_repr(strict_json(v, string_limit=200)))
                     for k, v in list(data.items())[:32]}
             self.trace.record("worker_event", toolbox=worker.spec.toolbox, data=safe)
         elif kind != "tools_changed":
@@ -329,7 +330,7 @@ class Supervisor:
             args = message.get("args")
             # The same session, conversation, turn and owner as the call that asks (only what it may call differs).
             inner = replace(origin, allowed=frozenset(worker.spec.allowed_tools),
-                            caller=f"toolbox {worker.spec.toolbox}")
+                            caller=f"toolbox {worker.spec.toolbox}", progress=None)
             tool = message.get("tool")
             if not isinstance(tool, str):
                 return {"error": "portal request needs a tool name"}
@@ -356,12 +357,6 @@ class Supervisor:
             status=result.status if result else "error", summary=result.summary if result else "cancelled",
             output=result.data if result else None, started=started, duration_s=duration_s,
             conversation_id=origin.conversation_id, turn_id=origin.turn_id)
-
-    def _call_context(self, tool: RegisteredTool, origin: CallOrigin) -> dict[str, Any]:
-        """What a call's toolbox gets besides the ids: a skills toolbox, the skills the session enabled."""
-        if getattr(tool.runner.spec, "kind", None) == "skills":
-            return {"enabled_skills": sorted(self.session_tools.enabled(origin.session_id, tool.toolbox))}
-        return {}
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         if result.attachments:
@@ -400,14 +395,16 @@ class Supervisor:
 
     async def call(self, name: str, args: Any, *, session_id: str | None = None, conversation_id: str = "",
                    turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT,
-                   agent_scope: str | None = None) -> ToolResult:
+                   agent_scope: str | None = None,
+                   progress: Callable[[ProgressUpdate], None] | None = None) -> ToolResult:
         """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
         ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
         runs in that name's session with the tool's agent (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
         session's conversation and a new turn. ``agent_scope``: only that agent's tools exist for this caller (a
-        frontend session bound to one agent).
+        frontend session bound to one agent). ``progress``: called (on the trio loop, without blocking) with each
+        progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
         try:
             agent = self.frontends.owner_agent(self.registry.get(name))
@@ -415,7 +412,8 @@ class Supervisor:
                                            tenant=tenant)
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope))
+        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope,
+                                                          progress=progress))
 
     async def run_agent(self, slug: str, prompt: str, *, session_id: str | None = None, conversation_id: str = "",
                         turn_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:

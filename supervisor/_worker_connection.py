@@ -58,9 +58,10 @@ MAX_REQUESTS_IN_FLIGHT = 64
 #: worker cannot fill the disk through the trace).
 MAX_EVENTS = 100
 EVENTS_WINDOW_S = 10.0
-#: Shape bounds of an event and of a request's arguments (checked without recursion before anything uses them).
+#: Shape bounds of an event and of a request's arguments (checked without recursion before anything uses them; a
+#: request's arguments are then checked against the tool's schema on the loop, so they are kept to a few ms of it).
 MAX_EVENT_DEPTH, MAX_EVENT_VALUES = 16, 10_000
-MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES = 64, 100_000
+MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES = 64, 10_000
 MAX_REQUEST_NAME_CHARS = 1024
 #: Threads compiling tool lists at once, for the whole supervisor (pure Python: more would only contend for the
 #: GIL; two keep one worker's huge list from delaying every other worker's start).

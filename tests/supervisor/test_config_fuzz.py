@@ -27,6 +27,13 @@ from supervisor._config_loader import load_config
 from supervisor._errors import SupervisorError
 from tests._policies import agent, system_toolbox
 
+
+def _examples(default: int) -> int:
+    """Hypothesis examples: ``default`` in the normal suite, more with ``AGENTS_SUPERVISE_FUZZ_EXAMPLES`` (the long
+    mode of ``scripts/chaos fuzz``)."""
+    return int(os.environ.get("AGENTS_SUPERVISE_FUZZ_EXAMPLES") or default)
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -88,7 +95,7 @@ def test_the_base_files_pass(sandbox_tmp: Path) -> None:
     assert _check(sandbox_tmp / "policy.yaml") == ""
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=_examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(data=st.data())
 def test_mutated_files_are_accepted_or_refused_with_a_message(sandbox_tmp: Path, data: st.DataObject) -> None:
@@ -105,7 +112,7 @@ def test_mutated_files_are_accepted_or_refused_with_a_message(sandbox_tmp: Path,
     _check(sandbox_tmp / "policy.yaml")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=_examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(cut=st.integers(0, 10_000), junk=st.binary(max_size=8), target=st.sampled_from(["a.json", "policy.yaml"]))
 def test_corrupted_bytes_are_refused_with_a_message(sandbox_tmp: Path, cut: int, junk: bytes, target: str) -> None:

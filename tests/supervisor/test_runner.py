@@ -157,3 +157,43 @@ async def test_every_death_is_traced_and_the_restart_answers_calls_waiting_for_i
         assert result.data == "worker 2" and 0.5 <= trio.current_time() - start < 1
         assert events.count("worker_exit") == 1 and events.count("worker_restart") == 1
         nursery.cancel_scope.cancel()
+
+
+class HangingStart(ServingWorker):
+    """A worker whose second start never finishes (a slow launcher) until it is killed."""
+
+    killed: list[str] = []
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        if len(ServingWorker.made) == 1:
+            await super().start(nursery)
+            return
+        await trio.sleep_forever()
+
+    async def kill(self, reason: str) -> None:
+        HangingStart.killed.append(reason)
+        await super().kill(reason)
+
+
+async def test_a_worker_starting_when_the_supervisor_stops_is_ended_not_left_running(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The chaos harness found launchers left running after ``Supervisor.open`` returned: a restart in progress when
+    the supervisor stopped was neither the runner's worker (so not stopped) nor killed when its start was
+    cancelled."""
+    ServingWorker.made, HangingStart.killed = [], []
+
+    async def no_requests(worker: Any, message: dict[str, Any]) -> dict[str, Any]:
+        return {"error": "none"}
+
+    spec = types.SimpleNamespace(toolbox="fake", wall_time_s=5.0, agent="a")
+    runner = ToolboxRunner(spec, SupervisionPolicy(backoff_initial_s=0.1), on_request=no_requests,  # type: ignore[arg-type]
+                           on_event=lambda w, kind, data: None, on_tools=lambda r: None, make_worker=HangingStart)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        first = runner.worker
+        await first.crash()  # type: ignore[union-attr]
+        while len(ServingWorker.made) < 2:  # noqa: ASYNC110
+            await trio.sleep(0.05)  # the restart begins after its backoff (mock clock)
+        await runner.stop()
+        nursery.cancel_scope.cancel()  # as Supervisor.open does after stopping the runners
+    assert HangingStart.killed == ["its start was interrupted: the supervisor is stopping"]

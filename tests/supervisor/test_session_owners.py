@@ -27,6 +27,7 @@ from supervisor._session_introspection import answer_host_request, introspection
 from supervisor._sessions import SessionStore
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor._model_server import Reply, answer, call, model_server
 from tests.toolboxes.test_bash import describe_json, write_script
 
 SESSION_CAPS = ["list-sessions", "search-sessions", "read-session", "get-session-stats"]
@@ -288,3 +289,57 @@ async def test_lua_sees_the_calls_ids_and_tools_call_carries_them(sandbox_tmp: P
         assert session == root_session_id(Owner("tester"), "s") and conversation and turn == "turn-1"
         assert agent_id == "tester"
         assert _ids(nested) == {"S": session, "C": conversation, "T": "turn-1", "A": "tester"}
+
+
+@pytest.mark.root
+async def test_by_default_a_parent_and_its_sub_agent_do_not_see_each_others_sessions(
+        sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``sessions.introspection.other_agents`` the seed's cross-agent scopes stay within one agent: the
+    sub-agent's ``parents-only`` finds nothing of its caller's, and the caller does not see the sub-agent's run
+    (``test_sessions.py`` has the same tree with the key set, where both are seen)."""
+    monkeypatch.setenv("AGENTS_TEST_KEY", "k")
+
+    def script(req: dict[str, Any]) -> Reply:
+        last = req["messages"][-1]
+        if last["role"] == "user":
+            return call("system_helper_sys_list_sessions", {})
+        return answer("sessions seen: " + last["content"].split("\n\n", 1)[1])
+
+    with model_server(script) as server:
+        helper = agent("helper", modelUrl=server.url, builtinToolboxes=[system_toolbox(
+            "helper_sys", ["list-sessions"], SessionIntrospectionScope="parents-only")])
+        main = agent("main", modelUrl=server.url, extraAgents=[{"slug": "helper", "path": "helper.json"}],
+                     builtinToolboxes=[system_toolbox("main_sys", SESSION_CAPS)])
+        (sandbox_tmp / "helper.json").write_text(json.dumps(helper))
+        policy = write_policy(sandbox_tmp, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"})
+        async with Supervisor.open(policy) as sup:
+            asked = await sup.call("io_prompt_agent_helper", {"what": "which sessions are above me?"},
+                                   session_id="s1")
+            assert asked.status == "passed", asked.data
+            seen = json.loads((asked.data or "").removeprefix("sessions seen: "))
+            assert seen["sessions"] == [] and seen["scope"] == "parents-only"
+            listed = await sup.call("system_main_sys_list_sessions", {}, session_id="s1")
+            assert [s["sessionId"] for s in listed.structured["sessions"]] == [root_session_id(Owner("main"), "s1")]
+
+
+@pytest.mark.root
+async def test_run_agent_runs_in_the_named_session_of_that_agent(sandbox_tmp: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTS_TEST_KEY", "k")
+    with model_server(lambda req: answer("done")) as server:
+        policy = write_policy(sandbox_tmp, {"solo": agent("solo", modelUrl=server.url)},
+                              model_keys={"test": "AGENTS_TEST_KEY"})
+        async with Supervisor.open(policy) as sup:
+            for _ in range(2):
+                assert (await sup.run_agent("solo", "hi", session_id="r")).status == "passed"
+            assert (await sup.run_agent("solo", "hi")).status == "passed"
+            assert sup.sessions is not None
+            parents = sup.sessions.parents()
+            runs = [parent for sid, parent in parents.items() if parent is not None]
+            named = root_session_id(Owner("solo"), "r")
+            assert runs.count(named) == 2  # both runs are children of solo's session "r"
+            [other] = [p for p in runs if p != named]  # the third, of this supervisor's own default session
+            assert sup.sessions.owners()[other] == Owner("solo")
+            assert all(owner == Owner("solo") for owner in sup.sessions.owners().values())
+            bad = await sup.run_agent("solo", "hi", session_id="")
+            assert bad.status == "error" and "the session name must have 1 to 200 characters" in (bad.data or "")

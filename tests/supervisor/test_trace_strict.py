@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,12 @@ from hypothesis import strategies as st
 
 from supervisor._trace import MAX_RECORD_CHARS, TraceRecorder
 from supervisor._trace_report import load_trace
+
+
+def _examples(default: int) -> int:
+    """Hypothesis examples: ``default`` in the normal suite, more with ``AGENTS_SUPERVISE_FUZZ_EXAMPLES`` (the long
+    mode of ``scripts/chaos fuzz``)."""
+    return int(os.environ.get("AGENTS_SUPERVISE_FUZZ_EXAMPLES") or default)
 
 
 def _refuse(constant: str) -> Any:
@@ -46,7 +53,7 @@ VALUES = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=4
                       max_leaves=20)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=_examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(records=st.lists(st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k not in ("ts", "event")),
                                         VALUES, max_size=5), min_size=1, max_size=5))

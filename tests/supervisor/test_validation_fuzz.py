@@ -6,6 +6,7 @@ checking arguments against a compiled one returns a list, whatever either holds.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -14,6 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from supervisor._validation import ArgumentValidator, SchemaError
+
+
+def _examples(default: int) -> int:
+    """Hypothesis examples: ``default`` in the normal suite, more with ``AGENTS_SUPERVISE_FUZZ_EXAMPLES`` (the long
+    mode of ``scripts/chaos fuzz``)."""
+    return int(os.environ.get("AGENTS_SUPERVISE_FUZZ_EXAMPLES") or default)
+
 
 _KEYWORDS = ["$schema", "$ref", "$id", "$defs", "$anchor", "$dynamicRef", "type", "properties", "required", "enum",
              "const", "items", "prefixItems", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "pattern",
@@ -35,7 +43,7 @@ SCHEMAS = st.dictionaries(st.sampled_from(_KEYWORDS), _json(_SCALARS), max_size=
 ARGS = st.dictionaries(st.text(max_size=4), _json(_SCALARS), max_size=4)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=SCHEMAS, args=st.lists(ARGS, max_size=3))
 def test_any_schema_compiles_or_is_refused_and_checking_never_raises(schema: dict[str, Any],
                                                                      args: list[dict[str, Any]]) -> None:
