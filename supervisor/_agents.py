@@ -7,7 +7,9 @@ agent) plus one ``io_prompt_agent_<slug>`` per sub-agent it names. Each tool cal
 :meth:`Portal.call <supervisor._portal.Portal.call>` with a :class:`~supervisor._portal.CallOrigin` whose
 ``allowed`` is that tool set, whose ``agent_id`` is the agent, and whose depth and stack continue the caller's, so
 ``max_call_depth`` counts sub-agent calls like any other nested call (A calls B calls A ... stops at the limit, and
-the refusal, with the stack, is what the model gets back).
+the refusal, with the stack, is what the model gets back). A caller that asked for progress (``CallOrigin.progress``)
+gets one update per step (``step_progress``: the step of ``max_steps`` and what the model did); the loop's own
+tool calls are made without it.
 
 Bounds (the policy's ``agent_loop``): at most ``max_steps`` model requests per loop, then an ``error`` result; each
 request bounded by ``request_timeout_s`` and retried after transient failures (see :mod:`supervisor._llm`). A tool
@@ -36,11 +38,13 @@ from typing import Any
 
 import httpx
 
+from toolboxes._progress import ProgressUpdate
 from toolboxes._result import Attachment, ToolResult
 
 from ._agent_tree import AgentTree
 from ._llm import (
     ChatClient,
+    ChatReply,
     ModelError,
     RetryBounds,
     complete_with_retries,
@@ -64,6 +68,12 @@ MAX_TOOL_MESSAGE = 32 * 1024
 def subagent_tool_name(slug: str) -> str:
     """The tool that runs the sub-agent ``slug`` (SPEC.md section 2)."""
     return f"io_prompt_agent_{slug}"
+
+
+def step_progress(slug: str, step: int, max_steps: int, reply: ChatReply) -> ProgressUpdate:
+    """The progress update of a sub-agent's step: the step (of at most ``max_steps``) and what the model did."""
+    what = ("calls " + ", ".join(c.name for c in reply.tool_calls)) if reply.tool_calls else "answered"
+    return ProgressUpdate(step, max_steps, f"agent {slug}: step {step}: {what}")
 
 
 def tool_message(result: ToolResult) -> str:
@@ -180,7 +190,7 @@ class AgentService:
         functions = [function_tool(t.name, t.description, t.input_schema) for t in tools]
         session_id, conversation_id = self._new_id(), self._new_id()
         inner = replace(origin, session_id=session_id, conversation_id=conversation_id, agent_id=slug,
-                        allowed=allowed, caller=f"agent {slug}")
+                        allowed=allowed, caller=f"agent {slug}", progress=None)
         if self.sessions is not None:
             self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id,
                                       tenant=origin.tenant)
@@ -190,7 +200,8 @@ class AgentService:
                           tools=sorted(allowed))
         status = "failed"
         try:
-            result = await self._loop(slug, client, prompt, "\n".join(desc.system_prompt), functions, inner)
+            result = await self._loop(slug, client, prompt, "\n".join(desc.system_prompt), functions, inner,
+                                      origin.progress)
             status = "idle" if result.status == "passed" else "failed"
             return result
         finally:
@@ -199,7 +210,7 @@ class AgentService:
             self.trace.record("agent_end", agent=slug, session=session_id, status=status)
 
     async def _loop(self, slug: str, client: ChatClient, prompt: str, system: str, functions: list[dict[str, Any]],
-                    inner: CallOrigin) -> ToolResult:
+                    inner: CallOrigin, progress: Callable[[ProgressUpdate], None] | None = None) -> ToolResult:
         messages: list[dict[str, Any]] = []
         if system:
             messages.append({"role": "system", "content": system})
@@ -239,6 +250,8 @@ class AgentService:
                               duration_s=round(time.perf_counter() - start, 6))
             messages.append(reply.message())
             continuation, held = reply.continuation_id, len(messages)
+            if progress is not None:
+                progress(step_progress(slug, step, self.bounds.max_steps, reply))
             if self.sessions is not None and (reply.content or not reply.tool_calls):
                 self.sessions.add_turn(inner.session_id, "assistant", reply.content)
             if not reply.tool_calls:

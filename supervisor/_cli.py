@@ -144,6 +144,7 @@ async def _serve(args: argparse.Namespace) -> int:
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
         for w in sup.compiled.warnings:
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
+        _print_load_errors(sup)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope, sup)
             if http is not None:
@@ -195,6 +196,13 @@ async def _tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_load_errors(sup: Any) -> None:
+    """Each load error as one ``agents-supervise: load error: ...`` line on stderr."""
+    for e in sup.load_errors():
+        print(f"agents-supervise: load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: "
+              f"{e.get('message')}", file=sys.stderr)
+
+
 def _load_error_owner(error: dict[str, Any]) -> str:
     """Whose load error it is: a toolbox, or an agent (a sub-agent file it names is missing)."""
     return str(error["toolbox"]) if error.get("toolbox") else f"agent {error.get('agent')}"
@@ -210,6 +218,7 @@ async def _call(args: argparse.Namespace) -> int:
     except (RecursionError, ValueError) as exc:  # nested too deeply, a number of more than 4300 digits
         return _fail(f"the arguments cannot be read: {type(exc).__name__}: {str(exc)[:200]}")
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        _print_load_errors(sup)  # a tool of a toolbox that did not load is "not found": say why on stderr
         result = await sup.call(args.tool, arguments, session_id=_session_name(args),
                                 conversation_id=args.conversation, turn_id=args.turn)
     print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))

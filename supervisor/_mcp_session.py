@@ -7,7 +7,9 @@ name is given to every call, which runs in that name's session with the called t
 see :mod:`supervisor._frontend_sessions`: skills enabled in it, session limits, introspection); ``tools/list`` shows
 the session's own list (skills' script tools only where their skill is enabled) and enabling or disabling a skill
 notifies this session only. A ``tools/call`` whose ``_meta`` carries ``conversationId``/``turnId`` runs with those
-ids; otherwise the call has its session's conversation and a new turn.
+ids; otherwise the call has its session's conversation and a new turn. One whose ``_meta`` carries a
+``progressToken`` gets ``notifications/progress`` while it runs (an MCP toolbox server's progress, a sub-agent's
+steps; ``_progress_relay.py``), all before its response.
 
 Results map to content blocks in ``_mcp_content.py`` (text, image, audio, embedded resources, resource links,
 ``structuredContent``, ``isError``).
@@ -29,6 +31,7 @@ from typing import Any
 import trio
 
 from ._mcp_content import result_to_mcp
+from ._progress_relay import ProgressRelay, progress_token
 from ._session_ids import LOCAL_TENANT, ids_from_meta
 from ._supervisor import Supervisor
 
@@ -217,10 +220,21 @@ class McpSession:
             except ValueError as exc:
                 await self._error(req_id, INVALID_PARAMS, f"tools/call: {exc}")
                 return
+            token = progress_token(params.get("_meta"))
+            relay = ProgressRelay(token) if token is not None else None
             with scope:
                 try:
-                    result = await self.sup.call(name, {} if args is None else args, session_id=self.session_id,
-                                                 agent_scope=self.agent, tenant=self.tenant, **ids)
+                    async with trio.open_nursery() as nursery:
+                        if relay is not None:
+                            nursery.start_soon(relay.run, self._send)
+                        try:
+                            result = await self.sup.call(name, {} if args is None else args,
+                                                         session_id=self.session_id, agent_scope=self.agent,
+                                                         tenant=self.tenant,
+                                                         progress=relay.report if relay else None, **ids)
+                        finally:
+                            if relay is not None:
+                                relay.close()  # the nursery waits for the queued updates: none after the reply
                     reply = result_to_mcp(result, self.sup.attachments.read)
                 except Exception as exc:  # a bug of ours ends this call, never the session
                     self.sup.trace.record("internal_error", where="tools/call", tool=name,

@@ -25,7 +25,7 @@ import gc
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +34,7 @@ import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from toolboxes._progress import ProgressUpdate, parse_progress_event
 from toolboxes._result import ToolResult
 
 from ._agent_tree import AgentTree, expand_agents
@@ -43,6 +44,7 @@ from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
+from ._limit_notes import LimitWatch
 from ._otel import OtelExport, open_otel
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
@@ -98,6 +100,7 @@ class Supervisor:
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
+            watch=LimitWatch(trace).begin,
             on_call_end=self._record_call,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
@@ -307,6 +310,12 @@ class Supervisor:
             self.session_tools.wake()
 
     def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
+        if kind == "worker_event" and (progress := parse_progress_event(data)) is not None:
+            call, update = progress
+            origin = worker.origins.get(call)  # a call that ended has no origin: its late updates are dropped
+            if isinstance(origin, CallOrigin) and origin.progress is not None:
+                origin.progress(update)
+            return
         if kind == "worker_event":
             safe = {str(k)[:64]: (v[:2000] if isinstance(v, str) else v if isinstance(v, int | float | bool)
                                   or v is None else _short_repr(strict_json(v, string_limit=200)))
@@ -323,7 +332,7 @@ class Supervisor:
             args = message.get("args")
             # The same session, conversation, turn and owner as the call that asks (only what it may call differs).
             inner = replace(origin, allowed=frozenset(worker.spec.allowed_tools),
-                            caller=f"toolbox {worker.spec.toolbox}")
+                            caller=f"toolbox {worker.spec.toolbox}", progress=None)
             tool = message.get("tool")
             if not isinstance(tool, str):
                 return {"error": "portal request needs a tool name"}
@@ -388,14 +397,16 @@ class Supervisor:
 
     async def call(self, name: str, args: Any, *, session_id: str | None = None, conversation_id: str = "",
                    turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT,
-                   agent_scope: str | None = None) -> ToolResult:
+                   agent_scope: str | None = None,
+                   progress: Callable[[ProgressUpdate], None] | None = None) -> ToolResult:
         """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
         ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
         runs in that name's session with the tool's agent (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
         session's conversation and a new turn. ``agent_scope``: only that agent's tools exist for this caller (a
-        frontend session bound to one agent).
+        frontend session bound to one agent). ``progress``: called (on the trio loop, without blocking) with each
+        progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
         try:
             agent = self.frontends.owner_agent(self.registry.get(name))
@@ -403,7 +414,8 @@ class Supervisor:
                                            tenant=tenant)
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope))
+        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope,
+                                                          progress=progress))
 
     async def run_agent(self, slug: str, prompt: str, *, session_id: str | None = None, conversation_id: str = "",
                         turn_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:

@@ -120,11 +120,12 @@ async def test_the_http_service_runs_with_exactly_the_granted_capabilities(sandb
     try:
         line = b""
         with trio.fail_after(60):
-            while b"\n" not in line:
+            while b"\n" not in line.partition(b"serving MCP over HTTP at ")[2]:
                 chunk = await process.stderr.receive_some(4096)  # type: ignore[union-attr]
                 assert chunk, line
                 line += chunk
-        url = line.decode().split(" at ", 1)[1].split("/agents/")[0] + "/agents/alpha/mcp"
+        line = line.split(b"serving MCP over HTTP at ", 1)[1].split(b"\n", 1)[0]
+        url = line.decode().split("/agents/")[0] + "/agents/alpha/mcp"
         headers = ["-H", "authorization: Bearer ops-token", "-H", "content-type: application/json",
                    "-H", "accept: application/json, text/event-stream"]
         init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -160,3 +161,8 @@ def test_each_granted_capability_is_needed(sandbox_tmp: Path, missing: str | Non
         assert (rc, errors) == (0, []), stderr
     else:
         assert rc != 0 or errors, f"{missing} is granted but nothing needs it"
+
+
+def test_the_unit_does_not_reload_with_a_signal_that_stops_the_service() -> None:
+    """SIGHUP stops the supervisor (no policy reload yet): an ExecReload sending it would turn a reload into a stop."""
+    assert not [ln for ln in UNIT.read_text().splitlines() if ln.startswith("ExecReload=")]

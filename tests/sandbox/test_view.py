@@ -188,3 +188,14 @@ async def test_private_view_false_really_shows_the_hosts_tree(sandbox_tmp: Path,
         path = sandbox_tmp / "granted-read-only.txt"
         chmod = await _run(sup, f"chmod 600 {path} && echo changed")
         assert chmod["stdout"] == "changed\n", chmod  # what the read-only bind stops
+
+
+async def test_a_policy_granting_all_of_etc_still_shows_only_the_workers_account(sandbox_tmp: Path) -> None:
+    """permissive.yaml grants /etc whole: the generated files are mounted over the host's, read-only."""
+    policy = write_policy(sandbox_tmp, {"tester": agent("tester", builtinToolboxes=[
+        system_toolbox("alpha", capabilities=["execute-command"])])}, system_paths=[*DEFAULT_SYSTEM_PATHS, "/etc"])
+    async with Supervisor.open(policy) as sup:
+        out = await _run(sup, "cut -d: -f1 /etc/passwd; cat /etc/hostname; ls /etc/os-release; "
+                              "grep -c ' /etc/passwd ' /proc/self/mountinfo")
+        assert out["stdout"] == "root\nnobody\nsandbox\n/etc/os-release\n1\n", out
+        await _refused(sup, "echo x >> /etc/passwd")

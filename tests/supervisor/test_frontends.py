@@ -291,3 +291,19 @@ async def test_an_image_attachment_reaches_the_sdk_client_as_image_content(sandb
     images = [c for c in result.content if c.type == "image"]
     assert len(images) == 1 and images[0].mime_type == "image/png"
     assert base64.b64decode(images[0].data) == _png(2, 2)
+
+
+def test_call_says_on_stderr_what_did_not_load(sandbox_tmp: Path) -> None:
+    """A tool of a toolbox (or script) that did not load is 'not found' to the portal; the CLI says why."""
+    from tests.toolboxes.test_bash import write_script
+
+    tools = sandbox_tmp / "tools"
+    tools.mkdir()
+    write_script(tools, "broken", "this is not JSON", "echo never")
+    policy = write_policy(sandbox_tmp, {"tester": agent(bashToolboxes=[
+        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])})
+    done = subprocess.run([*CLI, "call", "--policy", str(policy), "bash_broken", "{}"], capture_output=True,
+                          text=True, env=_env(), cwd=REPO, timeout=120)
+    assert done.returncode == 2 and json.loads(done.stdout)["summary"] == "PortalToolNotFound"
+    assert "agents-supervise: load error: tools: " in done.stderr
+    assert "broken: describe printed invalid JSON" in done.stderr

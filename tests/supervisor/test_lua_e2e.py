@@ -254,8 +254,9 @@ async def test_a_busy_loop_times_out_and_the_same_worker_serves_the_next_call(su
 
 
 async def test_max_memory_mb_with_the_worker_rlimit_behind_it(sandbox_tmp: Path, team: Path) -> None:
-    # MaxMemoryMB (32) is the allocator limit; the policy's address space (1 GiB) is the rlimit behind it.
-    async with _open(sandbox_tmp, _lua()) as sup:
+    # MaxMemoryMB (32) is the allocator limit; the policy's address space (1 GiB) is the rlimit behind it. The time
+    # limit is generous: filling 32 MB takes seconds on a loaded machine, and this test is about memory.
+    async with _open(sandbox_tmp, _lua(MaxExecutionTimeSeconds=10)) as sup:
         pid = _worker_pid(sup)
         limits = Path(f"/proc/{pid}/limits").read_text()
         assert f"Max address space         {ADDRESS_SPACE}" in limits, limits

@@ -66,12 +66,12 @@ async def _start(policy: Path) -> AsyncIterator[_Server]:
         assert process.stderr is not None
         line = b""
         with trio.fail_after(60):
-            while b"\n" not in line:  # the line it prints once it listens
+            while b"\n" not in line.partition(b"serving MCP over HTTP at ")[2]:  # printed once it listens
                 chunk = await process.stderr.receive_some(4096)
                 assert chunk, f"the server exited: {line!r}"
                 line += chunk
-        assert b"serving MCP over HTTP at " in line, line
-        base = line.decode().split(" at ", 1)[1].split("/agents/")[0]
+        line = line.split(b"serving MCP over HTTP at ", 1)[1].split(b"\n", 1)[0]
+        base = line.decode().split("/agents/")[0]
         yield _Server(process, base, policy.parent / "state" / "trace.jsonl")
     finally:
         process.terminate()

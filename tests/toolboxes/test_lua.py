@@ -401,6 +401,19 @@ def test_http_to_a_host_not_allowed_sends_nothing(tree: Path, proxy: tuple[str, 
     assert seen == []
 
 
+def test_http_honours_ports_and_port_ranges_of_allowed_hosts(tree: Path, proxy: tuple[str, list[str]],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    url, seen = proxy
+    monkeypatch.setenv("HTTP_PROXY", url)
+    tb = make_toolbox(tree, AllowedHosts=["api.example.test:8000-8100", "web.example.test:80"])
+    for target in ["http://api.example.test:8000/", "http://api.example.test:8100/", "http://web.example.test/"]:
+        assert values_of(run(tb, f"local r = http.get('{target}')\nreturn r.status"))[0] == 200, target
+    for target in ["http://api.example.test:8101/", "http://api.example.test/", "http://web.example.test:8080/"]:
+        err = error_of(run(tb, f"local r = http.get('{target}')\nreturn r"))
+        assert err["kind"] == "sandbox" and "not allowed on port" in err["message"], (target, err)
+    assert len(seen) == 3
+
+
 def test_http_without_a_proxy_is_refused(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)

@@ -11,7 +11,9 @@ Life of the server:
 2. ``notifications/tools/list_changed`` makes the toolbox list the tools again and tell the supervisor
    (``env.channel.tools_changed()``) when the list differs.
 3. A call is a ``tools/call`` bounded by the call's deadline; a cancel or the deadline sends
-   ``notifications/cancelled`` for it and the server keeps serving the other calls.
+   ``notifications/cancelled`` for it and the server keeps serving the other calls. When the supervisor asks the
+   call for progress, the request carries a ``progressToken`` and the server's ``notifications/progress`` for it
+   are relayed to the supervisor (``toolboxes/_progress.py``) while the call runs.
 4. A server that dies ends every call in flight with an ``error`` naming its exit status and the tail of its
    stderr. The next call starts it again (handshake and listing as in 1, the tool list re-announced when it
    changed). More than :data:`CRASH_LOOP_MAX` deaths within :data:`CRASH_LOOP_WINDOW_S` and it is not started again
@@ -26,6 +28,7 @@ from collections import deque
 from typing import Any
 
 from .._names import tool_name
+from .._progress import parse_progress_event, progress_event, wants_progress
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
 from ._connection import Connection
@@ -69,6 +72,7 @@ class McpToolbox:
         self._errors: list[dict[str, str]] = []
         self._list_errors: list[dict[str, str]] = []
         self._closed = False
+        self._progress: dict[str, int] = {}  # progressToken -> call id, while the call runs
         try:
             self._start(time.monotonic() + self.handshake_s)
         except McpError as exc:
@@ -90,8 +94,15 @@ class McpToolbox:
             return ToolResult.error(f"{tool} is not a tool of {self.label} (any more)")
         try:
             conn = self._running(ctx)
-            result = conn.request("tools/call", {"name": remote, "arguments": args}, deadline=ctx.deadline,
-                                  cancelled=ctx.cancelled, on_cancel=ctx.on_cancel)
+            params: dict[str, Any] = {"name": remote, "arguments": args}
+            if wants_progress(ctx.extra):
+                # The server's progress for this call is relayed to the supervisor (and so to the frontend).
+                token = f"call-{ctx.call_id}"
+                params["_meta"] = {"progressToken": token}
+                with self._lock:
+                    self._progress[token] = ctx.call_id
+            result = conn.request("tools/call", params, deadline=ctx.deadline, cancelled=ctx.cancelled,
+                                  on_cancel=ctx.on_cancel)
         except ServerGone as exc:
             return ToolResult.error(f"{exc}. The call ended with it; the server is started again for the next call.",
                                     summary=f"{self.label} died during the call")
@@ -101,6 +112,9 @@ class McpToolbox:
                                     "calls.", summary=f"{tool}: {why}")
         except McpError as exc:
             return ToolResult.error(str(exc))
+        finally:
+            with self._lock:
+                self._progress.pop(f"call-{ctx.call_id}", None)
         return to_result(result, tool=tool, stem=f"{remote}-{ctx.call_id}", sink=self.sink,
                          output_cap=self.output_cap)
 
@@ -221,6 +235,9 @@ class McpToolbox:
         return before != [s.to_wire() for s in specs]
 
     def _on_notification(self, note: Notification) -> None:
+        if note.method == "notifications/progress":
+            self._relay_progress(note.params)
+            return
         if note.method != "notifications/tools/list_changed":
             return
         with self._lock:
@@ -236,6 +253,19 @@ class McpToolbox:
             changed = self._set_tools(tools)
         if changed:
             self.env.channel.tools_changed()
+
+
+    def _relay_progress(self, params: dict[str, Any]) -> None:
+        """A ``notifications/progress`` of a call that asked for progress: to the supervisor; others are dropped."""
+        token = params.get("progressToken")
+        with self._lock:
+            call_id = self._progress.get(token) if isinstance(token, str) else None
+        if call_id is None:
+            return
+        parsed = parse_progress_event({"event": "progress", "call": call_id, "progress": params.get("progress"),
+                                       "total": params.get("total"), "message": params.get("message")})
+        if parsed is not None:
+            self.env.channel.event(progress_event(call_id, parsed[1]))
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> McpToolbox:
