@@ -141,6 +141,9 @@ class Portal:
     session_limits: SessionLimits = field(default_factory=SessionLimits)
     #: called with (tool, result) after each call, to store attachments etc.
     postprocess: Callable[[RegisteredTool, ToolResult], ToolResult] | None = None
+    #: called right before a call is dispatched, with the tool and the call id; the function it returns is
+    #: applied to the result after ``postprocess`` (the supervisor's limit notes, ``supervisor._limit_notes``)
+    watch: Callable[[RegisteredTool, str], Callable[[ToolResult], ToolResult]] | None = None
     #: told of every dispatched call once it ended (keywords: call_id, tool, args, origin, result or None when
     #: cancelled, started (Unix time), duration_s), to record it in the session store; must not raise
     on_call_end: Callable[..., None] | None = None
@@ -233,9 +236,12 @@ class Portal:
             if origin.progress is not None:
                 ctx["progress"] = True  # the worker relays the tool's progress (toolboxes/_progress.py)
             try:
+                finish = self.watch(tool, call_id) if self.watch is not None else None
                 result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
                 if self.postprocess is not None:
                     result = self.postprocess(tool, result)
+                if finish is not None:
+                    result = finish(result)
             except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
                 result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
             return result, call_id

@@ -44,6 +44,7 @@ from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
+from ._limit_notes import LimitWatch
 from ._otel import OtelExport, open_otel
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
@@ -99,6 +100,7 @@ class Supervisor:
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
+            watch=LimitWatch(trace).begin,
             on_call_end=self._record_call,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )

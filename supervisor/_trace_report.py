@@ -8,7 +8,8 @@
   status and duration. Call ids restart with each supervisor run in the same file, so calls are keyed per run
   (``supervisor_start`` opens a run) and shown as ``r<N>:<id>`` when the file holds more than one run;
 - **per-tool** counts, statuses (a call with no ``call_end`` counts as ``unfinished``) and durations;
-- **refusals** (``portal_refusal``) with their kind and reason, and ``limit_hit`` records;
+- **refusals** (``portal_refusal``) with their kind and reason, and ``limit_hit`` records, also counted per
+  toolbox (or agent) and limit;
 - **egress** decisions (``egress``): per host and verdict, and every refusal;
 - **agents**: loops started, model retries, steps;
 - **redundant reads** (seed 000): a call whose result declared ``state_effect=read`` of a resource already read,
@@ -186,6 +187,7 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
         "refusals": refusals,
         "refusals_by_kind": dict(Counter(str(r["kind"]) for r in refusals)),
         "limits_hit": limits,
+        "limits_hit_by_toolbox": _limits_by_toolbox(limits),
         "egress": {"decisions": dict(sorted(egress_summary.items())),
                    "refused": [e for e in egress if e.get("verdict") != "allowed"]},
         "agents": {"loops": events["agent_start"], "steps": events["agent_step"],
@@ -194,6 +196,14 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
                                            "crash_loop_recovered", "protocol_violation") if events[k]},
         "redundant_reads": redundant_reads(ended),
     }
+
+
+def _limits_by_toolbox(limits: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """``limit_hit`` records counted per toolbox (or agent) and limit: ``{"tools": {"limits.processes": 2}}``."""
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for lim in limits:
+        out[str(lim.get("toolbox") or lim.get("agent") or "-")][str(lim.get("limit"))] += 1
+    return {who: dict(sorted(c.items())) for who, c in sorted(out.items())}
 
 
 def _tree_lines(call: dict[str, Any], indent: int, out: list[str]) -> None:
@@ -223,6 +233,10 @@ def render_text(data: dict[str, Any]) -> str:
         out.append(f"  {r['kind']}: {r['tool']} (by {r['caller']}): {r['reason']}")
     for lim in data["limits_hit"]:
         out.append(f"  limit hit: {lim.get('limit')} = {lim.get('value')} ({lim.get('toolbox') or lim.get('agent')})")
+    if data["limits_hit_by_toolbox"]:
+        out.append("\nLimits hit per toolbox:")
+        for who, counts in data["limits_hit_by_toolbox"].items():
+            out.append(f"  {who}: " + ", ".join(f"{limit} x{n}" for limit, n in counts.items()))
     out.append(f"\nEgress decisions: {sum(data['egress']['decisions'].values())}")
     for what, n in data["egress"]["decisions"].items():
         out.append(f"  {what}: {n}")

@@ -92,11 +92,10 @@ def outcome_to_result(
         return ToolResult("error", summary=summary, data=data, truncated=truncated)
     if outcome.exit_code != 0:
         if outcome.signal is not None:
-            name = (
-                signal.Signals(outcome.signal).name
-                if outcome.signal in signal.Signals
-                else str(outcome.signal)
-            )
+            try:  # ``int in signal.Signals`` raises TypeError before Python 3.12
+                name = signal.Signals(outcome.signal).name
+            except ValueError:
+                name = str(outcome.signal)
             summary = f"{tool} was killed by signal {name}"
             code = str(-outcome.signal)
         else:
