@@ -164,3 +164,16 @@ async def test_a_process_killed_by_sigxfsz_names_limits_file_size_bytes(sandbox_
     assert big.status == "failed" and "SIGXFSZ" in (big.summary or ""), big.data
     assert big.meta("limit_hit") == "limits.file_size_bytes", big.metadata
     assert "RLIMIT_FSIZE" in big.data and f"of {1 << 20} bytes" in big.data, big.data
+
+
+@needs_cgroups
+def test_check_lists_the_limits_a_result_will_explain(sandbox_tmp: Path) -> None:
+    from .test_frontends import _cli
+
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
+                          limits={"cpu_seconds": 30, "file_size_bytes": None})
+    [tb] = json.loads(_cli("check", "--policy", str(policy), "--json").stdout)["toolboxes"]
+    assert tb["limit_notes"] == ["limits.processes (pids.events)", "limits.memory_bytes (OOM kills in the group)",
+                                 "limits.cpu_seconds (SIGXCPU)"]
+    human = _cli("check", "--policy", str(policy)).stdout
+    assert "a call stopped by a limit is explained for: limits.processes (pids.events)" in human
