@@ -7,6 +7,7 @@ the worker's root. What the view holds, and nothing else:
 - every rule's path, bind-mounted at its own canonical path (read-only for a ``read`` rule, whatever the file modes;
   read-write for a ``write`` rule), so paths in tool arguments and results are the host's paths. A rule beneath a
   bind of the same or a wider mode adds nothing; a ``write`` rule beneath a ``read`` bind is mounted on top of it.
+  A rule reached through a symlink inside a tree the plan grants read-write is left out (the link was planted).
 - the symlinks met on the way to a rule's path (``/bin -> usr/bin``, ``/lib64``, ``/etc/localtime``), recreated
   with the same text where they lie outside every bind, so programs find what they found on the host;
 - a fresh tmpfs on ``/tmp``, a tmpfs ``/dev`` holding only the device nodes the rules grant (bind-mounted from
@@ -215,8 +216,7 @@ def plan_view(rules: Iterable[FsRule], spec: ViewSpec, files: dict[str, str], pr
     b.add(ViewOp("dir", "/proc"), "dir")
     b.add(ViewOp("proc", "/proc"), "proc")
 
-    binds: dict[str, tuple[PathInfo, bool]] = {}
-    links: dict[str, str] = {}
+    resolved: list[tuple[FsRule, str, PathInfo, list[tuple[str, str]]]] = []
     for rule in rules:
         if rule.path in GENERATED:
             continue
@@ -225,10 +225,18 @@ def plan_view(rules: Iterable[FsRule], spec: ViewSpec, files: dict[str, str], pr
         found = resolve(rule.path, probe)
         if found is None:
             continue
-        real, info, met = found
-        links.update(dict(met))
-        if real == "/":
+        if found[0] == "/":
             raise ViewError(f"the rule on {rule.path} resolves to '/'; a private view cannot show it")
+        resolved.append((rule, *found))
+    # A link inside a tree the worker may write was planted there (rules are canonical when compiled): never
+    # followed, so a worker cannot turn a rule nested in its own folder into a grant of what the link names.
+    writable_trees = [real for rule, real, info, _ in resolved if rule.mode == WRITE and info.kind == "dir"]
+    binds: dict[str, tuple[PathInfo, bool]] = {}
+    links: dict[str, str] = {}
+    for rule, real, info, met in resolved:
+        if any(loc != top and _under(loc, top) for loc, _ in met for top in writable_trees):
+            continue
+        links.update(dict(met))
         writable = rule.mode == WRITE
         if real in binds:
             writable = writable or binds[real][1]

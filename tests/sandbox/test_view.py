@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sandbox._view_plan import NO_NETWORK_RESOLV_CONF
 from supervisor._policy import DEFAULT_SYSTEM_PATHS
@@ -199,3 +200,24 @@ async def test_a_policy_granting_all_of_etc_still_shows_only_the_workers_account
                               "grep -c ' /etc/passwd ' /proc/self/mountinfo")
         assert out["stdout"] == "root\nnobody\nsandbox\n/etc/os-release\n1\n", out
         await _refused(sup, "echo x >> /etc/passwd")
+
+
+async def test_a_link_planted_in_a_writable_folder_grants_nothing_at_the_next_start(sandbox_tmp: Path) -> None:
+    """A read grant nested in the worker's writable FileSandbox, swapped for a link to a host file between two
+    starts: Landlock's rule would follow it (it opens the rule's path); the view never follows a link inside a tree
+    the worker may write, so the target is not in the view and the link leads nowhere."""
+    project = sandbox_tmp / "alpha"
+    nested = project / "nested.txt"
+    policy = _policy(sandbox_tmp)
+    nested.write_text("granted\n")
+    nested.chmod(0o644)
+    data = yaml.safe_load(policy.read_text())
+    data["system_paths"].append(str(nested))
+    policy.write_text(yaml.safe_dump(data))
+    async with Supervisor.open(policy) as sup:
+        out = await _run(sup, f"cat {nested} && rm {nested} && ln -s {sandbox_tmp / 'secret.txt'} {nested}")
+        assert out["stdout"] == "granted\n" and out["exitCode"] == 0, out
+    assert nested.is_symlink()
+    async with Supervisor.open(policy) as sup:
+        out = await _refused(sup, f"cat {nested}")
+        assert "No such file or directory" in out["stderr"], out

@@ -29,6 +29,7 @@ HOST = {
     "/var": PathInfo("dir"), "/var/lib": PathInfo("dir"), "/var/lib/as": PathInfo("dir"),
     "/var/lib/as/work": PathInfo("dir"), "/var/lib/as/work/a": PathInfo("dir"),
     "/var/lib/as/work/a/tb": PathInfo("dir"), "/loop": PathInfo("symlink", "loop"),
+    "/var/lib/as/work/a/tb/planted": PathInfo("symlink", "/etc/ld.so.cache"),
 }
 FILES = view_files(uid=3000000001, gid=3000000001, account="agent-tb", home="/var/lib/as/work/a/tb",
                    hostname="sandbox", resolv_conf=None)
@@ -109,6 +110,14 @@ def test_generated_files_go_over_the_hosts_when_etc_is_bound() -> None:
     assert files["/etc/passwd"].overlay and files["/etc/hosts"].overlay
     assert "/etc/hostname" not in files  # the host has none there: nothing to cover, nothing made in its folder
     assert "/etc/resolv.conf" not in files  # a link out of the bind: the host's target is not in the view at all
+
+
+def test_a_link_planted_in_a_writable_tree_is_never_followed() -> None:
+    """A FileExactly nested in the worker's own folder, swapped for a link to a host file between two starts."""
+    plan = view(FsRule("/var/lib/as/work/a/tb", "write"), FsRule("/var/lib/as/work/a/tb/planted"))
+    assert set(ops(plan, "bind")) == {"/var/lib/as/work/a/tb"}  # /etc/ld.so.cache is not brought into the view
+    plan = view(FsRule("/var/lib/as/work/a/tb"), FsRule("/var/lib/as/work/a/tb/planted"))  # read-only: host-made
+    assert "/etc/ld.so.cache" in ops(plan, "bind")
 
 
 def test_missing_looping_and_socket_rules_add_nothing() -> None:
