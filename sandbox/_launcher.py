@@ -331,8 +331,8 @@ def confine(plan: ConfinementPlan) -> None:
             rules += [FsRule("/tmp", WRITE), FsRule("/dev/shm", WRITE)]  # the view's own tmpfs
         apply_ruleset(plan_ruleset(rules, abi, tcp_connect_ports=plan.tcp_connect_ports, scope=True))
     # 8
-    drop_privileges(plan.uid, plan.gid)
-    verify_status(plan.uid, plan.gid)
+    drop_privileges(plan.uid, plan.gid, plan.groups)
+    verify_status(plan.uid, plan.gid, plan.groups)
     # 9
     set_parent_death_signal()
     if not _parent_alive(ppid, alive_fd):

@@ -71,6 +71,7 @@ class ConfinementPlan:
         toolbox: the toolbox's display name, for messages only.
         uid / gid: identity to drop to when the launcher starts as root (``None``: keep the current one, which the
             supervisor only allows when it is not root).
+        groups: supplementary groups to keep with ``uid`` (the policy's ``shared_groups``); none by default.
         fs_rules: the only paths the worker may touch; everything else is denied by Landlock.
         min_landlock_abi: refuse to run (``ConfinementError``) when the kernel's Landlock ABI is lower. 0 means
             "best effort": run unconfined by Landlock if it is missing (permissive policies only).
@@ -101,6 +102,7 @@ class ConfinementPlan:
     payload: dict[str, Any] = field(default_factory=dict)
     uid: int | None = None
     gid: int | None = None
+    groups: tuple[int, ...] = ()
     fs_rules: tuple[FsRule, ...] = ()
     min_landlock_abi: int = 1
     tcp_connect_ports: tuple[int, ...] = ()
@@ -127,6 +129,7 @@ class ConfinementPlan:
         data["fs_rules"] = tuple(FsRule(**r) for r in data.get("fs_rules", ()))
         data["rlimits"] = Rlimits(**data.get("rlimits", {}))
         data["tcp_connect_ports"] = tuple(data.get("tcp_connect_ports", ()))
+        data["groups"] = tuple(data.get("groups", ()))
         if data.get("view") is not None:
             data["view"] = ViewSpec(**data["view"])
         return cls(**data)

@@ -79,7 +79,7 @@ def set_no_new_privs() -> None:
         raise ConfinementError("no_new_privs did not take effect", step="no_new_privs")
 
 
-def drop_privileges(uid: int | None, gid: int | None) -> None:
+def drop_privileges(uid: int | None, gid: int | None, groups: tuple[int, ...] = ()) -> None:
     """Drop the bounding set, ambient caps, groups, then gid and uid, then every remaining capability.
 
     Order: the bounding set needs ``CAP_SETPCAP`` and ``setgroups``/``setres[ug]id`` need ``CAP_SETGID`` and
@@ -89,6 +89,7 @@ def drop_privileges(uid: int | None, gid: int | None) -> None:
     Args:
         uid / gid: the identity to take, or ``None`` to keep the current one (a non-root launcher, which may
             be in a user namespace where ``setgroups`` is denied: its groups are then left as they are).
+        groups: the supplementary groups to keep with ``uid`` (none by default).
 
     Raises:
         ConfinementError: any step failed.
@@ -110,7 +111,7 @@ def drop_privileges(uid: int | None, gid: int | None) -> None:
         if uid is not None or gid is not None:
             if gid is None or uid is None:
                 raise ConfinementError("uid and gid must be given together", step="identity")
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
     except OSError as exc:
@@ -138,11 +139,11 @@ class StatusCheck:
         return not self.problems
 
 
-def check_status(status_text: str, uid: int | None, gid: int | None) -> StatusCheck:
+def check_status(status_text: str, uid: int | None, gid: int | None, groups: tuple[int, ...] = ()) -> StatusCheck:
     """Check the text of ``/proc/self/status`` after the drop. Pure.
 
     Expects ``NoNewPrivs: 1``, every ``Cap*`` line 0, and when ``uid``/``gid`` are given, all four ids of the
-    ``Uid:``/``Gid:`` lines equal to them and no supplementary ``Groups:``.
+    ``Uid:``/``Gid:`` lines equal to them and exactly ``groups`` as supplementary ``Groups:``.
     """
     fields: dict[str, str] = {}
     for line in status_text.splitlines():
@@ -165,18 +166,19 @@ def check_status(status_text: str, uid: int | None, gid: int | None) -> StatusCh
         ids = fields.get(name, "").split()
         if ids != [str(want)] * 4:
             problems.append(f"{name} is {ids}, expected {want} for real, effective, saved and filesystem ids")
-    if uid is not None and fields.get("Groups", ""):
-        problems.append(f"supplementary groups remain: {fields['Groups']}")
+    if uid is not None and sorted(int(g) for g in fields.get("Groups", "").split()) != sorted(set(groups)):
+        want = " ".join(str(g) for g in sorted(set(groups))) or "none"
+        problems.append(f"supplementary groups remain: {fields.get('Groups', '')} (expected {want})")
     return StatusCheck(tuple(problems))
 
 
-def verify_status(uid: int | None, gid: int | None) -> None:
+def verify_status(uid: int | None, gid: int | None, groups: tuple[int, ...] = ()) -> None:
     """Read ``/proc/self/status`` and raise :class:`ConfinementError` unless :func:`check_status` passes."""
     try:
         with open("/proc/self/status") as f:
             text = f.read()
     except OSError as exc:
         raise _fail("verify", "cannot read /proc/self/status", exc.errno) from exc
-    check = check_status(text, uid, gid)
+    check = check_status(text, uid, gid, groups)
     if not check.ok:
         raise ConfinementError("privileges not dropped: " + "; ".join(check.problems), step="verify")

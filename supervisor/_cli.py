@@ -103,6 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="report on a trace file (call tree, summary, redundant reads)")
     trace.add_argument("file")
     trace.add_argument("--json", action="store_true")
+    rebind = sub.add_parser("rebind-agent", help="hand an agent slug (its uids, work folders, HOME) to another file")
+    rebind.add_argument("--policy", required=True, help="the YAML policy file (for its state directory)")
+    rebind.add_argument("--state-dir", default=None, help="override the policy's state directory")
+    rebind.add_argument("slug")
+    rebind.add_argument("file", help="the agent file that owns the slug from now on")
     ctc = sub.add_parser("check-tool-call", help="validate a tool call payload (stdin) against a bash tool")
     ctc.add_argument("--tool", required=True, metavar="PATH", help="the bash tool (describe/run script)")
     ctc.add_argument("--policy", default=None, help="take system paths, environment and uid from this policy")
@@ -124,6 +129,25 @@ def _check_tool_call(args: argparse.Namespace) -> int:
         return _fail(outcome.text)
     print(outcome.text)
     return outcome.exit_code
+
+
+def _rebind_agent(args: argparse.Namespace) -> int:
+    """Bind ``args.slug`` to ``args.file`` in the state dir's identity table (the file must be an agent file with
+    that slug); the slug's toolboxes keep their uids and folders."""
+    from ._config_loader import load_agent_file, load_config
+    from ._identities import rebind_agent
+
+    policy = load_config(args.policy, []).policy
+    state_dir = os.path.abspath(args.state_dir or policy.state_dir)
+    agent = load_agent_file(os.path.realpath(args.file), dict(os.environ))
+    if agent.slug != args.slug:
+        return _fail(f"{args.file} is the agent file of slug {agent.slug!r}, not {args.slug!r}; nothing changed")
+    if not os.path.isdir(state_dir):
+        return _fail(f"the state directory {state_dir} does not exist; nothing is bound yet")
+    before = rebind_agent(state_dir, args.slug, agent.file)
+    print(f"agent slug {args.slug}: bound to {agent.file}" + (f" (was {before})" if before else "")
+          + "; its toolboxes keep their uids, work folders and HOME")
+    return 0
 
 
 def _fail(message: str, code: int = EXIT_ERROR) -> int:
@@ -250,7 +274,8 @@ def _check(args: argparse.Namespace) -> int:
           f"max call depth {report['max_call_depth']})")
     for tb in report["toolboxes"]:
         print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
-        print(f"  uid/gid: {tb['uid']}/{tb['gid']}   network: {tb['network']}")
+        groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""
+        print(f"  uid/gid: {tb['uid']}/{tb['gid']}{groups}   network: {tb['network']}")
         limits = tb["limits"]
         print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
         if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:
@@ -263,6 +288,7 @@ def _check(args: argparse.Namespace) -> int:
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
         print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
+        print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))
         view = tb.get("view")
         print("  filesystem view: " + ("private root, only these mounts:" if view else
                                        "the host's tree (private_view: false); Landlock alone refuses"))
@@ -346,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command == "check":
             return _check(args)
+        if command == "rebind-agent":
+            return _rebind_agent(args)
         runner = {"serve": _serve, "tools": _tools, "call": _call, "run": _run}[command]
         return trio.run(runner, args)
     except ConfigError as exc:

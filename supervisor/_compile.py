@@ -28,14 +28,16 @@ from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule
 from sandbox._syspaths import python_runtime_paths, uid_can_read
 
 from ._agent_toolboxes import ToolboxConfig
+from ._config_errors import ConfigError, ConfigProblem
 from ._config_loader import LoadedConfig
 from ._errors import PolicyRefused
+from ._identities import WorkerIdentity, assign_identities
+from ._limit_notes import explained_limits
 from ._session_introspection import introspection_problem
 from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
 from ._staging import stage_worker_code
 from ._worker import WorkerSpec
-from ._worker_uids import TooManyWorkers, assign_worker_uids
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
@@ -154,12 +156,12 @@ def plan_worker(
     kernel_abi: int,
     cgroup_layout: CgroupLayout | None = None,
     cgroup_problem: str = "cgroups were not looked for",
-    worker_uid: int | None = None,
+    identity: WorkerIdentity | None = None,
 ) -> WorkerSpec:
     """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`.
 
-    ``worker_uid``: the uid of its own this worker runs as (the policy's ``worker_uids``, see
-    :func:`assign_worker_uids`); ``None``: the policy's ``sandbox_uid``.
+    ``identity``: the uid and gid of its own this worker runs as (the policy's ``worker_uids``, from the state
+    dir's identity table, ``_identities.py``); ``None``: the policy's ``sandbox_uid`` and ``sandbox_gid``.
     """
     policy = config.policy
     limits = policy.effective_limits(tb.name, tb.agent_slug)
@@ -263,10 +265,12 @@ def plan_worker(
         env.update(worker_network_env(ports))
 
     uid = gid = None
+    groups: tuple[int, ...] = ()
     if running_as_root:
         uid, gid = policy.sandbox_uid, policy.sandbox_gid
-        if worker_uid is not None:
-            uid = worker_uid
+        if identity is not None:
+            uid, gid = identity.uid, identity.gid
+        groups = tuple(g for g in policy.shared_gids(tb.name, tb.agent_slug) if g != gid)
     min_abi = policy.landlock_min_abi if policy.strict else 0
     if policy.strict and kernel_abi < policy.landlock_min_abi:
         raise PolicyRefused(
@@ -322,10 +326,12 @@ def plan_worker(
         payload=payload,
         uid=uid,
         gid=gid,
-        # With a uid per worker the host has no account for it: name it, and keep new files usable by the other
-        # workers (same group) where Landlock lets them meet, as they were with one shared uid.
-        account_name=f"agent-{tb.name}"[:32] if worker_uid is not None and uid is not None else "",
-        umask=0o007 if worker_uid is not None else 0o077,
+        groups=groups,
+        # With a uid per worker the host has no account for it: name it. Its group is its own (no other worker is
+        # in it), so new files are readable by other workers where Landlock lets them meet and writable by none
+        # of them (umask 002: the group bits matter only in a folder given to a shared group).
+        account_name=f"agent-{tb.name}"[:32] if identity is not None and uid is not None else "",
+        umask=0o002 if identity is not None else 0o077,
         fs_rules=tuple(rules),
         min_landlock_abi=min_abi,
         bridge=bool(hosts),
@@ -343,6 +349,7 @@ def plan_worker(
     report = {
         "uid": uid if uid is not None else os.geteuid(),
         "gid": gid if gid is not None else os.getegid(),
+        "groups": list(groups),
         "limits": limits.model_dump(),
         "read_only": sorted(r.path for r in rules if r.mode == READ),
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
@@ -355,6 +362,10 @@ def plan_worker(
                    "own namespace, loopback only, no egress",
         "landlock_min_abi": min_abi,
         "cgroup": cgroup.describe() if cgroup is not None else None,
+        "limit_notes": explained_limits(
+            pids_max=cgroup.pids_max if cgroup is not None else None,
+            memory_bytes=cgroup.memory_bytes if cgroup is not None else None,
+            cpu_seconds=limits.cpu_seconds, file_size_bytes=limits.file_size_bytes),
         "rlimit_nproc": nproc,
         "rlimit_as": address_space,
     }
@@ -460,9 +471,36 @@ def _prepare_worker_dirs(anchor: int, state_dir: str, spec: WorkerSpec) -> None:
             os.close(parent)
 
 
+def _check_toolbox_keys(config: LoadedConfig) -> None:
+    """A bare ``toolboxes.<name>`` key of the policy may name the toolbox of one agent only: settings (hosts,
+    limits, env) meant for one tenant must not reach another's toolbox of the same name. ``agent/name`` keys
+    always say whose.
+
+    Raises:
+        ConfigError: a bare key matches toolboxes of two or more agents.
+    """
+    problems = []
+    keys = [(key, f"$.toolboxes.{key}") for key in config.policy.toolboxes]
+    keys += [(key, f"$.shared_groups[{i}].toolboxes") for i, g in enumerate(config.policy.shared_groups)
+             for key in g.toolboxes]
+    for key, where in keys:
+        if "/" in key:
+            continue
+        owners = sorted({tb.agent_slug for tb in config.toolboxes() if tb.name == key})
+        if len(owners) > 1:
+            problems.append(ConfigProblem(
+                config.policy_file, where,
+                f"the key {key!r} matches the toolboxes {key!r} of agents {', '.join(owners)}: whose settings are "
+                "these?", "one agent-qualified key per toolbox: " + ", ".join(f"{o}/{key}" for o in owners)))
+    if problems:
+        raise ConfigError(problems)
+
+
 def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir: str | None = None,
                    prepare: bool = True) -> CompiledPolicy:
-    """Compile ``config``; with ``prepare`` also stage code and create folders. Raises :class:`PolicyRefused`."""
+    """Compile ``config``; with ``prepare`` also stage code, create folders and record new identities in the state
+    dir's table. Raises :class:`PolicyRefused`, or ``ConfigError`` (a bare toolbox key of two agents, an agent slug
+    bound to another file)."""
     policy = config.policy
     python = python or sys.executable
     state_dir = os.path.abspath(state_dir or policy.state_dir)
@@ -484,14 +522,14 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     warnings: list[str] = list(config.warnings)
     seen: set[str] = set()
     git_sources: list[GitSource] = []
-    worker_uids: dict[str, int] = {}
-    if root and policy.worker_uids is not None:
-        try:
-            worker_uids = assign_worker_uids((f"{tb.agent_slug}/{tb.name}" for agent in config.agents
-                                              for tb in agent.toolboxes()),
-                                             policy.worker_uids.first, policy.worker_uids.count)
-        except TooManyWorkers as exc:
-            raise PolicyRefused(f"{exc}; make the range larger") from exc
+    _check_toolbox_keys(config)
+    ranged = root and policy.worker_uids is not None
+    identities = assign_identities(
+        state_dir, {a.slug: a.file for a in config.agents},
+        [f"{tb.agent_slug}/{tb.name}" for tb in config.toolboxes() if tb.kind in IMPLEMENTED_KINDS],
+        first=policy.worker_uids.first if ranged and policy.worker_uids else None,
+        count=policy.worker_uids.count if policy.worker_uids else 1, persist=prepare,
+        agent_prefix={a.slug: a.prefix for a in config.agents})
     for agent in config.agents:
         for tb in agent.toolboxes():
             if tb.kind not in IMPLEMENTED_KINDS:
@@ -513,7 +551,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
                                    running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
                                    cgroup_problem=cgroup_problem,
-                                   worker_uid=worker_uids.get(f"{tb.agent_slug}/{tb.name}"))
+                                   identity=identities.get(f"{tb.agent_slug}/{tb.name}"))
             except PolicyRefused:
                 raise
             except Exception as exc:  # a bug or a surprise of this machine: this toolbox's load error only
@@ -531,7 +569,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 git_sources += plan_git_sources(_worker_config(tb), state_dir=state_dir, toolbox=tb.name,
                                                 agent=tb.agent_slug)[1]
     if root and specs:
-        uid, gid = specs[0].plan.uid or policy.sandbox_uid, policy.sandbox_gid
+        uid, gid = specs[0].plan.uid or policy.sandbox_uid, specs[0].plan.gid or policy.sandbox_gid
         for path in (os.path.realpath(python), runtime_dir if prepare else None):
             if path and not uid_can_read(path, uid, gid):
                 raise PolicyRefused(

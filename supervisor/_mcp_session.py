@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from ._catalog import CatalogError
 from ._mcp_content import result_to_mcp
 from ._progress_relay import ProgressRelay, progress_token
 from ._session_ids import LOCAL_TENANT, ids_from_meta
@@ -50,10 +51,16 @@ SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 MODERN_VERSIONS = ("2026-07-28",)
 _INSTRUCTIONS = "Tools run in kernel-confined workers; refusals explain what was refused and why."
 #: Results that the stateless revision lets a client cache; this server's lists change, so never for long.
-_CACHEABLE = ("tools/list", "server/discover")
+_CACHEABLE = ("tools/list", "server/discover", "resources/list", "resources/templates/list", "prompts/list")
 SERVER_INFO = {"name": "agents-supervise", "version": "0.1.0"}
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+#: MCP's error for a resource that does not exist (or cannot be read)
+RESOURCE_NOT_FOUND = -32002
+#: list method -> (the catalog kind, the capability that serves it)
+_CATALOG_LISTS = {"resources/list": ("resources", "resources"),
+                  "resources/templates/list": ("resource_templates", "resources"),
+                  "prompts/list": ("prompts", "prompts")}
 
 
 def encode_message(message: dict[str, Any]) -> bytes:
@@ -108,6 +115,8 @@ class McpSession:
         self.tenant = tenant
         self.listed: frozenset[str] | None = None  # the names this session's last tools/list answered
         self._initialized = modern
+        #: the revision this session speaks (set by ``initialize``; the stateless revision's otherwise)
+        self.version = MODERN_VERSIONS[0] if modern else SUPPORTED_VERSIONS[0]
 
     async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
         if self.modern:
@@ -135,15 +144,44 @@ class McpSession:
         """Whether the tools served now differ from those the session's last ``tools/list`` answered."""
         return self.listed is not None and frozenset(t.name for t in self.visible_tools()) != self.listed
 
+    def _signatures(self) -> dict[str, str]:
+        """What each list this session serves holds now, by its ``list_changed`` notification."""
+        tools = repr([(t.name, t.description, t.input_schema, t.hints, t.output_schema) for t in self.visible_tools()])
+        out = {"notifications/tools/list_changed": tools}
+        capabilities = self.capabilities()
+        if "resources" in capabilities:
+            out["notifications/resources/list_changed"] = repr(
+                [self.sup.list_catalog(k, self.agent) for k in ("resources", "resource_templates")])
+        if "prompts" in capabilities:
+            out["notifications/prompts/list_changed"] = repr(self.sup.list_catalog("prompts", self.agent))
+        return out
+
     async def watch_tools(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Send ``notifications/tools/list_changed`` each time this session's tool list changes; runs forever.
+        """Send ``notifications/tools/list_changed`` (``resources/``, ``prompts/``) each time this session's tool
+        list (resources and templates, prompts) changes; runs forever.
 
         ``task_status.started`` is called once the first wait is registered: a change after it is never missed."""
+        seen = self._signatures()
         task_status.started()
         while True:
             await self.sup.wait_tools_changed(self.session_id)  # global changes and this session's own
+            now = self._signatures()
+            changed = [method for method, value in now.items() if seen.get(method) != value]
+            seen = now
             if self._initialized:
-                await self._send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+                for method in changed:
+                    await self._send({"jsonrpc": "2.0", "method": method})
+
+    def capabilities(self) -> dict[str, Any]:
+        """What this session serves: tools always; resources when a toolbox of its agent can have any (skills,
+        MCP servers), prompts when one can have prompts (MCP servers); each list announces its changes."""
+        kinds = {r.spec.kind for r in self.sup.runners if self.agent is None or r.spec.agent == self.agent}
+        out: dict[str, Any] = {"tools": {"listChanged": True}}
+        if kinds & {"skills", "mcp"}:
+            out["resources"] = {"listChanged": True}
+        if "mcp" in kinds:
+            out["prompts"] = {"listChanged": True}
+        return out
 
     def handle_message(self, msg: Any) -> Callable[[], Awaitable[None]] | None:
         """Say what answers one decoded message (``None``: nothing to answer, a notification or a response)."""
@@ -185,16 +223,17 @@ class McpSession:
         if method == "initialize" and not self.modern:
             asked = params.get("protocolVersion")
             version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
+            self.version = version
             self._initialized = True
             await self._reply(req_id, {
                 "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": True}},
+                "capabilities": self.capabilities(),
                 "serverInfo": SERVER_INFO,
                 "instructions": _INSTRUCTIONS,
             })
         elif method == "server/discover" and self.modern:
             await self._reply(req_id, {"supportedVersions": list(MODERN_VERSIONS),
-                                       "capabilities": {"tools": {"listChanged": True}},
+                                       "capabilities": self.capabilities(),
                                        "serverInfo": SERVER_INFO, "instructions": _INSTRUCTIONS}, method)
         elif method == "ping":
             await self._reply(req_id, {})
@@ -202,9 +241,43 @@ class McpSession:
             tools = []
             for t in self.visible_tools():
                 entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+                if t.hints and self.version >= "2025-03-26":
+                    entry["annotations"] = t.hints
+                if t.output_schema is not None and self.version >= "2025-06-18":
+                    entry["outputSchema"] = t.output_schema
                 tools.append(entry)
             self.listed = frozenset(t["name"] for t in tools)
             await self._reply(req_id, {"tools": tools}, method)
+        elif method in _CATALOG_LISTS and _CATALOG_LISTS[method][1] in self.capabilities():
+            kind = _CATALOG_LISTS[method][0]
+            key = {"resources": "resources", "resource_templates": "resourceTemplates", "prompts": "prompts"}[kind]
+            await self._reply(req_id, {key: self.sup.list_catalog(kind, self.agent)}, method)
+        elif method == "resources/read" and "resources" in self.capabilities():
+            uri = params.get("uri")
+            if not isinstance(uri, str):
+                await self._error(req_id, INVALID_PARAMS, "resources/read needs a string 'uri'")
+                return
+            try:
+                result = await self.sup.read_resource(uri, agent=self.agent, session_id=self.session_id,
+                                                      tenant=self.tenant)
+            except CatalogError as exc:
+                await self._error(req_id, RESOURCE_NOT_FOUND, str(exc))
+                return
+            await self._reply(req_id, result)
+        elif method == "prompts/get" and "prompts" in self.capabilities():
+            name, args = params.get("name"), params.get("arguments") or {}
+            if not isinstance(name, str) or not (isinstance(args, dict) and len(args) <= 64 and all(
+                    isinstance(v, str) and len(v) <= 65536 for v in args.values())):
+                await self._error(req_id, INVALID_PARAMS, "prompts/get needs a string 'name' and 'arguments' "
+                                                          "mapping at most 64 names to strings of up to 64 KiB")
+                return
+            try:
+                result = await self.sup.get_prompt(name, args, agent=self.agent, session_id=self.session_id,
+                                                   tenant=self.tenant)
+            except CatalogError as exc:
+                await self._error(req_id, INVALID_PARAMS, str(exc))
+                return
+            await self._reply(req_id, result)
         else:
             await self._error(req_id, METHOD_NOT_FOUND, f"method not found: {method}")
 
@@ -236,6 +309,8 @@ class McpSession:
                             if relay is not None:
                                 relay.close()  # the nursery waits for the queued updates: none after the reply
                     reply = result_to_mcp(result, self.sup.attachments.read)
+                    if self.version < "2025-06-18":  # structuredContent came with that revision
+                        reply.pop("structuredContent", None)
                 except Exception as exc:  # a bug of ours ends this call, never the session
                     self.sup.trace.record("internal_error", where="tools/call", tool=name,
                                           error=f"{type(exc).__name__}: {exc}")

@@ -42,6 +42,7 @@ __all__ = [
     "LimitsOverride",
     "OtelExport",
     "Policy",
+    "SharedGroup",
     "ToolboxPolicy",
     "parse_size",
     "policy_json_schema",
@@ -408,8 +409,9 @@ def _model_key(value: str, info: ValidationInfo) -> str:
 
 
 class WorkerUids(_Model):
-    """A uid of its own for every worker: ``first`` .. ``first + count - 1``, kept by each toolbox from run to run.
-    The default of a policy (``null`` in the file: every worker runs as ``sandbox_uid``)."""
+    """A uid of its own for every worker, with the same number as its own gid: ``first`` .. ``first + count - 1``,
+    recorded in the state dir's identity table (kept by each toolbox from run to run and across supervisors, never
+    given to another). The default of a policy (``null`` in the file: every worker runs as ``sandbox_uid``)."""
 
     first: int = Field(ge=1000, le=4294967294, description="first uid of the range (not a uid in use on the host)")
     count: int = Field(default=65536, ge=1, le=1 << 24, description="how many uids the range holds")
@@ -420,6 +422,15 @@ class WorkerUids(_Model):
             raise _problem(f"the range {self.first}..{self.first + self.count - 1} passes the largest uid, 4294967294",
                            "first + count - 1 <= 4294967294")
         return self
+
+
+class SharedGroup(_Model):
+    """An explicit grant: a group the named toolboxes get as a supplementary group, for folders they all write.
+    The operator gives such a folder to the group (``chgrp -R GID DIR && chmod -R g+rwX DIR`` and ``g+s`` on its
+    folders, so new files stay in the group); workers create files group-writable (umask 002)."""
+
+    gid: int = Field(ge=1, le=4294967294, description="the group (not root's; outside the worker_uids range)")
+    toolboxes: list[ToolboxKey] = Field(min_length=1, description="agent-slug/toolbox keys of the toolboxes in it")
 
 
 _TOKEN_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -544,8 +555,8 @@ class Policy(_Model):
     agents: list[PolicyPath] = Field(default=[], description="agent files, relative to the policy file")
     state_dir: PolicyPath = DEFAULT_STATE_DIR
     sandbox_uid: int = Field(default=65534, ge=1, le=MAX_ID, description="uid workers run as (never root)")
-    sandbox_gid: int = Field(default=65534, ge=1, le=MAX_ID,
-                             description="gid workers run as (shared by every worker)")
+    sandbox_gid: int = Field(default=65534, ge=1, le=MAX_ID, description="gid workers run as with worker_uids null "
+                             "(each worker has a gid of its own otherwise)")
     worker_uids: WorkerUids | None = Field(
         default=WorkerUids(first=3_000_000_000),
         description="a uid of its own for every worker from this range; null = all run as sandbox_uid")
@@ -563,7 +574,11 @@ class Policy(_Model):
     device_paths: list[AbsolutePath] = Field(default=["/dev/null"], description="read-write device files")
     worker_env: Env = Field(default={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"})
     limits: Limits = Limits()
-    toolboxes: dict[ToolboxKey, ToolboxPolicy] = {}
+    toolboxes: dict[ToolboxKey, ToolboxPolicy] = Field(
+        default={}, description="per toolbox, keyed agent-slug/name; a bare name only while one agent has a "
+        "toolbox of that name (an error once two have)")
+    shared_groups: list[SharedGroup] = Field(
+        default=[], description="supplementary groups for folders several toolboxes write (explicit grants)")
     network: Network = Network()
     max_call_depth: int = Field(default=4, ge=0)
     sessions: Sessions = Sessions()
@@ -583,6 +598,11 @@ class Policy(_Model):
     def _consistent(self) -> Policy:
         if self.strict and self.landlock_min_abi < 1:
             raise _problem("strict: true needs landlock_min_abi of at least 1", "landlock_min_abi >= 1")
+        for i, group in enumerate(self.shared_groups):
+            ranged = self.worker_uids
+            if ranged is not None and ranged.first <= group.gid < ranged.first + ranged.count:
+                raise _problem(f"shared_groups[{i}].gid {group.gid} is in the worker_uids range, whose numbers are "
+                               "the workers' own groups", "a gid outside worker_uids")
         if self.trace.path is None:
             object.__setattr__(
                 self,
@@ -602,6 +622,11 @@ class Policy(_Model):
         override = self.toolbox_policy(name, agent_slug).limits
         changes = {k: getattr(override, k) for k in override.model_fields_set}
         return self.limits.model_copy(update=changes)
+
+    def shared_gids(self, name: str, agent_slug: str) -> tuple[int, ...]:
+        """The ``shared_groups`` the toolbox is in (by ``slug/name``, or by bare ``name``)."""
+        keys = {f"{agent_slug}/{name}", name}
+        return tuple(sorted({g.gid for g in self.shared_groups if keys & set(g.toolboxes)}))
 
     def worker_env_for(self, name: str, agent_slug: str | None = None) -> dict[str, str]:
         """``worker_env`` plus the toolbox's ``env`` extras."""

@@ -22,7 +22,7 @@ from ._validation import ArgumentValidator
 if TYPE_CHECKING:
     from ._runner import ToolboxRunner
 
-__all__ = ["RegisteredTool", "ToolRegistry", "public_name"]
+__all__ = ["RegisteredTool", "ToolRegistry", "public_name", "served_hints"]
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -49,6 +49,10 @@ class RegisteredTool:
     annotations: dict[str, Any] = field(default_factory=dict)
     #: digest of ``input_schema`` (tells a changed schema without comparing the schemas)
     fingerprint: str = ""
+    #: the MCP annotations served (``readOnlyHint`` ...): the toolbox's hints with what the supervisor knows
+    hints: dict[str, Any] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+    output_validator: ArgumentValidator | None = None
 
     @property
     def toolbox(self) -> str:
@@ -57,6 +61,21 @@ class RegisteredTool:
     @property
     def agent(self) -> str:
         return self.runner.spec.agent
+
+
+def served_hints(runner: Any, hints: Any) -> dict[str, Any]:
+    """The MCP annotations of a tool: the toolbox's ``hints``, with ``openWorldHint`` set from what the supervisor
+    enforces: true when the worker has an egress bridge (allowed hosts), false when it has no network and calls no
+    other tool through the portal (the kernel keeps it inside). See docs/MCP.md."""
+    out = dict(hints) if isinstance(hints, dict) else {}
+    spec = getattr(runner, "spec", None)
+    if spec is None or not hasattr(spec, "allowed_hosts"):
+        return out
+    if spec.allowed_hosts:
+        out["openWorldHint"] = True
+    elif not getattr(spec, "allowed_tools", ()):
+        out["openWorldHint"] = False
+    return out
 
 
 class ToolRegistry:
@@ -89,7 +108,10 @@ class ToolRegistry:
                     key = (runner.name, fingerprint(schema))
                     schemas.append(self._compiled.get(key) or compile_schema(schema, key[1]))
                     compiled_here[key] = schemas[-1]
-            for t, compiled in zip(listed, schemas, strict=True):
+            outputs: list[Any] = list(getattr(runner, "output_schemas", None) or [])
+            if len(outputs) != len(listed):
+                outputs = [None] * len(listed)  # compiled nowhere: served without output schemas
+            for t, compiled, output in zip(listed, schemas, outputs, strict=True):
                 local = t["name"]
                 if compiled.validator is None:
                     schema_errors.append({"toolbox": runner.name, "tool": local,
@@ -112,6 +134,9 @@ class ToolRegistry:
                     validator=compiled.validator,
                     annotations=dict(t.get("annotations") or {}),
                     fingerprint=compiled.fingerprint,
+                    hints=served_hints(runner, t.get("hints")),
+                    output_schema=t.get("output_schema") if output is not None and output.validator else None,
+                    output_validator=output.validator if output is not None else None,
                 )
         self._compiled = compiled_here
         self.tools = tools

@@ -75,10 +75,19 @@ class ToolboxRunner:
     def tools(self) -> list[dict[str, Any]]:
         return self.worker.tools if self.worker else []
 
+    def catalog(self, kind: str) -> list[dict[str, Any]]:
+        """The worker's current ``resources``, ``resource_templates`` or ``prompts`` (toolboxes/_catalog.py)."""
+        return self.worker.catalog.get(kind, []) if self.worker else []
+
     @property
     def schemas(self) -> list[CompiledSchema]:
         """The compiled input schema of each of :attr:`tools` (same order)."""
         return self.worker.schemas if self.worker else []
+
+    @property
+    def output_schemas(self) -> list[CompiledSchema | None]:
+        """The compiled output schema of each of :attr:`tools` (``None``: it has none)."""
+        return self.worker.output_schemas if self.worker else []
 
     @property
     def load_errors(self) -> list[dict[str, Any]]:
@@ -174,7 +183,7 @@ class ToolboxRunner:
         self._on_event(worker, kind, data)
 
     async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None, origin: Any = None) -> ToolResult:
+                   wall_time_s: float | None = None, origin: Any = None, op: str | None = None) -> ToolResult:
         """Call ``tool`` on the live worker, waiting for a restart in progress if needed."""
         limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
         deadline = trio.current_time() + limit
@@ -195,7 +204,7 @@ class ToolboxRunner:
                 return execution_error(f"toolbox {self.name} is restarting and did not come back within "
                                         f"{limit:g} s; try again later")
         remaining = max(0.001, deadline - trio.current_time())
-        return await worker.call(tool, args, ctx, remaining, origin)
+        return await worker.call(tool, args, ctx, remaining, origin, op=op)
 
     async def stop(self) -> None:
         """Stop the worker for good (graceful, bounded)."""

@@ -34,12 +34,14 @@ import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from toolboxes._catalog import KINDS
 from toolboxes._progress import ProgressUpdate, parse_progress_event
 from toolboxes._result import ToolResult
 
 from ._agent_tree import AgentTree, expand_agents
 from ._agents import AgentRunner, AgentService
 from ._attachments import AttachmentStore
+from ._catalog import CatalogError, get_prompt, list_entries, read_resource
 from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
 from ._errors import WorkerStartError, first_leaf
@@ -54,6 +56,7 @@ from ._session_introspection import answer_host_request
 from ._session_tools import SessionToolViews
 from ._sessions import SessionStore
 from ._skill_sources import prepare_git_sources
+from ._tool_output import checked_output
 from ._trace import FLUSH_INTERVAL_S, TraceRecorder, strict_json
 from ._worker import Worker
 
@@ -82,6 +85,9 @@ class ToolInfo:
     agent: str
     local_name: str
     annotations: dict[str, Any] = field(default_factory=dict)
+    #: MCP tool annotations (readOnlyHint, destructiveHint, idempotentHint, openWorldHint, title)
+    hints: dict[str, Any] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
 
 
 class Supervisor:
@@ -127,6 +133,7 @@ class Supervisor:
         #: "message"}``; such a toolbox serves nothing
         self.toolbox_load_errors: list[dict[str, str]] = list(compiled.load_errors)
         self._undescribable: set[str] = set()  # toolboxes whose tool list could not be registered
+        self._catalog_seen = ""  # the resources and prompts of every worker, when the lists were last rebuilt
         #: sub-agents left out at load (their file does not exist), ``{"agent", "source", "message"}``
         self.agent_load_errors: tuple[dict[str, str], ...] = tree.load_errors if tree is not None else ()
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
@@ -287,8 +294,8 @@ class Supervisor:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        before = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
-                  for n, t in self.registry.tools.items()}
+        before = {n: (t.runner.name, t.local_name, t.fingerprint, t.description, repr(t.hints),
+                      repr(t.output_schema)) for n, t in self.registry.tools.items()}
         runners = [r for r in self.runners if r.name not in self._undescribable]
         try:
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
@@ -302,9 +309,12 @@ class Supervisor:
                     self._load_failed(runner, "tool list", exc)
             runners = [r for r in runners if r.name not in self._undescribable]
             self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
-        after = {n: (t.runner.name, t.local_name, t.fingerprint, t.description)
-                 for n, t in self.registry.tools.items()}
-        if before != after:
+        after = {n: (t.runner.name, t.local_name, t.fingerprint, t.description, repr(t.hints),
+                     repr(t.output_schema)) for n, t in self.registry.tools.items()}
+        catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in KINDS]) for r in self.runners])
+        catalog_changed = catalog != self._catalog_seen  # resources or prompts: the same wake-up as for tools
+        self._catalog_seen = catalog
+        if before != after or catalog_changed:
             self._tools_changed.set()
             self._tools_changed = trio.Event()
             self.session_tools.wake()
@@ -361,6 +371,7 @@ class Supervisor:
             conversation_id=origin.conversation_id, turn_id=origin.turn_id)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        result = checked_output(tool, result)
         if result.attachments:
             return self.attachments.store(tool.runner.spec.plan.workdir, result)
         return result
@@ -380,8 +391,45 @@ class Supervisor:
                 if not self.session_tools.visible(resolved, t.toolbox, t.annotations):
                     continue
             out.append(ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
-                                t.annotations))
+                                t.annotations, t.hints, t.output_schema))
         return out
+
+    def list_catalog(self, kind: str, agent: str | None = None) -> list[dict[str, Any]]:
+        """The ``resources``, ``resource_templates`` or ``prompts`` served (of ``agent``'s toolboxes only, when
+        given), in MCP's spelling with public names (see :mod:`supervisor._catalog`)."""
+        return [e.public for e in list_entries(self._live_runners(), kind, agent)]
+
+    def _live_runners(self) -> list[ToolboxRunner]:
+        return [r for r in self.runners if r.name not in self._undescribable and not r.failed_reason]
+
+    async def read_resource(self, uri: str, *, agent: str | None = None, session_id: str | None = None,
+                            tenant: str = LOCAL_TENANT) -> dict[str, Any]:
+        """MCP's ``resources/read`` result for ``uri`` (of ``agent``'s toolboxes only, when given); raises
+        :class:`~supervisor._catalog.CatalogError` saying why it cannot be read. Traced as ``resource_read``."""
+        ctx = {"session_id": session_id or "", "depth": 0}
+        try:
+            result = await read_resource(self._live_runners(), uri, agent, ctx)
+        except CatalogError as exc:
+            self.trace.record("resource_read", uri=uri[:500], tenant=tenant, session=session_id, status="error",
+                              message=str(exc)[:500])
+            raise
+        self.trace.record("resource_read", uri=uri[:500], tenant=tenant, session=session_id, status="passed",
+                          contents=len(result["contents"]))
+        return result
+
+    async def get_prompt(self, name: str, args: dict[str, str], *, agent: str | None = None,
+                         session_id: str | None = None, tenant: str = LOCAL_TENANT) -> dict[str, Any]:
+        """MCP's ``prompts/get`` result; raises :class:`~supervisor._catalog.CatalogError`. Traced as
+        ``prompt_get``."""
+        ctx = {"session_id": session_id or "", "depth": 0}
+        try:
+            result = await get_prompt(self._live_runners(), name, args, agent, ctx)
+        except CatalogError as exc:
+            self.trace.record("prompt_get", prompt=name[:200], tenant=tenant, session=session_id, status="error",
+                              message=str(exc)[:500])
+            raise
+        self.trace.record("prompt_get", prompt=name[:200], tenant=tenant, session=session_id, status="passed")
+        return result
 
     def agent_slugs(self) -> list[str]:
         """The slugs of the agents this supervisor serves, in load order."""

@@ -18,15 +18,16 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from toolboxes._catalog import KINDS, catalog_problem
 from toolboxes._protocol import ProtocolError, json_problem
 
 from ._validation import ArgumentValidator, SchemaError
 
-__all__ = ["COMPILE_BUDGET_S", "MAX_SCHEMA_VALUES", "MAX_TOOLS", "CompiledSchema", "ToolList", "checked_tool_list",
-           "compile_schema", "prepare_tool_list"]
+__all__ = ["COMPILE_BUDGET_S", "HINT_KEYS", "MAX_SCHEMA_VALUES", "MAX_TOOLS", "CompiledSchema", "ToolList",
+           "checked_tool_list", "compile_schema", "hints_problem", "prepare_tool_list"]
 
 #: Bounds on a worker's tool list (hello, tools_changed). The list is bounded in values, not only in bytes; the
 #: largest real list we know (Xero's OpenAPI spec: 235 tools, 32,000 schema values, about 3 s to compile) fits.
@@ -36,6 +37,28 @@ MAX_DESCRIPTION_CHARS = 100_000
 MAX_SCHEMA_DEPTH = 64
 MAX_SCHEMA_VALUES = 250_000
 MAX_LOAD_ERRORS = 1024
+#: The MCP tool annotations a worker may declare (``hints``): the four booleans, and a title.
+HINT_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+MAX_TITLE_CHARS = 200
+
+
+def hints_problem(hints: Any) -> str | None:
+    """What is wrong with a tool's ``hints`` (``None``: nothing): a map of :data:`HINT_KEYS` to booleans and
+    ``title`` to a string of at most :data:`MAX_TITLE_CHARS` characters, nothing else."""
+    if hints is None:
+        return None
+    if not isinstance(hints, dict):
+        return "must be a map"
+    for key, value in hints.items():
+        if key in HINT_KEYS:
+            if not isinstance(value, bool):
+                return f"{key} must be true or false"
+        elif key == "title":
+            if not (isinstance(value, str) and len(value) <= MAX_TITLE_CHARS):
+                return f"title must be a string of at most {MAX_TITLE_CHARS} characters"
+        else:
+            return f"hold {str(key)[:64]!r}, which is not one of {', '.join(HINT_KEYS)}, title"
+    return None
 
 
 def checked_tool_list(message: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -61,7 +84,14 @@ def checked_tool_list(message: dict[str, Any]) -> tuple[list[dict[str, Any]], li
         annotations = t.get("annotations")
         if not (annotations is None or isinstance(annotations, dict)):
             raise ProtocolError(f"tool {name[:64]!r}: annotations must be a map")
-        for key in ("input_schema", "annotations"):
+        problem = hints_problem(t.get("hints"))
+        if problem:
+            raise ProtocolError(f"tool {name[:64]!r}: its hints {problem}")
+        output_schema = t.get("output_schema")
+        if not (output_schema is None or (isinstance(output_schema, dict)
+                                          and output_schema.get("type") == "object")):
+            raise ProtocolError(f"tool {name[:64]!r}: output_schema must be an object schema (type: object)")
+        for key in ("input_schema", "annotations", "output_schema"):
             problem, used = json_problem(t.get(key), max_depth=MAX_SCHEMA_DEPTH, max_nodes=budget)
             if problem:
                 raise ProtocolError(f"tool {name[:64]!r}: its {key} {problem}"
@@ -99,6 +129,10 @@ class ToolList:
     tools: list[dict[str, Any]]
     schemas: list[CompiledSchema]
     load_errors: list[dict[str, Any]]
+    #: the compiled ``output_schema`` of each tool (same order), ``None`` for a tool without one
+    output_schemas: list[CompiledSchema | None] = field(default_factory=list)
+    #: the frame's resources, resource_templates and prompts (toolboxes/_catalog.py), checked
+    catalog: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def fingerprint(schema: Any) -> str:
@@ -125,10 +159,16 @@ def prepare_tool_list(message: dict[str, Any], reuse: Mapping[str, CompiledSchem
     ``reuse`` maps fingerprints to schemas compiled before (the previous list); they are not compiled again.
     """
     tools, load_errors = checked_tool_list(message)
+    catalog: dict[str, list[dict[str, Any]]] = {}
+    for kind in KINDS:
+        problem = catalog_problem(kind, message.get(kind))
+        if problem:
+            raise ProtocolError(problem)
+        catalog[kind] = list(message.get(kind) or [])
     deadline = time.monotonic() + budget_s
-    schemas: list[CompiledSchema] = []
-    for t in tools:
-        digest = fingerprint(t["input_schema"])
+
+    def compiled_for(schema: Any) -> CompiledSchema:
+        digest = fingerprint(schema)
         compiled = reuse.get(digest)
         if compiled is None:
             if time.monotonic() > deadline:
@@ -136,7 +176,12 @@ def prepare_tool_list(message: dict[str, Any], reuse: Mapping[str, CompiledSchem
                                           f"than {budget_s:g} s; this tool and the rest were not checked",
                                           retry=True)
             else:
-                compiled = compile_schema(t["input_schema"], digest)
+                compiled = compile_schema(schema, digest)
             time.sleep(0)  # let the trio thread take the GIL between schemas
-        schemas.append(compiled)
-    return ToolList(tools, schemas, load_errors)
+        return compiled
+
+    schemas = [compiled_for(t["input_schema"]) for t in tools]
+    # An output schema that does not compile (or was left for want of time) is left out: the tool serves without.
+    outputs = [compiled_for(t["output_schema"]) if isinstance(t.get("output_schema"), dict) else None
+               for t in tools]
+    return ToolList(tools, schemas, load_errors, outputs, catalog)

@@ -163,6 +163,15 @@ class Worker:
         return self.conn.load_errors if self.conn is not None else []
 
     @property
+    def output_schemas(self) -> list[CompiledSchema | None]:
+        return self.conn.output_schemas if self.conn is not None else []
+
+    @property
+    def catalog(self) -> dict[str, list[dict[str, Any]]]:
+        """resources, resource_templates, prompts (toolboxes/_catalog.py), checked"""
+        return self.conn.catalog if self.conn is not None else {}
+
+    @property
     def origins(self) -> dict[int, Any]:
         return self.conn.origins if self.conn is not None else {}
 
@@ -380,9 +389,9 @@ class Worker:
 
     # -- calls ---------------------------------------------------------------------------------------------------
     async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None, origin: Any = None) -> ToolResult:
+                   wall_time_s: float | None = None, origin: Any = None, op: str | None = None) -> ToolResult:
         """Run ``tool`` (see :meth:`WorkerConnection.call`); never raises for the worker's faults."""
         if self.conn is None:
             return execution_error(f"toolbox {self.spec.toolbox} is not running (its worker "
                                    f"{self.death_reason or 'is starting'}); try again shortly")
-        return await self.conn.call(tool, args, ctx, wall_time_s, origin)
+        return await self.conn.call(tool, args, ctx, wall_time_s, origin, op=op)

@@ -134,6 +134,10 @@ class WorkerConnection:
         #: the compiled input schema of each of :attr:`tools`, in the same order
         self.schemas: list[CompiledSchema] = []
         self.load_errors: list[dict[str, Any]] = []
+        #: the compiled output schema of each of :attr:`tools` (``None``: it has none)
+        self.output_schemas: list[CompiledSchema | None] = []
+        #: resources, resource_templates, prompts the worker lists (toolboxes/_catalog.py), checked
+        self.catalog: dict[str, list[dict[str, Any]]] = {}
         self.death_reason: str | None = None
         #: the worker's ``fatal`` hello message, when it sent one
         self.fatal: str | None = None
@@ -340,10 +344,12 @@ class WorkerConnection:
 
     async def _set_tools(self, message: dict[str, Any]) -> None:
         """Check and compile a tool list on a thread (bounded); keep it. Raises ProtocolError for a bad list."""
-        reuse = self._reuse | {s.fingerprint: s for s in self.schemas if not s.retry}
+        reuse = self._reuse | {s.fingerprint: s for s in [*self.schemas, *self.output_schemas]
+                               if s is not None and not s.retry}
         self._reuse = {}
         prepared: ToolList = await self._run_sync(prepare_tool_list, message, reuse)
         self.tools, self.schemas, self.load_errors = prepared.tools, prepared.schemas, prepared.load_errors
+        self.output_schemas, self.catalog = prepared.output_schemas, prepared.catalog
 
     async def _answer_request(self, message: dict[str, Any]) -> None:
         try:
@@ -376,8 +382,11 @@ class WorkerConnection:
 
     # -- calls ---------------------------------------------------------------------------------------------------
     async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None, origin: Any = None) -> ToolResult:
+                   wall_time_s: float | None = None, origin: Any = None, op: str | None = None) -> ToolResult:
         """Run ``tool`` (the toolbox's own name) and return its result; never raises for the worker's faults.
+
+        ``op``: ``read_resource`` or ``get_prompt`` (``tool`` is then a resource URI or a prompt name; see
+        ``toolboxes/_catalog.py``).
 
         The call (writing it included) ends with status ``error`` at ``wall_time_s`` (default: the connection's):
         the worker is told to cancel it and is killed if it does not answer within :data:`CANCEL_GRACE_S`, or at
@@ -393,7 +402,8 @@ class WorkerConnection:
             wire_ctx["timeout_s"] = limit
         call_id = self._next_id
         try:
-            frame = encode({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx})
+            frame = encode({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx,
+                            **({"op": op} if op is not None else {})})
         except (TypeError, ValueError, OverflowError) as exc:
             return execution_error(f"the arguments of {tool} cannot be sent to its worker ({exc})")
         self._next_id += 1

@@ -40,7 +40,8 @@ def _path_calls(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in PATH_CALLS):
+                and isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in PATH_CALLS
+                and not {k.arg for k in node.keywords} & {"dir_fd", "src_dir_fd"}):  # relative to a dir fd: fine
             found.add(f"{node.func.value.id}.{node.func.attr}")
     return found
 
@@ -58,7 +59,7 @@ def test_the_supervisor_touches_worker_trees_only_through_dir_fds() -> None:
 
 def test_the_checker_sees_a_path_based_chown(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("import os\nos.chown(p, 1, 1)\nos.fchown(fd, 1, 1)\n")
+    bad.write_text("import os\nos.chown(p, 1, 1)\nos.fchown(fd, 1, 1)\nos.rename(a, b, src_dir_fd=d, dst_dir_fd=d)\n")
     assert _path_calls(bad) == {"os.chown"}
 
 

@@ -4,14 +4,17 @@ Frames are msgpack maps streamed over the worker's stdin (supervisor -> worker) 
 The key ``t`` names the message type. Both sides may send requests; ids are unique per direction.
 
 supervisor -> worker:
-    ``call {id, tool, args, ctx}``, ``cancel {id}``, ``reply {id, result}`` or ``reply {id, error}`` (answer to a
+    ``call {id, tool, args, ctx}`` (with ``op: "read_resource"|"get_prompt"``, ``tool`` is a resource's URI or a
+    prompt's name; see ``_catalog.py``), ``cancel {id}``, ``reply {id, result}`` or ``reply {id, error}`` (answer to a
     portal/host request), ``shutdown {}``.
 worker -> supervisor:
-    ``hello {protocol, tools, load_errors}``, ``result {id, result}``, ``portal {id, call, tool, args}`` (a tool call
+    ``hello {protocol, tools, load_errors}`` (plus ``resources``, ``resource_templates``, ``prompts`` when the
+    toolbox has any), ``result {id, result}``, ``portal {id, call, tool, args}`` (a tool call
     the worker wants made on behalf of call ``call``), ``host {id, call, op, args}``, ``event {event}``,
     ``tools_changed {tools, load_errors}``.
 
-A ``tool`` entry is ``{name, description, input_schema}`` plus optional ``annotations``. Names are the toolbox's own;
+A ``tool`` entry is ``{name, description, input_schema}`` plus optional ``annotations``, ``hints`` (MCP tool
+annotations) and ``output_schema``. Names are the toolbox's own;
 the supervisor maps them to public names.
 
 :class:`FrameDecoder` turns bytes into validated messages and raises :class:`ProtocolError` for anything that is not

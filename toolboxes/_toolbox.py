@@ -38,6 +38,12 @@ class ToolSpec:
     input_schema: dict[str, Any]
     inline: bool = False
     annotations: dict[str, Any] = field(default_factory=dict)
+    #: MCP tool annotations this toolbox knows to be true (``readOnlyHint``, ``destructiveHint``,
+    #: ``idempotentHint``, ``openWorldHint``: booleans; ``title``: a string); see docs/MCP.md for each kind's table
+    hints: dict[str, Any] = field(default_factory=dict)
+    #: the JSON schema (an object schema) every successful result's ``structured`` value matches, when the tool has
+    #: one; the supervisor checks each result against it
+    output_schema: dict[str, Any] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -47,6 +53,10 @@ class ToolSpec:
         }
         if self.annotations:
             out["annotations"] = self.annotations
+        if self.hints:
+            out["hints"] = self.hints
+        if self.output_schema is not None:
+            out["output_schema"] = self.output_schema
         return out
 
 
@@ -162,3 +172,9 @@ class Toolbox(Protocol):
     def close(self) -> None:
         """Release everything (child processes included). Called once, at worker exit."""
         ...
+
+    # Optional (see toolboxes/_catalog.py): a toolbox with resources or prompts also has
+    #   resources() -> list[dict], resource_templates() -> list[dict], prompts() -> list[dict],
+    #   read_resource(uri: str, ctx) -> ToolResult  (structured: {"contents": [...]}),
+    #   get_prompt(name: str, args: dict[str, str], ctx) -> ToolResult  (structured: {"messages": [...]}).
+    # A change of any of the lists is announced with channel.tools_changed(), like a change of the tools.

@@ -150,9 +150,21 @@ def _open_toolbox(payload: dict[str, Any], channel: _Channel) -> tuple[Toolbox, 
     return module.open_toolbox(payload.get("config", {}), env), env
 
 
+#: hello/tools_changed key -> the optional Toolbox method that lists it (toolboxes/_catalog.py)
+_CATALOG_METHODS = {"resources": "resources", "resource_templates": "resource_templates", "prompts": "prompts"}
+#: call ops besides tool calls -> the optional Toolbox method that answers them
+_OPS = {"read_resource": "read_resource", "get_prompt": "get_prompt"}
+
+
 def _run_call(toolbox: Toolbox, channel: _Channel, ctx: CallContext, args: dict[str, Any]) -> None:
+    op = ctx.extra.get("op")
     try:
-        result = toolbox.call(ctx.tool, args, ctx)
+        if op is None:
+            result = toolbox.call(ctx.tool, args, ctx)
+        elif op == "read_resource":
+            result = toolbox.read_resource(ctx.tool, ctx)  # type: ignore[attr-defined]
+        else:
+            result = toolbox.get_prompt(ctx.tool, args, ctx)  # type: ignore[attr-defined]
         if not isinstance(result, ToolResult):
             result = ToolResult.error(f"internal error: tool {ctx.tool} returned no result")
     except Exception as exc:  # a bug in a toolbox ends one call, not the worker
@@ -190,8 +202,12 @@ def main(payload: dict[str, Any]) -> None:
         nonlocal specs
         tools = toolbox.tools()
         specs = {t.name: t for t in tools}
-        channel.send({"t": kind, "protocol": PROTOCOL_VERSION, "tools": [t.to_wire() for t in tools],
-                      "load_errors": toolbox.load_errors()})
+        message = {"t": kind, "protocol": PROTOCOL_VERSION, "tools": [t.to_wire() for t in tools],
+                   "load_errors": toolbox.load_errors()}
+        for key, method in _CATALOG_METHODS.items():
+            if hasattr(toolbox, method):
+                message[key] = getattr(toolbox, method)()
+        channel.send(message)
 
     channel._tools_changed_cb = lambda: announce("tools_changed")
     announce("hello")
@@ -219,13 +235,19 @@ def main(payload: dict[str, Any]) -> None:
             if kind == "call":
                 args = msg["args"] if isinstance(msg["args"], dict) else {}
                 ctx = CallContext.from_wire(msg["id"], msg["tool"], msg["ctx"] or {})
-                spec = specs.get(ctx.tool)
-                if spec is None:
+                op = msg.get("op")
+                spec = specs.get(ctx.tool) if op is None else None
+                if op is not None:
+                    if op not in _OPS or not hasattr(toolbox, _OPS[op]) or not isinstance(ctx.tool, str):
+                        channel.send_result(ctx.call_id, ToolResult.error(f"this toolbox cannot {op!r}"))
+                        continue
+                    ctx.extra["op"] = op
+                elif spec is None:
                     channel.send_result(ctx.call_id, ToolResult.error(f"unknown tool {ctx.tool!r}"))
                     continue
                 with channel.calls_lock:
                     channel.calls[ctx.call_id] = ctx
-                if spec.inline:
+                if spec is not None and spec.inline:
                     _run_call(toolbox, channel, ctx, args)
                 else:
                     jobs.append((ctx, args))

@@ -197,3 +197,10 @@ def test_uid_can_read_follows_the_mode_bits_of_every_component(sandbox_tmp: Path
     assert uid_can_read(str(link), 65534, 65534)
     assert not uid_can_read(str(sandbox_tmp / "missing"), 65534, 65534)
     assert not uid_can_read("/root/.bashrc", 65534, 65534) or os.stat("/root").st_mode & 0o001
+
+
+def test_status_check_wants_exactly_the_plans_supplementary_groups() -> None:
+    with_groups = GOOD_STATUS.replace("Groups:\t", "Groups:\t2000 2001")
+    assert check_status(with_groups, 65534, 65534, (2001, 2000)).ok
+    assert not check_status(with_groups, 65534, 65534, (2000,)).ok
+    assert not check_status(GOOD_STATUS, 65534, 65534, (2000,)).ok

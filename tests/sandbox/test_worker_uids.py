@@ -47,8 +47,7 @@ def _policy(root: Path, **policy: Any) -> tuple[Path, dict[str, Path]]:
     for name in ("alpha", "beta"):
         project = root / name
         project.mkdir(exist_ok=True)
-        os.chown(project, 0, 65534)
-        os.chmod(project, 0o770)  # the workers' shared group may write: their uids differ
+        os.chmod(project, 0o777)  # every worker may write: their uids and groups differ
         projects[name] = project
         fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": name}
         toolboxes.append(system_toolbox(name, capabilities=["execute-command"], FileSandbox=fsb))
@@ -70,7 +69,7 @@ async def test_each_worker_runs_as_a_uid_of_its_own_with_a_name(sandbox_tmp: Pat
             assert out["exitCode"] == 0, out
             uid, user, gid, umask, owner = out["stdout"].split()
             assert FIRST <= int(uid) < FIRST + 1000 and owner == uid
-            assert (user, gid, umask) == (f"agent-{name}", "65534", "0007")
+            assert (user, gid, umask) == (f"agent-{name}", uid, "0002")  # a group of its own
             seen[name] = int(uid)
             workdir = sandbox_tmp / "state" / "work" / "tester" / name
             assert workdir.stat().st_uid == int(uid)
@@ -157,3 +156,84 @@ async def test_by_default_one_worker_cannot_chmod_another_workers_folder(sandbox
         assert out["exitCode"] != 0 and "Operation not permitted" in out["stderr"], out
         ok = await sup.call("system_beta_execute_command", {"command": "echo hi"})
         assert ok.structured is not None and ok.structured["stdout"] == "hi\n", ok.data
+
+
+#: From another toolbox's worker: change the times, set and remove user.* xattrs of a file (Landlock up to ABI 7
+#: mediates none of these; only the file's owner, group and mode decide).
+META_ATTACK = """python3 - "$1" <<'PY'
+import os, sys
+p = sys.argv[1]
+for name, attempt in (("write", lambda: open(p, "a").write("x")), ("utime", lambda: os.utime(p)),
+                      ("setxattr", lambda: os.setxattr(p, "user.x", b"1")),
+                      ("removexattr", lambda: os.removexattr(p, "user.mark"))):
+    try:
+        attempt()
+        print(name, "BREACH")
+    except OSError as exc:
+        print(name, exc.errno)
+PY"""
+
+
+async def test_another_toolbox_cannot_touch_times_or_xattrs_of_a_toolboxs_file(sandbox_tmp: Path) -> None:
+    """The group channel (every worker in gid 65534 with umask 007) is closed: each worker's group is its own, so
+    another toolbox is 'other' to a file a worker made and may not write it, its times or its xattrs."""
+    import errno
+
+    project = sandbox_tmp / "project"
+    project.mkdir()
+    os.chmod(project, 0o777)
+    # Both FileSandboxes reach the folder (read-write): Landlock and the private view let beta at alpha's file, so
+    # only its owner, group and mode stand in the way.
+    fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": "project"}
+    boxes = [system_toolbox(n, capabilities=["execute-command"], FileSandbox=fsb) for n in ("alpha", "beta")]
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=boxes)}, landlock_min_abi=6,
+                          worker_uids={"first": FIRST, "count": 1000})
+    projects = {"alpha": project}
+    target = project / "made-by-alpha"
+    async with Supervisor.open(policy) as sup:
+        made = await _run(sup, "alpha", f"echo data > {target.name} && touch -d 2001-02-03 {target.name} && "
+                                        f"stat -c '%a %u %g' {target.name}", projects["alpha"])
+        assert made["exitCode"] == 0, made
+        mode, uid, gid = made["stdout"].split()
+        assert mode == "664" and uid == gid  # its own group: the group bit is no channel
+        os.setxattr(target, "user.mark", b"alpha")  # (root sets the mark: a seccomp filter may refuse it to workers)
+        before = os.stat(target).st_mtime_ns
+        out = await sup.call("system_beta_execute_command",
+                             {"command": META_ATTACK.replace('"$1"', str(target))})
+        assert out.structured is not None, out.data
+        results = dict(line.split() for line in out.structured["stdout"].splitlines())
+    refused = {str(errno.EACCES), str(errno.EPERM), str(errno.EOPNOTSUPP)}  # modes; or the seccomp filter (xattrs)
+    assert set(results) == {"write", "utime", "setxattr", "removexattr"} and set(results.values()) <= refused, results
+    assert results["write"] == results["utime"] == str(errno.EACCES)  # no seccomp rule for these: the modes refuse
+    assert os.stat(target).st_mtime_ns == before
+    assert os.listxattr(target) == ["user.mark"]
+    assert target.read_text() == "data\n"
+
+
+async def test_a_shared_group_lets_the_toolboxes_it_names_write_one_folder_and_no_other(sandbox_tmp: Path) -> None:
+    """The explicit grant that replaces the common group: ``shared_groups`` names a gid and the toolboxes in it;
+    the folder belongs to that group (setgid), so what one member creates the other may change, and a toolbox
+    outside the group may not, though its FileSandbox reaches the folder just the same."""
+    gid = 3_100_000_000
+    shared = sandbox_tmp / "shared"
+    shared.mkdir()
+    os.chown(shared, 0, gid)
+    os.chmod(shared, 0o2770)
+    fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(shared)}, "fsbName": "shared"}
+    boxes = [system_toolbox(n, capabilities=["execute-command"], FileSandbox=fsb) for n in ("alpha", "beta", "gamma")]
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=boxes)}, landlock_min_abi=6,
+                          worker_uids={"first": FIRST, "count": 1000},
+                          shared_groups=[{"gid": gid, "toolboxes": ["tester/alpha", "beta"]}])
+    async with Supervisor.open(policy) as sup:
+        made = await _run(sup, "alpha", "id -G && echo one > f && stat -c '%a %g' f", shared)
+        assert made["exitCode"] == 0, made
+        groups, mode_group = made["stdout"].splitlines()
+        assert str(gid) in groups.split() and mode_group == f"664 {gid}"
+        other = await _run(sup, "beta", "echo two >> f && cat f", shared)
+        assert (other["exitCode"], other["stdout"]) == (0, "one\ntwo\n"), other
+        outside = await sup.call("system_gamma_execute_command",
+                                 {"command": f"id -G; echo three >> {shared}/f || echo REFUSED"})
+        assert outside.structured is not None, outside.data
+        assert str(gid) not in outside.structured["stdout"].splitlines()[0].split()
+        assert "REFUSED" in outside.structured["stdout"], outside.structured
+    assert (shared / "f").read_text() == "one\ntwo\n"

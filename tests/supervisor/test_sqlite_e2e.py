@@ -432,14 +432,15 @@ async def test_example_agent_loads_and_both_toolboxes_answer(sandbox_tmp: Path) 
     for path in (agents / "sqlite-example", agents / "sqlite-example" / "memory"):
         path.chmod(0o755)
     memory = agents / "sqlite-example" / "memory"
-    # The policy file's default is a uid per worker, all in the group sandbox_gid: the folder goes to that group
-    # (what README says to do), not to one uid.
+    # The policy file's default is a uid and a group per worker: the folder goes to a group the policy shares with
+    # the toolbox (what README says to do), not to one uid.
     os.chown(memory, 0, NOBODY)
     os.chmod(memory, 0o770)
     os.chown(memory / "dev-memory.db", 0, NOBODY)
     os.chmod(memory / "dev-memory.db", 0o660)
     policy = sandbox_tmp / "policy.yaml"
-    policy.write_text(f"agents: [agents/sqlite-example.json]\nstate_dir: {sandbox_tmp / 'state'}\n")
+    policy.write_text(f"agents: [agents/sqlite-example.json]\nstate_dir: {sandbox_tmp / 'state'}\n"
+                      f"shared_groups: [{{gid: {NOBODY}, toolboxes: [sqlite-example/shared_working_memory]}}]\n")
     async with Supervisor.open(policy) as sup:
         users = await sup.call("sqlite_analytics_query", {"sql": "SELECT count(*) FROM users WHERE active = 1"})
         assert users.status == "passed", users.data

@@ -1,5 +1,5 @@
-"""A uid per worker, the pure parts: which uid each toolbox gets, the account files (handing folders over:
-``tests/sandbox/test_dirfd.py``)."""
+"""A uid per worker, the pure parts: the account files and what the compiled plans carry (which uid each toolbox
+gets: ``test_identities.py``; handing folders over: ``tests/sandbox/test_dirfd.py``)."""
 
 from __future__ import annotations
 
@@ -8,28 +8,10 @@ from pathlib import Path
 import pytest
 
 from sandbox._accounts import plan_account_files
-from supervisor._worker_uids import TooManyWorkers, assign_worker_uids
+from supervisor._identities import _slot
 
 PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
-
-
-def test_each_toolbox_gets_its_own_uid_in_the_range_whatever_the_others_are() -> None:
-    keys = [f"agent/tb{i}" for i in range(50)]
-    uids = assign_worker_uids(keys, 3_000_000_000, 1000)
-    assert len(set(uids.values())) == 50
-    assert all(3_000_000_000 <= u < 3_000_001_000 for u in uids.values())
-    # A toolbox keeps its uid when the others change (it depends on its own name, not on the list).
-    alone = assign_worker_uids(["agent/tb7"], 3_000_000_000, 1000)
-    assert alone["agent/tb7"] == uids["agent/tb7"]
-    assert assign_worker_uids(reversed(keys), 3_000_000_000, 1000) == uids
-
-
-def test_a_full_range_still_gives_distinct_uids_and_a_too_small_one_is_refused() -> None:
-    uids = assign_worker_uids(["a/x", "a/y", "a/z"], 5000, 3)
-    assert sorted(uids.values()) == [5000, 5001, 5002]
-    with pytest.raises(TooManyWorkers, match=r"3 toolboxes need a uid each and worker_uids\.count is 2"):
-        assign_worker_uids(["a/x", "a/y", "a/z"], 5000, 2)
 
 
 def test_account_files_name_a_uid_the_host_does_not_know() -> None:
@@ -59,10 +41,12 @@ def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path) -> No
     config = load_config(str(write_policy(tmp_path, {"tester": agent(builtinToolboxes=boxes)},
                                           worker_uids={"first": 3_000_000_000, "count": 100})))
     plans = {s.toolbox: s.plan for s in compile_policy(config, prepare=False).specs}
-    expected = assign_worker_uids(["tester/one", "tester/two"], 3_000_000_000, 100)
-    assert {n: p.uid for n, p in plans.items()} == {"one": expected["tester/one"], "two": expected["tester/two"]}
-    assert {p.gid for p in plans.values()} == {65534}
-    assert (plans["one"].account_name, plans["one"].umask) == ("agent-one", 0o007)
+    expected = {n: 3_000_000_000 + _slot(f"tester/{n}", 100) for n in ("one", "two")}  # a fresh table: hash slots
+    if expected["one"] == expected["two"]:
+        expected["two"] = 3_000_000_000 + (expected["two"] - 3_000_000_000 + 1) % 100
+    assert {n: p.uid for n, p in plans.items()} == expected
+    assert {n: p.gid for n, p in plans.items()} == expected  # a group of its own each
+    assert (plans["one"].account_name, plans["one"].umask) == ("agent-one", 0o002)
     shared = load_config(str(write_policy(tmp_path, {"tester": agent(builtinToolboxes=boxes)})))
     one = compile_policy(shared, prepare=False).specs[0].plan
     assert (one.uid, one.account_name, one.umask) == (65534, "", 0o077)

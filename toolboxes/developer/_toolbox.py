@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from toolboxes._hints import DESTRUCTIVE, READ_ONLY
 from toolboxes._journal import JournalReport, recover, write_in_place
 from toolboxes._names import tool_name
 from toolboxes._result import ToolResult
@@ -103,6 +104,15 @@ CAPABILITIES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
 }
 
 
+#: MCP annotations by capability (docs/MCP.md): reads are read-only, edits may overwrite; validate-tool runs a tool's
+#: describe (code), so it gets MCP's defaults.
+_HINTS: dict[str, dict[str, Any]] = {
+    "read-file-range": READ_ONLY, "show-spec": READ_ONLY, "validate-agent": READ_ONLY,
+    "write-file-range": DESTRUCTIVE, "patch-file": DESTRUCTIVE, "restore-file": DESTRUCTIVE,
+    "create-agent": DESTRUCTIVE, "create-tool": DESTRUCTIVE,
+}
+
+
 class DeveloperToolbox:
     """The tools of one DeveloperToolbox. Writes are serialised by one lock; reads run concurrently."""
 
@@ -139,7 +149,7 @@ class DeveloperToolbox:
                 "required": required,
                 "additionalProperties": False,
             }
-            out.append(ToolSpec(tool, f"{self.description}: {text}", schema))
+            out.append(ToolSpec(tool, f"{self.description}: {text}", schema, hints=dict(_HINTS.get(cap, {}))))
         return out
 
     def load_errors(self) -> list[dict[str, str]]:

@@ -10,6 +10,10 @@ Life of the server:
    serves on.
 2. ``notifications/tools/list_changed`` makes the toolbox list the tools again and tell the supervisor
    (``env.channel.tools_changed()``) when the list differs.
+   Resources, resource templates and prompts are listed the same way when the server has the capability, cleaned
+   (``toolboxes/_catalog.py``: malformed entries left out with a load error) and announced with the tools;
+   ``notifications/resources/list_changed`` and ``.../prompts/list_changed`` list them again. A read is a
+   ``resources/read``, a prompt a ``prompts/get`` (prompts are named ``mcp_<server>_<prompt>`` like tools).
 3. A call is a ``tools/call`` bounded by the call's deadline; a cancel or the deadline sends
    ``notifications/cancelled`` for it and the server keeps serving the other calls. When the supervisor asks the
    call for progress, the request carries a ``progressToken`` and the server's ``notifications/progress`` for it
@@ -27,6 +31,7 @@ import time
 from collections import deque
 from typing import Any
 
+from .._catalog import MAX_ENTRIES, clean_entries
 from .._names import tool_name
 from .._progress import parse_progress_event, progress_event, wants_progress
 from .._result import ToolResult
@@ -71,6 +76,11 @@ class McpToolbox:
         self._specs: list[ToolSpec] = []
         self._errors: list[dict[str, str]] = []
         self._list_errors: list[dict[str, str]] = []
+        #: the server's resources, resource templates and prompts (toolboxes/_catalog.py), cleaned
+        self._catalog: dict[str, list[dict[str, Any]]] = {k: [] for k in _CATALOG_METHODS}
+        self._catalog_errors: list[dict[str, str]] = []
+        self._server_capabilities: dict[str, Any] = {}
+        self._prompt_names: dict[str, str] = {}  # public prompt name -> the server's
         self._closed = False
         self._progress: dict[str, int] = {}  # progressToken -> call id, while the call runs
         try:
@@ -85,7 +95,48 @@ class McpToolbox:
 
     def load_errors(self) -> list[dict[str, str]]:
         with self._lock:
-            return [*self._errors, *self._list_errors]
+            return [*self._errors, *self._list_errors, *self._catalog_errors]
+
+    def resources(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._catalog["resources"])
+
+    def resource_templates(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._catalog["resource_templates"])
+
+    def prompts(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._catalog["prompts"])
+
+    def read_resource(self, uri: str, ctx: CallContext) -> ToolResult:
+        """``resources/read`` of the server's own ``uri`` (listed or matching one of its templates: the server
+        decides); the answer's shape and size are checked by the supervisor."""
+        return self._ask("resources/read", {"uri": uri}, ctx, f"reading {uri[:200]}",
+                         lambda r: {"contents": [{k: v for k, v in c.items() if k in ("uri", "mimeType", "text",
+                                                                                      "blob")}
+                                                 for c in r.get("contents") or [] if isinstance(c, dict)]})
+
+    def get_prompt(self, name: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
+        with self._lock:
+            remote = self._prompt_names.get(name)
+        if remote is None:
+            return ToolResult.error(f"{name} is not a prompt of {self.label} (any more)")
+        return self._ask("prompts/get", {"name": remote, "arguments": args}, ctx, f"prompt {remote[:200]}",
+                         lambda r: {k: v for k, v in r.items() if k in ("description", "messages")})
+
+    def _ask(self, method: str, params: dict[str, Any], ctx: CallContext, what: str, shape: Any) -> ToolResult:
+        try:
+            conn = self._running(ctx)
+            result = conn.request(method, params, deadline=ctx.deadline, cancelled=ctx.cancelled,
+                                  on_cancel=ctx.on_cancel)
+        except McpError as exc:
+            return ToolResult.error(f"{what}: {exc}")
+        if not isinstance(result, dict):
+            return ToolResult.error(f"{what}: {self.label} answered with something that is not an object")
+        return ToolResult("passed", summary=what, structured=shape(result))
+
+
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         with self._lock:
@@ -166,7 +217,10 @@ class McpToolbox:
                 raise ServerRefused(f"{self.label} answered initialize with protocol version {version!r}, which "
                                     f"this client does not speak ({', '.join(sorted(KNOWN_PROTOCOL_VERSIONS))})")
             conn.notify("notifications/initialized")
+            capabilities = init.get("capabilities")
+            self._server_capabilities = capabilities if isinstance(capabilities, dict) else {}
             tools = self._list(conn, deadline)
+            catalog = {kind: self._list_catalog(conn, kind, deadline) for kind in _CATALOG_METHODS}
         except ServerTimeout as exc:
             conn.close()
             raise ServerTimeout(f"{exc} (the limit for starting is {self.handshake_s:g} s)") from exc
@@ -179,6 +233,7 @@ class McpToolbox:
                 raise McpError(f"{self.label} is shutting down")
             self._conn = conn
             changed = self._set_tools(tools)
+            changed = self._set_catalog(catalog) or changed
             self._errors = []
         if changed and self._published:
             self.env.channel.tools_changed()
@@ -208,6 +263,55 @@ class McpToolbox:
             seen.add(cursor)
         raise ServerRefused(f"{self.label} sent more than {_MAX_PAGES} pages of tools")
 
+    def _list_catalog(self, conn: Connection, kind: str, deadline: float) -> list[dict[str, Any]] | str:
+        """Every page of the server's list of ``kind`` (empty when it has not the capability), or a note on why
+        it could not be listed (the tools still serve)."""
+        method, key, capability = _CATALOG_METHODS[kind]
+        if capability not in self._server_capabilities:
+            return []
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        try:
+            for _page in range(_MAX_PAGES):
+                page = conn.request(method, {"cursor": cursor} if cursor is not None else {}, deadline=deadline)
+                got = page.get(key)
+                if not isinstance(got, list):
+                    return f"{self.label} answered {method} without a list of {key}"
+                items += got[:MAX_ENTRIES + 1]
+                if len(items) > MAX_ENTRIES:
+                    return f"{self.label} lists more than {MAX_ENTRIES} {key}; none of them are served"
+                cursor = page.get("nextCursor")
+                if cursor is None:
+                    return items
+                if not isinstance(cursor, str) or cursor in seen:
+                    return f"{self.label} sent a nextCursor that is not a new string in {method}"
+                seen.add(cursor)
+        except McpError as exc:  # the tools still serve; the note says why the list is empty
+            return f"{method}: {exc}"
+        return f"{self.label} sent more than {_MAX_PAGES} pages of {key}"
+
+    def _set_catalog(self, catalog: dict[str, list[dict[str, Any]] | str]) -> bool:
+        """Replace the resources, templates and prompts (holding ``_lock``); whether any changed."""
+        before = repr(self._catalog)
+        errors: list[dict[str, str]] = []
+        out: dict[str, list[dict[str, Any]]] = {}
+        for kind, items in catalog.items():
+            if isinstance(items, str):
+                errors.append({"source": self.label, "message": items})
+                items = []
+            if kind == "prompts":
+                items = [{**p, "name": tool_name("mcp", self.server, p["name"]), "_remote": p["name"]}
+                         for p in items if isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]]
+            remotes = {p["name"]: p.pop("_remote") for p in items if kind == "prompts"}
+            cleaned, notes = clean_entries(kind, items)
+            errors += [{"source": self.label, "message": n} for n in notes[:32]]
+            out[kind] = cleaned
+            if kind == "prompts":
+                self._prompt_names = {p["name"]: remotes[p["name"]] for p in cleaned}
+        self._catalog, self._catalog_errors = out, errors
+        return before != repr(out)
+
     def _set_tools(self, tools: list[dict[str, Any]]) -> bool:
         """Replace the tool list (holding ``_lock``); returns whether the public list changed."""
         specs: list[ToolSpec] = []
@@ -228,15 +332,47 @@ class McpToolbox:
                 schema = {"type": "object"}
             description = t.get("description") or t.get("title") or f"Tool {remote} of {self.label}."
             public[name] = remote
-            specs.append(ToolSpec(name, str(description), schema))
+            output_schema = t.get("outputSchema")
+            if output_schema is not None and not (isinstance(output_schema, dict)
+                                                  and output_schema.get("type") == "object"):
+                errors.append({"source": remote, "message": "its outputSchema was left out: it is not an object "
+                               "schema (type: object)"})
+                output_schema = None
+            specs.append(ToolSpec(name, str(description), schema, hints=server_hints(t.get("annotations")),
+                                  output_schema=output_schema))
         before = [s.to_wire() for s in self._specs]
         self._tools, self._public, self._specs = tools, public, specs
         self._list_errors = errors
         return before != [s.to_wire() for s in specs]
 
+    def _relist_catalog(self, kind: str) -> None:
+        """List ``kind`` again after the server said it changed; tell the supervisor when it did."""
+        with self._lock:
+            conn = self._conn
+        if conn is None or conn.gone_reason is not None:
+            return
+        try:
+            items = self._list_catalog(conn, kind, time.monotonic() + self.handshake_s)
+        except McpError as exc:
+            items = str(exc)
+        with self._lock:
+            whole: dict[str, list[dict[str, Any]] | str] = {k: list(v) for k, v in self._catalog.items()}
+            if kind == "prompts":  # the listed names are public ones: give the server's back
+                whole["prompts"] = [{**p, "name": self._prompt_names.get(p["name"], p["name"])}
+                                    for p in self._catalog["prompts"]]
+            whole[kind] = items
+            changed = self._set_catalog(whole)
+        if changed:
+            self.env.channel.tools_changed()
+
     def _on_notification(self, note: Notification) -> None:
         if note.method == "notifications/progress":
             self._relay_progress(note.params)
+            return
+        kinds = _CATALOG_CHANGES.get(note.method)
+        if kinds is not None:
+            for kind in kinds:
+                self._relist_catalog(kind)
             return
         if note.method != "notifications/tools/list_changed":
             return
@@ -254,7 +390,6 @@ class McpToolbox:
         if changed:
             self.env.channel.tools_changed()
 
-
     def _relay_progress(self, params: dict[str, Any]) -> None:
         """A ``notifications/progress`` of a call that asked for progress: to the supervisor; others are dropped."""
         token = params.get("progressToken")
@@ -266,6 +401,27 @@ class McpToolbox:
                                        "total": params.get("total"), "message": params.get("message")})
         if parsed is not None:
             self.env.channel.event(progress_event(call_id, parsed[1]))
+
+
+def server_hints(annotations: Any) -> dict[str, Any]:
+    """The MCP annotations of a server's tool that are well-formed: the four boolean hints and a title of at most
+    200 characters; anything else is left out (a server is untrusted, and the supervisor refuses malformed hints)."""
+    if not isinstance(annotations, dict):
+        return {}
+    out: dict[str, Any] = {k: v for k, v in annotations.items() if k in _HINT_KEYS and isinstance(v, bool)}
+    title = annotations.get("title")
+    if isinstance(title, str) and len(title) <= 200:
+        out["title"] = title
+    return out
+
+
+#: catalog kind -> (the list method, its result key, the server capability that has it)
+_CATALOG_METHODS = {"resources": ("resources/list", "resources", "resources"),
+                    "resource_templates": ("resources/templates/list", "resourceTemplates", "resources"),
+                    "prompts": ("prompts/list", "prompts", "prompts")}
+_CATALOG_CHANGES = {"notifications/resources/list_changed": ("resources", "resource_templates"),
+                    "notifications/prompts/list_changed": ("prompts",)}
+_HINT_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> McpToolbox:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._hints import http_method_hints
 from .._http import DEFAULT_TIMEOUT_S, send_request
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
@@ -73,7 +74,8 @@ class OpenApiToolbox:
         self._errors = [{"source": f"{spec_url}: {e['source']}", "message": e["message"]} for e in errors]
 
     def tools(self) -> list[ToolSpec]:
-        return [ToolSpec(op.tool, op.description, op.input_schema) for op in self._ops.values()]
+        return [ToolSpec(op.tool, op.description, op.input_schema, hints=http_method_hints(op.method))
+                for op in self._ops.values()]
 
     def load_errors(self) -> list[dict[str, str]]:
         return list(self._errors)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._hints import http_method_hints
 from .._http import DEFAULT_TIMEOUT_S, send_request
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
@@ -43,7 +44,8 @@ class PostgrestToolbox:
         self._errors = [{"source": f"{spec_url}: {e['source']}", "message": e["message"]} for e in errors]
 
     def tools(self) -> list[ToolSpec]:
-        return [ToolSpec(t.tool, t.description, t.input_schema) for t in self._tools.values()]
+        return [ToolSpec(t.tool, t.description, t.input_schema, hints=http_method_hints(t.method))
+                for t in self._tools.values()]
 
     def load_errors(self) -> list[dict[str, str]]:
         return list(self._errors)

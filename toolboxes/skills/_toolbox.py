@@ -35,12 +35,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .._hints import READ_ONLY
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
 from ..bash import BashSettings, Reaper, ScriptRunner, Watcher, input_schema, snapshot_tree
 from ..bash._discover import Fingerprint
 from ._errors import ConfigError
 from ._frontmatter import valid_skill_name
+from ._resources import read_skill_file, skill_resources
 from ._store import DescribeCache, Skill, load_skills
 
 __all__ = ["SkillsToolbox", "open_toolbox"]
@@ -120,7 +122,8 @@ class SkillsToolbox:
                 self._loaded = loaded
                 self._snapshot = snapshot
                 self._watch_errors = []
-            return loaded.tools != old.tools or loaded.errors != old.errors
+            return (loaded.tools != old.tools or loaded.errors != old.errors
+                    or skill_resources(loaded.skills) != skill_resources(old.skills))
 
     def _check(self) -> None:
         if self.refresh() and self._channel is not None:
@@ -224,6 +227,17 @@ class SkillsToolbox:
             .with_meta("resource_id", f"skill:{meta.name}")
         )
 
+    def resources(self) -> list[dict[str, Any]]:
+        """Every skill's SKILL.md and references (``toolboxes/skills/_resources.py``)."""
+        with self._lock:
+            skills = self._loaded.skills
+        return skill_resources(skills)
+
+    def read_resource(self, uri: str, ctx: CallContext) -> ToolResult:
+        with self._lock:
+            skills = self._loaded.skills
+        return read_skill_file(skills, uri)
+
     def close(self) -> None:
         """Stop watching and kill every script still running. Safe to call twice."""
         if self._watcher is not None:
@@ -246,11 +260,15 @@ def _index(skills: dict[str, Skill]) -> dict[str, tuple[str, str]]:
     return index
 
 
+#: Enabling or disabling a skill changes only the session's tool list, the same way each time.
+_SESSION_SWITCH = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True}
+
+
 def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
     """The list tool, meta tools of every skill, then every script tool (session-scoped), skills in name order."""
     out: list[ToolSpec] = [ToolSpec(LIST_TOOL, "List the skills this toolbox offers: each one's name, description, "
                                     "script tools and whether it is enabled in this session.", _EMPTY_SCHEMA,
-                                    inline=True, annotations={"skill_action": "list"})]
+                                    inline=True, annotations={"skill_action": "list"}, hints=dict(READ_ONLY))]
     for name in sorted(skills):
         desc = skills[name].meta.description
         for action, text in (
@@ -259,7 +277,8 @@ def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
             ("disable", f"Disable the skill {name} in this session."),
         ):
             out.append(ToolSpec(f"skill_{action}_{name}", text, _EMPTY_SCHEMA, inline=True,
-                                annotations={"skill": name, "skill_action": action}))
+                                annotations={"skill": name, "skill_action": action},
+                                hints=dict(READ_ONLY if action == "describe" else _SESSION_SWITCH)))
     for name in sorted(skills):
         for tool, (_path, spec) in skills[name].scripts.items():
             out.append(

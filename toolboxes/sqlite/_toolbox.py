@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 from sandbox._syspaths import uid_write_problem
+from toolboxes._hints import ADDITIVE, DESTRUCTIVE, READ_ONLY
 from toolboxes._names import tool_name
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
@@ -121,6 +122,7 @@ class SqliteToolbox:
                 + (", versionHandle" if self.mode == "versioned" else "")
                 + "}.",
                 {"type": "object", "properties": props, "required": ["sql"], "additionalProperties": False},
+                hints=dict(READ_ONLY if self.mode == "ro" else ADDITIVE if self.mode == "versioned" else DESTRUCTIVE),
             )
         ]
         if self.mode == "versioned":
@@ -135,6 +137,7 @@ class SqliteToolbox:
                         "required": ["versionHandle"],
                         "additionalProperties": False,
                     },
+                    hints={**DESTRUCTIVE, "idempotentHint": True},
                 )
             )
         return specs

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .._hints import READ_ONLY
 from .._names import tool_name
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
@@ -31,6 +32,7 @@ class _Capability:
     required: tuple[str, ...]
     run: Callable[[SystemToolbox, dict[str, Any], CallContext], ToolResult]
     inline: bool = False
+    hints: dict[str, Any] = field(default_factory=lambda: dict(READ_ONLY))
 
 
 def _info(cap: str) -> _Capability:
@@ -72,6 +74,7 @@ _CAPABILITIES["execute-command"] = _Capability(
     {"command": {"type": "string", "description": "the shell command"}},
     ("command",),
     lambda tb, args, ctx: execute_command(args, tb.config, ctx, tb.reaper, tb.env.workdir),
+    hints={},  # a shell command may do anything the sandbox allows: MCP's defaults (destructive) hold
 )
 
 for _cap, (_description, _properties, _required, _run) in SESSION_CAPABILITIES.items():
@@ -104,7 +107,8 @@ class SystemToolbox:
             }
             if not entry.required:
                 del schema["required"]
-            spec = ToolSpec(tool_name("system", name, cap), entry.description, schema, inline=entry.inline)
+            spec = ToolSpec(tool_name("system", name, cap), entry.description, schema, inline=entry.inline,
+                            hints=dict(entry.hints))
             self._tools[spec.name] = (cap, entry)
             self._specs.append(spec)
 
