@@ -77,22 +77,27 @@ def show_private_file(content: str, target: str, *, workdir: str, step: str) -> 
     real_target = os.path.realpath(target)
     if not os.path.isfile(real_target):
         raise ConfinementError(f"{target} does not exist; there is nothing to mount over", step=step)
+    # The launcher is root and ``workdir`` is writable by the worker's uid, which another process may hold (a second
+    # supervisor serving this toolbox): after the create, only the fd is trusted. fchmod, and the mount's source is
+    # the fd's magic link, which names the file opened, whatever the path has been swapped for since.
     path = os.path.join(workdir, f".{os.path.basename(real_target)}.{secrets.token_hex(8)}")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         raise ConfinementError(
             f"cannot write the worker's {target} in {workdir}: {exc.strerror}", step=step, errno=exc.errno
         ) from exc
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(content)
-        os.chmod(path, 0o644)
-        mount(path, real_target, None, MS_BIND, step=step)
+        data = content.encode()
+        while data:
+            data = data[os.write(fd, data):]
+        os.fchmod(fd, 0o644)
+        mount(f"/proc/self/fd/{fd}", real_target, None, MS_BIND, step=step)
         mount(None, real_target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
               step=step)
     finally:
+        os.close(fd)
         try:
-            os.unlink(path)
+            os.unlink(path)  # whatever is at the name now, in the worker's own folder: removing it is harmless
         except OSError:
             pass

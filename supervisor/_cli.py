@@ -288,6 +288,7 @@ def _check(args: argparse.Namespace) -> int:
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
         print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
+        print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))
         view = tb.get("view")
         print("  filesystem view: " + ("private root, only these mounts:" if view else
                                        "the host's tree (private_view: false); Landlock alone refuses"))

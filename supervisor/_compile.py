@@ -32,6 +32,7 @@ from ._config_errors import ConfigError, ConfigProblem
 from ._config_loader import LoadedConfig
 from ._errors import PolicyRefused
 from ._identities import WorkerIdentity, assign_identities
+from ._limit_notes import explained_limits
 from ._session_introspection import introspection_problem
 from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
@@ -361,6 +362,10 @@ def plan_worker(
                    "own namespace, loopback only, no egress",
         "landlock_min_abi": min_abi,
         "cgroup": cgroup.describe() if cgroup is not None else None,
+        "limit_notes": explained_limits(
+            pids_max=cgroup.pids_max if cgroup is not None else None,
+            memory_bytes=cgroup.memory_bytes if cgroup is not None else None,
+            cpu_seconds=limits.cpu_seconds, file_size_bytes=limits.file_size_bytes),
         "rlimit_nproc": nproc,
         "rlimit_as": address_space,
     }

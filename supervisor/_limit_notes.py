@@ -26,7 +26,7 @@ from toolboxes._result import ToolResult
 
 from ._trace import TraceRecorder
 
-__all__ = ["LimitHit", "LimitWatch", "limit_hits", "note", "signal_of"]
+__all__ = ["LimitHit", "LimitWatch", "explained_limits", "limit_hits", "note", "signal_of"]
 
 _SIGNAL_LIMITS = {int(signal.SIGXCPU): ("cpu_seconds", "CPU time"),
                   int(signal.SIGXFSZ): ("file_size_bytes", "file size")}
@@ -81,6 +81,21 @@ def limit_hits(rose: dict[str, int], sig: int | None, *, pids_max: int | None, m
         hits.append(LimitHit(key, value, f"the process was killed by {name}: it reached its {what} limit "
                                          f"(RLIMIT_{'CPU' if key == 'cpu_seconds' else 'FSIZE'}) of {value} {unit}"))
     return hits
+
+
+def explained_limits(*, pids_max: int | None, memory_bytes: int | None, cpu_seconds: int | None,
+                     file_size_bytes: int | None) -> list[str]:
+    """The limits in force whose hits a result will name, with how each is seen, for ``check`` (pure)."""
+    out = []
+    if pids_max is not None:
+        out.append("limits.processes (pids.events)")
+    if memory_bytes is not None:
+        out.append("limits.memory_bytes (OOM kills in the group)")
+    if cpu_seconds is not None:
+        out.append("limits.cpu_seconds (SIGXCPU)")
+    if file_size_bytes is not None:
+        out.append("limits.file_size_bytes (SIGXFSZ)")
+    return out
 
 
 def note(toolbox: str, hit: LimitHit) -> str:

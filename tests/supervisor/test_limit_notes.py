@@ -13,7 +13,7 @@ from sandbox._cgroups import CgroupLayout, plan_cgroup, read_layout
 from supervisor._limit_notes import limit_hits, note, signal_of
 from supervisor._supervisor import Supervisor
 from supervisor._trace_report import load_trace, render_text, report
-from tests._policies import agent, write_policy
+from tests._policies import agent, system_toolbox, write_policy
 from toolboxes._result import ToolResult
 
 from ..toolboxes.test_bash import describe_json, write_script
@@ -152,6 +152,28 @@ async def test_a_process_killed_by_sigxfsz_names_limits_file_size_bytes(sandbox_
                      limits={"file_size_bytes": "1MiB"})
     async with Supervisor.open(policy) as sup:
         big = await sup.call("bash_big", {})
+    # execute-command reports the signal in its structured exitCode (-25)
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
+        system_toolbox(capabilities=["execute-command"])])}, landlock_min_abi=6, limits={"file_size_bytes": "1MiB"})
+    async with Supervisor.open(policy) as sup:
+        command = await sup.call("system_system_execute_command",
+                                 {"command": "exec head -c 3000000 /dev/zero > /tmp/big"})
+    assert command.structured["exitCode"] == -25, command.data
+    assert command.meta("limit_hit") == "limits.file_size_bytes", command.metadata
+    assert "toolboxes.system.limits.file_size_bytes" in command.data, command.data
     assert big.status == "failed" and "SIGXFSZ" in (big.summary or ""), big.data
     assert big.meta("limit_hit") == "limits.file_size_bytes", big.metadata
     assert "RLIMIT_FSIZE" in big.data and f"of {1 << 20} bytes" in big.data, big.data
+
+
+@needs_cgroups
+def test_check_lists_the_limits_a_result_will_explain(sandbox_tmp: Path) -> None:
+    from .test_frontends import _cli
+
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
+                          limits={"cpu_seconds": 30, "file_size_bytes": None})
+    [tb] = json.loads(_cli("check", "--policy", str(policy), "--json").stdout)["toolboxes"]
+    assert tb["limit_notes"] == ["limits.processes (pids.events)", "limits.memory_bytes (OOM kills in the group)",
+                                 "limits.cpu_seconds (SIGXCPU)"]
+    human = _cli("check", "--policy", str(policy)).stdout
+    assert "a call stopped by a limit is explained for: limits.processes (pids.events)" in human
