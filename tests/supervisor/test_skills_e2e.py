@@ -285,6 +285,12 @@ class Notifications:
     async def wait(self) -> None:
         await self._event.wait()
 
+    async def wait_for(self, count: int) -> None:
+        """Return once ``count`` notifications have come (at once if they already have: one may come before the
+        reply to the call that caused it)."""
+        while self.count < count:
+            await self.wait()
+
 
 @asynccontextmanager
 async def mcp_session(sup: Supervisor, handler: Callable[[Any], Awaitable[None]]
@@ -331,7 +337,7 @@ async def test_two_mcp_sessions_see_their_own_skills(sandbox_tmp: Path) -> None:
                 enabled = await a.call_tool("skill_enable_pdf-tools", {})
                 assert not enabled.is_error
                 assert enabled.structured_content["enabled"] is True
-                await one.wait()
+                await one.wait_for(1)
                 assert PDF_TOOL in names((await a.list_tools()).tools)
                 ran = await a.call_tool(PDF_TOOL, {"file": "doc"})
                 assert not ran.is_error
@@ -344,7 +350,7 @@ async def test_two_mcp_sessions_see_their_own_skills(sandbox_tmp: Path) -> None:
                 refused = await b.call_tool(PDF_TOOL, {"file": "doc"})
                 assert refused.is_error and "call skill_enable_pdf-tools first" in refused.content[0].text
                 assert not (await a.call_tool("skill_disable_pdf-tools", {})).is_error
-                await one.wait()
+                await one.wait_for(2)
                 assert PDF_TOOL not in names((await a.list_tools()).tools)
                 assert (one.count, two.count) == (2, 0)
 

@@ -67,12 +67,17 @@ class Connection:
         argv: the server's command line. env: its whole environment. cwd: its working directory.
         label: how messages name the server (``MCP server 'files'``).
         on_notification: called on a separate thread for each notification (it may make requests).
+        on_progress: called on the reader thread for each ``notifications/progress``, before any response that
+            follows it is handed over (so a call's progress is never seen after its result); it must not block
+            or make requests. ``None``: progress goes to ``on_notification`` like the rest.
     """
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str, label: str,
-                 on_notification: Callable[[Notification], None]) -> None:
+                 on_notification: Callable[[Notification], None],
+                 on_progress: Callable[[Notification], None] | None = None) -> None:
         self.label = label
         self._on_notification = on_notification
+        self._on_progress = on_progress
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -217,6 +222,8 @@ class Connection:
                                     "sampling, roots or elicitation")
             with contextlib.suppress(ServerGone):
                 self._send(reply)
+        elif isinstance(msg, Notification) and msg.method == "notifications/progress" and self._on_progress:
+            self._on_progress(msg)
         elif isinstance(msg, Notification):
             with self._notify_ready:
                 self._notify_queue.append(msg)

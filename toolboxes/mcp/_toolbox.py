@@ -209,7 +209,8 @@ class McpToolbox:
         with self._lock:
             if self._closed:
                 raise McpError(f"{self.label} is shutting down")
-        conn = Connection(self.argv, self.child_env, self.env.workdir, self.label, self._on_notification)
+        conn = Connection(self.argv, self.child_env, self.env.workdir, self.label, self._on_notification,
+                          on_progress=lambda note: self._relay_progress(note.params))
         try:
             init = conn.request("initialize", initialize_params(), deadline=deadline)
             version = init.get("protocolVersion")
@@ -366,9 +367,6 @@ class McpToolbox:
             self.env.channel.tools_changed()
 
     def _on_notification(self, note: Notification) -> None:
-        if note.method == "notifications/progress":
-            self._relay_progress(note.params)
-            return
         kinds = _CATALOG_CHANGES.get(note.method)
         if kinds is not None:
             for kind in kinds:
