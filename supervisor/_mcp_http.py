@@ -37,10 +37,9 @@ import trio
 
 from ._http_address import normalise_origin, parse_listen, public_url_for
 from ._http_auth import Authenticator, AuthRefusal, Principal
+from ._http_sessions import HttpSession, StatelessExchange, check_stateless_envelope
 from ._http_tenants import TenantState
 from ._http_wire import (
-    HEADER_MISMATCH,
-    UNSUPPORTED_VERSION,
     HttpRefused,
     Receive,
     Scope,
@@ -69,52 +68,12 @@ from ._supervisor import Supervisor
 
 __all__ = ["McpHttpApp", "serve_mcp_http"]
 
-_META_VERSION = "io.modelcontextprotocol/protocolVersion"
-_META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
-_NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 #: Messages queued for a session's GET stream; past it notifications are dropped (list_changed is idempotent).
 _STREAM_QUEUE = 64
 _PREFIX = "/agents/"
 _SUFFIX = "/mcp"
 _METADATA = "/.well-known/oauth-protected-resource"
 
-
-
-class _HttpSession:
-    """One MCP session of the handshake revisions, bound to the tenant and agent that made it."""
-
-    def __init__(self, app: McpHttpApp, principal: Principal, agent: str, version: str) -> None:
-        self.id = secrets.token_urlsafe(24)
-        self.principal = principal
-        self.agent = agent
-        self.version = version
-        self.last_used = trio.current_time()
-        self.mcp = McpSession(app.sup, self.deliver, session_id=f"http-{secrets.token_hex(8)}", agent=agent,
-                              tenant=principal.tenant)
-        self.pending: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
-        self.progress: dict[Any, Any] = {}  # progress token -> request id
-        self.stream: trio.MemorySendChannel[dict[str, Any]] | None = None
-        self.scope = trio.CancelScope()  # ends the session's stream and watcher
-
-    async def deliver(self, message: dict[str, Any]) -> None:
-        """Route what the session sends: a reply to its request, progress to its request's stream, else GET."""
-        target = None
-        if "method" not in message:
-            target = self.pending.get(message.get("id"))
-        elif message.get("method") == "notifications/progress":
-            token = (message.get("params") or {}).get("progressToken")
-            target = self.pending.get(self.progress.get(token))
-        if target is None and "method" in message:
-            target = self.stream
-        if target is None:
-            return
-        try:
-            if "method" in message and target is self.stream:
-                target.send_nowait(message)  # a notification nobody reads is dropped, never queued without bound
-            else:
-                await target.send(message)
-        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
 
 
 class McpHttpApp:
@@ -129,7 +88,7 @@ class McpHttpApp:
         self.base_url = public_url_for(settings.listen, tls=settings.tls is not None, public_url=settings.public_url)
         self.origins = {*settings.allowed_origins, normalise_origin(self.base_url)}
         self.tenants = {name: TenantState(t) for name, t in tenants.items()}
-        self.sessions: dict[str, _HttpSession] = {}
+        self.sessions: dict[str, HttpSession] = {}
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -145,7 +104,7 @@ class McpHttpApp:
                 for session in [s for s in self.sessions.values() if s.last_used < horizon and s.stream is None]:
                     self._end(session, "idle")
 
-    def _end(self, session: _HttpSession, why: str) -> None:
+    def _end(self, session: HttpSession, why: str) -> None:
         if self.sessions.pop(session.id, None) is None:
             return
         self.tenants[session.principal.tenant].sessions -= 1
@@ -243,7 +202,7 @@ class McpHttpApp:
 
     # -- sessions ---------------------------------------------------------------------------------------------------
 
-    def _session(self, principal: Principal, agent: str, headers: dict[str, str]) -> _HttpSession:
+    def _session(self, principal: Principal, agent: str, headers: dict[str, str]) -> HttpSession:
         session_id = headers.get("mcp-session-id")
         if session_id is None:
             raise HttpRefused(400, "this request needs the Mcp-Session-Id header the initialize response gave",
@@ -256,7 +215,7 @@ class McpHttpApp:
         session.last_used = trio.current_time()
         return session
 
-    def _new_session(self, principal: Principal, agent: str, version: str) -> _HttpSession:
+    def _new_session(self, principal: Principal, agent: str, version: str) -> HttpSession:
         tenant = self.tenants[principal.tenant]
         if tenant.sessions >= tenant.limits.limits.sessions:
             raise HttpRefused(429, f"tenant {principal.tenant!r} holds {tenant.sessions} sessions, its limit; end one "
@@ -264,7 +223,7 @@ class McpHttpApp:
         if len(self.sessions) >= self.settings.max_sessions:
             raise HttpRefused(503, "this server holds as many sessions as it may; try again later",
                            headers=[("retry-after", "10")])
-        session = _HttpSession(self, principal, agent, version)
+        session = HttpSession(self.sup, principal, agent, version)
         self.sessions[session.id] = session
         tenant.sessions += 1
         self.sup.trace.record("http_session_start", tenant=principal.tenant, agent=agent,
@@ -319,31 +278,14 @@ class McpHttpApp:
         if "method" not in message or "id" not in message:
             await send_empty(send, 202)  # the stateless wire defines no client notification to act on
             return
-        req_id = message.get("id")
-        params = message.get("params")
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        if not isinstance(meta, dict) or _META_VERSION not in meta or _META_CAPABILITIES not in meta:
-            raise HttpRefused(400, f"params._meta must carry {_META_VERSION!r} and {_META_CAPABILITIES!r}",
-                           rpc_code=-32602, req_id=req_id)
-        method = message.get("method")
-        if meta[_META_VERSION] != headers.get("mcp-protocol-version") or headers.get("mcp-method") != method:
-            raise HttpRefused(400, "the MCP-Protocol-Version and Mcp-Method headers must match the request body",
-                           rpc_code=HEADER_MISMATCH, req_id=req_id)
-        name_key = _NAME_PARAMS.get(method) if isinstance(method, str) else None
-        if name_key is not None and isinstance(params, dict) and params.get(name_key) is not None and \
-                headers.get("mcp-name") != params.get(name_key):
-            raise HttpRefused(400, f"the Mcp-Name header must match the request's {name_key!r}",
-                           rpc_code=HEADER_MISMATCH, req_id=req_id)
-        if meta[_META_VERSION] not in MODERN_VERSIONS:
-            raise HttpRefused(400, f"protocol version {meta[_META_VERSION]!r} is not served",
-                           rpc_code=UNSUPPORTED_VERSION, req_id=req_id)
-        exchange = _Exchange(principal)
+        check_stateless_envelope(message, headers)
+        exchange = StatelessExchange(principal)
         mcp = McpSession(self.sup, exchange.deliver, session_id=f"http-{secrets.token_hex(8)}", modern=True,
                          agent=agent, tenant=principal.tenant)
         # On this wire closing the response is how a client cancels.
         await self._answer(exchange, mcp, message, headers, send, cancel_on=receive)
 
-    async def _answer(self, holder: _HttpSession | _Exchange, mcp: McpSession, message: dict[str, Any],
+    async def _answer(self, holder: HttpSession | StatelessExchange, mcp: McpSession, message: dict[str, Any],
                       headers: dict[str, str], send: Send, extra_headers: list[tuple[str, str]] | None = None,
                       cancel_on: Receive | None = None) -> None:
         """Run one request and write its answer: JSON, or an SSE stream when it reports progress.
@@ -390,7 +332,7 @@ class McpHttpApp:
             holder.progress.pop(token, None)
 
     async def _run(self, job: Callable[[], Awaitable[None]], tenant: TenantState | None,
-                   holder: _HttpSession | _Exchange, req_id: Any) -> None:
+                   holder: HttpSession | StatelessExchange, req_id: Any) -> None:
         if tenant is None:
             await job()
             return
@@ -440,25 +382,6 @@ class McpHttpApp:
             session.stream = None
             tenant.streams -= 1
             session.last_used = trio.current_time()
-
-
-class _Exchange:
-    """The one request of a stateless (2026-07-28) POST: where its session's messages go."""
-
-    def __init__(self, principal: Principal) -> None:
-        self.principal = principal
-        self.pending: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
-        self.progress: dict[Any, Any] = {}
-
-    async def deliver(self, message: dict[str, Any]) -> None:
-        if "method" in message and message.get("method") != "notifications/progress":
-            return  # no server stream on this wire
-        target = next(iter(self.pending.values()), None)
-        if target is not None:
-            try:
-                await target.send(message)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
 
 
 async def serve_mcp_http(sup: Supervisor, settings: HttpFrontend, auth: Authenticator, *,
