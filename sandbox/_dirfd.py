@@ -211,14 +211,19 @@ def reown_tree(parent_fd: int, name: str, uid: int, gid: int) -> ReownCount:
     return count
 
 
-def _reown_entries(dfd: int, old: int, uid: int, gid: int, dev: int, depth: int, count: ReownCount) -> None:
+def _entries(dfd: int) -> Iterator[tuple[str, os.stat_result]]:
+    """Each entry of the directory ``dfd`` with its no-follow stat; one removed meanwhile is skipped."""
     with os.scandir(dfd) as it:
         names = [e.name for e in it]
-    for entry in names:
+    for name in names:
         try:
-            st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
+            yield name, os.stat(name, dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
             continue
+
+
+def _reown_entries(dfd: int, old: int, uid: int, gid: int, dev: int, depth: int, count: ReownCount) -> None:
+    for entry, st in _entries(dfd):
         if st.st_uid != old or st.st_dev != dev:
             count.left += 1
             continue
@@ -284,13 +289,7 @@ def seal_tree(parent_fd: int, name: str) -> int:
 
 def _seal_entries(dfd: int, dev: int, depth: int) -> int:
     changed = 0
-    with os.scandir(dfd) as it:
-        names = [e.name for e in it]
-    for entry in names:
-        try:
-            st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
+    for entry, st in _entries(dfd):
         if st.st_dev != dev or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
             continue
         is_dir = stat.S_ISDIR(st.st_mode)
