@@ -25,8 +25,13 @@ class TenantState:
 
     def __post_init__(self) -> None:
         self.calls = trio.CapacityLimiter(self.limits.limits.concurrent_calls)
+        self.tokens = self._burst()
+
+    def _burst(self) -> float:
+        """The bucket's size: a second's worth of calls, and never less than one (a rate below 1/s still allows
+        a call now and then)."""
         rate = self.limits.limits.calls_per_second
-        self.tokens = rate if rate is not None else 0.0
+        return max(rate, 1.0) if rate is not None else 0.0
 
     def take_call_token(self) -> float:
         """Spend one call of the rate; 0 when allowed, else the seconds until one is available."""
@@ -34,7 +39,7 @@ class TenantState:
         if rate is None:
             return 0.0
         now = time.monotonic()
-        self.tokens = min(rate, self.tokens + (now - self.refilled) * rate)
+        self.tokens = min(self._burst(), self.tokens + (now - self.refilled) * rate)
         self.refilled = now
         if self.tokens >= 1:
             self.tokens -= 1

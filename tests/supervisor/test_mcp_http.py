@@ -274,3 +274,21 @@ async def test_oauth_access_tokens(sandbox_tmp: Path) -> None:
             assert "www-authenticate" in headers
         status, _, body = await _curl(f"{server.base}/.well-known/oauth-protected-resource/agents/alpha/mcp")
         assert json.loads(body)["authorization_servers"] == [ISSUER]
+
+
+async def test_tenant_call_rate(sandbox_tmp: Path) -> None:
+    """A tenant's calls per second: the bucket holds at least one call, then the next waits for the rate."""
+    policy = write_policy(sandbox_tmp, {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
+                          frontends={"http": {"listen": "127.0.0.1:0"}},
+                          tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"],
+                                            "limits": {"calls_per_second": 0.01}}})
+    async for server in _start(policy):
+        url = server.url("alpha")
+        _, headers, _ = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-d", _INIT)
+        call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                           "params": {"name": "system_system_date", "arguments": {}}})
+        session = ["-H", f"mcp-session-id: {headers['mcp-session-id']}"]
+        _, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), *session, "-d", call)
+        assert json.loads(body)["result"]["isError"] is False
+        _, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), *session, "-d", call)
+        assert "rate of 0.01 calls per second is spent" in json.loads(body)["error"]["message"]
