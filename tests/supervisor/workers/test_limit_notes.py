@@ -167,7 +167,7 @@ async def test_a_process_killed_by_sigxfsz_names_limits_file_size_bytes(sandbox_
 
 @needs_cgroups
 def test_check_lists_the_limits_a_result_will_explain(sandbox_tmp: Path) -> None:
-    from .test_frontends import _cli
+    from tests.supervisor.frontends.test_frontends import _cli
 
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
                           limits={"cpu_seconds": 30, "file_size_bytes": None})
