@@ -131,9 +131,9 @@ def _mcp_read_rules(cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
     return out
 
 
-def _wasm_rules(tb: ToolboxConfig, cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
-    """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already), and a
-    warning that ``fsbMaxFileSize`` cannot hold inside wasmtime's WASI (only ``limits.file_size_bytes`` does)."""
+def _wasm_rules(cfg: dict[str, Any]) -> list[FsRule]:
+    """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already).
+    ``fsbMaxFileSize`` is held in the worker (its RLIMIT_FSIZE, ``toolboxes/wasm/_file_size.py``)."""
     out: list[FsRule] = []
     path = str(cfg.get("Path") or "")
     if path and not os.path.isdir(path):
@@ -142,10 +142,6 @@ def _wasm_rules(tb: ToolboxConfig, cfg: dict[str, Any], warnings: list[str]) -> 
         sidecar = os.path.join(os.path.dirname(path), stem + ".json")
         if os.path.exists(sidecar):
             out.append(FsRule(sidecar, READ))
-    fsb = cfg.get("FileSandbox") or {}
-    if fsb and fsb.get("fsbMaxFileSize") is not None:
-        warnings.append(f"{tb.name}: fsbMaxFileSize is not enforced for WASM components (wasmtime's WASI writes "
-                        "files directly); limits.file_size_bytes (RLIMIT_FSIZE) is the limit that holds")
     return out
 
 
@@ -201,7 +197,7 @@ def plan_worker(
     if tb.kind == "mcp":
         rules += _mcp_read_rules(cfg, warnings)
     if tb.kind == "wasm":
-        rules += _wasm_rules(tb, cfg, warnings)
+        rules += _wasm_rules(cfg)
 
     fs_report: dict[str, Any] | None = None
     if tb.file_sandbox is not None:
