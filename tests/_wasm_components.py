@@ -253,6 +253,9 @@ BEHAVIOURS = {
     # connect a TCP socket to the spec's address (default 203.0.113.1:80); data := start-connect's error code
     # (100 + create-tcp-socket's when that fails), or 'started'
     "net": "(call $connect)",
+    # write 1 KiB at a time into big.bin in the work folder until a write fails (at most 64 KiB); data := the
+    # wasi:filesystem error code of the failed write, or 'wrote' (the status stays the spec's: passed)
+    "bigwrite": "(call $write_big)",
     # metadata := the component's whole environment
     "env": f"(call $get_env (i32.const {_RESULT + _METADATA}))",
 }
@@ -338,6 +341,23 @@ _PROBE_HELPERS = f"""
     (if (i32.load8_u (i32.const {_SCRATCH + 16}))
       (then (call $set_number (i32.const {_RESULT + _DATA}) (i32.load8_u (i32.const {_SCRATCH + 20}))))
       (else (call $set_opt (i32.const {_RESULT + _DATA}) (i32.const 1) (i32.const {{opened_at}}) (i32.const 6)))))
+  (func $write_big
+    (local $fd i32) (local $off i64)
+    (call $open_at (call $first_dir) (i32.const 0) (i32.const {{big_at}}) (i32.const {{big_len}})
+                   (i32.const 9) (i32.const 2) (i32.const {_SCRATCH + 16}))
+    (if (i32.load8_u (i32.const {_SCRATCH + 16})) (then unreachable))
+    (local.set $fd (i32.load (i32.const {_SCRATCH + 20})))
+    (block $done
+      (loop $more
+        (br_if $done (i64.ge_u (local.get $off) (i64.const 65536)))
+        (call $fd_write (local.get $fd) (i32.const 0) (i32.const 1024) (local.get $off) (i32.const {_SCRATCH + 32}))
+        (if (i32.load8_u (i32.const {_SCRATCH + 32}))
+          (then (call $set_number (i32.const {_RESULT + _DATA}) (i32.load8_u (i32.const {_SCRATCH + 40})))
+                (call $fd_drop (local.get $fd)) (return)))
+        (local.set $off (i64.add (local.get $off) (i64.load (i32.const {_SCRATCH + 40}))))
+        (br $more)))
+    (call $fd_drop (local.get $fd))
+    (call $set_opt (i32.const {_RESULT + _DATA}) (i32.const 1) (i32.const {{wrote_at}}) (i32.const 5)))
   (func $connect
     (local $sock i32) (local $net i32)
     (call $tcp_new (i32.const 0) (i32.const {_SCRATCH + 16}))
@@ -373,7 +393,7 @@ def component_wat(spec: Spec) -> str:
     files: dict[str, tuple[int, int, int, int]] = {}
     record, blob = _result_blob(spec, files)
     consts = {"preopen": "preopen", "outside": spec.open_path or OUTSIDE, "opened": "opened", "started": "started",
-              "log": "a line from the component's log\n"}
+              "log": "a line from the component's log\n", "big": "big.bin", "wrote": "wrote"}
     where = {k: blob.string(v) for k, v in consts.items()}
     body = BEHAVIOURS[spec.behaviour].format(log_at=where["log"][0], log_len=where["log"][1])
     writes = "".join(f"(call $write_file (call $first_dir) (i32.const {n}) (i32.const {nl}) (i32.const {c}) "
@@ -382,6 +402,7 @@ def component_wat(spec: Spec) -> str:
     helpers = _HELPERS + (_PROBE_HELPERS.format(
         preopen_at=where["preopen"][0], outside_at=where["outside"][0], outside_len=where["outside"][1],
         opened_at=where["opened"][0], started_at=where["started"][0], port=spec.connect[1],
+        big_at=where["big"][0], big_len=where["big"][1], wrote_at=where["wrote"][0],
         a=spec.connect[0][0], b=spec.connect[0][1], c=spec.connect[0][2], d=spec.connect[0][3]) if probe else "")
     assert blob.start + len(blob.data) < _HEAP, "static data overflows into the heap"
     filler = "".join(_filler(i) for i in range(spec.bulk))

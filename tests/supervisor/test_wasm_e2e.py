@@ -230,6 +230,41 @@ async def test_only_the_work_folder_and_the_file_sandbox_are_preopened(policy: P
     assert preopens == [str(_workdir(policy)), str(sandbox_tmp / "shared")]
 
 
+async def test_a_write_past_fsb_max_file_size_is_refused_by_the_kernel_and_reported(sandbox_tmp: Path) -> None:
+    """fsbMaxFileSize is the worker's RLIMIT_FSIZE once the toolbox is open: a component's write past it fails in
+    the kernel (EFBIG, file-too-large inside), and the call ends ``error`` naming the key, whatever the component
+    claims; the same worker serves the next calls, and a call that writes nothing is untouched."""
+    build_components([Spec("writes_big", behaviour="bigwrite", summary="wrote big.bin"), SPECS[0]],
+                     sandbox_tmp / "components")
+    fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./shared"}, "fsbMaxFileSize": 4096}
+    (sandbox_tmp / "shared").mkdir()
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=fsb)])},
+                        trace={"path": str(sandbox_tmp / "t.jsonl")})
+    changes = _Changes()
+    components = sandbox_tmp / "components"
+    with trio.fail_after(60):
+        async with _session(path, changes.handler) as s:
+            first = await s.call_tool("wasm_probe_writes_big", {})
+            size = (_workdir(path) / "big.bin").stat().st_size
+            echoed = await s.call_tool("wasm_probe_echo", {"q": "x"})
+            again = await s.call_tool("wasm_probe_writes_big", {})
+            # a component loaded after the limit applies, whose initial memory (8 KiB) is larger than the limit,
+            # still runs: the engine makes no memfd image of it (that file would count against RLIMIT_FSIZE)
+            build_components([Spec("later", data="x" * 6000)], components)
+            await changes.event.wait()
+            later = await s.call_tool("wasm_probe_later", {})
+    for result in (first, again):
+        assert result.is_error
+        assert "file size limit of 4096 bytes (FileSandbox.fsbMaxFileSize)" in _text(result)
+        # the component's own answer: passed, with wasi:filesystem error-code 8 (file-too-large) from its write
+        assert "status passed" in _text(result) and "data '8'" in _text(result)
+    assert size == 4096  # the kernel cut the file at the limit
+    assert not echoed.is_error and json.loads(_text(echoed)) == {"q": "x"}
+    assert not later.is_error and _text(later) == "x" * 6000
+    assert _ends(path)["wasm_probe_writes_big"]["status"] == "error"
+    assert len([r for r in _trace(path) if r["event"] == "worker_spawn" and r["toolbox"] == "probe"]) == 1
+
+
 async def test_no_network_without_allowed_hosts(policy: Path) -> None:
     with trio.fail_after(60):
         async with _session(policy) as s:
