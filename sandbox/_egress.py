@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import ipaddress
 import os
 import socket
@@ -285,9 +286,11 @@ def _split_absolute(target: str) -> tuple[str, str, str]:
     return scheme, authority, path
 
 
+@functools.cache
 def default_upstream_tls() -> ssl.SSLContext:
     """The context the proxy verifies upstream servers with: the system CA store (``SSL_CERT_FILE`` and
-    ``SSL_CERT_DIR`` as OpenSSL reads them), host names checked, TLS 1.2 at least."""
+    ``SSL_CERT_DIR`` as OpenSSL reads them, at the first call), host names checked, TLS 1.2 at least. One
+    context for the whole process (loading the store takes milliseconds)."""
     ctx = ssl.create_default_context()
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     return ctx

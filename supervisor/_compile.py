@@ -16,11 +16,13 @@ import dataclasses
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox._bridge import BridgePorts, worker_network_env
 from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
+from sandbox._credentials import Credential
 from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, reown_tree
 from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
@@ -30,6 +32,8 @@ from sandbox._syspaths import python_runtime_paths, uid_can_read
 from ._agent_toolboxes import ToolboxConfig
 from ._config_errors import ConfigError, ConfigProblem
 from ._config_loader import LoadedConfig
+from ._credential_grants import grant_credentials
+from ._credential_values import load_credentials
 from ._errors import PolicyRefused
 from ._identities import WorkerIdentity, assign_identities
 from ._limit_notes import explained_limits
@@ -162,11 +166,13 @@ def plan_worker(
     cgroup_layout: CgroupLayout | None = None,
     cgroup_problem: str = "cgroups were not looked for",
     identity: WorkerIdentity | None = None,
+    credentials: Mapping[str, Credential] | None = None,
 ) -> WorkerSpec:
     """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`.
 
     ``identity``: the uid and gid of its own this worker runs as (the policy's ``worker_uids``, from the state
     dir's identity table, ``_identities.py``); ``None``: the policy's ``sandbox_uid`` and ``sandbox_gid``.
+    ``credentials``: the policy's credentials with their values (``_credential_values.load_credentials``).
     """
     policy = config.policy
     limits = policy.effective_limits(tb.name, tb.agent_slug)
@@ -267,6 +273,10 @@ def plan_worker(
     ports = BridgePorts()
     if hosts:
         env.update(worker_network_env(ports))
+    grant = grant_credentials(cfg, granted=overrides.credentials, credential_env=overrides.credential_env,
+                              loaded=credentials or {}, hosts=hosts, toolbox=tb.name, agent=tb.agent_slug)
+    env.update(grant.env or {})
+    warnings += grant.warnings
 
     uid = gid = None
     groups: tuple[int, ...] = ()
@@ -359,6 +369,7 @@ def plan_worker(
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
         "allowed_hosts": list(hosts),
         "cname_targets": list(cname_targets),
+        "credentials": grant.describe(),
         "xattrs": overrides.xattrs,
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
@@ -393,6 +404,7 @@ def plan_worker(
         allowed_hosts=hosts,
         private_networks=private,
         cname_targets=cname_targets,
+        credentials=grant.credentials,
         cgroup=cgroup,
         address_space_fallback=address_space_fallback,
         warnings=warnings,
@@ -527,6 +539,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     seen: set[str] = set()
     git_sources: list[GitSource] = []
     _check_toolbox_keys(config)
+    credentials = load_credentials(policy.credentials)
     ranged = root and policy.worker_uids is not None
     identities = assign_identities(
         state_dir, {a.slug: a.file for a in config.agents},
@@ -555,7 +568,8 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
                                    running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
                                    cgroup_problem=cgroup_problem,
-                                   identity=identities.get(f"{tb.agent_slug}/{tb.name}"))
+                                   identity=identities.get(f"{tb.agent_slug}/{tb.name}"),
+                                   credentials=credentials)
             except PolicyRefused:
                 raise
             except Exception as exc:  # a bug or a surprise of this machine: this toolbox's load error only
