@@ -45,6 +45,15 @@ from ._worker import WorkerSpec
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
+#: Why a WASM toolbox's AllowedHosts cannot hold, and what to do (docs/WASM.md "Network", DECISIONS "WASM network").
+WASM_NO_NETWORK = (
+    "wasmtime-py's C API can inherit the network (wasi_config_inherit_network) but has no call that allows TCP or "
+    "UDP, which wasmtime's WASI p2 leaves off, so create-tcp-socket answers access-denied; and its wasi:http "
+    "dials each request's host directly with wasmtime's default hooks, never through the worker's egress proxy, "
+    "so it is not linked. Components have no network. Remove AllowedHosts from this WasmToolbox; a tool that "
+    "needs hosts belongs in a kind that reaches them through the proxy (FileSystemDirectory or SingleTool scripts, "
+    "LuaToolbox, OpenAPIServer).")
+
 #: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
 _RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp", "wasm"}
 #: Toolbox kinds this build runs (``toolboxes.<kind>``); a kind the loader knows but this set lacks is refused under
@@ -257,10 +266,9 @@ def plan_worker(
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
     if tb.kind == "wasm" and hosts:
         message = (f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives WASM components nothing in this "
-                   "build: wasmtime-py's WASI p2 context refuses every socket (create-tcp-socket answers "
-                   "access-denied even with the network inherited), so components have no network at all")
+                   f"build: {WASM_NO_NETWORK}")
         if policy.strict:
-            raise PolicyRefused(message + "; a strict policy refuses a setting that cannot hold. Remove AllowedHosts.")
+            raise PolicyRefused(message + " A strict policy refuses a setting that cannot hold.")
         warnings.append(message)
     ports = BridgePorts()
     if hosts:

@@ -3,7 +3,8 @@
 Each component is a small core module in WAT (written here by :func:`component_wat`) that ``wasm-tools component
 embed`` joins to :data:`WIT` and ``wasm-tools component new`` turns into a component. The WIT declares the seed's
 ``run`` interface and the few WASI p2 functions the probes call (``wasi:filesystem``, ``wasi:sockets``,
-``wasi:cli/environment``), spelled as WASI 0.2.0 defines them so that wasmtime's own WASI implementation links them.
+``wasi:cli/environment``), spelled as WASI 0.2.0 defines them so that wasmtime's own WASI implementation links them,
+and a ``wasi:http`` import (world ``http``) that this toolbox does not link.
 
 A component's result is laid out statically (the canonical ABI's memory layout of ``tool-result``, made by
 :func:`_result_blob`) and its behaviour is a WAT body chosen by name (:data:`BEHAVIOURS`). :func:`build_components`
@@ -47,6 +48,11 @@ world plain {
   export murmur:tool/run@0.2.0;
 }
 
+world http {
+  import wasi:http/outgoing-handler@0.2.0;
+  export murmur:tool/run@0.2.0;
+}
+
 package murmur:tool@0.2.0 {
   interface run {
     enum status { passed, failed, error }
@@ -57,6 +63,12 @@ package murmur:tool@0.2.0 {
       truncated: bool, metadata: list<tuple<string, string>>, attachments: list<attachment>,
     }
     run: func(input: tool-input) -> tool-result;
+  }
+}
+
+package wasi:http@0.2.0 {
+  interface outgoing-handler {
+    handle: func() -> u32;
   }
 }
 
@@ -138,6 +150,9 @@ _IMPORTS = f"""
     (func $tcp_connect (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32)))
   (import "cm32p2|wasi:cli/environment@0.2" "get-environment" (func $get_env (param i32)))
 """
+
+#: Not the real wasi:http signature: the toolbox links no wasi:http at all, so any import of it is refused at load.
+_HTTP_IMPORT = '(import "cm32p2|wasi:http/outgoing-handler@0.2" "handle" (func (result i32)))'
 
 #: Where the result record lives; static strings follow it; retptr scratch below it; the heap starts at 64 KiB.
 _RESULT = 256
@@ -406,8 +421,9 @@ def component_wat(spec: Spec) -> str:
         a=spec.connect[0][0], b=spec.connect[0][1], c=spec.connect[0][2], d=spec.connect[0][3]) if probe else "")
     assert blob.start + len(blob.data) < _HEAP, "static data overflows into the heap"
     filler = "".join(_filler(i) for i in range(spec.bulk))
+    imports = _IMPORTS if probe else _HTTP_IMPORT if spec.world == "http" else ""
     return f"""(module
-  {_IMPORTS if probe else ""}
+  {imports}
   (memory (export "cm32p2_memory") 2)
   (data (i32.const {_RESULT}) "{_wat_bytes(record)}")
   (data (i32.const {blob.start}) "{_wat_bytes(bytes(blob.data))}")

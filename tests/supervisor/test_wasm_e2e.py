@@ -292,7 +292,8 @@ async def test_allowed_hosts_give_components_no_sockets_in_this_build(sandbox_tm
                            text=True, env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO, timeout=120)
     assert check.returncode != 0
     assert "AllowedHosts gives WASM components nothing in this build" in check.stderr
-    assert "a strict policy refuses a setting that cannot hold" in check.stderr
+    assert "has no call that allows TCP or UDP" in check.stderr and "Remove AllowedHosts" in check.stderr
+    assert "A strict policy refuses a setting that cannot hold" in check.stderr
 
 
 async def test_the_environment_is_only_what_the_policy_sets(sandbox_tmp: Path) -> None:
@@ -325,7 +326,7 @@ class _Changes:
 
 async def test_load_errors_and_the_folder_is_watched(sandbox_tmp: Path) -> None:
     components = sandbox_tmp / "components"
-    build_components([SPECS[0]], components)
+    build_components([SPECS[0], Spec("http", world="http")], components)
     (components / "nosidecar.wasm").write_bytes((components / "echo.wasm").read_bytes())
     (components / "badsidecar.wasm").write_bytes((components / "echo.wasm").read_bytes())
     (components / "badsidecar.json").write_text('{"description": "", "inputSchema": {"type": "array"}}')
@@ -342,6 +343,8 @@ async def test_load_errors_and_the_folder_is_watched(sandbox_tmp: Path) -> None:
     assert "no sidecar nosidecar.json beside it" in errors["nosidecar.wasm"]
     assert "badsidecar.json: 'description' must be a non-empty string" in errors["badsidecar.wasm"]
     assert "not a WebAssembly component wasmtime can compile" in errors["notwasm.wasm"]
+    # wasi:http is not linked (its outgoing handler would dial hosts directly, not through the egress proxy)
+    assert "does not instantiate here" in errors["http.wasm"] and "wasi:http/outgoing-handler" in errors["http.wasm"]
 
     changes = _Changes()
     with trio.fail_after(60):

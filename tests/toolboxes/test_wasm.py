@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import wasmtime
+from wasmtime import _ffi as ffi
 from wasmtime import component as wc
 
 from tests._wasm_components import Spec, build_components
@@ -24,6 +26,7 @@ from toolboxes.wasm._engine import WASMTIME_VERSION, EpochClock
 from toolboxes.wasm._file_size import FileSizeLimit, plan_file_size_limit
 from toolboxes.wasm._result_map import to_tool_result
 from toolboxes.wasm._sidecar import parse_sidecar
+from toolboxes.wasm._toolbox import NO_NETWORK
 
 
 class _Channel:
@@ -233,3 +236,29 @@ def test_a_file_size_limit_that_cannot_be_watched_is_a_load_error_and_changes_no
         assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN
     finally:
         opened[0].close()
+
+
+# -- the network (the behaviour from inside a worker: tests/supervisor/test_wasm_e2e.py) ---------------------------
+def test_wasmtime_py_offers_no_way_to_give_components_sockets() -> None:
+    """Pins what docs/WASM.md "Network" rests on. wasmtime's WASI p2 allows TCP and UDP only through
+    ``WasiCtxBuilder::allow_tcp``/``allow_udp`` (off by default); wasmtime-py's C library exports no call that sets
+    them, and its ``WasiConfig`` has no network setting at all. When this fails, a wasmtime release can give
+    components sockets: AllowedHosts through the worker's proxy can then be built (and the refusal in ``check``
+    must go)."""
+    dll = ffi.dll
+    assert hasattr(dll, "wasi_config_inherit_network") and hasattr(dll, "wasi_config_allow_ip_name_lookup")
+    for name in ("wasi_config_allow_tcp", "wasi_config_allow_udp", "wasi_config_socket_addr_check",
+                 "wasi_config_set_socket_addr_check"):
+        assert not hasattr(dll, name), name
+    words = ("net", "sock", "tcp", "udp", "ip_", "http")
+    assert [n for n in dir(wasmtime.WasiConfig) if any(w in n.lower() for w in words)] == []
+
+
+def test_allowed_hosts_is_a_load_error_saying_components_get_no_network(dirs: tuple[Path, Path, Path]) -> None:
+    tb = _open(dirs, AllowedHosts=["api.example.test"])
+    try:
+        assert {"source": "AllowedHosts", "message": NO_NETWORK} in tb.load_errors()
+        assert "create-tcp-socket answers access-denied" in NO_NETWORK and "remove AllowedHosts" in NO_NETWORK
+        assert tb.call("wasm_t_echo", {}, CallContext(1, "wasm_t_echo")).status == "passed"
+    finally:
+        tb.close()

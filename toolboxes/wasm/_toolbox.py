@@ -40,8 +40,12 @@ from ._file_size import FileSizeWatch, current_limit
 from ._loader import LoadedComponent, load_component
 from ._result_map import to_tool_result
 
-__all__ = ["LOG_DIR", "MAX_LOG_CHARS", "WasmToolbox", "open_toolbox"]
+__all__ = ["LOG_DIR", "MAX_LOG_CHARS", "NO_NETWORK", "WasmToolbox", "open_toolbox"]
 
+#: The load error of a toolbox with AllowedHosts (docs/WASM.md "Network"; ``check`` says why at length).
+NO_NETWORK = ("components get no network: wasmtime-py has no call that allows TCP or UDP, so create-tcp-socket "
+              "answers access-denied, and wasi:http (which would dial around the egress proxy) is not linked; "
+              "remove AllowedHosts (docs/WASM.md, Network)")
 #: Folder beneath the work folder that holds the calls' log files.
 LOG_DIR = ".wasm-logs"
 #: Most characters of a call's log (and of its stdout, and of its stderr) that reach the trace; the trace keeps no
@@ -108,6 +112,8 @@ class WasmToolbox:
         linker = wc.Linker(engine)
         linker.add_wasip2()
         preopens, self._preopen_errors = _preopens(config, env.workdir)
+        if config.allowed_hosts:
+            self._preopen_errors.append({"source": "AllowedHosts", "message": NO_NETWORK})
         _remove_stale_logs(env.workdir)
         self.run = ComponentRun(engine, linker, preopens, config.env, bool(config.allowed_hosts),
                                 config.max_memory_bytes)
