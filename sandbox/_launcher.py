@@ -372,7 +372,8 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
     # A shared uid keeps the name the host gives it (nobody); a uid of its own has none on the host.
     account = plan.account_name or host_name(pwd.getpwuid, uid) or f"agent-{plan.toolbox}"[:32]
     files = view_files(uid=uid, gid=gid, account=account, group=host_name(grp.getgrgid, gid), home=plan.workdir,
-                       hostname=view.hostname, resolv_conf=resolv_conf)
+                       hostname=view.hostname, resolv_conf=resolv_conf,
+                       groups=[(g, host_name(grp.getgrgid, g)) for g in plan.groups])
     try:
         planned = plan_view(plan.fs_rules, view, files, probe_host)
     except ViewError as exc:
@@ -394,7 +395,7 @@ def _show_account(plan: ConfinementPlan, uid: int, gid: int, *, private_mounts: 
             raise ConfinementError(f"cannot read {path}: {exc.strerror}", step="accounts", errno=exc.errno) from exc
 
     files = plan_account_files(text("/etc/passwd"), text("/etc/group"), uid=uid, gid=gid,
-                               name=plan.account_name, home=plan.workdir)
+                               name=plan.account_name, home=plan.workdir, groups=plan.groups)
     if files.passwd is None and files.group is None:
         return
     if not private_mounts:

@@ -14,7 +14,7 @@ from typing import Any
 
 from supervisor.calls import CallOrigin
 from supervisor.config import AgentTree
-from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, root_session_id
+from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, remember, root_session_id
 
 __all__ = ["FrontendSessions"]
 
@@ -32,7 +32,8 @@ class FrontendSessions:
         self.default_name = f"api-{new_id()}"
         self._names: dict[str, str] = {}  # root session id -> the frontend's name for it
         self._opened: dict[tuple[str, str, str], tuple[str, str]] = {}  # (tenant, agent, name) -> open()'s answer
-        self._conversations: dict[str, str] = {}  # root session id -> conversation id, without a store
+        #: root session id -> conversation id, without a store (the most recent sessions': ``remember``)
+        self._conversations: dict[str, str] = {}
 
     def owner_agent(self, tool: Any) -> str:
         """The agent a frontend acts as when it calls ``tool`` (a registered tool or ``None``): the tool's agent;
@@ -60,7 +61,7 @@ class FrontendSessions:
             session_id, conversation = self.store.open_root(owner, name)
         else:
             session_id = root_session_id(owner, name)
-            conversation = self._conversations.setdefault(session_id, new_id())
+            conversation = self._conversations.get(session_id) or remember(self._conversations, session_id, new_id())
         if session_id not in self._names:
             if len(self._names) >= MAX_FRONTEND_NAMES:
                 self._names.pop(next(iter(self._names)))

@@ -3,6 +3,7 @@
 from ._agent_file import agent_json_schema
 from ._agent_toolboxes import ToolboxConfig
 from ._agent_tree import AgentTree, expand_agents
+from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._http_address import normalise_origin, parse_listen, public_url_for
 from ._loader import LoadedConfig, load_agent_file, load_config
@@ -24,6 +25,8 @@ __all__ = [
     "AgentTree",
     "ConfigError",
     "ConfigProblem",
+    "CredentialPolicy",
+    "CredentialSource",
     "HttpFrontend",
     "Introspection",
     "LoadedConfig",
@@ -33,6 +36,7 @@ __all__ = [
     "Tenant",
     "ToolboxConfig",
     "agent_json_schema",
+    "binding_of",
     "display_path",
     "expand_agents",
     "load_agent_file",
@@ -41,4 +45,5 @@ __all__ = [
     "parse_listen",
     "policy_json_schema",
     "public_url_for",
+    "reference_environ",
 ]

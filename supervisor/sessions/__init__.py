@@ -1,5 +1,6 @@
 """Sessions: their owners and ids, the session store, per-session tool views, introspection."""
 
+from ._bounded import remember
 from ._ids import LOCAL_TENANT, Owner, client_id, ids_from_meta, new_id, root_session_id
 from ._introspection import answer_host_request, introspection_problem
 from ._store import SessionStore
@@ -15,5 +16,6 @@ __all__ = [
     "ids_from_meta",
     "introspection_problem",
     "new_id",
+    "remember",
     "root_session_id",
 ]

@@ -147,6 +147,10 @@ def test_the_views_accounts_name_only_root_and_the_worker() -> None:
     assert files.group == "root:x:0:\nagent-xroot:x:3000000002:\n"
     named = plan_view_accounts(uid=65534, gid=65534, name="nobody", home="/w", group_name="nogroup")
     assert named.group == "root:x:0:\nnogroup:x:65534:\n"
+    shared = plan_view_accounts(uid=3000000001, gid=3000000001, name="agent-x", home="/w",
+                                groups=[(3100000000, ""), (2000, "staff:x"), (3000000001, "own"), (2001, "root")])
+    assert shared.group == ("root:x:0:\nagent-x:x:3000000001:\nstaffx:x:2000:agent-x\nshared-2001:x:2001:agent-x\n"
+                            "shared-3100000000:x:3100000000:agent-x\n")  # host names kept, clashes renamed
     hosts = view_files(uid=1, gid=1, account="a", home="/w", hostname="bad name;x", resolv_conf="nameserver 1\n")
     assert hosts["/etc/hostname"] == "badnamex\n" and hosts["/etc/resolv.conf"] == "nameserver 1\n"
     assert hosts["/etc/hosts"].startswith("127.0.0.1\tlocalhost\n")

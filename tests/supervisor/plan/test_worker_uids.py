@@ -25,6 +25,8 @@ def test_account_files_name_a_uid_the_host_does_not_know() -> None:
                              home="/w:x")
     assert odd.passwd is not None and "\nagent-xroot:x:7000:7001:agents-supervise worker:/wx:" in odd.passwd
     assert odd.group == "agents-supervise:x:7001:\n"
+    shared = plan_account_files(PASSWD, GROUP, uid=65534, gid=65534, name="x", home="/w", groups=(65534, 0, 3100000000))
+    assert shared.group == GROUP + "shared-3100000000:x:3100000000:\n"  # a shared group the host does not name
     taken = plan_account_files(PASSWD + "agent-x:x:1:1::/:/bin/false\n", GROUP, uid=7000, gid=65534, name="agent-x",
                                home="/w")
     assert taken.passwd is not None and "\nagent-x2:x:7000:" in taken.passwd
