@@ -290,14 +290,21 @@ class SessionStore:
             "ON CONFLICT (session_id, toolbox) DO UPDATE SET skills = excluded.skills", (session_id, toolbox, value)))
         self.flush()
 
-    def forget_skills(self, toolbox: str, skills: set[str]) -> None:
-        """``skills`` left ``toolbox``: disable them in every session that has its own list for it."""
+    def forget_skills(self, toolbox: str, skills: set[str], *, agent: str | None = None) -> None:
+        """``skills`` left ``toolbox``: disable them in every session (of ``agent`` only, when given: another
+        agent's toolbox of the same name is another toolbox; a session recorded without an agent counts as any
+        agent's) that has its own list for it."""
         if not skills:
             return
         self.flush()
         try:
-            rows = self._db.execute("SELECT session_id, skills FROM session_skills WHERE toolbox = ?",
-                                    (toolbox,)).fetchall()
+            if agent is None:
+                rows = self._db.execute("SELECT session_id, skills FROM session_skills WHERE toolbox = ?",
+                                        (toolbox,)).fetchall()
+            else:
+                rows = self._db.execute(
+                    "SELECT k.session_id, k.skills FROM session_skills k JOIN sessions s ON s.id = k.session_id "
+                    "WHERE k.toolbox = ? AND s.agent IN (?, '')", (toolbox, agent)).fetchall()
         except sqlite3.Error as exc:
             self.write_errors += 1
             self.last_write_error = f"{type(exc).__name__}: {exc}"
