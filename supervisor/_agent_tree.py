@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from ._agent_toolboxes import LoadedAgent
 from ._config_errors import ConfigError, ConfigProblem, display_path
 from ._config_loader import LoadedConfig, load_agent_file
+from ._credential_policy import reference_environ
 
 __all__ = ["AgentTree", "expand_agents", "subagent_files"]
 
@@ -67,6 +68,7 @@ def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None
 
     Idempotent: expanding an expanded config adds nothing. Raises ``ConfigError`` (see the module docstring).
     """
+    environ = reference_environ(config.policy.credentials, os.environ if environ is None else environ)
     by_file: dict[str, LoadedAgent] = {a.file: a for a in config.agents}
     by_slug: dict[str, LoadedAgent] = {a.slug: a for a in config.agents}
     agents = list(config.agents)

@@ -135,11 +135,12 @@ def _rebind_agent(args: argparse.Namespace) -> int:
     """Bind ``args.slug`` to ``args.file`` in the state dir's identity table (the file must be an agent file with
     that slug); the slug's toolboxes keep their uids and folders."""
     from ._config_loader import load_agent_file, load_config
+    from ._credential_policy import reference_environ
     from ._identities import rebind_agent
 
     policy = load_config(args.policy, []).policy
     state_dir = os.path.abspath(args.state_dir or policy.state_dir)
-    agent = load_agent_file(os.path.realpath(args.file), dict(os.environ))
+    agent = load_agent_file(os.path.realpath(args.file), reference_environ(policy.credentials, os.environ))
     if agent.slug != args.slug:
         return _fail(f"{args.file} is the agent file of slug {agent.slug!r}, not {args.slug!r}; nothing changed")
     if not os.path.isdir(state_dir):

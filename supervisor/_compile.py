@@ -16,11 +16,13 @@ import dataclasses
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox._bridge import BridgePorts, worker_network_env
 from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
+from sandbox._credentials import Credential
 from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, reown_tree
 from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
@@ -30,6 +32,8 @@ from sandbox._syspaths import python_runtime_paths, uid_can_read
 from ._agent_toolboxes import ToolboxConfig
 from ._config_errors import ConfigError, ConfigProblem
 from ._config_loader import LoadedConfig
+from ._credential_grants import grant_credentials
+from ._credential_values import load_credentials
 from ._errors import PolicyRefused
 from ._identities import WorkerIdentity, assign_identities
 from ._limit_notes import explained_limits
@@ -40,6 +44,15 @@ from ._staging import stage_worker_code
 from ._worker import WorkerSpec
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
+
+#: Why a WASM toolbox's AllowedHosts cannot hold, and what to do (docs/WASM.md "Network", DECISIONS "WASM network").
+WASM_NO_NETWORK = (
+    "wasmtime-py's C API can inherit the network (wasi_config_inherit_network) but has no call that allows TCP or "
+    "UDP, which wasmtime's WASI p2 leaves off, so create-tcp-socket answers access-denied; and its wasi:http "
+    "dials each request's host directly with wasmtime's default hooks, never through the worker's egress proxy, "
+    "so it is not linked. Components have no network. Remove AllowedHosts from this WasmToolbox; a tool that "
+    "needs hosts belongs in a kind that reaches them through the proxy (FileSystemDirectory or SingleTool scripts, "
+    "LuaToolbox, OpenAPIServer).")
 
 #: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
 _RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp", "wasm"}
@@ -127,9 +140,9 @@ def _mcp_read_rules(cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
     return out
 
 
-def _wasm_rules(tb: ToolboxConfig, cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
-    """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already), and a
-    warning that ``fsbMaxFileSize`` cannot hold inside wasmtime's WASI (only ``limits.file_size_bytes`` does)."""
+def _wasm_rules(cfg: dict[str, Any]) -> list[FsRule]:
+    """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already).
+    ``fsbMaxFileSize`` is held in the worker (its RLIMIT_FSIZE, ``toolboxes/wasm/_file_size.py``)."""
     out: list[FsRule] = []
     path = str(cfg.get("Path") or "")
     if path and not os.path.isdir(path):
@@ -138,10 +151,6 @@ def _wasm_rules(tb: ToolboxConfig, cfg: dict[str, Any], warnings: list[str]) -> 
         sidecar = os.path.join(os.path.dirname(path), stem + ".json")
         if os.path.exists(sidecar):
             out.append(FsRule(sidecar, READ))
-    fsb = cfg.get("FileSandbox") or {}
-    if fsb and fsb.get("fsbMaxFileSize") is not None:
-        warnings.append(f"{tb.name}: fsbMaxFileSize is not enforced for WASM components (wasmtime's WASI writes "
-                        "files directly); limits.file_size_bytes (RLIMIT_FSIZE) is the limit that holds")
     return out
 
 
@@ -157,11 +166,13 @@ def plan_worker(
     cgroup_layout: CgroupLayout | None = None,
     cgroup_problem: str = "cgroups were not looked for",
     identity: WorkerIdentity | None = None,
+    credentials: Mapping[str, Credential] | None = None,
 ) -> WorkerSpec:
     """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`.
 
     ``identity``: the uid and gid of its own this worker runs as (the policy's ``worker_uids``, from the state
     dir's identity table, ``_identities.py``); ``None``: the policy's ``sandbox_uid`` and ``sandbox_gid``.
+    ``credentials``: the policy's credentials with their values (``_credential_values.load_credentials``).
     """
     policy = config.policy
     limits = policy.effective_limits(tb.name, tb.agent_slug)
@@ -195,7 +206,7 @@ def plan_worker(
     if tb.kind == "mcp":
         rules += _mcp_read_rules(cfg, warnings)
     if tb.kind == "wasm":
-        rules += _wasm_rules(tb, cfg, warnings)
+        rules += _wasm_rules(cfg)
 
     fs_report: dict[str, Any] | None = None
     if tb.file_sandbox is not None:
@@ -255,14 +266,17 @@ def plan_worker(
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
     if tb.kind == "wasm" and hosts:
         message = (f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives WASM components nothing in this "
-                   "build: wasmtime-py's WASI p2 context refuses every socket (create-tcp-socket answers "
-                   "access-denied even with the network inherited), so components have no network at all")
+                   f"build: {WASM_NO_NETWORK}")
         if policy.strict:
-            raise PolicyRefused(message + "; a strict policy refuses a setting that cannot hold. Remove AllowedHosts.")
+            raise PolicyRefused(message + " A strict policy refuses a setting that cannot hold.")
         warnings.append(message)
     ports = BridgePorts()
     if hosts:
         env.update(worker_network_env(ports))
+    grant = grant_credentials(cfg, granted=overrides.credentials, credential_env=overrides.credential_env,
+                              loaded=credentials or {}, hosts=hosts, toolbox=tb.name, agent=tb.agent_slug)
+    env.update(grant.env or {})
+    warnings += grant.warnings
 
     uid = gid = None
     groups: tuple[int, ...] = ()
@@ -355,6 +369,7 @@ def plan_worker(
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
         "allowed_hosts": list(hosts),
         "cname_targets": list(cname_targets),
+        "credentials": grant.describe(),
         "xattrs": overrides.xattrs,
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
@@ -390,6 +405,7 @@ def plan_worker(
         allowed_hosts=hosts,
         private_networks=private,
         cname_targets=cname_targets,
+        credentials=grant.credentials,
         cgroup=cgroup,
         address_space_fallback=address_space_fallback,
         warnings=warnings,
@@ -527,6 +543,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     seen: set[str] = set()
     git_sources: list[GitSource] = []
     _check_toolbox_keys(config)
+    credentials = load_credentials(policy.credentials)
     ranged = root and policy.worker_uids is not None
     identities = assign_identities(
         state_dir, {a.slug: a.file for a in config.agents},
@@ -555,7 +572,8 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
                                    running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
                                    cgroup_problem=cgroup_problem,
-                                   identity=identities.get(f"{tb.agent_slug}/{tb.name}"))
+                                   identity=identities.get(f"{tb.agent_slug}/{tb.name}"),
+                                   credentials=credentials)
             except PolicyRefused:
                 raise
             except Exception as exc:  # a bug or a surprise of this machine: this toolbox's load error only

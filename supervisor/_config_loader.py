@@ -24,6 +24,7 @@ from ._agent_file import TAGS, AgentDescription, validation_context
 from ._agent_toolboxes import LoadedAgent, ToolboxConfig, build_toolboxes
 from ._config_bounds import MAX_DEPTH, BoundedYamlLoader, plain_value_problems, read_bounded
 from ._config_errors import ConfigError, ConfigProblem, display_path, format_json_path, problems_from_validation_error
+from ._credential_policy import reference_environ
 from ._policy import Policy
 
 __all__ = [
@@ -176,6 +177,8 @@ def load_config(
     """
     policy, file, lines = load_policy(policy_path)
     line_of = _line_finder(lines)
+    # ${NAME} of a credential (or of its env source) is its placeholder in agent files, never its value
+    environ = reference_environ(policy.credentials, os.environ if environ is None else environ)
     wanted: list[tuple[str, ConfigProblem]] = []
     for i, agent_path in enumerate(policy.agents):
         wanted.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._agent_tree import AgentTree
+from ._bounded import remember
 from ._portal import CallOrigin
 from ._session_ids import LOCAL_TENANT, Owner, client_id, new_id, root_session_id
 from ._sessions import SessionStore
@@ -33,7 +34,8 @@ class FrontendSessions:
         self.default_name = f"api-{new_id()}"
         self._names: dict[str, str] = {}  # root session id -> the frontend's name for it
         self._opened: dict[tuple[str, str, str], tuple[str, str]] = {}  # (tenant, agent, name) -> open()'s answer
-        self._conversations: dict[str, str] = {}  # root session id -> conversation id, without a store
+        #: root session id -> conversation id, without a store (the most recent sessions': ``remember``)
+        self._conversations: dict[str, str] = {}
 
     def owner_agent(self, tool: Any) -> str:
         """The agent a frontend acts as when it calls ``tool`` (a registered tool or ``None``): the tool's agent;
@@ -61,7 +63,7 @@ class FrontendSessions:
             session_id, conversation = self.store.open_root(owner, name)
         else:
             session_id = root_session_id(owner, name)
-            conversation = self._conversations.setdefault(session_id, new_id())
+            conversation = self._conversations.get(session_id) or remember(self._conversations, session_id, new_id())
         if session_id not in self._names:
             if len(self._names) >= MAX_FRONTEND_NAMES:
                 self._names.pop(next(iter(self._names)))

@@ -33,6 +33,7 @@ from pydantic import (
 
 from ._config_errors import check_known_keys, problem
 from ._config_types import check_cname_target, check_host
+from ._credential_policy import CredentialName, CredentialPolicy, EnvName
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -266,6 +267,12 @@ class ToolboxPolicy(_Model):
     xattrs: bool = Field(default=False, description="let this toolbox's workers use extended attributes (the "
                          "setxattr/getxattr/listxattr/removexattr system calls); false: they answer EOPNOTSUPP")
     start: Literal["eager", "lazy"] = Field(default="eager", description="start at supervisor start or first call")
+    credentials: list[CredentialName] = Field(
+        default=[], description="credentials (policy's credentials) the egress proxy adds to this toolbox's "
+        "requests to their bound hosts, besides those its agent file references")
+    credential_env: dict[EnvName, CredentialName] = Field(
+        default={}, description="environment variables set to a credential's placeholder (for tools that insist "
+        "on a variable); grants the credential as credentials does")
 
 
 class Network(_Model):
@@ -593,6 +600,9 @@ class Policy(_Model):
     oauth: OAuthResourceServer | None = Field(default=None, description="accept OAuth JWT access tokens over HTTP")
     tenants: dict[Annotated[str, AfterValidator(_slug)], Tenant] = Field(
         default={}, description="who may use the HTTP frontend")
+    credentials: dict[CredentialName, CredentialPolicy] = Field(
+        default={}, description="secrets the egress proxy adds to toolboxes' requests to the hosts each is bound "
+        "to; a worker holds at most a placeholder (docs/CREDENTIALS.md)")
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:
@@ -603,6 +613,11 @@ class Policy(_Model):
             if ranged is not None and ranged.first <= group.gid < ranged.first + ranged.count:
                 raise _problem(f"shared_groups[{i}].gid {group.gid} is in the worker_uids range, whose numbers are "
                                "the workers' own groups", "a gid outside worker_uids")
+        for key, tb in self.toolboxes.items():
+            for name in [*tb.credentials, *tb.credential_env.values()]:
+                if name not in self.credentials:
+                    raise _problem(f"toolboxes.{key} names the credential {name!r}, which credentials does not "
+                                   "define", "a name among credentials: " + (", ".join(self.credentials) or "none"))
         if self.trace.path is None:
             object.__setattr__(
                 self,

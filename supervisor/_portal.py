@@ -31,6 +31,7 @@ from toolboxes._progress import ProgressUpdate
 from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
+from ._bounded import remember
 from ._errors import execution_error
 from ._registry import RegisteredTool, ToolRegistry
 from ._session_ids import LOCAL_TENANT
@@ -150,7 +151,24 @@ class Portal:
     #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
     call_context: Callable[[RegisteredTool, CallOrigin], dict[str, Any]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
-    _sessions: dict[str, _SessionUsage] = field(default_factory=dict)
+    #: sessions with a call running; the call counts of idle ones only matter under ``max_calls`` and are kept
+    #: for the most recent :data:`~supervisor._bounded.MAX_REMEMBERED_SESSIONS` (one forgotten starts at 0, as a
+    #: new session does: no caller gains what opening a session would not give it)
+    _busy: dict[str, _SessionUsage] = field(default_factory=dict)
+    _idle: dict[str, _SessionUsage] = field(default_factory=dict)
+
+    def _usage(self, session_id: str) -> _SessionUsage:
+        usage = self._busy.get(session_id) or self._idle.pop(session_id, None) or _SessionUsage()
+        self._busy[session_id] = usage
+        return usage
+
+    def _release(self, session_id: str, usage: _SessionUsage) -> None:
+        usage.in_flight -= 1
+        if usage.in_flight:
+            return
+        del self._busy[session_id]
+        if self.session_limits.max_calls is not None:
+            remember(self._idle, session_id, usage)
 
     def _refuse(self, origin: CallOrigin, name: str, kind: str, message: str) -> ToolResult:
         self.trace.record("portal_refusal", tool=name, kind=kind, reason=message, caller=origin.caller,
@@ -201,7 +219,7 @@ class Portal:
         if isinstance(checked, ToolResult):
             return checked, ""
         tool = checked
-        usage = self._sessions.setdefault(origin.session_id, _SessionUsage())
+        usage = self._busy.get(origin.session_id) or self._idle.get(origin.session_id) or _SessionUsage()
         limits = self.session_limits
         if limits.max_calls is not None and usage.calls >= limits.max_calls:
             return self._refuse(origin, name, "SessionLimit",
@@ -210,6 +228,7 @@ class Portal:
             return self._refuse(origin, name, "SessionLimit",
                                 f"Session {origin.session_id} already has {usage.in_flight} calls running "
                                 f"(limit {limits.max_concurrent}); wait for one to finish."), ""
+        usage = self._usage(origin.session_id)
         usage.calls += 1
         usage.in_flight += 1
         call_id = f"c{next(self._ids)}"
@@ -246,7 +265,7 @@ class Portal:
                 result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
             return result, call_id
         finally:
-            usage.in_flight -= 1
+            self._release(origin.session_id, usage)
             self.trace.record(
                 "call_end", call_id=call_id, tool=name, toolbox=tool.toolbox,
                 status=result.status if result else "error", summary=result.summary if result else "cancelled",

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._bounded import remember
 from ._session_ids import LOCAL_TENANT, Owner, new_id, root_session_id
 
 __all__ = ["SCOPES", "SessionRow", "SessionStore", "scope_members"]
@@ -139,9 +140,12 @@ class SessionStore:
         self._db.execute("UPDATE sessions SET status='interrupted' WHERE status='running'")
         self.write_errors = 0
         self.last_write_error: str | None = None
+        self.pruned_records = 0  # records of kept sessions the last prune deleted
         self._pending: list[Callable[[], None]] = []
-        self._known: set[str] = set()
-        self._roots: dict[str, str] = {}  # root session id -> its conversation id (sessions this process opened)
+        self._known: dict[str, None] = {}  # sessions whose row this process wrote or read (a bounded cache)
+        #: root session id -> its conversation id, for the sessions this process opened most recently (a bounded
+        #: cache: :meth:`open_root` reads a forgotten one back from the database)
+        self._roots: dict[str, str] = {}
 
     def _write(self, action: Callable[[], None]) -> None:
         """Queue a write; :meth:`flush` runs queued writes in one transaction (the supervisor flushes every
@@ -179,7 +183,8 @@ class SessionStore:
     # -- writing ------------------------------------------------------------------------------------------------
     @property
     def open_roots(self) -> Mapping[str, str]:
-        """Root sessions opened through this store since it opened (or was last pruned): id -> conversation id."""
+        """Root sessions opened through this store since it opened (or was last pruned), the most recent
+        :data:`~supervisor._bounded.MAX_REMEMBERED_SESSIONS` of them: id -> conversation id."""
         return self._roots
 
     def open_root(self, owner: Owner, name: str) -> tuple[str, str]:
@@ -200,7 +205,7 @@ class SessionStore:
             self.last_write_error = f"{type(exc).__name__}: {exc}"
             row = None
         conversation = row[0] if row else new_id()
-        self._roots[session_id] = conversation
+        remember(self._roots, session_id, conversation)
         if row is None:
             self.ensure_session(session_id, conversation, owner.agent, tenant=owner.tenant, name=name)
         return session_id, conversation
@@ -210,7 +215,7 @@ class SessionStore:
         """Create a root session record unless it exists (frontends use :meth:`open_root`)."""
         if session_id in self._known:
             return
-        self._known.add(session_id)
+        remember(self._known, session_id, None)  # a cache of rows written: one forgotten costs an INSERT OR IGNORE
         now = time.time()
         self._write(lambda: self._db.execute(
             "INSERT OR IGNORE INTO sessions (id, conversation_id, parent_id, agent, tenant, name, created, modified, "
@@ -347,9 +352,12 @@ class SessionStore:
 
     def prune(self, older_than: float) -> int:
         """Delete every session last modified before ``older_than`` (Unix time) that is not running, with its
-        turns and tool calls; return how many sessions went. A child whose parent went keeps its (now dangling)
-        parent id: scopes treat a missing session as none. Never raises for a database error (counted as a write
-        error)."""
+        turns and tool calls, and the turns and tool calls from before ``older_than`` of every other session that
+        is not running (a session in use for longer than the retention keeps only its recent records, so the store
+        stays bounded by the traffic of the retention period even when a session never ends); return how many
+        sessions went (:attr:`pruned_records`: how many records of sessions still kept went). A child whose parent
+        went keeps its (now dangling) parent id: scopes treat a missing session as none. Never raises for a
+        database error (counted as a write error)."""
         self.flush()
         cutoff = (older_than,)
         try:
@@ -359,6 +367,11 @@ class SessionStore:
             self._db.execute(f"DELETE FROM tool_calls WHERE session_id IN ({old})", cutoff)
             self._db.execute(f"DELETE FROM session_skills WHERE session_id IN ({old})", cutoff)
             gone = self._db.execute("DELETE FROM sessions WHERE modified < ? AND status != 'running'", cutoff).rowcount
+            running = "SELECT id FROM sessions WHERE status = 'running'"
+            records = self._db.execute(f"DELETE FROM turns WHERE ts < ? AND session_id NOT IN ({running})",
+                                       cutoff).rowcount
+            records += self._db.execute(f"DELETE FROM tool_calls WHERE started < ? AND session_id NOT IN ({running})",
+                                        cutoff).rowcount
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             self.write_errors += 1
@@ -370,6 +383,7 @@ class SessionStore:
             return 0
         self._known.clear()  # a pruned root session seen again is created again
         self._roots.clear()
+        self.pruned_records = records
         return gone
 
     def count_calls(self, ids: set[str]) -> int:

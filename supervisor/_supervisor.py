@@ -60,7 +60,8 @@ from ._tool_output import checked_output
 from ._trace import FLUSH_INTERVAL_S, TraceRecorder, strict_json
 from ._worker import Worker
 
-#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start).
+#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start); a quarter of
+#: ``keep_days`` when that is shorter, so the store holds at most 1.25 times the retention's traffic.
 PRUNE_INTERVAL_S = 3600.0
 
 __all__ = ["Supervisor", "ToolInfo"]
@@ -233,11 +234,13 @@ class Supervisor:
     async def _flush_trace(self) -> None:
         """Write buffered call records and session writes at least every ``FLUSH_INTERVAL_S``; prune old sessions
         every ``PRUNE_INTERVAL_S`` (:meth:`open` prunes once at start)."""
-        next_prune = trio.current_time() + PRUNE_INTERVAL_S
+        keep_days = self.config.policy.sessions.keep_days
+        interval = PRUNE_INTERVAL_S if keep_days is None else min(PRUNE_INTERVAL_S, keep_days * 86400 / 4)
+        next_prune = trio.current_time() + interval
         while True:
             if self.sessions is not None and trio.current_time() >= next_prune:
                 self._prune_sessions()
-                next_prune = trio.current_time() + PRUNE_INTERVAL_S
+                next_prune = trio.current_time() + interval
             await trio.sleep(FLUSH_INTERVAL_S)
             self.trace.flush()
             if self.otel is not None:
@@ -250,8 +253,9 @@ class Supervisor:
         if self.sessions is None or keep_days is None:
             return
         gone = self.sessions.prune(time.time() - keep_days * 86400)
-        if gone:
-            self.trace.record("sessions_pruned", sessions=gone, keep_days=keep_days)
+        if gone or self.sessions.pruned_records:
+            self.trace.record("sessions_pruned", sessions=gone, records=self.sessions.pruned_records,
+                              keep_days=keep_days)
 
     async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
         try:

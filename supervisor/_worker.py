@@ -27,6 +27,7 @@ import trio
 
 from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
 from sandbox._cgroups import CgroupInstance, CgroupPlan, create_cgroup, enter_cgroup, remove_cgroup
+from sandbox._credentials import Credential
 from sandbox._dns_stub import serve_dns_stub
 from sandbox._egress import default_resolve, limited_resolver, serve_egress
 from sandbox._errors import ConfinementError
@@ -82,6 +83,8 @@ class WorkerSpec:
     private_networks: tuple[str, ...] = ()
     #: names an allowed host may be a CNAME of without being allowed itself (the policy's cname_targets)
     cname_targets: tuple[str, ...] = ()
+    #: credentials its egress proxy adds to requests their bindings match (values: never sent to the worker)
+    credentials: tuple[Credential, ...] = ()
     #: the worker's cgroup (pids.max, memory), made at each start; None: no cgroup
     cgroup: CgroupPlan | None = None
     #: RLIMIT_AS to set after all when the (optional) cgroup that was to bound the worker's memory cannot be made
@@ -318,7 +321,7 @@ class Worker:
                 resolve = limited_resolver(default_resolve, LOOKUPS_PER_BRIDGE)
                 await nursery.start(lambda task_status: serve_egress(
                     proxy, rules, on_decision=on_decision, toolbox=self.spec.toolbox, resolve=resolve,
-                    task_status=task_status))
+                    credentials=self.spec.credentials, task_status=task_status))
                 await nursery.start(lambda task_status: serve_dns_stub(
                     dns_udp, dns_tcp, rules, resolve=resolve, task_status=task_status))
                 await self.dead.wait()

@@ -216,6 +216,27 @@ def test_prune_deletes_old_sessions_with_their_turns_and_calls_but_not_running_o
     assert set(store.parents()) == {"b", "root"} and len(store.tool_calls("root")) == 1
 
 
+def test_prune_deletes_old_records_of_a_session_still_in_use_but_not_of_a_running_one() -> None:
+    """A session that never ends (one MCP connection for months) keeps only the records of the retention period,
+    so the store stays bounded by the traffic of ``keep_days`` (issue 19)."""
+    store = _store()  # root (in use), a (idle) and b (running)
+    for sid in ("root", "b"):
+        for started in (1000.0, 3000.0):
+            store.record_call(sid, call_id=f"{sid}-{started}", parent_call_id=None, tool="t", args={},
+                              status="passed", summary=None, output="", started=started, duration_s=0.1)
+    store.add_turn("b", "user", "still looping")
+    store.flush()
+    store._db.execute("UPDATE turns SET ts = 1000")
+    # every session was modified just now (the calls above): none goes, their old records do
+    assert store.prune(older_than=2000) == 0
+    assert store.pruned_records == 3 + 2  # a's three turns; root's call of 1000 and the c1 of _store (started 1.0)
+    assert [c["started"] for c in store.tool_calls("root")] == [3000.0]
+    assert store.turns("a") == []
+    assert sorted(c["started"] for c in store.tool_calls("b")) == [1000.0, 3000.0]  # running: untouched
+    assert len(store.turns("b")) == 1
+    assert set(store.parents()) == {"root", "a", "b"}
+
+
 async def test_the_supervisor_prunes_sessions_past_keep_days_when_it_starts(sandbox_tmp: Path) -> None:
     import time
 
@@ -231,4 +252,5 @@ async def test_the_supervisor_prunes_sessions_past_keep_days_when_it_starts(sand
         assert sup.sessions is not None
         assert set(sup.sessions.parents()) == {"recent"}
     trace = [json.loads(line) for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()]
-    assert [(r["sessions"], r["keep_days"]) for r in trace if r["event"] == "sessions_pruned"] == [(1, 7)]
+    pruned = [(r["sessions"], r["records"], r["keep_days"]) for r in trace if r["event"] == "sessions_pruned"]
+    assert pruned == [(1, 0, 7)]
