@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor._policy import DEFAULT_SYSTEM_PATHS
+from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor._watch import CreateWatch
