@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
 from supervisor._supervisor import Supervisor
+from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor._watch import CreateWatch
 
