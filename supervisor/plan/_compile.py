@@ -392,7 +392,8 @@ def plan_worker(
         "rlimit_as": address_space,
     }
     view = _plan_view(policy.private_view, policy.strict, tb, cfg, rules, warnings,
-                      made_at_start=(workdir, tb_state, runtime_dir, *git_targets))
+                      made_at_start=(workdir, tb_state, runtime_dir, *git_targets),
+                      system=(*policy.system_paths, *python_runtime_paths(), runtime_dir))
     if view is not None:
         plan = dataclasses.replace(plan, view=view[0])
     report["view"] = view[1] if view is not None else None
@@ -421,17 +422,19 @@ def plan_worker(
 
 
 def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, cfg: dict[str, Any], rules: list[FsRule],
-               warnings: list[str], *, made_at_start: tuple[str, ...]) -> tuple[ViewSpec, list[str]] | None:
+               warnings: list[str], *, made_at_start: tuple[str, ...],
+               system: tuple[str, ...] = ()) -> tuple[ViewSpec, list[str]] | None:
     """The worker's private view (``policy.private_view``) and what ``check`` shows of it; ``None`` when off.
 
     The host name is the host's own only when the System toolbox's ``hostname`` capability is granted. A rule on
     ``/`` cannot be shown as a view: refused under a strict policy, else the view is off with a warning. The
     launcher plans the view again from the host as it is then; ``made_at_start`` (work folders, staged code, clones)
-    are shown as the folders they will be.
+    are shown as the folders they will be. ``system``: the paths no worker or agent file writes, shown with
+    inodes of the worker's own (``ViewSpec.system_paths``).
     """
     if not enabled:
         return None
-    from sandbox._view import probe_host
+    from sandbox._view import host_mount_points, probe_host
     from sandbox._view_plan import PathInfo, ViewError, plan_view, view_files
 
     def probe(path: str) -> PathInfo:
@@ -441,10 +444,11 @@ def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, cfg: dict[str, An
         return found
 
     granted = tb.kind == "system" and "hostname" in (cfg.get("Capabilities") or [])
-    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if granted else NEUTRAL_HOSTNAME)
+    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if granted else NEUTRAL_HOSTNAME,
+                    system_paths=tuple(dict.fromkeys(system)))
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
-        lines = plan_view(rules, spec, files, probe).describe()
+        lines = plan_view(rules, spec, files, probe, host_mount_points()).describe()
     except ViewError as exc:
         message = f"toolbox {tb.name} (agent {tb.agent_slug}): {exc}"
         if strict:
