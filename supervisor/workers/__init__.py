@@ -1,0 +1,21 @@
+"""Worker processes: spawning, the protocol connection, restarts, limit notes, one-shot confined runs."""
+
+from ._confined_exec import ConfinedOutcome, run_confined
+from ._limit_notes import LimitWatch, explained_limits
+from ._pipes import send_whole
+from ._runner import SupervisionPolicy, ToolboxRunner
+from ._staging import stage_worker_code
+from ._worker import Worker, WorkerSpec
+
+__all__ = [
+    "ConfinedOutcome",
+    "LimitWatch",
+    "SupervisionPolicy",
+    "ToolboxRunner",
+    "Worker",
+    "WorkerSpec",
+    "explained_limits",
+    "run_confined",
+    "send_whole",
+    "stage_worker_code",
+]
