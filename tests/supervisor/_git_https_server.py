@@ -3,8 +3,8 @@
 ``python -m tests.supervisor._git_https_server --addr A --port P --cert C --key K --root R`` serves every
 repository under ``R`` (``GIT_HTTP_EXPORT_ALL``) at ``https://<name>:P/<repo>`` and prints ``listening`` once it
 accepts connections. With ``REQUIRE_AUTHORIZATION`` in its environment every request must carry exactly that
-``Authorization`` header (else ``401``). Git's own CGI does the protocol (v0 and v2, gzip request bodies); this module only passes the
-request to it and its answer back. Run it inside a lab namespace (``tests/sandbox/_netlab.py``).
+``Authorization`` header (else ``401``). Git's own CGI does the protocol (v0 and v2, gzip request bodies); this
+module only passes the request to it and its answer back. Run it inside a lab namespace (``tests/sandbox/_netlab.py``).
 """
 
 from __future__ import annotations
