@@ -28,6 +28,7 @@ from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
 from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule, Rlimits, ViewSpec
 from sandbox._syspaths import python_runtime_paths, uid_can_read
+from sandbox._tls_ca import supervisor_ca
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig
 from supervisor.sessions import introspection_problem
@@ -38,6 +39,7 @@ from ._credential_values import load_credentials
 from ._identities import WorkerIdentity, assign_identities
 from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
+from ._tls_termination import ca_file_path, termination_env, write_ca_file
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
@@ -270,9 +272,18 @@ def plan_worker(
     if hosts:
         env.update(worker_network_env(ports))
     grant = grant_credentials(cfg, granted=overrides.credentials, credential_env=overrides.credential_env,
-                              loaded=credentials or {}, hosts=hosts, toolbox=tb.name, agent=tb.agent_slug)
+                              loaded=credentials or {}, hosts=tuple(tb.allowed_hosts) if tb.kind == "skills" else hosts,
+                              toolbox=tb.name, agent=tb.agent_slug)  # a skills toolbox's: its git clones
     env.update(grant.env or {})
     warnings += grant.warnings
+    terminator = None
+    if overrides.tls_termination and hosts:
+        terminator = supervisor_ca()
+        ca_path = ca_file_path(state_dir, terminator)
+        env.update(termination_env(ca_path))
+        rules.append(FsRule(ca_path, READ))
+    elif overrides.tls_termination:
+        warnings.append(f"{tb.name}: tls_termination has no effect: the toolbox has no AllowedHosts")
 
     uid = gid = None
     groups: tuple[int, ...] = ()
@@ -366,6 +377,7 @@ def plan_worker(
         "allowed_hosts": list(hosts),
         "cname_targets": list(cname_targets),
         "credentials": grant.describe(),
+        "tls_termination": terminator is not None,
         "xattrs": overrides.xattrs,
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
@@ -402,6 +414,7 @@ def plan_worker(
         private_networks=private,
         cname_targets=cname_targets,
         credentials=grant.credentials,
+        terminator=terminator,
         cgroup=cgroup,
         address_space_fallback=address_space_fallback,
         warnings=warnings,
@@ -540,6 +553,8 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     git_sources: list[GitSource] = []
     _check_toolbox_keys(config)
     credentials = load_credentials(policy.credentials)
+    if prepare and any(t.tls_termination for t in policy.toolboxes.values()):
+        write_ca_file(state_dir, supervisor_ca())  # before planning: the workers are granted the file
     ranged = root and policy.worker_uids is not None
     identities = assign_identities(
         state_dir, {a.slug: a.file for a in config.agents},
