@@ -46,6 +46,7 @@ from ._compile import CompiledPolicy, compile_policy
 from ._config_loader import LoadedConfig, load_config
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
+from ._kernel_audit import KernelAudit, combine
 from ._limit_notes import LimitWatch
 from ._otel import OtelExport, open_otel
 from ._portal import CallOrigin, Portal, SessionLimits
@@ -100,13 +101,16 @@ class Supervisor:
         self.trace = trace
         self.registry = ToolRegistry()
         self.attachments = AttachmentStore(compiled.state_dir, compiled.media_limits)
+        #: the kernel's denials (Landlock, seccomp) read from audit records, explained per call
+        self.kernel_audit = KernelAudit(trace, mode=self.config.policy.kernel_audit,
+                                        system_paths=tuple(self.config.policy.system_paths))
         self.portal = Portal(
             registry=self.registry,
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
-            watch=LimitWatch(trace).begin,
+            watch=combine(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
@@ -178,6 +182,7 @@ class Supervisor:
             sup._prune_sessions()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup._flush_trace)
+                await nursery.start(sup.kernel_audit.run)
                 await sup._start(nursery)
                 # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
                 # costs what was made since (it stalls every task and thread while it runs).
