@@ -60,6 +60,7 @@ _MAX_PER_CALL = 64
 _MAX_DOMAINS = 4096
 _MAX_PENDING = 16
 _MAX_SESSIONS = 4096
+_MAX_BACKGROUND = 256
 
 Finish = Callable[[ToolResult], ToolResult | Awaitable[ToolResult]]
 
@@ -121,6 +122,7 @@ class KernelAudit:
         self._in_flight: dict[int, list[_Call]] = {}
         self._domain_session: OrderedDict[str, int | None] = OrderedDict()
         self._pending: OrderedDict[str, list[dict[str, str]]] = OrderedDict()
+        self._background: OrderedDict[int, OrderedDict[tuple[str, str], None]] = OrderedDict()
 
     # -- reading -----------------------------------------------------------------------------------------------
     def _open(self) -> str | None:
@@ -228,15 +230,28 @@ class KernelAudit:
             self._deliver(session, explain_landlock(fields, context))
 
     def _deliver(self, session: int, denials: list[Denial]) -> None:
+        """Give each denial to the calls in flight on the worker that have not had it (at most
+        :data:`_MAX_PER_CALL` each) and trace it once; with no call in flight, trace each distinct refusal of the
+        worker once (at most :data:`_MAX_BACKGROUND` kept): a worker refused in a loop does not grow the trace."""
         calls = self._in_flight.get(session) or []
         context = self._contexts[session]
         for d in denials:
-            fresh = [c for c in calls if all((d.access, d.target) != (o.access, o.target) for o in c.denials)]
-            if calls and not fresh:
-                continue  # the same refusal again in the same call(s): traced once
-            for call in fresh:
-                if len(call.denials) < _MAX_PER_CALL:
+            key = (d.access, d.target)
+            if calls:
+                fresh = [c for c in calls if len(c.denials) < _MAX_PER_CALL
+                         and all(key != (o.access, o.target) for o in c.denials)]
+                if not fresh:
+                    continue
+                for call in fresh:
                     call.denials.append(d)
+            else:
+                fresh = []
+                seen = self._background.setdefault(session, OrderedDict())
+                if key in seen:
+                    continue
+                seen[key] = None
+                _bound(seen, _MAX_BACKGROUND)
+                _bound(self._background, _MAX_SESSIONS)
             self.trace.record("denial", call_id=fresh[0].call_id if len(fresh) == 1 else None,
                               call_ids=[c.call_id for c in fresh] if len(fresh) > 1 else None,
                               tool=fresh[0].tool if len(fresh) == 1 else None, toolbox=context.toolbox,
@@ -302,6 +317,8 @@ class KernelAudit:
         return finish
 
     async def _barrier(self) -> None:
+        if self._control is None:
+            return
         token = f"{os.getpid()}-{next(self._tokens)}"
         event = trio.Event()
         self._barriers[token] = event

@@ -104,9 +104,44 @@ def test_records_are_matched_to_a_worker_by_domain_then_session(tmp_path: Path,
     audit.handle(AuditRecord(AUDIT_LANDLOCK_DOMAIN, 2, {"domain": "d2", "status": "allocated", "pid": "43"}))
     assert audit._domain_session == {"d1": 7, "d2": None} and not audit._pending
     audit.handle(AuditRecord(AUDIT_LANDLOCK_ACCESS, 3, {"domain": "d2", "blockers": "fs.read_file", "path": "/y"}))
+    for serial in range(4, 200):  # a worker refused in a loop with no call in flight: traced once
+        audit.handle(AuditRecord(AUDIT_LANDLOCK_ACCESS, serial,
+                                 {"domain": "d1", "blockers": "fs.read_file", "path": "/x"}))
     audit.trace.close()
     traced = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert [(r["toolbox"], r["target"]) for r in traced if r["event"] == "denial"] == [("tools", "/x")]
+
+
+async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from toolboxes._result import ToolResult
+
+    # a stand-in tool whose worker has pid 42 in session 7 (the real path runs in the root tests below)
+    monkeypatch.setattr("supervisor._kernel_audit.read_session", lambda pid: 7 if pid == 42 else None)
+    audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
+    audit.unavailable = None  # reading (no socket: the barrier is skipped)
+    tool = SimpleNamespace(name="bash_w", toolbox="tools", runner=SimpleNamespace(
+        worker=SimpleNamespace(pid=42), spec=SimpleNamespace(kind="bash", report={}, plan=SimpleNamespace(
+            fs_rules=BASH.rules, workdir="/w/work", view=None))))
+    audit._domain_session["d"] = 7
+    for label, status in (("failed", "failed"), ("passed", "passed")):
+        finish = audit.begin(tool, label)
+        for serial in range(300):
+            audit.handle(AuditRecord(AUDIT_LANDLOCK_ACCESS, serial, {"domain": "d", "blockers": "fs.make_reg",
+                                                                     "path": "/tmp" if serial % 2 else f"/o{serial}"}))
+        result = await finish(ToolResult(status=status, data="cannot create /tmp/x: Permission denied"))
+        if status == "failed":
+            assert result.data.count("[denied: Landlock refused to create a file in /tmp") == 1, result.data
+            assert "63 other refusal(s)" in result.data  # 64 kept per call: /tmp once, 63 others
+            assert result.metadata == [("denied", "landlock fs.make_reg /tmp")]
+        else:
+            assert "[denied" not in result.data and result.metadata == []
+    audit.trace.close()
+    traced = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert sum(1 for r in traced if r.get("call_id") == "failed") == 64
+    assert not audit._in_flight
 
 
 # --- real workers -----------------------------------------------------------------------------------------------
