@@ -13,11 +13,12 @@ it (nothing is mounted for it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sandbox._private_files import show_private_file
 
-__all__ = ["AccountFiles", "apply_account_files", "plan_account_files", "plan_view_accounts"]
+__all__ = ["AccountFiles", "apply_account_files", "plan_account_files", "plan_view_accounts", "shared_group_name"]
 
 PASSWD = "/etc/passwd"
 GROUP = "/etc/group"
@@ -46,11 +47,13 @@ def _names(text: str) -> set[str]:
     return {line.split(":", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
 
 
-def plan_account_files(passwd: str, group: str, *, uid: int, gid: int, name: str, home: str) -> AccountFiles:
+def plan_account_files(passwd: str, group: str, *, uid: int, gid: int, name: str, home: str,
+                       groups: Sequence[int] = ()) -> AccountFiles:
     """What to show for ``uid``/``gid`` given the host's ``passwd`` and ``group`` texts. Pure.
 
     ``name`` is the account name wanted for ``uid``; when the host already uses it for another uid, a number is
-    appended. Fields are cleaned of ``:`` and newlines.
+    appended. Fields are cleaned of ``:`` and newlines. ``groups`` (supplementary groups) the host does not name
+    get a line each (:func:`shared_group_name`).
     """
 
     def clean(value: str) -> str:
@@ -66,20 +69,34 @@ def plan_account_files(passwd: str, group: str, *, uid: int, gid: int, name: str
             account = f"{base}{n}"
         body = passwd if passwd.endswith("\n") or not passwd else passwd + "\n"
         new_passwd = f"{body}{account}:x:{uid}:{gid}:agents-supervise worker:{clean(home)}:/usr/sbin/nologin\n"
-    new_group = None
-    if gid not in _ids(group, 2):
-        body = group if group.endswith("\n") or not group else group + "\n"
+    known = _ids(group, 2)
+    lines = ""
+    if gid not in known:
         label = GROUP_NAME if GROUP_NAME not in _names(group) else f"{GROUP_NAME}-{gid}"
-        new_group = f"{body}{label}:x:{gid}:\n"
+        lines += f"{label}:x:{gid}:\n"
+    lines += "".join(f"{shared_group_name(g)}:x:{g}:\n" for g in sorted(set(groups)) if g not in known and g != gid)
+    new_group = None
+    if lines:
+        new_group = (group if group.endswith("\n") or not group else group + "\n") + lines
     return AccountFiles(new_passwd, new_group)
 
 
-def plan_view_accounts(*, uid: int, gid: int, name: str, home: str, group_name: str = "") -> AccountFiles:
+def shared_group_name(gid: int, host_name: str = "") -> str:
+    """The name a shared group (the policy's ``shared_groups``) has in a worker's ``/etc/group``: the host's name for
+    ``gid`` when it has one, else ``shared-<gid>``."""
+    cleaned = "".join(c for c in host_name if c not in ":\n\r,")[:32]
+    return cleaned or f"shared-{gid}"
+
+
+def plan_view_accounts(*, uid: int, gid: int, name: str, home: str, group_name: str = "",
+                       groups: Sequence[tuple[int, str]] = ()) -> AccountFiles:
     """``/etc/passwd`` and ``/etc/group`` of a worker's private view (``sandbox._view_plan``). Pure.
 
     They name ``root`` (the owner of the system files every worker sees) and the worker's own uid and gid, and no
     other account of the host: ``name`` (cleaned of ``:`` and newlines; ``worker`` when empty) for the uid, home
-    ``home``; ``group_name`` (default: ``name``) for the gid.
+    ``home``; ``group_name`` (default: ``name``) for the gid. ``groups`` are the worker's supplementary groups
+    (``(gid, name)``, named by :func:`shared_group_name`), each listed with the worker as its member, so ``id``,
+    ``ls -l`` and ``getent group`` name them.
     """
 
     def clean(value: str) -> str:
@@ -89,7 +106,17 @@ def plan_view_accounts(*, uid: int, gid: int, name: str, home: str, group_name: 
     passwd = "root:x:0:0:root:/root:/usr/sbin/nologin\n"
     if uid != 0:
         passwd += f"{account}:x:{uid}:{gid}:agents-supervise worker:{clean(home)}:/usr/sbin/nologin\n"
-    group = "root:x:0:\n" + (f"{clean(group_name or account)}:x:{gid}:\n" if gid != 0 else "")
+    own = clean(group_name or account)
+    group = "root:x:0:\n" + (f"{own}:x:{gid}:\n" if gid != 0 else "")
+    taken = {"root", own}
+    for extra, label in sorted(dict(groups).items()):
+        if extra in (0, gid):
+            continue
+        label = shared_group_name(extra, label)
+        if label in taken:
+            label = f"shared-{extra}"
+        taken.add(label)
+        group += f"{label}:x:{extra}:{account if uid != 0 else ''}\n"
     return AccountFiles(passwd, group)
 
 

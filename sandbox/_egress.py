@@ -10,14 +10,19 @@ resolved or reached). Every decision is reported once, when the
 connection ends, to ``on_decision`` with toolbox, method, host, port, verdict, reason, address, bytes up/down.
 
 * CONNECT: after ``200`` the bytes are relayed opaquely in both directions (TLS stays end to end). Whatever the
-  client sends inside the tunnel, a second CONNECT included, only reaches the address already checked.
-* Absolute-form (``GET http://host/path``): one request per client connection. The request head is rewritten
-  to origin form with ``Host`` set from the checked URL (a different ``Host`` header could pick another virtual
-  host on the same address), hop-by-hop and ``Proxy-*`` headers dropped and ``Connection: close``; the body is
+  client sends inside the tunnel, a second CONNECT included, only reaches the address already checked. With a
+  ``terminator`` (the TLS-terminating mode a toolbox opts into), the proxy instead speaks TLS to the client with a
+  leaf for the CONNECT host and relays each request in the tunnel itself (:mod:`sandbox._egress_tls`).
+* Absolute-form (``GET http://host/path``, and ``GET https://host/path``: then the proxy originates TLS to the
+  upstream, verified against the system CA store, or the ``upstream_tls`` context given): one request per client
+  connection. The request head is rewritten to origin form with ``Host`` set from the checked URL (a different
+  ``Host`` header could pick another virtual host on the same address), hop-by-hop and ``Proxy-*`` headers dropped
+  and ``Connection: close``; the credentials bound to the URL (:mod:`sandbox._credentials`) are added; the body is
   re-framed with h11 as it streams (never buffered whole); the response is relayed as it comes and the
-  connection closes when it is complete. ``https://`` targets are refused: they belong in a CONNECT.
+  connection closes when it is complete.
 
-What it does not do: look inside TLS (a tunnel's SNI may name another host served by the same address), limit
+What it does not do: add credentials to a CONNECT tunnel or look inside it (a tunnel's SNI may name another host
+served by the same address), limit
 bandwidth, or cache. The DNS stub (:mod:`sandbox._dns_stub`) uses :func:`decide` so it answers with the very
 addresses this proxy would dial.
 """
@@ -26,19 +31,22 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import ipaddress
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import h11
 import psutil
 import trio
 
 from sandbox._addresses import address_verdict
+from sandbox._credentials import Credential, apply_credentials, matching_credentials
 from sandbox._hosts import (
     AllowedHosts,
     HostError,
@@ -55,14 +63,24 @@ __all__ = [
     "Resolution",
     "ResolveError",
     "Resolver",
+    "Terminator",
     "decide",
     "default_resolve",
+    "default_upstream_tls",
     "limited_resolver",
     "local_addresses",
     "serve_egress",
 ]
 
 Resolver = Callable[[str], Awaitable["Resolution"]]
+
+
+class Terminator(Protocol):
+    """What the TLS-terminating mode needs of the supervisor's CA: a server context for an allowed host."""
+
+    def server_context(self, host: str) -> ssl.SSLContext: ...
+
+
 OnDecision = Callable[[dict[str, Any]], None]
 
 HEAD_TIMEOUT_S = 30.0
@@ -263,21 +281,30 @@ def _response(status: int, reason: str) -> bytes:
     ) + body
 
 
-def _split_absolute(target: str) -> tuple[str, str]:
-    """Split an absolute-form ``http://authority/path`` target into (authority, origin-form path)."""
-    lower = target[:8].lower()
-    if lower.startswith("https://"):
-        raise _Refusal(400, "https:// requests must use CONNECT (set HTTPS_PROXY, not a plain http request)")
-    if not lower.startswith("http://"):
+def _split_absolute(target: str) -> tuple[str, str, str]:
+    """Split an absolute-form ``http(s)://authority/path`` target into (scheme, authority, origin-form path)."""
+    scheme, sep, rest = target.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in ("http", "https"):
         raise _Refusal(
-            400, "this is an HTTP proxy: send absolute-form requests (http://host/path) or CONNECT host:port"
+            400, "this is an HTTP proxy: send absolute-form requests (http://host/path or https://host/path) or "
+                 "CONNECT host:port"
         )
-    rest = target[7:]
     cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
     authority, path = rest[:cut], rest[cut:].split("#", 1)[0]
     if not path.startswith("/"):
         path = "/" + path
-    return authority, path
+    return scheme, authority, path
+
+
+@functools.cache
+def default_upstream_tls() -> ssl.SSLContext:
+    """The context the proxy verifies upstream servers with: the system CA store (``SSL_CERT_FILE`` and
+    ``SSL_CERT_DIR`` as OpenSSL reads them, at the first call), host names checked, TLS 1.2 at least. One
+    context for the whole process (loading the store takes milliseconds)."""
+    ctx = ssl.create_default_context()
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
 
 
 class _Connection:
@@ -288,7 +315,7 @@ class _Connection:
         self.server = server
         self.record: dict[str, Any] = {
             "toolbox": server.toolbox, "method": "", "host": "", "port": None, "verdict": "refused",
-            "reason": "", "address": None, "bytes_up": 0, "bytes_down": 0,
+            "reason": "", "address": None, "bytes_up": 0, "bytes_down": 0, "scheme": "",
         }
         self.started = time.monotonic()
 
@@ -345,11 +372,12 @@ class _Connection:
         target = request.target.decode("ascii", "replace")
         self.record["method"] = method
         if method == "CONNECT":
-            authority, path = target, ""
+            scheme, authority, path = "", target, ""
             default_port = None
         else:
-            authority, path = _split_absolute(target)
-            default_port = 80
+            scheme, authority, path = _split_absolute(target)
+            default_port = 443 if scheme == "https" else 80
+        self.record["scheme"] = scheme or "connect"
         try:
             host, port = split_host_port(authority, default_port=default_port)
         except HostError as exc:
@@ -364,8 +392,13 @@ class _Connection:
             raise _Refusal(403, decision.reason)
         if decision.verdict == "failed":
             raise _Refusal(502, decision.reason)
-        upstream = await self._dial(decision, port)
+        if method == "CONNECT" and self.server.terminator is not None:
+            await self._terminate(conn, decision, host, port)
+            return
+        upstream: trio.abc.Stream = await self._dial(decision, port)
         try:
+            if scheme == "https":
+                upstream = await self._tls(upstream, host)
             self.record["verdict"] = "allowed"
             if method == "CONNECT":
                 await self.client.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -375,7 +408,7 @@ class _Connection:
                     self.record["bytes_up"] += len(leftover)
                 await self._tunnel(upstream)
             else:
-                await self._forward(conn, request, upstream, decision.host, port, path)
+                await self._forward(conn, request, upstream, scheme, host, port, path)
         finally:
             with trio.CancelScope(shield=True):
                 await upstream.aclose()
@@ -403,6 +436,45 @@ class _Connection:
             self.record["address"] = str(ip)
             return trio.SocketStream(sock)
         raise _Refusal(502, f"cannot connect to {decision.host} port {port}: {'; '.join(errors)}")
+
+    async def _terminate(self, conn: h11.Connection, decision: Decision, host: str | IPAddress, port: int) -> None:
+        """TLS-terminating mode (:mod:`sandbox._egress_tls`): a leaf for the allowed host, then each request in
+        the tunnel judged, given its credentials and sent upstream over verified TLS."""
+        from sandbox._egress_tls import Prefixed, relay_terminated
+
+        assert self.server.terminator is not None
+        server_ctx = self.server.terminator.server_context(str(host))
+        self.record["verdict"] = "allowed"
+        await self.client.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        leftover, _closed = conn.trailing_data
+
+        async def open_upstream() -> trio.abc.Stream:
+            raw = await self._dial(decision, port)
+            try:
+                return await self._tls(raw, host)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await raw.aclose()
+                raise
+
+        await relay_terminated(Prefixed(self.client, bytes(leftover)), host=host, port=port, server_ctx=server_ctx,
+                               open_upstream=open_upstream, credentials=self.server.credentials,
+                               record=self.record)
+
+    async def _tls(self, raw: trio.SocketStream, host: str | IPAddress) -> trio.SSLStream[trio.SocketStream]:
+        """TLS to the upstream over ``raw``, its certificate verified for ``host`` (name or address)."""
+        stream = trio.SSLStream(raw, self.server.upstream_tls, server_hostname=str(host), https_compatible=True)
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT_S):
+                await stream.do_handshake()
+        except trio.TooSlowError:
+            raise _Refusal(502, f"no TLS handshake with {_host_text(host)} within {CONNECT_TIMEOUT_S:.0f} s") from None
+        except (trio.BrokenResourceError, ssl.SSLError) as exc:
+            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
+            why = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause)
+            raise _Refusal(502, f"TLS with {_host_text(host)} failed ({why}); the proxy verifies upstream "
+                                "certificates against the system CA store") from None
+        return stream
 
     async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream, key: str) -> None:
         while True:
@@ -465,8 +537,8 @@ class _Connection:
             nursery.start_soon(guarded, upstream, self.client, "bytes_down")
 
     async def _forward(
-        self, conn: h11.Connection, request: h11.Request, upstream: trio.SocketStream,
-        host: str, port: int, path: str,
+        self, conn: h11.Connection, request: h11.Request, upstream: trio.abc.Stream,
+        scheme: str, host: str | IPAddress, port: int, path: str,
     ) -> None:
         headers = [(n, v) for n, v in request.headers if n.lower() not in _HOP_BY_HOP]
         # Headers the client names in Connection are hop-by-hop too, but never the body's framing: h11 has framed
@@ -476,7 +548,12 @@ class _Connection:
         headers = [(n, v) for n, v in headers if n.lower() not in named]
         if any(n.lower() == b"transfer-encoding" for n, _ in headers):
             headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]  # RFC 9112 6.3: TE wins
-        host_header = host if port == 80 else f"{host}:{port}"
+        creds = matching_credentials(self.server.credentials, scheme, host, port, path)
+        if creds:
+            headers, path = apply_credentials(creds, headers, path)
+            self.record["credentials"] = [c.name for c in creds]
+        shown = _host_text(host)
+        host_header = shown if port == (443 if scheme == "https" else 80) else f"{shown}:{port}"
         up = h11.Connection(h11.CLIENT)
         head = up.send(h11.Request(
             method=request.method, target=path.encode("ascii", "replace"),
@@ -491,7 +568,7 @@ class _Connection:
             except h11.ProtocolError as exc:  # a body the upstream framing cannot carry: refuse, never crash
                 raise _Refusal(400, f"request body does not match its framing: {exc}") from None
 
-    async def _request_body(self, conn: h11.Connection, up: h11.Connection, upstream: trio.SocketStream) -> None:
+    async def _request_body(self, conn: h11.Connection, up: h11.Connection, upstream: trio.abc.Stream) -> None:
         while True:
             try:
                 event = conn.next_event()
@@ -513,7 +590,7 @@ class _Connection:
             else:
                 return
 
-    async def _response(self, up: h11.Connection, upstream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    async def _response(self, up: h11.Connection, upstream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         """Relay the response as it arrives; stop when h11 sees it complete (or the server closes)."""
         parsing = True
         try:
@@ -568,6 +645,9 @@ class _Server:
     resolve: Resolver
     own_addresses: Callable[[], frozenset[IPAddress]]
     limiter: trio.CapacityLimiter
+    credentials: tuple[Credential, ...] = ()
+    upstream_tls: ssl.SSLContext = field(default_factory=lambda: default_upstream_tls())
+    terminator: Terminator | None = None
 
 
 async def serve_egress(
@@ -578,6 +658,9 @@ async def serve_egress(
     toolbox: str = "",
     resolve: Resolver = default_resolve,
     own_addresses: Callable[[], frozenset[IPAddress]] = local_addresses,
+    credentials: tuple[Credential, ...] = (),
+    upstream_tls: ssl.SSLContext | None = None,
+    terminator: Terminator | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the proxy on ``listener_sock`` (a listening trio TCP socket) until cancelled.
@@ -586,9 +669,14 @@ async def serve_egress(
     wait in the listen backlog, not accepted. A broken client or server ends its own connection only;
     ``on_decision`` is called once per request (not for connections closed before a request), from the trio
     thread, and exceptions it raises propagate.
-    The listener is closed when this returns.
+    The listener is closed when this returns. ``credentials`` are added to the absolute-form requests their
+    bindings match (``on_decision`` records then name them, never their values); ``upstream_tls`` verifies the
+    upstreams of ``https://`` requests (default: :func:`default_upstream_tls`, the system store; tests pass a
+    context trusting their own CA, never one that skips verification). ``terminator`` (the supervisor's CA,
+    :class:`sandbox._tls_ca.SupervisorCA`) turns on the TLS-terminating mode for CONNECT.
     """
-    server = _Server(rules, toolbox, on_decision, resolve, own_addresses, trio.CapacityLimiter(MAX_CONNECTIONS))
+    server = _Server(rules, toolbox, on_decision, resolve, own_addresses, trio.CapacityLimiter(MAX_CONNECTIONS),
+                     tuple(credentials), upstream_tls or default_upstream_tls(), terminator)
     listener = trio.SocketListener(listener_sock)
 
     async def handle(stream: trio.SocketStream, token: object) -> None:

@@ -113,6 +113,9 @@ def decode_plan(data: bytes) -> ConfinementPlan:
              and all(c.isalnum() or c in "-._" for c in plan.view.hostname), "view.hostname must be a host name")
         want(all(is_int(v) and v > 0 for v in (plan.view.tmp_bytes, plan.view.shm_bytes)),
              "view sizes must be positive integers")
+        want(isinstance(plan.view.system_paths, tuple)
+             and all(isinstance(p, str) and p.startswith("/") for p in plan.view.system_paths),
+             "view.system_paths must be absolute paths")
     want(all(isinstance(r.path, str) and isinstance(r.mode, str) for r in plan.fs_rules), "bad fs_rules")
     want(all(is_int(p) and 0 <= p <= 65535 for p in plan.tcp_connect_ports), "bad tcp_connect_ports")
     want(
@@ -364,7 +367,7 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
     import pwd
 
     from sandbox._private_files import enter_private_mounts
-    from sandbox._view import apply_view, probe_host
+    from sandbox._view import apply_view, host_mount_points, probe_host
     from sandbox._view_plan import ViewError, plan_view, view_files
 
     uid = plan.uid if plan.uid is not None else os.geteuid()
@@ -379,9 +382,10 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
     # A shared uid keeps the name the host gives it (nobody); a uid of its own has none on the host.
     account = plan.account_name or host_name(pwd.getpwuid, uid) or f"agent-{plan.toolbox}"[:32]
     files = view_files(uid=uid, gid=gid, account=account, group=host_name(grp.getgrgid, gid), home=plan.workdir,
-                       hostname=view.hostname, resolv_conf=resolv_conf)
+                       hostname=view.hostname, resolv_conf=resolv_conf,
+                       groups=[(g, host_name(grp.getgrgid, g)) for g in plan.groups])
     try:
-        planned = plan_view(plan.fs_rules, view, files, probe_host)
+        planned = plan_view(plan.fs_rules, view, files, probe_host, host_mount_points())
     except ViewError as exc:
         raise ConfinementError(str(exc), step="view") from exc
     enter_private_mounts(step="view")
@@ -401,7 +405,7 @@ def _show_account(plan: ConfinementPlan, uid: int, gid: int, *, private_mounts: 
             raise ConfinementError(f"cannot read {path}: {exc.strerror}", step="accounts", errno=exc.errno) from exc
 
     files = plan_account_files(text("/etc/passwd"), text("/etc/group"), uid=uid, gid=gid,
-                               name=plan.account_name, home=plan.workdir)
+                               name=plan.account_name, home=plan.workdir, groups=plan.groups)
     if files.passwd is None and files.group is None:
         return
     if not private_mounts:

@@ -2,7 +2,7 @@
 agent it acts as to a root session of the store, and the call's conversation and turn ids.
 
 A frontend acts as the agent whose tool it calls (:meth:`FrontendSessions.owner_agent`); its session name with that
-agent (and the tenant, ``local`` for now) is one root session (:mod:`supervisor._session_ids`). A call's
+agent (and the tenant, ``local`` for now) is one root session (:mod:`supervisor.sessions._ids`). A call's
 conversation id is the client's when it sent one, else its session's (made when the session was created, so stable
 for the session's life, across supervisor runs for a named session); its turn id is the client's, else a new one
 per call.
@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._agent_tree import AgentTree
-from ._portal import CallOrigin
-from ._session_ids import LOCAL_TENANT, Owner, client_id, new_id, root_session_id
-from ._sessions import SessionStore
+from supervisor.calls import CallOrigin
+from supervisor.config import AgentTree
+from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, remember, root_session_id
 
 __all__ = ["FrontendSessions"]
 
@@ -33,7 +32,8 @@ class FrontendSessions:
         self.default_name = f"api-{new_id()}"
         self._names: dict[str, str] = {}  # root session id -> the frontend's name for it
         self._opened: dict[tuple[str, str, str], tuple[str, str]] = {}  # (tenant, agent, name) -> open()'s answer
-        self._conversations: dict[str, str] = {}  # root session id -> conversation id, without a store
+        #: root session id -> conversation id, without a store (the most recent sessions': ``remember``)
+        self._conversations: dict[str, str] = {}
 
     def owner_agent(self, tool: Any) -> str:
         """The agent a frontend acts as when it calls ``tool`` (a registered tool or ``None``): the tool's agent;
@@ -50,7 +50,7 @@ class FrontendSessions:
     def open(self, name: str | None, agent: str, *, tenant: str = LOCAL_TENANT) -> tuple[str, str]:
         """The root session the frontend session ``name`` (``None``: :attr:`default_name`) has with ``agent``, as
         ``(session id, conversation id)``, created unless it exists. Raises ``ValueError`` for a name
-        :func:`~supervisor._session_ids.client_id` refuses."""
+        :func:`~supervisor.sessions._ids.client_id` refuses."""
         key = (tenant, agent, self.default_name if name is None else name)
         known = self._opened.get(key)
         if known is not None and (self.store is None or known[0] in self.store.open_roots):
@@ -61,7 +61,7 @@ class FrontendSessions:
             session_id, conversation = self.store.open_root(owner, name)
         else:
             session_id = root_session_id(owner, name)
-            conversation = self._conversations.setdefault(session_id, new_id())
+            conversation = self._conversations.get(session_id) or remember(self._conversations, session_id, new_id())
         if session_id not in self._names:
             if len(self._names) >= MAX_FRONTEND_NAMES:
                 self._names.pop(next(iter(self._names)))

@@ -3,7 +3,8 @@
 Each component is a small core module in WAT (written here by :func:`component_wat`) that ``wasm-tools component
 embed`` joins to :data:`WIT` and ``wasm-tools component new`` turns into a component. The WIT declares the seed's
 ``run`` interface and the few WASI p2 functions the probes call (``wasi:filesystem``, ``wasi:sockets``,
-``wasi:cli/environment``), spelled as WASI 0.2.0 defines them so that wasmtime's own WASI implementation links them.
+``wasi:cli/environment``), spelled as WASI 0.2.0 defines them so that wasmtime's own WASI implementation links them,
+and a ``wasi:http`` import (world ``http``) that this toolbox does not link.
 
 A component's result is laid out statically (the canonical ABI's memory layout of ``tool-result``, made by
 :func:`_result_blob`) and its behaviour is a WAT body chosen by name (:data:`BEHAVIOURS`). :func:`build_components`
@@ -47,6 +48,11 @@ world plain {
   export murmur:tool/run@0.2.0;
 }
 
+world http {
+  import wasi:http/outgoing-handler@0.2.0;
+  export murmur:tool/run@0.2.0;
+}
+
 package murmur:tool@0.2.0 {
   interface run {
     enum status { passed, failed, error }
@@ -57,6 +63,12 @@ package murmur:tool@0.2.0 {
       truncated: bool, metadata: list<tuple<string, string>>, attachments: list<attachment>,
     }
     run: func(input: tool-input) -> tool-result;
+  }
+}
+
+package wasi:http@0.2.0 {
+  interface outgoing-handler {
+    handle: func() -> u32;
   }
 }
 
@@ -138,6 +150,9 @@ _IMPORTS = f"""
     (func $tcp_connect (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32)))
   (import "cm32p2|wasi:cli/environment@0.2" "get-environment" (func $get_env (param i32)))
 """
+
+#: Not the real wasi:http signature: the toolbox links no wasi:http at all, so any import of it is refused at load.
+_HTTP_IMPORT = '(import "cm32p2|wasi:http/outgoing-handler@0.2" "handle" (func (result i32)))'
 
 #: Where the result record lives; static strings follow it; retptr scratch below it; the heap starts at 64 KiB.
 _RESULT = 256
@@ -253,6 +268,9 @@ BEHAVIOURS = {
     # connect a TCP socket to the spec's address (default 203.0.113.1:80); data := start-connect's error code
     # (100 + create-tcp-socket's when that fails), or 'started'
     "net": "(call $connect)",
+    # write 1 KiB at a time into big.bin in the work folder until a write fails (at most 64 KiB); data := the
+    # wasi:filesystem error code of the failed write, or 'wrote' (the status stays the spec's: passed)
+    "bigwrite": "(call $write_big)",
     # metadata := the component's whole environment
     "env": f"(call $get_env (i32.const {_RESULT + _METADATA}))",
 }
@@ -338,6 +356,23 @@ _PROBE_HELPERS = f"""
     (if (i32.load8_u (i32.const {_SCRATCH + 16}))
       (then (call $set_number (i32.const {_RESULT + _DATA}) (i32.load8_u (i32.const {_SCRATCH + 20}))))
       (else (call $set_opt (i32.const {_RESULT + _DATA}) (i32.const 1) (i32.const {{opened_at}}) (i32.const 6)))))
+  (func $write_big
+    (local $fd i32) (local $off i64)
+    (call $open_at (call $first_dir) (i32.const 0) (i32.const {{big_at}}) (i32.const {{big_len}})
+                   (i32.const 9) (i32.const 2) (i32.const {_SCRATCH + 16}))
+    (if (i32.load8_u (i32.const {_SCRATCH + 16})) (then unreachable))
+    (local.set $fd (i32.load (i32.const {_SCRATCH + 20})))
+    (block $done
+      (loop $more
+        (br_if $done (i64.ge_u (local.get $off) (i64.const 65536)))
+        (call $fd_write (local.get $fd) (i32.const 0) (i32.const 1024) (local.get $off) (i32.const {_SCRATCH + 32}))
+        (if (i32.load8_u (i32.const {_SCRATCH + 32}))
+          (then (call $set_number (i32.const {_RESULT + _DATA}) (i32.load8_u (i32.const {_SCRATCH + 40})))
+                (call $fd_drop (local.get $fd)) (return)))
+        (local.set $off (i64.add (local.get $off) (i64.load (i32.const {_SCRATCH + 40}))))
+        (br $more)))
+    (call $fd_drop (local.get $fd))
+    (call $set_opt (i32.const {_RESULT + _DATA}) (i32.const 1) (i32.const {{wrote_at}}) (i32.const 5)))
   (func $connect
     (local $sock i32) (local $net i32)
     (call $tcp_new (i32.const 0) (i32.const {_SCRATCH + 16}))
@@ -373,7 +408,7 @@ def component_wat(spec: Spec) -> str:
     files: dict[str, tuple[int, int, int, int]] = {}
     record, blob = _result_blob(spec, files)
     consts = {"preopen": "preopen", "outside": spec.open_path or OUTSIDE, "opened": "opened", "started": "started",
-              "log": "a line from the component's log\n"}
+              "log": "a line from the component's log\n", "big": "big.bin", "wrote": "wrote"}
     where = {k: blob.string(v) for k, v in consts.items()}
     body = BEHAVIOURS[spec.behaviour].format(log_at=where["log"][0], log_len=where["log"][1])
     writes = "".join(f"(call $write_file (call $first_dir) (i32.const {n}) (i32.const {nl}) (i32.const {c}) "
@@ -382,11 +417,13 @@ def component_wat(spec: Spec) -> str:
     helpers = _HELPERS + (_PROBE_HELPERS.format(
         preopen_at=where["preopen"][0], outside_at=where["outside"][0], outside_len=where["outside"][1],
         opened_at=where["opened"][0], started_at=where["started"][0], port=spec.connect[1],
+        big_at=where["big"][0], big_len=where["big"][1], wrote_at=where["wrote"][0],
         a=spec.connect[0][0], b=spec.connect[0][1], c=spec.connect[0][2], d=spec.connect[0][3]) if probe else "")
     assert blob.start + len(blob.data) < _HEAP, "static data overflows into the heap"
     filler = "".join(_filler(i) for i in range(spec.bulk))
+    imports = _IMPORTS if probe else _HTTP_IMPORT if spec.world == "http" else ""
     return f"""(module
-  {_IMPORTS if probe else ""}
+  {imports}
   (memory (export "cm32p2_memory") 2)
   (data (i32.const {_RESULT}) "{_wat_bytes(record)}")
   (data (i32.const {blob.start}) "{_wat_bytes(bytes(blob.data))}")

@@ -1,7 +1,9 @@
 """HTTP for the toolboxes that call web APIs (OpenAPI, PostgREST): one request, one :class:`ToolResult`.
 
 Everything goes through the egress proxy named by the worker's ``HTTP_PROXY``/``HTTPS_PROXY`` (the supervisor's
-bridge; the worker's network namespace has no other way out), which enforces the toolbox's AllowedHosts. This
+bridge; the worker's network namespace has no other way out), which enforces the toolbox's AllowedHosts, in
+absolute form for ``https://`` too (:mod:`._proxy_http`: the proxy originates TLS and adds the credentials the
+policy binds to the host; the worker holds at most a placeholder). This
 module adds what a tool call needs on top: the call's deadline as the request timeout, cancellation between body
 chunks, a response-size cap (``truncated``), no redirects followed, and the mapping of a response to a result:
 ``passed`` for 2xx, ``failed`` otherwise, summary ``HTTP <status>``, JSON bodies as JSON, other text as text, binary
@@ -27,6 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ._proxy_http import build_request, proxy_for
 from ._result import Attachment, ToolResult
 from ._toolbox import CallContext
 
@@ -88,8 +91,15 @@ def header_value_problem(name: str, value: str) -> str | None:
 
 
 def _client(timeout_s: float) -> httpx.Client:
-    # trust_env: the proxy comes from HTTP_PROXY/HTTPS_PROXY (the bridge); no redirects (a 3xx is the answer).
-    return httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=True)
+    # No proxy of httpx's own: requests are sent to the bridge in absolute form (_proxy_http); no redirects (a 3xx
+    # is the answer).
+    return httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False)
+
+
+def _build(client: httpx.Client, method: str, url: str, headers: dict[str, str] | None,
+           content: bytes | None = None) -> httpx.Request:
+    return build_request(client, method, url, proxy=proxy_for(httpx.URL(url).scheme), headers=headers,
+                         content=content)
 
 
 def _proxy_refusal(response: httpx.Response, body: bytes) -> str | None:
@@ -103,18 +113,22 @@ def fetch_bytes(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: in
                 headers: dict[str, str] | None = None) -> bytes:
     """GET ``url`` through the proxy and return its body. Raises :class:`FetchError` saying why it failed."""
     try:
-        with _client(timeout_s) as client, client.stream("GET", url, headers=headers or {}) as response:
-            body = bytearray()
-            for chunk in response.iter_bytes(_CHUNK):
-                body += chunk
-                if len(body) > max_bytes:
-                    raise FetchError(f"{url}: the document is larger than {max_bytes} bytes")
-            refusal = _proxy_refusal(response, bytes(body))
-            if refusal is not None:
-                raise FetchError(f"{url}: refused by the egress proxy (HTTP {response.status_code}): {refusal}")
-            if not 200 <= response.status_code < 300:
-                raise FetchError(f"{url}: HTTP {response.status_code} {response.reason_phrase}")
-            return bytes(body)
+        with _client(timeout_s) as client:
+            response = client.send(_build(client, "GET", url, headers), stream=True)
+            try:
+                body = bytearray()
+                for chunk in response.iter_bytes(_CHUNK):
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise FetchError(f"{url}: the document is larger than {max_bytes} bytes")
+                refusal = _proxy_refusal(response, bytes(body))
+                if refusal is not None:
+                    raise FetchError(f"{url}: refused by the egress proxy (HTTP {response.status_code}): {refusal}")
+                if not 200 <= response.status_code < 300:
+                    raise FetchError(f"{url}: HTTP {response.status_code} {response.reason_phrase}")
+                return bytes(body)
+            finally:
+                response.close()
     except httpx.ProxyError as exc:
         raise FetchError(f"{url}: refused by the egress proxy: {exc} (is the host in AllowedHosts?)") from exc
     except httpx.TimeoutException as exc:
@@ -187,8 +201,7 @@ def send_request(request: HttpRequest, ctx: CallContext, *, max_bytes: int, work
     started = time.monotonic()
     try:
         with _client(timeout_s) as client:
-            req = client.build_request(request.method, request.url, headers=request.headers,
-                                       content=request.content)
+            req = _build(client, request.method, request.url, request.headers, request.content)
             response = client.send(req, stream=True)
             try:
                 body = bytearray()

@@ -46,6 +46,8 @@ SUP_V4, INET_HTTP, INET_TLS, INET_DNS, METADATA = (
 )
 SUP_V6, INET_V6 = "2001:db8::1", "2001:db8::10"
 SEARCH, SEARCH_ANSWER = "corp.example.test", "203.0.113.12"
+#: the names the lab's TLS server (INET_TLS:443) has a certificate for
+TLS_NAMES = ("secure.example.test", "api.example.test", "other.example.test", "api.example.test.evil.test")
 #: metadata addresses outside link-local the lab serves (every private range that holds one can be opened)
 METADATA_ELSEWHERE = ("168.63.129.16", "100.100.100.200", "fd00:ec2::254", "fd20:ce::254")
 LOOPBACK_PORT = 8080
@@ -71,6 +73,10 @@ ZONE: dict[str, dict[str, list[str]]] = {
     "www.example.test": {"A": [INET_HTTP], "AAAA": [INET_V6]},
     "www6.example.test": {"A": [], "AAAA": [INET_V6]},
     "secure.example.test": {"A": [INET_TLS], "AAAA": []},
+    # credential bindings: the bound name, another name on the same server, and a name that only starts like it
+    "api.example.test": {"A": [INET_TLS], "AAAA": []},
+    "other.example.test": {"A": [INET_TLS], "AAAA": []},
+    "api.example.test.evil.test": {"A": [INET_TLS], "AAAA": []},
     "evil.example.test": {"A": [INET_HTTP], "AAAA": []},
     "loop.example.test": {"A": ["127.0.0.1"], "AAAA": []},
     "meta.example.test": {"A": [METADATA], "AAAA": []},
@@ -148,6 +154,7 @@ class Lab:
         self.sup, self.inet = f"asv-s-{tag}", f"asv-i-{tag}"
         self.workdir = workdir
         self.ca_path = workdir / "ca.pem"
+        self.request_log = workdir / "requests.log"
         self.dns_log = workdir / "dns-queries.log"
         self.procs: list[subprocess.Popen[str]] = []
         self.namespaces: list[str] = []
@@ -186,16 +193,27 @@ class Lab:
         sh("ip", "-n", self.inet, "route", "add", f"{SUP_V4}/32", "dev", vi, check=False)
         proc = subprocess.Popen(
             in_ns(self.inet, PY, "-m", "tests.sandbox._netlab", "inet", "--ca", str(self.ca_path),
-                  "--dns-log", str(self.dns_log)),
+                  "--dns-log", str(self.dns_log), "--request-log", str(self.request_log)),
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.procs.append(proc)
         Lines(proc).next("ready")
 
     def bridge(self, rules: list[str], *, private: tuple[str, ...] = (), toolbox: str = "lab",
-               cname_targets: tuple[str, ...] = ()) -> Bridge:
-        """A client namespace with only ``lo`` whose bridge is served by a proxy in the supervisor namespace."""
-        return Bridge(self, rules, private, toolbox, cname_targets)
+               cname_targets: tuple[str, ...] = (), credentials: list[dict[str, Any]] | None = None,
+               terminate: bool = False) -> Bridge:
+        """A client namespace with only ``lo`` whose bridge is served by a proxy in the supervisor namespace.
+        ``credentials``: what the proxy injects (``{name, value, bindings: [{hosts, ports, schemes,
+        path_prefixes}], header: [name, template] | None, query}``); the proxy trusts the lab's CA upstream.
+        ``terminate``: the TLS-terminating mode, with a CA of the proxy's own (its certificate in
+        ``Bridge.terminating_ca``)."""
+        return Bridge(self, rules, private, toolbox, cname_targets, credentials or [], terminate)
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request the lab's HTTP(S) servers received so far: ``{tag, host, path, headers}``."""
+        if not self.request_log.exists():
+            return []
+        return [json.loads(line) for line in self.request_log.read_text().splitlines() if line]
 
     def queries(self) -> list[str]:
         """Every question the lab's DNS server got so far, as ``name TYPE`` lines (name without the final dot)."""
@@ -214,18 +232,26 @@ class Bridge:
     """One client namespace, its bridge, and the proxy process serving it (with its decisions as lines)."""
 
     def __init__(self, lab: Lab, rules: list[str], private: tuple[str, ...], toolbox: str,
-                 cname_targets: tuple[str, ...] = ()) -> None:
+                 cname_targets: tuple[str, ...] = (), credentials: list[dict[str, Any]] | None = None,
+                 terminate: bool = False) -> None:
         self.lab = lab
         self.ns = f"asv-c-{secrets.token_hex(3)}"
         sh("ip", "netns", "add", self.ns)
         lab.namespaces.append(self.ns)
         sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+        # credentials reach the proxy in a file of the lab's (0700) folder, never on a command line the client sees
+        creds_file = lab.workdir / f"credentials-{self.ns}.json"
+        creds_file.write_text(json.dumps(credentials or []))
+        creds_file.chmod(0o600)
+        self.terminating_ca = lab.workdir / f"terminating-ca-{self.ns}.pem"
         sup_end, cli_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with sup_end, cli_end:
             self.proxy = subprocess.Popen(
                 in_ns(lab.sup, PY, "-m", "tests.sandbox._netlab", "proxy", "--bridge-fd", str(sup_end.fileno()),
                       "--rules", json.dumps(rules), "--private", json.dumps(list(private)),
-                      "--cname-targets", json.dumps(list(cname_targets)), "--toolbox", toolbox),
+                      "--cname-targets", json.dumps(list(cname_targets)), "--toolbox", toolbox,
+                      "--credentials", str(creds_file), "--upstream-ca", str(lab.ca_path),
+                      *(["--terminating-ca", str(self.terminating_ca)] if terminate else [])),
                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[sup_end.fileno()],
             )
             lab.procs.append(self.proxy)
@@ -273,11 +299,43 @@ class Bridge:
 # --- the processes --------------------------------------------------------------------------------------------
 
 
+_LOG_LOCK = threading.Lock()
+_REQUEST_LOG: list[str] = []  # the path of the request log, once set by _main_inet
+
+
+def _log_request(tag: str, handler: http.server.BaseHTTPRequestHandler) -> None:
+    if not _REQUEST_LOG:
+        return
+    entry = {"tag": tag, "host": handler.headers.get("Host"), "path": handler.path,
+             "headers": [[k, v] for k, v in handler.headers.items()]}
+    with _LOG_LOCK, open(_REQUEST_LOG[0], "a") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
 def _http_handler(tag: str) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "netlab"
+        protocol_version = "HTTP/1.1"  # keep-alive: a client may send a second request on the connection
 
         def do_GET(self) -> None:
+            _log_request(tag, self)
+            if self.path.startswith("/redirect?to="):  # a redirect to wherever the query says
+                from urllib.parse import unquote
+
+                self.send_response(302)
+                self.send_header("Location", unquote(self.path.split("=", 1)[1]))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if "/echo" in self.path:  # what this server received
+                body = json.dumps({"tag": tag, "host": self.headers.get("Host"), "path": self.path,
+                                   "headers": dict(self.headers.items())}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if self.path.startswith("/big/"):
                 size = int(self.path.split("/")[2])
                 self.send_response(200)
@@ -295,6 +353,7 @@ def _http_handler(tag: str) -> type[http.server.BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def do_POST(self) -> None:
+            _log_request(tag, self)
             data = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             body = f"{tag} received {len(data)} bytes".encode()
             self.send_response(200)
@@ -359,7 +418,9 @@ def _main_inet(args: argparse.Namespace) -> None:
     ca = trustme.CA()
     ca.cert_pem.write_to_path(args.ca)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("secure.example.test").configure_cert(ctx)
+    ca.issue_cert(*TLS_NAMES).configure_cert(ctx)
+    if args.request_log:
+        _REQUEST_LOG.append(args.request_log)
     _serve_http(INET_HTTP, 80, "origin")
     _serve_http(INET_V6, 80, "origin6")
     _serve_http(INET_TLS, 443, "tls-origin", ctx)
@@ -371,6 +432,19 @@ def _main_inet(args: argparse.Namespace) -> None:
     _serve_dns(INET_DNS, args.dns_log)
     print("ready", flush=True)
     threading.Event().wait()
+
+
+def _credentials(path: str) -> tuple[Any, ...]:
+    from sandbox._credentials import Credential, CredentialBinding
+
+    out = []
+    for c in json.loads(Path(path).read_text()):
+        bindings = tuple(CredentialBinding(tuple(b["hosts"]), tuple(b.get("ports", ())),
+                                           tuple(b.get("schemes", ("https",))), tuple(b.get("path_prefixes", ())))
+                         for b in c["bindings"])
+        header = tuple(c["header"]) if c.get("header") else None
+        out.append(Credential(c["name"], c["value"], bindings, header, c.get("query")))  # type: ignore[arg-type]
+    return tuple(out)
 
 
 def _main_proxy(args: argparse.Namespace) -> None:
@@ -390,6 +464,14 @@ def _main_proxy(args: argparse.Namespace) -> None:
         bridge = receive_bridge_nowait(carrier)
     rules = AllowedHosts.parse(json.loads(args.rules), private_networks=json.loads(args.private),
                                cname_targets=json.loads(args.cname_targets))
+    credentials = _credentials(args.credentials) if args.credentials else ()
+    upstream_tls = ssl.create_default_context(cafile=args.upstream_ca) if args.upstream_ca else None
+    terminator = None
+    if args.terminating_ca:
+        from sandbox._tls_ca import supervisor_ca
+
+        terminator = supervisor_ca()
+        Path(args.terminating_ca).write_bytes(terminator.cert_pem)
 
     def report(record: dict[str, Any]) -> None:
         print("decision", json.dumps(record), flush=True)
@@ -398,7 +480,8 @@ def _main_proxy(args: argparse.Namespace) -> None:
         proxy, udp, tcp = bridge.to_trio()
         async with trio.open_nursery() as nursery:
             await nursery.start(lambda task_status: serve_egress(
-                proxy, rules, on_decision=report, toolbox=args.toolbox, task_status=task_status))
+                proxy, rules, on_decision=report, toolbox=args.toolbox, credentials=credentials,
+                upstream_tls=upstream_tls, terminator=terminator, task_status=task_status))
             await nursery.start(lambda task_status: serve_dns_stub(udp, tcp, rules, task_status=task_status))
             print("ready", flush=True)
 
@@ -415,6 +498,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--private", default="[]")
     parser.add_argument("--cname-targets", default="[]")
     parser.add_argument("--toolbox", default="lab")
+    parser.add_argument("--request-log")
+    parser.add_argument("--credentials")
+    parser.add_argument("--upstream-ca")
+    parser.add_argument("--terminating-ca")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
     os.environ.pop("HTTP_PROXY", None)

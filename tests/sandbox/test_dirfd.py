@@ -15,8 +15,8 @@ import trio
 from sandbox._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, reown_tree
 from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import python_runtime_paths
-from supervisor._confined_exec import run_confined
-from supervisor._policy import DEFAULT_SYSTEM_PATHS
+from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
+from supervisor.workers._confined_exec import run_confined
 
 pytestmark = pytest.mark.root
 

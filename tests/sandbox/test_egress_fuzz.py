@@ -59,16 +59,18 @@ def test_dns_stub_mutated_queries(name: str, rdtype: str, flips: list[tuple[int,
 
 @settings(max_examples=500, deadline=None)
 @given(st.text(max_size=300) | st.sampled_from(["http://", "http://[::1", "http://a:99999/", "http://:80",
-                                                "HTTP://[fe80::1%25eth0]/", "http://a@b/", "http://\x00/"]))
+                                                "HTTP://[fe80::1%25eth0]/", "http://a@b/", "http://\x00/",
+                                                "HTTPS://a/", "https:/a", "ftp://a/"]))
 def test_request_targets_parse_or_refuse_cleanly(target: str) -> None:
     try:
-        authority, path = _split_absolute(target)
+        scheme, authority, path = _split_absolute(target)
     except _Refusal as exc:
         refusal = exc
         assert refusal.status == 400
         assert refusal.reason
         return
     assert path.startswith("/")
+    assert scheme in ("http", "https")
     try:
         split_host_port(authority, default_port=80)
     except HostError as exc:

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from sandbox._view_plan import NO_NETWORK_RESOLV_CONF
-from supervisor._policy import DEFAULT_SYSTEM_PATHS
 from supervisor._supervisor import Supervisor
+from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
 from tests._policies import agent, system_toolbox, write_policy
 
 pytestmark = pytest.mark.root

@@ -225,10 +225,11 @@ async def test_a_shared_group_lets_the_toolboxes_it_names_write_one_folder_and_n
                           worker_uids={"first": FIRST, "count": 1000},
                           shared_groups=[{"gid": gid, "toolboxes": ["tester/alpha", "beta"]}])
     async with Supervisor.open(policy) as sup:
-        made = await _run(sup, "alpha", "id -G && echo one > f && stat -c '%a %g' f", shared)
+        made = await _run(sup, "alpha", f"id -G && echo one > f && stat -c '%a %g %G' f && getent group {gid}", shared)
         assert made["exitCode"] == 0, made
-        groups, mode_group = made["stdout"].splitlines()
-        assert str(gid) in groups.split() and mode_group == f"664 {gid}"
+        groups, mode_group, entry = made["stdout"].splitlines()
+        assert str(gid) in groups.split() and mode_group == f"664 {gid} shared-{gid}"
+        assert entry == f"shared-{gid}:x:{gid}:agent-alpha", made  # the view's /etc/group names the shared group
         other = await _run(sup, "beta", "echo two >> f && cat f", shared)
         assert (other["exitCode"], other["stdout"]) == (0, "one\ntwo\n"), other
         outside = await sup.call("system_gamma_execute_command",

@@ -230,6 +230,41 @@ async def test_only_the_work_folder_and_the_file_sandbox_are_preopened(policy: P
     assert preopens == [str(_workdir(policy)), str(sandbox_tmp / "shared")]
 
 
+async def test_a_write_past_fsb_max_file_size_is_refused_by_the_kernel_and_reported(sandbox_tmp: Path) -> None:
+    """fsbMaxFileSize is the worker's RLIMIT_FSIZE once the toolbox is open: a component's write past it fails in
+    the kernel (EFBIG, file-too-large inside), and the call ends ``error`` naming the key, whatever the component
+    claims; the same worker serves the next calls, and a call that writes nothing is untouched."""
+    build_components([Spec("writes_big", behaviour="bigwrite", summary="wrote big.bin"), SPECS[0]],
+                     sandbox_tmp / "components")
+    fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./shared"}, "fsbMaxFileSize": 4096}
+    (sandbox_tmp / "shared").mkdir()
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=fsb)])},
+                        trace={"path": str(sandbox_tmp / "t.jsonl")})
+    changes = _Changes()
+    components = sandbox_tmp / "components"
+    with trio.fail_after(60):
+        async with _session(path, changes.handler) as s:
+            first = await s.call_tool("wasm_probe_writes_big", {})
+            size = (_workdir(path) / "big.bin").stat().st_size
+            echoed = await s.call_tool("wasm_probe_echo", {"q": "x"})
+            again = await s.call_tool("wasm_probe_writes_big", {})
+            # a component loaded after the limit applies, whose initial memory (8 KiB) is larger than the limit,
+            # still runs: the engine makes no memfd image of it (that file would count against RLIMIT_FSIZE)
+            build_components([Spec("later", data="x" * 6000)], components)
+            await changes.event.wait()
+            later = await s.call_tool("wasm_probe_later", {})
+    for result in (first, again):
+        assert result.is_error
+        assert "file size limit of 4096 bytes (FileSandbox.fsbMaxFileSize)" in _text(result)
+        # the component's own answer: passed, with wasi:filesystem error-code 8 (file-too-large) from its write
+        assert "status passed" in _text(result) and "data '8'" in _text(result)
+    assert size == 4096  # the kernel cut the file at the limit
+    assert not echoed.is_error and json.loads(_text(echoed)) == {"q": "x"}
+    assert not later.is_error and _text(later) == "x" * 6000
+    assert _ends(path)["wasm_probe_writes_big"]["status"] == "error"
+    assert len([r for r in _trace(path) if r["event"] == "worker_spawn" and r["toolbox"] == "probe"]) == 1
+
+
 async def test_no_network_without_allowed_hosts(policy: Path) -> None:
     with trio.fail_after(60):
         async with _session(policy) as s:
@@ -257,7 +292,8 @@ async def test_allowed_hosts_give_components_no_sockets_in_this_build(sandbox_tm
                            text=True, env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO, timeout=120)
     assert check.returncode != 0
     assert "AllowedHosts gives WASM components nothing in this build" in check.stderr
-    assert "a strict policy refuses a setting that cannot hold" in check.stderr
+    assert "has no call that allows TCP or UDP" in check.stderr and "Remove AllowedHosts" in check.stderr
+    assert "A strict policy refuses a setting that cannot hold" in check.stderr
 
 
 async def test_the_environment_is_only_what_the_policy_sets(sandbox_tmp: Path) -> None:
@@ -290,7 +326,7 @@ class _Changes:
 
 async def test_load_errors_and_the_folder_is_watched(sandbox_tmp: Path) -> None:
     components = sandbox_tmp / "components"
-    build_components([SPECS[0]], components)
+    build_components([SPECS[0], Spec("http", world="http")], components)
     (components / "nosidecar.wasm").write_bytes((components / "echo.wasm").read_bytes())
     (components / "badsidecar.wasm").write_bytes((components / "echo.wasm").read_bytes())
     (components / "badsidecar.json").write_text('{"description": "", "inputSchema": {"type": "array"}}')
@@ -307,6 +343,8 @@ async def test_load_errors_and_the_folder_is_watched(sandbox_tmp: Path) -> None:
     assert "no sidecar nosidecar.json beside it" in errors["nosidecar.wasm"]
     assert "badsidecar.json: 'description' must be a non-empty string" in errors["badsidecar.wasm"]
     assert "not a WebAssembly component wasmtime can compile" in errors["notwasm.wasm"]
+    # wasi:http is not linked (its outgoing handler would dial hosts directly, not through the egress proxy)
+    assert "does not instantiate here" in errors["http.wasm"] and "wasi:http/outgoing-handler" in errors["http.wasm"]
 
     changes = _Changes()
     with trio.fail_after(60):

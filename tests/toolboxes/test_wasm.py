@@ -5,11 +5,16 @@ mapping's bounds, the compile cache, and the epoch deadline. The confined, end-t
 from __future__ import annotations
 
 import json
+import resource
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import wasmtime
+from wasmtime import _ffi as ffi
 from wasmtime import component as wc
 
 from tests._wasm_components import Spec, build_components
@@ -18,8 +23,10 @@ from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.wasm import ComponentLoadError, WasmConfigError, open_toolbox
 from toolboxes.wasm._config import parse_config
 from toolboxes.wasm._engine import WASMTIME_VERSION, EpochClock
+from toolboxes.wasm._file_size import FileSizeLimit, plan_file_size_limit
 from toolboxes.wasm._result_map import to_tool_result
 from toolboxes.wasm._sidecar import parse_sidecar
+from toolboxes.wasm._toolbox import NO_NETWORK
 
 
 class _Channel:
@@ -183,3 +190,75 @@ def test_logs_a_dead_worker_left_are_removed_at_open(dirs: tuple[Path, Path, Pat
     _open(dirs).close()
     assert list(logs.iterdir()) == []
     assert (dirs[2] / "echo.json").exists()  # the link was removed, not what it points to
+
+
+# -- the file size limit (its enforcement by the kernel: tests/supervisor/test_wasm_e2e.py) ------------------------
+def test_the_file_size_limit_is_the_smaller_setting_and_names_its_key() -> None:
+    inf = resource.RLIM_INFINITY
+    assert plan_file_size_limit(4096, inf) == FileSizeLimit(4096, "FileSandbox.fsbMaxFileSize")
+    assert plan_file_size_limit(4096, 4096) == FileSizeLimit(4096, "FileSandbox.fsbMaxFileSize")
+    assert plan_file_size_limit(4096, 1024) == FileSizeLimit(1024, "limits.file_size_bytes")
+    assert plan_file_size_limit(None, 1024) == FileSizeLimit(1024, "limits.file_size_bytes")
+    assert plan_file_size_limit(None, inf) is None
+    assert "4096 bytes (FileSandbox.fsbMaxFileSize)" in FileSizeLimit(4096, "FileSandbox.fsbMaxFileSize").message("t")
+
+
+def test_a_compiled_file_past_the_file_size_limit_is_not_written(dirs: tuple[Path, Path, Path]) -> None:
+    """With an RLIMIT_FSIZE smaller than any compiled component (as a worker's fsbMaxFileSize may be), nothing is
+    cached, and the engine runs without memfd memory images (their ftruncate would fail with EFBIG)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, hard))
+    try:
+        tb = _open(dirs)
+        try:
+            assert tb.load_errors() == []
+            assert tb.call("wasm_t_echo", {}, CallContext(1, "wasm_t_echo")).status == "passed"
+            assert not (dirs[1] / "wasm-cache").exists() or not list((dirs[1] / "wasm-cache").iterdir())
+        finally:
+            tb.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_a_file_size_limit_that_cannot_be_watched_is_a_load_error_and_changes_nothing(
+        dirs: tuple[Path, Path, Path]) -> None:
+    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+    opened: list[Any] = []
+    fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(dirs[0])}, "fsbMaxFileSize": 4096}
+    thread = threading.Thread(target=lambda: opened.append(_open(dirs, FileSandbox=fsb)))
+    thread.start()
+    thread.join()
+    try:
+        errors = opened[0].load_errors()
+        assert any("the file size limit is not enforced here" in e["message"] and "main thread" in e["message"]
+                   for e in errors)
+        assert resource.getrlimit(resource.RLIMIT_FSIZE) == before
+        assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN
+    finally:
+        opened[0].close()
+
+
+# -- the network (the behaviour from inside a worker: tests/supervisor/test_wasm_e2e.py) ---------------------------
+def test_wasmtime_py_offers_no_way_to_give_components_sockets() -> None:
+    """Pins what docs/WASM.md "Network" rests on. wasmtime's WASI p2 allows TCP and UDP only through
+    ``WasiCtxBuilder::allow_tcp``/``allow_udp`` (off by default); wasmtime-py's C library exports no call that sets
+    them, and its ``WasiConfig`` has no network setting at all. When this fails, a wasmtime release can give
+    components sockets: AllowedHosts through the worker's proxy can then be built (and the refusal in ``check``
+    must go)."""
+    dll = ffi.dll
+    assert hasattr(dll, "wasi_config_inherit_network") and hasattr(dll, "wasi_config_allow_ip_name_lookup")
+    for name in ("wasi_config_allow_tcp", "wasi_config_allow_udp", "wasi_config_socket_addr_check",
+                 "wasi_config_set_socket_addr_check"):
+        assert not hasattr(dll, name), name
+    words = ("net", "sock", "tcp", "udp", "ip_", "http")
+    assert [n for n in dir(wasmtime.WasiConfig) if any(w in n.lower() for w in words)] == []
+
+
+def test_allowed_hosts_is_a_load_error_saying_components_get_no_network(dirs: tuple[Path, Path, Path]) -> None:
+    tb = _open(dirs, AllowedHosts=["api.example.test"])
+    try:
+        assert {"source": "AllowedHosts", "message": NO_NETWORK} in tb.load_errors()
+        assert "create-tcp-socket answers access-denied" in NO_NETWORK and "remove AllowedHosts" in NO_NETWORK
+        assert tb.call("wasm_t_echo", {}, CallContext(1, "wasm_t_echo")).status == "passed"
+    finally:
+        tb.close()

@@ -3,12 +3,15 @@
 The host of the URL is normalised and matched against the toolbox's ``AllowedHosts`` (``sandbox._hosts``, the same
 rules the supervisor's proxy applies) before anything is sent; a host not allowed is a ``sandbox`` refusal and no
 packet leaves. Allowed requests go through the proxy named by the worker's ``HTTP_PROXY``/``HTTPS_PROXY`` (the
-supervisor's bridge: the worker's network namespace has no other way out), with redirects not followed (a script
+supervisor's bridge: the worker's network namespace has no other way out), in absolute form for ``https://`` too
+(``toolboxes._proxy_http``: the proxy originates TLS and adds the credentials bound to the host), with redirects
+not followed (a script
 sees the 3xx and may follow it itself, through the same check). Answers follow :mod:`._host`'s convention.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.parse
@@ -77,10 +80,12 @@ class HttpClient:
 
         headers = json.loads(headers_json) if headers_json else {}
         try:
+            from .._proxy_http import build_request
+
             with (
-                httpx.Client(proxy=proxy, trust_env=False, follow_redirects=False,
-                             timeout=httpx.Timeout(timeout_s)) as client,
-                client.stream(method, url, headers=headers, content=body) as resp,
+                httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(timeout_s)) as client,
+                contextlib.closing(client.send(build_request(client, method, url, proxy=proxy, headers=headers,
+                                                             content=body), stream=True)) as resp,
             ):
                 chunks: list[bytes] = []
                 size = 0

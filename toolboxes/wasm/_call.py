@@ -9,10 +9,10 @@ context holding only:
   path inside the component (so a path means the same inside and out);
 - the environment of the policy (``policy.env``), nothing inherited;
 - no arguments, no stdin; stdout and stderr captured (bounded) for the trace;
-- sockets and name lookups only when the toolbox has AllowedHosts. The worker is then in a network namespace whose
-  only way out is the supervisor's egress proxy and DNS stub for the allowed hosts (plus Landlock's TCP port
-  rules), so the kernel, not wasmtime, is what limits where a socket goes. Without AllowedHosts wasmtime refuses
-  every socket address and name lookup (``access-denied``), and the namespace has no route out anyway.
+- no sockets: with AllowedHosts the network is inherited and name lookups allowed (the C API's two network
+  calls), but wasmtime's WASI p2 also needs TCP/UDP allowed, which wasmtime-py cannot set, so
+  ``create-tcp-socket`` answers ``access-denied`` either way (docs/WASM.md "Network"). Were it ever allowed, the
+  worker's network namespace, whose only way out is the egress proxy for the allowed hosts, would hold it.
 
 A trap ends the call with ``error`` naming it (the time limit, ``unreachable``, an out-of-bounds access); the worker
 and its other calls go on.

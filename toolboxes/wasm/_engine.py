@@ -1,9 +1,9 @@
 """The wasmtime engine of one toolbox: its configuration, the epoch clock and the compile cache.
 
-Engine settings: the component model, epoch interruption (the time limit), and linear memories reserved at most
-``MaxMemoryMB`` with small guard pages, so a store fits the worker's ``RLIMIT_AS`` (wasmtime's default reserves 4 GiB
-plus guards per memory). The store limit (``Store.set_limits``) is what caps memory; the reservation only keeps the
-address space small.
+Engine settings: the component model, epoch interruption (the time limit), memory images copy-on-write or not
+(:func:`make_engine`), and linear memories reserved at most ``MaxMemoryMB`` with small guard pages, so a store fits
+the worker's ``RLIMIT_AS`` (wasmtime's default reserves 4 GiB plus guards per memory). The store limit
+(``Store.set_limits``) is what caps memory; the reservation only keeps the address space small.
 
 :class:`EpochClock` advances the engine's epoch every :data:`TICK_S` while at least one call runs (idle, its thread
 sleeps), so a call's deadline of ``n`` ticks traps the component with ``interrupt`` about ``n * TICK_S`` later.
@@ -28,6 +28,7 @@ import wasmtime
 from wasmtime import component as wc
 
 from .._atomic import atomic_write
+from ._file_size import fits
 
 __all__ = ["TICK_S", "WASMTIME_VERSION", "CompileCache", "EpochClock", "make_engine"]
 
@@ -38,9 +39,12 @@ _GUARD_BYTES = 64 * 1024
 WASMTIME_VERSION = importlib.metadata.version("wasmtime")
 
 
-def make_engine(max_memory_bytes: int) -> tuple[wasmtime.Engine, str]:
+def make_engine(max_memory_bytes: int, copy_on_write: bool = True) -> tuple[wasmtime.Engine, str]:
     """A new engine for a toolbox whose stores hold at most ``max_memory_bytes``, and a tag of its settings (part
-    of the compile cache key)."""
+    of the compile cache key). ``copy_on_write``: initialise linear memories from a memfd image mapped
+    copy-on-write (wasmtime's default); off, each instance copies its data segments. The image is a file: it is
+    made at a component's first instantiation and counts against ``RLIMIT_FSIZE``, so a worker with a file size
+    limit turns it off (:mod:`._file_size`)."""
     reservation = max(1 << 20, (max_memory_bytes + 0xFFFF) & ~0xFFFF)
     cfg = wasmtime.Config()
     cfg.wasm_component_model = True
@@ -49,7 +53,8 @@ def make_engine(max_memory_bytes: int) -> tuple[wasmtime.Engine, str]:
     cfg.memory_guard_size = _GUARD_BYTES
     cfg.memory_reservation_for_growth = 0
     cfg.parallel_compilation = False  # the worker's call threads are the parallelism; a compile stays on one core
-    settings = f"epoch-r{reservation}-g{_GUARD_BYTES}"
+    cfg.memory_init_cow = copy_on_write
+    settings = f"epoch-r{reservation}-g{_GUARD_BYTES}" + ("" if copy_on_write else "-nocow")
     return wasmtime.Engine(cfg), settings
 
 
@@ -122,9 +127,12 @@ class CompileCache:
             except wasmtime.WasmtimeError:
                 pass  # another version or settings after all: compile again and replace it
         component = wc.Component(self._engine, wasm)
+        compiled = bytes(component.serialize())
+        if not fits(len(compiled)):
+            return component, False  # past the worker's file size limit: the next start compiles it again
         try:
             os.makedirs(self._folder, mode=0o700, exist_ok=True)
-            atomic_write(path, bytes(component.serialize()), 0o600)
+            atomic_write(path, compiled, 0o600)
         except OSError:
             pass  # a full or read-only state folder costs the next start a compile, nothing else
         return component, False

@@ -27,20 +27,26 @@ from wasmtime import component as wc
 from sandbox._fs_compile import compile_predicate
 from sandbox._plan import WRITE
 
+from .._listing import Fingerprint
 from .._names import tool_name
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
-from ..bash._watch import Watcher
-from ._call import ComponentRun, Preopen, run_once
+from .._watch import Watcher
+from ._call import CallOutcome, ComponentRun, Preopen, run_once
 from ._config import WasmConfig, parse_config
-from ._discover import Fingerprint, list_components, stem_of
+from ._discover import list_components, stem_of
 from ._engine import CompileCache, EpochClock, make_engine
 from ._errors import ComponentLoadError
+from ._file_size import FileSizeWatch, current_limit
 from ._loader import LoadedComponent, load_component
 from ._result_map import to_tool_result
 
-__all__ = ["LOG_DIR", "MAX_LOG_CHARS", "WasmToolbox", "open_toolbox"]
+__all__ = ["LOG_DIR", "MAX_LOG_CHARS", "NO_NETWORK", "WasmToolbox", "open_toolbox"]
 
+#: The load error of a toolbox with AllowedHosts (docs/WASM.md "Network"; ``check`` says why at length).
+NO_NETWORK = ("components get no network: wasmtime-py has no call that allows TCP or UDP, so create-tcp-socket "
+              "answers access-denied, and wasi:http (which would dial around the egress proxy) is not linked; "
+              "remove AllowedHosts (docs/WASM.md, Network)")
 #: Folder beneath the work folder that holds the calls' log files.
 LOG_DIR = ".wasm-logs"
 #: Most characters of a call's log (and of its stdout, and of its stderr) that reach the trace; the trace keeps no
@@ -100,12 +106,15 @@ class WasmToolbox:
         self.config = config
         self.env = env
         self._channel: HostChannel | None = env.channel
-        engine, settings = make_engine(config.max_memory_bytes)
+        file_size = current_limit(config.file_sandbox.max_file_size if config.file_sandbox is not None else None)
+        engine, settings = make_engine(config.max_memory_bytes, copy_on_write=file_size is None)
         self._clock = EpochClock(engine)
         self._cache = CompileCache(engine, settings, os.path.join(env.state_dir, "wasm-cache"))
         linker = wc.Linker(engine)
         linker.add_wasip2()
         preopens, self._preopen_errors = _preopens(config, env.workdir)
+        if config.allowed_hosts:
+            self._preopen_errors.append({"source": "AllowedHosts", "message": NO_NETWORK})
         _remove_stale_logs(env.workdir)
         self.run = ComponentRun(engine, linker, preopens, config.env, bool(config.allowed_hosts),
                                 config.max_memory_bytes)
@@ -115,7 +124,14 @@ class WasmToolbox:
         self._tools: dict[str, LoadedComponent] = {}
         self._errors: list[dict[str, str]] = []
         self._watch_errors: list[dict[str, str]] = []
-        self.refresh()
+        self.refresh()  # the first compiles write the cache before the file size limit applies
+        self._file_size: FileSizeWatch | None = None
+        try:
+            self._file_size = FileSizeWatch.install(file_size) if file_size is not None else None
+        except RuntimeError as exc:
+            self._preopen_errors.append({"source": "FileSandbox", "message": f"the file size limit is not "
+                                                                             f"enforced here: {exc}"})
+            self.refresh()
         self._watcher: Watcher | None = None
         if config.watch_interval_s > 0:
             self._watcher = Watcher(self._check, config.watch_interval_s, self._watch_failed,
@@ -142,7 +158,7 @@ class WasmToolbox:
             with self._lock:
                 old = dict(self._loaded)
             loaded = {p: old[p] if p in old and old[p].fingerprint == fp else self._load(p, fp)
-                      for p, fp in listing.components.items()}
+                      for p, fp in listing.found.items()}
             tools: dict[str, LoadedComponent] = {}
             errors = list(self._preopen_errors) + list(listing.errors)
             for path in sorted(loaded):
@@ -201,11 +217,21 @@ class WasmToolbox:
         except OSError as exc:
             return ToolResult.error(f"{tool}: the log folder cannot be made in the work folder: {exc.strerror}")
         limit = self.time_limit(ctx)
+        mark = self._file_size.mark() if self._file_size is not None else 0
         with self._clock.running():
             outcome = run_once(self.run, loaded.component, loaded.run_export,
                                data=json.dumps(args, ensure_ascii=False), log_path=os.path.join(log_dir, log_name),
                                ticks=self._clock.ticks(limit))
         self._trace_log(tool, ctx, log_name, outcome.stdout, outcome.stderr)
+        result = self._result(tool, outcome, limit)
+        if self._file_size is not None and self._file_size.hit_since(mark):
+            own = f"status {result.status}" + (f", summary {result.summary!r}" if result.summary else "") + (
+                f", data {result.data[:200]!r}" if result.data else "")
+            return ToolResult.error(f"{self._file_size.limit.message(tool)}. The component's own result: {own}")
+        return result
+
+    def _result(self, tool: str, outcome: CallOutcome, limit: float) -> ToolResult:
+        """The call's result from what ``run`` returned or how it trapped."""
         if outcome.trap is not None:
             if outcome.interrupted:
                 return ToolResult.error(f"{tool}: the component ran longer than its time limit of {limit:g} s "
@@ -256,6 +282,8 @@ class WasmToolbox:
         if self._watcher is not None:
             self._watcher.stop()
         self._clock.close()
+        if self._file_size is not None:
+            self._file_size.close()
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> WasmToolbox:

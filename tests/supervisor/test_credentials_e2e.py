@@ -1,0 +1,213 @@
+"""Credentials end to end: the real supervisor in the lab's supervisor namespace (see ``tests/sandbox/_netlab``),
+real confined workers, the lab's TLS server (a test CA the supervisor trusts through ``SSL_CERT_FILE``, as OpenSSL
+reads it) as the upstream.
+
+- An OpenAPI toolbox whose agent file says ``Token: "${GITHUB_TOKEN}"`` sends its call through the proxy in
+  absolute form; the upstream receives ``Authorization: Bearer <value>`` over TLS the proxy verified.
+- The same reference in a toolbox whose BaseUrl only starts like the bound host sends the placeholder, never the
+  value.
+- A worker granted the credential through ``credential_env`` sees the placeholder in its environment; nothing it
+  can read (its environment, every ``/proc/*/environ`` and ``cmdline`` it sees, the memory of every process it may
+  read, its files) holds the value, and a request it makes to the bound host with the placeholder arrives with the
+  value, while the same request to another host arrives with the placeholder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._policies import agent, system_toolbox, write_policy
+from tests.sandbox._netlab import REPO, Lab
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+SECRET = "ghp_" + os.urandom(10).hex()
+CREDENTIALS = {"github": {"source": {"env": "GITHUB_TOKEN"}, "bindings": [{"hosts": ["api.example.test"]}],
+                          "header": "Authorization: Bearer {value}"}}
+
+#: run inside the worker: dumps what a hostile tool could read into $HOME for the test to search (the value is
+#: never given to the worker, so it cannot search for it itself)
+DUMP = r"""
+import os
+home = os.environ["HOME"]
+with open(f"{home}/dump-env", "w") as f:
+    f.write("\n".join(f"{k}={v}" for k, v in os.environ.items()))
+pids = [p for p in os.listdir("/proc") if p.isdigit()]
+mem_dumped = []
+for pid in pids:
+    for what in ("environ", "cmdline"):
+        try:
+            with open(f"/proc/{pid}/{what}", "rb") as src, open(f"{home}/dump-{what}-{pid}", "wb") as out:
+                out.write(src.read())
+        except OSError:
+            pass
+    try:
+        maps = open(f"/proc/{pid}/maps").read().splitlines()
+        mem = open(f"/proc/{pid}/mem", "rb", 0)
+    except OSError:
+        continue
+    with mem, open(f"{home}/dump-mem-{pid}", "wb") as out:
+        for line in maps:
+            addr, perms = line.split()[:2]
+            lo, hi = (int(x, 16) for x in addr.split("-"))
+            if "r" not in perms or hi - lo > (256 << 20):
+                continue
+            try:
+                mem.seek(lo)
+                out.write(mem.read(hi - lo))
+            except (OSError, ValueError, OverflowError):
+                pass
+    mem_dumped.append(pid)
+print("pids", len(pids), "memory", len(mem_dumped))
+"""
+
+#: an absolute-form https request with the placeholder, as a tool that speaks HTTP to the proxy would send it
+REQUEST = r"""
+import os, socket, sys
+for host in sys.argv[1:]:
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=15)
+    s.sendall(f"GET https://{host}/log/worker HTTP/1.1\r\nHost: {host}\r\n"
+              f"X-Token: {os.environ['GH_TOKEN']}\r\n\r\n".encode())
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    print(data.split(b"\r\n", 1)[0].decode())
+"""
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
+        pytest.skip("needs root, iproute2 and util-linux to build network namespaces")
+    os.makedirs("/tmp/agents-supervise-tests", exist_ok=True)
+    root = Path(tempfile.mkdtemp(dir="/tmp/agents-supervise-tests"))
+    os.chmod(root, 0o755)
+    lab = Lab(root)
+    try:
+        yield lab
+    finally:
+        lab.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _call(lab: Lab, policy: Path, tool: str, args: dict) -> dict:
+    """``supervisor call`` run in the lab's supervisor namespace, with the value in its environment only."""
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         'mount --bind "$0" /etc/resolv.conf && exec nsenter --net="$1" "$2" -m supervisor call --policy "$3" '
+         '"$4" "$5"', f"/etc/netns/{lab.sup}/resolv.conf", f"/run/netns/{lab.sup}",
+         sys.executable, str(policy), tool, json.dumps(args)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, "GITHUB_TOKEN": SECRET, "SSL_CERT_FILE": str(lab.ca_path)},
+    )
+    assert proc.stdout, proc.stderr
+    assert SECRET not in proc.stdout and SECRET not in proc.stderr  # nor in what the caller sees
+    return json.loads(proc.stdout)
+
+
+def _spec(root: Path) -> Path:
+    path = root / "spec.json"
+    path.write_text(json.dumps({"openapi": "3.0.0", "info": {"title": "t", "version": "1"}, "paths": {
+        "/log/openapi": {"get": {"operationId": "probe", "responses": {"200": {"description": "ok"}}}}}}))
+    return path
+
+
+def _openapi(name: str, base: str, spec: Path) -> dict:
+    return {"tag": "OpenAPIServer", "contents": {"SpecUrl": str(spec), "BaseUrl": base, "Name": name,
+                                                 "Token": "${GITHUB_TOKEN}"}}
+
+
+def _received(lab: Lab, before: int, path: str) -> list[dict]:
+    return [r for r in lab.requests()[before:] if r["path"] == path]
+
+
+def _auth(request: dict, name: str) -> str | None:
+    return next((v for k, v in request["headers"] if k.lower() == name.lower()), None)
+
+
+def test_openapi_token_reference_reaches_only_the_bound_host(lab: Lab, sandbox_tmp: Path) -> None:
+    spec = _spec(sandbox_tmp)
+    policy = write_policy(sandbox_tmp, {"tester": agent(openApiToolboxes=[
+        _openapi("gh", "https://api.example.test", spec),
+        _openapi("lookalike", "https://api.example.test.evil.test", spec)])}, credentials=CREDENTIALS)
+    before = len(lab.requests())
+    out = _call(lab, policy, "openapi_gh_probe", {})
+    assert out["status"] == "passed", out
+    (got,) = _received(lab, before, "/log/openapi")
+    assert got["host"] == "api.example.test" and _auth(got, "Authorization") == f"Bearer {SECRET}"
+    before = len(lab.requests())
+    out = _call(lab, policy, "openapi_lookalike_probe", {})
+    assert out["status"] == "passed", out
+    (got,) = _received(lab, before, "/log/openapi")
+    assert got["host"] == "api.example.test.evil.test"
+    assert _auth(got, "Authorization") == "Bearer AGENTS_SUPERVISE_CREDENTIAL_github"
+    trace = (sandbox_tmp / "state" / "trace.jsonl").read_text()
+    egress = [json.loads(line) for line in trace.splitlines() if '"egress"' in line]
+    assert {(r["host"], tuple(r.get("credentials", ()))) for r in egress if r.get("event") == "egress"} >= {
+        ("api.example.test", ("github",)), ("api.example.test.evil.test", ())}
+    assert SECRET not in trace
+
+
+def test_a_worker_holds_only_the_placeholder(lab: Lab, sandbox_tmp: Path) -> None:
+    scripts = sandbox_tmp / "scripts"
+    scripts.mkdir()
+    (scripts / "dump.py").write_text(DUMP)
+    (scripts / "request.py").write_text(REQUEST)
+    toolbox = system_toolbox(capabilities=["execute-command"], FileSandbox={
+        "fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(scripts)}, "fsbName": "scripts"})
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, credentials=CREDENTIALS,
+                          toolboxes={"system": {"credential_env": {"GH_TOKEN": "github"},
+                                                "allowed_hosts": ["api.example.test", "other.example.test"]}})
+    before = len(lab.requests())
+    command = (f"python3 {scripts}/dump.py && echo token=$GH_TOKEN && "
+               f"python3 {scripts}/request.py api.example.test other.example.test")
+    out = _call(lab, policy, "system_system_execute_command", {"command": command})
+    stdout = out["structured"]["stdout"]
+    assert "token=AGENTS_SUPERVISE_CREDENTIAL_github" in stdout, out
+    counts = stdout.split("pids", 1)[1].split()
+    assert int(counts[0]) >= 3 and int(counts[2]) >= 2, stdout  # its processes; the memory of the shell and its own
+    assert stdout.count("HTTP/1.1 200") == 2, stdout
+    got = _received(lab, before, "/log/worker")
+    assert {r["host"]: _auth(r, "X-Token") for r in got} == {
+        "api.example.test": SECRET, "other.example.test": "AGENTS_SUPERVISE_CREDENTIAL_github"}
+    dumps = 0
+    for folder in (sandbox_tmp / "state").rglob("*"):
+        if folder.is_file():
+            assert SECRET.encode() not in folder.read_bytes(), folder
+            dumps += folder.name.startswith("dump-mem-")
+    assert dumps >= 1
+
+
+def test_tls_termination_mode_from_a_real_worker(lab: Lab, sandbox_tmp: Path) -> None:
+    """``tls_termination``: curl and Python's urllib in the worker tunnel as usual and verify the proxy's leaf
+    with the supervisor's CA (found through CURL_CA_BUNDLE, SSL_CERT_FILE); the bound host receives the value in
+    place of the placeholder; another host the placeholder. The worker can read the CA's certificate, not its key."""
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, credentials=CREDENTIALS,
+                          toolboxes={"system": {"credential_env": {"GH_TOKEN": "github"}, "tls_termination": True,
+                                                "allowed_hosts": ["api.example.test", "other.example.test"]}})
+    before = len(lab.requests())
+    urllib = ("import os, urllib.request; r = urllib.request.Request('https://other.example.test/log/urllib', "
+              "headers={'X-Token': os.environ['GH_TOKEN']}); print(urllib.request.urlopen(r, timeout=15).status)")
+    command = ('curl -sS --max-time 15 -H "X-Token: $GH_TOKEN" -o /dev/null -w "%{http_code}\\n" '
+               "https://api.example.test/log/curl; "
+               f'python3 -c "{urllib}"; '
+               'echo "ca=$SSL_CERT_FILE"; grep -c "PRIVATE KEY" "$SSL_CERT_FILE"; grep -c CERTIFICATE "$SSL_CERT_FILE"')
+    out = _call(lab, policy, "system_system_execute_command", {"command": command})
+    lines = out["structured"]["stdout"].splitlines()
+    assert lines[:2] == ["200", "200"], out
+    assert lines[2].startswith(f"ca={sandbox_tmp}/state/tls/ca-") and lines[3:] == ["0", "2"], out
+    got = {r["path"]: r for r in lab.requests()[before:]}
+    assert _auth(got["/log/curl"], "X-Token") == SECRET and _auth(got["/log/curl"], "Authorization") == \
+        f"Bearer {SECRET}"
+    assert _auth(got["/log/urllib"], "X-Token") == "AGENTS_SUPERVISE_CREDENTIAL_github"
+    assert _auth(got["/log/urllib"], "Authorization") is None

@@ -1,0 +1,49 @@
+"""Requests to the egress proxy in absolute form, https included: the proxy sees (and can add credentials to) them.
+
+A client that tunnels ``https://`` through ``CONNECT`` hides the request from the proxy, which then cannot add the
+credentials the policy binds to the host (``sandbox._credentials``). The project's own HTTP clients (OpenAPI,
+PostgREST, Lua ``http``) therefore send every request to the proxy as a plain HTTP request whose target is the whole
+URL (``GET https://api.example.com/v1/x HTTP/1.1``); the proxy checks the host, originates TLS to it and verifies
+its certificate. Inside the worker no TLS is spoken and no secret is held: at most a placeholder the proxy swaps.
+
+The worker's proxy is its ``HTTPS_PROXY``/``HTTP_PROXY`` (upper or lower case, or ``ALL_PROXY``): the bridge at
+``http://127.0.0.1:3128``. Without one the request goes directly (outside a worker, in tests of a toolbox alone).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import httpx
+
+__all__ = ["build_request", "proxy_for"]
+
+
+def proxy_for(scheme: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The proxy URL for ``scheme`` (``http`` or ``https``) from ``environ`` (default: the process's), or ``None``."""
+    env = os.environ if environ is None else environ
+    names = ("HTTPS_PROXY", "https_proxy") if scheme == "https" else ("HTTP_PROXY", "http_proxy")
+    for name in (*names, "ALL_PROXY", "all_proxy"):
+        if env.get(name):
+            return env[name]
+    return None
+
+
+def build_request(client: httpx.Client, method: str, url: str, *, proxy: str | None,
+                  headers: Mapping[str, str] | None = None, content: bytes | None = None) -> httpx.Request:
+    """A request for ``url``, sent to ``proxy`` in absolute form when there is one (``client`` must not have a
+    proxy of its own: ``trust_env=False``). ``Host`` is the URL's authority either way."""
+    if proxy is None:
+        return client.build_request(method, url, headers=dict(headers or {}), content=content)
+    target = httpx.URL(url)
+    proxy_url = httpx.URL(proxy)
+    if proxy_url.scheme != "http":
+        raise httpx.UnsupportedProtocol(f"the egress proxy {proxy!r} is not an http:// proxy")
+    authority = urlsplit(str(target)).netloc.rsplit("@", 1)[-1]
+    wanted = {k: v for k, v in (headers or {}).items() if k.lower() != "host"}
+    return client.build_request(
+        method, proxy_url.copy_with(raw_path=target.raw_path), headers={"Host": authority, **wanted},
+        content=content, extensions={"target": str(target).encode("ascii")},
+    )
