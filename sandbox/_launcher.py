@@ -32,7 +32,13 @@ import msgpack
 
 from sandbox._audit_session import set_audit_session
 from sandbox._errors import ConfinementError, SandboxError
-from sandbox._landlock import RESTRICT_SELF_LOG_NEW_EXEC_ON, apply_ruleset, landlock_abi, plan_ruleset
+from sandbox._landlock import (
+    RESTRICT_SELF_LOG_NEW_EXEC_ON,
+    apply_ruleset,
+    landlock_abi,
+    plan_ruleset,
+    refuse_planted_links,
+)
 from sandbox._netns import enter_namespaces, plan_namespaces
 from sandbox._plan import READ, WRITE, ConfinementPlan, FsRule, ViewSpec
 from sandbox._privileges import (
@@ -384,6 +390,7 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
     files = view_files(uid=uid, gid=gid, account=account, group=host_name(grp.getgrgid, gid), home=plan.workdir,
                        hostname=view.hostname, resolv_conf=resolv_conf,
                        groups=[(g, host_name(grp.getgrgid, g)) for g in plan.groups])
+    refuse_planted_links(plan.fs_rules)  # before the view copies the links it meets as root's
     try:
         planned = plan_view(plan.fs_rules, view, files, probe_host, host_mount_points())
     except ViewError as exc:
