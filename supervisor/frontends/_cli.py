@@ -253,6 +253,7 @@ async def _call(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from supervisor.config import expand_agents, load_config
     from supervisor.plan import compile_policy
+    from supervisor.workers import host_explanations
 
     tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
     config = tree.config
@@ -263,6 +264,8 @@ def _check(args: argparse.Namespace) -> int:
         "landlock_abi": compiled.landlock_abi,
         "strict": config.policy.strict,
         "max_call_depth": compiled.max_call_depth,
+        "kernel_audit": config.policy.kernel_audit,
+        "denial_explanations": host_explanations(config.policy.kernel_audit),
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
         "warnings": compiled.warnings,
         "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)],
@@ -272,6 +275,9 @@ def _check(args: argparse.Namespace) -> int:
         return 0
     print(f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
           f"max call depth {report['max_call_depth']})")
+    print(f"a call refused by the kernel is explained (kernel_audit: {report['kernel_audit']}):")
+    for line in report["denial_explanations"]:
+        print(f"  {line}")
     for tb in report["toolboxes"]:
         print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
         groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""

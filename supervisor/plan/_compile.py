@@ -272,7 +272,8 @@ def plan_worker(
     if hosts:
         env.update(worker_network_env(ports))
     grant = grant_credentials(cfg, granted=overrides.credentials, credential_env=overrides.credential_env,
-                              loaded=credentials or {}, hosts=hosts, toolbox=tb.name, agent=tb.agent_slug)
+                              loaded=credentials or {}, hosts=tuple(tb.allowed_hosts) if tb.kind == "skills" else hosts,
+                              toolbox=tb.name, agent=tb.agent_slug)  # a skills toolbox's: its git clones
     env.update(grant.env or {})
     warnings += grant.warnings
     terminator = None
@@ -365,6 +366,7 @@ def plan_worker(
         ),
         env=env,
         xattrs=overrides.xattrs,
+        audit_denials=policy.kernel_audit != "off",
     )
     report = {
         "uid": uid if uid is not None else os.geteuid(),
