@@ -163,7 +163,7 @@ async def _serve(args: argparse.Namespace) -> int:
         from supervisor.config import load_config
 
         from ._http_auth import http_frontend_from_policy
-        from ._mcp_http import serve_mcp_http
+        from ._http_server import serve_mcp_http
 
         settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
@@ -253,6 +253,7 @@ async def _call(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from supervisor.config import expand_agents, load_config
     from supervisor.plan import compile_policy
+    from supervisor.workers import host_explanations
 
     tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
     config = tree.config
@@ -263,6 +264,8 @@ def _check(args: argparse.Namespace) -> int:
         "landlock_abi": compiled.landlock_abi,
         "strict": config.policy.strict,
         "max_call_depth": compiled.max_call_depth,
+        "kernel_audit": config.policy.kernel_audit,
+        "denial_explanations": host_explanations(config.policy.kernel_audit),
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
         "warnings": compiled.warnings,
         "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)],
@@ -272,6 +275,9 @@ def _check(args: argparse.Namespace) -> int:
         return 0
     print(f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
           f"max call depth {report['max_call_depth']})")
+    print(f"a call refused by the kernel is explained (kernel_audit: {report['kernel_audit']}):")
+    for line in report["denial_explanations"]:
+        print(f"  {line}")
     for tb in report["toolboxes"]:
         print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
         groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""
