@@ -34,7 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from supervisor._http_auth import hash_token  # noqa: E402
+from supervisor.frontends._http_auth import hash_token  # noqa: E402
 from tests._mcp_raw_http import RawSession  # noqa: E402
 
 TOKEN = "bench-token"

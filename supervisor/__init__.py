@@ -3,10 +3,9 @@
 ``async with Supervisor.open("policies/strict.yaml") as sup: await sup.call(name, args)``.
 """
 
+from supervisor.config import ConfigError, LoadedConfig, load_config
 from toolboxes._result import Attachment, ToolResult
 
-from ._config_errors import ConfigError
-from ._config_loader import LoadedConfig, load_config
 from ._errors import PolicyRefused, SupervisorError, WorkerStartError
 from ._supervisor import Supervisor, ToolInfo
 

@@ -2,7 +2,7 @@
 agent it acts as to a root session of the store, and the call's conversation and turn ids.
 
 A frontend acts as the agent whose tool it calls (:meth:`FrontendSessions.owner_agent`); its session name with that
-agent (and the tenant, ``local`` for now) is one root session (:mod:`supervisor._session_ids`). A call's
+agent (and the tenant, ``local`` for now) is one root session (:mod:`supervisor.sessions._ids`). A call's
 conversation id is the client's when it sent one, else its session's (made when the session was created, so stable
 for the session's life, across supervisor runs for a named session); its turn id is the client's, else a new one
 per call.
@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._agent_tree import AgentTree
-from ._bounded import remember
-from ._portal import CallOrigin
-from ._session_ids import LOCAL_TENANT, Owner, client_id, new_id, root_session_id
-from ._sessions import SessionStore
+from supervisor.calls import CallOrigin
+from supervisor.config import AgentTree
+from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, remember, root_session_id
 
 __all__ = ["FrontendSessions"]
 
@@ -52,7 +50,7 @@ class FrontendSessions:
     def open(self, name: str | None, agent: str, *, tenant: str = LOCAL_TENANT) -> tuple[str, str]:
         """The root session the frontend session ``name`` (``None``: :attr:`default_name`) has with ``agent``, as
         ``(session id, conversation id)``, created unless it exists. Raises ``ValueError`` for a name
-        :func:`~supervisor._session_ids.client_id` refuses."""
+        :func:`~supervisor.sessions._ids.client_id` refuses."""
         key = (tenant, agent, self.default_name if name is None else name)
         known = self._opened.get(key)
         if known is not None and (self.store is None or known[0] in self.store.open_roots):

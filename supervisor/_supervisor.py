@@ -5,7 +5,7 @@ Use it as an async context manager::
     async with Supervisor.open("policies/strict.yaml") as sup:
         result = await sup.call("system_system_date", {})
 
-``open`` loads and compiles the policy (raising :class:`~supervisor._config_errors.ConfigError` or
+``open`` loads and compiles the policy (raising :class:`~supervisor.config._errors.ConfigError` or
 :class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
 returns once every worker said hello or failed to load.
 
@@ -34,31 +34,31 @@ import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from supervisor.agents import AgentRunner, AgentService
+from supervisor.calls import (
+    AttachmentStore,
+    CallOrigin,
+    CatalogError,
+    Portal,
+    RegisteredTool,
+    SessionLimits,
+    ToolRegistry,
+    checked_output,
+    get_prompt,
+    list_entries,
+    read_resource,
+)
+from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
+from supervisor.plan import CompiledPolicy, compile_policy, prepare_git_sources
+from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, answer_host_request
+from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
+from supervisor.workers import KernelAudit, LimitWatch, SupervisionPolicy, ToolboxRunner, Worker, combine_watches
 from toolboxes._catalog import KINDS
 from toolboxes._progress import ProgressUpdate, parse_progress_event
 from toolboxes._result import ToolResult
 
-from ._agent_tree import AgentTree, expand_agents
-from ._agents import AgentRunner, AgentService
-from ._attachments import AttachmentStore
-from ._catalog import CatalogError, get_prompt, list_entries, read_resource
-from ._compile import CompiledPolicy, compile_policy
-from ._config_loader import LoadedConfig, load_config
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
-from ._limit_notes import LimitWatch
-from ._otel import OtelExport, open_otel
-from ._portal import CallOrigin, Portal, SessionLimits
-from ._registry import RegisteredTool, ToolRegistry
-from ._runner import SupervisionPolicy, ToolboxRunner
-from ._session_ids import LOCAL_TENANT
-from ._session_introspection import answer_host_request
-from ._session_tools import SessionToolViews
-from ._sessions import SessionStore
-from ._skill_sources import prepare_git_sources
-from ._tool_output import checked_output
-from ._trace import FLUSH_INTERVAL_S, TraceRecorder, strict_json
-from ._worker import Worker
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start); a quarter of
 #: ``keep_days`` when that is shorter, so the store holds at most 1.25 times the retention's traffic.
@@ -101,13 +101,16 @@ class Supervisor:
         self.trace = trace
         self.registry = ToolRegistry()
         self.attachments = AttachmentStore(compiled.state_dir, compiled.media_limits)
+        #: the kernel's denials (Landlock, seccomp) read from audit records, explained per call
+        self.kernel_audit = KernelAudit(trace, mode=self.config.policy.kernel_audit,
+                                        system_paths=tuple(self.config.policy.system_paths))
         self.portal = Portal(
             registry=self.registry,
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
-            watch=LimitWatch(trace).begin,
+            watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
@@ -179,6 +182,7 @@ class Supervisor:
             sup._prune_sessions()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup._flush_trace)
+                await nursery.start(sup.kernel_audit.run)
                 await sup._start(nursery)
                 # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
                 # costs what was made since (it stalls every task and thread while it runs).
@@ -400,7 +404,7 @@ class Supervisor:
 
     def list_catalog(self, kind: str, agent: str | None = None) -> list[dict[str, Any]]:
         """The ``resources``, ``resource_templates`` or ``prompts`` served (of ``agent``'s toolboxes only, when
-        given), in MCP's spelling with public names (see :mod:`supervisor._catalog`)."""
+        given), in MCP's spelling with public names (see :mod:`supervisor.calls._catalog`)."""
         return [e.public for e in list_entries(self._live_runners(), kind, agent)]
 
     def _live_runners(self) -> list[ToolboxRunner]:
@@ -409,7 +413,7 @@ class Supervisor:
     async def read_resource(self, uri: str, *, agent: str | None = None, session_id: str | None = None,
                             tenant: str = LOCAL_TENANT) -> dict[str, Any]:
         """MCP's ``resources/read`` result for ``uri`` (of ``agent``'s toolboxes only, when given); raises
-        :class:`~supervisor._catalog.CatalogError` saying why it cannot be read. Traced as ``resource_read``."""
+        :class:`~supervisor.calls._catalog.CatalogError` saying why it cannot be read. Traced as ``resource_read``."""
         ctx = {"session_id": session_id or "", "depth": 0}
         try:
             result = await read_resource(self._live_runners(), uri, agent, ctx)
@@ -423,7 +427,7 @@ class Supervisor:
 
     async def get_prompt(self, name: str, args: dict[str, str], *, agent: str | None = None,
                          session_id: str | None = None, tenant: str = LOCAL_TENANT) -> dict[str, Any]:
-        """MCP's ``prompts/get`` result; raises :class:`~supervisor._catalog.CatalogError`. Traced as
+        """MCP's ``prompts/get`` result; raises :class:`~supervisor.calls._catalog.CatalogError`. Traced as
         ``prompt_get``."""
         ctx = {"session_id": session_id or "", "depth": 0}
         try:

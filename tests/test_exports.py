@@ -11,7 +11,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("package", ["sandbox", "toolboxes", "supervisor"])
+#: The rooms of the trusted side, lowest first: a room imports only rooms before it (and ``supervisor._errors``).
+SUPERVISOR_ROOMS = ["config", "traces", "tools", "workers", "sessions", "calls", "plan", "agents"]
+#: The root modules that compose the rooms (``Supervisor``), then the frontends that reach it.
+SUPERVISOR_TOP = ["_frontend_sessions", "_supervisor", "frontends"]
+PACKAGES = ["sandbox", "toolboxes", "supervisor", *(f"supervisor.{room}" for room in [*SUPERVISOR_ROOMS, "frontends"])]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_all_is_sorted_and_importable(package: str) -> None:
     module = importlib.import_module(package)
     names = module.__all__
@@ -71,3 +78,69 @@ def test_runtime_dependencies_are_imported_by_the_runtime() -> None:
         assert _IMPORT_NAMES.get(name, name.replace("-", "_")) in runtime_imports, (
             f"{name} is a runtime dependency that no runtime module imports: move it to an extra")
     assert "mcp" not in runtime_imports  # the official SDK is the benchmark's reference, never the runtime's
+
+
+def _supervisor_imports(path: Path) -> set[tuple[str, str]]:
+    """(room or root module, private module or '') of each ``supervisor.`` import of ``path``, relative resolved."""
+    tree = ast.parse(path.read_text())
+    here = path.relative_to(ROOT / "supervisor").parts
+    found: set[tuple[str, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level == 0 and node.module.startswith("supervisor."):
+                parts = node.module.split(".")[1:]
+            elif node.level == 1 and len(here) > 1:
+                parts = [here[0], *node.module.split(".")]
+            elif node.level == 1:
+                parts = node.module.split(".")
+            else:
+                continue
+            found.add((parts[0], parts[1] if len(parts) > 1 else ""))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("supervisor."):
+                    parts = alias.name.split(".")[1:]
+                    found.add((parts[0], parts[1] if len(parts) > 1 else ""))
+    return found
+
+
+def test_supervisor_rooms_point_one_way() -> None:
+    """A room of ``supervisor/`` imports only the rooms below it, and another room only through its ``__init__``."""
+    order = [*SUPERVISOR_ROOMS, *SUPERVISOR_TOP]
+    offenders: dict[str, list[str]] = {}
+    for path in (ROOT / "supervisor").rglob("*.py"):
+        parts = path.relative_to(ROOT / "supervisor").parts
+        room = parts[0] if len(parts) > 1 else path.stem
+        if room in ("__init__", "__main__", "_errors"):
+            continue
+        rank = order.index(room)
+        for target, module in _supervisor_imports(path):
+            if target == room or target == "_errors":
+                continue
+            if target not in order or order.index(target) >= rank:
+                offenders.setdefault(str(path.relative_to(ROOT)), []).append(f"{target} (points up)")
+            elif module and target in [*SUPERVISOR_ROOMS, "frontends"]:
+                offenders.setdefault(str(path.relative_to(ROOT)), []).append(
+                    f"supervisor.{target}.{module} (use the room's __init__)")
+    assert offenders == {}
+
+
+
+def test_no_toolbox_kind_imports_another_kinds_private_module() -> None:
+    """Shared pieces of the kinds live in a common module of ``toolboxes/``, never in another kind's private one."""
+    kinds = sorted(p.name for p in (ROOT / "toolboxes").iterdir() if (p / "__init__.py").exists())
+    offenders: dict[str, list[str]] = {}
+    for kind in kinds:
+        for path in (ROOT / "toolboxes" / kind).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom) or not node.module:
+                    continue
+                if node.level == 0 and node.module.startswith("toolboxes."):
+                    parts = node.module.split(".")[1:]
+                elif node.level == 2:
+                    parts = node.module.split(".")
+                else:
+                    continue
+                if parts[0] in kinds and parts[0] != kind and len(parts) > 1 and parts[1].startswith("_"):
+                    offenders.setdefault(str(path.relative_to(ROOT)), []).append(".".join(parts))
+    assert offenders == {}

@@ -18,21 +18,21 @@ PATH_CALLS |= {("shutil", n) for n in ("chown", "copytree", "copy", "copy2", "co
 
 #: (module, call) -> why no worker can write where it acts.
 ALLOWED = {
-    ("supervisor/_staging.py", "os.walk"): "the runtime folder under the state dir: root's, read-only to workers",
-    ("supervisor/_staging.py", "os.makedirs"): "the same runtime folder",
-    ("supervisor/_staging.py", "os.chmod"): "the same runtime folder",
-    ("supervisor/_staging.py", "shutil.copyfile"): "copies the supervisor's own code into that folder",
-    ("supervisor/_staging.py", "os.rename"): "the same runtime folder",
-    ("supervisor/_check_tool.py", "os.chmod"): "the fresh mkdtemp folder root made, before anything runs in it",
-    ("supervisor/_attachments.py", "os.makedirs"): "the supervisor's attachment store, never granted to a worker",
-    ("supervisor/_sessions.py", "os.makedirs"): "the sessions database's folder, never granted to a worker",
-    ("supervisor/_sessions.py", "os.chmod"): "the sessions database, never granted to a worker",
-    ("supervisor/_attachments.py", "os.replace"): "a file of that store",
-    ("supervisor/_trace.py", "os.makedirs"): "the trace file's folder, never granted to a worker",
-    ("supervisor/_trace.py", "os.replace"): "the trace file, rotated in that folder",
-    ("supervisor/_skill_sources.py", "os.makedirs"): "the clones' parent under the state dir: root's",
-    ("supervisor/_skill_sources.py", "os.chmod"): "that parent and the git config root writes there",
-    ("supervisor/_skill_sources.py", "os.rename"): "a finished clone into place inside that root-owned parent",
+    ("supervisor/workers/_staging.py", "os.walk"): "the runtime folder under the state dir, read-only to workers",
+    ("supervisor/workers/_staging.py", "os.makedirs"): "the same runtime folder",
+    ("supervisor/workers/_staging.py", "os.chmod"): "the same runtime folder",
+    ("supervisor/workers/_staging.py", "shutil.copyfile"): "copies the supervisor's own code into that folder",
+    ("supervisor/workers/_staging.py", "os.rename"): "the same runtime folder",
+    ("supervisor/frontends/_check_tool.py", "os.chmod"): "the fresh mkdtemp folder root made, before anything runs",
+    ("supervisor/calls/_attachments.py", "os.makedirs"): "the supervisor's attachment store, never granted to a worker",
+    ("supervisor/sessions/_store.py", "os.makedirs"): "the sessions database's folder, never granted to a worker",
+    ("supervisor/sessions/_store.py", "os.chmod"): "the sessions database, never granted to a worker",
+    ("supervisor/calls/_attachments.py", "os.replace"): "a file of that store",
+    ("supervisor/traces/_recorder.py", "os.makedirs"): "the trace file's folder, never granted to a worker",
+    ("supervisor/traces/_recorder.py", "os.replace"): "the trace file, rotated in that folder",
+    ("supervisor/plan/_skill_sources.py", "os.makedirs"): "the clones' parent under the state dir: root's",
+    ("supervisor/plan/_skill_sources.py", "os.chmod"): "that parent and the git config root writes there",
+    ("supervisor/plan/_skill_sources.py", "os.rename"): "a finished clone into place inside that root-owned parent",
 }
 
 

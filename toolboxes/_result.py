@@ -6,7 +6,7 @@ violation). ``data`` is the text the model sees; ``structured`` carries the same
 produced JSON (``data`` then holds its serialisation). ``metadata`` is a list of string pairs with the reserved keys
 ``continuation_id``, ``state_effect``, ``resource_id`` and ``transient``. ``attachments`` name media (images,
 audio, any other file) by a path relative to the worker's work folder; the supervisor checks and stores them
-(``supervisor/_attachments.py``). ``links`` are resource links an MCP server returned, passed on as they are.
+(``supervisor/calls/_attachments.py``). ``links`` are resource links an MCP server returned, passed on as they are.
 """
 
 from __future__ import annotations

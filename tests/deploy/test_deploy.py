@@ -19,8 +19,8 @@ import pytest
 import trio
 import yaml
 
-from supervisor._cli import _parser
-from supervisor._http_auth import hash_token
+from supervisor.frontends._cli import _parser
+from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.test_skills_e2e import make_git_repo
 

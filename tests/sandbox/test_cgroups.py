@@ -15,10 +15,10 @@ import trio
 
 from sandbox._cgroups import CGROUP_DIR, CgroupLayout, detect_layout, plan_cgroup, read_layout
 from sandbox._errors import ConfinementError
-from supervisor._compile import NPROC_BACKSTOP_FACTOR, plan_worker
-from supervisor._config_loader import load_config
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
+from supervisor.config._loader import load_config
+from supervisor.plan._compile import NPROC_BACKSTOP_FACTOR, plan_worker
 from tests._policies import agent, system_toolbox, write_policy
 
 V1_MOUNTINFO = """\

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-import supervisor._compile as compile_module
-import supervisor._registry as registry_module
-import supervisor._skill_sources as sources_module
+import supervisor.calls._registry as registry_module
+import supervisor.plan._compile as compile_module
+import supervisor.plan._skill_sources as sources_module
 from supervisor._supervisor import Supervisor
-from supervisor._worker import Worker
+from supervisor.workers._worker import Worker
 from tests._policies import agent, system_toolbox, write_policy
 
 pytestmark = pytest.mark.root

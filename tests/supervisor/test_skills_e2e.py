@@ -22,9 +22,9 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
 
-from supervisor._mcp_stdio import McpStdioServer
-from supervisor._session_ids import Owner, root_session_id
 from supervisor._supervisor import Supervisor
+from supervisor.frontends._mcp_stdio import McpStdioServer
+from supervisor.sessions._ids import Owner, root_session_id
 from tests._policies import agent, write_policy
 from tests.toolboxes.test_bash import describe_json, write_script
 from tests.toolboxes.test_skills import make_skill, skill_md

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor._session_ids import Owner, root_session_id
 from supervisor._supervisor import Supervisor
+from supervisor.sessions._ids import Owner, root_session_id
 from tests._policies import agent, write_policy
 
 from .test_bash import describe_json, write_script

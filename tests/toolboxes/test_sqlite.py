@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandbox._plan import READ, WRITE, FsRule
-from supervisor._sqlite_grants import sqlite_fs_rules
+from supervisor.plan._sqlite_grants import sqlite_fs_rules
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.sqlite import open_toolbox, parse_versioning

@@ -10,7 +10,7 @@ Config (the seed's ``SqliteToolbox`` contents, paths resolved)::
 
 Every result carries ``state_effect`` (``read`` or ``mutate``, as the engine's authorizer saw the
 statement) and
-``resource_id`` ``sqlite:<Name>``. What the kernel grants each mode is in :mod:`supervisor._sqlite_grants`.
+``resource_id`` ``sqlite:<Name>``. What the kernel grants each mode is in :mod:`supervisor.plan._sqlite_grants`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,294 @@
+"""Agent loops run by the supervisor: ``io_prompt_agent_<slug> {what}`` and ``agents-supervise run``.
+
+:class:`AgentService` runs one agent's loop against its OpenAI-compatible endpoint (``modelUrl``, ``modelName``;
+:mod:`supervisor.agents._llm`): the agent's ``systemPrompt``, the user's ``what``, and the agent's tools as function
+tools. The tools of an agent are those of the toolboxes its own file declares (the registry knows each tool's
+agent) plus one ``io_prompt_agent_<slug>`` per sub-agent it names. Each tool call the model asks for goes through
+:meth:`Portal.call <supervisor.calls._portal.Portal.call>` with a :class:`~supervisor.calls._portal.CallOrigin` whose
+``allowed`` is that tool set, whose ``agent_id`` is the agent, and whose depth and stack continue the caller's, so
+``max_call_depth`` counts sub-agent calls like any other nested call (A calls B calls A ... stops at the limit, and
+the refusal, with the stack, is what the model gets back). A caller that asked for progress (``CallOrigin.progress``)
+gets one update per step (``step_progress``: the step of ``max_steps`` and what the model did); the loop's own
+tool calls are made without it.
+
+Bounds (the policy's ``agent_loop``): at most ``max_steps`` model requests per loop, then an ``error`` result; each
+request bounded by ``request_timeout_s`` and retried after transient failures (see :mod:`supervisor.agents._llm`). A
+tool call with unparsable arguments, or naming a tool the agent does not have, is answered to the model with the reason
+(it can correct itself); it still costs a step.
+
+Images a tool returns reach the model: after the step's tool messages, one ``user`` message carries them as
+``image_url`` parts with data URLs (:mod:`supervisor.agents._model_media`), each within ``context.images.max_bytes``;
+the tool message itself lists every attachment.
+
+Each loop is a session of its own in the session store, child of the caller's session, with its turns; the API key
+is resolved here, per loop, and goes nowhere but the request header (not into traces, sessions or workers).
+
+:class:`AgentRunner` serves one sub-agent's tool to the registry: it duck-types a toolbox runner (``name``,
+``spec.agent``, ``spec.toolbox``, ``tools``, ``call``) with no worker behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from supervisor.calls import CallOrigin, Portal, RegisteredTool, ToolRegistry
+from supervisor.config import AgentLoop, AgentTree
+from supervisor.sessions import SessionStore
+from supervisor.traces import TraceRecorder
+from toolboxes._progress import ProgressUpdate
+from toolboxes._result import Attachment, ToolResult
+
+from ._llm import (
+    ChatClient,
+    ChatReply,
+    ModelError,
+    RetryBounds,
+    complete_with_retries,
+    completion_url,
+    function_tool,
+    resolve_api_key,
+)
+from ._model_media import attachment_label, image_parts
+
+__all__ = ["AgentRunner", "AgentService", "subagent_tool_name", "tool_message"]
+
+#: Longest tool output given back to the model in one tool message.
+MAX_TOOL_MESSAGE = 32 * 1024
+
+
+def subagent_tool_name(slug: str) -> str:
+    """The tool that runs the sub-agent ``slug`` (SPEC.md section 2)."""
+    return f"io_prompt_agent_{slug}"
+
+
+def step_progress(slug: str, step: int, max_steps: int, reply: ChatReply) -> ProgressUpdate:
+    """The progress update of a sub-agent's step: the step (of at most ``max_steps``) and what the model did."""
+    what = ("calls " + ", ".join(c.name for c in reply.tool_calls)) if reply.tool_calls else "answered"
+    return ProgressUpdate(step, max_steps, f"agent {slug}: step {step}: {what}")
+
+
+def tool_message(result: ToolResult) -> str:
+    """The text a model gets for a tool result: status, summary, data (cut to :data:`MAX_TOOL_MESSAGE`)."""
+    data = result.data or ""
+    if len(data) > MAX_TOOL_MESSAGE:
+        data = data[:MAX_TOOL_MESSAGE] + f"\n[... {len(data) - MAX_TOOL_MESSAGE} more characters cut]"
+    head = f"status: {result.status}"
+    if result.summary and result.summary != data:
+        head += f"\nsummary: {result.summary}"
+    if result.truncated:
+        head += "\n(the tool's output was truncated)"
+    if result.data_path:
+        head += f"\ndata_path: {result.data_path}"
+    for a in result.attachments:
+        head += f"\nattachment: {attachment_label(a)}"
+    for link in result.links:
+        head += f"\nresource link: {link.name} <{link.uri}>"
+    return f"{head}\n\n{data}" if data else head
+
+
+@dataclass(frozen=True)
+class _RunnerSpec:
+    agent: str
+    toolbox: str
+
+
+class AgentRunner:
+    """The registry's view of one sub-agent: one tool, ``io_prompt_agent_<slug> {what}``, run by the service."""
+
+    is_agent = True
+
+    def __init__(self, service: AgentService, slug: str) -> None:
+        self.service = service
+        self.slug = slug
+        self.name = f"agent:{slug}"
+        self.spec = _RunnerSpec(agent=slug, toolbox=self.name)
+        self.load_errors: list[dict[str, Any]] = []
+        desc = service.tree.config.agent(slug).description
+        about = desc.announce or f"the agent {slug}"
+        self.tools = [{
+            "name": subagent_tool_name(slug),
+            "description": f"Ask {about}. It works on the request with its own tools and answers in text.",
+            "input_schema": {"type": "object", "properties": {"what": {
+                "type": "string", "description": "what to ask the agent, with everything it needs to know"}},
+                "required": ["what"], "additionalProperties": False},
+        }]
+
+    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any], wall_time_s: float | None = None,
+                   origin: Any = None) -> ToolResult:
+        """Run the sub-agent on ``args["what"]`` as the portal's call ``origin`` (depth and stack included)."""
+        if not isinstance(origin, CallOrigin):
+            origin = CallOrigin(session_id=str(ctx.get("session_id") or "default"))
+        return await self.service.run(self.slug, str(args.get("what", "")), origin)
+
+
+class AgentService:
+    """Runs agent loops for one supervisor (owns no resources besides what it is given)."""
+
+    def __init__(self, *, tree: AgentTree, portal: Portal, registry: ToolRegistry, trace: TraceRecorder,
+                 sessions: SessionStore | None, http: httpx.AsyncClient, bounds: AgentLoop,
+                 model_keys: Mapping[str, str], environ: Mapping[str, str] | None = None,
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+                 read_attachment: Callable[[Attachment], bytes] | None = None,
+                 max_image_bytes: int = 5 * 1024 * 1024) -> None:
+        self.tree = tree
+        self.portal = portal
+        self.registry = registry
+        self.trace = trace
+        self.sessions = sessions
+        self.http = http
+        self.bounds = bounds
+        self.model_keys = model_keys
+        self.environ = environ
+        self._new_id = new_id
+        self.read_attachment = read_attachment
+        self.max_image_bytes = max_image_bytes
+
+    def runners(self) -> list[AgentRunner]:
+        """One runner per sub-agent (every agent some agent names), in first-seen order."""
+        return [AgentRunner(self, slug) for slug in self.tree.subagent_slugs]
+
+    def tools_of(self, slug: str) -> list[RegisteredTool]:
+        """The tools agent ``slug`` may call: its own toolboxes' tools, then its sub-agents' tools."""
+        subs = self.tree.subagents.get(slug, ())
+        own = [t for t in self.registry.tools.values() if not getattr(t.runner, "is_agent", False) and t.agent == slug]
+        agents = [t for t in self.registry.tools.values()
+                  if getattr(t.runner, "is_agent", False) and t.runner.slug in subs]  # type: ignore[attr-defined]
+        agents.sort(key=lambda t: subs.index(t.runner.slug))  # type: ignore[attr-defined]
+        return own + agents
+
+    async def run(self, slug: str, prompt: str, origin: CallOrigin) -> ToolResult:
+        """Run agent ``slug``'s loop on ``prompt``; always a result (``error`` with the reason when it fails).
+
+        ``origin`` is the call that asked (its depth and stack are those of the ``io_prompt_agent`` call itself, or
+        depth 0 for ``agents-supervise run``); the loop's tool calls are made one level deeper. Cancellation
+        propagates (the session is marked failed first).
+        """
+        try:
+            agent = self.tree.config.agent(slug)
+        except KeyError:
+            known = ", ".join(a.slug for a in self.tree.config.agents) or "none"
+            return ToolResult.error(f"no agent {slug!r} is loaded; loaded agents: {known}")
+        desc = agent.description
+        if not desc.model_url or not desc.model_name:
+            return ToolResult.error(f"agent {slug} cannot run: its file ({agent.file}) sets no modelUrl/modelName")
+        try:
+            key = resolve_api_key(desc.api_key_id, self.model_keys, self.environ)
+        except ModelError as exc:
+            return ToolResult.error(f"agent {slug} cannot run: {exc}")
+        client = ChatClient(self.http, completion_url(desc.model_url), desc.model_name, key)
+        tools = self.tools_of(slug)
+        allowed = frozenset(t.name for t in tools)
+        functions = [function_tool(t.name, t.description, t.input_schema) for t in tools]
+        session_id, conversation_id = self._new_id(), self._new_id()
+        inner = replace(origin, session_id=session_id, conversation_id=conversation_id, agent_id=slug,
+                        allowed=allowed, caller=f"agent {slug}", progress=None)
+        if self.sessions is not None:
+            self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id,
+                                      tenant=origin.tenant)
+            self.sessions.add_turn(session_id, "user", prompt)
+        self.trace.record("agent_start", agent=slug, session=session_id, parent_session=origin.session_id,
+                          parent_call_id=origin.parent_call_id, depth=origin.depth, model=desc.model_name,
+                          tools=sorted(allowed))
+        status = "failed"
+        try:
+            result = await self._loop(slug, client, prompt, "\n".join(desc.system_prompt), functions, inner,
+                                      origin.progress)
+            status = "idle" if result.status == "passed" else "failed"
+            return result
+        finally:
+            if self.sessions is not None:
+                self.sessions.finish(session_id, status)
+            self.trace.record("agent_end", agent=slug, session=session_id, status=status)
+
+    async def _loop(self, slug: str, client: ChatClient, prompt: str, system: str, functions: list[dict[str, Any]],
+                    inner: CallOrigin, progress: Callable[[ProgressUpdate], None] | None = None) -> ToolResult:
+        messages: list[dict[str, Any]] = []
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
+        bounds = RetryBounds(self.bounds.retries, self.bounds.backoff_initial_s, self.bounds.backoff_max_s,
+                             self.bounds.request_timeout_s)
+
+        def on_retry(attempt: int, error: ModelError, delay: float) -> None:
+            self.trace.record("model_retry", agent=slug, session=inner.session_id, attempt=attempt,
+                              status=error.status, reason=str(error)[:300], delay_s=delay)
+
+        # The seed's continuation_id: an endpoint that holds the conversation returns an id; the next request then
+        # carries only the messages after those it holds (``held`` of them), plus the id.
+        continuation = ""
+        held = 0
+        for step in range(1, self.bounds.max_steps + 1):
+            start = time.perf_counter()
+            try:
+                try:
+                    reply = await complete_with_retries(client, messages[held:] if continuation else messages,
+                                                        functions, bounds, on_retry, continuation)
+                except ModelError as exc:
+                    if not continuation or exc.transient:
+                        raise
+                    # The endpoint refused the continued request (it may have lost the state): send it all.
+                    self.trace.record("model_continuation_dropped", agent=slug, session=inner.session_id, step=step,
+                                      reason=str(exc)[:300])
+                    continuation = ""
+                    reply = await complete_with_retries(client, messages, functions, bounds, on_retry)
+            except ModelError as exc:
+                self.trace.record("agent_step", agent=slug, session=inner.session_id, step=step, error=str(exc)[:500],
+                                  duration_s=round(time.perf_counter() - start, 6))
+                result = ToolResult.error(f"agent {slug}: {exc}")
+                return result.with_meta("transient", "true" if exc.transient else "false")
+            self.trace.record("agent_step", agent=slug, session=inner.session_id, step=step,
+                              tool_calls=[c.name for c in reply.tool_calls], finish_reason=reply.finish_reason,
+                              duration_s=round(time.perf_counter() - start, 6))
+            messages.append(reply.message())
+            continuation, held = reply.continuation_id, len(messages)
+            if progress is not None:
+                progress(step_progress(slug, step, self.bounds.max_steps, reply))
+            if self.sessions is not None and (reply.content or not reply.tool_calls):
+                self.sessions.add_turn(inner.session_id, "assistant", reply.content)
+            if not reply.tool_calls:
+                return ToolResult.passed(reply.content, summary=f"agent {slug} answered after {step} step"
+                                         + ("s" if step > 1 else ""))
+            images: list[dict[str, Any]] = []
+            for call in reply.tool_calls:
+                origin = replace(inner, turn_id=str(step))
+                result = await self._tool_call(call.name, call.arguments, origin)
+                parts, notes = self._images(call.name, result)
+                images += parts
+                text = tool_message(result) + "".join(f"\n[{n}]" for n in notes)
+                if parts:
+                    text += "\n[its images follow in the next message]"
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+                if self.sessions is not None:
+                    self.sessions.add_turn(inner.session_id, "tool", text, tool=call.name)
+            if images:
+                # The chat format has no images in tool messages: they follow them, in one user message.
+                messages.append({"role": "user", "content": images})
+        self.trace.record("limit_hit", limit="agent_loop.max_steps", value=self.bounds.max_steps, agent=slug,
+                          session=inner.session_id)
+        return ToolResult.error(f"agent {slug} reached its step limit of {self.bounds.max_steps} model requests "
+                                "without a final answer (it kept calling tools); the loop was stopped")
+
+    def _images(self, call: str, result: ToolResult) -> tuple[list[dict[str, Any]], list[str]]:
+        if not result.attachments:
+            return [], []
+        if self.read_attachment is None:
+            return [], ["this loop cannot read attachments: none is shown to you"]
+        return image_parts(call, result.attachments, self.read_attachment, self.max_image_bytes)
+
+    async def _tool_call(self, name: str, arguments: str, origin: CallOrigin) -> ToolResult:
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return ToolResult.error(f"the arguments of your call to {name} are not valid JSON ({exc.msg} at "
+                                    f"character {exc.pos}); send one JSON object that matches the tool's schema")
+        if not isinstance(args, dict):
+            return ToolResult.error(f"the arguments of your call to {name} must be a JSON object, not "
+                                    f"{type(args).__name__}")
+        return await self.portal.call(name, args, origin)

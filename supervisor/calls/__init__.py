@@ -1,0 +1,21 @@
+"""One call through the portal: the checks every call passes, the tool registry, attachments, results."""
+
+from ._attachments import AttachmentStore
+from ._catalog import CatalogError, get_prompt, list_entries, read_resource
+from ._portal import CallOrigin, Portal, SessionLimits
+from ._registry import RegisteredTool, ToolRegistry
+from ._tool_output import checked_output
+
+__all__ = [
+    "AttachmentStore",
+    "CallOrigin",
+    "CatalogError",
+    "Portal",
+    "RegisteredTool",
+    "SessionLimits",
+    "ToolRegistry",
+    "checked_output",
+    "get_prompt",
+    "list_entries",
+    "read_resource",
+]

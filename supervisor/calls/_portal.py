@@ -1,0 +1,281 @@
+"""The portal: the one path every tool call takes, from a frontend or from inside a worker.
+
+Checks, in order (DESIGN.md "Call context and the portal"):
+
+1. the tool exists (``PortalToolNotFound``);
+2. the caller may call it: a worker may call only the tools its toolbox's ``AllowedTools`` lists, a frontend caller
+   only the tools of its agent set (``PortalToolNotAllowed``, with the allowed list);
+3. the arguments validate against the tool's JSON schema (``PortalInvalidArguments``, the seed's text);
+4. the depth stays within ``max_call_depth`` (a depth error that shows the call stack);
+5. the session's limits (total calls, concurrent calls) hold;
+
+then it dispatches to the toolbox's runner and records ``call_start``/``call_end``. Every refusal is an ``error``
+result whose text says what was refused and why; nothing here raises for a caller's mistake.
+
+A dispatched call that could not run (its worker died, restarted or was disabled, the call ran past its wall time,
+or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
+``PortalExecutionError`` kind in its metadata ``portal_error`` (:func:`~supervisor._errors.execution_error`), as the
+refusals above carry theirs. A toolbox's own refusal of a call is its result, not an execution error.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from supervisor._errors import execution_error
+from supervisor.sessions import LOCAL_TENANT, remember
+from supervisor.tools import format_validation_errors
+from supervisor.traces import TraceRecorder
+from toolboxes._progress import ProgressUpdate
+from toolboxes._protocol import encode, json_problem
+from toolboxes._result import ToolResult
+
+from ._registry import RegisteredTool, ToolRegistry
+from ._unloaded import unloaded_note
+
+__all__ = ["CallOrigin", "Portal", "SessionLimits", "StackEntry"]
+
+
+#: Bounds on a call's arguments: they must be plain JSON (no bytes, sets or NaN from the Python API), nested at
+#: most this deep, with at most this many values and this many bytes once encoded for the worker.
+MAX_ARGS_DEPTH = 100
+MAX_ARGS_VALUES = 1_000_000
+MAX_ARGS_BYTES = 16 * 1024 * 1024
+
+
+def _arguments_problem(args: Any) -> str | None:
+    """Why ``args`` cannot be sent to a worker, or ``None``."""
+    problem, _ = json_problem(args, max_depth=MAX_ARGS_DEPTH, max_nodes=MAX_ARGS_VALUES)
+    if problem:
+        return problem
+    try:
+        size = len(encode(args))
+    except (ValueError, TypeError, OverflowError) as exc:
+        return f"cannot be encoded ({exc})"
+    if size > MAX_ARGS_BYTES:
+        return f"take {size} bytes, more than the limit of {MAX_ARGS_BYTES}"
+    return None
+
+
+@dataclass(frozen=True)
+class StackEntry:
+    """One frame of the call stack: which agent's call of which tool, at which depth."""
+
+    agent: str
+    tool: str
+    call_id: str
+    depth: int
+
+
+@dataclass(frozen=True)
+class CallOrigin:
+    """Who is calling: the session ids, the depth and stack so far, and what the caller may call.
+
+    ``allowed`` ``None`` means "every tool of the registry" (a frontend caller of the policy's agents).
+    ``agent_scope``: a frontend session bound to one agent (HTTP endpoints): another agent's tools do not exist
+    for it (refused as not found, never as not allowed, so their names are not revealed).
+    ``session_id`` is a session of the store (a frontend's is resolved per agent by the supervisor, see
+    :mod:`supervisor.sessions._ids`), ``tenant`` its owner's tenant; ``conversation_id`` and ``turn_id`` are the
+    call's (the client's when it sent them, else made by the frontend).
+    """
+
+    session_id: str = "default"
+    conversation_id: str = ""
+    turn_id: str = ""
+    agent_id: str = ""
+    tenant: str = LOCAL_TENANT
+    depth: int = 0
+    stack: tuple[StackEntry, ...] = ()
+    allowed: frozenset[str] | None = None
+    parent_call_id: str | None = None
+    caller: str = "frontend"
+    agent_scope: str | None = None
+    #: where this call's progress goes (a frontend whose client asked for it); ``None``: nowhere. Nested calls
+    #: (a sub-agent's tool calls, a toolbox's portal calls) do not inherit it: the sub-agent reports its steps.
+    progress: Callable[[ProgressUpdate], None] | None = field(default=None, compare=False)
+
+
+#: Arguments larger than this (as JSON) are not copied into the trace; their size is recorded instead.
+MAX_TRACED_ARGS_CHARS = 16 * 1024
+
+
+def _traced_args(args: Any) -> Any:
+    """``args`` for a ``call_start`` record: as given when small, else a note of their size.
+
+    Path-like fields of small inputs stay available to the trace report's redundant-read detection.
+    """
+    try:
+        size = len(json.dumps(args, default=repr))
+    except (TypeError, ValueError, RecursionError):
+        return {"_omitted": "arguments that are not JSON"}
+    if size <= MAX_TRACED_ARGS_CHARS:
+        return args
+    return {"_omitted": f"{size} characters of arguments (more than {MAX_TRACED_ARGS_CHARS} are not traced)"}
+
+
+@dataclass
+class SessionLimits:
+    """Per-session bounds: ``max_calls`` in total and ``max_concurrent`` at once (``None``: unbounded)."""
+
+    max_calls: int | None = None
+    max_concurrent: int | None = None
+
+
+@dataclass
+class _SessionUsage:
+    calls: int = 0
+    in_flight: int = 0
+
+
+@dataclass
+class Portal:
+    """Decides and dispatches tool calls."""
+
+    registry: ToolRegistry
+    trace: TraceRecorder
+    max_call_depth: int = 4
+    session_limits: SessionLimits = field(default_factory=SessionLimits)
+    #: called with (tool, result) after each call, to store attachments etc.
+    postprocess: Callable[[RegisteredTool, ToolResult], ToolResult] | None = None
+    #: called right before a call is dispatched, with the tool and the call id; the function it returns is
+    #: applied to the result after ``postprocess`` (the supervisor's limit notes, ``supervisor.workers._limit_notes``,
+    #: and kernel denials, ``supervisor.workers._kernel_audit``); it may return an awaitable of the result
+    watch: Callable[[RegisteredTool, str], Callable[[ToolResult], Any]] | None = None
+    #: told of every dispatched call once it ended (keywords: call_id, tool, args, origin, result or None when
+    #: cancelled, started (Unix time), duration_s), to record it in the session store; must not raise
+    on_call_end: Callable[..., None] | None = None
+    #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
+    call_context: Callable[[RegisteredTool, CallOrigin], dict[str, Any]] | None = None
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    #: sessions with a call running; the call counts of idle ones only matter under ``max_calls`` and are kept
+    #: for the most recent :data:`~supervisor.sessions.MAX_REMEMBERED_SESSIONS` (one forgotten starts at 0, as a
+    #: new session does: no caller gains what opening a session would not give it)
+    _busy: dict[str, _SessionUsage] = field(default_factory=dict)
+    _idle: dict[str, _SessionUsage] = field(default_factory=dict)
+
+    def _usage(self, session_id: str) -> _SessionUsage:
+        usage = self._busy.get(session_id) or self._idle.pop(session_id, None) or _SessionUsage()
+        self._busy[session_id] = usage
+        return usage
+
+    def _release(self, session_id: str, usage: _SessionUsage) -> None:
+        usage.in_flight -= 1
+        if usage.in_flight:
+            return
+        del self._busy[session_id]
+        if self.session_limits.max_calls is not None:
+            remember(self._idle, session_id, usage)
+
+    def _refuse(self, origin: CallOrigin, name: str, kind: str, message: str) -> ToolResult:
+        self.trace.record("portal_refusal", tool=name, kind=kind, reason=message, caller=origin.caller,
+                          session=origin.session_id, depth=origin.depth + 1,
+                          parent_call_id=origin.parent_call_id)
+        return ToolResult("error", summary=kind, data=message).with_meta("portal_error", kind)
+
+    def check(self, name: str, args: Any, origin: CallOrigin) -> RegisteredTool | ToolResult:
+        """Run checks 1-4; return the tool to call or the refusal result."""
+        tool = self.registry.get(name)
+        scope = origin.agent_scope
+        if tool is None or (scope is not None and tool.agent != scope):
+            known = sorted(self.registry.tools) if origin.allowed is None else sorted(origin.allowed)
+            if scope is not None:
+                known = [k for k in known if (t := self.registry.get(k)) is not None and t.agent == scope]
+            shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
+            note = unloaded_note(name, self.registry.runners, scope)
+            return self._refuse(origin, name, "PortalToolNotFound",
+                                f"Tool not found: '{name}'. {note + ' ' if note else ''}"
+                                f"Available tools: {shown or 'none'}.")
+        if origin.allowed is not None and name not in origin.allowed:
+            allowed = ", ".join(sorted(origin.allowed)) or "none"
+            return self._refuse(origin, name, "PortalToolNotAllowed",
+                                f"Tool '{name}' is not allowed for {origin.caller}. Allowed tools: {allowed}.")
+        problem = _arguments_problem(args)
+        if problem:
+            return self._refuse(origin, name, "PortalInvalidArguments",
+                                f"Tool call validation failed for '{name}': the arguments {problem}. "
+                                "Send a smaller JSON object.")
+        errors = tool.validator.errors(args)
+        if errors:
+            return self._refuse(origin, name, "PortalInvalidArguments",
+                                format_validation_errors(name, errors))
+        depth = origin.depth + 1
+        if depth > self.max_call_depth:
+            frames = " -> ".join(f"{e.tool} (agent {e.agent or '-'}, depth {e.depth})" for e in origin.stack)
+            return self._refuse(origin, name, "PortalDepthExceeded",
+                                f"Call depth limit of {self.max_call_depth} reached: calling '{name}' would be "
+                                f"depth {depth}. Call stack: {frames or '(empty)'} -> {name}.")
+        return tool
+
+    async def call(self, name: str, args: Any, origin: CallOrigin) -> ToolResult:
+        """Check and run one call; always returns a result."""
+        return (await self.call_traced(name, args, origin))[0]
+
+    async def call_traced(self, name: str, args: Any, origin: CallOrigin) -> tuple[ToolResult, str]:
+        """:meth:`call`, also answering the call's trace id (its ``call_id`` in the trace; ``""`` when the call
+        was refused before it was dispatched, which only a ``portal_refusal`` record shows)."""
+        checked = self.check(name, args, origin)
+        if isinstance(checked, ToolResult):
+            return checked, ""
+        tool = checked
+        usage = self._busy.get(origin.session_id) or self._idle.get(origin.session_id) or _SessionUsage()
+        limits = self.session_limits
+        if limits.max_calls is not None and usage.calls >= limits.max_calls:
+            return self._refuse(origin, name, "SessionLimit",
+                                f"Session {origin.session_id} reached its limit of {limits.max_calls} tool calls."), ""
+        if limits.max_concurrent is not None and usage.in_flight >= limits.max_concurrent:
+            return self._refuse(origin, name, "SessionLimit",
+                                f"Session {origin.session_id} already has {usage.in_flight} calls running "
+                                f"(limit {limits.max_concurrent}); wait for one to finish."), ""
+        usage = self._usage(origin.session_id)
+        usage.calls += 1
+        usage.in_flight += 1
+        call_id = f"c{next(self._ids)}"
+        depth = origin.depth + 1
+        inner = replace(
+            origin,
+            depth=depth,
+            stack=(*origin.stack, StackEntry(tool.agent, name, call_id, depth)),
+            parent_call_id=call_id,
+            agent_id=origin.agent_id or tool.agent,
+        )
+        self.trace.record("call_start", call_id=call_id, parent_call_id=origin.parent_call_id, tool=name,
+                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id,
+                          conversation=origin.conversation_id, turn=origin.turn_id, depth=depth,
+                          caller=origin.caller, args=_traced_args(args))
+        start = time.perf_counter()
+        started = time.time()
+        result: ToolResult | None = None
+        try:
+            ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
+                   "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
+            if self.call_context is not None:
+                ctx.update(self.call_context(tool, origin))
+            if origin.progress is not None:
+                ctx["progress"] = True  # the worker relays the tool's progress (toolboxes/_progress.py)
+            try:
+                finish = self.watch(tool, call_id) if self.watch is not None else None
+                result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
+                if self.postprocess is not None:
+                    result = self.postprocess(tool, result)
+                if finish is not None:
+                    finished = finish(result)
+                    result = await finished if inspect.isawaitable(finished) else finished
+            except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
+                result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
+            return result, call_id
+        finally:
+            self._release(origin.session_id, usage)
+            self.trace.record(
+                "call_end", call_id=call_id, tool=name, toolbox=tool.toolbox,
+                status=result.status if result else "error", summary=result.summary if result else "cancelled",
+                duration_s=round(time.perf_counter() - start, 6), session=origin.session_id,
+                metadata=[list(p) for p in result.metadata] if result else [])
+            if self.on_call_end is not None:
+                self.on_call_end(call_id=call_id, tool=tool, args=args, origin=origin, result=result,
+                                 started=started, duration_s=time.perf_counter() - start)

@@ -1,0 +1,49 @@
+"""The policy and agent files: their models, loading with bounds, and the errors they raise."""
+
+from ._agent_file import agent_json_schema
+from ._agent_toolboxes import ToolboxConfig
+from ._agent_tree import AgentTree, expand_agents
+from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
+from ._errors import ConfigError, ConfigProblem, display_path
+from ._http_address import normalise_origin, parse_listen, public_url_for
+from ._loader import LoadedConfig, load_agent_file, load_config
+from ._policy import (
+    DEFAULT_SYSTEM_PATHS,
+    AgentLoop,
+    HttpFrontend,
+    Introspection,
+    OAuthResourceServer,
+    OtelExport,
+    Policy,
+    Tenant,
+    policy_json_schema,
+)
+
+__all__ = [
+    "DEFAULT_SYSTEM_PATHS",
+    "AgentLoop",
+    "AgentTree",
+    "ConfigError",
+    "ConfigProblem",
+    "CredentialPolicy",
+    "CredentialSource",
+    "HttpFrontend",
+    "Introspection",
+    "LoadedConfig",
+    "OAuthResourceServer",
+    "OtelExport",
+    "Policy",
+    "Tenant",
+    "ToolboxConfig",
+    "agent_json_schema",
+    "binding_of",
+    "display_path",
+    "expand_agents",
+    "load_agent_file",
+    "load_config",
+    "normalise_origin",
+    "parse_listen",
+    "policy_json_schema",
+    "public_url_for",
+    "reference_environ",
+]

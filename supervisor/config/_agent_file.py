@@ -1,0 +1,383 @@
+"""Pydantic models of the seed's agent file (JSON), keys exactly as the seed writes them.
+
+An agent file is ``{"tag": "OpenAIAgentDescription", "contents": {...}}`` or the bare object. Tagged values
+use the seed's ``{"tag": NAME, "contents": ...}`` form, except the SQLite ``Versioning`` whose fields sit
+beside its ``tag``.
+
+Validation needs a context (``model_validate(data, context=...)``, see :func:`validation_context`):
+
+- ``base_dir``: the directory of the agent file. Every relative path resolves against it, once, here, and is
+  canonicalised (``os.path.realpath``). Exception: an MCP ``executable`` is only normalised, so that a
+  symlinked program keeps its ``argv[0]``; a bare program name (no ``/``) is left for ``PATH`` lookup.
+- ``environ``: the supervisor's environment, for ``${VAR}`` in ``Token`` and ``Headers`` values (a missing
+  variable is an error naming it).
+
+Models are strict (no coercion of ``"5"`` to 5) and refuse unknown keys, naming the keys they know. What is
+not checked here: ``FileSandbox`` refs (resolved with the agent, in :mod:`supervisor.config._agent_toolboxes`),
+toolbox name clashes (same place), and whether referenced files exist (the toolbox reports that when it
+loads).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from sandbox._predicates import AlwaysDeny, predicate_to_json
+
+from ._errors import check_known_keys
+from ._types import (
+    ConfigPath,
+    EnvText,
+    Executable,
+    GitUrl,
+    Host,
+    HttpUrl,
+    Predicate,
+    SkillName,
+    SpecLocation,
+    ToolboxName,
+    capability_list,
+    check_regex,
+    check_subdir,
+    validation_context,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FILE_SIZE_BYTES",
+    "DEVELOPER_CAPABILITIES",
+    "SYSTEM_CAPABILITIES",
+    "TAGS",
+    "AgentDescription",
+    "FileSandboxConfig",
+    "FileSandboxRef",
+    "agent_json_schema",
+    "validation_context",
+]
+
+#: ``fsbMaxFileSize`` when the key is absent (``null`` means no limit).
+DEFAULT_MAX_FILE_SIZE_BYTES = 50 * 1024 * 1024
+
+#: SPEC.md section 4, system toolbox.
+SYSTEM_CAPABILITIES = (
+    "date",
+    "operating-system",
+    "running-user",
+    "hostname",
+    "working-directory",
+    "env-vars",
+    "process-info",
+    "uptime",
+    "attach-file",
+    "list-directory",
+    "execute-command",
+    "list-sessions",
+    "search-sessions",
+    "read-session",
+    "get-session-stats",
+)
+#: SPEC.md section 4, developer toolbox.
+DEVELOPER_CAPABILITIES = (
+    "read-file-range",
+    "write-file-range",
+    "patch-file",
+    "restore-file",
+    "show-spec",
+    "validate-tool",
+    "validate-agent",
+    "create-agent",
+    "create-tool",
+)
+
+
+class _Model(BaseModel):
+    """Strict, frozen, refuses unknown keys and names the known ones."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=False, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return check_known_keys(cls, data)
+
+
+# --------------------------------------------------------------------------------------------- file sandboxes
+class FileSandboxConfig(_Model):
+    """The seed's ``FileSandboxConfig``: predicate, size limit (default 50 MiB, ``null`` = none), name."""
+
+    predicate: Predicate = Field(default=AlwaysDeny(), alias="fsbPredicate")
+    max_file_size: int | None = Field(default=DEFAULT_MAX_FILE_SIZE_BYTES, ge=0, alias="fsbMaxFileSize")
+    name: str | None = Field(default=None, alias="fsbName")
+
+    def to_json(self) -> dict[str, Any]:
+        """The seed's JSON form, paths resolved."""
+        return {
+            "fsbPredicate": predicate_to_json(self.predicate),
+            "fsbMaxFileSize": self.max_file_size,
+            "fsbName": self.name,
+        }
+
+
+class FileSandboxRef(_Model):
+    """``{"ref": NAME}``: the agent's ``fileSandboxes[NAME]``."""
+
+    ref: str
+
+
+def _sandbox_kind(value: Any) -> str:
+    return "FileSandboxRef" if isinstance(value, dict) and "ref" in value else "FileSandboxInline"
+
+
+FileSandbox = Annotated[
+    Annotated[FileSandboxConfig, Tag("FileSandboxInline")] | Annotated[FileSandboxRef, Tag("FileSandboxRef")],
+    Discriminator(_sandbox_kind),
+]
+
+
+# -------------------------------------------------------------------------------------------- bash, mcp, http
+class BashContents(_Model):
+    path: ConfigPath = Field(alias="Path")
+
+
+class FileSystemDirectory(_Model):
+    tag: Literal["FileSystemDirectory"]
+    contents: BashContents
+
+
+class SingleTool(_Model):
+    tag: Literal["SingleTool"]
+    contents: BashContents
+
+
+class McpContents(_Model):
+    name: ToolboxName
+    executable: Executable
+    args: list[str] = []
+
+
+class McpSimpleBinary(_Model):
+    tag: Literal["McpSimpleBinary"]
+    contents: McpContents
+
+
+class OpenApiContents(_Model):
+    spec_url: SpecLocation = Field(alias="SpecUrl")
+    base_url: HttpUrl = Field(alias="BaseUrl")
+    headers: dict[str, EnvText] = Field(default={}, alias="Headers", repr=False)
+    token: EnvText | None = Field(default=None, alias="Token", repr=False)
+    name: ToolboxName | None = Field(default=None, alias="Name")
+
+
+class OpenAPIServer(_Model):
+    tag: Literal["OpenAPIServer"]
+    contents: OpenApiContents
+
+
+class PostgrestContents(_Model):
+    spec_url: SpecLocation = Field(alias="SpecUrl")
+    base_url: HttpUrl = Field(alias="BaseUrl")
+    allowed_methods: list[Literal["GET", "POST", "PATCH", "DELETE"]] = Field(default=["GET"], alias="AllowedMethods")
+    #: the toolbox's name (its tools' prefix, its policy key); without it, the BaseUrl's host (as OpenAPI's)
+    name: ToolboxName | None = Field(default=None, alias="Name")
+
+
+class PostgRESTServer(_Model):
+    tag: Literal["PostgRESTServer"]
+    contents: PostgrestContents
+
+
+# --------------------------------------------------------------------------------------------------- builtins
+class SqliteReadOnly(_Model):
+    tag: Literal["SqliteReadOnly"]
+    path: ConfigPath
+
+
+class SqliteReadWrite(_Model):
+    tag: Literal["SqliteReadWrite"]
+    path: ConfigPath
+
+
+class SqliteNoVersioning(_Model):
+    tag: Literal["SqliteNoVersioning"]
+    path: ConfigPath
+
+
+class SqliteVersioned(_Model):
+    tag: Literal["SqliteVersioned"]
+    shared: Literal["global", "conversation", "turn", "tool-call"]
+    storage_root: ConfigPath | None = Field(default=None, alias="storageRoot")
+    base_path: ConfigPath = Field(alias="basePath")
+
+
+Versioning = Annotated[
+    SqliteReadOnly | SqliteReadWrite | SqliteNoVersioning | SqliteVersioned, Field(discriminator="tag")
+]
+
+
+class SqliteContents(_Model):
+    name: ToolboxName = Field(alias="Name")
+    description: str = Field(alias="Description")
+    versioning: Versioning = Field(alias="Versioning")
+
+
+class SystemContents(_Model):
+    name: ToolboxName = Field(alias="Name")
+    description: str = Field(alias="Description")
+    capabilities: Annotated[list[str], capability_list(SYSTEM_CAPABILITIES)] = Field(alias="Capabilities")
+    env_var_filter: Annotated[str | None, AfterValidator(check_regex)] = Field(default=None, alias="EnvVarFilter")
+    file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
+    command_filter: ConfigPath | None = Field(default=None, alias="CommandFilter")
+    session_scope: Literal["parents-only", "children-only", "subtree", "all"] = Field(
+        default="subtree", alias="SessionIntrospectionScope"
+    )
+    session_max_results: int = Field(default=50, ge=1, alias="SessionIntrospectionMaxResults")
+    session_include_tool_outputs: bool = Field(default=False, alias="SessionIntrospectionIncludeToolOutputs")
+
+
+class DeveloperContents(_Model):
+    name: ToolboxName = Field(alias="Name")
+    description: str = Field(alias="Description")
+    capabilities: Annotated[list[str], capability_list(DEVELOPER_CAPABILITIES)] = Field(alias="Capabilities")
+    file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
+
+
+class LuaContents(_Model):
+    name: ToolboxName = Field(alias="Name")
+    description: str = Field(alias="Description")
+    max_memory_mb: int = Field(gt=0, alias="MaxMemoryMB")
+    max_execution_time_s: float = Field(gt=0, alias="MaxExecutionTimeSeconds")
+    allowed_tools: list[str] = Field(alias="AllowedTools")
+    allowed_hosts: list[Host] = Field(alias="AllowedHosts")
+    file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
+
+
+class WasmContents(_Model):
+    """``WasmToolbox`` (docs/WASM.md): ``Path`` is one component or a folder of them."""
+
+    name: ToolboxName = Field(alias="Name", description="the toolbox name; tools are wasm_<Name>_<component>")
+    description: str = Field(alias="Description", description="what the toolbox is for")
+    path: ConfigPath = Field(alias="Path", description=(
+        "a component file (<component>.wasm) or a folder of them, each with its sidecar <component>.json "
+        '{"description": ..., "inputSchema": {...}} beside it; a folder is watched for changes'))
+    file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox", description=(
+        "folders besides the work folder the components may open, preopened read-write at their own paths "
+        "(the folders of the predicate's Landlock rules); none by default. fsbMaxFileSize is the worker's "
+        "RLIMIT_FSIZE: a write past it fails and the call ends error naming it"))
+    max_memory_mb: int = Field(default=64, gt=0, le=4096, alias="MaxMemoryMB", description=(
+        "the store's memory limit of one call, in MiB: a memory.grow past it fails"))
+    max_execution_time_s: float = Field(default=30.0, gt=0, alias="MaxExecutionTimeSeconds", description=(
+        "the epoch deadline of one call (10 ms ticks): a component still running is stopped with status error"))
+    allowed_hosts: list[Host] = Field(default=[], alias="AllowedHosts", description=(
+        "gives components nothing in this build (wasmtime-py cannot allow WASI TCP/UDP, and wasi:http would "
+        "dial around the egress proxy, so it is not linked): check warns, a strict policy refuses it; "
+        "components never have sockets (docs/WASM.md, Network)"))
+
+
+class SqliteToolbox(_Model):
+    tag: Literal["SqliteToolbox"]
+    contents: SqliteContents
+
+
+class SystemToolbox(_Model):
+    tag: Literal["SystemToolbox"]
+    contents: SystemContents
+
+
+class DeveloperToolbox(_Model):
+    tag: Literal["DeveloperToolbox"]
+    contents: DeveloperContents
+
+
+class LuaToolbox(_Model):
+    tag: Literal["LuaToolbox"]
+    contents: LuaContents
+
+
+class WasmToolbox(_Model):
+    tag: Literal["WasmToolbox"]
+    contents: WasmContents
+
+
+BuiltinToolbox = Annotated[SqliteToolbox | SystemToolbox | DeveloperToolbox | LuaToolbox | WasmToolbox,
+                           Field(discriminator="tag")]
+BashToolbox = Annotated[FileSystemDirectory | SingleTool, Field(discriminator="tag")]
+
+
+# ---------------------------------------------------------------------------------------------- skills, agent
+class SkillDirectory(_Model):
+    tag: Literal["SkillDirectory"]
+    contents: ConfigPath
+
+
+class GitRepoContents(_Model):
+    url: GitUrl
+    subdir: Annotated[str, AfterValidator(check_subdir)] | None = None
+
+
+class SkillGitRepo(_Model):
+    tag: Literal["SkillGitRepo"]
+    contents: GitRepoContents
+
+
+SkillSource = Annotated[SkillDirectory | SkillGitRepo, Field(discriminator="tag")]
+
+
+class ExtraAgent(_Model):
+    slug: ToolboxName
+    path: ConfigPath
+
+
+class AgentDescription(_Model):
+    """The contents of ``OpenAIAgentDescription``. Only ``slug`` is required; model keys matter to sub-agents."""
+
+    slug: ToolboxName
+    api_key_id: str | None = Field(default=None, alias="apiKeyId")
+    flavor: str | None = None
+    model_url: str | None = Field(default=None, alias="modelUrl")
+    model_name: str | None = Field(default=None, alias="modelName")
+    announce: str | None = None
+    system_prompt: list[str] = Field(default=[], alias="systemPrompt")
+    tool_directory: ConfigPath | None = Field(default=None, alias="toolDirectory")
+    bash_toolboxes: list[BashToolbox] = Field(default=[], alias="bashToolboxes")
+    mcp_servers: list[McpSimpleBinary] = Field(default=[], alias="mcpServers")
+    open_api_toolboxes: list[OpenAPIServer] = Field(default=[], alias="openApiToolboxes")
+    postgrest_toolboxes: list[PostgRESTServer] = Field(default=[], alias="postgrestToolboxes")
+    builtin_toolboxes: list[BuiltinToolbox] = Field(default=[], alias="builtinToolboxes")
+    skill_sources: list[SkillSource] = Field(default=[], alias="skillSources")
+    auto_enable_skills: list[SkillName] = Field(default=[], alias="autoEnableSkills")
+    extra_agents: list[ExtraAgent] = Field(default=[], alias="extraAgents")
+    file_sandboxes: dict[str, FileSandboxConfig] = Field(default={}, alias="fileSandboxes")
+
+
+#: Location parts pydantic inserts for tagged unions (dropped from JSON paths in messages).
+TAGS = frozenset(
+    {
+        "FileSystemDirectory",
+        "SingleTool",
+        "McpSimpleBinary",
+        "OpenAPIServer",
+        "PostgRESTServer",
+        "SqliteToolbox",
+        "SystemToolbox",
+        "DeveloperToolbox",
+        "LuaToolbox",
+        "WasmToolbox",
+        "SqliteReadOnly",
+        "SqliteReadWrite",
+        "SqliteNoVersioning",
+        "SqliteVersioned",
+        "SkillDirectory",
+        "SkillGitRepo",
+        "FileSandboxInline",
+        "FileSandboxRef",
+    }
+)
+
+
+def agent_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the contents of an agent file (``OpenAIAgentDescription``)."""
+    schema = AgentDescription.model_json_schema(mode="validation", by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "agents-supervise agent file (the contents of OpenAIAgentDescription)"
+    return schema

@@ -1,0 +1,128 @@
+"""Sub-agents: which agent files the policy's agents reach through ``extraAgents`` and ``toolDirectory``.
+
+:func:`expand_agents` follows, from the policy's agents, every ``extraAgents`` entry (``{slug, path}``, the path
+relative to the agent file that names it) and every ``*.json`` file directly in a ``toolDirectory`` (in name
+order), loads each file once (by canonical path) and returns the config with every reached agent appended (so their
+toolboxes get workers too) and, per agent, the slugs of its sub-agents. Cycles are allowed (A names B, B names A):
+they are bounded at run time by ``max_call_depth``, not here.
+
+Refused with a :class:`~supervisor.config._errors.ConfigError` naming the files: two different files with the same
+slug, an ``extraAgents`` entry whose slug differs from its file's, a file that does not load.
+
+Not refused:
+
+- a sub-agent file that does not exist is a load error of the agent that names it (:attr:`AgentTree.load_errors`,
+  shown by ``check`` and ``tools``); that sub-agent is left out and everything else loads;
+- an ``extraAgents`` entry that names the agent's *own* slug (the seed's kimi example: ``local_lrmlua`` lists
+  ``{"slug": "local_lrmlua", "path": "kimi-10.lrmlua.json"}``) makes the agent its own sub-agent
+  (``io_prompt_agent_<slug>`` prompts it again, bounded by ``max_call_depth`` like any cycle). One slug is one agent,
+  so the other file is not loaded as a second one; a warning says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+from ._agent_toolboxes import LoadedAgent
+from ._credentials import reference_environ
+from ._errors import ConfigError, ConfigProblem, display_path
+from ._loader import LoadedConfig, load_agent_file
+
+__all__ = ["AgentTree", "expand_agents", "subagent_files"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentTree:
+    """Every agent the supervisor serves and the sub-agent slugs of each (in declaration order)."""
+
+    config: LoadedConfig
+    subagents: Mapping[str, tuple[str, ...]]
+    #: sub-agents left out (``{"agent", "source", "message"}``): their file does not exist
+    load_errors: tuple[dict[str, str], ...] = ()
+
+    @property
+    def subagent_slugs(self) -> list[str]:
+        """Every slug some agent names as a sub-agent (each once, in first-seen order)."""
+        return list(dict.fromkeys(s for subs in self.subagents.values() for s in subs))
+
+
+def subagent_files(agent: LoadedAgent) -> list[tuple[str | None, str, str]]:
+    """``(declared slug or None, canonical path, JSON path for messages)`` of the agent's sub-agent files."""
+    out: list[tuple[str | None, str, str]] = []
+    desc = agent.description
+    for i, extra in enumerate(desc.extra_agents):
+        out.append((extra.slug, os.path.realpath(extra.path), f"{agent.prefix}.extraAgents[{i}]"))
+    directory = desc.tool_directory
+    if directory is not None and os.path.isdir(directory):
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            if name.endswith(".json") and os.path.isfile(path):
+                out.append((None, os.path.realpath(path), f"{agent.prefix}.toolDirectory ({name})"))
+    return out
+
+
+def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None) -> AgentTree:
+    """The config with every reachable sub-agent loaded, and the sub-agent slugs of each agent.
+
+    Idempotent: expanding an expanded config adds nothing. Raises ``ConfigError`` (see the module docstring).
+    """
+    environ = reference_environ(config.policy.credentials, os.environ if environ is None else environ)
+    by_file: dict[str, LoadedAgent] = {a.file: a for a in config.agents}
+    by_slug: dict[str, LoadedAgent] = {a.slug: a for a in config.agents}
+    agents = list(config.agents)
+    subagents: dict[str, tuple[str, ...]] = {}
+    problems: list[ConfigProblem] = []
+    load_errors: list[dict[str, str]] = []
+    warnings: list[str] = []
+    queue = list(config.agents)
+    while queue:
+        agent = queue.pop(0)
+        slugs: list[str] = []
+        for declared, path, where in subagent_files(agent):
+            sub = by_file.get(path)
+            if sub is None and declared == agent.slug:
+                warnings.append(str(ConfigProblem(
+                    agent.file, f"{where}.slug",
+                    f"extraAgents names the agent's own slug {declared!r}: the agent is its own sub-agent "
+                    f"(io_prompt_agent_{declared} prompts it again, bounded by max_call_depth); "
+                    f"{display_path(path)} is not loaded as a second agent with that slug")))
+                sub = agent
+            if sub is None:
+                if not os.path.exists(path):
+                    load_errors.append({"agent": agent.slug, "source": f"{display_path(agent.file)} {where}",
+                                        "message": f"sub-agent file not found: {display_path(path)}; that "
+                                                   "sub-agent is left out"})
+                    continue
+                try:
+                    sub = load_agent_file(path, environ)
+                except ConfigError as exc:
+                    problems.extend(exc.problems)
+                    continue
+                other = by_slug.get(sub.slug)
+                if other is not None:
+                    problems.append(ConfigProblem(
+                        sub.file, f"{sub.prefix}.slug",
+                        f"agent slug {sub.slug!r} is already used by {display_path(other.file)}",
+                        "a slug unique among all agents and sub-agents"))
+                    continue
+                by_file[path] = sub
+                by_slug[sub.slug] = sub
+                agents.append(sub)
+                queue.append(sub)
+            if declared is not None and declared != sub.slug:
+                problems.append(ConfigProblem(
+                    agent.file, f"{where}.slug",
+                    f"extraAgents names slug {declared!r} but {display_path(sub.file)} says {sub.slug!r}",
+                    f"slug {sub.slug!r}"))
+                continue
+            if sub.slug not in slugs:
+                slugs.append(sub.slug)
+        subagents[agent.slug] = tuple(slugs)
+    if problems:
+        raise ConfigError(problems)
+    expanded = dataclasses.replace(config, agents=tuple(agents),
+                                   warnings=tuple(dict.fromkeys([*config.warnings, *warnings,
+                                                                 *(w for a in agents for w in a.warnings)])))
+    return AgentTree(expanded, subagents, tuple(load_errors))

@@ -1,0 +1,225 @@
+"""Value types of config files: paths, names, hosts, URLs, ``${VAR}`` text, predicates, capability lists.
+
+Each is an ``Annotated`` type whose validator raises a config error (:func:`supervisor.config._errors.problem`) that
+says what was expected. Validators that need to know where the file is or what the environment holds read the
+validation context (:func:`validation_context`): ``base_dir`` (relative paths resolve against it, once, and are
+canonicalised with ``os.path.realpath``) and ``environ`` (for ``${VAR}``). Without a context they use the current
+directory and ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, PlainSerializer, PlainValidator, ValidationInfo
+
+from sandbox._hosts import HostError, HostRule, parse_cname_targets
+from sandbox._predicates import PathPredicate, PredicateError, parse_predicate, predicate_to_json
+
+from ._errors import problem
+
+__all__ = [
+    "ConfigPath",
+    "EnvText",
+    "Executable",
+    "GitUrl",
+    "Host",
+    "HttpUrl",
+    "Predicate",
+    "SkillName",
+    "SpecLocation",
+    "ToolboxName",
+    "capability_list",
+    "check_cname_target",
+    "check_host",
+    "check_regex",
+    "check_subdir",
+    "validation_context",
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SKILL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
+_ENV_RE = re.compile(r"\$\{([^}]*)\}")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def validation_context(base_dir: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The context ``AgentDescription.model_validate`` needs: the agent file's directory and the environment."""
+    return {"base_dir": os.path.realpath(base_dir), "environ": os.environ if environ is None else environ}
+
+
+_problem = problem
+
+
+def _ctx(info: ValidationInfo) -> Mapping[str, Any]:
+    return info.context if isinstance(info.context, Mapping) else {}
+
+
+def _base_dir(info: ValidationInfo) -> str:
+    return str(_ctx(info).get("base_dir") or os.getcwd())
+
+
+def _check_path_text(value: str) -> None:
+    if not value:
+        raise _problem("empty path", "a file or directory path")
+    if "\x00" in value:
+        raise _problem("a path must not contain NUL bytes")
+
+
+def _resolve_path(value: str, info: ValidationInfo) -> str:
+    _check_path_text(value)
+    return os.path.realpath(os.path.join(_base_dir(info), os.path.expanduser(value)))
+
+
+def _resolve_executable(value: str, info: ValidationInfo) -> str:
+    _check_path_text(value)
+    if "/" not in value:
+        return value
+    return os.path.normpath(os.path.join(_base_dir(info), value))
+
+
+def _check_name(value: str) -> str:
+    if not _NAME_RE.match(value):
+        raise _problem(f"invalid name {value!r}", "1 to 64 characters among A-Z, a-z, 0-9, '_' and '-'")
+    return value
+
+
+def check_host(value: str) -> str:
+    """An ``AllowedHosts`` entry from a config file (``sandbox._hosts.HostRule`` syntax: a name, ``*.suffix`` or IP,
+    each with an optional ``:port`` or ``:first-last`` range), lowercased; raises a config error saying what is
+    wrong (the caller's location gives the JSON path)."""
+    host = value.strip().lower()
+    try:
+        HostRule.parse(host)
+    except HostError as exc:
+        raise _problem(
+            f"invalid host {value!r}: {exc}",
+            "a host name or address with an optional port, without scheme or path: api.example.com, "
+            "*.example.org:443, [2001:db8::1]:443, host:8000-8100",
+        ) from None
+    return host
+
+
+def check_cname_target(value: str) -> str:
+    """A policy's ``cname_targets`` entry (a name or ``*.suffix`` without port, or ``*``), lowercased."""
+    target = value.strip().lower()
+    try:
+        parse_cname_targets([target])
+    except HostError as exc:
+        raise _problem(f"invalid CNAME target {value!r}: {exc}",
+                       "a host name or '*.suffix' without port, or '*' for any name") from None
+    return target
+
+
+def _expand_env(value: str, info: ValidationInfo) -> str:
+    environ = _ctx(info).get("environ", os.environ)
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not _ENV_NAME_RE.match(name):
+            raise _problem(f"invalid variable reference ${{{name}}}", "${NAME} with NAME of letters, digits, '_'")
+        if name not in environ:
+            raise _problem(f"environment variable {name!r} is not set", f"{name} set in the supervisor's environment")
+        return str(environ[name])
+
+    return _ENV_RE.sub(one, value)
+
+
+def check_regex(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise _problem(f"invalid regular expression: {exc}", "a Python regular expression") from exc
+    return value
+
+
+def _check_http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _problem(f"invalid URL {value!r}", "an http:// or https:// URL with a host")
+    return value
+
+
+def _git_url(value: str, info: ValidationInfo) -> str:
+    """A git URL: http(s) with a host, or ``file:///absolute/path`` (canonicalised)."""
+    parts = urlsplit(value)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise _problem(f"invalid URL {value!r}", "an http:// or https:// URL with a host, or file:///absolute/path")
+        return "file://" + _resolve_path(parts.path, info)
+    return _check_http_url(value)
+
+
+def _spec_location(value: str, info: ValidationInfo) -> str:
+    """A SpecUrl: an http(s) URL is kept, a ``file://`` URL or a path becomes a resolved path."""
+    parts = urlsplit(value)
+    if parts.scheme in ("http", "https"):
+        return _check_http_url(value)
+    if parts.scheme == "file":
+        return _resolve_path(parts.path, info)
+    if parts.scheme and len(parts.scheme) > 1:
+        raise _problem(f"unsupported scheme {parts.scheme!r} in {value!r}", "an http(s) URL or a file path")
+    return _resolve_path(value, info)
+
+
+def capability_list(known: tuple[str, ...]) -> Any:
+    def check(values: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for i, cap in enumerate(values):
+            if cap not in known:
+                raise _problem(f"unknown capability {cap!r}", "one of " + ", ".join(known), (i,))
+            if cap in seen:
+                raise _problem(f"capability {cap!r} is listed twice", "each capability once", (i,))
+            seen.add(cap)
+        return values
+
+    return AfterValidator(check)
+
+
+def _split_predicate_path(path: str) -> tuple[str | int, ...]:
+    parts: list[str | int] = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
+        parts.append(int(index) if index else name)
+    return tuple(parts)
+
+
+def _parse_predicate(value: Any, info: ValidationInfo) -> PathPredicate:
+    if not isinstance(value, dict | list | str | int | float | bool | type(None)):
+        return value  # already parsed (model_construct / copy)
+    try:
+        return parse_predicate(value, _base_dir(info))
+    except PredicateError as exc:
+        raise _problem(exc.message, None, _split_predicate_path(exc.path)) from exc
+
+
+def check_subdir(value: str) -> str:
+    parts = value.split("/")
+    if not value or value.startswith("/") or ".." in parts or "\x00" in value:
+        raise _problem(f"invalid subdir {value!r}", "a relative path inside the repository, without '..'")
+    return value
+
+
+def _check_skill_name(value: str) -> str:
+    if not _SKILL_RE.match(value) or "--" in value:
+        raise _problem(
+            f"invalid skill name {value!r}",
+            "1 to 64 of a-z, 0-9 and '-', without a leading, trailing or double '-'",
+        )
+    return value
+
+
+ConfigPath = Annotated[str, AfterValidator(_resolve_path)]
+SkillName = Annotated[str, AfterValidator(_check_skill_name)]
+Executable = Annotated[str, AfterValidator(_resolve_executable)]
+ToolboxName = Annotated[str, AfterValidator(_check_name)]
+Host = Annotated[str, AfterValidator(check_host)]
+EnvText = Annotated[str, AfterValidator(_expand_env)]
+HttpUrl = Annotated[str, AfterValidator(_check_http_url)]
+GitUrl = Annotated[str, AfterValidator(_git_url)]
+SpecLocation = Annotated[str, AfterValidator(_spec_location)]
+Predicate = Annotated[Any, PlainValidator(_parse_predicate), PlainSerializer(predicate_to_json)]

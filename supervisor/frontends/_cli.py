@@ -1,0 +1,401 @@
+"""The ``agents-supervise`` command.
+
+::
+
+    agents-supervise --policy P [--agent F]...          serve MCP over stdio (the default command)
+    agents-supervise serve --policy P                   the same, spelled out
+    agents-supervise tools --policy P [--json]          list the tools, renamed names and load errors
+    agents-supervise call --policy P TOOL 'JSON'        call one tool; prints the tool-result as JSON;
+                                                        exit 0 passed, 1 failed, 2 error
+    agents-supervise check --policy P [--json]          what each toolbox's worker will get (nothing starts)
+    agents-supervise schema [--agent-file]              the policy's (or the agent file's) JSON Schema
+    agents-supervise run --policy P --agent SLUG 'PROMPT'
+                                                        run an agent's loop; prints its answer; exit 0 answered,
+                                                        2 error (model unreachable, step limit, ...)
+    agents-supervise trace FILE [--json]                the call tree, per-tool summary, refusals, egress and
+                                                        redundant reads of a trace file
+    agents-supervise check-tool-call --tool PATH [--policy P] < PAYLOAD
+                                                        run the bash tool's describe confined and validate the
+                                                        JSON arguments on stdin; exit 0 valid, 1 invalid, 2 error
+
+``call`` and ``run`` take ``--session NAME`` (continue that session; without it every run is a session of its own),
+``--conversation ID`` and ``--turn ID`` (the call's ids; default: the session's conversation and a new turn).
+
+Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker that cannot start) is
+printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from supervisor._errors import SupervisorError, first_leaf
+from supervisor.config import ConfigError
+
+__all__ = ["main"]
+
+EXIT_FAILED, EXIT_ERROR, EXIT_INTERNAL = 1, 2, 70
+
+
+def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument("--policy", required=required, help="the YAML policy file")
+    p.add_argument("--agent", action="append", default=[], metavar="FILE",
+                   help="an agent file to load besides the policy's (repeatable)")
+    p.add_argument("--state-dir", default=None, help="override the policy's state directory")
+
+
+def _add_ids(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--session", default=None, metavar="NAME",
+                   help="a session name to continue (with the agent of the tool or run); default: a new session")
+    p.add_argument("--conversation", default="", metavar="ID",
+                   help="the conversation id of this call (default: the session's own)")
+    p.add_argument("--turn", default="", metavar="ID", help="the turn id of this call (default: a new one)")
+
+
+def _session_name(args: argparse.Namespace) -> str:
+    """The session name of a ``call`` or ``run``: ``--session``, else one unique to this run."""
+    from supervisor.sessions import new_id
+
+    return args.session if args.session is not None else f"cli-{new_id()}"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agents-supervise",
+                                     description="Run AI agents' tools in kernel-confined workers.")
+    _add_common(parser, required=False)
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="serve MCP over stdio, or over Streamable HTTP with --http")
+    _add_common(serve)
+    serve.add_argument("--http", nargs="?", const="", default=None, metavar="HOST:PORT",
+                       help="serve MCP over Streamable HTTP (default: the policy's frontends.http.listen, "
+                            "else 127.0.0.1:8765)")
+    hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
+    hash_token.set_defaults(policy=None)
+    tools = sub.add_parser("tools", help="list the tools")
+    _add_common(tools)
+    tools.add_argument("--json", action="store_true")
+    call = sub.add_parser("call", help="call one tool and print its result as JSON")
+    _add_common(call)
+    call.add_argument("tool")
+    call.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
+    _add_ids(call)
+    check = sub.add_parser("check", help="show what each toolbox's worker will get")
+    _add_common(check)
+    check.add_argument("--json", action="store_true")
+    schema = sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema.add_argument("--agent-file", action="store_true", dest="agent_file",
+                        help="print the agent file's JSON Schema instead (toolbox kinds and their keys)")
+    run = sub.add_parser("run", help="run an agent's loop on a prompt and print its answer")
+    run.add_argument("--policy", required=True, help="the YAML policy file")
+    run.add_argument("--agent", required=True, dest="slug", metavar="SLUG", help="the slug of the agent to run")
+    run.add_argument("--agent-file", action="append", default=[], dest="agent", metavar="FILE",
+                     help="an agent file to load besides the policy's (repeatable)")
+    run.add_argument("--state-dir", default=None, help="override the policy's state directory")
+    _add_ids(run)
+    run.add_argument("prompt")
+    trace = sub.add_parser("trace", help="report on a trace file (call tree, summary, redundant reads)")
+    trace.add_argument("file")
+    trace.add_argument("--json", action="store_true")
+    rebind = sub.add_parser("rebind-agent", help="hand an agent slug (its uids, work folders, HOME) to another file")
+    rebind.add_argument("--policy", required=True, help="the YAML policy file (for its state directory)")
+    rebind.add_argument("--state-dir", default=None, help="override the policy's state directory")
+    rebind.add_argument("slug")
+    rebind.add_argument("file", help="the agent file that owns the slug from now on")
+    ctc = sub.add_parser("check-tool-call", help="validate a tool call payload (stdin) against a bash tool")
+    ctc.add_argument("--tool", required=True, metavar="PATH", help="the bash tool (describe/run script)")
+    ctc.add_argument("--policy", default=None, help="take system paths, environment and uid from this policy")
+    return parser
+
+
+def _check_tool_call(args: argparse.Namespace) -> int:
+    from ._check_tool import check_tool_call
+
+    extra: dict[str, Any] = {}
+    if args.policy:
+        from supervisor.config import load_config
+
+        policy = load_config(args.policy, []).policy
+        extra = {"system_paths": tuple(policy.system_paths), "env": dict(policy.worker_env),
+                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid}
+    outcome = trio.run(lambda: check_tool_call(args.tool, sys.stdin.read(), **extra))
+    if outcome.exit_code == EXIT_ERROR:
+        return _fail(outcome.text)
+    print(outcome.text)
+    return outcome.exit_code
+
+
+def _rebind_agent(args: argparse.Namespace) -> int:
+    """Bind ``args.slug`` to ``args.file`` in the state dir's identity table (the file must be an agent file with
+    that slug); the slug's toolboxes keep their uids and folders."""
+    from supervisor.config import load_agent_file, load_config, reference_environ
+    from supervisor.plan import rebind_agent
+
+    policy = load_config(args.policy, []).policy
+    state_dir = os.path.abspath(args.state_dir or policy.state_dir)
+    agent = load_agent_file(os.path.realpath(args.file), reference_environ(policy.credentials, os.environ))
+    if agent.slug != args.slug:
+        return _fail(f"{args.file} is the agent file of slug {agent.slug!r}, not {args.slug!r}; nothing changed")
+    if not os.path.isdir(state_dir):
+        return _fail(f"the state directory {state_dir} does not exist; nothing is bound yet")
+    before = rebind_agent(state_dir, args.slug, agent.file)
+    print(f"agent slug {args.slug}: bound to {agent.file}" + (f" (was {before})" if before else "")
+          + "; its toolboxes keep their uids, work folders and HOME")
+    return 0
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> int:
+    print(f"agents-supervise: error: {message}", file=sys.stderr)
+    return code
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from supervisor._supervisor import Supervisor
+
+    http = getattr(args, "http", None)
+    if http is not None:
+        from supervisor.config import load_config
+
+        from ._http_auth import http_frontend_from_policy
+        from ._http_server import serve_mcp_http
+
+        settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
+    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        for w in sup.compiled.warnings:
+            print(f"agents-supervise: warning: {w}", file=sys.stderr)
+        _print_load_errors(sup)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, nursery.cancel_scope, sup)
+            if http is not None:
+                address = await nursery.start(serve_mcp_http, sup, settings, auth)
+                print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
+                return 0  # serves until a signal ends the nursery
+
+            async def serve() -> None:
+                from ._mcp_stdio import serve_mcp_stdio
+
+                await serve_mcp_stdio(sup)
+                nursery.cancel_scope.cancel()  # EOF from the frontend: shut down cleanly
+
+            nursery.start_soon(serve)
+    return 0
+
+
+async def _stop_on_signal(scope: trio.CancelScope, sup: Any) -> None:
+    """SIGTERM, SIGINT or SIGHUP: leave the serving loop so that every worker is stopped and the trace closed."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            sup.trace.record("signal", signal=signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+async def _tools(args: argparse.Namespace) -> int:
+    from supervisor._supervisor import Supervisor
+
+    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        tools = sup.list_tools()
+        renamed = sup.registry.renamed
+        errors = sup.load_errors()
+        for w in sup.compiled.warnings:  # on stderr, as serve shows them (removed allowedPaths, missing paths ...)
+            print(f"agents-supervise: warning: {w}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({
+                "tools": [{"name": t.name, "toolbox": t.toolbox, "agent": t.agent, "local_name": t.local_name,
+                           "description": t.description, "input_schema": t.input_schema} for t in tools],
+                "renamed": renamed, "load_errors": errors, "warnings": sup.compiled.warnings}, indent=2))
+            return 0
+        for t in tools:
+            first = (t.description.splitlines() or [""])[0]
+            print(f"{t.name}  [{t.agent}/{t.toolbox}]  {first}")
+        for public, local in renamed.items():
+            print(f"renamed: {local} -> {public}")
+        for e in errors:
+            print(f"load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
+    return 0
+
+
+def _print_load_errors(sup: Any) -> None:
+    """Each load error as one ``agents-supervise: load error: ...`` line on stderr."""
+    for e in sup.load_errors():
+        print(f"agents-supervise: load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: "
+              f"{e.get('message')}", file=sys.stderr)
+
+
+def _load_error_owner(error: dict[str, Any]) -> str:
+    """Whose load error it is: a toolbox, or an agent (a sub-agent file it names is missing)."""
+    return str(error["toolbox"]) if error.get("toolbox") else f"agent {error.get('agent')}"
+
+
+async def _call(args: argparse.Namespace) -> int:
+    from supervisor._supervisor import Supervisor
+
+    try:
+        arguments = json.loads(args.arguments)
+    except json.JSONDecodeError as exc:
+        return _fail(f"the arguments are not valid JSON: {exc}")
+    except (RecursionError, ValueError) as exc:  # nested too deeply, a number of more than 4300 digits
+        return _fail(f"the arguments cannot be read: {type(exc).__name__}: {str(exc)[:200]}")
+    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        _print_load_errors(sup)  # a tool of a toolbox that did not load is "not found": say why on stderr
+        result = await sup.call(args.tool, arguments, session_id=_session_name(args),
+                                conversation_id=args.conversation, turn_id=args.turn)
+    print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))
+    return {"passed": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_ERROR)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from supervisor.config import expand_agents, load_config
+    from supervisor.plan import compile_policy
+    from supervisor.workers import host_explanations
+
+    tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
+    config = tree.config
+    compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
+    report: dict[str, Any] = {
+        "policy": config.policy_file,
+        "state_dir": compiled.state_dir,
+        "landlock_abi": compiled.landlock_abi,
+        "strict": config.policy.strict,
+        "max_call_depth": compiled.max_call_depth,
+        "kernel_audit": config.policy.kernel_audit,
+        "denial_explanations": host_explanations(config.policy.kernel_audit),
+        "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
+        "warnings": compiled.warnings,
+        "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)],
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
+          f"max call depth {report['max_call_depth']})")
+    print(f"a call refused by the kernel is explained (kernel_audit: {report['kernel_audit']}):")
+    for line in report["denial_explanations"]:
+        print(f"  {line}")
+    for tb in report["toolboxes"]:
+        print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
+        groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""
+        print(f"  uid/gid: {tb['uid']}/{tb['gid']}{groups}   network: {tb['network']}")
+        limits = tb["limits"]
+        print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+        if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:
+            print("  address space: no RLIMIT_AS (the cgroup's memory limit bounds memory; address_space_bytes "
+                  "applies only without one)")
+        print("  read-only: " + ", ".join(tb["read_only"]))
+        print("  read-write: " + ", ".join(tb["read_write"]))
+        print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
+        if tb.get("cname_targets"):
+            print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
+        print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
+        print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))
+        view = tb.get("view")
+        print("  filesystem view: " + ("private root, only these mounts:" if view else
+                                       "the host's tree (private_view: false); Landlock alone refuses"))
+        for line in view or ():
+            print(f"    {line}")
+        fs = tb.get("file_sandbox")
+        if fs:
+            exact = "exact" if fs["exact"] else f"inexact ({fs['residual']})"
+            print(f"  FileSandbox ({fs['mode']}): {exact}")
+            for line in fs["lines"]:
+                print(f"    {line}")
+        for w in tb["warnings"]:
+            print(f"  warning: {w}")
+    shown = {w for tb in report["toolboxes"] for w in tb["warnings"]}
+    general = [w for w in report["warnings"] if w not in shown]  # the loader's (allowedPaths ...) and the policy's
+    if general or report["load_errors"]:
+        print("\nwarnings:")
+        for w in general:
+            print(f"  warning: {w}")
+        for e in report["load_errors"]:
+            print(f"  load error: {_load_error_owner(e)}: {e['source']}: {e['message']}")
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from supervisor._supervisor import Supervisor
+
+    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        result = await sup.run_agent(args.slug, args.prompt, session_id=_session_name(args),
+                                     conversation_id=args.conversation, turn_id=args.turn)
+    if result.status != "passed":
+        return _fail(result.data or result.summary or "the agent failed", EXIT_ERROR)
+    print(result.data or "")
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from supervisor.traces import load_trace, render_text, report
+
+    try:
+        data = report(load_trace(args.file))
+    except OSError as exc:
+        return _fail(f"cannot read the trace file: {exc.strerror or exc}: {args.file}")
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else render_text(data))
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from supervisor.config import agent_json_schema, policy_json_schema
+
+    print(json.dumps(agent_json_schema() if args.agent_file else policy_json_schema(), indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    command = args.command or "serve"
+    if command == "schema":
+        return _schema(args)
+    if command == "trace":
+        return _trace(args)
+    if command == "hash-token":
+        from ._http_auth import hash_token
+
+        token = sys.stdin.readline().strip()
+        if not token:
+            return _fail("hash-token reads the token on its standard input (one line)")
+        print(hash_token(token))
+        return 0
+    if command == "check-tool-call":
+        try:
+            return _check_tool_call(args)
+        except ConfigError as exc:
+            return _fail(str(exc))
+        except OSError as exc:
+            return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+    if not args.policy:
+        return _fail("--policy is required (for example: --policy policies/strict.yaml)")
+    try:
+        if command == "check":
+            return _check(args)
+        if command == "rebind-agent":
+            return _rebind_agent(args)
+        runner = {"serve": _serve, "tools": _tools, "call": _call, "run": _run}[command]
+        return trio.run(runner, args)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    except SupervisorError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except BaseExceptionGroup as group:
+        leaf = first_leaf(group)
+        if isinstance(leaf, ConfigError | SupervisorError):
+            return _fail(str(leaf))
+        return _fail(f"internal error: {type(leaf).__name__}: {leaf}", EXIT_INTERNAL)
+    except OSError as exc:
+        return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+    os._exit(0)

@@ -1,0 +1,326 @@
+"""One MCP session, whatever carries it: the JSON-RPC methods the frontends serve, and how results map to MCP.
+
+Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call``; notifications ``notifications/initialized`` and
+``notifications/cancelled`` (cancels the named call; its worker is told to stop it), and the session sends
+``notifications/tools/list_changed`` whenever its tool list changes. One MCP session is one frontend session: its
+name is given to every call, which runs in that name's session with the called tool's agent (one session per agent,
+see :mod:`supervisor._frontend_sessions`: skills enabled in it, session limits, introspection); ``tools/list`` shows
+the session's own list (skills' script tools only where their skill is enabled) and enabling or disabling a skill
+notifies this session only. A ``tools/call`` whose ``_meta`` carries ``conversationId``/``turnId`` runs with those
+ids; otherwise the call has its session's conversation and a new turn. One whose ``_meta`` carries a
+``progressToken`` gets ``notifications/progress`` while it runs (an MCP toolbox server's progress, a sub-agent's
+steps; ``_progress_relay.py``), all before its response.
+
+Results map to content blocks in ``_mcp_content.py`` (text, image, audio, embedded resources, resource links,
+``structuredContent``, ``isError``).
+
+A transport (``_mcp_stdio``, ``_mcp_http``) decodes each message, hands it to :meth:`McpSession.handle_message`,
+runs the job it returns, and delivers what the session sends through the ``send`` callable it was given: replies
+(which carry the request's ``id``) and notifications. :func:`encode_message` writes any of them as strict JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import trio
+
+from supervisor._supervisor import Supervisor
+from supervisor.calls import CatalogError
+from supervisor.sessions import LOCAL_TENANT, ids_from_meta
+
+from ._mcp_content import result_to_mcp
+from ._progress_relay import ProgressRelay, progress_token
+
+__all__ = [
+    "MODERN_VERSIONS",
+    "SERVER_INFO",
+    "SUPPORTED_VERSIONS",
+    "McpSession",
+    "encode_message",
+    "valid_id",
+]
+
+#: Revisions with the ``initialize`` handshake and sessions, newest first.
+SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+#: Stateless revisions: no handshake, every request carries its protocol version and client facts in ``_meta``.
+MODERN_VERSIONS = ("2026-07-28",)
+_INSTRUCTIONS = "Tools run in kernel-confined workers; refusals explain what was refused and why."
+#: Results that the stateless revision lets a client cache; this server's lists change, so never for long.
+_CACHEABLE = ("tools/list", "server/discover", "resources/list", "resources/templates/list", "prompts/list")
+SERVER_INFO = {"name": "agents-supervise", "version": "0.1.0"}
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+#: MCP's error for a resource that does not exist (or cannot be read)
+RESOURCE_NOT_FOUND = -32002
+#: list method -> (the catalog kind, the capability that serves it)
+_CATALOG_LISTS = {"resources/list": ("resources", "resources"),
+                  "resources/templates/list": ("resource_templates", "resources"),
+                  "prompts/list": ("prompts", "prompts")}
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    """One JSON line for ``message``; strict JSON even when a worker's structured value is not.
+
+    A tool's ``structured`` value may hold NaN or infinities (JSON cannot spell them): it is left out and the text
+    content, which says the same, stays. Anything else that cannot be written becomes a JSON-RPC error.
+    """
+    try:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (from a client's own string): escaped, it is valid JSON
+        return _encode_line_ascii(message)
+    except (ValueError, TypeError, RecursionError) as exc:
+        result = message.get("result")
+        if isinstance(result, dict) and "structuredContent" in result:
+            trimmed = {**message, "result": {k: v for k, v in result.items() if k != "structuredContent"}}
+            return encode_message(trimmed)
+        error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {exc}"}
+        return _encode_line_ascii({"jsonrpc": "2.0", "id": message.get("id"), "error": error})
+
+
+def _encode_line_ascii(message: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    except (ValueError, TypeError, RecursionError) as exc:
+        error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {type(exc).__name__}"}
+        return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode() + b"\n"
+
+
+def valid_id(req_id: Any) -> bool:
+    """JSON-RPC ids are strings or numbers (``None`` marks a notification); JSON has no NaN or infinity."""
+    if isinstance(req_id, float):
+        return math.isfinite(req_id)
+    return isinstance(req_id, str | int) and not isinstance(req_id, bool)
+
+
+class McpSession:
+    """The state and methods of one MCP session; ``send`` delivers each message it sends (replies, notifications)."""
+
+    def __init__(self, sup: Supervisor, send: Callable[[dict[str, Any]], Awaitable[None]], *,
+                 session_id: str | None = None, modern: bool = False, agent: str | None = None,
+                 tenant: str = LOCAL_TENANT) -> None:
+        """``modern``: the stateless revision (``server/discover``, no ``initialize``, typed results).
+        ``agent``: the session serves that agent's tools only (``None``: every tool of the supervisor).
+        ``tenant``: whose session it is (the HTTP frontend's tenants; the local operator on stdio)."""
+        self.sup = sup
+        self._send = send
+        self._calls: dict[Any, trio.CancelScope] = {}
+        self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
+        self.modern = modern
+        self.agent = agent
+        self.tenant = tenant
+        self.listed: frozenset[str] | None = None  # the names this session's last tools/list answered
+        self._initialized = modern
+        #: the revision this session speaks (set by ``initialize``; the stateless revision's otherwise)
+        self.version = MODERN_VERSIONS[0] if modern else SUPPORTED_VERSIONS[0]
+
+    async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
+        if self.modern:
+            result = {**result, "resultType": "complete"}
+            if method in _CACHEABLE:
+                result.update(ttlMs=0, cacheScope="private")
+        await self._send({"jsonrpc": "2.0", "id": req_id, "result": result})
+
+    async def _error(self, req_id: Any, code: int, message: str) -> None:
+        await self._send({"jsonrpc": "2.0", "id": req_id, "error": {"code": code, "message": message}})
+
+    def parse_error(self, why: str) -> Callable[[], Awaitable[None]]:
+        """The job that answers a message that could not be decoded."""
+        return partial(self._error, None, PARSE_ERROR, why)
+
+    def refuse(self, req_id: Any, code: int, why: str) -> Callable[[], Awaitable[None]]:
+        """The job that answers a message with a JSON-RPC error."""
+        return partial(self._error, req_id, code, why)
+
+    def visible_tools(self) -> list[Any]:
+        """The tools this session serves: its own list (skills enabled in it), of its agent only when bound."""
+        return [t for t in self.sup.list_tools(self.session_id) if self.agent is None or t.agent == self.agent]
+
+    def changed_since_listed(self) -> bool:
+        """Whether the tools served now differ from those the session's last ``tools/list`` answered."""
+        return self.listed is not None and frozenset(t.name for t in self.visible_tools()) != self.listed
+
+    def _signatures(self) -> dict[str, str]:
+        """What each list this session serves holds now, by its ``list_changed`` notification."""
+        tools = repr([(t.name, t.description, t.input_schema, t.hints, t.output_schema) for t in self.visible_tools()])
+        out = {"notifications/tools/list_changed": tools}
+        capabilities = self.capabilities()
+        if "resources" in capabilities:
+            out["notifications/resources/list_changed"] = repr(
+                [self.sup.list_catalog(k, self.agent) for k in ("resources", "resource_templates")])
+        if "prompts" in capabilities:
+            out["notifications/prompts/list_changed"] = repr(self.sup.list_catalog("prompts", self.agent))
+        return out
+
+    async def watch_tools(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Send ``notifications/tools/list_changed`` (``resources/``, ``prompts/``) each time this session's tool
+        list (resources and templates, prompts) changes; runs forever.
+
+        ``task_status.started`` is called once the first wait is registered: a change after it is never missed."""
+        seen = self._signatures()
+        task_status.started()
+        while True:
+            await self.sup.wait_tools_changed(self.session_id)  # global changes and this session's own
+            now = self._signatures()
+            changed = [method for method, value in now.items() if seen.get(method) != value]
+            seen = now
+            if self._initialized:
+                for method in changed:
+                    await self._send({"jsonrpc": "2.0", "method": method})
+
+    def capabilities(self) -> dict[str, Any]:
+        """What this session serves: tools always; resources when a toolbox of its agent can have any (skills,
+        MCP servers), prompts when one can have prompts (MCP servers); each list announces its changes."""
+        kinds = {r.spec.kind for r in self.sup.runners if self.agent is None or r.spec.agent == self.agent}
+        out: dict[str, Any] = {"tools": {"listChanged": True}}
+        if kinds & {"skills", "mcp"}:
+            out["resources"] = {"listChanged": True}
+        if "mcp" in kinds:
+            out["prompts"] = {"listChanged": True}
+        return out
+
+    def handle_message(self, msg: Any) -> Callable[[], Awaitable[None]] | None:
+        """Say what answers one decoded message (``None``: nothing to answer, a notification or a response)."""
+        if isinstance(msg, list) or not isinstance(msg, dict):
+            return partial(self._error, None, INVALID_REQUEST, "expected a JSON-RPC object")
+        method = msg.get("method")
+        req_id = msg.get("id")
+        params = msg.get("params") or {}
+        if not isinstance(method, str):
+            if "result" in msg or "error" in msg:
+                return None  # a response to something we never ask; ignore
+            return partial(self._error, req_id, INVALID_REQUEST, "missing method")
+        if req_id is None:
+            self._notification(method, params)
+            return None
+        if not valid_id(req_id):
+            return partial(self._error, None, INVALID_REQUEST, "the id must be a string or a number")
+        if not isinstance(params, dict):
+            return partial(self._error, req_id, INVALID_PARAMS, "params must be an object")
+        if method == "tools/call":
+            if req_id in self._calls:
+                return partial(self._error, req_id, INVALID_REQUEST,
+                               f"a call with id {json.dumps(req_id)} is already running; ids must be unique")
+            scope = trio.CancelScope()
+            self._calls[req_id] = scope
+            return partial(self._tools_call, req_id, params, scope)
+        return partial(self._request, req_id, method, params)
+
+    def _notification(self, method: str, params: Any) -> None:
+        if method == "notifications/initialized":
+            self._initialized = True
+        elif method == "notifications/cancelled" and isinstance(params, dict) and valid_id(
+                params.get("requestId")):
+            scope = self._calls.get(params["requestId"])
+            if scope is not None:
+                scope.cancel()
+
+    async def _request(self, req_id: Any, method: str, params: dict[str, Any]) -> None:
+        if method == "initialize" and not self.modern:
+            asked = params.get("protocolVersion")
+            version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
+            self.version = version
+            self._initialized = True
+            await self._reply(req_id, {
+                "protocolVersion": version,
+                "capabilities": self.capabilities(),
+                "serverInfo": SERVER_INFO,
+                "instructions": _INSTRUCTIONS,
+            })
+        elif method == "server/discover" and self.modern:
+            await self._reply(req_id, {"supportedVersions": list(MODERN_VERSIONS),
+                                       "capabilities": self.capabilities(),
+                                       "serverInfo": SERVER_INFO, "instructions": _INSTRUCTIONS}, method)
+        elif method == "ping":
+            await self._reply(req_id, {})
+        elif method == "tools/list":
+            tools = []
+            for t in self.visible_tools():
+                entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+                if t.hints and self.version >= "2025-03-26":
+                    entry["annotations"] = t.hints
+                if t.output_schema is not None and self.version >= "2025-06-18":
+                    entry["outputSchema"] = t.output_schema
+                tools.append(entry)
+            self.listed = frozenset(t["name"] for t in tools)
+            await self._reply(req_id, {"tools": tools}, method)
+        elif method in _CATALOG_LISTS and _CATALOG_LISTS[method][1] in self.capabilities():
+            kind = _CATALOG_LISTS[method][0]
+            key = {"resources": "resources", "resource_templates": "resourceTemplates", "prompts": "prompts"}[kind]
+            await self._reply(req_id, {key: self.sup.list_catalog(kind, self.agent)}, method)
+        elif method == "resources/read" and "resources" in self.capabilities():
+            uri = params.get("uri")
+            if not isinstance(uri, str):
+                await self._error(req_id, INVALID_PARAMS, "resources/read needs a string 'uri'")
+                return
+            try:
+                result = await self.sup.read_resource(uri, agent=self.agent, session_id=self.session_id,
+                                                      tenant=self.tenant)
+            except CatalogError as exc:
+                await self._error(req_id, RESOURCE_NOT_FOUND, str(exc))
+                return
+            await self._reply(req_id, result)
+        elif method == "prompts/get" and "prompts" in self.capabilities():
+            name, args = params.get("name"), params.get("arguments") or {}
+            if not isinstance(name, str) or not (isinstance(args, dict) and len(args) <= 64 and all(
+                    isinstance(v, str) and len(v) <= 65536 for v in args.values())):
+                await self._error(req_id, INVALID_PARAMS, "prompts/get needs a string 'name' and 'arguments' "
+                                                          "mapping at most 64 names to strings of up to 64 KiB")
+                return
+            try:
+                result = await self.sup.get_prompt(name, args, agent=self.agent, session_id=self.session_id,
+                                                   tenant=self.tenant)
+            except CatalogError as exc:
+                await self._error(req_id, INVALID_PARAMS, str(exc))
+                return
+            await self._reply(req_id, result)
+        else:
+            await self._error(req_id, METHOD_NOT_FOUND, f"method not found: {method}")
+
+    async def _tools_call(self, req_id: Any, params: dict[str, Any], scope: trio.CancelScope) -> None:
+        try:
+            name = params.get("name")
+            args = params.get("arguments")
+            if not isinstance(name, str):
+                await self._error(req_id, INVALID_PARAMS, "tools/call needs a string 'name'")
+                return
+            try:
+                ids = ids_from_meta(params.get("_meta"))  # the client's conversation and turn ids, if it sent them
+            except ValueError as exc:
+                await self._error(req_id, INVALID_PARAMS, f"tools/call: {exc}")
+                return
+            token = progress_token(params.get("_meta"))
+            relay = ProgressRelay(token) if token is not None else None
+            with scope:
+                try:
+                    async with trio.open_nursery() as nursery:
+                        if relay is not None:
+                            nursery.start_soon(relay.run, self._send)
+                        try:
+                            result = await self.sup.call(name, {} if args is None else args,
+                                                         session_id=self.session_id, agent_scope=self.agent,
+                                                         tenant=self.tenant,
+                                                         progress=relay.report if relay else None, **ids)
+                        finally:
+                            if relay is not None:
+                                relay.close()  # the nursery waits for the queued updates: none after the reply
+                    reply = result_to_mcp(result, self.sup.attachments.read)
+                    if self.version < "2025-06-18":  # structuredContent came with that revision
+                        reply.pop("structuredContent", None)
+                except Exception as exc:  # a bug of ours ends this call, never the session
+                    self.sup.trace.record("internal_error", where="tools/call", tool=name,
+                                          error=f"{type(exc).__name__}: {exc}")
+                    await self._error(req_id, INTERNAL_ERROR, f"internal error while calling {name}; see the trace")
+                    return
+            if scope.cancelled_caught:
+                return  # the client cancelled: MCP says no response is sent
+            await self._reply(req_id, reply)
+        finally:
+            self._calls.pop(req_id, None)
+
+

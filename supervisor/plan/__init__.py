@@ -1,0 +1,12 @@
+"""Compiling a loaded policy into one worker spec per toolbox (identities, grants, skill sources)."""
+
+from ._compile import CompiledPolicy, compile_policy
+from ._identities import rebind_agent
+from ._skill_sources import prepare_git_sources
+
+__all__ = [
+    "CompiledPolicy",
+    "compile_policy",
+    "prepare_git_sources",
+    "rebind_agent",
+]

@@ -1,0 +1,646 @@
+"""Compile a loaded policy into one worker spec per toolbox (what ``agents-supervise check`` shows).
+
+Pure decisions first (:func:`plan_worker`: rules, limits, environment, warnings from a policy and a toolbox
+config), then :func:`compile_policy` does the little I/O it needs: stage the worker code, create the work and state
+folders owned by the sandbox uid, and check that the sandbox uid can read the interpreter. A policy that cannot be
+enforced raises :class:`~supervisor._errors.PolicyRefused` before anything starts.
+
+Anything else that goes wrong for one toolbox (an unexpected exception while planning its worker, its folders that
+cannot be made, the worker code that cannot be staged) is a load error of that toolbox
+(:attr:`CompiledPolicy.load_errors`): it gets no worker and the others compile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox._bridge import BridgePorts, worker_network_env
+from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
+from sandbox._credentials import Credential
+from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, reown_tree
+from sandbox._hosts import AllowedHosts, HostError
+from sandbox._landlock import landlock_abi
+from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule, Rlimits, ViewSpec
+from sandbox._syspaths import python_runtime_paths, uid_can_read
+from sandbox._tls_ca import supervisor_ca
+from supervisor._errors import PolicyRefused
+from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig
+from supervisor.sessions import introspection_problem
+from supervisor.workers import WorkerSpec, explained_limits, stage_worker_code
+
+from ._credential_grants import grant_credentials
+from ._credential_values import load_credentials
+from ._identities import WorkerIdentity, assign_identities
+from ._skill_sources import GitSource, plan_git_sources
+from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
+from ._tls_termination import ca_file_path, termination_env, write_ca_file
+
+__all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
+
+#: Why a WASM toolbox's AllowedHosts cannot hold, and what to do (docs/WASM.md "Network", DECISIONS "WASM network").
+WASM_NO_NETWORK = (
+    "wasmtime-py's C API can inherit the network (wasi_config_inherit_network) but has no call that allows TCP or "
+    "UDP, which wasmtime's WASI p2 leaves off, so create-tcp-socket answers access-denied; and its wasi:http "
+    "dials each request's host directly with wasmtime's default hooks, never through the worker's egress proxy, "
+    "so it is not linked. Components have no network. Remove AllowedHosts from this WasmToolbox; a tool that "
+    "needs hosts belongs in a kind that reaches them through the proxy (FileSystemDirectory or SingleTool scripts, "
+    "LuaToolbox, OpenAPIServer).")
+
+#: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
+_RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp", "wasm"}
+#: Toolbox kinds this build runs (``toolboxes.<kind>``); a kind the loader knows but this set lacks is refused under
+#: strict and left out with a warning otherwise.
+IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer",
+                               "lua", "wasm"})
+#: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
+_WRITES_FILES = {"developer", "lua", "wasm"}
+#: With a cgroup holding each worker to ``limits.processes``, RLIMIT_NPROC (counted over every process of the sandbox
+#: uid on the machine) is only a backstop: this many times the worker's own limit.
+NPROC_BACKSTOP_FACTOR = 8
+
+
+@dataclass
+class CompiledPolicy:
+    """Everything the supervisor needs to start, derived once from the loaded config."""
+
+    config: LoadedConfig
+    specs: list[WorkerSpec]
+    state_dir: str
+    trace_path: str | None
+    max_call_depth: int
+    session_max_calls: int | None
+    session_max_concurrent: int | None
+    media_limits: dict[str, int]
+    restart_backoff_initial_s: float
+    restart_backoff_max_s: float
+    crash_loop_max_restarts: int
+    crash_loop_window_s: float
+    crash_loop_cooldown_s: float
+    landlock_abi: int
+    warnings: list[str] = field(default_factory=list)
+    #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
+    git_sources: list[GitSource] = field(default_factory=list)
+    #: toolboxes left out because they could not be compiled (``{"toolbox", "source", "message"}``)
+    load_errors: list[dict[str, str]] = field(default_factory=list)
+
+
+def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str, str]:
+    message = (f"toolbox {tb.name} (agent {tb.agent_slug}) did not load ({source}): {type(exc).__name__}: {exc}"
+               [:2000] + ". It serves nothing; fix the cause and restart the supervisor.")
+    return {"toolbox": tb.name, "source": source, "message": message}
+
+
+def _bootstrap(runtime_dir: str) -> str:
+    return (f"import sys; sys.path.insert(0, {runtime_dir!r}); "
+            "from sandbox._launcher import main; main()")
+
+
+def _fs_mode(tb: ToolboxConfig) -> str:
+    if tb.kind in _WRITES_FILES:
+        return WRITE
+    if tb.kind == "system" and "execute-command" in (tb.worker_config().get("Capabilities") or []):
+        return WRITE
+    return READ
+
+
+def _worker_config(tb: ToolboxConfig) -> dict[str, Any]:
+    """The config a worker gets, in the form its toolbox module reads."""
+    cfg = tb.worker_config()
+    if tb.kind == "bash":
+        return {"tag": cfg.get("tag"), "contents": {"Path": cfg.get("Path")}}
+    if tb.kind == "skills":
+        return {"skillSources": cfg.get("Sources", []), "autoEnableSkills": cfg.get("AutoEnable", [])}
+    return cfg
+
+
+def _mcp_read_rules(cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
+    """What an MCP server needs besides the system paths: its executable (through its symlinks) and every argument
+    that is an absolute path of something that exists (the script it runs, the folder it serves), read-only.
+    ``/`` is never granted this way (a FileSandbox cannot be widened to everything through an argument)."""
+    out: list[FsRule] = []
+    exe = str(cfg.get("executable") or "")
+    if "/" in exe:
+        out += [FsRule(exe, READ), FsRule(os.path.realpath(exe), READ)]
+    for arg in cfg.get("args") or []:
+        if not (isinstance(arg, str) and arg.startswith("/") and os.path.exists(arg)):
+            continue
+        real = os.path.realpath(arg)
+        if real == "/":
+            warnings.append(f"MCP server {cfg.get('name')}: argument {arg!r} is the whole filesystem; not granted")
+            continue
+        out.append(FsRule(real, READ))
+    return out
+
+
+def _wasm_rules(cfg: dict[str, Any]) -> list[FsRule]:
+    """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already).
+    ``fsbMaxFileSize`` is held in the worker (its RLIMIT_FSIZE, ``toolboxes/wasm/_file_size.py``)."""
+    out: list[FsRule] = []
+    path = str(cfg.get("Path") or "")
+    if path and not os.path.isdir(path):
+        stem = os.path.basename(path)
+        stem = stem[: -len(".wasm")] if stem.endswith(".wasm") else stem
+        sidecar = os.path.join(os.path.dirname(path), stem + ".json")
+        if os.path.exists(sidecar):
+            out.append(FsRule(sidecar, READ))
+    return out
+
+
+def plan_worker(
+    config: LoadedConfig,
+    tb: ToolboxConfig,
+    *,
+    python: str,
+    runtime_dir: str,
+    state_dir: str,
+    running_as_root: bool,
+    kernel_abi: int,
+    cgroup_layout: CgroupLayout | None = None,
+    cgroup_problem: str = "cgroups were not looked for",
+    identity: WorkerIdentity | None = None,
+    credentials: Mapping[str, Credential] | None = None,
+) -> WorkerSpec:
+    """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`.
+
+    ``identity``: the uid and gid of its own this worker runs as (the policy's ``worker_uids``, from the state
+    dir's identity table, ``_identities.py``); ``None``: the policy's ``sandbox_uid`` and ``sandbox_gid``.
+    ``credentials``: the policy's credentials with their values (``_credential_values.load_credentials``).
+    """
+    policy = config.policy
+    limits = policy.effective_limits(tb.name, tb.agent_slug)
+    overrides = policy.toolbox_policy(tb.name, tb.agent_slug)
+    warnings: list[str] = []
+    workdir = os.path.join(state_dir, "work", tb.agent_slug, tb.name)
+    tb_state = os.path.join(state_dir, "toolbox-state", tb.agent_slug, tb.name)
+
+    rules: list[FsRule] = []
+    rules += [FsRule(p, READ) for p in policy.system_paths]
+    rules += [FsRule(p, READ) for p in python_runtime_paths()]
+    rules.append(FsRule(runtime_dir, READ))
+    rules += [FsRule(p, WRITE) for p in policy.device_paths]
+    rules += [FsRule(workdir, WRITE), FsRule(tb_state, WRITE)]
+    rules += [FsRule(p, READ) for p in tb.read_paths]
+    if tb.kind in ("openapi", "postgrest"):  # a spec given by path: its folder too (relative $ref files)
+        rules += [FsRule(os.path.dirname(p), READ) for p in tb.read_paths]
+    rules += [FsRule(p, WRITE) for p in tb.write_paths]
+    cfg = _worker_config(tb)
+    if tb.kind == "system":  # session introspection: an agent file only narrows what the policy allows
+        too_wide = introspection_problem(cfg, policy.sessions.introspection)
+        if too_wide:
+            raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): {too_wide}")
+    git_targets: set[str] = set()
+    if tb.kind == "skills":  # git sources: read the clones, which exist once the supervisor made them
+        cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
+        git_targets = {g.target for g in git}
+        rules += [FsRule(t, READ) for t in sorted(git_targets)]
+    if tb.kind == "sqlite":
+        rules += sqlite_fs_rules(cfg.get("Versioning") or {})
+    if tb.kind == "mcp":
+        rules += _mcp_read_rules(cfg, warnings)
+    if tb.kind == "wasm":
+        rules += _wasm_rules(cfg)
+
+    fs_report: dict[str, Any] | None = None
+    if tb.file_sandbox is not None:
+        from sandbox._fs_compile import compile_predicate
+
+        mode = _fs_mode(tb)
+        comp = compile_predicate(tb.file_sandbox.predicate, mode)
+        rules += list(comp.rules)
+        fs_report = {"mode": mode, "exact": comp.exact, "residual": comp.residual,
+                     "rules": [{"path": r.path, "mode": r.mode} for r in comp.rules], "lines": comp.describe(),
+                     "missing": list(comp.missing)}
+        if comp.unbounded:
+            if policy.strict:
+                raise PolicyRefused(
+                    f"toolbox {tb.name} (agent {tb.agent_slug}): its FileSandbox reaches the whole filesystem "
+                    "(AlwaysAllow, or a pattern/extension/size/Not without a directory around it); a strict policy "
+                    "refuses it. Intersect it with DirectoryRecursive of the trees the toolbox needs.")
+            warnings.append(f"{tb.name}: its FileSandbox reaches the whole filesystem; the kernel grants '/' "
+                            "read-only (never read-write) and the in-worker check does the rest")
+        warnings += [f"{tb.name}: FileSandbox path {p} does not exist; nothing is granted there until restart"
+                     for p in comp.missing]
+        runs_code = tb.kind in _RUNS_ARBITRARY_CODE or (
+            tb.kind == "system" and "execute-command" in (cfg.get("Capabilities") or []))
+        if not comp.exact and runs_code:
+            message = (f"toolbox {tb.name} (agent {tb.agent_slug}) runs arbitrary code but its FileSandbox cannot be "
+                       f"enforced exactly by the kernel ({comp.residual}); code it runs could reach more than the "
+                       "predicate allows")
+            if policy.inexact_predicates == "refuse":
+                raise PolicyRefused(message + ". The policy says inexact_predicates: refuse.")
+            warnings.append(message)
+
+    missing = [r.path for r in rules
+               if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir, *git_targets)]
+    if missing:
+        warnings += [f"{tb.name}: {p} does not exist and is not granted" for p in sorted(set(missing))]
+        rules = [r for r in rules if r.path not in missing]
+    # One rule per path, the widest mode wins.
+    merged: dict[str, str] = {}
+    for r in rules:
+        merged[r.path] = WRITE if WRITE in (merged.get(r.path), r.mode) else READ
+    rules = [FsRule(p, m) for p, m in merged.items()]
+
+    env = policy.worker_env_for(tb.name, tb.agent_slug)
+    env.update({"HOME": workdir, "TMPDIR": os.path.join(workdir, "tmp")})
+    # bash sets SHELL from the account database when it is missing: an NSS lookup (nscd socket, nsswitch.conf,
+    # passwd) on every start of every script, about 60 us here. A policy's own SHELL wins.
+    env.setdefault("SHELL", "/bin/sh")
+
+    # A skills toolbox's agent-file hosts are its git sources' hosts: for the clone, not for the worker.
+    tb_hosts = () if tb.kind == "skills" else tb.allowed_hosts
+    hosts = tuple(dict.fromkeys([*tb_hosts, *overrides.allowed_hosts]))
+    private = tuple(str(n) for n in policy.network.allow_private_ranges)
+    cname_targets = tuple(overrides.cname_targets)
+    try:
+        AllowedHosts.parse(hosts, private_networks=private, cname_targets=cname_targets)
+    except HostError as exc:
+        raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
+    if tb.kind == "wasm" and hosts:
+        message = (f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives WASM components nothing in this "
+                   f"build: {WASM_NO_NETWORK}")
+        if policy.strict:
+            raise PolicyRefused(message + " A strict policy refuses a setting that cannot hold.")
+        warnings.append(message)
+    ports = BridgePorts()
+    if hosts:
+        env.update(worker_network_env(ports))
+    grant = grant_credentials(cfg, granted=overrides.credentials, credential_env=overrides.credential_env,
+                              loaded=credentials or {}, hosts=tuple(tb.allowed_hosts) if tb.kind == "skills" else hosts,
+                              toolbox=tb.name, agent=tb.agent_slug)  # a skills toolbox's: its git clones
+    env.update(grant.env or {})
+    warnings += grant.warnings
+    terminator = None
+    if overrides.tls_termination and hosts:
+        terminator = supervisor_ca()
+        ca_path = ca_file_path(state_dir, terminator)
+        env.update(termination_env(ca_path))
+        rules.append(FsRule(ca_path, READ))
+    elif overrides.tls_termination:
+        warnings.append(f"{tb.name}: tls_termination has no effect: the toolbox has no AllowedHosts")
+
+    uid = gid = None
+    groups: tuple[int, ...] = ()
+    if running_as_root:
+        uid, gid = policy.sandbox_uid, policy.sandbox_gid
+        if identity is not None:
+            uid, gid = identity.uid, identity.gid
+        groups = tuple(g for g in policy.shared_gids(tb.name, tb.agent_slug) if g != gid)
+    min_abi = policy.landlock_min_abi if policy.strict else 0
+    if policy.strict and kernel_abi < policy.landlock_min_abi:
+        raise PolicyRefused(
+            f"this kernel's Landlock ABI is {kernel_abi or 'missing'}; the policy needs at least "
+            f"{policy.landlock_min_abi} (strict: true never runs a worker less confined than it says)")
+
+    cgroup: CgroupPlan | None = None
+    cpus = limits.cpus
+    if cpus is not None and cgroup_layout is not None and not cgroup_layout.cpu_base:
+        if policy.strict:
+            raise PolicyRefused(
+                f"toolbox {tb.name} (agent {tb.agent_slug}): limits.cpus needs the cgroup cpu controller and this "
+                "host offers none to the supervisor (v1: no hierarchy with cpu mounted; v2: cpu not enabled in the "
+                "supervisor's cgroup); strict: true never runs a worker less confined than it says. Set limits.cpus "
+                "to null, or enable the controller.")
+        warnings.append(f"{tb.name}: no cgroup cpu controller: limits.cpus is not enforced")
+        cpus = None
+    if limits.processes is not None or limits.memory_bytes is not None or cpus is not None:
+        if cgroup_layout is not None:
+            cgroup = plan_cgroup(cgroup_layout, pids_max=limits.processes, memory_bytes=limits.memory_bytes,
+                                 required=policy.strict, cpus=cpus)
+        elif policy.strict:
+            raise PolicyRefused(
+                f"toolbox {tb.name} (agent {tb.agent_slug}): its processes, memory and CPU limits need a cgroup of its "
+                f"own and none can be made here ({cgroup_problem}); strict: true never runs a worker less confined "
+                "than it says. Run the supervisor as root on a host with the pids and memory controllers, or set "
+                "limits.processes, limits.memory_bytes and limits.cpus to null.")
+        else:
+            warnings.append(f"{tb.name}: no cgroup ({cgroup_problem}): limits.memory_bytes and limits.cpus are not "
+                            "enforced and limits.processes is only RLIMIT_NPROC, shared by every process of the "
+                            "sandbox uid")
+    nproc = limits.processes
+    if cgroup is not None and cgroup.pids_max is not None:
+        nproc = cgroup.pids_max * NPROC_BACKSTOP_FACTOR
+    address_space, address_space_fallback = plan_address_space(limits.address_space_bytes, cgroup)
+
+    payload = {
+        "kind": tb.kind,
+        "name": tb.name,
+        # base_dir: what relative paths in tool arguments are relative to (developer, lua): the agent file's
+        # directory, the same base the agent file's own paths (FileSandbox ./src) were resolved against.
+        "config": {**cfg, "policy": {"limits": limits.model_dump(), "env": env, "allowed_hosts": list(hosts),
+                                     "base_dir": os.path.dirname(tb.agent_file)}},
+        "workdir": workdir,
+        "state_dir": tb_state,
+        "limits": limits.model_dump(),
+        "max_concurrent_calls": limits.max_concurrent_calls,
+    }
+    plan = ConfinementPlan(
+        toolbox=tb.name,
+        workdir=workdir,
+        entry="toolboxes._worker:main",
+        payload=payload,
+        uid=uid,
+        gid=gid,
+        groups=groups,
+        # With a uid per worker the host has no account for it: name it. Its group is its own (no other worker is
+        # in it), so new files are readable by other workers where Landlock lets them meet and writable by none
+        # of them (umask 002: the group bits matter only in a folder given to a shared group).
+        account_name=f"agent-{tb.name}"[:32] if identity is not None and uid is not None else "",
+        umask=0o002 if identity is not None else 0o077,
+        fs_rules=tuple(rules),
+        min_landlock_abi=min_abi,
+        bridge=bool(hosts),
+        tcp_connect_ports=ports.tcp_connect_ports if hosts else (),
+        rlimits=Rlimits(
+            address_space_bytes=address_space,
+            cpu_seconds=limits.cpu_seconds,
+            open_files=limits.open_files,
+            file_size_bytes=limits.file_size_bytes,
+            processes=nproc,
+        ),
+        env=env,
+        xattrs=overrides.xattrs,
+        audit_denials=policy.kernel_audit != "off",
+    )
+    report = {
+        "uid": uid if uid is not None else os.geteuid(),
+        "gid": gid if gid is not None else os.getegid(),
+        "groups": list(groups),
+        "limits": limits.model_dump(),
+        "read_only": sorted(r.path for r in rules if r.mode == READ),
+        "read_write": sorted(r.path for r in rules if r.mode == WRITE),
+        "allowed_hosts": list(hosts),
+        "cname_targets": list(cname_targets),
+        "credentials": grant.describe(),
+        "tls_termination": terminator is not None,
+        "xattrs": overrides.xattrs,
+        "file_sandbox": fs_report,
+        "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
+                    f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else
+                   "own namespace, loopback only, no egress",
+        "landlock_min_abi": min_abi,
+        "cgroup": cgroup.describe() if cgroup is not None else None,
+        "limit_notes": explained_limits(
+            pids_max=cgroup.pids_max if cgroup is not None else None,
+            memory_bytes=cgroup.memory_bytes if cgroup is not None else None,
+            cpu_seconds=limits.cpu_seconds, file_size_bytes=limits.file_size_bytes),
+        "rlimit_nproc": nproc,
+        "rlimit_as": address_space,
+    }
+    view = _plan_view(policy.private_view, policy.strict, tb, cfg, rules, warnings,
+                      made_at_start=(workdir, tb_state, runtime_dir, *git_targets),
+                      system=(*policy.system_paths, *python_runtime_paths(), runtime_dir))
+    if view is not None:
+        plan = dataclasses.replace(plan, view=view[0])
+    report["view"] = view[1] if view is not None else None
+    allowed_tools = tuple(cfg.get("AllowedTools") or ()) if tb.kind == "lua" else ()
+    return WorkerSpec(
+        toolbox=tb.name,
+        kind=tb.kind,
+        argv=[python, "-I", "-B", "-c", _bootstrap(runtime_dir)],
+        env={"LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"},
+        cwd="/",
+        plan=plan,
+        wall_time_s=limits.wall_time_s,
+        shutdown_grace_s=policy.supervision.shutdown_grace_s,
+        agent=tb.agent_slug,
+        allowed_tools=allowed_tools,
+        allowed_hosts=hosts,
+        private_networks=private,
+        cname_targets=cname_targets,
+        credentials=grant.credentials,
+        terminator=terminator,
+        cgroup=cgroup,
+        address_space_fallback=address_space_fallback,
+        warnings=warnings,
+        report={**report, "warnings": warnings},
+    )
+
+
+def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, cfg: dict[str, Any], rules: list[FsRule],
+               warnings: list[str], *, made_at_start: tuple[str, ...],
+               system: tuple[str, ...] = ()) -> tuple[ViewSpec, list[str]] | None:
+    """The worker's private view (``policy.private_view``) and what ``check`` shows of it; ``None`` when off.
+
+    The host name is the host's own only when the System toolbox's ``hostname`` capability is granted. A rule on
+    ``/`` cannot be shown as a view: refused under a strict policy, else the view is off with a warning. The
+    launcher plans the view again from the host as it is then; ``made_at_start`` (work folders, staged code, clones)
+    are shown as the folders they will be. ``system``: the paths no worker or agent file writes, shown with
+    inodes of the worker's own (``ViewSpec.system_paths``).
+    """
+    if not enabled:
+        return None
+    from sandbox._view import host_mount_points, probe_host
+    from sandbox._view_plan import PathInfo, ViewError, plan_view, view_files
+
+    def probe(path: str) -> PathInfo:
+        found = probe_host(path)
+        if found.kind == "missing" and any(m == path or m.startswith(path.rstrip("/") + "/") for m in made_at_start):
+            return PathInfo("dir")
+        return found
+
+    granted = tb.kind == "system" and "hostname" in (cfg.get("Capabilities") or [])
+    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if granted else NEUTRAL_HOSTNAME,
+                    system_paths=tuple(dict.fromkeys(system)))
+    files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
+    try:
+        lines = plan_view(rules, spec, files, probe, host_mount_points()).describe()
+    except ViewError as exc:
+        message = f"toolbox {tb.name} (agent {tb.agent_slug}): {exc}"
+        if strict:
+            raise PolicyRefused(message + "; a strict policy needs the view (or private_view: false)") from exc
+        warnings.append(message + "; this worker sees the host's tree")
+        return None
+    return spec, lines
+
+
+def plan_address_space(address_space_bytes: int | None, cgroup: CgroupPlan | None) -> tuple[int | None, int | None]:
+    """``(RLIMIT_AS of the plan, RLIMIT_AS to set if the optional cgroup cannot be made)`` (pure).
+
+    ``limits.address_space_bytes`` bounds memory only where no cgroup does: RLIMIT_AS counts address space a
+    process *reserves*, not memory it uses, so it breaks runtimes that reserve far more than they touch (V8's
+    "Failed to reserve virtual memory for CodeRange", the JVM's heap reservation, Go's arenas) while the cgroup's
+    ``memory.max`` bounds what is really used, the whole tree and page cache included. With a cgroup memory limit
+    in force the worker gets no RLIMIT_AS; a permissive policy's optional group that cannot be made at a start
+    puts the rlimit back for that start.
+    """
+    if cgroup is None or cgroup.memory_bytes is None or address_space_bytes is None:
+        return address_space_bytes, None
+    return None, (None if cgroup.required else address_space_bytes)
+
+
+def _prepare_worker_dirs(anchor: int, state_dir: str, spec: WorkerSpec) -> None:
+    """The worker's work folder (with its ``tmp``) and state folder, under ``state_dir`` (open as ``anchor``),
+    owned by the worker's uid with mode 0700; the folders above them root's, 0711. All through dir fds that never
+    follow a link (``sandbox._dirfd``): a worker's link at ``tmp`` is replaced, never followed. A folder that
+    belongs to another uid (the worker's uid changed) is handed over first, entry by entry, through fds.
+
+    Raises:
+        UnsafeTreeError: a folder cannot be prepared safely (the toolbox is then left out, see the caller).
+    """
+    uid, gid = spec.plan.uid, spec.plan.gid
+    for path in (spec.plan.workdir, spec.plan.payload["state_dir"]):
+        *above, name = os.path.relpath(path, state_dir).split(os.sep)
+        parent = ensure_path(anchor, above, mode=0o711, where=os.path.join(state_dir, *above))
+        try:
+            if uid is not None and gid is not None:
+                reown_tree(parent, name, uid, gid)  # a worker whose uid changed gets its own files back
+            own = ensure_dir(parent, name, mode=0o700, uid=uid, gid=gid, where=path)
+            try:
+                if path == spec.plan.workdir:
+                    os.close(ensure_dir(own, "tmp", mode=0o700, uid=uid, gid=gid, where=os.path.join(path, "tmp")))
+            finally:
+                os.close(own)
+        finally:
+            os.close(parent)
+
+
+def _check_toolbox_keys(config: LoadedConfig) -> None:
+    """A bare ``toolboxes.<name>`` key of the policy may name the toolbox of one agent only: settings (hosts,
+    limits, env) meant for one tenant must not reach another's toolbox of the same name. ``agent/name`` keys
+    always say whose.
+
+    Raises:
+        ConfigError: a bare key matches toolboxes of two or more agents.
+    """
+    problems = []
+    keys = [(key, f"$.toolboxes.{key}") for key in config.policy.toolboxes]
+    keys += [(key, f"$.shared_groups[{i}].toolboxes") for i, g in enumerate(config.policy.shared_groups)
+             for key in g.toolboxes]
+    for key, where in keys:
+        if "/" in key:
+            continue
+        owners = sorted({tb.agent_slug for tb in config.toolboxes() if tb.name == key})
+        if len(owners) > 1:
+            problems.append(ConfigProblem(
+                config.policy_file, where,
+                f"the key {key!r} matches the toolboxes {key!r} of agents {', '.join(owners)}: whose settings are "
+                "these?", "one agent-qualified key per toolbox: " + ", ".join(f"{o}/{key}" for o in owners)))
+    if problems:
+        raise ConfigError(problems)
+
+
+def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir: str | None = None,
+                   prepare: bool = True) -> CompiledPolicy:
+    """Compile ``config``; with ``prepare`` also stage code, create folders and record new identities in the state
+    dir's table. Raises :class:`PolicyRefused`, or ``ConfigError`` (a bare toolbox key of two agents, an agent slug
+    bound to another file)."""
+    policy = config.policy
+    python = python or sys.executable
+    state_dir = os.path.abspath(state_dir or policy.state_dir)
+    root = os.geteuid() == 0
+    abi = landlock_abi()
+    layout, cgroup_problem = read_layout()
+    staging_error: BaseException | None = None
+    if prepare:
+        os.close(open_anchor(state_dir, mode=0o711))
+        try:
+            runtime_dir = stage_worker_code(state_dir)
+        except Exception as exc:  # every toolbox's load error below; the supervisor still starts
+            staging_error, runtime_dir = exc, os.path.join(state_dir, "runtime", "<not staged>")
+    else:
+        runtime_dir = os.path.join(state_dir, "runtime", "<staged>")
+    load_errors: list[dict[str, str]] = []
+    origins: dict[str, ToolboxConfig] = {}  # toolbox name -> its config, for a load error of a later step
+    specs: list[WorkerSpec] = []
+    warnings: list[str] = list(config.warnings)
+    seen: set[str] = set()
+    git_sources: list[GitSource] = []
+    _check_toolbox_keys(config)
+    credentials = load_credentials(policy.credentials)
+    if prepare and any(t.tls_termination for t in policy.toolboxes.values()):
+        write_ca_file(state_dir, supervisor_ca())  # before planning: the workers are granted the file
+    ranged = root and policy.worker_uids is not None
+    identities = assign_identities(
+        state_dir, {a.slug: a.file for a in config.agents},
+        [f"{tb.agent_slug}/{tb.name}" for tb in config.toolboxes() if tb.kind in IMPLEMENTED_KINDS],
+        first=policy.worker_uids.first if ranged and policy.worker_uids else None,
+        count=policy.worker_uids.count if policy.worker_uids else 1, persist=prepare,
+        agent_prefix={a.slug: a.prefix for a in config.agents})
+    for agent in config.agents:
+        for tb in agent.toolboxes():
+            if tb.kind not in IMPLEMENTED_KINDS:
+                message = (f"toolbox {tb.name} of agent {tb.agent_slug} is a {tb.kind} toolbox, which this build "
+                           "does not run yet")
+                if policy.strict:
+                    raise PolicyRefused(message + "; remove it from the agent file or use a permissive policy, "
+                                        "which leaves it out with a warning")
+                warnings.append(message + "; it is left out")
+                continue
+            if tb.name in seen:
+                raise PolicyRefused(f"two toolboxes are named {tb.name!r} (agents of the policy share one name "
+                                    "space for toolboxes); rename one")
+            seen.add(tb.name)
+            if staging_error is not None:
+                load_errors.append(_load_error(tb, "staging the worker code", staging_error))
+                continue
+            try:
+                spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
+                                   running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
+                                   cgroup_problem=cgroup_problem,
+                                   identity=identities.get(f"{tb.agent_slug}/{tb.name}"),
+                                   credentials=credentials)
+            except PolicyRefused:
+                raise
+            except Exception as exc:  # a bug or a surprise of this machine: this toolbox's load error only
+                load_errors.append(_load_error(tb, "compile", exc))
+                continue
+            origins[spec.toolbox] = tb
+            if tb.kind == "sqlite":  # file modes that keep the worker's uid out of a database it must write
+                spec.warnings += sqlite_access_warnings(
+                    tb.name, tb.worker_config().get("Versioning") or {},
+                    spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
+                    spec.plan.gid if spec.plan.gid is not None else os.getegid())
+            specs.append(spec)
+            warnings += spec.warnings
+            if tb.kind == "skills":
+                git_sources += plan_git_sources(_worker_config(tb), state_dir=state_dir, toolbox=tb.name,
+                                                agent=tb.agent_slug)[1]
+    if root and specs:
+        uid, gid = specs[0].plan.uid or policy.sandbox_uid, specs[0].plan.gid or policy.sandbox_gid
+        for path in (os.path.realpath(python), runtime_dir if prepare else None):
+            if path and not uid_can_read(path, uid, gid):
+                raise PolicyRefused(
+                    f"the sandbox uid {uid} cannot read {path}, so no worker could start. Run the supervisor "
+                    "with an interpreter every user can read, such as the venv scripts/setup makes "
+                    "(/opt/agents-supervise/venv/bin/agents-supervise).")
+    if prepare:
+        anchor = open_anchor(state_dir)
+        try:
+            for spec in list(specs):
+                try:
+                    _prepare_worker_dirs(anchor, state_dir, spec)
+                except Exception as exc:  # unsafe or impossible: this toolbox's load error, the others start
+                    load_errors.append(_load_error(origins[spec.toolbox], "its work and state folders", exc))
+                    specs.remove(spec)
+        finally:
+            os.close(anchor)
+        git_sources = [g for g in git_sources if g.toolbox in {s.toolbox for s in specs}]
+    trace_path = policy.trace.path or os.path.join(state_dir, "trace.jsonl")
+    if trace_path == os.path.join(policy.state_dir, "trace.jsonl"):
+        trace_path = os.path.join(state_dir, "trace.jsonl")  # follows a state_dir override
+    return CompiledPolicy(
+        config=config,
+        specs=specs,
+        state_dir=state_dir,
+        trace_path=trace_path,
+        max_call_depth=policy.max_call_depth,
+        session_max_calls=policy.sessions.max_calls,
+        session_max_concurrent=policy.sessions.max_concurrent_calls,
+        media_limits=policy.context.media_limits(),
+        restart_backoff_initial_s=policy.supervision.restart_backoff_initial_s,
+        restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
+        crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,
+        crash_loop_window_s=policy.supervision.crash_loop_window_s,
+        crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
+        landlock_abi=abi,
+        warnings=warnings,
+        git_sources=git_sources,
+        load_errors=load_errors,
+    )

@@ -1,0 +1,148 @@
+"""Reading the credentials' values (the policy's ``credentials`` sources), as root, without being a confused deputy.
+
+- ``env``: the supervisor's own environment.
+- ``file``: opened component by component from ``/`` with ``O_NOFOLLOW`` (a link anywhere on the path is refused,
+  never followed), the file itself ``O_NOFOLLOW | O_NONBLOCK``; then ``fstat`` of that very descriptor: a regular
+  file, owned by root (by the supervisor's own uid when it does not run as root) and readable by no group or other
+  (mode 0600 or 0400). At most 64 KiB.
+- ``command``: an argv (no shell) the supervisor runs with its own environment, stdin from ``/dev/null``, bounded
+  by ``timeout_s``; its standard output is the value. A failure names the exit status, never the output, which may
+  hold the secret.
+
+Each value is stripped of surrounding white space (the final line break of a file or a command's output) and must
+be a valid header value (:func:`sandbox._credentials.credential_value_problem`). A problem is a
+:class:`~supervisor._errors.PolicyRefused` naming the credential and its source, never its value: a policy whose
+credentials cannot be read does not start, and a reload keeps the running one.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+from collections.abc import Callable, Mapping
+
+from sandbox._credentials import Credential, credential_value_problem
+from supervisor._errors import PolicyRefused
+from supervisor.config import CredentialPolicy, CredentialSource, binding_of
+
+__all__ = ["MAX_FILE_BYTES", "load_credentials", "read_root_only_file"]
+
+MAX_FILE_BYTES = 64 * 1024
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+Runner = Callable[..., "subprocess.CompletedProcess[bytes]"]
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def read_root_only_file(path: str, *, owner: int | None = None) -> bytes:
+    """The bytes of ``path`` (absolute), opened without following any link, when it is a regular file of
+    ``owner`` (default: the effective uid) that no group or other may read. Raises ``OSError`` for what the
+    kernel refused and ``ValueError`` saying what is wrong with the file otherwise."""
+    owner = os.geteuid() if owner is None else owner
+    parts = [p for p in path.split("/") if p]
+    if not path.startswith("/") or not parts or any(p in (".", "..") for p in parts):
+        raise ValueError("the path must be absolute, without '.' or '..'")
+    fd = os.open("/", _DIR)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        file_fd = os.open(parts[-1], _FILE, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        st = os.fstat(file_fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("it is not a regular file")
+        if st.st_uid != owner:
+            raise ValueError(f"it is owned by uid {st.st_uid}, not by {'root' if owner == 0 else f'uid {owner}'}")
+        if st.st_mode & 0o077:
+            raise ValueError(f"its mode is {stat.S_IMODE(st.st_mode):04o}: group or others may access it "
+                             "(chmod 600 it)")
+        if st.st_size > MAX_FILE_BYTES:
+            raise ValueError(f"it is larger than {MAX_FILE_BYTES} bytes")
+        data = b""
+        while len(data) <= MAX_FILE_BYTES:
+            chunk = os.read(file_fd, MAX_FILE_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"it is larger than {MAX_FILE_BYTES} bytes")
+        return data
+    finally:
+        os.close(file_fd)
+
+
+def _read(name: str, source: CredentialSource, environ: Mapping[str, str], run: Runner) -> str:
+    if source.env is not None:
+        if source.env not in environ:
+            raise _Unreadable(f"the environment variable {source.env} is not set in the supervisor's environment")
+        return environ[source.env]
+    if source.file is not None:
+        try:
+            data = read_root_only_file(source.file)
+        except OSError as exc:
+            hint = " (a symbolic link on the path is refused)" if exc.errno in (errno.ELOOP, errno.ENOTDIR) else ""
+            raise _Unreadable(f"the file {source.file} cannot be opened: {exc.strerror or exc}{hint}") from None
+        except ValueError as exc:
+            raise _Unreadable(f"the file {source.file} is refused: {exc}") from None
+        return _text(data, f"the file {source.file}")
+    assert source.command is not None
+    shown = " ".join(source.command)[:200]
+    try:
+        proc = run(source.command, stdin=subprocess.DEVNULL, capture_output=True, timeout=source.timeout_s,
+                   env=dict(environ), check=False)
+    except subprocess.TimeoutExpired:
+        raise _Unreadable(f"the command {shown} did not finish within {source.timeout_s:g} s") from None
+    except OSError as exc:
+        raise _Unreadable(f"the command {shown} cannot be run: {exc.strerror or exc}") from None
+    if proc.returncode != 0:
+        raise _Unreadable(f"the command {shown} failed with exit status {proc.returncode} (its output is not "
+                          "shown: it may hold the secret; run it yourself to see why)")
+    return _text(proc.stdout[: MAX_FILE_BYTES + 1], f"the output of {shown}")
+
+
+def _text(data: bytes, where: str) -> str:
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise _Unreadable(f"{where} is not ASCII text") from None
+
+
+def load_credentials(specs: Mapping[str, CredentialPolicy], environ: Mapping[str, str] | None = None, *,
+                     run: Runner = subprocess.run) -> dict[str, Credential]:
+    """Read every credential's value now; the proxy's :class:`~sandbox._credentials.Credential` for each.
+
+    Raises:
+        PolicyRefused: a value cannot be read or is not a valid header value (the message names the credential
+            and its source, never the value).
+    """
+    env = os.environ if environ is None else environ
+    out: dict[str, Credential] = {}
+    for name, spec in specs.items():
+        try:
+            value = _read(name, spec.source, env, run).strip()
+        except _Unreadable as exc:
+            raise PolicyRefused(f"credentials.{name}: {exc}") from None
+        problem = credential_value_problem(value)
+        if problem:
+            raise PolicyRefused(f"credentials.{name}: {problem} (from its source {_describe(spec.source)})")
+        out[name] = Credential(name, value, tuple(binding_of(b) for b in spec.bindings), spec.header_pair(),
+                               spec.query)
+    return out
+
+
+def _describe(source: CredentialSource) -> str:
+    if source.env is not None:
+        return f"env {source.env}"
+    if source.file is not None:
+        return f"file {source.file}"
+    return "command " + " ".join(source.command or [])[:200]

@@ -1,0 +1,391 @@
+"""The session store: sessions with owners and parent/child links, their turns, tool calls and enabled skills, in
+SQLite under the state dir.
+
+A *session* here is one conversation of one agent (the seed's ``sessionId`` + ``conversationId``), owned by a
+(tenant, agent) pair (:class:`~supervisor.sessions._ids.Owner`; the tenant is ``local`` until tenants exist). A
+frontend's session (an MCP connection, ``agents-supervise call``, the Python API) is opened as a *root* session of
+the agent whose tool it calls with :meth:`SessionStore.open_root`: its id is derived from the owner and the
+frontend's name for it (:func:`~supervisor.sessions._ids.root_session_id`), so the same name used for two agents is
+two sessions. A sub-agent call makes a *child* session (new ids, owned by the sub-agent, same tenant) whose parent
+is the caller's session: the child's turns (the prompt, the model's answers, tool results) are the sub-agent's
+conversation. Every tool call the portal runs is recorded against the session that made it (tool, arguments,
+status, output, duration, call, conversation and turn ids).
+
+The skills enabled in a session, per skills toolbox, are kept here too (:meth:`SessionStore.enabled_skills`): this
+is the one copy; the supervisor hands them to the skills worker with every call, so a worker that restarts
+forgets nothing, and so does a supervisor that restarts (a session named again, ``--session NAME``, finds them).
+
+Introspection (the System toolbox's session capabilities) is answered in :mod:`supervisor.sessions._introspection`.
+
+Writes are small and synchronous on the trio thread (WAL mode); a session left ``running`` by a supervisor that died
+is marked ``interrupted`` when the store opens. A write that fails (disk full, database locked by another program)
+never fails the call or loop it records: it is counted in :attr:`SessionStore.write_errors` with the last message.
+A store written by an older version gains the new columns when it opens; its sessions have no agent (``''``), so
+they belong to no agent and no introspection sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._bounded import remember
+from ._ids import LOCAL_TENANT, Owner, new_id, root_session_id
+
+__all__ = ["SCOPES", "SessionRow", "SessionStore", "scope_members"]
+
+SCOPES = ("parents-only", "children-only", "subtree", "all")
+#: Longest text kept per turn or tool output (more is cut with a note).
+MAX_TEXT = 64 * 1024
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, parent_id TEXT, agent TEXT NOT NULL DEFAULT '',
+    parent_call_id TEXT, created REAL NOT NULL, modified REAL NOT NULL, status TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id);
+CREATE TABLE IF NOT EXISTS turns (
+    session_id TEXT NOT NULL, n INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL,
+    tool TEXT, ts REAL NOT NULL, PRIMARY KEY (session_id, n));
+CREATE TABLE IF NOT EXISTS tool_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, call_id TEXT, parent_call_id TEXT,
+    tool TEXT NOT NULL, args TEXT NOT NULL, status TEXT NOT NULL, summary TEXT, output TEXT,
+    started REAL NOT NULL, duration_s REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS tool_calls_session ON tool_calls(session_id);
+CREATE TABLE IF NOT EXISTS session_skills (
+    session_id TEXT NOT NULL, toolbox TEXT NOT NULL, skills TEXT NOT NULL, PRIMARY KEY (session_id, toolbox));
+"""
+#: Columns added since the first version of the store: (table, column, declaration).
+_ADDED_COLUMNS = (
+    ("sessions", "tenant", f"TEXT NOT NULL DEFAULT '{LOCAL_TENANT}'"),
+    ("sessions", "name", "TEXT"),
+    ("tool_calls", "conversation_id", "TEXT"),
+    ("tool_calls", "turn_id", "TEXT"),
+)
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One session as the store keeps it."""
+
+    id: str
+    conversation_id: str
+    parent_id: str | None
+    agent: str
+    tenant: str
+    name: str | None
+    created: float
+    modified: float
+    status: str
+    turn_count: int
+
+
+def _cut(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+
+
+def scope_members(scope: str, current: str, parents: Mapping[str, str | None]) -> set[str]:
+    """The session ids ``scope`` lets the session ``current`` see, given every session's parent (pure).
+
+    Raises ``ValueError`` for an unknown scope. A parent cycle (impossible through the store) is walked once.
+    """
+    if scope == "all":
+        return set(parents)
+    if scope == "parents-only":
+        out: set[str] = set()
+        node = parents.get(current)
+        while node is not None and node not in out and node != current:
+            out.add(node)
+            node = parents.get(node)
+        return out
+    if scope not in ("subtree", "children-only"):
+        raise ValueError(f"unknown session scope {scope!r}; expected one of {', '.join(SCOPES)}")
+    children: dict[str, list[str]] = {}
+    for sid, parent in parents.items():
+        if parent is not None:
+            children.setdefault(parent, []).append(sid)
+    seen = {current}
+    stack = [current]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    if scope == "children-only":
+        seen.discard(current)
+    return seen
+
+
+class SessionStore:
+    """Sessions, turns and tool calls in ``<state_dir>/sessions.sqlite3`` (``path`` ``":memory:"`` in tests)."""
+
+    def __init__(self, path: str) -> None:
+        if path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        if path != ":memory:":
+            os.chmod(path, 0o600)
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        for table, column, declaration in _ADDED_COLUMNS:
+            present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        self._db.execute("UPDATE sessions SET status='interrupted' WHERE status='running'")
+        self.write_errors = 0
+        self.last_write_error: str | None = None
+        self.pruned_records = 0  # records of kept sessions the last prune deleted
+        self._pending: list[Callable[[], None]] = []
+        self._known: dict[str, None] = {}  # sessions whose row this process wrote or read (a bounded cache)
+        #: root session id -> its conversation id, for the sessions this process opened most recently (a bounded
+        #: cache: :meth:`open_root` reads a forgotten one back from the database)
+        self._roots: dict[str, str] = {}
+
+    def _write(self, action: Callable[[], None]) -> None:
+        """Queue a write; :meth:`flush` runs queued writes in one transaction (the supervisor flushes every
+        0.2 s, and every read flushes first, so readers always see every write made before them)."""
+        self._pending.append(action)
+        if len(self._pending) >= 512:
+            self.flush()
+
+    def flush(self) -> None:
+        """Run the queued writes in one transaction. A failing write is counted and skipped, never raised."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._db.execute("BEGIN")
+        for action in pending:
+            try:
+                action()
+            except sqlite3.Error as exc:
+                self.write_errors += 1
+                self.last_write_error = f"{type(exc).__name__}: {exc}"
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.write_errors += len(pending)
+            self.last_write_error = f"{type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        """Flush and close the database; safe to call twice."""
+        try:
+            self.flush()
+        except sqlite3.ProgrammingError:
+            pass  # already closed
+        self._db.close()
+
+    # -- writing ------------------------------------------------------------------------------------------------
+    @property
+    def open_roots(self) -> Mapping[str, str]:
+        """Root sessions opened through this store since it opened (or was last pruned), the most recent
+        :data:`~supervisor.sessions._bounded.MAX_REMEMBERED_SESSIONS` of them: id -> conversation id."""
+        return self._roots
+
+    def open_root(self, owner: Owner, name: str) -> tuple[str, str]:
+        """The root session ``name`` of ``owner`` as ``(session id, conversation id)``, created unless it exists.
+
+        A new session gets a fresh conversation id and keeps it for its life (an id a client sends with one call is
+        that call's, see :class:`~supervisor.calls._portal.CallOrigin`, and changes nothing here).
+        """
+        session_id = root_session_id(owner, name)
+        known = self._roots.get(session_id)
+        if known is not None:
+            return session_id, known
+        self.flush()
+        try:
+            row = self._db.execute("SELECT conversation_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        except sqlite3.Error as exc:
+            self.write_errors += 1
+            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            row = None
+        conversation = row[0] if row else new_id()
+        remember(self._roots, session_id, conversation)
+        if row is None:
+            self.ensure_session(session_id, conversation, owner.agent, tenant=owner.tenant, name=name)
+        return session_id, conversation
+
+    def ensure_session(self, session_id: str, conversation_id: str = "", agent: str = "", *,
+                       tenant: str = LOCAL_TENANT, name: str | None = None) -> None:
+        """Create a root session record unless it exists (frontends use :meth:`open_root`)."""
+        if session_id in self._known:
+            return
+        remember(self._known, session_id, None)  # a cache of rows written: one forgotten costs an INSERT OR IGNORE
+        now = time.time()
+        self._write(lambda: self._db.execute(
+            "INSERT OR IGNORE INTO sessions (id, conversation_id, parent_id, agent, tenant, name, created, modified, "
+            "status) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 'idle')",
+            (session_id, conversation_id or session_id, agent, tenant, name, now, now)))
+
+    def start_child(self, session_id: str, conversation_id: str, parent_id: str, agent: str,
+                    parent_call_id: str | None, tenant: str = LOCAL_TENANT) -> None:
+        """Record a sub-agent's session, owned by ``(tenant, agent)``, child of ``parent_id`` (created as a root
+        first if unknown)."""
+        self.ensure_session(parent_id)
+        now = time.time()
+        self._write(lambda: self._db.execute(
+            "INSERT INTO sessions (id, conversation_id, parent_id, agent, tenant, parent_call_id, created, modified, "
+            "status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')",
+            (session_id, conversation_id, parent_id, agent, tenant, parent_call_id, now, now)))
+
+    def add_turn(self, session_id: str, role: str, content: str, tool: str | None = None) -> None:
+        """Append a turn (``user``, ``assistant`` or ``tool``) to a session."""
+        now = time.time()
+
+        def write() -> None:
+            self._db.execute("INSERT INTO turns (session_id, n, role, content, tool, ts) VALUES (?, (SELECT "
+                             "COALESCE(MAX(n), 0) + 1 FROM turns WHERE session_id = ?), ?, ?, ?, ?)",
+                             (session_id, session_id, role, _cut(content), tool, now))
+            self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (now, session_id))
+
+        self._write(write)
+
+    def finish(self, session_id: str, status: str) -> None:
+        """Mark a session ``idle`` (answered) or ``failed``."""
+        self._write(lambda: self._db.execute("UPDATE sessions SET status = ?, modified = ? WHERE id = ?",
+                                             (status, time.time(), session_id)))
+
+    def record_call(self, session_id: str, *, call_id: str, parent_call_id: str | None, tool: str, args: Any,
+                    status: str, summary: str | None, output: str | None, started: float, duration_s: float,
+                    conversation_id: str = "", turn_id: str = "") -> None:
+        """Record one finished tool call of a session (the session is created as a root if unknown)."""
+        self.ensure_session(session_id)
+
+        def write() -> None:
+            self._db.execute("INSERT INTO tool_calls (session_id, call_id, parent_call_id, tool, args, status, "
+                             "summary, output, started, duration_s, conversation_id, turn_id) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (session_id, call_id, parent_call_id, tool, _cut(json.dumps(args, default=repr)),
+                              status, summary, _cut(output or ""), started, duration_s, conversation_id, turn_id))
+            self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (time.time(), session_id))
+
+        self._write(write)
+
+    # -- enabled skills -----------------------------------------------------------------------------------------
+    def enabled_skills(self, session_id: str, toolbox: str) -> frozenset[str] | None:
+        """The skills enabled in ``session_id`` for the skills toolbox ``toolbox``; ``None`` when the session never
+        changed them (it has the toolbox's ``autoEnableSkills``). A read error counts as ``None``."""
+        self.flush()
+        try:
+            row = self._db.execute("SELECT skills FROM session_skills WHERE session_id = ? AND toolbox = ?",
+                                   (session_id, toolbox)).fetchone()
+            skills = json.loads(row[0]) if row else None
+        except (sqlite3.Error, ValueError) as exc:
+            self.write_errors += 1
+            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            return None
+        return frozenset(s for s in skills if isinstance(s, str)) if isinstance(skills, list) else None
+
+    def set_enabled_skills(self, session_id: str, toolbox: str, skills: frozenset[str] | set[str]) -> None:
+        """Keep ``skills`` as the skills enabled in ``session_id`` for ``toolbox`` (written at once)."""
+        self.ensure_session(session_id)
+        value = json.dumps(sorted(skills))
+        self._write(lambda: self._db.execute(
+            "INSERT INTO session_skills (session_id, toolbox, skills) VALUES (?, ?, ?) "
+            "ON CONFLICT (session_id, toolbox) DO UPDATE SET skills = excluded.skills", (session_id, toolbox, value)))
+        self.flush()
+
+    def forget_skills(self, toolbox: str, skills: set[str]) -> None:
+        """``skills`` left ``toolbox``: disable them in every session that has its own list for it."""
+        if not skills:
+            return
+        self.flush()
+        try:
+            rows = self._db.execute("SELECT session_id, skills FROM session_skills WHERE toolbox = ?",
+                                    (toolbox,)).fetchall()
+        except sqlite3.Error as exc:
+            self.write_errors += 1
+            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            return
+        for session_id, text in rows:
+            try:
+                before = set(json.loads(text))
+            except (ValueError, TypeError):
+                before = set()
+            if before & skills:
+                self.set_enabled_skills(session_id, toolbox, before - skills)
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def parents(self) -> dict[str, str | None]:
+        """Every session id and its parent id."""
+        self.flush()
+        return dict(self._db.execute("SELECT id, parent_id FROM sessions").fetchall())
+
+    def owners(self) -> dict[str, Owner]:
+        """Every session id and its owner."""
+        self.flush()
+        return {sid: Owner(agent, tenant) for sid, agent, tenant in
+                self._db.execute("SELECT id, agent, tenant FROM sessions").fetchall()}
+
+    def rows(self, ids: set[str]) -> list[SessionRow]:
+        """The sessions among ``ids``, most recently modified first."""
+        self.flush()
+        out = []
+        for row in self._db.execute(
+                "SELECT s.id, s.conversation_id, s.parent_id, s.agent, s.tenant, s.name, s.created, s.modified, "
+                "s.status, "
+                "(SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) FROM sessions s "
+                "ORDER BY s.modified DESC, s.created DESC"):
+            if row[0] in ids:
+                out.append(SessionRow(*row))
+        return out
+
+    def turns(self, session_id: str) -> list[tuple[int, str, str, str | None]]:
+        """``(n, role, content, tool)`` of a session's turns, in order."""
+        self.flush()
+        return self._db.execute("SELECT n, role, content, tool FROM turns WHERE session_id = ? ORDER BY n",
+                                (session_id,)).fetchall()
+
+    def tool_calls(self, session_id: str) -> list[dict[str, Any]]:
+        """A session's tool calls, in order."""
+        self.flush()
+        cur = self._db.execute("SELECT call_id, parent_call_id, tool, args, status, summary, output, started, "
+                               "duration_s, conversation_id, turn_id FROM tool_calls WHERE session_id = ? ORDER BY id",
+                               (session_id,))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def prune(self, older_than: float) -> int:
+        """Delete every session last modified before ``older_than`` (Unix time) that is not running, with its
+        turns and tool calls, and the turns and tool calls from before ``older_than`` of every other session that
+        is not running (a session in use for longer than the retention keeps only its recent records, so the store
+        stays bounded by the traffic of the retention period even when a session never ends); return how many
+        sessions went (:attr:`pruned_records`: how many records of sessions still kept went). A child whose parent
+        went keeps its (now dangling) parent id: scopes treat a missing session as none. Never raises for a
+        database error (counted as a write error)."""
+        self.flush()
+        cutoff = (older_than,)
+        try:
+            self._db.execute("BEGIN")
+            old = "SELECT id FROM sessions WHERE modified < ? AND status != 'running'"
+            self._db.execute(f"DELETE FROM turns WHERE session_id IN ({old})", cutoff)
+            self._db.execute(f"DELETE FROM tool_calls WHERE session_id IN ({old})", cutoff)
+            self._db.execute(f"DELETE FROM session_skills WHERE session_id IN ({old})", cutoff)
+            gone = self._db.execute("DELETE FROM sessions WHERE modified < ? AND status != 'running'", cutoff).rowcount
+            running = "SELECT id FROM sessions WHERE status = 'running'"
+            records = self._db.execute(f"DELETE FROM turns WHERE ts < ? AND session_id NOT IN ({running})",
+                                       cutoff).rowcount
+            records += self._db.execute(f"DELETE FROM tool_calls WHERE started < ? AND session_id NOT IN ({running})",
+                                        cutoff).rowcount
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.write_errors += 1
+            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            return 0
+        self._known.clear()  # a pruned root session seen again is created again
+        self._roots.clear()
+        self.pruned_records = records
+        return gone
+
+    def count_calls(self, ids: set[str]) -> int:
+        self.flush()
+        return sum(1 for (sid,) in self._db.execute("SELECT session_id FROM tool_calls") if sid in ids)

@@ -1,0 +1,183 @@
+"""The trace recorder: one JSON object per line, appended to the policy's trace file.
+
+Every record has ``ts`` (Unix time, float), ``event`` (the kind) and the event's fields. Kinds written by the
+supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``worker_spawn``, ``worker_exit``,
+``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``crash_loop_recovered``, ``protocol_violation``,
+``call_start``, ``call_end``, ``portal_refusal``, ``limit_hit``, ``denial`` (a kernel refusal explained:
+``supervisor.workers._kernel_audit``), ``kernel_audit`` (whether audit records are read), ``egress``, ``load_error``,
+``signal``, ``internal_error``, ``otel_export_failed``,
+``worker_event`` (untrusted events a worker sent, tagged with its toolbox), and for sub-agent loops ``agent_start``,
+``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; and ``sessions_pruned``. Secrets
+never enter a record: callers pass only what is safe to keep.
+
+Records are strict JSON, one complete record per line, whatever a worker or an argument put in a field: NaN and
+infinities become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, lone surrogates become U+FFFD, values
+nested deeper than :data:`MAX_DEPTH` or beyond :data:`MAX_VALUES` are cut with a marker, and a record longer than
+:data:`MAX_RECORD_CHARS` has its long strings shortened (``"trace_truncated": true`` says so). Records are written
+whole (a reader never sees half a line from us). For speed, the per-call records (``call_start``, ``call_end``,
+``egress``, ``denial``) are buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the buffer passes
+``FLUSH_BYTES``); every other record, being rare and worth keeping across a crash, is written at once
+together with whatever is buffered. So a supervisor killed with SIGKILL loses at most the last
+``FLUSH_INTERVAL_S`` of call records; a clean stop loses nothing.
+
+With ``max_bytes``, the file is rotated once a write takes it past that size: it becomes ``<path>.1`` (replacing an
+older ``.1``) and a new file is started, so the trace never takes more than about twice ``max_bytes`` of disk,
+however many calls, refusals or egress decisions the workers cause. Rotation happens between writes: a record is
+never split.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL_S", "MAX_RECORD_CHARS", "TraceRecorder", "strict_json"]
+
+FLUSH_INTERVAL_S = 0.2
+FLUSH_BYTES = 256 * 1024
+_BUFFERED = frozenset({"call_start", "call_end", "egress", "denial"})
+#: Bounds of one record: nesting, values, characters of the whole line (a longer one has its strings shortened).
+MAX_DEPTH = 32
+MAX_VALUES = 20_000
+MAX_RECORD_CHARS = 256 * 1024
+#: How long each string of an over-long record may stay.
+_SHORT_STRING = 2000
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def _clean_string(text: str, limit: int | None) -> str:
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"... ({len(text) - limit} more characters)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (a worker's or an agent's bytes): replaced, never passed on
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def strict_json(value: Any, *, string_limit: int | None = None) -> Any:
+    """``value`` as plain, strict JSON: finite numbers, valid Unicode, string keys, bounded depth and size.
+
+    Recursion is bounded by :data:`MAX_DEPTH`; at most :data:`MAX_VALUES` values are kept. Other objects become
+    their ``repr`` (shortened). Never raises.
+    """
+    budget = [MAX_VALUES]
+
+    def walk(item: Any, depth: int) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return "<trace: more values left out>"
+        if item is None or isinstance(item, bool | int):
+            return item
+        if isinstance(item, float):
+            return item if math.isfinite(item) else _NON_FINITE.get(item, "NaN")
+        if isinstance(item, str):
+            return _clean_string(item, string_limit)
+        if depth >= MAX_DEPTH:
+            return "<trace: nested too deeply>"
+        if isinstance(item, dict):
+            return {_clean_string(str(k), 200): walk(v, depth + 1) for k, v in list(item.items())}
+        if isinstance(item, list | tuple | set | frozenset):
+            return [walk(v, depth + 1) for v in list(item)]
+        try:
+            text = repr(item)
+        except Exception:  # a repr that fails (or recurses) must not cost the record
+            text = f"<{type(item).__name__}>"
+        return _clean_string(text, _SHORT_STRING)
+
+    return walk(value, 0)
+
+
+class TraceRecorder:
+    """Appends trace records to ``path`` (``None``: records are dropped). Not thread-safe: use from trio.
+
+    ``max_bytes``: rotate the file to ``<path>.1`` once it grows past this size (``None``: never).
+    """
+
+    def __init__(self, path: str | None, max_bytes: int | None = None) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self._fd: int | None = None
+        self._file_size = 0
+        self._buffer: list[str] = []
+        self._size = 0
+        self._oldest = 0.0
+        self._encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr, separators=(",", ":"))
+        #: also told of every record (``trace.otel``, ``supervisor/traces/_otel.py``); must not raise
+        self.sink: Callable[[str, dict[str, Any]], None] | None = None
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._open()
+
+    def _open(self) -> None:
+        if self.path is None:
+            return
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._file_size = os.fstat(self._fd).st_size
+
+    def record(self, event: str, **fields: Any) -> None:
+        """Add one record. Never raises for an unserialisable field (it is written as its ``repr``)."""
+        if self.sink is not None:
+            self.sink(event, fields)
+        if self._fd is None:
+            return
+        line = self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n"
+        if not self._buffer:
+            self._oldest = time.monotonic()
+        self._buffer.append(line)
+        self._size += len(line)
+        if (event not in _BUFFERED or self._size >= FLUSH_BYTES
+                or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S):
+            self.flush()
+
+    def _line(self, record: dict[str, Any]) -> str:
+        """One strict-JSON line for ``record`` of at most about :data:`MAX_RECORD_CHARS` characters."""
+        try:
+            line = self._encoder.encode(record)
+            line.encode("utf-8")
+        except (ValueError, TypeError, RecursionError):  # NaN, lone surrogates, nesting, a failing repr...
+            line = self._encoder.encode(strict_json(record))
+        if len(line) > MAX_RECORD_CHARS:
+            line = self._encoder.encode({**strict_json(record, string_limit=_SHORT_STRING), "trace_truncated": True})
+            if len(line) > MAX_RECORD_CHARS:
+                line = self._encoder.encode({"ts": record["ts"], "trace_truncated": True,
+                                             "event": strict_json(record["event"], string_limit=200)})
+        return line
+
+    def flush(self) -> None:
+        """Write every buffered record now (one ``write`` when it fits)."""
+        if self._fd is None or not self._buffer:
+            return
+        data = "".join(self._buffer).encode("utf-8", "replace")
+        self._buffer.clear()
+        self._size = 0
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+        self._file_size += len(data)
+        if self.max_bytes is not None and self._file_size >= self.max_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """``<path>`` becomes ``<path>.1`` (an older one is replaced); records go to a new file from now on."""
+        if self.path is None or self._fd is None:
+            return
+        os.close(self._fd)
+        self._fd = None
+        os.replace(self.path, self.path + ".1")
+        self._open()
+
+    def pending(self) -> bool:
+        """Whether records wait in the buffer (the supervisor's flusher calls :meth:`flush` then)."""
+        return bool(self._buffer)
+
+    def close(self) -> None:
+        """Flush and close; safe to call twice."""
+        if self._fd is not None:
+            self.flush()
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,215 @@
+"""Supervision of one toolbox: keep its worker running, restart it with backoff, rest it after a crash loop.
+
+A :class:`ToolboxRunner` owns at most one live :class:`~supervisor.workers._worker.Worker` at a time. When the worker
+dies it restarts it after an exponential backoff (``restart_backoff_initial_s`` doubling up to
+``restart_backoff_max_s``); more than ``crash_loop_max_restarts`` deaths within ``crash_loop_window_s`` disable the
+toolbox for ``crash_loop_cooldown_s`` (trace ``crash_loop``), and its calls answer with an ``error`` that says so and
+when it is tried again. After the cool-down the toolbox starts afresh (trace ``crash_loop_recovered``, the death
+count and the backoff reset), so one agent's misbehaving command never disables its toolbox for good. A call that
+arrives while the worker is restarting waits for it (bounded by the call's wall time).
+
+Times are trio's clock (``trio.current_time``), so tests drive a runner with ``trio.testing.MockClock``; the
+worker is made by ``make_worker`` (default :class:`~supervisor.workers._worker.Worker`), so tests give a fake one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from supervisor._errors import WorkerStartError, execution_error
+from supervisor.tools import CompiledSchema
+from toolboxes._result import ToolResult
+
+from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
+
+__all__ = ["SupervisionPolicy", "ToolboxRunner"]
+
+
+class SupervisionPolicy:
+    """Restart parameters (from the policy's ``supervision`` section)."""
+
+    def __init__(self, backoff_initial_s: float = 0.1, backoff_max_s: float = 30.0, max_restarts: int = 5,
+                 window_s: float = 60.0, cooldown_s: float = 300.0) -> None:
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+        self.cooldown_s = cooldown_s
+
+
+class ToolboxRunner:
+    """Keeps one toolbox's worker alive for the supervisor."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        supervision: SupervisionPolicy,
+        *,
+        on_request: RequestHandler,
+        on_event: EventHandler,
+        on_tools: Callable[[ToolboxRunner], None],
+        make_worker: Callable[..., Worker] = Worker,
+    ) -> None:
+        self.spec = spec
+        self.supervision = supervision
+        self.worker: Worker | None = None
+        self.failed_reason: str | None = None
+        self.restarts = 0
+        self._on_request = on_request
+        self._on_event = on_event
+        self._on_tools = on_tools
+        self._deaths: deque[float] = deque()
+        self._ready = trio.Event()
+        self._stopping = False
+        self._make_worker = make_worker
+
+    @property
+    def name(self) -> str:
+        return self.spec.toolbox
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self.worker.tools if self.worker else []
+
+    def catalog(self, kind: str) -> list[dict[str, Any]]:
+        """The worker's current ``resources``, ``resource_templates`` or ``prompts`` (toolboxes/_catalog.py)."""
+        return self.worker.catalog.get(kind, []) if self.worker else []
+
+    @property
+    def schemas(self) -> list[CompiledSchema]:
+        """The compiled input schema of each of :attr:`tools` (same order)."""
+        return self.worker.schemas if self.worker else []
+
+    @property
+    def output_schemas(self) -> list[CompiledSchema | None]:
+        """The compiled output schema of each of :attr:`tools` (``None``: it has none)."""
+        return self.worker.output_schemas if self.worker else []
+
+    @property
+    def load_errors(self) -> list[dict[str, Any]]:
+        return self.worker.load_errors if self.worker else []
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start the worker, report started (or raise when the first start fails), then keep it alive forever.
+
+        Meant for ``nursery.start``. The first start failing raises (``WorkerStartError`` naming the cause, or the
+        unexpected exception), before ``started``: the supervisor turns it into a load error of this toolbox, which
+        then never serves (:meth:`fail_to_load`); a later start failing counts as a death.
+        """
+        async with trio.open_nursery() as nursery:
+            first = True
+            backoff = self.supervision.backoff_initial_s
+            while not self._stopping:
+                worker = self._make_worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper,
+                                           reuse=self.schemas)
+                try:
+                    await worker.start(nursery)
+                except Exception as exc:  # WorkerStartError, or a bug on the start path: never the supervisor's end
+                    if not isinstance(exc, WorkerStartError):
+                        with trio.CancelScope(shield=True):
+                            await worker.kill(f"could not be started: {type(exc).__name__}: {exc}")
+                    if first:
+                        raise
+                    self._on_event(worker, "worker_start_failed", {"reason": str(exc)})
+                except BaseException:  # cancelled while starting (the supervisor stops): end what was started
+                    with trio.CancelScope(shield=True):
+                        await worker.kill("its start was interrupted: the supervisor is stopping")
+                    raise
+                else:
+                    if self._stopping:  # stopped while this one started: it must not outlive the stop
+                        with trio.CancelScope(shield=True):
+                            await worker.stop()
+                        if first:
+                            task_status.started()
+                        break
+                    self.worker = worker
+                    self._ready.set()
+                    self._on_event(worker, "worker_spawn", {"pid": worker.pid, "restart": not first})
+                    self._on_tools(self)
+                    if first:
+                        task_status.started()
+                    first = False
+                    started = trio.current_time()
+                    await worker.dead.wait()
+                    self._ready = trio.Event()
+                    self._on_event(worker, "worker_exit", {"reason": worker.death_reason,
+                                                           "stderr_tail": worker.stderr_tail()[-500:]})
+                    if trio.current_time() - started > self.supervision.window_s:
+                        backoff = self.supervision.backoff_initial_s
+                if self._stopping:
+                    break
+                now = trio.current_time()
+                self._deaths.append(now)
+                while self._deaths and now - self._deaths[0] > self.supervision.window_s:
+                    self._deaths.popleft()
+                if len(self._deaths) > self.supervision.max_restarts:
+                    await self._rest(worker)
+                    backoff = self.supervision.backoff_initial_s
+                    continue
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.supervision.backoff_max_s)
+                self.restarts += 1
+                self._on_event(worker, "worker_restart", {"restarts": self.restarts})
+
+    async def _rest(self, worker: Worker) -> None:
+        """Keep the toolbox down for the cool-down after a crash loop (calls get the reason), then clear it."""
+        cooldown = self.supervision.cooldown_s
+        deaths = len(self._deaths)
+        self.failed_reason = (
+            f"toolbox {self.name} is disabled for {cooldown:g} s: its worker died {deaths} times within "
+            f"{self.supervision.window_s:g} s (last: {worker.death_reason}). It is started again after the "
+            "cool-down; fix the cause if it keeps happening.")
+        self._on_event(worker, "crash_loop", {"reason": self.failed_reason, "deaths": deaths,
+                                              "cooldown_s": cooldown})
+        self._ready.set()  # wake waiters so they get the failure
+        await trio.sleep(cooldown)
+        self._deaths.clear()
+        self._ready = trio.Event()
+        self.failed_reason = None
+        self._on_event(worker, "crash_loop_recovered", {"cooldown_s": cooldown, "deaths": deaths})
+
+    def fail_to_load(self, message: str) -> None:
+        """Disable this toolbox for good because it could not load: its calls answer with ``message``."""
+        self.failed_reason = message
+        self._ready.set()  # wake waiters so they get the failure
+
+    def _on_event_wrapper(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
+        if kind == "tools_changed":
+            self._on_tools(self)
+        self._on_event(worker, kind, data)
+
+    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
+                   wall_time_s: float | None = None, origin: Any = None, op: str | None = None) -> ToolResult:
+        """Call ``tool`` on the live worker, waiting for a restart in progress if needed."""
+        limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
+        deadline = trio.current_time() + limit
+        worker = self.worker
+        if self.failed_reason:
+            return execution_error(self.failed_reason)
+        if worker is None or worker.state is not WorkerState.READY:
+            with trio.move_on_at(deadline):
+                while not self.failed_reason:
+                    await self._ready.wait()
+                    worker = self.worker
+                    if worker is not None and worker.state is WorkerState.READY:
+                        break
+                    await trio.sleep(0.01)
+            if self.failed_reason:
+                return execution_error(self.failed_reason)
+            if worker is None or worker.state is not WorkerState.READY:
+                return execution_error(f"toolbox {self.name} is restarting and did not come back within "
+                                        f"{limit:g} s; try again later")
+        remaining = max(0.001, deadline - trio.current_time())
+        if op is None:  # a tool call, the only kind every worker (and test double) serves
+            return await worker.call(tool, args, ctx, remaining, origin)
+        return await worker.call(tool, args, ctx, remaining, origin, op=op)
+
+    async def stop(self) -> None:
+        """Stop the worker for good (graceful, bounded)."""
+        self._stopping = True
+        if self.worker is not None:
+            await self.worker.stop()

@@ -1,0 +1,221 @@
+"""The policy's ``credentials``: clear config errors, agent-file references read as placeholders (never the
+value), grants and placeholders per toolbox, and the three sources (env, a root-only file, a command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from supervisor._errors import PolicyRefused
+from supervisor.config._credentials import CredentialPolicy
+from supervisor.config._errors import ConfigError
+from supervisor.config._loader import load_config
+from supervisor.plan._compile import compile_policy
+from supervisor.plan._credential_values import load_credentials, read_root_only_file
+from tests._policies import agent, system_toolbox, write_policy
+
+SECRET = "ghp_" + os.urandom(8).hex()
+GITHUB = {"source": {"env": "GITHUB_TOKEN"}, "bindings": [{"hosts": ["api.github.com"]}],
+          "header": "Authorization: Bearer {value}"}
+
+
+def _openapi(spec: Path, **extra: object) -> dict:
+    return {"tag": "OpenAPIServer", "contents": {"SpecUrl": str(spec), "BaseUrl": "https://api.github.com",
+                                                 "Name": "gh", **extra}}
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"openapi": "3.0.0", "info": {"title": "t", "version": "1"}, "paths": {
+        "/user": {"get": {"operationId": "me", "responses": {"200": {"description": "ok"}}}}}}))
+    return path
+
+
+def _error(tmp_path: Path, credentials: object, **policy: object) -> str:
+    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
+                        credentials=credentials, **policy)
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(path))
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(("credentials", "words"), [
+    ({"bad-name": GITHUB}, "invalid credential name 'bad-name'"),
+    ({"gh": {**GITHUB, "source": {}}}, "exactly one of env, file, command"),
+    ({"gh": {**GITHUB, "source": {"env": "A", "file": "/x"}}}, "(found env, file)"),
+    ({"gh": {**GITHUB, "source": {"file": "relative/token"}}}, "is not absolute"),
+    ({"gh": {**GITHUB, "source": {"command": ["vault", "read"]}}}, "'vault' is not an absolute path"),
+    ({"gh": {**GITHUB, "bindings": []}}, "bindings"),
+    ({"gh": {**GITHUB, "bindings": [{"hosts": ["api.github.com:443"]}]}}, "invalid host in a credential binding"),
+    ({"gh": {**GITHUB, "bindings": [{"hosts": ["a.test"], "schemes": ["ftp"]}]}}, "schemes"),
+    ({"gh": {**GITHUB, "bindings": [{"hosts": ["a.test"], "path_prefixes": ["v1"]}]}}, "invalid path prefix"),
+    ({"gh": {**GITHUB, "header": "Authorization Bearer {value}"}}, "invalid header"),
+    ({"gh": {**GITHUB, "header": "Authorization: Bearer"}}, "{value} exactly once"),
+    ({"gh": {**GITHUB, "header": "Host: {value}"}}, "cannot carry a credential"),
+    ({"gh": {**GITHUB, "query": "key"}}, "not both"),
+    ({"gh": {**GITHUB, "sorce": {}}}, "unknown key 'sorce'"),
+])
+def test_config_errors_name_the_path_and_what_to_write(tmp_path: Path, credentials: object, words: str) -> None:
+    text = _error(tmp_path, credentials)
+    assert words in text, text
+    assert "credentials" in text
+
+
+def test_a_toolbox_naming_an_unknown_credential_is_an_error(tmp_path: Path) -> None:
+    text = _error(tmp_path, {"gh": GITHUB}, toolboxes={"system": {"credentials": ["gitlab"]}})
+    assert "names the credential 'gitlab', which credentials does not define" in text and "gh" in text
+
+
+def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(tmp_path: Path, spec: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Token: "${GITHUB_TOKEN}"`` (the credential's env source) and ``${gh}`` (its name) both become the
+    placeholder in the worker's config; the value is only in the spec's credentials, for the proxy."""
+    monkeypatch.setenv("GITHUB_TOKEN", SECRET)
+    tb = _openapi(spec, Token="${GITHUB_TOKEN}", Headers={"X-Also": "token ${gh}"})
+    path = write_policy(tmp_path, {"a": agent(openApiToolboxes=[tb])}, credentials={"gh": GITHUB})
+    compiled = compile_policy(load_config(str(path)), prepare=False)
+    (spec_,) = compiled.specs
+    worker_config = json.dumps(spec_.plan.payload)
+    assert SECRET not in worker_config and SECRET not in json.dumps(spec_.report)
+    cfg = spec_.plan.payload["config"]
+    assert cfg["Token"] == "AGENTS_SUPERVISE_CREDENTIAL_gh"
+    assert cfg["Headers"]["X-Also"] == "token AGENTS_SUPERVISE_CREDENTIAL_gh"
+    assert [c.name for c in spec_.credentials] == ["gh"] and spec_.credentials[0].value == SECRET
+    assert spec_.report["credentials"][0]["bindings"][0]["hosts"] == ["api.github.com"]
+    assert SECRET not in repr(spec_)
+
+
+def test_other_variables_still_expand_and_ungranted_toolboxes_get_nothing(tmp_path: Path, spec: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", SECRET)
+    monkeypatch.setenv("PLAIN", "plain-value")
+    tb = _openapi(spec, Headers={"X-Plain": "${PLAIN}"})
+    other = system_toolbox(capabilities=["date"])
+    path = write_policy(tmp_path, {"a": agent(openApiToolboxes=[tb], builtinToolboxes=[other])},
+                        credentials={"gh": GITHUB})
+    specs = {s.toolbox: s for s in compile_policy(load_config(str(path)), prepare=False).specs}
+    assert specs["gh"].plan.payload["config"]["Headers"] == {"X-Plain": "plain-value"}
+    assert specs["gh"].credentials == () and specs["system"].credentials == ()
+
+
+def test_policy_grant_and_credential_env_placeholder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MCP server or a bash tool that insists on an environment variable gets the placeholder in it; the
+    toolbox is granted the credential; a grant its AllowedHosts cannot use is a warning."""
+    monkeypatch.setenv("GITHUB_TOKEN", SECRET)
+    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
+                        credentials={"gh": GITHUB},
+                        toolboxes={"system": {"credential_env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "gh"},
+                                              "allowed_hosts": ["other.example.com"]}})
+    compiled = compile_policy(load_config(str(path)), prepare=False)
+    (spec_,) = compiled.specs
+    assert spec_.plan.env["GITHUB_PERSONAL_ACCESS_TOKEN"] == "AGENTS_SUPERVISE_CREDENTIAL_gh"
+    assert SECRET not in json.dumps(spec_.plan.env)
+    assert [c.name for c in spec_.credentials] == ["gh"]
+    assert any("bound to api.github.com, which its AllowedHosts do not allow" in w for w in spec_.warnings)
+
+
+def test_a_missing_source_refuses_the_policy_naming_the_credential(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
+                        credentials={"gh": GITHUB})
+    with pytest.raises(PolicyRefused, match=r"credentials\.gh: the environment variable GITHUB_TOKEN is not set"):
+        compile_policy(load_config(str(path)), prepare=False)
+
+
+def _spec(source: dict) -> dict[str, CredentialPolicy]:
+    return {"gh": CredentialPolicy.model_validate({**GITHUB, "source": source})}
+
+
+def test_env_value_is_stripped_and_checked() -> None:
+    assert load_credentials(_spec({"env": "T"}), {"T": f" {SECRET}\n"})["gh"].value == SECRET
+    with pytest.raises(PolicyRefused) as caught:
+        load_credentials(_spec({"env": "T"}), {"T": "a\r\nX-Injected: 1"})
+    assert "control character" in str(caught.value) and "Injected" not in str(caught.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root-owned files need root")
+def test_root_only_file_source(tmp_path: Path) -> None:
+    """A 0600 root file is read; a file others may read, a file of another owner and a symbolic link (to the
+    good file, or on the path) are refused with what is wrong."""
+    good = tmp_path / "token"
+    good.write_text(SECRET + "\n")
+    good.chmod(0o600)
+    assert load_credentials(_spec({"file": str(good)}))["gh"].value == SECRET
+    loose = tmp_path / "loose"
+    loose.write_text(SECRET)
+    loose.chmod(0o640)
+    with pytest.raises(PolicyRefused, match="mode is 0640: group or others"):
+        load_credentials(_spec({"file": str(loose)}))
+    theirs = tmp_path / "theirs"
+    theirs.write_text(SECRET)
+    theirs.chmod(0o600)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(PolicyRefused, match="owned by uid 65534, not by root"):
+        load_credentials(_spec({"file": str(theirs)}))
+    link = tmp_path / "link"
+    link.symlink_to(good)
+    with pytest.raises(PolicyRefused, match="cannot be opened"):
+        load_credentials(_spec({"file": str(link)}))
+    (tmp_path / "dirlink").symlink_to(tmp_path)
+    with pytest.raises(PolicyRefused, match="symbolic link on the path is refused"):
+        load_credentials(_spec({"file": str(tmp_path / "dirlink" / "token")}))
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_root_only_file(str(tmp_path))
+
+
+def test_command_source(tmp_path: Path) -> None:
+    """The command's output is the value; a failure names its exit status but never its output."""
+    env = {"FROM_VAULT": SECRET}  # the command runs with the supervisor's environment
+    ok = _spec({"command": [sys.executable, "-c", "import os; print(os.environ['FROM_VAULT'])"]})
+    assert load_credentials(ok, env)["gh"].value == SECRET
+    failing = _spec({"command": [sys.executable, "-c", "import os, sys; print(os.environ['FROM_VAULT']); "
+                                 "sys.stderr.write(os.environ['FROM_VAULT']); sys.exit(3)"]})
+    with pytest.raises(PolicyRefused) as caught:
+        load_credentials(failing, env)
+    assert "exit status 3" in str(caught.value) and SECRET not in str(caught.value)
+    slow = _spec({"command": [sys.executable, "-c", "import time; time.sleep(30)"], "timeout_s": 0.5})
+    with pytest.raises(PolicyRefused, match=r"did not finish within 0\.5 s"):
+        load_credentials(slow)
+    with pytest.raises(PolicyRefused, match="cannot be run"):
+        load_credentials(_spec({"command": [str(tmp_path / "missing")]}))
+
+
+def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
+    """The worker gets the CA's file read-only and the variables that point its TLS clients at it; the file holds
+    the certificate only; a leaf names exactly its host and is signed by the CA; without hosts it is a warning."""
+    from cryptography import x509
+
+    from sandbox._plan import READ
+    from sandbox._tls_ca import supervisor_ca
+    from supervisor.plan._tls_termination import CA_ENV_VARS, write_ca_file
+
+    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"]),
+                                                                system_toolbox("quiet", capabilities=["date"])])},
+                        toolboxes={"system": {"tls_termination": True, "allowed_hosts": ["api.example.test"]},
+                                   "quiet": {"tls_termination": True}})
+    specs = {s.toolbox: s for s in compile_policy(load_config(str(path)), prepare=False).specs}
+    ca = supervisor_ca()
+    ca_path = str(tmp_path / "state" / "tls" / f"ca-{ca.fingerprint}.pem")
+    system = specs["system"]
+    assert all(system.plan.env[v] == ca_path for v in CA_ENV_VARS)
+    assert any(r.path == ca_path and r.mode == READ for r in system.plan.fs_rules)
+    assert system.terminator is ca and system.report["tls_termination"] is True
+    assert specs["quiet"].terminator is None
+    assert any("tls_termination has no effect" in w for w in specs["quiet"].warnings)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    written = write_ca_file(str(tmp_path / "state"), ca)
+    assert written == ca_path and oct(os.stat(written).st_mode & 0o777) == "0o644"
+    text = Path(written).read_text()
+    assert "PRIVATE KEY" not in text and x509.load_pem_x509_certificate(text.encode()) == ca.cert
+    leaf = ca.leaf("api.example.test")
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName)
+    assert names == ["api.example.test"] and leaf.issuer == ca.cert.subject
+    leaf.verify_directly_issued_by(ca.cert)
+    assert ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length == 0

@@ -1,0 +1,161 @@
+"""Policy compilation: what each worker gets, and the policies that must be refused before anything starts."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+
+from sandbox._plan import READ, WRITE
+from supervisor._errors import PolicyRefused
+from supervisor.config._loader import load_config
+from supervisor.plan._compile import compile_policy
+from tests._policies import agent, system_toolbox, write_policy
+
+
+def _compile(root: Path, toolbox: dict, **policy: object):
+    path = write_policy(root, {"tester": agent(builtinToolboxes=[toolbox])}, **policy)
+    return compile_policy(load_config(str(path)), state_dir=str(root / "state"), prepare=False)
+
+
+def test_a_worker_gets_its_folders_system_paths_and_limits(sandbox_tmp: Path) -> None:
+    compiled = _compile(sandbox_tmp, system_toolbox(), limits={"open_files": 99, "wall_time_s": 7})
+    (spec,) = compiled.specs
+    rules = {r.path: r.mode for r in spec.plan.fs_rules}
+    assert rules[str(sandbox_tmp / "state" / "work" / "tester" / "system")] == WRITE
+    assert rules["/usr"] == READ
+    assert all(mode == READ for path, mode in rules.items() if not path.startswith(str(sandbox_tmp))
+               and path != "/dev/null")
+    assert spec.plan.rlimits.open_files == 99 and spec.wall_time_s == 7
+    assert spec.plan.new_netns and spec.plan.new_pidns and not spec.plan.bridge
+    assert spec.plan.tcp_connect_ports == ()
+    assert "PYTHONPATH" not in spec.plan.env and spec.plan.env["HOME"].endswith("/work/tester/system")
+    assert spec.plan.env["SHELL"] == "/bin/sh"  # bash would look the account up for it on every start
+    if os.geteuid() == 0:
+        assert (spec.plan.uid, spec.plan.gid) == (65534, 65534)
+    own = _compile(sandbox_tmp, system_toolbox(), worker_env={"PATH": "/usr/bin", "SHELL": "/bin/bash"}).specs[0]
+    assert own.plan.env["SHELL"] == "/bin/bash"
+
+
+def test_landlock_too_old_for_a_strict_policy_is_refused(sandbox_tmp: Path) -> None:
+    with pytest.raises(PolicyRefused, match="needs at least 64"):
+        _compile(sandbox_tmp, system_toolbox(), strict=True, landlock_min_abi=64)
+
+
+def test_always_allow_is_refused_under_strict_and_never_read_write(sandbox_tmp: Path) -> None:
+    fsb = {"fsbPredicate": {"tag": "AlwaysAllow"}}
+    toolbox = system_toolbox(capabilities=["list-directory"], FileSandbox=fsb)
+    with pytest.raises(PolicyRefused, match="whole filesystem"):
+        _compile(sandbox_tmp, toolbox, strict=True)
+    compiled = _compile(sandbox_tmp, toolbox, strict=False, landlock_min_abi=0, inexact_predicates="warn")
+    rules = {r.path: r.mode for r in compiled.specs[0].plan.fs_rules}
+    assert rules["/"] == READ
+    assert any("whole filesystem" in w for w in compiled.warnings)
+
+
+def test_inexact_predicate_on_code_running_toolbox(sandbox_tmp: Path) -> None:
+    project = sandbox_tmp / "project"
+    project.mkdir()
+    fsb = {"fsbPredicate": {"tag": "And", "contents": [
+        {"tag": "DirectoryRecursive", "contents": str(project)}, {"tag": "FileExtension", "contents": ["md"]}]}}
+    runs_code = system_toolbox(capabilities=["execute-command"], FileSandbox=fsb)
+    with pytest.raises(PolicyRefused, match="runs arbitrary code"):
+        _compile(sandbox_tmp, runs_code, inexact_predicates="refuse")
+    warned = _compile(sandbox_tmp, runs_code, inexact_predicates="warn")
+    assert any("cannot be enforced exactly" in w for w in warned.warnings)
+    # The same predicate on a toolbox that runs no code is fine: the in-worker check gives the predicate.
+    reads_only = _compile(sandbox_tmp, system_toolbox(capabilities=["list-directory"], FileSandbox=fsb))
+    report = reads_only.specs[0].report["file_sandbox"]
+    assert report["exact"] is False and report["mode"] == READ and report["residual"]
+
+
+def test_allowed_hosts_give_a_bridge_and_proxy_environment(sandbox_tmp: Path) -> None:
+    compiled = _compile(sandbox_tmp, system_toolbox(), toolboxes={"system": {"allowed_hosts": ["api.example.com"]}})
+    spec = compiled.specs[0]
+    assert spec.plan.bridge and spec.plan.tcp_connect_ports == (3128, 53)
+    assert spec.plan.env["HTTPS_PROXY"] == "http://127.0.0.1:3128"
+    assert spec.allowed_hosts == ("api.example.com",)
+    assert spec.report["allowed_hosts"] == ["api.example.com"]
+
+
+def test_an_mcp_server_may_read_its_executable_and_path_arguments(sandbox_tmp: Path) -> None:
+    script = sandbox_tmp / "server.py"
+    script.write_text("")
+    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "files", "executable": "/bin/sh",
+                                                  "args": [str(script), "--flag", "/", str(sandbox_tmp / "nope")]}}
+    path = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[mcp])})
+    compiled = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
+    (spec,) = compiled.specs
+    rules = {r.path: r.mode for r in spec.plan.fs_rules}
+    assert rules[str(script)] == READ
+    assert rules[os.path.realpath("/bin/sh")] == READ
+    assert "/" not in rules and str(sandbox_tmp / "nope") not in rules
+    assert any("whole filesystem; not granted" in w for w in compiled.warnings)
+
+
+def test_an_unreadable_interpreter_is_refused(sandbox_tmp: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the uid check applies when the supervisor runs as root")
+    hidden = sandbox_tmp / "hidden"
+    hidden.mkdir(mode=0o700)
+    fake_python = hidden / "python3"
+    fake_python.write_text("")
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])})
+    with pytest.raises(PolicyRefused, match="cannot read"):
+        compile_policy(load_config(str(path)), python=str(fake_python), state_dir=str(sandbox_tmp / "state"))
+
+
+def test_every_toolbox_kind_the_loader_produces_is_implemented(sandbox_tmp: Path) -> None:
+    """Every kind of the loader runs (nothing is left out); an OpenAPI toolbox compiles to a worker with its hosts
+    and, for a spec given by path, the spec and its folder (relative $ref files) readable."""
+    import toolboxes._worker as worker_loop
+    from supervisor.config._agent_toolboxes import TOOLBOX_KINDS
+    from supervisor.plan._compile import IMPLEMENTED_KINDS
+
+    assert set(TOOLBOX_KINDS) <= IMPLEMENTED_KINDS
+    assert set(TOOLBOX_KINDS) <= worker_loop._KINDS
+    for kind in TOOLBOX_KINDS:
+        assert callable(importlib.import_module(f"toolboxes.{kind}").open_toolbox), kind
+    spec_dir = sandbox_tmp / "specs"
+    spec_dir.mkdir()
+    (spec_dir / "api.yaml").write_text("openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n")
+    openapi = {"tag": "OpenAPIServer", "contents": {"SpecUrl": str(spec_dir / "api.yaml"),
+                                                    "BaseUrl": "https://api.example.com"}}
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()],
+                                                      openApiToolboxes=[openapi])}, strict=True)
+    compiled = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
+    assert [s.kind for s in compiled.specs] == ["openapi", "system"]
+    assert not any("left out" in w for w in compiled.warnings)
+    report = compiled.specs[0].report
+    assert report["allowed_hosts"] == ["api.example.com"]
+    assert str(spec_dir) in report["read_only"]
+
+
+
+# -- RLIMIT_AS only where no cgroup bounds memory (issue 13 item 11) ------------------------------------------------
+def test_address_space_rlimit_is_the_memory_bound_only_without_a_cgroup_memory_limit() -> None:
+    from sandbox._cgroups import CgroupLayout, CgroupPlan
+    from supervisor.plan._compile import plan_address_space
+
+    layout = CgroupLayout("v2", "/sys/fs/cgroup/x", "/sys/fs/cgroup/x", "/sys/fs/cgroup", "/sys/fs/cgroup/x")
+    memory = CgroupPlan(layout, pids_max=64, memory_bytes=2**30, required=True)
+    optional = CgroupPlan(layout, pids_max=64, memory_bytes=2**30, required=False)
+    pids_only = CgroupPlan(layout, pids_max=64, memory_bytes=None)
+    assert plan_address_space(2**29, memory) == (None, None)
+    assert plan_address_space(2**29, optional) == (None, 2**29)  # back if the optional group cannot be made
+    assert plan_address_space(2**29, pids_only) == (2**29, None)
+    assert plan_address_space(2**29, None) == (2**29, None)
+    assert plan_address_space(None, memory) == (None, None)
+
+
+def test_check_says_when_the_cgroup_replaces_the_address_space_rlimit(sandbox_tmp: Path) -> None:
+    compiled = _compile(sandbox_tmp, system_toolbox(), limits={"address_space_bytes": "512MiB"})
+    (spec,) = compiled.specs
+    if spec.cgroup is None or spec.cgroup.memory_bytes is None:
+        assert spec.plan.rlimits.address_space_bytes == 512 * 2**20  # this host has no cgroup: the rlimit bounds
+    else:
+        assert spec.plan.rlimits.address_space_bytes is None and spec.report["rlimit_as"] is None
+    no_memory = _compile(sandbox_tmp, system_toolbox(), limits={"address_space_bytes": "512MiB", "memory_bytes": None})
+    assert no_memory.specs[0].plan.rlimits.address_space_bytes == 512 * 2**20
