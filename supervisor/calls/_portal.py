@@ -37,6 +37,7 @@ from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
 from ._registry import RegisteredTool, ToolRegistry
+from ._unloaded import unloaded_note
 
 __all__ = ["CallOrigin", "Portal", "SessionLimits", "StackEntry"]
 
@@ -186,8 +187,10 @@ class Portal:
             if scope is not None:
                 known = [k for k in known if (t := self.registry.get(k)) is not None and t.agent == scope]
             shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
+            note = unloaded_note(name, self.registry.runners, scope)
             return self._refuse(origin, name, "PortalToolNotFound",
-                                f"Tool not found: '{name}'. Available tools: {shown or 'none'}.")
+                                f"Tool not found: '{name}'. {note + ' ' if note else ''}"
+                                f"Available tools: {shown or 'none'}.")
         if origin.allowed is not None and name not in origin.allowed:
             allowed = ", ".join(sorted(origin.allowed)) or "none"
             return self._refuse(origin, name, "PortalToolNotAllowed",

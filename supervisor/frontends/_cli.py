@@ -163,7 +163,7 @@ async def _serve(args: argparse.Namespace) -> int:
         from supervisor.config import load_config
 
         from ._http_auth import http_frontend_from_policy
-        from ._mcp_http import serve_mcp_http
+        from ._http_server import serve_mcp_http
 
         settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
