@@ -123,7 +123,7 @@ def _check_tool_call(args: argparse.Namespace) -> int:
 
         policy = load_config(args.policy, []).policy
         extra = {"system_paths": tuple(policy.system_paths), "env": dict(policy.worker_env),
-                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid}
+                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid, "private_view": policy.private_view}
     outcome = trio.run(lambda: check_tool_call(args.tool, sys.stdin.read(), **extra))
     if outcome.exit_code == EXIT_ERROR:
         return _fail(outcome.text)

@@ -251,3 +251,14 @@ def test_check_says_audit_records_explain_denials_as_root(sandbox_tmp: Path) -> 
     assert "a call refused by the kernel is explained (kernel_audit: enable):" in human
     assert "Landlock denials: from the kernel's audit records" in human, human
     assert "seccomp refusals: from the kernel's audit records" in human
+
+
+@pytest.mark.root
+async def test_in_the_private_view_a_write_to_a_read_only_path_is_explained_too(sandbox_tmp: Path) -> None:
+    # the view mounts what a worker may only read read-only: the kernel answers EROFS before Landlock is asked
+    policy = _policy(sandbox_tmp, {"etc": 'echo hi > /etc/planted; exit 1'})
+    async with Supervisor.open(policy) as sup:
+        etc = await sup.call("bash_etc", {})
+    assert "Read-only file system" in etc.data, etc.data
+    assert "[denied: write /etc/planted was refused by the worker's private view" in etc.data, etc.data
+    assert [r["source"] for r in _denials(sandbox_tmp) if r["target"] == "/etc/planted"] == ["error text"]
