@@ -122,6 +122,8 @@ class KernelAudit:
         self._barriers: dict[str, trio.Event] = {}
         #: (worker object, launcher pid) -> its audit session: a reused pid of a later worker is another key
         self._session_of_pid: OrderedDict[tuple[int, int], int | None] = OrderedDict()
+        #: a worker spec's rules as an FsContext, made once (the spec is kept with it: ids are reused)
+        self._context_of_spec: OrderedDict[int, tuple[Any, FsContext]] = OrderedDict()
         self._contexts: OrderedDict[int, FsContext] = OrderedDict()
         #: calls in flight per worker session; a call cancelled before its result never reaches its finisher, so
         #: the lists and the map are bounded (the oldest entries go)
@@ -279,6 +281,15 @@ class KernelAudit:
 
     def _context(self, tool: Any) -> FsContext:
         spec = getattr(tool.runner, "spec", None)
+        cached = self._context_of_spec.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        context = self._make_context(tool, spec)
+        self._context_of_spec[id(spec)] = (spec, context)
+        _bound(self._context_of_spec, _MAX_SESSIONS)
+        return context
+
+    def _make_context(self, tool: Any, spec: Any) -> FsContext:
         plan = getattr(spec, "plan", None)
         return context_of(tool.toolbox, getattr(spec, "kind", ""), getattr(plan, "fs_rules", ()),
                           getattr(spec, "report", {}) or {}, self.system_paths, getattr(plan, "workdir", ""),
