@@ -54,7 +54,7 @@ from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_confi
 from supervisor.plan import CompiledPolicy, compile_policy, prepare_git_sources
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, answer_host_request
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
-from supervisor.workers import LimitWatch, SupervisionPolicy, ToolboxRunner, Worker
+from supervisor.workers import KernelAudit, LimitWatch, SupervisionPolicy, ToolboxRunner, Worker, combine_watches
 from toolboxes._catalog import KINDS
 from toolboxes._progress import ProgressUpdate, parse_progress_event
 from toolboxes._result import ToolResult
@@ -103,13 +103,16 @@ class Supervisor:
         self.trace = trace
         self.registry = ToolRegistry()
         self.attachments = AttachmentStore(compiled.state_dir, compiled.media_limits)
+        #: the kernel's denials (Landlock, seccomp) read from audit records, explained per call
+        self.kernel_audit = KernelAudit(trace, mode=self.config.policy.kernel_audit,
+                                        system_paths=tuple(self.config.policy.system_paths))
         self.portal = Portal(
             registry=self.registry,
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
-            watch=LimitWatch(trace).begin,
+            watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
@@ -181,6 +184,7 @@ class Supervisor:
             sup._prune_sessions()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup._flush_trace)
+                await nursery.start(sup.kernel_audit.run)
                 await sup._start(nursery)
                 # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
                 # costs what was made since (it stalls every task and thread while it runs).

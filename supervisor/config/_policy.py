@@ -578,6 +578,11 @@ class Policy(_Model):
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
+    kernel_audit: Literal["enable", "use", "off"] = Field(
+        default="enable",
+        description="read the kernel's audit records to say which Landlock rule or seccomp filter refused a call: "
+                    "enable = turn the host's audit on if it is off (it stays on), use = only if it is already on, "
+                    "off = never (failed calls' 'Permission denied' paths are then explained from the rules)")
     private_view: bool = Field(
         default=True,
         description="each worker gets a root of its own holding only the paths it is granted (a fresh /tmp, "

@@ -372,6 +372,7 @@ def plan_worker(
         ),
         env=env,
         xattrs=overrides.xattrs,
+        audit_denials=policy.kernel_audit != "off",
     )
     report = {
         "uid": uid if uid is not None else os.geteuid(),
