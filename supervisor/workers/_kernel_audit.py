@@ -120,7 +120,10 @@ class KernelAudit:
         self._control: Any = None
         self._tokens = itertools.count(1)
         self._barriers: dict[str, trio.Event] = {}
-        self._session_of_pid: OrderedDict[int, int | None] = OrderedDict()
+        #: (worker object, launcher pid) -> its audit session: a reused pid of a later worker is another key
+        self._session_of_pid: OrderedDict[tuple[int, int], int | None] = OrderedDict()
+        #: a worker spec's rules as an FsContext, made once (the spec is kept with it: ids are reused)
+        self._context_of_spec: OrderedDict[int, tuple[Any, FsContext]] = OrderedDict()
         self._contexts: OrderedDict[int, FsContext] = OrderedDict()
         #: calls in flight per worker session; a call cancelled before its result never reaches its finisher, so
         #: the lists and the map are bounded (the oldest entries go)
@@ -266,16 +269,27 @@ class KernelAudit:
                               source="audit")
 
     # -- the per-call watch ------------------------------------------------------------------------------------
-    def _session(self, pid: int | None) -> int | None:
+    def _session(self, worker: Any) -> int | None:
+        pid = getattr(worker, "pid", None)
         if pid is None:
             return None
-        if pid not in self._session_of_pid:
-            self._session_of_pid[pid] = read_session(pid)
+        key = (id(worker), pid)
+        if key not in self._session_of_pid:
+            self._session_of_pid[key] = read_session(pid)
             _bound(self._session_of_pid, _MAX_SESSIONS)
-        return self._session_of_pid[pid]
+        return self._session_of_pid[key]
 
     def _context(self, tool: Any) -> FsContext:
         spec = getattr(tool.runner, "spec", None)
+        cached = self._context_of_spec.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        context = self._make_context(tool, spec)
+        self._context_of_spec[id(spec)] = (spec, context)
+        _bound(self._context_of_spec, _MAX_SESSIONS)
+        return context
+
+    def _make_context(self, tool: Any, spec: Any) -> FsContext:
         plan = getattr(spec, "plan", None)
         return context_of(tool.toolbox, getattr(spec, "kind", ""), getattr(plan, "fs_rules", ()),
                           getattr(spec, "report", {}) or {}, self.system_paths, getattr(plan, "workdir", ""),
@@ -284,7 +298,7 @@ class KernelAudit:
     def begin(self, tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
         """Note the call in flight on ``tool``'s worker; the returned coroutine function explains its result."""
         context = self._context(tool)
-        session = self._session(getattr(getattr(tool.runner, "worker", None), "pid", None))
+        session = self._session(getattr(tool.runner, "worker", None))
         call = _Call(call_id, tool.name, tool.toolbox)
         if session is not None:
             self._contexts[session] = context
