@@ -56,11 +56,16 @@ class ViewSpec:
             ``hostname`` capability is granted).
         tmp_bytes: size of the fresh tmpfs on ``/tmp``.
         shm_bytes: size of the fresh tmpfs on ``/dev/shm``.
+        system_paths: rule paths no worker and no agent file can write (the policy's system paths, the
+            interpreter, the staged worker code): their read-only binds, and every device node, get inodes of the
+            worker's own (a read-only overlay), so a lock or inotify watch on them reaches no other worker. Other
+            read-only grants stay plain binds: their writers' changes and locks (SQLite's) must be seen live.
     """
 
     hostname: str = NEUTRAL_HOSTNAME
     tmp_bytes: int = 64 << 20
     shm_bytes: int = 16 << 20
+    system_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,9 @@ class ConfinementPlan:
             ``/dev/shm`` and ``/proc``, ``/etc`` files naming only the worker, a UTS namespace), or ``None``: the
             worker sees the host's tree (Landlock alone decides what it may open). Needs ``new_pidns``.
         xattrs: let the worker use the extended-attribute system calls (seccomp answers ``EOPNOTSUPP`` otherwise).
+        audit_denials: the kernel reports the worker's denials to its audit log, for the supervisor's explanations:
+            an audit session of its own (``sandbox._audit_session``), Landlock logging after exec too, and the
+            seccomp refusals worth explaining logged (``sandbox._seccomp.plan_seccomp_log``).
         workdir: the worker's own work folder (read-write, its cwd and HOME).
         env: the complete environment of the worker (nothing of the supervisor's is inherited).
         entry: ``module:function`` called as ``function(payload)`` after confinement.
@@ -117,6 +125,7 @@ class ConfinementPlan:
     view: ViewSpec | None = None
     env: dict[str, str] = field(default_factory=dict)
     xattrs: bool = False
+    audit_denials: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         """Return the plan as plain msgpack-able data."""
@@ -131,5 +140,7 @@ class ConfinementPlan:
         data["tcp_connect_ports"] = tuple(data.get("tcp_connect_ports", ()))
         data["groups"] = tuple(data.get("groups", ()))
         if data.get("view") is not None:
-            data["view"] = ViewSpec(**data["view"])
+            view = dict(data["view"])
+            view["system_paths"] = tuple(view.get("system_paths", ()))
+            data["view"] = ViewSpec(**view)
         return cls(**data)

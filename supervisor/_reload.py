@@ -166,10 +166,7 @@ async def reload_supervisor(sup: Supervisor, nursery: trio.Nursery) -> ReloadOut
         key = (spec.agent, spec.toolbox)
         runners.append(by_key[key] if key in plan.kept else sup.new_runner(spec))
     sup.runners = runners
-    async with trio.open_nursery() as starting_now:
-        for runner in runners:
-            if runner.key in fresh:
-                starting_now.start_soon(sup.start_runner, nursery, runner)
+    await sup.start_runners(nursery, [r for r in runners if r.key in fresh])
     sup.rebuild_tools()
     sup.trace.record("policy_reload", status="applied", policy=sup.reload_source[0],
                      **{what: [f"{a}/{t}" for a, t in keys] for what, keys in (

@@ -11,7 +11,9 @@ worker, folders, uid and tool names (``system_system_date`` of each, see :mod:`s
 
 ``open`` loads and compiles the policy (raising :class:`~supervisor.config._errors.ConfigError` or
 :class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
-returns once every worker said hello or failed to load.
+returns once every worker said hello or failed to load. The workers start concurrently, at most
+``supervision.parallel_starts`` at once; the tool list and the load errors are in the policy's order whatever
+order the workers finish in.
 
 Nothing that goes wrong while one toolbox loads ends the supervisor: an error in its compilation, its folders, its
 git skill sources, its worker's start or the handling of its tool list (an unexpected exception included) becomes
@@ -60,7 +62,15 @@ from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_confi
 from supervisor.plan import CompiledPolicy, compile_policy, prepare_git_sources
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, answer_host_request
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
-from supervisor.workers import LimitWatch, SupervisionPolicy, ToolboxRunner, Worker, WorkerSpec
+from supervisor.workers import (
+    KernelAudit,
+    LimitWatch,
+    SupervisionPolicy,
+    ToolboxRunner,
+    Worker,
+    WorkerSpec,
+    combine_watches,
+)
 from toolboxes._catalog import KINDS
 from toolboxes._progress import ProgressUpdate, parse_progress_event
 from toolboxes._result import ToolResult
@@ -112,13 +122,16 @@ class Supervisor:
         self.trace = trace
         self.registry = ToolRegistry()
         self.attachments = AttachmentStore(compiled.state_dir, compiled.media_limits)
+        #: the kernel's denials (Landlock, seccomp) read from audit records, explained per call
+        self.kernel_audit = KernelAudit(trace, mode=self.config.policy.kernel_audit,
+                                        system_paths=tuple(self.config.policy.system_paths))
         self.portal = Portal(
             registry=self.registry,
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
             postprocess=self._postprocess,
-            watch=LimitWatch(trace).begin,
+            watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
@@ -200,6 +213,7 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 sup._nursery = nursery
                 nursery.start_soon(sup._flush_trace)
+                await nursery.start(sup.kernel_audit.run)
                 await sup._start(nursery)
                 # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
                 # costs what was made since (it stalls every task and thread while it runs).
@@ -238,10 +252,19 @@ class Supervisor:
         self.source_errors = await prepare_git_sources(self.compiled, self.trace)
         self.set_auto_enabled()
         self.runners = [self.new_runner(spec) for spec in self.compiled.specs]
-        async with trio.open_nursery() as starting:
-            for runner in self.runners:
-                starting.start_soon(self.start_runner, nursery, runner)
+        await self.start_runners(nursery, self.runners)
         self._rebuild()
+
+    async def start_runners(self, nursery: trio.Nursery, runners: list[ToolboxRunner]) -> None:
+        """Start ``runners`` in ``nursery`` at once, up to ``parallel_starts`` of them; whatever order they finish
+        in, the load errors follow the policy's order (and the tool list, built from :attr:`runners`)."""
+        places = trio.CapacityLimiter(self.compiled.parallel_starts)
+        async with trio.open_nursery() as starting:
+            for runner in runners:
+                starting.start_soon(self.start_runner, nursery, runner, places)
+        order = {runner.key: i for i, runner in enumerate(self.runners)}
+        self.toolbox_load_errors.sort(  # stable: compile errors first
+            key=lambda e: order.get((e.get("agent", ""), e["toolbox"]), -1))
 
     def set_auto_enabled(self) -> None:
         """Tell the session views each skills toolbox's ``autoEnableSkills``."""
@@ -297,10 +320,13 @@ class Supervisor:
             self.trace.record("sessions_pruned", sessions=gone, records=self.sessions.pruned_records,
                               keep_days=keep_days)
 
-    async def start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
-        """Start ``runner`` in ``nursery``; a failed first start is its toolbox's load error."""
+    async def start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner,
+                           places: trio.CapacityLimiter) -> None:
+        """Start ``runner`` in ``nursery`` (holding one of ``places`` until its worker said hello); a failed first
+        start is its toolbox's load error."""
         try:
-            await nursery.start(runner.run)
+            async with places:  # held until the worker said hello (or its start failed)
+                await nursery.start(runner.run)
         except Exception as exc:  # its first start failed (WorkerStartError or a bug): a load error, not our end
             self._load_failed(runner, "worker start", exc)
 

@@ -20,6 +20,7 @@ refusals above carry theirs. A toolbox's own refusal of a call is its result, no
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import time
@@ -36,6 +37,7 @@ from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
 from ._registry import RegisteredTool, ToolRegistry
+from ._unloaded import unloaded_note
 
 __all__ = ["CallOrigin", "Portal", "SessionLimits", "StackEntry"]
 
@@ -144,8 +146,9 @@ class Portal:
     #: called with (tool, result) after each call, to store attachments etc.
     postprocess: Callable[[RegisteredTool, ToolResult], ToolResult] | None = None
     #: called right before a call is dispatched, with the tool and the call id; the function it returns is
-    #: applied to the result after ``postprocess`` (the supervisor's limit notes, ``supervisor.workers._limit_notes``)
-    watch: Callable[[RegisteredTool, str], Callable[[ToolResult], ToolResult]] | None = None
+    #: applied to the result after ``postprocess`` (the supervisor's limit notes, ``supervisor.workers._limit_notes``,
+    #: and kernel denials, ``supervisor.workers._kernel_audit``); it may return an awaitable of the result
+    watch: Callable[[RegisteredTool, str], Callable[[ToolResult], Any]] | None = None
     #: told of every dispatched call once it ended (keywords: call_id, tool, args, origin, result or None when
     #: cancelled, started (Unix time), duration_s), to record it in the session store; must not raise
     on_call_end: Callable[..., None] | None = None
@@ -190,8 +193,10 @@ class Portal:
         if tool is None:
             known = sorted(self.registry.names(scope) if origin.allowed is None else origin.allowed)
             shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
+            note = unloaded_note(name, self.registry.runners, scope)
             return self._refuse(origin, name, "PortalToolNotFound",
-                                f"Tool not found: '{name}'. Available tools: {shown or 'none'}.")
+                                f"Tool not found: '{name}'. {note + ' ' if note else ''}"
+                                f"Available tools: {shown or 'none'}.")
         if origin.allowed is not None and name not in origin.allowed:
             allowed = ", ".join(sorted(origin.allowed)) or "none"
             return self._refuse(origin, name, "PortalToolNotAllowed",
@@ -265,7 +270,8 @@ class Portal:
                 if self.postprocess is not None:
                     result = self.postprocess(tool, result)
                 if finish is not None:
-                    result = finish(result)
+                    finished = finish(result)
+                    result = await finished if inspect.isawaitable(finished) else finished
             except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
                 result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
             return result, call_id

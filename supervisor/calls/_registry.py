@@ -110,6 +110,8 @@ class ToolRegistry:
         self.tools: dict[str, RegisteredTool] = {}
         self.renamed: dict[str, str] = {}
         self.schema_errors: list[dict[str, str]] = []
+        #: the runners of the last rebuild, also those that serve nothing (for why a name is not served)
+        self.runners: list[ToolboxRunner] = []
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
 
     def rebuild(self, runners: list[ToolboxRunner], *, guests: Mapping[str, Sequence[Any]] | None = None) -> None:
@@ -134,6 +136,7 @@ class ToolRegistry:
             for name, tool in tools.items():
                 flat.setdefault(name, tool)
         self._compiled = compiled_here
+        self.runners = list(runners)
         self.namespaces = namespaces
         self.tools = flat
         self.renamed = renamed

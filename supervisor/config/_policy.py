@@ -273,6 +273,10 @@ class ToolboxPolicy(_Model):
     credential_env: dict[EnvName, CredentialName] = Field(
         default={}, description="environment variables set to a credential's placeholder (for tools that insist "
         "on a variable); grants the credential as credentials does")
+    tls_termination: bool = Field(
+        default=False, description="the egress proxy terminates this toolbox's TLS (CONNECT tunnels) with a "
+        "certificate of the supervisor's own CA, which only this worker trusts, so credentials reach code that "
+        "speaks TLS itself (MCP servers, bash tools); the upstream is verified against the system store")
 
 
 class Network(_Model):
@@ -330,6 +334,10 @@ class Supervision(_Model):
     #: how long a toolbox stays down after a crash loop before it is started afresh
     crash_loop_cooldown_s: float = Field(default=300.0, gt=0, le=86400 * 7)
     shutdown_grace_s: float = Field(default=2.0, ge=0)
+    parallel_starts: int | None = Field(
+        default=None, ge=1, le=4096,
+        description="workers started at once when the supervisor starts (the rest wait for a place); "
+                    "null = 4 per CPU")
 
     @model_validator(mode="after")
     def _ordered(self) -> Supervision:
@@ -570,6 +578,11 @@ class Policy(_Model):
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
+    kernel_audit: Literal["enable", "use", "off"] = Field(
+        default="enable",
+        description="read the kernel's audit records to say which Landlock rule or seccomp filter refused a call: "
+                    "enable = turn the host's audit on if it is off (it stays on), use = only if it is already on, "
+                    "off = never (failed calls' 'Permission denied' paths are then explained from the rules)")
     private_view: bool = Field(
         default=True,
         description="each worker gets a root of its own holding only the paths it is granted (a fresh /tmp, "

@@ -164,7 +164,7 @@ def _check_tool_call(args: argparse.Namespace) -> int:
 
         policy = load_config(args.policy, []).policy
         extra = {"system_paths": tuple(policy.system_paths), "env": dict(policy.worker_env),
-                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid}
+                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid, "private_view": policy.private_view}
     outcome = trio.run(lambda: check_tool_call(args.tool, sys.stdin.read(), **extra))
     if outcome.exit_code == EXIT_ERROR:
         return _fail(outcome.text)
@@ -207,7 +207,7 @@ async def _serve(args: argparse.Namespace) -> int:
         from supervisor.config import load_config
 
         from ._http_auth import http_frontend_from_policy
-        from ._mcp_http import serve_mcp_http
+        from ._http_server import serve_mcp_http
 
         settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:

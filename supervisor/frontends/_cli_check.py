@@ -16,6 +16,7 @@ def check(args: argparse.Namespace) -> int:
     given); nothing starts. Returns the exit status."""
     from supervisor.config import expand_agents, load_config
     from supervisor.plan import compile_policy
+    from supervisor.workers import host_explanations
 
     tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
     config = tree.config
@@ -31,6 +32,8 @@ def check(args: argparse.Namespace) -> int:
         "landlock_abi": compiled.landlock_abi,
         "strict": config.policy.strict,
         "max_call_depth": compiled.max_call_depth,
+        "kernel_audit": config.policy.kernel_audit,
+        "denial_explanations": host_explanations(config.policy.kernel_audit),
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in specs],
         "warnings": compiled.warnings,
         "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)
@@ -41,6 +44,9 @@ def check(args: argparse.Namespace) -> int:
         return 0
     print(f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
           f"max call depth {report['max_call_depth']})")
+    print(f"a call refused by the kernel is explained (kernel_audit: {report['kernel_audit']}):")
+    for line in report["denial_explanations"]:
+        print(f"  {line}")
     for tb in report["toolboxes"]:
         print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
         groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""
@@ -55,6 +61,16 @@ def check(args: argparse.Namespace) -> int:
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
         if tb.get("cname_targets"):
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        for cred in tb.get("credentials") or []:  # names and bindings only: values never leave the proxy
+            where = "; ".join(", ".join(b["hosts"]) + (f" ports {b['ports']}" if b["ports"] else "")
+                              + f" ({'/'.join(b['schemes'])})"
+                              + (f" under {', '.join(b['path_prefixes'])}" if b["path_prefixes"] else "")
+                              for b in cred["bindings"])
+            how = (f"header {cred['header']}" if cred["header"] else f"query {cred['query']}" if cred["query"]
+                   else "placeholder only")
+            print(f"  credential {cred['name']}: added by the egress proxy for {where}, as {how}")
+        if tb.get("tls_termination"):
+            print("  TLS: terminated by the egress proxy (the worker trusts the supervisor's CA only)")
         print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))

@@ -3,8 +3,9 @@
 Every record has ``ts`` (Unix time, float), ``event`` (the kind) and the event's fields. Kinds written by the
 supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``worker_spawn``, ``worker_exit``,
 ``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``crash_loop_recovered``, ``protocol_violation``,
-``call_start``, ``call_end``, ``portal_refusal``, ``limit_hit``, ``egress``, ``load_error``, ``signal``,
-``internal_error``, ``otel_export_failed``,
+``call_start``, ``call_end``, ``portal_refusal``, ``limit_hit``, ``denial`` (a kernel refusal explained:
+``supervisor.workers._kernel_audit``), ``kernel_audit`` (whether audit records are read), ``egress``, ``load_error``,
+``signal``, ``internal_error``, ``otel_export_failed``,
 ``worker_event`` (untrusted events a worker sent, tagged with its toolbox), and for sub-agent loops ``agent_start``,
 ``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; and ``sessions_pruned``. Secrets
 never enter a record: callers pass only what is safe to keep.
@@ -13,9 +14,9 @@ Records are strict JSON, one complete record per line, whatever a worker or an a
 infinities become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, lone surrogates become U+FFFD, values
 nested deeper than :data:`MAX_DEPTH` or beyond :data:`MAX_VALUES` are cut with a marker, and a record longer than
 :data:`MAX_RECORD_CHARS` has its long strings shortened (``"trace_truncated": true`` says so). Records are written
-whole (a reader never sees half a line from us). For speed, the per-call records
-(``call_start``, ``call_end``, ``egress``) are buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the
-buffer passes ``FLUSH_BYTES``); every other record, being rare and worth keeping across a crash, is written at once
+whole (a reader never sees half a line from us). For speed, the per-call records (``call_start``, ``call_end``,
+``egress``, ``denial``) are buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the buffer passes
+``FLUSH_BYTES``); every other record, being rare and worth keeping across a crash, is written at once
 together with whatever is buffered. So a supervisor killed with SIGKILL loses at most the last
 ``FLUSH_INTERVAL_S`` of call records; a clean stop loses nothing.
 
@@ -38,7 +39,7 @@ __all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL_S", "MAX_RECORD_CHARS", "TraceRecorder
 
 FLUSH_INTERVAL_S = 0.2
 FLUSH_BYTES = 256 * 1024
-_BUFFERED = frozenset({"call_start", "call_end", "egress"})
+_BUFFERED = frozenset({"call_start", "call_end", "egress", "denial"})
 #: Bounds of one record: nesting, values, characters of the whole line (a longer one has its strings shortened).
 MAX_DEPTH = 32
 MAX_VALUES = 20_000

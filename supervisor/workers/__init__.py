@@ -1,6 +1,8 @@
-"""Worker processes: spawning, the protocol connection, restarts, limit notes, one-shot confined runs."""
+"""Worker processes: spawning, the protocol connection, restarts, limit notes and kernel denials explained,
+one-shot confined runs."""
 
 from ._confined_exec import ConfinedOutcome, run_confined
+from ._kernel_audit import KernelAudit, combine_watches, host_explanations
 from ._limit_notes import LimitWatch, explained_limits
 from ._pipes import send_whole
 from ._runner import SupervisionPolicy, ToolboxRunner
@@ -9,12 +11,15 @@ from ._worker import Worker, WorkerSpec
 
 __all__ = [
     "ConfinedOutcome",
+    "KernelAudit",
     "LimitWatch",
     "SupervisionPolicy",
     "ToolboxRunner",
     "Worker",
     "WorkerSpec",
+    "combine_watches",
     "explained_limits",
+    "host_explanations",
     "run_confined",
     "send_whole",
     "stage_worker_code",

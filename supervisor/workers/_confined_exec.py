@@ -7,6 +7,11 @@ launcher confines itself from a :class:`~sandbox._plan.ConfinementPlan` (own net
 Landlock rules given here, rlimits, no_new_privs, the sandbox uid) and then executes the program, so nothing of
 it runs unconfined.
 
+The program gets the same private filesystem view as a worker (``sandbox._view_plan`` plans it from the rules in
+the launcher, ``sandbox._view`` builds it): only the rules' paths and ``workdir`` exist, a fresh ``/tmp``, a
+minimal ``/dev``, its own ``/proc`` and ``/etc`` files naming only its account, host name ``sandbox``. ``view``
+``False`` (a policy's ``private_view: false``) runs it on the host's tree, Landlock alone deciding.
+
 With ``allowed_hosts`` the plan asks for the egress bridge and this module serves it (proxy and DNS stub, the
 same code that serves workers) while the program runs; without, the program has loopback only.
 
@@ -29,10 +34,11 @@ import trio
 
 import sandbox
 from sandbox._bridge import BridgeError, BridgePorts, receive_bridge, worker_network_env
+from sandbox._credentials import Credential
 from sandbox._dns_stub import serve_dns_stub
-from sandbox._egress import serve_egress
+from sandbox._egress import Terminator, serve_egress
 from sandbox._hosts import AllowedHosts
-from sandbox._plan import ConfinementPlan, FsRule, Rlimits
+from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
 
 from ._spawn import spawn_child
 
@@ -100,7 +106,11 @@ async def run_confined(
     private_networks: Sequence[str] = (),
     cname_targets: Sequence[str] = (),
     on_egress: Callable[[dict[str, Any]], None] | None = None,
+    credentials: Sequence[Credential] = (),
+    terminator: Terminator | None = None,
     launcher: Sequence[str] | None = None,
+    view: bool = True,
+    system_paths: Sequence[str] = (),
     stdout_cap: int = 1 << 20,
     stderr_cap: int = 64 << 10,
 ) -> ConfinedOutcome:
@@ -109,7 +119,12 @@ async def run_confined(
 
     ``uid``/``gid`` must be given when the supervisor runs as root (the launcher refuses to run as root).
     Raises ``OSError`` only when the launcher itself cannot be spawned; everything the program or the
-    confinement does is in the outcome. Cancellation kills the program.
+    confinement does is in the outcome. Cancellation kills the program. ``credentials`` and ``terminator`` are
+    given to the bridge's proxy (``sandbox._egress.serve_egress``): the program's requests to the credentials'
+    hosts carry them (a terminator: its TLS tunnels are terminated; the program must trust that CA).
+    ``view``: the private filesystem view (module docstring); ``system_paths`` are the rules' paths no worker or
+    agent file writes, shown with inodes of the program's own (``ViewSpec.system_paths``). ``workdir`` is always
+    granted read-only (more if a rule says so): the program starts in it.
     """
     ports = BridgePorts()
     run_env = dict(env)
@@ -118,9 +133,10 @@ async def run_confined(
         run_env.update(worker_network_env(ports))
     plan = ConfinementPlan(
         toolbox=toolbox, workdir=workdir, entry="sandbox._launcher:exec_argv", payload={"argv": list(argv)},
-        uid=uid, gid=gid, fs_rules=tuple(fs_rules), min_landlock_abi=min_landlock_abi,
+        uid=uid, gid=gid, fs_rules=(*fs_rules, FsRule(workdir, READ)), min_landlock_abi=min_landlock_abi,
         tcp_connect_ports=ports.tcp_connect_ports if bridge else (), bridge=bridge,
-        rlimits=rlimits or Rlimits(), env=run_env)
+        rlimits=rlimits or Rlimits(), env=run_env,
+        view=ViewSpec(system_paths=tuple(system_paths)) if view else None)
     carrier: socket.socket | None = None
     child_end: socket.socket | None = None
     if bridge:
@@ -153,7 +169,7 @@ async def run_confined(
             with trio.move_on_after(timeout_s) as scope:
                 if carrier is not None:
                     nursery.start_soon(_serve_bridge, carrier, proc, toolbox, allowed_hosts, private_networks,
-                                       cname_targets, on_egress)
+                                       cname_targets, on_egress, tuple(credentials), terminator)
                     carrier = None  # owned by the task now
                 await proc.wait()
             if scope.cancelled_caught:
@@ -170,7 +186,8 @@ async def run_confined(
 
 async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: Sequence[str],
                         private: Sequence[str], cname_targets: Sequence[str],
-                        on_egress: Callable[[dict[str, Any]], None] | None) -> None:
+                        on_egress: Callable[[dict[str, Any]], None] | None,
+                        credentials: tuple[Credential, ...] = (), terminator: Terminator | None = None) -> None:
     """Receive the bridge sockets from the launcher and serve them until the program exits."""
     try:
         bridge = await receive_bridge(trio.socket.from_stdlib_socket(carrier))
@@ -183,7 +200,8 @@ async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: 
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(lambda task_status: serve_egress(
-                proxy, rules, on_decision=on_egress or (lambda _d: None), toolbox=toolbox, task_status=task_status))
+                proxy, rules, on_decision=on_egress or (lambda _d: None), toolbox=toolbox, credentials=credentials,
+                terminator=terminator, task_status=task_status))
             await nursery.start(lambda task_status: serve_dns_stub(dns_udp, dns_tcp, rules, task_status=task_status))
             await proc.wait()
             nursery.cancel_scope.cancel()

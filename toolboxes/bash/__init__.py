@@ -2,18 +2,18 @@
 ``bash_<slug>``.
 
 The describe/run machinery (:class:`ScriptRunner`, :func:`parse_describe`, :func:`input_schema`) is shared with the
-skills toolbox, whose ``scripts/*`` follow the same protocol.
+skills toolbox, whose ``scripts/*`` follow the same protocol (DECISIONS.md "Toolbox kinds share through common
+modules"). The process reaper, bounded runs and folder watching are no bash matters: they live in
+``toolboxes/_reaper.py``, ``_bounded_run.py`` and ``_watch.py``.
 """
 
 from ._argv import ArgumentError, Invocation, build_invocation, render_value
 from ._discover import list_scripts
 from ._errors import BashError, ConfigError, DescribeError
-from ._process import ProcessOutcome, Reaper, run_bounded
 from ._runner import MEDIA_DIR, ScriptRunner
 from ._settings import DEFAULT_ENV, BashSettings
 from ._spec import ScriptArg, ScriptSpec, bash_tool_name, input_schema, parse_describe
 from ._toolbox import BashToolbox, open_toolbox
-from ._watch import Watcher, snapshot_tree
 
 __all__ = [
     "DEFAULT_ENV",
@@ -25,12 +25,9 @@ __all__ = [
     "ConfigError",
     "DescribeError",
     "Invocation",
-    "ProcessOutcome",
-    "Reaper",
     "ScriptArg",
     "ScriptRunner",
     "ScriptSpec",
-    "Watcher",
     "bash_tool_name",
     "build_invocation",
     "input_schema",
@@ -38,6 +35,4 @@ __all__ = [
     "open_toolbox",
     "parse_describe",
     "render_value",
-    "run_bounded",
-    "snapshot_tree",
 ]
