@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -30,9 +30,6 @@ from supervisor.calls import SessionLimits
 from supervisor.config import expand_agents, load_config
 from supervisor.plan import compile_policy, prepare_git_sources
 from supervisor.workers import ToolboxRunner, WorkerSpec
-
-if TYPE_CHECKING:
-    from ._supervisor import Supervisor
 
 __all__ = ["RESTART_ONLY", "ReloadOutcome", "ReloadPlan", "plan_reload", "reload_supervisor", "spec_fingerprint"]
 
@@ -93,13 +90,13 @@ class ReloadOutcome:
         return line
 
 
-def failed_to_load(sup: Supervisor) -> set[Key]:
+def failed_to_load(sup: Any) -> set[Key]:
     """The (agent, toolbox) of every toolbox that could not load (a reload starts them again)."""
     return {(e.get("agent", ""), e["toolbox"]) for e in sup.toolbox_load_errors if e.get("toolbox")} | set(
         sup.undescribable)
 
 
-def adopt_policy(sup: Supervisor, tree: Any, compiled: Any) -> None:
+def adopt_policy(sup: Any, tree: Any, compiled: Any) -> None:
     """Give ``sup`` the settings of a reloaded policy (the runners are the caller's to change)."""
     sup.compiled = compiled
     sup.config = compiled.config
@@ -135,9 +132,9 @@ def _compile(source: tuple[str, list[str], str | None]) -> Any:
     return tree, compiled
 
 
-async def reload_supervisor(sup: Supervisor, nursery: trio.Nursery) -> ReloadOutcome:
-    """Reload ``sup``'s policy (see the module docstring); its runners are started in ``nursery`` (the one
-    :meth:`Supervisor.open` holds). Never raises for a bad policy: the outcome says why it was refused."""
+async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
+    """Reload the policy of ``sup`` (a :class:`~supervisor._supervisor.Supervisor`, which imports this module; see
+    the module docstring); its runners are started in ``nursery`` (the one :meth:`Supervisor.open` holds). Never raises for a bad policy: the outcome says why it was refused."""
     try:
         tree, compiled = await trio.to_thread.run_sync(_compile, sup.reload_source)
     except Exception as exc:  # ConfigError, PolicyRefused, OSError, a bug: the running policy stays
