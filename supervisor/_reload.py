@@ -134,7 +134,8 @@ def _compile(source: tuple[str, list[str], str | None]) -> Any:
 
 async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
     """Reload the policy of ``sup`` (a :class:`~supervisor._supervisor.Supervisor`, which imports this module; see
-    the module docstring); its runners are started in ``nursery`` (the one :meth:`Supervisor.open` holds). Never raises for a bad policy: the outcome says why it was refused."""
+    the module docstring); its runners are started in ``nursery`` (the one :meth:`Supervisor.open` holds). Never
+    raises for a bad policy: the outcome says why it was refused."""
     try:
         tree, compiled = await trio.to_thread.run_sync(_compile, sup.reload_source)
     except Exception as exc:  # ConfigError, PolicyRefused, OSError, a bug: the running policy stays
