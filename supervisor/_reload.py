@@ -149,6 +149,10 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
     outcome = ReloadOutcome(plan=plan, warnings=list(compiled.warnings),
                             not_applied=_changed_sections(sup.config.policy, compiled.config.policy))
     by_key = {r.key: r for r in sup.runners}
+    for key in (*plan.restarted, *plan.stopped):  # a call that comes meanwhile is answered at once, never held
+        why = "is being restarted with its new settings" if key in plan.restarted else "was removed from the policy"
+        by_key[key].fail_to_load(f"toolbox {key[1]} of agent {key[0]} {why} (a policy reload); call it again "
+                                 "once the tool list changed")
     with trio.CancelScope(shield=True):
         async with trio.open_nursery() as stopping:
             for key in (*plan.restarted, *plan.stopped):

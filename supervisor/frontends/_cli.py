@@ -210,6 +210,8 @@ async def _serve(args: argparse.Namespace) -> int:
         from ._http_server import serve_mcp_http
 
         settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
+    elif args.slug is not None and isinstance(checked := _config_for(args), int):
+        return checked  # the agent to bind is not loaded: said before any worker starts
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
         for w in sup.compiled.warnings:
             print(f"agents-supervise: warning: {w}", file=sys.stderr)

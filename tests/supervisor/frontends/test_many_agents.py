@@ -175,13 +175,13 @@ async def _check_session(setup: Setup, slug: str, list_tools: Any, call_tool: An
 
 
 async def test_two_agents_with_a_system_toolbox_over_stdio(setup: Setup) -> None:
-    """Two stdio sessions, ``serve --agent coder`` and ``serve --agent file-agent`` (each a supervisor of the one
-    policy, with a state directory of its own), each reaching its own agent's system worker."""
+    """Two stdio sessions, ``serve --agent coder`` and ``serve --serve-agent file-agent`` (each a supervisor of the
+    one policy, with a state directory of its own), each reaching its own agent's system worker."""
     for slug in ("coder", "file-agent"):
         state = setup.root / f"state-{slug}"
         params = StdioServerParameters(command=_isolated(sys.executable)[0], args=[
             *_isolated(sys.executable)[1:], "-m", "supervisor", "serve", "--policy", str(setup.policy),
-            "--state-dir", str(state), "--agent", slug], env=_env(), cwd=REPO)
+            "--state-dir", str(state), "--agent" if slug == "coder" else "--serve-agent", slug], env=_env(), cwd=REPO)
         with trio.fail_after(180):
             async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
@@ -278,6 +278,10 @@ def test_tools_check_and_call_take_the_agent(setup: Setup) -> None:
                   json.dumps({"filepath": str(setup.project_file)}))
     assert theirs.returncode == 0, theirs.stdout + theirs.stderr
 
+    http = _cli("serve", "--http", *policy, "--serve-agent", "coder")  # over HTTP the endpoint picks the agent
+    assert http.returncode == 2 and "/agents/<slug>/mcp" in http.stderr, http.stderr
+    two = _cli("call", *policy, "--agent", "coder", "--agent", "file-agent", "system_system_attach_file")
+    assert two.returncode == 2 and "one agent at a time" in two.stderr, two.stderr
     unknown = _cli("tools", *policy, "--agent", "nobody")
     assert unknown.returncode == 2 and "no agent 'nobody' is loaded" in unknown.stderr
     assert "coder, file-agent" in unknown.stderr and "Traceback" not in unknown.stderr
