@@ -143,6 +143,33 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(tmp_
     assert not audit._in_flight
 
 
+def test_the_reader_handles_a_bounded_batch_per_wake_up_and_survives_garbage(tmp_path: Path) -> None:
+    import struct
+
+    class Waiting:
+        """Messages waiting on the audit socket (stands in for it; the real one is read in the root tests)."""
+
+        def __init__(self, messages: list[bytes]) -> None:
+            self.messages = messages
+
+        def recv(self, _size: int) -> bytes:
+            if not self.messages:
+                raise BlockingIOError
+            return self.messages.pop(0)
+
+    audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
+    audit._contexts[7] = BASH
+    text = b"audit(1.0:5): auid=65534 ses=7 pid=9 sig=0 arch=c000003e syscall=250 compat=0 code=0x50000"
+    record = struct.pack("=IHHII", 16 + len(text), 1326, 0, 0, 0) + text
+    garbage = [b"short", struct.pack("=IHHII", 56, 1326, 0, 0, 0) + b"\xff" * 40]
+    audit._reader = Waiting([*garbage, *[record] * 301])
+    assert audit._drain() == 256  # the rest waits for the next wake-up, after other tasks ran
+    assert audit._drain() == 47
+    audit.trace.close()
+    traced = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [r["target"] for r in traced if r["event"] == "denial"] == ["keyctl"]  # once: no call was in flight
+
+
 # --- real workers -----------------------------------------------------------------------------------------------
 
 needs_landlock_audit = pytest.mark.skipif(landlock_abi() < 7, reason="Landlock audit records need ABI 7")
