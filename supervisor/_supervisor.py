@@ -7,7 +7,9 @@ Use it as an async context manager::
 
 ``open`` loads and compiles the policy (raising :class:`~supervisor.config._errors.ConfigError` or
 :class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
-returns once every worker said hello or failed to load.
+returns once every worker said hello or failed to load. The workers start concurrently, at most
+``supervision.parallel_starts`` at once; the tool list and the load errors are in the policy's order whatever
+order the workers finish in.
 
 Nothing that goes wrong while one toolbox loads ends the supervisor: an error in its compilation, its folders, its
 git skill sources, its worker's start or the handling of its tool list (an unexpected exception included) becomes
@@ -230,9 +232,14 @@ class Supervisor:
             runner = ToolboxRunner(spec, supervision, on_request=self._on_request, on_event=self._on_event,
                                    on_tools=self._on_tools)
             self.runners.append(runner)
+        # Every worker starts at once, up to parallel_starts of them; whatever order they finish in, the tool
+        # list follows the policy's order (the registry is built from self.runners) and so do the load errors.
+        places = trio.CapacityLimiter(self.compiled.parallel_starts)
         async with trio.open_nursery() as starting:
             for runner in self.runners:
-                starting.start_soon(self._start_runner, nursery, runner)
+                starting.start_soon(self._start_runner, nursery, runner, places)
+        order = {runner.name: i for i, runner in enumerate(self.runners)}
+        self.toolbox_load_errors.sort(key=lambda e: order.get(e["toolbox"], -1))  # stable: compile errors first
         self._rebuild()
 
     async def _flush_trace(self) -> None:
@@ -261,9 +268,10 @@ class Supervisor:
             self.trace.record("sessions_pruned", sessions=gone, records=self.sessions.pruned_records,
                               keep_days=keep_days)
 
-    async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
+    async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner, places: trio.CapacityLimiter) -> None:
         try:
-            await nursery.start(runner.run)
+            async with places:  # held until the worker said hello (or its start failed)
+                await nursery.start(runner.run)
         except Exception as exc:  # its first start failed (WorkerStartError or a bug): a load error, not our end
             self._load_failed(runner, "worker start", exc)
 

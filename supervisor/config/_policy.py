@@ -334,6 +334,10 @@ class Supervision(_Model):
     #: how long a toolbox stays down after a crash loop before it is started afresh
     crash_loop_cooldown_s: float = Field(default=300.0, gt=0, le=86400 * 7)
     shutdown_grace_s: float = Field(default=2.0, ge=0)
+    parallel_starts: int | None = Field(
+        default=None, ge=1, le=4096,
+        description="workers started at once when the supervisor starts (the rest wait for a place); "
+                    "null = 4 per CPU")
 
     @model_validator(mode="after")
     def _ordered(self) -> Supervision:

@@ -7,6 +7,11 @@ launcher confines itself from a :class:`~sandbox._plan.ConfinementPlan` (own net
 Landlock rules given here, rlimits, no_new_privs, the sandbox uid) and then executes the program, so nothing of
 it runs unconfined.
 
+The program gets the same private filesystem view as a worker (``sandbox._view_plan`` plans it from the rules in
+the launcher, ``sandbox._view`` builds it): only the rules' paths and ``workdir`` exist, a fresh ``/tmp``, a
+minimal ``/dev``, its own ``/proc`` and ``/etc`` files naming only its account, host name ``sandbox``. ``view``
+``False`` (a policy's ``private_view: false``) runs it on the host's tree, Landlock alone deciding.
+
 With ``allowed_hosts`` the plan asks for the egress bridge and this module serves it (proxy and DNS stub, the
 same code that serves workers) while the program runs; without, the program has loopback only.
 
@@ -33,7 +38,7 @@ from sandbox._credentials import Credential
 from sandbox._dns_stub import serve_dns_stub
 from sandbox._egress import Terminator, serve_egress
 from sandbox._hosts import AllowedHosts
-from sandbox._plan import ConfinementPlan, FsRule, Rlimits
+from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
 
 from ._spawn import spawn_child
 
@@ -104,6 +109,8 @@ async def run_confined(
     credentials: Sequence[Credential] = (),
     terminator: Terminator | None = None,
     launcher: Sequence[str] | None = None,
+    view: bool = True,
+    system_paths: Sequence[str] = (),
     stdout_cap: int = 1 << 20,
     stderr_cap: int = 64 << 10,
 ) -> ConfinedOutcome:
@@ -115,6 +122,9 @@ async def run_confined(
     confinement does is in the outcome. Cancellation kills the program. ``credentials`` and ``terminator`` are
     given to the bridge's proxy (``sandbox._egress.serve_egress``): the program's requests to the credentials'
     hosts carry them (a terminator: its TLS tunnels are terminated; the program must trust that CA).
+    ``view``: the private filesystem view (module docstring); ``system_paths`` are the rules' paths no worker or
+    agent file writes, shown with inodes of the program's own (``ViewSpec.system_paths``). ``workdir`` is always
+    granted read-only (more if a rule says so): the program starts in it.
     """
     ports = BridgePorts()
     run_env = dict(env)
@@ -123,9 +133,10 @@ async def run_confined(
         run_env.update(worker_network_env(ports))
     plan = ConfinementPlan(
         toolbox=toolbox, workdir=workdir, entry="sandbox._launcher:exec_argv", payload={"argv": list(argv)},
-        uid=uid, gid=gid, fs_rules=tuple(fs_rules), min_landlock_abi=min_landlock_abi,
+        uid=uid, gid=gid, fs_rules=(*fs_rules, FsRule(workdir, READ)), min_landlock_abi=min_landlock_abi,
         tcp_connect_ports=ports.tcp_connect_ports if bridge else (), bridge=bridge,
-        rlimits=rlimits or Rlimits(), env=run_env)
+        rlimits=rlimits or Rlimits(), env=run_env,
+        view=ViewSpec(system_paths=tuple(system_paths)) if view else None)
     carrier: socket.socket | None = None
     child_end: socket.socket | None = None
     if bridge:

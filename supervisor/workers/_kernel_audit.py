@@ -61,6 +61,9 @@ _MAX_DOMAINS = 4096
 _MAX_PENDING = 16
 _MAX_SESSIONS = 4096
 _MAX_BACKGROUND = 256
+_MAX_IN_FLIGHT = 64
+#: how much of a result's text, from each end, is read for the paths it names
+_TEXT_SCANNED = 32 << 10
 
 Finish = Callable[[ToolResult], ToolResult | Awaitable[ToolResult]]
 
@@ -117,9 +120,14 @@ class KernelAudit:
         self._control: Any = None
         self._tokens = itertools.count(1)
         self._barriers: dict[str, trio.Event] = {}
-        self._session_of_pid: OrderedDict[int, int | None] = OrderedDict()
+        #: (worker object, launcher pid) -> its audit session: a reused pid of a later worker is another key
+        self._session_of_pid: OrderedDict[tuple[int, int], int | None] = OrderedDict()
+        #: a worker spec's rules as an FsContext, made once (the spec is kept with it: ids are reused)
+        self._context_of_spec: OrderedDict[int, tuple[Any, FsContext]] = OrderedDict()
         self._contexts: OrderedDict[int, FsContext] = OrderedDict()
-        self._in_flight: dict[int, list[_Call]] = {}
+        #: calls in flight per worker session; a call cancelled before its result never reaches its finisher, so
+        #: the lists and the map are bounded (the oldest entries go)
+        self._in_flight: OrderedDict[int, list[_Call]] = OrderedDict()
         self._domain_session: OrderedDict[str, int | None] = OrderedDict()
         self._pending: OrderedDict[str, list[dict[str, str]]] = OrderedDict()
         self._background: OrderedDict[int, OrderedDict[tuple[str, str], None]] = OrderedDict()
@@ -186,6 +194,8 @@ class KernelAudit:
                     self.handle(record)
                 except (ValueError, KeyError):  # a record of a form this code does not know: not a denial it names
                     pass
+                except Exception as exc:  # a bug here must not take the supervisor down: trace it, go on
+                    self.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
 
     def handle(self, record: netlink.AuditRecord) -> None:
         """Take one record (pure bookkeeping; the tests feed records here directly too)."""
@@ -259,16 +269,27 @@ class KernelAudit:
                               source="audit")
 
     # -- the per-call watch ------------------------------------------------------------------------------------
-    def _session(self, pid: int | None) -> int | None:
+    def _session(self, worker: Any) -> int | None:
+        pid = getattr(worker, "pid", None)
         if pid is None:
             return None
-        if pid not in self._session_of_pid:
-            self._session_of_pid[pid] = read_session(pid)
+        key = (id(worker), pid)
+        if key not in self._session_of_pid:
+            self._session_of_pid[key] = read_session(pid)
             _bound(self._session_of_pid, _MAX_SESSIONS)
-        return self._session_of_pid[pid]
+        return self._session_of_pid[key]
 
     def _context(self, tool: Any) -> FsContext:
         spec = getattr(tool.runner, "spec", None)
+        cached = self._context_of_spec.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        context = self._make_context(tool, spec)
+        self._context_of_spec[id(spec)] = (spec, context)
+        _bound(self._context_of_spec, _MAX_SESSIONS)
+        return context
+
+    def _make_context(self, tool: Any, spec: Any) -> FsContext:
         plan = getattr(spec, "plan", None)
         return context_of(tool.toolbox, getattr(spec, "kind", ""), getattr(plan, "fs_rules", ()),
                           getattr(spec, "report", {}) or {}, self.system_paths, getattr(plan, "workdir", ""),
@@ -277,13 +298,16 @@ class KernelAudit:
     def begin(self, tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
         """Note the call in flight on ``tool``'s worker; the returned coroutine function explains its result."""
         context = self._context(tool)
-        session = self._session(getattr(getattr(tool.runner, "worker", None), "pid", None))
+        session = self._session(getattr(tool.runner, "worker", None))
         call = _Call(call_id, tool.name, tool.toolbox)
         if session is not None:
             self._contexts[session] = context
             self._contexts.move_to_end(session)
             _bound(self._contexts, _MAX_SESSIONS)
-            self._in_flight.setdefault(session, []).append(call)
+            calls = self._in_flight.setdefault(session, [])
+            calls.append(call)
+            del calls[:-_MAX_IN_FLIGHT]
+            _bound(self._in_flight, _MAX_SESSIONS)
 
         async def finish(result: ToolResult) -> ToolResult:
             try:
@@ -295,26 +319,37 @@ class KernelAudit:
                     calls.remove(call)
                     if not calls:
                         self._in_flight.pop(session, None)
-            denials = list(call.denials)
-            text = f"{result.data or ''}\n{result.summary or ''}"
-            if result.status != "passed":
-                audited = self.unavailable is None and session is not None
-                known = {d.target for d in denials}
-                for d in explain_text_paths(text, context, permission_denied=not audited):
-                    if d.target in known:
-                        continue
-                    denials.append(d)
-                    self.trace.record("denial", call_id=call_id, tool=tool.name, toolbox=tool.toolbox, layer=d.layer,
-                                      access=d.access, target=d.target, rule=d.rule, text=d.text, source="error text")
-            if denials and result.status != "passed":  # a passed call's refusals are in the trace only
-                lines = notes(denials, text)
-                result.data = "\n".join([result.data, *lines] if result.data else lines)
-                for d in denials:
-                    if named_in_text(d, text):
-                        result.metadata.append(("denied", f"{d.layer} {d.access} {d.target}"[:300]))
+            if result.status == "passed":  # a passed call's refusals are in the trace only
+                return result
+            try:
+                self._explain(result, call, context, audited=self.unavailable is None and session is not None)
+            except Exception as exc:  # a bug here must not cost the caller its result: trace it
+                self.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
             return result
 
         return finish
+
+    def _explain(self, result: ToolResult, call: _Call, context: FsContext, *, audited: bool) -> None:
+        """Append the notes of a failed call's refusals to ``result`` (and trace those read from its text)."""
+        data = result.data or ""
+        if len(data) > 2 * _TEXT_SCANNED:  # bash puts stderr first, a traceback ends last
+            data = data[:_TEXT_SCANNED] + "\n" + data[-_TEXT_SCANNED:]
+        text = f"{data}\n{result.summary or ''}"
+        denials = list(call.denials)
+        known = {d.target for d in denials}
+        for d in explain_text_paths(text, context, permission_denied=not audited):
+            if d.target in known:
+                continue
+            denials.append(d)
+            self.trace.record("denial", call_id=call.call_id, tool=call.tool, toolbox=call.toolbox, layer=d.layer,
+                              access=d.access, target=d.target, rule=d.rule, text=d.text, source="error text")
+        if not denials:
+            return
+        lines = notes(denials, text)
+        result.data = "\n".join([result.data, *lines] if result.data else lines)
+        for d in denials:
+            if named_in_text(d, text):
+                result.metadata.append(("denied", f"{d.layer} {d.access} {d.target}"[:300]))
 
     async def _barrier(self) -> None:
         if self._control is None:
