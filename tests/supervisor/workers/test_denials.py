@@ -262,3 +262,34 @@ async def test_in_the_private_view_a_write_to_a_read_only_path_is_explained_too(
     assert "Read-only file system" in etc.data, etc.data
     assert "[denied: write /etc/planted was refused by the worker's private view" in etc.data, etc.data
     assert [r["source"] for r in _denials(sandbox_tmp) if r["target"] == "/etc/planted"] == ["error text"]
+
+
+@pytest.mark.root
+@needs_landlock_audit
+async def test_a_refusal_in_one_worker_never_shows_in_another_workers_result(sandbox_tmp: Path) -> None:
+    import trio
+
+    for folder, name, run in (("tools", "noisy", 'for i in 1 2 3 4 5 6 7 8; do echo x > "/tmp/noisy-$i"; done; exit 1'),
+                              ("other", "quiet", "sleep 0.3; echo /tmp/noisy-1 is not mine; exit 1")):
+        (sandbox_tmp / folder).mkdir()
+        write_script(sandbox_tmp / folder, name, describe_json(name), run)
+    policy = write_policy(sandbox_tmp, {"tester": agent(bashToolboxes=[
+        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}},
+        {"tag": "FileSystemDirectory", "contents": {"Path": "./other"}}])}, landlock_min_abi=6, private_view=False)
+    results = {}
+    async with Supervisor.open(policy) as sup:
+        assert sup.load_errors() == []
+
+        async def call(tool: str) -> None:
+            results[tool] = await sup.call(tool, {})
+
+        async with trio.open_nursery() as nursery:  # both in flight at once, on two workers
+            nursery.start_soon(call, "bash_quiet")
+            nursery.start_soon(call, "bash_noisy")
+    assert "[denied: Landlock refused to create a file in /tmp" in results["bash_noisy"].data
+    # quiet's text names /tmp/noisy-1, so a refusal of the other worker given to it would be a note here; its own
+    # shell's probes (/dev/tty) are its own and only counted
+    quiet = results["bash_quiet"]
+    assert [line for line in quiet.data.splitlines() if line.startswith("[denied") and "/tmp" in line] == [], quiet.data
+    assert quiet.meta("denied") is None
+    assert {r["toolbox"] for r in _denials(sandbox_tmp) if r["target"] == "/tmp"} == {"tools"}
