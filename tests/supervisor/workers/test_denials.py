@@ -320,3 +320,24 @@ async def test_a_refusal_in_one_worker_never_shows_in_another_workers_result(san
     assert [line for line in quiet.data.splitlines() if line.startswith("[denied") and "/tmp" in line] == [], quiet.data
     assert quiet.meta("denied") is None
     assert {r["toolbox"] for r in _denials(sandbox_tmp) if r["target"] == "/tmp"} == {"tools"}
+
+
+@pytest.mark.root
+async def test_a_worker_cannot_leave_its_audit_session_or_speak_to_the_audit_socket(sandbox_tmp: Path) -> None:
+    import os
+
+    from sandbox._audit_session import read_session
+
+    probe = ("cat /proc/self/sessionid; echo; (echo 0 > /proc/self/loginuid) 2>/dev/null && echo LEFT; "
+             "python3 -c 'import socket\ntry:\n socket.socket(16, 3, 9)\n print(\"AUDIT SOCKET\")\n"
+             "except OSError as e:\n print(\"refused\", e.errno)'; cat /proc/self/sessionid")
+    policy = _policy(sandbox_tmp, {"probe": probe})
+    async with Supervisor.open(policy) as sup:
+        result = await sup.call("bash_probe", {})
+        worker = sup.runners[0].worker
+        session = read_session(worker.pid)
+    lines = [line for line in result.data.splitlines() if line.strip()]
+    assert session is not None and session != read_session(os.getpid()), result.data
+    assert "LEFT" not in result.data and "AUDIT SOCKET" not in result.data, result.data
+    assert "refused 93" in result.data  # NETLINK_AUDIT: EPROTONOSUPPORT from the seccomp filter
+    assert lines.count(str(session)) >= 2, result.data  # the same session before and after the attempt
