@@ -143,6 +143,33 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(tmp_
     assert not audit._in_flight
 
 
+def test_the_reader_handles_a_bounded_batch_per_wake_up_and_survives_garbage(tmp_path: Path) -> None:
+    import struct
+
+    class Waiting:
+        """Messages waiting on the audit socket (stands in for it; the real one is read in the root tests)."""
+
+        def __init__(self, messages: list[bytes]) -> None:
+            self.messages = messages
+
+        def recv(self, _size: int) -> bytes:
+            if not self.messages:
+                raise BlockingIOError
+            return self.messages.pop(0)
+
+    audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
+    audit._contexts[7] = BASH
+    text = b"audit(1.0:5): auid=65534 ses=7 pid=9 sig=0 arch=c000003e syscall=250 compat=0 code=0x50000"
+    record = struct.pack("=IHHII", 16 + len(text), 1326, 0, 0, 0) + text
+    garbage = [b"short", struct.pack("=IHHII", 56, 1326, 0, 0, 0) + b"\xff" * 40]
+    audit._reader = Waiting([*garbage, *[record] * 301])
+    assert audit._drain() == 256  # the rest waits for the next wake-up, after other tasks ran
+    assert audit._drain() == 47
+    audit.trace.close()
+    traced = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [r["target"] for r in traced if r["event"] == "denial"] == ["keyctl"]  # once: no call was in flight
+
+
 # --- real workers -----------------------------------------------------------------------------------------------
 
 needs_landlock_audit = pytest.mark.skipif(landlock_abi() < 7, reason="Landlock audit records need ABI 7")
@@ -293,3 +320,24 @@ async def test_a_refusal_in_one_worker_never_shows_in_another_workers_result(san
     assert [line for line in quiet.data.splitlines() if line.startswith("[denied") and "/tmp" in line] == [], quiet.data
     assert quiet.meta("denied") is None
     assert {r["toolbox"] for r in _denials(sandbox_tmp) if r["target"] == "/tmp"} == {"tools"}
+
+
+@pytest.mark.root
+async def test_a_worker_cannot_leave_its_audit_session_or_speak_to_the_audit_socket(sandbox_tmp: Path) -> None:
+    import os
+
+    from sandbox._audit_session import read_session
+
+    probe = ("cat /proc/self/sessionid; echo; (echo 0 > /proc/self/loginuid) 2>/dev/null && echo LEFT; "
+             "python3 -c 'import socket\ntry:\n socket.socket(16, 3, 9)\n print(\"AUDIT SOCKET\")\n"
+             "except OSError as e:\n print(\"refused\", e.errno)'; cat /proc/self/sessionid")
+    policy = _policy(sandbox_tmp, {"probe": probe})
+    async with Supervisor.open(policy) as sup:
+        result = await sup.call("bash_probe", {})
+        worker = sup.runners[0].worker
+        session = read_session(worker.pid)
+    lines = [line for line in result.data.splitlines() if line.strip()]
+    assert session is not None and session != read_session(os.getpid()), result.data
+    assert "LEFT" not in result.data and "AUDIT SOCKET" not in result.data, result.data
+    assert "refused 93" in result.data  # NETLINK_AUDIT: EPROTONOSUPPORT from the seccomp filter
+    assert lines.count(str(session)) >= 2, result.data  # the same session before and after the attempt
