@@ -519,6 +519,10 @@ class HttpFrontend(_Model):
     max_sessions: int = Field(default=10000, ge=1, description="MCP sessions held at once, all tenants together")
     session_idle_s: float = Field(default=900.0, gt=0, description="a session unused this long is ended")
     sse_keepalive_s: float = Field(default=15.0, gt=0, description="comment line sent on an idle SSE stream")
+    max_connections: int = Field(default=4096, ge=1, le=1_000_000, description=(
+        "TCP connections open at once, all clients together; one more is answered 503 and closed"))
+    keepalive_s: float = Field(default=30.0, gt=0, le=3600, description=(
+        "an open connection with no request for this long is closed; also the bound on reading a request"))
 
 
 class Frontends(_Model):

@@ -53,6 +53,18 @@ async def answer_request(holder: HttpSession | StatelessExchange, mcp: McpSessio
     job = mcp.handle_message(message)
     counted = None if message.get("method") in _UNCOUNTED else tenant
     try:
+        if token is None and cancel_on is None:
+            # No progress, no disconnect to watch: the job runs in this task and leaves its one reply queued.
+            if job is not None:
+                await _run_limited(job, counted, holder, req_id, message.get("method"))
+            while True:
+                try:
+                    reply = out_receive.receive_nowait()
+                except trio.WouldBlock:
+                    return  # cancelled by the client (notifications/cancelled): MCP sends no response
+                if "method" not in reply:
+                    await send_json(send, rpc_status(reply) if mcp.modern else 200, reply, extra_headers)
+                    return
         async with trio.open_nursery() as nursery:
             if cancel_on is not None:
                 nursery.start_soon(cancel_on_disconnect, cancel_on, nursery.cancel_scope)

@@ -1,6 +1,6 @@
 """MCP over Streamable HTTP: one endpoint per agent, every request authenticated, sessions and stateless requests.
 
-Served by hypercorn's trio worker (:func:`serve_mcp_http`) as an ASGI app, :class:`McpHttpApp`:
+Served as an ASGI app, :class:`McpHttpApp`, by our HTTP/1.1 server on h11 (``_http_server.serve_mcp_http``):
 
 - ``POST /agents/<slug>/mcp``: one JSON-RPC message. A request is answered with ``application/json`` (one
   response), or with ``text/event-stream`` when the client asked for progress (``_meta.progressToken``) and accepts
