@@ -45,6 +45,10 @@ __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worke
 #: With a cgroup holding each worker to ``limits.processes``, RLIMIT_NPROC (counted over every process of the sandbox
 #: uid on the machine) is only a backstop: this many times the worker's own limit.
 NPROC_BACKSTOP_FACTOR = 8
+#: Workers started at once per CPU when ``supervision.parallel_starts`` is not set: a start is mostly the worker's
+#: own CPU (interpreter, imports, confinement), so more at once only shares the CPUs thinner and brings every one
+#: of them nearer its ``start_timeout_s``; a few per CPU keep the CPUs busy while others wait on I/O.
+STARTS_PER_CPU = 4
 
 
 @dataclass
@@ -65,6 +69,8 @@ class CompiledPolicy:
     crash_loop_window_s: float
     crash_loop_cooldown_s: float
     landlock_abi: int
+    #: workers started at once at start-up (``supervision.parallel_starts``, default :data:`STARTS_PER_CPU` a CPU)
+    parallel_starts: int = 8
     warnings: list[str] = field(default_factory=list)
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
     git_sources: list[GitSource] = field(default_factory=list)
@@ -275,6 +281,7 @@ def plan_worker(
         ),
         env=env,
         xattrs=overrides.xattrs,
+        audit_denials=policy.kernel_audit != "off",
     )
     report = {
         "uid": uid if uid is not None else os.geteuid(),
@@ -538,6 +545,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         crash_loop_window_s=policy.supervision.crash_loop_window_s,
         crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
         landlock_abi=abi,
+        parallel_starts=policy.supervision.parallel_starts or STARTS_PER_CPU * (os.cpu_count() or 1),
         warnings=warnings,
         git_sources=git_sources,
         load_errors=load_errors,

@@ -1,6 +1,8 @@
-"""Worker processes: spawning, the protocol connection, restarts, limit notes, one-shot confined runs."""
+"""Worker processes: spawning, the protocol connection, restarts, limit notes and kernel denials explained,
+one-shot confined runs."""
 
 from ._confined_exec import ConfinedOutcome, run_confined
+from ._kernel_audit import KernelAudit, combine_watches, host_explanations
 from ._launch import launcher_argv
 from ._limit_notes import LimitWatch, explained_limits
 from ._pipes import send_whole
@@ -11,12 +13,15 @@ from ._worker import Worker, WorkerSpec
 
 __all__ = [
     "ConfinedOutcome",
+    "KernelAudit",
     "LimitWatch",
     "SupervisionPolicy",
     "ToolboxRunner",
     "Worker",
     "WorkerSpec",
+    "combine_watches",
     "explained_limits",
+    "host_explanations",
     "launcher_argv",
     "run_confined",
     "send_whole",

@@ -7,6 +7,11 @@ The program runs through ``sandbox._launcher``, started, given its plan and serv
 :class:`~sandbox._plan.ConfinementPlan` (own network and PID namespaces, Landlock rules given here, rlimits,
 no_new_privs, the sandbox uid) and then executes the program, so nothing of it runs unconfined.
 
+The program gets the same private filesystem view as a worker (``sandbox._view_plan`` plans it from the rules in
+the launcher, ``sandbox._view`` builds it): only the rules' paths and ``workdir`` exist, a fresh ``/tmp``, a
+minimal ``/dev``, its own ``/proc`` and ``/etc`` files naming only its account, host name ``sandbox``. ``view``
+``False`` (a policy's ``private_view: false``) runs it on the host's tree, Landlock alone deciding.
+
 With ``allowed_hosts`` the plan asks for the egress bridge and this module serves it (proxy and DNS stub, the
 same code that serves workers) while the program runs; without, the program has loopback only.
 
@@ -26,7 +31,7 @@ from sandbox._bridge import BridgeError, BridgePorts, receive_bridge, worker_net
 from sandbox._credentials import Credential
 from sandbox._egress import Terminator
 from sandbox._hosts import AllowedHosts
-from sandbox._plan import ConfinementPlan, FsRule, Rlimits
+from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
 
 from ._launch import launch, launcher_argv, plan_frame, serve_bridge
 
@@ -86,6 +91,8 @@ async def run_confined(
     credentials: Sequence[Credential] = (),
     terminator: Terminator | None = None,
     launcher: Sequence[str] | None = None,
+    view: bool = True,
+    system_paths: Sequence[str] = (),
     stdout_cap: int = 1 << 20,
     stderr_cap: int = 64 << 10,
 ) -> ConfinedOutcome:
@@ -97,6 +104,9 @@ async def run_confined(
     confinement does is in the outcome. Cancellation kills the program. ``credentials`` and ``terminator`` are
     given to the bridge's proxy (``sandbox._egress.serve_egress``): the program's requests to the credentials'
     hosts carry them (a terminator: its TLS tunnels are terminated; the program must trust that CA).
+    ``view``: the private filesystem view (module docstring); ``system_paths`` are the rules' paths no worker or
+    agent file writes, shown with inodes of the program's own (``ViewSpec.system_paths``). ``workdir`` is always
+    granted read-only (more if a rule says so): the program starts in it.
     """
     ports = BridgePorts()
     run_env = dict(env)
@@ -105,9 +115,10 @@ async def run_confined(
         run_env.update(worker_network_env(ports))
     plan = ConfinementPlan(
         toolbox=toolbox, workdir=workdir, entry="sandbox._launcher:exec_argv", payload={"argv": list(argv)},
-        uid=uid, gid=gid, fs_rules=tuple(fs_rules), min_landlock_abi=min_landlock_abi,
+        uid=uid, gid=gid, fs_rules=(*fs_rules, FsRule(workdir, READ)), min_landlock_abi=min_landlock_abi,
         tcp_connect_ports=ports.tcp_connect_ports if bridge else (), bridge=bridge,
-        rlimits=rlimits or Rlimits(), env=run_env)
+        rlimits=rlimits or Rlimits(), env=run_env,
+        view=ViewSpec(system_paths=tuple(system_paths)) if view else None)
     launched = launch(launcher or launcher_argv(), plan, env={"LANG": "C.UTF-8"})
     proc, carrier = launched.proc, launched.carrier
     out: list[bytes] = []

@@ -297,6 +297,22 @@ def test_patch_file_finds_a_shifted_hunk_like_patch1(root: Path) -> None:
     assert text(root).splitlines()[5] == "six"
 
 
+def test_a_patch_from_dev_null_creates_the_file_once(root: Path) -> None:
+    """``--- /dev/null`` creates the file (DEVELOPER.md); before, the write went to a file that did not exist and the
+    call failed with ENOENT (found by the chaos mix of ``scripts/chaos``)."""
+    path = root / "src" / "new.txt"
+    tb = make(root)
+    patch = "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n"
+    created = call(tb, "patch-file", path=str(path), patch=patch)
+    assert created.status == "passed", created
+    assert path.read_text() == "one\ntwo\n"
+    again = call(tb, "patch-file", path=str(path), patch=patch)
+    assert again.status == "error" and "already exists" in (again.data or "")
+    (root / "src" / "empty.txt").write_text("")
+    empty = call(tb, "patch-file", path=str(root / "src" / "empty.txt"), patch=patch.replace("new.txt", "empty.txt"))
+    assert empty.status == "error" and "already exists" in (empty.data or "")
+
+
 def test_patch_mismatch_reports_line_expected_actual_and_applies_nothing(root: Path) -> None:
     path = root / "src" / "f.txt"
     before = text(root)
