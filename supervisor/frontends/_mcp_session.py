@@ -35,6 +35,7 @@ from supervisor.calls import CatalogError
 from supervisor.sessions import LOCAL_TENANT, ids_from_meta
 
 from ._mcp_content import result_to_mcp
+from ._mcp_logging import LEVELS, SessionLog
 from ._progress_relay import ProgressRelay, progress_token
 
 __all__ = [
@@ -118,6 +119,8 @@ class McpSession:
         self._initialized = modern
         #: the revision this session speaks (set by ``initialize``; the stateless revision's otherwise)
         self.version = MODERN_VERSIONS[0] if modern else SUPPORTED_VERSIONS[0]
+        #: ``notifications/message`` for this session once the client sets a level (``_mcp_logging.py``)
+        self.log = SessionLog(sup, self.session_id, agent)
 
     async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
         if self.modern:
@@ -177,7 +180,7 @@ class McpSession:
         """What this session serves: tools always; resources when a toolbox of its agent can have any (skills,
         MCP servers), prompts when one can have prompts (MCP servers); each list announces its changes."""
         kinds = {r.spec.kind for r in self.sup.runners if self.agent is None or r.spec.agent == self.agent}
-        out: dict[str, Any] = {"tools": {"listChanged": True}}
+        out: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
         if kinds & {"skills", "mcp"}:
             out["resources"] = {"listChanged": True}
         if "mcp" in kinds:
@@ -238,6 +241,14 @@ class McpSession:
                                        "serverInfo": SERVER_INFO, "instructions": _INSTRUCTIONS}, method)
         elif method == "ping":
             await self._reply(req_id, {})
+        elif method == "logging/setLevel":
+            level = params.get("level")
+            if level not in LEVELS:
+                await self._error(req_id, INVALID_PARAMS, f"logging/setLevel needs a 'level', one of "
+                                                          f"{', '.join(LEVELS)}")
+                return
+            await self._reply(req_id, {})
+            self.log.set_level(level)
         elif method == "tools/list":
             tools = []
             for t in self.visible_tools():
