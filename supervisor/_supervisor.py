@@ -374,7 +374,8 @@ class Supervisor:
         return {"error": f"host operation {message.get('op')!r} is not supported by this supervisor"}
 
     def _record_call(self, *, call_id: str, tool: RegisteredTool, args: Any, origin: CallOrigin,
-                     result: ToolResult | None, started: float, duration_s: float) -> None:
+                     result: ToolResult | None, started: float, duration_s: float,
+                     args_json: str | None = None) -> None:
         if result is not None and tool.annotations.get("skill_action") and self.session_tools.observe(
                 origin.session_id, tool.toolbox, tool.annotations, result.status, result.structured):
             self.session_tools.wake(self.frontends.name_of(origin.session_id))
@@ -382,6 +383,7 @@ class Supervisor:
             return
         self.sessions.record_call(
             origin.session_id, call_id=call_id, parent_call_id=origin.parent_call_id, tool=tool.name, args=args,
+            args_json=args_json,
             status=result.status if result else "error", summary=result.summary if result else "cancelled",
             output=result.data if result else None, started=started, duration_s=duration_s,
             conversation_id=origin.conversation_id, turn_id=origin.turn_id)

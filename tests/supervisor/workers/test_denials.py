@@ -64,7 +64,7 @@ def test_several_blockers_network_and_scope_records_each_become_a_denial() -> No
 
 def test_a_refused_system_call_is_named_with_why_and_that_no_key_allows_it() -> None:
     d = explain_seccomp("keyctl", 250, "the kernel keyrings are shared")
-    assert (d.layer, d.target, d.rule) == ("seccomp", "keyctl", "seccomp keyctl")
+    assert (d.layer, d.target, d.rule) == ("seccomp", "keyctl", "keyctl")
     assert "refused keyctl()" in d.text and "no policy key allows it" in d.text
     assert explain_seccomp(None, 999, None).target == "system call 999"
 
@@ -242,7 +242,7 @@ async def test_a_refused_system_call_is_named_in_the_result_and_the_trace(sandbo
     assert "[denied: the worker's system call filter (seccomp) refused keyctl()" in keys.data, keys.data
     assert ("denied", "seccomp syscall keyctl") in keys.metadata
     [record] = [r for r in _denials(sandbox_tmp) if r["layer"] == "seccomp"]
-    assert (record["target"], record["tool"], record["rule"]) == ("keyctl", "bash_keys", "seccomp keyctl")
+    assert (record["target"], record["tool"], record["rule"]) == ("keyctl", "bash_keys", "keyctl")
 
 
 @pytest.mark.root
