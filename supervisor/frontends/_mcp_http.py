@@ -229,8 +229,11 @@ class McpHttpApp:
         mcp = McpSession(self.sup, exchange.deliver, session_id=f"http-{secrets.token_hex(8)}", modern=True,
                          agent=agent, tenant=principal.tenant)
         # On this wire closing the response is how a client cancels.
-        await answer_request(exchange, mcp, self.tenants[principal.tenant], message, headers, send,
-                             cancel_on=receive)
+        try:
+            await answer_request(exchange, mcp, self.tenants[principal.tenant], message, headers, send,
+                                 cancel_on=receive)
+        finally:
+            mcp.log.close()  # a logging/setLevel of this request's session must not outlive it
 
     # -- GET --------------------------------------------------------------------------------------------------------
 

@@ -114,6 +114,9 @@ class TraceRecorder:
         self._encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr, separators=(",", ":"))
         #: also told of every record (``trace.otel``, ``supervisor/traces/_otel.py``); must not raise
         self.sink: Callable[[str, dict[str, Any]], None] | None = None
+        #: also told of every record while registered (MCP sessions' logging, ``frontends/_mcp_logging.py``);
+        #: each must be quick and must not raise
+        self.listeners: set[Callable[[str, dict[str, Any]], None]] = set()
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._open()
@@ -128,6 +131,8 @@ class TraceRecorder:
         """Add one record. Never raises for an unserialisable field (it is written as its ``repr``)."""
         if self.sink is not None:
             self.sink(event, fields)
+        for listener in tuple(self.listeners):
+            listener(event, fields)
         if self._fd is None:
             return
         self._add(event, self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n")

@@ -163,3 +163,30 @@ async def test_connections_past_the_cap_are_refused_with_a_reason(sandbox_tmp: P
         await _until(served_again, "a connection is served once one has closed")
         assert (await _exchange(held[0], _METADATA)).startswith(b"HTTP/1.1 200 ")  # the held one still serves
         await held[0].aclose()
+
+
+async def test_https_from_the_policys_files(sandbox_tmp: Path) -> None:
+    """TLS from ``frontends.http.tls`` (a test CA's certificate for 127.0.0.1): the SDK client calls a tool over
+    HTTPS; a client that does not trust the CA fails its handshake."""
+    import ssl
+
+    import trustme
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    leaf.private_key_and_cert_chain_pem.write_to_path(str(sandbox_tmp / "server.pem"))
+    policy = _policy(sandbox_tmp, http={"tls": {"cert": "server.pem", "key": "server.pem"}})
+    async for server in _start(policy):
+        assert server.base.startswith("https://127.0.0.1:")
+        trusted = ssl.create_default_context()
+        ca.configure_trust(trusted)
+        with trio.fail_after(60):
+            async with httpx.AsyncClient(headers=AUTH, verify=trusted, timeout=30) as http, Client(
+                    streamable_http_client(server.url("alpha"), http_client=http), mode="legacy") as client:
+                result = await client.call_tool("system_system_date", {})
+                assert not result.is_error
+            async with httpx.AsyncClient(headers=AUTH, timeout=30) as untrusting:
+                with pytest.raises(httpx.ConnectError):
+                    await untrusting.get(f"{server.base}/.well-known/oauth-protected-resource")
