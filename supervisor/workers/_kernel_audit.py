@@ -62,6 +62,8 @@ _MAX_PENDING = 16
 _MAX_SESSIONS = 4096
 _MAX_BACKGROUND = 256
 _MAX_IN_FLIGHT = 64
+#: messages handled per wake-up before the reader lets other tasks run
+_DRAIN_BATCH = 256
 #: how much of a result's text, from each end, is read for the paths it names
 _TEXT_SCANNED = 32 << 10
 
@@ -168,22 +170,24 @@ class KernelAudit:
             while True:
                 await trio.lowlevel.wait_readable(self._reader)
                 self._drain()
+                await trio.lowlevel.checkpoint()  # a flood of records never starves the calls
         finally:
             self.unavailable = "stopped"
             for event in self._barriers.values():
                 event.set()
             self.close()
 
-    def _drain(self) -> None:
-        while True:
+    def _drain(self, limit: int = _DRAIN_BATCH) -> int:
+        """Read and handle at most ``limit`` messages that are waiting; return how many were read."""
+        for count in range(limit):
             try:
                 data = self._reader.recv(65536)
             except BlockingIOError:
-                return
+                return count
             except OSError as exc:  # ENOBUFS: records were dropped while the supervisor was busy; go on
                 if exc.errno == errno.ENOBUFS:
                     continue
-                return
+                return count
             if len(data) < 16:
                 continue
             length = int.from_bytes(data[0:4], "little")
@@ -196,6 +200,7 @@ class KernelAudit:
                     pass
                 except Exception as exc:  # a bug here must not take the supervisor down: trace it, go on
                     self.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
+        return limit
 
     def handle(self, record: netlink.AuditRecord) -> None:
         """Take one record (pure bookkeeping; the tests feed records here directly too)."""
