@@ -256,8 +256,8 @@ class McpHttpApp:
                            rpc_code=INVALID_REQUEST, req_id=message.get("id"))
         is_request = "method" in message and "id" in message
         if message.get("method") == "initialize" and is_request:
-            params = message.get("params") if isinstance(message.get("params"), dict) else {}
-            asked = params.get("protocolVersion")
+            params = message.get("params")
+            asked = params.get("protocolVersion") if isinstance(params, dict) else None
             session = self._new_session(principal, agent, asked if asked in SUPPORTED_VERSIONS
                                         else SUPPORTED_VERSIONS[0])
             await self._answer(session, session.mcp, message, headers, send,
@@ -407,7 +407,8 @@ async def serve_mcp_http(sup: Supervisor, settings: HttpFrontend, auth: Authenti
         await nursery.start(app.run)
 
         async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(app, config, shutdown_trigger=trio.sleep_forever, task_status=task_status)
+            await serve(app, config, shutdown_trigger=trio.sleep_forever,  # type: ignore[arg-type]  # an ASGI app;
+                        task_status=task_status)  # hypercorn's Protocol types are narrower than the ASGI spec
 
         binds = await nursery.start(started)
         if settings.public_url is None and binds:

@@ -128,7 +128,7 @@ def _parse_arg(obj: Any, path: str) -> ScriptArg:
     mode = _need(obj, "mode", str, path)
     if mode not in MODES:
         raise DescribeError(f"{path}.mode must be one of {', '.join(MODES)}, not {mode!r}")
-    return ScriptArg(name, description, type_text, json_type, arity, MODES[mode])  # type: ignore[arg-type]
+    return ScriptArg(name, description, type_text, json_type, arity, MODES[mode])
 
 
 def _parse_empty_result(obj: Any) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import sandbox
 
-from .._result import ToolResult
+from .._result import Status, ToolResult
 from .._toolbox import CallContext
 from ..bash._process import Reaper, run_bounded
 
@@ -98,7 +98,7 @@ def execute_command(args: dict[str, Any], config: dict[str, Any], ctx: CallConte
                                summary="the command exceeded its wall-time limit and was killed")
     if outcome.cancelled:
         return ToolResult.json(data, status="error", summary="the call was cancelled")
-    status = "passed" if outcome.exit_code == 0 else "failed"
+    status: Status = "passed" if outcome.exit_code == 0 else "failed"
     summary = "exit 0" if status == "passed" else f"exit {data['exitCode']}"
     return ToolResult.json(data, status=status, summary=summary, truncated=truncated).with_meta(
         "state_effect", "mutate")
