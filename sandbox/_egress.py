@@ -10,7 +10,9 @@ resolved or reached). Every decision is reported once, when the
 connection ends, to ``on_decision`` with toolbox, method, host, port, verdict, reason, address, bytes up/down.
 
 * CONNECT: after ``200`` the bytes are relayed opaquely in both directions (TLS stays end to end). Whatever the
-  client sends inside the tunnel, a second CONNECT included, only reaches the address already checked.
+  client sends inside the tunnel, a second CONNECT included, only reaches the address already checked. With a
+  ``terminator`` (the TLS-terminating mode a toolbox opts into), the proxy instead speaks TLS to the client with a
+  leaf for the CONNECT host and relays each request in the tunnel itself (:mod:`sandbox._egress_tls`).
 * Absolute-form (``GET http://host/path``, and ``GET https://host/path``: then the proxy originates TLS to the
   upstream, verified against the system CA store, or the ``upstream_tls`` context given): one request per client
   connection. The request head is rewritten to origin form with ``Host`` set from the checked URL (a different
@@ -37,7 +39,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import h11
 import psutil
@@ -61,6 +63,7 @@ __all__ = [
     "Resolution",
     "ResolveError",
     "Resolver",
+    "Terminator",
     "decide",
     "default_resolve",
     "default_upstream_tls",
@@ -70,6 +73,14 @@ __all__ = [
 ]
 
 Resolver = Callable[[str], Awaitable["Resolution"]]
+
+
+class Terminator(Protocol):
+    """What the TLS-terminating mode needs of the supervisor's CA: a server context for an allowed host."""
+
+    def server_context(self, host: str) -> ssl.SSLContext: ...
+
+
 OnDecision = Callable[[dict[str, Any]], None]
 
 HEAD_TIMEOUT_S = 30.0
@@ -381,6 +392,9 @@ class _Connection:
             raise _Refusal(403, decision.reason)
         if decision.verdict == "failed":
             raise _Refusal(502, decision.reason)
+        if method == "CONNECT" and self.server.terminator is not None:
+            await self._terminate(conn, decision, host, port)
+            return
         upstream: trio.abc.Stream = await self._dial(decision, port)
         try:
             if scheme == "https":
@@ -424,6 +438,30 @@ class _Connection:
             self.record["address"] = str(ip)
             return trio.SocketStream(sock)
         raise _Refusal(502, f"cannot connect to {decision.host} port {port}: {'; '.join(errors)}")
+
+    async def _terminate(self, conn: h11.Connection, decision: Decision, host: str | IPAddress, port: int) -> None:
+        """TLS-terminating mode (:mod:`sandbox._egress_tls`): a leaf for the allowed host, then each request in
+        the tunnel judged, given its credentials and sent upstream over verified TLS."""
+        from sandbox._egress_tls import Prefixed, relay_terminated
+
+        assert self.server.terminator is not None
+        server_ctx = self.server.terminator.server_context(str(host))
+        self.record["verdict"] = "allowed"
+        await self.client.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        leftover, _closed = conn.trailing_data
+
+        async def open_upstream() -> trio.abc.Stream:
+            raw = await self._dial(decision, port)
+            try:
+                return await self._tls(raw, host)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await raw.aclose()
+                raise
+
+        await relay_terminated(Prefixed(self.client, bytes(leftover)), host=host, port=port, server_ctx=server_ctx,
+                               open_upstream=open_upstream, credentials=self.server.credentials,
+                               record=self.record)
 
     async def _tls(self, raw: trio.abc.Stream, host: str | IPAddress) -> trio.SSLStream[trio.abc.Stream]:
         """TLS to the upstream over ``raw``, its certificate verified for ``host`` (name or address)."""
@@ -611,6 +649,7 @@ class _Server:
     limiter: trio.CapacityLimiter
     credentials: tuple[Credential, ...] = ()
     upstream_tls: ssl.SSLContext = field(default_factory=lambda: default_upstream_tls())
+    terminator: Terminator | None = None
 
 
 async def serve_egress(
@@ -623,6 +662,7 @@ async def serve_egress(
     own_addresses: Callable[[], frozenset[IPAddress]] = local_addresses,
     credentials: tuple[Credential, ...] = (),
     upstream_tls: ssl.SSLContext | None = None,
+    terminator: Terminator | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the proxy on ``listener_sock`` (a listening trio TCP socket) until cancelled.
@@ -634,10 +674,11 @@ async def serve_egress(
     The listener is closed when this returns. ``credentials`` are added to the absolute-form requests their
     bindings match (``on_decision`` records then name them, never their values); ``upstream_tls`` verifies the
     upstreams of ``https://`` requests (default: :func:`default_upstream_tls`, the system store; tests pass a
-    context trusting their own CA, never one that skips verification).
+    context trusting their own CA, never one that skips verification). ``terminator`` (the supervisor's CA,
+    :class:`sandbox._tls_ca.SupervisorCA`) turns on the TLS-terminating mode for CONNECT.
     """
     server = _Server(rules, toolbox, on_decision, resolve, own_addresses, trio.CapacityLimiter(MAX_CONNECTIONS),
-                     tuple(credentials), upstream_tls or default_upstream_tls())
+                     tuple(credentials), upstream_tls or default_upstream_tls(), terminator)
     listener = trio.SocketListener(listener_sock)
 
     async def handle(stream: trio.SocketStream, token: object) -> None:

@@ -112,6 +112,9 @@ def decode_plan(data: bytes) -> ConfinementPlan:
              and all(c.isalnum() or c in "-._" for c in plan.view.hostname), "view.hostname must be a host name")
         want(all(is_int(v) and v > 0 for v in (plan.view.tmp_bytes, plan.view.shm_bytes)),
              "view sizes must be positive integers")
+        want(isinstance(plan.view.system_paths, tuple)
+             and all(isinstance(p, str) and p.startswith("/") for p in plan.view.system_paths),
+             "view.system_paths must be absolute paths")
     want(all(isinstance(r.path, str) and isinstance(r.mode, str) for r in plan.fs_rules), "bad fs_rules")
     want(all(is_int(p) and 0 <= p <= 65535 for p in plan.tcp_connect_ports), "bad tcp_connect_ports")
     want(
@@ -357,7 +360,7 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
     import pwd
 
     from sandbox._private_files import enter_private_mounts
-    from sandbox._view import apply_view, probe_host
+    from sandbox._view import apply_view, host_mount_points, probe_host
     from sandbox._view_plan import ViewError, plan_view, view_files
 
     uid = plan.uid if plan.uid is not None else os.geteuid()
@@ -375,7 +378,7 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
                        hostname=view.hostname, resolv_conf=resolv_conf,
                        groups=[(g, host_name(grp.getgrgid, g)) for g in plan.groups])
     try:
-        planned = plan_view(plan.fs_rules, view, files, probe_host)
+        planned = plan_view(plan.fs_rules, view, files, probe_host, host_mount_points())
     except ViewError as exc:
         raise ConfinementError(str(exc), step="view") from exc
     enter_private_mounts(step="view")

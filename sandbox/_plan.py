@@ -56,11 +56,16 @@ class ViewSpec:
             ``hostname`` capability is granted).
         tmp_bytes: size of the fresh tmpfs on ``/tmp``.
         shm_bytes: size of the fresh tmpfs on ``/dev/shm``.
+        system_paths: rule paths no worker and no agent file can write (the policy's system paths, the
+            interpreter, the staged worker code): their read-only binds, and every device node, get inodes of the
+            worker's own (a read-only overlay), so a lock or inotify watch on them reaches no other worker. Other
+            read-only grants stay plain binds: their writers' changes and locks (SQLite's) must be seen live.
     """
 
     hostname: str = NEUTRAL_HOSTNAME
     tmp_bytes: int = 64 << 20
     shm_bytes: int = 16 << 20
+    system_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,5 +136,7 @@ class ConfinementPlan:
         data["tcp_connect_ports"] = tuple(data.get("tcp_connect_ports", ()))
         data["groups"] = tuple(data.get("groups", ()))
         if data.get("view") is not None:
-            data["view"] = ViewSpec(**data["view"])
+            view = dict(data["view"])
+            view["system_paths"] = tuple(view.get("system_paths", ()))
+            data["view"] = ViewSpec(**view)
         return cls(**data)

@@ -10,15 +10,19 @@
    (``open_tree(OPEN_TREE_CLONE)`` of the source, ``mount_setattr`` on the detached copy, then ``move_mount`` onto a
    target opened beneath the new root with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``). Read-only binds are read-only
    recursively (``EROFS`` for every write, ``utimensat``, ``chmod``, whatever the modes); every bind is ``nosuid``
-   and, devices aside, ``nodev``;
+   and, devices aside, ``nodev``. A bind the plan marks ``private`` (system paths and devices) is shown through a
+   read-only overlay of the source (a folder) or of its folder (a file or device node, then cloned alone out of
+   it), so the worker's inodes are its own: a lock or an inotify watch on them is seen by no other worker and
+   not on the host. One overlay per source folder, sharing one empty top layer (overlayfs needs two layers);
 3. the worker's procfs (``fsopen("proc")`` in its PID namespace) with the masks of :mod:`sandbox._procfs`, plus
    ``/proc/cmdline`` and ``/proc/sys/kernel/random/boot_id``;
 4. ``pivot_root(".", ".")`` into the tmpfs and ``umount2(MNT_DETACH)`` of the old root: from then on no path of
    the host outside the binds exists for the worker, and its mountinfo lists only the view's mounts;
 5. the root tmpfs is made read-only.
 
-Needs Linux 5.12 (``mount_setattr``) and ``CAP_SYS_ADMIN`` over the mount namespace. Failures are
-:class:`~sandbox._errors.ConfinementError` with step ``view``; the worker then never runs.
+Needs Linux 6.15 (overlayfs layers given as ``O_PATH`` fds; the rest needs 5.12) and ``CAP_SYS_ADMIN`` over the
+mount namespace. Failures are :class:`~sandbox._errors.ConfinementError` with step ``view``; the worker then never
+runs.
 """
 
 from __future__ import annotations
@@ -26,43 +30,41 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import stat
-import struct
 
 from sandbox._errors import ConfinementError
+from sandbox._mount_api import (
+    ATTR_NODEV,
+    ATTR_NOEXEC,
+    ATTR_NOSUID,
+    ATTR_RDONLY,
+    RESOLVE_NO_SYMLINKS,
+    attach,
+    clone_tree,
+    fail,
+    move_to_path,
+    new_fs,
+    open_beneath,
+    openat2,
+    overlay,
+    set_attrs,
+    syscall,
+    tmpfs,
+)
 from sandbox._procfs import MASKED_DIRS, MASKED_FILES
 from sandbox._view_plan import PathInfo, ViewOp, ViewPlan
 
-__all__ = ["apply_view", "probe_host", "set_hostname"]
+__all__ = ["apply_view", "host_mount_points", "probe_host", "set_hostname"]
 
 _STEP = "view"
-_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 428, 429, 430, 431, 432
-_SYS_OPENAT2, _SYS_MOUNT_SETATTR = 437, 442
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
-_OPEN_TREE_CLONE, _AT_EMPTY_PATH, _AT_RECURSIVE = 1, 0x1000, 0x8000
-_MOVE_MOUNT_F_EMPTY_PATH, _MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
-_FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
-_ATTR_RDONLY, _ATTR_NOSUID, _ATTR_NODEV, _ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
-_RESOLVE_NO_XDEV, _RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x1, 0x2, 0x4, 0x8
 _MNT_DETACH = 2
 #: Host folders the new root's tmpfs may be mounted on (in the worker's mount namespace only); the first that is
 #: a real folder is used. Nothing of it remains visible after the pivot.
 _STAGING = ("/tmp", "/mnt", "/media", "/srv", "/run", "/var/tmp")
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-def _fail(what: str, err: int) -> ConfinementError:
-    return ConfinementError(f"{what}: {os.strerror(err)}", step=_STEP, errno=err)
-
-
-def _sys(what: str, number: int, *args: object) -> int:
-    ctypes.set_errno(0)
-    result = _libc.syscall(ctypes.c_long(number), *args)
-    if result < 0:
-        raise _fail(what, ctypes.get_errno())
-    return int(result)
 
 
 def probe_host(path: str) -> PathInfo:
@@ -85,67 +87,18 @@ def probe_host(path: str) -> PathInfo:
     return PathInfo("other")
 
 
-def _openat2(dirfd: int, path: str, resolve: int, flags: int = os.O_PATH) -> int:
-    """``openat2``; raises ``OSError`` (so callers can tell ``ENOENT`` apart)."""
-    how = struct.pack("QQQ", flags | os.O_CLOEXEC, 0, resolve)
-    ctypes.set_errno(0)
-    fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), path.encode(), how, ctypes.c_size_t(24))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), path)
-    return int(fd)
-
-
-def _beneath(root: int, path: str, flags: int = os.O_PATH) -> int:
-    """Open ``path`` (absolute in the view) beneath the new root, following no symlink."""
-    return _openat2(root, path.lstrip("/") or ".", _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
-                    flags)
-
-
-def _setattr(fd: int, attrs: int, what: str) -> None:
-    attr = struct.pack("QQQQ", attrs, 0, 0, 0)
-    _sys(f"mount_setattr of {what}", _SYS_MOUNT_SETATTR, ctypes.c_int(fd), b"", ctypes.c_uint(_AT_EMPTY_PATH |
-         _AT_RECURSIVE), attr, ctypes.c_size_t(32))
-
-
-def _clone(fd: int, what: str) -> int:
-    return _sys(f"open_tree of {what}", _SYS_OPEN_TREE, ctypes.c_int(fd), b"",
-                ctypes.c_uint(_OPEN_TREE_CLONE | _AT_RECURSIVE | _AT_EMPTY_PATH | os.O_CLOEXEC))
-
-
-def _attach(mount_fd: int, root: int, path: str) -> None:
-    """Move the detached mount ``mount_fd`` onto ``path`` (beneath ``root``, no symlink followed)."""
-    target = _target(root, path)
+def host_mount_points(mountinfo: str = "/proc/self/mountinfo") -> frozenset[str]:
+    """Every mount point of this mount namespace (the planner keeps a plain bind where an overlay would hide one)."""
+    points = set()
     try:
-        _sys(f"move_mount onto {path}", _SYS_MOVE_MOUNT, ctypes.c_int(mount_fd), b"", ctypes.c_int(target), b"",
-             ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH))
-    finally:
-        os.close(target)
-
-
-def _target(root: int, path: str) -> int:
-    try:
-        return _beneath(root, path)
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split(" ")
+                if len(fields) > 4:
+                    points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
     except OSError as exc:
-        raise _fail(f"mount point {path} of the view", exc.errno or errno.EINVAL) from exc
-
-
-def _new_fs(fstype: str, options: dict[str, str], attrs: int, what: str) -> int:
-    """A detached mount of a new ``fstype`` (``fsopen``/``fsconfig``/``fsmount``)."""
-    fs = _sys(f"fsopen({fstype}) for {what}", _SYS_FSOPEN, fstype.encode(), ctypes.c_uint(1))
-    try:
-        for key, value in options.items():
-            _sys(f"fsconfig {key} for {what}", _SYS_FSCONFIG, ctypes.c_int(fs), ctypes.c_uint(_FSCONFIG_SET_STRING),
-                 key.encode(), value.encode(), ctypes.c_int(0))
-        _sys(f"creating the {fstype} of {what}", _SYS_FSCONFIG, ctypes.c_int(fs), ctypes.c_uint(_FSCONFIG_CMD_CREATE),
-             None, None, ctypes.c_int(0))
-        return _sys(f"fsmount for {what}", _SYS_FSMOUNT, ctypes.c_int(fs), ctypes.c_uint(1), ctypes.c_uint(attrs))
-    finally:
-        os.close(fs)
-
-
-def _tmpfs(size: int, mode: int, attrs: int, what: str) -> int:
-    return _new_fs("tmpfs", {"size": str(max(size, 4096)), "mode": f"{mode:o}"}, attrs, what)
+        raise fail(f"cannot read {mountinfo}", exc.errno or errno.EIO) from exc
+    return frozenset(points)
 
 
 def _open_sources(plan: ViewPlan) -> dict[str, int]:
@@ -156,7 +109,7 @@ def _open_sources(plan: ViewPlan) -> dict[str, int]:
         if op.op != "bind" or op.source in sources:
             continue
         try:
-            fd = _openat2(-100, op.source, _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)  # AT_FDCWD
+            fd = openat2(-100, op.source, RESOLVE_NO_SYMLINKS)  # AT_FDCWD
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 continue
@@ -165,7 +118,7 @@ def _open_sources(plan: ViewPlan) -> dict[str, int]:
             if exc.errno == errno.ELOOP:
                 raise ConfinementError(f"{op.source} now passes through a symlink; it is not followed",
                                        step=_STEP, errno=exc.errno) from exc
-            raise _fail(f"cannot open {op.source}", exc.errno or errno.EINVAL) from exc
+            raise fail(f"cannot open {op.source}", exc.errno or errno.EINVAL) from exc
         if not want.get(op.kind, lambda m: False)(os.fstat(fd).st_mode):
             os.close(fd)
             for fd in sources.values():
@@ -173,6 +126,55 @@ def _open_sources(plan: ViewPlan) -> dict[str, int]:
             raise ConfinementError(f"{op.source} is no longer a {op.kind}", step=_STEP)
         sources[op.source] = fd
     return sources
+
+
+class _OwnInodes:
+    """The read-only overlays that give this worker inodes of its own, one per host folder, made on first use."""
+
+    def __init__(self) -> None:
+        # The fsmount fd itself: it keeps the detached mount in its anonymous namespace, which overlayfs requires
+        # of a detached layer (an fd of its root alone would not).
+        self.empty = tmpfs(4096, 0o555, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, "the overlays' top layer")
+        self.overlays: dict[tuple[str, bool], int] = {}
+
+    def close(self) -> None:
+        for fd in (self.empty, *self.overlays.values()):
+            os.close(fd)
+
+    def folder(self, path: str, source: int, *, devices: bool) -> int:
+        """The overlay of the host folder ``path`` (opened as ``source``), detached; ``devices`` lets device nodes
+        in it work (``noexec`` instead of ``nodev``)."""
+        key = (path, devices)
+        if key not in self.overlays:
+            attrs = ATTR_NOSUID | (ATTR_NOEXEC if devices else ATTR_NODEV)
+            try:
+                self.overlays[key] = overlay(source, self.empty, attrs, path)
+            except ConfinementError as exc:
+                raise ConfinementError(
+                    f"{exc}; a private view shows system paths through read-only overlays of the worker's own "
+                    "(so locks on them are not shared), which needs overlayfs with layers given as O_PATH fds "
+                    "(Linux 6.15). Use a newer kernel or private_view: false", step=_STEP, errno=exc.errno) from exc
+        return self.overlays[key]
+
+    def entry(self, path: str, source: int, *, device: bool) -> int:
+        """A detached mount of the file or device ``path`` alone, cloned out of the overlay of its folder, and
+        checked to be what ``source`` (the host's, opened before) is."""
+        parent_path = os.path.dirname(path)
+        try:
+            parent = openat2(-100, parent_path, RESOLVE_NO_SYMLINKS, os.O_PATH | os.O_DIRECTORY)
+        except OSError as exc:
+            raise fail(f"cannot open {parent_path}", exc.errno or errno.EINVAL) from exc
+        try:
+            folder = self.folder(parent_path, parent, devices=device)
+        finally:
+            os.close(parent)
+        clone = clone_tree(folder, path, os.path.basename(path))
+        have, want = os.fstat(clone), os.fstat(source)
+        if (stat.S_IFMT(have.st_mode), have.st_rdev, have.st_size, have.st_mtime_ns) != (
+                stat.S_IFMT(want.st_mode), want.st_rdev, want.st_size, want.st_mtime_ns):
+            os.close(clone)
+            raise ConfinementError(f"{path} changed while the view was built", step=_STEP)
+        return clone
 
 
 def _write_file(root: int, op: ViewOp) -> None:
@@ -184,9 +186,16 @@ def _write_file(root: int, op: ViewOp) -> None:
             os.fchmod(f.fileno(), op.mode)  # whatever the umask
             f.write(op.content or "")
     except OSError as exc:
-        raise _fail(f"writing {op.path} of the view", exc.errno or errno.EINVAL) from exc
+        raise fail(f"writing {op.path} of the view", exc.errno or errno.EINVAL) from exc
     finally:
         os.close(parent)
+
+
+def _target(root: int, path: str) -> int:
+    try:
+        return open_beneath(root, path)
+    except OSError as exc:
+        raise fail(f"mount point {path} of the view", exc.errno or errno.EINVAL) from exc
 
 
 def _overlay_file(root: int, op: ViewOp) -> None:
@@ -195,10 +204,10 @@ def _overlay_file(root: int, op: ViewOp) -> None:
     _write_file(root, staged)
     src = _target(root, staged.path)
     try:
-        clone = _clone(src, op.path)
+        clone = clone_tree(src, op.path)
         try:
-            _setattr(clone, _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV | _ATTR_NOEXEC, op.path)
-            _attach(clone, root, op.path)
+            set_attrs(clone, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, op.path)
+            attach(clone, root, op.path)
         finally:
             os.close(clone)
     finally:
@@ -206,47 +215,71 @@ def _overlay_file(root: int, op: ViewOp) -> None:
         os.unlink(staged.path.lstrip("/"), dir_fd=root)
 
 
-def _bind(root: int, op: ViewOp, source: int) -> None:
-    attrs = _ATTR_NOSUID | (0 if op.writable else _ATTR_RDONLY) | (_ATTR_NOEXEC if op.kind == "device" else
-                                                                    _ATTR_NODEV)
-    clone = _clone(source, op.source)
+def _prepare_private(plan: ViewPlan, sources: dict[str, int], own: _OwnInodes) -> dict[str, int]:
+    """The detached mounts of every ``private`` bind, made from ``sources`` before the view's root is mounted over
+    the staging folder (the folders of file sources are opened by path here, while the host's tree is in place)."""
+    prepared: dict[str, int] = {}
     try:
-        _setattr(clone, attrs, op.path)
-        _attach(clone, root, op.path)
+        for op in plan.ops:
+            if op.op != "bind" or not op.private or op.source not in sources or op.source in prepared:
+                continue
+            source = sources[op.source]
+            if op.kind == "dir":  # read-only, nosuid, nodev already
+                prepared[op.source] = clone_tree(own.folder(op.source, source, devices=False), op.source)
+            else:
+                prepared[op.source] = own.entry(op.source, source, device=op.kind == "device")
+    except BaseException:
+        for fd in prepared.values():
+            os.close(fd)
+        raise
+    return prepared
+
+
+def _bind(root: int, op: ViewOp, source: int, prepared: dict[str, int]) -> None:
+    device = op.kind == "device"
+    if op.private:
+        attach(prepared[op.source], root, op.path)
+        return
+    attrs = ATTR_NOSUID | (0 if op.writable else ATTR_RDONLY) | (ATTR_NOEXEC if device else ATTR_NODEV)
+    clone = clone_tree(source, op.source)
+    try:
+        set_attrs(clone, attrs, op.path)
+        attach(clone, root, op.path)
     finally:
         os.close(clone)
 
 
 def _mount_proc(root: int, null: int) -> None:
-    """The worker's procfs on ``/proc``, host-wide files masked (``/dev/null`` over files, empty tmpfs over dirs)."""
-    proc = _new_fs("proc", {}, _ATTR_NOSUID | _ATTR_NODEV | _ATTR_NOEXEC, "/proc")
+    """The worker's procfs on ``/proc``, host-wide files masked (the worker's own ``/dev/null`` over files, an
+    empty tmpfs over dirs)."""
+    proc = new_fs("proc", (), ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, "/proc")
     try:
-        _attach(proc, root, "/proc")
+        attach(proc, root, "/proc")
     finally:
         os.close(proc)
     for name in MASKED_FILES:
         path = f"/proc/{name}"
         try:
-            os.close(_beneath(root, path))
+            os.close(open_beneath(root, path))
         except OSError:
             continue  # this kernel has no such file
-        clone = _clone(null, "/dev/null")
+        clone = clone_tree(null, "/dev/null")
         try:
-            _attach(clone, root, path)
+            attach(clone, root, path)
         finally:
             os.close(clone)
     for name in MASKED_DIRS:
         path = f"/proc/{name}"
         try:
-            fd = _beneath(root, path)
+            fd = open_beneath(root, path)
         except OSError:
             continue
         is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
         os.close(fd)
         if is_dir:
-            empty = _tmpfs(4096, 0o555, _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV | _ATTR_NOEXEC, path)
+            empty = tmpfs(4096, 0o555, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, path)
             try:
-                _attach(empty, root, path)
+                attach(empty, root, path)
             finally:
                 os.close(empty)
 
@@ -263,48 +296,61 @@ def _pivot(root: int) -> None:
     if number is None:
         raise ConfinementError(f"pivot_root is not known on {os.uname().machine}", step=_STEP)
     os.fchdir(root)
-    _sys("pivot_root", number, b".", b".")
+    syscall("pivot_root", number, b".", b".")
     ctypes.set_errno(0)
     if _libc.umount2(b".", ctypes.c_int(_MNT_DETACH)) != 0:
-        raise _fail("detaching the old root", ctypes.get_errno())
+        raise fail("detaching the old root", ctypes.get_errno())
     os.chdir("/")
+
+
+def _own_null(own: _OwnInodes) -> int:
+    """A detached mount of the worker's own ``/dev/null`` (cloned out of its overlay of ``/dev``)."""
+    try:
+        host = openat2(-100, "/dev/null", RESOLVE_NO_SYMLINKS)
+    except OSError as exc:
+        raise fail("cannot open /dev/null", exc.errno or errno.EINVAL) from exc
+    try:
+        return own.entry("/dev/null", host, device=True)
+    finally:
+        os.close(host)
 
 
 def apply_view(plan: ViewPlan) -> None:
     """Make ``plan`` this process's root (see the module docstring). The mount namespace must be private already."""
     sources = _open_sources(plan)
+    own: _OwnInodes | None = None
+    prepared: dict[str, int] = {}
+    null = -1
     try:
-        null = _openat2(-100, "/dev/null", _RESOLVE_NO_SYMLINKS)
-    except OSError as exc:
-        raise _fail("cannot open /dev/null", exc.errno or errno.EINVAL) from exc
-    try:
-        base = _tmpfs(1 << 20, 0o755, _ATTR_NOSUID | _ATTR_NODEV, "the root")
+        own = _OwnInodes()
+        null = _own_null(own)
+        prepared = _prepare_private(plan, sources, own)
+        base = tmpfs(1 << 20, 0o755, ATTR_NOSUID | ATTR_NODEV, "the root")
         try:
-            _sys("move_mount of the root tmpfs", _SYS_MOVE_MOUNT, ctypes.c_int(base), b"", ctypes.c_int(-100),
-                 _staging_dir().encode(), ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH))
+            move_to_path(base, _staging_dir(), "the root tmpfs")
             root = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=base)
         finally:
             os.close(base)
         try:
             for op in plan.ops:
-                _apply_op(root, op, sources, null)
+                _apply_op(root, op, sources, null, prepared)
             _pivot(root)
         finally:
             os.close(root)
     finally:
-        os.close(null)
-        for fd in sources.values():
-            os.close(fd)
+        for fd in [null, *prepared.values(), *sources.values()]:
+            if fd >= 0:
+                os.close(fd)
+        if own is not None:
+            own.close()
     fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:  # the root itself: read-only, but not recursively (the binds keep their own modes)
-        attr = struct.pack("QQQQ", _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV, 0, 0, 0)
-        _sys("making the view's root read-only", _SYS_MOUNT_SETATTR, ctypes.c_int(fd), b"",
-             ctypes.c_uint(_AT_EMPTY_PATH), attr, ctypes.c_size_t(32))
+        set_attrs(fd, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV, "the view's root", recursive=False)
     finally:
         os.close(fd)
 
 
-def _apply_op(root: int, op: ViewOp, sources: dict[str, int], null: int) -> None:
+def _apply_op(root: int, op: ViewOp, sources: dict[str, int], null: int, prepared: dict[str, int]) -> None:
     if op.op == "dir":
         parent = _target(root, os.path.dirname(op.path))
         try:
@@ -312,7 +358,7 @@ def _apply_op(root: int, op: ViewOp, sources: dict[str, int], null: int) -> None
         except FileExistsError:
             pass
         except OSError as exc:
-            raise _fail(f"mkdir {op.path} in the view", exc.errno or errno.EINVAL) from exc
+            raise fail(f"mkdir {op.path} in the view", exc.errno or errno.EINVAL) from exc
         finally:
             os.close(parent)
     elif op.op == "file":
@@ -325,19 +371,19 @@ def _apply_op(root: int, op: ViewOp, sources: dict[str, int], null: int) -> None
         try:
             os.symlink(op.source, os.path.basename(op.path), dir_fd=parent)
         except OSError as exc:
-            raise _fail(f"symlink {op.path} in the view", exc.errno or errno.EINVAL) from exc
+            raise fail(f"symlink {op.path} in the view", exc.errno or errno.EINVAL) from exc
         finally:
             os.close(parent)
     elif op.op == "tmpfs":
-        fs = _tmpfs(op.size, op.mode, _ATTR_NOSUID | _ATTR_NODEV, op.path)
+        fs = tmpfs(op.size, op.mode, ATTR_NOSUID | ATTR_NODEV, op.path)
         try:
-            _attach(fs, root, op.path)
+            attach(fs, root, op.path)
         finally:
             os.close(fs)
     elif op.op == "proc":
         _mount_proc(root, null)
     elif op.op == "bind" and op.source in sources:
-        _bind(root, op, sources[op.source])
+        _bind(root, op, sources[op.source], prepared)
 
 
 def set_hostname(name: str) -> None:
@@ -345,4 +391,4 @@ def set_hostname(name: str) -> None:
     raw = name.encode()
     ctypes.set_errno(0)
     if _libc.sethostname(raw, ctypes.c_size_t(len(raw))) != 0:
-        raise _fail(f"sethostname({name!r})", ctypes.get_errno())
+        raise fail(f"sethostname({name!r})", ctypes.get_errno())

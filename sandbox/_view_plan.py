@@ -5,7 +5,10 @@
 the worker's root. What the view holds, and nothing else:
 
 - every rule's path, bind-mounted at its own canonical path (read-only for a ``read`` rule, whatever the file modes;
-  read-write for a ``write`` rule), so paths in tool arguments and results are the host's paths. A rule beneath a
+  read-write for a ``write`` rule), so paths in tool arguments and results are the host's paths. A read-only bind
+  within the spec's ``system_paths``, and every device node, is ``private``: shown through an overlay of the
+  worker's own, so its inodes (and their locks) are not the host's nor another worker's; unless that would hide a
+  mount (a mount point beneath a folder, or a file that is a mount point itself: then a plain bind). A rule beneath a
   bind of the same or a wider mode adds nothing; a ``write`` rule beneath a ``read`` bind is mounted on top of it.
   A rule reached through a symlink inside a tree the plan grants read-write is left out (the link was planted).
 - the symlinks met on the way to a rule's path (``/bin -> usr/bin``, ``/lib64``, ``/etc/localtime``), recreated
@@ -27,7 +30,7 @@ turns the view off for such a toolbox and says so).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from sandbox._accounts import plan_view_accounts
@@ -88,7 +91,7 @@ class ViewOp:
     ``overlay``, mounted read-only over the host's file at ``path`` inside a bind; ``content`` ``None``: an empty
     mount point), ``symlink`` (``source`` is the link text), ``tmpfs`` (of ``size`` bytes and ``mode``), ``bind``
     (the host's ``source``, which is ``path``, read-only unless ``writable``; ``kind`` ``dir``, ``file`` or
-    ``device``) or ``proc`` (the worker's procfs).
+    ``device``; ``private``: through an overlay, inodes of the worker's own) or ``proc`` (the worker's procfs).
     """
 
     op: str
@@ -98,6 +101,7 @@ class ViewOp:
     writable: bool = False
     content: str | None = None
     overlay: bool = False
+    private: bool = False
     size: int = 0
     mode: int = 0o755
 
@@ -105,7 +109,8 @@ class ViewOp:
         """One line for ``agents-supervise check``."""
         if self.op == "bind":
             what = {"dir": "", "file": " (file)", "device": " (device)"}.get(self.kind, "")
-            return f"{self.path}: {'read-write' if self.writable else 'read-only'} bind of the host's{what}"
+            own = ", inodes of its own (overlay)" if self.private else ""
+            return f"{self.path}: {'read-write' if self.writable else 'read-only'} bind of the host's{what}{own}"
         if self.op == "tmpfs":
             size = f"{self.size >> 20} MiB" if self.size >= 1 << 20 else f"{self.size >> 10} KiB"
             return f"{self.path}: fresh tmpfs of {size}"
@@ -168,6 +173,17 @@ def resolve(path: str, probe: Probe) -> tuple[str, PathInfo, list[tuple[str, str
     return done, probe(done), links
 
 
+def _private(real: str, kind: str, writable: bool, system: list[str], mounts: Collection[str]) -> bool:
+    """Whether the bind of ``real`` gets inodes of the worker's own: a device node, or a read-only path within a
+    system path; not where the overlay would hide a mount."""
+    if kind == "dir":
+        if any(m != real and _under(m, real) for m in mounts):
+            return False
+    elif real in mounts:
+        return False
+    return kind == "device" or (not writable and any(_under(real, top) for top in system))
+
+
 class _Builder:
     def __init__(self) -> None:
         self.ops: list[ViewOp] = []
@@ -203,9 +219,11 @@ class _Builder:
         self.ensure_dir(posixpath.dirname(path))
 
 
-def plan_view(rules: Iterable[FsRule], spec: ViewSpec, files: dict[str, str], probe: Probe) -> ViewPlan:
+def plan_view(rules: Iterable[FsRule], spec: ViewSpec, files: dict[str, str], probe: Probe,
+              mounts: Collection[str] = ()) -> ViewPlan:
     """Build the view of ``rules`` (see the module docstring). ``files`` maps each path of :data:`GENERATED` the
-    view should hold to its content. Raises :class:`ViewError` for a rule on ``/``."""
+    view should hold to its content; ``mounts`` are the host's mount points. Raises :class:`ViewError` for a rule
+    on ``/``."""
     b = _Builder()
     for path, size, mode in (("/dev", 64 << 10, 0o755), ("/dev/shm", spec.shm_bytes, 0o1777),
                              ("/tmp", spec.tmp_bytes, 0o1777)):
@@ -232,6 +250,7 @@ def plan_view(rules: Iterable[FsRule], spec: ViewSpec, files: dict[str, str], pr
     # A link inside a tree the worker may write was planted there (rules are canonical when compiled): never
     # followed, so a worker cannot turn a rule nested in its own folder into a grant of what the link names.
     writable_trees = [real for rule, real, info, _ in resolved if rule.mode == WRITE and info.kind == "dir"]
+    system = [found[0] for found in (resolve(p, probe) for p in spec.system_paths) if found is not None]
     binds: dict[str, tuple[PathInfo, bool]] = {}
     links: dict[str, str] = {}
     for rule, real, info, met in resolved:
@@ -260,7 +279,8 @@ def plan_view(rules: Iterable[FsRule], spec: ViewSpec, files: dict[str, str], pr
                 b.add(ViewOp("file", real), "file")  # an empty mount point
             else:
                 b.add(ViewOp("dir", real), "dir")
-        op = ViewOp("bind", real, source=real, kind=info.kind, writable=writable)
+        op = ViewOp("bind", real, source=real, kind=info.kind, writable=writable,
+                    private=_private(real, info.kind, writable, system, mounts))
         b.add(op, "bind-dir" if info.kind == "dir" else "bind-file")
         if info.kind == "dir":
             b.bind_modes[real] = writable

@@ -273,6 +273,10 @@ class ToolboxPolicy(_Model):
     credential_env: dict[EnvName, CredentialName] = Field(
         default={}, description="environment variables set to a credential's placeholder (for tools that insist "
         "on a variable); grants the credential as credentials does")
+    tls_termination: bool = Field(
+        default=False, description="the egress proxy terminates this toolbox's TLS (CONNECT tunnels) with a "
+        "certificate of the supervisor's own CA, which only this worker trusts, so credentials reach code that "
+        "speaks TLS itself (MCP servers, bash tools); the upstream is verified against the system store")
 
 
 class Network(_Model):

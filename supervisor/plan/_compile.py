@@ -28,6 +28,7 @@ from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
 from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule, Rlimits, ViewSpec
 from sandbox._syspaths import python_runtime_paths, uid_can_read
+from sandbox._tls_ca import supervisor_ca
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig
 from supervisor.sessions import introspection_problem
@@ -38,6 +39,7 @@ from ._credential_values import load_credentials
 from ._identities import WorkerIdentity, assign_identities
 from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
+from ._tls_termination import ca_file_path, termination_env, write_ca_file
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
@@ -270,9 +272,18 @@ def plan_worker(
     if hosts:
         env.update(worker_network_env(ports))
     grant = grant_credentials(cfg, granted=overrides.credentials, credential_env=overrides.credential_env,
-                              loaded=credentials or {}, hosts=hosts, toolbox=tb.name, agent=tb.agent_slug)
+                              loaded=credentials or {}, hosts=tuple(tb.allowed_hosts) if tb.kind == "skills" else hosts,
+                              toolbox=tb.name, agent=tb.agent_slug)  # a skills toolbox's: its git clones
     env.update(grant.env or {})
     warnings += grant.warnings
+    terminator = None
+    if overrides.tls_termination and hosts:
+        terminator = supervisor_ca()
+        ca_path = ca_file_path(state_dir, terminator)
+        env.update(termination_env(ca_path))
+        rules.append(FsRule(ca_path, READ))
+    elif overrides.tls_termination:
+        warnings.append(f"{tb.name}: tls_termination has no effect: the toolbox has no AllowedHosts")
 
     uid = gid = None
     groups: tuple[int, ...] = ()
@@ -366,6 +377,7 @@ def plan_worker(
         "allowed_hosts": list(hosts),
         "cname_targets": list(cname_targets),
         "credentials": grant.describe(),
+        "tls_termination": terminator is not None,
         "xattrs": overrides.xattrs,
         "file_sandbox": fs_report,
         "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
@@ -381,7 +393,8 @@ def plan_worker(
         "rlimit_as": address_space,
     }
     view = _plan_view(policy.private_view, policy.strict, tb, cfg, rules, warnings,
-                      made_at_start=(workdir, tb_state, runtime_dir, *git_targets))
+                      made_at_start=(workdir, tb_state, runtime_dir, *git_targets),
+                      system=(*policy.system_paths, *python_runtime_paths(), runtime_dir))
     if view is not None:
         plan = dataclasses.replace(plan, view=view[0])
     report["view"] = view[1] if view is not None else None
@@ -401,6 +414,7 @@ def plan_worker(
         private_networks=private,
         cname_targets=cname_targets,
         credentials=grant.credentials,
+        terminator=terminator,
         cgroup=cgroup,
         address_space_fallback=address_space_fallback,
         warnings=warnings,
@@ -409,17 +423,19 @@ def plan_worker(
 
 
 def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, cfg: dict[str, Any], rules: list[FsRule],
-               warnings: list[str], *, made_at_start: tuple[str, ...]) -> tuple[ViewSpec, list[str]] | None:
+               warnings: list[str], *, made_at_start: tuple[str, ...],
+               system: tuple[str, ...] = ()) -> tuple[ViewSpec, list[str]] | None:
     """The worker's private view (``policy.private_view``) and what ``check`` shows of it; ``None`` when off.
 
     The host name is the host's own only when the System toolbox's ``hostname`` capability is granted. A rule on
     ``/`` cannot be shown as a view: refused under a strict policy, else the view is off with a warning. The
     launcher plans the view again from the host as it is then; ``made_at_start`` (work folders, staged code, clones)
-    are shown as the folders they will be.
+    are shown as the folders they will be. ``system``: the paths no worker or agent file writes, shown with
+    inodes of the worker's own (``ViewSpec.system_paths``).
     """
     if not enabled:
         return None
-    from sandbox._view import probe_host
+    from sandbox._view import host_mount_points, probe_host
     from sandbox._view_plan import PathInfo, ViewError, plan_view, view_files
 
     def probe(path: str) -> PathInfo:
@@ -429,10 +445,11 @@ def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, cfg: dict[str, An
         return found
 
     granted = tb.kind == "system" and "hostname" in (cfg.get("Capabilities") or [])
-    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if granted else NEUTRAL_HOSTNAME)
+    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if granted else NEUTRAL_HOSTNAME,
+                    system_paths=tuple(dict.fromkeys(system)))
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
-        lines = plan_view(rules, spec, files, probe).describe()
+        lines = plan_view(rules, spec, files, probe, host_mount_points()).describe()
     except ViewError as exc:
         message = f"toolbox {tb.name} (agent {tb.agent_slug}): {exc}"
         if strict:
@@ -536,6 +553,8 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     git_sources: list[GitSource] = []
     _check_toolbox_keys(config)
     credentials = load_credentials(policy.credentials)
+    if prepare and any(t.tls_termination for t in policy.toolboxes.values()):
+        write_ca_file(state_dir, supervisor_ca())  # before planning: the workers are granted the file
     ranged = root and policy.worker_uids is not None
     identities = assign_identities(
         state_dir, {a.slug: a.file for a in config.agents},

@@ -12,6 +12,10 @@ not exist yet:
   ``http(s)://`` URL reaches only the repository's host, through the egress bridge (proxy + DNS stub);
 - ``git`` sees no system or user configuration, may use only the URL's protocol (``GIT_ALLOW_PROTOCOL``), never
   prompts, and makes a shallow clone;
+- credentials the policy grants the skills toolbox (``toolboxes.<name>.credentials``) whose bindings match an
+  ``https://`` source's host reach that clone only through the TLS-terminating proxy (``sandbox._egress_tls``): git
+  trusts the supervisor's CA for that clone alone (``GIT_SSL_CAINFO``, a root-owned file beside its config), and
+  the proxy adds the credential to the requests for the bound host; git never holds it;
 - on success the temporary folder is renamed to the target; on failure it is removed and the error is returned,
   so the supervisor drops that source from the worker's config and shows a load error (the other sources load).
 
@@ -28,14 +32,17 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from sandbox._credentials import Credential
 from sandbox._dirfd import open_anchor, open_dir, seal_tree
+from sandbox._hosts import HostError, normalize_host
 from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import python_runtime_paths
+from sandbox._tls_ca import SupervisorCA, supervisor_ca
 from supervisor.workers import ConfinedOutcome, run_confined
 
 __all__ = [
@@ -146,9 +153,26 @@ class _Clone:
     rules: list[FsRule]
     env: dict[str, str]
     hosts: tuple[str, ...]
+    #: credentials the clone's proxy adds, and the CA that terminates its TLS for them (None: tunnels)
+    credentials: tuple[Credential, ...] = ()
+    terminator: SupervisorCA | None = None
 
 
-def _prepare(git: GitSource, policy: Any, uid: int | None, gid: int | None) -> _Clone | str:
+def _clone_credentials(url: str, credentials: Sequence[Credential]) -> tuple[Credential, ...]:
+    """The credentials whose bindings match the source's host (any path: a clone asks several)."""
+    parts = urlsplit(url)
+    try:
+        if parts.scheme != "https" or not parts.hostname:
+            return ()
+        host, port = normalize_host(parts.hostname), parts.port or 443
+    except (HostError, ValueError):
+        return ()
+    return tuple(c for c in credentials
+                 if any(b.matches("https", host, port, p) for b in c.bindings for p in (b.path_prefixes or ("/",))))
+
+
+def _prepare(git: GitSource, policy: Any, uid: int | None, gid: int | None,
+             credentials: Sequence[Credential] = ()) -> _Clone | str:
     """Make the temporary folder and decide the clone's rules; a string is a refusal."""
     parts = urlsplit(git.url)
     repo_path: str | None = None
@@ -183,7 +207,24 @@ def _prepare(git: GitSource, policy: Any, uid: int | None, gid: int | None) -> _
     _write_global_config(config, repo_path)
     rules.append(FsRule(config, READ))
     env = _git_env(policy.worker_env.get("PATH", "/usr/local/bin:/usr/bin:/bin"), parts.scheme, config)
-    return _Clone(tmp, config, rules, env, hosts)
+    creds = _clone_credentials(git.url, credentials)
+    terminator = None
+    if creds:
+        terminator = supervisor_ca()
+        ca_file = tmp + ".ca.pem"
+        _write_public(ca_file, terminator.cert_pem)
+        rules.append(FsRule(ca_file, READ))
+        env["GIT_SSL_CAINFO"] = ca_file
+    return _Clone(tmp, config, rules, env, hosts, creds, terminator)
+
+
+def _write_public(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _finish(git: GitSource, clone: _Clone, outcome: ConfinedOutcome, timeout_s: float) -> str | None:
@@ -207,8 +248,9 @@ def _finish(git: GitSource, clone: _Clone, outcome: ConfinedOutcome, timeout_s: 
 def _cleanup(clone: _Clone) -> None:
     if os.path.isdir(clone.tmp):
         shutil.rmtree(clone.tmp, ignore_errors=True)
-    if os.path.exists(clone.config):
-        os.unlink(clone.config)
+    for path in (clone.config, clone.tmp + ".ca.pem"):
+        if os.path.exists(path):
+            os.unlink(path)
 
 
 def _exists(git: GitSource) -> bool:
@@ -237,6 +279,7 @@ async def fetch_git_source(
     on_egress: Callable[[dict[str, Any]], None] | None = None,
     timeout_s: float = CLONE_TIMEOUT_S,
     cname_targets: tuple[str, ...] = (),
+    credentials: Sequence[Credential] = (),
 ) -> tuple[str | None, bool]:
     """Clone ``git`` unless its folder exists. Returns ``(error message or None, cloned now)``; the ``subdir`` is
     not checked here.
@@ -244,13 +287,13 @@ async def fetch_git_source(
     Never raises for what git or the repository does; ``OSError`` only when the state directory cannot be
     written. ``policy`` is the loaded :class:`~supervisor.config._policy.Policy` (system paths, environment, strictness,
     private ranges); ``launcher``, ``rlimits``, ``uid``, ``gid`` and ``cname_targets`` are those of the skills
-    toolbox's worker.
+    toolbox's worker; ``credentials`` the ones the policy grants it (see the module docstring).
     """
     if _exists(git):
         if uid is not None:
             seal_clone(git.target)
         return None, False
-    clone = _prepare(git, policy, uid, gid)
+    clone = _prepare(git, policy, uid, gid, credentials)
     if isinstance(clone, str):
         return clone, False
     try:
@@ -260,7 +303,8 @@ async def fetch_git_source(
             timeout_s=timeout_s, uid=uid, gid=gid,
             min_landlock_abi=policy.landlock_min_abi if policy.strict else 0, rlimits=rlimits,
             allowed_hosts=clone.hosts, private_networks=tuple(str(n) for n in policy.network.allow_private_ranges),
-            cname_targets=cname_targets, on_egress=on_egress, launcher=launcher)
+            cname_targets=cname_targets, on_egress=on_egress, credentials=clone.credentials,
+            terminator=clone.terminator, launcher=launcher)
     except BaseException:
         _cleanup(clone)
         raise
@@ -294,7 +338,8 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
             try:
                 error, cloned = await fetch_git_source(
                     git, policy=compiled.config.policy, launcher=list(spec.argv), rlimits=spec.plan.rlimits,
-                    uid=spec.plan.uid, gid=spec.plan.gid, on_egress=on_egress, cname_targets=spec.cname_targets)
+                    uid=spec.plan.uid, gid=spec.plan.gid, on_egress=on_egress, cname_targets=spec.cname_targets,
+                    credentials=spec.credentials)
             except OSError as exc:
                 error, cloned = f"git source {git.url}: cannot write its clone: {exc}", False
             except Exception as exc:  # a bug on the clone path: this source's load error, never the supervisor's end

@@ -29,8 +29,9 @@ import trio
 
 import sandbox
 from sandbox._bridge import BridgeError, BridgePorts, receive_bridge, worker_network_env
+from sandbox._credentials import Credential
 from sandbox._dns_stub import serve_dns_stub
-from sandbox._egress import serve_egress
+from sandbox._egress import Terminator, serve_egress
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan, FsRule, Rlimits
 
@@ -100,6 +101,8 @@ async def run_confined(
     private_networks: Sequence[str] = (),
     cname_targets: Sequence[str] = (),
     on_egress: Callable[[dict[str, Any]], None] | None = None,
+    credentials: Sequence[Credential] = (),
+    terminator: Terminator | None = None,
     launcher: Sequence[str] | None = None,
     stdout_cap: int = 1 << 20,
     stderr_cap: int = 64 << 10,
@@ -109,7 +112,9 @@ async def run_confined(
 
     ``uid``/``gid`` must be given when the supervisor runs as root (the launcher refuses to run as root).
     Raises ``OSError`` only when the launcher itself cannot be spawned; everything the program or the
-    confinement does is in the outcome. Cancellation kills the program.
+    confinement does is in the outcome. Cancellation kills the program. ``credentials`` and ``terminator`` are
+    given to the bridge's proxy (``sandbox._egress.serve_egress``): the program's requests to the credentials'
+    hosts carry them (a terminator: its TLS tunnels are terminated; the program must trust that CA).
     """
     ports = BridgePorts()
     run_env = dict(env)
@@ -153,7 +158,7 @@ async def run_confined(
             with trio.move_on_after(timeout_s) as scope:
                 if carrier is not None:
                     nursery.start_soon(_serve_bridge, carrier, proc, toolbox, allowed_hosts, private_networks,
-                                       cname_targets, on_egress)
+                                       cname_targets, on_egress, tuple(credentials), terminator)
                     carrier = None  # owned by the task now
                 await proc.wait()
             if scope.cancelled_caught:
@@ -170,7 +175,8 @@ async def run_confined(
 
 async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: Sequence[str],
                         private: Sequence[str], cname_targets: Sequence[str],
-                        on_egress: Callable[[dict[str, Any]], None] | None) -> None:
+                        on_egress: Callable[[dict[str, Any]], None] | None,
+                        credentials: tuple[Credential, ...] = (), terminator: Terminator | None = None) -> None:
     """Receive the bridge sockets from the launcher and serve them until the program exits."""
     try:
         bridge = await receive_bridge(trio.socket.from_stdlib_socket(carrier))
@@ -183,7 +189,8 @@ async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: 
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(lambda task_status: serve_egress(
-                proxy, rules, on_decision=on_egress or (lambda _d: None), toolbox=toolbox, task_status=task_status))
+                proxy, rules, on_decision=on_egress or (lambda _d: None), toolbox=toolbox, credentials=credentials,
+                terminator=terminator, task_status=task_status))
             await nursery.start(lambda task_status: serve_dns_stub(dns_udp, dns_tcp, rules, task_status=task_status))
             await proc.wait()
             nursery.cancel_scope.cancel()

@@ -29,7 +29,7 @@ from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
 from sandbox._cgroups import CgroupInstance, CgroupPlan, create_cgroup, enter_cgroup, remove_cgroup
 from sandbox._credentials import Credential
 from sandbox._dns_stub import serve_dns_stub
-from sandbox._egress import default_resolve, limited_resolver, serve_egress
+from sandbox._egress import Terminator, default_resolve, limited_resolver, serve_egress
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
@@ -85,6 +85,8 @@ class WorkerSpec:
     cname_targets: tuple[str, ...] = ()
     #: credentials its egress proxy adds to requests their bindings match (values: never sent to the worker)
     credentials: tuple[Credential, ...] = ()
+    #: the supervisor's CA when the toolbox's TLS is terminated by its proxy (tls_termination); None: tunnels
+    terminator: Terminator | None = None
     #: the worker's cgroup (pids.max, memory), made at each start; None: no cgroup
     cgroup: CgroupPlan | None = None
     #: RLIMIT_AS to set after all when the (optional) cgroup that was to bound the worker's memory cannot be made
@@ -321,7 +323,7 @@ class Worker:
                 resolve = limited_resolver(default_resolve, LOOKUPS_PER_BRIDGE)
                 await nursery.start(lambda task_status: serve_egress(
                     proxy, rules, on_decision=on_decision, toolbox=self.spec.toolbox, resolve=resolve,
-                    credentials=self.spec.credentials, task_status=task_status))
+                    credentials=self.spec.credentials, terminator=self.spec.terminator, task_status=task_status))
                 await nursery.start(lambda task_status: serve_dns_stub(
                     dns_udp, dns_tcp, rules, resolve=resolve, task_status=task_status))
                 await self.dead.wait()

@@ -200,11 +200,14 @@ class Lab:
         Lines(proc).next("ready")
 
     def bridge(self, rules: list[str], *, private: tuple[str, ...] = (), toolbox: str = "lab",
-               cname_targets: tuple[str, ...] = (), credentials: list[dict[str, Any]] | None = None) -> Bridge:
+               cname_targets: tuple[str, ...] = (), credentials: list[dict[str, Any]] | None = None,
+               terminate: bool = False) -> Bridge:
         """A client namespace with only ``lo`` whose bridge is served by a proxy in the supervisor namespace.
         ``credentials``: what the proxy injects (``{name, value, bindings: [{hosts, ports, schemes,
-        path_prefixes}], header: [name, template] | None, query}``); the proxy trusts the lab's CA upstream."""
-        return Bridge(self, rules, private, toolbox, cname_targets, credentials or [])
+        path_prefixes}], header: [name, template] | None, query}``); the proxy trusts the lab's CA upstream.
+        ``terminate``: the TLS-terminating mode, with a CA of the proxy's own (its certificate in
+        ``Bridge.terminating_ca``)."""
+        return Bridge(self, rules, private, toolbox, cname_targets, credentials or [], terminate)
 
     def requests(self) -> list[dict[str, Any]]:
         """Every request the lab's HTTP(S) servers received so far: ``{tag, host, path, headers}``."""
@@ -229,7 +232,8 @@ class Bridge:
     """One client namespace, its bridge, and the proxy process serving it (with its decisions as lines)."""
 
     def __init__(self, lab: Lab, rules: list[str], private: tuple[str, ...], toolbox: str,
-                 cname_targets: tuple[str, ...] = (), credentials: list[dict[str, Any]] | None = None) -> None:
+                 cname_targets: tuple[str, ...] = (), credentials: list[dict[str, Any]] | None = None,
+                 terminate: bool = False) -> None:
         self.lab = lab
         self.ns = f"asv-c-{secrets.token_hex(3)}"
         sh("ip", "netns", "add", self.ns)
@@ -239,13 +243,15 @@ class Bridge:
         creds_file = lab.workdir / f"credentials-{self.ns}.json"
         creds_file.write_text(json.dumps(credentials or []))
         creds_file.chmod(0o600)
+        self.terminating_ca = lab.workdir / f"terminating-ca-{self.ns}.pem"
         sup_end, cli_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with sup_end, cli_end:
             self.proxy = subprocess.Popen(
                 in_ns(lab.sup, PY, "-m", "tests.sandbox._netlab", "proxy", "--bridge-fd", str(sup_end.fileno()),
                       "--rules", json.dumps(rules), "--private", json.dumps(list(private)),
                       "--cname-targets", json.dumps(list(cname_targets)), "--toolbox", toolbox,
-                      "--credentials", str(creds_file), "--upstream-ca", str(lab.ca_path)),
+                      "--credentials", str(creds_file), "--upstream-ca", str(lab.ca_path),
+                      *(["--terminating-ca", str(self.terminating_ca)] if terminate else [])),
                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[sup_end.fileno()],
             )
             lab.procs.append(self.proxy)
@@ -460,6 +466,12 @@ def _main_proxy(args: argparse.Namespace) -> None:
                                cname_targets=json.loads(args.cname_targets))
     credentials = _credentials(args.credentials) if args.credentials else ()
     upstream_tls = ssl.create_default_context(cafile=args.upstream_ca) if args.upstream_ca else None
+    terminator = None
+    if args.terminating_ca:
+        from sandbox._tls_ca import supervisor_ca
+
+        terminator = supervisor_ca()
+        Path(args.terminating_ca).write_bytes(terminator.cert_pem)
 
     def report(record: dict[str, Any]) -> None:
         print("decision", json.dumps(record), flush=True)
@@ -469,7 +481,7 @@ def _main_proxy(args: argparse.Namespace) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(lambda task_status: serve_egress(
                 proxy, rules, on_decision=report, toolbox=args.toolbox, credentials=credentials,
-                upstream_tls=upstream_tls, task_status=task_status))
+                upstream_tls=upstream_tls, terminator=terminator, task_status=task_status))
             await nursery.start(lambda task_status: serve_dns_stub(udp, tcp, rules, task_status=task_status))
             print("ready", flush=True)
 
@@ -489,6 +501,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--request-log")
     parser.add_argument("--credentials")
     parser.add_argument("--upstream-ca")
+    parser.add_argument("--terminating-ca")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
     os.environ.pop("HTTP_PROXY", None)

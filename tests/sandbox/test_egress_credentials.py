@@ -196,3 +196,91 @@ def test_the_worker_side_http_client_sends_absolute_form_https(lab: Lab, bridge:
     echo = json.loads(proc.stdout)
     assert echo["headers"]["Authorization"] == f"Bearer {SECRET}"
     assert bridge.decision()["scheme"] == "https"
+
+
+# --- the TLS-terminating mode ----------------------------------------------------------------------------------
+
+#: two requests in one CONNECT tunnel, TLS from the client trusting only the proxy's CA; prints each status line
+#: and body. argv: CA file, CONNECT host, then one Host per request
+TUNNEL = r"""
+import json, socket, ssl, sys
+ca, connect, hosts = sys.argv[1], sys.argv[2], sys.argv[3:]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=15)
+s.sendall(f"CONNECT {connect}:443 HTTP/1.1\r\nHost: {connect}:443\r\n\r\n".encode())
+head = b""
+while not head.endswith(b"\r\n\r\n"):
+    head += s.recv(1)
+assert head.startswith(b"HTTP/1.1 200"), head
+tls = ssl.create_default_context(cafile=ca).wrap_socket(s, server_hostname=connect)
+f = tls.makefile("rb")
+for host in hosts:
+    tls.sendall(f"GET /echo/{host} HTTP/1.1\r\nHost: {host}\r\n"
+                "X-Key: AGENTS_SUPERVISE_CREDENTIAL_github\r\n\r\n".encode())
+    status = f.readline().decode().strip()
+    if not status:
+        break  # the proxy ended the tunnel
+    length = 0
+    while (line := f.readline()) not in (b"\r\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    print(json.dumps([status, f.read(length).decode()]))
+"""
+
+
+@pytest.fixture
+def terminating(lab: Lab) -> Iterator[Bridge]:
+    b = lab.bridge(RULES, credentials=[GITHUB], terminate=True)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def test_terminating_mode_injects_into_tunnelled_https_for_the_bound_host_only(lab: Lab,
+                                                                              terminating: Bridge) -> None:
+    """curl tunnels as usual and trusts the proxy's CA: the bound host gets the credential (header and the
+    placeholder swapped), another host does not; the proxy's leaf names the host, and the upstream was verified."""
+    ca = str(terminating.terminating_ca)
+    placeholder = "X-Key: AGENTS_SUPERVISE_CREDENTIAL_github"
+    status, body = terminating.curl("https://api.example.test/echo/curl", "--cacert", ca, "-H", placeholder)
+    assert status == 200, body
+    echo = {k.lower(): v for k, v in json.loads(body)["headers"].items()}
+    assert echo["authorization"] == f"Bearer {SECRET}" and echo["x-key"] == SECRET
+    decision = terminating.decision()
+    assert decision["terminated"] is True and decision["credentials"] == ["github"]
+    assert SECRET not in json.dumps(decision)
+    status, body = terminating.curl("https://other.example.test/echo/curl", "--cacert", ca, "-H", placeholder)
+    assert status == 200 and SECRET not in body
+    assert "AGENTS_SUPERVISE_CREDENTIAL_github" in body
+    # the proxy's CA is what the client must trust: the lab's real CA does not verify the proxy's leaf
+    status, _ = terminating.curl("https://api.example.test/echo/real-ca", "--cacert", str(lab.ca_path))
+    assert status == 0
+
+
+def test_terminating_mode_a_second_request_for_another_host_in_one_tunnel_is_refused(lab: Lab,
+                                                                                    terminating: Bridge) -> None:
+    """Keep-alive works for the tunnel's own host; a request for another name in the same tunnel is 421 and the
+    tunnel ends, and the credential was sent only with the requests for the bound host."""
+    before = len(lab.requests())
+    proc = terminating.python(TUNNEL, str(terminating.terminating_ca), "api.example.test", "api.example.test",
+                              "api.example.test", "other.example.test", "api.example.test")
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [a[0].split()[1] for a in answers] == ["200", "200", "421"], (proc.stdout, proc.stderr)
+    assert "needs its own CONNECT" in answers[2][1]  # and the tunnel ended: the fourth request was never read
+    got = lab.requests()[before:]
+    assert [r["path"] for r in got] == ["/echo/api.example.test", "/echo/api.example.test"]
+    assert all(SECRET in json.dumps(r) for r in got)
+    assert not any(r["host"] == "other.example.test" for r in got)
+
+
+def test_terminating_mode_verifies_the_upstream_and_mints_only_allowed_hosts(lab: Lab, terminating: Bridge) -> None:
+    """A CONNECT to the IP literal (allowed, but the lab's certificate names no IP) is terminated, and the
+    request is answered 502 by the proxy: it verified the upstream. A host the rules refuse gets 403 before any
+    TLS, so no leaf is ever made for it."""
+    ca = str(terminating.terminating_ca)
+    status, body = terminating.curl(f"https://{INET_TLS}/echo/ip", "--cacert", ca)
+    assert status == 502 and "TLS with 203.0.113.11 failed" in body, body
+    status, body = terminating.curl("https://evil.example.test/", "--cacert", ca)
+    assert status == 0  # curl reports the proxy's 403 to the CONNECT as a failure of its own
+    decisions = [terminating.decision() for _ in range(2)]
+    assert decisions[1]["host"] == "evil.example.test" and decisions[1]["verdict"] == "refused"

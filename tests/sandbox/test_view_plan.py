@@ -154,3 +154,28 @@ def test_the_views_accounts_name_only_root_and_the_worker() -> None:
     hosts = view_files(uid=1, gid=1, account="a", home="/w", hostname="bad name;x", resolv_conf="nameserver 1\n")
     assert hosts["/etc/hostname"] == "badnamex\n" and hosts["/etc/resolv.conf"] == "nameserver 1\n"
     assert hosts["/etc/hosts"].startswith("127.0.0.1\tlocalhost\n")
+
+
+def test_system_paths_and_devices_get_inodes_of_their_own_other_grants_stay_plain_binds() -> None:
+    """Private (an overlay of the worker's own): read-only binds within the spec's system paths (through their
+    links: ``/bin`` names ``/usr/bin``) and every device node. Plain: write grants and other read-only grants (a
+    FileSandbox's data, whose writers' changes and SQLite locks must be seen live)."""
+    spec = ViewSpec(system_paths=("/bin", "/usr", "/etc/ld.so.cache", "/tmp/t/data/out"))
+    plan = plan_view([FsRule("/usr"), FsRule("/etc/ld.so.cache"), FsRule("/dev/null", "write"), FsRule("/dev/urandom"),
+                      FsRule("/tmp/t/data/ro"), FsRule("/tmp/t/data/out", "write"), FsRule("/var/lib/as/work/a/tb")],
+                     spec, FILES, probe)
+    private = {op.path: op.private for op in plan.ops if op.op == "bind"}
+    assert private == {"/usr": True, "/etc/ld.so.cache": True, "/dev/null": True, "/dev/urandom": True,
+                       "/tmp/t/data/ro": False, "/tmp/t/data/out": False, "/var/lib/as/work/a/tb": False}
+    assert "/usr: read-only bind of the host's, inodes of its own (overlay)" in plan.describe()
+    assert "/dev/null: read-write bind of the host's (device), inodes of its own (overlay)" in plan.describe()
+
+
+def test_an_overlay_that_would_hide_a_mount_is_a_plain_bind() -> None:
+    """An overlay shows one file system: a folder with a mount point beneath it, or a file that is a mount point
+    itself (a container's bind-mounted file), keeps the plain bind (and its shared inodes)."""
+    spec = ViewSpec(system_paths=("/usr", "/etc/ld.so.cache", "/dev/null"))
+    rules = [FsRule("/usr"), FsRule("/etc/ld.so.cache"), FsRule("/dev/null")]
+    mounts = {"/", "/usr/share", "/etc/ld.so.cache", "/dev", "/proc"}
+    private = {op.path: op.private for op in plan_view(rules, spec, FILES, probe, mounts).ops if op.op == "bind"}
+    assert private == {"/usr": False, "/etc/ld.so.cache": False, "/dev/null": True}

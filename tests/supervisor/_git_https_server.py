@@ -2,8 +2,9 @@
 
 ``python -m tests.supervisor._git_https_server --addr A --port P --cert C --key K --root R`` serves every
 repository under ``R`` (``GIT_HTTP_EXPORT_ALL``) at ``https://<name>:P/<repo>`` and prints ``listening`` once it
-accepts connections. Git's own CGI does the protocol (v0 and v2, gzip request bodies); this module only passes the
-request to it and its answer back. Run it inside a lab namespace (``tests/sandbox/_netlab.py``).
+accepts connections. With ``REQUIRE_AUTHORIZATION`` in its environment every request must carry exactly that
+``Authorization`` header (else ``401``). Git's own CGI does the protocol (v0 and v2, gzip request bodies); this
+module only passes the request to it and its answer back. Run it inside a lab namespace (``tests/sandbox/_netlab.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ def _handler(root: str) -> type[http.server.BaseHTTPRequestHandler]:
             self._cgi()
 
         def _cgi(self) -> None:
+            required = os.environ.get("REQUIRE_AUTHORIZATION")  # a credential the clone must bring
+            if required and self.headers.get("Authorization") != required:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Bearer realm="lab"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             parts = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""

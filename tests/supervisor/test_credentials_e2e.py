@@ -185,3 +185,29 @@ def test_a_worker_holds_only_the_placeholder(lab: Lab, sandbox_tmp: Path) -> Non
             assert SECRET.encode() not in folder.read_bytes(), folder
             dumps += folder.name.startswith("dump-mem-")
     assert dumps >= 1
+
+
+def test_tls_termination_mode_from_a_real_worker(lab: Lab, sandbox_tmp: Path) -> None:
+    """``tls_termination``: curl and Python's urllib in the worker tunnel as usual and verify the proxy's leaf
+    with the supervisor's CA (found through CURL_CA_BUNDLE, SSL_CERT_FILE); the bound host receives the value in
+    place of the placeholder; another host the placeholder. The worker can read the CA's certificate, not its key."""
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, credentials=CREDENTIALS,
+                          toolboxes={"system": {"credential_env": {"GH_TOKEN": "github"}, "tls_termination": True,
+                                                "allowed_hosts": ["api.example.test", "other.example.test"]}})
+    before = len(lab.requests())
+    urllib = ("import os, urllib.request; r = urllib.request.Request('https://other.example.test/log/urllib', "
+              "headers={'X-Token': os.environ['GH_TOKEN']}); print(urllib.request.urlopen(r, timeout=15).status)")
+    command = ('curl -sS --max-time 15 -H "X-Token: $GH_TOKEN" -o /dev/null -w "%{http_code}\\n" '
+               "https://api.example.test/log/curl; "
+               f'python3 -c "{urllib}"; '
+               'echo "ca=$SSL_CERT_FILE"; grep -c "PRIVATE KEY" "$SSL_CERT_FILE"; grep -c CERTIFICATE "$SSL_CERT_FILE"')
+    out = _call(lab, policy, "system_system_execute_command", {"command": command})
+    lines = out["structured"]["stdout"].splitlines()
+    assert lines[:2] == ["200", "200"], out
+    assert lines[2].startswith(f"ca={sandbox_tmp}/state/tls/ca-") and lines[3:] == ["0", "2"], out
+    got = {r["path"]: r for r in lab.requests()[before:]}
+    assert _auth(got["/log/curl"], "X-Token") == SECRET and _auth(got["/log/curl"], "Authorization") == \
+        f"Bearer {SECRET}"
+    assert _auth(got["/log/urllib"], "X-Token") == "AGENTS_SUPERVISE_CREDENTIAL_github"
+    assert _auth(got["/log/urllib"], "Authorization") is None

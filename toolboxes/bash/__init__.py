@@ -5,6 +5,7 @@ The describe/run machinery (:class:`ScriptRunner`, :func:`parse_describe`, :func
 skills toolbox, whose ``scripts/*`` follow the same protocol.
 """
 
+from .._watch import Watcher, snapshot_tree
 from ._argv import ArgumentError, Invocation, build_invocation, render_value
 from ._discover import list_scripts
 from ._errors import BashError, ConfigError, DescribeError
@@ -13,7 +14,6 @@ from ._runner import MEDIA_DIR, ScriptRunner
 from ._settings import DEFAULT_ENV, BashSettings
 from ._spec import ScriptArg, ScriptSpec, bash_tool_name, input_schema, parse_describe
 from ._toolbox import BashToolbox, open_toolbox
-from ._watch import Watcher, snapshot_tree
 
 __all__ = [
     "DEFAULT_ENV",

@@ -13,15 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .._listing import Fingerprint
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
-from ._discover import Fingerprint, list_scripts
+from .._watch import Watcher
+from ._discover import list_scripts
 from ._errors import ConfigError, DescribeError
 from ._process import Reaper
 from ._runner import ScriptRunner
 from ._settings import BashSettings
 from ._spec import ScriptSpec, bash_tool_name, input_schema
-from ._watch import Watcher
 
 __all__ = ["BashToolbox", "open_toolbox"]
 
@@ -87,8 +88,8 @@ class BashToolbox:
             listing = list_scripts(self._path, self._single)
             with self._lock:
                 old = dict(self._loaded)
-            todo = {p: fp for p, fp in listing.scripts.items() if p not in old or old[p].fingerprint != fp}
-            loaded = {p: old[p] for p in listing.scripts if p not in todo}
+            todo = {p: fp for p, fp in listing.found.items() if p not in old or old[p].fingerprint != fp}
+            loaded = {p: old[p] for p in listing.found if p not in todo}
             if todo:
                 with ThreadPoolExecutor(max_workers=min(_DESCRIBE_THREADS, len(todo))) as pool:
                     for path, result in zip(todo, pool.map(self._describe, todo, todo.values()), strict=True):

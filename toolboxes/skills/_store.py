@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .._listing import Fingerprint
 from ..bash import DescribeError, ScriptRunner, ScriptSpec, list_scripts
-from ..bash._discover import Fingerprint
 from ._errors import FrontmatterError
 from ._frontmatter import SkillMeta, parse_skill_md
 
@@ -124,7 +124,7 @@ def load_skill(skill_dir: str, cache: DescribeCache, errors: list[dict[str, str]
     if os.path.isdir(scripts_dir):
         listing = list_scripts(scripts_dir, single=False)
         errors.extend(listing.errors)
-        for path, fp in listing.scripts.items():
+        for path, fp in listing.found.items():
             try:
                 spec = cache.describe(path, fp)
             except DescribeError as exc:

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._hints import READ_ONLY
+from .._listing import Fingerprint
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
 from ..bash import BashSettings, Reaper, ScriptRunner, Watcher, input_schema, snapshot_tree
-from ..bash._discover import Fingerprint
 from ._errors import ConfigError
 from ._frontmatter import valid_skill_name
 from ._resources import read_skill_file, skill_resources

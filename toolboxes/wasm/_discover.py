@@ -1,4 +1,5 @@
-"""Finding the components of a ``Path`` and a fingerprint of each (with its sidecar) so a watcher sees changes.
+"""Finding the components of a ``Path`` and a fingerprint of each (with its sidecar) so a watcher sees changes
+(folder listing and fingerprints: :mod:`toolboxes._listing`).
 
 ``Path`` is one component file (any name; conventionally ``<tool>.wasm``) or a folder: then every regular file
 directly in it whose name ends in ``.wasm`` (symlinks followed, names starting with ``.`` skipped, sub-folders not
@@ -10,21 +11,12 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
 
-__all__ = ["Fingerprint", "Listing", "list_components", "sidecar_path", "stem_of"]
+from .._listing import Fingerprint, Listing, fingerprint_of, list_folder
 
-#: ``(device, inode, mtime_ns, size, mode)`` of the component, then of its sidecar (zeros when it has none).
-Fingerprint = tuple[int, ...]
+__all__ = ["list_components", "sidecar_path", "stem_of"]
+
 _NONE = (0, 0, 0, 0, 0)
-
-
-@dataclass
-class Listing:
-    """The components found (path -> fingerprint, sorted by path) and problems with the source itself."""
-
-    components: dict[str, Fingerprint] = field(default_factory=dict)
-    errors: list[dict[str, str]] = field(default_factory=list)
 
 
 def stem_of(path: str) -> str:
@@ -38,46 +30,34 @@ def sidecar_path(path: str) -> str:
     return os.path.join(os.path.dirname(path), stem_of(path) + ".json")
 
 
-def _stat(path: str) -> tuple[int, ...] | None:
+def _regular(path: str) -> Fingerprint | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode) if stat.S_ISREG(st.st_mode) else None
+    return fingerprint_of(st) if stat.S_ISREG(st.st_mode) else None
 
 
-def _fingerprint(path: str) -> Fingerprint | None:
-    own = _stat(path)
-    if own is None:
+def _fingerprint(path: str, st: os.stat_result) -> Fingerprint | None:
+    """The component's fingerprint, then its sidecar's (zeros when it has none); ``None`` for a non-file."""
+    if not stat.S_ISREG(st.st_mode):
         return None
-    return own + (_stat(sidecar_path(path)) or _NONE)
+    return fingerprint_of(st) + (_regular(sidecar_path(path)) or _NONE)
+
+
+def _pick(path: str, st: os.stat_result) -> Fingerprint | None:
+    return _fingerprint(path, st) if path.endswith(".wasm") else None
 
 
 def list_components(path: str) -> Listing:
     """List the components of ``path`` (a file or a folder)."""
-    out = Listing()
     try:
         st = os.stat(path)
     except OSError as exc:
-        out.errors.append({"source": path, "message": f"the component path cannot be read: {exc.strerror}"})
-        return out
-    if not stat.S_ISDIR(st.st_mode):
-        fp = _fingerprint(path)
-        if fp is None:
-            out.errors.append({"source": path, "message": "the component path is neither a folder nor a file"})
-        else:
-            out.components[path] = fp
-        return out
-    try:
-        names = sorted(os.listdir(path))
-    except OSError as exc:
-        out.errors.append({"source": path, "message": f"the component folder cannot be listed: {exc.strerror}"})
-        return out
-    for name in names:
-        if name.startswith(".") or not name.endswith(".wasm"):
-            continue
-        full = os.path.join(path, name)
-        fp = _fingerprint(full)
-        if fp is not None:
-            out.components[full] = fp
-    return out
+        return Listing(errors=[{"source": path, "message": f"the component path cannot be read: {exc.strerror}"}])
+    if stat.S_ISDIR(st.st_mode):
+        return list_folder(path, "component", _pick)
+    fp = _fingerprint(path, st)
+    if fp is None:
+        return Listing(errors=[{"source": path, "message": "the component path is neither a folder nor a file"}])
+    return Listing(found={path: fp})

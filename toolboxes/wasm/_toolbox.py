@@ -27,13 +27,14 @@ from wasmtime import component as wc
 from sandbox._fs_compile import compile_predicate
 from sandbox._plan import WRITE
 
+from .._listing import Fingerprint
 from .._names import tool_name
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
-from ..bash._watch import Watcher
+from .._watch import Watcher
 from ._call import CallOutcome, ComponentRun, Preopen, run_once
 from ._config import WasmConfig, parse_config
-from ._discover import Fingerprint, list_components, stem_of
+from ._discover import list_components, stem_of
 from ._engine import CompileCache, EpochClock, make_engine
 from ._errors import ComponentLoadError
 from ._file_size import FileSizeWatch, current_limit
@@ -157,7 +158,7 @@ class WasmToolbox:
             with self._lock:
                 old = dict(self._loaded)
             loaded = {p: old[p] if p in old and old[p].fingerprint == fp else self._load(p, fp)
-                      for p, fp in listing.components.items()}
+                      for p, fp in listing.found.items()}
             tools: dict[str, LoadedComponent] = {}
             errors = list(self._preopen_errors) + list(listing.errors)
             for path in sorted(loaded):

@@ -184,3 +184,38 @@ def test_command_source(tmp_path: Path) -> None:
         load_credentials(slow)
     with pytest.raises(PolicyRefused, match="cannot be run"):
         load_credentials(_spec({"command": [str(tmp_path / "missing")]}))
+
+
+def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
+    """The worker gets the CA's file read-only and the variables that point its TLS clients at it; the file holds
+    the certificate only; a leaf names exactly its host and is signed by the CA; without hosts it is a warning."""
+    from cryptography import x509
+
+    from sandbox._plan import READ
+    from sandbox._tls_ca import supervisor_ca
+    from supervisor.plan._tls_termination import CA_ENV_VARS, write_ca_file
+
+    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"]),
+                                                                system_toolbox("quiet", capabilities=["date"])])},
+                        toolboxes={"system": {"tls_termination": True, "allowed_hosts": ["api.example.test"]},
+                                   "quiet": {"tls_termination": True}})
+    specs = {s.toolbox: s for s in compile_policy(load_config(str(path)), prepare=False).specs}
+    ca = supervisor_ca()
+    ca_path = str(tmp_path / "state" / "tls" / f"ca-{ca.fingerprint}.pem")
+    system = specs["system"]
+    assert all(system.plan.env[v] == ca_path for v in CA_ENV_VARS)
+    assert any(r.path == ca_path and r.mode == READ for r in system.plan.fs_rules)
+    assert system.terminator is ca and system.report["tls_termination"] is True
+    assert specs["quiet"].terminator is None
+    assert any("tls_termination has no effect" in w for w in specs["quiet"].warnings)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    written = write_ca_file(str(tmp_path / "state"), ca)
+    assert written == ca_path and oct(os.stat(written).st_mode & 0o777) == "0o644"
+    text = Path(written).read_text()
+    assert "PRIVATE KEY" not in text and x509.load_pem_x509_certificate(text.encode()) == ca.cert
+    leaf = ca.leaf("api.example.test")
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName)
+    assert names == ["api.example.test"] and leaf.issuer == ca.cert.subject
+    leaf.verify_directly_issued_by(ca.cert)
+    assert ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length == 0

@@ -11,6 +11,7 @@ every other source and toolbox serves (before issue 13, any https source ended t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -64,6 +65,13 @@ def _bare_repo(where: Path) -> Path:
 @pytest.fixture
 def git_server(lab: Lab, sandbox_tmp: Path) -> Iterator[Path]:
     """Serve the bare repository over TLS in the lab's internet namespace; yield the CA bundle to trust."""
+    with _git_server(lab, sandbox_tmp) as bundle:
+        yield bundle
+
+
+@contextlib.contextmanager
+def _git_server(lab: Lab, sandbox_tmp: Path, require: str | None = None) -> Iterator[Path]:
+    """The server of :func:`git_server`; ``require``: the ``Authorization`` header every request must carry."""
     import trustme
 
     ca = trustme.CA()
@@ -79,7 +87,8 @@ def git_server(lab: Lab, sandbox_tmp: Path) -> Iterator[Path]:
     proc = subprocess.Popen(
         in_ns(lab.inet, PY, "-m", "tests.supervisor._git_https_server", "--addr", INET_TLS, "--port", str(GIT_PORT),
               "--cert", str(keys / "cert.pem"), "--key", str(keys / "key.pem"), "--root", str(bare.parent)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, **({"REQUIRE_AUTHORIZATION": require} if require else {})})
     try:
         Lines(proc).next("listening")
         yield bundle
@@ -90,7 +99,8 @@ def git_server(lab: Lab, sandbox_tmp: Path) -> Iterator[Path]:
         proc.stderr.close()
 
 
-def _in_lab(lab: Lab, bundle: Path, *command: str) -> subprocess.CompletedProcess[str]:
+def _in_lab(lab: Lab, bundle: Path, *command: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m supervisor COMMAND`` in the lab's supervisor network namespace, in a private mount namespace
     with the lab's resolv.conf and a CA bundle that trusts the test CA."""
     return subprocess.run(
@@ -99,7 +109,7 @@ def _in_lab(lab: Lab, bundle: Path, *command: str) -> subprocess.CompletedProces
          'exec nsenter --net="$net" "$py" -m supervisor "$@"',
          f"/etc/netns/{lab.sup}/resolv.conf", str(bundle), SYSTEM_BUNDLE, f"/run/netns/{lab.sup}", sys.executable,
          *command],
-        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
+        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, **(env or {})})
 
 
 def _trace(root: Path) -> list[dict[str, Any]]:
@@ -162,3 +172,33 @@ def test_a_clone_through_a_cname_needs_the_skills_toolboxs_cname_targets(
         assert error["message"].startswith(f"git clone of {url} failed: "), error
         refused = [r for r in egress if r["verdict"] == "refused"]
         assert refused and "alias (CNAME) of git-edge.cdn.example.test" in refused[0]["reason"], egress
+
+
+@pytest.mark.parametrize("granted", [False, True])
+def test_a_private_repository_is_cloned_with_a_granted_credential_git_never_holds(
+    lab: Lab, sandbox_tmp: Path, granted: bool
+) -> None:
+    """The repository answers 401 without ``Authorization: Bearer <value>``. Granted to the skills toolbox, the
+    credential is added by the clone's proxy in the TLS-terminating mode (git trusts the supervisor's CA for this
+    clone only) and the clone succeeds; not granted, the clone fails. Git's environment holds no value."""
+    secret = "gho_" + os.urandom(8).hex()
+    cred = {"source": {"env": "LAB_GIT_TOKEN"}, "header": "Authorization: Bearer {value}",
+            "bindings": [{"hosts": ["secure.example.test"], "ports": [GIT_PORT]}]}
+    extra = {"toolboxes": {"skills": {"credentials": ["lab_git"]}}} if granted else {}
+    policy = write_policy(sandbox_tmp, {"tester": agent(
+        skillSources=[{"tag": "SkillGitRepo", "contents": {"url": REACHABLE, "subdir": "pdf-tools"}}],
+        builtinToolboxes=[system_toolbox()])}, credentials={"lab_git": cred}, **extra)
+    with _git_server(lab, sandbox_tmp, require=f"Bearer {secret}") as bundle:
+        out = _in_lab(lab, bundle, "tools", "--policy", str(policy), "--json", env={"LAB_GIT_TOKEN": secret})
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    names = {t["name"] for t in listed["tools"]}
+    egress = [r for r in _trace(sandbox_tmp) if r["event"] == "egress"]
+    if granted:
+        assert "skill_enable_pdf-processing" in names and not listed["load_errors"], listed
+        assert any(r.get("terminated") and r.get("credentials") == ["lab_git"] for r in egress), egress
+    else:
+        assert "skill_enable_pdf-processing" not in names
+        [error] = listed["load_errors"]
+        assert "could not read Username" in error["message"], error  # git asking for what the 401 wants
+    assert secret not in out.stdout and secret not in (sandbox_tmp / "state" / "trace.jsonl").read_text()

@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 
-from ._discover import Fingerprint
+from ._listing import Fingerprint
 
 __all__ = ["Watcher", "snapshot_tree"]
 
