@@ -265,6 +265,20 @@ async def test_a_write_past_fsb_max_file_size_is_refused_by_the_kernel_and_repor
     assert len([r for r in _trace(path) if r["event"] == "worker_spawn" and r["toolbox"] == "probe"]) == 1
 
 
+async def test_a_write_past_the_policy_file_size_limit_names_limits_file_size_bytes(sandbox_tmp: Path) -> None:
+    """Without a FileSandbox the worker's own RLIMIT_FSIZE (the policy's limits.file_size_bytes) is the limit, and a
+    component's write past it is reported the same way, naming that key."""
+    build_components([Spec("writes_big", behaviour="bigwrite")], sandbox_tmp / "components")
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=None)])},
+                        limits={"file_size_bytes": 8192})
+    with trio.fail_after(60):
+        async with _session(path) as s:
+            result = await s.call_tool("wasm_probe_writes_big", {})
+            size = (_workdir(path) / "big.bin").stat().st_size
+    assert result.is_error and "file size limit of 8192 bytes (limits.file_size_bytes)" in _text(result)
+    assert size == 8192
+
+
 async def test_no_network_without_allowed_hosts(policy: Path) -> None:
     with trio.fail_after(60):
         async with _session(policy) as s:
