@@ -30,32 +30,32 @@ addresses this proxy would dial.
 from __future__ import annotations
 
 import errno
-import fcntl
 import functools
 import ipaddress
-import os
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import h11
-import psutil
 import trio
 
-from sandbox._addresses import address_verdict
 from sandbox._credentials import Credential, apply_credentials, matching_credentials
-from sandbox._hosts import (
-    AllowedHosts,
-    HostError,
-    HostRule,
-    IPAddress,
-    normalize_host,
-    split_host_port,
+from sandbox._egress_decide import (
+    Decision,
+    Resolution,
+    ResolveError,
+    Resolver,
+    decide,
+    default_resolve,
+    limited_resolver,
+    local_addresses,
+    shown_host,
 )
-from sandbox._metadata import metadata_name
+from sandbox._egress_relay import RELAY_CHUNK_BYTES, tunnel
+from sandbox._hosts import AllowedHosts, HostError, IPAddress, split_host_port
 
 __all__ = [
     "Decision",
@@ -72,7 +72,6 @@ __all__ = [
     "serve_egress",
 ]
 
-Resolver = Callable[[str], Awaitable["Resolution"]]
 
 
 class Terminator(Protocol):
@@ -87,10 +86,6 @@ HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 16 * 1024
 MAX_CONNECTIONS = 256
-RELAY_CHUNK_BYTES = 1024 * 1024
-_F_SETPIPE_SZ = 1031
-_SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
-_LOCALHOST = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
      b"te", b"trailer", b"upgrade", b"host"}
@@ -98,171 +93,6 @@ _HOP_BY_HOP = frozenset(
 #: Headers that frame a request body; kept even when the client names them in ``Connection``.
 _FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 _REASONS = {400: b"Bad Request", 403: b"Forbidden", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
-
-
-class ResolveError(Exception):
-    """The supervisor's resolver could not resolve a name; ``not_found`` when the name does not exist.
-
-    Raised by resolvers (:func:`default_resolve` and test doubles); turned into ``502`` by the proxy and into
-    ``NXDOMAIN``/``SERVFAIL`` by the DNS stub. Never a policy refusal: the name was allowed.
-    """
-
-    def __init__(self, message: str, *, not_found: bool = False) -> None:
-        super().__init__(message)
-        self.not_found = not_found
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """What a resolver found for a name.
-
-    Attributes:
-        addresses: the addresses, in the resolver's order, without duplicates.
-        cname_targets: the names the name's CNAME chain leads to, as far as the resolver shows them (the system
-            resolver shows only the last one, the canonical name); empty when the name is no alias.
-    """
-
-    addresses: tuple[IPAddress, ...]
-    cname_targets: tuple[str, ...] = ()
-
-
-def absolute_name(host: str) -> str:
-    """``host`` as an absolute DNS name (one trailing dot): no search list applies, whatever ``ndots`` says."""
-    return host if host.endswith(".") else host + "."
-
-
-async def default_resolve(host: str) -> Resolution:
-    """Resolve ``host`` as an absolute name with the supervisor's own resolver (``getaddrinfo`` of ``host.`` on a
-    thread, ``AI_CANONNAME``): the ``search`` list and ``ndots`` of its resolv.conf never apply, so
-    ``allowed.test`` is never answered by ``allowed.test.<search domain>`` (and no such name is ever sent to the
-    resolver). glibc looks absolute names up in DNS only, not in ``/etc/hosts``. The canonical name, when it
-    differs from ``host``, is the CNAME target the caller judges.
-
-    Raises:
-        ResolveError: the lookup failed (``not_found`` for a name that does not exist or has no address).
-    """
-    try:
-        infos = await trio.socket.getaddrinfo(absolute_name(host), None, type=socket.SOCK_STREAM,
-                                              flags=socket.AI_CANONNAME)
-    except socket.gaierror as exc:
-        missing = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
-        raise ResolveError(f"cannot resolve {host}: {exc.strerror}", not_found=missing) from None
-    found: dict[IPAddress, None] = {}
-    canonical = ""
-    for _family, _type, _proto, canon, sockaddr in infos:
-        canonical = canonical or canon
-        found[ipaddress.ip_address(str(sockaddr[0]).split("%")[0])] = None
-    canonical = canonical.rstrip(".").lower()
-    asked = host.rstrip(".").lower()
-    return Resolution(tuple(found), (canonical,) if canonical and canonical != asked else ())
-
-
-def limited_resolver(resolve: Resolver, limit: int) -> Resolver:
-    """``resolve`` with at most ``limit`` lookups in flight. Each ``getaddrinfo`` holds a thread of trio's pool, which
-    the whole supervisor shares: one worker's bridge (its proxy and DNS stub together) takes at most ``limit`` of
-    them, however many slow names it asks for."""
-    limiter = trio.CapacityLimiter(limit)
-
-    async def limited(host: str) -> Resolution:
-        async with limiter:
-            return await resolve(host)
-
-    return limited
-
-
-def local_addresses() -> frozenset[IPAddress]:
-    """The host's own non-loopback addresses, read now from the interfaces (about 50 us)."""
-    found: set[IPAddress] = set()
-    for addrs in psutil.net_if_addrs().values():
-        for addr in addrs:
-            if addr.family in (socket.AF_INET, socket.AF_INET6):
-                try:
-                    ip = ipaddress.ip_address(addr.address.split("%")[0])
-                except ValueError:
-                    continue
-                if not ip.is_loopback:
-                    found.add(ip)
-    return frozenset(found)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the policy says about one host (and port).
-
-    Attributes:
-        verdict: ``"allowed"``, ``"refused"`` (policy) or ``"failed"`` (allowed, but resolution failed).
-        reason: empty when allowed; otherwise words an agent can act on.
-        host: the normalised host as text (the raw text, shortened, when it could not be normalised).
-        entry: the ``AllowedHosts`` rule that matched, if any.
-        addresses: the addresses that may be dialled, in the resolver's order.
-        not_found: for ``"failed"``: the name does not exist.
-    """
-
-    verdict: str
-    reason: str
-    host: str
-    entry: HostRule | None = None
-    addresses: tuple[IPAddress, ...] = field(default=())
-    not_found: bool = False
-
-
-def _host_text(host: str | IPAddress) -> str:
-    return f"[{host}]" if isinstance(host, ipaddress.IPv6Address) else str(host)
-
-
-async def decide(
-    host_text: str,
-    port: int | None,
-    rules: AllowedHosts,
-    *,
-    resolve: Resolver = default_resolve,
-    own_addresses: Callable[[], frozenset[IPAddress]] = local_addresses,
-) -> Decision:
-    """Normalise, match, resolve and filter ``host_text``:``port`` (``port=None``: any port, for DNS).
-
-    A checkpoint when it resolves. The resolver is called only for names that matched a rule, so a refused
-    name never leaves the supervisor; IP literals, ``localhost`` and metadata names are never looked up. A name
-    whose CNAME chain leads to a name the rules do not allow (:meth:`AllowedHosts.cname_refusal`) is refused;
-    the addresses it resolves to are judged as always.
-    """
-    try:
-        host = normalize_host(host_text)
-    except HostError as exc:
-        return Decision("refused", str(exc), host_text[:255])
-    shown = _host_text(host)
-    what = metadata_name(host) if isinstance(host, str) else None
-    if what is not None:  # before any rule: a wildcard entry may cover it, and it is never looked up
-        return Decision("refused", f"{shown} names a cloud metadata service ({what}) and is never reachable", shown)
-    entry = rules.match(host, port)
-    if entry is None:
-        return Decision("refused", rules.refusal(host, port), shown)
-    if not isinstance(host, str):
-        candidates: list[IPAddress] = [host]
-    elif host == "localhost":
-        candidates = list(_LOCALHOST)
-    else:
-        try:
-            resolution = await resolve(host)
-        except ResolveError as exc:
-            return Decision("failed", str(exc), shown, entry, not_found=exc.not_found)
-        for target in resolution.cname_targets:
-            refused = rules.cname_refusal(target, port)
-            if refused:
-                return Decision("refused", f"{shown} is an alias (CNAME) of {target}: {refused}", shown, entry)
-        candidates = list(resolution.addresses)
-    own = own_addresses()
-    allowed: list[IPAddress] = []
-    reasons: list[str] = []
-    for ip in candidates:
-        ok, why = address_verdict(ip, rules, entry=entry, own_addresses=own)
-        if ok:
-            allowed.append(ip)
-        else:
-            reasons.append(why)
-    if not allowed:
-        why = "; ".join(dict.fromkeys(reasons)) or "the name has no address"
-        return Decision("refused", f"{shown} resolves only to addresses that are not allowed: {why}", shown, entry)
-    return Decision("allowed", "", shown, entry, tuple(allowed))
 
 
 class _Refusal(Exception):
@@ -383,7 +213,7 @@ class _Connection:
         except HostError as exc:
             self.record["host"] = authority[:255]
             raise _Refusal(400 if not authority else 403, str(exc)) from None
-        self.record["host"], self.record["port"] = _host_text(host), port
+        self.record["host"], self.record["port"] = shown_host(host), port
         decision = await decide(
             str(host) if not isinstance(host, ipaddress.IPv6Address) else f"[{host}]", port,
             self.server.rules, resolve=self.server.resolve, own_addresses=self.server.own_addresses,
@@ -408,7 +238,7 @@ class _Connection:
                 if leftover:
                     await upstream.send_all(bytes(leftover))
                     self.record["bytes_up"] += len(leftover)
-                await self._tunnel(upstream)
+                await tunnel(self.client, upstream, self.record)
             else:
                 await self._forward(conn, request, upstream, scheme, host, port, path)
         finally:
@@ -470,73 +300,13 @@ class _Connection:
             with trio.fail_after(CONNECT_TIMEOUT_S):
                 await stream.do_handshake()
         except trio.TooSlowError:
-            raise _Refusal(502, f"no TLS handshake with {_host_text(host)} within {CONNECT_TIMEOUT_S:.0f} s") from None
+            raise _Refusal(502, f"no TLS handshake with {shown_host(host)} within {CONNECT_TIMEOUT_S:.0f} s") from None
         except (trio.BrokenResourceError, ssl.SSLError) as exc:
             cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
             why = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause)
-            raise _Refusal(502, f"TLS with {_host_text(host)} failed ({why}); the proxy verifies upstream "
+            raise _Refusal(502, f"TLS with {shown_host(host)} failed ({why}); the proxy verifies upstream "
                                 "certificates against the system CA store") from None
         return stream
-
-    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream, key: str) -> None:
-        while True:
-            data = await src.receive_some(RELAY_CHUNK_BYTES)
-            if not data:
-                break
-            await dst.send_all(data)
-            self.record[key] += len(data)
-        try:
-            await dst.send_eof()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-
-    async def _splice_pump(self, src: trio.SocketStream, dst: trio.SocketStream, key: str) -> None:
-        """Like :meth:`_pump`, but the kernel moves the bytes (socket -> pipe -> socket, no copy to Python)."""
-        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            try:
-                fcntl.fcntl(w, _F_SETPIPE_SZ, RELAY_CHUNK_BYTES)
-            except OSError:
-                pass  # the default pipe size works too, just with more rounds
-            src_fd, dst_fd = src.socket.fileno(), dst.socket.fileno()
-            while True:
-                try:
-                    n = os.splice(src_fd, w, RELAY_CHUNK_BYTES, flags=_SPLICE_FLAGS)
-                except BlockingIOError:
-                    await trio.lowlevel.wait_readable(src.socket)
-                    continue
-                if n == 0:
-                    break
-                while n:
-                    try:
-                        moved = os.splice(r, dst_fd, n, flags=_SPLICE_FLAGS)
-                    except BlockingIOError:
-                        await trio.lowlevel.wait_writable(dst.socket)
-                        continue
-                    n -= moved
-                    self.record[key] += moved
-                await trio.lowlevel.checkpoint()
-        finally:
-            os.close(r)
-            os.close(w)
-        try:
-            await dst.send_eof()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-
-    async def _tunnel(self, upstream: trio.SocketStream) -> None:
-        """Relay both ways until both sides finished; a broken side ends both."""
-        pump = self._splice_pump if hasattr(os, "splice") else self._pump
-
-        async def guarded(src: trio.SocketStream, dst: trio.SocketStream, key: str) -> None:
-            try:
-                await pump(src, dst, key)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                nursery.cancel_scope.cancel()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(guarded, self.client, upstream, "bytes_up")
-            nursery.start_soon(guarded, upstream, self.client, "bytes_down")
 
     async def _forward(
         self, conn: h11.Connection, request: h11.Request, upstream: trio.abc.Stream,
@@ -554,7 +324,7 @@ class _Connection:
         if creds:
             headers, path = apply_credentials(creds, headers, path)
             self.record["credentials"] = [c.name for c in creds]
-        shown = _host_text(host)
+        shown = shown_host(host)
         host_header = shown if port == (443 if scheme == "https" else 80) else f"{shown}:{port}"
         up = h11.Connection(h11.CLIENT)
         head = up.send(h11.Request(

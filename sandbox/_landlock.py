@@ -18,6 +18,10 @@ rules; connect() to pathname unix sockets; file descriptors opened before the ru
 know are dropped from the plan, never passed to the kernel; callers who need a right must demand a minimum ABI
 (the launcher refuses to run below ``plan.min_landlock_abi``).
 
+Rule paths are opened by :func:`sandbox._dirfd.open_rule_path` (one component at a time, ``O_NOFOLLOW``): a
+symlink on the way is followed only when root owns it and it lies outside the plan's writable trees, so a worker
+cannot turn a rule nested in its own folder into a grant of whatever a link it planted names.
+
 Decide, then apply: :func:`plan_ruleset` is pure and tested anywhere; :func:`apply_ruleset` and
 :func:`landlock_abi` are the only functions making system calls. Every failure raises
 :class:`~sandbox._errors.ConfinementError` with the errno of *that* call (errno is reset before each call).
@@ -31,6 +35,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sandbox._dirfd import UnsafeTreeError, open_rule_path
 from sandbox._errors import ConfinementError
 from sandbox._plan import READ, WRITE, FsRule
 
@@ -155,6 +160,8 @@ class RulesetPlan:
         paths: one grant per distinct path, in the order given (duplicates merged).
         connect_ports: TCP ports connect() may reach (only when ``handled_net`` is non-zero).
         restrict_flags: flags for ``landlock_restrict_self`` (ABI 7 logging), 0 by default.
+        writable_trees: the paths of the ``write`` rules: a symlink inside one is never followed when the rule
+            paths are opened (``sandbox._dirfd.open_rule_path``).
     """
 
     abi: int
@@ -164,6 +171,7 @@ class RulesetPlan:
     paths: tuple[PathGrant, ...]
     connect_ports: tuple[int, ...]
     restrict_flags: int = 0
+    writable_trees: tuple[str, ...] = ()
 
 
 def plan_ruleset(
@@ -190,6 +198,7 @@ def plan_ruleset(
     Raises:
         ConfinementError: a relative path, an unknown mode, or a port outside 0..65535.
     """
+    rules = list(rules)
     handled_fs = fs_rights_for_abi(abi)
     merged: dict[str, tuple[int, int]] = {}
     for rule in rules:
@@ -223,6 +232,7 @@ def plan_ruleset(
         paths=tuple(PathGrant(p, d, f) for p, (d, f) in merged.items()),
         connect_ports=tuple(ports) if handled_net else (),
         restrict_flags=restrict_flags if abi >= 7 else 0,
+        writable_trees=tuple(dict.fromkeys(r.path for r in rules if r.mode == WRITE)),
     )
 
 
@@ -275,6 +285,28 @@ def _fail(what: str, err: int) -> ConfinementError:
     return ConfinementError(f"Landlock: {what}: {os.strerror(err)} (errno {err})", step="landlock", errno=err)
 
 
+def _open_rule(path: str, writable_trees: tuple[str, ...]) -> int:
+    """``open_rule_path`` with its refusal as a :class:`ConfinementError` (``OSError`` and ``FileNotFoundError``
+    pass through)."""
+    try:
+        return open_rule_path(path, writable_trees=writable_trees, root_links_only=os.geteuid() == 0)
+    except UnsafeTreeError as exc:
+        raise ConfinementError(f"Landlock: rule path refused: {exc}", step="landlock") from exc
+
+
+def refuse_planted_links(rules: Iterable[FsRule]) -> None:
+    """Open every rule path as :func:`apply_ruleset` will, and raise its refusal now. The launcher calls it on the
+    host's tree before it plans a private view: the view recreates the links it meets as root's, so a link a worker
+    planted must be refused before it is copied. Missing paths and other errors are left to the later steps."""
+    rules = list(rules)
+    writable = tuple(dict.fromkeys(r.path for r in rules if r.mode == WRITE))
+    for rule in rules:
+        try:
+            os.close(_open_rule(rule.path, writable))
+        except OSError:
+            continue
+
+
 def apply_ruleset(plan: RulesetPlan) -> list[str]:
     """Create the ruleset of ``plan`` and restrict the calling thread to it, for good.
 
@@ -303,8 +335,8 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
     skipped: list[str] = []
     try:
         for grant in plan.paths:
-            try:
-                fd = os.open(grant.path, os.O_PATH | os.O_CLOEXEC)
+            try:  # never through a link a worker could have planted (a rule nested in its own folder, swapped)
+                fd = _open_rule(grant.path, plan.writable_trees)
             except FileNotFoundError:
                 skipped.append(grant.path)
                 continue

@@ -1,11 +1,13 @@
 """The launcher: a fresh process that confines itself, then runs the worker's entry point.
 
-The supervisor runs ``[python, "-s", "-B", "-m", "sandbox._launcher"]`` with ``PYTHONPATH`` set to a
-world-readable directory holding the ``sandbox`` and ``toolboxes`` packages and nothing else of its
-environment, and writes on its stdin a 4-byte big-endian length followed by that many bytes of msgpack:
-``ConfinementPlan.to_wire()``. The launcher reads exactly that frame (unbuffered: what follows on stdin
-belongs to the worker), runs :func:`confine`, then imports ``plan.entry`` (``module:function``) and calls it
-with ``plan.payload``.
+The supervisor runs ``[python, "-I", "-B", "-c", "import sys; sys.path.insert(0, <code root>); from
+sandbox._launcher import main; main()"]`` (``supervisor/workers/_launch.py``, ``launcher_argv``): isolated mode, so
+no ``PYTHONPATH`` or user site reaches it; the code root is, for a worker, the world-readable staged copy of the
+``sandbox`` and ``toolboxes`` packages. Its environment is the supervisor's few fixed variables (``LANG``), not the
+supervisor's own. It writes on its stdin a 4-byte big-endian length followed by that many bytes of msgpack:
+``ConfinementPlan.to_wire()`` (``_launch.plan_frame``). The launcher reads exactly that frame (unbuffered: what
+follows on stdin belongs to the worker), runs :func:`confine`, then imports ``plan.entry`` (``module:function``)
+and calls it with ``plan.payload``.
 
 Exit statuses: 78 when the plan is malformed or a confinement step fails (one line on stderr,
 ``agents-supervise launcher: <toolbox>: confinement failed: <reason>``; the entry never runs), 70 when the
@@ -30,8 +32,15 @@ from typing import Any, NoReturn
 
 import msgpack
 
+from sandbox._audit_session import set_audit_session
 from sandbox._errors import ConfinementError, SandboxError
-from sandbox._landlock import apply_ruleset, landlock_abi, plan_ruleset
+from sandbox._landlock import (
+    RESTRICT_SELF_LOG_NEW_EXEC_ON,
+    apply_ruleset,
+    landlock_abi,
+    plan_ruleset,
+    refuse_planted_links,
+)
 from sandbox._netns import enter_namespaces, plan_namespaces
 from sandbox._plan import READ, WRITE, ConfinementPlan, FsRule, ViewSpec
 from sandbox._privileges import (
@@ -42,7 +51,7 @@ from sandbox._privileges import (
 )
 from sandbox._procfs import mount_private_proc
 from sandbox._rlimits import apply_rlimits, plan_rlimits
-from sandbox._seccomp import apply_seccomp, plan_seccomp
+from sandbox._seccomp import apply_seccomp, plan_seccomp, plan_seccomp_log
 
 __all__ = [
     "EXIT_CONFINEMENT_FAILED",
@@ -100,7 +109,7 @@ def decode_plan(data: bytes) -> ConfinementPlan:
         value = getattr(plan, name)
         want(value is None or (is_int(value) and value >= 0), f"{name} must be a non-negative integer")
     want(is_int(plan.min_landlock_abi) and plan.min_landlock_abi >= 0, "min_landlock_abi must be >= 0")
-    for name in ("new_netns", "new_pidns", "new_ipcns", "bridge"):
+    for name in ("new_netns", "new_pidns", "new_ipcns", "bridge", "audit_denials"):
         want(isinstance(getattr(plan, name), bool), f"{name} must be true or false")
     want(is_int(plan.umask) and 0 <= plan.umask <= 0o777, "umask must be between 0 and 0o777")
     want(isinstance(plan.account_name, str) and ":" not in plan.account_name and "\n" not in plan.account_name,
@@ -287,6 +296,8 @@ def confine(plan: ConfinementPlan) -> None:
         )
     if os.geteuid() == 0 and plan.uid is None:
         raise ConfinementError("refusing to run a worker as root: the plan names no uid", step="identity")
+    if plan.audit_denials and os.geteuid() == 0 and plan.uid is not None:
+        set_audit_session(plan.uid)  # 1b: tags the worker's audit records; not a wall, so a failure is not fatal
     # 2
     namespaces = plan_namespaces(new_netns=plan.new_netns, new_pidns=plan.new_pidns, new_ipcns=plan.new_ipcns,
                                  new_utsns=plan.view is not None, euid=os.geteuid())
@@ -326,13 +337,17 @@ def confine(plan: ConfinementPlan) -> None:
     set_no_new_privs()
     machine = os.uname().machine
     apply_seccomp(plan_seccomp(machine, xattrs=plan.xattrs), machine)
+    if plan.audit_denials:  # after the main filter: of equal answers the newest filter's is taken (and logged)
+        apply_seccomp(plan_seccomp_log(machine), machine, log=True)
     # 7
     if abi >= 1:
         own_proc = "/proc" if namespaces.pid else os.path.realpath("/proc/self")
         rules = [*plan.fs_rules, FsRule(own_proc, READ)]
         if plan.view is not None:
             rules += [FsRule("/tmp", WRITE), FsRule("/dev/shm", WRITE)]  # the view's own tmpfs
-        apply_ruleset(plan_ruleset(rules, abi, tcp_connect_ports=plan.tcp_connect_ports, scope=True))
+        flags = RESTRICT_SELF_LOG_NEW_EXEC_ON if plan.audit_denials else 0  # bash's commands are a new exec
+        apply_ruleset(plan_ruleset(rules, abi, tcp_connect_ports=plan.tcp_connect_ports, scope=True,
+                                   restrict_flags=flags))
     # 8
     drop_privileges(plan.uid, plan.gid, plan.groups)
     verify_status(plan.uid, plan.gid, plan.groups)
@@ -377,6 +392,7 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
     files = view_files(uid=uid, gid=gid, account=account, group=host_name(grp.getgrgid, gid), home=plan.workdir,
                        hostname=view.hostname, resolv_conf=resolv_conf,
                        groups=[(g, host_name(grp.getgrgid, g)) for g in plan.groups])
+    refuse_planted_links(plan.fs_rules)  # before the view copies the links it meets as root's
     try:
         planned = plan_view(plan.fs_rules, view, files, probe_host, host_mount_points())
     except ViewError as exc:

@@ -58,7 +58,7 @@ class ViewSpec:
         shm_bytes: size of the fresh tmpfs on ``/dev/shm``.
         system_paths: rule paths no worker and no agent file can write (the policy's system paths, the
             interpreter, the staged worker code): their read-only binds, and every device node, get inodes of the
-            worker's own (a read-only overlay), so a lock or inotify watch on them reaches no other worker. Other
+            worker's own (a read-only overlay), so a lock on them reaches no other worker. Other
             read-only grants stay plain binds: their writers' changes and locks (SQLite's) must be seen live.
     """
 
@@ -95,6 +95,9 @@ class ConfinementPlan:
             ``/dev/shm`` and ``/proc``, ``/etc`` files naming only the worker, a UTS namespace), or ``None``: the
             worker sees the host's tree (Landlock alone decides what it may open). Needs ``new_pidns``.
         xattrs: let the worker use the extended-attribute system calls (seccomp answers ``EOPNOTSUPP`` otherwise).
+        audit_denials: the kernel reports the worker's denials to its audit log, for the supervisor's explanations:
+            an audit session of its own (``sandbox._audit_session``), Landlock logging after exec too, and the
+            seccomp refusals worth explaining logged (``sandbox._seccomp.plan_seccomp_log``).
         workdir: the worker's own work folder (read-write, its cwd and HOME).
         env: the complete environment of the worker (nothing of the supervisor's is inherited).
         entry: ``module:function`` called as ``function(payload)`` after confinement.
@@ -122,6 +125,7 @@ class ConfinementPlan:
     view: ViewSpec | None = None
     env: dict[str, str] = field(default_factory=dict)
     xattrs: bool = False
+    audit_denials: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         """Return the plan as plain msgpack-able data."""

@@ -61,8 +61,8 @@ import struct
 
 from sandbox._errors import ConfinementError
 
-__all__ = ["CLONE_NEWUSER", "NETLINK_PROTOCOLS", "REFUSED_SYSCALLS", "SOCKET_FAMILIES", "XATTR_SYSCALLS",
-           "apply_seccomp", "plan_seccomp"]
+__all__ = ["CLONE_NEWUSER", "NETLINK_PROTOCOLS", "REFUSAL_REASONS", "REFUSED_SYSCALLS", "SOCKET_FAMILIES",
+           "XATTR_SYSCALLS", "apply_seccomp", "plan_seccomp", "plan_seccomp_log", "syscall_name"]
 
 REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
                     "userfaultfd", "perf_event_open", "bpf", "syslog", "inotify_init", "inotify_init1",
@@ -114,6 +114,29 @@ _ENOSYS = 38
 _NR, _ARCH, _ARG0_LOW, _ARG2_LOW = 0, 4, 16, 32
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
+_SECCOMP_FILTER_FLAG_LOG = 2
+#: why each refusal the logging filter reports exists, in words for an agent (the module docstring has the long form)
+REFUSAL_REASONS = {
+    "keyctl": "the kernel keyrings are shared by every process of a uid: a channel between toolboxes",
+    "add_key": "the kernel keyrings are shared by every process of a uid: a channel between toolboxes",
+    "request_key": "the kernel keyrings are shared by every process of a uid: a channel between toolboxes",
+    "io_uring_setup": "io_uring is a large kernel surface no toolbox needs (programs fall back to plain calls)",
+    "io_uring_enter": "io_uring is a large kernel surface no toolbox needs (programs fall back to plain calls)",
+    "io_uring_register": "io_uring is a large kernel surface no toolbox needs (programs fall back to plain calls)",
+    "userfaultfd": "a kernel surface exploits use to widen races",
+    "perf_event_open": "a kernel surface exploits use",
+    "bpf": "a kernel surface exploits use",
+    "syslog": "the kernel's log is the host's",
+    "inotify_init": "file watches would show other workers' activity; poll files instead",
+    "inotify_init1": "file watches would show other workers' activity; poll files instead",
+    "fanotify_init": "file watches would show other workers' activity; poll files instead",
+    "modify_ldt": "an old interface with a history of holes",
+    "uselib": "an old interface with a history of holes",
+    "unshare": "a new user namespace (CLONE_NEWUSER) reaches kernel code otherwise root's only",
+    "clone": "a new user namespace (CLONE_NEWUSER) reaches kernel code otherwise root's only",
+    "socket": "only AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE/SOCK_DIAG sockets may be created",
+    "socketpair": "only AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE/SOCK_DIAG sockets may be created",
+}
 _NR_SECCOMP = {"x86_64": 317, "aarch64": 277}
 
 
@@ -193,8 +216,69 @@ def plan_seccomp(machine: str, *, xattrs: bool = False) -> bytes:
     return _assemble(program)
 
 
-def apply_seccomp(program: bytes, machine: str) -> None:
+def plan_seccomp_log(machine: str) -> bytes:
+    """A second filter that reports the refusals worth explaining to the kernel's audit (pure).
+
+    It answers exactly what :func:`plan_seccomp` answers for the deny list, ``CLONE_NEWUSER`` and the socket
+    families and netlink protocols, and allows everything else. Installed *after* the main filter with
+    ``log=True``, it is the one whose answer the kernel takes for those calls (of equal actions the most recent
+    filter wins), so each of them becomes an ``AUDIT_SECCOMP`` record naming the system call; the main filter's
+    other answers (``clone3``'s ``ENOSYS`` on every fork, the extended attributes' ``EOPNOTSUPP`` on every
+    ``ls -l``) come from the main filter, which does not log. It never refuses what the main filter allows.
+
+    Raises:
+        ConfinementError: a machine this module has no system call table for.
+    """
+    if machine not in _ARCHES:
+        raise ConfinementError(f"no seccomp table for {machine}", step="seccomp")
+    arch, _foreign, (unshare, clone, _clone3), (socket, socketpair) = _ARCHES[machine]
+    numbers = [_REFUSED_NUMBERS[machine][name] for name in REFUSED_SYSCALLS if name in _REFUSED_NUMBERS[machine]]
+    program: list[tuple[int, str | int, str | int, int] | str] = [
+        (_BPF_LD_W_ABS, 0, 0, _ARCH),
+        (_BPF_JEQ_K, 0, "allow", arch),  # another arch: the main filter refuses it (and does not log)
+        (_BPF_LD_W_ABS, 0, 0, _NR),
+        *[(_BPF_JEQ_K, "deny", 0, nr) for nr in numbers],
+        (_BPF_JEQ_K, "flags", 0, unshare),
+        (_BPF_JEQ_K, "flags", 0, clone),
+        (_BPF_JEQ_K, "family", 0, socket),
+        (_BPF_JEQ_K, "family", 0, socketpair),
+        (_BPF_RET_K, 0, 0, _RET_ALLOW),
+        "family",
+        (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
+        (_BPF_JEQ_K, "netlink", 0, AF_NETLINK),
+        *[(_BPF_JEQ_K, "allow", 0, family) for family in SOCKET_FAMILIES if family != AF_NETLINK],
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EAFNOSUPPORT),
+        "netlink",
+        (_BPF_LD_W_ABS, 0, 0, _ARG2_LOW),
+        *[(_BPF_JEQ_K, "allow", 0, protocol) for protocol in NETLINK_PROTOCOLS],
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPROTONOSUPPORT),
+        "flags",
+        (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
+        (_BPF_JSET_K, "deny", 0, CLONE_NEWUSER),
+        "allow",
+        (_BPF_RET_K, 0, 0, _RET_ALLOW),
+        "deny",
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
+    ]
+    return _assemble(program)
+
+
+def syscall_name(machine: str, number: int) -> str | None:
+    """The name of a system call the filters refuse, from its number on ``machine`` (pure); ``None`` for others."""
+    if machine not in _ARCHES:
+        return None
+    _arch, _foreign, (unshare, clone, clone3), (socket, socketpair) = _ARCHES[machine]
+    named = {nr: name for name, nr in _REFUSED_NUMBERS[machine].items()}
+    named.update({nr: name for name, nr in _XATTR_NUMBERS[machine].items()})
+    named.update({unshare: "unshare", clone: "clone", clone3: "clone3", socket: "socket", socketpair: "socketpair"})
+    return named.get(number)
+
+
+def apply_seccomp(program: bytes, machine: str, *, log: bool = False) -> None:
     """Install ``program`` on every thread of this process. Needs ``no_new_privs`` (or ``CAP_SYS_ADMIN``).
+
+    ``log``: the kernel writes an audit record for each of the filter's refusals (``SECCOMP_FILTER_FLAG_LOG``;
+    seen only when the host's audit is enabled).
 
     Raises:
         ConfinementError: the kernel refused the filter.
@@ -209,7 +293,8 @@ def apply_seccomp(program: bytes, machine: str) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     result = libc.syscall(ctypes.c_long(_NR_SECCOMP[machine]), ctypes.c_long(_SECCOMP_SET_MODE_FILTER),
-                          ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog))
+                          ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC | (_SECCOMP_FILTER_FLAG_LOG if log else 0)),
+                          ctypes.byref(prog))
     if result != 0:
         err = ctypes.get_errno()
         raise ConfinementError(f"seccomp filter refused: {os.strerror(err)}", step="seccomp", errno=err)

@@ -124,3 +124,23 @@ def test_supervisor_rooms_point_one_way() -> None:
                     f"supervisor.{target}.{module} (use the room's __init__)")
     assert offenders == {}
 
+
+
+def test_no_toolbox_kind_imports_another_kinds_private_module() -> None:
+    """Shared pieces of the kinds live in a common module of ``toolboxes/``, never in another kind's private one."""
+    kinds = sorted(p.name for p in (ROOT / "toolboxes").iterdir() if (p / "__init__.py").exists())
+    offenders: dict[str, list[str]] = {}
+    for kind in kinds:
+        for path in (ROOT / "toolboxes" / kind).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom) or not node.module:
+                    continue
+                if node.level == 0 and node.module.startswith("toolboxes."):
+                    parts = node.module.split(".")[1:]
+                elif node.level == 2:
+                    parts = node.module.split(".")
+                else:
+                    continue
+                if parts[0] in kinds and parts[0] != kind and len(parts) > 1 and parts[1].startswith("_"):
+                    offenders.setdefault(str(path.relative_to(ROOT)), []).append(".".join(parts))
+    assert offenders == {}

@@ -1,7 +1,8 @@
 """Checks of the keys several toolbox kinds' entries share (the Lua and WASM toolboxes'): ``Name``,
 ``Description``, ``MaxMemoryMB``, ``MaxExecutionTimeSeconds``, lists of strings (``AllowedHosts``...), the
 ``FileSandbox`` (``{"fsbPredicate", "fsbMaxFileSize", "fsbName"}``, paths already resolved by the supervisor) and the
-policy extras object under ``"policy"``.
+policy extras object under ``"policy"``; and the response-size cap the OpenAPI, PostgREST and MCP toolboxes read from
+the policy's ``output_bytes`` limit (:func:`output_cap`).
 
 Each check raises the kind's own config error, made by ``error(message, key)`` (``LuaConfigError``,
 ``WasmConfigError``), so a message names the key: ``MaxMemoryMB: expected a positive number, got 0``.
@@ -17,14 +18,25 @@ from typing import Any
 from sandbox._file_sandbox import FileSandbox, parse_file_sandbox
 from sandbox._predicates import PredicateError
 
-__all__ = ["DEFAULT_MAX_MEMORY_MB", "DEFAULT_MAX_SECONDS", "ConfigErrorType", "Limits", "file_sandbox", "limits",
-           "name_and_description", "policy_extras", "positive_number", "strings"]
+__all__ = ["DEFAULT_MAX_MEMORY_MB", "DEFAULT_MAX_SECONDS", "DEFAULT_OUTPUT_BYTES", "ConfigErrorType", "Limits",
+           "file_sandbox", "limits", "name_and_description", "output_cap", "policy_extras", "positive_number",
+           "strings"]
 
 #: Makes a kind's config error from a message and the key it is about.
 ConfigErrorType = Callable[[str, str], Exception]
 
 DEFAULT_MAX_MEMORY_MB = 64
 DEFAULT_MAX_SECONDS = 30.0
+#: The response-size cap when the policy sets no ``output_bytes`` limit.
+DEFAULT_OUTPUT_BYTES = 1024 * 1024
+
+
+def output_cap(config: dict[str, Any], env_limits: dict[str, Any] | None) -> int:
+    """The response-size cap: the policy's ``output_bytes`` limit (``config["policy"]["limits"]``, else the worker
+    env's limits), or :data:`DEFAULT_OUTPUT_BYTES` when it is missing or not a positive integer."""
+    limits = (config.get("policy") or {}).get("limits") or env_limits or {}
+    value = limits.get("output_bytes")
+    return int(value) if isinstance(value, int) and value > 0 else DEFAULT_OUTPUT_BYTES
 
 
 @dataclass(frozen=True)

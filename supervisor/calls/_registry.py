@@ -84,6 +84,8 @@ class ToolRegistry:
         self.tools: dict[str, RegisteredTool] = {}
         self.renamed: dict[str, str] = {}
         self.schema_errors: list[dict[str, str]] = []
+        #: the runners of the last rebuild, also those that serve nothing (for why a name is not served)
+        self.runners: list[ToolboxRunner] = []
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
 
     def rebuild(self, runners: list[ToolboxRunner]) -> None:
@@ -138,6 +140,7 @@ class ToolRegistry:
                     output_validator=output.validator if output is not None else None,
                 )
         self._compiled = compiled_here
+        self.runners = list(runners)
         self.tools = tools
         self.renamed = renamed
         self.schema_errors = schema_errors

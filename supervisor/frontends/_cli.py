@@ -123,7 +123,7 @@ def _check_tool_call(args: argparse.Namespace) -> int:
 
         policy = load_config(args.policy, []).policy
         extra = {"system_paths": tuple(policy.system_paths), "env": dict(policy.worker_env),
-                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid}
+                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid, "private_view": policy.private_view}
     outcome = trio.run(lambda: check_tool_call(args.tool, sys.stdin.read(), **extra))
     if outcome.exit_code == EXIT_ERROR:
         return _fail(outcome.text)
@@ -163,7 +163,7 @@ async def _serve(args: argparse.Namespace) -> int:
         from supervisor.config import load_config
 
         from ._http_auth import http_frontend_from_policy
-        from ._mcp_http import serve_mcp_http
+        from ._http_server import serve_mcp_http
 
         settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
@@ -253,6 +253,7 @@ async def _call(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from supervisor.config import expand_agents, load_config
     from supervisor.plan import compile_policy
+    from supervisor.workers import host_explanations
 
     tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
     config = tree.config
@@ -263,6 +264,8 @@ def _check(args: argparse.Namespace) -> int:
         "landlock_abi": compiled.landlock_abi,
         "strict": config.policy.strict,
         "max_call_depth": compiled.max_call_depth,
+        "kernel_audit": config.policy.kernel_audit,
+        "denial_explanations": host_explanations(config.policy.kernel_audit),
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
         "warnings": compiled.warnings,
         "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)],
@@ -272,6 +275,9 @@ def _check(args: argparse.Namespace) -> int:
         return 0
     print(f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
           f"max call depth {report['max_call_depth']})")
+    print(f"a call refused by the kernel is explained (kernel_audit: {report['kernel_audit']}):")
+    for line in report["denial_explanations"]:
+        print(f"  {line}")
     for tb in report["toolboxes"]:
         print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
         groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""
@@ -286,6 +292,16 @@ def _check(args: argparse.Namespace) -> int:
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
         if tb.get("cname_targets"):
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        for cred in tb.get("credentials") or []:  # names and bindings only: values never leave the proxy
+            where = "; ".join(", ".join(b["hosts"]) + (f" ports {b['ports']}" if b["ports"] else "")
+                              + f" ({'/'.join(b['schemes'])})"
+                              + (f" under {', '.join(b['path_prefixes'])}" if b["path_prefixes"] else "")
+                              for b in cred["bindings"])
+            how = (f"header {cred['header']}" if cred["header"] else f"query {cred['query']}" if cred["query"]
+                   else "placeholder only")
+            print(f"  credential {cred['name']}: added by the egress proxy for {where}, as {how}")
+        if tb.get("tls_termination"):
+            print("  TLS: terminated by the egress proxy (the worker trusts the supervisor's CA only)")
         print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))

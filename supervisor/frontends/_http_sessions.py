@@ -1,5 +1,6 @@
-"""Where an HTTP session's messages go: replies to the request waiting for them, progress to its request's stream,
-other notifications to the session's GET stream (or nowhere, on the stateless revision)."""
+"""The HTTP frontend's sessions: the table of them (made, found, ended, idle ones reaped, counted per tenant), and
+where a session's messages go: replies to the request waiting for them, progress to its request's stream, other
+notifications to the session's GET stream (or nowhere, on the stateless revision)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import trio
 from supervisor._supervisor import Supervisor
 
 from ._http_auth import Principal
+from ._http_tenants import TenantState
 from ._http_wire import HEADER_MISMATCH, UNSUPPORTED_VERSION, HttpRefused
-from ._mcp_session import MODERN_VERSIONS, McpSession
+from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, McpSession
 
-__all__ = ["HttpSession", "StatelessExchange", "check_stateless_envelope"]
+__all__ = ["HttpSession", "SessionTable", "StatelessExchange", "check_stateless_envelope"]
 
 _META_VERSION = "io.modelcontextprotocol/protocolVersion"
 _META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -56,6 +58,74 @@ class HttpSession:
                 await target.send(message)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+
+class SessionTable:
+    """Every live session of the handshake revisions, bounded in all (``max_sessions``) and per tenant."""
+
+    def __init__(self, sup: Supervisor, tenants: dict[str, TenantState], max_sessions: int) -> None:
+        self.sup = sup
+        self.tenants = tenants
+        self.max_sessions = max_sessions
+        self.by_id: dict[str, HttpSession] = {}
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def find(self, principal: Principal, agent: str, headers: dict[str, str]) -> HttpSession:
+        """The session the request names, marked used.
+
+        Raises:
+            HttpRefused: 400 without ``Mcp-Session-Id``; 404 for a session that does not exist, has ended, or is
+                another tenant's or agent's (answered as if it did not exist: ids are not identities).
+        """
+        session_id = headers.get("mcp-session-id")
+        if session_id is None:
+            raise HttpRefused(400, "this request needs the Mcp-Session-Id header the initialize response gave",
+                              rpc_code=INVALID_REQUEST)
+        session = self.by_id.get(session_id)
+        if session is None or session.principal.tenant != principal.tenant or session.agent != agent:
+            raise HttpRefused(404, "no such session (it ended, or was never made); initialize a new one",
+                              rpc_code=INVALID_REQUEST)
+        session.last_used = trio.current_time()
+        return session
+
+    def new(self, principal: Principal, agent: str, version: str) -> HttpSession:
+        """A new session of the tenant, traced.
+
+        Raises:
+            HttpRefused: 429 past the tenant's ``sessions`` limit, 503 past the server's ``max_sessions``.
+        """
+        tenant = self.tenants[principal.tenant]
+        if tenant.sessions >= tenant.limits.limits.sessions:
+            raise HttpRefused(429, f"tenant {principal.tenant!r} holds {tenant.sessions} sessions, its limit; end one "
+                                   "(DELETE) or wait for an idle one to end", headers=[("retry-after", "10")])
+        if len(self.by_id) >= self.max_sessions:
+            raise HttpRefused(503, "this server holds as many sessions as it may; try again later",
+                              headers=[("retry-after", "10")])
+        session = HttpSession(self.sup, principal, agent, version)
+        self.by_id[session.id] = session
+        tenant.sessions += 1
+        self.sup.trace.record("http_session_start", tenant=principal.tenant, agent=agent,
+                              session=session.mcp.session_id, protocol=version)
+        return session
+
+    def end(self, session: HttpSession, why: str) -> None:
+        """End a session (its stream and watcher stop), traced; ending an ended one does nothing."""
+        if self.by_id.pop(session.id, None) is None:
+            return
+        self.tenants[session.principal.tenant].sessions -= 1
+        session.scope.cancel()
+        session.mcp.log.close()
+        self.sup.trace.record("http_session_end", tenant=session.principal.tenant, agent=session.agent,
+                              session=session.mcp.session_id, why=why)
+
+    def end_idle(self, idle_s: float) -> None:
+        """End every session unused for ``idle_s`` seconds that has no open stream and no request running."""
+        horizon = trio.current_time() - idle_s
+        for session in [s for s in self.by_id.values()
+                        if s.last_used < horizon and s.stream is None and not s.pending]:
+            self.end(session, "idle")
 
 
 class StatelessExchange:

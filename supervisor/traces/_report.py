@@ -10,6 +10,8 @@
 - **per-tool** counts, statuses (a call with no ``call_end`` counts as ``unfinished``) and durations;
 - **refusals** (``portal_refusal``) with their kind and reason, and ``limit_hit`` records, also counted per
   toolbox (or agent) and limit;
+- **kernel denials** (``denial``: Landlock, seccomp, the private view; ``supervisor.workers._kernel_audit``) counted per
+  toolbox and rule (``landlock: FileSandbox: no rule``, ``seccomp: keyctl``), with the distinct targets;
 - **egress** decisions (``egress``): per host and verdict, and every refusal;
 - **agents**: loops started, model retries, steps;
 - **redundant reads** (seed 000): a call whose result declared ``state_effect=read`` of a resource already read,
@@ -115,6 +117,7 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
     ended: list[dict[str, Any]] = []
     refusals: list[dict[str, Any]] = []
     limits: list[dict[str, Any]] = []
+    denials: list[dict[str, Any]] = []
     egress: list[dict[str, Any]] = []
     events: Counter[str] = Counter()
     runs = sum(1 for r in records if r.get("event") == "supervisor_start") or 1
@@ -147,6 +150,10 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
                             | {"parent_call_id": key(r["parent_call_id"]) if r.get("parent_call_id") else None})
         elif event == "limit_hit":
             limits.append({k: v for k, v in r.items() if k != "event"})
+        elif event == "denial":
+            denials.append({k: r.get(k) for k in ("ts", "call_id", "tool", "toolbox", "layer", "access", "target",
+                                                  "rule", "source")} | {"call_id": key(r["call_id"]) if
+                                                                        r.get("call_id") is not None else None})
         elif event == "egress":
             egress.append({k: r.get(k) for k in ("ts", "toolbox", "method", "host", "port", "verdict", "reason",
                                                   "address")})
@@ -188,6 +195,8 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
         "refusals_by_kind": dict(Counter(str(r["kind"]) for r in refusals)),
         "limits_hit": limits,
         "limits_hit_by_toolbox": _limits_by_toolbox(limits),
+        "denials": denials,
+        "denials_by_toolbox": _denials_by_toolbox(denials),
         "egress": {"decisions": dict(sorted(egress_summary.items())),
                    "refused": [e for e in egress if e.get("verdict") != "allowed"]},
         "agents": {"loops": events["agent_start"], "steps": events["agent_step"],
@@ -204,6 +213,20 @@ def _limits_by_toolbox(limits: list[dict[str, Any]]) -> dict[str, dict[str, int]
     for lim in limits:
         out[str(lim.get("toolbox") or lim.get("agent") or "-")][str(lim.get("limit"))] += 1
     return {who: dict(sorted(c.items())) for who, c in sorted(out.items())}
+
+
+def _denials_by_toolbox(denials: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``denial`` records per toolbox and rule: ``{"tools": {"landlock: no rule (...)": {"count": 2, "targets":
+    ["/tmp"]}}}`` (targets distinct, sorted, at most 10)."""
+    out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for d in denials:
+        rule = f"{d.get('layer')}: {d.get('rule')}"
+        entry = out[str(d.get("toolbox") or "-")].setdefault(rule, {"count": 0, "targets": []})
+        entry["count"] += 1
+        if d.get("target") not in entry["targets"] and len(entry["targets"]) < 10:
+            entry["targets"].append(d.get("target"))
+    return {who: {rule: {"count": e["count"], "targets": sorted(map(str, e["targets"]))}
+                  for rule, e in sorted(rules.items())} for who, rules in sorted(out.items())}
 
 
 def _tree_lines(call: dict[str, Any], indent: int, out: list[str]) -> None:
@@ -237,6 +260,11 @@ def render_text(data: dict[str, Any]) -> str:
         out.append("\nLimits hit per toolbox:")
         for who, counts in data["limits_hit_by_toolbox"].items():
             out.append(f"  {who}: " + ", ".join(f"{limit} x{n}" for limit, n in counts.items()))
+    if data.get("denials_by_toolbox"):
+        out.append("\nKernel denials per toolbox and rule:")
+        for who, rules in data["denials_by_toolbox"].items():
+            for rule, e in rules.items():
+                out.append(f"  {who}: {rule} x{e['count']} ({', '.join(e['targets'])})")
     out.append(f"\nEgress decisions: {sum(data['egress']['decisions'].values())}")
     for what, n in data["egress"]["decisions"].items():
         out.append(f"  {what}: {n}")

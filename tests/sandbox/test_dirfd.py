@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from sandbox._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, reown_tree
+from sandbox._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, open_rule_path, reown_tree
 from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import python_runtime_paths
 from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
@@ -170,3 +170,33 @@ async def test_the_rename_race_changes_nothing_outside_the_tree(sandbox_tmp: Pat
     assert int(result.stdout) > 0  # type: ignore[attr-defined]  # it did swap meanwhile
     assert rounds["changed"] > 40
     assert {p: _owner_mode(p) for p in before} == before
+
+
+def test_rule_paths_follow_only_roots_links_outside_the_writable_trees(tmp_path: Path) -> None:
+    """``open_rule_path`` (the launcher's Landlock rule opener): root's links are followed like the kernel would
+    (absolute, relative, ``..``), another owner's link or one inside a writable tree is refused naming both paths,
+    and the fd is the target's."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "f").write_text("x")
+    (tmp_path / "up").symlink_to("real/../real")
+    (tmp_path / "abs").symlink_to(tmp_path / "real")
+    fd = open_rule_path(f"{tmp_path}/up/f")
+    try:
+        assert os.fstat(fd).st_ino == os.stat(tmp_path / "real" / "f").st_ino
+    finally:
+        os.close(fd)
+    os.close(open_rule_path(f"{tmp_path}/abs/f"))
+    os.lchown(tmp_path / "abs", 65534, 65534)
+    with pytest.raises(UnsafeTreeError, match=f"{tmp_path}/abs is a symbolic link owned by uid 65534, not root"):
+        open_rule_path(f"{tmp_path}/abs/f")
+    os.close(open_rule_path(f"{tmp_path}/abs/f", root_links_only=False))  # a non-root launcher: owners say nothing
+    with pytest.raises(UnsafeTreeError, match=f"{tmp_path}/up is a symbolic link inside {tmp_path}, which the"):
+        open_rule_path(f"{tmp_path}/up/f", writable_trees=[str(tmp_path)])
+    os.close(open_rule_path(f"{tmp_path}/up/f", writable_trees=[f"{tmp_path}/up"]))  # the tree itself may be a link
+    with pytest.raises(FileNotFoundError):
+        open_rule_path(f"{tmp_path}/missing/f")
+    with pytest.raises(NotADirectoryError):
+        open_rule_path(f"{tmp_path}/real/f/g")
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(OSError, match="Too many levels"):
+        open_rule_path(f"{tmp_path}/loop")

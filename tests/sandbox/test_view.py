@@ -202,13 +202,16 @@ async def test_a_policy_granting_all_of_etc_still_shows_only_the_workers_account
         await _refused(sup, "echo x >> /etc/passwd")
 
 
-async def test_a_link_planted_in_a_writable_folder_grants_nothing_at_the_next_start(sandbox_tmp: Path) -> None:
+@pytest.mark.parametrize("private_view", [True, False])
+async def test_a_link_planted_in_a_writable_folder_fails_the_next_start(sandbox_tmp: Path, private_view: bool) -> None:
     """A read grant nested in the worker's writable FileSandbox, swapped for a link to a host file between two
-    starts: Landlock's rule would follow it (it opens the rule's path); the view never follows a link inside a tree
-    the worker may write, so the target is not in the view and the link leads nowhere."""
+    starts. Landlock's rule would follow it if its path were opened plainly; the launcher opens rule paths one
+    component at a time and follows only root's links outside writable trees, so that worker's start fails with a
+    load error naming the rule and the link, with the view (which also never binds the target) and without it
+    (where Landlock is the only fence). The rule is a system path, so every worker's start fails the same way."""
     project = sandbox_tmp / "alpha"
     nested = project / "nested.txt"
-    policy = _policy(sandbox_tmp)
+    policy = _policy(sandbox_tmp, private_view=private_view)
     nested.write_text("granted\n")
     nested.chmod(0o644)
     data = yaml.safe_load(policy.read_text())
@@ -219,5 +222,11 @@ async def test_a_link_planted_in_a_writable_folder_grants_nothing_at_the_next_st
         assert out["stdout"] == "granted\n" and out["exitCode"] == 0, out
     assert nested.is_symlink()
     async with Supervisor.open(policy) as sup:
-        out = await _refused(sup, f"cat {nested}")
-        assert "No such file or directory" in out["stderr"], out
+        errors = {e["toolbox"]: e["message"] for e in sup.load_errors()}
+        assert set(errors) == {"alpha", "named", "gamma"}, errors
+        refused = f"rule path refused: {nested}: {nested} is a symbolic link "
+        assert f"{refused}owned by uid 65534, not root" in errors["gamma"], errors
+        assert "Grant the target's own path instead" in errors["gamma"]
+        assert refused in errors["alpha"], errors  # the owner, or the writable tree it lies in
+        result = await sup.call("system_alpha_execute_command", {"command": f"cat {nested}"})
+        assert result.status == "error" and SECRET not in (result.data or ""), result

@@ -211,3 +211,97 @@ def test_tls_termination_mode_from_a_real_worker(lab: Lab, sandbox_tmp: Path) ->
         f"Bearer {SECRET}"
     assert _auth(got["/log/urllib"], "X-Token") == "AGENTS_SUPERVISE_CREDENTIAL_github"
     assert _auth(got["/log/urllib"], "Authorization") is None
+
+
+def test_postgrest_and_lua_http_send_absolute_form_and_get_the_policy_granted_credential(
+    lab: Lab, sandbox_tmp: Path
+) -> None:
+    """The other clients the project writes: a PostgREST toolbox (the seed has no Token for it: granted by the
+    policy) and Lua's ``http`` reach the bound host with the value the proxy adds; Lua's request to another host
+    carries nothing."""
+    spec = sandbox_tmp / "todos.swagger.json"
+    spec.write_text(json.dumps({  # PostgREST's OpenAPI 2 description of one table, as small as it gets
+        "swagger": "2.0", "info": {"title": "PostgREST API", "version": "12"}, "basePath": "/",
+        "paths": {"/todos": {"get": {"parameters": [], "responses": {"200": {"description": "OK"}}}}},
+        "definitions": {"todos": {"type": "object", "properties": {"id": {"type": "integer"}}}}}))
+    postgrest = {"tag": "PostgRESTServer", "contents": {"SpecUrl": str(spec), "BaseUrl": "https://api.example.test",
+                                                        "Name": "db"}}
+    lua = {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "scripts", "MaxMemoryMB": 32,
+                                             "MaxExecutionTimeSeconds": 20, "AllowedTools": [],
+                                             "AllowedHosts": ["api.example.test", "other.example.test"]}}
+    policy = write_policy(sandbox_tmp, {"tester": agent(postgrestToolboxes=[postgrest], builtinToolboxes=[lua])},
+                          credentials=CREDENTIALS, toolboxes={"db": {"credentials": ["github"]},
+                                                              "lua": {"credentials": ["github"]}})
+    before = len(lab.requests())
+    out = _call(lab, policy, "postgrest_db_get_todos", {})
+    assert out["status"] == "passed", out
+    script = ("local a = http.get('https://api.example.test/log/lua') "
+              "local b = http.get('https://other.example.test/log/lua') return a.status, b.status")
+    out = _call(lab, policy, "lua_lua_execute", {"script": script})
+    assert out["status"] == "passed" and out["structured"]["values"] == [200, 200], out
+    got = lab.requests()[before:]
+    by = {(r["host"], r["path"].split("?")[0]): _auth(r, "Authorization") for r in got}
+    assert by == {("api.example.test", "/todos"): f"Bearer {SECRET}",
+                  ("api.example.test", "/log/lua"): f"Bearer {SECRET}", ("other.example.test", "/log/lua"): None}
+
+
+#: an MCP server as a GitHub one from npm would be: it reads its token from the environment and calls the API over
+#: https through the proxy it finds in the environment, verifying TLS with the default store (here SSL_CERT_FILE)
+MCP_SERVER = r"""
+import json, os, sys, urllib.request
+def send(m):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", **m}) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                                    "serverInfo": {"name": "gh", "version": "1"}}})
+    elif method == "tools/list":
+        schema = {"type": "object", "properties": {"host": {"type": "string"}}}
+        send({"id": mid, "result": {"tools": [{"name": "fetch", "description": "fetch", "inputSchema": schema}]}})
+    elif method == "tools/call":
+        host = msg["params"]["arguments"]["host"]
+        token = os.environ["GITHUB_PERSONAL_ACCESS_TOKEN"]
+        req = urllib.request.Request(f"https://{host}/log/mcp", headers={"Authorization": f"Bearer {token}"})
+        status = urllib.request.urlopen(req, timeout=15).status
+        send({"id": mid, "result": {"content": [{"type": "text", "text": f"{status} token={token}"}]}})
+"""
+
+
+def test_an_mcp_server_with_a_placeholder_token_in_terminating_mode(lab: Lab, sandbox_tmp: Path) -> None:
+    """The MCP server holds the placeholder (and shows it back); the bound host receives the value, another host
+    the placeholder."""
+    script = sandbox_tmp / "gh_mcp.py"
+    script.write_text(MCP_SERVER)
+    script.chmod(0o644)
+    server = {"tag": "McpSimpleBinary", "contents": {"name": "gh", "executable": sys.executable,
+                                                     "args": [str(script)]}}
+    policy = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[server])}, credentials=CREDENTIALS,
+                          toolboxes={"gh": {"credential_env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "github"},
+                                            "tls_termination": True,
+                                            "allowed_hosts": ["api.example.test:443", "other.example.test:443"]}})
+    before = len(lab.requests())
+    for host in ("api.example.test", "other.example.test"):
+        out = _call(lab, policy, "mcp_gh_fetch", {"host": host})
+        assert out["status"] == "passed" and out["data"] == "200 token=AGENTS_SUPERVISE_CREDENTIAL_github", out
+    by = {r["host"]: _auth(r, "Authorization") for r in lab.requests()[before:] if r["path"] == "/log/mcp"}
+    assert by == {"api.example.test": f"Bearer {SECRET}",
+                  "other.example.test": "Bearer AGENTS_SUPERVISE_CREDENTIAL_github"}
+
+
+def test_a_redirect_followed_from_a_real_worker_does_not_carry_it(lab: Lab, sandbox_tmp: Path) -> None:
+    """curl -L in a terminating worker: the bound host's redirect to another host is followed through a new
+    tunnel, and only the request to the bound host carried the credential."""
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, credentials=CREDENTIALS,
+                          toolboxes={"system": {"credentials": ["github"], "tls_termination": True,
+                                                "allowed_hosts": ["api.example.test", "other.example.test"]}})
+    before = len(lab.requests())
+    target = "https://other.example.test/log/redirected"
+    out = _call(lab, policy, "system_system_execute_command", {
+        "command": f"curl -sSL --max-time 15 -o /dev/null -w '%{{http_code}}' 'https://api.example.test/redirect?to={target}'"})
+    assert out["structured"]["stdout"] == "200", out
+    got = [(r["host"], r["path"].split("?")[0], _auth(r, "Authorization")) for r in lab.requests()[before:]]
+    assert got == [("api.example.test", "/redirect", f"Bearer {SECRET}"), ("other.example.test", "/log/redirected",
+                                                                            None)]

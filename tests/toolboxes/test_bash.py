@@ -590,7 +590,8 @@ def test_kimi_ask_user_registers_as_bash_ask_user(boxes: Boxes) -> None:
 PID1_PROGRAM = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from toolboxes.bash import Reaper, run_bounded
+from toolboxes._bounded_run import run_bounded
+from toolboxes._reaper import Reaper
 reaper = Reaper(subreaper=True)
 script = "setsid sleep 300 & echo $!; sleep 300 & echo $!; (setsid sleep 300 & echo $!); echo done"
 out = run_bounded(reaper, ["/bin/bash", "-c", script], env={"PATH": "/usr/bin:/bin"}, cwd="/",

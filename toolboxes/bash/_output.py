@@ -20,9 +20,9 @@ import json
 import signal
 from collections.abc import Callable
 
+from .._bounded_run import ProcessOutcome
 from .._media import canonical, is_textual, mismatch
 from .._result import Attachment, ToolResult
-from ._process import ProcessOutcome
 from ._spec import ScriptSpec
 
 __all__ = ["decode_text", "outcome_to_result"]

@@ -11,12 +11,13 @@ import secrets
 import time
 from typing import Any
 
+from .._bounded_run import run_bounded
+from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext
 from ._argv import ArgumentError, build_invocation
 from ._errors import DescribeError
 from ._output import outcome_to_result
-from ._process import Reaper, run_bounded
 from ._settings import BashSettings
 from ._spec import ScriptSpec, parse_describe
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._listing import Fingerprint
+from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
 from .._watch import Watcher
 from ._discover import list_scripts
 from ._errors import ConfigError, DescribeError
-from ._process import Reaper
 from ._runner import ScriptRunner
 from ._settings import BashSettings
 from ._spec import ScriptSpec, bash_tool_name, input_schema

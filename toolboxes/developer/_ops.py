@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext
 
+from .._unified_diff import PatchError, apply_hunks, locate_hunks, parse_patch
 from ._files import TextFile, load_text, refusal
-from ._patch import PatchError, apply_hunks, locate_hunks, parse_patch
 from ._ranges import RangeError, apply_edits, check_overlaps, parse_read_ranges, parse_write_ranges
 from ._store import EditSession, Store, snapshot_ref
 
@@ -250,7 +250,7 @@ def op_patch_file(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContext) 
         current = load_text(path, missing_ok=creates)
         if isinstance(current, str):
             return refusal(current, path)
-        if creates and current.raw:
+        if creates and (current.raw or tb.exists(path)):
             return refusal(f"the patch creates {path}, but it already exists", path)
         cur_ref = snapshot_ref(current.raw)
         if (stale := _stale(args.get("expected_snapshot_ref"), cur_ref, path)) is not None:
@@ -267,7 +267,7 @@ def op_patch_file(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContext) 
             return refusal(size_check.message, path)
         store = _store(tb, ctx)
         store.save_snapshot(current.raw)
-        tb.write_file(path, new)
+        tb.write_file(path, new, create_mode=0o666 if creates else None)  # the worker's umask applies
         after = store.save_snapshot(new)
     changed = sum(h.changed for h in hunks)
     value = {

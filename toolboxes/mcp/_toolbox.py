@@ -32,6 +32,7 @@ from collections import deque
 from typing import Any
 
 from .._catalog import MAX_ENTRIES, clean_entries
+from .._entry import output_cap
 from .._names import tool_name
 from .._progress import parse_progress_event, progress_event, wants_progress
 from .._result import ToolResult
@@ -62,7 +63,7 @@ class McpToolbox:
         self.label = f"MCP server {self.server!r}"
         self.argv = [str(config["executable"]), *(str(a) for a in config.get("args") or [])]
         self.child_env = {str(k): str(v) for k, v in (policy.get("env") or {}).items()}
-        self.output_cap = int(limits.get("output_bytes") or 1 << 20)
+        self.output_cap = output_cap(config, env.limits)
         wall = float(limits.get("wall_time_s") or 30)
         self.handshake_s = min(max(wall, _HANDSHAKE_MIN_S), _HANDSHAKE_MAX_S)
         self.sink = AttachmentSink(env.workdir)

@@ -1,8 +1,14 @@
-"""The OpenAPI toolbox (SPEC.md section 4, openapi): one tool per operation of a Swagger 2.0 or OpenAPI 3.x spec."""
+"""The OpenAPI toolbox (SPEC.md section 4, openapi): one tool per operation of a Swagger 2.0 or OpenAPI 3.x spec.
+
+Its spec handling (reading a spec, ``$ref`` resolution, schema conversion under a budget, wire text of scalars) is
+public: the PostgREST toolbox builds on it through this ``__init__`` (DECISIONS.md "Toolbox kinds share through
+common modules").
+"""
 
 from ._operations import Operation, build_operations, operation_name
 from ._refs import RefError, Resolver, SpecError, parse_document
-from ._request import build_request
+from ._request import build_request, scalar_text
+from ._schema import SchemaBudget
 from ._source import load_spec
 from ._toolbox import OpenApiToolbox, open_toolbox
 
@@ -11,6 +17,7 @@ __all__ = [
     "Operation",
     "RefError",
     "Resolver",
+    "SchemaBudget",
     "SpecError",
     "build_operations",
     "build_request",
@@ -18,4 +25,5 @@ __all__ = [
     "open_toolbox",
     "operation_name",
     "parse_document",
+    "scalar_text",
 ]

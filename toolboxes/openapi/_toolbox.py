@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._entry import output_cap
 from .._hints import http_method_hints
 from .._http import DEFAULT_TIMEOUT_S, send_request
 from .._result import ToolResult
@@ -21,17 +22,9 @@ from ._refs import SpecError
 from ._request import build_request
 from ._source import load_spec
 
-__all__ = ["OpenApiToolbox", "auth_headers", "open_toolbox", "output_cap"]
+__all__ = ["OpenApiToolbox", "auth_headers", "open_toolbox"]
 
 _READ_METHODS = {"GET", "HEAD", "OPTIONS"}
-DEFAULT_OUTPUT_BYTES = 1024 * 1024
-
-
-def output_cap(config: dict[str, Any], env: WorkerEnv) -> int:
-    """The response-size cap: the policy's ``output_bytes`` limit."""
-    limits = (config.get("policy") or {}).get("limits") or env.limits or {}
-    value = limits.get("output_bytes")
-    return int(value) if isinstance(value, int) and value > 0 else DEFAULT_OUTPUT_BYTES
 
 
 def auth_headers(config: dict[str, Any]) -> dict[str, str]:
@@ -60,7 +53,7 @@ class OpenApiToolbox:
         self.base_url = str(config.get("BaseUrl") or "")
         self.headers = {str(k): str(v) for k, v in (config.get("Headers") or {}).items()}
         self.token = config.get("Token") or None
-        self.max_bytes = output_cap(config, env)
+        self.max_bytes = output_cap(config, env.limits)
         self._ops: dict[str, Operation] = {}
         self._errors: list[dict[str, str]] = []
         spec_url = str(config.get("SpecUrl") or "")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._http import HttpRequest, encode_query, json_body, quote_path_value
-from ..openapi._request import scalar_text
+from ..openapi import scalar_text
 from ._tools import TableTool
 
 __all__ = ["GRAMMAR_SAFE", "build_request"]

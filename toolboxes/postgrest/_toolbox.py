@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._entry import output_cap
 from .._hints import http_method_hints
 from .._http import DEFAULT_TIMEOUT_S, send_request
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
-from ..openapi._refs import SpecError
-from ..openapi._source import load_spec
-from ..openapi._toolbox import output_cap
+from ..openapi import SpecError, load_spec
 from ._query import build_request
 from ._tools import TableTool, build_tools
 
@@ -29,7 +28,7 @@ class PostgrestToolbox:
     def __init__(self, config: dict[str, Any], env: WorkerEnv) -> None:
         self.env = env
         self.base_url = str(config.get("BaseUrl") or "")
-        self.max_bytes = output_cap(config, env)
+        self.max_bytes = output_cap(config, env.limits)
         self._tools: dict[str, TableTool] = {}
         self._errors: list[dict[str, str]] = []
         spec_url = str(config.get("SpecUrl") or "")

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._names import tool_name
-from ..openapi._refs import RefError, Resolver, SpecError
-from ..openapi._schema import SchemaBudget
+from ..openapi import RefError, Resolver, SchemaBudget, SpecError
 
 __all__ = ["FILTER_PATTERN", "TableTool", "build_tools"]
 

@@ -23,7 +23,7 @@ restarts loses nothing.
 reaches the worker is a load error.
 
 Watching: every ``watch_interval_s`` (the bash toolbox's policy key) the sources' trees are compared with the last
-load (:func:`toolboxes.bash.snapshot_tree`); on any difference the skills are loaded again (only new and changed
+load (:func:`toolboxes._watch.snapshot_tree`); on any difference the skills are loaded again (only new and changed
 scripts are described); the supervisor forgets a skill that is gone in every session. When the tools or the load
 errors change, ``env.channel.tools_changed()`` is called.
 """
@@ -37,9 +37,11 @@ from typing import Any
 
 from .._hints import READ_ONLY
 from .._listing import Fingerprint
+from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
-from ..bash import BashSettings, Reaper, ScriptRunner, Watcher, input_schema, snapshot_tree
+from .._watch import Watcher, snapshot_tree
+from ..bash import BashSettings, ScriptRunner, input_schema
 from ._errors import ConfigError
 from ._frontmatter import valid_skill_name
 from ._resources import read_skill_file, skill_resources

@@ -21,9 +21,10 @@ from typing import Any
 
 import sandbox
 
+from .._bounded_run import run_bounded
+from .._reaper import Reaper
 from .._result import Status, ToolResult
 from .._toolbox import CallContext
-from ..bash._process import Reaper, run_bounded
 
 __all__ = ["FILTER_TIMEOUT_S", "execute_command", "run_command_filter"]
 

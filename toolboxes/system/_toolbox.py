@@ -15,9 +15,9 @@ from typing import Any
 from .._hints import READ_ONLY
 from .._names import tool_name
 from .._paths import PathGate
+from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
-from ..bash._process import Reaper
 from ._command import execute_command
 from ._files import attach_file, file_gate, list_directory
 from ._info import INFO_CAPABILITIES

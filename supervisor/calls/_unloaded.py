@@ -1,0 +1,69 @@
+"""Why a tool name is not served when the toolbox (or script) that would serve it did not load.
+
+A tool of a toolbox that failed to load is not in the registry, so a call of it is "not found"; that alone leaves
+an agent guessing. :func:`unloaded_note` says which of the caller's agent's toolboxes did not load and why, so the
+agent (or its operator) can act. Pure: it reads what the runners hold (``spec.toolbox``, ``spec.kind``,
+``spec.agent``, ``failed_reason``, ``load_errors``) and reports only the toolboxes of the agent the caller may see.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["unloaded_note"]
+
+#: kinds whose tool names do not carry the toolbox's Name (``bash_<slug>``, ``skill_...``)
+_NAMELESS_PREFIX = {"bash": "bash_", "skills": "skill_"}
+_MAX_NOTE = 2000
+
+
+def _prefix(kind: str, toolbox: str) -> str:
+    """The start every tool name of a toolbox of ``kind`` named ``toolbox`` has (SPEC section 2)."""
+    return _NAMELESS_PREFIX.get(kind) or f"{kind}_{toolbox.replace('-', '_')}_"
+
+
+def _script_match(name: str, kind: str, error: dict[str, Any]) -> bool:
+    """Whether a per-script load error is about the script that would serve ``name`` (``bash_<file stem>``)."""
+    source = str(error.get("source") or "")
+    if kind != "bash" or not source:
+        return False
+    stem = os.path.splitext(os.path.basename(source))[0].replace("-", "_")
+    return name == f"bash_{stem}"
+
+
+def unloaded_note(name: str, runners: Iterable[Any], scope: str | None) -> str:
+    """A sentence about the toolboxes of agent ``scope`` (every agent when ``None``) that did not load and may be
+    the reason ``name`` is not served; ``""`` when none did.
+
+    A toolbox whose tool names start as ``name`` does is named alone when there is one; otherwise every toolbox of
+    the agent that did not load is listed (its tool names are unknown: it never said them).
+    """
+    failed: list[tuple[Any, str]] = []
+    scripts: list[str] = []
+    for runner in runners:
+        spec = getattr(runner, "spec", None)  # sub-agent runners have none: they always load
+        if spec is None or (scope is not None and spec.agent != scope):
+            continue
+        errors = list(getattr(runner, "load_errors", None) or ())
+        if not runner.tools and (runner.failed_reason or errors):
+            failed.append((runner, runner.failed_reason or "; ".join(str(e.get("message")) for e in errors)))
+        for error in errors:
+            if _script_match(name, spec.kind, error):
+                scripts.append(f"the script {error.get('source')} of toolbox {spec.toolbox} did not load: "
+                               f"{error.get('message')}")
+    if scripts:
+        note = " ".join(scripts)[:_MAX_NOTE]
+        return note if note.endswith(".") else note + "."
+    if not failed:
+        return ""
+    matching = [(r, why) for r, why in failed if name.startswith(_prefix(r.spec.kind, r.spec.toolbox))]
+    if len(matching) == 1:
+        runner, why = matching[0]
+        note = f"Its toolbox {runner.spec.toolbox} did not load: {why}"
+    else:
+        listed = "; ".join(f"{r.spec.toolbox}: {why}" for r, why in (matching or failed))
+        note = f"Toolboxes of this agent that did not load (their tools are not served): {listed}"
+    note = note[:_MAX_NOTE]
+    return note if note.endswith(".") else note + "."

@@ -1,0 +1,52 @@
+"""A session's GET stream: the server's notifications to it (``list_changed``), as SSE, with keep-alives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from ._http_answer import STREAM_QUEUE
+from ._http_sessions import HttpSession
+from ._http_tenants import TenantState
+from ._http_wire import HttpRefused, Receive, Send, cancel_on_disconnect, send_start, sse_event
+
+__all__ = ["serve_event_stream"]
+
+
+async def serve_event_stream(session: HttpSession, tenant: TenantState, keepalive_s: float, receive: Receive,
+                             send: Send) -> None:
+    """Hold ``session``'s stream open until the client goes away or the session ends.
+
+    A change made while no stream was open is announced when one opens (the session knows what it last listed).
+
+    Raises:
+        HttpRefused: 409 when the session's stream is open already, 429 past the tenant's ``sse_streams``.
+    """
+    if session.stream is not None:
+        raise HttpRefused(409, "this session's event stream is already open")
+    if tenant.streams >= tenant.limits.limits.sse_streams:
+        raise HttpRefused(429, f"tenant {session.principal.tenant!r} has {tenant.streams} event streams open, its "
+                               "limit (tenants.<name>.limits.sse_streams)", headers=[("retry-after", "10")])
+    stream_send, stream_receive = trio.open_memory_channel[dict[str, Any]](STREAM_QUEUE)
+    session.stream = stream_send
+    tenant.streams += 1
+    try:
+        with session.scope:
+            await send_start(send, 200, "text/event-stream")
+            async with trio.open_nursery() as nursery:
+                await nursery.start(session.mcp.watch_tools)
+                nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
+                nursery.start_soon(session.mcp.log.pump, session.deliver)  # the session's log messages
+                if session.mcp.changed_since_listed():  # changed while no stream was open to say so
+                    stream_send.send_nowait({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+                while True:
+                    with trio.move_on_after(keepalive_s):
+                        message = await stream_receive.receive()
+                        await send({"type": "http.response.body", "body": sse_event(message), "more_body": True})
+                        continue
+                    await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+    finally:
+        session.stream = None
+        tenant.streams -= 1
+        session.last_used = trio.current_time()

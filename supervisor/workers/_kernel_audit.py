@@ -1,0 +1,394 @@
+"""Read the kernel's audit records of the supervisor's workers and explain the denials a call ran into.
+
+How (docs/CONFINEMENT.md, "When the kernel refuses"): the supervisor (root) joins the audit record group
+(``sandbox._audit_netlink``; turning the host's audit on first when the policy says ``kernel_audit: enable``). A
+worker started with ``audit_denials`` has an audit session of its own (``sandbox._audit_session``), Landlock logging
+for every program it runs, and seccomp logging for the refusals worth naming. Records are matched to a worker:
+
+- ``AUDIT_SECCOMP`` by its ``ses=`` (the worker's session, read from ``/proc/<launcher pid>/sessionid``);
+- ``AUDIT_LANDLOCK_ACCESS`` by its Landlock ``domain=``: the domain's first denial also brings an
+  ``AUDIT_LANDLOCK_DOMAIN`` record (``status=allocated``) naming the process that made it, whose session says
+  which worker it is (a domain a worker's program made for itself has a domain id no worker has, and is left out).
+
+A record goes to every call in flight on its worker (a worker running two calls cannot tell them apart, as with
+the limit notes) and to the trace (``denial``). When a call ends not passed, :meth:`KernelAudit.begin`'s finisher
+first waits for a barrier (``sandbox._audit_netlink.barrier_message``, at most :data:`BARRIER_TIMEOUT_S`): every
+record the call caused was queued before its result was sent, so it has arrived by then. A passed call does not
+wait (no cost for calls that are not denied); records that were already there are still named.
+
+Where audit cannot be read (not root, not the host's initial namespaces, audit off with ``kernel_audit: use``,
+``kernel_audit: off``), a failed call's ``Permission denied`` paths are explained from the toolbox's rules
+(``supervisor.workers._denials.explain_text_paths``), marked as a guess; ``agents-supervise check`` says which applies.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from sandbox import _audit_netlink as netlink
+from sandbox._audit_session import read_session
+from sandbox._landlock import landlock_abi
+from sandbox._seccomp import REFUSAL_REASONS, syscall_name
+from supervisor.traces import TraceRecorder
+from toolboxes._result import ToolResult
+
+from ._denials import (
+    Denial,
+    FsContext,
+    context_of,
+    explain_landlock,
+    explain_seccomp,
+    explain_text_paths,
+    named_in_text,
+    notes,
+)
+
+__all__ = ["BARRIER_TIMEOUT_S", "KernelAudit", "combine_watches", "host_explanations"]
+
+#: how long a failed call waits for its barrier record before it is answered anyway
+BARRIER_TIMEOUT_S = 1.0
+_ARCHES = {"c000003e": "x86_64", "c00000b7": "aarch64"}
+_MAX_PER_CALL = 64
+_MAX_DOMAINS = 4096
+_MAX_PENDING = 16
+_MAX_SESSIONS = 4096
+_MAX_BACKGROUND = 256
+_MAX_IN_FLIGHT = 64
+#: messages handled per wake-up before the reader lets other tasks run
+_DRAIN_BATCH = 256
+#: how much of a result's text, from each end, is read for the paths it names
+_TEXT_SCANNED = 32 << 10
+
+Finish = Callable[[ToolResult], ToolResult | Awaitable[ToolResult]]
+
+
+@dataclass
+class _Call:
+    call_id: str
+    tool: str
+    toolbox: str
+    denials: list[Denial] = field(default_factory=list)
+
+
+def host_explanations(mode: str, *, euid: int | None = None) -> list[str]:
+    """What this host can explain, for ``check``: one line per kind of refusal. Changes nothing (``AUDIT_GET``)."""
+    euid = os.geteuid() if euid is None else euid
+    reason = ""
+    status = netlink.AuditStatus(0, 0, 0, 0)
+    if mode == "off":
+        reason = "kernel_audit: off in the policy"
+    elif euid != 0:
+        reason = "the supervisor is not root (reading audit records needs CAP_AUDIT_READ)"
+    else:
+        try:
+            status = netlink.audit_status()
+        except netlink.AuditUnavailable as exc:
+            reason = f"no kernel audit here ({exc})"
+        else:
+            if status.enabled == 0 and mode != "enable":
+                reason = "the host's audit is off and the policy says kernel_audit: use (enable turns it on)"
+    if reason:
+        return [f"Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
+                f"toolbox's rules ({reason})",
+                f"seccomp refusals: not named ({reason})"]
+    when = " (turned on at start)" if mode == "enable" and status.enabled == 0 else ""
+    landlock = (f"Landlock denials: from the kernel's audit records{when}: path or port, access, and the rule"
+                if landlock_abi() >= 7 else
+                "Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
+                "toolbox's rules (Landlock below ABI 7 writes no audit records)")
+    return [landlock, f"seccomp refusals: from the kernel's audit records{when}: the system call"]
+
+
+class KernelAudit:
+    """The supervisor's reader of audit records, and the per-call watch that turns them into notes."""
+
+    def __init__(self, trace: TraceRecorder, *, mode: str = "enable", system_paths: tuple[str, ...] = (),
+                 machine: str | None = None) -> None:
+        self.trace = trace
+        self.mode = mode
+        self.system_paths = system_paths
+        self.machine = machine or os.uname().machine
+        #: ``None`` while records are read; otherwise why not (shown in the trace, used for the fallback)
+        self.unavailable: str | None = "not started"
+        self._reader: Any = None
+        self._control: Any = None
+        self._tokens = itertools.count(1)
+        self._barriers: dict[str, trio.Event] = {}
+        #: (worker object, launcher pid) -> its audit session: a reused pid of a later worker is another key
+        self._session_of_pid: OrderedDict[tuple[int, int], int | None] = OrderedDict()
+        #: a worker spec's rules as an FsContext, made once (the spec is kept with it: ids are reused)
+        self._context_of_spec: OrderedDict[int, tuple[Any, FsContext]] = OrderedDict()
+        self._contexts: OrderedDict[int, FsContext] = OrderedDict()
+        #: calls in flight per worker session; a call cancelled before its result never reaches its finisher, so
+        #: the lists and the map are bounded (the oldest entries go)
+        self._in_flight: OrderedDict[int, list[_Call]] = OrderedDict()
+        self._domain_session: OrderedDict[str, int | None] = OrderedDict()
+        self._pending: OrderedDict[str, list[dict[str, str]]] = OrderedDict()
+        self._background: OrderedDict[int, OrderedDict[tuple[str, str], None]] = OrderedDict()
+
+    # -- reading -----------------------------------------------------------------------------------------------
+    def _open(self) -> str | None:
+        if self.mode == "off":
+            return "kernel_audit: off in the policy"
+        if os.geteuid() != 0:
+            return "the supervisor is not root"
+        try:
+            status = netlink.audit_status()
+            if status.enabled == 0:
+                if self.mode != "enable":
+                    return "the host's audit is off (kernel_audit: use)"
+                netlink.enable()
+            self._reader = netlink.open_reader()
+            self._control = netlink.open_control()
+        except netlink.AuditUnavailable as exc:
+            self.close()
+            return str(exc)
+        return None
+
+    def close(self) -> None:
+        for sock in (self._reader, self._control):
+            if sock is not None:
+                sock.close()
+        self._reader = self._control = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the sockets and read records until cancelled; never raises for what the kernel sends."""
+        self.unavailable = self._open()
+        self.trace.record("kernel_audit", reading=self.unavailable is None, reason=self.unavailable or "")
+        task_status.started()
+        if self.unavailable is not None:
+            return
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(self._reader)
+                self._drain()
+                await trio.lowlevel.checkpoint()  # a flood of records never starves the calls
+        finally:
+            self.unavailable = "stopped"
+            for event in self._barriers.values():
+                event.set()
+            self.close()
+
+    def _drain(self, limit: int = _DRAIN_BATCH) -> int:
+        """Read and handle at most ``limit`` messages that are waiting; return how many were read."""
+        for count in range(limit):
+            try:
+                data = self._reader.recv(65536)
+            except BlockingIOError:
+                return count
+            except OSError as exc:  # ENOBUFS: records were dropped while the supervisor was busy; go on
+                if exc.errno == errno.ENOBUFS:
+                    continue
+                return count
+            if len(data) < 16:
+                continue
+            length = int.from_bytes(data[0:4], "little")
+            kind = int.from_bytes(data[4:6], "little")
+            record = netlink.parse_message(kind, data[16:length])
+            if record is not None:
+                try:
+                    self.handle(record)
+                except (ValueError, KeyError):  # a record of a form this code does not know: not a denial it names
+                    pass
+                except Exception as exc:  # a bug here must not take the supervisor down: trace it, go on
+                    self.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
+        return limit
+
+    def handle(self, record: netlink.AuditRecord) -> None:
+        """Take one record (pure bookkeeping; the tests feed records here directly too)."""
+        f = record.fields
+        if record.type == netlink.AUDIT_USER:
+            msg = f.get("msg", "")
+            if msg.startswith(netlink.BARRIER_PREFIX):
+                event = self._barriers.pop(msg[len(netlink.BARRIER_PREFIX):], None)
+                if event is not None:
+                    event.set()
+        elif record.type == netlink.AUDIT_SECCOMP:
+            session = int(f.get("ses", "-1"))
+            machine = _ARCHES.get(f.get("arch", ""), self.machine)
+            number = int(f.get("syscall", "-1"))
+            name = syscall_name(machine, number)
+            if session in self._contexts and name != "clone3":
+                self._deliver(session, [explain_seccomp(name, number, REFUSAL_REASONS.get(name or ""))])
+        elif record.type == netlink.AUDIT_LANDLOCK_ACCESS:
+            domain = f.get("domain", "")
+            if domain in self._domain_session:
+                self._landlock(self._domain_session[domain], f)
+            else:
+                pending = self._pending.setdefault(domain, [])
+                if len(pending) < _MAX_PENDING:
+                    pending.append(f)
+                _bound(self._pending, _MAX_DOMAINS)
+        elif record.type == netlink.AUDIT_LANDLOCK_DOMAIN:
+            domain = f.get("domain", "")
+            if f.get("status") == "allocated":
+                creator = read_session(int(f.get("pid", "0"))) if f.get("pid", "").isdigit() else None
+                self._domain_session[domain] = creator
+                _bound(self._domain_session, _MAX_DOMAINS)
+                for fields in self._pending.pop(domain, []):
+                    self._landlock(session, fields)
+            elif f.get("status") == "deallocated":
+                self._domain_session.pop(domain, None)
+                self._pending.pop(domain, None)
+
+    def _landlock(self, session: int | None, fields: dict[str, str]) -> None:
+        context = self._contexts.get(session) if session is not None else None
+        if context is not None and session is not None:
+            self._deliver(session, explain_landlock(fields, context))
+
+    def _deliver(self, session: int, denials: list[Denial]) -> None:
+        """Give each denial to the calls in flight on the worker that have not had it (at most
+        :data:`_MAX_PER_CALL` each) and trace it once; with no call in flight, trace each distinct refusal of the
+        worker once (at most :data:`_MAX_BACKGROUND` kept): a worker refused in a loop does not grow the trace."""
+        calls = self._in_flight.get(session) or []
+        context = self._contexts[session]
+        for d in denials:
+            key = (d.access, d.target)
+            if calls:
+                fresh = [c for c in calls if len(c.denials) < _MAX_PER_CALL
+                         and all(key != (o.access, o.target) for o in c.denials)]
+                if not fresh:
+                    continue
+                for call in fresh:
+                    call.denials.append(d)
+            else:
+                fresh = []
+                seen = self._background.setdefault(session, OrderedDict())
+                if key in seen:
+                    continue
+                seen[key] = None
+                _bound(seen, _MAX_BACKGROUND)
+                _bound(self._background, _MAX_SESSIONS)
+            self.trace.record("denial", call_id=fresh[0].call_id if len(fresh) == 1 else None,
+                              call_ids=[c.call_id for c in fresh] if len(fresh) > 1 else None,
+                              tool=fresh[0].tool if len(fresh) == 1 else None, toolbox=context.toolbox,
+                              layer=d.layer, access=d.access, target=d.target, rule=d.rule, text=d.text,
+                              source="audit")
+
+    # -- the per-call watch ------------------------------------------------------------------------------------
+    def _session(self, worker: Any) -> int | None:
+        pid = getattr(worker, "pid", None)
+        if pid is None:
+            return None
+        key = (id(worker), pid)
+        if key not in self._session_of_pid:
+            self._session_of_pid[key] = read_session(pid)
+            _bound(self._session_of_pid, _MAX_SESSIONS)
+        return self._session_of_pid[key]
+
+    def _context(self, tool: Any) -> FsContext:
+        spec = getattr(tool.runner, "spec", None)
+        cached = self._context_of_spec.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        context = self._make_context(tool, spec)
+        self._context_of_spec[id(spec)] = (spec, context)
+        _bound(self._context_of_spec, _MAX_SESSIONS)
+        return context
+
+    def _make_context(self, tool: Any, spec: Any) -> FsContext:
+        plan = getattr(spec, "plan", None)
+        return context_of(tool.toolbox, getattr(spec, "kind", ""), getattr(plan, "fs_rules", ()),
+                          getattr(spec, "report", {}) or {}, self.system_paths, getattr(plan, "workdir", ""),
+                          view=getattr(plan, "view", None) is not None)
+
+    def begin(self, tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
+        """Note the call in flight on ``tool``'s worker; the returned coroutine function explains its result."""
+        context = self._context(tool)
+        session = self._session(getattr(tool.runner, "worker", None))
+        call = _Call(call_id, tool.name, tool.toolbox)
+        if session is not None:
+            self._contexts[session] = context
+            self._contexts.move_to_end(session)
+            _bound(self._contexts, _MAX_SESSIONS)
+            calls = self._in_flight.setdefault(session, [])
+            calls.append(call)
+            del calls[:-_MAX_IN_FLIGHT]
+            _bound(self._in_flight, _MAX_SESSIONS)
+
+        async def finish(result: ToolResult) -> ToolResult:
+            try:
+                if result.status != "passed" and self.unavailable is None and session is not None:
+                    await self._barrier()
+            finally:
+                calls = self._in_flight.get(session, []) if session is not None else []
+                if call in calls:
+                    calls.remove(call)
+                    if not calls and session is not None:
+                        self._in_flight.pop(session, None)
+            if result.status == "passed":  # a passed call's refusals are in the trace only
+                return result
+            try:
+                self._explain(result, call, context, audited=self.unavailable is None and session is not None)
+            except Exception as exc:  # a bug here must not cost the caller its result: trace it
+                self.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
+            return result
+
+        return finish
+
+    def _explain(self, result: ToolResult, call: _Call, context: FsContext, *, audited: bool) -> None:
+        """Append the notes of a failed call's refusals to ``result`` (and trace those read from its text)."""
+        data = result.data or ""
+        if len(data) > 2 * _TEXT_SCANNED:  # bash puts stderr first, a traceback ends last
+            data = data[:_TEXT_SCANNED] + "\n" + data[-_TEXT_SCANNED:]
+        text = f"{data}\n{result.summary or ''}"
+        denials = list(call.denials)
+        known = {d.target for d in denials}
+        for d in explain_text_paths(text, context, permission_denied=not audited):
+            if d.target in known:
+                continue
+            denials.append(d)
+            self.trace.record("denial", call_id=call.call_id, tool=call.tool, toolbox=call.toolbox, layer=d.layer,
+                              access=d.access, target=d.target, rule=d.rule, text=d.text, source="error text")
+        if not denials:
+            return
+        lines = notes(denials, text)
+        result.data = "\n".join([result.data, *lines] if result.data else lines)
+        for d in denials:
+            if named_in_text(d, text):
+                result.metadata.append(("denied", f"{d.layer} {d.access} {d.target}"[:300]))
+
+    async def _barrier(self) -> None:
+        if self._control is None:
+            return
+        token = f"{os.getpid()}-{next(self._tokens)}"
+        event = trio.Event()
+        self._barriers[token] = event
+        try:
+            netlink.send_barrier(self._control, token)
+        except OSError:
+            self._barriers.pop(token, None)
+            return
+        with trio.move_on_after(BARRIER_TIMEOUT_S):
+            await event.wait()
+        self._barriers.pop(token, None)
+
+
+def _bound(mapping: OrderedDict[Any, Any], limit: int) -> None:
+    while len(mapping) > limit:
+        mapping.popitem(last=False)
+
+
+def combine_watches(*watches: Callable[[Any, str], Finish]) -> Callable[[Any, str], Callable[[ToolResult],
+                                                                                  Awaitable[ToolResult]]]:
+    """One portal watch made of several: each begins in order, their finishers run in order (sync or async)."""
+    def begin(tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
+        finishers = [w(tool, call_id) for w in watches]
+
+        async def finish(result: ToolResult) -> ToolResult:
+            for f in finishers:
+                out = f(result)
+                result = await out if isinstance(out, Awaitable) else out
+            return result
+
+        return finish
+
+    return begin

@@ -1,0 +1,54 @@
+"""The shortened versions of the reliability harnesses (issue 19: "the shortened versions run in CI"): the chaos mix
+across every toolbox kind with its killer, the durability check (``kill -9`` of the supervisor right after an
+acknowledged write) and a short soak, each run as the operator runs it (``scripts/chaos``, ``scripts/soak``) and
+judged from the figures it prints. The long runs and their figures are in RELIABILITY.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.root
+
+REPO = Path(__file__).resolve().parents[1]
+KINDS = {"system", "lua", "sqlite", "mcp", "developer", "bash", "skill", "openapi", "postgrest", "wasm"}
+
+
+def _run(script: str, *args: str, timeout: float = 600) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args, "--json"], capture_output=True,
+                         text=True, timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_chaos_mix_answers_every_call_once_with_its_own_answer() -> None:
+    f = _run("chaos", "chaos", "--calls", "400", "--concurrency", "32", "--seed", "7")
+    assert f["calls"] == f["answered"] == 400
+    assert f.get("lost", 0) == 0 and f["duplicated"] == 0 and f.get("cross_wired", 0) == 0
+    assert f["missing"] == {"sqlite": 0, "developer": 0}
+    assert f["left"] == 0
+    assert set(f["passed_by_kind"]) == KINDS  # every kind served calls, not only answered them with errors
+    assert f.get("chaos_kill", 0) + f.get("chaos_stop", 0) + f.get("chaos_oom", 0) > 0
+
+
+def test_kill_9_right_after_an_acknowledged_write_loses_nothing() -> None:
+    d = _run("chaos", "durability", "--rounds", "3")
+    assert d["rounds"] == 3 and d["problems"] == 0
+    assert d["acked_files"] == d["acked_rows"] == 3
+    assert d["lost_files"] == d["lost_rows"] == 0
+    assert d["corrupt"] == 0 and d["torn_trace_ends"] == 0 and d["survivors"] == 0 and d["temporaries"] == 0
+
+
+def test_a_short_soak_answers_everything_and_keeps_the_trace_within_its_rotation() -> None:
+    s = _run("soak", "--minutes", "0.25", "--sample", "2", "--keep-minutes", "0.1", "--trace-max-mb", "0.5")
+    assert s["calls"] == s["answered"] > 100
+    assert s.get("lost", 0) == 0 and s.get("error", 0) == 0 and s.get("cross_wired", 0) == 0
+    assert s["sessions"] > 64  # sessions came and went
+    assert s["max_trace_mb"] < 2 * 0.5 + 0.3  # the file and its .1, each about max_bytes
