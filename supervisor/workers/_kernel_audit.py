@@ -234,7 +234,7 @@ class KernelAudit:
                 self._domain_session[domain] = creator
                 _bound(self._domain_session, _MAX_DOMAINS)
                 for fields in self._pending.pop(domain, []):
-                    self._landlock(session, fields)
+                    self._landlock(creator, fields)
             elif f.get("status") == "deallocated":
                 self._domain_session.pop(domain, None)
                 self._pending.pop(domain, None)
