@@ -51,7 +51,7 @@ from supervisor.calls import (
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
-from supervisor.plan import CompiledPolicy, compile_policy, prepare_git_sources
+from supervisor.plan import CompiledPolicy, compile_policy, kind_plan, prepare_git_sources
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, answer_host_request
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
 from supervisor.workers import KernelAudit, LimitWatch, SupervisionPolicy, ToolboxRunner, Worker, combine_watches
@@ -158,8 +158,18 @@ class Supervisor:
         """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
 
         ``agents`` adds agent files to the policy's list; ``state_dir`` overrides the policy's state directory
-        (tests use it). Raises ``ConfigError``/``PolicyRefused`` before starting anything; a toolbox that cannot load
-        (its worker cannot start, say) is a load error (:meth:`load_errors`), not an exception.
+        (tests use it).
+
+        Raises, before any worker starts:
+            ConfigError: the policy or an agent file does not load (``load_config``, ``expand_agents``), a bare
+                ``toolboxes.<name>`` key matches toolboxes of two agents, or an agent slug is bound to another file
+                (``compile_policy``).
+            PolicyRefused: the policy cannot be enforced here (``compile_policy``), or its OTel export cannot be
+                set up (``open_otel``).
+            OSError: the state directory, the trace file or the session store cannot be made or opened.
+
+        A toolbox that cannot load (its planning, folders, staged code, worker start or tool list fail) is a load
+        error (:meth:`load_errors`), not an exception; so is a git skill source that cannot be cloned.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
@@ -226,7 +236,7 @@ class Supervisor:
             self.trace.record("load_error", **error)
         self.source_errors = await prepare_git_sources(self.compiled, self.trace)
         for spec in self.compiled.specs:
-            if spec.kind == "skills":
+            if kind_plan(spec.kind).session_skills:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.toolbox, auto)
             runner = ToolboxRunner(spec, supervision, on_request=self._on_request, on_event=self._on_event,
@@ -301,7 +311,7 @@ class Supervisor:
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
-        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session
+        if kind_plan(runner.spec.kind).session_skills:  # skills that left the list are forgotten by every session
             self.session_tools.tools_listed(runner.name, runner.tools)
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
@@ -366,7 +376,7 @@ class Supervisor:
             if trace_id:  # the seed's ToolResult.resultTraceId (Lua's tools.call result), first of its key
                 result = replace(result, metadata=[("trace_id", trace_id), *result.metadata])
             return {"result": result.to_wire()}
-        if worker.spec.kind == "system":
+        if kind_plan(worker.spec.kind).host_requests:
             # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
             return answer_host_request(self.sessions, worker.spec.plan.payload.get("config") or {},
                                        origin.session_id, message.get("op"), message.get("args"),

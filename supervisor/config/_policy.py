@@ -266,7 +266,9 @@ class ToolboxPolicy(_Model):
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
     xattrs: bool = Field(default=False, description="let this toolbox's workers use extended attributes (the "
                          "setxattr/getxattr/listxattr/removexattr system calls); false: they answer EOPNOTSUPP")
-    start: Literal["eager", "lazy"] = Field(default="eager", description="start at supervisor start or first call")
+    start: Literal["eager", "lazy"] = Field(
+        default="eager", description="eager: the worker starts with the supervisor; lazy: on its first call, its "
+        "tools listed until then from the supervisor's cache of its last list (or one start, then stopped)")
     credentials: list[CredentialName] = Field(
         default=[], description="credentials (policy's credentials) the egress proxy adds to this toolbox's "
         "requests to their bound hosts, besides those its agent file references")

@@ -32,6 +32,7 @@ import trio
 
 from supervisor._supervisor import Supervisor
 from supervisor.calls import CatalogError
+from supervisor.plan import kind_plan
 from supervisor.sessions import LOCAL_TENANT, ids_from_meta
 
 from ._mcp_content import result_to_mcp
@@ -179,12 +180,11 @@ class McpSession:
     def capabilities(self) -> dict[str, Any]:
         """What this session serves: tools always; resources when a toolbox of its agent can have any (skills,
         MCP servers), prompts when one can have prompts (MCP servers); each list announces its changes."""
-        kinds = {r.spec.kind for r in self.sup.runners if self.agent is None or r.spec.agent == self.agent}
+        catalogs = {c for r in self.sup.runners if self.agent is None or r.spec.agent == self.agent
+                    for c in kind_plan(r.spec.kind).catalogs}
         out: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
-        if kinds & {"skills", "mcp"}:
-            out["resources"] = {"listChanged": True}
-        if "mcp" in kinds:
-            out["prompts"] = {"listChanged": True}
+        for catalog in sorted(catalogs):
+            out[catalog] = {"listChanged": True}
         return out
 
     def handle_message(self, msg: Any) -> Callable[[], Awaitable[None]] | None:
