@@ -16,11 +16,13 @@ unreserved (RFC 3986), except the few the caller names as grammar (PostgREST's `
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import mimetypes
 import os
 import re
+import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -90,10 +92,18 @@ def header_value_problem(name: str, value: str) -> str | None:
     return None
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """The one TLS context of this process's clients: httpx would load the CA store into a new one for every client,
+    that is for every request (tens of milliseconds of CPU and megabytes of allocator churn; issue 19's soak)."""
+    return httpx.create_ssl_context()
+
+
 def _client(timeout_s: float) -> httpx.Client:
     # No proxy of httpx's own: requests are sent to the bridge in absolute form (_proxy_http); no redirects (a 3xx
     # is the answer).
-    return httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False)
+    return httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False,
+                        verify=_ssl_context())
 
 
 def _build(client: httpx.Client, method: str, url: str, headers: dict[str, str] | None,
