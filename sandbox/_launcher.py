@@ -1,11 +1,13 @@
 """The launcher: a fresh process that confines itself, then runs the worker's entry point.
 
-The supervisor runs ``[python, "-s", "-B", "-m", "sandbox._launcher"]`` with ``PYTHONPATH`` set to a
-world-readable directory holding the ``sandbox`` and ``toolboxes`` packages and nothing else of its
-environment, and writes on its stdin a 4-byte big-endian length followed by that many bytes of msgpack:
-``ConfinementPlan.to_wire()``. The launcher reads exactly that frame (unbuffered: what follows on stdin
-belongs to the worker), runs :func:`confine`, then imports ``plan.entry`` (``module:function``) and calls it
-with ``plan.payload``.
+The supervisor runs ``[python, "-I", "-B", "-c", "import sys; sys.path.insert(0, <code root>); from
+sandbox._launcher import main; main()"]`` (``supervisor/workers/_launch.py``, ``launcher_argv``): isolated mode, so
+no ``PYTHONPATH`` or user site reaches it; the code root is, for a worker, the world-readable staged copy of the
+``sandbox`` and ``toolboxes`` packages. Its environment is the supervisor's few fixed variables (``LANG``), not the
+supervisor's own. It writes on its stdin a 4-byte big-endian length followed by that many bytes of msgpack:
+``ConfinementPlan.to_wire()`` (``_launch.plan_frame``). The launcher reads exactly that frame (unbuffered: what
+follows on stdin belongs to the worker), runs :func:`confine`, then imports ``plan.entry`` (``module:function``)
+and calls it with ``plan.payload``.
 
 Exit statuses: 78 when the plan is malformed or a confinement step fails (one line on stderr,
 ``agents-supervise launcher: <toolbox>: confinement failed: <reason>``; the entry never runs), 70 when the

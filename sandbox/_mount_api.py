@@ -126,7 +126,7 @@ def tmpfs(size: int, mode: int, attrs: int, what: str) -> int:
 
 def overlay(lower: int, empty: int, attrs: int, what: str) -> int:
     """A detached, read-only overlay whose only content is the folder ``lower`` (an fd): the same names and data,
-    but inodes of this mount's own, so locks (``flock``, POSIX, OFD), leases and inotify watches on them reach no
+    but inodes of this mount's own, so locks (``flock``, POSIX, OFD) on them reach no
     one who opened the folder another way. ``empty`` is an empty folder the kernel needs as the top layer (an
     overlay without an upper layer takes at least two). Needs overlayfs layers given as fds (Linux 6.13)."""
     return new_fs("overlay", _OVERLAY_OPTIONS, attrs | ATTR_RDONLY, what, layers=(empty, lower))

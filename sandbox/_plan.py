@@ -58,7 +58,7 @@ class ViewSpec:
         shm_bytes: size of the fresh tmpfs on ``/dev/shm``.
         system_paths: rule paths no worker and no agent file can write (the policy's system paths, the
             interpreter, the staged worker code): their read-only binds, and every device node, get inodes of the
-            worker's own (a read-only overlay), so a lock or inotify watch on them reaches no other worker. Other
+            worker's own (a read-only overlay), so a lock on them reaches no other worker. Other
             read-only grants stay plain binds: their writers' changes and locks (SQLite's) must be seen live.
     """
 

@@ -12,6 +12,7 @@ so a ``True`` is "the classic permissions allow it", the common case of the fail
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import sys
@@ -31,7 +32,15 @@ def python_runtime_paths() -> list[str]:
     ``sys.base_prefix`` (the installation the venv was made from) and the standard library directories,
     canonicalised, without duplicates and without paths lying beneath another one of the list, sorted.
     Shared libraries outside these trees (``libc``, ``libpython``) are the policy's system paths.
+
+    Found once per process (a fresh list each call): they are this interpreter's, and ``sysconfig`` takes about
+    6 ms to answer, which a policy compile paid twice per toolbox.
     """
+    return list(_runtime_paths())
+
+
+@functools.cache
+def _runtime_paths() -> tuple[str, ...]:
     candidates = [
         os.path.realpath(sys.executable) if sys.executable else "",
         sys.prefix,
@@ -44,7 +53,7 @@ def python_runtime_paths() -> list[str]:
     for p in paths:  # sorted, so a parent always comes before its children
         if not any(_covered(p, k) for k in kept):
             kept.append(p)
-    return kept
+    return tuple(kept)
 
 
 def _allows(st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int]) -> bool:

@@ -1,10 +1,11 @@
 """The supervisor's own certificate authority for the egress proxy's TLS-terminating mode (trusted side only).
 
 :func:`supervisor_ca` makes one CA per supervisor process (an ECDSA P-256 key that exists only in this process's
-memory, a self-signed certificate valid for 30 days, ``pathlen 0``, key usage ``keyCertSign`` only). Its
+memory, a self-signed certificate valid for 398 days, ``pathlen 0``, key usage ``keyCertSign`` only). Its
 certificate (:attr:`SupervisorCA.cert_pem`, never the key) is what a worker in terminating mode trusts.
 :meth:`SupervisorCA.server_context` mints, on first use for a host, a leaf certificate for exactly that name or
-address (valid one day, ``serverAuth``), and returns a server ``SSLContext`` holding it; the proxy calls it only for
+address (valid one day, ``serverAuth``; made again when less than two hours are left), and returns a server
+``SSLContext`` holding it; the proxy calls it only for
 a host its policy decision allowed. The leaf key is loaded through a ``memfd`` (``ssl`` loads keys from paths only),
 so no key is ever written to a file system.
 
@@ -28,8 +29,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = ["SupervisorCA", "supervisor_ca"]
 
-CA_DAYS = 30
+CA_DAYS = 398
 LEAF_DAYS = 1
+#: a cached leaf is replaced when it has less than this left
+LEAF_RENEW = datetime.timedelta(hours=2)
 MAX_LEAVES = 1024
 
 
@@ -50,7 +53,7 @@ class SupervisorCA:
     cert: x509.Certificate
     _leaf_key: ec.EllipticCurvePrivateKey = field(repr=False, default_factory=lambda: ec.generate_private_key(
         ec.SECP256R1()))
-    _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict, repr=False)
+    _contexts: dict[str, tuple[ssl.SSLContext, datetime.datetime]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -102,9 +105,9 @@ class SupervisorCA:
     def server_context(self, host: str) -> ssl.SSLContext:
         """A server context presenting a leaf for ``host`` (made once per host; HTTP/1.1 only over ALPN)."""
         with self._lock:
-            ctx = self._contexts.get(host)
-            if ctx is not None:
-                return ctx
+            cached = self._contexts.get(host)
+            if cached is not None and cached[1] - _now() > LEAF_RENEW:
+                return cached[0]
         cert = self.leaf(host)
         pem = (cert.public_bytes(serialization.Encoding.PEM)
                + self._leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -121,7 +124,7 @@ class SupervisorCA:
         with self._lock:
             if len(self._contexts) >= MAX_LEAVES:
                 self._contexts.clear()
-            self._contexts[host] = ctx
+            self._contexts[host] = (ctx, cert.not_valid_after_utc)
         return ctx
 
 

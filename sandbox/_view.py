@@ -12,8 +12,8 @@
    recursively (``EROFS`` for every write, ``utimensat``, ``chmod``, whatever the modes); every bind is ``nosuid``
    and, devices aside, ``nodev``. A bind the plan marks ``private`` (system paths and devices) is shown through a
    read-only overlay of the source (a folder) or of its folder (a file or device node, then cloned alone out of
-   it), so the worker's inodes are its own: a lock or an inotify watch on them is seen by no other worker and
-   not on the host. One overlay per source folder, sharing one empty top layer (overlayfs needs two layers);
+   it), so the worker's inodes are its own: a lock on them is seen by no other worker and not on the host.
+   One overlay per source folder, sharing one empty top layer (overlayfs needs two layers);
 3. the worker's procfs (``fsopen("proc")`` in its PID namespace) with the masks of :mod:`sandbox._procfs`, plus
    ``/proc/cmdline`` and ``/proc/sys/kernel/random/boot_id``;
 4. ``pivot_root(".", ".")`` into the tmpfs and ``umount2(MNT_DETACH)`` of the old root: from then on no path of

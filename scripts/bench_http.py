@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import trio
 import yaml
 
@@ -129,6 +130,24 @@ def start_sdk(root: Path) -> Server:
     return Server("MCP SDK (uvicorn)", process, f"http://127.0.0.1:{port}/mcp", "date", {})
 
 
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by the process ``pid`` and its live descendants (the supervisor's
+    confined workers): a cost per call that, unlike wall time, a loaded machine does not inflate much."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
@@ -150,13 +169,15 @@ async def _calls(server: Server, client: httpx.AsyncClient, calls: int, inflight
             if result.get("isError"):
                 raise RuntimeError(f"{server.name}: the call failed: {result}")
 
+    cpu_before = _tree_cpu_s(server.process.pid)
     start = time.perf_counter()
     async with trio.open_nursery() as nursery:
         for s in sessions:
             nursery.start_soon(loop, s)
     elapsed = time.perf_counter() - start
+    cpu = _tree_cpu_s(server.process.pid) - cpu_before
     return {"p50_ms": 1000 * statistics.median(latencies), "p99_ms": 1000 * _pct(latencies, 0.99),
-            "calls_s": len(latencies) / elapsed}
+            "calls_s": len(latencies) / elapsed, "cpu_ms": 1000 * cpu / max(1, len(latencies))}
 
 
 async def _sessions_per_gib(server: Server, client: httpx.AsyncClient, count: int) -> float:
@@ -195,6 +216,7 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.sessions + 512)), hard))
     results: dict[str, dict[str, Any]] = {}
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.chmod(root, 0o755)
@@ -206,16 +228,22 @@ def main() -> None:
                 server.stop()
     print(f"trivial tool call over Streamable HTTP (2025-11-25), {args.calls} calls, {args.inflight} in flight, "
           f"{args.sessions} sessions held")
-    print(f"{'server':<22}{'seq p50 ms':>11}{'p99 ms':>9}{'calls/s':>9}{'64 p50 ms':>11}{'p99 ms':>9}"
-          f"{'calls/s':>9}{'sessions/GiB':>14}")
+    print(f"load average before the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; after: "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+    print(f"{'server':<22}{'seq p50 ms':>11}{'p99 ms':>9}{'calls/s':>9}{'CPU ms':>8}{'64 p50 ms':>11}{'p99 ms':>9}"
+          f"{'calls/s':>9}{'CPU ms':>8}{'sessions/GiB':>14}")
     for name, r in results.items():
         s, p = r["sequential"], r["inflight"]
-        print(f"{name:<22}{s['p50_ms']:>11.2f}{s['p99_ms']:>9.2f}{s['calls_s']:>9.0f}{p['p50_ms']:>11.2f}"
-              f"{p['p99_ms']:>9.2f}{p['calls_s']:>9.0f}{r['sessions_per_gib']:>14.0f}")
+        print(f"{name:<22}{s['p50_ms']:>11.2f}{s['p99_ms']:>9.2f}{s['calls_s']:>9.0f}{s['cpu_ms']:>8.2f}"
+              f"{p['p50_ms']:>11.2f}{p['p99_ms']:>9.2f}{p['calls_s']:>9.0f}{p['cpu_ms']:>8.2f}"
+              f"{r['sessions_per_gib']:>14.0f}")
     ours, sdk = results["agents-supervise"], results["MCP SDK (uvicorn)"]
     print(f"throughput ratio with {args.inflight} in flight: "
           f"{ours['inflight']['calls_s'] / sdk['inflight']['calls_s']:.1f}x (target: at least 5x); sequential "
           f"{ours['sequential']['calls_s'] / sdk['sequential']['calls_s']:.1f}x")
+    print(f"server CPU per call (process tree; the supervisor's includes its confined worker) with {args.inflight} "
+          f"in flight: {sdk['inflight']['cpu_ms'] / max(1e-9, ours['inflight']['cpu_ms']):.1f}x less than the "
+          f"SDK server's; sequential {sdk['sequential']['cpu_ms'] / max(1e-9, ours['sequential']['cpu_ms']):.1f}x")
 
 
 if __name__ == "__main__":

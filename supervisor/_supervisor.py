@@ -7,7 +7,9 @@ Use it as an async context manager::
 
 ``open`` loads and compiles the policy (raising :class:`~supervisor.config._errors.ConfigError` or
 :class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
-returns once every worker said hello or failed to load.
+returns once every worker said hello or failed to load. The workers start concurrently, at most
+``supervision.parallel_starts`` at once; the tool list and the load errors are in the policy's order whatever
+order the workers finish in.
 
 Nothing that goes wrong while one toolbox loads ends the supervisor: an error in its compilation, its folders, its
 git skill sources, its worker's start or the handling of its tool list (an unexpected exception included) becomes
@@ -49,7 +51,7 @@ from supervisor.calls import (
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
-from supervisor.plan import CompiledPolicy, compile_policy, prepare_git_sources
+from supervisor.plan import CompiledPolicy, compile_policy, kind_plan, prepare_git_sources
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, answer_host_request
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
 from supervisor.workers import KernelAudit, LimitWatch, SupervisionPolicy, ToolboxRunner, Worker, combine_watches
@@ -156,8 +158,18 @@ class Supervisor:
         """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
 
         ``agents`` adds agent files to the policy's list; ``state_dir`` overrides the policy's state directory
-        (tests use it). Raises ``ConfigError``/``PolicyRefused`` before starting anything; a toolbox that cannot load
-        (its worker cannot start, say) is a load error (:meth:`load_errors`), not an exception.
+        (tests use it).
+
+        Raises, before any worker starts:
+            ConfigError: the policy or an agent file does not load (``load_config``, ``expand_agents``), a bare
+                ``toolboxes.<name>`` key matches toolboxes of two agents, or an agent slug is bound to another file
+                (``compile_policy``).
+            PolicyRefused: the policy cannot be enforced here (``compile_policy``), or its OTel export cannot be
+                set up (``open_otel``).
+            OSError: the state directory, the trace file or the session store cannot be made or opened.
+
+        A toolbox that cannot load (its planning, folders, staged code, worker start or tool list fail) is a load
+        error (:meth:`load_errors`), not an exception; so is a git skill source that cannot be cloned.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
@@ -224,15 +236,20 @@ class Supervisor:
             self.trace.record("load_error", **error)
         self.source_errors = await prepare_git_sources(self.compiled, self.trace)
         for spec in self.compiled.specs:
-            if spec.kind == "skills":
+            if kind_plan(spec.kind).session_skills:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.toolbox, auto)
             runner = ToolboxRunner(spec, supervision, on_request=self._on_request, on_event=self._on_event,
                                    on_tools=self._on_tools)
             self.runners.append(runner)
+        # Every worker starts at once, up to parallel_starts of them; whatever order they finish in, the tool
+        # list follows the policy's order (the registry is built from self.runners) and so do the load errors.
+        places = trio.CapacityLimiter(self.compiled.parallel_starts)
         async with trio.open_nursery() as starting:
             for runner in self.runners:
-                starting.start_soon(self._start_runner, nursery, runner)
+                starting.start_soon(self._start_runner, nursery, runner, places)
+        order = {runner.name: i for i, runner in enumerate(self.runners)}
+        self.toolbox_load_errors.sort(key=lambda e: order.get(e["toolbox"], -1))  # stable: compile errors first
         self._rebuild()
 
     async def _flush_trace(self) -> None:
@@ -261,9 +278,10 @@ class Supervisor:
             self.trace.record("sessions_pruned", sessions=gone, records=self.sessions.pruned_records,
                               keep_days=keep_days)
 
-    async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner) -> None:
+    async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner, places: trio.CapacityLimiter) -> None:
         try:
-            await nursery.start(runner.run)
+            async with places:  # held until the worker said hello (or its start failed)
+                await nursery.start(runner.run)
         except Exception as exc:  # its first start failed (WorkerStartError or a bug): a load error, not our end
             self._load_failed(runner, "worker start", exc)
 
@@ -293,7 +311,7 @@ class Supervisor:
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
-        if runner.spec.kind == "skills":  # skills that left the list are forgotten by every session
+        if kind_plan(runner.spec.kind).session_skills:  # skills that left the list are forgotten by every session
             self.session_tools.tools_listed(runner.name, runner.tools)
         for err in runner.load_errors:
             self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
@@ -358,7 +376,7 @@ class Supervisor:
             if trace_id:  # the seed's ToolResult.resultTraceId (Lua's tools.call result), first of its key
                 result = replace(result, metadata=[("trace_id", trace_id), *result.metadata])
             return {"result": result.to_wire()}
-        if worker.spec.kind == "system":
+        if kind_plan(worker.spec.kind).host_requests:
             # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
             return answer_host_request(self.sessions, worker.spec.plan.payload.get("config") or {},
                                        origin.session_id, message.get("op"), message.get("args"),
@@ -366,7 +384,8 @@ class Supervisor:
         return {"error": f"host operation {message.get('op')!r} is not supported by this supervisor"}
 
     def _record_call(self, *, call_id: str, tool: RegisteredTool, args: Any, origin: CallOrigin,
-                     result: ToolResult | None, started: float, duration_s: float) -> None:
+                     result: ToolResult | None, started: float, duration_s: float,
+                     args_json: str | None = None) -> None:
         if result is not None and tool.annotations.get("skill_action") and self.session_tools.observe(
                 origin.session_id, tool.toolbox, tool.annotations, result.status, result.structured):
             self.session_tools.wake(self.frontends.name_of(origin.session_id))
@@ -374,6 +393,7 @@ class Supervisor:
             return
         self.sessions.record_call(
             origin.session_id, call_id=call_id, parent_call_id=origin.parent_call_id, tool=tool.name, args=args,
+            args_json=args_json,
             status=result.status if result else "error", summary=result.summary if result else "cancelled",
             output=result.data if result else None, started=started, duration_s=duration_s,
             conversation_id=origin.conversation_id, turn_id=origin.turn_id)

@@ -71,13 +71,15 @@ def sweep_temporaries(root: str, *, max_entries: int = MAX_SWEEP_ENTRIES) -> lis
     return removed
 
 
-def atomic_write(path: str, content: bytes, mode: int | None = None) -> None:
+def atomic_write(path: str, content: bytes, mode: int | None = None, *, fsync: bool = True) -> None:
     """Replace ``path`` by ``content``: a temporary file in the same directory, fsync, rename, fsync
     directory.
 
     A crash at any point leaves ``path`` with its old or its new content, never a mix (at worst a stray temporary
     file, which :func:`sweep_temporaries` removes at the next start). The new file keeps ``mode`` (default: the old
-    file's permission bits, else 0644).
+    file's permission bits, else 0644). ``fsync=False`` skips both fsyncs: the rename is still atomic for running
+    processes, but a power loss may leave an empty file; for content that can be made again (the supervisor's
+    attachment store, whose writes run on the trio loop and must not wait for the disk).
 
     Raises:
         OSError: the directory cannot be written (the sandbox or the kernel refused).
@@ -92,8 +94,9 @@ def atomic_write(path: str, content: bytes, mode: int | None = None) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         pause_point("atomic-write")
         os.chmod(tmp, mode)
         os.replace(tmp, path)
@@ -103,4 +106,5 @@ def atomic_write(path: str, content: bytes, mode: int | None = None) -> None:
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(directory)
+    if fsync:
+        fsync_dir(directory)

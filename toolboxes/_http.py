@@ -16,13 +16,11 @@ unreserved (RFC 3986), except the few the caller names as grammar (PostgREST's `
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import mimetypes
 import os
 import re
-import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,7 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ._proxy_http import build_request, proxy_for
+from ._proxy_http import build_request, open_client, proxy_for
 from ._result import Attachment, ToolResult
 from ._toolbox import CallContext
 
@@ -92,20 +90,6 @@ def header_value_problem(name: str, value: str) -> str | None:
     return None
 
 
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """The one TLS context of this process's clients: httpx would load the CA store into a new one for every client,
-    that is for every request (tens of milliseconds of CPU and megabytes of allocator churn; issue 19's soak)."""
-    return httpx.create_ssl_context()
-
-
-def _client(timeout_s: float) -> httpx.Client:
-    # No proxy of httpx's own: requests are sent to the bridge in absolute form (_proxy_http); no redirects (a 3xx
-    # is the answer).
-    return httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False,
-                        verify=_ssl_context())
-
-
 def _build(client: httpx.Client, method: str, url: str, headers: dict[str, str] | None,
            content: bytes | None = None) -> httpx.Request:
     return build_request(client, method, url, proxy=proxy_for(httpx.URL(url).scheme), headers=headers,
@@ -123,7 +107,7 @@ def fetch_bytes(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: in
                 headers: dict[str, str] | None = None) -> bytes:
     """GET ``url`` through the proxy and return its body. Raises :class:`FetchError` saying why it failed."""
     try:
-        with _client(timeout_s) as client:
+        with open_client(timeout_s) as client:
             response = client.send(_build(client, "GET", url, headers), stream=True)
             try:
                 body = bytearray()
@@ -210,7 +194,7 @@ def send_request(request: HttpRequest, ctx: CallContext, *, max_bytes: int, work
     meta = [("state_effect", state_effect), ("resource_id", resource_id)]
     started = time.monotonic()
     try:
-        with _client(timeout_s) as client:
+        with open_client(timeout_s) as client:
             req = _build(client, request.method, request.url, request.headers, request.content)
             response = client.send(req, stream=True)
             try:

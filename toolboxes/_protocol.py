@@ -49,7 +49,6 @@ _TO_WORKER: dict[str, tuple[str, ...]] = {
     "cancel": ("id",),
     "reply": ("id",),
     "shutdown": (),
-    "plan": ("plan",),
 }
 _TO_SUPERVISOR: dict[str, tuple[str, ...]] = {
     "hello": ("protocol", "tools"),

@@ -26,15 +26,13 @@ import traceback
 from typing import Any
 
 from ._atomic import sweep_temporaries
+from ._kinds import KINDS
 from ._protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode
 from ._result import ToolResult
 from ._serving import LeaderFollowers
 from ._toolbox import CallContext, Toolbox, ToolSpec, WorkerEnv
 
 __all__ = ["main"]
-
-_KINDS = {"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer", "lua", "wasm"}
-
 
 class _Pending:
     """A request this worker sent up the pipe, waiting for its reply."""
@@ -133,7 +131,7 @@ class _Channel:
 
 def _open_toolbox(payload: dict[str, Any], channel: _Channel) -> tuple[Toolbox, WorkerEnv]:
     kind = payload["kind"]
-    if kind not in _KINDS:
+    if kind not in KINDS:
         raise ValueError(f"unknown toolbox kind {kind!r}")
     module = importlib.import_module(f"toolboxes.{kind}")
     for folder in (payload.get("workdir"), payload.get("state_dir")):

@@ -105,6 +105,20 @@ class CallOrigin:
 MAX_TRACED_ARGS_CHARS = 16 * 1024
 
 
+def _args_json(args: Any) -> str | None:
+    """Checked arguments as compact JSON text, encoded once for the trace and the session store; ``None`` when
+    they are not JSON or not valid Unicode (the trace's own cleaning handles those)."""
+    try:
+        text = _ARGS_ENCODER.encode(args)
+        text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        return None
+    return text
+
+
+_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _traced_args(args: Any) -> Any:
     """``args`` for a ``call_start`` record: as given when small, else a note of their size.
 
@@ -147,8 +161,9 @@ class Portal:
     #: applied to the result after ``postprocess`` (the supervisor's limit notes, ``supervisor.workers._limit_notes``,
     #: and kernel denials, ``supervisor.workers._kernel_audit``); it may return an awaitable of the result
     watch: Callable[[RegisteredTool, str], Callable[[ToolResult], Any]] | None = None
-    #: told of every dispatched call once it ended (keywords: call_id, tool, args, origin, result or None when
-    #: cancelled, started (Unix time), duration_s), to record it in the session store; must not raise
+    #: told of every dispatched call once it ended (keywords: call_id, tool, args, args_json (the arguments as JSON
+    #: text, or None), origin, result or None when cancelled, started (Unix time), duration_s), to record it in the
+    #: session store; must not raise
     on_call_end: Callable[..., None] | None = None
     #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
     call_context: Callable[[RegisteredTool, CallOrigin], dict[str, Any]] | None = None
@@ -244,10 +259,15 @@ class Portal:
             parent_call_id=call_id,
             agent_id=origin.agent_id or tool.agent,
         )
-        self.trace.record("call_start", call_id=call_id, parent_call_id=origin.parent_call_id, tool=name,
-                          toolbox=tool.toolbox, agent=tool.agent, session=origin.session_id,
-                          conversation=origin.conversation_id, turn=origin.turn_id, depth=depth,
-                          caller=origin.caller, args=_traced_args(args))
+        args_json = _args_json(args)
+        start_fields = {"call_id": call_id, "parent_call_id": origin.parent_call_id, "tool": name,
+                        "toolbox": tool.toolbox, "agent": tool.agent, "session": origin.session_id,
+                        "conversation": origin.conversation_id, "turn": origin.turn_id, "depth": depth,
+                        "caller": origin.caller}
+        if args_json is not None and len(args_json) <= MAX_TRACED_ARGS_CHARS:
+            self.trace.record_raw("call_start", {"args": args_json}, **start_fields)
+        else:
+            self.trace.record("call_start", **start_fields, args=_traced_args(args))
         start = time.perf_counter()
         started = time.time()
         result: ToolResult | None = None
@@ -277,5 +297,5 @@ class Portal:
                 duration_s=round(time.perf_counter() - start, 6), session=origin.session_id,
                 metadata=[list(p) for p in result.metadata] if result else [])
             if self.on_call_end is not None:
-                self.on_call_end(call_id=call_id, tool=tool, args=args, origin=origin, result=result,
-                                 started=started, duration_s=time.perf_counter() - start)
+                self.on_call_end(call_id=call_id, tool=tool, args=args, args_json=args_json, origin=origin,
+                                 result=result, started=started, duration_s=time.perf_counter() - start)

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from sandbox._file_sandbox import DEFAULT_MAX_FILE_SIZE
 from sandbox._predicates import AlwaysDeny, predicate_to_json
 
 from ._errors import check_known_keys
@@ -56,8 +57,9 @@ __all__ = [
     "validation_context",
 ]
 
-#: ``fsbMaxFileSize`` when the key is absent (``null`` means no limit).
-DEFAULT_MAX_FILE_SIZE_BYTES = 50 * 1024 * 1024
+#: ``fsbMaxFileSize`` when the key is absent (``null`` means no limit): the seed's, defined once in
+#: ``sandbox/_file_sandbox.py``.
+DEFAULT_MAX_FILE_SIZE_BYTES = DEFAULT_MAX_FILE_SIZE
 
 #: SPEC.md section 4, system toolbox.
 SYSTEM_CAPABILITIES = (

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from sandbox._predicates import PathPredicate
+from toolboxes._kinds import KINDS
 
 from ._agent_file import (
     AgentDescription,
@@ -47,18 +48,9 @@ __all__ = ["TOOLBOX_KINDS", "LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 
 ToolboxKind = Literal["bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua",
                       "wasm"]
-TOOLBOX_KINDS: tuple[str, ...] = (
-    "bash",
-    "skills",
-    "mcp",
-    "openapi",
-    "postgrest",
-    "sqlite",
-    "system",
-    "developer",
-    "lua",
-    "wasm",
-)
+#: The kinds the loader produces: ``toolboxes._kinds.KINDS``, the one list (``ToolboxKind`` is its type for the
+#: checker, which cannot take a Literal from a runtime tuple; a test holds the two equal).
+TOOLBOX_KINDS: tuple[str, ...] = KINDS
 
 
 @dataclass(frozen=True)

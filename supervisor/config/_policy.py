@@ -266,7 +266,9 @@ class ToolboxPolicy(_Model):
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
     xattrs: bool = Field(default=False, description="let this toolbox's workers use extended attributes (the "
                          "setxattr/getxattr/listxattr/removexattr system calls); false: they answer EOPNOTSUPP")
-    start: Literal["eager", "lazy"] = Field(default="eager", description="start at supervisor start or first call")
+    start: Literal["eager", "lazy"] = Field(
+        default="eager", description="eager: the worker starts with the supervisor; lazy: on its first call, its "
+        "tools listed until then from the supervisor's cache of its last list (or one start, then stopped)")
     credentials: list[CredentialName] = Field(
         default=[], description="credentials (policy's credentials) the egress proxy adds to this toolbox's "
         "requests to their bound hosts, besides those its agent file references")
@@ -334,6 +336,10 @@ class Supervision(_Model):
     #: how long a toolbox stays down after a crash loop before it is started afresh
     crash_loop_cooldown_s: float = Field(default=300.0, gt=0, le=86400 * 7)
     shutdown_grace_s: float = Field(default=2.0, ge=0)
+    parallel_starts: int | None = Field(
+        default=None, ge=1, le=4096,
+        description="workers started at once when the supervisor starts (the rest wait for a place); "
+                    "null = 4 per CPU")
 
     @model_validator(mode="after")
     def _ordered(self) -> Supervision:
@@ -515,6 +521,10 @@ class HttpFrontend(_Model):
     max_sessions: int = Field(default=10000, ge=1, description="MCP sessions held at once, all tenants together")
     session_idle_s: float = Field(default=900.0, gt=0, description="a session unused this long is ended")
     sse_keepalive_s: float = Field(default=15.0, gt=0, description="comment line sent on an idle SSE stream")
+    max_connections: int = Field(default=4096, ge=1, le=1_000_000, description=(
+        "TCP connections open at once, all clients together; one more is answered 503 and closed"))
+    keepalive_s: float = Field(default=30.0, gt=0, le=3600, description=(
+        "an open connection with no request for this long is closed; also the bound on reading a request"))
 
 
 class Frontends(_Model):

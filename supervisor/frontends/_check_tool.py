@@ -2,8 +2,9 @@
 
 The script is untrusted, so its ``describe`` runs through the launcher's confined command runner
 (``_confined_exec.py``): own network namespace with loopback only, own PID namespace, Landlock granting read (and
-execute) on the policy's system paths and the script file and nothing else, writes nowhere, the sandbox uid, a time
-limit and an output cap (the bash toolbox's defaults). What it prints is parsed and turned into a schema by the
+execute) on the policy's system paths and the script file and nothing else, writes nowhere, the private filesystem
+view of a worker (nothing else of the host exists for it), the sandbox uid, a time limit and an output cap (the
+bash toolbox's defaults). What it prints is parsed and turned into a schema by the
 bash toolbox's own code (:func:`toolboxes.bash.parse_describe`, :func:`toolboxes.bash.input_schema`), the payload
 is checked with the supervisor's :class:`~supervisor.tools._validation.ArgumentValidator` and, when the schema accepts
 it, the command line is built as a call would build it (:func:`toolboxes.bash.build_invocation`).
@@ -69,9 +70,11 @@ async def check_tool_call(
     uid: int | None = 65534,
     gid: int | None = 65534,
     launcher: list[str] | None = None,
+    private_view: bool = True,
 ) -> CheckOutcome:
     """Describe ``path`` confined and validate ``payload`` (JSON text of the arguments). Never raises for what the
-    script or the payload does. ``uid``/``gid`` are used only when running as root."""
+    script or the payload does. ``uid``/``gid`` are used only when running as root. ``private_view``: the
+    describe run sees only its grants, as a worker does (the policy's ``private_view``)."""
     try:
         args = json.loads(payload)
     except json.JSONDecodeError as exc:
@@ -88,7 +91,8 @@ async def check_tool_call(
         outcome = await run_confined(
             [script, "describe"], toolbox="check-tool-call", workdir=workdir, fs_rules=rules, env=dict(settings.env),
             timeout_s=settings.describe_timeout_s, uid=uid if root else None, gid=gid if root else None,
-            min_landlock_abi=1, stdout_cap=settings.describe_output_bytes, stderr_cap=4096, launcher=launcher)
+            min_landlock_abi=1, stdout_cap=settings.describe_output_bytes, stderr_cap=4096, launcher=launcher,
+            view=private_view, system_paths=system_paths)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     where = f"{path}: describe"

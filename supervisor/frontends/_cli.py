@@ -123,7 +123,7 @@ def _check_tool_call(args: argparse.Namespace) -> int:
 
         policy = load_config(args.policy, []).policy
         extra = {"system_paths": tuple(policy.system_paths), "env": dict(policy.worker_env),
-                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid}
+                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid, "private_view": policy.private_view}
     outcome = trio.run(lambda: check_tool_call(args.tool, sys.stdin.read(), **extra))
     if outcome.exit_code == EXIT_ERROR:
         return _fail(outcome.text)
@@ -292,6 +292,16 @@ def _check(args: argparse.Namespace) -> int:
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
         if tb.get("cname_targets"):
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        for cred in tb.get("credentials") or []:  # names and bindings only: values never leave the proxy
+            where = "; ".join(", ".join(b["hosts"]) + (f" ports {b['ports']}" if b["ports"] else "")
+                              + f" ({'/'.join(b['schemes'])})"
+                              + (f" under {', '.join(b['path_prefixes'])}" if b["path_prefixes"] else "")
+                              for b in cred["bindings"])
+            how = (f"header {cred['header']}" if cred["header"] else f"query {cred['query']}" if cred["query"]
+                   else "placeholder only")
+            print(f"  credential {cred['name']}: added by the egress proxy for {where}, as {how}")
+        if tb.get("tls_termination"):
+            print("  TLS: terminated by the egress proxy (the worker trusts the supervisor's CA only)")
         print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))

@@ -53,11 +53,23 @@ async def answer_request(holder: HttpSession | StatelessExchange, mcp: McpSessio
     job = mcp.handle_message(message)
     counted = None if message.get("method") in _UNCOUNTED else tenant
     try:
+        if token is None and cancel_on is None:
+            # No progress, no disconnect to watch: the job runs in this task and leaves its one reply queued.
+            if job is not None:
+                await _run_limited(job, counted, holder, mcp, req_id, message.get("method"))
+            while True:
+                try:
+                    reply = out_receive.receive_nowait()
+                except trio.WouldBlock:
+                    return  # cancelled by the client (notifications/cancelled): MCP sends no response
+                if "method" not in reply:
+                    await send_json(send, rpc_status(reply) if mcp.modern else 200, reply, extra_headers)
+                    return
         async with trio.open_nursery() as nursery:
             if cancel_on is not None:
                 nursery.start_soon(cancel_on_disconnect, cancel_on, nursery.cancel_scope)
             if job is not None:
-                nursery.start_soon(_run_limited, job, counted, holder, req_id, message.get("method"))
+                nursery.start_soon(_run_limited, job, counted, holder, mcp, req_id, message.get("method"))
             if stream:
                 await send_start(send, 200, "text/event-stream", extra_headers)
                 async for reply in out_receive:
@@ -77,7 +89,7 @@ async def answer_request(holder: HttpSession | StatelessExchange, mcp: McpSessio
 
 
 async def _run_limited(job: Callable[[], Awaitable[None]], tenant: TenantState | None,
-                       holder: HttpSession | StatelessExchange, req_id: Any, method: Any) -> None:
+                       holder: HttpSession | StatelessExchange, mcp: McpSession, req_id: Any, method: Any) -> None:
     """Run a request's job within the tenant's rate and in-flight limits; past one, answer an error naming it."""
     if tenant is None:
         await job()
@@ -88,6 +100,7 @@ async def _run_limited(job: Callable[[], Awaitable[None]], tenant: TenantState |
                f"request but initialize counts); retry in {math.ceil(wait)} s") if wait > 0 else (
             f"the tenant has {tenant.limits.limits.concurrent_calls} requests in flight, its limit "
             "(tenants.<name>.limits.concurrent_calls); retry once one has been answered")
+        mcp.log.tell("warning", {"event": "tenant_limit", "method": method, "reason": why})
         await holder.deliver({"jsonrpc": "2.0", "id": req_id, "error": {"code": -32000, "message": why}})
         return
     async with tenant.calls:

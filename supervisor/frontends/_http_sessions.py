@@ -116,6 +116,7 @@ class SessionTable:
             return
         self.tenants[session.principal.tenant].sessions -= 1
         session.scope.cancel()
+        session.mcp.log.close()
         self.sup.trace.record("http_session_end", tenant=session.principal.tenant, agent=session.agent,
                               session=session.mcp.session_id, why=why)
 

@@ -37,6 +37,7 @@ async def serve_event_stream(session: HttpSession, tenant: TenantState, keepaliv
             async with trio.open_nursery() as nursery:
                 await nursery.start(session.mcp.watch_tools)
                 nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
+                nursery.start_soon(session.mcp.log.pump, session.deliver)  # the session's log messages
                 if session.mcp.changed_since_listed():  # changed while no stream was open to say so
                     stream_send.send_nowait({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
                 while True:

@@ -1,6 +1,6 @@
 """MCP over Streamable HTTP: one endpoint per agent, every request authenticated, sessions and stateless requests.
 
-Served by hypercorn's trio worker (:func:`serve_mcp_http`) as an ASGI app, :class:`McpHttpApp`:
+Served as an ASGI app, :class:`McpHttpApp`, by our HTTP/1.1 server on h11 (``_http_server.serve_mcp_http``):
 
 - ``POST /agents/<slug>/mcp``: one JSON-RPC message. A request is answered with ``application/json`` (one
   response), or with ``text/event-stream`` when the client asked for progress (``_meta.progressToken``) and accepts
@@ -229,8 +229,11 @@ class McpHttpApp:
         mcp = McpSession(self.sup, exchange.deliver, session_id=f"http-{secrets.token_hex(8)}", modern=True,
                          agent=agent, tenant=principal.tenant)
         # On this wire closing the response is how a client cancels.
-        await answer_request(exchange, mcp, self.tenants[principal.tenant], message, headers, send,
-                             cancel_on=receive)
+        try:
+            await answer_request(exchange, mcp, self.tenants[principal.tenant], message, headers, send,
+                                 cancel_on=receive)
+        finally:
+            mcp.log.close()  # a logging/setLevel of this request's session must not outlive it
 
     # -- GET --------------------------------------------------------------------------------------------------------
 

@@ -32,9 +32,11 @@ import trio
 
 from supervisor._supervisor import Supervisor
 from supervisor.calls import CatalogError
+from supervisor.plan import kind_plan
 from supervisor.sessions import LOCAL_TENANT, ids_from_meta
 
 from ._mcp_content import result_to_mcp
+from ._mcp_logging import LEVELS, SessionLog
 from ._progress_relay import ProgressRelay, progress_token
 
 __all__ = [
@@ -118,6 +120,8 @@ class McpSession:
         self._initialized = modern
         #: the revision this session speaks (set by ``initialize``; the stateless revision's otherwise)
         self.version = MODERN_VERSIONS[0] if modern else SUPPORTED_VERSIONS[0]
+        #: ``notifications/message`` for this session once the client sets a level (``_mcp_logging.py``)
+        self.log = SessionLog(sup, self.session_id, agent)
 
     async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
         if self.modern:
@@ -176,12 +180,11 @@ class McpSession:
     def capabilities(self) -> dict[str, Any]:
         """What this session serves: tools always; resources when a toolbox of its agent can have any (skills,
         MCP servers), prompts when one can have prompts (MCP servers); each list announces its changes."""
-        kinds = {r.spec.kind for r in self.sup.runners if self.agent is None or r.spec.agent == self.agent}
-        out: dict[str, Any] = {"tools": {"listChanged": True}}
-        if kinds & {"skills", "mcp"}:
-            out["resources"] = {"listChanged": True}
-        if "mcp" in kinds:
-            out["prompts"] = {"listChanged": True}
+        catalogs = {c for r in self.sup.runners if self.agent is None or r.spec.agent == self.agent
+                    for c in kind_plan(r.spec.kind).catalogs}
+        out: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
+        for catalog in sorted(catalogs):
+            out[catalog] = {"listChanged": True}
         return out
 
     def handle_message(self, msg: Any) -> Callable[[], Awaitable[None]] | None:
@@ -238,6 +241,14 @@ class McpSession:
                                        "serverInfo": SERVER_INFO, "instructions": _INSTRUCTIONS}, method)
         elif method == "ping":
             await self._reply(req_id, {})
+        elif method == "logging/setLevel":
+            level = params.get("level")
+            if level not in LEVELS:
+                await self._error(req_id, INVALID_PARAMS, f"logging/setLevel needs a 'level', one of "
+                                                          f"{', '.join(LEVELS)}")
+                return
+            await self._reply(req_id, {})
+            self.log.set_level(level)
         elif method == "tools/list":
             tools = []
             for t in self.visible_tools():

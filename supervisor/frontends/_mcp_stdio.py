@@ -52,6 +52,7 @@ class McpStdioServer:
         """Serve until the client closes stdin."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.session.watch_tools)
+            nursery.start_soon(self.session.log.pump, self._write)
             buffer = bytearray()
             skipping = False  # inside a line that was too long: drop bytes until its newline
             while True:
@@ -83,6 +84,7 @@ class McpStdioServer:
                             None, INVALID_REQUEST, f"message too large: a line may have at most {_MAX_LINE} bytes")()
                         buffer.clear()
                         skipping = True
+            self.session.log.close()
             nursery.cancel_scope.cancel()
 
     async def _run_job(self, job: Callable[[], Awaitable[None]], token: object) -> None:

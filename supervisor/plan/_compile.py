@@ -31,38 +31,24 @@ from sandbox._syspaths import python_runtime_paths, uid_can_read
 from sandbox._tls_ca import supervisor_ca
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig
-from supervisor.sessions import introspection_problem
-from supervisor.workers import WorkerSpec, explained_limits, stage_worker_code
+from supervisor.workers import WorkerSpec, explained_limits, launcher_argv, stage_worker_code, tool_cache_path
 
 from ._credential_grants import grant_credentials
 from ._credential_values import load_credentials
 from ._identities import WorkerIdentity, assign_identities
-from ._skill_sources import GitSource, plan_git_sources
-from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
+from ._kinds import kind_plan
+from ._skill_sources import GitSource
 from ._tls_termination import ca_file_path, termination_env, write_ca_file
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
-#: Why a WASM toolbox's AllowedHosts cannot hold, and what to do (docs/WASM.md "Network", DECISIONS "WASM network").
-WASM_NO_NETWORK = (
-    "wasmtime-py's C API can inherit the network (wasi_config_inherit_network) but has no call that allows TCP or "
-    "UDP, which wasmtime's WASI p2 leaves off, so create-tcp-socket answers access-denied; and its wasi:http "
-    "dials each request's host directly with wasmtime's default hooks, never through the worker's egress proxy, "
-    "so it is not linked. Components have no network. Remove AllowedHosts from this WasmToolbox; a tool that "
-    "needs hosts belongs in a kind that reaches them through the proxy (FileSystemDirectory or SingleTool scripts, "
-    "LuaToolbox, OpenAPIServer).")
-
-#: Toolbox kinds that run code the agent controls: an inexact FileSandbox is refused for them under a strict policy.
-_RUNS_ARBITRARY_CODE = {"bash", "skills", "mcp", "wasm"}
-#: Toolbox kinds this build runs (``toolboxes.<kind>``); a kind the loader knows but this set lacks is refused under
-#: strict and left out with a warning otherwise.
-IMPLEMENTED_KINDS = frozenset({"system", "bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "developer",
-                               "lua", "wasm"})
-#: Toolbox kinds whose FileSandbox is granted read-write (they write files on the agent's behalf).
-_WRITES_FILES = {"developer", "lua", "wasm"}
 #: With a cgroup holding each worker to ``limits.processes``, RLIMIT_NPROC (counted over every process of the sandbox
 #: uid on the machine) is only a backstop: this many times the worker's own limit.
 NPROC_BACKSTOP_FACTOR = 8
+#: Workers started at once per CPU when ``supervision.parallel_starts`` is not set: a start is mostly the worker's
+#: own CPU (interpreter, imports, confinement), so more at once only shares the CPUs thinner and brings every one
+#: of them nearer its ``start_timeout_s``; a few per CPU keep the CPUs busy while others wait on I/O.
+STARTS_PER_CPU = 4
 
 
 @dataclass
@@ -83,6 +69,8 @@ class CompiledPolicy:
     crash_loop_window_s: float
     crash_loop_cooldown_s: float
     landlock_abi: int
+    #: workers started at once at start-up (``supervision.parallel_starts``, default :data:`STARTS_PER_CPU` a CPU)
+    parallel_starts: int = 8
     warnings: list[str] = field(default_factory=list)
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
     git_sources: list[GitSource] = field(default_factory=list)
@@ -94,62 +82,6 @@ def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str,
     message = (f"toolbox {tb.name} (agent {tb.agent_slug}) did not load ({source}): {type(exc).__name__}: {exc}"
                [:2000] + ". It serves nothing; fix the cause and restart the supervisor.")
     return {"toolbox": tb.name, "source": source, "message": message}
-
-
-def _bootstrap(runtime_dir: str) -> str:
-    return (f"import sys; sys.path.insert(0, {runtime_dir!r}); "
-            "from sandbox._launcher import main; main()")
-
-
-def _fs_mode(tb: ToolboxConfig) -> str:
-    if tb.kind in _WRITES_FILES:
-        return WRITE
-    if tb.kind == "system" and "execute-command" in (tb.worker_config().get("Capabilities") or []):
-        return WRITE
-    return READ
-
-
-def _worker_config(tb: ToolboxConfig) -> dict[str, Any]:
-    """The config a worker gets, in the form its toolbox module reads."""
-    cfg = tb.worker_config()
-    if tb.kind == "bash":
-        return {"tag": cfg.get("tag"), "contents": {"Path": cfg.get("Path")}}
-    if tb.kind == "skills":
-        return {"skillSources": cfg.get("Sources", []), "autoEnableSkills": cfg.get("AutoEnable", [])}
-    return cfg
-
-
-def _mcp_read_rules(cfg: dict[str, Any], warnings: list[str]) -> list[FsRule]:
-    """What an MCP server needs besides the system paths: its executable (through its symlinks) and every argument
-    that is an absolute path of something that exists (the script it runs, the folder it serves), read-only.
-    ``/`` is never granted this way (a FileSandbox cannot be widened to everything through an argument)."""
-    out: list[FsRule] = []
-    exe = str(cfg.get("executable") or "")
-    if "/" in exe:
-        out += [FsRule(exe, READ), FsRule(os.path.realpath(exe), READ)]
-    for arg in cfg.get("args") or []:
-        if not (isinstance(arg, str) and arg.startswith("/") and os.path.exists(arg)):
-            continue
-        real = os.path.realpath(arg)
-        if real == "/":
-            warnings.append(f"MCP server {cfg.get('name')}: argument {arg!r} is the whole filesystem; not granted")
-            continue
-        out.append(FsRule(real, READ))
-    return out
-
-
-def _wasm_rules(cfg: dict[str, Any]) -> list[FsRule]:
-    """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already).
-    ``fsbMaxFileSize`` is held in the worker (its RLIMIT_FSIZE, ``toolboxes/wasm/_file_size.py``)."""
-    out: list[FsRule] = []
-    path = str(cfg.get("Path") or "")
-    if path and not os.path.isdir(path):
-        stem = os.path.basename(path)
-        stem = stem[: -len(".wasm")] if stem.endswith(".wasm") else stem
-        sidecar = os.path.join(os.path.dirname(path), stem + ".json")
-        if os.path.exists(sidecar):
-            out.append(FsRule(sidecar, READ))
-    return out
 
 
 def plan_worker(
@@ -186,31 +118,18 @@ def plan_worker(
     rules += [FsRule(p, WRITE) for p in policy.device_paths]
     rules += [FsRule(workdir, WRITE), FsRule(tb_state, WRITE)]
     rules += [FsRule(p, READ) for p in tb.read_paths]
-    if tb.kind in ("openapi", "postgrest"):  # a spec given by path: its folder too (relative $ref files)
-        rules += [FsRule(os.path.dirname(p), READ) for p in tb.read_paths]
+    kind = kind_plan(tb.kind)
+    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy.sessions.introspection,
+                         warnings)
+    cfg = grants.cfg
+    rules += grants.rules
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
-    cfg = _worker_config(tb)
-    if tb.kind == "system":  # session introspection: an agent file only narrows what the policy allows
-        too_wide = introspection_problem(cfg, policy.sessions.introspection)
-        if too_wide:
-            raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): {too_wide}")
-    git_targets: set[str] = set()
-    if tb.kind == "skills":  # git sources: read the clones, which exist once the supervisor made them
-        cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
-        git_targets = {g.target for g in git}
-        rules += [FsRule(t, READ) for t in sorted(git_targets)]
-    if tb.kind == "sqlite":
-        rules += sqlite_fs_rules(cfg.get("Versioning") or {})
-    if tb.kind == "mcp":
-        rules += _mcp_read_rules(cfg, warnings)
-    if tb.kind == "wasm":
-        rules += _wasm_rules(cfg)
 
     fs_report: dict[str, Any] | None = None
     if tb.file_sandbox is not None:
         from sandbox._fs_compile import compile_predicate
 
-        mode = _fs_mode(tb)
+        mode = WRITE if kind.writes_files(cfg) else READ
         comp = compile_predicate(tb.file_sandbox.predicate, mode)
         rules += list(comp.rules)
         fs_report = {"mode": mode, "exact": comp.exact, "residual": comp.residual,
@@ -226,9 +145,7 @@ def plan_worker(
                             "read-only (never read-write) and the in-worker check does the rest")
         warnings += [f"{tb.name}: FileSandbox path {p} does not exist; nothing is granted there until restart"
                      for p in comp.missing]
-        runs_code = tb.kind in _RUNS_ARBITRARY_CODE or (
-            tb.kind == "system" and "execute-command" in (cfg.get("Capabilities") or []))
-        if not comp.exact and runs_code:
+        if not comp.exact and kind.runs_code(cfg):
             message = (f"toolbox {tb.name} (agent {tb.agent_slug}) runs arbitrary code but its FileSandbox cannot be "
                        f"enforced exactly by the kernel ({comp.residual}); code it runs could reach more than the "
                        "predicate allows")
@@ -237,7 +154,7 @@ def plan_worker(
             warnings.append(message)
 
     missing = [r.path for r in rules
-               if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir, *git_targets)]
+               if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir, *grants.made_at_start)]
     if missing:
         warnings += [f"{tb.name}: {p} does not exist and is not granted" for p in sorted(set(missing))]
         rules = [r for r in rules if r.path not in missing]
@@ -253,8 +170,7 @@ def plan_worker(
     # passwd) on every start of every script, about 60 us here. A policy's own SHELL wins.
     env.setdefault("SHELL", "/bin/sh")
 
-    # A skills toolbox's agent-file hosts are its git sources' hosts: for the clone, not for the worker.
-    tb_hosts = () if tb.kind == "skills" else tb.allowed_hosts
+    tb_hosts = tb.allowed_hosts if kind.worker_hosts else ()
     hosts = tuple(dict.fromkeys([*tb_hosts, *overrides.allowed_hosts]))
     private = tuple(str(n) for n in policy.network.allow_private_ranges)
     cname_targets = tuple(overrides.cname_targets)
@@ -262,9 +178,8 @@ def plan_worker(
         AllowedHosts.parse(hosts, private_networks=private, cname_targets=cname_targets)
     except HostError as exc:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
-    if tb.kind == "wasm" and hosts:
-        message = (f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives WASM components nothing in this "
-                   f"build: {WASM_NO_NETWORK}")
+    if kind.no_network is not None and hosts:
+        message = f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives {kind.no_network}"
         if policy.strict:
             raise PolicyRefused(message + " A strict policy refuses a setting that cannot hold.")
         warnings.append(message)
@@ -272,7 +187,7 @@ def plan_worker(
     if hosts:
         env.update(worker_network_env(ports))
     grant = grant_credentials(cfg, granted=overrides.credentials, credential_env=overrides.credential_env,
-                              loaded=credentials or {}, hosts=tuple(tb.allowed_hosts) if tb.kind == "skills" else hosts,
+                              loaded=credentials or {}, hosts=hosts if kind.worker_hosts else tuple(tb.allowed_hosts),
                               toolbox=tb.name, agent=tb.agent_slug)  # a skills toolbox's: its git clones
     env.update(grant.env or {})
     warnings += grant.warnings
@@ -392,18 +307,19 @@ def plan_worker(
             cpu_seconds=limits.cpu_seconds, file_size_bytes=limits.file_size_bytes),
         "rlimit_nproc": nproc,
         "rlimit_as": address_space,
+        "start": overrides.start,
     }
-    view = _plan_view(policy.private_view, policy.strict, tb, cfg, rules, warnings,
-                      made_at_start=(workdir, tb_state, runtime_dir, *git_targets),
+    view = _plan_view(policy.private_view, policy.strict, tb, kind.own_hostname(cfg), rules, warnings,
+                      made_at_start=(workdir, tb_state, runtime_dir, *grants.made_at_start),
                       system=(*policy.system_paths, *python_runtime_paths(), runtime_dir))
     if view is not None:
         plan = dataclasses.replace(plan, view=view[0])
     report["view"] = view[1] if view is not None else None
-    allowed_tools = tuple(cfg.get("AllowedTools") or ()) if tb.kind == "lua" else ()
+    allowed_tools = tuple(cfg.get(kind.allowed_tools) or ()) if kind.allowed_tools else ()
     return WorkerSpec(
         toolbox=tb.name,
         kind=tb.kind,
-        argv=[python, "-I", "-B", "-c", _bootstrap(runtime_dir)],
+        argv=launcher_argv(python, runtime_dir),
         env={"LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"},
         cwd="/",
         plan=plan,
@@ -418,17 +334,19 @@ def plan_worker(
         terminator=terminator,
         cgroup=cgroup,
         address_space_fallback=address_space_fallback,
+        lazy=overrides.start == "lazy",
+        tool_cache=tool_cache_path(state_dir, tb.agent_slug, tb.name) if overrides.start == "lazy" else None,
         warnings=warnings,
         report={**report, "warnings": warnings},
     )
 
 
-def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, cfg: dict[str, Any], rules: list[FsRule],
+def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, own_hostname: bool, rules: list[FsRule],
                warnings: list[str], *, made_at_start: tuple[str, ...],
                system: tuple[str, ...] = ()) -> tuple[ViewSpec, list[str]] | None:
     """The worker's private view (``policy.private_view``) and what ``check`` shows of it; ``None`` when off.
 
-    The host name is the host's own only when the System toolbox's ``hostname`` capability is granted. A rule on
+    The host name is the host's own only when ``own_hostname`` (the System toolbox's ``hostname`` capability). A rule on
     ``/`` cannot be shown as a view: refused under a strict policy, else the view is off with a warning. The
     launcher plans the view again from the host as it is then; ``made_at_start`` (work folders, staged code, clones)
     are shown as the folders they will be. ``system``: the paths no worker or agent file writes, shown with
@@ -445,8 +363,7 @@ def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, cfg: dict[str, An
             return PathInfo("dir")
         return found
 
-    granted = tb.kind == "system" and "hostname" in (cfg.get("Capabilities") or [])
-    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if granted else NEUTRAL_HOSTNAME,
+    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if own_hostname else NEUTRAL_HOSTNAME,
                     system_paths=tuple(dict.fromkeys(system)))
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
@@ -559,20 +476,12 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     ranged = root and policy.worker_uids is not None
     identities = assign_identities(
         state_dir, {a.slug: a.file for a in config.agents},
-        [f"{tb.agent_slug}/{tb.name}" for tb in config.toolboxes() if tb.kind in IMPLEMENTED_KINDS],
+        [f"{tb.agent_slug}/{tb.name}" for tb in config.toolboxes()],
         first=policy.worker_uids.first if ranged and policy.worker_uids else None,
         count=policy.worker_uids.count if policy.worker_uids else 1, persist=prepare,
         agent_prefix={a.slug: a.prefix for a in config.agents})
     for agent in config.agents:
         for tb in agent.toolboxes():
-            if tb.kind not in IMPLEMENTED_KINDS:
-                message = (f"toolbox {tb.name} of agent {tb.agent_slug} is a {tb.kind} toolbox, which this build "
-                           "does not run yet")
-                if policy.strict:
-                    raise PolicyRefused(message + "; remove it from the agent file or use a permissive policy, "
-                                        "which leaves it out with a warning")
-                warnings.append(message + "; it is left out")
-                continue
             if tb.name in seen:
                 raise PolicyRefused(f"two toolboxes are named {tb.name!r} (agents of the policy share one name "
                                     "space for toolboxes); rename one")
@@ -592,16 +501,12 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 load_errors.append(_load_error(tb, "compile", exc))
                 continue
             origins[spec.toolbox] = tb
-            if tb.kind == "sqlite":  # file modes that keep the worker's uid out of a database it must write
-                spec.warnings += sqlite_access_warnings(
-                    tb.name, tb.worker_config().get("Versioning") or {},
-                    spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
-                    spec.plan.gid if spec.plan.gid is not None else os.getegid())
+            kind = kind_plan(tb.kind)
+            spec.warnings += kind.check_warnings(tb, spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
+                                                 spec.plan.gid if spec.plan.gid is not None else os.getegid())
             specs.append(spec)
             warnings += spec.warnings
-            if tb.kind == "skills":
-                git_sources += plan_git_sources(_worker_config(tb), state_dir=state_dir, toolbox=tb.name,
-                                                agent=tb.agent_slug)[1]
+            git_sources += kind.git_sources(tb, state_dir)
     if root and specs:
         uid, gid = specs[0].plan.uid or policy.sandbox_uid, specs[0].plan.gid or policy.sandbox_gid
         for path in (os.path.realpath(python), runtime_dir if prepare else None):
@@ -640,6 +545,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         crash_loop_window_s=policy.supervision.crash_loop_window_s,
         crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
         landlock_abi=abi,
+        parallel_starts=policy.supervision.parallel_starts or STARTS_PER_CPU * (os.cpu_count() or 1),
         warnings=warnings,
         git_sources=git_sources,
         load_errors=load_errors,

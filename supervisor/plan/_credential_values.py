@@ -12,7 +12,7 @@
 Each value is stripped of surrounding white space (the final line break of a file or a command's output) and must
 be a valid header value (:func:`sandbox._credentials.credential_value_problem`). A problem is a
 :class:`~supervisor._errors.PolicyRefused` naming the credential and its source, never its value: a policy whose
-credentials cannot be read does not start, and a reload keeps the running one.
+credentials cannot be read does not start.
 """
 
 from __future__ import annotations

@@ -304,7 +304,8 @@ async def fetch_git_source(
             min_landlock_abi=policy.landlock_min_abi if policy.strict else 0, rlimits=rlimits,
             allowed_hosts=clone.hosts, private_networks=tuple(str(n) for n in policy.network.allow_private_ranges),
             cname_targets=cname_targets, on_egress=on_egress, credentials=clone.credentials,
-            terminator=clone.terminator, launcher=launcher)
+            terminator=clone.terminator, launcher=launcher, view=policy.private_view,
+            system_paths=(*policy.system_paths, *python_runtime_paths()))
     except BaseException:
         _cleanup(clone)
         raise

@@ -252,15 +252,17 @@ class SessionStore:
 
     def record_call(self, session_id: str, *, call_id: str, parent_call_id: str | None, tool: str, args: Any,
                     status: str, summary: str | None, output: str | None, started: float, duration_s: float,
-                    conversation_id: str = "", turn_id: str = "") -> None:
-        """Record one finished tool call of a session (the session is created as a root if unknown)."""
+                    conversation_id: str = "", turn_id: str = "", args_json: str | None = None) -> None:
+        """Record one finished tool call of a session (the session is created as a root if unknown); ``args_json``:
+        ``args`` already encoded as JSON (the portal's), else they are encoded here."""
         self.ensure_session(session_id)
+        args_text = args_json if args_json is not None else json.dumps(args, default=repr)
 
         def write() -> None:
             self._db.execute("INSERT INTO tool_calls (session_id, call_id, parent_call_id, tool, args, status, "
                              "summary, output, started, duration_s, conversation_id, turn_id) "
                              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (session_id, call_id, parent_call_id, tool, _cut(json.dumps(args, default=repr)),
+                             (session_id, call_id, parent_call_id, tool, _cut(args_text),
                               status, summary, _cut(output or ""), started, duration_s, conversation_id, turn_id))
             self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (time.time(), session_id))
 

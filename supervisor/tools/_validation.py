@@ -214,6 +214,9 @@ class ArgumentValidator:
             problem = self._unusable(_PROBE)
             if problem is not None:
                 raise SchemaError(f"invalid input schema: {problem}")
+        #: the errors of ``{}`` (the arguments of most calls of a tool without required ones), found once: the
+        #: answer depends on the schema only (no string to match, nothing to time out)
+        self._empty: list[FieldError] | None = None
 
     def _unusable(self, args: Any) -> str | None:
         """Why the schema cannot be applied to ``args`` at all (``None``: it can)."""
@@ -237,6 +240,13 @@ class ArgumentValidator:
             return [FieldError("", f"Expected object but got {_type_name(args)}")]
         if self._trivial:
             return []
+        if not args:
+            if self._empty is None:
+                self._empty = self._errors(args)
+            return list(self._empty)
+        return self._errors(args)
+
+    def _errors(self, args: dict[str, Any]) -> list[FieldError]:
         out: list[FieldError] = []
         token = _deadline.set(time.monotonic() + PATTERN_BUDGET_S)
         try:

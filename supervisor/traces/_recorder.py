@@ -14,11 +14,16 @@ Records are strict JSON, one complete record per line, whatever a worker or an a
 infinities become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, lone surrogates become U+FFFD, values
 nested deeper than :data:`MAX_DEPTH` or beyond :data:`MAX_VALUES` are cut with a marker, and a record longer than
 :data:`MAX_RECORD_CHARS` has its long strings shortened (``"trace_truncated": true`` says so). Records are written
-whole (a reader never sees half a line from us). For speed, the per-call records (``call_start``, ``call_end``,
-``egress``, ``denial``) are buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the buffer passes
-``FLUSH_BYTES``); every other record, being rare and worth keeping across a crash, is written at once
-together with whatever is buffered. So a supervisor killed with SIGKILL loses at most the last
-``FLUSH_INTERVAL_S`` of call records; a clean stop loses nothing.
+whole (a reader never sees half a line from us). For speed, ``call_start``, ``egress`` and ``denial`` records are
+buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the buffer passes ``FLUSH_BYTES``); every other
+record, ``call_end`` included, is written at once together with whatever is buffered (one ``write``). The portal
+records a call's ``call_end`` before it hands the result back, so a finished call's records (its ``call_start``,
+what was buffered before, and its ``call_end``) are in the kernel's hands before anyone sees its result: a
+supervisor killed with SIGKILL loses at most the ``call_start`` of calls still running and the last
+``FLUSH_INTERVAL_S`` of egress decisions and denials not followed by a call's end (a machine crash may lose what
+the kernel had not written to disk: there is no ``fsync``); a clean stop loses nothing.
+:meth:`TraceRecorder.record_raw` takes fields already encoded as JSON (the portal's arguments, encoded once for
+the trace and the session store).
 
 With ``max_bytes``, the file is rotated once a write takes it past that size: it becomes ``<path>.1`` (replacing an
 older ``.1``) and a new file is started, so the trace never takes more than about twice ``max_bytes`` of disk,
@@ -39,7 +44,7 @@ __all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL_S", "MAX_RECORD_CHARS", "TraceRecorder
 
 FLUSH_INTERVAL_S = 0.2
 FLUSH_BYTES = 256 * 1024
-_BUFFERED = frozenset({"call_start", "call_end", "egress", "denial"})
+_BUFFERED = frozenset({"call_start", "egress", "denial"})
 #: Bounds of one record: nesting, values, characters of the whole line (a longer one has its strings shortened).
 MAX_DEPTH = 32
 MAX_VALUES = 20_000
@@ -109,6 +114,9 @@ class TraceRecorder:
         self._encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr, separators=(",", ":"))
         #: also told of every record (``trace.otel``, ``supervisor/traces/_otel.py``); must not raise
         self.sink: Callable[[str, dict[str, Any]], None] | None = None
+        #: also told of every record while registered (MCP sessions' logging, ``frontends/_mcp_logging.py``);
+        #: each must be quick and must not raise
+        self.listeners: set[Callable[[str, dict[str, Any]], None]] = set()
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._open()
@@ -123,9 +131,24 @@ class TraceRecorder:
         """Add one record. Never raises for an unserialisable field (it is written as its ``repr``)."""
         if self.sink is not None:
             self.sink(event, fields)
+        for listener in tuple(self.listeners):
+            listener(event, fields)
         if self._fd is None:
             return
-        line = self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n"
+        self._add(event, self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n")
+
+    def record_raw(self, event: str, raw: dict[str, str], **fields: Any) -> None:
+        """:meth:`record` with the fields of ``raw`` given as JSON text already (valid JSON, encodable as UTF-8, at
+        most a few KiB each: the caller vouches for that); they are copied into the line as they are."""
+        if self.sink is not None:
+            self.sink(event, {**fields, **raw})
+        if self._fd is None:
+            return
+        line = self._line({"ts": round(time.time(), 6), "event": event, **fields})
+        line = line[:-1] + "".join(f",{self._encoder.encode(k)}:{v}" for k, v in raw.items()) + "}\n"
+        self._add(event, line)
+
+    def _add(self, event: str, line: str) -> None:
         if not self._buffer:
             self._oldest = time.monotonic()
         self._buffer.append(line)

@@ -11,7 +11,7 @@
 - **refusals** (``portal_refusal``) with their kind and reason, and ``limit_hit`` records, also counted per
   toolbox (or agent) and limit;
 - **kernel denials** (``denial``: Landlock, seccomp, the private view; ``supervisor.workers._kernel_audit``) counted per
-  toolbox and rule (``landlock: FileSandbox: no rule``, ``seccomp: seccomp keyctl``), with the distinct targets;
+  toolbox and rule (``landlock: FileSandbox: no rule``, ``seccomp: keyctl``), with the distinct targets;
 - **egress** decisions (``egress``): per host and verdict, and every refusal;
 - **agents**: loops started, model retries, steps;
 - **redundant reads** (seed 000): a call whose result declared ``state_effect=read`` of a resource already read,

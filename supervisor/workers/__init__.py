@@ -3,10 +3,12 @@ one-shot confined runs."""
 
 from ._confined_exec import ConfinedOutcome, run_confined
 from ._kernel_audit import KernelAudit, combine_watches, host_explanations
+from ._launch import launcher_argv
 from ._limit_notes import LimitWatch, explained_limits
 from ._pipes import send_whole
 from ._runner import SupervisionPolicy, ToolboxRunner
 from ._staging import stage_worker_code
+from ._tool_cache import tool_cache_path
 from ._worker import Worker, WorkerSpec
 
 __all__ = [
@@ -20,7 +22,9 @@ __all__ = [
     "combine_watches",
     "explained_limits",
     "host_explanations",
+    "launcher_argv",
     "run_confined",
     "send_whole",
     "stage_worker_code",
+    "tool_cache_path",
 ]

@@ -2,10 +2,15 @@
 
 The supervisor uses it for work it must do before any worker exists, on untrusted input: cloning a git skill
 source (``_skill_sources.py``) and running a script's ``describe`` for ``agents-supervise check-tool-call``.
-The program runs through ``sandbox._launcher`` with the built-in entry ``sandbox._launcher:exec_argv``: the
-launcher confines itself from a :class:`~sandbox._plan.ConfinementPlan` (own network and PID namespaces,
-Landlock rules given here, rlimits, no_new_privs, the sandbox uid) and then executes the program, so nothing of
-it runs unconfined.
+The program runs through ``sandbox._launcher``, started, given its plan and served its bridge as a worker is
+(``_launch.py``), with the built-in entry ``sandbox._launcher:exec_argv``: the launcher confines itself from a
+:class:`~sandbox._plan.ConfinementPlan` (own network and PID namespaces, Landlock rules given here, rlimits,
+no_new_privs, the sandbox uid) and then executes the program, so nothing of it runs unconfined.
+
+The program gets the same private filesystem view as a worker (``sandbox._view_plan`` plans it from the rules in
+the launcher, ``sandbox._view`` builds it): only the rules' paths and ``workdir`` exist, a fresh ``/tmp``, a
+minimal ``/dev``, its own ``/proc`` and ``/etc`` files naming only its account, host name ``sandbox``. ``view``
+``False`` (a policy's ``private_view: false``) runs it on the host's tree, Landlock alone deciding.
 
 With ``allowed_hosts`` the plan asks for the egress bridge and this module serves it (proxy and DNS stub, the
 same code that serves workers) while the program runs; without, the program has loopback only.
@@ -15,43 +20,25 @@ What it leaves to callers: which paths to grant (they pass every rule), what the
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import socket
-import struct
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import trio
 
-import sandbox
 from sandbox._bridge import BridgeError, BridgePorts, receive_bridge, worker_network_env
 from sandbox._credentials import Credential
-from sandbox._dns_stub import serve_dns_stub
-from sandbox._egress import Terminator, serve_egress
+from sandbox._egress import Terminator
 from sandbox._hosts import AllowedHosts
-from sandbox._plan import ConfinementPlan, FsRule, Rlimits
+from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
 
-from ._spawn import spawn_child
+from ._launch import launch, launcher_argv, plan_frame, serve_bridge
 
-__all__ = ["ConfinedOutcome", "launcher_argv", "run_confined"]
+__all__ = ["ConfinedOutcome", "run_confined"]
 
 #: Exit status of the launcher when a confinement step failed (``sandbox._launcher.EXIT_CONFINEMENT_FAILED``).
 EXIT_CONFINEMENT_FAILED = 78
-
-
-def launcher_argv(python: str | None = None, code_root: str | None = None) -> list[str]:
-    """The command that starts the launcher; ``code_root`` holds the ``sandbox`` package (default: this checkout).
-
-    The launcher imports everything it needs (``exec_argv`` lives in the launcher module itself) before it
-    confines itself, so ``code_root`` need not be readable by the sandbox uid.
-    """
-    root = code_root or os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
-    boot = f"import sys; sys.path.insert(0, {root!r}); from sandbox._launcher import main; main()"
-    return [python or sys.executable, "-I", "-B", "-c", boot]
 
 
 @dataclass(frozen=True)
@@ -104,6 +91,8 @@ async def run_confined(
     credentials: Sequence[Credential] = (),
     terminator: Terminator | None = None,
     launcher: Sequence[str] | None = None,
+    view: bool = True,
+    system_paths: Sequence[str] = (),
     stdout_cap: int = 1 << 20,
     stderr_cap: int = 64 << 10,
 ) -> ConfinedOutcome:
@@ -115,6 +104,9 @@ async def run_confined(
     confinement does is in the outcome. Cancellation kills the program. ``credentials`` and ``terminator`` are
     given to the bridge's proxy (``sandbox._egress.serve_egress``): the program's requests to the credentials'
     hosts carry them (a terminator: its TLS tunnels are terminated; the program must trust that CA).
+    ``view``: the private filesystem view (module docstring); ``system_paths`` are the rules' paths no worker or
+    agent file writes, shown with inodes of the program's own (``ViewSpec.system_paths``). ``workdir`` is always
+    granted read-only (more if a rule says so): the program starts in it.
     """
     ports = BridgePorts()
     run_env = dict(env)
@@ -123,25 +115,12 @@ async def run_confined(
         run_env.update(worker_network_env(ports))
     plan = ConfinementPlan(
         toolbox=toolbox, workdir=workdir, entry="sandbox._launcher:exec_argv", payload={"argv": list(argv)},
-        uid=uid, gid=gid, fs_rules=tuple(fs_rules), min_landlock_abi=min_landlock_abi,
+        uid=uid, gid=gid, fs_rules=(*fs_rules, FsRule(workdir, READ)), min_landlock_abi=min_landlock_abi,
         tcp_connect_ports=ports.tcp_connect_ports if bridge else (), bridge=bridge,
-        rlimits=rlimits or Rlimits(), env=run_env)
-    carrier: socket.socket | None = None
-    child_end: socket.socket | None = None
-    if bridge:
-        carrier, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        plan = dataclasses.replace(plan, bridge_fd=child_end.fileno())
-    try:
-        proc = spawn_child(list(launcher or launcher_argv()), env={"LANG": "C.UTF-8"}, cwd="/",
-                           pass_fds=(child_end.fileno(),) if child_end else ())
-    except OSError:
-        if carrier is not None:
-            carrier.close()
-        raise
-    finally:
-        if child_end is not None:
-            child_end.close()
-    frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
+        rlimits=rlimits or Rlimits(), env=run_env,
+        view=ViewSpec(system_paths=tuple(system_paths)) if view else None)
+    launched = launch(launcher or launcher_argv(), plan, env={"LANG": "C.UTF-8"})
+    proc, carrier = launched.proc, launched.carrier
     out: list[bytes] = []
     err: list[bytes] = []
     out_total, err_total = [0], [0]
@@ -151,7 +130,7 @@ async def run_confined(
             nursery.start_soon(_read_capped, proc.stdout, stdout_cap, out, out_total)
             nursery.start_soon(_read_capped, proc.stderr, stderr_cap, err, err_total)
             try:
-                await proc.stdin.send_all(struct.pack(">I", len(frame)) + frame)
+                await proc.stdin.send_all(plan_frame(launched.plan))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             await proc.stdin.aclose()  # the program's stdin: empty
@@ -184,16 +163,6 @@ async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: 
         return  # the launcher failed before the bridge: its exit status and stderr say why
     finally:
         carrier.close()
-    proxy, dns_udp, dns_tcp = bridge.to_trio()
     rules = AllowedHosts.parse(tuple(hosts), private_networks=tuple(private), cname_targets=tuple(cname_targets))
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: serve_egress(
-                proxy, rules, on_decision=on_egress or (lambda _d: None), toolbox=toolbox, credentials=credentials,
-                terminator=terminator, task_status=task_status))
-            await nursery.start(lambda task_status: serve_dns_stub(dns_udp, dns_tcp, rules, task_status=task_status))
-            await proc.wait()
-            nursery.cancel_scope.cancel()
-    finally:
-        for sock in (proxy, dns_udp, dns_tcp):
-            sock.close()
+    await serve_bridge(bridge, rules, toolbox=toolbox, until=proc.wait, on_decision=on_egress or (lambda _d: None),
+                       credentials=credentials, terminator=terminator)

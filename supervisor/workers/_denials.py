@@ -108,7 +108,7 @@ def explain_landlock(fields: dict[str, str], ctx: FsContext) -> list[Denial]:
         elif blocker.startswith("net."):
             port = fields.get("dest") or fields.get("src") or "?"
             verb = "connect to" if blocker == "net.connect_tcp" else "bind"
-            rule = f"landlock {blocker}"
+            rule = blocker
             text = (f"Landlock refused to {verb} TCP port {port}"
                     + (f" ({fields['daddr']})" if fields.get("daddr") else "")
                     + ": a worker reaches the network only through the supervisor's proxy for its allowed hosts "
@@ -118,7 +118,7 @@ def explain_landlock(fields: dict[str, str], ctx: FsContext) -> list[Denial]:
         elif blocker.startswith("scope."):
             what = "signal a process" if blocker == "scope.signal" else "connect to an abstract unix socket"
             target = fields.get("opid") or fields.get("path") or "?"
-            out.append(Denial("landlock", blocker, target, f"landlock {blocker}",
+            out.append(Denial("landlock", blocker, target, blocker,
                               f"Landlock refused to {what} outside the toolbox's worker ({target}): a worker reaches "
                               "only its own processes and sockets; no policy key changes that"))
     return out
@@ -128,7 +128,7 @@ def _explain_fs(blocker: str, path: str, ctx: FsContext) -> Denial:
     verb, writes = _FS_ACCESS.get(blocker, (blocker, True))
     head = f"Landlock refused to {verb} {path} ({blocker})"
     if blocker in _NEVER_GRANTED:
-        return Denial("landlock", blocker, path, f"landlock {blocker}",
+        return Denial("landlock", blocker, path, blocker,
                       f"{head}: no worker may ever do that (devices, unix sockets and mounts are never granted)")
     covering = [r for r in ctx.rules if _beneath(path, r.path)]
     if not covering:
@@ -167,7 +167,7 @@ def explain_seccomp(name: str | None, number: int, reason: str | None) -> Denial
     """A refused system call (from an ``AUDIT_SECCOMP`` record), named."""
     call = name or f"system call {number}"
     why = f": {reason}" if reason else ""
-    return Denial("seccomp", "syscall", call, f"seccomp {call}",
+    return Denial("seccomp", "syscall", call, call,
                   f"the worker's system call filter (seccomp) refused {call}(){why}. It is refused for every "
                   "toolbox; no policy key allows it: use another way to do the job")
 

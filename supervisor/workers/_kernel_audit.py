@@ -62,6 +62,8 @@ _MAX_PENDING = 16
 _MAX_SESSIONS = 4096
 _MAX_BACKGROUND = 256
 _MAX_IN_FLIGHT = 64
+#: messages handled per wake-up before the reader lets other tasks run
+_DRAIN_BATCH = 256
 #: how much of a result's text, from each end, is read for the paths it names
 _TEXT_SCANNED = 32 << 10
 
@@ -120,7 +122,10 @@ class KernelAudit:
         self._control: Any = None
         self._tokens = itertools.count(1)
         self._barriers: dict[str, trio.Event] = {}
-        self._session_of_pid: OrderedDict[int, int | None] = OrderedDict()
+        #: (worker object, launcher pid) -> its audit session: a reused pid of a later worker is another key
+        self._session_of_pid: OrderedDict[tuple[int, int], int | None] = OrderedDict()
+        #: a worker spec's rules as an FsContext, made once (the spec is kept with it: ids are reused)
+        self._context_of_spec: OrderedDict[int, tuple[Any, FsContext]] = OrderedDict()
         self._contexts: OrderedDict[int, FsContext] = OrderedDict()
         #: calls in flight per worker session; a call cancelled before its result never reaches its finisher, so
         #: the lists and the map are bounded (the oldest entries go)
@@ -165,22 +170,24 @@ class KernelAudit:
             while True:
                 await trio.lowlevel.wait_readable(self._reader)
                 self._drain()
+                await trio.lowlevel.checkpoint()  # a flood of records never starves the calls
         finally:
             self.unavailable = "stopped"
             for event in self._barriers.values():
                 event.set()
             self.close()
 
-    def _drain(self) -> None:
-        while True:
+    def _drain(self, limit: int = _DRAIN_BATCH) -> int:
+        """Read and handle at most ``limit`` messages that are waiting; return how many were read."""
+        for count in range(limit):
             try:
                 data = self._reader.recv(65536)
             except BlockingIOError:
-                return
+                return count
             except OSError as exc:  # ENOBUFS: records were dropped while the supervisor was busy; go on
                 if exc.errno == errno.ENOBUFS:
                     continue
-                return
+                return count
             if len(data) < 16:
                 continue
             length = int.from_bytes(data[0:4], "little")
@@ -193,6 +200,7 @@ class KernelAudit:
                     pass
                 except Exception as exc:  # a bug here must not take the supervisor down: trace it, go on
                     self.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
+        return limit
 
     def handle(self, record: netlink.AuditRecord) -> None:
         """Take one record (pure bookkeeping; the tests feed records here directly too)."""
@@ -266,16 +274,27 @@ class KernelAudit:
                               source="audit")
 
     # -- the per-call watch ------------------------------------------------------------------------------------
-    def _session(self, pid: int | None) -> int | None:
+    def _session(self, worker: Any) -> int | None:
+        pid = getattr(worker, "pid", None)
         if pid is None:
             return None
-        if pid not in self._session_of_pid:
-            self._session_of_pid[pid] = read_session(pid)
+        key = (id(worker), pid)
+        if key not in self._session_of_pid:
+            self._session_of_pid[key] = read_session(pid)
             _bound(self._session_of_pid, _MAX_SESSIONS)
-        return self._session_of_pid[pid]
+        return self._session_of_pid[key]
 
     def _context(self, tool: Any) -> FsContext:
         spec = getattr(tool.runner, "spec", None)
+        cached = self._context_of_spec.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        context = self._make_context(tool, spec)
+        self._context_of_spec[id(spec)] = (spec, context)
+        _bound(self._context_of_spec, _MAX_SESSIONS)
+        return context
+
+    def _make_context(self, tool: Any, spec: Any) -> FsContext:
         plan = getattr(spec, "plan", None)
         return context_of(tool.toolbox, getattr(spec, "kind", ""), getattr(plan, "fs_rules", ()),
                           getattr(spec, "report", {}) or {}, self.system_paths, getattr(plan, "workdir", ""),
@@ -284,7 +303,7 @@ class KernelAudit:
     def begin(self, tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
         """Note the call in flight on ``tool``'s worker; the returned coroutine function explains its result."""
         context = self._context(tool)
-        session = self._session(getattr(getattr(tool.runner, "worker", None), "pid", None))
+        session = self._session(getattr(tool.runner, "worker", None))
         call = _Call(call_id, tool.name, tool.toolbox)
         if session is not None:
             self._contexts[session] = context

@@ -8,6 +8,10 @@ when it is tried again. After the cool-down the toolbox starts afresh (trace ``c
 count and the backoff reset), so one agent's misbehaving command never disables its toolbox for good. A call that
 arrives while the worker is restarting waits for it (bounded by the call's wall time).
 
+A lazy toolbox (``WorkerSpec.lazy``, the policy's ``start: lazy``) serves its tool list from
+:mod:`~supervisor.workers._tool_cache` (or from one start at supervisor start, then stopped) and starts its worker
+on its first call; from then on it is supervised as any other.
+
 Times are trio's clock (``trio.current_time``), so tests drive a runner with ``trio.testing.MockClock``; the
 worker is made by ``make_worker`` (default :class:`~supervisor.workers._worker.Worker`), so tests give a fake one.
 """
@@ -24,6 +28,7 @@ from supervisor._errors import WorkerStartError, execution_error
 from supervisor.tools import CompiledSchema
 from toolboxes._result import ToolResult
 
+from ._tool_cache import CachedTools, payload_fingerprint, read_tool_cache, write_tool_cache
 from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
 
 __all__ = ["SupervisionPolicy", "ToolboxRunner"]
@@ -66,6 +71,8 @@ class ToolboxRunner:
         self._ready = trio.Event()
         self._stopping = False
         self._make_worker = make_worker
+        self._cached: CachedTools | None = None  # a lazy toolbox's list until its worker runs
+        self._wanted = trio.Event()  # a lazy toolbox's first call arrived
 
     @property
     def name(self) -> str:
@@ -73,11 +80,15 @@ class ToolboxRunner:
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return self.worker.tools if self.worker else []
+        if self.worker is not None:
+            return self.worker.tools
+        return self._cached.tools if self._cached is not None else []
 
     def catalog(self, kind: str) -> list[dict[str, Any]]:
         """The worker's current ``resources``, ``resource_templates`` or ``prompts`` (toolboxes/_catalog.py)."""
-        return self.worker.catalog.get(kind, []) if self.worker else []
+        if self.worker is not None:
+            return self.worker.catalog.get(kind, [])
+        return self._cached.catalog.get(kind, []) if self._cached is not None else []
 
     @property
     def schemas(self) -> list[CompiledSchema]:
@@ -91,7 +102,9 @@ class ToolboxRunner:
 
     @property
     def load_errors(self) -> list[dict[str, Any]]:
-        return self.worker.load_errors if self.worker else []
+        if self.worker is not None:
+            return self.worker.load_errors
+        return self._cached.load_errors if self._cached is not None else []
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the worker, report started (or raise when the first start fails), then keep it alive forever.
@@ -101,7 +114,13 @@ class ToolboxRunner:
         then never serves (:meth:`fail_to_load`); a later start failing counts as a death.
         """
         async with trio.open_nursery() as nursery:
-            first = True
+            first, spawned = True, False
+            if getattr(self.spec, "lazy", False):  # test doubles of a spec may not say
+                await self._list_lazily(nursery)
+                self._on_tools(self)
+                task_status.started()
+                await self._wanted.wait()  # the first call
+                first = False  # a failed start now counts as a death (the supervisor runs already)
             backoff = self.supervision.backoff_initial_s
             while not self._stopping:
                 worker = self._make_worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper,
@@ -128,7 +147,9 @@ class ToolboxRunner:
                         break
                     self.worker = worker
                     self._ready.set()
-                    self._on_event(worker, "worker_spawn", {"pid": worker.pid, "restart": not first})
+                    self._on_event(worker, "worker_spawn", {"pid": worker.pid, "restart": spawned})
+                    spawned = True
+                    self._cached = None
                     self._on_tools(self)
                     if first:
                         task_status.started()
@@ -154,6 +175,34 @@ class ToolboxRunner:
                 backoff = min(backoff * 2, self.supervision.backoff_max_s)
                 self.restarts += 1
                 self._on_event(worker, "worker_restart", {"restarts": self.restarts})
+
+    async def _list_lazily(self, nursery: trio.Nursery) -> None:
+        """A lazy toolbox's tool list before its first call: the cache's, or one start's (then stopped, the list
+        cached). Raises as a first start does when that start fails (a load error of the toolbox)."""
+        path = self.spec.tool_cache
+        fingerprint = payload_fingerprint(self.spec.plan.payload)
+        cached = read_tool_cache(path, fingerprint) if path else None
+        if cached is not None:
+            self._cached = cached
+            return
+        worker = self._make_worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper)
+        try:
+            await worker.start(nursery)
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                await worker.kill(f"could not be started to list its tools: {type(exc).__name__}: {exc}")
+            raise
+        self._on_event(worker, "worker_spawn", {"pid": worker.pid, "restart": False, "lazy": "listing"})
+        self._cached = CachedTools(list(worker.tools), list(worker.load_errors), dict(worker.catalog))
+        with trio.CancelScope(shield=True):
+            await worker.stop()
+        self._on_event(worker, "worker_exit", {"reason": "stopped after listing its tools (start: lazy)",
+                                               "stderr_tail": ""})
+        if path:
+            try:
+                await trio.to_thread.run_sync(write_tool_cache, path, fingerprint, self._cached)
+            except OSError as exc:  # the next start describes it again; nothing else is lost
+                self._on_event(worker, "tool_cache_unwritable", {"path": path, "reason": str(exc)})
 
     async def _rest(self, worker: Worker) -> None:
         """Keep the toolbox down for the cool-down after a crash loop (calls get the reason), then clear it."""
@@ -187,6 +236,7 @@ class ToolboxRunner:
         """Call ``tool`` on the live worker, waiting for a restart in progress if needed."""
         limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
         deadline = trio.current_time() + limit
+        self._wanted.set()  # a lazy toolbox's worker starts now
         worker = self.worker
         if self.failed_reason:
             return execution_error(self.failed_reason)
@@ -211,5 +261,6 @@ class ToolboxRunner:
     async def stop(self) -> None:
         """Stop the worker for good (graceful, bounded)."""
         self._stopping = True
+        self._wanted.set()  # a lazy toolbox that never started: its run ends
         if self.worker is not None:
             await self.worker.stop()

@@ -15,21 +15,17 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import signal
-import socket
-import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 import trio
 
 from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
 from sandbox._cgroups import CgroupInstance, CgroupPlan, create_cgroup, enter_cgroup, remove_cgroup
 from sandbox._credentials import Credential
-from sandbox._dns_stub import serve_dns_stub
-from sandbox._egress import Terminator, default_resolve, limited_resolver, serve_egress
+from sandbox._egress import Terminator
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import ConfinementPlan
@@ -45,16 +41,14 @@ from ._connection import (
     ConnectionState,
     WorkerConnection,
 )
-from ._spawn import ChildProcess, spawn_child
+from ._launch import launch, plan_frame, serve_bridge
+from ._spawn import ChildProcess
 
 __all__ = ["CANCEL_GRACE_S", "MAX_EVENTS", "MAX_REQUESTS_IN_FLIGHT", "MAX_TOOLS_CHANGED", "Worker", "WorkerSpec",
            "WorkerState"]
 
 #: How much of a worker's stderr is kept for diagnostics.
 _STDERR_KEEP = 8192
-#: Name lookups one worker's egress bridge (proxy and DNS stub) may have in flight; trio's thread pool (40 threads)
-#: serves the whole supervisor.
-LOOKUPS_PER_BRIDGE = 8
 
 #: A worker's states are its connection's.
 WorkerState = ConnectionState
@@ -92,6 +86,11 @@ class WorkerSpec:
     #: RLIMIT_AS to set after all when the (optional) cgroup that was to bound the worker's memory cannot be made
     #: at a start; the plan carries none while a cgroup memory limit is in force (docs/CONFINEMENT.md)
     address_space_fallback: int | None = None
+    #: ``start: lazy``: the worker starts on the first call; its tools are listed before from ``tool_cache``
+    #: (``_tool_cache.py``), or from one start at supervisor start when that holds no list for this payload
+    lazy: bool = False
+    #: the supervisor's own file with the last tool list of a lazy toolbox
+    tool_cache: str | None = None
     warnings: list[str] = field(default_factory=list)
     #: what ``agents-supervise check`` shows about this worker (rules, exactness, hosts)
     report: dict[str, Any] = field(default_factory=dict)
@@ -203,24 +202,12 @@ class Worker:
         toolbox failed to open, no hello in time). The worker's reader tasks live in ``nursery``.
         """
         spec = self.spec
-        plan = spec.plan
-        carrier: socket.socket | None = None
-        child_end: socket.socket | None = None
-        if plan.bridge:
-            # The launcher opens the bridge sockets inside the worker's namespace and passes them up this pair.
-            carrier, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            plan = dataclasses.replace(plan, bridge_fd=child_end.fileno())
         try:
-            proc = spawn_child(spec.argv, env=spec.env, cwd=spec.cwd,
-                               pass_fds=(*spec.pass_fds, *((child_end.fileno(),) if child_end else ())))
+            launched = launch(spec.argv, spec.plan, env=spec.env, cwd=spec.cwd, pass_fds=spec.pass_fds)
         except OSError as exc:
             self._fail_start(f"could not be started: {exc}")
-            if carrier is not None:
-                carrier.close()
             raise WorkerStartError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc
-        finally:
-            if child_end is not None:
-                child_end.close()
+        proc, plan = launched.proc, launched.plan
         self._proc = proc
         conn = WorkerConnection(
             spec.toolbox, proc.stdin, proc.stdout, wall_time_s=spec.wall_time_s,
@@ -231,31 +218,29 @@ class Worker:
         try:
             joined = self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside it
         except ConfinementError as exc:
-            if carrier is not None:
-                carrier.close()
+            launched.close_carrier()
             await self.kill(f"could not be put in its cgroup: {exc}")
             raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}"
                                    ) from exc
         if not joined and spec.address_space_fallback is not None:  # no group bounds its memory: the rlimit does
             plan = dataclasses.replace(plan, rlimits=dataclasses.replace(
                 plan.rlimits, address_space_bytes=spec.address_space_fallback))
-        frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
         nursery.start_soon(self._read_stderr)
         await nursery.start(conn.serve)
         with trio.move_on_after(spec.start_timeout_s):
             try:
-                await conn.writer.send(struct.pack(">I", len(frame)) + frame)
+                await conn.writer.send(plan_frame(plan))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the reader sees the exit and reports why
-            if carrier is not None:
+            if launched.carrier is not None:
                 try:
-                    bridge = await receive_bridge(trio.socket.from_stdlib_socket(carrier))
+                    bridge = await receive_bridge(trio.socket.from_stdlib_socket(launched.carrier))
                 except (BridgeError, OSError):
                     await conn.dead.wait()  # the launcher failed before the bridge: its exit says why
                 else:
                     nursery.start_soon(self._serve_bridge, bridge)
                 finally:
-                    carrier.close()
+                    launched.close_carrier()
             await conn.wait_started()
         if conn.state is WorkerState.READY:
             return
@@ -311,7 +296,6 @@ class Worker:
 
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
-        proxy, dns_udp, dns_tcp = bridge.to_trio()
         rules = AllowedHosts.parse(self.spec.allowed_hosts, private_networks=self.spec.private_networks,
                                    cname_targets=self.spec.cname_targets)
 
@@ -319,24 +303,14 @@ class Worker:
             self._on_event(self, "egress", dict(decision))
 
         try:
-            async with trio.open_nursery() as nursery:
-                resolve = limited_resolver(default_resolve, LOOKUPS_PER_BRIDGE)
-                await nursery.start(lambda task_status: serve_egress(
-                    proxy, rules, on_decision=on_decision, toolbox=self.spec.toolbox, resolve=resolve,
-                    credentials=self.spec.credentials, terminator=self.spec.terminator, task_status=task_status))
-                await nursery.start(lambda task_status: serve_dns_stub(
-                    dns_udp, dns_tcp, rules, resolve=resolve, task_status=task_status))
-                await self.dead.wait()
-                nursery.cancel_scope.cancel()
+            await serve_bridge(bridge, rules, toolbox=self.spec.toolbox, until=self.dead.wait, on_decision=on_decision,
+                               credentials=self.spec.credentials, terminator=self.spec.terminator)
         except Exception as exc:  # a bug in the bridge ends this worker (it restarts), never the supervisor
             leaf = first_leaf(exc)
             self._on_event(self, "internal_error", {"where": "egress bridge",
                                                     "error": f"{type(leaf).__name__}: {leaf}"})
             if not self.dead.is_set():
                 await self.kill(f"its egress bridge failed ({type(leaf).__name__}) and was killed")
-        finally:
-            for sock in (proxy, dns_udp, dns_tcp):
-                sock.close()
 
     async def _terminate(self) -> None:
         """The connection's way to end the worker: SIGKILL, reap, remove its cgroup."""

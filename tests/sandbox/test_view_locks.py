@@ -149,3 +149,4 @@ async def test_without_the_view_the_same_locks_are_a_channel(sandbox_tmp: Path) 
     own, received, host = await _signal(sandbox_tmp, private_view=False)
     assert own == {p: ["flock", "posix", "ofd"] for p in PATHS}, own
     assert received == own and host == own, (received, host)
+

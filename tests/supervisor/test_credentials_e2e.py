@@ -288,3 +288,20 @@ def test_an_mcp_server_with_a_placeholder_token_in_terminating_mode(lab: Lab, sa
     by = {r["host"]: _auth(r, "Authorization") for r in lab.requests()[before:] if r["path"] == "/log/mcp"}
     assert by == {"api.example.test": f"Bearer {SECRET}",
                   "other.example.test": "Bearer AGENTS_SUPERVISE_CREDENTIAL_github"}
+
+
+def test_a_redirect_followed_from_a_real_worker_does_not_carry_it(lab: Lab, sandbox_tmp: Path) -> None:
+    """curl -L in a terminating worker: the bound host's redirect to another host is followed through a new
+    tunnel, and only the request to the bound host carried the credential."""
+    toolbox = system_toolbox(capabilities=["execute-command"])
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, credentials=CREDENTIALS,
+                          toolboxes={"system": {"credentials": ["github"], "tls_termination": True,
+                                                "allowed_hosts": ["api.example.test", "other.example.test"]}})
+    before = len(lab.requests())
+    target = "https://other.example.test/log/redirected"
+    out = _call(lab, policy, "system_system_execute_command", {
+        "command": f"curl -sSL --max-time 15 -o /dev/null -w '%{{http_code}}' 'https://api.example.test/redirect?to={target}'"})
+    assert out["structured"]["stdout"] == "200", out
+    got = [(r["host"], r["path"].split("?")[0], _auth(r, "Authorization")) for r in lab.requests()[before:]]
+    assert got == [("api.example.test", "/redirect", f"Bearer {SECRET}"), ("other.example.test", "/log/redirected",
+                                                                            None)]

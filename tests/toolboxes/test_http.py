@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from toolboxes._http import _client
+from toolboxes._proxy_http import open_client
 
 
 def test_every_client_shares_one_tls_context() -> None:
     """A client is made per request; without a shared context each one loaded the CA store into a new SSL context:
     tens of milliseconds of CPU per call and the HTTP workers' memory growing in the soak (issue 19)."""
-    clients = [_client(5), _client(1), _client(30)]
+    clients = [open_client(5), open_client(1), open_client(30)]
     try:
         contexts = {id(c._transport._pool._ssl_context) for c in clients}  # type: ignore[attr-defined]
         assert len(contexts) == 1

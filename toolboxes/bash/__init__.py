@@ -12,7 +12,15 @@ from ._discover import list_scripts
 from ._errors import BashError, ConfigError, DescribeError
 from ._runner import MEDIA_DIR, ScriptRunner
 from ._settings import DEFAULT_ENV, BashSettings
-from ._spec import ScriptArg, ScriptSpec, bash_tool_name, input_schema, parse_describe
+from ._spec import (
+    DescribeProblem,
+    ScriptArg,
+    ScriptSpec,
+    bash_tool_name,
+    describe_problems,
+    input_schema,
+    parse_describe,
+)
 from ._toolbox import BashToolbox, open_toolbox
 
 __all__ = [
@@ -24,12 +32,14 @@ __all__ = [
     "BashToolbox",
     "ConfigError",
     "DescribeError",
+    "DescribeProblem",
     "Invocation",
     "ScriptArg",
     "ScriptRunner",
     "ScriptSpec",
     "bash_tool_name",
     "build_invocation",
+    "describe_problems",
     "input_schema",
     "list_scripts",
     "open_toolbox",

@@ -24,9 +24,11 @@ __all__ = [
     "ARITIES",
     "BACKING_TYPES",
     "MODES",
+    "DescribeProblem",
     "ScriptArg",
     "ScriptSpec",
     "bash_tool_name",
+    "describe_problems",
     "input_schema",
     "parse_describe",
 ]
@@ -92,65 +94,136 @@ def bash_tool_name(slug: str, prefix: str = "bash_") -> str:
     return prefix + slug.replace("-", "_")
 
 
-def _need(obj: dict[str, Any], key: str, kind: type, path: str) -> Any:
-    if key not in obj:
-        raise DescribeError(f"{path}: missing required key {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise DescribeError(f"{path}.{key} must be a {kind.__name__}, not {type(value).__name__}")
-    return value
+@dataclass(frozen=True)
+class DescribeProblem:
+    """One thing wrong in a describe object: ``path`` inside it (``""`` the object itself, ``slug``,
+    ``args[0].arity``) and a message that names it (``describe.args[0].arity must be one of ...``)."""
+
+    path: str
+    message: str
 
 
-def _parse_arg(obj: Any, path: str) -> ScriptArg:
+class _Problems:
+    """Collects every problem of one describe object (validate-tool reports them all; a load reports the first)."""
+
+    def __init__(self) -> None:
+        self.found: list[DescribeProblem] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.found.append(DescribeProblem(path, message))
+
+    def need(self, obj: dict[str, Any], key: str, kind: type, path: str) -> Any:
+        """``obj[key]`` when it is a ``kind``; else a problem and ``None``. ``path`` is ``obj``'s own."""
+        where = f"{path}.{key}" if path else key
+        shown = f"describe.{path}" if path else "describe"
+        if key not in obj:
+            self.add(where, f"{shown}: missing required key {key!r}")
+            return None
+        value = obj[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            self.add(where, f"describe.{where} must be a {kind.__name__}, not {type(value).__name__}")
+            return None
+        return value
+
+
+def _check_arg(obj: Any, path: str, problems: _Problems) -> ScriptArg | None:
     if not isinstance(obj, dict):
-        raise DescribeError(f"{path} must be an object, not {type(obj).__name__}")
-    name = _need(obj, "name", str, path)
-    if not _ARG_NAME.match(name):
-        raise DescribeError(
-            f"{path}.name {name!r} is not a usable argument name (1-64 of letters, digits, '_', '.', '-', "
-            "not starting with '.' or '-')"
-        )
+        problems.add(path, f"describe.{path} must be an object, not {type(obj).__name__}")
+        return None
+    before = len(problems.found)
+    name = problems.need(obj, "name", str, path)
+    if name is not None and not _ARG_NAME.match(name):
+        problems.add(f"{path}.name",
+                     f"describe.{path}.name {name!r} is not a usable argument name (1-64 of letters, digits, '_', "
+                     "'.', '-', not starting with '.' or '-')")
     description = obj.get("description", "")
     if not isinstance(description, str):
-        raise DescribeError(f"{path}.description must be a string")
-    backing = _need(obj, "backing_type", str, path)
-    json_type = BACKING_TYPES.get(backing.lower())
-    if json_type is None:
-        raise DescribeError(
-            f"{path}.backing_type {backing!r} is not supported; use one of string, number, integer, boolean"
-        )
+        problems.add(f"{path}.description", f"describe.{path}.description must be a string")
+    backing = problems.need(obj, "backing_type", str, path)
+    json_type = BACKING_TYPES.get(backing.lower()) if backing is not None else None
+    if backing is not None and json_type is None:
+        problems.add(f"{path}.backing_type",
+                     f"describe.{path}.backing_type {backing!r} is not supported; use one of string, number, integer, "
+                     "boolean")
     type_text = obj.get("type", backing)
-    if not isinstance(type_text, str):
-        raise DescribeError(f"{path}.type must be a string")
-    arity = _need(obj, "arity", str, path)
-    if arity not in ARITIES:
-        raise DescribeError(f"{path}.arity must be one of {', '.join(ARITIES)}, not {arity!r}")
-    mode = _need(obj, "mode", str, path)
-    if mode not in MODES:
-        raise DescribeError(f"{path}.mode must be one of {', '.join(MODES)}, not {mode!r}")
-    return ScriptArg(name, description, type_text, json_type, arity, MODES[mode])  # type: ignore[arg-type]
+    if not isinstance(type_text, str) and backing is not None:
+        problems.add(f"{path}.type", f"describe.{path}.type must be a string")
+    arity = problems.need(obj, "arity", str, path)
+    if arity is not None and arity not in ARITIES:
+        problems.add(f"{path}.arity", f"describe.{path}.arity must be one of {', '.join(ARITIES)}, not {arity!r}")
+    mode = problems.need(obj, "mode", str, path)
+    if mode is not None and mode not in MODES:
+        problems.add(f"{path}.mode", f"describe.{path}.mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if len(problems.found) > before:
+        return None
+    return ScriptArg(name, description, type_text, str(json_type), arity, MODES[mode])  # type: ignore[arg-type]
 
 
-def _parse_empty_result(obj: Any) -> str | None:
+def _check_empty_result(obj: Any, problems: _Problems) -> str | None:
     path = "describe.empty-result"
     if obj is None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("tag"), str):
-        raise DescribeError(
-            f'{path} must be {{"tag": "AddMessage", "contents": TEXT}} or {{"tag": "DoNothing"}}'
-        )
+        problems.add("empty-result",
+                     f'{path} must be {{"tag": "AddMessage", "contents": TEXT}} or {{"tag": "DoNothing"}}')
+        return None
     if obj["tag"] == "DoNothing":
         return None
     if obj["tag"] == "AddMessage":
         contents = obj.get("contents")
         if not isinstance(contents, str):
-            raise DescribeError(f"{path}.contents must be a string for AddMessage")
+            problems.add("empty-result.contents", f"{path}.contents must be a string for AddMessage")
+            return None
         return contents
-    raise DescribeError(f"{path}.tag must be AddMessage or DoNothing, not {obj['tag']!r}")
+    problems.add("empty-result.tag", f"{path}.tag must be AddMessage or DoNothing, not {obj['tag']!r}")
+    return None
+
+
+def _check(obj: Any) -> tuple[ScriptSpec | None, list[DescribeProblem]]:
+    problems = _Problems()
+    if not isinstance(obj, dict):
+        problems.add("", f"describe must print a JSON object, not a {type(obj).__name__}")
+        return None, problems.found
+    slug = problems.need(obj, "slug", str, "")
+    if slug is not None and not _SLUG.match(slug):
+        problems.add("slug", f"describe.slug {slug!r} must be 1-128 of letters, digits, '_' and '-', starting with a "
+                     "letter or digit")
+    description = problems.need(obj, "description", str, "")
+    if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+        problems.add("description", f"describe.description is longer than {MAX_DESCRIPTION_CHARS} characters")
+    raw_args = obj.get("args", [])
+    if not isinstance(raw_args, list):
+        problems.add("args", f"describe.args must be a list, not {type(raw_args).__name__}")
+        raw_args = []
+    args = [_check_arg(a, f"args[{i}]", problems) for i, a in enumerate(raw_args)]
+    seen: set[str] = set()
+    for i, arg in enumerate(args):
+        if arg is None:
+            continue
+        if arg.name in seen:
+            problems.add(f"args[{i}].name", f"describe.args[{i}].name {arg.name!r} is used twice")
+        seen.add(arg.name)
+    media = obj.get("output-media-type")
+    if media is not None and not (isinstance(media, str) and _MEDIA_TYPE.match(media.lower())):
+        problems.add("output-media-type",
+                     f"describe.output-media-type must be a media type like image/png, not {media!r}")
+    empty_result = _check_empty_result(obj.get("empty-result"), problems)
+    if problems.found:
+        return None, problems.found
+    spec = ScriptSpec(slug=slug, description=description, args=tuple(a for a in args if a is not None),
+                      empty_result=empty_result, output_media_type=media.lower() if isinstance(media, str) else None)
+    return spec, []
+
+
+def describe_problems(obj: Any) -> list[DescribeProblem]:
+    """Every problem of a describe object already parsed from JSON (what ``validate-tool`` reports); empty when
+    the bash and skills toolboxes would load it. The one validator of the describe protocol."""
+    return _check(obj)[1]
 
 
 def parse_describe(raw: bytes) -> ScriptSpec:
-    """Validate the bytes a script printed on ``describe``. Raises :class:`DescribeError` saying what is wrong."""
+    """Validate the bytes a script printed on ``describe``. Raises :class:`DescribeError` saying what is wrong
+    (the first problem :func:`describe_problems` finds)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -163,36 +236,10 @@ def parse_describe(raw: bytes) -> ScriptSpec:
         raise DescribeError(
             f"describe printed invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from exc
-    if not isinstance(obj, dict):
-        raise DescribeError(f"describe must print a JSON object, not a {type(obj).__name__}")
-    slug = _need(obj, "slug", str, "describe")
-    if not _SLUG.match(slug):
-        raise DescribeError(
-            f"describe.slug {slug!r} must be 1-128 of letters, digits, '_' and '-', "
-            "starting with a letter or digit"
-        )
-    description = _need(obj, "description", str, "describe")
-    if len(description) > MAX_DESCRIPTION_CHARS:
-        raise DescribeError(f"describe.description is longer than {MAX_DESCRIPTION_CHARS} characters")
-    raw_args = obj.get("args", [])
-    if not isinstance(raw_args, list):
-        raise DescribeError(f"describe.args must be a list, not {type(raw_args).__name__}")
-    args = tuple(_parse_arg(a, f"describe.args[{i}]") for i, a in enumerate(raw_args))
-    seen: set[str] = set()
-    for i, arg in enumerate(args):
-        if arg.name in seen:
-            raise DescribeError(f"describe.args[{i}].name {arg.name!r} is used twice")
-        seen.add(arg.name)
-    media = obj.get("output-media-type")
-    if media is not None and not (isinstance(media, str) and _MEDIA_TYPE.match(media.lower())):
-        raise DescribeError(f"describe.output-media-type must be a media type like image/png, not {media!r}")
-    return ScriptSpec(
-        slug=slug,
-        description=description,
-        args=args,
-        empty_result=_parse_empty_result(obj.get("empty-result")),
-        output_media_type=media.lower() if isinstance(media, str) else None,
-    )
+    spec, problems = _check(obj)
+    if spec is None:
+        raise DescribeError(problems[0].message)
+    return spec
 
 
 def input_schema(spec: ScriptSpec) -> dict[str, Any]:

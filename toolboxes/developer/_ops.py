@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext
 
+from .._unified_diff import PatchError, apply_hunks, locate_hunks, parse_patch
 from ._files import TextFile, load_text, refusal
-from ._patch import PatchError, apply_hunks, locate_hunks, parse_patch
 from ._ranges import RangeError, apply_edits, check_overlaps, parse_read_ranges, parse_write_ranges
 from ._store import EditSession, Store, snapshot_ref
 

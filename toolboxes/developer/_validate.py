@@ -6,7 +6,7 @@ confinement (Landlock, network namespace, rlimits, uid, no_new_privs): that *is*
 minimal
 environment, its own process group (killed whole at the time limit) and no stdin. A supervisor that wants a
 stricter sandbox for describe (read-only, no network) passes ``runner``: any callable with the same contract.
-The checks themselves (:func:`check_describe`, :func:`check_agent`) are pure.
+The checks themselves (:func:`check_describe`, the bash toolbox's validator, and :func:`check_agent`) are pure.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from ..bash import describe_problems
+
 __all__ = ["check_agent", "check_describe", "run_describe"]
 
-ARITIES = ("single", "optional", "multiple")
-MODES = ("positional", "space", "dashdashspace", "dashdashequal", "stdin")
-BACKING = ("string", "number", "integer", "boolean", "bool", "int", "float", "text")
 
 Runner = Callable[[str, float], tuple[int, str, str]]
 
@@ -63,52 +62,9 @@ def run_describe(path: str, timeout_s: float = 10.0, runner: Runner | None = Non
 
 
 def check_describe(value: Any) -> list[dict[str, str]]:
-    """Errors (``{path, message}``) in a describe object; empty when it is valid."""
-    errors: list[dict[str, str]] = []
-
-    def err(path: str, message: str) -> None:
-        errors.append({"path": path, "message": message})
-
-    if not isinstance(value, dict):
-        return [{"path": "", "message": "describe must print a JSON object"}]
-    for key in ("slug", "description"):
-        if not isinstance(value.get(key), str) or not value.get(key):
-            err(key, f"{key} is required and must be a non-empty string")
-    args = value.get("args", [])
-    if not isinstance(args, list):
-        err("args", "args must be a list")
-        args = []
-    seen: set[str] = set()
-    for i, arg in enumerate(args):
-        where = f"args[{i}]"
-        if not isinstance(arg, dict):
-            err(where, "each arg is an object")
-            continue
-        name = arg.get("name")
-        if not isinstance(name, str) or not name:
-            err(f"{where}.name", "name is required")
-        elif name in seen:
-            err(f"{where}.name", f"duplicate arg name {name!r}")
-        else:
-            seen.add(name)
-        for key in ("description", "type", "backing_type"):
-            if not isinstance(arg.get(key), str):
-                err(f"{where}.{key}", f"{key} is required (a string)")
-        if arg.get("backing_type") is not None and arg.get("backing_type") not in BACKING:
-            err(
-                f"{where}.backing_type", f"Invalid enum value: {arg.get('backing_type')}. Allowed: {', '.join(BACKING)}"
-            )
-        if arg.get("arity") not in ARITIES:
-            err(f"{where}.arity", f"Invalid enum value: {arg.get('arity')}. Allowed: {', '.join(ARITIES)}")
-        if arg.get("mode") not in MODES:
-            err(f"{where}.mode", f"Invalid enum value: {arg.get('mode')}. Allowed: {', '.join(MODES)}")
-    empty = value.get("empty-result")
-    if empty is not None and not (isinstance(empty, dict) and empty.get("tag") in ("AddMessage", "DoNothing")):
-        err("empty-result", 'empty-result is {"tag": "AddMessage", "contents": TEXT} or {"tag": "DoNothing"}')
-    media = value.get("output-media-type")
-    if media is not None and (not isinstance(media, str) or "/" not in media):
-        err("output-media-type", "output-media-type is a media type such as image/png")
-    return errors
+    """Errors (``{path, message}``) in a describe object; empty when it is valid. The bash toolbox's own validator
+    (:func:`toolboxes.bash.describe_problems`): a tool validates exactly when the bash and skills toolboxes load it."""
+    return [{"path": p.path, "message": p.message} for p in describe_problems(value)]
 
 
 _AGENT_KEYS = {

@@ -14,7 +14,7 @@ import os
 import stat
 from typing import Any
 
-from ._patch import PatchError, apply_patch
+from .._unified_diff import PatchError, apply_patch
 from ._paths import PathGate
 
 __all__ = ["FileOps"]
@@ -149,7 +149,7 @@ class FileOps:
         if isinstance(data, tuple):
             return data
         try:
-            outcome = apply_patch(data.decode("utf-8"), diff.decode("utf-8"))
+            outcome = apply_patch(data.decode("utf-8"), diff.decode("utf-8"), fuzzy=True)
         except UnicodeDecodeError:
             return (False, "fail", f"fs.patch: {path}: the file or the patch is not UTF-8 text")
         except PatchError as exc:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 from sandbox._hosts import AllowedHosts, HostError, normalize_host
+
+from .._proxy_http import proxy_for
 
 __all__ = ["DEFAULT_HTTP_TIMEOUT_S", "HttpClient"]
 
@@ -37,11 +38,7 @@ class HttpClient:
 
     def __init__(self, allowed_hosts: tuple[str, ...], environ: Mapping[str, str] | None = None) -> None:
         self.allowed = AllowedHosts.parse(allowed_hosts)
-        env = os.environ if environ is None else environ
-        self.proxies = {
-            "http": env.get("HTTP_PROXY") or env.get("http_proxy") or env.get("ALL_PROXY") or None,
-            "https": env.get("HTTPS_PROXY") or env.get("https_proxy") or env.get("ALL_PROXY") or None,
-        }
+        self.proxies = {scheme: proxy_for(scheme, environ) for scheme in ("http", "https")}
 
     def check(self, method: str, url: str) -> tuple[str, str] | Answer:
         """Return ``(scheme, proxy)`` for a request the policy allows, or the refusal answer."""
@@ -80,10 +77,10 @@ class HttpClient:
 
         headers = json.loads(headers_json) if headers_json else {}
         try:
-            from .._proxy_http import build_request
+            from .._proxy_http import build_request, open_client  # imports httpx
 
             with (
-                httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(timeout_s)) as client,
+                open_client(timeout_s) as client,
                 contextlib.closing(client.send(build_request(client, method, url, proxy=proxy, headers=headers,
                                                              content=body), stream=True)) as resp,
             ):

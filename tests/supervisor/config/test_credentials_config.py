@@ -219,3 +219,22 @@ def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
     assert names == ["api.example.test"] and leaf.issuer == ca.cert.subject
     leaf.verify_directly_issued_by(ca.cert)
     assert ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length == 0
+
+
+def test_check_shows_credentials_and_never_their_values(tmp_path: Path, spec: Path) -> None:
+    import subprocess
+
+    repo = str(Path(__file__).resolve().parents[3])
+    tb = _openapi(spec, Token="${GITHUB_TOKEN}")
+    path = write_policy(tmp_path, {"a": agent(openApiToolboxes=[tb])}, credentials={"gh": GITHUB},
+                        toolboxes={"gh": {"tls_termination": True}})
+    env = {**os.environ, "GITHUB_TOKEN": SECRET, "PYTHONPATH": repo}
+    text = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(path)], env=env, cwd=repo,
+                          capture_output=True, text=True, timeout=120)
+    assert "credential gh: added by the egress proxy for api.github.com (https), as header Authorization" in \
+        text.stdout, text.stdout + text.stderr
+    assert "TLS: terminated by the egress proxy" in text.stdout
+    as_json = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(path), "--json"],
+                             env=env, cwd=repo, capture_output=True, text=True, timeout=120)
+    assert '"placeholder": "AGENTS_SUPERVISE_CREDENTIAL_gh"' in as_json.stdout
+    assert SECRET not in text.stdout + text.stderr + as_json.stdout + as_json.stderr

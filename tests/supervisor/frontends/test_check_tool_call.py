@@ -107,6 +107,57 @@ def test_describe_runs_confined(sandbox_tmp: Path) -> None:
     assert "uid 65534" in out.stderr
 
 
+def _view_spy(sandbox_tmp: Path, other: Path, host_tmp: Path) -> Path:
+    spy = sandbox_tmp / "viewspy"
+    spy.write_text(
+        "#!/bin/bash\n"
+        f"for p in /home /root /etc/shadow /run /sys {other} {host_tmp} {sandbox_tmp / 'secret'}; do\n"
+        "  [ -e \"$p\" ] && echo \"SEEN $p\" >&2\n"
+        "done\n"
+        "echo \"users $(cut -d: -f1 /etc/passwd | tr '\\n' ,) host $(hostname) \"\\\n"
+        "  \"mounts $(wc -l < /proc/self/mountinfo) tmp $(ls -A /tmp | tr '\\n' ,)\" >&2\n"
+        "exit 3\n")
+    spy.chmod(0o755)
+    return spy
+
+
+@pytest.mark.parametrize("with_policy", [False, True])
+def test_describe_sees_only_a_private_view(sandbox_tmp: Path, with_policy: bool) -> None:
+    """The one-shot runner gives describe a worker's private view: no /home, /root, host /tmp, other toolboxes'
+    work folders, nor the files beside the script exist for it, and /etc names only root and its own account.
+    With a policy saying ``private_view: false`` the same probes see the host (the knob does something)."""
+    from tests._policies import agent, system_toolbox, write_policy
+
+    (sandbox_tmp / "secret").write_text("s3cret")
+    (sandbox_tmp / "secret").chmod(0o644)
+    other = sandbox_tmp / "state" / "work" / "other" / "gamma"
+    other.mkdir(parents=True)
+    host_tmp = Path(f"/tmp/agents-supervise-check-probe-{os.getpid()}")
+    host_tmp.write_text("host")
+    host_tmp.chmod(0o644)
+    try:
+        spy = _view_spy(sandbox_tmp, other, host_tmp)
+        extra: list[str] = []
+        if with_policy:
+            policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox("alpha")])})
+            extra = ["--policy", str(policy)]
+        out = check(spy, "{}", *extra)
+        assert out.returncode == 2 and "describe exited with code 3: " in out.stderr, out.stderr
+        assert "SEEN" not in out.stderr, out.stderr
+        assert "users root,nobody, host sandbox " in out.stderr, out.stderr
+        mounts, tmp = out.stderr.split("mounts ")[1].split()[0], out.stderr.split(" tmp ")[1].split()[0]
+        assert int(mounts) < 60, out.stderr  # the view's mounts only
+        # a fresh /tmp holding only the grants below it: the script's folder and describe's work folder
+        assert all(name.startswith("agents-supervise-") for name in tmp.strip(",").split(",")), out.stderr
+        if with_policy:
+            off = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox("alpha")])},
+                               private_view=False)
+            seen = check(spy, "{}", "--policy", str(off)).stderr
+            assert "SEEN /root" in seen and f"SEEN {other}" in seen and f"SEEN {host_tmp}" in seen, seen
+    finally:
+        host_tmp.unlink()
+
+
 @pytest.mark.parametrize(("body", "expected"), [
     ("echo '{not json'", "describe printed invalid JSON: "),
     ("echo '{\"slug\": \"x\", \"description\": \"d\", \"args\": [{\"name\": \"a\", \"backing_type\": \"str\", "

@@ -64,7 +64,7 @@ def test_several_blockers_network_and_scope_records_each_become_a_denial() -> No
 
 def test_a_refused_system_call_is_named_with_why_and_that_no_key_allows_it() -> None:
     d = explain_seccomp("keyctl", 250, "the kernel keyrings are shared")
-    assert (d.layer, d.target, d.rule) == ("seccomp", "keyctl", "seccomp keyctl")
+    assert (d.layer, d.target, d.rule) == ("seccomp", "keyctl", "keyctl")
     assert "refused keyctl()" in d.text and "no policy key allows it" in d.text
     assert explain_seccomp(None, 999, None).target == "system call 999"
 
@@ -143,6 +143,33 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(tmp_
     assert not audit._in_flight
 
 
+def test_the_reader_handles_a_bounded_batch_per_wake_up_and_survives_garbage(tmp_path: Path) -> None:
+    import struct
+
+    class Waiting:
+        """Messages waiting on the audit socket (stands in for it; the real one is read in the root tests)."""
+
+        def __init__(self, messages: list[bytes]) -> None:
+            self.messages = messages
+
+        def recv(self, _size: int) -> bytes:
+            if not self.messages:
+                raise BlockingIOError
+            return self.messages.pop(0)
+
+    audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
+    audit._contexts[7] = BASH
+    text = b"audit(1.0:5): auid=65534 ses=7 pid=9 sig=0 arch=c000003e syscall=250 compat=0 code=0x50000"
+    record = struct.pack("=IHHII", 16 + len(text), 1326, 0, 0, 0) + text
+    garbage = [b"short", struct.pack("=IHHII", 56, 1326, 0, 0, 0) + b"\xff" * 40]
+    audit._reader = Waiting([*garbage, *[record] * 301])
+    assert audit._drain() == 256  # the rest waits for the next wake-up, after other tasks ran
+    assert audit._drain() == 47
+    audit.trace.close()
+    traced = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [r["target"] for r in traced if r["event"] == "denial"] == ["keyctl"]  # once: no call was in flight
+
+
 # --- real workers -----------------------------------------------------------------------------------------------
 
 needs_landlock_audit = pytest.mark.skipif(landlock_abi() < 7, reason="Landlock audit records need ABI 7")
@@ -215,7 +242,7 @@ async def test_a_refused_system_call_is_named_in_the_result_and_the_trace(sandbo
     assert "[denied: the worker's system call filter (seccomp) refused keyctl()" in keys.data, keys.data
     assert ("denied", "seccomp syscall keyctl") in keys.metadata
     [record] = [r for r in _denials(sandbox_tmp) if r["layer"] == "seccomp"]
-    assert (record["target"], record["tool"], record["rule"]) == ("keyctl", "bash_keys", "seccomp keyctl")
+    assert (record["target"], record["tool"], record["rule"]) == ("keyctl", "bash_keys", "keyctl")
 
 
 @pytest.mark.root
@@ -262,3 +289,55 @@ async def test_in_the_private_view_a_write_to_a_read_only_path_is_explained_too(
     assert "Read-only file system" in etc.data, etc.data
     assert "[denied: write /etc/planted was refused by the worker's private view" in etc.data, etc.data
     assert [r["source"] for r in _denials(sandbox_tmp) if r["target"] == "/etc/planted"] == ["error text"]
+
+
+@pytest.mark.root
+@needs_landlock_audit
+async def test_a_refusal_in_one_worker_never_shows_in_another_workers_result(sandbox_tmp: Path) -> None:
+    import trio
+
+    for folder, name, run in (("tools", "noisy", 'for i in 1 2 3 4 5 6 7 8; do echo x > "/tmp/noisy-$i"; done; exit 1'),
+                              ("other", "quiet", "sleep 0.3; echo /tmp/noisy-1 is not mine; exit 1")):
+        (sandbox_tmp / folder).mkdir()
+        write_script(sandbox_tmp / folder, name, describe_json(name), run)
+    policy = write_policy(sandbox_tmp, {"tester": agent(bashToolboxes=[
+        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}},
+        {"tag": "FileSystemDirectory", "contents": {"Path": "./other"}}])}, landlock_min_abi=6, private_view=False)
+    results = {}
+    async with Supervisor.open(policy) as sup:
+        assert sup.load_errors() == []
+
+        async def call(tool: str) -> None:
+            results[tool] = await sup.call(tool, {})
+
+        async with trio.open_nursery() as nursery:  # both in flight at once, on two workers
+            nursery.start_soon(call, "bash_quiet")
+            nursery.start_soon(call, "bash_noisy")
+    assert "[denied: Landlock refused to create a file in /tmp" in results["bash_noisy"].data
+    # quiet's text names /tmp/noisy-1, so a refusal of the other worker given to it would be a note here; its own
+    # shell's probes (/dev/tty) are its own and only counted
+    quiet = results["bash_quiet"]
+    assert [line for line in quiet.data.splitlines() if line.startswith("[denied") and "/tmp" in line] == [], quiet.data
+    assert quiet.meta("denied") is None
+    assert {r["toolbox"] for r in _denials(sandbox_tmp) if r["target"] == "/tmp"} == {"tools"}
+
+
+@pytest.mark.root
+async def test_a_worker_cannot_leave_its_audit_session_or_speak_to_the_audit_socket(sandbox_tmp: Path) -> None:
+    import os
+
+    from sandbox._audit_session import read_session
+
+    probe = ("cat /proc/self/sessionid; echo; (echo 0 > /proc/self/loginuid) 2>/dev/null && echo LEFT; "
+             "python3 -c 'import socket\ntry:\n socket.socket(16, 3, 9)\n print(\"AUDIT SOCKET\")\n"
+             "except OSError as e:\n print(\"refused\", e.errno)'; cat /proc/self/sessionid")
+    policy = _policy(sandbox_tmp, {"probe": probe})
+    async with Supervisor.open(policy) as sup:
+        result = await sup.call("bash_probe", {})
+        worker = sup.runners[0].worker
+        session = read_session(worker.pid)
+    lines = [line for line in result.data.splitlines() if line.strip()]
+    assert session is not None and session != read_session(os.getpid()), result.data
+    assert "LEFT" not in result.data and "AUDIT SOCKET" not in result.data, result.data
+    assert "refused 93" in result.data  # NETLINK_AUDIT: EPROTONOSUPPORT from the seccomp filter
+    assert lines.count(str(session)) >= 2, result.data  # the same session before and after the attempt

@@ -246,7 +246,7 @@ async def test_a_failed_egress_bridge_costs_its_own_worker_only(sandbox_tmp: Pat
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """If a worker's bridge (its proxy and DNS stub) fails for any reason, that worker is killed and restarted; the
     supervisor and the other workers serve on. The failure is planted in the DNS stub here."""
-    import supervisor.workers._worker as worker_module
+    import supervisor.workers._launch as launch_module  # serves every confined process's bridge
 
     trigger = trio.Event()
 
@@ -255,7 +255,7 @@ async def test_a_failed_egress_bridge_costs_its_own_worker_only(sandbox_tmp: Pat
         await trigger.wait()  # fails while serving, as a bug reached by a worker's request would
         raise RuntimeError("planted bridge bug")
 
-    monkeypatch.setattr(worker_module, "serve_dns_stub", broken_stub)
+    monkeypatch.setattr(launch_module, "serve_dns_stub", broken_stub)
     tools = [system_toolbox("net", ["date"]), system_toolbox("calm", ["date"])]
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=tools)},
                           toolboxes={"net": {"allowed_hosts": ["www.example.test"]}},

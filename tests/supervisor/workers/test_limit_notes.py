@@ -12,6 +12,7 @@ from sandbox._cgroup_events import CounterFiles, LimitCounters, counter_files, p
 from sandbox._cgroups import CgroupLayout, plan_cgroup, read_layout
 from supervisor._supervisor import Supervisor
 from supervisor.traces._report import load_trace, render_text, report
+from supervisor.workers import _limit_notes
 from supervisor.workers._limit_notes import limit_hits, note, signal_of
 from tests._policies import agent, system_toolbox, write_policy
 from tests.toolboxes.test_bash import describe_json, write_script
@@ -129,6 +130,28 @@ async def test_a_fork_bomb_result_names_limits_processes_and_a_plain_failure_nam
     data = report(load_trace(str(sandbox_tmp / "state" / "trace.jsonl")))
     assert data["limits_hit_by_toolbox"] == {"tools": {"limits.processes": 1}}
     assert "tools: limits.processes x1" in render_text(data)
+
+
+@pytest.mark.root
+@needs_cgroups
+async def test_the_counters_are_read_only_for_calls_that_did_not_pass(sandbox_tmp: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[CounterFiles] = []
+
+    def counting(files: CounterFiles) -> LimitCounters:
+        reads.append(files)
+        return read_counters(files)
+
+    monkeypatch.setattr(_limit_notes, "read_counters", counting)
+    policy = _policy(sandbox_tmp, {"ok": "echo fine", "fails": "echo nope; exit 3"},
+                     toolboxes={"tools": {"limits": {"processes": 16}}})
+    async with Supervisor.open(policy) as sup:
+        passed = [await sup.call("bash_ok", {}) for _ in range(5)]
+        after_passing = len(reads)
+        failed = await sup.call("bash_fails", {})
+    assert [r.status for r in passed] == ["passed"] * 5 and failed.status == "failed"
+    assert after_passing == 1  # the worker group's baseline, read at its first call; none for a call that passed
+    assert len(reads) == 2 and reads[0].pids_events.endswith("/pids.events")  # the failed call read its group
 
 
 @pytest.mark.root

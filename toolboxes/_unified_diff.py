@@ -1,4 +1,14 @@
-"""Unified diffs for patch-file: parse, locate every hunk, then apply all at once. Pure.
+"""Unified diffs, the one applier: parse, locate every hunk, then apply all at once. Pure.
+
+Two readings, chosen by ``fuzzy``. Strict (the default; the Developer toolbox's ``patch-file``) is described
+below. Fuzzy (Lua's ``fs.patch``, for diffs an agent wrote by hand) trusts no counts: a hunk's body runs to the next
+``@@`` header, a blank body line is an empty context line, ``\\ No newline at end of file`` is ignored, text
+before the first hunk may only be ``---``/``+++``/``diff``/``index`` lines; each hunk's old lines are searched for
+after the end of the previous hunk, nearest to the stated line (moved by what earlier hunks added or removed)
+first, and a hunk with no old lines inserts before the stated line. The file keeps whether it ended with a newline.
+:func:`apply_patch` does the whole job in either reading.
+
+Strict:
 
 Accepted: the output of ``diff -u`` and ``git diff`` for one file (``diff --git``/``index``/mode lines are
 skipped), hunks ``@@ -a,b +c,d @@``, body lines `` ``/``-``/``+`` and ``\\ No newline at end of file``.
@@ -20,7 +30,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Hunk", "PatchError", "apply_hunks", "locate_hunks", "parse_patch"]
+__all__ = ["Hunk", "PatchError", "PatchOutcome", "apply_hunks", "apply_patch", "locate_hunks", "parse_patch"]
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _SKIP_PREFIXES = (
@@ -76,13 +86,24 @@ def _strip_nl(lines: list[str]) -> list[str]:
     return [ln[:-1] if ln.endswith("\n") else ln for ln in lines]
 
 
-def parse_patch(text: str) -> tuple[list[Hunk], bool]:
+@dataclass(frozen=True)
+class PatchOutcome:
+    """What :func:`apply_patch` made: the new text, and how many hunks and changed lines it applied."""
+
+    text: str
+    hunks_applied: int
+    lines_changed: int
+
+
+def parse_patch(text: str, *, fuzzy: bool = False) -> tuple[list[Hunk], bool]:
     """Parse a one-file unified diff. Returns ``(hunks, creates)``; ``creates`` when the old side is
-    /dev/null.
+    /dev/null (strict only; fuzzy: always ``False``).
 
     Raises:
         PatchError: kind ``parse``.
     """
+    if fuzzy:
+        return _parse_fuzzy(text), False
     if "\r" in text:
         raise PatchError("parse", "the patch has CRLF (\\r\\n) line endings; send it with LF (\\n) line endings")
     lines = text.split("\n")
@@ -159,12 +180,79 @@ def parse_patch(text: str) -> tuple[list[Hunk], bool]:
     return hunks, creates
 
 
+_FUZZY_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
+
+
+def _parse_fuzzy(diff: str) -> list[Hunk]:
+    hunks: list[Hunk] = []
+    for raw in diff.splitlines():
+        if raw.startswith("@@"):
+            m = _FUZZY_HUNK.match(raw)
+            if not m:
+                raise PatchError("parse", f"bad hunk header {raw!r}; expected '@@ -LINE,COUNT +LINE,COUNT @@'")
+            hunks.append(Hunk(int(m.group(1)), [], [], raw, len(hunks) + 1))
+        elif not hunks:
+            if raw.startswith(("---", "+++", "diff ", "index ")) or not raw.strip():
+                continue
+            raise PatchError("parse", f"unexpected line before the first hunk: {raw!r}")
+        elif raw.startswith("\\"):
+            continue
+        elif raw == "" or raw[0] == " ":
+            hunks[-1].old.append(raw[1:] + "\n")
+            hunks[-1].new.append(raw[1:] + "\n")
+        elif raw[0] == "-":
+            hunks[-1].old.append(raw[1:] + "\n")
+            hunks[-1].changed += 1
+        elif raw[0] == "+":
+            hunks[-1].new.append(raw[1:] + "\n")
+            hunks[-1].changed += 1
+        else:
+            raise PatchError("parse", f"hunk {len(hunks)}: a line must start with ' ', '-' or '+': {raw!r}")
+    if not hunks:
+        raise PatchError("parse", "no hunks found; expected a unified diff with '@@ -LINE,COUNT +LINE,COUNT @@' "
+                         "headers")
+    return hunks
+
+
+def _locate_fuzzy(lines: list[str], hunks: list[Hunk]) -> list[int]:
+    """Each hunk after the previous one, nearest to its stated line; positions in ``lines`` (the original)."""
+    positions: list[int] = []
+    offset = 0  # what the hunks before added minus what they removed
+    lowest = 0  # in the text as the hunks before left it
+    size = len(lines)
+    for h in hunks:
+        want = max(h.old_start - 1, 0) + offset
+        n = len(h.old)
+        if not h.old:
+            at = min(max(want, lowest), size)
+        else:
+            # For i >= lowest, line i of the text as the hunks before left it is line i - offset of the original.
+            found = next((i for i in sorted(range(lowest, size - n + 1), key=lambda i: abs(i - want))
+                          if lines[i - offset:i - offset + n] == h.old), None)
+            if found is None:
+                start = max(want, lowest) - offset
+                actual = lines[start:start + n]
+                raise PatchError(
+                    "mismatch",
+                    f"hunk {h.number} does not apply: its lines were not found at or after line {lowest + 1}. "
+                    f"Expected {_strip_nl(h.old)[:5]!r}, found at line {want + 1}: {_strip_nl(actual)[:5]!r}",
+                    line=want + 1, expected=_strip_nl(h.old), actual=_strip_nl(actual))
+            at = found
+        positions.append(at - offset)
+        offset += len(h.new) - n
+        lowest = at + len(h.new)
+        size += len(h.new) - n
+    return positions
+
+
 def _matches(lines: list[str], at: int, old: list[str]) -> bool:
     return at >= 0 and at + len(old) <= len(lines) and lines[at : at + len(old)] == old
 
 
-def locate_hunks(lines: list[str], hunks: list[Hunk]) -> list[int]:
+def locate_hunks(lines: list[str], hunks: list[Hunk], *, fuzzy: bool = False) -> list[int]:
     """Where each hunk's old lines start (0-based), checked for overlap. Raises :class:`PatchError`."""
+    if fuzzy:
+        return _locate_fuzzy(lines, hunks)
     positions: list[int] = []
     for h in hunks:
         want = h.old_start - 1 if h.old else h.old_start  # an empty old side inserts after line old_start
@@ -213,3 +301,17 @@ def apply_hunks(lines: list[str], hunks: list[Hunk], positions: list[int]) -> li
         pos = at + len(h.old)
     out.extend(lines[pos:])
     return out
+
+
+def apply_patch(text: str, diff: str, *, fuzzy: bool = False) -> PatchOutcome:
+    """Apply ``diff`` to ``text``. Raises :class:`PatchError` when it does not parse or a hunk does not match.
+
+    The text keeps whether it ended with a newline (a last line without one is matched as if it had one).
+    """
+    hunks, _ = parse_patch(diff, fuzzy=fuzzy)
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]] + ([parts[-1] + "\n"] if parts[-1] else [])
+    out = "".join(apply_hunks(lines, hunks, locate_hunks(lines, hunks, fuzzy=fuzzy)))
+    if parts[-1] and out.endswith("\n"):
+        out = out[:-1]
+    return PatchOutcome(out, len(hunks), sum(h.changed for h in hunks))

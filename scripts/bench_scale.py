@@ -1,0 +1,145 @@
+#!/opt/agents-supervise/venv/bin/python
+"""Scaling rows of the benchmark (run by ``scripts/bench``): how the supervisor does as toolboxes and callers grow.
+
+1. Start to ready: ``Supervisor.open`` of a policy with 8, 32 and 100 toolboxes (each a System toolbox with a
+   ``date`` tool in its own confined worker) until every worker said hello.
+2. Calls: p50, p99 and calls/s of the trivial ``date`` call through the Python API with 1, 10 and 100 toolboxes and
+   1, 16 and 256 callers; caller ``i`` calls toolbox ``i mod T``, each in its own session, in a loop.
+3. Idle memory: the PSS (``/proc/<pid>/smaps_rollup``) of every process the supervisor started (launchers and
+   workers) with 10 and 100 toolboxes (and more with ``--idle``), after one call to each, and the supervisor's own.
+
+Prints markdown tables (with the load average before and after, since the machine may be shared) that
+BENCHMARKS.md copies. Usage: ``scripts/bench_scale.py [--calls N] [--idle 10,100,1000] [--starts 8,32,100]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import trio
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from supervisor._supervisor import Supervisor  # noqa: E402
+
+BENCH_ROOT = "/tmp/agents-supervise-bench"
+
+
+def _policy(n: int) -> Path:
+    """A policy with ``n`` System toolboxes ``s0`` ... (tools ``system_s<i>_date``) in a fresh folder."""
+    root = Path(tempfile.mkdtemp(dir=BENCH_ROOT))
+    os.chmod(root, 0o755)
+    boxes = [{"tag": "SystemToolbox", "contents": {"Name": f"s{i}", "Description": "bench", "Capabilities": ["date"]}}
+             for i in range(n)]
+    agent = {"tag": "OpenAIAgentDescription", "contents": {
+        "slug": "bench", "apiKeyId": "none", "flavor": "openai", "modelUrl": "http://127.0.0.1:9/v1",
+        "modelName": "none", "announce": "bench", "systemPrompt": ["bench"], "builtinToolboxes": boxes}}
+    (root / "bench.json").write_text(json.dumps(agent))
+    path = root / "policy.yaml"
+    # 256 callers may all be on one toolbox: its worker takes them all at once (the default is 8 in flight).
+    path.write_text(yaml.safe_dump({"agents": ["bench.json"], "state_dir": str(root / "state"),
+                                    "limits": {"max_concurrent_calls": 256}}))
+    return path
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+async def _calls(sup: Supervisor, toolboxes: int, callers: int, total: int) -> dict[str, float]:
+    samples: list[float] = []
+    per = max(1, total // callers)
+
+    async def caller(i: int) -> None:
+        tool = f"system_s{i % toolboxes}_date"
+        session = f"bench-{i}"
+        for _ in range(per):
+            t = time.perf_counter()
+            result = await sup.call(tool, {}, session_id=session)
+            samples.append(time.perf_counter() - t)
+            assert result.status == "passed", result.data
+
+    for i in range(min(callers, toolboxes)):  # warm up every toolbox used
+        for _ in range(20):
+            await sup.call(f"system_s{i}_date", {})
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for i in range(callers):
+            nursery.start_soon(caller, i)
+    wall = time.perf_counter() - start
+    samples.sort()
+    return {"p50_us": statistics.median(samples) * 1e6,
+            "p99_us": samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1e6,
+            "calls_per_s": len(samples) / wall}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2560, help="calls per cell of the call table")
+    parser.add_argument("--starts", default="8,32,100")
+    parser.add_argument("--idle", default="10,100")
+    parser.add_argument("--toolboxes", default="1,10,100")
+    parser.add_argument("--callers", default="1,16,256")
+    args = parser.parse_args()
+    os.makedirs(BENCH_ROOT, exist_ok=True)
+    os.chmod(BENCH_ROOT, 0o755)
+    me = psutil.Process()
+
+    print(f"## Start to ready (load average before: {_load()})\n")
+    print("| toolboxes | start to every worker ready s | per toolbox ms | load average after |")
+    print("|---|---|---|---|")
+    for n in map(int, args.starts.split(",")):
+        policy = _policy(n)
+        start = time.perf_counter()
+        async with Supervisor.open(policy) as sup:
+            took = time.perf_counter() - start
+            assert not sup.load_errors(), sup.load_errors()
+        print(f"| {n} | {took:.2f} | {took / n * 1000:.0f} | {_load()} |", flush=True)
+
+    print(f"\n## Calls as toolboxes and callers grow (Python API; load average before: {_load()})\n")
+    print("| toolboxes | callers | p50 us | p99 us | calls/s | load average after |")
+    print("|---|---|---|---|---|---|")
+    for t in map(int, args.toolboxes.split(",")):
+        async with Supervisor.open(_policy(t)) as sup:
+            assert not sup.load_errors(), sup.load_errors()
+            for c in map(int, args.callers.split(",")):
+                row = await _calls(sup, t, c, args.calls)
+                print(f"| {t} | {c} | {row['p50_us']:.0f} | {row['p99_us']:.0f} | {row['calls_per_s']:.0f} | "
+                      f"{_load()} |", flush=True)
+
+    print(f"\n## Idle memory (PSS; load average before: {_load()})\n")
+    print("| toolboxes | launchers + workers MiB | per toolbox MiB | supervisor process MiB | processes |")
+    print("|---|---|---|---|---|")
+    for n in map(int, args.idle.split(",")):
+        async with Supervisor.open(_policy(n)) as sup:
+            assert not sup.load_errors(), sup.load_errors()
+            for i in range(n):
+                assert (await sup.call(f"system_s{i}_date", {})).status == "passed"
+            kids = me.children(recursive=True)
+            workers = sum(_pss_kib(k.pid) for k in kids) / 1024
+            own = _pss_kib(me.pid) / 1024
+        print(f"| {n} | {workers:.0f} | {workers / n:.1f} | {own:.0f} | {len(kids)} |", flush=True)
+
+
+if __name__ == "__main__":
+    trio.run(main)

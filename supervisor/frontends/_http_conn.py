@@ -1,0 +1,221 @@
+"""One HTTP/1.1 connection served with h11: requests read one after another (keep-alive), each handed to an ASGI app
+in this connection's own task, its response written with as few writes as it takes.
+
+A response whose first body message ends it (every JSON answer, every refusal) goes out in **one** write: head
+(with ``content-length``) and body together. A streamed one (SSE) is chunked, its head written with its first chunk.
+The app's ``receive`` gives the request body, then waits for the client to go away (``http.disconnect``): bytes a
+client sends meanwhile (a pipelined request) are kept for the next cycle, at most :data:`MAX_PIPELINED` of them.
+
+Bounds: the request head at most ``max_head_bytes``; each read of a request waits at most ``read_timeout_s`` (a
+slow client is dropped, its request answered 408 when it has not started one); an idle connection is closed after
+``read_timeout_s``. An app that raises answers 500 (when nothing was sent yet) and ``on_error`` is told.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+import h11
+import trio
+
+from ._http_wire import Receive, Send
+
+__all__ = ["MAX_PIPELINED", "App", "serve_connection", "simple_response"]
+
+App = Callable[[dict[str, Any], Receive, Send], Any]
+#: Bytes of a following request kept while the current one is answered; past it the connection stops reading.
+MAX_PIPELINED = 64 * 1024
+_READ = 64 * 1024
+
+
+class _ClientGone(Exception):
+    """The client closed the connection or stopped sending within the read timeout."""
+
+
+class _Exchange:
+    """One request and its response on one connection."""
+
+    def __init__(self, conn: h11.Connection, stream: trio.abc.Stream, read_timeout_s: float) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.read_timeout_s = read_timeout_s
+        self.body_done = False
+        self.gone = False
+        self.started: dict[str, Any] | None = None
+        self.head_sent = False
+        self.finished = False
+        self.done = trio.Event()  # the response is complete: a waiting receive() may return
+
+    async def _read_into_conn(self) -> None:
+        with trio.move_on_after(self.read_timeout_s) as waited:
+            data = await self.stream.receive_some(_READ)
+        if waited.cancelled_caught:
+            raise _ClientGone("no bytes within the read timeout")
+        if not data:
+            self.gone = True
+        self.conn.receive_data(data)  # b"" tells h11 the client closed
+
+    async def receive(self) -> dict[str, Any]:
+        if self.gone or self.finished:
+            return {"type": "http.disconnect"}
+        if not self.body_done:
+            if self.conn.they_are_waiting_for_100_continue:
+                await self._write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+            while True:
+                try:
+                    event = self.conn.next_event()
+                except h11.RemoteProtocolError:
+                    self.gone = True
+                    return {"type": "http.disconnect"}
+                if event is h11.NEED_DATA:
+                    try:
+                        await self._read_into_conn()
+                    except _ClientGone:
+                        self.gone = True
+                        return {"type": "http.disconnect"}
+                    continue
+                if isinstance(event, h11.Data):
+                    return {"type": "http.request", "body": bytes(event.data), "more_body": True}
+                if isinstance(event, h11.EndOfMessage):
+                    self.body_done = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+                self.gone = True  # ConnectionClosed, or anything h11 should not give here
+                return {"type": "http.disconnect"}
+        # The body is read: wait for the client to go away, keeping what it sends for the next request.
+        while not self.gone and not self.finished:
+            if len(self.conn.trailing_data[0]) >= MAX_PIPELINED:
+                await self.done.wait()
+                break
+            with trio.move_on_after(self.read_timeout_s):
+                data = await self.stream.receive_some(_READ)
+                if not data:
+                    self.gone = True
+                    break
+                self.conn.receive_data(data)
+        return {"type": "http.disconnect"}
+
+    async def _write(self, data: bytes) -> None:
+        if self.gone:
+            return
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.gone = True
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self.started is not None:
+                raise RuntimeError("http.response.start sent twice")
+            self.started = message
+            return
+        if kind != "http.response.body" or self.started is None or self.finished:
+            raise RuntimeError(f"unexpected ASGI message {kind!r} at this point of the response")
+        body = bytes(message.get("body", b""))
+        more = bool(message.get("more_body", False))
+        out = bytearray()
+        if not self.head_sent:
+            headers = [(bytes(k).lower(), bytes(v)) for k, v in self.started.get("headers", [])]
+            if not more and not any(k == b"content-length" for k, _ in headers):
+                headers.append((b"content-length", str(len(body)).encode()))
+            out += self.conn.send(h11.Response(status_code=int(self.started["status"]), headers=headers)) or b""
+            self.head_sent = True
+        if body:
+            out += self.conn.send(h11.Data(data=body)) or b""
+        if not more:
+            out += self.conn.send(h11.EndOfMessage()) or b""
+            self.finished = True
+        if out:
+            await self._write(bytes(out))
+        if self.finished:
+            self.done.set()
+
+
+def _scope(request: h11.Request, scheme: str, server: tuple[str, int] | None,
+           client: tuple[str, int] | None) -> dict[str, Any]:
+    target = request.target.decode("latin-1")
+    path, _, query = target.partition("?")
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": request.method.decode("ascii"), "scheme": scheme, "path": unquote(path),
+            "raw_path": path.encode("latin-1"), "query_string": query.encode("latin-1"), "root_path": "",
+            "headers": [(bytes(k), bytes(v)) for k, v in request.headers], "server": server, "client": client}
+
+
+def simple_response(status: int, reason: str, headers: list[tuple[str, str]] | None = None) -> bytes:
+    """A whole plain-text response saying ``reason`` that closes the connection, as bytes. Pure."""
+    body = reason.encode() + b"\n"
+    phrase = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large",
+              500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
+    head = [f"HTTP/1.1 {status} {phrase}", "content-type: text/plain; charset=utf-8",
+            f"content-length: {len(body)}", "connection: close", *(f"{k}: {v}" for k, v in headers or [])]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+
+async def _simple(stream: trio.abc.Stream, status: int, reason: str) -> None:
+    """Answer ``status`` with a plain-text ``reason`` (a broken or slow request); the connection then closes."""
+    try:
+        await stream.send_all(simple_response(status, reason))
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+def _rest_read(conn: h11.Connection) -> bool:
+    """Read what is left of a request the app did not read to its end (a GET's empty body), from what has arrived
+    already; ``False`` when more would have to be waited for (the connection is then closed, not drained)."""
+    while conn.their_state is h11.SEND_BODY:
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError:
+            return False
+        if event is h11.NEED_DATA or not isinstance(event, h11.Data | h11.EndOfMessage):
+            return False
+    return True
+
+
+async def serve_connection(stream: trio.abc.Stream, app: App, *, scheme: str, max_head_bytes: int,
+                           read_timeout_s: float, on_error: Callable[[BaseException], None],
+                           server: tuple[str, int] | None = None, client: tuple[str, int] | None = None) -> None:
+    """Serve requests on ``stream`` until the client closes it, stays idle past ``read_timeout_s``, or a response
+    cannot be followed by another (``Connection: close``, a body the app did not read, an app error)."""
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
+    try:
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                await _simple(stream, exc.error_status_hint, f"bad request: {exc}")
+                return
+            if event is h11.NEED_DATA:
+                with trio.move_on_after(read_timeout_s) as waited:
+                    data = await stream.receive_some(_READ)
+                if waited.cancelled_caught:
+                    if conn.their_state is h11.SEND_BODY or conn.trailing_data[0]:  # a request was begun
+                        await _simple(stream, 408, "the request did not arrive in time")
+                    return
+                conn.receive_data(data)
+                continue
+            if not isinstance(event, h11.Request):
+                return  # ConnectionClosed (or a protocol state we do not continue from)
+            exchange = _Exchange(conn, stream, read_timeout_s)
+            try:
+                await app(_scope(event, scheme, server, client), exchange.receive, exchange.send)
+            except Exception as exc:  # a bug of the app: this request is answered 500, the server goes on
+                on_error(exc)
+                if exchange.started is None:
+                    await _simple(stream, 500, "internal error; see the trace")
+                return
+            if not exchange.finished or exchange.gone or conn.our_state is not h11.DONE or not _rest_read(conn):
+                return
+            try:
+                conn.start_next_cycle()  # raises when the request's body was not read to its end
+            except h11.LocalProtocolError:
+                return
+    finally:
+        with trio.move_on_after(1) as cleanup:
+            cleanup.shield = True
+            try:
+                await stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass

@@ -1,0 +1,125 @@
+"""MCP logging for one session: ``logging/setLevel``, then ``notifications/message`` for what concerns it.
+
+What a session is told (a view of the trace records, :func:`log_entry`, pure):
+
+- ``error``: a load error of a toolbox of the session's agent (also every one present when the level is first set,
+  so a client that connects after the start learns them), a worker that could not start, a crash loop;
+- ``warning``: a worker of the agent's toolboxes restarted; a resource limit hit by one of this session's own calls
+  (``limit_hit``), a session limit or depth limit that refused one of its calls; the HTTP tenant's rate or in-flight
+  limit refusing one of its requests;
+- ``notice``: a toolbox back after its crash-loop cool-down.
+
+Never another session's calls nor another agent's toolboxes: a record is matched by the session it names (through
+the frontend's name for its store session) or by the toolbox's agent. Nothing is sent until the client sets a level
+(the 2026-07-28 revision's opt-in, kept for every revision). Messages wait in a queue of :data:`QUEUE` for the
+transport to send them (:meth:`SessionLog.pump`); past it they are dropped, never queued without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from supervisor._supervisor import Supervisor
+
+__all__ = ["LEVELS", "QUEUE", "SessionLog", "log_entry"]
+
+LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+QUEUE = 64
+_LOGGER = "agents-supervise"
+_WORKER = {"worker_restart": "warning", "worker_start_failed": "error", "crash_loop": "error",
+           "crash_loop_recovered": "notice"}
+_LIMIT_REFUSALS = frozenset({"SessionLimit", "PortalDepthExceeded"})
+_TOLD = frozenset({"load_error", "limit_hit", "portal_refusal", *_WORKER})
+_KEEP = ("toolbox", "source", "message", "restarts", "reason", "deaths", "cooldown_s", "limit", "value", "tool",
+         "kind", "error")
+
+
+def log_entry(event: str, fields: dict[str, Any], *, toolboxes: frozenset[str] | None, own_session: bool,
+              own_call: bool) -> tuple[str, dict[str, Any]] | None:
+    """The level and data a session is told for one trace record, or ``None``. Pure.
+
+    ``toolboxes``: the session's agent's toolbox names (``None``: every toolbox); ``own_session``: the record names
+    this session; ``own_call``: it names a call of this session."""
+    level = None
+    if event == "load_error" or event in _WORKER:
+        if toolboxes is None or fields.get("toolbox") in toolboxes:
+            level = _WORKER.get(event, "error")
+    elif (event == "limit_hit" and own_call) or (
+            event == "portal_refusal" and own_session and fields.get("kind") in _LIMIT_REFUSALS):
+        level = "warning"
+    if level is None:
+        return None
+    data = {"event": event, **{k: fields[k] for k in _KEEP if k in fields}}
+    return level, data
+
+
+class SessionLog:
+    """The log of one MCP session: its level, its queue, its view of the trace."""
+
+    def __init__(self, sup: Supervisor, session_name: str, agent: str | None) -> None:
+        self.sup = sup
+        self.session_name = session_name
+        self.agent = agent
+        self.level: str | None = None
+        self._send, self._receive = trio.open_memory_channel[dict[str, Any]](QUEUE)
+        self._calls: set[Any] = set()
+
+    def _toolboxes(self) -> frozenset[str] | None:
+        if self.agent is None:
+            return None
+        return frozenset(r.name for r in self.sup.runners if r.spec.agent == self.agent)
+
+    def _own(self, fields: dict[str, Any]) -> bool:
+        session = fields.get("session")
+        return isinstance(session, str) and self.sup.frontends.name_of(session) == self.session_name
+
+    def set_level(self, level: str) -> None:
+        """Send messages of ``level`` and above from now on (a level in :data:`LEVELS`). The first time, the
+        present load errors of the agent's toolboxes are told."""
+        first = self.level is None
+        self.level = level
+        if first:
+            self.sup.trace.listeners.add(self._on_record)
+            toolboxes = self._toolboxes()
+            for error in self.sup.load_errors():
+                if toolboxes is None or error.get("toolbox") in toolboxes:
+                    self.tell("error", {"event": "load_error", **{k: str(v) for k, v in error.items()}})
+
+    def close(self) -> None:
+        """Stop listening (the session ended)."""
+        self.sup.trace.listeners.discard(self._on_record)
+        self._send.close()
+
+    def tell(self, level: str, data: dict[str, Any]) -> None:
+        """Queue a message of ``level`` when the client asked for that level or a lower one; never blocks."""
+        if self.level is None or LEVELS.index(level) < LEVELS.index(self.level):
+            return
+        message = {"jsonrpc": "2.0", "method": "notifications/message",
+                   "params": {"level": level, "logger": _LOGGER, "data": data}}
+        try:
+            self._send.send_nowait(message)
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            pass  # nobody reads fast enough (or the session ended): dropped
+
+    def _on_record(self, event: str, fields: dict[str, Any]) -> None:
+        if event == "call_start":
+            if self._own(fields):
+                self._calls.add(fields.get("call_id"))
+            return
+        if event == "call_end":
+            self._calls.discard(fields.get("call_id"))
+            return
+        if event not in _TOLD:
+            return
+        entry = log_entry(event, fields, toolboxes=self._toolboxes(), own_session=self._own(fields),
+                          own_call=fields.get("call_id") in self._calls)
+        if entry is not None:
+            self.tell(*entry)
+
+    async def pump(self, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """Send queued messages with ``send`` until the session's log is closed (or the caller is cancelled)."""
+        async for message in self._receive:
+            await send(message)

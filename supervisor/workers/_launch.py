@@ -1,0 +1,123 @@
+"""Starting a confined process: the one launch path of workers (``_worker.py``) and one-shot confined commands
+(``_confined_exec.py``).
+
+A confined process is ``sandbox._launcher`` started by :func:`launcher_argv` (the one bootstrap string), given its
+:class:`~sandbox._plan.ConfinementPlan` as one frame on stdin (:func:`plan_frame`, the one encoding: a 4-byte
+big-endian length, then the plan's msgpack), and, when the plan asks for the egress bridge, a socket pair whose
+child end the launcher gets as ``bridge_fd`` and sends the bridge sockets up. :func:`launch` spawns it;
+:func:`serve_bridge` serves the bridge (proxy and DNS stub, name lookups bounded per bridge) until told to stop.
+
+What differs between the two callers stays with them: a worker joins its cgroup between the spawn and the plan, its
+connection then speaks the protocol on the pipes; a one-shot command's output is read and its stdin closed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import struct
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import trio
+
+import sandbox
+from sandbox._bridge import BridgeSockets
+from sandbox._credentials import Credential
+from sandbox._dns_stub import serve_dns_stub
+from sandbox._egress import Terminator, default_resolve, limited_resolver, serve_egress
+from sandbox._hosts import AllowedHosts
+from sandbox._plan import ConfinementPlan
+
+from ._spawn import ChildProcess, spawn_child
+
+__all__ = ["LOOKUPS_PER_BRIDGE", "Launched", "launch", "launcher_argv", "plan_frame", "serve_bridge"]
+
+#: Name lookups one confined process's egress bridge (proxy and DNS stub) may have in flight; trio's thread pool
+#: (40 threads) serves the whole supervisor.
+LOOKUPS_PER_BRIDGE = 8
+
+
+def launcher_argv(python: str | None = None, code_root: str | None = None) -> list[str]:
+    """The command that starts the launcher: ``[python, "-I", "-B", "-c", <bootstrap>]``, the bootstrap putting
+    ``code_root`` first on ``sys.path`` and calling ``sandbox._launcher.main``. ``code_root`` holds the ``sandbox``
+    package (a worker's: the staged runtime folder; default: this checkout's).
+
+    The launcher imports everything it needs before it confines itself, so for a one-shot command (entry
+    ``sandbox._launcher:exec_argv``) ``code_root`` need not be readable by the sandbox uid; a worker's entry imports
+    ``toolboxes`` after confinement, hence its staged copy.
+    """
+    root = code_root or os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
+    boot = f"import sys; sys.path.insert(0, {root!r}); from sandbox._launcher import main; main()"
+    return [python or sys.executable, "-I", "-B", "-c", boot]
+
+
+def plan_frame(plan: ConfinementPlan) -> bytes:
+    """The plan as the launcher reads it from stdin (``sandbox._launcher.decode_plan``)."""
+    frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
+    return struct.pack(">I", len(frame)) + frame
+
+
+@dataclass
+class Launched:
+    """A started launcher: its process, the plan to send it (``bridge_fd`` filled in), and this side of the bridge
+    socket pair (``None`` without a bridge), which the caller owns and must close."""
+
+    proc: ChildProcess
+    plan: ConfinementPlan
+    carrier: socket.socket | None
+
+    def close_carrier(self) -> None:
+        if self.carrier is not None:
+            self.carrier.close()
+            self.carrier = None
+
+
+def launch(argv: Sequence[str], plan: ConfinementPlan, *, env: Mapping[str, str], cwd: str = "/",
+           pass_fds: Sequence[int] = ()) -> Launched:
+    """Spawn the launcher ``argv`` for ``plan`` (the plan is not sent yet: see :func:`plan_frame`).
+
+    Raises ``OSError`` when it cannot be spawned (nothing is left open then).
+    """
+    carrier: socket.socket | None = None
+    child_end: socket.socket | None = None
+    if plan.bridge:
+        # The launcher opens the bridge sockets inside the process's namespace and passes them up this pair.
+        carrier, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        plan = dataclasses.replace(plan, bridge_fd=child_end.fileno())
+    try:
+        proc = spawn_child(list(argv), env=dict(env), cwd=cwd,
+                           pass_fds=(*pass_fds, *((child_end.fileno(),) if child_end else ())))
+    except OSError:
+        if carrier is not None:
+            carrier.close()
+        raise
+    finally:
+        if child_end is not None:
+            child_end.close()
+    return Launched(proc, plan, carrier)
+
+
+async def serve_bridge(bridge: BridgeSockets, rules: AllowedHosts, *, toolbox: str, until: Callable[[], Awaitable[Any]],
+                       on_decision: Callable[[dict[str, Any]], None],
+                       credentials: Sequence[Credential] = (), terminator: Terminator | None = None) -> None:
+    """Serve the egress proxy and DNS stub of one confined process until ``until()`` returns; then close the
+    sockets. At most :data:`LOOKUPS_PER_BRIDGE` name lookups of the two are in flight at once."""
+    proxy, dns_udp, dns_tcp = bridge.to_trio()
+    try:
+        async with trio.open_nursery() as nursery:
+            resolve = limited_resolver(default_resolve, LOOKUPS_PER_BRIDGE)
+            await nursery.start(lambda task_status: serve_egress(
+                proxy, rules, on_decision=on_decision, toolbox=toolbox, resolve=resolve,
+                credentials=tuple(credentials), terminator=terminator, task_status=task_status))
+            await nursery.start(lambda task_status: serve_dns_stub(
+                dns_udp, dns_tcp, rules, resolve=resolve, task_status=task_status))
+            await until()
+            nursery.cancel_scope.cancel()
+    finally:
+        for sock in (proxy, dns_udp, dns_tcp):
+            sock.close()

@@ -1,0 +1,122 @@
+"""MCP logging for real, with the official SDK client over stdio and over Streamable HTTP: after
+``logging/setLevel`` a session is told its agent's toolbox load errors and the limits its own calls hit, never
+another tenant's; plus the pure choice of what a trace record tells a session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client, ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from supervisor.frontends._http_auth import hash_token
+from supervisor.frontends._mcp_logging import log_entry
+from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor.frontends.test_frontends import REPO, _env
+from tests.supervisor.frontends.test_mcp_http import _start
+
+# The SDK marks logging deprecated as of 2026-07-28 (SEP-2577); the handshake revisions served here still have it.
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+
+ACME, GLOBEX = "acme-log-token", "globex-log-token"
+WHY = "the store's config file is missing"
+
+
+class _Log:
+    """The ``notifications/message`` one client got; ``wait_for`` returns once one matches."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, dict[str, Any]]] = []
+        self._event = trio.Event()
+
+    async def callback(self, params: Any) -> None:
+        self.messages.append((params.level, params.data))
+        self._event.set()
+        self._event = trio.Event()
+
+    async def wait_for(self, event: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+        while True:
+            for level, data in self.messages:
+                if data.get("event") == event and all(data.get(k) == v for k, v in fields.items()):
+                    return level, data
+            await self._event.wait()
+
+
+def _policy(root: Path) -> Path:
+    server = {"tag": "McpSimpleBinary", "contents": {"name": "store", "executable": sys.executable,
+                                                     "args": ["-c", f"import sys; sys.exit({WHY!r})"]}}
+    return write_policy(root, {"alpha": agent("alpha", mcpServers=[server], builtinToolboxes=[
+        system_toolbox("system", ["date"])])},
+        sessions={"max_calls": 1},
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]},
+                 "globex": {"tokens": [hash_token(GLOBEX)], "agents": ["alpha"]}})
+
+
+async def _use(client: Any, log: _Log) -> None:
+    """Set the level, learn the load error, make one call and one past the session's limit, learn that."""
+    await client.set_logging_level("warning")
+    level, data = await log.wait_for("load_error", toolbox="store")
+    assert level == "error" and WHY in data["message"]
+    assert not (await client.call_tool("system_system_date", {})).is_error
+    refused = await client.call_tool("system_system_date", {})
+    assert refused.is_error and "reached its limit of 1 tool calls" in refused.content[0].text
+    level, data = await log.wait_for("portal_refusal", kind="SessionLimit")
+    assert level == "warning" and data["tool"] == "system_system_date"
+
+
+@pytest.mark.root
+async def test_over_stdio(sandbox_tmp: Path) -> None:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy",
+                                                                 str(_policy(sandbox_tmp))], env=_env(), cwd=REPO)
+    log = _Log()
+    with trio.fail_after(90):
+        async with stdio_client(params) as (read, write), ClientSession(read, write,
+                                                                        logging_callback=log.callback) as session:
+            init = await session.initialize()
+            assert init.capabilities.logging is not None
+            await _use(session, log)
+
+
+@pytest.mark.root
+async def test_over_http_each_tenant_hears_only_its_own(sandbox_tmp: Path) -> None:
+    async for server in _start(_policy(sandbox_tmp)):
+        logs = {ACME: _Log(), GLOBEX: _Log()}
+        with trio.fail_after(120):
+            async with create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as acme_http, \
+                    create_mcp_http_client(headers={"Authorization": f"Bearer {GLOBEX}"}) as globex_http, \
+                    Client(streamable_http_client(server.url("alpha"), http_client=acme_http), mode="legacy",
+                           logging_callback=logs[ACME].callback) as acme, \
+                    Client(streamable_http_client(server.url("alpha"), http_client=globex_http), mode="legacy",
+                           logging_callback=logs[GLOBEX].callback) as globex:
+                await globex.set_logging_level("warning")
+                await logs[GLOBEX].wait_for("load_error", toolbox="store")
+                await _use(acme, logs[ACME])
+                # globex's own limit, after acme's: its stream is in order, so acme's would have come first.
+                await _use(globex, logs[GLOBEX])
+        for token in (ACME, GLOBEX):
+            refusals = [d for _, d in logs[token].messages if d["event"] == "portal_refusal"]
+            assert len(refusals) == 1, (token, logs[token].messages)
+
+
+def test_what_a_record_tells_a_session() -> None:
+    mine = frozenset({"system"})
+    assert log_entry("load_error", {"toolbox": "system", "message": "m"}, toolboxes=mine, own_session=False,
+                     own_call=False) == ("error", {"event": "load_error", "toolbox": "system", "message": "m"})
+    assert log_entry("load_error", {"toolbox": "other"}, toolboxes=mine, own_session=False, own_call=False) is None
+    assert log_entry("worker_restart", {"toolbox": "system", "restarts": 2, "pid": 9}, toolboxes=mine,
+                     own_session=False, own_call=False) == (
+        "warning", {"event": "worker_restart", "toolbox": "system", "restarts": 2})
+    hit = {"toolbox": "system", "limit": "pids_max", "value": 64, "call_id": 3}
+    assert log_entry("limit_hit", hit, toolboxes=mine, own_session=False, own_call=False) is None  # not its call
+    assert log_entry("limit_hit", hit, toolboxes=mine, own_session=False, own_call=True)[0] == "warning"
+    refusal = {"tool": "t", "kind": "SessionLimit", "reason": "r", "session": "s"}
+    assert log_entry("portal_refusal", refusal, toolboxes=mine, own_session=False, own_call=False) is None
+    assert log_entry("portal_refusal", {**refusal, "kind": "PortalToolNotFound"}, toolboxes=mine, own_session=True,
+                     own_call=False) is None  # answered already; not a limit
