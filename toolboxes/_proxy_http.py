@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import functools
 import os
-import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 __all__ = ["build_request", "open_client", "proxy_for"]
