@@ -12,18 +12,17 @@ import hashlib
 import json
 import os
 import signal
-import struct
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 import trio
 
 from sandbox._plan import WRITE, FsRule
 from supervisor._supervisor import Supervisor
+from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
 from toolboxes._result import ToolResult
 
@@ -205,8 +204,7 @@ async def test_kernel_holds_the_sandbox_without_the_in_worker_check(
     plan = dataclasses.replace(spec.plan, entry="sandbox._launcher:exec_argv",
                                payload={"argv": [spec.argv[0], "-I", "-c", _PROBE, str(project),
                                                  str(sandbox_tmp / "secret.txt")]})
-    body = msgpack.packb(plan.to_wire())
-    proc = await trio.run_process(spec.argv, stdin=struct.pack(">I", len(body)) + body, capture_stdout=True,
+    proc = await trio.run_process(spec.argv, stdin=plan_frame(plan), capture_stdout=True,
                                   capture_stderr=True, check=False, env=spec.env, cwd=spec.cwd)
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)

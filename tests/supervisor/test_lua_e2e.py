@@ -14,18 +14,17 @@ import dataclasses
 import json
 import os
 import sqlite3
-import struct
 import textwrap
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 import trio
 
 from supervisor._supervisor import Supervisor
+from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
 from toolboxes._result import ToolResult
 
@@ -218,8 +217,7 @@ async def test_landlock_refuses_the_same_paths_with_the_check_bypassed(sup: Supe
     plan = dataclasses.replace(spec.plan, entry="sandbox._launcher:exec_argv", bridge=False, tcp_connect_ports=(),
                                payload={"argv": [spec.argv[0], "-I", "-c", _PROBE, secret,
                                                  str(team / "repro-cases" / "input.json")]})
-    body = msgpack.packb(plan.to_wire())
-    proc = await trio.run_process(spec.argv, stdin=struct.pack(">I", len(body)) + body, capture_stdout=True,
+    proc = await trio.run_process(spec.argv, stdin=plan_frame(plan), capture_stdout=True,
                                   capture_stderr=True, check=False, env=spec.env, cwd=spec.cwd)
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)

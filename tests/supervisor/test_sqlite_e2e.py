@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import sqlite3
-import struct
 import subprocess
 import sys
 import textwrap
@@ -21,12 +20,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 import trio
 
 from sandbox._plan import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
+from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
 from toolboxes._result import ToolResult
 
@@ -242,8 +241,7 @@ async def test_kernel_refuses_writes_with_the_authorizer_out_of_the_way(lab: Lab
     python = spec.argv[0]
     plan = dataclasses.replace(spec.plan, entry="sandbox._launcher:exec_argv",
                                payload={"argv": [python, "-I", "-c", _PROBE, str(lab.ro_db)]})
-    body = msgpack.packb(plan.to_wire())
-    proc = await trio.run_process(spec.argv, stdin=struct.pack(">I", len(body)) + body, capture_stdout=True,
+    proc = await trio.run_process(spec.argv, stdin=plan_frame(plan), capture_stdout=True,
                                   capture_stderr=True, check=False, env=spec.env, cwd=spec.cwd)
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)

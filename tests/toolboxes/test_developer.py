@@ -17,6 +17,7 @@ from toolboxes._result import ToolResult
 from toolboxes._test_pause import PAUSE_ENV
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.developer import CAPABILITIES, DeveloperToolbox, open_toolbox
+from toolboxes.developer._validate import check_describe
 
 ALL = list(CAPABILITIES)
 
@@ -383,6 +384,25 @@ def test_create_tool_then_validate_it_for_real(root: Path, language: str) -> Non
     assert res.status == "failed"
     paths = {e["path"] for e in res.structured["errors"]}
     assert {"description", "args[0].arity", "args[0].mode"} <= paths
+
+
+def test_validate_tool_judges_a_describe_as_the_bash_toolbox_loads_it() -> None:
+    """One validator: the spellings bash loads (``str``, ``double``) validate; what it refuses is an error with the
+    path bash names."""
+    from toolboxes.bash import DescribeError, parse_describe
+
+    def describe(backing: str) -> dict[str, Any]:
+        return {"slug": "t", "description": "d", "args": [{"name": "x", "description": "", "type": backing,
+                                                             "backing_type": backing, "arity": "single",
+                                                             "mode": "positional"}]}
+
+    for backing in ("str", "double", "string", "int"):
+        assert check_describe(describe(backing)) == [], backing
+        parse_describe(json.dumps(describe(backing)).encode())
+    [error] = check_describe(describe("object"))
+    assert error["path"] == "args[0].backing_type" and "'object' is not supported" in error["message"]
+    with pytest.raises(DescribeError, match="'object' is not supported"):
+        parse_describe(json.dumps(describe("object")).encode())
 
 
 def test_create_and_validate_agent(root: Path) -> None:
