@@ -13,12 +13,15 @@ worker, in tests of a toolbox alone).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 __all__ = ["build_request", "open_client", "proxy_for"]
@@ -40,7 +43,17 @@ def open_client(timeout_s: float) -> httpx.Client:
     followed (a 3xx is the answer), ``timeout_s`` for each phase."""
     import httpx  # here, not at the top: proxy_for is needed before any request, httpx costs tens of ms
 
-    return httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False)
+    return httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False,
+                        verify=_ssl_context())
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """The one TLS context of this process's clients: httpx would load the CA store into a new one for every client,
+    that is for every request (tens of milliseconds of CPU and megabytes of allocator churn: issue 19's soak)."""
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 def build_request(client: httpx.Client, method: str, url: str, *, proxy: str | None,

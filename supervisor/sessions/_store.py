@@ -141,13 +141,13 @@ class SessionStore:
         self.write_errors = 0
         self.last_write_error: str | None = None
         self.pruned_records = 0  # records of kept sessions the last prune deleted
-        self._pending: list[Callable[[], None]] = []
+        self._pending: list[Callable[[], object]] = []
         self._known: dict[str, None] = {}  # sessions whose row this process wrote or read (a bounded cache)
         #: root session id -> its conversation id, for the sessions this process opened most recently (a bounded
         #: cache: :meth:`open_root` reads a forgotten one back from the database)
         self._roots: dict[str, str] = {}
 
-    def _write(self, action: Callable[[], None]) -> None:
+    def _write(self, action: Callable[[], object]) -> None:
         """Queue a write; :meth:`flush` runs queued writes in one transaction (the supervisor flushes every
         0.2 s, and every read flushes first, so readers always see every write made before them)."""
         self._pending.append(action)
