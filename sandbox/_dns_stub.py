@@ -138,7 +138,7 @@ async def serve_dns_stub(
                 wire, rules, resolve=resolve, own_addresses=own_addresses, max_size=_UDP_LIMIT
             )
             if reply is not None:
-                await udp_sock.sendto(reply, addr)
+                await udp_sock.sendto(reply, addr)  # type: ignore[call-overload]  # trio types addr as object
         except OSError:
             pass  # the client went away; UDP has no one to tell
         finally:

@@ -231,6 +231,8 @@ class _Connection:
                 upstream = await self._tls(upstream, host)
             self.record["verdict"] = "allowed"
             if method == "CONNECT":
+                if not isinstance(upstream, trio.SocketStream):  # a tunnel carries the client's own TLS
+                    raise _Refusal(502, "a CONNECT tunnel cannot run over a TLS connection the proxy made")
                 await self.client.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 leftover, _closed = conn.trailing_data
                 if leftover:
@@ -291,7 +293,7 @@ class _Connection:
                                open_upstream=open_upstream, credentials=self.server.credentials,
                                record=self.record)
 
-    async def _tls(self, raw: trio.SocketStream, host: str | IPAddress) -> trio.SSLStream[trio.SocketStream]:
+    async def _tls(self, raw: trio.abc.Stream, host: str | IPAddress) -> trio.SSLStream[trio.abc.Stream]:
         """TLS to the upstream over ``raw``, its certificate verified for ``host`` (name or address)."""
         stream = trio.SSLStream(raw, self.server.upstream_tls, server_hostname=str(host), https_compatible=True)
         try:
@@ -372,7 +374,7 @@ class _Connection:
                 self.record["bytes_down"] += len(data)
                 if parsing:
                     try:
-                        up.receive_data(data)
+                        up.receive_data(bytes(data))
                         while (event := up.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
                             if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                                 return

@@ -91,7 +91,7 @@ class _Tunnel:
                 data = await self.tls.receive_some(CHUNK)
             if scope.cancelled_caught:
                 raise _End
-            self.conn.receive_data(data)
+            self.conn.receive_data(bytes(data))
             self.record["bytes_up"] += len(data)
 
     async def _send(self, event: Any) -> None:
@@ -198,7 +198,7 @@ class _Tunnel:
                 await self._refuse(502, f"the upstream's response is malformed: {exc}")
             if event is h11.NEED_DATA:
                 data = await upstream.receive_some(CHUNK)
-                up.receive_data(data)
+                up.receive_data(bytes(data))
                 continue
             if isinstance(event, h11.InformationalResponse):
                 continue  # its 100 Continue was for us

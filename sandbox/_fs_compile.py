@@ -234,7 +234,7 @@ def compile_predicate(
         if not piece.exact and approx.upper[region]:
             narrowing = ", ".join(sorted(approx.upper[region]))
             piece = _Piece(piece.rule, False, piece.source, f"{piece.note} (narrowed by {narrowing})")
-        if piece.rule.path == "/" and piece.rule.mode == WRITE:
+        if piece.rule is not None and piece.rule.path == "/" and piece.rule.mode == WRITE:
             downgrade = "an unbounded predicate never gets / read-write: the kernel refuses writes outside the " \
                 "other rules"
             piece = _Piece(FsRule("/", READ), False, piece.source, "; ".join(filter(None, (downgrade, piece.note))))

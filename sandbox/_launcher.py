@@ -433,7 +433,7 @@ def load_entry(entry: str) -> Callable[[dict[str, Any]], Any]:
         ) from exc
     if not callable(func):
         raise ConfinementError(f"entry {entry!r} is not callable", step="entry")
-    return func  # type: ignore[no-any-return]
+    return func
 
 
 def exec_argv(payload: dict[str, Any]) -> NoReturn:

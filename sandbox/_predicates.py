@@ -131,7 +131,7 @@ PathPredicate = (
     | FileSizeLessThan | And | Or | Not | Any_ | All | AlwaysAllow | AlwaysDeny
 )
 
-_PATH_TAGS = {
+_PATH_TAGS: dict[str, type[FileExactly | DirectoryExactly | DirectoryRecursive | DirectoryShallow | ChildOf]] = {
     "FileExactly": FileExactly,
     "DirectoryExactly": DirectoryExactly,
     "DirectoryRecursive": DirectoryRecursive,
@@ -207,7 +207,7 @@ def predicate_to_json(p: PathPredicate) -> dict[str, Any]:
     """The seed's JSON form of ``p`` (paths as resolved)."""
     for tag, cls in _PATH_TAGS.items():
         if type(p) is cls:
-            return {"tag": tag, "contents": p.path}  # type: ignore[union-attr]
+            return {"tag": tag, "contents": p.path}
     match p:
         case FilePattern(pattern):
             return {"tag": "FilePattern", "contents": pattern}

@@ -154,12 +154,12 @@ def check_status(status_text: str, uid: int | None, gid: int | None, groups: tup
     if fields.get("NoNewPrivs") != "1":
         problems.append(f"NoNewPrivs is {fields.get('NoNewPrivs')!r}, expected '1'")
     for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
-        value = fields.get(cap)
-        if value is None:
+        cap_value = fields.get(cap)
+        if cap_value is None:
             if cap != "CapAmb":  # kernels before 4.3 have no ambient set
                 problems.append(f"{cap} missing from /proc/self/status")
-        elif int(value, 16) != 0:
-            problems.append(f"{cap} is {value}, expected 0")
+        elif int(cap_value, 16) != 0:
+            problems.append(f"{cap} is {cap_value}, expected 0")
     for name, want in (("Uid", uid), ("Gid", gid)):
         if want is None:
             continue
@@ -167,8 +167,8 @@ def check_status(status_text: str, uid: int | None, gid: int | None, groups: tup
         if ids != [str(want)] * 4:
             problems.append(f"{name} is {ids}, expected {want} for real, effective, saved and filesystem ids")
     if uid is not None and sorted(int(g) for g in fields.get("Groups", "").split()) != sorted(set(groups)):
-        want = " ".join(str(g) for g in sorted(set(groups))) or "none"
-        problems.append(f"supplementary groups remain: {fields.get('Groups', '')} (expected {want})")
+        wanted = " ".join(str(g) for g in sorted(set(groups))) or "none"
+        problems.append(f"supplementary groups remain: {fields.get('Groups', '')} (expected {wanted})")
     return StatusCheck(tuple(problems))
 
 

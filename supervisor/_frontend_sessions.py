@@ -1,16 +1,15 @@
 """The sessions of frontends (MCP connections, the CLI, the Python API): from a frontend's session name and the
 agent it acts as to a root session of the store, and the call's conversation and turn ids.
 
-A frontend acts as the agent whose tool it calls (:meth:`FrontendSessions.owner_agent`); its session name with that
-agent (and the tenant, ``local`` for now) is one root session (:mod:`supervisor.sessions._ids`). A call's
-conversation id is the client's when it sent one, else its session's (made when the session was created, so stable
-for the session's life, across supervisor runs for a named session); its turn id is the client's, else a new one
-per call.
+A frontend acts as the agent whose tool it calls (the agent whose name space the tool's name is found in: a
+session bound to one agent always acts as that agent; a sub-agent's ``io_prompt_agent_<slug>`` is the tool of the
+agent that names the sub-agent, see :mod:`supervisor.calls._registry`); its session name with that agent (and the
+tenant) is one root session (:mod:`supervisor.sessions._ids`). A call's conversation id is the client's when it
+sent one, else its session's (made when the session was created, so stable for the session's life, across
+supervisor runs for a named session); its turn id is the client's, else a new one per call.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from supervisor.calls import CallOrigin
 from supervisor.config import AgentTree
@@ -34,18 +33,6 @@ class FrontendSessions:
         self._opened: dict[tuple[str, str, str], tuple[str, str]] = {}  # (tenant, agent, name) -> open()'s answer
         #: root session id -> conversation id, without a store (the most recent sessions': ``remember``)
         self._conversations: dict[str, str] = {}
-
-    def owner_agent(self, tool: Any) -> str:
-        """The agent a frontend acts as when it calls ``tool`` (a registered tool or ``None``): the tool's agent;
-        for a sub-agent's tool (``io_prompt_agent_<slug>``) the first agent that names that sub-agent."""
-        if tool is None:
-            return ""
-        runner = tool.runner
-        if getattr(runner, "is_agent", False) and self.tree is not None:
-            for parent, subs in self.tree.subagents.items():
-                if runner.slug in subs:
-                    return parent
-        return str(tool.agent)
 
     def open(self, name: str | None, agent: str, *, tenant: str = LOCAL_TENANT) -> tuple[str, str]:
         """The root session the frontend session ``name`` (``None``: :attr:`default_name`) has with ``agent``, as

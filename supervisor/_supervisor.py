@@ -5,6 +5,10 @@ Use it as an async context manager::
     async with Supervisor.open("policies/strict.yaml") as sup:
         result = await sup.call("system_system_date", {})
 
+Toolboxes are identified by (agent, toolbox): two agents may each have a ``system`` toolbox, each with its own
+worker, folders, uid and tool names (``system_system_date`` of each, see :mod:`supervisor.calls._registry`).
+``call(..., agent_scope=SLUG)`` calls the tool of that agent; without it, a name is the first agent's that has it.
+
 ``open`` loads and compiles the policy (raising :class:`~supervisor.config._errors.ConfigError` or
 :class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
 returns once every worker said hello or failed to load. The workers start concurrently, at most
@@ -16,6 +20,10 @@ git skill sources, its worker's start or the handling of its tool list (an unexp
 a load error naming that toolbox (:meth:`Supervisor.load_errors`, ``agents-supervise tools``, the trace's
 ``load_error``); that toolbox serves nothing (its calls answer with the error) and every other one serves. Only
 deliberate refusals (a malformed config, a policy that cannot be enforced) stop the start, before anything runs.
+
+:meth:`Supervisor.reload` loads the policy again while serving (``SIGHUP``): toolboxes whose settings did not
+change keep their workers, changed ones are restarted, removed ones stopped, new ones started; a policy that does
+not load keeps the running one (:mod:`supervisor._reload`).
 
 Leaving the block stops every worker (graceful, then SIGKILL) and closes the trace. There is no global state: two
 supervisors in one process are independent.
@@ -54,13 +62,22 @@ from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_confi
 from supervisor.plan import CompiledPolicy, compile_policy, kind_plan, prepare_git_sources
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, answer_host_request
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
-from supervisor.workers import KernelAudit, LimitWatch, SupervisionPolicy, ToolboxRunner, Worker, combine_watches
+from supervisor.workers import (
+    KernelAudit,
+    LimitWatch,
+    SupervisionPolicy,
+    ToolboxRunner,
+    Worker,
+    WorkerSpec,
+    combine_watches,
+)
 from toolboxes._catalog import KINDS
 from toolboxes._progress import ProgressUpdate, parse_progress_event
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
+from ._reload import ReloadOutcome, reload_supervisor, spec_fingerprint
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start); a quarter of
 #: ``keep_days`` when that is shorter, so the store holds at most 1.25 times the retention's traffic.
@@ -91,6 +108,8 @@ class ToolInfo:
     #: MCP tool annotations (readOnlyHint, destructiveHint, idempotentHint, openWorldHint, title)
     hints: dict[str, Any] = field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
+    #: the agent whose name this is (a session bound to it sees it); ``agent`` is whose toolbox (or loop) runs it
+    namespace: str = ""
 
 
 class Supervisor:
@@ -135,15 +154,23 @@ class Supervisor:
         self.session_tools = SessionToolViews(sessions if sessions is not None else SessionStore(":memory:"))
         #: load errors found before any worker started (git skill sources that could not be cloned)
         self.source_errors: list[dict[str, Any]] = []
-        #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "source",
-        #: "message"}``; such a toolbox serves nothing
+        #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "agent",
+        #: "source", "message"}``; such a toolbox serves nothing
         self.toolbox_load_errors: list[dict[str, str]] = list(compiled.load_errors)
-        self._undescribable: set[str] = set()  # toolboxes whose tool list could not be registered
+        #: (agent, toolbox) of the toolboxes whose tool list could not be registered
+        self.undescribable: set[tuple[str, str]] = set()
         self._catalog_seen = ""  # the resources and prompts of every worker, when the lists were last rebuilt
         #: sub-agents left out at load (their file does not exist), ``{"agent", "source", "message"}``
         self.agent_load_errors: tuple[dict[str, str], ...] = tree.load_errors if tree is not None else ()
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
         self.otel: OtelExport | None = None
+        #: what :meth:`reload` loads again: the policy file, the extra agent files, the state directory in use
+        self.reload_source: tuple[str, list[str], str | None] = (self.config.policy_file, [], compiled.state_dir)
+        #: (agent, toolbox) -> its spec as compiled (:func:`~supervisor._reload.spec_fingerprint`)
+        self.fingerprints: dict[tuple[str, str], str] = {(s.agent, s.toolbox): spec_fingerprint(s)
+                                                          for s in compiled.specs}
+        self._nursery: trio.Nursery | None = None
+        self._reloading = trio.Lock()
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -185,14 +212,16 @@ class Supervisor:
         http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
         sup.otel = otel
+        sup.reload_source = (config.policy_file, list(agents), compiled.state_dir)
         trace.record("supervisor_start", pid=os.getpid(), policy=config.policy_file,
-                     toolboxes=[s.toolbox for s in compiled.specs])
+                     toolboxes=[f"{s.agent}/{s.toolbox}" for s in compiled.specs])
         trace.record("policy_compiled", workers=[
             {"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
             warnings=compiled.warnings)
         try:
             sup._prune_sessions()
             async with trio.open_nursery() as nursery:
+                sup._nursery = nursery
                 nursery.start_soon(sup._flush_trace)
                 await nursery.start(sup.kernel_audit.run)
                 await sup._start(nursery)
@@ -219,10 +248,6 @@ class Supervisor:
             trace.close()
 
     async def _start(self, nursery: trio.Nursery) -> None:
-        supervision = SupervisionPolicy(
-            self.compiled.restart_backoff_initial_s, self.compiled.restart_backoff_max_s,
-            self.compiled.crash_loop_max_restarts, self.compiled.crash_loop_window_s,
-            self.compiled.crash_loop_cooldown_s)
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
         for layout in layouts:  # groups a supervisor killed with SIGKILL left behind
             try:
@@ -235,21 +260,48 @@ class Supervisor:
         for error in [*self.agent_load_errors, *self.toolbox_load_errors]:
             self.trace.record("load_error", **error)
         self.source_errors = await prepare_git_sources(self.compiled, self.trace)
+        self.set_auto_enabled()
+        self.runners = [self.new_runner(spec) for spec in self.compiled.specs]
+        await self.start_runners(nursery, self.runners)
+        self._rebuild()
+
+    async def start_runners(self, nursery: trio.Nursery, runners: list[ToolboxRunner]) -> None:
+        """Start ``runners`` in ``nursery`` at once, up to ``parallel_starts`` of them; whatever order they finish
+        in, the load errors follow the policy's order (and the tool list, built from :attr:`runners`)."""
+        places = trio.CapacityLimiter(self.compiled.parallel_starts)
+        async with trio.open_nursery() as starting:
+            for runner in runners:
+                starting.start_soon(self.start_runner, nursery, runner, places)
+        order = {runner.key: i for i, runner in enumerate(self.runners)}
+        self.toolbox_load_errors.sort(  # stable: compile errors first
+            key=lambda e: order.get((e.get("agent", ""), e["toolbox"]), -1))
+
+    def set_auto_enabled(self) -> None:
+        """Tell the session views each skills toolbox's ``autoEnableSkills``."""
         for spec in self.compiled.specs:
             if kind_plan(spec.kind).session_skills:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
-                self.session_tools.set_auto_enabled(spec.toolbox, auto)
-            runner = ToolboxRunner(spec, supervision, on_request=self._on_request, on_event=self._on_event,
-                                   on_tools=self._on_tools)
-            self.runners.append(runner)
-        # Every worker starts at once, up to parallel_starts of them; whatever order they finish in, the tool
-        # list follows the policy's order (the registry is built from self.runners) and so do the load errors.
-        places = trio.CapacityLimiter(self.compiled.parallel_starts)
-        async with trio.open_nursery() as starting:
-            for runner in self.runners:
-                starting.start_soon(self._start_runner, nursery, runner, places)
-        order = {runner.name: i for i, runner in enumerate(self.runners)}
-        self.toolbox_load_errors.sort(key=lambda e: order.get(e["toolbox"], -1))  # stable: compile errors first
+                self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
+
+    def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
+        """A runner for ``spec`` under the policy's supervision settings (not started)."""
+        c = self.compiled
+        supervision = SupervisionPolicy(c.restart_backoff_initial_s, c.restart_backoff_max_s,
+                                        c.crash_loop_max_restarts, c.crash_loop_window_s, c.crash_loop_cooldown_s)
+        return ToolboxRunner(spec, supervision, on_request=self._on_request, on_event=self._on_event,
+                             on_tools=self._on_tools)
+
+    # -- reloading ---------------------------------------------------------------------------------------------
+    async def reload(self) -> ReloadOutcome:
+        """Load the policy again and apply it (:mod:`supervisor._reload`); one reload at a time. Never raises for
+        a policy that does not load: the outcome's ``refused`` says why, and the running policy stays."""
+        if self._nursery is None:
+            return ReloadOutcome(refused="this supervisor is not running (it was not opened with open())")
+        async with self._reloading:
+            return await reload_supervisor(self, self._nursery)
+
+    def rebuild_tools(self) -> None:
+        """Rebuild the tool registry from the runners (sessions whose list changed are told)."""
         self._rebuild()
 
     async def _flush_trace(self) -> None:
@@ -278,7 +330,10 @@ class Supervisor:
             self.trace.record("sessions_pruned", sessions=gone, records=self.sessions.pruned_records,
                               keep_days=keep_days)
 
-    async def _start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner, places: trio.CapacityLimiter) -> None:
+    async def start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner,
+                           places: trio.CapacityLimiter) -> None:
+        """Start ``runner`` in ``nursery`` (holding one of ``places`` until its worker said hello); a failed first
+        start is its toolbox's load error."""
         try:
             async with places:  # held until the worker said hello (or its start failed)
                 await nursery.start(runner.run)
@@ -289,10 +344,10 @@ class Supervisor:
         """Record that ``runner``'s toolbox could not load at ``source`` and disable it."""
         leaf = first_leaf(exc)
         why = str(leaf) if isinstance(leaf, WorkerStartError) else f"{type(leaf).__name__}: {leaf}"
-        message = (f"toolbox {runner.name} did not load ({source}): {why}"[:2000]
+        message = (f"toolbox {runner.name} (agent {runner.spec.agent}) did not load ({source}): {why}"[:2000]
                    + ". It serves nothing; fix the cause and restart the supervisor.")
         runner.fail_to_load(message)
-        error = {"toolbox": runner.name, "source": source, "message": message}
+        error = {"toolbox": runner.name, "agent": runner.spec.agent, "source": source, "message": message}
         self.toolbox_load_errors.append(error)
         self.trace.record("load_error", **error)
 
@@ -306,37 +361,40 @@ class Supervisor:
         try:
             self._take_tools(runner)
         except Exception as exc:  # the handling of one toolbox's tool list failed: that toolbox is left out
-            self._undescribable.add(runner.name)
+            self.undescribable.add(runner.key)
             self._load_failed(runner, "tool list", exc)
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
-        if kind_plan(runner.spec.kind).session_skills:  # skills that left the list are forgotten by every session
-            self.session_tools.tools_listed(runner.name, runner.tools)
+        if kind_plan(runner.spec.kind).session_skills:  # skills that left the list are forgotten by its agent's
+            self.session_tools.tools_listed(runner.spec.agent, runner.name, runner.tools)  # sessions
         for err in runner.load_errors:
-            self.trace.record("load_error", toolbox=runner.name, **{k: str(v) for k, v in err.items()
-                                                                     if k in ("source", "message")})
+            self.trace.record("load_error", toolbox=runner.name, agent=runner.spec.agent,
+                              **{k: str(v) for k, v in err.items() if k in ("source", "message")})
         if len(self.runners) and all(r.worker is not None or r.failed_reason for r in self.runners):
             self._rebuild()
 
+    def _registered(self) -> dict[tuple[str, str], tuple[Any, ...]]:
+        return {(t.namespace, t.name): (t.runner.name, t.local_name, t.fingerprint, t.description, repr(t.hints),
+                                        repr(t.output_schema)) for t in self.registry.all()}
+
     def _rebuild(self) -> None:
-        before = {n: (t.runner.name, t.local_name, t.fingerprint, t.description, repr(t.hints),
-                      repr(t.output_schema)) for n, t in self.registry.tools.items()}
-        runners = [r for r in self.runners if r.name not in self._undescribable]
+        before = self._registered()
+        runners = [r for r in self.runners if r.key not in self.undescribable]
+        guests = self.agents.guests() if self.agents is not None else {}
         try:
-            self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
+            self.registry.rebuild(runners, guests=guests)
         except Exception:
             # Find the toolbox whose list cannot be registered, leave it out, keep the others.
             for runner in runners:
                 try:
                     ToolRegistry().rebuild([runner])
                 except Exception as exc:
-                    self._undescribable.add(runner.name)
+                    self.undescribable.add(runner.key)
                     self._load_failed(runner, "tool list", exc)
-            runners = [r for r in runners if r.name not in self._undescribable]
-            self.registry.rebuild([*runners, *self.agent_runners])  # type: ignore[list-item]
-        after = {n: (t.runner.name, t.local_name, t.fingerprint, t.description, repr(t.hints),
-                     repr(t.output_schema)) for n, t in self.registry.tools.items()}
+            runners = [r for r in runners if r.key not in self.undescribable]
+            self.registry.rebuild(runners, guests=guests)
+        after = self._registered()
         catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in KINDS]) for r in self.runners])
         catalog_changed = catalog != self._catalog_seen  # resources or prompts: the same wake-up as for tools
         self._catalog_seen = catalog
@@ -356,9 +414,10 @@ class Supervisor:
             safe = {str(k)[:64]: (v[:2000] if isinstance(v, str) else v if isinstance(v, int | float | bool)
                                   or v is None else _short_repr(strict_json(v, string_limit=200)))
                     for k, v in list(data.items())[:32]}
-            self.trace.record("worker_event", toolbox=worker.spec.toolbox, data=safe)
+            self.trace.record("worker_event", toolbox=worker.spec.toolbox, agent=worker.spec.agent, data=safe)
         elif kind != "tools_changed":
-            self.trace.record(kind, **{"toolbox": worker.spec.toolbox, "pid": worker.pid, **data})
+            self.trace.record(kind, **{"toolbox": worker.spec.toolbox, "agent": worker.spec.agent, "pid": worker.pid,
+                                       **data})
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
         origin = worker.origins.get(message.get("call"))  # type: ignore[arg-type]
@@ -366,9 +425,10 @@ class Supervisor:
             return {"error": "request names no call in flight; portal and host requests are made from a call"}
         if message["t"] == "portal":
             args = message.get("args")
-            # The same session, conversation, turn and owner as the call that asks (only what it may call differs).
+            # The same session, conversation, turn and owner as the call that asks (only what it may call differs);
+            # its names are its own agent's (AllowedTools: ["system_system_attach_file"] is that agent's tool).
             inner = replace(origin, allowed=frozenset(worker.spec.allowed_tools),
-                            caller=f"toolbox {worker.spec.toolbox}", progress=None)
+                            caller=f"toolbox {worker.spec.toolbox}", progress=None, agent_scope=worker.spec.agent)
             tool = message.get("tool")
             if not isinstance(tool, str):
                 return {"error": "portal request needs a tool name"}
@@ -387,7 +447,7 @@ class Supervisor:
                      result: ToolResult | None, started: float, duration_s: float,
                      args_json: str | None = None) -> None:
         if result is not None and tool.annotations.get("skill_action") and self.session_tools.observe(
-                origin.session_id, tool.toolbox, tool.annotations, result.status, result.structured):
+                origin.session_id, tool.agent, tool.toolbox, tool.annotations, result.status, result.structured):
             self.session_tools.wake(self.frontends.name_of(origin.session_id))
         if self.sessions is None:
             return
@@ -405,21 +465,23 @@ class Supervisor:
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
-    def list_tools(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> list[ToolInfo]:
+    def list_tools(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT,
+                   agent: str | None = None) -> list[ToolInfo]:
         """The tools served to the frontend session named ``session_id``, in load order: every tool but the
         session-scoped ones (skills' script tools) whose skill is not enabled in that session's session with the
-        tool's agent. ``None``: every tool."""
+        tool's agent. ``session_id`` ``None``: every tool. ``agent``: that agent's name space only (``None``: every
+        agent's, so a name two agents have is listed twice, with each ``namespace``)."""
         out = []
-        for t in self.registry.tools.values():
+        for t in self.registry.all(agent):
             if session_id is not None and t.annotations.get("session_scoped"):
                 try:
-                    resolved = self.frontends.open(session_id, self.frontends.owner_agent(t), tenant=tenant)[0]
+                    resolved = self.frontends.open(session_id, t.namespace, tenant=tenant)[0]
                 except ValueError:
                     continue
-                if not self.session_tools.visible(resolved, t.toolbox, t.annotations):
+                if not self.session_tools.visible(resolved, t.agent, t.toolbox, t.annotations):
                     continue
             out.append(ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
-                                t.annotations, t.hints, t.output_schema))
+                                t.annotations, t.hints, t.output_schema, t.namespace))
         return out
 
     def list_catalog(self, kind: str, agent: str | None = None) -> list[dict[str, Any]]:
@@ -428,7 +490,7 @@ class Supervisor:
         return [e.public for e in list_entries(self._live_runners(), kind, agent)]
 
     def _live_runners(self) -> list[ToolboxRunner]:
-        return [r for r in self.runners if r.name not in self._undescribable and not r.failed_reason]
+        return [r for r in self.runners if r.key not in self.undescribable and not r.failed_reason]
 
     async def read_resource(self, uri: str, *, agent: str | None = None, session_id: str | None = None,
                             tenant: str = LOCAL_TENANT) -> dict[str, Any]:
@@ -478,14 +540,16 @@ class Supervisor:
         """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
         ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
-        runs in that name's session with the tool's agent (see :mod:`supervisor._frontend_sessions`).
+        runs in that name's session with the agent whose tool it is (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
-        session's conversation and a new turn. ``agent_scope``: only that agent's tools exist for this caller (a
-        frontend session bound to one agent). ``progress``: called (on the trio loop, without blocking) with each
+        session's conversation and a new turn. ``agent_scope``: the agent whose tool ``name`` is (a frontend session
+        bound to one agent); only that agent's tools exist for this caller. ``None``: the first agent (load order)
+        that has a tool of that name. ``progress``: called (on the trio loop, without blocking) with each
         progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
         try:
-            agent = self.frontends.owner_agent(self.registry.get(name))
+            tool = self.registry.get(name, agent_scope)
+            agent = tool.namespace if tool is not None else (agent_scope or "")
             origin = self.frontends.origin(session_id, agent, conversation_id=conversation_id, turn_id=turn_id,
                                            tenant=tenant)
         except ValueError as exc:
@@ -508,15 +572,16 @@ class Supervisor:
 
     def load_errors(self) -> list[dict[str, Any]]:
         """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""
-        out = [{"toolbox": r.name, **e} for r in self.runners for e in r.load_errors]
+        out = [{"toolbox": r.name, "agent": r.spec.agent, **e} for r in self.runners for e in r.load_errors]
         out += [dict(e) for e in self.toolbox_load_errors]
         out += self.registry.schema_errors
         out += self.source_errors
         out += [dict(e) for e in self.agent_load_errors]
         return out
 
-    def runner(self, toolbox: str) -> ToolboxRunner:
+    def runner(self, toolbox: str, agent: str | None = None) -> ToolboxRunner:
+        """The runner of ``agent``'s ``toolbox`` (``None``: of the first agent that has one of that name)."""
         for r in self.runners:
-            if r.name == toolbox:
+            if r.name == toolbox and agent in (None, r.spec.agent):
                 return r
-        raise KeyError(toolbox)
+        raise KeyError(toolbox if agent is None else f"{agent}/{toolbox}")

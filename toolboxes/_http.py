@@ -30,7 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from ._proxy_http import build_request, open_client, proxy_for
-from ._result import Attachment, ToolResult
+from ._result import Attachment, Status, ToolResult
 from ._toolbox import CallContext
 
 __all__ = [
@@ -144,7 +144,7 @@ def _is_text(media: str) -> bool:
             or media in {"application/xml", "application/javascript", "application/x-www-form-urlencoded"})
 
 
-def _binary_result(body: bytes, media: str, workdir: str, status: str, summary: str,
+def _binary_result(body: bytes, media: str, workdir: str, status: Status, summary: str,
                    meta: list[tuple[str, str]], truncated: bool) -> ToolResult:
     digest = hashlib.sha256(body).hexdigest()[:16]
     ext = mimetypes.guess_extension(media) or ".bin"
@@ -155,26 +155,26 @@ def _binary_result(body: bytes, media: str, workdir: str, status: str, summary: 
     # Any media, checked by the supervisor against its bytes and its class's limit (a cut body is never attached).
     attachments = [Attachment(media or "application/octet-stream", name)] if not truncated else []
     return ToolResult(status, summary=summary, data=f"{len(body)} bytes of {media or 'unknown type'} saved to {name}",
-                      data_path=name, truncated=truncated, metadata=meta, attachments=attachments)  # type: ignore[arg-type]
+                      data_path=name, truncated=truncated, metadata=meta, attachments=attachments)
 
 
 def _result(response: httpx.Response, body: bytes, truncated: bool, workdir: str,
             meta: list[tuple[str, str]]) -> ToolResult:
     code = response.status_code
-    status = "passed" if 200 <= code < 300 else "failed"
+    status: Status = "passed" if 200 <= code < 300 else "failed"
     summary = f"HTTP {code}"
     media = _media_type(response)
     if not body:
-        return ToolResult(status, summary=summary, data="", metadata=meta)  # type: ignore[arg-type]
+        return ToolResult(status, summary=summary, data="", metadata=meta)
     if _is_json(media) and not truncated:
         try:
             value = json.loads(body)
         except ValueError:
             pass
         else:
-            return ToolResult.json(value, status=status, summary=summary, metadata=meta)  # type: ignore[arg-type]
+            return ToolResult.json(value, status=status, summary=summary, metadata=meta)
     if _is_text(media):
-        return ToolResult(status, summary=summary, data=body.decode("utf-8", "replace"),  # type: ignore[arg-type]
+        return ToolResult(status, summary=summary, data=body.decode("utf-8", "replace"),
                           truncated=truncated, metadata=meta)
     return _binary_result(body, media, workdir, status, summary, meta, truncated)
 

@@ -251,9 +251,9 @@ def main(payload: dict[str, Any]) -> None:
                     jobs.append((ctx, args))
             elif kind == "cancel":
                 with channel.calls_lock:
-                    ctx = channel.calls.get(msg["id"])
-                if ctx is not None:
-                    ctx.cancel()
+                    running = channel.calls.get(msg["id"])
+                if running is not None:
+                    running.cancel()
                     channel.send_result(ctx.call_id, ToolResult.error("the call was cancelled"))
             elif kind == "reply":
                 channel.deliver_reply(msg)

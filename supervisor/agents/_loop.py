@@ -149,19 +149,28 @@ class AgentService:
         self._new_id = new_id
         self.read_attachment = read_attachment
         self.max_image_bytes = max_image_bytes
+        self._runners: list[AgentRunner] = []
 
     def runners(self) -> list[AgentRunner]:
-        """One runner per sub-agent (every agent some agent names), in first-seen order."""
-        return [AgentRunner(self, slug) for slug in self.tree.subagent_slugs]
+        """One runner per sub-agent (every agent some agent names), in first-seen order (made once)."""
+        if not self._runners:
+            self._runners = [AgentRunner(self, slug) for slug in self.tree.subagent_slugs]
+        return self._runners
 
     def tools_of(self, slug: str) -> list[RegisteredTool]:
-        """The tools agent ``slug`` may call: its own toolboxes' tools, then its sub-agents' tools."""
-        subs = self.tree.subagents.get(slug, ())
-        own = [t for t in self.registry.tools.values() if not getattr(t.runner, "is_agent", False) and t.agent == slug]
-        agents = [t for t in self.registry.tools.values()
-                  if getattr(t.runner, "is_agent", False) and t.runner.slug in subs]  # type: ignore[attr-defined]
-        agents.sort(key=lambda t: subs.index(t.runner.slug))  # type: ignore[attr-defined]
-        return own + agents
+        """The tools agent ``slug`` may call: its name space in the registry (its own toolboxes' tools, then its
+        sub-agents' tools, see :meth:`Supervisor._rebuild <supervisor._supervisor.Supervisor>`)."""
+        return self.registry.all(slug)
+
+    def forget_runners(self) -> None:
+        """Make the runners again at the next :meth:`runners` (the tree changed: a policy reload)."""
+        self._runners = []
+
+    def guests(self) -> dict[str, list[AgentRunner]]:
+        """Agent -> the runners of the sub-agents it names, in the order it names them (their tools join its name
+        space in the registry)."""
+        runners = {r.slug: r for r in self._runners}
+        return {parent: [runners[s] for s in subs if s in runners] for parent, subs in self.tree.subagents.items()}
 
     async def run(self, slug: str, prompt: str, origin: CallOrigin) -> ToolResult:
         """Run agent ``slug``'s loop on ``prompt``; always a result (``error`` with the reason when it fails).
@@ -188,7 +197,7 @@ class AgentService:
         functions = [function_tool(t.name, t.description, t.input_schema) for t in tools]
         session_id, conversation_id = self._new_id(), self._new_id()
         inner = replace(origin, session_id=session_id, conversation_id=conversation_id, agent_id=slug,
-                        allowed=allowed, caller=f"agent {slug}", progress=None)
+                        allowed=allowed, caller=f"agent {slug}", progress=None, agent_scope=slug)
         if self.sessions is not None:
             self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id,
                                       tenant=origin.tenant)

@@ -77,9 +77,11 @@ class StackEntry:
 class CallOrigin:
     """Who is calling: the session ids, the depth and stack so far, and what the caller may call.
 
-    ``allowed`` ``None`` means "every tool of the registry" (a frontend caller of the policy's agents).
-    ``agent_scope``: a frontend session bound to one agent (HTTP endpoints): another agent's tools do not exist
-    for it (refused as not found, never as not allowed, so their names are not revealed).
+    ``allowed`` ``None`` means "every tool of the agent's name space" (a frontend caller).
+    ``agent_scope``: the agent whose name space the call's tool name is found in (a frontend session bound to one
+    agent, a worker's portal request: its toolbox's agent, a sub-agent's loop: that agent); another agent's tools
+    do not exist for it (refused as not found, never as not allowed, so their names are not revealed). ``None``:
+    the first agent (load order) that has a tool of that name (the Python API without an agent).
     ``session_id`` is a session of the store (a frontend's is resolved per agent by the supervisor, see
     :mod:`supervisor.sessions._ids`), ``tenant`` its owner's tenant; ``conversation_id`` and ``turn_id`` are the
     call's (the client's when it sent them, else made by the frontend).
@@ -195,12 +197,16 @@ class Portal:
 
     def check(self, name: str, args: Any, origin: CallOrigin) -> RegisteredTool | ToolResult:
         """Run checks 1-4; return the tool to call or the refusal result."""
-        tool = self.registry.get(name)
         scope = origin.agent_scope
-        if tool is None or (scope is not None and tool.agent != scope):
-            known = sorted(self.registry.tools) if origin.allowed is None else sorted(origin.allowed)
-            if scope is not None:
-                known = [k for k in known if (t := self.registry.get(k)) is not None and t.agent == scope]
+        tool = self.registry.get(name, scope)
+        if tool is None and origin.allowed is not None and self.registry.get(name) is not None:
+            # Another agent's tool, asked for by a worker or an agent loop (which name what they may call): not
+            # allowed, as the seed says for a tool outside the caller's set. A frontend is told "not found".
+            allowed = ", ".join(sorted(origin.allowed)) or "none"
+            return self._refuse(origin, name, "PortalToolNotAllowed",
+                                f"Tool '{name}' is not allowed for {origin.caller}. Allowed tools: {allowed}.")
+        if tool is None:
+            known = sorted(self.registry.names(scope) if origin.allowed is None else origin.allowed)
             shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
             note = unloaded_note(name, self.registry.runners, scope)
             return self._refuse(origin, name, "PortalToolNotFound",
@@ -261,7 +267,8 @@ class Portal:
         )
         args_json = _args_json(args)
         start_fields = {"call_id": call_id, "parent_call_id": origin.parent_call_id, "tool": name,
-                        "toolbox": tool.toolbox, "agent": tool.agent, "session": origin.session_id,
+                        "toolbox": tool.toolbox, "agent": tool.agent, "namespace": tool.namespace,
+                        "session": origin.session_id,
                         "conversation": origin.conversation_id, "turn": origin.turn_id, "depth": depth,
                         "caller": origin.caller}
         if args_json is not None and len(args_json) <= MAX_TRACED_ARGS_CHARS:
@@ -292,7 +299,7 @@ class Portal:
         finally:
             self._release(origin.session_id, usage)
             self.trace.record(
-                "call_end", call_id=call_id, tool=name, toolbox=tool.toolbox,
+                "call_end", call_id=call_id, tool=name, toolbox=tool.toolbox, agent=tool.agent,
                 status=result.status if result else "error", summary=result.summary if result else "cancelled",
                 duration_s=round(time.perf_counter() - start, 6), session=origin.session_id,
                 metadata=[list(p) for p in result.metadata] if result else [])

@@ -1,8 +1,16 @@
-"""The registry of tools: public name -> the toolbox runner and the toolbox's own name.
+"""The registry of tools: (agent, public name) -> the toolbox runner and the toolbox's own name.
+
+Names are per agent: each agent of the policy has a name space of its own, holding its own toolboxes' tools and
+one ``io_prompt_agent_<slug>`` per sub-agent it names (the tools the agent may call). Two agents that both have a
+``system`` toolbox both have ``system_system_date``, each its own; a caller bound to one agent (a frontend session,
+a worker's portal request, a sub-agent's loop) finds names in that agent's space only, so a Lua toolbox's
+``AllowedTools: ["system_system_attach_file"]`` means its own agent's tool. A caller bound to none (the Python
+API without ``agent_scope``) finds a name in the first agent's space (load order) that has it
+(:attr:`ToolRegistry.tools`).
 
 Public names match ``^[a-zA-Z0-9_-]{1,64}$`` (what MCP and OpenAI clients accept). A longer name is shortened
-deterministically to its first 55 characters, ``_`` and 8 hex digits of its SHA-256; duplicates get ``_2``, ``_3``
-in load order (the order of agents in the policy, then of toolboxes in each agent). ``agents-supervise tools``
+deterministically to its first 55 characters, ``_`` and 8 hex digits of its SHA-256; duplicates within one agent's
+space get ``_2``, ``_3`` in load order (of toolboxes in the agent, then its sub-agents). ``agents-supervise tools``
 shows every mapping that changed a name.
 
 The registry is rebuilt whole whenever a toolbox's tool list changes, so names depend only on load order and the
@@ -13,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +61,9 @@ class RegisteredTool:
     hints: dict[str, Any] = field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
     output_validator: ArgumentValidator | None = None
+    #: the agent whose name space holds this name (the agent a frontend acts as when it calls it); for a
+    #: sub-agent's tool the agent that names the sub-agent, for every other tool its toolbox's agent
+    namespace: str = ""
 
     @property
     def toolbox(self) -> str:
@@ -59,6 +71,7 @@ class RegisteredTool:
 
     @property
     def agent(self) -> str:
+        """The agent whose toolbox (or, for ``io_prompt_agent_<slug>``, whose loop) runs the tool."""
         return self.runner.spec.agent
 
 
@@ -77,10 +90,23 @@ def served_hints(runner: Any, hints: Any) -> dict[str, Any]:
     return out
 
 
+def _spaces(runners: list[Any], guests: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    """Each agent's runners in load order: its own toolboxes', then its guests (sub-agents it names)."""
+    spaces: dict[str, list[Any]] = {}
+    for runner in runners:
+        spaces.setdefault(str(runner.spec.agent), []).append(runner)
+    for agent, extra in guests.items():
+        spaces.setdefault(agent, []).extend(extra)
+    return spaces
+
+
 class ToolRegistry:
-    """Public tool names of every running toolbox."""
+    """Public tool names of every running toolbox, per agent."""
 
     def __init__(self) -> None:
+        #: agent -> public name -> tool, agents in load order
+        self.namespaces: dict[str, dict[str, RegisteredTool]] = {}
+        #: what a caller bound to no agent finds: each name of the first agent (load order) that has it
         self.tools: dict[str, RegisteredTool] = {}
         self.renamed: dict[str, str] = {}
         self.schema_errors: list[dict[str, str]] = []
@@ -88,18 +114,37 @@ class ToolRegistry:
         self.runners: list[ToolboxRunner] = []
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
 
-    def rebuild(self, runners: list[ToolboxRunner]) -> None:
+    def rebuild(self, runners: list[ToolboxRunner], *, guests: Mapping[str, Sequence[Any]] | None = None) -> None:
         """Recompute every name from the runners' current tool lists (in load order).
+
+        Each runner serves in its own agent's space (``runner.spec.agent``); ``guests`` adds runners to an agent's
+        space after its own (the sub-agents it names: ``io_prompt_agent_<slug>``).
 
         Schemas are compiled already (by the worker's connection, on a thread) when a runner offers ``schemas``;
         the few tools of runners that do not (sub-agent loops: the supervisor's own schemas) are compiled here, once.
         """
-        tools: dict[str, RegisteredTool] = {}
+        namespaces: dict[str, dict[str, RegisteredTool]] = {}
         renamed: dict[str, str] = {}
         schema_errors: list[dict[str, str]] = []
         # Only the schemas of the current lists are kept: a runner changing its schemas must not grow this cache.
         compiled_here: dict[tuple[str, str], CompiledSchema] = {}
-        for runner in runners:
+        for agent, members in _spaces(list(runners), guests or {}).items():
+            tools = namespaces[agent] = {}
+            self._register(agent, members, tools, renamed, schema_errors, compiled_here)
+        flat: dict[str, RegisteredTool] = {}
+        for tools in namespaces.values():
+            for name, tool in tools.items():
+                flat.setdefault(name, tool)
+        self._compiled = compiled_here
+        self.runners = list(runners)
+        self.namespaces = namespaces
+        self.tools = flat
+        self.renamed = renamed
+        self.schema_errors = schema_errors
+
+    def _register(self, agent: str, members: list[Any], tools: dict[str, RegisteredTool], renamed: dict[str, str],
+                  schema_errors: list[dict[str, str]], compiled_here: dict[tuple[str, str], CompiledSchema]) -> None:
+        for runner in members:
             listed = list(runner.tools)
             schemas: list[CompiledSchema] | None = getattr(runner, "schemas", None)
             if schemas is None or len(schemas) != len(listed):
@@ -115,7 +160,7 @@ class ToolRegistry:
             for t, compiled, output in zip(listed, schemas, outputs, strict=True):
                 local = t["name"]
                 if compiled.validator is None:
-                    schema_errors.append({"toolbox": runner.name, "tool": local,
+                    schema_errors.append({"toolbox": runner.name, "agent": agent, "tool": local,
                                           "message": compiled.error or "its input schema was not compiled"})
                     continue
                 name = public_name(local)
@@ -138,12 +183,21 @@ class ToolRegistry:
                     hints=served_hints(runner, t.get("hints")),
                     output_schema=t.get("output_schema") if output is not None and output.validator else None,
                     output_validator=output.validator if output is not None else None,
+                    namespace=agent,
                 )
-        self._compiled = compiled_here
-        self.runners = list(runners)
-        self.tools = tools
-        self.renamed = renamed
-        self.schema_errors = schema_errors
 
-    def get(self, name: str) -> RegisteredTool | None:
-        return self.tools.get(name)
+    def get(self, name: str, agent: str | None = None) -> RegisteredTool | None:
+        """The tool ``name`` in ``agent``'s space (``None``: of the first agent that has it)."""
+        if agent is None:
+            return self.tools.get(name)
+        return self.namespaces.get(agent, {}).get(name)
+
+    def names(self, agent: str | None = None) -> list[str]:
+        """The names served in ``agent``'s space (``None``: what a caller bound to no agent finds)."""
+        return list(self.tools if agent is None else self.namespaces.get(agent, {}))
+
+    def all(self, agent: str | None = None) -> list[RegisteredTool]:
+        """Every registered tool of ``agent``'s space (``None``: of every space, agents in load order); a
+        sub-agent's tool is in the space of each agent that names it."""
+        spaces = self.namespaces.values() if agent is None else [self.namespaces.get(agent, {})]
+        return [tool for tools in spaces for tool in tools.values()]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -226,10 +226,11 @@ def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
                 read=(c.executable,) if "/" in c.executable else (),
             )
         )
-    for kind, items, key in (
+    http_kinds: tuple[tuple[ToolboxKind, Sequence[Any], str], ...] = (
         ("openapi", agent.open_api_toolboxes, "openApiToolboxes"),
         ("postgrest", agent.postgrest_toolboxes, "postgrestToolboxes"),
-    ):
+    )
+    for kind, items, key in http_kinds:
         for i, tb in enumerate(items):
             c = tb.contents
             host = _host_of(c.base_url) or kind
@@ -240,7 +241,7 @@ def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
                 _Entry(
                     kind,
                     explicit,
-                    explicit or _sanitize(host),  # type: ignore[arg-type]
+                    explicit or _sanitize(host),
                     f"{prefix}.{key}[{i}]",
                     {"tag": tb.tag, **_dump(c)},
                     hosts=hosts,

@@ -102,7 +102,7 @@ async def check_tool_call(
     if outcome.confinement_failed:
         return CheckOutcome(EXIT_CANNOT_CHECK, f"{path}: could not be confined: {outcome.stderr_text(500)}")
     if outcome.returncode != 0:
-        how = (f"was killed by signal {-outcome.returncode}" if (outcome.returncode or 0) < 0
+        how = (f"was killed by signal {-(outcome.returncode or 0)}" if (outcome.returncode or 0) < 0
                else f"exited with code {outcome.returncode}")
         stderr = outcome.stderr_text(1000)
         return CheckOutcome(EXIT_CANNOT_CHECK, f"{where} {how}" + (f": {stderr}" if stderr else ""))

@@ -3,11 +3,16 @@
 ::
 
     agents-supervise --policy P [--agent F]...          serve MCP over stdio (the default command)
-    agents-supervise serve --policy P                   the same, spelled out
-    agents-supervise tools --policy P [--json]          list the tools, renamed names and load errors
-    agents-supervise call --policy P TOOL 'JSON'        call one tool; prints the tool-result as JSON;
+    agents-supervise serve --policy P [--serve-agent S] the same, spelled out; the session is bound to agent S
+                                                        (default: the policy's first agent)
+    agents-supervise tools --policy P [--agent S] [--json]
+                                                        list the tools (of agent S), renamed names, load errors
+    agents-supervise call --policy P [--agent S] TOOL 'JSON'
+                                                        call one tool (agent S's; default: the first agent's
+                                                        tool of that name); prints the tool-result as JSON;
                                                         exit 0 passed, 1 failed, 2 error
-    agents-supervise check --policy P [--json]          what each toolbox's worker will get (nothing starts)
+    agents-supervise check --policy P [--agent S] [--json]
+                                                        what each toolbox's worker will get (nothing starts)
     agents-supervise schema [--agent-file]              the policy's (or the agent file's) JSON Schema
     agents-supervise run --policy P --agent SLUG 'PROMPT'
                                                         run an agent's loop; prints its answer; exit 0 answered,
@@ -17,6 +22,10 @@
     agents-supervise check-tool-call --tool PATH [--policy P] < PAYLOAD
                                                         run the bash tool's describe confined and validate the
                                                         JSON arguments on stdin; exit 0 valid, 1 invalid, 2 error
+
+``--agent`` is read by its form: a slug (only ``A-Z a-z 0-9 _ -``) names the agent to act as (``serve``, ``tools``,
+``check``, ``call``; at most one), anything else (a path, with a ``/`` or a ``.``) is an agent file to load besides
+the policy's, as ``--agent-file`` always is.
 
 ``call`` and ``run`` take ``--session NAME`` (continue that session; without it every run is a session of its own),
 ``--conversation ID`` and ``--turn ID`` (the call's ids; default: the session's conversation and a new turn).
@@ -30,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from typing import Any
@@ -44,11 +54,39 @@ __all__ = ["main"]
 EXIT_FAILED, EXIT_ERROR, EXIT_INTERNAL = 1, 2, 70
 
 
+#: what an ``--agent`` value that names an agent (not a file) looks like: a slug (config/_types.py's names)
+_SLUG = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--policy", required=required, help="the YAML policy file")
-    p.add_argument("--agent", action="append", default=[], metavar="FILE",
+    p.add_argument("--agent", action="append", default=[], metavar="SLUG|FILE",
+                   help="the slug of the agent to act as (at most one), or an agent file to load besides the "
+                        "policy's (a path with a '/' or a '.'; repeatable)")
+    p.add_argument("--agent-file", action="append", default=[], dest="agent_files", metavar="FILE",
                    help="an agent file to load besides the policy's (repeatable)")
     p.add_argument("--state-dir", default=None, help="override the policy's state directory")
+
+
+def _split_agents(args: argparse.Namespace) -> str | None:
+    """Sort ``--agent`` values into agent files (``args.agent``, with ``--agent-file``'s) and the slug of the agent
+    to act as (returned; ``--serve-agent``'s too). Raises ``ValueError`` for two slugs."""
+    values = list(getattr(args, "agent", []) or [])
+    slugs = [v for v in values if _SLUG.fullmatch(v)]
+    args.agent = [v for v in values if not _SLUG.fullmatch(v)] + list(getattr(args, "agent_files", []) or [])
+    if getattr(args, "serve_agent", None):
+        slugs.append(args.serve_agent)
+    if len(set(slugs)) > 1:
+        raise ValueError(f"one agent at a time: --agent/--serve-agent name {', '.join(slugs)}; an agent file is "
+                         "given by its path (with a '/' or a '.') or with --agent-file")
+    return slugs[0] if slugs else None
+
+
+def _check_slug(slug: str | None, served: list[str]) -> None:
+    """Raises ``ValueError`` when ``slug`` is given and not one of ``served``."""
+    if slug is not None and slug not in served:
+        raise ValueError(f"no agent {slug!r} is loaded; the loaded agents are {', '.join(served) or 'none'} (an "
+                         "agent file is given by its path, with a '/' or a '.', or with --agent-file)")
 
 
 def _add_ids(p: argparse.ArgumentParser) -> None:
@@ -76,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--http", nargs="?", const="", default=None, metavar="HOST:PORT",
                        help="serve MCP over Streamable HTTP (default: the policy's frontends.http.listen, "
                             "else 127.0.0.1:8765)")
+    serve.add_argument("--serve-agent", default=None, metavar="SLUG",
+                       help="bind the stdio session to this agent (default: the policy's first agent); over HTTP "
+                            "the endpoint /agents/<slug>/mcp picks the agent")
     hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
     hash_token.set_defaults(policy=None)
     tools = sub.add_parser("tools", help="list the tools")
@@ -159,6 +200,9 @@ async def _serve(args: argparse.Namespace) -> int:
     from supervisor._supervisor import Supervisor
 
     http = getattr(args, "http", None)
+    if http is not None and args.slug is not None:
+        return _fail("--agent SLUG/--serve-agent bind a stdio session; over HTTP each agent has its endpoint "
+                     "/agents/<slug>/mcp, and a client picks it by its URL")
     if http is not None:
         from supervisor.config import load_config
 
@@ -166,12 +210,21 @@ async def _serve(args: argparse.Namespace) -> int:
         from ._http_server import serve_mcp_http
 
         settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
+    elif args.slug is not None and isinstance(checked := _config_for(args), int):
+        return checked  # the agent to bind is not loaded: said before any worker starts
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
         for w in sup.compiled.warnings:
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
         _print_load_errors(sup)
+        if http is None:
+            from ._mcp_stdio import bound_agent
+
+            try:
+                agent = bound_agent(sup, args.slug)
+            except ValueError as exc:
+                return _fail(str(exc))
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_stop_on_signal, nursery.cancel_scope, sup)
+            nursery.start_soon(_on_signals, nursery, sup)
             if http is not None:
                 address = await nursery.start(serve_mcp_http, sup, settings, auth)
                 print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
@@ -180,45 +233,76 @@ async def _serve(args: argparse.Namespace) -> int:
             async def serve() -> None:
                 from ._mcp_stdio import serve_mcp_stdio
 
-                await serve_mcp_stdio(sup)
+                await serve_mcp_stdio(sup, agent)
                 nursery.cancel_scope.cancel()  # EOF from the frontend: shut down cleanly
 
             nursery.start_soon(serve)
     return 0
 
 
-async def _stop_on_signal(scope: trio.CancelScope, sup: Any) -> None:
-    """SIGTERM, SIGINT or SIGHUP: leave the serving loop so that every worker is stopped and the trace closed."""
+async def _on_signals(nursery: trio.Nursery, sup: Any) -> None:
+    """SIGTERM or SIGINT: leave the serving loop so that every worker is stopped and the trace closed. SIGHUP:
+    reload the policy (:meth:`Supervisor.reload`), saying on stderr what changed or why nothing did."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             sup.trace.record("signal", signal=signal.Signals(signum).name)
-            scope.cancel()
+            if signum == signal.SIGHUP:
+                nursery.start_soon(_reload, sup)
+                continue
+            nursery.cancel_scope.cancel()
             return
+
+
+async def _reload(sup: Any) -> None:
+    outcome = await sup.reload()
+    print(f"agents-supervise: {outcome.describe()}", file=sys.stderr, flush=True)
+    if outcome.refused is None:
+        for w in outcome.warnings:
+            print(f"agents-supervise: warning: {w}", file=sys.stderr)
+        _print_load_errors(sup)
 
 
 async def _tools(args: argparse.Namespace) -> int:
     from supervisor._supervisor import Supervisor
 
-    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
-        tools = sup.list_tools()
+    config = _config_for(args)
+    if isinstance(config, int):
+        return config
+    async with Supervisor.open(config, state_dir=args.state_dir) as sup:
+        tools = sup.list_tools(agent=args.slug)
         renamed = sup.registry.renamed
         errors = sup.load_errors()
         for w in sup.compiled.warnings:  # on stderr, as serve shows them (removed allowedPaths, missing paths ...)
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
         if args.json:
             print(json.dumps({
-                "tools": [{"name": t.name, "toolbox": t.toolbox, "agent": t.agent, "local_name": t.local_name,
-                           "description": t.description, "input_schema": t.input_schema} for t in tools],
+                "tools": [{"name": t.name, "toolbox": t.toolbox, "agent": t.agent, "namespace": t.namespace,
+                           "local_name": t.local_name, "description": t.description,
+                           "input_schema": t.input_schema} for t in tools],
                 "renamed": renamed, "load_errors": errors, "warnings": sup.compiled.warnings}, indent=2))
             return 0
         for t in tools:
             first = (t.description.splitlines() or [""])[0]
-            print(f"{t.name}  [{t.agent}/{t.toolbox}]  {first}")
+            whose = f"{t.agent}/{t.toolbox}" + (f", for {t.namespace}" if t.namespace != t.agent else "")
+            print(f"{t.name}  [{whose}]  {first}")
         for public, local in renamed.items():
             print(f"renamed: {local} -> {public}")
         for e in errors:
             print(f"load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
     return 0
+
+
+def _config_for(args: argparse.Namespace) -> Any:
+    """The loaded config of ``tools``/``call``, or the exit status when ``--agent SLUG`` names no loaded agent
+    (said before any worker starts)."""
+    from supervisor.config import expand_agents, load_config
+
+    config = load_config(args.policy, args.agent)
+    try:
+        _check_slug(args.slug, [a.slug for a in expand_agents(config).config.agents])
+    except ValueError as exc:
+        return _fail(str(exc))
+    return config
 
 
 def _print_load_errors(sup: Any) -> None:
@@ -229,8 +313,10 @@ def _print_load_errors(sup: Any) -> None:
 
 
 def _load_error_owner(error: dict[str, Any]) -> str:
-    """Whose load error it is: a toolbox, or an agent (a sub-agent file it names is missing)."""
-    return str(error["toolbox"]) if error.get("toolbox") else f"agent {error.get('agent')}"
+    """Whose load error it is: an agent's toolbox, or an agent (a sub-agent file it names is missing)."""
+    if not error.get("toolbox"):
+        return f"agent {error.get('agent')}"
+    return f"{error['agent']}/{error['toolbox']}" if error.get("agent") else str(error["toolbox"])
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -242,91 +328,15 @@ async def _call(args: argparse.Namespace) -> int:
         return _fail(f"the arguments are not valid JSON: {exc}")
     except (RecursionError, ValueError) as exc:  # nested too deeply, a number of more than 4300 digits
         return _fail(f"the arguments cannot be read: {type(exc).__name__}: {str(exc)[:200]}")
-    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+    config = _config_for(args)
+    if isinstance(config, int):
+        return config
+    async with Supervisor.open(config, state_dir=args.state_dir) as sup:
         _print_load_errors(sup)  # a tool of a toolbox that did not load is "not found": say why on stderr
-        result = await sup.call(args.tool, arguments, session_id=_session_name(args),
+        result = await sup.call(args.tool, arguments, session_id=_session_name(args), agent_scope=args.slug,
                                 conversation_id=args.conversation, turn_id=args.turn)
     print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))
     return {"passed": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_ERROR)
-
-
-def _check(args: argparse.Namespace) -> int:
-    from supervisor.config import expand_agents, load_config
-    from supervisor.plan import compile_policy
-    from supervisor.workers import host_explanations
-
-    tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
-    config = tree.config
-    compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
-    report: dict[str, Any] = {
-        "policy": config.policy_file,
-        "state_dir": compiled.state_dir,
-        "landlock_abi": compiled.landlock_abi,
-        "strict": config.policy.strict,
-        "max_call_depth": compiled.max_call_depth,
-        "kernel_audit": config.policy.kernel_audit,
-        "denial_explanations": host_explanations(config.policy.kernel_audit),
-        "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
-        "warnings": compiled.warnings,
-        "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)],
-    }
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    print(f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
-          f"max call depth {report['max_call_depth']})")
-    print(f"a call refused by the kernel is explained (kernel_audit: {report['kernel_audit']}):")
-    for line in report["denial_explanations"]:
-        print(f"  {line}")
-    for tb in report["toolboxes"]:
-        print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
-        groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""
-        print(f"  uid/gid: {tb['uid']}/{tb['gid']}{groups}   network: {tb['network']}")
-        limits = tb["limits"]
-        print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
-        if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:
-            print("  address space: no RLIMIT_AS (the cgroup's memory limit bounds memory; address_space_bytes "
-                  "applies only without one)")
-        print("  read-only: " + ", ".join(tb["read_only"]))
-        print("  read-write: " + ", ".join(tb["read_write"]))
-        print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
-        if tb.get("cname_targets"):
-            print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
-        for cred in tb.get("credentials") or []:  # names and bindings only: values never leave the proxy
-            where = "; ".join(", ".join(b["hosts"]) + (f" ports {b['ports']}" if b["ports"] else "")
-                              + f" ({'/'.join(b['schemes'])})"
-                              + (f" under {', '.join(b['path_prefixes'])}" if b["path_prefixes"] else "")
-                              for b in cred["bindings"])
-            how = (f"header {cred['header']}" if cred["header"] else f"query {cred['query']}" if cred["query"]
-                   else "placeholder only")
-            print(f"  credential {cred['name']}: added by the egress proxy for {where}, as {how}")
-        if tb.get("tls_termination"):
-            print("  TLS: terminated by the egress proxy (the worker trusts the supervisor's CA only)")
-        print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
-        print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
-        print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))
-        view = tb.get("view")
-        print("  filesystem view: " + ("private root, only these mounts:" if view else
-                                       "the host's tree (private_view: false); Landlock alone refuses"))
-        for line in view or ():
-            print(f"    {line}")
-        fs = tb.get("file_sandbox")
-        if fs:
-            exact = "exact" if fs["exact"] else f"inexact ({fs['residual']})"
-            print(f"  FileSandbox ({fs['mode']}): {exact}")
-            for line in fs["lines"]:
-                print(f"    {line}")
-        for w in tb["warnings"]:
-            print(f"  warning: {w}")
-    shown = {w for tb in report["toolboxes"] for w in tb["warnings"]}
-    general = [w for w in report["warnings"] if w not in shown]  # the loader's (allowedPaths ...) and the policy's
-    if general or report["load_errors"]:
-        print("\nwarnings:")
-        for w in general:
-            print(f"  warning: {w}")
-        for e in report["load_errors"]:
-            print(f"  load error: {_load_error_owner(e)}: {e['source']}: {e['message']}")
-    return 0
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -384,9 +394,16 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
     if not args.policy:
         return _fail("--policy is required (for example: --policy policies/strict.yaml)")
+    if command in ("serve", "tools", "call", "check"):
+        try:
+            args.slug = _split_agents(args)
+        except ValueError as exc:
+            return _fail(str(exc))
     try:
         if command == "check":
-            return _check(args)
+            from ._cli_check import check
+
+            return check(args)
         if command == "rebind-agent":
             return _rebind_agent(args)
         runner = {"serve": _serve, "tools": _tools, "call": _call, "run": _run}[command]

@@ -45,7 +45,9 @@ async def answer_request(holder: HttpSession | StatelessExchange, mcp: McpSessio
     params = message.get("params")
     token = ((params.get("_meta") or {}).get("progressToken") if isinstance(params, dict)
              and isinstance(params.get("_meta"), dict) else None)
-    stream = token is not None and "text/event-stream" in headers.get("accept", "")
+    # Progress, or (stateless revision) log messages the request asked for: an SSE answer when the client takes one.
+    stream = (token is not None or (mcp.modern and mcp.log.level is not None)) and \
+        "text/event-stream" in headers.get("accept", "")
     out_send, out_receive = trio.open_memory_channel[dict[str, Any]](STREAM_QUEUE)
     holder.pending[req_id] = out_send
     if token is not None:
@@ -73,6 +75,9 @@ async def answer_request(holder: HttpSession | StatelessExchange, mcp: McpSessio
             if stream:
                 await send_start(send, 200, "text/event-stream", extra_headers)
                 async for reply in out_receive:
+                    if mcp.modern:  # the request's log messages so far go before what it sends next
+                        for note in mcp.log.take_queued():
+                            await send({"type": "http.response.body", "body": sse_event(note), "more_body": True})
                     await send({"type": "http.response.body", "body": sse_event(reply), "more_body": True})
                     if "method" not in reply:
                         break

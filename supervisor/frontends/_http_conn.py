@@ -55,7 +55,7 @@ class _Exchange:
             raise _ClientGone("no bytes within the read timeout")
         if not data:
             self.gone = True
-        self.conn.receive_data(data)  # b"" tells h11 the client closed
+        self.conn.receive_data(bytes(data))  # b"" tells h11 the client closed
 
     async def receive(self) -> dict[str, Any]:
         if self.gone or self.finished:
@@ -93,7 +93,7 @@ class _Exchange:
                 if not data:
                     self.gone = True
                     break
-                self.conn.receive_data(data)
+                self.conn.receive_data(bytes(data))
         return {"type": "http.disconnect"}
 
     async def _write(self, data: bytes) -> None:
@@ -194,7 +194,7 @@ async def serve_connection(stream: trio.abc.Stream, app: App, *, scheme: str, ma
                     if conn.their_state is h11.SEND_BODY or conn.trailing_data[0]:  # a request was begun
                         await _simple(stream, 408, "the request did not arrive in time")
                     return
-                conn.receive_data(data)
+                conn.receive_data(bytes(data))
                 continue
             if not isinstance(event, h11.Request):
                 return  # ConnectionClosed (or a protocol state we do not continue from)

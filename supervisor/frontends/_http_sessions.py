@@ -16,10 +16,12 @@ from ._http_tenants import TenantState
 from ._http_wire import HEADER_MISMATCH, UNSUPPORTED_VERSION, HttpRefused
 from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, McpSession
 
-__all__ = ["HttpSession", "SessionTable", "StatelessExchange", "check_stateless_envelope"]
+__all__ = ["META_LOG_LEVEL", "HttpSession", "SessionTable", "StatelessExchange", "check_stateless_envelope"]
 
 _META_VERSION = "io.modelcontextprotocol/protocolVersion"
 _META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+#: the stateless revision's per-request logging opt-in
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 _NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 
@@ -137,8 +139,8 @@ class StatelessExchange:
         self.progress: dict[Any, Any] = {}
 
     async def deliver(self, message: dict[str, Any]) -> None:
-        if "method" in message and message.get("method") != "notifications/progress":
-            return  # no server stream on this wire
+        if "method" in message and message.get("method") not in ("notifications/progress", "notifications/message"):
+            return  # no server stream on this wire: only the request's own progress and log messages
         target = next(iter(self.pending.values()), None)
         if target is not None:
             try:

@@ -42,7 +42,7 @@ from supervisor.config import HttpFrontend, OAuthResourceServer, Tenant, normali
 
 from ._http_answer import answer_request
 from ._http_auth import Authenticator, AuthRefusal, Principal
-from ._http_sessions import SessionTable, StatelessExchange, check_stateless_envelope
+from ._http_sessions import META_LOG_LEVEL, SessionTable, StatelessExchange, check_stateless_envelope
 from ._http_stream import serve_event_stream
 from ._http_tenants import TenantState
 from ._http_wire import (
@@ -57,6 +57,7 @@ from ._http_wire import (
     send_json,
     send_refusal,
 )
+from ._mcp_logging import LEVELS
 from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_VERSIONS, McpSession
 
 __all__ = ["McpHttpApp"]
@@ -202,8 +203,8 @@ class McpHttpApp:
                            rpc_code=INVALID_REQUEST, req_id=message.get("id"))
         is_request = "method" in message and "id" in message
         if message.get("method") == "initialize" and is_request:
-            params = message.get("params") if isinstance(message.get("params"), dict) else {}
-            asked = params.get("protocolVersion")
+            params = message.get("params")
+            asked = params.get("protocolVersion") if isinstance(params, dict) else None
             session = self.sessions.new(principal, agent, asked if asked in SUPPORTED_VERSIONS
                                         else SUPPORTED_VERSIONS[0])
             await answer_request(session, session.mcp, self.tenants[principal.tenant], message, headers, send,
@@ -228,6 +229,9 @@ class McpHttpApp:
         exchange = StatelessExchange(principal)
         mcp = McpSession(self.sup, exchange.deliver, session_id=f"http-{secrets.token_hex(8)}", modern=True,
                          agent=agent, tenant=principal.tenant)
+        level = message["params"]["_meta"].get(META_LOG_LEVEL)  # the envelope was checked: params._meta is a dict
+        if level in LEVELS:
+            mcp.log.set_level(level, announce=False)
         # On this wire closing the response is how a client cancels.
         try:
             await answer_request(exchange, mcp, self.tenants[principal.tenant], message, headers, send,

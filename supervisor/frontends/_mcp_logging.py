@@ -9,6 +9,9 @@ What a session is told (a view of the trace records, :func:`log_entry`, pure):
   limit refusing one of its requests;
 - ``notice``: a toolbox back after its crash-loop cool-down.
 
+On the stateless revision (2026-07-28) a request opts in with ``_meta["io.modelcontextprotocol/logLevel"]`` and
+hears, on its SSE response, what happens while it runs.
+
 Never another session's calls nor another agent's toolboxes: a record is matched by the session it names (through
 the frontend's name for its store session) or by the toolbox's agent. Nothing is sent until the client sets a level
 (the 2026-07-28 revision's opt-in, kept for every revision). Messages wait in a queue of :data:`QUEUE` for the
@@ -76,13 +79,16 @@ class SessionLog:
         session = fields.get("session")
         return isinstance(session, str) and self.sup.frontends.name_of(session) == self.session_name
 
-    def set_level(self, level: str) -> None:
+    def set_level(self, level: str, *, announce: bool = True) -> None:
         """Send messages of ``level`` and above from now on (a level in :data:`LEVELS`). The first time, the
-        present load errors of the agent's toolboxes are told."""
+        present load errors of the agent's toolboxes are told (unless not ``announce``: a stateless request's
+        session hears only what happens while it runs)."""
         first = self.level is None
         self.level = level
         if first:
             self.sup.trace.listeners.add(self._on_record)
+            if not announce:
+                return
             toolboxes = self._toolboxes()
             for error in self.sup.load_errors():
                 if toolboxes is None or error.get("toolbox") in toolboxes:
@@ -118,6 +124,15 @@ class SessionLog:
                           own_call=fields.get("call_id") in self._calls)
         if entry is not None:
             self.tell(*entry)
+
+    def take_queued(self) -> list[dict[str, Any]]:
+        """The messages queued now, taken (a transport sends them before a request's answer, in order)."""
+        out = []
+        while True:
+            try:
+                out.append(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return out
 
     async def pump(self, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         """Send queued messages with ``send`` until the session's log is closed (or the caller is cancelled)."""

@@ -107,7 +107,8 @@ class McpSession:
                  session_id: str | None = None, modern: bool = False, agent: str | None = None,
                  tenant: str = LOCAL_TENANT) -> None:
         """``modern``: the stateless revision (``server/discover``, no ``initialize``, typed results).
-        ``agent``: the session serves that agent's tools only (``None``: every tool of the supervisor).
+        ``agent``: the session serves that agent's tools only, under that agent's names (``None``: every agent's,
+        a name two agents have being the first's; the stdio frontend binds its session to an agent).
         ``tenant``: whose session it is (the HTTP frontend's tenants; the local operator on stdio)."""
         self.sup = sup
         self._send = send
@@ -142,8 +143,15 @@ class McpSession:
         return partial(self._error, req_id, code, why)
 
     def visible_tools(self) -> list[Any]:
-        """The tools this session serves: its own list (skills enabled in it), of its agent only when bound."""
-        return [t for t in self.sup.list_tools(self.session_id) if self.agent is None or t.agent == self.agent]
+        """The tools this session serves: its own list (skills enabled in it), its agent's names when bound (else
+        each name of the first agent that has it, as its calls find them)."""
+        tools = self.sup.list_tools(self.session_id, tenant=self.tenant, agent=self.agent)
+        if self.agent is not None:
+            return tools
+        first: dict[str, Any] = {}
+        for t in tools:
+            first.setdefault(t.name, t)
+        return list(first.values())
 
     def changed_since_listed(self) -> bool:
         """Whether the tools served now differ from those the session's last ``tools/list`` answered."""

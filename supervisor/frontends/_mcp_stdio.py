@@ -1,8 +1,10 @@
 """The MCP frontend over stdio: newline-delimited JSON-RPC 2.0, served with trio.
 
 One stdio connection is one :class:`~supervisor.frontends._mcp_session.McpSession` (the methods, the session's tool
-view and how results map are there). Calls run concurrently; replies are written whole, one line each. At most
-``MAX_IN_FLIGHT`` requests are handled at once: past it the server stops reading stdin until one ends.
+view and how results map are there), bound to one agent: ``serve --serve-agent SLUG`` (or ``--agent SLUG``), else
+the policy's first agent; it sees that agent's tools under that agent's names. Calls run concurrently; replies are
+written whole, one line each. At most ``MAX_IN_FLIGHT`` requests are handled at once: past it the server stops
+reading stdin until one ends.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from supervisor.workers import send_whole
 
 from ._mcp_session import INVALID_REQUEST, McpSession, encode_message
 
-__all__ = ["McpStdioServer", "serve_mcp_stdio"]
+__all__ = ["McpStdioServer", "bound_agent", "serve_mcp_stdio"]
 
 _MAX_LINE = 64 * 1024 * 1024
 #: Requests of one MCP session being handled or answered at once. Past it the server stops reading stdin until one
@@ -29,12 +31,15 @@ MAX_IN_FLIGHT = 256
 class McpStdioServer:
     """One MCP session over a pair of byte streams (newline-delimited JSON)."""
 
-    def __init__(self, sup: Supervisor, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
+    def __init__(self, sup: Supervisor, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *,
+                 agent: str | None = None) -> None:
+        """``agent``: the agent the session is bound to (its tools, under its names); ``None``: the policy's first
+        agent. Raises ``ValueError`` for an agent the supervisor does not serve."""
         self.sup = sup
         self._receive = receive
         self._send = send
         self._send_lock = trio.Lock()
-        self.session = McpSession(sup, self._write)
+        self.session = McpSession(sup, self._write, agent=bound_agent(sup, agent))
         self._in_flight = trio.CapacityLimiter(MAX_IN_FLIGHT)
 
     @property
@@ -104,11 +109,26 @@ class McpStdioServer:
         return self.session.handle_message(msg)
 
 
-async def serve_mcp_stdio(sup: Supervisor) -> None:
-    """Serve MCP on this process's stdin/stdout until stdin closes."""
+def bound_agent(sup: Supervisor, agent: str | None) -> str | None:
+    """The agent a stdio session serves: ``agent``, else the policy's first (``None`` when none is loaded).
+
+    Raises:
+        ValueError: ``agent`` is not one the supervisor serves (the message names those it does).
+    """
+    slugs = sup.agent_slugs()
+    if agent is None:
+        return slugs[0] if slugs else None
+    if agent not in slugs:
+        raise ValueError(f"no agent {agent!r} is served by this policy; its agents are: {', '.join(slugs) or 'none'}")
+    return agent
+
+
+async def serve_mcp_stdio(sup: Supervisor, agent: str | None = None) -> None:
+    """Serve MCP on this process's stdin/stdout until stdin closes, bound to ``agent`` (``None``: the first)."""
     import os
 
+    server_agent = bound_agent(sup, agent)
     receive = trio.lowlevel.FdStream(os.dup(0))
     send = trio.lowlevel.FdStream(os.dup(1))
     async with receive, send:
-        await McpStdioServer(sup, receive, send).serve()
+        await McpStdioServer(sup, receive, send, agent=server_agent).serve()

@@ -74,14 +74,14 @@ class CompiledPolicy:
     warnings: list[str] = field(default_factory=list)
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
     git_sources: list[GitSource] = field(default_factory=list)
-    #: toolboxes left out because they could not be compiled (``{"toolbox", "source", "message"}``)
+    #: toolboxes left out because they could not be compiled (``{"toolbox", "agent", "source", "message"}``)
     load_errors: list[dict[str, str]] = field(default_factory=list)
 
 
 def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str, str]:
     message = (f"toolbox {tb.name} (agent {tb.agent_slug}) did not load ({source}): {type(exc).__name__}: {exc}"
                [:2000] + ". It serves nothing; fix the cause and restart the supervisor.")
-    return {"toolbox": tb.name, "source": source, "message": message}
+    return {"toolbox": tb.name, "agent": tb.agent_slug, "source": source, "message": message}
 
 
 def plan_worker(
@@ -464,10 +464,9 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
     else:
         runtime_dir = os.path.join(state_dir, "runtime", "<staged>")
     load_errors: list[dict[str, str]] = []
-    origins: dict[str, ToolboxConfig] = {}  # toolbox name -> its config, for a load error of a later step
+    origins: dict[tuple[str, str], ToolboxConfig] = {}  # (agent, toolbox) -> its config, for a later load error
     specs: list[WorkerSpec] = []
     warnings: list[str] = list(config.warnings)
-    seen: set[str] = set()
     git_sources: list[GitSource] = []
     _check_toolbox_keys(config)
     credentials = load_credentials(policy.credentials)
@@ -482,10 +481,6 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         agent_prefix={a.slug: a.prefix for a in config.agents})
     for agent in config.agents:
         for tb in agent.toolboxes():
-            if tb.name in seen:
-                raise PolicyRefused(f"two toolboxes are named {tb.name!r} (agents of the policy share one name "
-                                    "space for toolboxes); rename one")
-            seen.add(tb.name)
             if staging_error is not None:
                 load_errors.append(_load_error(tb, "staging the worker code", staging_error))
                 continue
@@ -500,7 +495,7 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
             except Exception as exc:  # a bug or a surprise of this machine: this toolbox's load error only
                 load_errors.append(_load_error(tb, "compile", exc))
                 continue
-            origins[spec.toolbox] = tb
+            origins[(spec.agent, spec.toolbox)] = tb
             kind = kind_plan(tb.kind)
             spec.warnings += kind.check_warnings(tb, spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
                                                  spec.plan.gid if spec.plan.gid is not None else os.getegid())
@@ -522,11 +517,12 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 try:
                     _prepare_worker_dirs(anchor, state_dir, spec)
                 except Exception as exc:  # unsafe or impossible: this toolbox's load error, the others start
-                    load_errors.append(_load_error(origins[spec.toolbox], "its work and state folders", exc))
+                    load_errors.append(_load_error(origins[(spec.agent, spec.toolbox)], "its work and state folders",
+                                                   exc))
                     specs.remove(spec)
         finally:
             os.close(anchor)
-        git_sources = [g for g in git_sources if g.toolbox in {s.toolbox for s in specs}]
+        git_sources = [g for g in git_sources if (g.agent, g.toolbox) in {(s.agent, s.toolbox) for s in specs}]
     trace_path = policy.trace.path or os.path.join(state_dir, "trace.jsonl")
     if trace_path == os.path.join(policy.state_dir, "trace.jsonl"):
         trace_path = os.path.join(state_dir, "trace.jsonl")  # follows a state_dir override

@@ -323,18 +323,18 @@ def _check_subdir(git: GitSource) -> str | None:
 
 async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]:
     """Clone every git source of ``compiled`` (a ``CompiledPolicy``) that is not cloned yet; drop the failed ones
-    from their workers' configs and rules. Returns the load errors (``{"toolbox", "source", "message"}``), each
+    from their workers' configs and rules. Returns the load errors (``{"toolbox", "agent", "source", "message"}``), each
     also traced as ``load_error``. Call before any worker starts."""
     errors: list[dict[str, str]] = []
     done: dict[str, str | None] = {}
-    failed: dict[str, list[GitSource]] = {}
-    specs = {s.toolbox: s for s in compiled.specs}
+    failed: dict[tuple[str, str], list[GitSource]] = {}
+    specs = {(s.agent, s.toolbox): s for s in compiled.specs}
     for git in compiled.git_sources:
-        spec = specs[git.toolbox]
+        spec = specs[(git.agent, git.toolbox)]
         if git.target not in done:
-            def on_egress(decision: dict[str, Any], toolbox: str = git.toolbox) -> None:
+            def on_egress(decision: dict[str, Any], toolbox: str = git.toolbox, agent: str = git.agent) -> None:
                 # the decision names the clone's toolbox too ("x (git clone)"): the skills toolbox's name wins
-                trace.record("egress", **{**decision, "toolbox": toolbox, "purpose": "git clone"})
+                trace.record("egress", **{**decision, "toolbox": toolbox, "agent": agent, "purpose": "git clone"})
 
             try:
                 error, cloned = await fetch_git_source(
@@ -347,16 +347,16 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
                 error, cloned = f"git source {git.url}: the clone failed: {type(exc).__name__}: {exc}"[:2000], False
             done[git.target] = error
             if error is None:
-                trace.record("skill_source", toolbox=git.toolbox, url=git.url, folder=git.target,
+                trace.record("skill_source", toolbox=git.toolbox, agent=git.agent, url=git.url, folder=git.target,
                              action="cloned" if cloned else "kept")
         error = done[git.target] or _check_subdir(git)
         if error is not None:
-            failed.setdefault(git.toolbox, []).append(git)
-            errors.append({"toolbox": git.toolbox, "source": git.source, "message": error})
-            trace.record("load_error", toolbox=git.toolbox, source=git.source, message=error)
-    for toolbox, gone in failed.items():
-        spec = specs[toolbox]
-        kept_targets = {g.target for g in compiled.git_sources if g.toolbox == toolbox and g not in gone}
+            failed.setdefault((git.agent, git.toolbox), []).append(git)
+            errors.append({"toolbox": git.toolbox, "agent": git.agent, "source": git.source, "message": error})
+            trace.record("load_error", toolbox=git.toolbox, agent=git.agent, source=git.source, message=error)
+    for key, gone in failed.items():
+        spec = specs[key]
+        kept_targets = {g.target for g in compiled.git_sources if (g.agent, g.toolbox) == key and g not in gone}
         drop = {g.target for g in gone} - kept_targets
         spec.plan = replace(spec.plan, payload=drop_git_sources(spec.plan.payload, gone),
                             fs_rules=tuple(r for r in spec.plan.fs_rules if r.path not in drop))

@@ -141,13 +141,13 @@ class SessionStore:
         self.write_errors = 0
         self.last_write_error: str | None = None
         self.pruned_records = 0  # records of kept sessions the last prune deleted
-        self._pending: list[Callable[[], None]] = []
+        self._pending: list[Callable[[], object]] = []
         self._known: dict[str, None] = {}  # sessions whose row this process wrote or read (a bounded cache)
         #: root session id -> its conversation id, for the sessions this process opened most recently (a bounded
         #: cache: :meth:`open_root` reads a forgotten one back from the database)
         self._roots: dict[str, str] = {}
 
-    def _write(self, action: Callable[[], None]) -> None:
+    def _write(self, action: Callable[[], object]) -> None:
         """Queue a write; :meth:`flush` runs queued writes in one transaction (the supervisor flushes every
         0.2 s, and every read flushes first, so readers always see every write made before them)."""
         self._pending.append(action)
@@ -292,14 +292,21 @@ class SessionStore:
             "ON CONFLICT (session_id, toolbox) DO UPDATE SET skills = excluded.skills", (session_id, toolbox, value)))
         self.flush()
 
-    def forget_skills(self, toolbox: str, skills: set[str]) -> None:
-        """``skills`` left ``toolbox``: disable them in every session that has its own list for it."""
+    def forget_skills(self, toolbox: str, skills: set[str], *, agent: str | None = None) -> None:
+        """``skills`` left ``toolbox``: disable them in every session (of ``agent`` only, when given: another
+        agent's toolbox of the same name is another toolbox; a session recorded without an agent counts as any
+        agent's) that has its own list for it."""
         if not skills:
             return
         self.flush()
         try:
-            rows = self._db.execute("SELECT session_id, skills FROM session_skills WHERE toolbox = ?",
-                                    (toolbox,)).fetchall()
+            if agent is None:
+                rows = self._db.execute("SELECT session_id, skills FROM session_skills WHERE toolbox = ?",
+                                        (toolbox,)).fetchall()
+            else:
+                rows = self._db.execute(
+                    "SELECT k.session_id, k.skills FROM session_skills k JOIN sessions s ON s.id = k.session_id "
+                    "WHERE k.toolbox = ? AND s.agent IN (?, '')", (toolbox, agent)).fetchall()
         except sqlite3.Error as exc:
             self.write_errors += 1
             self.last_write_error = f"{type(exc).__name__}: {exc}"

@@ -28,49 +28,51 @@ __all__ = ["SessionToolViews"]
 
 
 class SessionToolViews:
-    """Enabled skills per (session, toolbox), read from and written to the session store, and per-session change
-    events (keyed by whatever the caller waits on: a frontend's session name)."""
+    """Enabled skills per (session, toolbox) (a session is one agent's, so its toolbox names are that agent's),
+    read from and written to the session store, and per-session change events (keyed by whatever the caller waits
+    on: a frontend's session name)."""
 
     def __init__(self, store: SessionStore) -> None:
         self._store = store
-        self._auto: dict[str, frozenset[str]] = {}
-        self._listed: dict[str, set[str]] = {}  # skills toolbox -> the skills its worker last listed
+        self._auto: dict[tuple[str, str], frozenset[str]] = {}  # (agent, toolbox) -> its autoEnableSkills
+        self._listed: dict[tuple[str, str], set[str]] = {}  # (agent, toolbox) -> the skills its worker last listed
         self._events: dict[str, trio.Event] = {}
         self._waiters: dict[str, int] = {}
 
-    def set_auto_enabled(self, toolbox: str, skills: Iterable[str]) -> None:
-        """The skills a new session of ``toolbox`` starts with (its ``autoEnableSkills``)."""
-        self._auto[toolbox] = frozenset(skills)
+    def set_auto_enabled(self, agent: str, toolbox: str, skills: Iterable[str]) -> None:
+        """The skills a new session of ``agent``'s ``toolbox`` starts with (its ``autoEnableSkills``)."""
+        self._auto[(agent, toolbox)] = frozenset(skills)
 
-    def enabled(self, session_id: str, toolbox: str) -> frozenset[str]:
-        """The skills enabled in ``session_id`` for ``toolbox``."""
+    def enabled(self, session_id: str, agent: str, toolbox: str) -> frozenset[str]:
+        """The skills enabled in ``session_id`` (a session of ``agent``) for ``agent``'s ``toolbox``."""
         kept = self._store.enabled_skills(session_id, toolbox)
-        return kept if kept is not None else self._auto.get(toolbox, frozenset())
+        return kept if kept is not None else self._auto.get((agent, toolbox), frozenset())
 
     def call_context(self, tool: Any, session_id: str) -> dict[str, Any]:
         """What a call of the registered ``tool`` gets in its context from here: for a skills toolbox, the skills
         ``session_id`` enabled (``enabled_skills``, the list the worker judges the call by)."""
         if getattr(tool.runner.spec, "kind", None) != "skills":
             return {}
-        return {"enabled_skills": sorted(self.enabled(session_id, tool.toolbox))}
+        return {"enabled_skills": sorted(self.enabled(session_id, tool.agent, tool.toolbox))}
 
-    def tools_listed(self, toolbox: str, tools: list[dict[str, Any]]) -> None:
-        """The skills worker of ``toolbox`` listed ``tools``: skills that left the list since its last one (a
-        restarted worker's first list included) are forgotten by every session."""
+    def tools_listed(self, agent: str, toolbox: str, tools: list[dict[str, Any]]) -> None:
+        """The skills worker of ``agent``'s ``toolbox`` listed ``tools``: skills that left the list since its last
+        one (a restarted worker's first list included) are forgotten by every session of ``agent``."""
         present = {str((t.get("annotations") or {}).get("skill")) for t in tools
                    if (t.get("annotations") or {}).get("skill_action") == "describe"}
-        before = self._listed.get(toolbox)
+        before = self._listed.get((agent, toolbox))
         if before is not None:
-            self.forget(toolbox, before - present)
-        self._listed[toolbox] = present
+            self.forget(agent, toolbox, before - present)
+        self._listed[(agent, toolbox)] = present
 
-    def visible(self, session_id: str | None, toolbox: str, annotations: dict[str, Any]) -> bool:
-        """Whether a tool with ``annotations`` of ``toolbox`` is listed for ``session_id`` (``None``: every tool)."""
+    def visible(self, session_id: str | None, agent: str, toolbox: str, annotations: dict[str, Any]) -> bool:
+        """Whether a tool with ``annotations`` of ``agent``'s ``toolbox`` is listed for ``session_id`` (a session of
+        ``agent``; ``None``: every tool)."""
         if session_id is None or not annotations.get("session_scoped"):
             return True
-        return annotations.get("skill") in self.enabled(session_id, toolbox)
+        return annotations.get("skill") in self.enabled(session_id, agent, toolbox)
 
-    def observe(self, session_id: str, toolbox: str, annotations: dict[str, Any], status: str,
+    def observe(self, session_id: str, agent: str, toolbox: str, annotations: dict[str, Any], status: str,
                 structured: Any) -> bool:
         """Learn from a finished call; returns whether ``session_id``'s list changed (the caller wakes its
         waiters)."""
@@ -83,7 +85,7 @@ class SessionToolViews:
         on = action == "enable"
         if structured.get("enabled") is not on:
             return False
-        enabled = set(self.enabled(session_id, toolbox))
+        enabled = set(self.enabled(session_id, agent, toolbox))
         if (skill in enabled) == on:
             return False
         if on:
@@ -93,10 +95,10 @@ class SessionToolViews:
         self._store.set_enabled_skills(session_id, toolbox, enabled)
         return True
 
-    def forget(self, toolbox: str, skills: Iterable[str]) -> None:
-        """``skills`` of ``toolbox`` were removed: disable them in every session (the tool list change that removed
-        them wakes everyone already)."""
-        self._store.forget_skills(toolbox, set(skills))
+    def forget(self, agent: str, toolbox: str, skills: Iterable[str]) -> None:
+        """``skills`` of ``agent``'s ``toolbox`` were removed: disable them in every session of ``agent`` (the tool
+        list change that removed them wakes everyone already)."""
+        self._store.forget_skills(toolbox, set(skills), agent=agent)
 
     def wake(self, session_id: str | None = None) -> None:
         """Wake the waiters of ``session_id`` (``None``: of every session)."""

@@ -70,7 +70,8 @@ def _additional_properties(validator: Any, additional: Any, instance: Any,
                            schema: Any) -> Iterator[js_exceptions.ValidationError]:
     patterns = schema.get("patternProperties")
     if not patterns or not validator.is_type(instance, "object"):
-        yield from _keywords.additionalProperties(validator, additional, instance, schema)
+        keywords: Any = _keywords  # its stubs type the keyword functions as returning None; they are generators
+        yield from keywords.additionalProperties(validator, additional, instance, schema)
         return
     known = schema.get("properties", {})
     extras = sorted(k for k in instance if k not in known and not any(_search(p, k) for p in patterns))
@@ -134,25 +135,27 @@ def _join(path: Any) -> str:
 
 def _field_errors(error: js_exceptions.ValidationError) -> list[FieldError]:
     path = _join(error.absolute_path)
+    value: Any = error.validator_value  # Unset only on errors built by hand, never on the validator's own
+    schema: Any = error.schema
     v = error.validator
     if v == "required":
         match = re.match(r"'(.+)' is a required property", error.message)
-        name = match.group(1) if match else str(error.validator_value)
+        name = match.group(1) if match else str(value)
         return [FieldError(f"{path}.{name}" if path else name, "Required property missing")]
     if v == "type":
-        expected = error.validator_value
+        expected = value
         expected_s = " or ".join(expected) if isinstance(expected, list) else str(expected)
         return [FieldError(path, f"Expected {expected_s} but got {_type_name(error.instance)}")]
     if v == "enum":
-        allowed = ", ".join(str(a) for a in error.validator_value)
+        allowed = ", ".join(str(a) for a in value)
         return [FieldError(path, f"Invalid enum value: {error.instance}. Allowed: {allowed}")]
     if v == "additionalProperties" and isinstance(error.instance, dict):
-        known = set((error.schema or {}).get("properties", {}))
-        patterns = (error.schema or {}).get("patternProperties") or {}
+        known = set((schema or {}).get("properties", {}))
+        patterns = (schema or {}).get("patternProperties") or {}
         extras = [k for k in error.instance if k not in known and not any(_search(p, k) for p in patterns)] or ["?"]
         return [FieldError(f"{path}.{k}" if path else k, "Unknown property") for k in extras]
     if v == "const":
-        return [FieldError(path, f"Expected the value {error.validator_value!r}")]
+        return [FieldError(path, f"Expected the value {value!r}")]
     if error.context:  # anyOf/oneOf: report the best sub-error
         best = js_exceptions.best_match(error.context)
         return _field_errors(best)

@@ -140,7 +140,7 @@ class OtelExport:
         inner = OTLPSpanExporter(endpoint=self.endpoint, headers=dict(policy.headers), timeout=policy.timeout_s,
                                  session=session)
 
-        class _Counting(SpanExporter):  # type: ignore[misc]
+        class _Counting(SpanExporter):
             def export(self, spans: Any) -> Any:
                 try:
                     result = inner.export(spans)

@@ -236,7 +236,7 @@ class WorkerConnection:
                     chunk = b""
                 if not chunk:
                     break
-                for message in decoder.feed(chunk):
+                for message in decoder.feed(bytes(chunk)):
                     await self._dispatch(message)
         except ProtocolError as exc:
             self._on_event("protocol_violation", {"reason": str(exc)[:2000]})

@@ -230,11 +230,11 @@ class KernelAudit:
         elif record.type == netlink.AUDIT_LANDLOCK_DOMAIN:
             domain = f.get("domain", "")
             if f.get("status") == "allocated":
-                session = read_session(int(f.get("pid", "0"))) if f.get("pid", "").isdigit() else None
-                self._domain_session[domain] = session
+                creator = read_session(int(f.get("pid", "0"))) if f.get("pid", "").isdigit() else None
+                self._domain_session[domain] = creator
                 _bound(self._domain_session, _MAX_DOMAINS)
                 for fields in self._pending.pop(domain, []):
-                    self._landlock(session, fields)
+                    self._landlock(creator, fields)
             elif f.get("status") == "deallocated":
                 self._domain_session.pop(domain, None)
                 self._pending.pop(domain, None)
@@ -322,7 +322,7 @@ class KernelAudit:
                 calls = self._in_flight.get(session, []) if session is not None else []
                 if call in calls:
                     calls.remove(call)
-                    if not calls:
+                    if not calls and session is not None:
                         self._in_flight.pop(session, None)
             if result.status == "passed":  # a passed call's refusals are in the trace only
                 return result

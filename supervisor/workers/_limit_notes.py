@@ -103,10 +103,13 @@ def explained_limits(*, pids_max: int | None, memory_bytes: int | None, cpu_seco
     return out
 
 
-def note(toolbox: str, hit: LimitHit) -> str:
-    """The note an agent reads: what stopped the call and which policy key would have to change (pure)."""
+def note(toolbox: str, hit: LimitHit, agent: str = "") -> str:
+    """The note an agent reads: what stopped the call and which policy key would have to change (pure). With
+    ``agent`` the key is agent-qualified (``toolboxes.<agent>/<toolbox>``), which is right even when another agent
+    has a toolbox of the same name."""
+    key = f"{agent}/{toolbox}" if agent else toolbox
     return (f"[limit reached: {hit.what}. This is the policy's limits.{hit.limit} for toolbox {toolbox!r}; "
-            f"the call may succeed with less work, or an operator can raise toolboxes.{toolbox}.limits.{hit.limit} "
+            f"the call may succeed with less work, or an operator can raise toolboxes.{key}.limits.{hit.limit} "
             f"(or limits.{hit.limit}) in the policy]")
 
 
@@ -176,10 +179,10 @@ class LimitWatch:
                           memory_bytes=getattr(plan, "memory_bytes", None),
                           cpu_seconds=getattr(rlimits, "cpu_seconds", None),
                           file_size_bytes=getattr(rlimits, "file_size_bytes", None))
-        notes = [note(tool.toolbox, h) for h in hits]
+        notes = [note(tool.toolbox, h, tool.agent) for h in hits]
         result.data = "\n".join([result.data, *notes] if result.data else notes)
         for h in hits:
             result.metadata.append(("limit_hit", f"limits.{h.limit}"))
-            self.trace.record("limit_hit", call_id=call_id, tool=tool.name, toolbox=tool.toolbox,
+            self.trace.record("limit_hit", call_id=call_id, tool=tool.name, toolbox=tool.toolbox, agent=tool.agent,
                               limit=f"limits.{h.limit}", value=h.value, what=h.what)
         return result

@@ -19,7 +19,7 @@ import trio
 __all__ = ["FrameWriter", "send_whole"]
 
 
-def _write_now(fileno: int, data: bytes) -> int:
+def _write_now(fileno: int, data: bytes | memoryview) -> int:
     """Write what the pipe takes at once; raise trio's errors for a gone reader or a closed fd."""
     try:
         return os.write(fileno, data)

@@ -70,6 +70,7 @@ class ToolboxRunner:
         self._deaths: deque[float] = deque()
         self._ready = trio.Event()
         self._stopping = False
+        self._stopped = trio.Event()  # set by stop(): ends a backoff or a cool-down at once
         self._make_worker = make_worker
         self._cached: CachedTools | None = None  # a lazy toolbox's list until its worker runs
         self._wanted = trio.Event()  # a lazy toolbox's first call arrived
@@ -77,6 +78,11 @@ class ToolboxRunner:
     @property
     def name(self) -> str:
         return self.spec.toolbox
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(agent, toolbox)``: what identifies the toolbox (two agents may each have one of a name)."""
+        return (self.spec.agent, self.spec.toolbox)
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -171,7 +177,10 @@ class ToolboxRunner:
                     await self._rest(worker)
                     backoff = self.supervision.backoff_initial_s
                     continue
-                await trio.sleep(backoff)
+                with trio.move_on_after(backoff):
+                    await self._stopped.wait()
+                if self._stopping:
+                    break
                 backoff = min(backoff * 2, self.supervision.backoff_max_s)
                 self.restarts += 1
                 self._on_event(worker, "worker_restart", {"restarts": self.restarts})
@@ -215,7 +224,10 @@ class ToolboxRunner:
         self._on_event(worker, "crash_loop", {"reason": self.failed_reason, "deaths": deaths,
                                               "cooldown_s": cooldown})
         self._ready.set()  # wake waiters so they get the failure
-        await trio.sleep(cooldown)
+        with trio.move_on_after(cooldown):
+            await self._stopped.wait()
+        if self._stopping:
+            return
         self._deaths.clear()
         self._ready = trio.Event()
         self.failed_reason = None
@@ -259,8 +271,9 @@ class ToolboxRunner:
         return await worker.call(tool, args, ctx, remaining, origin, op=op)
 
     async def stop(self) -> None:
-        """Stop the worker for good (graceful, bounded)."""
+        """Stop the worker for good (graceful, bounded); a restart waiting out its backoff or cool-down ends."""
         self._stopping = True
+        self._stopped.set()
         self._wanted.set()  # a lazy toolbox that never started: its run ends
         if self.worker is not None:
             await self.worker.stop()

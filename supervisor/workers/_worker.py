@@ -259,7 +259,8 @@ class Worker:
         plan = self.spec.cgroup
         if plan is None:
             return False
-        instance = plan.instance(self.spec.toolbox, f"{pid}-{secrets.token_hex(3)}")
+        # <agent>.<toolbox>-<pid>-<random>: two agents' toolboxes of one name are told apart
+        instance = plan.instance(f"{self.spec.agent}.{self.spec.toolbox}", f"{pid}-{secrets.token_hex(3)}")
         try:
             create_cgroup(instance)
             self.cgroup = instance

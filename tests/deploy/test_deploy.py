@@ -163,6 +163,9 @@ def test_each_granted_capability_is_needed(sandbox_tmp: Path, missing: str | Non
         assert rc != 0 or errors, f"{missing} is granted but nothing needs it"
 
 
-def test_the_unit_does_not_reload_with_a_signal_that_stops_the_service() -> None:
-    """SIGHUP stops the supervisor (no policy reload yet): an ExecReload sending it would turn a reload into a stop."""
-    assert not [ln for ln in UNIT.read_text().splitlines() if ln.startswith("ExecReload=")]
+def test_the_unit_reloads_the_policy_with_sighup() -> None:
+    """``systemctl reload`` sends SIGHUP to the supervisor alone, which reloads the policy (tests/supervisor/
+    test_reload.py runs that on a real ``serve --http``); its workers get no signal."""
+    assert [ln for ln in UNIT.read_text().splitlines() if ln.startswith("ExecReload=")] == [
+        "ExecReload=/bin/kill -HUP $MAINPID"]
+    assert _unit_value("KillMode") == "control-group"  # for stop only: kill -HUP $MAINPID signals the main pid

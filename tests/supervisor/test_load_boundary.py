@@ -150,6 +150,6 @@ async def test_an_exception_on_a_git_sources_clone_path_is_that_sources_load_err
         assert (await sup.call("system_broken_date", {})).status == "passed"
         assert (await sup.call("skill_enable_core-utils", {})).status == "passed"  # the local source loads
         [error] = sup.load_errors()
-        assert error == {"toolbox": "skills", "source": "skillSources[0]",
+        assert error == {"toolbox": "skills", "agent": "tester", "source": "skillSources[0]",
                          "message": "git source https://git.example.test/skills.git: the clone failed: "
                                     "RuntimeError: planted in the clone"}

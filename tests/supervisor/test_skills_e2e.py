@@ -121,8 +121,8 @@ async def test_a_failing_clone_is_a_load_error_of_that_source_only(sandbox_tmp: 
     out = subprocess.run([sys.executable, "-m", "supervisor", "tools", "--policy", str(path)], cwd=REPO,
                          env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "load error: skills: skillSources[0]: git clone of file://" in out.stdout
-    assert "load error: skills: skillSources[1]: git source file://" in out.stdout
+    assert "load error: tester/skills: skillSources[0]: git clone of file://" in out.stdout
+    assert "load error: tester/skills: skillSources[1]: git source file://" in out.stdout
 
 
 async def test_a_missing_subdir_is_a_load_error(sandbox_tmp: Path) -> None:

@@ -156,7 +156,7 @@ def _check_arg(obj: Any, path: str, problems: _Problems) -> ScriptArg | None:
         problems.add(f"{path}.mode", f"describe.{path}.mode must be one of {', '.join(MODES)}, not {mode!r}")
     if len(problems.found) > before:
         return None
-    return ScriptArg(name, description, type_text, str(json_type), arity, MODES[mode])  # type: ignore[arg-type]
+    return ScriptArg(name, description, type_text, str(json_type), arity, MODES[mode])
 
 
 def _check_empty_result(obj: Any, problems: _Problems) -> str | None:

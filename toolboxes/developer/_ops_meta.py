@@ -54,6 +54,7 @@ def op_validate_agent(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallConte
     if isinstance(opened, ToolResult):
         return opened
     path, text = opened
+    warnings: list[Any]
     try:
         data = json.loads(text.raw)
     except ValueError as exc:

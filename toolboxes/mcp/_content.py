@@ -26,7 +26,7 @@ import secrets
 from typing import Any
 
 from .._media import canonical
-from .._result import Attachment, ResourceLink, ToolResult
+from .._result import Attachment, ResourceLink, Status, ToolResult
 
 __all__ = ["AttachmentSink", "to_result"]
 
@@ -140,17 +140,17 @@ def to_result(result: dict[str, Any], *, tool: str, stem: str, sink: AttachmentS
     structured = result.get("structuredContent")
     failed = result.get("isError") is True
     if texts:
-        data = "\n".join(texts)
+        text = "\n".join(texts)
     elif structured is not None:
-        data = json.dumps(structured, ensure_ascii=False)
+        text = json.dumps(structured, ensure_ascii=False)
     else:
-        data = ""
+        text = ""
     truncated = False
-    raw = data.encode()
+    raw = text.encode()
     if len(raw) > output_cap:
-        data = raw[:output_cap].decode("utf-8", "ignore")
+        text = raw[:output_cap].decode("utf-8", "ignore")
         truncated = True
-    status = "failed" if failed else "passed"
+    status: Status = "failed" if failed else "passed"
     summary = f"{tool}: the tool reports an error" if failed else None
-    return ToolResult(status, summary=summary, data=data, truncated=truncated, attachments=attachments,
+    return ToolResult(status, summary=summary, data=text, truncated=truncated, attachments=attachments,
                       structured=structured, links=links[:256])

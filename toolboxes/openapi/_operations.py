@@ -160,10 +160,10 @@ class _Builder:
             prop = name if counts[name] == 1 and not (name == "body" and body is not None) else f"{loc}_{name}"
             while prop in properties:
                 prop += "_"
-            schema, json_content = self.param_schema(p, pbase)
-            if isinstance(p.get("description"), str) and isinstance(schema, dict):
-                schema = {**schema, "description": p["description"]}
-            properties[prop] = schema
+            param_schema, json_content = self.param_schema(p, pbase)
+            if isinstance(p.get("description"), str) and isinstance(param_schema, dict):
+                param_schema = {**param_schema, "description": p["description"]}
+            properties[prop] = param_schema
             if p.get("required") is True or loc == "path":
                 required.append(prop)
             out_params.append(Param(prop, name, loc, *self.style(p), json_content=json_content))
@@ -183,9 +183,10 @@ class _Builder:
             fmt = p.get("collectionFormat") or "csv"
             return (fmt if fmt in ("csv", "ssv", "tsv", "pipes", "multi") else "csv"), fmt == "multi"
         default = "form" if p["in"] in ("query", "cookie") else "simple"
-        style = p.get("style") if isinstance(p.get("style"), str) else default
-        explode = p.get("explode") if isinstance(p.get("explode"), bool) else style == "form"
-        return style, explode
+        style = p.get("style")
+        style = style if isinstance(style, str) else default
+        explode = p.get("explode")
+        return style, explode if isinstance(explode, bool) else style == "form"
 
     def param_schema(self, p: dict[str, Any], base: str) -> tuple[Any, bool]:
         if self.version == "2.0":
@@ -256,7 +257,7 @@ def build_operations(resolver: Resolver, toolbox: str) -> tuple[list[Operation],
                     if doc.get("webhooks") else [])
     if not isinstance(paths, dict):
         raise SpecError("'paths' is not an object")
-    consumes_root = doc.get("consumes") if isinstance(doc.get("consumes"), list) else []
+    consumes_root = listed if isinstance(listed := doc.get("consumes"), list) else []
     ops: list[Operation] = []
     seen: set[str] = set()
     for path, raw_item in paths.items():
@@ -269,12 +270,12 @@ def build_operations(resolver: Resolver, toolbox: str) -> tuple[list[Operation],
             continue
         if not isinstance(item, dict):
             continue
-        item_params = item.get("parameters") if isinstance(item.get("parameters"), list) else []
+        item_params = found if isinstance(found := item.get("parameters"), list) else []
         for method in METHODS:
             op = item.get(method)
             if not isinstance(op, dict):
                 continue
-            consumes = op.get("consumes") if isinstance(op.get("consumes"), list) else consumes_root
+            consumes = listed if isinstance(listed := op.get("consumes"), list) else consumes_root
             try:
                 operation = b.build(method, path, op, item, ibase, item_params, consumes)
             except RefError as exc:

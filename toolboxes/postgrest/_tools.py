@@ -191,7 +191,7 @@ def build_tools(r: Resolver, toolbox: str, allowed_methods: list[str]) -> tuple[
                         p, pbase = r.follow(raw, r.location)
                         if isinstance(p, dict) and p.get("in") == "body":
                             body = r.schema(p.get("schema", {}), pbase, SchemaBudget())
-                    definition = definitions.get(table) if isinstance(definitions.get(table), dict) else {}
+                    definition = found if isinstance(found := definitions.get(table), dict) else {}
                     schema = _table_schema(method, columns, body, definition)
             except RefError as exc:
                 errors.append({"source": f"paths.{path}.{method.lower()}", "message": f"left out: {exc}"})

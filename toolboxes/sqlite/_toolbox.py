@@ -51,7 +51,7 @@ def parse_versioning(raw: Any) -> dict[str, Any]:
     """
     if not isinstance(raw, dict) or raw.get("tag") not in _MODES:
         raise ValueError(f"Versioning.tag must be one of {', '.join(_MODES)}")
-    body = raw.get("contents") if isinstance(raw.get("contents"), dict) else raw
+    body = contents if isinstance(contents := raw.get("contents"), dict) else raw
     mode = _MODES[raw["tag"]]
     key = "basePath" if mode == "versioned" else "path"
     path = body.get(key)

@@ -23,7 +23,7 @@ import sandbox
 
 from .._bounded_run import run_bounded
 from .._reaper import Reaper
-from .._result import ToolResult
+from .._result import Status, ToolResult
 from .._toolbox import CallContext
 
 __all__ = ["FILTER_TIMEOUT_S", "execute_command", "run_command_filter"]
@@ -99,7 +99,7 @@ def execute_command(args: dict[str, Any], config: dict[str, Any], ctx: CallConte
                                summary="the command exceeded its wall-time limit and was killed")
     if outcome.cancelled:
         return ToolResult.json(data, status="error", summary="the call was cancelled")
-    status = "passed" if outcome.exit_code == 0 else "failed"
+    status: Status = "passed" if outcome.exit_code == 0 else "failed"
     summary = "exit 0" if status == "passed" else f"exit {data['exitCode']}"
     return ToolResult.json(data, status=status, summary=summary, truncated=truncated).with_meta(
         "state_effect", "mutate")

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._hints import READ_ONLY
 from .._names import tool_name
+from .._paths import PathGate
 from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
@@ -77,19 +78,24 @@ _CAPABILITIES["execute-command"] = _Capability(
     hints={},  # a shell command may do anything the sandbox allows: MCP's defaults (destructive) hold
 )
 
+def _session(run: Callable[[WorkerEnv, dict[str, Any], CallContext], ToolResult]) -> Callable[
+        [SystemToolbox, dict[str, Any], CallContext], ToolResult]:
+    """A session capability (it needs only the worker's environment) as a capability's ``run``."""
+    return lambda tb, args, ctx: run(tb.env, args, ctx)
+
+
 for _cap, (_description, _properties, _required, _run) in SESSION_CAPABILITIES.items():
-    _CAPABILITIES[_cap] = _Capability(
-        _description, _properties, _required, lambda tb, args, ctx, run=_run: run(tb.env, args, ctx))
+    _CAPABILITIES[_cap] = _Capability(_description, _properties, _required, _session(_run))
 
 
 class SystemToolbox:
     """The System toolbox of one agent, inside its worker."""
 
     def __init__(self, config: dict[str, Any], env: WorkerEnv) -> None:
-        self.config = config
-        self.env = env
-        self.gate = file_gate(config)
-        self.reaper = Reaper(subreaper=True)
+        self.config: dict[str, Any] = config
+        self.env: WorkerEnv = env
+        self.gate: PathGate = file_gate(config)
+        self.reaper: Reaper = Reaper(subreaper=True)
         name = config.get("Name") or env.toolbox_name
         self._tools: dict[str, tuple[str, _Capability]] = {}
         self._specs: list[ToolSpec] = []

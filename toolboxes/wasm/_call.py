@@ -95,7 +95,7 @@ def _wasi(run: ComponentRun, out: _Capture, err: _Capture) -> wasmtime.WasiConfi
 
 def _tool_input(data: str | None, log_path: str | None) -> wc.Record:
     record = wc.Record()
-    record.data = data
+    setattr(record, "data", data)  # noqa: B010 - a WIT record: fields are set by name, not declared
     setattr(record, "log-path", log_path)
     return record
 

@@ -10,9 +10,10 @@ refusal: ``/usr/bin/mcp-filesystem``, the approval script ``/path/to/approval-sc
 
 ``tools`` starts real confined workers, and the OpenAPI, PostgREST and git toolboxes try their hosts: so it runs in
 the lab's supervisor network namespace (``tests/sandbox/_netlab.py``), where no name resolves to anything outside
-the lab and no packet leaves it. Each example gets a policy of its own (issue 15: one policy cannot hold two agents
-with a toolbox of the same name). The policy is the shipped ``permissive.yaml``'s settings: some examples are
-refused by ``strict.yaml`` by design (a ``FilePattern`` alone reaches the whole filesystem), which ``check`` says.
+the lab and no packet leaves it. Each example gets a policy of its own (``coder`` and ``file-agent``, both with a
+``system`` toolbox, are also served together from one policy: ``tests/supervisor/frontends/test_many_agents.py``).
+The policy is the shipped ``permissive.yaml``'s settings: some examples are refused by ``strict.yaml`` by design
+(a ``FilePattern`` alone reaches the whole filesystem), which ``check`` says.
 """
 
 from __future__ import annotations

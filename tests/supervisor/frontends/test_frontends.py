@@ -305,5 +305,5 @@ def test_call_says_on_stderr_what_did_not_load(sandbox_tmp: Path) -> None:
     done = subprocess.run([*CLI, "call", "--policy", str(policy), "bash_broken", "{}"], capture_output=True,
                           text=True, env=_env(), cwd=REPO, timeout=120)
     assert done.returncode == 2 and json.loads(done.stdout)["summary"] == "PortalToolNotFound"
-    assert "agents-supervise: load error: tools: " in done.stderr
+    assert "agents-supervise: load error: tester/tools: " in done.stderr  # agent/toolbox
     assert "broken: describe printed invalid JSON" in done.stderr

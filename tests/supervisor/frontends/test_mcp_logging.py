@@ -120,3 +120,28 @@ def test_what_a_record_tells_a_session() -> None:
     assert log_entry("portal_refusal", refusal, toolboxes=mine, own_session=False, own_call=False) is None
     assert log_entry("portal_refusal", {**refusal, "kind": "PortalToolNotFound"}, toolboxes=mine, own_session=True,
                      own_call=False) is None  # answered already; not a limit
+
+
+@pytest.mark.root
+# The SDK client leaves its SSE reader's async generators unclosed when a request answers a JSON-RPC error on an
+# SSE stream (its own resource warnings at garbage collection, after the assertions); not the server's.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_stateless_requests_opt_in_per_request(sandbox_tmp: Path) -> None:
+    """2026-07-28: the SDK client stamps ``_meta`` logLevel on every request; a call refused by the tenant's rate
+    hears why on its SSE answer, before the answer."""
+    root = sandbox_tmp
+    policy = write_policy(root, {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
+                          frontends={"http": {"listen": "127.0.0.1:0"}},
+                          tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"],
+                                            "limits": {"calls_per_second": 0.01}}})
+    async for server in _start(policy):
+        log = _Log()
+        with trio.fail_after(60):
+            async with create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http, Client(
+                    streamable_http_client(server.url("alpha"), http_client=http), mode="auto",
+                    log_level="warning", logging_callback=log.callback) as client:
+                assert client.protocol_version == "2026-07-28"  # server/discover spent the one token
+                with pytest.raises(Exception, match="calls per second is spent"):
+                    await client.call_tool("system_system_date", {})
+                level, data = await log.wait_for("tenant_limit", method="tools/call")
+                assert level == "warning" and "calls per second is spent" in data["reason"]

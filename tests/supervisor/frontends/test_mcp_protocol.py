@@ -234,8 +234,8 @@ async def _check_resources_and_prompts(client: Any, changes: _Changes, *, bound:
     by_template = await client.read_resource("agents-supervise://alpha/docs/note%3A//42")
     assert by_template.contents[0].text == "note 42"
 
-    # Another agent's toolbox: a session bound to alpha (HTTP) does not see it at all; an unbound one (stdio) does,
-    # but that toolbox lists nothing.
+    # Another agent's toolbox: a session bound to alpha (HTTP's endpoint, stdio's first agent) does not see it at
+    # all; an unbound one (the Python API) does, but that toolbox lists nothing.
     with pytest.raises(MCPError, match="no toolbox 'sys2' of agent 'beta' here" if bound else "does not list it"):
         await client.read_resource("agents-supervise://beta/sys2/x")
     with pytest.raises(MCPError, match="does not list it"):
@@ -267,7 +267,7 @@ async def test_resources_and_prompts_on_stdio(sandbox_tmp: Path) -> None:
             caps = init.capabilities
             assert caps.resources is not None and caps.resources.list_changed and not caps.resources.subscribe
             assert caps.prompts is not None and caps.prompts.list_changed
-            await _check_resources_and_prompts(session, changes, bound=False)
+            await _check_resources_and_prompts(session, changes, bound=True)  # to the policy's first agent
 
 
 async def test_resources_and_prompts_over_http_are_the_agents_own(sandbox_tmp: Path) -> None:

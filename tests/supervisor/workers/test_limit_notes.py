@@ -182,7 +182,7 @@ async def test_a_process_killed_by_sigxfsz_names_limits_file_size_bytes(sandbox_
                                  {"command": "exec head -c 3000000 /dev/zero > /tmp/big"})
     assert command.structured["exitCode"] == -25, command.data
     assert command.meta("limit_hit") == "limits.file_size_bytes", command.metadata
-    assert "toolboxes.system.limits.file_size_bytes" in command.data, command.data
+    assert "toolboxes.tester/system.limits.file_size_bytes" in command.data, command.data  # agent-qualified
     assert big.status == "failed" and "SIGXFSZ" in (big.summary or ""), big.data
     assert big.meta("limit_hit") == "limits.file_size_bytes", big.metadata
     assert "RLIMIT_FSIZE" in big.data and f"of {1 << 20} bytes" in big.data, big.data

@@ -1,0 +1,259 @@
+"""SIGHUP reloads the policy of a running supervisor without dropping what did not change.
+
+Real ``serve --http`` and stdio ``serve`` processes, an MCP session open on each (the official SDK client over HTTP,
+raw JSON-RPC lines on stdio): the policy is edited (a toolbox added to the agent file, another one's limits changed
+in the policy, one left alone) and the process gets SIGHUP. The unchanged toolbox keeps its worker (one
+``worker_spawn``, the same pid, still alive) and the session keeps working; the changed one is restarted (a new
+pid); the new tool is announced with ``notifications/tools/list_changed`` and called. Then the policy file is broken
+and the process gets SIGHUP again: the reload is refused with a reason (on stderr and as a ``policy_reload`` trace
+record), and the tools that were served still are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from supervisor._reload import ReloadPlan, plan_reload
+from supervisor.frontends._http_auth import hash_token
+from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor.test_skills_e2e import Notifications
+
+pytestmark = pytest.mark.root
+
+REPO = str(Path(__file__).resolve().parents[2])
+TOKEN = "reload-test-token"
+
+
+def test_plan_reload_keeps_only_what_compiled_the_same() -> None:
+    running = {("a", "keep"): "1", ("a", "change"): "2", ("a", "gone"): "3", ("b", "broken"): "4"}
+    new = {("a", "keep"): "1", ("a", "change"): "2'", ("b", "broken"): "4", ("a", "new"): "5"}
+    assert plan_reload(running, {("b", "broken")}, new) == ReloadPlan(
+        kept=(("a", "keep"),), restarted=(("a", "change"), ("b", "broken")), stopped=(("a", "gone"),),
+        started=(("a", "new"),))
+    assert plan_reload(running, set(), running) == ReloadPlan(kept=tuple(running))
+
+
+class Service:
+    """A ``serve`` process: its stderr read line by line (``wait_line``), its trace, SIGHUP."""
+
+    def __init__(self, process: trio.Process, state: Path) -> None:
+        self.process = process
+        self.state = state
+        self.lines: list[str] = []
+        self._changed = trio.Event()
+
+    async def read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        buffer = b""
+        while chunk := await self.process.stderr.receive_some(65536):
+            buffer += chunk
+            *done, buffer = buffer.split(b"\n")
+            self.lines += [d.decode(errors="replace") for d in done]
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def wait_line(self, text: str, after: int = 0) -> str:
+        """The first stderr line from index ``after`` on that holds ``text`` (waits for it)."""
+        while True:
+            for line in self.lines[after:]:
+                if text in line:
+                    return line
+            await self._changed.wait()
+
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        path = self.state / "trace.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [r for r in map(json.loads, lines) if r.get("event") == kind]
+
+    def spawns(self, toolbox: str) -> list[int]:
+        return [r["pid"] for r in self.records("worker_spawn") if r["toolbox"] == toolbox]
+
+    def hup(self) -> int:
+        """Send SIGHUP; returns how many stderr lines came before it."""
+        seen = len(self.lines)
+        self.process.send_signal(signal.SIGHUP)
+        return seen
+
+
+def _policy(root: Path) -> Path:
+    return write_policy(root, {"alpha": agent("alpha", builtinToolboxes=[
+        system_toolbox("keep", ["date"]), system_toolbox("change", ["date"])])},
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}})
+
+
+def _edit(root: Path) -> None:
+    """Add a toolbox (the agent file) and change another's limits (the policy); ``keep`` stays as it was."""
+    (root / "alpha.json").write_text(json.dumps(agent("alpha", builtinToolboxes=[
+        system_toolbox("keep", ["date"]), system_toolbox("change", ["date"]),
+        system_toolbox("added", ["date"])])))
+    policy = root / "policy.yaml"
+    data = yaml.safe_load(policy.read_text())
+    data["toolboxes"] = {"change": {"limits": {"wall_time_s": 77}}}
+    policy.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _break(root: Path) -> None:
+    (root / "policy.yaml").write_text("agents: [alpha.json\nstate_dir: {\n")
+
+
+@pytest.fixture
+async def start(sandbox_tmp: Path) -> AsyncIterator[Any]:
+    services: list[Service] = []
+
+    async def start(*extra: str) -> Service:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "supervisor", "serve", "--policy", str(sandbox_tmp / "policy.yaml"), *extra],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        service = Service(process, sandbox_tmp / "state")
+        services.append(service)
+        nursery.start_soon(service.read_stderr)
+        return service
+
+    async with trio.open_nursery() as nursery:
+        try:
+            yield start
+        finally:
+            for s in services:
+                s.process.terminate()
+                await s.process.wait()
+            nursery.cancel_scope.cancel()
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _check_applied(service: Service, line: str, keep_pid: int, change_pid: int) -> None:
+    assert "the policy was reloaded" in line and "kept alpha/keep" in line, line
+    assert "restarted alpha/change" in line and "started alpha/added" in line, line
+    assert service.spawns("keep") == [keep_pid] and _alive(keep_pid)  # the same worker, still running
+    new_change = service.spawns("change")
+    assert len(new_change) == 2 and new_change[0] == change_pid and new_change[1] != change_pid
+    assert len(service.spawns("added")) == 1
+    [applied] = [r for r in service.records("policy_reload") if r["status"] == "applied"]
+    assert applied["kept"] == ["alpha/keep"] and applied["restarted"] == ["alpha/change"]
+    assert applied["started"] == ["alpha/added"] and applied["stopped"] == []
+
+
+def _check_refused(service: Service, line: str) -> None:
+    assert "the policy was not reloaded, the running one stays" in line and "policy.yaml" in line, line
+    refused = [r for r in service.records("policy_reload") if r["status"] == "refused"]
+    assert len(refused) == 1 and "policy.yaml" in refused[0]["reason"], refused
+
+
+async def test_sighup_reloads_an_http_service_and_keeps_its_sessions(sandbox_tmp: Path, start: Any) -> None:
+    _policy(sandbox_tmp)
+    service = await start("--http")
+    with trio.fail_after(120):
+        address = await service.wait_line("serving MCP over HTTP at ")
+    url = address.split("serving MCP over HTTP at ")[1].split("/agents/")[0] + "/agents/alpha/mcp"
+    seen = Notifications()
+    with trio.fail_after(180):
+        async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http, Client(
+                streamable_http_client(url, http_client=http), mode="legacy", message_handler=seen.handler) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert names == {"system_keep_date", "system_change_date"}
+            [keep_pid], [change_pid] = service.spawns("keep"), service.spawns("change")
+
+            _edit(sandbox_tmp)
+            line = await service.wait_line("the policy was", service.hup())
+            _check_applied(service, line, keep_pid, change_pid)
+            await seen.wait_for(1)  # the session's stream announced the change
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert names == {"system_keep_date", "system_change_date", "system_added_date"}
+            for tool in sorted(names):  # the kept worker, the restarted one and the new one all answer
+                assert not (await client.call_tool(tool, {})).is_error, tool
+
+            _break(sandbox_tmp)
+            line = await service.wait_line("the policy was not reloaded", service.hup())
+            _check_refused(service, line)
+            assert {t.name for t in (await client.list_tools()).tools} == names
+            assert not (await client.call_tool("system_keep_date", {})).is_error
+            assert service.spawns("keep") == [keep_pid] and _alive(keep_pid)
+
+
+class StdioClient:
+    """Raw MCP over a ``serve`` process's pipes: one JSON line per message."""
+
+    def __init__(self, process: trio.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.stdin, self.stdout = process.stdin, process.stdout
+        self.buffer = b""
+        self.next_id = 1
+        self.notifications: list[str] = []
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.stdin.send_all(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+    async def message(self) -> dict[str, Any]:
+        while b"\n" not in self.buffer:
+            chunk = await self.stdout.receive_some(65536)
+            assert chunk, "the server closed stdout"
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        req_id, self.next_id = self.next_id, self.next_id + 1
+        await self.send({"id": req_id, "method": method, "params": params or {}})
+        while True:
+            message = await self.message()
+            if message.get("id") == req_id:
+                assert "result" in message, message
+                return message["result"]
+            self.notifications.append(message.get("method", ""))
+
+    async def notification(self, method: str) -> None:
+        while method not in self.notifications:
+            message = await self.message()
+            self.notifications.append(message.get("method", ""))
+
+    async def names(self) -> set[str]:
+        return {t["name"] for t in (await self.request("tools/list"))["tools"]}
+
+    async def call(self, tool: str) -> dict[str, Any]:
+        return await self.request("tools/call", {"name": tool, "arguments": {}})
+
+
+async def test_sighup_reloads_a_stdio_service_and_keeps_its_session(sandbox_tmp: Path, start: Any) -> None:
+    _policy(sandbox_tmp)
+    service = await start("--agent", "alpha")
+    client = StdioClient(service.process)
+    with trio.fail_after(180):
+        await client.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                            "clientInfo": {"name": "raw", "version": "1"}})
+        await client.send({"method": "notifications/initialized"})
+        assert await client.names() == {"system_keep_date", "system_change_date"}
+        [keep_pid], [change_pid] = service.spawns("keep"), service.spawns("change")
+
+        _edit(sandbox_tmp)
+        line = await service.wait_line("the policy was", service.hup())
+        _check_applied(service, line, keep_pid, change_pid)
+        await client.notification("notifications/tools/list_changed")
+        names = await client.names()
+        assert names == {"system_keep_date", "system_change_date", "system_added_date"}
+        for tool in sorted(names):
+            assert not (await client.call(tool)).get("isError"), tool
+
+        _break(sandbox_tmp)
+        line = await service.wait_line("the policy was not reloaded", service.hup())
+        _check_refused(service, line)
+        assert await client.names() == names
+        assert not (await client.call("system_keep_date")).get("isError")
+        assert service.spawns("keep") == [keep_pid] and _alive(keep_pid)
