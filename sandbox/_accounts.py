@@ -13,10 +13,13 @@ it (nothing is mounted for it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandbox._private_files import show_private_file
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["AccountFiles", "apply_account_files", "plan_account_files", "plan_view_accounts", "shared_group_name"]
 
@@ -47,8 +50,9 @@ def _names(text: str) -> set[str]:
     return {line.split(":", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
 
 
-def plan_account_files(passwd: str, group: str, *, uid: int, gid: int, name: str, home: str,
-                       groups: Sequence[int] = ()) -> AccountFiles:
+def plan_account_files(
+    passwd: str, group: str, *, uid: int, gid: int, name: str, home: str, groups: Sequence[int] = ()
+) -> AccountFiles:
     """What to show for ``uid``/``gid`` given the host's ``passwd`` and ``group`` texts. Pure.
 
     ``name`` is the account name wanted for ``uid``; when the host already uses it for another uid, a number is
@@ -88,8 +92,9 @@ def shared_group_name(gid: int, host_name: str = "") -> str:
     return cleaned or f"shared-{gid}"
 
 
-def plan_view_accounts(*, uid: int, gid: int, name: str, home: str, group_name: str = "",
-                       groups: Sequence[tuple[int, str]] = ()) -> AccountFiles:
+def plan_view_accounts(
+    *, uid: int, gid: int, name: str, home: str, group_name: str = "", groups: Sequence[tuple[int, str]] = ()
+) -> AccountFiles:
     """``/etc/passwd`` and ``/etc/group`` of a worker's private view (``sandbox._view_plan``). Pure.
 
     They name ``root`` (the owner of the system files every worker sees) and the worker's own uid and gid, and no

@@ -124,8 +124,10 @@ def _address_class(ip: IPAddress) -> str | None:
 
 def metadata_refusal(ip: IPAddress) -> str | None:
     """Why ``ip`` is never dialled when it is, or carries, a cloud metadata address; ``None`` otherwise."""
-    why = ("never dialled, whatever the policy opens: cloud-internal services answer any caller on the host as "
-           "the host (instance credentials and secrets)")
+    why = (
+        "never dialled, whatever the policy opens: cloud-internal services answer any caller on the host as "
+        "the host (instance credentials and secrets)"
+    )
     what = metadata_address(ip)
     if what is not None:
         return f"{ip} is a cloud metadata address ({what}); {why}"
@@ -190,7 +192,6 @@ def _single_verdict(
         if entry is not None and entry.kind == "ip" and entry.value == ip:
             return True, ""
         return False, (
-            f"{ip} is in a private range; the policy must open that range (private_networks) "
-            "or list the address itself"
+            f"{ip} is in a private range; the policy must open that range (private_networks) or list the address itself"
         )
     return True, ""

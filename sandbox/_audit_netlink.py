@@ -130,7 +130,7 @@ def parse_fields(text: str) -> dict[str, str]:
         if j < n and text[j] in "\"'":
             end = text.find(text[j], j + 1)
             end = n if end < 0 else end
-            value, i = text[j + 1:end], end + 1
+            value, i = text[j + 1 : end], end + 1
         else:
             end = text.find(" ", j)
             end = n if end < 0 else end
@@ -192,7 +192,7 @@ def _request(msg_type: int, payload: bytes = b"") -> list[tuple[int, bytes]]:
             off = 0
             while off + _HDR.size <= len(data):
                 length, kind, _flags, _seq, _pid = _HDR.unpack_from(data, off)
-                body = data[off + _HDR.size:off + length]
+                body = data[off + _HDR.size : off + length]
                 if kind == _NLMSG_ERROR:
                     err = -struct.unpack_from("=i", body)[0]
                     if err:

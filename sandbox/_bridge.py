@@ -128,9 +128,7 @@ def decode_bridge_message(data: bytes) -> BridgePorts:
     return BridgePorts(proxy=ports[0], dns=ports[1])
 
 
-def open_bridge(
-    unix_fd: int, *, proxy_port: int = DEFAULT_PROXY_PORT, dns_port: int = DEFAULT_DNS_PORT
-) -> BridgePorts:
+def open_bridge(unix_fd: int, *, proxy_port: int = DEFAULT_PROXY_PORT, dns_port: int = DEFAULT_DNS_PORT) -> BridgePorts:
     """Open the bridge sockets in the current network namespace, send them over ``unix_fd``, close both ends.
 
     Binds 127.0.0.1:``proxy_port`` (TCP, listening), 127.0.0.1:``dns_port`` (UDP) and 127.0.0.1:``dns_port``

@@ -21,10 +21,13 @@ group already removed) is ``None``: unknown, never zero.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandbox._cgroups import V1, V2, CgroupInstance, CgroupLayout
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["CounterFiles", "LimitCounters", "counter_files", "parse_counters", "read_counters", "rises"]
 

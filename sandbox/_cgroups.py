@@ -42,10 +42,13 @@ import errno as errno_mod
 import os
 import re
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandbox._errors import ConfinementError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "CGROUP_DIR",
@@ -126,9 +129,11 @@ class CgroupPlan:
 
     def describe(self) -> str:
         """One line for ``agents-supervise check``."""
-        what = [f"pids.max={self.pids_max}" if self.pids_max is not None else "no process limit",
-                f"memory={self.memory_bytes}" if self.memory_bytes is not None else "no memory limit",
-                f"cpus={self.cpu_quota_us / CPU_PERIOD_US:g}" if self.cpu_quota_us is not None else "no CPU limit"]
+        what = [
+            f"pids.max={self.pids_max}" if self.pids_max is not None else "no process limit",
+            f"memory={self.memory_bytes}" if self.memory_bytes is not None else "no memory limit",
+            f"cpus={self.cpu_quota_us / CPU_PERIOD_US:g}" if self.cpu_quota_us is not None else "no CPU limit",
+        ]
         return f"cgroup {self.layout.version} ({', '.join(what)}) under {' and '.join(self.layout.bases())}"
 
     def instance(self, toolbox: str, unique: str) -> CgroupInstance:
@@ -139,16 +144,20 @@ class CgroupPlan:
         if layout.version == V2:
             group = os.path.join(layout.pids_base, name)
             controllers = "+pids +memory" + (" +cpu" if self.cpu_quota_us is not None else "")
-            enable = ((os.path.join(layout.parent_enable, "cgroup.subtree_control"), controllers),
-                      (os.path.join(layout.pids_base, "cgroup.subtree_control"), controllers))
+            enable = (
+                (os.path.join(layout.parent_enable, "cgroup.subtree_control"), controllers),
+                (os.path.join(layout.pids_base, "cgroup.subtree_control"), controllers),
+            )
             if self.cpu_quota_us is not None:
                 writes.append((os.path.join(group, "cpu.max"), f"{self.cpu_quota_us} {CPU_PERIOD_US}", True))
             if self.pids_max is not None:
                 writes.append((os.path.join(group, "pids.max"), str(self.pids_max), True))
             if self.memory_bytes is not None:
-                writes += [(os.path.join(group, "memory.max"), str(self.memory_bytes), True),
-                           (os.path.join(group, "memory.swap.max"), "0", False),
-                           (os.path.join(group, "memory.oom.group"), "1", True)]
+                writes += [
+                    (os.path.join(group, "memory.max"), str(self.memory_bytes), True),
+                    (os.path.join(group, "memory.swap.max"), "0", False),
+                    (os.path.join(group, "memory.oom.group"), "1", True),
+                ]
             return CgroupInstance((group,), tuple(writes), (os.path.join(group, "cgroup.procs"),), enable)
         dirs: list[str] = []
         if self.pids_max is not None:
@@ -158,13 +167,17 @@ class CgroupPlan:
         if self.memory_bytes is not None:
             memory = os.path.join(layout.memory_base, name)
             dirs.append(memory)
-            writes += [(os.path.join(memory, "memory.limit_in_bytes"), str(self.memory_bytes), True),
-                       (os.path.join(memory, "memory.memsw.limit_in_bytes"), str(self.memory_bytes), False)]
+            writes += [
+                (os.path.join(memory, "memory.limit_in_bytes"), str(self.memory_bytes), True),
+                (os.path.join(memory, "memory.memsw.limit_in_bytes"), str(self.memory_bytes), False),
+            ]
         if self.cpu_quota_us is not None:
             cpu = os.path.join(layout.cpu_base, name)
             dirs.append(cpu)
-            writes += [(os.path.join(cpu, "cpu.cfs_period_us"), str(CPU_PERIOD_US), True),
-                       (os.path.join(cpu, "cpu.cfs_quota_us"), str(self.cpu_quota_us), True)]
+            writes += [
+                (os.path.join(cpu, "cpu.cfs_period_us"), str(CPU_PERIOD_US), True),
+                (os.path.join(cpu, "cpu.cfs_quota_us"), str(self.cpu_quota_us), True),
+            ]
         return CgroupInstance(tuple(dirs), tuple(writes), tuple(os.path.join(d, "cgroup.procs") for d in dirs))
 
 
@@ -182,8 +195,9 @@ def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
     return out
 
 
-def detect_layout(mountinfo: str, proc_cgroup: str, v2_controllers: Callable[[str], str | None]
-                  ) -> tuple[CgroupLayout | None, str]:
+def detect_layout(
+    mountinfo: str, proc_cgroup: str, v2_controllers: Callable[[str], str | None]
+) -> tuple[CgroupLayout | None, str]:
     """Pick the cgroup layout from ``/proc/self/mountinfo`` and ``/proc/self/cgroup``. Pure but for the reader.
 
     Args:
@@ -238,8 +252,11 @@ def _read(path: str) -> str | None:
 
 def read_layout() -> tuple[CgroupLayout | None, str]:
     """:func:`detect_layout` on this process's own files, then check that the bases can be written here."""
-    layout, reason = detect_layout(_read("/proc/self/mountinfo") or "", _read("/proc/self/cgroup") or "",
-                                   lambda d: _read(os.path.join(d, "cgroup.controllers")))
+    layout, reason = detect_layout(
+        _read("/proc/self/mountinfo") or "",
+        _read("/proc/self/cgroup") or "",
+        lambda d: _read(os.path.join(d, "cgroup.controllers")),
+    )
     if layout is None:
         return None, reason
     for base in layout.bases():
@@ -249,8 +266,14 @@ def read_layout() -> tuple[CgroupLayout | None, str]:
     return layout, ""
 
 
-def plan_cgroup(layout: CgroupLayout, *, pids_max: int | None, memory_bytes: int | None,
-                required: bool = True, cpus: float | None = None) -> CgroupPlan | None:
+def plan_cgroup(
+    layout: CgroupLayout,
+    *,
+    pids_max: int | None,
+    memory_bytes: int | None,
+    required: bool = True,
+    cpus: float | None = None,
+) -> CgroupPlan | None:
     """The plan of a worker's group; ``None`` when no limit is asked for. Pure.
 
     ``cpus``: CPU bandwidth of the whole tree in CPUs (``0.5``: half of one CPU; ``2``: two CPUs).
@@ -367,8 +390,9 @@ def remove_cgroup(instance: CgroupInstance) -> bool:
     return gone
 
 
-def stale_groups(layout: CgroupLayout, *, names: list[str], procs_of: Callable[[str], str | None],
-                 alive: Callable[[int], bool]) -> list[str]:
+def stale_groups(
+    layout: CgroupLayout, *, names: list[str], procs_of: Callable[[str], str | None], alive: Callable[[int], bool]
+) -> list[str]:
     """The worker groups under ``layout`` left by supervisors that died: empty, and their launcher pid is gone. Pure.
 
     Group names are ``<toolbox>-<launcher pid>-<random>``; a group whose launcher is alive may be one being set up
@@ -397,8 +421,9 @@ def sweep_stale_cgroups(layout: CgroupLayout) -> list[str]:
         except OSError:
             continue
     removed = []
-    for path in stale_groups(layout, names=sorted(names), procs_of=_read, alive=lambda pid: os.path.exists(
-            f"/proc/{pid}")):
+    for path in stale_groups(
+        layout, names=sorted(names), procs_of=_read, alive=lambda pid: os.path.exists(f"/proc/{pid}")
+    ):
         try:
             os.rmdir(path)
             removed.append(path)

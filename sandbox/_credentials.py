@@ -21,11 +21,14 @@ inside a terminated TLS tunnel). It never sees a CONNECT tunnel's bytes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 from sandbox._hosts import Host, HostError, normalize_host
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 __all__ = [
     "PLACEHOLDER_PREFIX",
@@ -160,13 +163,21 @@ class Credential:
             "placeholder": self.placeholder,
             "header": self.header[0] if self.header else None,
             "query": self.query,
-            "bindings": [{"hosts": list(b.hosts), "ports": list(b.ports), "schemes": list(b.schemes),
-                          "path_prefixes": list(b.path_prefixes)} for b in self.bindings],
+            "bindings": [
+                {
+                    "hosts": list(b.hosts),
+                    "ports": list(b.ports),
+                    "schemes": list(b.schemes),
+                    "path_prefixes": list(b.path_prefixes),
+                }
+                for b in self.bindings
+            ],
         }
 
 
-def matching_credentials(credentials: Iterable[Credential], scheme: str, host: Host | str, port: int,
-                         path: str) -> tuple[Credential, ...]:
+def matching_credentials(
+    credentials: Iterable[Credential], scheme: str, host: Host | str, port: int, path: str
+) -> tuple[Credential, ...]:
     """The credentials a request to ``scheme://host:port`` + ``path`` may carry (``host`` already normalised, or a
     text the caller normalises here; one that cannot be normalised matches nothing)."""
     if isinstance(host, str):
@@ -208,4 +219,3 @@ def apply_credentials(
         if cred.query is not None:
             new_path = _set_query(new_path, cred.query, cred.value)
     return out, new_path
-

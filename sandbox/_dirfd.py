@@ -32,11 +32,14 @@ import errno
 import functools
 import os
 import stat
-from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._errors import SandboxError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
 
 __all__ = [
     "ReownCount",
@@ -92,13 +95,20 @@ def open_dir(parent_fd: int, name: str) -> int:
 
 
 def _describe(st: os.stat_result) -> str:
-    kinds = {stat.S_IFLNK: "a symbolic link", stat.S_IFREG: "a file", stat.S_IFIFO: "a FIFO",
-             stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+    kinds = {
+        stat.S_IFLNK: "a symbolic link",
+        stat.S_IFREG: "a file",
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a device",
+        stat.S_IFBLK: "a device",
+    }
     return kinds.get(stat.S_IFMT(st.st_mode), "not a folder")
 
 
-def ensure_dir(parent_fd: int, name: str, *, mode: int, uid: int | None = None, gid: int | None = None,
-               where: str = "") -> int:
+def ensure_dir(
+    parent_fd: int, name: str, *, mode: int, uid: int | None = None, gid: int | None = None, where: str = ""
+) -> int:
     """The folder ``name`` in ``parent_fd``, made if missing, owned by ``uid``:``gid`` (when given) with ``mode``;
     returns its fd (the caller closes it).
 
@@ -139,7 +149,8 @@ def ensure_dir(parent_fd: int, name: str, *, mode: int, uid: int | None = None, 
             if not made and st.st_uid != want:
                 raise UnsafeTreeError(
                     f"{label} belongs to uid {st.st_uid}, not to uid {want} that it is prepared for; it is left "
-                    "alone (nothing outside the worker's own folders is ever re-owned). Move it away and restart.")
+                    "alone (nothing outside the worker's own folders is ever re-owned). Move it away and restart."
+                )
             if uid is not None and gid is not None and (st.st_uid, st.st_gid) != (uid, gid):
                 os.fchown(fd, uid, gid)
             if stat.S_IMODE(st.st_mode) != mode:
@@ -148,12 +159,15 @@ def ensure_dir(parent_fd: int, name: str, *, mode: int, uid: int | None = None, 
         except BaseException:
             os.close(fd)
             raise
-    raise UnsafeTreeError(f"{label}: something kept replacing the folder while it was prepared "
-                          f"({_REPLACE_TRIES} tries); refusing to start this toolbox")
+    raise UnsafeTreeError(
+        f"{label}: something kept replacing the folder while it was prepared "
+        f"({_REPLACE_TRIES} tries); refusing to start this toolbox"
+    )
 
 
-def ensure_path(anchor_fd: int, parts: list[str], *, mode: int, uid: int | None = None, gid: int | None = None,
-                where: str = "") -> int:
+def ensure_path(
+    anchor_fd: int, parts: list[str], *, mode: int, uid: int | None = None, gid: int | None = None, where: str = ""
+) -> int:
     """:func:`ensure_dir` for each component of ``parts`` in turn, from ``anchor_fd``; returns the last one's fd.
 
     Every component gets ``mode`` and ``uid``/``gid``: use it for folders of one owner (the ones above a worker's
@@ -236,18 +250,21 @@ def open_rule_path(path: str, *, writable_trees: Sequence[str] = (), root_links_
         raise
 
 
-def _judge_link(path: str, location: str, st: os.stat_result, writable_trees: Sequence[str],
-                root_links_only: bool) -> None:
+def _judge_link(
+    path: str, location: str, st: os.stat_result, writable_trees: Sequence[str], root_links_only: bool
+) -> None:
     if root_links_only and st.st_uid != 0:
         raise UnsafeTreeError(
             f"{path}: {location} is a symbolic link owned by uid {st.st_uid}, not root; a link a worker could have "
             "planted is never followed when rule paths are opened. Grant the target's own path instead (or remove "
-            "the link) and restart")
+            "the link) and restart"
+        )
     top = next((t for t in writable_trees if _beneath(location, t)), None)
     if top is not None:
         raise UnsafeTreeError(
             f"{path}: {location} is a symbolic link inside {top}, which the worker may write; it is not followed "
-            "(it may have been planted). Remove the link or grant its target's own path, and restart")
+            "(it may have been planted). Remove the link or grant its target's own path, and restart"
+        )
 
 
 @dataclass

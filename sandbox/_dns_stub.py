@@ -13,7 +13,7 @@ cache, sign or validate (no DNSSEC), or answer for the host's ``/etc/hosts`` bey
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import dns.exception
 import dns.flags
@@ -26,7 +26,11 @@ import dns.rrset
 import trio
 
 from sandbox._egress import Resolver, decide, default_resolve, local_addresses
-from sandbox._hosts import AllowedHosts, IPAddress
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sandbox._hosts import AllowedHosts, IPAddress
 
 __all__ = ["answer_query", "serve_dns_stub"]
 
@@ -134,9 +138,7 @@ async def serve_dns_stub(
 
     async def udp_one(wire: bytes, addr: object, token: object) -> None:
         try:
-            reply = await answer_query(
-                wire, rules, resolve=resolve, own_addresses=own_addresses, max_size=_UDP_LIMIT
-            )
+            reply = await answer_query(wire, rules, resolve=resolve, own_addresses=own_addresses, max_size=_UDP_LIMIT)
             if reply is not None:
                 await udp_sock.sendto(reply, addr)  # type: ignore[call-overload]  # trio types addr as object
         except OSError:

@@ -73,7 +73,6 @@ __all__ = [
 ]
 
 
-
 class Terminator(Protocol):
     """What the TLS-terminating mode needs of the supervisor's CA: a server context for an allowed host."""
 
@@ -87,8 +86,17 @@ CONNECT_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 16 * 1024
 MAX_CONNECTIONS = 256
 _HOP_BY_HOP = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
-     b"te", b"trailer", b"upgrade", b"host"}
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"host",
+    }
 )
 #: Headers that frame a request body; kept even when the client names them in ``Connection``.
 _FRAMING = frozenset({b"content-length", b"transfer-encoding"})
@@ -117,8 +125,9 @@ def _split_absolute(target: str) -> tuple[str, str, str]:
     scheme = scheme.lower()
     if not sep or scheme not in ("http", "https"):
         raise _Refusal(
-            400, "this is an HTTP proxy: send absolute-form requests (http://host/path or https://host/path) or "
-                 "CONNECT host:port"
+            400,
+            "this is an HTTP proxy: send absolute-form requests (http://host/path or https://host/path) or "
+            "CONNECT host:port",
         )
     cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
     authority, path = rest[:cut], rest[cut:].split("#", 1)[0]
@@ -144,8 +153,16 @@ class _Connection:
         self.client = stream
         self.server = server
         self.record: dict[str, Any] = {
-            "toolbox": server.toolbox, "method": "", "host": "", "port": None, "verdict": "refused",
-            "reason": "", "address": None, "bytes_up": 0, "bytes_down": 0, "scheme": "",
+            "toolbox": server.toolbox,
+            "method": "",
+            "host": "",
+            "port": None,
+            "verdict": "refused",
+            "reason": "",
+            "address": None,
+            "bytes_up": 0,
+            "bytes_down": 0,
+            "scheme": "",
         }
         self.started = time.monotonic()
 
@@ -215,8 +232,11 @@ class _Connection:
             raise _Refusal(400 if not authority else 403, str(exc)) from None
         self.record["host"], self.record["port"] = shown_host(host), port
         decision = await decide(
-            str(host) if not isinstance(host, ipaddress.IPv6Address) else f"[{host}]", port,
-            self.server.rules, resolve=self.server.resolve, own_addresses=self.server.own_addresses,
+            str(host) if not isinstance(host, ipaddress.IPv6Address) else f"[{host}]",
+            port,
+            self.server.rules,
+            resolve=self.server.resolve,
+            own_addresses=self.server.own_addresses,
         )
         if decision.verdict == "refused":
             raise _Refusal(403, decision.reason)
@@ -289,9 +309,15 @@ class _Connection:
                     await raw.aclose()
                 raise
 
-        await relay_terminated(Prefixed(self.client, bytes(leftover)), host=host, port=port, server_ctx=server_ctx,
-                               open_upstream=open_upstream, credentials=self.server.credentials,
-                               record=self.record)
+        await relay_terminated(
+            Prefixed(self.client, bytes(leftover)),
+            host=host,
+            port=port,
+            server_ctx=server_ctx,
+            open_upstream=open_upstream,
+            credentials=self.server.credentials,
+            record=self.record,
+        )
 
     async def _tls(self, raw: trio.abc.Stream, host: str | IPAddress) -> trio.SSLStream[trio.abc.Stream]:
         """TLS to the upstream over ``raw``, its certificate verified for ``host`` (name or address)."""
@@ -304,19 +330,29 @@ class _Connection:
         except (trio.BrokenResourceError, ssl.SSLError) as exc:
             cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
             why = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause)
-            raise _Refusal(502, f"TLS with {shown_host(host)} failed ({why}); the proxy verifies upstream "
-                                "certificates against the system CA store") from None
+            raise _Refusal(
+                502,
+                f"TLS with {shown_host(host)} failed ({why}); the proxy verifies upstream "
+                "certificates against the system CA store",
+            ) from None
         return stream
 
     async def _forward(
-        self, conn: h11.Connection, request: h11.Request, upstream: trio.abc.Stream,
-        scheme: str, host: str | IPAddress, port: int, path: str,
+        self,
+        conn: h11.Connection,
+        request: h11.Request,
+        upstream: trio.abc.Stream,
+        scheme: str,
+        host: str | IPAddress,
+        port: int,
+        path: str,
     ) -> None:
         headers = [(n, v) for n, v in request.headers if n.lower() not in _HOP_BY_HOP]
         # Headers the client names in Connection are hop-by-hop too, but never the body's framing: h11 has framed
         # the request body by it already, and the upstream request must carry the same framing.
-        named = {t.strip().lower() for n, v in request.headers if n.lower() == b"connection"
-                 for t in v.split(b",")} - _FRAMING
+        named = {
+            t.strip().lower() for n, v in request.headers if n.lower() == b"connection" for t in v.split(b",")
+        } - _FRAMING
         headers = [(n, v) for n, v in headers if n.lower() not in named]
         if any(n.lower() == b"transfer-encoding" for n, _ in headers):
             headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]  # RFC 9112 6.3: TE wins
@@ -327,10 +363,13 @@ class _Connection:
         shown = shown_host(host)
         host_header = shown if port == (443 if scheme == "https" else 80) else f"{shown}:{port}"
         up = h11.Connection(h11.CLIENT)
-        head = up.send(h11.Request(
-            method=request.method, target=path.encode("ascii", "replace"),
-            headers=[(b"Host", host_header.encode()), *headers, (b"Connection", b"close")],
-        ))
+        head = up.send(
+            h11.Request(
+                method=request.method,
+                target=path.encode("ascii", "replace"),
+                headers=[(b"Host", host_header.encode()), *headers, (b"Connection", b"close")],
+            )
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._response, up, upstream, nursery.cancel_scope)
             await upstream.send_all(head or b"")
@@ -447,8 +486,17 @@ async def serve_egress(
     context trusting their own CA, never one that skips verification). ``terminator`` (the supervisor's CA,
     :class:`sandbox._tls_ca.SupervisorCA`) turns on the TLS-terminating mode for CONNECT.
     """
-    server = _Server(rules, toolbox, on_decision, resolve, own_addresses, trio.CapacityLimiter(MAX_CONNECTIONS),
-                     tuple(credentials), upstream_tls or default_upstream_tls(), terminator)
+    server = _Server(
+        rules,
+        toolbox,
+        on_decision,
+        resolve,
+        own_addresses,
+        trio.CapacityLimiter(MAX_CONNECTIONS),
+        tuple(credentials),
+        upstream_tls or default_upstream_tls(),
+        terminator,
+    )
     listener = trio.SocketListener(listener_sock)
 
     async def handle(stream: trio.SocketStream, token: object) -> None:

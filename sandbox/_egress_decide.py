@@ -79,8 +79,9 @@ async def default_resolve(host: str) -> Resolution:
         ResolveError: the lookup failed (``not_found`` for a name that does not exist or has no address).
     """
     try:
-        infos = await trio.socket.getaddrinfo(absolute_name(host), None, type=socket.SOCK_STREAM,
-                                              flags=socket.AI_CANONNAME)
+        infos = await trio.socket.getaddrinfo(
+            absolute_name(host), None, type=socket.SOCK_STREAM, flags=socket.AI_CANONNAME
+        )
     except socket.gaierror as exc:
         missing = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
         raise ResolveError(f"cannot resolve {host}: {exc.strerror}", not_found=missing) from None

@@ -33,10 +33,23 @@ HANDSHAKE_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 60.0
 MAX_HEAD_BYTES = 16 * 1024
 CHUNK = 256 * 1024
-_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
-                  b"te", b"trailer", b"upgrade", b"host", b"expect"})
-_RESPONSE_DROP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"trailer",
-                            b"upgrade"})
+_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"host",
+        b"expect",
+    }
+)
+_RESPONSE_DROP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"trailer", b"upgrade"}
+)
 
 OpenUpstream = Callable[[], Awaitable[trio.abc.Stream]]
 
@@ -69,8 +82,15 @@ class _End(Exception):
 
 
 class _Tunnel:
-    def __init__(self, tls: trio.SSLStream[Any], host: Host, port: int, open_upstream: OpenUpstream,
-                 credentials: Sequence[Credential], record: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        tls: trio.SSLStream[Any],
+        host: Host,
+        port: int,
+        open_upstream: OpenUpstream,
+        credentials: Sequence[Credential],
+        record: dict[str, Any],
+    ) -> None:
         self.tls = tls
         self.host = host
         self.port = port
@@ -105,9 +125,17 @@ class _Tunnel:
         self.record.setdefault("refused_requests", []).append(reason[:300])
         if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             try:
-                await self._send(h11.Response(status_code=status, headers=[
-                    (b"Content-Type", b"text/plain; charset=utf-8"), (b"Content-Length", str(len(body)).encode()),
-                    (b"Connection", b"close"), (b"X-Agents-Supervise-Egress", b"refused")]))
+                await self._send(
+                    h11.Response(
+                        status_code=status,
+                        headers=[
+                            (b"Content-Type", b"text/plain; charset=utf-8"),
+                            (b"Content-Length", str(len(body)).encode()),
+                            (b"Connection", b"close"),
+                            (b"X-Agents-Supervise-Egress", b"refused"),
+                        ],
+                    )
+                )
                 await self._send(h11.Data(data=body))
                 await self._send(h11.EndOfMessage())
             except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -130,8 +158,10 @@ class _Tunnel:
         except HostError as exc:
             return f"the request's host is not valid: {exc}", ""
         if host != self.host or port != self.port:
-            return (f"this tunnel is for {self.record['host']} port {self.port}; a request for {authority[:100]!r} "
-                    "needs its own CONNECT"), ""
+            return (
+                f"this tunnel is for {self.record['host']} port {self.port}; a request for {authority[:100]!r} "
+                "needs its own CONNECT"
+            ), ""
         return "", target.split("#", 1)[0]
 
     async def serve(self) -> None:
@@ -155,8 +185,11 @@ class _Tunnel:
 
     async def _forward(self, request: h11.Request, path: str) -> None:
         named = {t.strip().lower() for n, v in request.headers if n == b"connection" for t in v.split(b",")}
-        headers = [(n, v) for n, v in request.headers if n not in _HOP and n not in (named - {b"content-length",
-                                                                                            b"transfer-encoding"})]
+        headers = [
+            (n, v)
+            for n, v in request.headers
+            if n not in _HOP and n not in (named - {b"content-length", b"transfer-encoding"})
+        ]
         if any(n == b"transfer-encoding" for n, _ in headers):
             headers = [(n, v) for n, v in headers if n != b"content-length"]
         creds = matching_credentials(self.credentials, "https", self.host, self.port, path)
@@ -172,9 +205,16 @@ class _Tunnel:
             await self._refuse(502, str(getattr(exc, "reason", None) or exc))
         try:
             up = h11.Connection(h11.CLIENT)
-            await upstream.send_all(up.send(h11.Request(method=request.method, target=path.encode("ascii", "replace"),
-                                                        headers=[(b"Host", host_header.encode()), *headers,
-                                                                 (b"Connection", b"close")])) or b"")
+            await upstream.send_all(
+                up.send(
+                    h11.Request(
+                        method=request.method,
+                        target=path.encode("ascii", "replace"),
+                        headers=[(b"Host", host_header.encode()), *headers, (b"Connection", b"close")],
+                    )
+                )
+                or b""
+            )
             if self.conn.they_are_waiting_for_100_continue:
                 await self._send(h11.InformationalResponse(status_code=100, headers=[]))
             while True:
@@ -204,8 +244,7 @@ class _Tunnel:
                 continue  # its 100 Continue was for us
             if isinstance(event, h11.Response):
                 headers = [(n, v) for n, v in event.headers if n not in _RESPONSE_DROP]
-                await self._send(h11.Response(status_code=event.status_code, headers=headers,
-                                              reason=event.reason))
+                await self._send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
             elif isinstance(event, h11.Data):
                 await self._send(event)
             elif isinstance(event, h11.EndOfMessage):
@@ -215,9 +254,16 @@ class _Tunnel:
                 raise _End
 
 
-async def relay_terminated(client: trio.abc.Stream, *, host: Host | str, port: int, server_ctx: ssl.SSLContext,
-                           open_upstream: OpenUpstream, credentials: Sequence[Credential],
-                           record: dict[str, Any]) -> None:
+async def relay_terminated(
+    client: trio.abc.Stream,
+    *,
+    host: Host | str,
+    port: int,
+    server_ctx: ssl.SSLContext,
+    open_upstream: OpenUpstream,
+    credentials: Sequence[Credential],
+    record: dict[str, Any],
+) -> None:
     """Terminate the worker's TLS on ``client`` (the tunnel, after ``200``) with ``server_ctx`` and relay its
     requests for ``host``:``port`` as the module docstring says. Updates ``record`` (``terminated``, ``requests``,
     ``credentials``, ``refused_requests``, bytes); returns when the tunnel ends, never raising for what the worker

@@ -8,11 +8,13 @@ here (through ``parse_predicate``). Evaluation lives in ``sandbox._predicate_eva
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._predicates import AlwaysDeny, PathPredicate, PredicateError, parse_predicate
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["DEFAULT_MAX_FILE_SIZE", "FileSandbox", "parse_file_sandbox", "parse_file_sandboxes"]
 
@@ -73,9 +75,7 @@ def parse_file_sandbox(
         predicate = parse_predicate(data["fsbPredicate"], base_dir, f"{where}.fsbPredicate")
     max_size = data.get("fsbMaxFileSize", DEFAULT_MAX_FILE_SIZE)
     if max_size is not None and (not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 0):
-        raise PredicateError(
-            "fsbMaxFileSize is a non-negative number of bytes or null", f"{where}.fsbMaxFileSize"
-        )
+        raise PredicateError("fsbMaxFileSize is a non-negative number of bytes or null", f"{where}.fsbMaxFileSize")
     name = data.get("fsbName")
     if name is not None and not isinstance(name, str):
         raise PredicateError("fsbName is a string or null", f"{where}.fsbName")

@@ -39,14 +39,17 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from sandbox._errors import SandboxError
 from sandbox._fs_regions import Region, beneath, bounds, covered, describe_region
 from sandbox._plan import FS_MODES, READ, WRITE, FsRule
-from sandbox._predicates import PathPredicate
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sandbox._predicates import PathPredicate
 
 __all__ = [
     "FsCompilation",
@@ -189,8 +192,9 @@ def _translate(region: Region, mode: str, lower: frozenset[Region], kind: Callab
     return _Piece(rule, exact, source, note)
 
 
-def _translate_missing_file(region: Region, mode: str, lower: frozenset[Region],
-                            kind: Callable[[str], PathKind]) -> _Piece | None:
+def _translate_missing_file(
+    region: Region, mode: str, lower: frozenset[Region], kind: Callable[[str], PathKind]
+) -> _Piece | None:
     """A file the predicate names that does not exist yet: in write mode, its parent lets the worker create it."""
     if mode != WRITE or region.kind != "exact" or kind(region.path) != "missing":
         return None
@@ -235,8 +239,9 @@ def compile_predicate(
             narrowing = ", ".join(sorted(approx.upper[region]))
             piece = _Piece(piece.rule, False, piece.source, f"{piece.note} (narrowed by {narrowing})")
         if piece.rule is not None and piece.rule.path == "/" and piece.rule.mode == WRITE:
-            downgrade = "an unbounded predicate never gets / read-write: the kernel refuses writes outside the " \
-                "other rules"
+            downgrade = (
+                "an unbounded predicate never gets / read-write: the kernel refuses writes outside the other rules"
+            )
             piece = _Piece(FsRule("/", READ), False, piece.source, "; ".join(filter(None, (downgrade, piece.note))))
         pieces.append(piece)
     return _assemble(mode, pieces, tuple(missing))
@@ -257,9 +262,7 @@ def _assemble(mode: str, pieces: list[_Piece], missing: tuple[str, ...]) -> FsCo
     }
     keep: dict[str, list[_Piece]] = {}
     for path in sorted(by_path):
-        owner = next(
-            (a for a in keep if beneath(path, a) and _MODE_RANK[modes[a]] >= _MODE_RANK[modes[path]]), path
-        )
+        owner = next((a for a in keep if beneath(path, a) and _MODE_RANK[modes[a]] >= _MODE_RANK[modes[path]]), path)
         keep.setdefault(owner, []).extend(by_path[path])
     reports = tuple(
         RuleReport(

@@ -12,8 +12,8 @@ touch. Pure; ``sandbox._fs_compile`` turns the upper bound into rules.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandbox._predicate_eval import describe_predicate
 from sandbox._predicates import (
@@ -34,6 +34,9 @@ from sandbox._predicates import (
     Or,
     PathPredicate,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 __all__ = ["TOP", "Bounds", "Region", "beneath", "bounds", "contains", "covered", "describe_region", "intersect"]
 

@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import idna
 
 from sandbox._addresses import metadata_refusal
 from sandbox._metadata import metadata_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "AllowedHosts",
@@ -330,8 +333,9 @@ class AllowedHosts:
     cname_any: bool = False
 
     @classmethod
-    def parse(cls, entries: Iterable[str], *, private_networks: Iterable[str] = (),
-              cname_targets: Iterable[str] = ()) -> AllowedHosts:
+    def parse(
+        cls, entries: Iterable[str], *, private_networks: Iterable[str] = (), cname_targets: Iterable[str] = ()
+    ) -> AllowedHosts:
         """Parse ``AllowedHosts`` entries, CIDR strings and CNAME targets (:func:`parse_cname_targets`); raises
         :class:`HostError` naming the bad entry."""
         rules = tuple(HostRule.parse(e) for e in entries)
@@ -360,12 +364,13 @@ class AllowedHosts:
         what = metadata_name(host)
         if what is not None:
             return f"{host} names a cloud metadata service ({what}) and is never reachable"
-        if self.cname_any or self.match(host, port) is not None or any(r.matches(host, None)
-                                                                          for r in self.cname_rules):
+        if self.cname_any or self.match(host, port) is not None or any(r.matches(host, None) for r in self.cname_rules):
             return ""
         where = f" on port {port}" if port is not None else ""
-        return (f"{host} is not allowed{where} by AllowedHosts ({self._listed()}) nor by the policy's cname_targets "
-                f"for this toolbox; add it (or a pattern such as '*.{host.split('.', 1)[-1]}') to one of them")
+        return (
+            f"{host} is not allowed{where} by AllowedHosts ({self._listed()}) nor by the policy's cname_targets "
+            f"for this toolbox; add it (or a pattern such as '*.{host.split('.', 1)[-1]}') to one of them"
+        )
 
     @property
     def empty(self) -> bool:
@@ -386,8 +391,9 @@ class AllowedHosts:
         if self.empty:
             return "this toolbox has no network access (AllowedHosts is empty)"
         if self.match(host, None) is not None and port is not None:
-            return f"{shown} is not allowed on port {port}; AllowedHosts lists it only with other ports " \
-                   f"({self._listed()})"
+            return (
+                f"{shown} is not allowed on port {port}; AllowedHosts lists it only with other ports ({self._listed()})"
+            )
         if not isinstance(host, str):
             listed = self._listed()
             return f"the IP address {shown} is not listed in AllowedHosts ({listed}); use a listed host name"

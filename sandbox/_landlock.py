@@ -32,12 +32,15 @@ from __future__ import annotations
 import ctypes
 import os
 import stat
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandbox._dirfd import UnsafeTreeError, open_rule_path
 from sandbox._errors import ConfinementError
 from sandbox._plan import READ, WRITE, FsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "PathGrant",
@@ -353,8 +356,12 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
                     continue
                 rule = _PathBeneathAttr(access, fd)
                 result, err = _call(
-                    libc, nr_add, ctypes.c_int(ruleset_fd), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
-                    ctypes.byref(rule), ctypes.c_uint32(0),
+                    libc,
+                    nr_add,
+                    ctypes.c_int(ruleset_fd),
+                    ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                    ctypes.byref(rule),
+                    ctypes.c_uint32(0),
                 )
                 if result < 0:
                     raise _fail(f"add_rule {grant.path}", err)
@@ -363,8 +370,12 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
         for port in plan.connect_ports:
             net_rule = _NetPortAttr(NET_CONNECT_TCP, port)
             result, err = _call(
-                libc, nr_add, ctypes.c_int(ruleset_fd), ctypes.c_int(LANDLOCK_RULE_NET_PORT),
-                ctypes.byref(net_rule), ctypes.c_uint32(0),
+                libc,
+                nr_add,
+                ctypes.c_int(ruleset_fd),
+                ctypes.c_int(LANDLOCK_RULE_NET_PORT),
+                ctypes.byref(net_rule),
+                ctypes.c_uint32(0),
             )
             if result < 0:
                 raise _fail(f"add_rule tcp port {port}", err)

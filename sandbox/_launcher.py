@@ -27,8 +27,7 @@ import select
 import signal
 import struct
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgpack
 
@@ -52,6 +51,9 @@ from sandbox._privileges import (
 from sandbox._procfs import mount_private_proc
 from sandbox._rlimits import apply_rlimits, plan_rlimits
 from sandbox._seccomp import apply_seccomp, plan_seccomp, plan_seccomp_log
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "EXIT_CONFINEMENT_FAILED",
@@ -112,23 +114,33 @@ def decode_plan(data: bytes) -> ConfinementPlan:
     for name in ("new_netns", "new_pidns", "new_ipcns", "bridge", "audit_denials"):
         want(isinstance(getattr(plan, name), bool), f"{name} must be true or false")
     want(is_int(plan.umask) and 0 <= plan.umask <= 0o777, "umask must be between 0 and 0o777")
-    want(isinstance(plan.account_name, str) and ":" not in plan.account_name and "\n" not in plan.account_name,
-         "account_name must be a string without ':' or newlines")
+    want(
+        isinstance(plan.account_name, str) and ":" not in plan.account_name and "\n" not in plan.account_name,
+        "account_name must be a string without ':' or newlines",
+    )
     want(not plan.bridge or plan.bridge_fd is not None, "bridge needs bridge_fd")
     if plan.view is not None:
         want(plan.new_pidns, "a private view needs new_pidns (its /proc is the PID namespace's)")
-        want(isinstance(plan.view.hostname, str) and 0 < len(plan.view.hostname) <= 64
-             and all(c.isalnum() or c in "-._" for c in plan.view.hostname), "view.hostname must be a host name")
-        want(all(is_int(v) and v > 0 for v in (plan.view.tmp_bytes, plan.view.shm_bytes)),
-             "view sizes must be positive integers")
-        want(isinstance(plan.view.system_paths, tuple)
-             and all(isinstance(p, str) and p.startswith("/") for p in plan.view.system_paths),
-             "view.system_paths must be absolute paths")
+        want(
+            isinstance(plan.view.hostname, str)
+            and 0 < len(plan.view.hostname) <= 64
+            and all(c.isalnum() or c in "-._" for c in plan.view.hostname),
+            "view.hostname must be a host name",
+        )
+        want(
+            all(is_int(v) and v > 0 for v in (plan.view.tmp_bytes, plan.view.shm_bytes)),
+            "view sizes must be positive integers",
+        )
+        want(
+            isinstance(plan.view.system_paths, tuple)
+            and all(isinstance(p, str) and p.startswith("/") for p in plan.view.system_paths),
+            "view.system_paths must be absolute paths",
+        )
     want(all(isinstance(r.path, str) and isinstance(r.mode, str) for r in plan.fs_rules), "bad fs_rules")
     want(all(is_int(p) and 0 <= p <= 65535 for p in plan.tcp_connect_ports), "bad tcp_connect_ports")
     want(
-        isinstance(plan.env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in
-        plan.env.items()), "env must map strings to strings",
+        isinstance(plan.env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in plan.env.items()),
+        "env must map strings to strings",
     )
     return plan
 
@@ -291,16 +303,20 @@ def confine(plan: ConfinementPlan) -> None:
     if abi < plan.min_landlock_abi:
         have = f"Landlock ABI {abi}" if abi else "no Landlock"
         raise ConfinementError(
-            f"the kernel offers {have}, the plan demands at least ABI {plan.min_landlock_abi}",
-            step="landlock"
+            f"the kernel offers {have}, the plan demands at least ABI {plan.min_landlock_abi}", step="landlock"
         )
     if os.geteuid() == 0 and plan.uid is None:
         raise ConfinementError("refusing to run a worker as root: the plan names no uid", step="identity")
     if plan.audit_denials and os.geteuid() == 0 and plan.uid is not None:
         set_audit_session(plan.uid)  # 1b: tags the worker's audit records; not a wall, so a failure is not fatal
     # 2
-    namespaces = plan_namespaces(new_netns=plan.new_netns, new_pidns=plan.new_pidns, new_ipcns=plan.new_ipcns,
-                                 new_utsns=plan.view is not None, euid=os.geteuid())
+    namespaces = plan_namespaces(
+        new_netns=plan.new_netns,
+        new_pidns=plan.new_pidns,
+        new_ipcns=plan.new_ipcns,
+        new_utsns=plan.view is not None,
+        euid=os.geteuid(),
+    )
     enter_namespaces(namespaces)
     if plan.view is not None:
         from sandbox._view import set_hostname
@@ -346,8 +362,9 @@ def confine(plan: ConfinementPlan) -> None:
         if plan.view is not None:
             rules += [FsRule("/tmp", WRITE), FsRule("/dev/shm", WRITE)]  # the view's own tmpfs
         flags = RESTRICT_SELF_LOG_NEW_EXEC_ON if plan.audit_denials else 0  # bash's commands are a new exec
-        apply_ruleset(plan_ruleset(rules, abi, tcp_connect_ports=plan.tcp_connect_ports, scope=True,
-                                   restrict_flags=flags))
+        apply_ruleset(
+            plan_ruleset(rules, abi, tcp_connect_ports=plan.tcp_connect_ports, scope=True, restrict_flags=flags)
+        )
     # 8
     drop_privileges(plan.uid, plan.gid, plan.groups)
     verify_status(plan.uid, plan.gid, plan.groups)
@@ -389,9 +406,16 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
 
     # A shared uid keeps the name the host gives it (nobody); a uid of its own has none on the host.
     account = plan.account_name or host_name(pwd.getpwuid, uid) or f"agent-{plan.toolbox}"[:32]
-    files = view_files(uid=uid, gid=gid, account=account, group=host_name(grp.getgrgid, gid), home=plan.workdir,
-                       hostname=view.hostname, resolv_conf=resolv_conf,
-                       groups=[(g, host_name(grp.getgrgid, g)) for g in plan.groups])
+    files = view_files(
+        uid=uid,
+        gid=gid,
+        account=account,
+        group=host_name(grp.getgrgid, gid),
+        home=plan.workdir,
+        hostname=view.hostname,
+        resolv_conf=resolv_conf,
+        groups=[(g, host_name(grp.getgrgid, g)) for g in plan.groups],
+    )
     refuse_planted_links(plan.fs_rules)  # before the view copies the links it meets as root's
     try:
         planned = plan_view(plan.fs_rules, view, files, probe_host, host_mount_points())
@@ -413,8 +437,15 @@ def _show_account(plan: ConfinementPlan, uid: int, gid: int, *, private_mounts: 
         except OSError as exc:
             raise ConfinementError(f"cannot read {path}: {exc.strerror}", step="accounts", errno=exc.errno) from exc
 
-    files = plan_account_files(text("/etc/passwd"), text("/etc/group"), uid=uid, gid=gid,
-                               name=plan.account_name, home=plan.workdir, groups=plan.groups)
+    files = plan_account_files(
+        text("/etc/passwd"),
+        text("/etc/group"),
+        uid=uid,
+        gid=gid,
+        name=plan.account_name,
+        home=plan.workdir,
+        groups=plan.groups,
+    )
     if files.passwd is None and files.group is None:
         return
     if not private_mounts:
@@ -428,9 +459,7 @@ def load_entry(entry: str) -> Callable[[dict[str, Any]], Any]:
     try:
         func = getattr(importlib.import_module(module_name), func_name)
     except Exception as exc:
-        raise ConfinementError(
-            f"cannot load entry {entry!r}: {type(exc).__name__}: {exc}", step="entry"
-        ) from exc
+        raise ConfinementError(f"cannot load entry {entry!r}: {type(exc).__name__}: {exc}", step="entry") from exc
     if not callable(func):
         raise ConfinementError(f"entry {entry!r} is not callable", step="entry")
     return func

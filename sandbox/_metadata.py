@@ -27,9 +27,12 @@ __all__ = ["METADATA_ADDRESSES", "METADATA_NAMES", "metadata_address", "metadata
 METADATA_ADDRESSES: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {
     ipaddress.ip_address(text): what
     for text, what in (
-        ("169.254.169.254", "instance metadata of AWS (IMDS), GCP, Azure (IMDS), Oracle Cloud (IMDS), "
-                            "DigitalOcean, OpenStack (Nova), IBM Cloud, Hetzner, Linode and others (each "
-                            "provider's instance metadata docs)"),
+        (
+            "169.254.169.254",
+            "instance metadata of AWS (IMDS), GCP, Azure (IMDS), Oracle Cloud (IMDS), "
+            "DigitalOcean, OpenStack (Nova), IBM Cloud, Hetzner, Linode and others (each "
+            "provider's instance metadata docs)",
+        ),
         ("fd00:ec2::254", "AWS instance metadata over IPv6 (AWS EC2 docs: 'Access instance metadata', Nitro)"),
         ("169.254.170.2", "AWS ECS task metadata and credentials endpoint (AWS ECS docs: task IAM roles)"),
         ("169.254.170.23", "AWS EKS Pod Identity agent, credentials (AWS EKS docs: EKS Pod Identity)"),
@@ -39,16 +42,19 @@ METADATA_ADDRESSES: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {
         ("169.254.169.123", "AWS Time Sync Service (AWS EC2 docs: 'Set the time for your instance')"),
         ("fd00:ec2::123", "AWS Time Sync Service over IPv6 (AWS EC2 docs: 'Set the time for your instance')"),
         ("fd20:ce::254", "GCP metadata server over IPv6 (Google Compute Engine docs: 'About VM metadata')"),
-        ("168.63.129.16", "Azure WireServer: VM agent, extensions, DNS, health probes (Azure docs: 'What is "
-                          "IP address 168.63.129.16?')"),
+        (
+            "168.63.129.16",
+            "Azure WireServer: VM agent, extensions, DNS, health probes (Azure docs: 'What is "
+            "IP address 168.63.129.16?')",
+        ),
         ("100.100.100.200", "Alibaba Cloud ECS instance metadata (Alibaba Cloud ECS docs: 'Instance metadata')"),
-        ("192.0.0.192", "Oracle Cloud (Classic) instance metadata (Oracle Cloud docs: 'Retrieving instance "
-                        "metadata')"),
+        ("192.0.0.192", "Oracle Cloud (Classic) instance metadata (Oracle Cloud docs: 'Retrieving instance metadata')"),
         ("fd00:c1::a9fe:a9fe", "Oracle Cloud IMDS over IPv6 (OCI docs: 'Getting instance metadata')"),
-        ("fe80::a9fe:a9fe", "OpenStack metadata over IPv6 (OpenStack Neutron spec 'IPv6 support in Metadata "
-                            "service')"),
-        ("169.254.0.23", "Tencent Cloud instance metadata, metadata.tencentyun.com (Tencent Cloud CVM docs: "
-                         "'Instance metadata')"),
+        ("fe80::a9fe:a9fe", "OpenStack metadata over IPv6 (OpenStack Neutron spec 'IPv6 support in Metadata service')"),
+        (
+            "169.254.0.23",
+            "Tencent Cloud instance metadata, metadata.tencentyun.com (Tencent Cloud CVM docs: 'Instance metadata')",
+        ),
     )
 }
 

@@ -13,12 +13,31 @@ import ctypes
 import errno
 import os
 import struct
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sandbox._errors import ConfinementError
 
-__all__ = ["ATTR_NODEV", "ATTR_NOEXEC", "ATTR_NOSUID", "ATTR_RDONLY", "RESOLVE_NO_SYMLINKS", "attach", "clone_tree",
-           "fail", "move_to_path", "new_fs", "open_beneath", "openat2", "overlay", "set_attrs", "syscall", "tmpfs"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "ATTR_NODEV",
+    "ATTR_NOEXEC",
+    "ATTR_NOSUID",
+    "ATTR_RDONLY",
+    "RESOLVE_NO_SYMLINKS",
+    "attach",
+    "clone_tree",
+    "fail",
+    "move_to_path",
+    "new_fs",
+    "open_beneath",
+    "openat2",
+    "overlay",
+    "set_attrs",
+    "syscall",
+    "tmpfs",
+]
 
 STEP = "view"
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 428, 429, 430, 431, 432
@@ -70,8 +89,15 @@ def set_attrs(fd: int, attrs: int, what: str, *, recursive: bool = True) -> None
     """``mount_setattr`` setting ``attrs`` on the mount of ``fd`` (and, ``recursive``, every mount beneath)."""
     attr = struct.pack("QQQQ", attrs, 0, 0, 0)
     flags = _AT_EMPTY_PATH | (_AT_RECURSIVE if recursive else 0)
-    syscall(f"mount_setattr of {what}", _SYS_MOUNT_SETATTR, ctypes.c_int(fd), b"", ctypes.c_uint(flags), attr,
-            ctypes.c_size_t(32))
+    syscall(
+        f"mount_setattr of {what}",
+        _SYS_MOUNT_SETATTR,
+        ctypes.c_int(fd),
+        b"",
+        ctypes.c_uint(flags),
+        attr,
+        ctypes.c_size_t(32),
+    )
 
 
 def clone_tree(fd: int, what: str, name: str = "") -> int:
@@ -88,32 +114,66 @@ def attach(mount_fd: int, root: int, path: str) -> None:
     except OSError as exc:
         raise fail(f"mount point {path} of the view", exc.errno or errno.EINVAL) from exc
     try:
-        syscall(f"move_mount onto {path}", _SYS_MOVE_MOUNT, ctypes.c_int(mount_fd), b"", ctypes.c_int(target), b"",
-                ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH))
+        syscall(
+            f"move_mount onto {path}",
+            _SYS_MOVE_MOUNT,
+            ctypes.c_int(mount_fd),
+            b"",
+            ctypes.c_int(target),
+            b"",
+            ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
+        )
     finally:
         os.close(target)
 
 
 def move_to_path(mount_fd: int, path: str, what: str) -> None:
     """Move the detached mount ``mount_fd`` onto the host folder ``path`` (of this mount namespace only)."""
-    syscall(f"move_mount of {what}", _SYS_MOVE_MOUNT, ctypes.c_int(mount_fd), b"", ctypes.c_int(-100),
-            path.encode(), ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH))
+    syscall(
+        f"move_mount of {what}",
+        _SYS_MOVE_MOUNT,
+        ctypes.c_int(mount_fd),
+        b"",
+        ctypes.c_int(-100),
+        path.encode(),
+        ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH),
+    )
 
 
-def new_fs(fstype: str, options: Sequence[tuple[str, str]], attrs: int, what: str,
-           layers: Sequence[int] = ()) -> int:
+def new_fs(fstype: str, options: Sequence[tuple[str, str]], attrs: int, what: str, layers: Sequence[int] = ()) -> int:
     """A detached mount of a new ``fstype`` (``fsopen``/``fsconfig``/``fsmount``); ``layers`` are fds given as
     ``lowerdir+`` (overlayfs), topmost first."""
     fs = syscall(f"fsopen({fstype}) for {what}", _SYS_FSOPEN, fstype.encode(), ctypes.c_uint(1))
     try:
         for fd in layers:
-            syscall(f"fsconfig lowerdir+ for {what}", _SYS_FSCONFIG, ctypes.c_int(fs), ctypes.c_uint(_FSCONFIG_SET_FD),
-                    b"lowerdir+", None, ctypes.c_int(fd))
+            syscall(
+                f"fsconfig lowerdir+ for {what}",
+                _SYS_FSCONFIG,
+                ctypes.c_int(fs),
+                ctypes.c_uint(_FSCONFIG_SET_FD),
+                b"lowerdir+",
+                None,
+                ctypes.c_int(fd),
+            )
         for key, value in options:
-            syscall(f"fsconfig {key} for {what}", _SYS_FSCONFIG, ctypes.c_int(fs), ctypes.c_uint(_FSCONFIG_SET_STRING),
-                    key.encode(), value.encode(), ctypes.c_int(0))
-        syscall(f"creating the {fstype} of {what}", _SYS_FSCONFIG, ctypes.c_int(fs),
-                ctypes.c_uint(_FSCONFIG_CMD_CREATE), None, None, ctypes.c_int(0))
+            syscall(
+                f"fsconfig {key} for {what}",
+                _SYS_FSCONFIG,
+                ctypes.c_int(fs),
+                ctypes.c_uint(_FSCONFIG_SET_STRING),
+                key.encode(),
+                value.encode(),
+                ctypes.c_int(0),
+            )
+        syscall(
+            f"creating the {fstype} of {what}",
+            _SYS_FSCONFIG,
+            ctypes.c_int(fs),
+            ctypes.c_uint(_FSCONFIG_CMD_CREATE),
+            None,
+            None,
+            ctypes.c_int(0),
+        )
         return syscall(f"fsmount for {what}", _SYS_FSMOUNT, ctypes.c_int(fs), ctypes.c_uint(1), ctypes.c_uint(attrs))
     finally:
         os.close(fs)

@@ -72,16 +72,21 @@ class NamespacePlan:
     uts: bool = False
 
 
-def plan_namespaces(*, new_netns: bool, new_pidns: bool, euid: int, new_ipcns: bool = False,
-                    new_utsns: bool = False) -> NamespacePlan:
+def plan_namespaces(
+    *, new_netns: bool, new_pidns: bool, euid: int, new_ipcns: bool = False, new_utsns: bool = False
+) -> NamespacePlan:
     """Decide the ``unshare`` flags. Pure.
 
     A root launcher needs no user namespace. A non-root one needs ``CLONE_NEWUSER`` to be allowed to create a
     network, PID, IPC or UTS namespace; with none requested, no namespace at all is entered. A UTS namespace (the
     private view's) gets its host name from the caller (``sandbox._view.set_hostname``).
     """
-    flags = ((CLONE_NEWNET if new_netns else 0) | (CLONE_NEWPID if new_pidns else 0)
-             | (CLONE_NEWIPC if new_ipcns else 0) | (CLONE_NEWUTS if new_utsns else 0))
+    flags = (
+        (CLONE_NEWNET if new_netns else 0)
+        | (CLONE_NEWPID if new_pidns else 0)
+        | (CLONE_NEWIPC if new_ipcns else 0)
+        | (CLONE_NEWUTS if new_utsns else 0)
+    )
     user_ns = bool(flags) and euid != 0
     if user_ns:
         flags |= CLONE_NEWUSER

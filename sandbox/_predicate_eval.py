@@ -338,8 +338,9 @@ def check_path(
     action = "writing" if for_write else "reading"
     verdict = evaluate(sandbox.predicate, path, for_write=for_write, size=size, base_dir=base_dir)
     if verdict.rule == "path syntax":
-        return PathCheck(False, "", f"refused: {path!r} is not a valid path (a non-empty string without NUL bytes)",
-                         verdict.rule)
+        return PathCheck(
+            False, "", f"refused: {path!r} is not a valid path (a non-empty string without NUL bytes)", verdict.rule
+        )
     if not verdict.allowed:
         return PathCheck(
             False,
@@ -364,8 +365,7 @@ def check_path(
             return PathCheck(
                 False,
                 "",
-                f"refused: {action} {path!r}: {what} larger than {label} allows "
-                f"(fsbMaxFileSize {limit} bytes).",
+                f"refused: {action} {path!r}: {what} larger than {label} allows (fsbMaxFileSize {limit} bytes).",
                 "fsbMaxFileSize",
             )
     return PathCheck(True, verdict.path)

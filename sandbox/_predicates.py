@@ -127,8 +127,21 @@ class AlwaysDeny:
 
 
 PathPredicate = (
-    FileExactly | DirectoryExactly | DirectoryRecursive | DirectoryShallow | ChildOf | FilePattern | FileExtension
-    | FileSizeLessThan | And | Or | Not | Any_ | All | AlwaysAllow | AlwaysDeny
+    FileExactly
+    | DirectoryExactly
+    | DirectoryRecursive
+    | DirectoryShallow
+    | ChildOf
+    | FilePattern
+    | FileExtension
+    | FileSizeLessThan
+    | And
+    | Or
+    | Not
+    | Any_
+    | All
+    | AlwaysAllow
+    | AlwaysDeny
 )
 
 _PATH_TAGS: dict[str, type[FileExactly | DirectoryExactly | DirectoryRecursive | DirectoryShallow | ChildOf]] = {
@@ -138,8 +151,19 @@ _PATH_TAGS: dict[str, type[FileExactly | DirectoryExactly | DirectoryRecursive |
     "DirectoryShallow": DirectoryShallow,
     "ChildOf": ChildOf,
 }
-TAGS = (*_PATH_TAGS, "FilePattern", "FileExtension", "FileSizeLessThan", "And", "Or", "Not", "Any", "All",
-        "AlwaysAllow", "AlwaysDeny")
+TAGS = (
+    *_PATH_TAGS,
+    "FilePattern",
+    "FileExtension",
+    "FileSizeLessThan",
+    "And",
+    "Or",
+    "Not",
+    "Any",
+    "All",
+    "AlwaysAllow",
+    "AlwaysDeny",
+)
 
 
 def resolve_config_path(raw: Any, base_dir: str, where: str) -> str:

@@ -43,8 +43,9 @@ def _check(result: int, what: str, step: str) -> None:
         raise ConfinementError(f"{what} failed: {os.strerror(err)}", step=step, errno=err)
 
 
-def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None, *,
-          step: str) -> None:
+def mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None, *, step: str
+) -> None:
     """``mount(2)``; :class:`ConfinementError` naming ``target`` when it fails."""
     libc = _libc()
     ctypes.set_errno(0)
@@ -90,11 +91,10 @@ def show_private_file(content: str, target: str, *, workdir: str, step: str) -> 
     try:
         data = content.encode()
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
         os.fchmod(fd, 0o644)
         mount(f"/proc/self/fd/{fd}", real_target, None, MS_BIND, step=step)
-        mount(None, real_target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              step=step)
+        mount(None, real_target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, step=step)
     finally:
         os.close(fd)
         try:

@@ -44,8 +44,7 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable",
-    ctypes.c_uint32))
+    _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
 
 
 def _fail(step: str, what: str, err: int | None) -> ConfinementError:
@@ -117,8 +116,10 @@ def drop_privileges(uid: int | None, gid: int | None, groups: tuple[int, ...] = 
     except OSError as exc:
         hint = ""
         if exc.errno == 22:  # EINVAL: the id does not exist in this user namespace
-            hint = (" (this user namespace does not map that id, as in a container that maps only some uids: set the"
-                    " policy's worker_uids to a range it maps, or to null for one sandbox_uid)")
+            hint = (
+                " (this user namespace does not map that id, as in a container that maps only some uids: set the"
+                " policy's worker_uids to a range it maps, or to null for one sandbox_uid)"
+            )
         raise _fail("identity", f"cannot switch to uid {uid} gid {gid}{hint}", exc.errno) from exc
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()

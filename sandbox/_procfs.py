@@ -29,10 +29,35 @@ from ._private_files import MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, 
 __all__ = ["MASKED_DIRS", "MASKED_FILES", "mount_private_proc"]
 
 #: Host-wide procfs files no tool needs (read empty in a worker).
-MASKED_FILES = ("key-users", "keys", "kcore", "kmsg", "config.gz", "kallsyms", "timer_list", "sched_debug",
-                "latency_stats", "interrupts", "softirqs", "iomem", "ioports", "modules", "slabinfo", "vmallocinfo",
-                "pagetypeinfo", "buddyinfo", "zoneinfo", "kpagecount", "kpageflags", "kpagecgroup", "lock_stat",
-                "sysrq-trigger", "timer_stats", "cmdline", "sys/kernel/random/boot_id")
+MASKED_FILES = (
+    "key-users",
+    "keys",
+    "kcore",
+    "kmsg",
+    "config.gz",
+    "kallsyms",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "interrupts",
+    "softirqs",
+    "iomem",
+    "ioports",
+    "modules",
+    "slabinfo",
+    "vmallocinfo",
+    "pagetypeinfo",
+    "buddyinfo",
+    "zoneinfo",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "lock_stat",
+    "sysrq-trigger",
+    "timer_stats",
+    "cmdline",
+    "sys/kernel/random/boot_id",
+)
 #: Host-wide procfs folders no tool needs (empty in a worker).
 MASKED_DIRS = ("acpi", "asound", "bus", "driver", "irq", "scsi", "dynamic_debug")
 
@@ -52,5 +77,6 @@ def mount_private_proc(target: str = "/proc") -> None:
     for name in MASKED_DIRS:
         path = os.path.join(target, name)
         if os.path.isdir(path) and not os.path.islink(path):
-            mount("none", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555",
-                  step="procfs")
+            mount(
+                "none", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555", step="procfs"
+            )

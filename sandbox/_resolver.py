@@ -87,5 +87,11 @@ def apply_private_resolv_conf(
     show_private_file(content, target, workdir=workdir, step="resolver")
     for directory in mask_dirs:
         if os.path.isdir(directory) and not os.path.islink(directory):
-            mount("none", directory, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555",
-                  step="resolver")
+            mount(
+                "none",
+                directory,
+                "tmpfs",
+                MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "size=4k,mode=0555",
+                step="resolver",
+            )

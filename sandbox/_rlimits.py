@@ -15,11 +15,15 @@ Cgroups would cover the rest; they are not set up here.
 from __future__ import annotations
 
 import resource
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandbox._errors import ConfinementError
-from sandbox._plan import Rlimits
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sandbox._plan import Rlimits
 
 __all__ = ["RlimitSetting", "apply_rlimits", "plan_rlimits"]
 

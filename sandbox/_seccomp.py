@@ -61,24 +61,88 @@ import struct
 
 from sandbox._errors import ConfinementError
 
-__all__ = ["CLONE_NEWUSER", "NETLINK_PROTOCOLS", "REFUSAL_REASONS", "REFUSED_SYSCALLS", "SOCKET_FAMILIES",
-           "XATTR_SYSCALLS", "apply_seccomp", "plan_seccomp", "plan_seccomp_log", "syscall_name"]
+__all__ = [
+    "CLONE_NEWUSER",
+    "NETLINK_PROTOCOLS",
+    "REFUSAL_REASONS",
+    "REFUSED_SYSCALLS",
+    "SOCKET_FAMILIES",
+    "XATTR_SYSCALLS",
+    "apply_seccomp",
+    "plan_seccomp",
+    "plan_seccomp_log",
+    "syscall_name",
+]
 
-REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
-                    "userfaultfd", "perf_event_open", "bpf", "syslog", "inotify_init", "inotify_init1",
-                    "fanotify_init", "modify_ldt", "uselib")
+REFUSED_SYSCALLS = (
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "userfaultfd",
+    "perf_event_open",
+    "bpf",
+    "syslog",
+    "inotify_init",
+    "inotify_init1",
+    "fanotify_init",
+    "modify_ldt",
+    "uselib",
+)
 #: machine -> system call numbers of REFUSED_SYSCALLS (a call a machine does not have is left out)
 _REFUSED_NUMBERS = {
-    "x86_64": {"keyctl": 250, "add_key": 248, "request_key": 249, "io_uring_setup": 425, "io_uring_enter": 426,
-               "io_uring_register": 427, "userfaultfd": 323, "perf_event_open": 298, "bpf": 321, "syslog": 103,
-               "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "modify_ldt": 154, "uselib": 134},
-    "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "io_uring_setup": 425, "io_uring_enter": 426,
-                "io_uring_register": 427, "userfaultfd": 282, "perf_event_open": 241, "bpf": 280, "syslog": 116,
-                "inotify_init1": 26, "fanotify_init": 262},
+    "x86_64": {
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "userfaultfd": 323,
+        "perf_event_open": 298,
+        "bpf": 321,
+        "syslog": 103,
+        "inotify_init": 253,
+        "inotify_init1": 294,
+        "fanotify_init": 300,
+        "modify_ldt": 154,
+        "uselib": 134,
+    },
+    "aarch64": {
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "userfaultfd": 282,
+        "perf_event_open": 241,
+        "bpf": 280,
+        "syslog": 116,
+        "inotify_init1": 26,
+        "fanotify_init": 262,
+    },
 }
-XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "getxattr", "lgetxattr", "fgetxattr", "listxattr",
-                  "llistxattr", "flistxattr", "removexattr", "lremovexattr", "fremovexattr", "setxattrat",
-                  "getxattrat", "listxattrat", "removexattrat")
+XATTR_SYSCALLS = (
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "getxattr",
+    "lgetxattr",
+    "fgetxattr",
+    "listxattr",
+    "llistxattr",
+    "flistxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "setxattrat",
+    "getxattrat",
+    "listxattrat",
+    "removexattrat",
+)
 #: machine -> system call numbers of XATTR_SYSCALLS (the *xattrat calls have one number on every machine since 6.13)
 _XATTR_NUMBERS = {
     "x86_64": dict(zip(XATTR_SYSCALLS, (*range(188, 200), 463, 464, 465, 466), strict=True)),
@@ -292,9 +356,12 @@ def apply_seccomp(program: bytes, machine: str, *, log: bool = False) -> None:
     prog = _Prog(count, ctypes.addressof(buf))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    result = libc.syscall(ctypes.c_long(_NR_SECCOMP[machine]), ctypes.c_long(_SECCOMP_SET_MODE_FILTER),
-                          ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC | (_SECCOMP_FILTER_FLAG_LOG if log else 0)),
-                          ctypes.byref(prog))
+    result = libc.syscall(
+        ctypes.c_long(_NR_SECCOMP[machine]),
+        ctypes.c_long(_SECCOMP_SET_MODE_FILTER),
+        ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC | (_SECCOMP_FILTER_FLAG_LOG if log else 0)),
+        ctypes.byref(prog),
+    )
     if result != 0:
         err = ctypes.get_errno()
         raise ConfinementError(f"seccomp filter refused: {os.strerror(err)}", step="seccomp", errno=err)

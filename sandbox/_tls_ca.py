@@ -37,8 +37,12 @@ MAX_LEAVES = 1024
 
 
 def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "agents-supervise"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common[:64])])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "agents-supervise"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common[:64]),
+        ]
+    )
 
 
 def _now() -> datetime.datetime:
@@ -51,8 +55,9 @@ class SupervisorCA:
 
     key: ec.EllipticCurvePrivateKey = field(repr=False)
     cert: x509.Certificate
-    _leaf_key: ec.EllipticCurvePrivateKey = field(repr=False, default_factory=lambda: ec.generate_private_key(
-        ec.SECP256R1()))
+    _leaf_key: ec.EllipticCurvePrivateKey = field(
+        repr=False, default_factory=lambda: ec.generate_private_key(ec.SECP256R1())
+    )
     _contexts: dict[str, tuple[ssl.SSLContext, datetime.datetime]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -62,13 +67,28 @@ class SupervisorCA:
         now = _now()
         name = _name("agents-supervise egress CA " + os.urandom(4).hex())
         cert = (
-            x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=False,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
@@ -91,8 +111,11 @@ class SupervisorCA:
             san = x509.DNSName(host)
         now = _now()
         return (
-            x509.CertificateBuilder().subject_name(_name(host)).issuer_name(self.cert.subject)
-            .public_key(self._leaf_key.public_key()).serial_number(x509.random_serial_number())
+            x509.CertificateBuilder()
+            .subject_name(_name(host))
+            .issuer_name(self.cert.subject)
+            .public_key(self._leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(hours=1))
             .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
             .add_extension(x509.SubjectAlternativeName([san]), critical=False)
@@ -109,9 +132,9 @@ class SupervisorCA:
             if cached is not None and cached[1] - _now() > LEAF_RENEW:
                 return cached[0]
         cert = self.leaf(host)
-        pem = (cert.public_bytes(serialization.Encoding.PEM)
-               + self._leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                              serialization.NoEncryption()))
+        pem = cert.public_bytes(serialization.Encoding.PEM) + self._leaf_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.set_alpn_protocols(["http/1.1"])

@@ -116,8 +116,9 @@ def _open_sources(plan: ViewPlan) -> dict[str, int]:
             for fd in sources.values():
                 os.close(fd)
             if exc.errno == errno.ELOOP:
-                raise ConfinementError(f"{op.source} now passes through a symlink; it is not followed",
-                                       step=_STEP, errno=exc.errno) from exc
+                raise ConfinementError(
+                    f"{op.source} now passes through a symlink; it is not followed", step=_STEP, errno=exc.errno
+                ) from exc
             raise fail(f"cannot open {op.source}", exc.errno or errno.EINVAL) from exc
         if not want.get(op.kind, lambda m: False)(os.fstat(fd).st_mode):
             os.close(fd)
@@ -153,7 +154,10 @@ class _OwnInodes:
                 raise ConfinementError(
                     f"{exc}; a private view shows system paths through read-only overlays of the worker's own "
                     "(so locks on them are not shared), which needs overlayfs with layers given as O_PATH fds "
-                    "(Linux 6.15). Use a newer kernel or private_view: false", step=_STEP, errno=exc.errno) from exc
+                    "(Linux 6.15). Use a newer kernel or private_view: false",
+                    step=_STEP,
+                    errno=exc.errno,
+                ) from exc
         return self.overlays[key]
 
     def entry(self, path: str, source: int, *, device: bool) -> int:
@@ -171,7 +175,11 @@ class _OwnInodes:
         clone = clone_tree(folder, path, os.path.basename(path))
         have, want = os.fstat(clone), os.fstat(source)
         if (stat.S_IFMT(have.st_mode), have.st_rdev, have.st_size, have.st_mtime_ns) != (
-                stat.S_IFMT(want.st_mode), want.st_rdev, want.st_size, want.st_mtime_ns):
+            stat.S_IFMT(want.st_mode),
+            want.st_rdev,
+            want.st_size,
+            want.st_mtime_ns,
+        ):
             os.close(clone)
             raise ConfinementError(f"{path} changed while the view was built", step=_STEP)
         return clone
@@ -180,8 +188,12 @@ class _OwnInodes:
 def _write_file(root: int, op: ViewOp) -> None:
     parent = _target(root, os.path.dirname(op.path))
     try:
-        fd = os.open(os.path.basename(op.path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     op.mode, dir_fd=parent)
+        fd = os.open(
+            os.path.basename(op.path),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            op.mode,
+            dir_fd=parent,
+        )
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             os.fchmod(f.fileno(), op.mode)  # whatever the umask
             f.write(op.content or "")

@@ -15,15 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -35,11 +33,15 @@ from tests._wasm_components import Spec, build_components  # noqa: E402
 from tests.toolboxes.test_bash import describe_json, write_script  # noqa: E402
 from tests.toolboxes.test_skills import make_skill, skill_md  # noqa: E402
 
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Iterator
+
 NOBODY = 65534
 NONCE_RE = r"n\d{7}x[0-9a-f]+"
 
 #: The MCP server of the lab: answers ``echo`` with its text.
-ECHO_SERVER = textwrap.dedent('''
+ECHO_SERVER = textwrap.dedent("""
     import json, sys
     def send(m):
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", **m}) + "\\n"); sys.stdout.flush()
@@ -57,13 +59,13 @@ ECHO_SERVER = textwrap.dedent('''
                 "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]}})
         elif method == "tools/call":
             send({"id": mid, "result": {"content": [{"type": "text", "text": msg["params"]["arguments"]["text"]}]}})
-''')
+""")
 
 #: The HTTP server of the lab (its own process, so its threads and memory are not the supervisor's): the OpenAPI
 #: document at ``/openapi.json`` (GET ``/echo/{text}``), a PostgREST-style Swagger 2.0 document at ``/`` (GET
 #: ``/todos`` with a ``title`` row filter); ``/echo/X`` answers ``{"echo": X}``, ``/todos?title=eq.X`` answers
 #: ``[{"id": 1, "title": X}]``. Prints its port, then serves until its stdin closes.
-API_SERVER = textwrap.dedent('''
+API_SERVER = textwrap.dedent("""
     import json, sys, threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, unquote, urlsplit
@@ -113,11 +115,21 @@ API_SERVER = textwrap.dedent('''
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(server.server_address[1], flush=True)
     sys.stdin.read()
-''')
+""")
 
 #: (kind, weight) of the call mix.
-MIX = [("system", 2), ("lua", 1), ("sqlite", 1), ("mcp", 1), ("developer", 1), ("bash", 1), ("skill", 1),
-       ("openapi", 1), ("postgrest", 1), ("wasm", 1)]
+MIX = [
+    ("system", 2),
+    ("lua", 1),
+    ("sqlite", 1),
+    ("mcp", 1),
+    ("developer", 1),
+    ("bash", 1),
+    ("skill", 1),
+    ("openapi", 1),
+    ("postgrest", 1),
+    ("wasm", 1),
+]
 
 
 @dataclass
@@ -141,8 +153,12 @@ class Lab:
         if kind == "lua":
             return kind, "lua_lua_execute", {"script": f"return '{nonce}'"}, nonce
         if kind == "sqlite":
-            return kind, "sqlite_acks_query", {"sql": "INSERT INTO acks (nonce) VALUES (?) RETURNING nonce",
-                                               "params": [nonce]}, nonce
+            return (
+                kind,
+                "sqlite_acks_query",
+                {"sql": "INSERT INTO acks (nonce) VALUES (?) RETURNING nonce", "params": [nonce]},
+                nonce,
+            )
         if kind == "mcp":
             return kind, "mcp_echo_echo", {"text": nonce}, nonce
         if kind == "developer":
@@ -178,36 +194,75 @@ def _own(*paths: Path) -> None:
 
 def _toolboxes(root: Path, api_port: int, kinds: frozenset[str]) -> dict[str, Any]:
     """The agent file's toolbox sections, of ``kinds`` only (System is always there: the killer's OOM needs it)."""
-    system = [{"tag": "SystemToolbox", "contents": {"Name": f"sys{i}", "Description": "chaos",
-                                                    "Capabilities": ["execute-command", "date"]}} for i in range(2)]
-    lua = {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "chaos", "MaxMemoryMB": 32,
-                                             "MaxExecutionTimeSeconds": 5, "AllowedTools": [], "AllowedHosts": []}}
-    sqlite = {"tag": "SqliteToolbox", "contents": {"Name": "acks", "Description": "chaos",
-                                                   "Versioning": {"tag": "SqliteReadWrite",
-                                                                  "path": str(root / "store" / "chaos.db")}}}
+    system = [
+        {
+            "tag": "SystemToolbox",
+            "contents": {"Name": f"sys{i}", "Description": "chaos", "Capabilities": ["execute-command", "date"]},
+        }
+        for i in range(2)
+    ]
+    lua = {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "chaos",
+            "MaxMemoryMB": 32,
+            "MaxExecutionTimeSeconds": 5,
+            "AllowedTools": [],
+            "AllowedHosts": [],
+        },
+    }
+    sqlite = {
+        "tag": "SqliteToolbox",
+        "contents": {
+            "Name": "acks",
+            "Description": "chaos",
+            "Versioning": {"tag": "SqliteReadWrite", "path": str(root / "store" / "chaos.db")},
+        },
+    }
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(root / "project")}, "fsbName": "project"}
-    dev = {"tag": "DeveloperToolbox", "contents": {"Name": "dev", "Description": "chaos",
-                                                   "Capabilities": ["read-file-range", "patch-file"],
-                                                   "FileSandbox": fsb}}
-    wasm = {"tag": "WasmToolbox", "contents": {"Name": "probe", "Description": "chaos", "Path": "./components",
-                                               "MaxMemoryMB": 16, "MaxExecutionTimeSeconds": 5}}
+    dev = {
+        "tag": "DeveloperToolbox",
+        "contents": {
+            "Name": "dev",
+            "Description": "chaos",
+            "Capabilities": ["read-file-range", "patch-file"],
+            "FileSandbox": fsb,
+        },
+    }
+    wasm = {
+        "tag": "WasmToolbox",
+        "contents": {
+            "Name": "probe",
+            "Description": "chaos",
+            "Path": "./components",
+            "MaxMemoryMB": 16,
+            "MaxExecutionTimeSeconds": 5,
+        },
+    }
     api = f"http://127.0.0.1:{api_port}"
     builtin = {"lua": lua, "sqlite": sqlite, "developer": dev, "wasm": wasm}
     sections: dict[str, Any] = {"builtinToolboxes": [*system, *(builtin[k] for k in builtin if k in kinds)]}
     if "mcp" in kinds:
-        sections["mcpServers"] = [{"tag": "McpSimpleBinary", "contents": {
-            "name": "echo", "executable": sys.executable, "args": [str(root / "echo.py")]}}]
+        sections["mcpServers"] = [
+            {
+                "tag": "McpSimpleBinary",
+                "contents": {"name": "echo", "executable": sys.executable, "args": [str(root / "echo.py")]},
+            }
+        ]
     if "bash" in kinds:
         sections["bashToolboxes"] = [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}]
     if "skill" in kinds:
         sections["skillSources"] = [{"tag": "SkillDirectory", "contents": "./skills"}]
         sections["autoEnableSkills"] = ["chaos-utils"]
     if "openapi" in kinds:
-        sections["openApiToolboxes"] = [{"tag": "OpenAPIServer", "contents": {
-            "Name": "api", "SpecUrl": f"{api}/openapi.json", "BaseUrl": api}}]
+        sections["openApiToolboxes"] = [
+            {"tag": "OpenAPIServer", "contents": {"Name": "api", "SpecUrl": f"{api}/openapi.json", "BaseUrl": api}}
+        ]
     if "postgrest" in kinds:
-        sections["postgrestToolboxes"] = [{"tag": "PostgRESTServer", "contents": {"SpecUrl": f"{api}/",
-                                                                                  "BaseUrl": api}}]
+        sections["postgrestToolboxes"] = [
+            {"tag": "PostgRESTServer", "contents": {"SpecUrl": f"{api}/", "BaseUrl": api}}
+        ]
     return sections
 
 
@@ -224,8 +279,14 @@ def _files(root: Path, kinds: frozenset[str]) -> None:
     project.mkdir()
     _own(store, store / "chaos.db", project)
     (root / "tools").mkdir()
-    arg = {"name": "v", "description": "", "type": "string", "backing_type": "string", "arity": "single",
-           "mode": "positional"}
+    arg = {
+        "name": "v",
+        "description": "",
+        "type": "string",
+        "backing_type": "string",
+        "arity": "single",
+        "mode": "positional",
+    }
     write_script(root / "tools", "echo", describe_json("echo", [arg]), 'echo "$1"')
     make_skill(root / "skills", "chaos", skill_md("chaos-utils"), scripts={"echo": "echo"})
     if "wasm" in kinds:
@@ -233,24 +294,44 @@ def _files(root: Path, kinds: frozenset[str]) -> None:
 
 
 @contextlib.contextmanager
-def lab(root: Path, *, cooldown_s: float, wall_time_s: float = 10, sessions: dict[str, Any] | None = None,
-        trace: dict[str, Any] | None = None, kinds: frozenset[str] | None = None) -> Iterator[Lab]:
+def lab(
+    root: Path,
+    *,
+    cooldown_s: float,
+    wall_time_s: float = 10,
+    sessions: dict[str, Any] | None = None,
+    trace: dict[str, Any] | None = None,
+    kinds: frozenset[str] | None = None,
+) -> Iterator[Lab]:
     """Write the lab into ``root`` (world-traversable; the workers read it), start its HTTP server, yield it.
     ``kinds``: the toolbox kinds of :data:`MIX` to have (default: all)."""
     kinds = frozenset(k for k, _ in MIX) if kinds is None else kinds
     _files(root, kinds)
-    server = subprocess.Popen([sys.executable, "-c", API_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", API_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        contents = {"slug": "chaos", "apiKeyId": "k", "flavor": "openai", "modelUrl": "http://127.0.0.1:9/v1",
-                    "modelName": "m", "announce": "chaos", "systemPrompt": ["chaos"], **_toolboxes(root, port, kinds)}
+        contents = {
+            "slug": "chaos",
+            "apiKeyId": "k",
+            "flavor": "openai",
+            "modelUrl": "http://127.0.0.1:9/v1",
+            "modelName": "m",
+            "announce": "chaos",
+            "systemPrompt": ["chaos"],
+            **_toolboxes(root, port, kinds),
+        }
         (root / "chaos.json").write_text(json.dumps({"tag": "OpenAIAgentDescription", "contents": contents}))
         policy: dict[str, Any] = {
-            "agents": ["chaos.json"], "state_dir": str(root / "state"), "worker_uids": None, "landlock_min_abi": 6,
+            "agents": ["chaos.json"],
+            "state_dir": str(root / "state"),
+            "worker_uids": None,
+            "landlock_min_abi": 6,
             "limits": {"wall_time_s": wall_time_s, "memory_bytes": "256MiB"},
-            "supervision": {"crash_loop_cooldown_s": cooldown_s}}
+            "supervision": {"crash_loop_cooldown_s": cooldown_s},
+        }
         if sessions:
             policy["sessions"] = sessions
         if trace:

@@ -19,13 +19,15 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from _chaos_lab import REPO, Lab
 
 from toolboxes._atomic import is_temporary
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @dataclass
@@ -47,17 +49,23 @@ class _Client:
 
     def __init__(self, policy: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "supervisor", "--policy", str(policy)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env=env, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "supervisor", "--policy", str(policy)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=REPO,
+        )
         self.next_id = 0
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin
         assert self.proc.stdout
         self.next_id += 1
-        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
-                                          "params": params}).encode() + b"\n")
+        self.proc.stdin.write(
+            json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).encode() + b"\n"
+        )
         self.proc.stdin.flush()
         while True:
             line = self.proc.stdout.readline()
@@ -68,8 +76,10 @@ class _Client:
                 return msg
 
     def start(self) -> None:
-        reply = self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                            "clientInfo": {"name": "durability", "version": "1"}})
+        reply = self.request(
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "durability", "version": "1"}},
+        )
         assert "result" in reply, reply
         assert self.proc.stdin
         self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')

@@ -84,9 +84,19 @@ def peer_commands(root: Path) -> tuple[dict[str, list[str]], list[str]]:
     srt = find_tool("srt")
     if srt and shutil.which("rg") and shutil.which("socat"):
         settings = root / "srt-settings.json"
-        settings.write_text(json.dumps({
-            "network": {"allowedDomains": [], "deniedDomains": []},
-            "filesystem": {"denyRead": [], "allowRead": [], "allowWrite": [str(root / "tools")], "denyWrite": []}}))
+        settings.write_text(
+            json.dumps(
+                {
+                    "network": {"allowedDomains": [], "deniedDomains": []},
+                    "filesystem": {
+                        "denyRead": [],
+                        "allowRead": [],
+                        "allowWrite": [str(root / "tools")],
+                        "denyWrite": [],
+                    },
+                }
+            )
+        )
         found["srt"] = [srt, "--settings", str(settings)]
     else:
         missing.append("srt")
@@ -104,10 +114,19 @@ def setup(root: Path) -> Path:
     script = tools / "echo.sh"
     script.write_text(SCRIPT)
     script.chmod(0o755)
-    agent = {"tag": "OpenAIAgentDescription", "contents": {
-        "slug": "bench", "apiKeyId": "none", "flavor": "openai", "modelUrl": "http://127.0.0.1:9/v1",
-        "modelName": "none", "announce": "bench", "systemPrompt": ["bench"],
-        "bashToolboxes": [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}]}}
+    agent = {
+        "tag": "OpenAIAgentDescription",
+        "contents": {
+            "slug": "bench",
+            "apiKeyId": "none",
+            "flavor": "openai",
+            "modelUrl": "http://127.0.0.1:9/v1",
+            "modelName": "none",
+            "announce": "bench",
+            "systemPrompt": ["bench"],
+            "bashToolboxes": [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}],
+        },
+    }
     (root / "bench.json").write_text(json.dumps(agent))
     policy = yaml.safe_load((Path(__file__).resolve().parents[1] / "policies" / "strict.yaml").read_text())
     policy.update(agents=["bench.json"], state_dir=str(root / "state"))
@@ -153,6 +172,7 @@ async def run(args: argparse.Namespace) -> None:
                 for name, prefix in peers.items():
                     if name not in SLOW_PEERS or i < 2:
                         timed([*prefix, script, "run", "hello"])
+
             async def supervised() -> float:
                 t2 = time.perf_counter()
                 if profiler:
@@ -178,15 +198,19 @@ async def run(args: argparse.Namespace) -> None:
         if profiler:
             profiler.dump_stats(args.profile)
         p50 = {k: statistics.median(v) for k, v in times.items()}
-        print(f"trivial bash tool call (echo), {args.calls} calls each ({args.peer_calls} for "
-              f"{', '.join(SLOW_PEERS)}), interleaved, after {args.warmup} warm-up rounds; {os.cpu_count()} CPUs")
+        print(
+            f"trivial bash tool call (echo), {args.calls} calls each ({args.peer_calls} for "
+            f"{', '.join(SLOW_PEERS)}), interleaved, after {args.warmup} warm-up rounds; {os.cpu_count()} CPUs"
+        )
         if missing:
             print(f"not installed, left out: {', '.join(missing)}")
         print(f"{'way':<12}{'calls':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'/direct':>9}{'sup/way':>9}")
         for k, v in times.items():
             ratios = f"{p50[k] / p50['direct']:>8.2f}x{p50['supervisor'] / p50[k]:>8.2f}x"
-            print(f"{k:<12}{len(v):>6}{p50[k] * 1e3:>9.2f}{percentile(v, 0.9) * 1e3:>9.2f}"
-                  f"{percentile(v, 0.99) * 1e3:>9.2f}{ratios}")
+            print(
+                f"{k:<12}{len(v):>6}{p50[k] * 1e3:>9.2f}{percentile(v, 0.9) * 1e3:>9.2f}"
+                f"{percentile(v, 0.99) * 1e3:>9.2f}{ratios}"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -69,17 +69,26 @@ def _proxy(port_out: multiprocessing.connection.Connection, server_port: int, ca
     from sandbox._egress import serve_egress
     from sandbox._hosts import AllowedHosts
 
-    cred = Credential("bench", SECRET, (CredentialBinding(("127.0.0.1",), (server_port,), ("https",),
-                                                          ("/bound",)),), ("Authorization", "Bearer {value}"))
+    cred = Credential(
+        "bench",
+        SECRET,
+        (CredentialBinding(("127.0.0.1",), (server_port,), ("https",), ("/bound",)),),
+        ("Authorization", "Bearer {value}"),
+    )
 
     async def main() -> None:
         sock = trio.socket.socket()
         await sock.bind(("127.0.0.1", 0))
         sock.listen(512)
         port_out.send(sock.getsockname()[1])
-        await serve_egress(sock, AllowedHosts.parse(["127.0.0.1"]), on_decision=lambda record: None,
-                           own_addresses=frozenset, credentials=(cred,),
-                           upstream_tls=ssl.create_default_context(cafile=ca_file))
+        await serve_egress(
+            sock,
+            AllowedHosts.parse(["127.0.0.1"]),
+            on_decision=lambda record: None,
+            own_addresses=frozenset,
+            credentials=(cred,),
+            upstream_tls=ssl.create_default_context(cafile=ca_file),
+        )
 
     trio.run(main)
 
@@ -125,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             server_port = server_recv.recv()
             proxy_recv, proxy_send = ctx.Pipe(duplex=False)
-            procs.append(ctx.Process(target=_proxy, args=(proxy_send, server_port, f"{ca_dir}/ca.pem"),
-                                     daemon=True))
+            procs.append(ctx.Process(target=_proxy, args=(proxy_send, server_port, f"{ca_dir}/ca.pem"), daemon=True))
             procs[1].start()
             proxy_port = proxy_recv.recv()
             client_tls = ssl.create_default_context(cafile=f"{ca_dir}/ca.pem")
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {name: [] for name in ways}
             order = list(ways)
             for i in range(args.requests):
-                for name in order[i % 3:] + order[:i % 3]:
+                for name in order[i % 3 :] + order[: i % 3]:
                     start = time.perf_counter()
                     ways[name]()
                     times[name].append(time.perf_counter() - start)
@@ -157,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:>20}: median {med[name]:.3f} ms, p90 {p90:.3f} ms ({len(t)} requests)")
     injection = med["absolute+credential"] - med["absolute"]
     noise = statistics.stdev(times["absolute"]) * 1000 / len(times["absolute"]) ** 0.5 * 2
-    print(f"credential injection: {injection:+.3f} ms per request (noise, 2 standard errors: {noise:.3f} ms); "
-          f"absolute-form https vs CONNECT + client TLS: {med['absolute+credential'] - med['CONNECT']:+.3f} ms")
+    print(
+        f"credential injection: {injection:+.3f} ms per request (noise, 2 standard errors: {noise:.3f} ms); "
+        f"absolute-form https vs CONNECT + client TLS: {med['absolute+credential'] - med['CONNECT']:+.3f} ms"
+    )
     return 0
 
 

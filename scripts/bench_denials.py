@@ -44,8 +44,11 @@ if [ "$1" = describe ]; then
 fi
 %s
 """
-WAYS = {"date": ("system_system_date", "passed"), "bash ok": ("bash_ok", "passed"),
-        "bash fails": ("bash_fails", "failed")}
+WAYS = {
+    "date": ("system_system_date", "passed"),
+    "bash ok": ("bash_ok", "passed"),
+    "bash fails": ("bash_fails", "failed"),
+}
 
 
 def _setup(root: Path) -> dict[str, Path]:
@@ -55,18 +58,39 @@ def _setup(root: Path) -> dict[str, Path]:
         path = tools / slug
         path.write_text(TOOL % (slug, body))
         path.chmod(0o755)
-    agent = {"tag": "OpenAIAgentDescription", "contents": {
-        "slug": "bench", "apiKeyId": "none", "flavor": "openai", "modelUrl": "http://127.0.0.1:9/v1",
-        "modelName": "none", "announce": "bench", "systemPrompt": ["bench"],
-        "bashToolboxes": [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}],
-        "builtinToolboxes": [{"tag": "SystemToolbox", "contents": {
-            "Name": "system", "Description": "bench", "Capabilities": ["date"]}}]}}
+    agent = {
+        "tag": "OpenAIAgentDescription",
+        "contents": {
+            "slug": "bench",
+            "apiKeyId": "none",
+            "flavor": "openai",
+            "modelUrl": "http://127.0.0.1:9/v1",
+            "modelName": "none",
+            "announce": "bench",
+            "systemPrompt": ["bench"],
+            "bashToolboxes": [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}],
+            "builtinToolboxes": [
+                {
+                    "tag": "SystemToolbox",
+                    "contents": {"Name": "system", "Description": "bench", "Capabilities": ["date"]},
+                }
+            ],
+        },
+    }
     (root / "bench.json").write_text(json.dumps(agent))
     policies = {}
     for mode in ("off", "enable"):
         path = root / f"policy-{mode}.yaml"
-        path.write_text(yaml.safe_dump({"agents": ["bench.json"], "state_dir": str(root / f"state-{mode}"),
-                                        "kernel_audit": mode, "worker_uids": None}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "agents": ["bench.json"],
+                    "state_dir": str(root / f"state-{mode}"),
+                    "kernel_audit": mode,
+                    "worker_uids": None,
+                }
+            )
+        )
         policies[mode] = path
     return policies
 
@@ -89,7 +113,7 @@ async def main() -> None:
             print(f"warning: the enable supervisor reads no audit records ({reading}); the comparison is moot")
         for i in range(args.warmup + args.calls):
             for way, (tool, status) in WAYS.items():
-                for mode in (("off", "enable") if i % 2 else ("enable", "off")):
+                for mode in ("off", "enable") if i % 2 else ("enable", "off"):
                     t = time.perf_counter()
                     result = await sups[mode].call(tool, {})
                     took = time.perf_counter() - t
@@ -104,8 +128,10 @@ async def main() -> None:
             s = sorted(samples[(way, mode)])
             p50[mode] = statistics.median(s) * 1e6
             print(f"{way:12} {mode:>12} {p50[mode]:9.0f} {s[int(len(s) * 0.9)] * 1e6:9.0f}")
-        print(f"{'':12} {'difference':>12} {p50['enable'] - p50['off']:+9.0f} "
-              f"({(p50['enable'] / p50['off'] - 1) * 100:+.1f}%)")
+        print(
+            f"{'':12} {'difference':>12} {p50['enable'] - p50['off']:+9.0f} "
+            f"({(p50['enable'] / p50['off'] - 1) * 100:+.1f}%)"
+        )
 
 
 if __name__ == "__main__":

@@ -58,8 +58,9 @@ def _proxy(port_out: multiprocessing.connection.Connection) -> None:
         await sock.bind(("127.0.0.1", 0))
         sock.listen(512)
         port_out.send(sock.getsockname()[1])
-        await serve_egress(sock, AllowedHosts.parse(["127.0.0.1"]), on_decision=lambda record: None,
-                           own_addresses=frozenset)
+        await serve_egress(
+            sock, AllowedHosts.parse(["127.0.0.1"]), on_decision=lambda record: None, own_addresses=frozenset
+        )
 
     trio.run(main)
 
@@ -116,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     ctx = multiprocessing.get_context("spawn")
     server_recv, server_send = ctx.Pipe(duplex=False)
     proxy_recv, proxy_send = ctx.Pipe(duplex=False)
-    procs = [ctx.Process(target=_server, args=(server_send, total), daemon=True),
-             ctx.Process(target=_proxy, args=(proxy_send,), daemon=True)]
+    procs = [
+        ctx.Process(target=_server, args=(server_send, total), daemon=True),
+        ctx.Process(target=_proxy, args=(proxy_send,), daemon=True),
+    ]
     for proc in procs:
         proc.start()
     try:
@@ -137,11 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     ratio = proxy_bps / direct_bps
     overhead_ms = (statistics.median(proxy_t) - statistics.median(direct_t)) * 1000
     mib = 1 << 20
-    print(f"transfer of {args.mib} MiB: direct {direct_bps / mib:.0f} MiB/s, "
-          f"through the proxy {proxy_bps / mib:.0f} MiB/s, ratio {ratio:.2f} (target >= 0.50)")
-    print(f"connect + 1-byte round trip, median of {args.connects}: direct "
-          f"{statistics.median(direct_t) * 1000:.3f} ms, through the proxy {statistics.median(proxy_t) * 1000:.3f} ms, "
-          f"overhead {overhead_ms:.3f} ms (target < 1 ms)")
+    print(
+        f"transfer of {args.mib} MiB: direct {direct_bps / mib:.0f} MiB/s, "
+        f"through the proxy {proxy_bps / mib:.0f} MiB/s, ratio {ratio:.2f} (target >= 0.50)"
+    )
+    print(
+        f"connect + 1-byte round trip, median of {args.connects}: direct "
+        f"{statistics.median(direct_t) * 1000:.3f} ms, through the proxy {statistics.median(proxy_t) * 1000:.3f} ms, "
+        f"overhead {overhead_ms:.3f} ms (target < 1 ms)"
+    )
     ok = ratio >= 0.5 and overhead_ms < 1.0
     print("targets met" if ok else "targets NOT met")
     return 0 if ok else 1

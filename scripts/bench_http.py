@@ -68,17 +68,39 @@ def _rss(pid: int) -> int:
 
 
 def _policy(root: Path, sessions: int) -> Path:
-    agent = {"tag": "OpenAIAgentDescription", "contents": {
-        "slug": "bench", "apiKeyId": "none", "flavor": "openai", "modelUrl": "http://127.0.0.1:9/v1",
-        "modelName": "none", "announce": "bench", "systemPrompt": ["bench"],
-        "builtinToolboxes": [{"tag": "SystemToolbox", "contents": {
-            "Name": "system", "Description": "bench", "Capabilities": ["date"]}}]}}
+    agent = {
+        "tag": "OpenAIAgentDescription",
+        "contents": {
+            "slug": "bench",
+            "apiKeyId": "none",
+            "flavor": "openai",
+            "modelUrl": "http://127.0.0.1:9/v1",
+            "modelName": "none",
+            "announce": "bench",
+            "systemPrompt": ["bench"],
+            "builtinToolboxes": [
+                {
+                    "tag": "SystemToolbox",
+                    "contents": {"Name": "system", "Description": "bench", "Capabilities": ["date"]},
+                }
+            ],
+        },
+    }
     (root / "bench.json").write_text(json.dumps(agent))
-    policy = {"agents": [str(root / "bench.json")], "state_dir": str(root / "state"), "worker_uids": None,
-              "sessions": {"max_concurrent_calls": 256},
-              "frontends": {"http": {"listen": "127.0.0.1:0", "max_sessions": sessions + 500}},
-              "tenants": {"bench": {"tokens": [hash_token(TOKEN)], "agents": ["bench"],
-                                    "limits": {"sessions": sessions + 500, "concurrent_calls": 1024}}}}
+    policy = {
+        "agents": [str(root / "bench.json")],
+        "state_dir": str(root / "state"),
+        "worker_uids": None,
+        "sessions": {"max_concurrent_calls": 256},
+        "frontends": {"http": {"listen": "127.0.0.1:0", "max_sessions": sessions + 500}},
+        "tenants": {
+            "bench": {
+                "tokens": [hash_token(TOKEN)],
+                "agents": ["bench"],
+                "limits": {"sessions": sessions + 500, "concurrent_calls": 1024},
+            }
+        },
+    }
     path = root / "policy.yaml"
     path.write_text(yaml.safe_dump(policy))
     return path
@@ -87,8 +109,9 @@ def _policy(root: Path, sessions: int) -> Path:
 class Server:
     """A server under test: its process, its MCP URL, the tool's name there, and the headers it needs."""
 
-    def __init__(self, name: str, process: subprocess.Popen[bytes], url: str, tool: str,
-                 headers: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, process: subprocess.Popen[bytes], url: str, tool: str, headers: dict[str, str]
+    ) -> None:
         self.name, self.process, self.url, self.tool, self.headers = name, process, url, tool, headers
 
     def stop(self) -> None:
@@ -101,9 +124,14 @@ class Server:
 
 
 def start_supervisor(root: Path, sessions: int) -> Server:
-    process = subprocess.Popen([sys.executable, "-m", "supervisor", "serve", "--http", "--policy",
-                                str(_policy(root, sessions))], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(_policy(root, sessions))],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     assert process.stderr is not None
     line = process.stderr.readline().decode()
     if "serving MCP over HTTP at " not in line:
@@ -116,8 +144,9 @@ def start_sdk(root: Path) -> Server:
     script = root / "sdk_server.py"
     script.write_text(SDK_SERVER)
     port = _free_port()
-    process = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -176,8 +205,12 @@ async def _calls(server: Server, client: httpx.AsyncClient, calls: int, inflight
             nursery.start_soon(loop, s)
     elapsed = time.perf_counter() - start
     cpu = _tree_cpu_s(server.process.pid) - cpu_before
-    return {"p50_ms": 1000 * statistics.median(latencies), "p99_ms": 1000 * _pct(latencies, 0.99),
-            "calls_s": len(latencies) / elapsed, "cpu_ms": 1000 * cpu / max(1, len(latencies))}
+    return {
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * _pct(latencies, 0.99),
+        "calls_s": len(latencies) / elapsed,
+        "cpu_ms": 1000 * cpu / max(1, len(latencies)),
+    }
 
 
 async def _sessions_per_gib(server: Server, client: httpx.AsyncClient, count: int) -> float:
@@ -190,9 +223,11 @@ async def _sessions_per_gib(server: Server, client: httpx.AsyncClient, count: in
     async with trio.open_nursery() as nursery:
         limiter = trio.CapacityLimiter(64)
         for s in held:
+
             async def guarded(s: RawSession = s) -> None:
                 async with limiter:
                     await open_one(s)
+
             nursery.start_soon(guarded)
     grown = max(1, _rss(server.process.pid) - before)
     return count / (grown / 2**30)
@@ -226,24 +261,36 @@ def main() -> None:
                 results[server.name] = trio.run(bench, server, args)
             finally:
                 server.stop()
-    print(f"trivial tool call over Streamable HTTP (2025-11-25), {args.calls} calls, {args.inflight} in flight, "
-          f"{args.sessions} sessions held")
-    print(f"load average before the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; after: "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
-    print(f"{'server':<22}{'seq p50 ms':>11}{'p99 ms':>9}{'calls/s':>9}{'CPU ms':>8}{'64 p50 ms':>11}{'p99 ms':>9}"
-          f"{'calls/s':>9}{'CPU ms':>8}{'sessions/GiB':>14}")
+    print(
+        f"trivial tool call over Streamable HTTP (2025-11-25), {args.calls} calls, {args.inflight} in flight, "
+        f"{args.sessions} sessions held"
+    )
+    print(
+        f"load average before the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; after: "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)"
+    )
+    print(
+        f"{'server':<22}{'seq p50 ms':>11}{'p99 ms':>9}{'calls/s':>9}{'CPU ms':>8}{'64 p50 ms':>11}{'p99 ms':>9}"
+        f"{'calls/s':>9}{'CPU ms':>8}{'sessions/GiB':>14}"
+    )
     for name, r in results.items():
         s, p = r["sequential"], r["inflight"]
-        print(f"{name:<22}{s['p50_ms']:>11.2f}{s['p99_ms']:>9.2f}{s['calls_s']:>9.0f}{s['cpu_ms']:>8.2f}"
-              f"{p['p50_ms']:>11.2f}{p['p99_ms']:>9.2f}{p['calls_s']:>9.0f}{p['cpu_ms']:>8.2f}"
-              f"{r['sessions_per_gib']:>14.0f}")
+        print(
+            f"{name:<22}{s['p50_ms']:>11.2f}{s['p99_ms']:>9.2f}{s['calls_s']:>9.0f}{s['cpu_ms']:>8.2f}"
+            f"{p['p50_ms']:>11.2f}{p['p99_ms']:>9.2f}{p['calls_s']:>9.0f}{p['cpu_ms']:>8.2f}"
+            f"{r['sessions_per_gib']:>14.0f}"
+        )
     ours, sdk = results["agents-supervise"], results["MCP SDK (uvicorn)"]
-    print(f"throughput ratio with {args.inflight} in flight: "
-          f"{ours['inflight']['calls_s'] / sdk['inflight']['calls_s']:.1f}x (target: at least 5x); sequential "
-          f"{ours['sequential']['calls_s'] / sdk['sequential']['calls_s']:.1f}x")
-    print(f"server CPU per call (process tree; the supervisor's includes its confined worker) with {args.inflight} "
-          f"in flight: {sdk['inflight']['cpu_ms'] / max(1e-9, ours['inflight']['cpu_ms']):.1f}x less than the "
-          f"SDK server's; sequential {sdk['sequential']['cpu_ms'] / max(1e-9, ours['sequential']['cpu_ms']):.1f}x")
+    print(
+        f"throughput ratio with {args.inflight} in flight: "
+        f"{ours['inflight']['calls_s'] / sdk['inflight']['calls_s']:.1f}x (target: at least 5x); sequential "
+        f"{ours['sequential']['calls_s'] / sdk['sequential']['calls_s']:.1f}x"
+    )
+    print(
+        f"server CPU per call (process tree; the supervisor's includes its confined worker) with {args.inflight} "
+        f"in flight: {sdk['inflight']['cpu_ms'] / max(1e-9, ours['inflight']['cpu_ms']):.1f}x less than the "
+        f"SDK server's; sequential {sdk['sequential']['cpu_ms'] / max(1e-9, ours['sequential']['cpu_ms']):.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -14,11 +14,14 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import lupa.lua54 as lua54
 
 from toolboxes.lua._runtime import HOOK_COUNT, Clock, run_script
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 CPU_SCRIPT = """
 local s = 0
@@ -44,8 +47,9 @@ def _no_host(*args: object) -> tuple[object, ...]:
 def _sandboxed(script: str, hook_count: int) -> float:
     clock = Clock(time.monotonic() + 60, threading.Event())
     started = time.perf_counter()
-    outcome = run_script(script, clock=clock, host=_no_host, max_memory_bytes=256 << 20, max_output_bytes=1 << 20,
-                         hook_count=hook_count)
+    outcome = run_script(
+        script, clock=clock, host=_no_host, max_memory_bytes=256 << 20, max_output_bytes=1 << 20, hook_count=hook_count
+    )
     elapsed = time.perf_counter() - started
     assert outcome.ok, outcome.message
     return elapsed
@@ -71,13 +75,17 @@ def main() -> None:
     for count in (1000, HOOK_COUNT, 100_000, 2**31 - 1):
         hooked = _median(lambda c=count: _sandboxed(CPU_SCRIPT, c), rounds)  # type: ignore[misc]
         label = "default" if count == HOOK_COUNT else ""
-        print(f"CPU-bound script, sandboxed, hook every {count:>10} {label:7}: {hooked * 1e3:8.2f} ms "
-              f"({(hooked / no_hook - 1) * 100:+.1f}% vs no hook)")
+        print(
+            f"CPU-bound script, sandboxed, hook every {count:>10} {label:7}: {hooked * 1e3:8.2f} ms "
+            f"({(hooked / no_hook - 1) * 100:+.1f}% vs no hook)"
+        )
     pc_bare = _median(lambda: _bare(PCALL_SCRIPT), rounds)
     pc_sandboxed = _median(lambda: _sandboxed(PCALL_SCRIPT, HOOK_COUNT), rounds)
     print(f"pcall-heavy script (220k pcalls), bare lupa state:   {pc_bare * 1e3:8.2f} ms")
-    print(f"pcall-heavy script, sandboxed (wrapped pcall, hook): {pc_sandboxed * 1e3:8.2f} ms "
-          f"({(pc_sandboxed / pc_bare - 1) * 100:+.1f}%)")
+    print(
+        f"pcall-heavy script, sandboxed (wrapped pcall, hook): {pc_sandboxed * 1e3:8.2f} ms "
+        f"({(pc_sandboxed / pc_bare - 1) * 100:+.1f}%)"
+    )
     start_bare = _median(lambda: _bare("return 1"), 200)
     start_sandboxed = _median(lambda: _sandboxed("return 1", HOOK_COUNT), 200)
     print(f"per-call start, bare LuaRuntime + 'return 1':        {start_bare * 1e3:8.3f} ms")

@@ -39,16 +39,31 @@ def _policy(n: int) -> Path:
     """A policy with ``n`` System toolboxes ``s0`` ... (tools ``system_s<i>_date``) in a fresh folder."""
     root = Path(tempfile.mkdtemp(dir=BENCH_ROOT))
     os.chmod(root, 0o755)
-    boxes = [{"tag": "SystemToolbox", "contents": {"Name": f"s{i}", "Description": "bench", "Capabilities": ["date"]}}
-             for i in range(n)]
-    agent = {"tag": "OpenAIAgentDescription", "contents": {
-        "slug": "bench", "apiKeyId": "none", "flavor": "openai", "modelUrl": "http://127.0.0.1:9/v1",
-        "modelName": "none", "announce": "bench", "systemPrompt": ["bench"], "builtinToolboxes": boxes}}
+    boxes = [
+        {"tag": "SystemToolbox", "contents": {"Name": f"s{i}", "Description": "bench", "Capabilities": ["date"]}}
+        for i in range(n)
+    ]
+    agent = {
+        "tag": "OpenAIAgentDescription",
+        "contents": {
+            "slug": "bench",
+            "apiKeyId": "none",
+            "flavor": "openai",
+            "modelUrl": "http://127.0.0.1:9/v1",
+            "modelName": "none",
+            "announce": "bench",
+            "systemPrompt": ["bench"],
+            "builtinToolboxes": boxes,
+        },
+    }
     (root / "bench.json").write_text(json.dumps(agent))
     path = root / "policy.yaml"
     # 256 callers may all be on one toolbox: its worker takes them all at once (the default is 8 in flight).
-    path.write_text(yaml.safe_dump({"agents": ["bench.json"], "state_dir": str(root / "state"),
-                                    "limits": {"max_concurrent_calls": 256}}))
+    path.write_text(
+        yaml.safe_dump(
+            {"agents": ["bench.json"], "state_dir": str(root / "state"), "limits": {"max_concurrent_calls": 256}}
+        )
+    )
     return path
 
 
@@ -88,9 +103,11 @@ async def _calls(sup: Supervisor, toolboxes: int, callers: int, total: int) -> d
             nursery.start_soon(caller, i)
     wall = time.perf_counter() - start
     samples.sort()
-    return {"p50_us": statistics.median(samples) * 1e6,
-            "p99_us": samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1e6,
-            "calls_per_s": len(samples) / wall}
+    return {
+        "p50_us": statistics.median(samples) * 1e6,
+        "p99_us": samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1e6,
+        "calls_per_s": len(samples) / wall,
+    }
 
 
 async def main() -> None:
@@ -124,8 +141,10 @@ async def main() -> None:
             assert not sup.load_errors(), sup.load_errors()
             for c in map(int, args.callers.split(",")):
                 row = await _calls(sup, t, c, args.calls)
-                print(f"| {t} | {c} | {row['p50_us']:.0f} | {row['p99_us']:.0f} | {row['calls_per_s']:.0f} | "
-                      f"{_load()} |", flush=True)
+                print(
+                    f"| {t} | {c} | {row['p50_us']:.0f} | {row['p99_us']:.0f} | {row['calls_per_s']:.0f} | {_load()} |",
+                    flush=True,
+                )
 
     print(f"\n## Idle memory (PSS; load average before: {_load()})\n")
     print("| toolboxes | launchers + workers MiB | per toolbox MiB | supervisor process MiB | processes |")

@@ -50,11 +50,29 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def write_policy(root: Path, state: Path) -> Path:
-    wasm = {"tag": "WasmToolbox", "contents": {"Name": "bench", "Description": "bench", "Path": "./components",
-                                               "MaxMemoryMB": 64, "MaxExecutionTimeSeconds": 5}}
-    agent = {"tag": "OpenAIAgentDescription", "contents": {
-        "slug": "bench", "apiKeyId": "none", "flavor": "openai", "modelUrl": "http://127.0.0.1:9/v1",
-        "modelName": "none", "announce": "bench", "systemPrompt": ["bench"], "builtinToolboxes": [wasm]}}
+    wasm = {
+        "tag": "WasmToolbox",
+        "contents": {
+            "Name": "bench",
+            "Description": "bench",
+            "Path": "./components",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 5,
+        },
+    }
+    agent = {
+        "tag": "OpenAIAgentDescription",
+        "contents": {
+            "slug": "bench",
+            "apiKeyId": "none",
+            "flavor": "openai",
+            "modelUrl": "http://127.0.0.1:9/v1",
+            "modelName": "none",
+            "announce": "bench",
+            "systemPrompt": ["bench"],
+            "builtinToolboxes": [wasm],
+        },
+    }
     (root / "bench.json").write_text(json.dumps(agent))
     policy = yaml.safe_load((Path(__file__).resolve().parents[1] / "policies" / "strict.yaml").read_text())
     policy.update(agents=["bench.json"], state_dir=str(state))
@@ -77,12 +95,20 @@ async def warm(args: argparse.Namespace, root: Path) -> None:
     work, state = root / "inproc-work", root / "inproc-state"
     work.mkdir()
     state.mkdir()
-    local = open_toolbox({"Name": "bench", "Path": str(root / "components"), "MaxMemoryMB": 64,
-                          "MaxExecutionTimeSeconds": 5, "policy": {"watch_interval_s": 0}},
-                         WorkerEnv("bench", str(work), str(state), _Quiet()))  # type: ignore[arg-type]
+    local = open_toolbox(
+        {
+            "Name": "bench",
+            "Path": str(root / "components"),
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 5,
+            "policy": {"watch_interval_s": 0},
+        },
+        WorkerEnv("bench", str(work), str(state), _Quiet()),
+    )  # type: ignore[arg-type]
     times: dict[str, list[float]] = {"in-process": [], "supervisor": []}
     try:
         async with Supervisor.open(policy) as sup:
+
             def in_process(i: int) -> float:
                 t0 = time.perf_counter()
                 result = local.call("wasm_bench_echo", {"q": "hello"}, CallContext(i, "wasm_bench_echo"))
@@ -109,8 +135,9 @@ async def warm(args: argparse.Namespace, root: Path) -> None:
     print(f"warm calls ({args.calls} each, after {args.warmup} warm-up rounds)")
     print(f"{'way':<12}{'calls':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}")
     for k, v in times.items():
-        print(f"{k:<12}{len(v):>6}{p50[k] * 1e3:>9.3f}{percentile(v, 0.9) * 1e3:>9.3f}"
-              f"{percentile(v, 0.99) * 1e3:>9.3f}")
+        print(
+            f"{k:<12}{len(v):>6}{p50[k] * 1e3:>9.3f}{percentile(v, 0.9) * 1e3:>9.3f}{percentile(v, 0.99) * 1e3:>9.3f}"
+        )
     ratio = p50["supervisor"] / p50["in-process"]
     print(f"supervisor / in-process p50: {ratio:.2f}x (target <= 2x: {'met' if ratio <= 2 else 'NOT met'})")
 
@@ -134,12 +161,14 @@ async def cold(args: argparse.Namespace, root: Path) -> None:
         without.append(await start())
         with_cache.append(await start())  # the state folder of the start before: the compiled component is there
     print(f"cold start to the first answer, one component of {size} bytes ({args.bulk} filler functions)")
-    print(f"  without the compile cache: median {statistics.median(without):.3f} s  "
-          f"({', '.join(f'{t:.3f}' for t in without)})")
-    print(f"  with the compile cache:    median {statistics.median(with_cache):.3f} s  "
-          f"({', '.join(f'{t:.3f}' for t in with_cache)})")
-
-
+    print(
+        f"  without the compile cache: median {statistics.median(without):.3f} s  "
+        f"({', '.join(f'{t:.3f}' for t in without)})"
+    )
+    print(
+        f"  with the compile cache:    median {statistics.median(with_cache):.3f} s  "
+        f"({', '.join(f'{t:.3f}' for t in with_cache)})"
+    )
 
 
 def main() -> None:

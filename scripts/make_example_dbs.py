@@ -23,30 +23,42 @@ def make_analytics(path: str) -> None:
     """Users and their events; a rollback-journal database, so a read-only worker needs only the file."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT NOT NULL, active INTEGER NOT NULL)")
-    conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, user_id INTEGER REFERENCES users(id), "
-                 "kind TEXT NOT NULL, at TEXT NOT NULL)")
-    conn.executemany("INSERT INTO users (name, active) VALUES (?, ?)",
-                     [("ada", 1), ("brian", 1), ("chen", 0), ("dora", 1)])
-    conn.executemany("INSERT INTO events (user_id, kind, at) VALUES (?, ?, ?)", [
-        (1, "login", "2024-01-15T10:30:00Z"), (1, "query", "2024-01-15T10:31:00Z"),
-        (2, "login", "2024-01-16T08:00:00Z"), (4, "login", "2024-01-17T09:12:00Z"),
-    ])
+    conn.execute(
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, user_id INTEGER REFERENCES users(id), "
+        "kind TEXT NOT NULL, at TEXT NOT NULL)"
+    )
+    conn.executemany(
+        "INSERT INTO users (name, active) VALUES (?, ?)", [("ada", 1), ("brian", 1), ("chen", 0), ("dora", 1)]
+    )
+    conn.executemany(
+        "INSERT INTO events (user_id, kind, at) VALUES (?, ?, ?)",
+        [
+            (1, "login", "2024-01-15T10:30:00Z"),
+            (1, "query", "2024-01-15T10:31:00Z"),
+            (2, "login", "2024-01-16T08:00:00Z"),
+            (4, "login", "2024-01-17T09:12:00Z"),
+        ],
+    )
     conn.close()
 
 
 def make_memory(path: str) -> None:
     """The shared working memory: where agents store what they found."""
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("CREATE TABLE analysis_results (id INTEGER PRIMARY KEY, content TEXT NOT NULL, "
-                 "created_at TEXT NOT NULL DEFAULT (datetime('now')))")
+    conn.execute(
+        "CREATE TABLE analysis_results (id INTEGER PRIMARY KEY, content TEXT NOT NULL, "
+        "created_at TEXT NOT NULL DEFAULT (datetime('now')))"
+    )
     conn.close()
 
 
 def main(argv: list[str]) -> int:
     base = os.path.abspath(argv[1] if len(argv) > 1 else DEFAULT_DIR)
     os.makedirs(os.path.join(base, "memory"), exist_ok=True)
-    for path, build in ((os.path.join(base, "analytics.db"), make_analytics),
-                        (os.path.join(base, "memory", "dev-memory.db"), make_memory)):
+    for path, build in (
+        (os.path.join(base, "analytics.db"), make_analytics),
+        (os.path.join(base, "memory", "dev-memory.db"), make_memory),
+    ):
         for leftover in (path, path + "-journal", path + "-wal", path + "-shm"):
             if os.path.exists(leftover):
                 os.unlink(leftover)

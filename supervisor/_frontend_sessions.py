@@ -11,9 +11,13 @@ supervisor runs for a named session); its turn id is the client's, else a new on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from supervisor.calls import CallOrigin
-from supervisor.config import AgentTree
 from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, remember, root_session_id
+
+if TYPE_CHECKING:
+    from supervisor.config import AgentTree
 
 __all__ = ["FrontendSessions"]
 
@@ -61,12 +65,12 @@ class FrontendSessions:
         """The frontend's name for a root session this supervisor opened (else the id itself)."""
         return self._names.get(session_id, session_id)
 
-    def origin(self, name: str | None, agent: str, *, conversation_id: str = "", turn_id: str = "",
-               tenant: str = LOCAL_TENANT) -> CallOrigin:
+    def origin(
+        self, name: str | None, agent: str, *, conversation_id: str = "", turn_id: str = "", tenant: str = LOCAL_TENANT
+    ) -> CallOrigin:
         """The origin of a frontend's call as ``agent`` (depth 0); raises ``ValueError`` for an id a client may not
         send."""
         conversation = client_id(conversation_id, "the conversation id") if conversation_id else ""
         turn = client_id(turn_id, "the turn id") if turn_id else new_id()
         session_id, stored = self.open(name, agent, tenant=tenant)
-        return CallOrigin(session_id=session_id, conversation_id=conversation or stored, turn_id=turn,
-                          tenant=tenant)
+        return CallOrigin(session_id=session_id, conversation_id=conversation or stored, turn_id=turn, tenant=tenant)

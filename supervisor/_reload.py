@@ -20,16 +20,19 @@ Settings read once at start are not changed by a reload (``state_dir``, ``trace`
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from supervisor.calls import SessionLimits
 from supervisor.config import expand_agents, load_config
 from supervisor.plan import compile_policy, prepare_git_sources
-from supervisor.workers import ToolboxRunner, WorkerSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from supervisor.workers import ToolboxRunner, WorkerSpec
 
 __all__ = ["RESTART_ONLY", "ReloadOutcome", "ReloadPlan", "plan_reload", "reload_supervisor", "spec_fingerprint"]
 
@@ -80,8 +83,12 @@ class ReloadOutcome:
         if self.refused is not None:
             return f"the policy was not reloaded, the running one stays: {self.refused}"
         parts = []
-        for what, keys in (("kept", self.plan.kept), ("restarted", self.plan.restarted),
-                           ("stopped", self.plan.stopped), ("started", self.plan.started)):
+        for what, keys in (
+            ("kept", self.plan.kept),
+            ("restarted", self.plan.restarted),
+            ("stopped", self.plan.stopped),
+            ("started", self.plan.started),
+        ):
             if keys:
                 parts.append(f"{what} " + ", ".join(f"{a}/{t}" for a, t in keys))
         line = "the policy was reloaded: " + ("; ".join(parts) or "no toolboxes")
@@ -93,7 +100,8 @@ class ReloadOutcome:
 def failed_to_load(sup: Any) -> set[Key]:
     """The (agent, toolbox) of every toolbox that could not load (a reload starts them again)."""
     return {(e.get("agent", ""), e["toolbox"]) for e in sup.toolbox_load_errors if e.get("toolbox")} | set(
-        sup.undescribable)
+        sup.undescribable
+    )
 
 
 def adopt_policy(sup: Any, tree: Any, compiled: Any) -> None:
@@ -144,23 +152,29 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
         sup.trace.record("policy_reload", status="refused", policy=sup.reload_source[0], reason=outcome.refused)
         return outcome
     new_specs = {(s.agent, s.toolbox): s for s in compiled.specs}
-    plan = plan_reload(sup.fingerprints, failed_to_load(sup),
-                       {k: spec_fingerprint(s) for k, s in new_specs.items()})
-    outcome = ReloadOutcome(plan=plan, warnings=list(compiled.warnings),
-                            not_applied=_changed_sections(sup.config.policy, compiled.config.policy))
+    plan = plan_reload(sup.fingerprints, failed_to_load(sup), {k: spec_fingerprint(s) for k, s in new_specs.items()})
+    outcome = ReloadOutcome(
+        plan=plan,
+        warnings=list(compiled.warnings),
+        not_applied=_changed_sections(sup.config.policy, compiled.config.policy),
+    )
     by_key = {r.key: r for r in sup.runners}
     for key in (*plan.restarted, *plan.stopped):  # a call that comes meanwhile is answered at once, never held
         why = "is being restarted with its new settings" if key in plan.restarted else "was removed from the policy"
-        by_key[key].fail_to_load(f"toolbox {key[1]} of agent {key[0]} {why} (a policy reload); call it again "
-                                 "once the tool list changed")
+        by_key[key].fail_to_load(
+            f"toolbox {key[1]} of agent {key[0]} {why} (a policy reload); call it again once the tool list changed"
+        )
     with trio.CancelScope(shield=True):
         async with trio.open_nursery() as stopping:
             for key in (*plan.restarted, *plan.stopped):
                 stopping.start_soon(by_key[key].stop)
     fresh = {*plan.restarted, *plan.started}
     adopt_policy(sup, tree, replace(compiled, trace_path=sup.compiled.trace_path))
-    starting = replace(compiled, specs=[new_specs[k] for k in fresh],
-                       git_sources=[g for g in compiled.git_sources if (g.agent, g.toolbox) in fresh])
+    starting = replace(
+        compiled,
+        specs=[new_specs[k] for k in fresh],
+        git_sources=[g for g in compiled.git_sources if (g.agent, g.toolbox) in fresh],
+    )
     sup.source_errors = [e for e in sup.source_errors if (e.get("agent"), e.get("toolbox")) in plan.kept]
     sup.source_errors += await prepare_git_sources(starting, sup.trace)
     runners: list[ToolboxRunner] = []
@@ -170,9 +184,20 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
     sup.runners = runners
     await sup.start_runners(nursery, [r for r in runners if r.key in fresh])
     sup.rebuild_tools()
-    sup.trace.record("policy_reload", status="applied", policy=sup.reload_source[0],
-                     **{what: [f"{a}/{t}" for a, t in keys] for what, keys in (
-                         ("kept", plan.kept), ("restarted", plan.restarted), ("stopped", plan.stopped),
-                         ("started", plan.started))},
-                     not_applied=outcome.not_applied, warnings=outcome.warnings[:50])
+    sup.trace.record(
+        "policy_reload",
+        status="applied",
+        policy=sup.reload_source[0],
+        **{
+            what: [f"{a}/{t}" for a, t in keys]
+            for what, keys in (
+                ("kept", plan.kept),
+                ("restarted", plan.restarted),
+                ("stopped", plan.stopped),
+                ("started", plan.started),
+            )
+        },
+        not_applied=outcome.not_applied,
+        warnings=outcome.warnings[:50],
+    )
     return outcome

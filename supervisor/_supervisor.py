@@ -35,10 +35,9 @@ import gc
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import trio
@@ -79,6 +78,9 @@ from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
 from ._reload import ReloadOutcome, reload_supervisor, spec_fingerprint
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Sequence
+
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start); a quarter of
 #: ``keep_days`` when that is shorter, so the store holds at most 1.25 times the retention's traffic.
 PRUNE_INTERVAL_S = 3600.0
@@ -115,16 +117,24 @@ class ToolInfo:
 class Supervisor:
     """The trusted side: decides what may run, runs it in confined workers, records what happened."""
 
-    def __init__(self, compiled: CompiledPolicy, trace: TraceRecorder, *, tree: AgentTree | None = None,
-                 sessions: SessionStore | None = None, http: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        compiled: CompiledPolicy,
+        trace: TraceRecorder,
+        *,
+        tree: AgentTree | None = None,
+        sessions: SessionStore | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
         self.compiled = compiled
         self.config: LoadedConfig = compiled.config
         self.trace = trace
         self.registry = ToolRegistry()
         self.attachments = AttachmentStore(compiled.state_dir, compiled.media_limits)
         #: the kernel's denials (Landlock, seccomp) read from audit records, explained per call
-        self.kernel_audit = KernelAudit(trace, mode=self.config.policy.kernel_audit,
-                                        system_paths=tuple(self.config.policy.system_paths))
+        self.kernel_audit = KernelAudit(
+            trace, mode=self.config.policy.kernel_audit, system_paths=tuple(self.config.policy.system_paths)
+        )
         self.portal = Portal(
             registry=self.registry,
             trace=trace,
@@ -145,9 +155,17 @@ class Supervisor:
         self.agent_runners: list[AgentRunner] = []
         if tree is not None and http is not None:
             self.agents = AgentService(
-                tree=tree, portal=self.portal, registry=self.registry, trace=trace, sessions=sessions, http=http,
-                bounds=self.config.policy.agent_loop, model_keys=self.config.policy.model_keys,
-                read_attachment=self.attachments.read, max_image_bytes=compiled.media_limits["images"])
+                tree=tree,
+                portal=self.portal,
+                registry=self.registry,
+                trace=trace,
+                sessions=sessions,
+                http=http,
+                bounds=self.config.policy.agent_loop,
+                model_keys=self.config.policy.model_keys,
+                read_attachment=self.attachments.read,
+                max_image_bytes=compiled.media_limits["images"],
+            )
             self.agent_runners = self.agents.runners()
         self._tools_changed = trio.Event()
         #: which session-scoped tools (skills' scripts) each session sees (kept in the session store)
@@ -167,8 +185,9 @@ class Supervisor:
         #: what :meth:`reload` loads again: the policy file, the extra agent files, the state directory in use
         self.reload_source: tuple[str, list[str], str | None] = (self.config.policy_file, [], compiled.state_dir)
         #: (agent, toolbox) -> its spec as compiled (:func:`~supervisor._reload.spec_fingerprint`)
-        self.fingerprints: dict[tuple[str, str], str] = {(s.agent, s.toolbox): spec_fingerprint(s)
-                                                          for s in compiled.specs}
+        self.fingerprints: dict[tuple[str, str], str] = {
+            (s.agent, s.toolbox): spec_fingerprint(s) for s in compiled.specs
+        }
         self._nursery: trio.Nursery | None = None
         self._reloading = trio.Lock()
 
@@ -213,11 +232,17 @@ class Supervisor:
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
         sup.otel = otel
         sup.reload_source = (config.policy_file, list(agents), compiled.state_dir)
-        trace.record("supervisor_start", pid=os.getpid(), policy=config.policy_file,
-                     toolboxes=[f"{s.agent}/{s.toolbox}" for s in compiled.specs])
-        trace.record("policy_compiled", workers=[
-            {"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
-            warnings=compiled.warnings)
+        trace.record(
+            "supervisor_start",
+            pid=os.getpid(),
+            policy=config.policy_file,
+            toolboxes=[f"{s.agent}/{s.toolbox}" for s in compiled.specs],
+        )
+        trace.record(
+            "policy_compiled",
+            workers=[{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
+            warnings=compiled.warnings,
+        )
         try:
             sup._prune_sessions()
             async with trio.open_nursery() as nursery:
@@ -274,7 +299,8 @@ class Supervisor:
                 starting.start_soon(self.start_runner, nursery, runner, places)
         order = {runner.key: i for i, runner in enumerate(self.runners)}
         self.toolbox_load_errors.sort(  # stable: compile errors first
-            key=lambda e: order.get((e.get("agent", ""), e["toolbox"]), -1))
+            key=lambda e: order.get((e.get("agent", ""), e["toolbox"]), -1)
+        )
 
     def set_auto_enabled(self) -> None:
         """Tell the session views each skills toolbox's ``autoEnableSkills``."""
@@ -286,10 +312,16 @@ class Supervisor:
     def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
         """A runner for ``spec`` under the policy's supervision settings (not started)."""
         c = self.compiled
-        supervision = SupervisionPolicy(c.restart_backoff_initial_s, c.restart_backoff_max_s,
-                                        c.crash_loop_max_restarts, c.crash_loop_window_s, c.crash_loop_cooldown_s)
-        return ToolboxRunner(spec, supervision, on_request=self._on_request, on_event=self._on_event,
-                             on_tools=self._on_tools)
+        supervision = SupervisionPolicy(
+            c.restart_backoff_initial_s,
+            c.restart_backoff_max_s,
+            c.crash_loop_max_restarts,
+            c.crash_loop_window_s,
+            c.crash_loop_cooldown_s,
+        )
+        return ToolboxRunner(
+            spec, supervision, on_request=self._on_request, on_event=self._on_event, on_tools=self._on_tools
+        )
 
     # -- reloading ---------------------------------------------------------------------------------------------
     async def reload(self) -> ReloadOutcome:
@@ -327,11 +359,11 @@ class Supervisor:
             return
         gone = self.sessions.prune(time.time() - keep_days * 86400)
         if gone or self.sessions.pruned_records:
-            self.trace.record("sessions_pruned", sessions=gone, records=self.sessions.pruned_records,
-                              keep_days=keep_days)
+            self.trace.record(
+                "sessions_pruned", sessions=gone, records=self.sessions.pruned_records, keep_days=keep_days
+            )
 
-    async def start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner,
-                           places: trio.CapacityLimiter) -> None:
+    async def start_runner(self, nursery: trio.Nursery, runner: ToolboxRunner, places: trio.CapacityLimiter) -> None:
         """Start ``runner`` in ``nursery`` (holding one of ``places`` until its worker said hello); a failed first
         start is its toolbox's load error."""
         try:
@@ -344,8 +376,10 @@ class Supervisor:
         """Record that ``runner``'s toolbox could not load at ``source`` and disable it."""
         leaf = first_leaf(exc)
         why = str(leaf) if isinstance(leaf, WorkerStartError) else f"{type(leaf).__name__}: {leaf}"
-        message = (f"toolbox {runner.name} (agent {runner.spec.agent}) did not load ({source}): {why}"[:2000]
-                   + ". It serves nothing; fix the cause and restart the supervisor.")
+        message = (
+            f"toolbox {runner.name} (agent {runner.spec.agent}) did not load ({source}): {why}"[:2000]
+            + ". It serves nothing; fix the cause and restart the supervisor."
+        )
         runner.fail_to_load(message)
         error = {"toolbox": runner.name, "agent": runner.spec.agent, "source": source, "message": message}
         self.toolbox_load_errors.append(error)
@@ -369,14 +403,27 @@ class Supervisor:
         if kind_plan(runner.spec.kind).session_skills:  # skills that left the list are forgotten by its agent's
             self.session_tools.tools_listed(runner.spec.agent, runner.name, runner.tools)  # sessions
         for err in runner.load_errors:
-            self.trace.record("load_error", toolbox=runner.name, agent=runner.spec.agent,
-                              **{k: str(v) for k, v in err.items() if k in ("source", "message")})
+            self.trace.record(
+                "load_error",
+                toolbox=runner.name,
+                agent=runner.spec.agent,
+                **{k: str(v) for k, v in err.items() if k in ("source", "message")},
+            )
         if len(self.runners) and all(r.worker is not None or r.failed_reason for r in self.runners):
             self._rebuild()
 
     def _registered(self) -> dict[tuple[str, str], tuple[Any, ...]]:
-        return {(t.namespace, t.name): (t.runner.name, t.local_name, t.fingerprint, t.description, repr(t.hints),
-                                        repr(t.output_schema)) for t in self.registry.all()}
+        return {
+            (t.namespace, t.name): (
+                t.runner.name,
+                t.local_name,
+                t.fingerprint,
+                t.description,
+                repr(t.hints),
+                repr(t.output_schema),
+            )
+            for t in self.registry.all()
+        }
 
     def _rebuild(self) -> None:
         before = self._registered()
@@ -411,13 +458,21 @@ class Supervisor:
                 origin.progress(update)
             return
         if kind == "worker_event":
-            safe = {str(k)[:64]: (v[:2000] if isinstance(v, str) else v if isinstance(v, int | float | bool)
-                                  or v is None else _short_repr(strict_json(v, string_limit=200)))
-                    for k, v in list(data.items())[:32]}
+            safe = {
+                str(k)[:64]: (
+                    v[:2000]
+                    if isinstance(v, str)
+                    else v
+                    if isinstance(v, int | float | bool) or v is None
+                    else _short_repr(strict_json(v, string_limit=200))
+                )
+                for k, v in list(data.items())[:32]
+            }
             self.trace.record("worker_event", toolbox=worker.spec.toolbox, agent=worker.spec.agent, data=safe)
         elif kind != "tools_changed":
-            self.trace.record(kind, **{"toolbox": worker.spec.toolbox, "agent": worker.spec.agent, "pid": worker.pid,
-                                       **data})
+            self.trace.record(
+                kind, **{"toolbox": worker.spec.toolbox, "agent": worker.spec.agent, "pid": worker.pid, **data}
+            )
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
         origin = worker.origins.get(message.get("call"))  # type: ignore[arg-type]
@@ -427,8 +482,13 @@ class Supervisor:
             args = message.get("args")
             # The same session, conversation, turn and owner as the call that asks (only what it may call differs);
             # its names are its own agent's (AllowedTools: ["system_system_attach_file"] is that agent's tool).
-            inner = replace(origin, allowed=frozenset(worker.spec.allowed_tools),
-                            caller=f"toolbox {worker.spec.toolbox}", progress=None, agent_scope=worker.spec.agent)
+            inner = replace(
+                origin,
+                allowed=frozenset(worker.spec.allowed_tools),
+                caller=f"toolbox {worker.spec.toolbox}",
+                progress=None,
+                agent_scope=worker.spec.agent,
+            )
             tool = message.get("tool")
             if not isinstance(tool, str):
                 return {"error": "portal request needs a tool name"}
@@ -438,25 +498,53 @@ class Supervisor:
             return {"result": result.to_wire()}
         if kind_plan(worker.spec.kind).host_requests:
             # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
-            return answer_host_request(self.sessions, worker.spec.plan.payload.get("config") or {},
-                                       origin.session_id, message.get("op"), message.get("args"),
-                                       self.config.policy.sessions.introspection)
+            return answer_host_request(
+                self.sessions,
+                worker.spec.plan.payload.get("config") or {},
+                origin.session_id,
+                message.get("op"),
+                message.get("args"),
+                self.config.policy.sessions.introspection,
+            )
         return {"error": f"host operation {message.get('op')!r} is not supported by this supervisor"}
 
-    def _record_call(self, *, call_id: str, tool: RegisteredTool, args: Any, origin: CallOrigin,
-                     result: ToolResult | None, started: float, duration_s: float,
-                     args_json: str | None = None) -> None:
-        if result is not None and tool.annotations.get("skill_action") and self.session_tools.observe(
-                origin.session_id, tool.agent, tool.toolbox, tool.annotations, result.status, result.structured):
+    def _record_call(
+        self,
+        *,
+        call_id: str,
+        tool: RegisteredTool,
+        args: Any,
+        origin: CallOrigin,
+        result: ToolResult | None,
+        started: float,
+        duration_s: float,
+        args_json: str | None = None,
+    ) -> None:
+        if (
+            result is not None
+            and tool.annotations.get("skill_action")
+            and self.session_tools.observe(
+                origin.session_id, tool.agent, tool.toolbox, tool.annotations, result.status, result.structured
+            )
+        ):
             self.session_tools.wake(self.frontends.name_of(origin.session_id))
         if self.sessions is None:
             return
         self.sessions.record_call(
-            origin.session_id, call_id=call_id, parent_call_id=origin.parent_call_id, tool=tool.name, args=args,
+            origin.session_id,
+            call_id=call_id,
+            parent_call_id=origin.parent_call_id,
+            tool=tool.name,
+            args=args,
             args_json=args_json,
-            status=result.status if result else "error", summary=result.summary if result else "cancelled",
-            output=result.data if result else None, started=started, duration_s=duration_s,
-            conversation_id=origin.conversation_id, turn_id=origin.turn_id)
+            status=result.status if result else "error",
+            summary=result.summary if result else "cancelled",
+            output=result.data if result else None,
+            started=started,
+            duration_s=duration_s,
+            conversation_id=origin.conversation_id,
+            turn_id=origin.turn_id,
+        )
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         result = checked_output(tool, result)
@@ -465,8 +553,9 @@ class Supervisor:
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
-    def list_tools(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT,
-                   agent: str | None = None) -> list[ToolInfo]:
+    def list_tools(
+        self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT, agent: str | None = None
+    ) -> list[ToolInfo]:
         """The tools served to the frontend session named ``session_id``, in load order: every tool but the
         session-scoped ones (skills' script tools) whose skill is not enabled in that session's session with the
         tool's agent. ``session_id`` ``None``: every tool. ``agent``: that agent's name space only (``None``: every
@@ -480,8 +569,20 @@ class Supervisor:
                     continue
                 if not self.session_tools.visible(resolved, t.agent, t.toolbox, t.annotations):
                     continue
-            out.append(ToolInfo(t.name, t.description, t.input_schema, t.toolbox, t.agent, t.local_name,
-                                t.annotations, t.hints, t.output_schema, t.namespace))
+            out.append(
+                ToolInfo(
+                    t.name,
+                    t.description,
+                    t.input_schema,
+                    t.toolbox,
+                    t.agent,
+                    t.local_name,
+                    t.annotations,
+                    t.hints,
+                    t.output_schema,
+                    t.namespace,
+                )
+            )
         return out
 
     def list_catalog(self, kind: str, agent: str | None = None) -> list[dict[str, Any]]:
@@ -492,31 +593,57 @@ class Supervisor:
     def _live_runners(self) -> list[ToolboxRunner]:
         return [r for r in self.runners if r.key not in self.undescribable and not r.failed_reason]
 
-    async def read_resource(self, uri: str, *, agent: str | None = None, session_id: str | None = None,
-                            tenant: str = LOCAL_TENANT) -> dict[str, Any]:
+    async def read_resource(
+        self, uri: str, *, agent: str | None = None, session_id: str | None = None, tenant: str = LOCAL_TENANT
+    ) -> dict[str, Any]:
         """MCP's ``resources/read`` result for ``uri`` (of ``agent``'s toolboxes only, when given); raises
         :class:`~supervisor.calls._catalog.CatalogError` saying why it cannot be read. Traced as ``resource_read``."""
         ctx = {"session_id": session_id or "", "depth": 0}
         try:
             result = await read_resource(self._live_runners(), uri, agent, ctx)
         except CatalogError as exc:
-            self.trace.record("resource_read", uri=uri[:500], tenant=tenant, session=session_id, status="error",
-                              message=str(exc)[:500])
+            self.trace.record(
+                "resource_read",
+                uri=uri[:500],
+                tenant=tenant,
+                session=session_id,
+                status="error",
+                message=str(exc)[:500],
+            )
             raise
-        self.trace.record("resource_read", uri=uri[:500], tenant=tenant, session=session_id, status="passed",
-                          contents=len(result["contents"]))
+        self.trace.record(
+            "resource_read",
+            uri=uri[:500],
+            tenant=tenant,
+            session=session_id,
+            status="passed",
+            contents=len(result["contents"]),
+        )
         return result
 
-    async def get_prompt(self, name: str, args: dict[str, str], *, agent: str | None = None,
-                         session_id: str | None = None, tenant: str = LOCAL_TENANT) -> dict[str, Any]:
+    async def get_prompt(
+        self,
+        name: str,
+        args: dict[str, str],
+        *,
+        agent: str | None = None,
+        session_id: str | None = None,
+        tenant: str = LOCAL_TENANT,
+    ) -> dict[str, Any]:
         """MCP's ``prompts/get`` result; raises :class:`~supervisor.calls._catalog.CatalogError`. Traced as
         ``prompt_get``."""
         ctx = {"session_id": session_id or "", "depth": 0}
         try:
             result = await get_prompt(self._live_runners(), name, args, agent, ctx)
         except CatalogError as exc:
-            self.trace.record("prompt_get", prompt=name[:200], tenant=tenant, session=session_id, status="error",
-                              message=str(exc)[:500])
+            self.trace.record(
+                "prompt_get",
+                prompt=name[:200],
+                tenant=tenant,
+                session=session_id,
+                status="error",
+                message=str(exc)[:500],
+            )
             raise
         self.trace.record("prompt_get", prompt=name[:200], tenant=tenant, session=session_id, status="passed")
         return result
@@ -533,10 +660,19 @@ class Supervisor:
         else:
             await self.session_tools.wait(session_id)
 
-    async def call(self, name: str, args: Any, *, session_id: str | None = None, conversation_id: str = "",
-                   turn_id: str = "", agent_id: str = "", tenant: str = LOCAL_TENANT,
-                   agent_scope: str | None = None,
-                   progress: Callable[[ProgressUpdate], None] | None = None) -> ToolResult:
+    async def call(
+        self,
+        name: str,
+        args: Any,
+        *,
+        session_id: str | None = None,
+        conversation_id: str = "",
+        turn_id: str = "",
+        agent_id: str = "",
+        tenant: str = LOCAL_TENANT,
+        agent_scope: str | None = None,
+        progress: Callable[[ProgressUpdate], None] | None = None,
+    ) -> ToolResult:
         """Call a tool as a frontend caller (depth 0); always returns a result, never raises for bad input.
 
         ``session_id`` is the frontend's name for its session (``None``: one unique to this supervisor); the call
@@ -550,22 +686,33 @@ class Supervisor:
         try:
             tool = self.registry.get(name, agent_scope)
             agent = tool.namespace if tool is not None else (agent_scope or "")
-            origin = self.frontends.origin(session_id, agent, conversation_id=conversation_id, turn_id=turn_id,
-                                           tenant=tenant)
+            origin = self.frontends.origin(
+                session_id, agent, conversation_id=conversation_id, turn_id=turn_id, tenant=tenant
+            )
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await self.portal.call(name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope,
-                                                          progress=progress))
+        return await self.portal.call(
+            name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope, progress=progress)
+        )
 
-    async def run_agent(self, slug: str, prompt: str, *, session_id: str | None = None, conversation_id: str = "",
-                        turn_id: str = "", tenant: str = LOCAL_TENANT) -> ToolResult:
+    async def run_agent(
+        self,
+        slug: str,
+        prompt: str,
+        *,
+        session_id: str | None = None,
+        conversation_id: str = "",
+        turn_id: str = "",
+        tenant: str = LOCAL_TENANT,
+    ) -> ToolResult:
         """Run agent ``slug``'s loop on ``prompt`` at depth 0 (``agents-supervise run``), its run a child of the
         session ``session_id`` names with ``slug`` (see :meth:`call`); always a result."""
         if self.agents is None:
             return ToolResult.error("this supervisor runs no agent loops (it was built without an HTTP client)")
         try:
-            origin = self.frontends.origin(session_id, slug, conversation_id=conversation_id, turn_id=turn_id,
-                                           tenant=tenant)
+            origin = self.frontends.origin(
+                session_id, slug, conversation_id=conversation_id, turn_id=turn_id, tenant=tenant
+            )
         except ValueError as exc:
             return ToolResult.error(f"the run was refused: {exc}")
         return await self.agents.run(slug, prompt, replace(origin, caller="frontend"))

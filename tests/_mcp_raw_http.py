@@ -5,9 +5,10 @@ for every server it drives (the load test, ``scripts/bench_http.py``)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["REVISION", "RawSession", "answer_of"]
 
@@ -43,13 +44,16 @@ class RawSession:
 
     async def open(self) -> dict[str, Any]:
         """Initialize the session; returns the initialize result."""
-        init = await self.request("initialize", {"protocolVersion": REVISION, "capabilities": {},
-                                                 "clientInfo": {"name": "raw", "version": "1"}})
+        init = await self.request(
+            "initialize",
+            {"protocolVersion": REVISION, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+        )
         headers = {**self.headers, "mcp-protocol-version": REVISION}
         if self.session_id:
             headers["mcp-session-id"] = self.session_id
-        note = await self.client.post(self.url, headers=headers,
-                                      content=b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        note = await self.client.post(
+            self.url, headers=headers, content=b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+        )
         if note.status_code != 202:
             raise RuntimeError(f"notifications/initialized: HTTP {note.status_code}")
         return init

@@ -3,25 +3,50 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-ALL_INFO_CAPABILITIES = ["date", "operating-system", "running-user", "hostname", "working-directory", "env-vars",
-                         "process-info", "uptime"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ALL_INFO_CAPABILITIES = [
+    "date",
+    "operating-system",
+    "running-user",
+    "hostname",
+    "working-directory",
+    "env-vars",
+    "process-info",
+    "uptime",
+]
 
 
 def system_toolbox(name: str = "system", capabilities: list[str] | None = None, **extra: Any) -> dict[str, Any]:
     """A ``SystemToolbox`` entry of an agent file."""
-    return {"tag": "SystemToolbox", "contents": {"Name": name, "Description": f"{name} toolbox",
-                                                 "Capabilities": capabilities or ALL_INFO_CAPABILITIES, **extra}}
+    return {
+        "tag": "SystemToolbox",
+        "contents": {
+            "Name": name,
+            "Description": f"{name} toolbox",
+            "Capabilities": capabilities or ALL_INFO_CAPABILITIES,
+            **extra,
+        },
+    }
 
 
 def agent(slug: str = "tester", **keys: Any) -> dict[str, Any]:
     """An agent file's contents in the seed's tagged form."""
-    contents = {"slug": slug, "apiKeyId": "test", "flavor": "openai", "modelUrl": "http://127.0.0.1:9/v1",
-                "modelName": "test-model", "announce": f"agent {slug}", "systemPrompt": ["You test."], **keys}
+    contents = {
+        "slug": slug,
+        "apiKeyId": "test",
+        "flavor": "openai",
+        "modelUrl": "http://127.0.0.1:9/v1",
+        "modelName": "test-model",
+        "announce": f"agent {slug}",
+        "systemPrompt": ["You test."],
+        **keys,
+    }
     return {"tag": "OpenAIAgentDescription", "contents": contents}
 
 
@@ -35,8 +60,12 @@ def write_policy(root: Path, agents: dict[str, dict[str, Any]], **policy: Any) -
     """
     for name, content in agents.items():
         (root / f"{name}.json").write_text(json.dumps(content, indent=2))
-    data = {"agents": [f"{name}.json" for name in agents], "state_dir": str(root / "state"), "worker_uids": None,
-            **policy}
+    data = {
+        "agents": [f"{name}.json" for name in agents],
+        "state_dir": str(root / "state"),
+        "worker_uids": None,
+        **policy,
+    }
     path = root / "policy.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -22,9 +22,12 @@ import struct
 import subprocess
 import sys
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["BEHAVIOURS", "WASM_TOOLS", "Spec", "build_components", "png_bytes"]
 
@@ -165,12 +168,19 @@ _SUMMARY, _DATA, _DATA_PATH, _TRUNCATED, _METADATA, _ATTACHMENTS = 4, 16, 28, 40
 
 def png_bytes(padding: int = 0) -> bytes:
     """A valid 1x1 PNG (plus ``padding`` bytes in an ancillary chunk, to make it large)."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
     ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
     extra = chunk(b"teXt", b"x" * padding) if padding else b""
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + extra + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00"))
-            + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + extra
+        + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00"))
+        + chunk(b"IEND", b"")
+    )
 
 
 @dataclass
@@ -396,29 +406,57 @@ OUTSIDE = "../" * 24 + "etc/hostname"
 
 def _filler(i: int) -> str:
     """A function that is never called but must be compiled: a loop of arithmetic over memory."""
-    steps = "".join(f"(local.set $x (i32.add (i32.mul (local.get $x) (i32.const {i * 7 + k + 3})) "
-                    f"(i32.load (i32.and (local.get $x) (i32.const 4092)))))" for k in range(12))
-    return (f"(func $filler{i} (export \"filler{i}\") (param $x i32) (result i32)\n"
-            f"  (loop $again {steps} (br_if $again (i32.lt_u (local.get $x) (i32.const {i + 1000})))) "
-            f"(local.get $x))\n")
+    steps = "".join(
+        f"(local.set $x (i32.add (i32.mul (local.get $x) (i32.const {i * 7 + k + 3})) "
+        f"(i32.load (i32.and (local.get $x) (i32.const 4092)))))"
+        for k in range(12)
+    )
+    return (
+        f'(func $filler{i} (export "filler{i}") (param $x i32) (result i32)\n'
+        f"  (loop $again {steps} (br_if $again (i32.lt_u (local.get $x) (i32.const {i + 1000})))) "
+        f"(local.get $x))\n"
+    )
 
 
 def component_wat(spec: Spec) -> str:
     """The core module of ``spec`` in WAT."""
     files: dict[str, tuple[int, int, int, int]] = {}
     record, blob = _result_blob(spec, files)
-    consts = {"preopen": "preopen", "outside": spec.open_path or OUTSIDE, "opened": "opened", "started": "started",
-              "log": "a line from the component's log\n", "big": "big.bin", "wrote": "wrote"}
+    consts = {
+        "preopen": "preopen",
+        "outside": spec.open_path or OUTSIDE,
+        "opened": "opened",
+        "started": "started",
+        "log": "a line from the component's log\n",
+        "big": "big.bin",
+        "wrote": "wrote",
+    }
     where = {k: blob.string(v) for k, v in consts.items()}
     body = BEHAVIOURS[spec.behaviour].format(log_at=where["log"][0], log_len=where["log"][1])
-    writes = "".join(f"(call $write_file (call $first_dir) (i32.const {n}) (i32.const {nl}) (i32.const {c}) "
-                     f"(i32.const {cl}))\n" for n, nl, c, cl in files.values())
+    writes = "".join(
+        f"(call $write_file (call $first_dir) (i32.const {n}) (i32.const {nl}) (i32.const {c}) (i32.const {cl}))\n"
+        for n, nl, c, cl in files.values()
+    )
     probe = spec.world == "probe"
-    helpers = _HELPERS + (_PROBE_HELPERS.format(
-        preopen_at=where["preopen"][0], outside_at=where["outside"][0], outside_len=where["outside"][1],
-        opened_at=where["opened"][0], started_at=where["started"][0], port=spec.connect[1],
-        big_at=where["big"][0], big_len=where["big"][1], wrote_at=where["wrote"][0],
-        a=spec.connect[0][0], b=spec.connect[0][1], c=spec.connect[0][2], d=spec.connect[0][3]) if probe else "")
+    helpers = _HELPERS + (
+        _PROBE_HELPERS.format(
+            preopen_at=where["preopen"][0],
+            outside_at=where["outside"][0],
+            outside_len=where["outside"][1],
+            opened_at=where["opened"][0],
+            started_at=where["started"][0],
+            port=spec.connect[1],
+            big_at=where["big"][0],
+            big_len=where["big"][1],
+            wrote_at=where["wrote"][0],
+            a=spec.connect[0][0],
+            b=spec.connect[0][1],
+            c=spec.connect[0][2],
+            d=spec.connect[0][3],
+        )
+        if probe
+        else ""
+    )
     assert blob.start + len(blob.data) < _HEAP, "static data overflows into the heap"
     filler = "".join(_filler(i) for i in range(spec.bulk))
     imports = _IMPORTS if probe else _HTTP_IMPORT if spec.world == "http" else ""
@@ -449,10 +487,26 @@ def _build(spec: Spec, out: Path) -> None:
         work.mkdir()
         (work / "world.wit").write_text(WIT)
         (work / "core.wat").write_text(wat)
-        subprocess.run([WASM_TOOLS, "component", "embed", str(work / "world.wit"), str(work / "core.wat"),
-                        "--world", spec.world, "-o", str(work / "core.wasm")], check=True, capture_output=True)
-        subprocess.run([WASM_TOOLS, "component", "new", str(work / "core.wasm"), "-o", str(work / "c.wasm")],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                WASM_TOOLS,
+                "component",
+                "embed",
+                str(work / "world.wit"),
+                str(work / "core.wat"),
+                "--world",
+                spec.world,
+                "-o",
+                str(work / "core.wasm"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [WASM_TOOLS, "component", "new", str(work / "core.wasm"), "-o", str(work / "c.wasm")],
+            check=True,
+            capture_output=True,
+        )
         os.replace(work / "c.wasm", cached)
         shutil.rmtree(work)
     shutil.copyfile(cached, out / f"{spec.name}.wasm")
@@ -463,6 +517,8 @@ def build_components(specs: Iterable[Spec], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for spec in specs:
         _build(spec, out)
-        sidecar = {"description": spec.description or f"test component {spec.name}",
-                   "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}
+        sidecar = {
+            "description": spec.description or f"test component {spec.name}",
+            "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+        }
         (out / f"{spec.name}.json").write_text(json.dumps(sidecar))

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: A world-traversable base for test trees that sandboxed workers (uid 65534) must reach.
 SANDBOX_TMP_BASE = "/tmp/agents-supervise-tests"

@@ -38,13 +38,19 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize(("package", "forbidden"), [
-    ("sandbox", {"supervisor", "toolboxes"}),
-    ("toolboxes", {"supervisor"}),
-])
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        ("sandbox", {"supervisor", "toolboxes"}),
+        ("toolboxes", {"supervisor"}),
+    ],
+)
 def test_dependency_direction(package: str, forbidden: set[str]) -> None:
-    offenders = {str(p.relative_to(ROOT)): sorted(_imports(p) & forbidden)
-                 for p in (ROOT / package).rglob("*.py") if _imports(p) & forbidden}
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(_imports(p) & forbidden)
+        for p in (ROOT / package).rglob("*.py")
+        if _imports(p) & forbidden
+    }
     assert offenders == {}
 
 
@@ -53,10 +59,16 @@ def test_launcher_start_up_stays_light() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; import sandbox._launcher; "
-            "print(','.join(m for m in ('trio', 'h11', 'pydantic', 'dns', 'toolboxes') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); {code}"],
-                         capture_output=True, text=True, check=True)
+    code = (
+        "import sys; import sandbox._launcher; "
+        "print(','.join(m for m in ('trio', 'h11', 'pydantic', 'dns', 'toolboxes') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); {code}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == ""
 
 
@@ -76,7 +88,8 @@ def test_runtime_dependencies_are_imported_by_the_runtime() -> None:
     for requirement in project["dependencies"]:
         name = requirement.split(">")[0].split("=")[0].split("[")[0].strip().lower()
         assert _IMPORT_NAMES.get(name, name.replace("-", "_")) in runtime_imports, (
-            f"{name} is a runtime dependency that no runtime module imports: move it to an extra")
+            f"{name} is a runtime dependency that no runtime module imports: move it to an extra"
+        )
     assert "mcp" not in runtime_imports  # the official SDK is the benchmark's reference, never the runtime's
 
 
@@ -121,9 +134,9 @@ def test_supervisor_rooms_point_one_way() -> None:
                 offenders.setdefault(str(path.relative_to(ROOT)), []).append(f"{target} (points up)")
             elif module and target in [*SUPERVISOR_ROOMS, "frontends"]:
                 offenders.setdefault(str(path.relative_to(ROOT)), []).append(
-                    f"supervisor.{target}.{module} (use the room's __init__)")
+                    f"supervisor.{target}.{module} (use the room's __init__)"
+                )
     assert offenders == {}
-
 
 
 def test_no_toolbox_kind_imports_another_kinds_private_module() -> None:

@@ -21,8 +21,14 @@ KINDS = {"system", "lua", "sqlite", "mcp", "developer", "bash", "skill", "openap
 
 
 def _run(script: str, *args: str, timeout: float = 600) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args, "--json"], capture_output=True,
-                         text=True, timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / script), *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

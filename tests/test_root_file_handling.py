@@ -11,10 +11,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Calls that act on a path (following links in it) or walk a tree by path.
-PATH_CALLS = {("os", n) for n in ("chown", "lchown", "chmod", "lchmod", "makedirs", "mkdir", "walk", "fwalk",
-                                  "rename", "replace", "removedirs", "link", "symlink", "mkfifo")}
-PATH_CALLS |= {("shutil", n) for n in ("chown", "copytree", "copy", "copy2", "copyfile", "move", "copymode",
-                                       "copystat")}
+PATH_CALLS = {
+    ("os", n)
+    for n in (
+        "chown",
+        "lchown",
+        "chmod",
+        "lchmod",
+        "makedirs",
+        "mkdir",
+        "walk",
+        "fwalk",
+        "rename",
+        "replace",
+        "removedirs",
+        "link",
+        "symlink",
+        "mkfifo",
+    )
+}
+PATH_CALLS |= {
+    ("shutil", n) for n in ("chown", "copytree", "copy", "copy2", "copyfile", "move", "copymode", "copystat")
+}
 
 #: (module, call) -> why no worker can write where it acts.
 ALLOWED = {
@@ -39,9 +57,13 @@ ALLOWED = {
 def _path_calls(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in PATH_CALLS
-                and not {k.arg for k in node.keywords} & {"dir_fd", "src_dir_fd"}):  # relative to a dir fd: fine
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and (node.func.value.id, node.func.attr) in PATH_CALLS
+            and not {k.arg for k in node.keywords} & {"dir_fd", "src_dir_fd"}
+        ):  # relative to a dir fd: fine
             found.add(f"{node.func.value.id}.{node.func.attr}")
     return found
 
@@ -53,8 +75,10 @@ def test_the_supervisor_touches_worker_trees_only_through_dir_fds() -> None:
         calls = {c for c in _path_calls(path) if (module, c) not in ALLOWED}
         if calls:
             offenders[module] = sorted(calls)
-    assert offenders == {}, ("path-based file operations as root: use sandbox._dirfd (or, where no worker can "
-                             "write, list the place in ALLOWED with the reason)")
+    assert offenders == {}, (
+        "path-based file operations as root: use sandbox._dirfd (or, where no worker can "
+        "write, list the place in ALLOWED with the reason)"
+    )
 
 
 def test_the_checker_sees_a_path_based_chown(tmp_path: Path) -> None:

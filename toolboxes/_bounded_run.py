@@ -15,10 +15,13 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._reaper import KILL_WAIT_S, Reaper, Spawned
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["ProcessOutcome", "run_bounded"]
 

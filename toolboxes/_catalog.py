@@ -46,8 +46,14 @@ MAX_READ_CHARS = 16 * 1024 * 1024
 #: At most this many contents per read and messages per prompt.
 MAX_PARTS = 256
 
-_STR = {"uri": MAX_URI_CHARS, "uriTemplate": MAX_URI_CHARS, "name": MAX_NAME_CHARS, "title": MAX_NAME_CHARS,
-        "description": MAX_DESCRIPTION_CHARS, "mimeType": MAX_MIME_CHARS}
+_STR = {
+    "uri": MAX_URI_CHARS,
+    "uriTemplate": MAX_URI_CHARS,
+    "name": MAX_NAME_CHARS,
+    "title": MAX_NAME_CHARS,
+    "description": MAX_DESCRIPTION_CHARS,
+    "mimeType": MAX_MIME_CHARS,
+}
 #: kind -> (its key in hello frames, the keys an entry must have, the keys it may have)
 KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "resources": (("uri", "name"), ("uri", "name", "title", "description", "mimeType", "size")),
@@ -75,12 +81,15 @@ def _entry_problem(kind: str, entry: Any) -> str | None:
         if not (isinstance(arguments, list) and len(arguments) <= MAX_PROMPT_ARGUMENTS):
             return f"arguments must be a list of at most {MAX_PROMPT_ARGUMENTS}"
         for arg in arguments:
-            if not (isinstance(arg, dict) and isinstance(arg.get("name"), str) and 0 < len(arg["name"])
-                    <= MAX_NAME_CHARS and set(arg) <= {"name", "description", "required"}
-                    and (not isinstance(arg.get("description"), str) or len(arg["description"])
-                         <= MAX_DESCRIPTION_CHARS)
-                    and isinstance(arg.get("description", ""), str) and isinstance(arg.get("required", False),
-                                                                                   bool)):
+            if not (
+                isinstance(arg, dict)
+                and isinstance(arg.get("name"), str)
+                and 0 < len(arg["name"]) <= MAX_NAME_CHARS
+                and set(arg) <= {"name", "description", "required"}
+                and (not isinstance(arg.get("description"), str) or len(arg["description"]) <= MAX_DESCRIPTION_CHARS)
+                and isinstance(arg.get("description", ""), str)
+                and isinstance(arg.get("required", False), bool)
+            ):
                 return "each argument must be {name, description?, required?} within the bounds"
     return None
 
@@ -119,9 +128,12 @@ def clean_entries(kind: str, entries: Any) -> tuple[list[dict[str, Any]], list[s
             continue
         trimmed = {k: v for k, v in entry.items() if k in allowed and v is not None}
         if isinstance(trimmed.get("arguments"), list):
-            trimmed["arguments"] = [{k: v for k, v in a.items() if k in ("name", "description", "required")
-                                     and v is not None} if isinstance(a, dict) else a
-                                    for a in trimmed["arguments"]]
+            trimmed["arguments"] = [
+                {k: v for k, v in a.items() if k in ("name", "description", "required") and v is not None}
+                if isinstance(a, dict)
+                else a
+                for a in trimmed["arguments"]
+            ]
         problem = _entry_problem(kind, trimmed)
         if problem is None and trimmed[key] in seen:
             problem = f"{trimmed[key][:80]!r} is listed twice"
@@ -149,11 +161,17 @@ def read_problem(value: Any) -> str | None:
         return f"a read answered more than {MAX_PARTS} contents"
     total = 0
     for part in contents:
-        if not (isinstance(part, dict) and isinstance(part.get("uri"), str) and len(part["uri"]) <= MAX_URI_CHARS
-                and (isinstance(part.get("text"), str) ^ isinstance(part.get("blob"), str))
-                and set(part) <= {"uri", "mimeType", "text", "blob"}
-                and (part.get("mimeType") is None or (isinstance(part["mimeType"], str)
-                                                       and len(part["mimeType"]) <= MAX_MIME_CHARS))):
+        if not (
+            isinstance(part, dict)
+            and isinstance(part.get("uri"), str)
+            and len(part["uri"]) <= MAX_URI_CHARS
+            and (isinstance(part.get("text"), str) ^ isinstance(part.get("blob"), str))
+            and set(part) <= {"uri", "mimeType", "text", "blob"}
+            and (
+                part.get("mimeType") is None
+                or (isinstance(part["mimeType"], str) and len(part["mimeType"]) <= MAX_MIME_CHARS)
+            )
+        ):
             return "each content must be {uri, mimeType?, text} or {uri, mimeType?, blob}"
         total += len(part.get("text") or part.get("blob") or "")
         if total > MAX_READ_CHARS:
@@ -172,8 +190,13 @@ def prompt_problem(value: Any) -> str | None:
         return f"a prompt answered more than {MAX_PARTS} messages"
     total = 0
     for m in messages:
-        if not (isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), dict)
-                and isinstance(m["content"].get("type"), str) and set(m) <= {"role", "content"}):
+        if not (
+            isinstance(m, dict)
+            and m.get("role") in ("user", "assistant")
+            and isinstance(m.get("content"), dict)
+            and isinstance(m["content"].get("type"), str)
+            and set(m) <= {"role", "content"}
+        ):
             return "each message must be {role: user|assistant, content: {type, ...}}"
         content = m["content"]
         total += sum(len(v) for v in content.values() if isinstance(v, str))

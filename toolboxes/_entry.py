@@ -18,9 +18,20 @@ from typing import Any
 from sandbox._file_sandbox import FileSandbox, parse_file_sandbox
 from sandbox._predicates import PredicateError
 
-__all__ = ["DEFAULT_MAX_MEMORY_MB", "DEFAULT_MAX_SECONDS", "DEFAULT_OUTPUT_BYTES", "ConfigErrorType", "Limits",
-           "file_sandbox", "limits", "name_and_description", "output_cap", "policy_extras", "positive_number",
-           "strings"]
+__all__ = [
+    "DEFAULT_MAX_MEMORY_MB",
+    "DEFAULT_MAX_SECONDS",
+    "DEFAULT_OUTPUT_BYTES",
+    "ConfigErrorType",
+    "Limits",
+    "file_sandbox",
+    "limits",
+    "name_and_description",
+    "output_cap",
+    "policy_extras",
+    "positive_number",
+    "strings",
+]
 
 #: Makes a kind's config error from a message and the key it is about.
 ConfigErrorType = Callable[[str, str], Exception]

@@ -22,16 +22,19 @@ import mimetypes
 import os
 import re
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
 
 from ._proxy_http import build_request, open_client, proxy_for
 from ._result import Attachment, Status, ToolResult
-from ._toolbox import CallContext
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ._toolbox import CallContext
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -90,10 +93,10 @@ def header_value_problem(name: str, value: str) -> str | None:
     return None
 
 
-def _build(client: httpx.Client, method: str, url: str, headers: dict[str, str] | None,
-           content: bytes | None = None) -> httpx.Request:
-    return build_request(client, method, url, proxy=proxy_for(httpx.URL(url).scheme), headers=headers,
-                         content=content)
+def _build(
+    client: httpx.Client, method: str, url: str, headers: dict[str, str] | None, content: bytes | None = None
+) -> httpx.Request:
+    return build_request(client, method, url, proxy=proxy_for(httpx.URL(url).scheme), headers=headers, content=content)
 
 
 def _proxy_refusal(response: httpx.Response, body: bytes) -> str | None:
@@ -103,8 +106,13 @@ def _proxy_refusal(response: httpx.Response, body: bytes) -> str | None:
     return text.removeprefix("agents-supervise egress proxy: ") or f"HTTP {response.status_code}"
 
 
-def fetch_bytes(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: int = 16 * 1024 * 1024,
-                headers: dict[str, str] | None = None) -> bytes:
+def fetch_bytes(
+    url: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_bytes: int = 16 * 1024 * 1024,
+    headers: dict[str, str] | None = None,
+) -> bytes:
     """GET ``url`` through the proxy and return its body. Raises :class:`FetchError` saying why it failed."""
     try:
         with open_client(timeout_s) as client:
@@ -140,12 +148,18 @@ def _is_json(media: str) -> bool:
 
 
 def _is_text(media: str) -> bool:
-    return (not media or media.startswith("text/") or _is_json(media) or media.endswith("+xml")
-            or media in {"application/xml", "application/javascript", "application/x-www-form-urlencoded"})
+    return (
+        not media
+        or media.startswith("text/")
+        or _is_json(media)
+        or media.endswith("+xml")
+        or media in {"application/xml", "application/javascript", "application/x-www-form-urlencoded"}
+    )
 
 
-def _binary_result(body: bytes, media: str, workdir: str, status: Status, summary: str,
-                   meta: list[tuple[str, str]], truncated: bool) -> ToolResult:
+def _binary_result(
+    body: bytes, media: str, workdir: str, status: Status, summary: str, meta: list[tuple[str, str]], truncated: bool
+) -> ToolResult:
     digest = hashlib.sha256(body).hexdigest()[:16]
     ext = mimetypes.guess_extension(media) or ".bin"
     name = os.path.join("http-responses", f"{digest}{ext}")
@@ -154,12 +168,20 @@ def _binary_result(body: bytes, media: str, workdir: str, status: Status, summar
         f.write(body)
     # Any media, checked by the supervisor against its bytes and its class's limit (a cut body is never attached).
     attachments = [Attachment(media or "application/octet-stream", name)] if not truncated else []
-    return ToolResult(status, summary=summary, data=f"{len(body)} bytes of {media or 'unknown type'} saved to {name}",
-                      data_path=name, truncated=truncated, metadata=meta, attachments=attachments)
+    return ToolResult(
+        status,
+        summary=summary,
+        data=f"{len(body)} bytes of {media or 'unknown type'} saved to {name}",
+        data_path=name,
+        truncated=truncated,
+        metadata=meta,
+        attachments=attachments,
+    )
 
 
-def _result(response: httpx.Response, body: bytes, truncated: bool, workdir: str,
-            meta: list[tuple[str, str]]) -> ToolResult:
+def _result(
+    response: httpx.Response, body: bytes, truncated: bool, workdir: str, meta: list[tuple[str, str]]
+) -> ToolResult:
     code = response.status_code
     status: Status = "passed" if 200 <= code < 300 else "failed"
     summary = f"HTTP {code}"
@@ -174,13 +196,15 @@ def _result(response: httpx.Response, body: bytes, truncated: bool, workdir: str
         else:
             return ToolResult.json(value, status=status, summary=summary, metadata=meta)
     if _is_text(media):
-        return ToolResult(status, summary=summary, data=body.decode("utf-8", "replace"),
-                          truncated=truncated, metadata=meta)
+        return ToolResult(
+            status, summary=summary, data=body.decode("utf-8", "replace"), truncated=truncated, metadata=meta
+        )
     return _binary_result(body, media, workdir, status, summary, meta, truncated)
 
 
-def send_request(request: HttpRequest, ctx: CallContext, *, max_bytes: int, workdir: str,
-                 state_effect: str, resource_id: str) -> ToolResult:
+def send_request(
+    request: HttpRequest, ctx: CallContext, *, max_bytes: int, workdir: str, state_effect: str, resource_id: str
+) -> ToolResult:
     """Send ``request`` within the call's deadline and map the answer to a result (never raises for network
     problems: they are ``error`` results). A body past ``max_bytes`` is cut and the result marked ``truncated``."""
     timeout = ctx.remaining()
@@ -212,18 +236,25 @@ def send_request(request: HttpRequest, ctx: CallContext, *, max_bytes: int, work
                 if refusal is not None:
                     return ToolResult.error(
                         f"the egress proxy refused {request.method} {request.url} (HTTP {response.status_code}): "
-                        f"{refusal}", summary=f"HTTP {response.status_code} (egress proxy)", metadata=meta)
+                        f"{refusal}",
+                        summary=f"HTTP {response.status_code} (egress proxy)",
+                        metadata=meta,
+                    )
                 meta.append(("http_status", str(response.status_code)))
                 meta.append(("duration_s", f"{time.monotonic() - started:.3f}"))
                 return _result(response, bytes(body), truncated, workdir, meta)
             finally:
                 response.close()
     except httpx.ProxyError as exc:
-        return ToolResult.error(f"the egress proxy refused {request.method} {request.url}: {exc} (only the "
-                                "toolbox's AllowedHosts are reachable)", metadata=meta)
+        return ToolResult.error(
+            f"the egress proxy refused {request.method} {request.url}: {exc} (only the "
+            "toolbox's AllowedHosts are reachable)",
+            metadata=meta,
+        )
     except httpx.TimeoutException:
-        return ToolResult.error(f"{request.method} {request.url}: no answer within the call's time limit "
-                                f"({timeout_s:.1f} s)", metadata=meta)
+        return ToolResult.error(
+            f"{request.method} {request.url}: no answer within the call's time limit ({timeout_s:.1f} s)", metadata=meta
+        )
     except httpx.HTTPError as exc:
         return ToolResult.error(f"{request.method} {request.url}: {type(exc).__name__}: {exc}", metadata=meta)
 

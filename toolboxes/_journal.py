@@ -26,11 +26,14 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._atomic import fsync_dir
 from ._test_pause import pause_point
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["JOURNAL_SUFFIX", "JournalReport", "recover", "write_in_place"]
 
@@ -84,8 +87,17 @@ def write_in_place(path: str, content: bytes, journal_dir: str, *, create_mode: 
     """
     os.makedirs(journal_dir, mode=0o700, exist_ok=True)
     journal = os.path.join(journal_dir, uuid.uuid4().hex + JOURNAL_SUFFIX)
-    header = json.dumps({"path": path, "size": len(content), "sha256": hashlib.sha256(content).hexdigest(),
-                         "create_mode": create_mode}).encode() + b"\n"
+    header = (
+        json.dumps(
+            {
+                "path": path,
+                "size": len(content),
+                "sha256": hashlib.sha256(content).hexdigest(),
+                "create_mode": create_mode,
+            }
+        ).encode()
+        + b"\n"
+    )
     fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -120,9 +132,13 @@ def _read_journal(journal: str) -> tuple[dict[str, object], bytes] | str:
         header = json.loads(line)
     except ValueError:
         return "its header is not JSON"
-    if not (isinstance(header, dict) and isinstance(header.get("path"), str) and os.path.isabs(header["path"])
-            and header.get("size") == len(content)
-            and header.get("sha256") == hashlib.sha256(content).hexdigest()):
+    if not (
+        isinstance(header, dict)
+        and isinstance(header.get("path"), str)
+        and os.path.isabs(header["path"])
+        and header.get("size") == len(content)
+        and header.get("sha256") == hashlib.sha256(content).hexdigest()
+    ):
         return "its content is incomplete (the write stopped before the journal was durable)"
     mode = header.get("create_mode")
     if mode is not None and not (isinstance(mode, int) and 0 <= mode <= 0o7777):
@@ -165,8 +181,9 @@ def recover(journal_dir: str, allowed: Callable[[str, int], bool]) -> list[Journ
             _overwrite(target, content, create_mode=mode if isinstance(mode, int) else None, pause=False)
         except OSError as exc:
             _remove(journal, journal_dir)
-            reports.append(JournalReport(journal, "refused", target, f"the target cannot be written: "
-                                                                     f"{exc.strerror or exc}"))
+            reports.append(
+                JournalReport(journal, "refused", target, f"the target cannot be written: {exc.strerror or exc}")
+            )
             continue
         _remove(journal, journal_dir)
         reports.append(JournalReport(journal, "replayed", target))

@@ -10,5 +10,15 @@ from __future__ import annotations
 
 __all__ = ["KINDS"]
 
-KINDS: tuple[str, ...] = ("bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua",
-                          "wasm")
+KINDS: tuple[str, ...] = (
+    "bash",
+    "skills",
+    "mcp",
+    "openapi",
+    "postgrest",
+    "sqlite",
+    "system",
+    "developer",
+    "lua",
+    "wasm",
+)

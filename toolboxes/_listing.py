@@ -9,8 +9,11 @@ searched) that a kind's ``pick`` accepts; an entry that vanishes while listing (
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["Fingerprint", "Listing", "fingerprint_of", "list_folder"]
 

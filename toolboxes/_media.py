@@ -27,15 +27,25 @@ __all__ = ["IMAGE_TYPES", "MediaClass", "canonical", "class_of", "is_textual", "
 MediaClass = Literal["images", "audio", "files"]
 
 #: Aliases mapped to the type they are checked as.
-_ALIASES = {"image/jpg": "image/jpeg", "audio/mp3": "audio/mpeg", "audio/x-wav": "audio/wav",
-            "audio/wave": "audio/wav", "audio/x-flac": "audio/flac", "audio/x-aac": "audio/aac",
-            "video/x-msvideo": "video/avi", "video/msvideo": "video/avi", "text/xml": "application/xml",
-            "audio/x-m4a": "audio/mp4", "application/x-zip-compressed": "application/zip"}
+_ALIASES = {
+    "image/jpg": "image/jpeg",
+    "audio/mp3": "audio/mpeg",
+    "audio/x-wav": "audio/wav",
+    "audio/wave": "audio/wav",
+    "audio/x-flac": "audio/flac",
+    "audio/x-aac": "audio/aac",
+    "video/x-msvideo": "video/avi",
+    "video/msvideo": "video/avi",
+    "text/xml": "application/xml",
+    "audio/x-m4a": "audio/mp4",
+    "application/x-zip-compressed": "application/zip",
+}
 #: Images that reach a model or a client as image content.
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml")
 _TEXT_TYPES = ("application/json", "application/xml", "image/svg+xml")
-_SVG_ACTIVE = re.compile(rb"<\s*script|<\s*foreignobject|\son[a-z]+\s*=|javascript\s*:|<!doctype|<!entity",
-                         re.IGNORECASE)
+_SVG_ACTIVE = re.compile(
+    rb"<\s*script|<\s*foreignobject|\son[a-z]+\s*=|javascript\s*:|<!doctype|<!entity", re.IGNORECASE
+)
 _XML_PROLOG = re.compile(rb"^\s*(<\?xml[^>]*\?>\s*)?(<!--.*?-->\s*)*", re.DOTALL)
 
 
@@ -44,8 +54,9 @@ def _riff(data: bytes, kind: bytes) -> bool:
 
 
 def _mpeg_audio(data: bytes) -> bool:
-    return data.startswith(b"ID3") or (len(data) >= 2 and data[0] == 0xFF and (data[1] & 0xE0) == 0xE0
-                                       and (data[1] & 0x06) != 0)
+    return data.startswith(b"ID3") or (
+        len(data) >= 2 and data[0] == 0xFF and (data[1] & 0xE0) == 0xE0 and (data[1] & 0x06) != 0
+    )
 
 
 def _adts(data: bytes) -> bool:
@@ -76,9 +87,22 @@ _SIGNATURES = {
     "application/pdf": lambda b: b.startswith(b"%PDF-"),
     "application/zip": lambda b: b.startswith((b"PK\x03\x04", b"PK\x05\x06")),
 }
-_SNIFF_ORDER = ("image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf", "application/zip",
-                "audio/flac", "audio/wav", "video/avi", "video/webm", "audio/ogg", "video/mp4", "audio/mpeg",
-                "audio/aac")
+_SNIFF_ORDER = (
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+    "application/pdf",
+    "application/zip",
+    "audio/flac",
+    "audio/wav",
+    "video/avi",
+    "video/webm",
+    "audio/ogg",
+    "video/mp4",
+    "audio/mpeg",
+    "audio/aac",
+)
 
 
 def canonical(media_type: str) -> str:
@@ -90,8 +114,12 @@ def canonical(media_type: str) -> str:
 def is_textual(media_type: str) -> bool:
     """Text types: delivered as text (``text/*``, JSON, XML, SVG)."""
     t = canonical(media_type)
-    return t.startswith("text/") or t in _TEXT_TYPES or t.endswith("+json") or (t.endswith("+xml")
-                                                                               and t != "image/svg+xml")
+    return (
+        t.startswith("text/")
+        or t in _TEXT_TYPES
+        or t.endswith("+json")
+        or (t.endswith("+xml") and t != "image/svg+xml")
+    )
 
 
 def class_of(media_type: str) -> MediaClass:
@@ -117,12 +145,14 @@ def _text(data: bytes) -> str | None:
 def _svg_problem(data: bytes) -> str | None:
     if _text(data) is None:
         return "it is not UTF-8 text"
-    rest = data[_XML_PROLOG.match(data).end():]  # type: ignore[union-attr]
+    rest = data[_XML_PROLOG.match(data).end() :]  # type: ignore[union-attr]
     if not re.match(rb"<svg[\s>/]", rest):
         return "its root element is not <svg>"
     if (active := _SVG_ACTIVE.search(data)) is not None:
-        return (f"it holds active content ({active.group(0).decode(errors='replace').strip()!r}): SVG with scripts, "
-                "event handlers, foreignObject, javascript: URLs or DTDs is refused")
+        return (
+            f"it holds active content ({active.group(0).decode(errors='replace').strip()!r}): SVG with scripts, "
+            "event handlers, foreignObject, javascript: URLs or DTDs is refused"
+        )
     return None
 
 
@@ -167,7 +197,7 @@ def sniff_file(data: bytes) -> str:
         return found
     if _text(data) is None:
         return "application/octet-stream"
-    if re.match(rb"<svg[\s>/]", data[_XML_PROLOG.match(data).end():]):  # type: ignore[union-attr]
+    if re.match(rb"<svg[\s>/]", data[_XML_PROLOG.match(data).end() :]):  # type: ignore[union-attr]
         return "image/svg+xml"  # active content or not: mismatch() then refuses what must be refused
     if mismatch("application/json", data) is None and data.strip()[:1] in (b"{", b"["):
         return "application/json"

@@ -15,13 +15,15 @@ followed: where a symlink leads is never revealed) and say where relative paths 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._file_sandbox import FileSandbox, parse_file_sandbox
 from sandbox._predicate_eval import check_path
 from sandbox._predicates import PredicateError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["PathAccess", "PathGate", "argument_path"]
 
@@ -87,8 +89,13 @@ class PathGate:
             if self.base_dir is None:
                 return PathAccess(False, given, f"refused: {path!r} is not an absolute path; give the full path")
             path = argument_path(path, self.base_dir)
-        res = check_path(self.sandbox if limit_size else self.metadata_sandbox, path, for_write=for_write,
-                         size=size, base_dir=self.base_dir or "/")
+        res = check_path(
+            self.sandbox if limit_size else self.metadata_sandbox,
+            path,
+            for_write=for_write,
+            size=size,
+            base_dir=self.base_dir or "/",
+        )
         if res.allowed:
             return PathAccess(True, res.path)
         message = res.message

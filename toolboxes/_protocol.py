@@ -25,10 +25,12 @@ worker).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "MAX_FRAME_BYTES",

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import ssl
+    from collections.abc import Mapping
 
     import httpx
 
@@ -43,8 +43,9 @@ def open_client(timeout_s: float) -> httpx.Client:
     followed (a 3xx is the answer), ``timeout_s`` for each phase."""
     import httpx  # here, not at the top: proxy_for is needed before any request, httpx costs tens of ms
 
-    return httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False,
-                        verify=_ssl_context())
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False, verify=_ssl_context()
+    )
 
 
 @functools.cache
@@ -56,11 +57,19 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def build_request(client: httpx.Client, method: str, url: str, *, proxy: str | None,
-                  headers: Mapping[str, str] | None = None, content: bytes | None = None) -> httpx.Request:
+def build_request(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    proxy: str | None,
+    headers: Mapping[str, str] | None = None,
+    content: bytes | None = None,
+) -> httpx.Request:
     """A request for ``url``, sent to ``proxy`` in absolute form when there is one (``client`` must not have a
     proxy of its own: ``trust_env=False``). ``Host`` is the URL's authority either way."""
     import httpx
+
     if proxy is None:
         return client.build_request(method, url, headers=dict(headers or {}), content=content)
     target = httpx.URL(url)
@@ -70,6 +79,9 @@ def build_request(client: httpx.Client, method: str, url: str, *, proxy: str | N
     authority = urlsplit(str(target)).netloc.rsplit("@", 1)[-1]
     wanted = {k: v for k, v in (headers or {}).items() if k.lower() != "host"}
     return client.build_request(
-        method, proxy_url.copy_with(raw_path=target.raw_path), headers={"Host": authority, **wanted},
-        content=content, extensions={"target": str(target).encode("ascii")},
+        method,
+        proxy_url.copy_with(raw_path=target.raw_path),
+        headers={"Host": authority, **wanted},
+        content=content,
+        extensions={"target": str(target).encode("ascii")},
     )

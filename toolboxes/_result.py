@@ -57,12 +57,17 @@ class ResourceLink:
 
     @classmethod
     def from_wire(cls, data: Any) -> ResourceLink:
-        if not (isinstance(data, dict) and isinstance(data.get("uri"), str) and isinstance(data.get("name"), str)
-                and set(data) <= set(_LINK_FIELDS)
-                and all(data.get(k) is None or (isinstance(data[k], str) and len(data[k]) <= 8192)
-                        for k in _LINK_FIELDS)):
-            raise ValueError("result links must be maps with string uri and name (and optional title, description, "
-                             "mime_type) of at most 8192 characters")
+        if not (
+            isinstance(data, dict)
+            and isinstance(data.get("uri"), str)
+            and isinstance(data.get("name"), str)
+            and set(data) <= set(_LINK_FIELDS)
+            and all(data.get(k) is None or (isinstance(data[k], str) and len(data[k]) <= 8192) for k in _LINK_FIELDS)
+        ):
+            raise ValueError(
+                "result links must be maps with string uri and name (and optional title, description, "
+                "mime_type) of at most 8192 characters"
+            )
         return cls(**data)
 
 
@@ -128,9 +133,7 @@ class ToolResult:
         if self.metadata:
             out["metadata"] = [[k, v] for k, v in self.metadata]
         if self.attachments:
-            out["attachments"] = [
-                {k: v for k, v in a.__dict__.items() if v is not None} for a in self.attachments
-            ]
+            out["attachments"] = [{k: v for k, v in a.__dict__.items() if v is not None} for a in self.attachments]
         if self.structured is not None:
             out["structured"] = self.structured
         if self.links:
@@ -165,12 +168,18 @@ class ToolResult:
             raise ValueError(f"result attachments must be a list of at most {MAX_ATTACHMENTS}")
         attachments: list[Attachment] = []
         for a in raw_attachments:
-            if not (isinstance(a, dict) and isinstance(a.get("media_type"), str) and isinstance(a.get("path"), str)
-                    and len(a["media_type"]) <= 255 and len(a["path"]) <= 4096):
+            if not (
+                isinstance(a, dict)
+                and isinstance(a.get("media_type"), str)
+                and isinstance(a.get("path"), str)
+                and len(a["media_type"]) <= 255
+                and len(a["path"]) <= 4096
+            ):
                 raise ValueError("result attachments must be maps with string media_type and path")
             sha256, size = a.get("sha256"), a.get("size")
             if not (sha256 is None or (isinstance(sha256, str) and len(sha256) == 64)) or not (
-                    size is None or (isinstance(size, int) and not isinstance(size, bool))):
+                size is None or (isinstance(size, int) and not isinstance(size, bool))
+            ):
                 raise ValueError("result attachment sha256 must be 64 hex digits and size an integer")
             name, uri = a.get("name"), a.get("uri")
             if not all(v is None or (isinstance(v, str) and len(v) <= 4096) for v in (name, uri)):
@@ -185,12 +194,22 @@ class ToolResult:
         structured = data.get("structured")
         if structured is not None:
             # NaN and infinities are allowed (a Lua script may return math.huge); frontends spell them.
-            problem, _ = json_problem(structured, max_depth=MAX_STRUCTURED_DEPTH, max_nodes=MAX_STRUCTURED_NODES,
-                                      finite=False)
+            problem, _ = json_problem(
+                structured, max_depth=MAX_STRUCTURED_DEPTH, max_nodes=MAX_STRUCTURED_NODES, finite=False
+            )
             if problem:
                 raise ValueError(f"result structured value {problem}")
-        unknown = set(data) - {"status", "summary", "data", "data_path", "truncated", "metadata", "attachments",
-                               "structured", "links"}
+        unknown = set(data) - {
+            "status",
+            "summary",
+            "data",
+            "data_path",
+            "truncated",
+            "metadata",
+            "attachments",
+            "structured",
+            "links",
+        }
         if unknown:
             raise ValueError(f"result has unknown keys: {', '.join(sorted(map(str, unknown)))}")
         return cls(

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["LeaderFollowers"]
 
@@ -38,8 +40,9 @@ class LeaderFollowers(Generic[Job]):
         name: prefix of the threads' names.
     """
 
-    def __init__(self, read: Callable[[], list[Job] | None], run: Callable[[Job], None], max_jobs: int,
-                 name: str = "serve") -> None:
+    def __init__(
+        self, read: Callable[[], list[Job] | None], run: Callable[[Job], None], max_jobs: int, name: str = "serve"
+    ) -> None:
         if max_jobs < 1:
             raise ValueError("max_jobs must be at least 1")
         self._read = read

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ._result import ToolResult
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._result import ToolResult
 
 __all__ = ["CallContext", "HostChannel", "ToolSpec", "Toolbox", "WorkerEnv"]
 
@@ -111,8 +113,11 @@ class CallContext:
             agent_id=str(ctx.get("agent_id") or ""),
             depth=int(ctx.get("depth") or 0),
             deadline=time.monotonic() + float(timeout) if timeout else None,
-            extra={k: v for k, v in ctx.items() if k not in {"session_id", "conversation_id", "turn_id",
-                                                               "agent_id", "depth", "timeout_s"}},
+            extra={
+                k: v
+                for k, v in ctx.items()
+                if k not in {"session_id", "conversation_id", "turn_id", "agent_id", "depth", "timeout_s"}
+            },
         )
 
     def remaining(self) -> float | None:

@@ -209,8 +209,9 @@ def _parse_fuzzy(diff: str) -> list[Hunk]:
         else:
             raise PatchError("parse", f"hunk {len(hunks)}: a line must start with ' ', '-' or '+': {raw!r}")
     if not hunks:
-        raise PatchError("parse", "no hunks found; expected a unified diff with '@@ -LINE,COUNT +LINE,COUNT @@' "
-                         "headers")
+        raise PatchError(
+            "parse", "no hunks found; expected a unified diff with '@@ -LINE,COUNT +LINE,COUNT @@' headers"
+        )
     return hunks
 
 
@@ -227,16 +228,25 @@ def _locate_fuzzy(lines: list[str], hunks: list[Hunk]) -> list[int]:
             at = min(max(want, lowest), size)
         else:
             # For i >= lowest, line i of the text as the hunks before left it is line i - offset of the original.
-            found = next((i for i in sorted(range(lowest, size - n + 1), key=lambda i: abs(i - want))
-                          if lines[i - offset:i - offset + n] == h.old), None)
+            found = next(
+                (
+                    i
+                    for i in sorted(range(lowest, size - n + 1), key=lambda i: abs(i - want))
+                    if lines[i - offset : i - offset + n] == h.old
+                ),
+                None,
+            )
             if found is None:
                 start = max(want, lowest) - offset
-                actual = lines[start:start + n]
+                actual = lines[start : start + n]
                 raise PatchError(
                     "mismatch",
                     f"hunk {h.number} does not apply: its lines were not found at or after line {lowest + 1}. "
                     f"Expected {_strip_nl(h.old)[:5]!r}, found at line {want + 1}: {_strip_nl(actual)[:5]!r}",
-                    line=want + 1, expected=_strip_nl(h.old), actual=_strip_nl(actual))
+                    line=want + 1,
+                    expected=_strip_nl(h.old),
+                    actual=_strip_nl(actual),
+                )
             at = found
         positions.append(at - offset)
         offset += len(h.new) - n

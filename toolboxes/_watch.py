@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from ._listing import Fingerprint
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from ._listing import Fingerprint
 
 __all__ = ["Watcher", "snapshot_tree"]
 

@@ -34,6 +34,7 @@ from ._toolbox import CallContext, Toolbox, ToolSpec, WorkerEnv
 
 __all__ = ["main"]
 
+
 class _Pending:
     """A request this worker sent up the pipe, waiting for its reply."""
 
@@ -190,8 +191,14 @@ def main(payload: dict[str, Any]) -> None:
         toolbox, _env = _open_toolbox(payload, channel)
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
-        channel.send({"t": "hello", "protocol": PROTOCOL_VERSION, "tools": [],
-                      "fatal": f"toolbox could not start: {type(exc).__name__}: {exc}"})
+        channel.send(
+            {
+                "t": "hello",
+                "protocol": PROTOCOL_VERSION,
+                "tools": [],
+                "fatal": f"toolbox could not start: {type(exc).__name__}: {exc}",
+            }
+        )
         os._exit(1)
 
     specs: dict[str, ToolSpec] = {}
@@ -200,8 +207,12 @@ def main(payload: dict[str, Any]) -> None:
         nonlocal specs
         tools = toolbox.tools()
         specs = {t.name: t for t in tools}
-        message = {"t": kind, "protocol": PROTOCOL_VERSION, "tools": [t.to_wire() for t in tools],
-                   "load_errors": toolbox.load_errors()}
+        message = {
+            "t": kind,
+            "protocol": PROTOCOL_VERSION,
+            "tools": [t.to_wire() for t in tools],
+            "load_errors": toolbox.load_errors(),
+        }
         for key, method in _CATALOG_METHODS.items():
             if hasattr(toolbox, method):
                 message[key] = getattr(toolbox, method)()

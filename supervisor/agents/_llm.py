@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import trio
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
     "ChatClient",
@@ -86,8 +88,10 @@ class ChatReply:
         """The assistant message to append to the conversation before the tool results."""
         out: dict[str, Any] = {"role": "assistant", "content": self.content or None}
         if self.tool_calls:
-            out["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}} for c in self.tool_calls]
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
         return out
 
 
@@ -110,8 +114,14 @@ def completion_url(model_url: str) -> str:
 
 def function_tool(name: str, description: str, input_schema: Mapping[str, Any]) -> dict[str, Any]:
     """A tool as an OpenAI function tool (its JSON schema as ``parameters``)."""
-    return {"type": "function", "function": {"name": name, "description": description[:1024],
-                                             "parameters": dict(input_schema) or {"type": "object"}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description[:1024],
+            "parameters": dict(input_schema) or {"type": "object"},
+        },
+    }
 
 
 def _metadata_value(body: Any, key: str) -> str | None:
@@ -174,8 +184,10 @@ def _tool_call(raw: Any, index: int) -> ToolCallRequest:
     if isinstance(arguments, dict):  # some servers send the object itself
         arguments = json.dumps(arguments)
     if not isinstance(arguments, str):
-        raise ModelError(f"the model's tool call #{index + 1} ({name}) has arguments that are neither text nor an "
-                         "object", transient=False)
+        raise ModelError(
+            f"the model's tool call #{index + 1} ({name}) has arguments that are neither text nor an object",
+            transient=False,
+        )
     call_id = raw.get("id")
     return ToolCallRequest(str(call_id) if call_id else f"call_{index + 1}", name, arguments)
 
@@ -186,8 +198,7 @@ def parse_completion(body: Any) -> ChatReply:
         raise ModelError("the model endpoint answered JSON that is not an object", transient=False)
     if "error" in body and not body.get("choices"):
         meta = _transient_meta(body)
-        raise ModelError(f"the model endpoint reported an error: {_error_text(body, b'')}",
-                         transient=meta != "false")
+        raise ModelError(f"the model endpoint reported an error: {_error_text(body, b'')}", transient=meta != "false")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ModelError("the model endpoint's answer has no choices", transient=False)
@@ -200,8 +211,12 @@ def parse_completion(body: Any) -> ChatReply:
     calls = message.get("tool_calls") or []
     if not isinstance(calls, list):
         raise ModelError("the model's tool_calls is not a list", transient=False)
-    return ChatReply(content, tuple(_tool_call(c, i) for i, c in enumerate(calls)), choices[0].get("finish_reason"),
-                     _metadata_value(body, "continuation_id") or "")
+    return ChatReply(
+        content,
+        tuple(_tool_call(c, i) for i, c in enumerate(calls)),
+        choices[0].get("finish_reason"),
+        _metadata_value(body, "continuation_id") or "",
+    )
 
 
 @dataclass
@@ -233,14 +248,16 @@ class StreamAssembler:
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError as exc:
-            raise ModelError(f"the model's stream carried an event that is not JSON: {_preview(data.encode())}",
-                             transient=False) from exc
+            raise ModelError(
+                f"the model's stream carried an event that is not JSON: {_preview(data.encode())}", transient=False
+            ) from exc
         if not isinstance(chunk, dict):
             raise ModelError("the model's stream carried an event that is not an object", transient=False)
         if "error" in chunk:
             meta = _transient_meta(chunk)
-            raise ModelError(f"the model's stream reported an error: {_error_text(chunk, data.encode())}",
-                             transient=meta != "false")
+            raise ModelError(
+                f"the model's stream reported an error: {_error_text(chunk, data.encode())}", transient=meta != "false"
+            )
         if self.continuation_id is None:
             self.continuation_id = _metadata_value(chunk, "continuation_id")
         for choice in chunk.get("choices") or []:
@@ -269,15 +286,19 @@ class StreamAssembler:
             self._line(self._buffer.strip())
             self._buffer = ""
         if not self.done and self.finish_reason is None:
-            raise ModelError("the model's stream broke before the answer was complete (no finish reason, no "
-                             "[DONE])", transient=True)
-        calls = tuple(_tool_call({"id": c["id"], "function": {"name": c["name"], "arguments": c["arguments"]}}, i)
-                      for i, c in sorted(self.calls.items()))
+            raise ModelError(
+                "the model's stream broke before the answer was complete (no finish reason, no [DONE])", transient=True
+            )
+        calls = tuple(
+            _tool_call({"id": c["id"], "function": {"name": c["name"], "arguments": c["arguments"]}}, i)
+            for i, c in sorted(self.calls.items())
+        )
         return ChatReply("".join(self.content), calls, self.finish_reason, self.continuation_id or "")
 
 
-def resolve_api_key(api_key_id: str | None, model_keys: Mapping[str, str],
-                    environ: Mapping[str, str] | None = None) -> str | None:
+def resolve_api_key(
+    api_key_id: str | None, model_keys: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> str | None:
     """The API key for ``apiKeyId``: ``model_keys`` maps it to an environment variable name or a key file path.
 
     ``None`` when the agent names no ``apiKeyId`` (a local model without authentication). Raises
@@ -287,15 +308,20 @@ def resolve_api_key(api_key_id: str | None, model_keys: Mapping[str, str],
         return None
     source = model_keys.get(api_key_id)
     if source is None:
-        raise ModelError(f"no API key is configured for apiKeyId {api_key_id!r}; add it to the policy's "
-                         f"model_keys (an environment variable name, or a key file path)", transient=False)
+        raise ModelError(
+            f"no API key is configured for apiKeyId {api_key_id!r}; add it to the policy's "
+            f"model_keys (an environment variable name, or a key file path)",
+            transient=False,
+        )
     if "/" in source:
         try:
             with open(source, encoding="utf-8") as fh:
                 key = fh.read().strip()
         except OSError as exc:
-            raise ModelError(f"cannot read the key file of apiKeyId {api_key_id!r} ({source}): "
-                             f"{exc.strerror or exc}", transient=False) from exc
+            raise ModelError(
+                f"cannot read the key file of apiKeyId {api_key_id!r} ({source}): {exc.strerror or exc}",
+                transient=False,
+            ) from exc
     else:
         key = (os.environ if environ is None else environ).get(source, "").strip()
     if not key:
@@ -317,8 +343,9 @@ class ChatClient:
     def __repr__(self) -> str:
         return f"ChatClient(url={self.url!r}, model={self.model!r})"
 
-    async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
-                       continuation_id: str = "") -> ChatReply:
+    async def complete(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], continuation_id: str = ""
+    ) -> ChatReply:
         """Make one request (streamed); return the reply or raise :class:`ModelError`.
 
         With ``continuation_id``, ``messages`` are only those the endpoint does not hold yet, and the id is sent as
@@ -341,8 +368,11 @@ class ChatClient:
                     body = _json_or_none(raw)
                     meta = _transient_meta(body)
                     transient = retry_decision(response.status_code, transient_meta=meta)
-                    raise ModelError(f"the model endpoint answered HTTP {response.status_code}: "
-                                     f"{_error_text(body, raw)}", transient=transient, status=response.status_code)
+                    raise ModelError(
+                        f"the model endpoint answered HTTP {response.status_code}: {_error_text(body, raw)}",
+                        transient=transient,
+                        status=response.status_code,
+                    )
                 if ctype == "text/event-stream":
                     assembler = StreamAssembler()
                     async for text in response.aiter_text():
@@ -351,23 +381,33 @@ class ChatClient:
                 raw = await _read_capped(response)
                 body = _json_or_none(raw)
                 if body is None:
-                    raise ModelError(f"the model endpoint answered {ctype or 'an unknown type'} that is not JSON "
-                                     f"(it starts: {_preview(raw, 120)!r}); check modelUrl", transient=False,
-                                     status=200)
+                    raise ModelError(
+                        f"the model endpoint answered {ctype or 'an unknown type'} that is not JSON "
+                        f"(it starts: {_preview(raw, 120)!r}); check modelUrl",
+                        transient=False,
+                        status=200,
+                    )
                 return parse_completion(body)
         except httpx.UnsupportedProtocol as exc:
-            raise ModelError(f"the model endpoint's URL cannot be used: {exc}; check modelUrl",
-                             transient=False) from exc
+            raise ModelError(
+                f"the model endpoint's URL cannot be used: {exc}; check modelUrl", transient=False
+            ) from exc
         except httpx.TransportError as exc:
-            what = "broke while answering" if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError) \
+            what = (
+                "broke while answering"
+                if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
                 else "could not be reached"
+            )
             raise ModelError(f"the model endpoint {what}: {type(exc).__name__}: {exc}", transient=True) from exc
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise ModelError(f"the request to the model endpoint failed: {type(exc).__name__}: {exc}; check "
-                             "modelUrl", transient=False) from exc
+            raise ModelError(
+                f"the request to the model endpoint failed: {type(exc).__name__}: {exc}; check modelUrl",
+                transient=False,
+            ) from exc
         except (ValueError, TypeError) as exc:  # an answer shaped in a way the parsers did not foresee
-            raise ModelError(f"the model endpoint's answer could not be read: {type(exc).__name__}: {exc}",
-                             transient=False) from exc
+            raise ModelError(
+                f"the model endpoint's answer could not be read: {type(exc).__name__}: {exc}", transient=False
+            ) from exc
 
 
 async def _read_capped(response: httpx.Response) -> bytes:
@@ -375,8 +415,7 @@ async def _read_capped(response: httpx.Response) -> bytes:
     async for chunk in response.aiter_bytes():
         out += chunk
         if len(out) > MAX_RESPONSE_BYTES:
-            raise ModelError(f"the model endpoint's answer is larger than {MAX_RESPONSE_BYTES} bytes",
-                             transient=False)
+            raise ModelError(f"the model endpoint's answer is larger than {MAX_RESPONSE_BYTES} bytes", transient=False)
     return bytes(out)
 
 
@@ -412,8 +451,9 @@ async def complete_with_retries(
             except ModelError as exc:
                 error = exc
         if scope.cancelled_caught:
-            error = ModelError(f"the model endpoint did not answer within {bounds.request_timeout_s:g} s",
-                               transient=True)
+            error = ModelError(
+                f"the model endpoint did not answer within {bounds.request_timeout_s:g} s", transient=True
+            )
         if not error.transient or attempt > bounds.retries:
             tries = f" (after {attempt} attempts)" if attempt > 1 else ""
             raise ModelError(f"{error}{tries}", transient=error.transient, status=error.status) from error

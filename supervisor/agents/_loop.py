@@ -32,16 +32,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from supervisor.calls import CallOrigin, Portal, RegisteredTool, ToolRegistry
-from supervisor.config import AgentLoop, AgentTree
-from supervisor.sessions import SessionStore
-from supervisor.traces import TraceRecorder
 from toolboxes._progress import ProgressUpdate
 from toolboxes._result import Attachment, ToolResult
 
@@ -56,6 +50,15 @@ from ._llm import (
     resolve_api_key,
 )
 from ._model_media import attachment_label, image_parts
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    import httpx
+
+    from supervisor.config import AgentLoop, AgentTree
+    from supervisor.sessions import SessionStore
+    from supervisor.traces import TraceRecorder
 
 __all__ = ["AgentRunner", "AgentService", "subagent_tool_name", "tool_message"]
 
@@ -112,16 +115,27 @@ class AgentRunner:
         self.load_errors: list[dict[str, Any]] = []
         desc = service.tree.config.agent(slug).description
         about = desc.announce or f"the agent {slug}"
-        self.tools = [{
-            "name": subagent_tool_name(slug),
-            "description": f"Ask {about}. It works on the request with its own tools and answers in text.",
-            "input_schema": {"type": "object", "properties": {"what": {
-                "type": "string", "description": "what to ask the agent, with everything it needs to know"}},
-                "required": ["what"], "additionalProperties": False},
-        }]
+        self.tools = [
+            {
+                "name": subagent_tool_name(slug),
+                "description": f"Ask {about}. It works on the request with its own tools and answers in text.",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {
+                        "what": {
+                            "type": "string",
+                            "description": "what to ask the agent, with everything it needs to know",
+                        }
+                    },
+                    "required": ["what"],
+                    "additionalProperties": False,
+                },
+            }
+        ]
 
-    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any], wall_time_s: float | None = None,
-                   origin: Any = None) -> ToolResult:
+    async def call(
+        self, tool: str, args: dict[str, Any], ctx: dict[str, Any], wall_time_s: float | None = None, origin: Any = None
+    ) -> ToolResult:
         """Run the sub-agent on ``args["what"]`` as the portal's call ``origin`` (depth and stack included)."""
         if not isinstance(origin, CallOrigin):
             origin = CallOrigin(session_id=str(ctx.get("session_id") or "default"))
@@ -131,12 +145,22 @@ class AgentRunner:
 class AgentService:
     """Runs agent loops for one supervisor (owns no resources besides what it is given)."""
 
-    def __init__(self, *, tree: AgentTree, portal: Portal, registry: ToolRegistry, trace: TraceRecorder,
-                 sessions: SessionStore | None, http: httpx.AsyncClient, bounds: AgentLoop,
-                 model_keys: Mapping[str, str], environ: Mapping[str, str] | None = None,
-                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
-                 read_attachment: Callable[[Attachment], bytes] | None = None,
-                 max_image_bytes: int = 5 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        *,
+        tree: AgentTree,
+        portal: Portal,
+        registry: ToolRegistry,
+        trace: TraceRecorder,
+        sessions: SessionStore | None,
+        http: httpx.AsyncClient,
+        bounds: AgentLoop,
+        model_keys: Mapping[str, str],
+        environ: Mapping[str, str] | None = None,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        read_attachment: Callable[[Attachment], bytes] | None = None,
+        max_image_bytes: int = 5 * 1024 * 1024,
+    ) -> None:
         self.tree = tree
         self.portal = portal
         self.registry = registry
@@ -196,19 +220,36 @@ class AgentService:
         allowed = frozenset(t.name for t in tools)
         functions = [function_tool(t.name, t.description, t.input_schema) for t in tools]
         session_id, conversation_id = self._new_id(), self._new_id()
-        inner = replace(origin, session_id=session_id, conversation_id=conversation_id, agent_id=slug,
-                        allowed=allowed, caller=f"agent {slug}", progress=None, agent_scope=slug)
+        inner = replace(
+            origin,
+            session_id=session_id,
+            conversation_id=conversation_id,
+            agent_id=slug,
+            allowed=allowed,
+            caller=f"agent {slug}",
+            progress=None,
+            agent_scope=slug,
+        )
         if self.sessions is not None:
-            self.sessions.start_child(session_id, conversation_id, origin.session_id, slug, origin.parent_call_id,
-                                      tenant=origin.tenant)
+            self.sessions.start_child(
+                session_id, conversation_id, origin.session_id, slug, origin.parent_call_id, tenant=origin.tenant
+            )
             self.sessions.add_turn(session_id, "user", prompt)
-        self.trace.record("agent_start", agent=slug, session=session_id, parent_session=origin.session_id,
-                          parent_call_id=origin.parent_call_id, depth=origin.depth, model=desc.model_name,
-                          tools=sorted(allowed))
+        self.trace.record(
+            "agent_start",
+            agent=slug,
+            session=session_id,
+            parent_session=origin.session_id,
+            parent_call_id=origin.parent_call_id,
+            depth=origin.depth,
+            model=desc.model_name,
+            tools=sorted(allowed),
+        )
         status = "failed"
         try:
-            result = await self._loop(slug, client, prompt, "\n".join(desc.system_prompt), functions, inner,
-                                      origin.progress)
+            result = await self._loop(
+                slug, client, prompt, "\n".join(desc.system_prompt), functions, inner, origin.progress
+            )
             status = "idle" if result.status == "passed" else "failed"
             return result
         finally:
@@ -216,18 +257,34 @@ class AgentService:
                 self.sessions.finish(session_id, status)
             self.trace.record("agent_end", agent=slug, session=session_id, status=status)
 
-    async def _loop(self, slug: str, client: ChatClient, prompt: str, system: str, functions: list[dict[str, Any]],
-                    inner: CallOrigin, progress: Callable[[ProgressUpdate], None] | None = None) -> ToolResult:
+    async def _loop(
+        self,
+        slug: str,
+        client: ChatClient,
+        prompt: str,
+        system: str,
+        functions: list[dict[str, Any]],
+        inner: CallOrigin,
+        progress: Callable[[ProgressUpdate], None] | None = None,
+    ) -> ToolResult:
         messages: list[dict[str, Any]] = []
         if system:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
-        bounds = RetryBounds(self.bounds.retries, self.bounds.backoff_initial_s, self.bounds.backoff_max_s,
-                             self.bounds.request_timeout_s)
+        bounds = RetryBounds(
+            self.bounds.retries, self.bounds.backoff_initial_s, self.bounds.backoff_max_s, self.bounds.request_timeout_s
+        )
 
         def on_retry(attempt: int, error: ModelError, delay: float) -> None:
-            self.trace.record("model_retry", agent=slug, session=inner.session_id, attempt=attempt,
-                              status=error.status, reason=str(error)[:300], delay_s=delay)
+            self.trace.record(
+                "model_retry",
+                agent=slug,
+                session=inner.session_id,
+                attempt=attempt,
+                status=error.status,
+                reason=str(error)[:300],
+                delay_s=delay,
+            )
 
         # The seed's continuation_id: an endpoint that holds the conversation returns an id; the next request then
         # carries only the messages after those it holds (``held`` of them), plus the id.
@@ -237,24 +294,42 @@ class AgentService:
             start = time.perf_counter()
             try:
                 try:
-                    reply = await complete_with_retries(client, messages[held:] if continuation else messages,
-                                                        functions, bounds, on_retry, continuation)
+                    reply = await complete_with_retries(
+                        client, messages[held:] if continuation else messages, functions, bounds, on_retry, continuation
+                    )
                 except ModelError as exc:
                     if not continuation or exc.transient:
                         raise
                     # The endpoint refused the continued request (it may have lost the state): send it all.
-                    self.trace.record("model_continuation_dropped", agent=slug, session=inner.session_id, step=step,
-                                      reason=str(exc)[:300])
+                    self.trace.record(
+                        "model_continuation_dropped",
+                        agent=slug,
+                        session=inner.session_id,
+                        step=step,
+                        reason=str(exc)[:300],
+                    )
                     continuation = ""
                     reply = await complete_with_retries(client, messages, functions, bounds, on_retry)
             except ModelError as exc:
-                self.trace.record("agent_step", agent=slug, session=inner.session_id, step=step, error=str(exc)[:500],
-                                  duration_s=round(time.perf_counter() - start, 6))
+                self.trace.record(
+                    "agent_step",
+                    agent=slug,
+                    session=inner.session_id,
+                    step=step,
+                    error=str(exc)[:500],
+                    duration_s=round(time.perf_counter() - start, 6),
+                )
                 result = ToolResult.error(f"agent {slug}: {exc}")
                 return result.with_meta("transient", "true" if exc.transient else "false")
-            self.trace.record("agent_step", agent=slug, session=inner.session_id, step=step,
-                              tool_calls=[c.name for c in reply.tool_calls], finish_reason=reply.finish_reason,
-                              duration_s=round(time.perf_counter() - start, 6))
+            self.trace.record(
+                "agent_step",
+                agent=slug,
+                session=inner.session_id,
+                step=step,
+                tool_calls=[c.name for c in reply.tool_calls],
+                finish_reason=reply.finish_reason,
+                duration_s=round(time.perf_counter() - start, 6),
+            )
             messages.append(reply.message())
             continuation, held = reply.continuation_id, len(messages)
             if progress is not None:
@@ -262,8 +337,9 @@ class AgentService:
             if self.sessions is not None and (reply.content or not reply.tool_calls):
                 self.sessions.add_turn(inner.session_id, "assistant", reply.content)
             if not reply.tool_calls:
-                return ToolResult.passed(reply.content, summary=f"agent {slug} answered after {step} step"
-                                         + ("s" if step > 1 else ""))
+                return ToolResult.passed(
+                    reply.content, summary=f"agent {slug} answered after {step} step" + ("s" if step > 1 else "")
+                )
             images: list[dict[str, Any]] = []
             for call in reply.tool_calls:
                 origin = replace(inner, turn_id=str(step))
@@ -279,10 +355,13 @@ class AgentService:
             if images:
                 # The chat format has no images in tool messages: they follow them, in one user message.
                 messages.append({"role": "user", "content": images})
-        self.trace.record("limit_hit", limit="agent_loop.max_steps", value=self.bounds.max_steps, agent=slug,
-                          session=inner.session_id)
-        return ToolResult.error(f"agent {slug} reached its step limit of {self.bounds.max_steps} model requests "
-                                "without a final answer (it kept calling tools); the loop was stopped")
+        self.trace.record(
+            "limit_hit", limit="agent_loop.max_steps", value=self.bounds.max_steps, agent=slug, session=inner.session_id
+        )
+        return ToolResult.error(
+            f"agent {slug} reached its step limit of {self.bounds.max_steps} model requests "
+            "without a final answer (it kept calling tools); the loop was stopped"
+        )
 
     def _images(self, call: str, result: ToolResult) -> tuple[list[dict[str, Any]], list[str]]:
         if not result.attachments:
@@ -295,9 +374,12 @@ class AgentService:
         try:
             args = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return ToolResult.error(f"the arguments of your call to {name} are not valid JSON ({exc.msg} at "
-                                    f"character {exc.pos}); send one JSON object that matches the tool's schema")
+            return ToolResult.error(
+                f"the arguments of your call to {name} are not valid JSON ({exc.msg} at "
+                f"character {exc.pos}); send one JSON object that matches the tool's schema"
+            )
         if not isinstance(args, dict):
-            return ToolResult.error(f"the arguments of your call to {name} must be a JSON object, not "
-                                    f"{type(args).__name__}")
+            return ToolResult.error(
+                f"the arguments of your call to {name} must be a JSON object, not {type(args).__name__}"
+            )
         return await self.portal.call(name, args, origin)

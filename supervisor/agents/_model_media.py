@@ -11,10 +11,12 @@ for it another way). Pure but for ``read``, which returns an attachment's stored
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolboxes._result import Attachment
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from toolboxes._result import Attachment
 
 __all__ = ["MODEL_IMAGE_TYPES", "attachment_label", "image_parts"]
 
@@ -28,8 +30,9 @@ def attachment_label(a: Attachment) -> str:
     return f"{a.name or a.path.rsplit('/', 1)[-1]} ({a.media_type}{size})"
 
 
-def image_parts(call: str, attachments: list[Attachment], read: Callable[[Attachment], bytes],
-                max_bytes: int) -> tuple[list[dict[str, Any]], list[str]]:
+def image_parts(
+    call: str, attachments: list[Attachment], read: Callable[[Attachment], bytes], max_bytes: int
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The content parts that show ``call``'s images to a model, and notes for the attachments not shown."""
     parts: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -47,6 +50,10 @@ def image_parts(call: str, attachments: list[Attachment], read: Callable[[Attach
             notes.append(f"{label} is not shown to you: it is larger than context.images.max_bytes ({max_bytes})")
             continue
         parts.append({"type": "text", "text": f"Image from the call {call}: {label}"})
-        parts.append({"type": "image_url", "image_url": {
-            "url": f"data:{a.media_type};base64,{base64.b64encode(data).decode('ascii')}"}})
+        parts.append(
+            {
+                "type": "image_url",
+                "image_url": {"url": f"data:{a.media_type};base64,{base64.b64encode(data).decode('ascii')}"},
+            }
+        )
     return parts, notes

@@ -19,10 +19,13 @@ import hashlib
 import os
 import stat
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from toolboxes._atomic import atomic_write, sweep_temporaries
 from toolboxes._media import canonical, class_of, mismatch, sniff
-from toolboxes._result import Attachment, ToolResult
+
+if TYPE_CHECKING:
+    from toolboxes._result import Attachment, ToolResult
 
 __all__ = ["AttachmentRefused", "AttachmentStore", "media_type_of", "open_beneath"]
 
@@ -51,8 +54,11 @@ def open_beneath(root: str, relpath: str) -> int:
         raise AttachmentRefused("the path must be relative to the work folder, not absolute")
     dirfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        how = _OpenHow(os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0,
-                       _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+        how = _OpenHow(
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            0,
+            _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
+        )
         fd = _libc.syscall(_SYS_OPENAT2, dirfd, relpath.encode(), ctypes.byref(how), ctypes.sizeof(how))
         if fd < 0:
             err = ctypes.get_errno()
@@ -105,15 +111,19 @@ class AttachmentStore:
             if not stat.S_ISREG(st.st_mode):
                 raise AttachmentRefused("it is not a regular file")
             if st.st_size > limit:
-                raise AttachmentRefused(f"it is {st.st_size} bytes, more than the limit of {limit} for "
-                                        f"{media_class} (context.{media_class}.max_bytes)")
+                raise AttachmentRefused(
+                    f"it is {st.st_size} bytes, more than the limit of {limit} for "
+                    f"{media_class} (context.{media_class}.max_bytes)"
+                )
             chunks = []
             size = 0
             while chunk := os.read(fd, 1 << 20):
                 size += len(chunk)
                 if size > limit:
-                    raise AttachmentRefused(f"it is more than the limit of {limit} bytes for {media_class} "
-                                            f"(context.{media_class}.max_bytes)")
+                    raise AttachmentRefused(
+                        f"it is more than the limit of {limit} bytes for {media_class} "
+                        f"(context.{media_class}.max_bytes)"
+                    )
                 chunks.append(chunk)
         finally:
             os.close(fd)

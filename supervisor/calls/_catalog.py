@@ -17,16 +17,28 @@ contents' URIs are given the public prefix. Sessions bound to an agent see and r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from toolboxes._catalog import prompt_problem, read_problem
-from toolboxes._result import ToolResult
 
-__all__ = ["SCHEME", "CatalogEntry", "CatalogError", "get_prompt", "list_entries", "parse_uri", "public_uri",
-           "read_resource", "signature"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from toolboxes._result import ToolResult
+
+__all__ = [
+    "SCHEME",
+    "CatalogEntry",
+    "CatalogError",
+    "get_prompt",
+    "list_entries",
+    "parse_uri",
+    "public_uri",
+    "read_resource",
+    "signature",
+]
 
 SCHEME = "agents-supervise"
 _KEEP = "/-._~!$&'()*+,;=:@"  # what may stay unencoded in a path
@@ -59,7 +71,7 @@ def parse_uri(uri: str) -> tuple[str, str, str] | None:
     head = f"{SCHEME}://"
     if not uri.startswith(head):
         return None
-    parts = uri[len(head):].split("/", 2)
+    parts = uri[len(head) :].split("/", 2)
     if len(parts) != 3 or not parts[0] or not parts[1] or not parts[2]:
         return None
     return unquote(parts[0]), unquote(parts[1]), unquote(parts[2])
@@ -76,11 +88,15 @@ def list_entries(runners: Iterable[Any], kind: str, agent: str | None) -> list[C
     for runner in _runners_of(runners, agent):
         for entry in runner.catalog(kind):
             if kind == "resources":
-                out.append(CatalogEntry({**entry, "uri": public_uri(runner.spec.agent, runner.name, entry["uri"])},
-                                        runner, entry["uri"]))
+                out.append(
+                    CatalogEntry(
+                        {**entry, "uri": public_uri(runner.spec.agent, runner.name, entry["uri"])}, runner, entry["uri"]
+                    )
+                )
             elif kind == "resource_templates":
-                template = _prefix(runner.spec.agent, runner.name) + quote(entry["uriTemplate"],
-                                                                          safe=_KEEP.replace(":", "") + "{}")
+                template = _prefix(runner.spec.agent, runner.name) + quote(
+                    entry["uriTemplate"], safe=_KEEP.replace(":", "") + "{}"
+                )
                 out.append(CatalogEntry({**entry, "uriTemplate": template}, runner, entry["uriTemplate"]))
             else:
                 key = (runner.spec.agent, entry["name"])
@@ -111,8 +127,9 @@ async def read_resource(runners: list[Any], uri: str, agent: str | None, ctx: di
     """MCP's ``resources/read`` result for a public ``uri``; raises :class:`CatalogError` saying why not."""
     parsed = parse_uri(uri)
     if parsed is None:
-        raise CatalogError(f"unknown resource {uri[:200]!r}: resources of this server are {SCHEME}://... URIs "
-                           "from resources/list")
+        raise CatalogError(
+            f"unknown resource {uri[:200]!r}: resources of this server are {SCHEME}://... URIs from resources/list"
+        )
     owner, toolbox, own = parsed
     runner = _find_runner(_runners_of(runners, agent), owner, toolbox)
     if runner is None:
@@ -130,8 +147,9 @@ async def read_resource(runners: list[Any], uri: str, agent: str | None, ctx: di
     return {"contents": contents}
 
 
-async def get_prompt(runners: list[Any], name: str, args: dict[str, str], agent: str | None,
-                     ctx: dict[str, Any]) -> dict[str, Any]:
+async def get_prompt(
+    runners: list[Any], name: str, args: dict[str, str], agent: str | None, ctx: dict[str, Any]
+) -> dict[str, Any]:
     """MCP's ``prompts/get`` result; raises :class:`CatalogError` saying why not."""
     entry = next((e for e in list_entries(runners, "prompts", agent) if e.own == name), None)
     if entry is None:

@@ -24,20 +24,24 @@ import inspect
 import itertools
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from supervisor._errors import execution_error
 from supervisor.sessions import LOCAL_TENANT, remember
 from supervisor.tools import format_validation_errors
-from supervisor.traces import TraceRecorder
-from toolboxes._progress import ProgressUpdate
 from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
-from ._registry import RegisteredTool, ToolRegistry
 from ._unloaded import unloaded_note
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from supervisor.traces import TraceRecorder
+    from toolboxes._progress import ProgressUpdate
+
+    from ._registry import RegisteredTool, ToolRegistry
 
 __all__ = ["CallOrigin", "Portal", "SessionLimits", "StackEntry"]
 
@@ -190,9 +194,16 @@ class Portal:
             remember(self._idle, session_id, usage)
 
     def _refuse(self, origin: CallOrigin, name: str, kind: str, message: str) -> ToolResult:
-        self.trace.record("portal_refusal", tool=name, kind=kind, reason=message, caller=origin.caller,
-                          session=origin.session_id, depth=origin.depth + 1,
-                          parent_call_id=origin.parent_call_id)
+        self.trace.record(
+            "portal_refusal",
+            tool=name,
+            kind=kind,
+            reason=message,
+            caller=origin.caller,
+            session=origin.session_id,
+            depth=origin.depth + 1,
+            parent_call_id=origin.parent_call_id,
+        )
         return ToolResult("error", summary=kind, data=message).with_meta("portal_error", kind)
 
     def check(self, name: str, args: Any, origin: CallOrigin) -> RegisteredTool | ToolResult:
@@ -203,34 +214,51 @@ class Portal:
             # Another agent's tool, asked for by a worker or an agent loop (which name what they may call): not
             # allowed, as the seed says for a tool outside the caller's set. A frontend is told "not found".
             allowed = ", ".join(sorted(origin.allowed)) or "none"
-            return self._refuse(origin, name, "PortalToolNotAllowed",
-                                f"Tool '{name}' is not allowed for {origin.caller}. Allowed tools: {allowed}.")
+            return self._refuse(
+                origin,
+                name,
+                "PortalToolNotAllowed",
+                f"Tool '{name}' is not allowed for {origin.caller}. Allowed tools: {allowed}.",
+            )
         if tool is None:
             known = sorted(self.registry.names(scope) if origin.allowed is None else origin.allowed)
             shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
             note = unloaded_note(name, self.registry.runners, scope)
-            return self._refuse(origin, name, "PortalToolNotFound",
-                                f"Tool not found: '{name}'. {note + ' ' if note else ''}"
-                                f"Available tools: {shown or 'none'}.")
+            return self._refuse(
+                origin,
+                name,
+                "PortalToolNotFound",
+                f"Tool not found: '{name}'. {note + ' ' if note else ''}Available tools: {shown or 'none'}.",
+            )
         if origin.allowed is not None and name not in origin.allowed:
             allowed = ", ".join(sorted(origin.allowed)) or "none"
-            return self._refuse(origin, name, "PortalToolNotAllowed",
-                                f"Tool '{name}' is not allowed for {origin.caller}. Allowed tools: {allowed}.")
+            return self._refuse(
+                origin,
+                name,
+                "PortalToolNotAllowed",
+                f"Tool '{name}' is not allowed for {origin.caller}. Allowed tools: {allowed}.",
+            )
         problem = _arguments_problem(args)
         if problem:
-            return self._refuse(origin, name, "PortalInvalidArguments",
-                                f"Tool call validation failed for '{name}': the arguments {problem}. "
-                                "Send a smaller JSON object.")
+            return self._refuse(
+                origin,
+                name,
+                "PortalInvalidArguments",
+                f"Tool call validation failed for '{name}': the arguments {problem}. Send a smaller JSON object.",
+            )
         errors = tool.validator.errors(args)
         if errors:
-            return self._refuse(origin, name, "PortalInvalidArguments",
-                                format_validation_errors(name, errors))
+            return self._refuse(origin, name, "PortalInvalidArguments", format_validation_errors(name, errors))
         depth = origin.depth + 1
         if depth > self.max_call_depth:
             frames = " -> ".join(f"{e.tool} (agent {e.agent or '-'}, depth {e.depth})" for e in origin.stack)
-            return self._refuse(origin, name, "PortalDepthExceeded",
-                                f"Call depth limit of {self.max_call_depth} reached: calling '{name}' would be "
-                                f"depth {depth}. Call stack: {frames or '(empty)'} -> {name}.")
+            return self._refuse(
+                origin,
+                name,
+                "PortalDepthExceeded",
+                f"Call depth limit of {self.max_call_depth} reached: calling '{name}' would be "
+                f"depth {depth}. Call stack: {frames or '(empty)'} -> {name}.",
+            )
         return tool
 
     async def call(self, name: str, args: Any, origin: CallOrigin) -> ToolResult:
@@ -247,12 +275,20 @@ class Portal:
         usage = self._busy.get(origin.session_id) or self._idle.get(origin.session_id) or _SessionUsage()
         limits = self.session_limits
         if limits.max_calls is not None and usage.calls >= limits.max_calls:
-            return self._refuse(origin, name, "SessionLimit",
-                                f"Session {origin.session_id} reached its limit of {limits.max_calls} tool calls."), ""
+            return self._refuse(
+                origin,
+                name,
+                "SessionLimit",
+                f"Session {origin.session_id} reached its limit of {limits.max_calls} tool calls.",
+            ), ""
         if limits.max_concurrent is not None and usage.in_flight >= limits.max_concurrent:
-            return self._refuse(origin, name, "SessionLimit",
-                                f"Session {origin.session_id} already has {usage.in_flight} calls running "
-                                f"(limit {limits.max_concurrent}); wait for one to finish."), ""
+            return self._refuse(
+                origin,
+                name,
+                "SessionLimit",
+                f"Session {origin.session_id} already has {usage.in_flight} calls running "
+                f"(limit {limits.max_concurrent}); wait for one to finish.",
+            ), ""
         usage = self._usage(origin.session_id)
         usage.calls += 1
         usage.in_flight += 1
@@ -266,11 +302,19 @@ class Portal:
             agent_id=origin.agent_id or tool.agent,
         )
         args_json = _args_json(args)
-        start_fields = {"call_id": call_id, "parent_call_id": origin.parent_call_id, "tool": name,
-                        "toolbox": tool.toolbox, "agent": tool.agent, "namespace": tool.namespace,
-                        "session": origin.session_id,
-                        "conversation": origin.conversation_id, "turn": origin.turn_id, "depth": depth,
-                        "caller": origin.caller}
+        start_fields = {
+            "call_id": call_id,
+            "parent_call_id": origin.parent_call_id,
+            "tool": name,
+            "toolbox": tool.toolbox,
+            "agent": tool.agent,
+            "namespace": tool.namespace,
+            "session": origin.session_id,
+            "conversation": origin.conversation_id,
+            "turn": origin.turn_id,
+            "depth": depth,
+            "caller": origin.caller,
+        }
         if args_json is not None and len(args_json) <= MAX_TRACED_ARGS_CHARS:
             self.trace.record_raw("call_start", {"args": args_json}, **start_fields)
         else:
@@ -279,8 +323,14 @@ class Portal:
         started = time.time()
         result: ToolResult | None = None
         try:
-            ctx = {"session_id": origin.session_id, "conversation_id": origin.conversation_id,
-                   "turn_id": origin.turn_id, "agent_id": inner.agent_id, "depth": depth, "call_id": call_id}
+            ctx = {
+                "session_id": origin.session_id,
+                "conversation_id": origin.conversation_id,
+                "turn_id": origin.turn_id,
+                "agent_id": inner.agent_id,
+                "depth": depth,
+                "call_id": call_id,
+            }
             if self.call_context is not None:
                 ctx.update(self.call_context(tool, origin))
             if origin.progress is not None:
@@ -299,10 +349,25 @@ class Portal:
         finally:
             self._release(origin.session_id, usage)
             self.trace.record(
-                "call_end", call_id=call_id, tool=name, toolbox=tool.toolbox, agent=tool.agent,
-                status=result.status if result else "error", summary=result.summary if result else "cancelled",
-                duration_s=round(time.perf_counter() - start, 6), session=origin.session_id,
-                metadata=[list(p) for p in result.metadata] if result else [])
+                "call_end",
+                call_id=call_id,
+                tool=name,
+                toolbox=tool.toolbox,
+                agent=tool.agent,
+                status=result.status if result else "error",
+                summary=result.summary if result else "cancelled",
+                duration_s=round(time.perf_counter() - start, 6),
+                session=origin.session_id,
+                metadata=[list(p) for p in result.metadata] if result else [],
+            )
             if self.on_call_end is not None:
-                self.on_call_end(call_id=call_id, tool=tool, args=args, args_json=args_json, origin=origin,
-                                 result=result, started=started, duration_s=time.perf_counter() - start)
+                self.on_call_end(
+                    call_id=call_id,
+                    tool=tool,
+                    args=args,
+                    args_json=args_json,
+                    origin=origin,
+                    result=result,
+                    started=started,
+                    duration_s=time.perf_counter() - start,
+                )

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from supervisor.tools import ArgumentValidator, CompiledSchema, compile_schema, fingerprint
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from supervisor.workers import ToolboxRunner
 
 __all__ = ["RegisteredTool", "ToolRegistry", "public_name", "served_hints"]
@@ -142,8 +143,15 @@ class ToolRegistry:
         self.renamed = renamed
         self.schema_errors = schema_errors
 
-    def _register(self, agent: str, members: list[Any], tools: dict[str, RegisteredTool], renamed: dict[str, str],
-                  schema_errors: list[dict[str, str]], compiled_here: dict[tuple[str, str], CompiledSchema]) -> None:
+    def _register(
+        self,
+        agent: str,
+        members: list[Any],
+        tools: dict[str, RegisteredTool],
+        renamed: dict[str, str],
+        schema_errors: list[dict[str, str]],
+        compiled_here: dict[tuple[str, str], CompiledSchema],
+    ) -> None:
         for runner in members:
             listed = list(runner.tools)
             schemas: list[CompiledSchema] | None = getattr(runner, "schemas", None)
@@ -160,8 +168,14 @@ class ToolRegistry:
             for t, compiled, output in zip(listed, schemas, outputs, strict=True):
                 local = t["name"]
                 if compiled.validator is None:
-                    schema_errors.append({"toolbox": runner.name, "agent": agent, "tool": local,
-                                          "message": compiled.error or "its input schema was not compiled"})
+                    schema_errors.append(
+                        {
+                            "toolbox": runner.name,
+                            "agent": agent,
+                            "tool": local,
+                            "message": compiled.error or "its input schema was not compiled",
+                        }
+                    )
                     continue
                 name = public_name(local)
                 if name in tools:

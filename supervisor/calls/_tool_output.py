@@ -10,10 +10,12 @@ that failed or were errors are passed on as they are (MCP does not check those).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from toolboxes._result import ToolResult
 
-from ._registry import RegisteredTool
+if TYPE_CHECKING:
+    from ._registry import RegisteredTool
 
 __all__ = ["checked_output"]
 

@@ -9,8 +9,10 @@ agent (or its operator) can act. Pure: it reads what the runners hold (``spec.to
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["unloaded_note"]
 
@@ -51,8 +53,9 @@ def unloaded_note(name: str, runners: Iterable[Any], scope: str | None) -> str:
             failed.append((runner, runner.failed_reason or "; ".join(str(e.get("message")) for e in errors)))
         for error in errors:
             if _script_match(name, spec.kind, error):
-                scripts.append(f"the script {error.get('source')} of toolbox {spec.toolbox} did not load: "
-                               f"{error.get('message')}")
+                scripts.append(
+                    f"the script {error.get('source')} of toolbox {spec.toolbox} did not load: {error.get('message')}"
+                )
     if scripts:
         note = " ".join(scripts)[:_MAX_NOTE]
         return note if note.endswith(".") else note + "."

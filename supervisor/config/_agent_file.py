@@ -259,21 +259,46 @@ class WasmContents(_Model):
 
     name: ToolboxName = Field(alias="Name", description="the toolbox name; tools are wasm_<Name>_<component>")
     description: str = Field(alias="Description", description="what the toolbox is for")
-    path: ConfigPath = Field(alias="Path", description=(
-        "a component file (<component>.wasm) or a folder of them, each with its sidecar <component>.json "
-        '{"description": ..., "inputSchema": {...}} beside it; a folder is watched for changes'))
-    file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox", description=(
-        "folders besides the work folder the components may open, preopened read-write at their own paths "
-        "(the folders of the predicate's Landlock rules); none by default. fsbMaxFileSize is the worker's "
-        "RLIMIT_FSIZE: a write past it fails and the call ends error naming it"))
-    max_memory_mb: int = Field(default=64, gt=0, le=4096, alias="MaxMemoryMB", description=(
-        "the store's memory limit of one call, in MiB: a memory.grow past it fails"))
-    max_execution_time_s: float = Field(default=30.0, gt=0, alias="MaxExecutionTimeSeconds", description=(
-        "the epoch deadline of one call (10 ms ticks): a component still running is stopped with status error"))
-    allowed_hosts: list[Host] = Field(default=[], alias="AllowedHosts", description=(
-        "gives components nothing in this build (wasmtime-py cannot allow WASI TCP/UDP, and wasi:http would "
-        "dial around the egress proxy, so it is not linked): check warns, a strict policy refuses it; "
-        "components never have sockets (docs/WASM.md, Network)"))
+    path: ConfigPath = Field(
+        alias="Path",
+        description=(
+            "a component file (<component>.wasm) or a folder of them, each with its sidecar <component>.json "
+            '{"description": ..., "inputSchema": {...}} beside it; a folder is watched for changes'
+        ),
+    )
+    file_sandbox: FileSandbox | None = Field(
+        default=None,
+        alias="FileSandbox",
+        description=(
+            "folders besides the work folder the components may open, preopened read-write at their own paths "
+            "(the folders of the predicate's Landlock rules); none by default. fsbMaxFileSize is the worker's "
+            "RLIMIT_FSIZE: a write past it fails and the call ends error naming it"
+        ),
+    )
+    max_memory_mb: int = Field(
+        default=64,
+        gt=0,
+        le=4096,
+        alias="MaxMemoryMB",
+        description=("the store's memory limit of one call, in MiB: a memory.grow past it fails"),
+    )
+    max_execution_time_s: float = Field(
+        default=30.0,
+        gt=0,
+        alias="MaxExecutionTimeSeconds",
+        description=(
+            "the epoch deadline of one call (10 ms ticks): a component still running is stopped with status error"
+        ),
+    )
+    allowed_hosts: list[Host] = Field(
+        default=[],
+        alias="AllowedHosts",
+        description=(
+            "gives components nothing in this build (wasmtime-py cannot allow WASI TCP/UDP, and wasi:http would "
+            "dial around the egress proxy, so it is not linked): check warns, a strict policy refuses it; "
+            "components never have sockets (docs/WASM.md, Network)"
+        ),
+    )
 
 
 class SqliteToolbox(_Model):
@@ -301,8 +326,9 @@ class WasmToolbox(_Model):
     contents: WasmContents
 
 
-BuiltinToolbox = Annotated[SqliteToolbox | SystemToolbox | DeveloperToolbox | LuaToolbox | WasmToolbox,
-                           Field(discriminator="tag")]
+BuiltinToolbox = Annotated[
+    SqliteToolbox | SystemToolbox | DeveloperToolbox | LuaToolbox | WasmToolbox, Field(discriminator="tag")
+]
 BashToolbox = Annotated[FileSystemDirectory | SingleTool, Field(discriminator="tag")]
 
 

@@ -20,12 +20,10 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from sandbox._predicates import PathPredicate
 from toolboxes._kinds import KINDS
 
 from ._agent_file import (
@@ -44,10 +42,14 @@ from ._agent_file import (
 )
 from ._errors import ConfigError, ConfigProblem
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from sandbox._predicates import PathPredicate
+
 __all__ = ["TOOLBOX_KINDS", "LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 
-ToolboxKind = Literal["bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua",
-                      "wasm"]
+ToolboxKind = Literal["bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua", "wasm"]
 #: The kinds the loader produces: ``toolboxes._kinds.KINDS``, the one list (``ToolboxKind`` is its type for the
 #: checker, which cannot take a Literal from a runtime tuple; a test holds the two equal).
 TOOLBOX_KINDS: tuple[str, ...] = KINDS

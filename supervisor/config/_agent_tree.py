@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from ._agent_toolboxes import LoadedAgent
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._loader import LoadedConfig, load_agent_file
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._agent_toolboxes import LoadedAgent
 
 __all__ = ["AgentTree", "expand_agents", "subagent_files"]
 
@@ -83,17 +87,27 @@ def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None
         for declared, path, where in subagent_files(agent):
             sub = by_file.get(path)
             if sub is None and declared == agent.slug:
-                warnings.append(str(ConfigProblem(
-                    agent.file, f"{where}.slug",
-                    f"extraAgents names the agent's own slug {declared!r}: the agent is its own sub-agent "
-                    f"(io_prompt_agent_{declared} prompts it again, bounded by max_call_depth); "
-                    f"{display_path(path)} is not loaded as a second agent with that slug")))
+                warnings.append(
+                    str(
+                        ConfigProblem(
+                            agent.file,
+                            f"{where}.slug",
+                            f"extraAgents names the agent's own slug {declared!r}: the agent is its own sub-agent "
+                            f"(io_prompt_agent_{declared} prompts it again, bounded by max_call_depth); "
+                            f"{display_path(path)} is not loaded as a second agent with that slug",
+                        )
+                    )
+                )
                 sub = agent
             if sub is None:
                 if not os.path.exists(path):
-                    load_errors.append({"agent": agent.slug, "source": f"{display_path(agent.file)} {where}",
-                                        "message": f"sub-agent file not found: {display_path(path)}; that "
-                                                   "sub-agent is left out"})
+                    load_errors.append(
+                        {
+                            "agent": agent.slug,
+                            "source": f"{display_path(agent.file)} {where}",
+                            "message": f"sub-agent file not found: {display_path(path)}; that sub-agent is left out",
+                        }
+                    )
                     continue
                 try:
                     sub = load_agent_file(path, environ)
@@ -102,27 +116,37 @@ def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None
                     continue
                 other = by_slug.get(sub.slug)
                 if other is not None:
-                    problems.append(ConfigProblem(
-                        sub.file, f"{sub.prefix}.slug",
-                        f"agent slug {sub.slug!r} is already used by {display_path(other.file)}",
-                        "a slug unique among all agents and sub-agents"))
+                    problems.append(
+                        ConfigProblem(
+                            sub.file,
+                            f"{sub.prefix}.slug",
+                            f"agent slug {sub.slug!r} is already used by {display_path(other.file)}",
+                            "a slug unique among all agents and sub-agents",
+                        )
+                    )
                     continue
                 by_file[path] = sub
                 by_slug[sub.slug] = sub
                 agents.append(sub)
                 queue.append(sub)
             if declared is not None and declared != sub.slug:
-                problems.append(ConfigProblem(
-                    agent.file, f"{where}.slug",
-                    f"extraAgents names slug {declared!r} but {display_path(sub.file)} says {sub.slug!r}",
-                    f"slug {sub.slug!r}"))
+                problems.append(
+                    ConfigProblem(
+                        agent.file,
+                        f"{where}.slug",
+                        f"extraAgents names slug {declared!r} but {display_path(sub.file)} says {sub.slug!r}",
+                        f"slug {sub.slug!r}",
+                    )
+                )
                 continue
             if sub.slug not in slugs:
                 slugs.append(sub.slug)
         subagents[agent.slug] = tuple(slugs)
     if problems:
         raise ConfigError(problems)
-    expanded = dataclasses.replace(config, agents=tuple(agents),
-                                   warnings=tuple(dict.fromkeys([*config.warnings, *warnings,
-                                                                 *(w for a in agents for w in a.warnings)])))
+    expanded = dataclasses.replace(
+        config,
+        agents=tuple(agents),
+        warnings=tuple(dict.fromkeys([*config.warnings, *warnings, *(w for a in agents for w in a.warnings)])),
+    )
     return AgentTree(expanded, subagents, tuple(load_errors))

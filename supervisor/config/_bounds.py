@@ -16,15 +16,16 @@ refused and where (the JSON path, and the line for YAML), never a traceback or a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ._errors import ConfigError, ConfigProblem, format_json_path
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_VALUES", "BoundedYamlLoader", "plain_value_problems",
-           "read_bounded"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_VALUES", "BoundedYamlLoader", "plain_value_problems", "read_bounded"]
 
 #: Largest policy or agent file read (real ones are a few KiB).
 MAX_CONFIG_BYTES = 8 << 20
@@ -55,8 +56,9 @@ def read_bounded(file: str, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError.one(file, None, f"cannot read {what}: it is not UTF-8 text ({exc.reason} at byte "
-                              f"{exc.start})") from exc
+        raise ConfigError.one(
+            file, None, f"cannot read {what}: it is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from exc
 
 
 class BoundedYamlLoader(yaml.SafeLoader):
@@ -71,14 +73,17 @@ class BoundedYamlLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
-                None, None, f"the alias *{event.anchor} is not accepted (write the value out: aliases can make a "
-                "small file an exponential or cyclic value)", event.start_mark)
+                None,
+                None,
+                f"the alias *{event.anchor} is not accepted (write the value out: aliases can make a "
+                "small file an exponential or cyclic value)",
+                event.start_mark,
+            )
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
                 event = self.peek_event()
-                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} deep",
-                                                  event.start_mark)
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} deep", event.start_mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -94,8 +99,9 @@ def _string_problem(text: str) -> str | None:
     return None
 
 
-def plain_value_problems(data: Any, file: str, prefix: str = "$",
-                         line_of: Callable[[tuple[int | str, ...]], int | None] | None = None) -> list[ConfigProblem]:
+def plain_value_problems(
+    data: Any, file: str, prefix: str = "$", line_of: Callable[[tuple[int | str, ...]], int | None] | None = None
+) -> list[ConfigProblem]:
     """Problems of a decoded file's value that no schema would catch in time (see the module doc), with the line
     of each when ``line_of`` knows it. Never recurses; stops at the first nesting or size problem, reports bad
     strings up to 20."""

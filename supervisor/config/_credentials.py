@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import ChainMap
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -28,6 +27,9 @@ from sandbox._credentials import NAME_RE, CredentialBinding, placeholder
 from sandbox._hosts import HostError
 
 from ._errors import check_known_keys, problem
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "CredentialBindingPolicy",
@@ -41,8 +43,18 @@ __all__ = [
 
 _HEADER_RE = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(.*)$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
-               "transfer-encoding", "upgrade", "host", "content-length"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
 
 
 class _Model(BaseModel):
@@ -56,15 +68,18 @@ class _Model(BaseModel):
 
 def _credential_name(value: str) -> str:
     if not NAME_RE.match(value):
-        raise problem(f"invalid credential name {value!r}", "1 to 64 letters, digits or '_' (it is part of the "
-                      "placeholder AGENTS_SUPERVISE_CREDENTIAL_<name>)")
+        raise problem(
+            f"invalid credential name {value!r}",
+            "1 to 64 letters, digits or '_' (it is part of the placeholder AGENTS_SUPERVISE_CREDENTIAL_<name>)",
+        )
     return value
 
 
 def _env_name(value: str) -> str:
     if not _ENV_NAME_RE.match(value):
-        raise problem(f"invalid environment variable name {value!r}", "letters, digits and '_', not starting "
-                      "with a digit")
+        raise problem(
+            f"invalid environment variable name {value!r}", "letters, digits and '_', not starting with a digit"
+        )
     return value
 
 
@@ -77,15 +92,21 @@ def _absolute(value: str) -> str:
 def _header(value: str) -> str:
     match = _HEADER_RE.match(value)
     if not match:
-        raise problem(f"invalid header {value!r}", "'Name: template' with {value} in the template, such as "
-                      "'Authorization: Bearer {value}'")
+        raise problem(
+            f"invalid header {value!r}",
+            "'Name: template' with {value} in the template, such as 'Authorization: Bearer {value}'",
+        )
     name, template = match.groups()
     if name.lower() in _HOP_BY_HOP:
-        raise problem(f"the header {name} cannot carry a credential (the proxy sets it itself)",
-                      "a request header such as Authorization or X-Api-Key")
+        raise problem(
+            f"the header {name} cannot carry a credential (the proxy sets it itself)",
+            "a request header such as Authorization or X-Api-Key",
+        )
     if template.count("{value}") != 1 or re.search(r"[\x00-\x1f\x7f]", template):
-        raise problem(f"the header template {template!r} must hold {{value}} exactly once and no control "
-                      "character", "'Authorization: Bearer {value}'")
+        raise problem(
+            f"the header template {template!r} must hold {{value}} exactly once and no control character",
+            "'Authorization: Bearer {value}'",
+        )
     return value
 
 
@@ -104,38 +125,52 @@ class CredentialSource(_Model):
 
     env: EnvName | None = Field(default=None, description="a variable of the supervisor's environment")
     file: Annotated[str, AfterValidator(_absolute)] | None = Field(
-        default=None, description="an absolute path of a regular file owned by root and readable by no one else "
-        "(mode 0600 or 0400); opened without following links")
+        default=None,
+        description="an absolute path of a regular file owned by root and readable by no one else "
+        "(mode 0600 or 0400); opened without following links",
+    )
     command: list[str] | None = Field(
-        default=None, min_length=1, description="an argv the supervisor runs (no shell; the first word an "
-        "absolute path); its standard output, without the final line break, is the value")
+        default=None,
+        min_length=1,
+        description="an argv the supervisor runs (no shell; the first word an "
+        "absolute path); its standard output, without the final line break, is the value",
+    )
     timeout_s: float = Field(default=30.0, gt=0, le=600, description="how long the command may take")
 
     @model_validator(mode="after")
     def _one(self) -> CredentialSource:
         given = [k for k in ("env", "file", "command") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise problem("a credential source needs exactly one of env, file, command"
-                          + (f" (found {', '.join(given)})" if given else ""),
-                          "{env: GITHUB_TOKEN}, {file: /etc/agents-supervise/github.token} or {command: [...]}")
+            raise problem(
+                "a credential source needs exactly one of env, file, command"
+                + (f" (found {', '.join(given)})" if given else ""),
+                "{env: GITHUB_TOKEN}, {file: /etc/agents-supervise/github.token} or {command: [...]}",
+            )
         if self.command is not None and not self.command[0].startswith("/"):
-            raise problem(f"the command {self.command[0]!r} is not an absolute path",
-                          "the program's absolute path, such as /usr/local/bin/vault-read")
+            raise problem(
+                f"the command {self.command[0]!r} is not an absolute path",
+                "the program's absolute path, such as /usr/local/bin/vault-read",
+            )
         return self
 
 
 class CredentialBindingPolicy(_Model):
     """Where a credential may be sent."""
 
-    hosts: list[str] = Field(min_length=1, description="names (that name only), '*.suffix' (strict subdomains) "
-                             "or IP literals, without port")
+    hosts: list[str] = Field(
+        min_length=1, description="names (that name only), '*.suffix' (strict subdomains) or IP literals, without port"
+    )
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
-        default=[], description="the ports; empty: the scheme's default port (443, 80)")
+        default=[], description="the ports; empty: the scheme's default port (443, 80)"
+    )
     schemes: list[Literal["https", "http"]] = Field(
-        default=["https"], min_length=1, description="https, and http only when written (the value then "
-                                                     "crosses the network in clear text)")
+        default=["https"],
+        min_length=1,
+        description="https, and http only when written (the value then crosses the network in clear text)",
+    )
     path_prefixes: list[Annotated[str, AfterValidator(_path_prefix)]] = Field(
-        default=[], description="path prefixes, matched at a '/' boundary; empty: any path")
+        default=[], description="path prefixes, matched at a '/' boundary; empty: any path"
+    )
 
     @model_validator(mode="after")
     def _hosts_parse(self) -> CredentialBindingPolicy:
@@ -146,11 +181,17 @@ class CredentialBindingPolicy(_Model):
 def binding_of(model: CredentialBindingPolicy) -> CredentialBinding:
     """The proxy's form of a binding. Raises a config problem naming a malformed host."""
     try:
-        return CredentialBinding(tuple(h.strip().lower() for h in model.hosts), tuple(model.ports),
-                                 tuple(model.schemes), tuple(model.path_prefixes))
+        return CredentialBinding(
+            tuple(h.strip().lower() for h in model.hosts),
+            tuple(model.ports),
+            tuple(model.schemes),
+            tuple(model.path_prefixes),
+        )
     except HostError as exc:
-        raise problem(f"invalid host in a credential binding: {exc}",
-                      "a name, '*.suffix' or an IP literal, without port (ports go in ports:)") from None
+        raise problem(
+            f"invalid host in a credential binding: {exc}",
+            "a name, '*.suffix' or an IP literal, without port (ports go in ports:)",
+        ) from None
     except ValueError as exc:
         raise problem(f"invalid credential binding: {exc}", None) from None
 
@@ -161,16 +202,20 @@ class CredentialPolicy(_Model):
     source: CredentialSource
     bindings: list[CredentialBindingPolicy] = Field(min_length=1, description="where the value may be sent")
     header: Annotated[str, AfterValidator(_header)] | None = Field(
-        default=None, description="'Name: template', {value} in the template ('Authorization: Bearer {value}'); "
-        "set on every request a binding matches, replacing a header of that name the client sent")
+        default=None,
+        description="'Name: template', {value} in the template ('Authorization: Bearer {value}'); "
+        "set on every request a binding matches, replacing a header of that name the client sent",
+    )
     query: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.~-]{1,64}$")] | None = Field(
-        default=None, description="a query parameter set to the value on every request a binding matches")
+        default=None, description="a query parameter set to the value on every request a binding matches"
+    )
 
     @model_validator(mode="after")
     def _how(self) -> CredentialPolicy:
         if self.header is not None and self.query is not None:
-            raise problem("a credential is sent as a header or as a query parameter, not both",
-                          "header: ... or query: ...")
+            raise problem(
+                "a credential is sent as a header or as a query parameter, not both", "header: ... or query: ..."
+            )
         return self
 
     def header_pair(self) -> tuple[str, str] | None:
@@ -181,8 +226,7 @@ class CredentialPolicy(_Model):
         return match.group(1), match.group(2)
 
 
-def reference_environ(credentials: Mapping[str, CredentialPolicy],
-                      environ: Mapping[str, str]) -> Mapping[str, str]:
+def reference_environ(credentials: Mapping[str, CredentialPolicy], environ: Mapping[str, str]) -> Mapping[str, str]:
     """``environ`` as agent files' ``${VAR}`` see it: a credential's name and its ``env`` source name expand to the
     credential's placeholder, so neither its value nor its source variable ever lands in a worker's config."""
     overlay: dict[str, str] = {}

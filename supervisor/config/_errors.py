@@ -15,14 +15,17 @@ pydantic errors.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from supervisor._errors import SupervisorError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from pydantic import BaseModel, ValidationError
 
 __all__ = [
     "ConfigError",

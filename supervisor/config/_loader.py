@@ -13,9 +13,8 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
@@ -26,6 +25,9 @@ from ._bounds import MAX_DEPTH, BoundedYamlLoader, plain_value_problems, read_bo
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path, format_json_path, problems_from_validation_error
 from ._policy import Policy
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 __all__ = [
     "ConfigError",
@@ -336,8 +338,9 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
     except _NotJson as exc:
         raise ConfigError.one(file, None, f"malformed JSON: {exc}", "plain JSON numbers") from exc
     except RecursionError as exc:
-        raise ConfigError.one(file, None, "malformed JSON: nested too deeply to read",
-                              f"at most {MAX_DEPTH} levels of objects and arrays") from exc
+        raise ConfigError.one(
+            file, None, "malformed JSON: nested too deeply to read", f"at most {MAX_DEPTH} levels of objects and arrays"
+        ) from exc
     except ValueError as exc:  # an integer of more than 4300 digits, ...
         raise ConfigError.one(file, None, f"malformed JSON: {str(exc)[:200]}") from exc
     bad = plain_value_problems(data, file)

@@ -213,8 +213,10 @@ class Limits(_Model):
     """Per-toolbox limits. ``None`` = no limit of that kind (the inherited one stays)."""
 
     address_space_bytes: Size | None = Field(
-        default=1024**3, description="RLIMIT_AS of the worker and children, only where no cgroup memory limit "
-                                     "(memory_bytes) is in force")
+        default=1024**3,
+        description="RLIMIT_AS of the worker and children, only where no cgroup memory limit "
+        "(memory_bytes) is in force",
+    )
     cpu_seconds: int | None = Field(
         default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
@@ -222,15 +224,20 @@ class Limits(_Model):
     open_files: int | None = Field(default=256, ge=16, le=1 << 20, description="RLIMIT_NOFILE (at most fs.nr_open)")
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(
-        default=64, ge=1, le=1 << 22,
+        default=64,
+        ge=1,
+        le=1 << 22,
         description="pids.max of the worker's cgroup: processes and threads of its whole tree",
     )
     memory_bytes: Size | None = Field(
         default=1024**3, ge=1, description="memory limit of the worker's cgroup: its whole tree, page cache included"
     )
     cpus: float | None = Field(
-        default=None, ge=0.01, le=4096,
-        description="CPU bandwidth of the worker's cgroup, its whole tree, in CPUs (0.5 = half of one CPU); null = none"
+        default=None,
+        ge=0.01,
+        le=4096,
+        description="CPU bandwidth of the worker's cgroup, its whole tree, in CPUs (0.5 = half of one CPU); "
+        "null = none",
     )
     output_bytes: Size = Field(default=1024**2, ge=1, description="cap on a call's output; more is cut, truncated set")
     max_concurrent_calls: int = Field(default=8, ge=1, le=4096, description="calls in flight in one worker")
@@ -256,29 +263,42 @@ class ToolboxPolicy(_Model):
 
     limits: LimitsOverride = LimitsOverride()
     allowed_hosts: list[Annotated[str, AfterValidator(check_host)]] = Field(
-        default=[], description="hosts added to what the agent file grants: a name, '*.suffix' or IP, each with an "
-        "optional ':port' or ':first-last' range ('api.example.com:443', '[2001:db8::1]:443'); no port: any port"
+        default=[],
+        description="hosts added to what the agent file grants: a name, '*.suffix' or IP, each with an "
+        "optional ':port' or ':first-last' range ('api.example.com:443', '[2001:db8::1]:443'); no port: any port",
     )
     cname_targets: list[Annotated[str, AfterValidator(check_cname_target)]] = Field(
-        default=[], description="names an allowed host may be an alias (CNAME) of without being allowed itself "
-        "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts"
+        default=[],
+        description="names an allowed host may be an alias (CNAME) of without being allowed itself "
+        "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts",
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
-    xattrs: bool = Field(default=False, description="let this toolbox's workers use extended attributes (the "
-                         "setxattr/getxattr/listxattr/removexattr system calls); false: they answer EOPNOTSUPP")
+    xattrs: bool = Field(
+        default=False,
+        description="let this toolbox's workers use extended attributes (the "
+        "setxattr/getxattr/listxattr/removexattr system calls); false: they answer EOPNOTSUPP",
+    )
     start: Literal["eager", "lazy"] = Field(
-        default="eager", description="eager: the worker starts with the supervisor; lazy: on its first call, its "
-        "tools listed until then from the supervisor's cache of its last list (or one start, then stopped)")
+        default="eager",
+        description="eager: the worker starts with the supervisor; lazy: on its first call, its "
+        "tools listed until then from the supervisor's cache of its last list (or one start, then stopped)",
+    )
     credentials: list[CredentialName] = Field(
-        default=[], description="credentials (policy's credentials) the egress proxy adds to this toolbox's "
-        "requests to their bound hosts, besides those its agent file references")
+        default=[],
+        description="credentials (policy's credentials) the egress proxy adds to this toolbox's "
+        "requests to their bound hosts, besides those its agent file references",
+    )
     credential_env: dict[EnvName, CredentialName] = Field(
-        default={}, description="environment variables set to a credential's placeholder (for tools that insist "
-        "on a variable); grants the credential as credentials does")
+        default={},
+        description="environment variables set to a credential's placeholder (for tools that insist "
+        "on a variable); grants the credential as credentials does",
+    )
     tls_termination: bool = Field(
-        default=False, description="the egress proxy terminates this toolbox's TLS (CONNECT tunnels) with a "
+        default=False,
+        description="the egress proxy terminates this toolbox's TLS (CONNECT tunnels) with a "
         "certificate of the supervisor's own CA, which only this worker trusts, so credentials reach code that "
-        "speaks TLS itself (MCP servers, bash tools); the upstream is verified against the system store")
+        "speaks TLS itself (MCP servers, bash tools); the upstream is verified against the system store",
+    )
 
 
 class Network(_Model):
@@ -293,22 +313,27 @@ class Introspection(_Model):
 
     scopes: list[SessionScope] = Field(
         default=["parents-only", "children-only", "subtree", "all"],
-        description="the SessionIntrospectionScope values agent files may set; another one is refused at load")
+        description="the SessionIntrospectionScope values agent files may set; another one is refused at load",
+    )
     tool_outputs: bool = Field(
-        default=True, description="whether agent files may set SessionIntrospectionIncludeToolOutputs: true")
+        default=True, description="whether agent files may set SessionIntrospectionIncludeToolOutputs: true"
+    )
     other_agents: bool = Field(
         default=False,
         description="whether introspection sees sessions of other agents (a sub-agent's runs from its caller, the "
-                    "caller's session from a sub-agent, every agent's under scope all); false: only the caller's "
-                    "agent's own sessions")
+        "caller's session from a sub-agent, every agent's under scope all); false: only the caller's "
+        "agent's own sessions",
+    )
 
 
 class Sessions(_Model):
     max_calls: int | None = Field(default=None, ge=1, description="calls per session; null = no cap")
     max_concurrent_calls: int = Field(default=16, ge=1)
     keep_days: float | None = Field(
-        default=30, gt=0,
-        description="sessions (turns, tool calls) not modified for this long are deleted; null = keep all")
+        default=30,
+        gt=0,
+        description="sessions (turns, tool calls) not modified for this long are deleted; null = keep all",
+    )
     introspection: Introspection = Field(default=Introspection(), description="caps on session introspection")
 
 
@@ -337,9 +362,11 @@ class Supervision(_Model):
     crash_loop_cooldown_s: float = Field(default=300.0, gt=0, le=86400 * 7)
     shutdown_grace_s: float = Field(default=2.0, ge=0)
     parallel_starts: int | None = Field(
-        default=None, ge=1, le=4096,
-        description="workers started at once when the supervisor starts (the rest wait for a place); "
-                    "null = 4 per CPU")
+        default=None,
+        ge=1,
+        le=4096,
+        description="workers started at once when the supervisor starts (the rest wait for a place); null = 4 per CPU",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> Supervision:
@@ -375,10 +402,12 @@ class OtelExport(_Model):
 
     enabled: bool = Field(default=False, description="export one span per tool call over OTLP/HTTP")
     endpoint: Annotated[str, AfterValidator(_otel_endpoint)] = Field(
-        default="http://127.0.0.1:4318", description="OTLP/HTTP base URL (/v1/traces is added) or the full URL")
+        default="http://127.0.0.1:4318", description="OTLP/HTTP base URL (/v1/traces is added) or the full URL"
+    )
     service_name: str = Field(default="agents-supervise", min_length=1, max_length=256)
     headers: Annotated[dict[str, str], AfterValidator(_otel_headers)] = Field(
-        default={}, description="HTTP headers of every export request (never traced)")
+        default={}, description="HTTP headers of every export request (never traced)"
+    )
     timeout_s: float = Field(default=5.0, gt=0, le=60, description="one export request; also the flush at stop")
     include_arguments: bool = Field(default=False, description="export call arguments (may hold secrets)")
 
@@ -386,10 +415,13 @@ class OtelExport(_Model):
 class Trace(_Model):
     path: PolicyPath | None = Field(default=None, description="JSONL file; default <state_dir>/trace.jsonl")
     max_bytes: Size | None = Field(
-        default=256 * 1024**2, ge=4096,
-        description="rotate the file to <path>.1 past this size (disk use stays under about twice it); null = never")
+        default=256 * 1024**2,
+        ge=4096,
+        description="rotate the file to <path>.1 past this size (disk use stays under about twice it); null = never",
+    )
     otel: Annotated[OtelExport, BeforeValidator(lambda v: {"enabled": v} if isinstance(v, bool) else v)] = Field(
-        default=OtelExport(), description="OpenTelemetry export: false, true (the defaults) or a section")
+        default=OtelExport(), description="OpenTelemetry export: false, true (the defaults) or a section"
+    )
 
 
 class Images(_Model):
@@ -401,8 +433,9 @@ class Audio(_Model):
 
 
 class Files(_Model):
-    max_bytes: Size = Field(default=10 * 1024**2, ge=1,
-                            description="largest other media (PDF, video, binary, text file) a result may carry")
+    max_bytes: Size = Field(
+        default=10 * 1024**2, ge=1, description="largest other media (PDF, video, binary, text file) a result may carry"
+    )
 
 
 class Context(_Model):
@@ -436,8 +469,10 @@ class WorkerUids(_Model):
     @model_validator(mode="after")
     def _fits(self) -> WorkerUids:
         if self.first + self.count - 1 > 4294967294:
-            raise _problem(f"the range {self.first}..{self.first + self.count - 1} passes the largest uid, 4294967294",
-                           "first + count - 1 <= 4294967294")
+            raise _problem(
+                f"the range {self.first}..{self.first + self.count - 1} passes the largest uid, 4294967294",
+                "first + count - 1 <= 4294967294",
+            )
         return self
 
 
@@ -489,8 +524,10 @@ def _jwks_url(value: str) -> str:
 
 def _token_hash(value: str) -> str:
     if not _TOKEN_HASH_RE.match(value):
-        raise _problem("a static token is stored as its hash, never in clear",
-                       "sha256:<64 lowercase hex digits> (agents-supervise hash-token prints it)")
+        raise _problem(
+            "a static token is stored as its hash, never in clear",
+            "sha256:<64 lowercase hex digits> (agents-supervise hash-token prints it)",
+        )
     return value
 
 
@@ -511,20 +548,31 @@ class HttpFrontend(_Model):
     """MCP over Streamable HTTP (``agents-supervise serve --http``); every request is authenticated (``tenants``)."""
 
     listen: Annotated[str, AfterValidator(_listen)] = Field(
-        default="127.0.0.1:8765", description="HOST:PORT to listen on; loopback unless you mean it")
+        default="127.0.0.1:8765", description="HOST:PORT to listen on; loopback unless you mean it"
+    )
     tls: TlsFiles | None = Field(default=None, description="serve HTTPS with these files; null = plain HTTP")
     public_url: Annotated[str, AfterValidator(_public_url)] | None = Field(
-        default=None, description="the URL clients reach this server at (OAuth resource); default from listen")
+        default=None, description="the URL clients reach this server at (OAuth resource); default from listen"
+    )
     allowed_origins: list[Annotated[str, AfterValidator(_origin)]] = Field(
-        default=[], description="Origin values of browser clients let in (a request with another Origin gets 403)")
+        default=[], description="Origin values of browser clients let in (a request with another Origin gets 403)"
+    )
     max_body_bytes: Size = Field(default=4 * 1024**2, ge=1024, description="largest request body")
     max_sessions: int = Field(default=10000, ge=1, description="MCP sessions held at once, all tenants together")
     session_idle_s: float = Field(default=900.0, gt=0, description="a session unused this long is ended")
     sse_keepalive_s: float = Field(default=15.0, gt=0, description="comment line sent on an idle SSE stream")
-    max_connections: int = Field(default=4096, ge=1, le=1_000_000, description=(
-        "TCP connections open at once, all clients together; one more is answered 503 and closed"))
-    keepalive_s: float = Field(default=30.0, gt=0, le=3600, description=(
-        "an open connection with no request for this long is closed; also the bound on reading a request"))
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        le=1_000_000,
+        description=("TCP connections open at once, all clients together; one more is answered 503 and closed"),
+    )
+    keepalive_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description=("an open connection with no request for this long is closed; also the bound on reading a request"),
+    )
 
 
 class Frontends(_Model):
@@ -536,12 +584,15 @@ class OAuthResourceServer(_Model):
 
     issuer: str = Field(min_length=1, description="the iss every token must carry")
     authorization_servers: list[str] = Field(
-        default=[], description="announced in the protected-resource metadata; default [issuer]")
+        default=[], description="announced in the protected-resource metadata; default [issuer]"
+    )
     jwks_file: PolicyPath | None = Field(default=None, description="the issuer's public keys (a JWK Set file)")
     jwks_url: Annotated[str, AfterValidator(_jwks_url)] | None = Field(
-        default=None, description="or where to fetch them (https; fetched at start)")
-    algorithms: list[Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
-                             "EdDSA"]] = Field(default=["RS256", "ES256", "EdDSA"])
+        default=None, description="or where to fetch them (https; fetched at start)"
+    )
+    algorithms: list[
+        Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+    ] = Field(default=["RS256", "ES256", "EdDSA"])
     tenant_claim: str = Field(default="tenant", min_length=1, description="the claim naming the tenant")
     required_scopes: list[str] = Field(default=[], description="scopes every token must hold (scope claim)")
     leeway_s: int = Field(default=30, ge=0, le=600, description="clock skew allowed on exp and nbf")
@@ -564,9 +615,11 @@ class Tenant(_Model):
     """Who may use the HTTP frontend: credentials, the agents it may use, its limits."""
 
     tokens: list[Annotated[str, AfterValidator(_token_hash)]] = Field(
-        default=[], description="static bearer tokens, each stored as sha256:<hex>")
+        default=[], description="static bearer tokens, each stored as sha256:<hex>"
+    )
     agents: list[Annotated[str, AfterValidator(_slug)]] = Field(
-        min_length=1, description="the agent slugs this tenant may use")
+        min_length=1, description="the agent slugs this tenant may use"
+    )
     limits: TenantLimits = TenantLimits()
 
 
@@ -576,24 +629,31 @@ class Policy(_Model):
     agents: list[PolicyPath] = Field(default=[], description="agent files, relative to the policy file")
     state_dir: PolicyPath = DEFAULT_STATE_DIR
     sandbox_uid: int = Field(default=65534, ge=1, le=MAX_ID, description="uid workers run as (never root)")
-    sandbox_gid: int = Field(default=65534, ge=1, le=MAX_ID, description="gid workers run as with worker_uids null "
-                             "(each worker has a gid of its own otherwise)")
+    sandbox_gid: int = Field(
+        default=65534,
+        ge=1,
+        le=MAX_ID,
+        description="gid workers run as with worker_uids null (each worker has a gid of its own otherwise)",
+    )
     worker_uids: WorkerUids | None = Field(
         default=WorkerUids(first=3_000_000_000),
-        description="a uid of its own for every worker from this range; null = all run as sandbox_uid")
+        description="a uid of its own for every worker from this range; null = all run as sandbox_uid",
+    )
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
     kernel_audit: Literal["enable", "use", "off"] = Field(
         default="enable",
         description="read the kernel's audit records to say which Landlock rule or seccomp filter refused a call: "
-                    "enable = turn the host's audit on if it is off (it stays on), use = only if it is already on, "
-                    "off = never (failed calls' 'Permission denied' paths are then explained from the rules)")
+        "enable = turn the host's audit on if it is off (it stays on), use = only if it is already on, "
+        "off = never (failed calls' 'Permission denied' paths are then explained from the rules)",
+    )
     private_view: bool = Field(
         default=True,
         description="each worker gets a root of its own holding only the paths it is granted (a fresh /tmp, "
-                    "/dev/shm and /proc, /etc files naming only the worker, its own host name); false: workers see "
-                    "the host's tree and Landlock alone decides what they may open")
+        "/dev/shm and /proc, /etc files naming only the worker, its own host name); false: workers see "
+        "the host's tree and Landlock alone decides what they may open",
+    )
     system_paths: list[AbsolutePath] = Field(
         default=list(DEFAULT_SYSTEM_PATHS), description="read-only (and execute) paths every worker sees"
     )
@@ -601,10 +661,13 @@ class Policy(_Model):
     worker_env: Env = Field(default={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"})
     limits: Limits = Limits()
     toolboxes: dict[ToolboxKey, ToolboxPolicy] = Field(
-        default={}, description="per toolbox, keyed agent-slug/name; a bare name only while one agent has a "
-        "toolbox of that name (an error once two have)")
+        default={},
+        description="per toolbox, keyed agent-slug/name; a bare name only while one agent has a "
+        "toolbox of that name (an error once two have)",
+    )
     shared_groups: list[SharedGroup] = Field(
-        default=[], description="supplementary groups for folders several toolboxes write (explicit grants)")
+        default=[], description="supplementary groups for folders several toolboxes write (explicit grants)"
+    )
     network: Network = Network()
     max_call_depth: int = Field(default=4, ge=0)
     sessions: Sessions = Sessions()
@@ -618,10 +681,13 @@ class Policy(_Model):
     frontends: Frontends = Frontends()
     oauth: OAuthResourceServer | None = Field(default=None, description="accept OAuth JWT access tokens over HTTP")
     tenants: dict[Annotated[str, AfterValidator(_slug)], Tenant] = Field(
-        default={}, description="who may use the HTTP frontend")
+        default={}, description="who may use the HTTP frontend"
+    )
     credentials: dict[CredentialName, CredentialPolicy] = Field(
-        default={}, description="secrets the egress proxy adds to toolboxes' requests to the hosts each is bound "
-        "to; a worker holds at most a placeholder (docs/CREDENTIALS.md)")
+        default={},
+        description="secrets the egress proxy adds to toolboxes' requests to the hosts each is bound "
+        "to; a worker holds at most a placeholder (docs/CREDENTIALS.md)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:
@@ -630,13 +696,18 @@ class Policy(_Model):
         for i, group in enumerate(self.shared_groups):
             ranged = self.worker_uids
             if ranged is not None and ranged.first <= group.gid < ranged.first + ranged.count:
-                raise _problem(f"shared_groups[{i}].gid {group.gid} is in the worker_uids range, whose numbers are "
-                               "the workers' own groups", "a gid outside worker_uids")
+                raise _problem(
+                    f"shared_groups[{i}].gid {group.gid} is in the worker_uids range, whose numbers are "
+                    "the workers' own groups",
+                    "a gid outside worker_uids",
+                )
         for key, tb in self.toolboxes.items():
             for name in [*tb.credentials, *tb.credential_env.values()]:
                 if name not in self.credentials:
-                    raise _problem(f"toolboxes.{key} names the credential {name!r}, which credentials does not "
-                                   "define", "a name among credentials: " + (", ".join(self.credentials) or "none"))
+                    raise _problem(
+                        f"toolboxes.{key} names the credential {name!r}, which credentials does not define",
+                        "a name among credentials: " + (", ".join(self.credentials) or "none"),
+                    )
         if self.trace.path is None:
             object.__setattr__(
                 self,

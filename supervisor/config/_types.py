@@ -110,8 +110,9 @@ def check_cname_target(value: str) -> str:
     try:
         parse_cname_targets([target])
     except HostError as exc:
-        raise _problem(f"invalid CNAME target {value!r}: {exc}",
-                       "a host name or '*.suffix' without port, or '*' for any name") from None
+        raise _problem(
+            f"invalid CNAME target {value!r}: {exc}", "a host name or '*.suffix' without port, or '*' for any name"
+        ) from None
     return target
 
 

@@ -78,8 +78,10 @@ async def check_tool_call(
     try:
         args = json.loads(payload)
     except json.JSONDecodeError as exc:
-        return CheckOutcome(EXIT_CANNOT_CHECK, f"the payload on stdin is not valid JSON: {exc.msg} at line "
-                                               f"{exc.lineno} column {exc.colno}")
+        return CheckOutcome(
+            EXIT_CANNOT_CHECK,
+            f"the payload on stdin is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+        )
     script = _script(path)
     if isinstance(script, CheckOutcome):
         return script
@@ -89,26 +91,43 @@ async def check_tool_call(
     workdir = _workdir()
     try:
         outcome = await run_confined(
-            [script, "describe"], toolbox="check-tool-call", workdir=workdir, fs_rules=rules, env=dict(settings.env),
-            timeout_s=settings.describe_timeout_s, uid=uid if root else None, gid=gid if root else None,
-            min_landlock_abi=1, stdout_cap=settings.describe_output_bytes, stderr_cap=4096, launcher=launcher,
-            view=private_view, system_paths=system_paths)
+            [script, "describe"],
+            toolbox="check-tool-call",
+            workdir=workdir,
+            fs_rules=rules,
+            env=dict(settings.env),
+            timeout_s=settings.describe_timeout_s,
+            uid=uid if root else None,
+            gid=gid if root else None,
+            min_landlock_abi=1,
+            stdout_cap=settings.describe_output_bytes,
+            stderr_cap=4096,
+            launcher=launcher,
+            view=private_view,
+            system_paths=system_paths,
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     where = f"{path}: describe"
     if outcome.timed_out:
-        return CheckOutcome(EXIT_CANNOT_CHECK, f"{where} did not finish within {settings.describe_timeout_s:g} s "
-                                               "and was killed")
+        return CheckOutcome(
+            EXIT_CANNOT_CHECK, f"{where} did not finish within {settings.describe_timeout_s:g} s and was killed"
+        )
     if outcome.confinement_failed:
         return CheckOutcome(EXIT_CANNOT_CHECK, f"{path}: could not be confined: {outcome.stderr_text(500)}")
     if outcome.returncode != 0:
-        how = (f"was killed by signal {-(outcome.returncode or 0)}" if (outcome.returncode or 0) < 0
-               else f"exited with code {outcome.returncode}")
+        how = (
+            f"was killed by signal {-(outcome.returncode or 0)}"
+            if (outcome.returncode or 0) < 0
+            else f"exited with code {outcome.returncode}"
+        )
         stderr = outcome.stderr_text(1000)
         return CheckOutcome(EXIT_CANNOT_CHECK, f"{where} {how}" + (f": {stderr}" if stderr else ""))
     if outcome.stdout_total > settings.describe_output_bytes:
-        return CheckOutcome(EXIT_CANNOT_CHECK, f"{where} printed {outcome.stdout_total} bytes, more than the limit "
-                                               f"of {settings.describe_output_bytes}")
+        return CheckOutcome(
+            EXIT_CANNOT_CHECK,
+            f"{where} printed {outcome.stdout_total} bytes, more than the limit of {settings.describe_output_bytes}",
+        )
     try:
         spec = parse_describe(outcome.stdout)
     except DescribeError as exc:

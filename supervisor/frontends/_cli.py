@@ -60,11 +60,22 @@ _SLUG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--policy", required=required, help="the YAML policy file")
-    p.add_argument("--agent", action="append", default=[], metavar="SLUG|FILE",
-                   help="the slug of the agent to act as (at most one), or an agent file to load besides the "
-                        "policy's (a path with a '/' or a '.'; repeatable)")
-    p.add_argument("--agent-file", action="append", default=[], dest="agent_files", metavar="FILE",
-                   help="an agent file to load besides the policy's (repeatable)")
+    p.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="SLUG|FILE",
+        help="the slug of the agent to act as (at most one), or an agent file to load besides the "
+        "policy's (a path with a '/' or a '.'; repeatable)",
+    )
+    p.add_argument(
+        "--agent-file",
+        action="append",
+        default=[],
+        dest="agent_files",
+        metavar="FILE",
+        help="an agent file to load besides the policy's (repeatable)",
+    )
     p.add_argument("--state-dir", default=None, help="override the policy's state directory")
 
 
@@ -77,23 +88,32 @@ def _split_agents(args: argparse.Namespace) -> str | None:
     if getattr(args, "serve_agent", None):
         slugs.append(args.serve_agent)
     if len(set(slugs)) > 1:
-        raise ValueError(f"one agent at a time: --agent/--serve-agent name {', '.join(slugs)}; an agent file is "
-                         "given by its path (with a '/' or a '.') or with --agent-file")
+        raise ValueError(
+            f"one agent at a time: --agent/--serve-agent name {', '.join(slugs)}; an agent file is "
+            "given by its path (with a '/' or a '.') or with --agent-file"
+        )
     return slugs[0] if slugs else None
 
 
 def _check_slug(slug: str | None, served: list[str]) -> None:
     """Raises ``ValueError`` when ``slug`` is given and not one of ``served``."""
     if slug is not None and slug not in served:
-        raise ValueError(f"no agent {slug!r} is loaded; the loaded agents are {', '.join(served) or 'none'} (an "
-                         "agent file is given by its path, with a '/' or a '.', or with --agent-file)")
+        raise ValueError(
+            f"no agent {slug!r} is loaded; the loaded agents are {', '.join(served) or 'none'} (an "
+            "agent file is given by its path, with a '/' or a '.', or with --agent-file)"
+        )
 
 
 def _add_ids(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--session", default=None, metavar="NAME",
-                   help="a session name to continue (with the agent of the tool or run); default: a new session")
-    p.add_argument("--conversation", default="", metavar="ID",
-                   help="the conversation id of this call (default: the session's own)")
+    p.add_argument(
+        "--session",
+        default=None,
+        metavar="NAME",
+        help="a session name to continue (with the agent of the tool or run); default: a new session",
+    )
+    p.add_argument(
+        "--conversation", default="", metavar="ID", help="the conversation id of this call (default: the session's own)"
+    )
     p.add_argument("--turn", default="", metavar="ID", help="the turn id of this call (default: a new one)")
 
 
@@ -105,18 +125,28 @@ def _session_name(args: argparse.Namespace) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agents-supervise",
-                                     description="Run AI agents' tools in kernel-confined workers.")
+    parser = argparse.ArgumentParser(
+        prog="agents-supervise", description="Run AI agents' tools in kernel-confined workers."
+    )
     _add_common(parser, required=False)
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="serve MCP over stdio, or over Streamable HTTP with --http")
     _add_common(serve)
-    serve.add_argument("--http", nargs="?", const="", default=None, metavar="HOST:PORT",
-                       help="serve MCP over Streamable HTTP (default: the policy's frontends.http.listen, "
-                            "else 127.0.0.1:8765)")
-    serve.add_argument("--serve-agent", default=None, metavar="SLUG",
-                       help="bind the stdio session to this agent (default: the policy's first agent); over HTTP "
-                            "the endpoint /agents/<slug>/mcp picks the agent")
+    serve.add_argument(
+        "--http",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve MCP over Streamable HTTP (default: the policy's frontends.http.listen, else 127.0.0.1:8765)",
+    )
+    serve.add_argument(
+        "--serve-agent",
+        default=None,
+        metavar="SLUG",
+        help="bind the stdio session to this agent (default: the policy's first agent); over HTTP "
+        "the endpoint /agents/<slug>/mcp picks the agent",
+    )
     hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
     hash_token.set_defaults(policy=None)
     tools = sub.add_parser("tools", help="list the tools")
@@ -131,13 +161,23 @@ def _parser() -> argparse.ArgumentParser:
     _add_common(check)
     check.add_argument("--json", action="store_true")
     schema = sub.add_parser("schema", help="print the policy's JSON Schema")
-    schema.add_argument("--agent-file", action="store_true", dest="agent_file",
-                        help="print the agent file's JSON Schema instead (toolbox kinds and their keys)")
+    schema.add_argument(
+        "--agent-file",
+        action="store_true",
+        dest="agent_file",
+        help="print the agent file's JSON Schema instead (toolbox kinds and their keys)",
+    )
     run = sub.add_parser("run", help="run an agent's loop on a prompt and print its answer")
     run.add_argument("--policy", required=True, help="the YAML policy file")
     run.add_argument("--agent", required=True, dest="slug", metavar="SLUG", help="the slug of the agent to run")
-    run.add_argument("--agent-file", action="append", default=[], dest="agent", metavar="FILE",
-                     help="an agent file to load besides the policy's (repeatable)")
+    run.add_argument(
+        "--agent-file",
+        action="append",
+        default=[],
+        dest="agent",
+        metavar="FILE",
+        help="an agent file to load besides the policy's (repeatable)",
+    )
     run.add_argument("--state-dir", default=None, help="override the policy's state directory")
     _add_ids(run)
     run.add_argument("prompt")
@@ -163,8 +203,13 @@ def _check_tool_call(args: argparse.Namespace) -> int:
         from supervisor.config import load_config
 
         policy = load_config(args.policy, []).policy
-        extra = {"system_paths": tuple(policy.system_paths), "env": dict(policy.worker_env),
-                 "uid": policy.sandbox_uid, "gid": policy.sandbox_gid, "private_view": policy.private_view}
+        extra = {
+            "system_paths": tuple(policy.system_paths),
+            "env": dict(policy.worker_env),
+            "uid": policy.sandbox_uid,
+            "gid": policy.sandbox_gid,
+            "private_view": policy.private_view,
+        }
     outcome = trio.run(lambda: check_tool_call(args.tool, sys.stdin.read(), **extra))
     if outcome.exit_code == EXIT_ERROR:
         return _fail(outcome.text)
@@ -186,8 +231,11 @@ def _rebind_agent(args: argparse.Namespace) -> int:
     if not os.path.isdir(state_dir):
         return _fail(f"the state directory {state_dir} does not exist; nothing is bound yet")
     before = rebind_agent(state_dir, args.slug, agent.file)
-    print(f"agent slug {args.slug}: bound to {agent.file}" + (f" (was {before})" if before else "")
-          + "; its toolboxes keep their uids, work folders and HOME")
+    print(
+        f"agent slug {args.slug}: bound to {agent.file}"
+        + (f" (was {before})" if before else "")
+        + "; its toolboxes keep their uids, work folders and HOME"
+    )
     return 0
 
 
@@ -201,8 +249,10 @@ async def _serve(args: argparse.Namespace) -> int:
 
     http = getattr(args, "http", None)
     if http is not None and args.slug is not None:
-        return _fail("--agent SLUG/--serve-agent bind a stdio session; over HTTP each agent has its endpoint "
-                     "/agents/<slug>/mcp, and a client picks it by its URL")
+        return _fail(
+            "--agent SLUG/--serve-agent bind a stdio session; over HTTP each agent has its endpoint "
+            "/agents/<slug>/mcp, and a client picks it by its URL"
+        )
     if http is not None:
         from supervisor.config import load_config
 
@@ -275,11 +325,28 @@ async def _tools(args: argparse.Namespace) -> int:
         for w in sup.compiled.warnings:  # on stderr, as serve shows them (removed allowedPaths, missing paths ...)
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
         if args.json:
-            print(json.dumps({
-                "tools": [{"name": t.name, "toolbox": t.toolbox, "agent": t.agent, "namespace": t.namespace,
-                           "local_name": t.local_name, "description": t.description,
-                           "input_schema": t.input_schema} for t in tools],
-                "renamed": renamed, "load_errors": errors, "warnings": sup.compiled.warnings}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "tools": [
+                            {
+                                "name": t.name,
+                                "toolbox": t.toolbox,
+                                "agent": t.agent,
+                                "namespace": t.namespace,
+                                "local_name": t.local_name,
+                                "description": t.description,
+                                "input_schema": t.input_schema,
+                            }
+                            for t in tools
+                        ],
+                        "renamed": renamed,
+                        "load_errors": errors,
+                        "warnings": sup.compiled.warnings,
+                    },
+                    indent=2,
+                )
+            )
             return 0
         for t in tools:
             first = (t.description.splitlines() or [""])[0]
@@ -308,8 +375,11 @@ def _config_for(args: argparse.Namespace) -> Any:
 def _print_load_errors(sup: Any) -> None:
     """Each load error as one ``agents-supervise: load error: ...`` line on stderr."""
     for e in sup.load_errors():
-        print(f"agents-supervise: load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: "
-              f"{e.get('message')}", file=sys.stderr)
+        print(
+            f"agents-supervise: load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: "
+            f"{e.get('message')}",
+            file=sys.stderr,
+        )
 
 
 def _load_error_owner(error: dict[str, Any]) -> str:
@@ -333,8 +403,14 @@ async def _call(args: argparse.Namespace) -> int:
         return config
     async with Supervisor.open(config, state_dir=args.state_dir) as sup:
         _print_load_errors(sup)  # a tool of a toolbox that did not load is "not found": say why on stderr
-        result = await sup.call(args.tool, arguments, session_id=_session_name(args), agent_scope=args.slug,
-                                conversation_id=args.conversation, turn_id=args.turn)
+        result = await sup.call(
+            args.tool,
+            arguments,
+            session_id=_session_name(args),
+            agent_scope=args.slug,
+            conversation_id=args.conversation,
+            turn_id=args.turn,
+        )
     print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))
     return {"passed": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_ERROR)
 
@@ -343,8 +419,9 @@ async def _run(args: argparse.Namespace) -> int:
     from supervisor._supervisor import Supervisor
 
     async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
-        result = await sup.run_agent(args.slug, args.prompt, session_id=_session_name(args),
-                                     conversation_id=args.conversation, turn_id=args.turn)
+        result = await sup.run_agent(
+            args.slug, args.prompt, session_id=_session_name(args), conversation_id=args.conversation, turn_id=args.turn
+        )
     if result.status != "passed":
         return _fail(result.data or result.summary or "the agent failed", EXIT_ERROR)
     print(result.data or "")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._cli import _check_slug, _fail, _load_error_owner
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["check"]
 
@@ -36,14 +38,17 @@ def check(args: argparse.Namespace) -> int:
         "denial_explanations": host_explanations(config.policy.kernel_audit),
         "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in specs],
         "warnings": compiled.warnings,
-        "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors)
-                        if args.slug in (None, e.get("agent"))],
+        "load_errors": [
+            dict(e) for e in (*tree.load_errors, *compiled.load_errors) if args.slug in (None, e.get("agent"))
+        ],
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
-          f"max call depth {report['max_call_depth']})")
+    print(
+        f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
+        f"max call depth {report['max_call_depth']})"
+    )
     print(f"a call refused by the kernel is explained (kernel_audit: {report['kernel_audit']}):")
     for line in report["denial_explanations"]:
         print(f"  {line}")
@@ -54,20 +59,30 @@ def check(args: argparse.Namespace) -> int:
         limits = tb["limits"]
         print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
         if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:
-            print("  address space: no RLIMIT_AS (the cgroup's memory limit bounds memory; address_space_bytes "
-                  "applies only without one)")
+            print(
+                "  address space: no RLIMIT_AS (the cgroup's memory limit bounds memory; address_space_bytes "
+                "applies only without one)"
+            )
         print("  read-only: " + ", ".join(tb["read_only"]))
         print("  read-write: " + ", ".join(tb["read_write"]))
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
         if tb.get("cname_targets"):
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
         for cred in tb.get("credentials") or []:  # names and bindings only: values never leave the proxy
-            where = "; ".join(", ".join(b["hosts"]) + (f" ports {b['ports']}" if b["ports"] else "")
-                              + f" ({'/'.join(b['schemes'])})"
-                              + (f" under {', '.join(b['path_prefixes'])}" if b["path_prefixes"] else "")
-                              for b in cred["bindings"])
-            how = (f"header {cred['header']}" if cred["header"] else f"query {cred['query']}" if cred["query"]
-                   else "placeholder only")
+            where = "; ".join(
+                ", ".join(b["hosts"])
+                + (f" ports {b['ports']}" if b["ports"] else "")
+                + f" ({'/'.join(b['schemes'])})"
+                + (f" under {', '.join(b['path_prefixes'])}" if b["path_prefixes"] else "")
+                for b in cred["bindings"]
+            )
+            how = (
+                f"header {cred['header']}"
+                if cred["header"]
+                else f"query {cred['query']}"
+                if cred["query"]
+                else "placeholder only"
+            )
             print(f"  credential {cred['name']}: added by the egress proxy for {where}, as {how}")
         if tb.get("tls_termination"):
             print("  TLS: terminated by the egress proxy (the worker trusts the supervisor's CA only)")
@@ -75,8 +90,14 @@ def check(args: argparse.Namespace) -> int:
         print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))
         view = tb.get("view")
-        print("  filesystem view: " + ("private root, only these mounts:" if view else
-                                       "the host's tree (private_view: false); Landlock alone refuses"))
+        print(
+            "  filesystem view: "
+            + (
+                "private root, only these mounts:"
+                if view
+                else "the host's tree (private_view: false); Landlock alone refuses"
+            )
+        )
         for line in view or ():
             print(f"    {line}")
         fs = tb.get("file_sandbox")

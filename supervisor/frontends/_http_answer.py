@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._http_sessions import HttpSession, StatelessExchange
-from ._http_tenants import TenantState
 from ._http_wire import HttpRefused, Receive, Send, cancel_on_disconnect, rpc_status, send_json, send_start, sse_event
 from ._mcp_session import INVALID_REQUEST, McpSession, valid_id
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from ._http_sessions import HttpSession, StatelessExchange
+    from ._http_tenants import TenantState
 
 __all__ = ["STREAM_QUEUE", "answer_request"]
 
@@ -25,9 +28,16 @@ STREAM_QUEUE = 64
 _UNCOUNTED = frozenset({"initialize"})
 
 
-async def answer_request(holder: HttpSession | StatelessExchange, mcp: McpSession, tenant: TenantState,
-                         message: dict[str, Any], headers: dict[str, str], send: Send,
-                         extra_headers: list[tuple[str, str]] | None = None, cancel_on: Receive | None = None) -> None:
+async def answer_request(
+    holder: HttpSession | StatelessExchange,
+    mcp: McpSession,
+    tenant: TenantState,
+    message: dict[str, Any],
+    headers: dict[str, str],
+    send: Send,
+    extra_headers: list[tuple[str, str]] | None = None,
+    cancel_on: Receive | None = None,
+) -> None:
     """Run one request and write its answer: JSON, or an SSE stream when it reports progress and the client
     accepts SSE.
 
@@ -40,14 +50,22 @@ async def answer_request(holder: HttpSession | StatelessExchange, mcp: McpSessio
     if not valid_id(req_id):
         raise HttpRefused(400, "the id must be a string or a number", rpc_code=INVALID_REQUEST)
     if req_id in holder.pending:
-        raise HttpRefused(400, f"a request with id {json.dumps(req_id)} is already running; ids must be unique",
-                          rpc_code=INVALID_REQUEST, req_id=req_id)
+        raise HttpRefused(
+            400,
+            f"a request with id {json.dumps(req_id)} is already running; ids must be unique",
+            rpc_code=INVALID_REQUEST,
+            req_id=req_id,
+        )
     params = message.get("params")
-    token = ((params.get("_meta") or {}).get("progressToken") if isinstance(params, dict)
-             and isinstance(params.get("_meta"), dict) else None)
+    token = (
+        (params.get("_meta") or {}).get("progressToken")
+        if isinstance(params, dict) and isinstance(params.get("_meta"), dict)
+        else None
+    )
     # Progress, or (stateless revision) log messages the request asked for: an SSE answer when the client takes one.
-    stream = (token is not None or (mcp.modern and mcp.log.level is not None)) and \
-        "text/event-stream" in headers.get("accept", "")
+    stream = (token is not None or (mcp.modern and mcp.log.level is not None)) and "text/event-stream" in headers.get(
+        "accept", ""
+    )
     out_send, out_receive = trio.open_memory_channel[dict[str, Any]](STREAM_QUEUE)
     holder.pending[req_id] = out_send
     if token is not None:
@@ -93,18 +111,31 @@ async def answer_request(holder: HttpSession | StatelessExchange, mcp: McpSessio
         holder.progress.pop(token, None)
 
 
-async def _run_limited(job: Callable[[], Awaitable[None]], tenant: TenantState | None,
-                       holder: HttpSession | StatelessExchange, mcp: McpSession, req_id: Any, method: Any) -> None:
+async def _run_limited(
+    job: Callable[[], Awaitable[None]],
+    tenant: TenantState | None,
+    holder: HttpSession | StatelessExchange,
+    mcp: McpSession,
+    req_id: Any,
+    method: Any,
+) -> None:
     """Run a request's job within the tenant's rate and in-flight limits; past one, answer an error naming it."""
     if tenant is None:
         await job()
         return
     wait = tenant.take_call_token()
     if wait > 0 or tenant.calls.available_tokens == 0:
-        why = (f"the tenant's rate of {tenant.limits.limits.calls_per_second} calls per second is spent (every "
-               f"request but initialize counts); retry in {math.ceil(wait)} s") if wait > 0 else (
-            f"the tenant has {tenant.limits.limits.concurrent_calls} requests in flight, its limit "
-            "(tenants.<name>.limits.concurrent_calls); retry once one has been answered")
+        why = (
+            (
+                f"the tenant's rate of {tenant.limits.limits.calls_per_second} calls per second is spent (every "
+                f"request but initialize counts); retry in {math.ceil(wait)} s"
+            )
+            if wait > 0
+            else (
+                f"the tenant has {tenant.limits.limits.concurrent_calls} requests in flight, its limit "
+                "(tenants.<name>.limits.concurrent_calls); retry once one has been answered"
+            )
+        )
         mcp.log.tell("warning", {"event": "tenant_limit", "method": method, "reason": why})
         await holder.deliver({"jsonrpc": "2.0", "id": req_id, "error": {"code": -32000, "message": why}})
         return

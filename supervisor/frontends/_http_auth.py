@@ -19,9 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from joserfc import jwt
@@ -30,6 +29,9 @@ from joserfc.jwk import KeySet
 
 from supervisor._errors import PolicyRefused
 from supervisor.config import HttpFrontend, OAuthResourceServer, Policy, Tenant, parse_listen
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = ["AuthRefusal", "Authenticator", "Principal", "hash_token", "http_frontend_from_policy", "load_key_set"]
 
@@ -95,8 +97,14 @@ def _public(key: Any) -> dict[str, Any]:
 class Authenticator:
     """Turns an ``Authorization`` header and an endpoint's agent into a :class:`Principal` or a refusal."""
 
-    def __init__(self, tenants: Mapping[str, Tenant], oauth: OAuthResourceServer | None = None,
-                 key_set: KeySet | None = None, *, now: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        tenants: Mapping[str, Tenant],
+        oauth: OAuthResourceServer | None = None,
+        key_set: KeySet | None = None,
+        *,
+        now: Callable[[], float] = time.time,
+    ) -> None:
         if oauth is not None and key_set is None:
             raise ValueError("oauth needs the issuer's key set")
         self._tenants = dict(tenants)
@@ -105,8 +113,9 @@ class Authenticator:
         self._keys = key_set
         self._now = now
 
-    def authenticate(self, authorization: str | None, *, agent: str, resources: tuple[str, ...]) -> (
-            Principal | AuthRefusal):
+    def authenticate(
+        self, authorization: str | None, *, agent: str, resources: tuple[str, ...]
+    ) -> Principal | AuthRefusal:
         """Check the credentials of one request for ``agent``'s endpoint.
 
         ``resources`` are the identifiers a token's audience may name (the endpoint's URL, the server's URL).
@@ -128,8 +137,7 @@ class Authenticator:
         if principal is None:
             return AuthRefusal(401, "invalid_token", "the token is not known to this server")
         if agent not in self._tenants[principal.tenant].agents:
-            return AuthRefusal(403, "insufficient_scope",
-                               f"tenant {principal.tenant!r} may not use agent {agent!r}")
+            return AuthRefusal(403, "insufficient_scope", f"tenant {principal.tenant!r} may not use agent {agent!r}")
         return principal
 
     def _static(self, token: str) -> Principal | None:
@@ -146,8 +154,11 @@ class Authenticator:
             return AuthRefusal(401, "invalid_token", f"the access token's signature does not verify ({exc})")
         claims = decoded.claims
         registry = jwt.JWTClaimsRegistry(
-            now=lambda: int(self._now()), leeway=oauth.leeway_s,
-            iss={"essential": True, "value": oauth.issuer}, exp={"essential": True})
+            now=lambda: int(self._now()),
+            leeway=oauth.leeway_s,
+            iss={"essential": True, "value": oauth.issuer},
+            exp={"essential": True},
+        )
         try:
             registry.validate(claims)
         except JoseError as exc:
@@ -155,8 +166,9 @@ class Authenticator:
         audiences = claims.get("aud")
         audiences = [audiences] if isinstance(audiences, str) else audiences
         if not isinstance(audiences, list) or not set(resources) & {a for a in audiences if isinstance(a, str)}:
-            return AuthRefusal(401, "invalid_token",
-                               f"the access token is for another audience; it must name {resources[0]}")
+            return AuthRefusal(
+                401, "invalid_token", f"the access token is for another audience; it must name {resources[0]}"
+            )
         if oauth.required_scopes:
             held = set(str(claims.get("scope", "")).split())
             missing = [s for s in oauth.required_scopes if s not in held]
@@ -164,8 +176,11 @@ class Authenticator:
                 return AuthRefusal(403, "insufficient_scope", f"the access token lacks scope {' '.join(missing)}")
         tenant = claims.get(oauth.tenant_claim)
         if not isinstance(tenant, str) or tenant not in self._tenants:
-            return AuthRefusal(403, "insufficient_scope",
-                               f"the access token's {oauth.tenant_claim!r} claim names no tenant of this server")
+            return AuthRefusal(
+                403,
+                "insufficient_scope",
+                f"the access token's {oauth.tenant_claim!r} claim names no tenant of this server",
+            )
         subject = claims.get("sub")
         return Principal(tenant, "oauth", subject if isinstance(subject, str) else None)
 
@@ -183,8 +198,7 @@ def _claim_problem(exc: JoseError) -> str:
     return f"the access token's claims are not acceptable ({exc})"
 
 
-async def http_frontend_from_policy(policy: Policy, listen: str | None = None) -> tuple[
-        HttpFrontend, Authenticator]:
+async def http_frontend_from_policy(policy: Policy, listen: str | None = None) -> tuple[HttpFrontend, Authenticator]:
     """The HTTP settings (``listen`` overriding the policy's) and the authenticator the policy describes.
 
     Raises:
@@ -199,8 +213,10 @@ async def http_frontend_from_policy(policy: Policy, listen: str | None = None) -
             raise PolicyRefused(f"--http {listen}: {exc}") from None
         settings = settings.model_copy(update={"listen": listen})
     if not policy.tenants:
-        raise PolicyRefused("serving MCP over HTTP needs at least one tenant in the policy (tenants: NAME: {tokens: "
-                            "[sha256:...], agents: [...]}); every request is authenticated, none is anonymous")
+        raise PolicyRefused(
+            "serving MCP over HTTP needs at least one tenant in the policy (tenants: NAME: {tokens: "
+            "[sha256:...], agents: [...]}); every request is authenticated, none is anonymous"
+        )
     key_set = None
     if policy.oauth is not None:
         key_set = load_key_set_from(await _jwks_text(policy.oauth), policy.oauth)

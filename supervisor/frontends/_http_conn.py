@@ -133,23 +133,44 @@ class _Exchange:
             self.done.set()
 
 
-def _scope(request: h11.Request, scheme: str, server: tuple[str, int] | None,
-           client: tuple[str, int] | None) -> dict[str, Any]:
+def _scope(
+    request: h11.Request, scheme: str, server: tuple[str, int] | None, client: tuple[str, int] | None
+) -> dict[str, Any]:
     target = request.target.decode("latin-1")
     path, _, query = target.partition("?")
-    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-            "method": request.method.decode("ascii"), "scheme": scheme, "path": unquote(path),
-            "raw_path": path.encode("latin-1"), "query_string": query.encode("latin-1"), "root_path": "",
-            "headers": [(bytes(k), bytes(v)) for k, v in request.headers], "server": server, "client": client}
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": request.method.decode("ascii"),
+        "scheme": scheme,
+        "path": unquote(path),
+        "raw_path": path.encode("latin-1"),
+        "query_string": query.encode("latin-1"),
+        "root_path": "",
+        "headers": [(bytes(k), bytes(v)) for k, v in request.headers],
+        "server": server,
+        "client": client,
+    }
 
 
 def simple_response(status: int, reason: str, headers: list[tuple[str, str]] | None = None) -> bytes:
     """A whole plain-text response saying ``reason`` that closes the connection, as bytes. Pure."""
     body = reason.encode() + b"\n"
-    phrase = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large",
-              500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
-    head = [f"HTTP/1.1 {status} {phrase}", "content-type: text/plain; charset=utf-8",
-            f"content-length: {len(body)}", "connection: close", *(f"{k}: {v}" for k, v in headers or [])]
+    phrase = {
+        400: "Bad Request",
+        408: "Request Timeout",
+        431: "Request Header Fields Too Large",
+        500: "Internal Server Error",
+        503: "Service Unavailable",
+    }.get(status, "Error")
+    head = [
+        f"HTTP/1.1 {status} {phrase}",
+        "content-type: text/plain; charset=utf-8",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *(f"{k}: {v}" for k, v in headers or []),
+    ]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
 
@@ -174,9 +195,17 @@ def _rest_read(conn: h11.Connection) -> bool:
     return True
 
 
-async def serve_connection(stream: trio.abc.Stream, app: App, *, scheme: str, max_head_bytes: int,
-                           read_timeout_s: float, on_error: Callable[[BaseException], None],
-                           server: tuple[str, int] | None = None, client: tuple[str, int] | None = None) -> None:
+async def serve_connection(
+    stream: trio.abc.Stream,
+    app: App,
+    *,
+    scheme: str,
+    max_head_bytes: int,
+    read_timeout_s: float,
+    on_error: Callable[[BaseException], None],
+    server: tuple[str, int] | None = None,
+    client: tuple[str, int] | None = None,
+) -> None:
     """Serve requests on ``stream`` until the client closes it, stays idle past ``read_timeout_s``, or a response
     cannot be followed by another (``Connection: close``, a body the app did not read, an app error)."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)

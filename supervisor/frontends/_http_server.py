@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import errno
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor._supervisor import Supervisor
 from supervisor.config import HttpFrontend, normalise_origin, parse_listen, public_url_for
-from supervisor.traces import TraceRecorder
 
-from ._http_auth import Authenticator
 from ._http_conn import App, serve_connection, simple_response
 from ._mcp_http import McpHttpApp
+
+if TYPE_CHECKING:
+    from supervisor._supervisor import Supervisor
+    from supervisor.traces import TraceRecorder
+
+    from ._http_auth import Authenticator
 
 __all__ = ["ConnectionGate", "serve_mcp_http"]
 
@@ -55,15 +58,17 @@ class ConnectionGate:
         self.open -= 1
 
     def reason(self) -> str:
-        return (f"this server holds {self.cap} open connections, its limit (frontends.http.max_connections); "
-                "retry shortly")
+        return (
+            f"this server holds {self.cap} open connections, its limit (frontends.http.max_connections); retry shortly"
+        )
 
     def _traced(self) -> None:
         self._unreported += 1
         now = trio.current_time()
         if now - self._reported_at >= 1.0:
-            self.trace.record("http_refused", status=503, path="", method="", tenant=None, why=self.reason(),
-                              refused=self._unreported)
+            self.trace.record(
+                "http_refused", status=503, path="", method="", tenant=None, why=self.reason(), refused=self._unreported
+            )
             self._unreported = 0
             self._reported_at = now
 
@@ -84,8 +89,14 @@ class ConnectionGate:
             await trio.aclose_forcefully(stream)
 
 
-async def _connection(stream: trio.SocketStream, app: App, gate: ConnectionGate, settings: HttpFrontend,
-                      ssl_context: ssl.SSLContext | None, trace: TraceRecorder) -> None:
+async def _connection(
+    stream: trio.SocketStream,
+    app: App,
+    gate: ConnectionGate,
+    settings: HttpFrontend,
+    ssl_context: ssl.SSLContext | None,
+    trace: TraceRecorder,
+) -> None:
     try:
         peer: Any = stream.socket.getpeername()
         here: Any = stream.socket.getsockname()
@@ -106,16 +117,30 @@ async def _connection(stream: trio.SocketStream, app: App, gate: ConnectionGate,
         def on_error(exc: BaseException) -> None:
             trace.record("internal_error", where="http", error=f"{type(exc).__name__}: {exc}"[:2000])
 
-        await serve_connection(served, app, scheme="https" if ssl_context else "http", max_head_bytes=MAX_HEAD_BYTES,
-                               read_timeout_s=settings.keepalive_s, on_error=on_error,
-                               server=tuple(here[:2]) if here else None, client=tuple(peer[:2]) if peer else None)
+        await serve_connection(
+            served,
+            app,
+            scheme="https" if ssl_context else "http",
+            max_head_bytes=MAX_HEAD_BYTES,
+            read_timeout_s=settings.keepalive_s,
+            on_error=on_error,
+            server=tuple(here[:2]) if here else None,
+            client=tuple(peer[:2]) if peer else None,
+        )
     finally:
         gate.release()
         await trio.aclose_forcefully(stream)
 
 
-async def _accept(listener: trio.SocketListener, nursery: trio.Nursery, app: App, gate: ConnectionGate,
-                  settings: HttpFrontend, ssl_context: ssl.SSLContext | None, trace: TraceRecorder) -> None:
+async def _accept(
+    listener: trio.SocketListener,
+    nursery: trio.Nursery,
+    app: App,
+    gate: ConnectionGate,
+    settings: HttpFrontend,
+    ssl_context: ssl.SSLContext | None,
+    trace: TraceRecorder,
+) -> None:
     while True:
         try:
             stream = await listener.accept()
@@ -143,8 +168,13 @@ def _ssl_context(settings: HttpFrontend) -> ssl.SSLContext | None:
     return context
 
 
-async def serve_mcp_http(sup: Supervisor, settings: HttpFrontend, auth: Authenticator, *,
-                         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_mcp_http(
+    sup: Supervisor,
+    settings: HttpFrontend,
+    auth: Authenticator,
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Serve MCP over HTTP until cancelled; ``task_status.started`` gets the address it listens at."""
     policy = sup.compiled.config.policy
     app = McpHttpApp(sup, settings, dict(policy.tenants), policy.oauth, auth)
@@ -158,7 +188,8 @@ async def serve_mcp_http(sup: Supervisor, settings: HttpFrontend, auth: Authenti
             nursery.start_soon(_accept, listener, nursery, app, gate, settings, ssl_context, sup.trace)
         if settings.public_url is None:
             bound = listeners[0].socket.getsockname()[1]  # the port the system chose for :0
-            app.base_url = public_url_for(f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}",
-                                          tls=ssl_context is not None, public_url=None)
+            app.base_url = public_url_for(
+                f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}", tls=ssl_context is not None, public_url=None
+            )
             app.origins.add(normalise_origin(app.base_url))
         task_status.started(app.base_url)

@@ -5,16 +5,18 @@ notifications to the session's GET stream (or nowhere, on the stateless revision
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor._supervisor import Supervisor
-
-from ._http_auth import Principal
-from ._http_tenants import TenantState
 from ._http_wire import HEADER_MISMATCH, UNSUPPORTED_VERSION, HttpRefused
 from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, McpSession
+
+if TYPE_CHECKING:
+    from supervisor._supervisor import Supervisor
+
+    from ._http_auth import Principal
+    from ._http_tenants import TenantState
 
 __all__ = ["META_LOG_LEVEL", "HttpSession", "SessionTable", "StatelessExchange", "check_stateless_envelope"]
 
@@ -34,8 +36,9 @@ class HttpSession:
         self.agent = agent
         self.version = version
         self.last_used = trio.current_time()
-        self.mcp = McpSession(sup, self.deliver, session_id=f"http-{secrets.token_hex(8)}", agent=agent,
-                              tenant=principal.tenant)
+        self.mcp = McpSession(
+            sup, self.deliver, session_id=f"http-{secrets.token_hex(8)}", agent=agent, tenant=principal.tenant
+        )
         self.pending: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
         self.progress: dict[Any, Any] = {}  # progress token -> request id
         self.stream: trio.MemorySendChannel[dict[str, Any]] | None = None
@@ -83,12 +86,16 @@ class SessionTable:
         """
         session_id = headers.get("mcp-session-id")
         if session_id is None:
-            raise HttpRefused(400, "this request needs the Mcp-Session-Id header the initialize response gave",
-                              rpc_code=INVALID_REQUEST)
+            raise HttpRefused(
+                400,
+                "this request needs the Mcp-Session-Id header the initialize response gave",
+                rpc_code=INVALID_REQUEST,
+            )
         session = self.by_id.get(session_id)
         if session is None or session.principal.tenant != principal.tenant or session.agent != agent:
-            raise HttpRefused(404, "no such session (it ended, or was never made); initialize a new one",
-                              rpc_code=INVALID_REQUEST)
+            raise HttpRefused(
+                404, "no such session (it ended, or was never made); initialize a new one", rpc_code=INVALID_REQUEST
+            )
         session.last_used = trio.current_time()
         return session
 
@@ -100,16 +107,22 @@ class SessionTable:
         """
         tenant = self.tenants[principal.tenant]
         if tenant.sessions >= tenant.limits.limits.sessions:
-            raise HttpRefused(429, f"tenant {principal.tenant!r} holds {tenant.sessions} sessions, its limit; end one "
-                                   "(DELETE) or wait for an idle one to end", headers=[("retry-after", "10")])
+            raise HttpRefused(
+                429,
+                f"tenant {principal.tenant!r} holds {tenant.sessions} sessions, its limit; end one "
+                "(DELETE) or wait for an idle one to end",
+                headers=[("retry-after", "10")],
+            )
         if len(self.by_id) >= self.max_sessions:
-            raise HttpRefused(503, "this server holds as many sessions as it may; try again later",
-                              headers=[("retry-after", "10")])
+            raise HttpRefused(
+                503, "this server holds as many sessions as it may; try again later", headers=[("retry-after", "10")]
+            )
         session = HttpSession(self.sup, principal, agent, version)
         self.by_id[session.id] = session
         tenant.sessions += 1
-        self.sup.trace.record("http_session_start", tenant=principal.tenant, agent=agent,
-                              session=session.mcp.session_id, protocol=version)
+        self.sup.trace.record(
+            "http_session_start", tenant=principal.tenant, agent=agent, session=session.mcp.session_id, protocol=version
+        )
         return session
 
     def end(self, session: HttpSession, why: str) -> None:
@@ -119,14 +132,18 @@ class SessionTable:
         self.tenants[session.principal.tenant].sessions -= 1
         session.scope.cancel()
         session.mcp.log.close()
-        self.sup.trace.record("http_session_end", tenant=session.principal.tenant, agent=session.agent,
-                              session=session.mcp.session_id, why=why)
+        self.sup.trace.record(
+            "http_session_end",
+            tenant=session.principal.tenant,
+            agent=session.agent,
+            session=session.mcp.session_id,
+            why=why,
+        )
 
     def end_idle(self, idle_s: float) -> None:
         """End every session unused for ``idle_s`` seconds that has no open stream and no request running."""
         horizon = trio.current_time() - idle_s
-        for session in [s for s in self.by_id.values()
-                        if s.last_used < horizon and s.stream is None and not s.pending]:
+        for session in [s for s in self.by_id.values() if s.last_used < horizon and s.stream is None and not s.pending]:
             self.end(session, "idle")
 
 
@@ -160,17 +177,28 @@ def check_stateless_envelope(message: dict[str, Any], headers: dict[str, str]) -
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
     if not isinstance(meta, dict) or _META_VERSION not in meta or _META_CAPABILITIES not in meta:
-        raise HttpRefused(400, f"params._meta must carry {_META_VERSION!r} and {_META_CAPABILITIES!r}",
-                       rpc_code=-32602, req_id=req_id)
+        raise HttpRefused(
+            400, f"params._meta must carry {_META_VERSION!r} and {_META_CAPABILITIES!r}", rpc_code=-32602, req_id=req_id
+        )
     method = message.get("method")
     if meta[_META_VERSION] != headers.get("mcp-protocol-version") or headers.get("mcp-method") != method:
-        raise HttpRefused(400, "the MCP-Protocol-Version and Mcp-Method headers must match the request body",
-                       rpc_code=HEADER_MISMATCH, req_id=req_id)
+        raise HttpRefused(
+            400,
+            "the MCP-Protocol-Version and Mcp-Method headers must match the request body",
+            rpc_code=HEADER_MISMATCH,
+            req_id=req_id,
+        )
     name_key = _NAME_PARAMS.get(method) if isinstance(method, str) else None
-    if name_key is not None and isinstance(params, dict) and params.get(name_key) is not None and \
-            headers.get("mcp-name") != params.get(name_key):
-        raise HttpRefused(400, f"the Mcp-Name header must match the request's {name_key!r}",
-                       rpc_code=HEADER_MISMATCH, req_id=req_id)
+    if (
+        name_key is not None
+        and isinstance(params, dict)
+        and params.get(name_key) is not None
+        and headers.get("mcp-name") != params.get(name_key)
+    ):
+        raise HttpRefused(
+            400, f"the Mcp-Name header must match the request's {name_key!r}", rpc_code=HEADER_MISMATCH, req_id=req_id
+        )
     if meta[_META_VERSION] not in MODERN_VERSIONS:
-        raise HttpRefused(400, f"protocol version {meta[_META_VERSION]!r} is not served",
-                       rpc_code=UNSUPPORTED_VERSION, req_id=req_id)
+        raise HttpRefused(
+            400, f"protocol version {meta[_META_VERSION]!r} is not served", rpc_code=UNSUPPORTED_VERSION, req_id=req_id
+        )

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ._http_answer import STREAM_QUEUE
-from ._http_sessions import HttpSession
-from ._http_tenants import TenantState
 from ._http_wire import HttpRefused, Receive, Send, cancel_on_disconnect, send_start, sse_event
+
+if TYPE_CHECKING:
+    from ._http_sessions import HttpSession
+    from ._http_tenants import TenantState
 
 __all__ = ["serve_event_stream"]
 
 
-async def serve_event_stream(session: HttpSession, tenant: TenantState, keepalive_s: float, receive: Receive,
-                             send: Send) -> None:
+async def serve_event_stream(
+    session: HttpSession, tenant: TenantState, keepalive_s: float, receive: Receive, send: Send
+) -> None:
     """Hold ``session``'s stream open until the client goes away or the session ends.
 
     A change made while no stream was open is announced when one opens (the session knows what it last listed).
@@ -26,8 +29,12 @@ async def serve_event_stream(session: HttpSession, tenant: TenantState, keepaliv
     if session.stream is not None:
         raise HttpRefused(409, "this session's event stream is already open")
     if tenant.streams >= tenant.limits.limits.sse_streams:
-        raise HttpRefused(429, f"tenant {session.principal.tenant!r} has {tenant.streams} event streams open, its "
-                               "limit (tenants.<name>.limits.sse_streams)", headers=[("retry-after", "10")])
+        raise HttpRefused(
+            429,
+            f"tenant {session.principal.tenant!r} has {tenant.streams} event streams open, its "
+            "limit (tenants.<name>.limits.sse_streams)",
+            headers=[("retry-after", "10")],
+        )
     stream_send, stream_receive = trio.open_memory_channel[dict[str, Any]](STREAM_QUEUE)
     session.stream = stream_send
     tenant.streams += 1

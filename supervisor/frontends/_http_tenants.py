@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
-from supervisor.config import Tenant
+if TYPE_CHECKING:
+    from supervisor.config import Tenant
 
 __all__ = ["TenantState"]
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-import trio
+from typing import TYPE_CHECKING, Any
 
 from ._mcp_session import INVALID_REQUEST, PARSE_ERROR, encode_message
+
+if TYPE_CHECKING:
+    import trio
 
 __all__ = [
     "HEADER_MISMATCH",
@@ -39,8 +40,15 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class HttpRefused(Exception):
     """An HTTP answer other than success, raised from deep in a request and written by the app."""
 
-    def __init__(self, status: int, message: str, *, headers: list[tuple[str, str]] | None = None,
-                 rpc_code: int | None = None, req_id: Any = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        headers: list[tuple[str, str]] | None = None,
+        rpc_code: int | None = None,
+        req_id: Any = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -84,23 +92,31 @@ async def cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> Non
 def rpc_status(reply: dict[str, Any]) -> int:
     """The HTTP status of a JSON-RPC answer: 200, except protocol errors the transport maps (as the spec's table)."""
     code = (reply.get("error") or {}).get("code") if isinstance(reply.get("error"), dict) else None
-    return {PARSE_ERROR: 400, INVALID_REQUEST: 400, -32602: 400, HEADER_MISMATCH: 400,
-            UNSUPPORTED_VERSION: 400, -32601: 404}.get(code, 200) if code is not None else 200
+    return (
+        {
+            PARSE_ERROR: 400,
+            INVALID_REQUEST: 400,
+            -32602: 400,
+            HEADER_MISMATCH: 400,
+            UNSUPPORTED_VERSION: 400,
+            -32601: 404,
+        }.get(code, 200)
+        if code is not None
+        else 200
+    )
 
 
 def sse_event(message: dict[str, Any]) -> bytes:
     return b"event: message\ndata: " + encode_message(message).rstrip(b"\n") + b"\n\n"
 
 
-async def send_start(send: Send, status: int, content_type: str,
-                      extra: list[tuple[str, str]] | None = None) -> None:
+async def send_start(send: Send, status: int, content_type: str, extra: list[tuple[str, str]] | None = None) -> None:
     headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
     headers += [(k.encode(), v.encode()) for k, v in extra or []]
     await send({"type": "http.response.start", "status": status, "headers": headers})
 
 
-async def send_json(send: Send, status: int, value: dict[str, Any],
-                     extra: list[tuple[str, str]] | None = None) -> None:
+async def send_json(send: Send, status: int, value: dict[str, Any], extra: list[tuple[str, str]] | None = None) -> None:
     body = encode_message(value)
     await send_start(send, status, "application/json", [*(extra or []), ("content-length", str(len(body)))])
     await send({"type": "http.response.body", "body": body, "more_body": False})

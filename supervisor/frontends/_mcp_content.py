@@ -16,12 +16,15 @@ Pure but for ``read_attachment``, which returns the stored bytes of an attachmen
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from toolboxes._media import class_of, is_textual
-from toolboxes._result import Attachment, ResourceLink, ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from toolboxes._result import Attachment, ResourceLink, ToolResult
 
 __all__ = ["attachment_block", "attachment_uri", "link_block", "result_to_mcp"]
 
@@ -78,6 +81,7 @@ def result_to_mcp(result: ToolResult, read_attachment: Callable[[Attachment], by
         content.append({"type": "text", "text": ""})
     out: dict[str, Any] = {"content": content, "isError": result.status != "passed"}
     if result.structured is not None:
-        out["structuredContent"] = result.structured if isinstance(result.structured, dict) else {
-            "result": result.structured}
+        out["structuredContent"] = (
+            result.structured if isinstance(result.structured, dict) else {"result": result.structured}
+        )
     return out

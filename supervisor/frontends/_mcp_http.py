@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor._supervisor import Supervisor
 from supervisor.config import HttpFrontend, OAuthResourceServer, Tenant, normalise_origin, public_url_for
 
 from ._http_answer import answer_request
@@ -60,6 +59,9 @@ from ._http_wire import (
 from ._mcp_logging import LEVELS
 from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_VERSIONS, McpSession
 
+if TYPE_CHECKING:
+    from supervisor._supervisor import Supervisor
+
 __all__ = ["McpHttpApp"]
 
 _PREFIX = "/agents/"
@@ -70,8 +72,14 @@ _METADATA = "/.well-known/oauth-protected-resource"
 class McpHttpApp:
     """The ASGI application; :meth:`run` must be running (it holds the sessions' tasks and ends idle ones)."""
 
-    def __init__(self, sup: Supervisor, settings: HttpFrontend, tenants: dict[str, Tenant],
-                 oauth: OAuthResourceServer | None, auth: Authenticator) -> None:
+    def __init__(
+        self,
+        sup: Supervisor,
+        settings: HttpFrontend,
+        tenants: dict[str, Tenant],
+        oauth: OAuthResourceServer | None,
+        auth: Authenticator,
+    ) -> None:
         self.sup = sup
         self.settings = settings
         self.oauth = oauth
@@ -102,8 +110,14 @@ class McpHttpApp:
         try:
             await self._route(scope, headers, receive, send)
         except HttpRefused as refused:
-            self.sup.trace.record("http_refused", status=refused.status, path=scope.get("path", ""),
-                                  method=scope.get("method", ""), tenant=refused.tenant, why=refused.message)
+            self.sup.trace.record(
+                "http_refused",
+                status=refused.status,
+                path=scope.get("path", ""),
+                method=scope.get("method", ""),
+                tenant=refused.tenant,
+                why=refused.message,
+            )
             await send_refusal(send, refused)
 
     async def _route(self, scope: Scope, headers: dict[str, str], receive: Receive, send: Send) -> None:
@@ -111,14 +125,17 @@ class McpHttpApp:
         method: str = scope["method"]
         origin = headers.get("origin")
         if origin is not None and not self._origin_ok(origin):
-            raise HttpRefused(403, f"Origin {origin!r} is not allowed; the policy's frontends.http.allowed_origins "
-                                "lists the browser origins this server answers")
+            raise HttpRefused(
+                403,
+                f"Origin {origin!r} is not allowed; the policy's frontends.http.allowed_origins "
+                "lists the browser origins this server answers",
+            )
         if path == _METADATA or path.startswith(_METADATA + "/"):
-            await self._metadata(path[len(_METADATA):] or None, method, send)
+            await self._metadata(path[len(_METADATA) :] or None, method, send)
             return
         if not (path.startswith(_PREFIX) and path.endswith(_SUFFIX)):
             raise HttpRefused(404, f"no MCP endpoint at {path}; endpoints are {_PREFIX}<agent-slug>{_SUFFIX}")
-        agent = path[len(_PREFIX):-len(_SUFFIX)]
+        agent = path[len(_PREFIX) : -len(_SUFFIX)]
         if "/" in agent or not agent:
             raise HttpRefused(404, f"no MCP endpoint at {path}")
         principal = self._authenticate(headers, agent, path)
@@ -128,8 +145,9 @@ class McpHttpApp:
             refused.tenant = principal.tenant
             raise
 
-    async def _serve(self, principal: Principal, agent: str, method: str, headers: dict[str, str],
-                     receive: Receive, send: Send) -> None:
+    async def _serve(
+        self, principal: Principal, agent: str, method: str, headers: dict[str, str], receive: Receive, send: Send
+    ) -> None:
         if agent not in self.sup.agent_slugs():
             raise HttpRefused(404, f"no agent {agent!r} is served here")
         if method == "POST":
@@ -140,8 +158,11 @@ class McpHttpApp:
             self.sessions.end(self.sessions.find(principal, agent, headers), "deleted by the client")
             await send_empty(send, 204)
         else:
-            raise HttpRefused(405, f"method {method} is not served; POST, GET and DELETE are",
-                           headers=[("allow", "POST, GET, DELETE")])
+            raise HttpRefused(
+                405,
+                f"method {method} is not served; POST, GET and DELETE are",
+                headers=[("allow", "POST, GET, DELETE")],
+            )
 
     def _origin_ok(self, origin: str) -> bool:
         try:
@@ -156,11 +177,15 @@ class McpHttpApp:
         return f"{self.base_url}{_METADATA}{path}"
 
     def _authenticate(self, headers: dict[str, str], agent: str, path: str) -> Principal:
-        checked = self.auth.authenticate(headers.get("authorization"), agent=agent,
-                                         resources=(self._resource(path), self.base_url))
+        checked = self.auth.authenticate(
+            headers.get("authorization"), agent=agent, resources=(self._resource(path), self.base_url)
+        )
         if isinstance(checked, AuthRefusal):
-            raise HttpRefused(checked.status, checked.description,
-                           headers=[("www-authenticate", checked.www_authenticate(self._metadata_url(path)))])
+            raise HttpRefused(
+                checked.status,
+                checked.description,
+                headers=[("www-authenticate", checked.www_authenticate(self._metadata_url(path)))],
+            )
         return checked
 
     async def _metadata(self, path: str | None, method: str, send: Send) -> None:
@@ -179,8 +204,9 @@ class McpHttpApp:
 
     # -- POST -------------------------------------------------------------------------------------------------------
 
-    async def _post(self, principal: Principal, agent: str, headers: dict[str, str], receive: Receive,
-                    send: Send) -> None:
+    async def _post(
+        self, principal: Principal, agent: str, headers: dict[str, str], receive: Receive, send: Send
+    ) -> None:
         if not headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
             raise HttpRefused(415, "the body must be one JSON-RPC message with Content-Type: application/json")
         body = await read_body(receive, self.settings.max_body_bytes)
@@ -191,24 +217,37 @@ class McpHttpApp:
         except ValueError as exc:
             raise HttpRefused(400, f"parse error: {str(exc)[:200]}", rpc_code=PARSE_ERROR) from None
         if not isinstance(message, dict):
-            raise HttpRefused(400, "expected one JSON-RPC object (batches are not part of this transport)",
-                           rpc_code=INVALID_REQUEST)
+            raise HttpRefused(
+                400, "expected one JSON-RPC object (batches are not part of this transport)", rpc_code=INVALID_REQUEST
+            )
         version = headers.get("mcp-protocol-version")
         if version in MODERN_VERSIONS:
             await self._post_modern(principal, agent, headers, message, receive, send)
             return
         if version is not None and version not in SUPPORTED_VERSIONS:
-            raise HttpRefused(400, f"MCP-Protocol-Version {version!r} is not served; this server speaks "
-                                f"{', '.join((*MODERN_VERSIONS, *SUPPORTED_VERSIONS))}",
-                           rpc_code=INVALID_REQUEST, req_id=message.get("id"))
+            raise HttpRefused(
+                400,
+                f"MCP-Protocol-Version {version!r} is not served; this server speaks "
+                f"{', '.join((*MODERN_VERSIONS, *SUPPORTED_VERSIONS))}",
+                rpc_code=INVALID_REQUEST,
+                req_id=message.get("id"),
+            )
         is_request = "method" in message and "id" in message
         if message.get("method") == "initialize" and is_request:
             params = message.get("params")
             asked = params.get("protocolVersion") if isinstance(params, dict) else None
-            session = self.sessions.new(principal, agent, asked if asked in SUPPORTED_VERSIONS
-                                        else SUPPORTED_VERSIONS[0])
-            await answer_request(session, session.mcp, self.tenants[principal.tenant], message, headers, send,
-                                 extra_headers=[("mcp-session-id", session.id)])
+            session = self.sessions.new(
+                principal, agent, asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
+            )
+            await answer_request(
+                session,
+                session.mcp,
+                self.tenants[principal.tenant],
+                message,
+                headers,
+                send,
+                extra_headers=[("mcp-session-id", session.id)],
+            )
             return
         session = self.sessions.find(principal, agent, headers)  # no header: 2025-03-26, which serves the same here
         if not is_request:
@@ -219,34 +258,48 @@ class McpHttpApp:
             return
         await answer_request(session, session.mcp, self.tenants[principal.tenant], message, headers, send)
 
-    async def _post_modern(self, principal: Principal, agent: str, headers: dict[str, str],
-                           message: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def _post_modern(
+        self,
+        principal: Principal,
+        agent: str,
+        headers: dict[str, str],
+        message: dict[str, Any],
+        receive: Receive,
+        send: Send,
+    ) -> None:
         """A self-contained request of the stateless revision: checked, answered, forgotten."""
         if "method" not in message or "id" not in message:
             await send_empty(send, 202)  # the stateless wire defines no client notification to act on
             return
         check_stateless_envelope(message, headers)
         exchange = StatelessExchange(principal)
-        mcp = McpSession(self.sup, exchange.deliver, session_id=f"http-{secrets.token_hex(8)}", modern=True,
-                         agent=agent, tenant=principal.tenant)
+        mcp = McpSession(
+            self.sup,
+            exchange.deliver,
+            session_id=f"http-{secrets.token_hex(8)}",
+            modern=True,
+            agent=agent,
+            tenant=principal.tenant,
+        )
         level = message["params"]["_meta"].get(META_LOG_LEVEL)  # the envelope was checked: params._meta is a dict
         if level in LEVELS:
             mcp.log.set_level(level, announce=False)
         # On this wire closing the response is how a client cancels.
         try:
-            await answer_request(exchange, mcp, self.tenants[principal.tenant], message, headers, send,
-                                 cancel_on=receive)
+            await answer_request(
+                exchange, mcp, self.tenants[principal.tenant], message, headers, send, cancel_on=receive
+            )
         finally:
             mcp.log.close()  # a logging/setLevel of this request's session must not outlive it
 
     # -- GET --------------------------------------------------------------------------------------------------------
 
-    async def _get(self, principal: Principal, agent: str, headers: dict[str, str], receive: Receive,
-                   send: Send) -> None:
+    async def _get(
+        self, principal: Principal, agent: str, headers: dict[str, str], receive: Receive, send: Send
+    ) -> None:
         if "text/event-stream" not in headers.get("accept", ""):
             raise HttpRefused(406, "GET opens the session's event stream: Accept: text/event-stream")
         if headers.get("mcp-protocol-version") in MODERN_VERSIONS:
             raise HttpRefused(405, "the stateless revision has no server stream", headers=[("allow", "POST")])
         session = self.sessions.find(principal, agent, headers)
-        await serve_event_stream(session, self.tenants[principal.tenant], self.settings.sse_keepalive_s, receive,
-                                 send)
+        await serve_event_stream(session, self.tenants[principal.tenant], self.settings.sse_keepalive_s, receive, send)

@@ -20,28 +20,47 @@ transport to send them (:meth:`SessionLog.pump`); past it they are dropped, neve
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor._supervisor import Supervisor
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from supervisor._supervisor import Supervisor
 
 __all__ = ["LEVELS", "QUEUE", "SessionLog", "log_entry"]
 
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 QUEUE = 64
 _LOGGER = "agents-supervise"
-_WORKER = {"worker_restart": "warning", "worker_start_failed": "error", "crash_loop": "error",
-           "crash_loop_recovered": "notice"}
+_WORKER = {
+    "worker_restart": "warning",
+    "worker_start_failed": "error",
+    "crash_loop": "error",
+    "crash_loop_recovered": "notice",
+}
 _LIMIT_REFUSALS = frozenset({"SessionLimit", "PortalDepthExceeded"})
 _TOLD = frozenset({"load_error", "limit_hit", "portal_refusal", *_WORKER})
-_KEEP = ("toolbox", "source", "message", "restarts", "reason", "deaths", "cooldown_s", "limit", "value", "tool",
-         "kind", "error")
+_KEEP = (
+    "toolbox",
+    "source",
+    "message",
+    "restarts",
+    "reason",
+    "deaths",
+    "cooldown_s",
+    "limit",
+    "value",
+    "tool",
+    "kind",
+    "error",
+)
 
 
-def log_entry(event: str, fields: dict[str, Any], *, toolboxes: frozenset[str] | None, own_session: bool,
-              own_call: bool) -> tuple[str, dict[str, Any]] | None:
+def log_entry(
+    event: str, fields: dict[str, Any], *, toolboxes: frozenset[str] | None, own_session: bool, own_call: bool
+) -> tuple[str, dict[str, Any]] | None:
     """The level and data a session is told for one trace record, or ``None``. Pure.
 
     ``toolboxes``: the session's agent's toolbox names (``None``: every toolbox); ``own_session``: the record names
@@ -51,7 +70,8 @@ def log_entry(event: str, fields: dict[str, Any], *, toolboxes: frozenset[str] |
         if toolboxes is None or fields.get("toolbox") in toolboxes:
             level = _WORKER.get(event, "error")
     elif (event == "limit_hit" and own_call) or (
-            event == "portal_refusal" and own_session and fields.get("kind") in _LIMIT_REFUSALS):
+        event == "portal_refusal" and own_session and fields.get("kind") in _LIMIT_REFUSALS
+    ):
         level = "warning"
     if level is None:
         return None
@@ -103,8 +123,11 @@ class SessionLog:
         """Queue a message of ``level`` when the client asked for that level or a lower one; never blocks."""
         if self.level is None or LEVELS.index(level) < LEVELS.index(self.level):
             return
-        message = {"jsonrpc": "2.0", "method": "notifications/message",
-                   "params": {"level": level, "logger": _LOGGER, "data": data}}
+        message = {
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": {"level": level, "logger": _LOGGER, "data": data},
+        }
         try:
             self._send.send_nowait(message)
         except (trio.WouldBlock, trio.ClosedResourceError):
@@ -120,8 +143,13 @@ class SessionLog:
             return
         if event not in _TOLD:
             return
-        entry = log_entry(event, fields, toolboxes=self._toolboxes(), own_session=self._own(fields),
-                          own_call=fields.get("call_id") in self._calls)
+        entry = log_entry(
+            event,
+            fields,
+            toolboxes=self._toolboxes(),
+            own_session=self._own(fields),
+            own_call=fields.get("call_id") in self._calls,
+        )
         if entry is not None:
             self.tell(*entry)
 

@@ -24,13 +24,11 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor._supervisor import Supervisor
 from supervisor.calls import CatalogError
 from supervisor.plan import kind_plan
 from supervisor.sessions import LOCAL_TENANT, ids_from_meta
@@ -38,6 +36,11 @@ from supervisor.sessions import LOCAL_TENANT, ids_from_meta
 from ._mcp_content import result_to_mcp
 from ._mcp_logging import LEVELS, SessionLog
 from ._progress_relay import ProgressRelay, progress_token
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from supervisor._supervisor import Supervisor
 
 __all__ = [
     "MODERN_VERSIONS",
@@ -61,9 +64,11 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
 #: MCP's error for a resource that does not exist (or cannot be read)
 RESOURCE_NOT_FOUND = -32002
 #: list method -> (the catalog kind, the capability that serves it)
-_CATALOG_LISTS = {"resources/list": ("resources", "resources"),
-                  "resources/templates/list": ("resource_templates", "resources"),
-                  "prompts/list": ("prompts", "prompts")}
+_CATALOG_LISTS = {
+    "resources/list": ("resources", "resources"),
+    "resources/templates/list": ("resource_templates", "resources"),
+    "prompts/list": ("prompts", "prompts"),
+}
 
 
 def encode_message(message: dict[str, Any]) -> bytes:
@@ -103,9 +108,16 @@ def valid_id(req_id: Any) -> bool:
 class McpSession:
     """The state and methods of one MCP session; ``send`` delivers each message it sends (replies, notifications)."""
 
-    def __init__(self, sup: Supervisor, send: Callable[[dict[str, Any]], Awaitable[None]], *,
-                 session_id: str | None = None, modern: bool = False, agent: str | None = None,
-                 tenant: str = LOCAL_TENANT) -> None:
+    def __init__(
+        self,
+        sup: Supervisor,
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+        *,
+        session_id: str | None = None,
+        modern: bool = False,
+        agent: str | None = None,
+        tenant: str = LOCAL_TENANT,
+    ) -> None:
         """``modern``: the stateless revision (``server/discover``, no ``initialize``, typed results).
         ``agent``: the session serves that agent's tools only, under that agent's names (``None``: every agent's,
         a name two agents have being the first's; the stdio frontend binds its session to an agent).
@@ -164,7 +176,8 @@ class McpSession:
         capabilities = self.capabilities()
         if "resources" in capabilities:
             out["notifications/resources/list_changed"] = repr(
-                [self.sup.list_catalog(k, self.agent) for k in ("resources", "resource_templates")])
+                [self.sup.list_catalog(k, self.agent) for k in ("resources", "resource_templates")]
+            )
         if "prompts" in capabilities:
             out["notifications/prompts/list_changed"] = repr(self.sup.list_catalog("prompts", self.agent))
         return out
@@ -188,8 +201,12 @@ class McpSession:
     def capabilities(self) -> dict[str, Any]:
         """What this session serves: tools always; resources when a toolbox of its agent can have any (skills,
         MCP servers), prompts when one can have prompts (MCP servers); each list announces its changes."""
-        catalogs = {c for r in self.sup.runners if self.agent is None or r.spec.agent == self.agent
-                    for c in kind_plan(r.spec.kind).catalogs}
+        catalogs = {
+            c
+            for r in self.sup.runners
+            if self.agent is None or r.spec.agent == self.agent
+            for c in kind_plan(r.spec.kind).catalogs
+        }
         out: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
         for catalog in sorted(catalogs):
             out[catalog] = {"listChanged": True}
@@ -215,8 +232,12 @@ class McpSession:
             return partial(self._error, req_id, INVALID_PARAMS, "params must be an object")
         if method == "tools/call":
             if req_id in self._calls:
-                return partial(self._error, req_id, INVALID_REQUEST,
-                               f"a call with id {json.dumps(req_id)} is already running; ids must be unique")
+                return partial(
+                    self._error,
+                    req_id,
+                    INVALID_REQUEST,
+                    f"a call with id {json.dumps(req_id)} is already running; ids must be unique",
+                )
             scope = trio.CancelScope()
             self._calls[req_id] = scope
             return partial(self._tools_call, req_id, params, scope)
@@ -225,8 +246,7 @@ class McpSession:
     def _notification(self, method: str, params: Any) -> None:
         if method == "notifications/initialized":
             self._initialized = True
-        elif method == "notifications/cancelled" and isinstance(params, dict) and valid_id(
-                params.get("requestId")):
+        elif method == "notifications/cancelled" and isinstance(params, dict) and valid_id(params.get("requestId")):
             scope = self._calls.get(params["requestId"])
             if scope is not None:
                 scope.cancel()
@@ -237,23 +257,34 @@ class McpSession:
             version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
             self.version = version
             self._initialized = True
-            await self._reply(req_id, {
-                "protocolVersion": version,
-                "capabilities": self.capabilities(),
-                "serverInfo": SERVER_INFO,
-                "instructions": _INSTRUCTIONS,
-            })
+            await self._reply(
+                req_id,
+                {
+                    "protocolVersion": version,
+                    "capabilities": self.capabilities(),
+                    "serverInfo": SERVER_INFO,
+                    "instructions": _INSTRUCTIONS,
+                },
+            )
         elif method == "server/discover" and self.modern:
-            await self._reply(req_id, {"supportedVersions": list(MODERN_VERSIONS),
-                                       "capabilities": self.capabilities(),
-                                       "serverInfo": SERVER_INFO, "instructions": _INSTRUCTIONS}, method)
+            await self._reply(
+                req_id,
+                {
+                    "supportedVersions": list(MODERN_VERSIONS),
+                    "capabilities": self.capabilities(),
+                    "serverInfo": SERVER_INFO,
+                    "instructions": _INSTRUCTIONS,
+                },
+                method,
+            )
         elif method == "ping":
             await self._reply(req_id, {})
         elif method == "logging/setLevel":
             level = params.get("level")
             if level not in LEVELS:
-                await self._error(req_id, INVALID_PARAMS, f"logging/setLevel needs a 'level', one of "
-                                                          f"{', '.join(LEVELS)}")
+                await self._error(
+                    req_id, INVALID_PARAMS, f"logging/setLevel needs a 'level', one of {', '.join(LEVELS)}"
+                )
                 return
             await self._reply(req_id, {})
             self.log.set_level(level)
@@ -278,22 +309,31 @@ class McpSession:
                 await self._error(req_id, INVALID_PARAMS, "resources/read needs a string 'uri'")
                 return
             try:
-                result = await self.sup.read_resource(uri, agent=self.agent, session_id=self.session_id,
-                                                      tenant=self.tenant)
+                result = await self.sup.read_resource(
+                    uri, agent=self.agent, session_id=self.session_id, tenant=self.tenant
+                )
             except CatalogError as exc:
                 await self._error(req_id, RESOURCE_NOT_FOUND, str(exc))
                 return
             await self._reply(req_id, result)
         elif method == "prompts/get" and "prompts" in self.capabilities():
             name, args = params.get("name"), params.get("arguments") or {}
-            if not isinstance(name, str) or not (isinstance(args, dict) and len(args) <= 64 and all(
-                    isinstance(v, str) and len(v) <= 65536 for v in args.values())):
-                await self._error(req_id, INVALID_PARAMS, "prompts/get needs a string 'name' and 'arguments' "
-                                                          "mapping at most 64 names to strings of up to 64 KiB")
+            if not isinstance(name, str) or not (
+                isinstance(args, dict)
+                and len(args) <= 64
+                and all(isinstance(v, str) and len(v) <= 65536 for v in args.values())
+            ):
+                await self._error(
+                    req_id,
+                    INVALID_PARAMS,
+                    "prompts/get needs a string 'name' and 'arguments' "
+                    "mapping at most 64 names to strings of up to 64 KiB",
+                )
                 return
             try:
-                result = await self.sup.get_prompt(name, args, agent=self.agent, session_id=self.session_id,
-                                                   tenant=self.tenant)
+                result = await self.sup.get_prompt(
+                    name, args, agent=self.agent, session_id=self.session_id, tenant=self.tenant
+                )
             except CatalogError as exc:
                 await self._error(req_id, INVALID_PARAMS, str(exc))
                 return
@@ -321,10 +361,15 @@ class McpSession:
                         if relay is not None:
                             nursery.start_soon(relay.run, self._send)
                         try:
-                            result = await self.sup.call(name, {} if args is None else args,
-                                                         session_id=self.session_id, agent_scope=self.agent,
-                                                         tenant=self.tenant,
-                                                         progress=relay.report if relay else None, **ids)
+                            result = await self.sup.call(
+                                name,
+                                {} if args is None else args,
+                                session_id=self.session_id,
+                                agent_scope=self.agent,
+                                tenant=self.tenant,
+                                progress=relay.report if relay else None,
+                                **ids,
+                            )
                         finally:
                             if relay is not None:
                                 relay.close()  # the nursery waits for the queued updates: none after the reply
@@ -332,8 +377,9 @@ class McpSession:
                     if self.version < "2025-06-18":  # structuredContent came with that revision
                         reply.pop("structuredContent", None)
                 except Exception as exc:  # a bug of ours ends this call, never the session
-                    self.sup.trace.record("internal_error", where="tools/call", tool=name,
-                                          error=f"{type(exc).__name__}: {exc}")
+                    self.sup.trace.record(
+                        "internal_error", where="tools/call", tool=name, error=f"{type(exc).__name__}: {exc}"
+                    )
                     await self._error(req_id, INTERNAL_ERROR, f"internal error while calling {name}; see the trace")
                     return
             if scope.cancelled_caught:
@@ -341,5 +387,3 @@ class McpSession:
             await self._reply(req_id, reply)
         finally:
             self._calls.pop(req_id, None)
-
-

@@ -10,15 +10,18 @@ reading stdin until one ends.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor._supervisor import Supervisor
 from supervisor.workers import send_whole
 
 from ._mcp_session import INVALID_REQUEST, McpSession, encode_message
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from supervisor._supervisor import Supervisor
 
 __all__ = ["McpStdioServer", "bound_agent", "serve_mcp_stdio"]
 
@@ -31,8 +34,9 @@ MAX_IN_FLIGHT = 256
 class McpStdioServer:
     """One MCP session over a pair of byte streams (newline-delimited JSON)."""
 
-    def __init__(self, sup: Supervisor, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *,
-                 agent: str | None = None) -> None:
+    def __init__(
+        self, sup: Supervisor, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, agent: str | None = None
+    ) -> None:
         """``agent``: the agent the session is bound to (its tools, under its names); ``None``: the policy's first
         agent. Raises ``ValueError`` for an agent the supervisor does not serve."""
         self.sup = sup
@@ -86,7 +90,8 @@ class McpStdioServer:
                     if len(buffer) > _MAX_LINE:
                         # Refused once, as soon as it is too long; never buffered beyond the limit.
                         await self.session.refuse(
-                            None, INVALID_REQUEST, f"message too large: a line may have at most {_MAX_LINE} bytes")()
+                            None, INVALID_REQUEST, f"message too large: a line may have at most {_MAX_LINE} bytes"
+                        )()
                         buffer.clear()
                         skipping = True
             self.session.log.close()

@@ -12,12 +12,14 @@ so no notification for a call follows its response.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from toolboxes._progress import ProgressUpdate
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 __all__ = ["QUEUE", "ProgressRelay", "progress_token"]
 

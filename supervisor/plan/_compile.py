@@ -16,13 +16,11 @@ import dataclasses
 import os
 import socket
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._bridge import BridgePorts, worker_network_env
 from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
-from sandbox._credentials import Credential
 from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, reown_tree
 from sandbox._hosts import AllowedHosts, HostError
 from sandbox._landlock import landlock_abi
@@ -37,8 +35,14 @@ from ._credential_grants import grant_credentials
 from ._credential_values import load_credentials
 from ._identities import WorkerIdentity, assign_identities
 from ._kinds import kind_plan
-from ._skill_sources import GitSource
 from ._tls_termination import ca_file_path, termination_env, write_ca_file
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sandbox._credentials import Credential
+
+    from ._skill_sources import GitSource
 
 __all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
 
@@ -79,8 +83,10 @@ class CompiledPolicy:
 
 
 def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str, str]:
-    message = (f"toolbox {tb.name} (agent {tb.agent_slug}) did not load ({source}): {type(exc).__name__}: {exc}"
-               [:2000] + ". It serves nothing; fix the cause and restart the supervisor.")
+    message = (
+        f"toolbox {tb.name} (agent {tb.agent_slug}) did not load ({source}): {type(exc).__name__}: {exc}"[:2000]
+        + ". It serves nothing; fix the cause and restart the supervisor."
+    )
     return {"toolbox": tb.name, "agent": tb.agent_slug, "source": source, "message": message}
 
 
@@ -119,8 +125,7 @@ def plan_worker(
     rules += [FsRule(workdir, WRITE), FsRule(tb_state, WRITE)]
     rules += [FsRule(p, READ) for p in tb.read_paths]
     kind = kind_plan(tb.kind)
-    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy.sessions.introspection,
-                         warnings)
+    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy.sessions.introspection, warnings)
     cfg = grants.cfg
     rules += grants.rules
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
@@ -132,29 +137,44 @@ def plan_worker(
         mode = WRITE if kind.writes_files(cfg) else READ
         comp = compile_predicate(tb.file_sandbox.predicate, mode)
         rules += list(comp.rules)
-        fs_report = {"mode": mode, "exact": comp.exact, "residual": comp.residual,
-                     "rules": [{"path": r.path, "mode": r.mode} for r in comp.rules], "lines": comp.describe(),
-                     "missing": list(comp.missing)}
+        fs_report = {
+            "mode": mode,
+            "exact": comp.exact,
+            "residual": comp.residual,
+            "rules": [{"path": r.path, "mode": r.mode} for r in comp.rules],
+            "lines": comp.describe(),
+            "missing": list(comp.missing),
+        }
         if comp.unbounded:
             if policy.strict:
                 raise PolicyRefused(
                     f"toolbox {tb.name} (agent {tb.agent_slug}): its FileSandbox reaches the whole filesystem "
                     "(AlwaysAllow, or a pattern/extension/size/Not without a directory around it); a strict policy "
-                    "refuses it. Intersect it with DirectoryRecursive of the trees the toolbox needs.")
-            warnings.append(f"{tb.name}: its FileSandbox reaches the whole filesystem; the kernel grants '/' "
-                            "read-only (never read-write) and the in-worker check does the rest")
-        warnings += [f"{tb.name}: FileSandbox path {p} does not exist; nothing is granted there until restart"
-                     for p in comp.missing]
+                    "refuses it. Intersect it with DirectoryRecursive of the trees the toolbox needs."
+                )
+            warnings.append(
+                f"{tb.name}: its FileSandbox reaches the whole filesystem; the kernel grants '/' "
+                "read-only (never read-write) and the in-worker check does the rest"
+            )
+        warnings += [
+            f"{tb.name}: FileSandbox path {p} does not exist; nothing is granted there until restart"
+            for p in comp.missing
+        ]
         if not comp.exact and kind.runs_code(cfg):
-            message = (f"toolbox {tb.name} (agent {tb.agent_slug}) runs arbitrary code but its FileSandbox cannot be "
-                       f"enforced exactly by the kernel ({comp.residual}); code it runs could reach more than the "
-                       "predicate allows")
+            message = (
+                f"toolbox {tb.name} (agent {tb.agent_slug}) runs arbitrary code but its FileSandbox cannot be "
+                f"enforced exactly by the kernel ({comp.residual}); code it runs could reach more than the "
+                "predicate allows"
+            )
             if policy.inexact_predicates == "refuse":
                 raise PolicyRefused(message + ". The policy says inexact_predicates: refuse.")
             warnings.append(message)
 
-    missing = [r.path for r in rules
-               if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir, *grants.made_at_start)]
+    missing = [
+        r.path
+        for r in rules
+        if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir, *grants.made_at_start)
+    ]
     if missing:
         warnings += [f"{tb.name}: {p} does not exist and is not granted" for p in sorted(set(missing))]
         rules = [r for r in rules if r.path not in missing]
@@ -186,9 +206,15 @@ def plan_worker(
     ports = BridgePorts()
     if hosts:
         env.update(worker_network_env(ports))
-    grant = grant_credentials(cfg, granted=overrides.credentials, credential_env=overrides.credential_env,
-                              loaded=credentials or {}, hosts=hosts if kind.worker_hosts else tuple(tb.allowed_hosts),
-                              toolbox=tb.name, agent=tb.agent_slug)  # a skills toolbox's: its git clones
+    grant = grant_credentials(
+        cfg,
+        granted=overrides.credentials,
+        credential_env=overrides.credential_env,
+        loaded=credentials or {},
+        hosts=hosts if kind.worker_hosts else tuple(tb.allowed_hosts),
+        toolbox=tb.name,
+        agent=tb.agent_slug,
+    )  # a skills toolbox's: its git clones
     env.update(grant.env or {})
     warnings += grant.warnings
     terminator = None
@@ -211,7 +237,8 @@ def plan_worker(
     if policy.strict and kernel_abi < policy.landlock_min_abi:
         raise PolicyRefused(
             f"this kernel's Landlock ABI is {kernel_abi or 'missing'}; the policy needs at least "
-            f"{policy.landlock_min_abi} (strict: true never runs a worker less confined than it says)")
+            f"{policy.landlock_min_abi} (strict: true never runs a worker less confined than it says)"
+        )
 
     cgroup: CgroupPlan | None = None
     cpus = limits.cpus
@@ -221,23 +248,32 @@ def plan_worker(
                 f"toolbox {tb.name} (agent {tb.agent_slug}): limits.cpus needs the cgroup cpu controller and this "
                 "host offers none to the supervisor (v1: no hierarchy with cpu mounted; v2: cpu not enabled in the "
                 "supervisor's cgroup); strict: true never runs a worker less confined than it says. Set limits.cpus "
-                "to null, or enable the controller.")
+                "to null, or enable the controller."
+            )
         warnings.append(f"{tb.name}: no cgroup cpu controller: limits.cpus is not enforced")
         cpus = None
     if limits.processes is not None or limits.memory_bytes is not None or cpus is not None:
         if cgroup_layout is not None:
-            cgroup = plan_cgroup(cgroup_layout, pids_max=limits.processes, memory_bytes=limits.memory_bytes,
-                                 required=policy.strict, cpus=cpus)
+            cgroup = plan_cgroup(
+                cgroup_layout,
+                pids_max=limits.processes,
+                memory_bytes=limits.memory_bytes,
+                required=policy.strict,
+                cpus=cpus,
+            )
         elif policy.strict:
             raise PolicyRefused(
                 f"toolbox {tb.name} (agent {tb.agent_slug}): its processes, memory and CPU limits need a cgroup of its "
                 f"own and none can be made here ({cgroup_problem}); strict: true never runs a worker less confined "
                 "than it says. Run the supervisor as root on a host with the pids and memory controllers, or set "
-                "limits.processes, limits.memory_bytes and limits.cpus to null.")
+                "limits.processes, limits.memory_bytes and limits.cpus to null."
+            )
         else:
-            warnings.append(f"{tb.name}: no cgroup ({cgroup_problem}): limits.memory_bytes and limits.cpus are not "
-                            "enforced and limits.processes is only RLIMIT_NPROC, shared by every process of the "
-                            "sandbox uid")
+            warnings.append(
+                f"{tb.name}: no cgroup ({cgroup_problem}): limits.memory_bytes and limits.cpus are not "
+                "enforced and limits.processes is only RLIMIT_NPROC, shared by every process of the "
+                "sandbox uid"
+            )
     nproc = limits.processes
     if cgroup is not None and cgroup.pids_max is not None:
         nproc = cgroup.pids_max * NPROC_BACKSTOP_FACTOR
@@ -248,8 +284,15 @@ def plan_worker(
         "name": tb.name,
         # base_dir: what relative paths in tool arguments are relative to (developer, lua): the agent file's
         # directory, the same base the agent file's own paths (FileSandbox ./src) were resolved against.
-        "config": {**cfg, "policy": {"limits": limits.model_dump(), "env": env, "allowed_hosts": list(hosts),
-                                     "base_dir": os.path.dirname(tb.agent_file)}},
+        "config": {
+            **cfg,
+            "policy": {
+                "limits": limits.model_dump(),
+                "env": env,
+                "allowed_hosts": list(hosts),
+                "base_dir": os.path.dirname(tb.agent_file),
+            },
+        },
         "workdir": workdir,
         "state_dir": tb_state,
         "limits": limits.model_dump(),
@@ -296,22 +339,34 @@ def plan_worker(
         "tls_termination": terminator is not None,
         "xattrs": overrides.xattrs,
         "file_sandbox": fs_report,
-        "network": (f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
-                    f"stub (127.0.0.1:{ports.dns}) for the allowed hosts") if hosts else
-                   "own namespace, loopback only, no egress",
+        "network": (
+            f"own namespace; egress only through the supervisor's proxy (127.0.0.1:{ports.proxy}) and DNS "
+            f"stub (127.0.0.1:{ports.dns}) for the allowed hosts"
+        )
+        if hosts
+        else "own namespace, loopback only, no egress",
         "landlock_min_abi": min_abi,
         "cgroup": cgroup.describe() if cgroup is not None else None,
         "limit_notes": explained_limits(
             pids_max=cgroup.pids_max if cgroup is not None else None,
             memory_bytes=cgroup.memory_bytes if cgroup is not None else None,
-            cpu_seconds=limits.cpu_seconds, file_size_bytes=limits.file_size_bytes),
+            cpu_seconds=limits.cpu_seconds,
+            file_size_bytes=limits.file_size_bytes,
+        ),
         "rlimit_nproc": nproc,
         "rlimit_as": address_space,
         "start": overrides.start,
     }
-    view = _plan_view(policy.private_view, policy.strict, tb, kind.own_hostname(cfg), rules, warnings,
-                      made_at_start=(workdir, tb_state, runtime_dir, *grants.made_at_start),
-                      system=(*policy.system_paths, *python_runtime_paths(), runtime_dir))
+    view = _plan_view(
+        policy.private_view,
+        policy.strict,
+        tb,
+        kind.own_hostname(cfg),
+        rules,
+        warnings,
+        made_at_start=(workdir, tb_state, runtime_dir, *grants.made_at_start),
+        system=(*policy.system_paths, *python_runtime_paths(), runtime_dir),
+    )
     if view is not None:
         plan = dataclasses.replace(plan, view=view[0])
     report["view"] = view[1] if view is not None else None
@@ -341,9 +396,17 @@ def plan_worker(
     )
 
 
-def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, own_hostname: bool, rules: list[FsRule],
-               warnings: list[str], *, made_at_start: tuple[str, ...],
-               system: tuple[str, ...] = ()) -> tuple[ViewSpec, list[str]] | None:
+def _plan_view(
+    enabled: bool,
+    strict: bool,
+    tb: ToolboxConfig,
+    own_hostname: bool,
+    rules: list[FsRule],
+    warnings: list[str],
+    *,
+    made_at_start: tuple[str, ...],
+    system: tuple[str, ...] = (),
+) -> tuple[ViewSpec, list[str]] | None:
     """The worker's private view (``policy.private_view``) and what ``check`` shows of it; ``None`` when off.
 
     The host name is the host's own only when ``own_hostname`` (the System toolbox's ``hostname`` capability). A rule on
@@ -363,8 +426,10 @@ def _plan_view(enabled: bool, strict: bool, tb: ToolboxConfig, own_hostname: boo
             return PathInfo("dir")
         return found
 
-    spec = ViewSpec(hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if own_hostname else NEUTRAL_HOSTNAME,
-                    system_paths=tuple(dict.fromkeys(system)))
+    spec = ViewSpec(
+        hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if own_hostname else NEUTRAL_HOSTNAME,
+        system_paths=tuple(dict.fromkeys(system)),
+    )
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
         lines = plan_view(rules, spec, files, probe, host_mount_points()).describe()
@@ -428,23 +493,32 @@ def _check_toolbox_keys(config: LoadedConfig) -> None:
     """
     problems = []
     keys = [(key, f"$.toolboxes.{key}") for key in config.policy.toolboxes]
-    keys += [(key, f"$.shared_groups[{i}].toolboxes") for i, g in enumerate(config.policy.shared_groups)
-             for key in g.toolboxes]
+    keys += [
+        (key, f"$.shared_groups[{i}].toolboxes")
+        for i, g in enumerate(config.policy.shared_groups)
+        for key in g.toolboxes
+    ]
     for key, where in keys:
         if "/" in key:
             continue
         owners = sorted({tb.agent_slug for tb in config.toolboxes() if tb.name == key})
         if len(owners) > 1:
-            problems.append(ConfigProblem(
-                config.policy_file, where,
-                f"the key {key!r} matches the toolboxes {key!r} of agents {', '.join(owners)}: whose settings are "
-                "these?", "one agent-qualified key per toolbox: " + ", ".join(f"{o}/{key}" for o in owners)))
+            problems.append(
+                ConfigProblem(
+                    config.policy_file,
+                    where,
+                    f"the key {key!r} matches the toolboxes {key!r} of agents {', '.join(owners)}: whose settings are "
+                    "these?",
+                    "one agent-qualified key per toolbox: " + ", ".join(f"{o}/{key}" for o in owners),
+                )
+            )
     if problems:
         raise ConfigError(problems)
 
 
-def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir: str | None = None,
-                   prepare: bool = True) -> CompiledPolicy:
+def compile_policy(
+    config: LoadedConfig, *, python: str | None = None, state_dir: str | None = None, prepare: bool = True
+) -> CompiledPolicy:
     """Compile ``config``; with ``prepare`` also stage code, create folders and record new identities in the state
     dir's table. Raises :class:`PolicyRefused`, or ``ConfigError`` (a bare toolbox key of two agents, an agent slug
     bound to another file)."""
@@ -474,22 +548,33 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
         write_ca_file(state_dir, supervisor_ca())  # before planning: the workers are granted the file
     ranged = root and policy.worker_uids is not None
     identities = assign_identities(
-        state_dir, {a.slug: a.file for a in config.agents},
+        state_dir,
+        {a.slug: a.file for a in config.agents},
         [f"{tb.agent_slug}/{tb.name}" for tb in config.toolboxes()],
         first=policy.worker_uids.first if ranged and policy.worker_uids else None,
-        count=policy.worker_uids.count if policy.worker_uids else 1, persist=prepare,
-        agent_prefix={a.slug: a.prefix for a in config.agents})
+        count=policy.worker_uids.count if policy.worker_uids else 1,
+        persist=prepare,
+        agent_prefix={a.slug: a.prefix for a in config.agents},
+    )
     for agent in config.agents:
         for tb in agent.toolboxes():
             if staging_error is not None:
                 load_errors.append(_load_error(tb, "staging the worker code", staging_error))
                 continue
             try:
-                spec = plan_worker(config, tb, python=python, runtime_dir=runtime_dir, state_dir=state_dir,
-                                   running_as_root=root, kernel_abi=abi, cgroup_layout=layout,
-                                   cgroup_problem=cgroup_problem,
-                                   identity=identities.get(f"{tb.agent_slug}/{tb.name}"),
-                                   credentials=credentials)
+                spec = plan_worker(
+                    config,
+                    tb,
+                    python=python,
+                    runtime_dir=runtime_dir,
+                    state_dir=state_dir,
+                    running_as_root=root,
+                    kernel_abi=abi,
+                    cgroup_layout=layout,
+                    cgroup_problem=cgroup_problem,
+                    identity=identities.get(f"{tb.agent_slug}/{tb.name}"),
+                    credentials=credentials,
+                )
             except PolicyRefused:
                 raise
             except Exception as exc:  # a bug or a surprise of this machine: this toolbox's load error only
@@ -497,8 +582,11 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 continue
             origins[(spec.agent, spec.toolbox)] = tb
             kind = kind_plan(tb.kind)
-            spec.warnings += kind.check_warnings(tb, spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
-                                                 spec.plan.gid if spec.plan.gid is not None else os.getegid())
+            spec.warnings += kind.check_warnings(
+                tb,
+                spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
+                spec.plan.gid if spec.plan.gid is not None else os.getegid(),
+            )
             specs.append(spec)
             warnings += spec.warnings
             git_sources += kind.git_sources(tb, state_dir)
@@ -509,7 +597,8 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 raise PolicyRefused(
                     f"the sandbox uid {uid} cannot read {path}, so no worker could start. Run the supervisor "
                     "with an interpreter every user can read, such as the venv scripts/setup makes "
-                    "(/opt/agents-supervise/venv/bin/agents-supervise).")
+                    "(/opt/agents-supervise/venv/bin/agents-supervise)."
+                )
     if prepare:
         anchor = open_anchor(state_dir)
         try:
@@ -517,8 +606,9 @@ def compile_policy(config: LoadedConfig, *, python: str | None = None, state_dir
                 try:
                     _prepare_worker_dirs(anchor, state_dir, spec)
                 except Exception as exc:  # unsafe or impossible: this toolbox's load error, the others start
-                    load_errors.append(_load_error(origins[(spec.agent, spec.toolbox)], "its work and state folders",
-                                                   exc))
+                    load_errors.append(
+                        _load_error(origins[(spec.agent, spec.toolbox)], "its work and state folders", exc)
+                    )
                     specs.remove(spec)
         finally:
             os.close(anchor)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._credentials import DEFAULT_PORTS, PLACEHOLDER_PREFIX, Credential
 from sandbox._hosts import AllowedHosts, HostError, normalize_host
 from supervisor._errors import PolicyRefused
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["CredentialGrant", "grant_credentials"]
 
@@ -59,17 +61,23 @@ def _unreachable(cred: Credential, rules: AllowedHosts | None) -> list[str]:
     return out
 
 
-def grant_credentials(cfg: Mapping[str, Any], *, granted: list[str], credential_env: Mapping[str, str],
-                      loaded: Mapping[str, Credential], hosts: tuple[str, ...], toolbox: str,
-                      agent: str) -> CredentialGrant:
+def grant_credentials(
+    cfg: Mapping[str, Any],
+    *,
+    granted: list[str],
+    credential_env: Mapping[str, str],
+    loaded: Mapping[str, Credential],
+    hosts: tuple[str, ...],
+    toolbox: str,
+    agent: str,
+) -> CredentialGrant:
     """The credentials of one toolbox from its worker config ``cfg``, the policy's ``granted`` names and
     ``credential_env``, given the ``loaded`` values and the toolbox's AllowedHosts ``hosts``.
 
     Raises:
         PolicyRefused: a granted name has no loaded value (the caller did not load the policy's credentials).
     """
-    wanted = list(dict.fromkeys([*(n for n in _referenced(cfg) if n in loaded), *granted,
-                                 *credential_env.values()]))
+    wanted = list(dict.fromkeys([*(n for n in _referenced(cfg) if n in loaded), *granted, *credential_env.values()]))
     if not wanted:
         return CredentialGrant()
     missing = [n for n in wanted if n not in loaded]
@@ -78,8 +86,9 @@ def grant_credentials(cfg: Mapping[str, Any], *, granted: list[str], credential_
     creds = tuple(loaded[n] for n in wanted)
     warnings: list[str] = []
     if not hosts:
-        warnings.append(f"{toolbox}: it is granted the credentials {', '.join(wanted)} but has no AllowedHosts: "
-                        "they are never sent")
+        warnings.append(
+            f"{toolbox}: it is granted the credentials {', '.join(wanted)} but has no AllowedHosts: they are never sent"
+        )
     else:
         try:
             rules: AllowedHosts | None = AllowedHosts.parse(hosts)
@@ -88,7 +97,9 @@ def grant_credentials(cfg: Mapping[str, Any], *, granted: list[str], credential_
         for cred in creds:
             unreachable = _unreachable(cred, rules)
             if unreachable:
-                warnings.append(f"{toolbox}: the credential {cred.name} is bound to {', '.join(unreachable)}, which "
-                                "its AllowedHosts do not allow on the bound ports: it is never sent there")
+                warnings.append(
+                    f"{toolbox}: the credential {cred.name} is bound to {', '.join(unreachable)}, which "
+                    "its AllowedHosts do not allow on the bound ports: it is never sent there"
+                )
     env = {var: loaded[name].placeholder for var, name in credential_env.items()}
     return CredentialGrant(creds, env, tuple(warnings))

@@ -64,8 +64,9 @@ def read_root_only_file(path: str, *, owner: int | None = None) -> bytes:
         if st.st_uid != owner:
             raise ValueError(f"it is owned by uid {st.st_uid}, not by {'root' if owner == 0 else f'uid {owner}'}")
         if st.st_mode & 0o077:
-            raise ValueError(f"its mode is {stat.S_IMODE(st.st_mode):04o}: group or others may access it "
-                             "(chmod 600 it)")
+            raise ValueError(
+                f"its mode is {stat.S_IMODE(st.st_mode):04o}: group or others may access it (chmod 600 it)"
+            )
         if st.st_size > MAX_FILE_BYTES:
             raise ValueError(f"it is larger than {MAX_FILE_BYTES} bytes")
         data = b""
@@ -98,15 +99,23 @@ def _read(name: str, source: CredentialSource, environ: Mapping[str, str], run: 
     assert source.command is not None
     shown = " ".join(source.command)[:200]
     try:
-        proc = run(source.command, stdin=subprocess.DEVNULL, capture_output=True, timeout=source.timeout_s,
-                   env=dict(environ), check=False)
+        proc = run(
+            source.command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=source.timeout_s,
+            env=dict(environ),
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise _Unreadable(f"the command {shown} did not finish within {source.timeout_s:g} s") from None
     except OSError as exc:
         raise _Unreadable(f"the command {shown} cannot be run: {exc.strerror or exc}") from None
     if proc.returncode != 0:
-        raise _Unreadable(f"the command {shown} failed with exit status {proc.returncode} (its output is not "
-                          "shown: it may hold the secret; run it yourself to see why)")
+        raise _Unreadable(
+            f"the command {shown} failed with exit status {proc.returncode} (its output is not "
+            "shown: it may hold the secret; run it yourself to see why)"
+        )
     return _text(proc.stdout[: MAX_FILE_BYTES + 1], f"the output of {shown}")
 
 
@@ -117,8 +126,9 @@ def _text(data: bytes, where: str) -> str:
         raise _Unreadable(f"{where} is not ASCII text") from None
 
 
-def load_credentials(specs: Mapping[str, CredentialPolicy], environ: Mapping[str, str] | None = None, *,
-                     run: Runner = subprocess.run) -> dict[str, Credential]:
+def load_credentials(
+    specs: Mapping[str, CredentialPolicy], environ: Mapping[str, str] | None = None, *, run: Runner = subprocess.run
+) -> dict[str, Credential]:
     """Read every credential's value now; the proxy's :class:`~sandbox._credentials.Credential` for each.
 
     Raises:
@@ -135,8 +145,7 @@ def load_credentials(specs: Mapping[str, CredentialPolicy], environ: Mapping[str
         problem = credential_value_problem(value)
         if problem:
             raise PolicyRefused(f"credentials.{name}: {problem} (from its source {_describe(spec.source)})")
-        out[name] = Credential(name, value, tuple(binding_of(b) for b in spec.bindings), spec.header_pair(),
-                               spec.query)
+        out[name] = Credential(name, value, tuple(binding_of(b) for b in spec.bindings), spec.header_pair(), spec.query)
     return out
 
 

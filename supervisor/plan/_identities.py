@@ -31,14 +31,16 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._dirfd import open_anchor
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError, ConfigProblem, display_path
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping
 
 __all__ = [
     "TABLE_FILE",
@@ -78,24 +80,29 @@ class IdentityTable:
     retired: set[int] = field(default_factory=set)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": _VERSION, "agents": {s: {"file": f} for s, f in sorted(self.agents.items())},
-                "workers": {k: {"uid": w.uid, "gid": w.gid} for k, w in sorted(self.workers.items())},
-                "retired": sorted(self.retired)}
+        return {
+            "version": _VERSION,
+            "agents": {s: {"file": f} for s, f in sorted(self.agents.items())},
+            "workers": {k: {"uid": w.uid, "gid": w.gid} for k, w in sorted(self.workers.items())},
+            "retired": sorted(self.retired),
+        }
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> IdentityTable:
         try:
             if data.get("version") != _VERSION:
                 raise ValueError(f"version {data.get('version')!r}, not {_VERSION}")
-            return cls(agents={str(s): str(v["file"]) for s, v in data["agents"].items()},
-                       workers={str(k): WorkerIdentity(int(v["uid"]), int(v["gid"]))
-                                for k, v in data["workers"].items()},
-                       retired={int(n) for n in data["retired"]})
+            return cls(
+                agents={str(s): str(v["file"]) for s, v in data["agents"].items()},
+                workers={str(k): WorkerIdentity(int(v["uid"]), int(v["gid"])) for k, v in data["workers"].items()},
+                retired={int(n) for n in data["retired"]},
+            )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PolicyRefused(
                 f"the identity table {where} is damaged ({exc}); nothing was started. Restore it from a backup: "
                 "removing it would give toolboxes new uids (their folders are handed over at the next start) and "
-                "let any agent file claim any slug again") from exc
+                "let any agent file claim any slug again"
+            ) from exc
 
     def numbers(self) -> set[int]:
         return {n for w in self.workers.values() for n in (w.uid, w.gid)} | self.retired
@@ -116,9 +123,16 @@ def _slot(key: str, count: int) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % count
 
 
-def plan_identities(table: IdentityTable, agents: Mapping[str, str], workers: Iterable[str], *,
-                    first: int | None, count: int, table_path: str = TABLE_FILE,
-                    agent_prefix: Mapping[str, str] | None = None) -> IdentityPlan:
+def plan_identities(
+    table: IdentityTable,
+    agents: Mapping[str, str],
+    workers: Iterable[str],
+    *,
+    first: int | None,
+    count: int,
+    table_path: str = TABLE_FILE,
+    agent_prefix: Mapping[str, str] | None = None,
+) -> IdentityPlan:
     """Bind each agent slug to its file (``agents``: slug -> canonical path) and give each ``slug/toolbox`` of
     ``workers`` an identity from ``first .. first + count - 1`` (``first`` ``None``: no uids, bindings only). Pure:
     returns a new table.
@@ -134,12 +148,17 @@ def plan_identities(table: IdentityTable, agents: Mapping[str, str], workers: It
             new.agents[slug] = file
         elif bound != file:
             prefix = (agent_prefix or {}).get(slug, "$")
-            conflicts.append(ConfigProblem(
-                file, f"{prefix}.slug",
-                f"agent slug {slug!r} belongs to {display_path(bound)} (identity table {display_path(table_path)}): "
-                "its uids, work folders and HOME are that file's, so this file cannot claim them",
-                f"another slug, or, if this file replaces that one, hand the slug over: agents-supervise "
-                f"rebind-agent {slug} {display_path(file)} --policy POLICY"))
+            conflicts.append(
+                ConfigProblem(
+                    file,
+                    f"{prefix}.slug",
+                    f"agent slug {slug!r} belongs to {display_path(bound)} "
+                    f"(identity table {display_path(table_path)}): "
+                    "its uids, work folders and HOME are that file's, so this file cannot claim them",
+                    f"another slug, or, if this file replaces that one, hand the slug over: agents-supervise "
+                    f"rebind-agent {slug} {display_path(file)} --policy POLICY",
+                )
+            )
     out: dict[str, WorkerIdentity] = {}
     if first is not None:
         last = first + count - 1
@@ -152,8 +171,10 @@ def plan_identities(table: IdentityTable, agents: Mapping[str, str], workers: It
             if have is not None:  # outside the range the policy names now: retired, never handed out again
                 new.retired |= {have.uid, have.gid}
             if len(taken) >= count:
-                raise TooManyWorkers(f"worker_uids {first}..{last} has no uid left for toolbox {key} (every uid "
-                                     "once given stays its toolbox's); make the range larger")
+                raise TooManyWorkers(
+                    f"worker_uids {first}..{last} has no uid left for toolbox {key} (every uid "
+                    "once given stays its toolbox's); make the range larger"
+                )
             slot = _slot(key, count)
             while first + slot in taken:
                 slot = (slot + 1) % count
@@ -192,8 +213,9 @@ def _read(anchor: int | None, state_dir: str) -> IdentityTable:
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyRefused(f"the identity table {where} is not JSON ({exc}); nothing was started. Restore it from "
-                            "a backup") from exc
+        raise PolicyRefused(
+            f"the identity table {where} is not JSON ({exc}); nothing was started. Restore it from a backup"
+        ) from exc
     return IdentityTable.from_json(data, where)
 
 
@@ -209,9 +231,16 @@ def _write(anchor: int, table: IdentityTable) -> None:
     os.fsync(anchor)
 
 
-def assign_identities(state_dir: str, agents: Mapping[str, str], workers: Iterable[str], *, first: int | None,
-                      count: int, persist: bool, agent_prefix: Mapping[str, str] | None = None
-                      ) -> dict[str, WorkerIdentity]:
+def assign_identities(
+    state_dir: str,
+    agents: Mapping[str, str],
+    workers: Iterable[str],
+    *,
+    first: int | None,
+    count: int,
+    persist: bool,
+    agent_prefix: Mapping[str, str] | None = None,
+) -> dict[str, WorkerIdentity]:
     """Bind ``agents`` and give ``workers`` their identities from the table in ``state_dir``; with ``persist``
     (a starting supervisor) under the lock and written back, without (``check``) only read, nothing created.
 
@@ -222,12 +251,26 @@ def assign_identities(state_dir: str, agents: Mapping[str, str], workers: Iterab
     """
     table_path = os.path.join(state_dir, TABLE_FILE)
     if not persist:
-        plan = plan_identities(_read(None, state_dir) if os.path.isdir(state_dir) else IdentityTable(), agents,
-                               workers, first=first, count=count, table_path=table_path, agent_prefix=agent_prefix)
+        plan = plan_identities(
+            _read(None, state_dir) if os.path.isdir(state_dir) else IdentityTable(),
+            agents,
+            workers,
+            first=first,
+            count=count,
+            table_path=table_path,
+            agent_prefix=agent_prefix,
+        )
     else:
         with _locked(state_dir) as anchor:
-            plan = plan_identities(_read(anchor, state_dir), agents, workers, first=first, count=count,
-                                   table_path=table_path, agent_prefix=agent_prefix)
+            plan = plan_identities(
+                _read(anchor, state_dir),
+                agents,
+                workers,
+                first=first,
+                count=count,
+                table_path=table_path,
+                agent_prefix=agent_prefix,
+            )
             if not plan.conflicts and plan.changed:
                 _write(anchor, plan.table)
     if plan.conflicts:

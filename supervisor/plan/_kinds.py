@@ -32,7 +32,8 @@ WASM_NO_NETWORK = (
     "dials each request's host directly with wasmtime's default hooks, never through the worker's egress proxy, "
     "so it is not linked. Components have no network. Remove AllowedHosts from this WasmToolbox; a tool that "
     "needs hosts belongs in a kind that reaches them through the proxy (FileSystemDirectory or SingleTool scripts, "
-    "LuaToolbox, OpenAPIServer).")
+    "LuaToolbox, OpenAPIServer)."
+)
 
 
 @dataclass
@@ -51,8 +52,9 @@ class KindGrants:
 GrantsHook = Callable[[ToolboxConfig, dict[str, Any], str, Any, list[str]], KindGrants]
 
 
-def _no_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any,
-               warnings: list[str]) -> KindGrants:
+def _no_grants(
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+) -> KindGrants:
     return KindGrants(cfg)
 
 
@@ -116,8 +118,9 @@ def _skills_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"skillSources": cfg.get("Sources", []), "autoEnableSkills": cfg.get("AutoEnable", [])}
 
 
-def _skills_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any,
-                   warnings: list[str]) -> KindGrants:
+def _skills_grants(
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+) -> KindGrants:
     """Git sources: read the clones, which exist once the supervisor made them."""
     cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
     targets = sorted({g.target for g in git})
@@ -125,18 +128,21 @@ def _skills_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, intro
 
 
 def _skills_git_sources(tb: ToolboxConfig, state_dir: str) -> list[GitSource]:
-    return plan_git_sources(_skills_config(tb.worker_config()), state_dir=state_dir, toolbox=tb.name,
-                            agent=tb.agent_slug)[1]
+    return plan_git_sources(
+        _skills_config(tb.worker_config()), state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug
+    )[1]
 
 
-def _spec_folder_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any,
-                        warnings: list[str]) -> KindGrants:
+def _spec_folder_grants(
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+) -> KindGrants:
     """A spec given by path: its folder too (relative ``$ref`` files)."""
     return KindGrants(cfg, [FsRule(os.path.dirname(p), READ) for p in tb.read_paths])
 
 
-def _system_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any,
-                   warnings: list[str]) -> KindGrants:
+def _system_grants(
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+) -> KindGrants:
     """Session introspection: an agent file only narrows what the policy allows."""
     too_wide = introspection_problem(cfg, introspection)
     if too_wide:
@@ -144,8 +150,9 @@ def _system_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, intro
     return KindGrants(cfg)
 
 
-def _sqlite_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any,
-                   warnings: list[str]) -> KindGrants:
+def _sqlite_grants(
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+) -> KindGrants:
     return KindGrants(cfg, sqlite_fs_rules(cfg.get("Versioning") or {}))
 
 
@@ -154,8 +161,9 @@ def _sqlite_warnings(tb: ToolboxConfig, uid: int, gid: int) -> list[str]:
     return sqlite_access_warnings(tb.name, tb.worker_config().get("Versioning") or {}, uid, gid)
 
 
-def _mcp_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any,
-                warnings: list[str]) -> KindGrants:
+def _mcp_grants(
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+) -> KindGrants:
     """What an MCP server needs besides the system paths: its executable (through its symlinks) and every argument
     that is an absolute path of something that exists (the script it runs, the folder it serves), read-only.
     ``/`` is never granted this way (a FileSandbox cannot be widened to everything through an argument)."""
@@ -174,8 +182,9 @@ def _mcp_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspe
     return KindGrants(cfg, out)
 
 
-def _wasm_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any,
-                 warnings: list[str]) -> KindGrants:
+def _wasm_grants(
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+) -> KindGrants:
     """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already).
     ``fsbMaxFileSize`` is held in the worker (its RLIMIT_FSIZE, ``toolboxes/wasm/_file_size.py``)."""
     out: list[FsRule] = []
@@ -192,18 +201,34 @@ def _wasm_grants(tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introsp
 #: One entry per toolbox kind (``toolboxes._kinds.KINDS``).
 KIND_PLANS: dict[str, KindPlan] = {
     "bash": KindPlan(worker_config=_bash_config, runs_code=_always),
-    "skills": KindPlan(worker_config=_skills_config, grants=_skills_grants, runs_code=_always, worker_hosts=False,
-                       git_sources=_skills_git_sources, session_skills=True, catalogs=frozenset({"resources"})),
+    "skills": KindPlan(
+        worker_config=_skills_config,
+        grants=_skills_grants,
+        runs_code=_always,
+        worker_hosts=False,
+        git_sources=_skills_git_sources,
+        session_skills=True,
+        catalogs=frozenset({"resources"}),
+    ),
     "mcp": KindPlan(grants=_mcp_grants, runs_code=_always, catalogs=frozenset({"resources", "prompts"})),
     "openapi": KindPlan(grants=_spec_folder_grants),
     "postgrest": KindPlan(grants=_spec_folder_grants),
     "sqlite": KindPlan(grants=_sqlite_grants, check_warnings=_sqlite_warnings),
-    "system": KindPlan(grants=_system_grants, writes_files=_executes_commands, runs_code=_executes_commands,
-                       own_hostname=lambda cfg: "hostname" in (cfg.get("Capabilities") or []), host_requests=True),
+    "system": KindPlan(
+        grants=_system_grants,
+        writes_files=_executes_commands,
+        runs_code=_executes_commands,
+        own_hostname=lambda cfg: "hostname" in (cfg.get("Capabilities") or []),
+        host_requests=True,
+    ),
     "developer": KindPlan(writes_files=_always),
     "lua": KindPlan(writes_files=_always, allowed_tools="AllowedTools"),
-    "wasm": KindPlan(grants=_wasm_grants, writes_files=_always, runs_code=_always,
-                     no_network="WASM components nothing in this build: " + WASM_NO_NETWORK),
+    "wasm": KindPlan(
+        grants=_wasm_grants,
+        writes_files=_always,
+        runs_code=_always,
+        no_network="WASM components nothing in this build: " + WASM_NO_NETWORK,
+    ),
 }
 
 

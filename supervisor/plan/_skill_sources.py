@@ -32,18 +32,21 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from sandbox._credentials import Credential
 from sandbox._dirfd import open_anchor, open_dir, seal_tree
 from sandbox._hosts import HostError, normalize_host
 from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import python_runtime_paths
 from sandbox._tls_ca import SupervisorCA, supervisor_ca
 from supervisor.workers import ConfinedOutcome, run_confined
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sandbox._credentials import Credential
 
 __all__ = [
     "CLONE_TIMEOUT_S",
@@ -93,8 +96,9 @@ def clone_target(state_dir: str, url: str) -> str:
     return os.path.join(state_dir, CLONES_DIR, hashlib.sha256(url.encode()).hexdigest()[:16])
 
 
-def plan_git_sources(cfg: dict[str, Any], *, state_dir: str, toolbox: str, agent: str
-                     ) -> tuple[dict[str, Any], list[GitSource]]:
+def plan_git_sources(
+    cfg: dict[str, Any], *, state_dir: str, toolbox: str, agent: str
+) -> tuple[dict[str, Any], list[GitSource]]:
     """Rewrite the ``SkillGitRepo`` entries of a skills worker config into ``SkillDirectory`` ones (pure).
 
     ``cfg`` is the worker config of a skills toolbox (``{"skillSources": [...], ...}``). Returns the new config
@@ -119,17 +123,24 @@ def drop_git_sources(payload: dict[str, Any], failed: list[GitSource]) -> dict[s
     """The skills worker payload without the sources whose clone failed (pure)."""
     gone = {g.skill_dir for g in failed}
     config = dict(payload.get("config") or {})
-    config["skillSources"] = [s for s in config.get("skillSources") or []
-                              if not (isinstance(s, dict) and s.get("tag") == "SkillDirectory"
-                                      and s.get("contents") in gone)]
+    config["skillSources"] = [
+        s
+        for s in config.get("skillSources") or []
+        if not (isinstance(s, dict) and s.get("tag") == "SkillDirectory" and s.get("contents") in gone)
+    ]
     return {**payload, "config": config}
 
 
 def _git_env(path_var: str, scheme: str, global_config: str) -> dict[str, str]:
     return {
-        "PATH": path_var, "LANG": "C.UTF-8", "HOME": "/nonexistent",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": global_config, "GIT_TERMINAL_PROMPT": "0",
-        "GIT_ALLOW_PROTOCOL": scheme, "GIT_NO_REPLACE_OBJECTS": "1",
+        "PATH": path_var,
+        "LANG": "C.UTF-8",
+        "HOME": "/nonexistent",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": global_config,
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ALLOW_PROTOCOL": scheme,
+        "GIT_NO_REPLACE_OBJECTS": "1",
     }
 
 
@@ -167,12 +178,16 @@ def _clone_credentials(url: str, credentials: Sequence[Credential]) -> tuple[Cre
         host, port = normalize_host(parts.hostname), parts.port or 443
     except (HostError, ValueError):
         return ()
-    return tuple(c for c in credentials
-                 if any(b.matches("https", host, port, p) for b in c.bindings for p in (b.path_prefixes or ("/",))))
+    return tuple(
+        c
+        for c in credentials
+        if any(b.matches("https", host, port, p) for b in c.bindings for p in (b.path_prefixes or ("/",)))
+    )
 
 
-def _prepare(git: GitSource, policy: Any, uid: int | None, gid: int | None,
-             credentials: Sequence[Credential] = ()) -> _Clone | str:
+def _prepare(
+    git: GitSource, policy: Any, uid: int | None, gid: int | None, credentials: Sequence[Credential] = ()
+) -> _Clone | str:
     """Make the temporary folder and decide the clone's rules; a string is a refusal."""
     parts = urlsplit(git.url)
     repo_path: str | None = None
@@ -299,13 +314,25 @@ async def fetch_git_source(
     try:
         outcome = await run_confined(
             ["git", "clone", "--quiet", "--depth", "1", "--no-tags", "--", git.url, clone.tmp],
-            toolbox=f"{git.toolbox} (git clone)", workdir=clone.tmp, fs_rules=clone.rules, env=clone.env,
-            timeout_s=timeout_s, uid=uid, gid=gid,
-            min_landlock_abi=policy.landlock_min_abi if policy.strict else 0, rlimits=rlimits,
-            allowed_hosts=clone.hosts, private_networks=tuple(str(n) for n in policy.network.allow_private_ranges),
-            cname_targets=cname_targets, on_egress=on_egress, credentials=clone.credentials,
-            terminator=clone.terminator, launcher=launcher, view=policy.private_view,
-            system_paths=(*policy.system_paths, *python_runtime_paths()))
+            toolbox=f"{git.toolbox} (git clone)",
+            workdir=clone.tmp,
+            fs_rules=clone.rules,
+            env=clone.env,
+            timeout_s=timeout_s,
+            uid=uid,
+            gid=gid,
+            min_landlock_abi=policy.landlock_min_abi if policy.strict else 0,
+            rlimits=rlimits,
+            allowed_hosts=clone.hosts,
+            private_networks=tuple(str(n) for n in policy.network.allow_private_ranges),
+            cname_targets=cname_targets,
+            on_egress=on_egress,
+            credentials=clone.credentials,
+            terminator=clone.terminator,
+            launcher=launcher,
+            view=policy.private_view,
+            system_paths=(*policy.system_paths, *python_runtime_paths()),
+        )
     except BaseException:
         _cleanup(clone)
         raise
@@ -332,23 +359,37 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
     for git in compiled.git_sources:
         spec = specs[(git.agent, git.toolbox)]
         if git.target not in done:
+
             def on_egress(decision: dict[str, Any], toolbox: str = git.toolbox, agent: str = git.agent) -> None:
                 # the decision names the clone's toolbox too ("x (git clone)"): the skills toolbox's name wins
                 trace.record("egress", **{**decision, "toolbox": toolbox, "agent": agent, "purpose": "git clone"})
 
             try:
                 error, cloned = await fetch_git_source(
-                    git, policy=compiled.config.policy, launcher=list(spec.argv), rlimits=spec.plan.rlimits,
-                    uid=spec.plan.uid, gid=spec.plan.gid, on_egress=on_egress, cname_targets=spec.cname_targets,
-                    credentials=spec.credentials)
+                    git,
+                    policy=compiled.config.policy,
+                    launcher=list(spec.argv),
+                    rlimits=spec.plan.rlimits,
+                    uid=spec.plan.uid,
+                    gid=spec.plan.gid,
+                    on_egress=on_egress,
+                    cname_targets=spec.cname_targets,
+                    credentials=spec.credentials,
+                )
             except OSError as exc:
                 error, cloned = f"git source {git.url}: cannot write its clone: {exc}", False
             except Exception as exc:  # a bug on the clone path: this source's load error, never the supervisor's end
                 error, cloned = f"git source {git.url}: the clone failed: {type(exc).__name__}: {exc}"[:2000], False
             done[git.target] = error
             if error is None:
-                trace.record("skill_source", toolbox=git.toolbox, agent=git.agent, url=git.url, folder=git.target,
-                             action="cloned" if cloned else "kept")
+                trace.record(
+                    "skill_source",
+                    toolbox=git.toolbox,
+                    agent=git.agent,
+                    url=git.url,
+                    folder=git.target,
+                    action="cloned" if cloned else "kept",
+                )
         error = done[git.target] or _check_subdir(git)
         if error is not None:
             failed.setdefault((git.agent, git.toolbox), []).append(git)
@@ -358,6 +399,9 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
         spec = specs[key]
         kept_targets = {g.target for g in compiled.git_sources if (g.agent, g.toolbox) == key and g not in gone}
         drop = {g.target for g in gone} - kept_targets
-        spec.plan = replace(spec.plan, payload=drop_git_sources(spec.plan.payload, gone),
-                            fs_rules=tuple(r for r in spec.plan.fs_rules if r.path not in drop))
+        spec.plan = replace(
+            spec.plan,
+            payload=drop_git_sources(spec.plan.payload, gone),
+            fs_rules=tuple(r for r in spec.plan.fs_rules if r.path not in drop),
+        )
     return errors

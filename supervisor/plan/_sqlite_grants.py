@@ -38,11 +38,13 @@ what holds if the worker is subverted.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import uid_write_problem
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["sqlite_access_warnings", "sqlite_fs_rules"]
 
@@ -60,9 +62,7 @@ def _abs(value: Any, what: str) -> str:
     return os.path.normpath(value)
 
 
-def sqlite_fs_rules(
-    versioning: dict[str, Any], exists: Callable[[str], bool] = os.path.exists
-) -> list[FsRule]:
+def sqlite_fs_rules(versioning: dict[str, Any], exists: Callable[[str], bool] = os.path.exists) -> list[FsRule]:
     """The Landlock rules a SQLite worker needs for its database (see the module docstring for why).
 
     Args:
@@ -119,8 +119,10 @@ def sqlite_access_warnings(toolbox: str, versioning: dict[str, Any], uid: int, g
         problem = uid_write_problem(path, uid, gid)
         if problem is not None:
             folder = os.path.dirname(os.path.realpath(path))
-            out.append(f"{toolbox}: the read-write database {path} cannot be written by the worker (uid {uid}): "
-                       f"{problem}, so every write would answer 'this database is read-only'. Fix: "
-                       f"chown {uid}:{gid} {folder} {path} (or give group {gid} write access with chmod g+rw), "
-                       "or declare it SqliteReadOnly")
+            out.append(
+                f"{toolbox}: the read-write database {path} cannot be written by the worker (uid {uid}): "
+                f"{problem}, so every write would answer 'this database is read-only'. Fix: "
+                f"chown {uid}:{gid} {folder} {path} (or give group {gid} write access with chmod g+rw), "
+                "or declare it SqliteReadOnly"
+            )
     return out

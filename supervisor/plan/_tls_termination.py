@@ -12,9 +12,12 @@ connection of that worker goes through its proxy, which verifies the real upstre
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from sandbox._dirfd import ensure_dir, open_anchor
-from sandbox._tls_ca import SupervisorCA
+
+if TYPE_CHECKING:
+    from sandbox._tls_ca import SupervisorCA
 
 __all__ = ["CA_ENV_VARS", "ca_file_path", "termination_env", "write_ca_file"]
 
@@ -41,8 +44,7 @@ def write_ca_file(state_dir: str, ca: SupervisorCA) -> str:
         try:
             name = os.path.basename(path)
             tmp = f".{name}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                         dir_fd=tls)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=tls)
             try:
                 os.fchmod(fd, 0o644)
                 os.write(fd, ca.cert_pem)

@@ -8,8 +8,10 @@ entries, the oldest forgotten first.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
 
 __all__ = ["MAX_REMEMBERED_SESSIONS", "remember"]
 

@@ -23,16 +23,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LOCAL_TENANT", "MAX_ID_CHARS", "META_KEYS", "Owner", "client_id", "ids_from_meta", "new_id",
-           "root_session_id"]
+__all__ = [
+    "LOCAL_TENANT",
+    "MAX_ID_CHARS",
+    "META_KEYS",
+    "Owner",
+    "client_id",
+    "ids_from_meta",
+    "new_id",
+    "root_session_id",
+]
 
 #: The tenant of every session until tenants exist: the operator who runs this supervisor.
 LOCAL_TENANT = "local"
 #: The longest session name, conversation id or turn id a client may send.
 MAX_ID_CHARS = 200
 #: ``_meta`` keys of an MCP ``tools/call`` request read as the call's conversation and turn ids.
-META_KEYS = {"conversation_id": ("conversationId", "agents-supervise/conversationId"),
-             "turn_id": ("turnId", "agents-supervise/turnId")}
+META_KEYS = {
+    "conversation_id": ("conversationId", "agents-supervise/conversationId"),
+    "turn_id": ("turnId", "agents-supervise/turnId"),
+}
 
 
 @dataclass(frozen=True)

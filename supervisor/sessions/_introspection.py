@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from supervisor.config import Introspection
 
 from ._ids import Owner
 from ._store import SessionRow, SessionStore, scope_members
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["SESSION_OPS", "answer_host_request", "introspection_problem", "visible_sessions"]
 
@@ -51,12 +53,16 @@ def introspection_problem(config: Mapping[str, Any], caps: Introspection) -> str
     scope = str(config.get("SessionIntrospectionScope") or "subtree")
     if scope not in caps.scopes:
         allowed = ", ".join(caps.scopes) or "none"
-        return (f"SessionIntrospectionScope {scope!r} is not among the scopes the policy allows "
-                f"(sessions.introspection.scopes: {allowed}); set one of those in the agent file, or widen the policy")
+        return (
+            f"SessionIntrospectionScope {scope!r} is not among the scopes the policy allows "
+            f"(sessions.introspection.scopes: {allowed}); set one of those in the agent file, or widen the policy"
+        )
     if config.get("SessionIntrospectionIncludeToolOutputs") and not caps.tool_outputs:
-        return ("SessionIntrospectionIncludeToolOutputs is true but the policy forbids reading tool outputs "
-                "(sessions.introspection.tool_outputs: false); set it to false in the agent file, or allow it in the "
-                "policy")
+        return (
+            "SessionIntrospectionIncludeToolOutputs is true but the policy forbids reading tool outputs "
+            "(sessions.introspection.tool_outputs: false); set it to false in the agent file, or allow it in the "
+            "policy"
+        )
     return None
 
 
@@ -64,8 +70,11 @@ def visible_sessions(owners: Mapping[str, Owner], current: str, caps: Introspect
     """The sessions a call of session ``current`` may ever see, whatever the scope (pure): its tenant's, and of
     those its own agent's unless ``caps.other_agents``."""
     me = owners.get(current, Owner(""))
-    return {sid for sid, owner in owners.items()
-            if owner.tenant == me.tenant and (caps.other_agents or owner.agent == me.agent)}
+    return {
+        sid
+        for sid, owner in owners.items()
+        if owner.tenant == me.tenant and (caps.other_agents or owner.agent == me.agent)
+    }
 
 
 class _Refused(Exception):
@@ -126,17 +135,27 @@ def _search(store: SessionStore, rows: list[SessionRow], query: str, tool_output
                 if hit:
                     break
         if hit is not None:
-            results.append({"sessionId": row.id, "conversationId": row.conversation_id, "turnCount": row.turn_count,
-                            "preview": hit[0], "matchType": hit[1]})
+            results.append(
+                {
+                    "sessionId": row.id,
+                    "conversationId": row.conversation_id,
+                    "turnCount": row.turn_count,
+                    "preview": hit[0],
+                    "matchType": hit[1],
+                }
+            )
     return results
 
 
-def _answer(store: SessionStore, config: Mapping[str, Any], caps: Introspection, current: str, op: str,
-            args: Mapping[str, Any]) -> Any:
+def _answer(
+    store: SessionStore, config: Mapping[str, Any], caps: Introspection, current: str, op: str, args: Mapping[str, Any]
+) -> Any:
     scope = str(config.get("SessionIntrospectionScope") or "subtree")
     if scope not in caps.scopes:
-        raise _Refused(f"SessionAccessDeniedError: the policy does not allow the scope {scope!r} "
-                       f"(sessions.introspection.scopes: {', '.join(caps.scopes) or 'none'})")
+        raise _Refused(
+            f"SessionAccessDeniedError: the policy does not allow the scope {scope!r} "
+            f"(sessions.introspection.scopes: {', '.join(caps.scopes) or 'none'})"
+        )
     max_results = int(config.get("SessionIntrospectionMaxResults") or 50)
     tool_outputs = bool(config.get("SessionIntrospectionIncludeToolOutputs", False)) and caps.tool_outputs
     parents = store.parents()
@@ -146,13 +165,26 @@ def _answer(store: SessionStore, config: Mapping[str, Any], caps: Introspection,
     ancestors = scope_members("parents-only", current, parents)
     descendants = scope_members("children-only", current, parents)
     if op == "list-sessions":
-        return {"sessions": [{"sessionId": r.id, "conversationId": r.conversation_id,
-                              "modificationTime": _iso(r.modified), "turnCount": r.turn_count,
-                              "isParent": r.id in ancestors, "isChild": r.id in descendants,
-                              "isLocked": r.status == "running", "status": r.status, "agent": r.agent,
-                              **({"name": r.name} if r.name else {})}
-                             for r in rows[:max_results]],
-                "totalAccessible": len(rows), "scope": scope, "truncated": len(rows) > max_results}
+        return {
+            "sessions": [
+                {
+                    "sessionId": r.id,
+                    "conversationId": r.conversation_id,
+                    "modificationTime": _iso(r.modified),
+                    "turnCount": r.turn_count,
+                    "isParent": r.id in ancestors,
+                    "isChild": r.id in descendants,
+                    "isLocked": r.status == "running",
+                    "status": r.status,
+                    "agent": r.agent,
+                    **({"name": r.name} if r.name else {}),
+                }
+                for r in rows[:max_results]
+            ],
+            "totalAccessible": len(rows),
+            "scope": scope,
+            "truncated": len(rows) > max_results,
+        }
     if op == "search-sessions":
         query = args.get("query")
         if not isinstance(query, str) or not query.strip():
@@ -167,25 +199,41 @@ def _answer(store: SessionStore, config: Mapping[str, Any], caps: Introspection,
             # Another agent's or tenant's session is reported as absent: its existence is not the caller's business.
             raise _Refused(f"SessionNotFoundError: no session {target!r}")
         if target not in members:
-            raise _Refused(f"SessionAccessDeniedError: session {target!r} is outside this toolbox's scope "
-                           f"({scope})")
+            raise _Refused(f"SessionAccessDeniedError: session {target!r} is outside this toolbox's scope ({scope})")
         take_n = args.get("take_n")
         take = max_results if not isinstance(take_n, int) or take_n < 1 else min(take_n, max_results)
         show_outputs = tool_outputs and args.get("include_tool_responses", True) is not False
         row = store.rows({target})[0]
         total, lines = _render_turns(store, row, take, show_outputs)
-        return {"sessionId": row.id, "conversationId": row.conversation_id, "totalTurns": total,
-                "returnedTurns": len(lines), "content": "\n".join(lines), "format": "condensed-text",
-                "scope": scope, "access": "granted"}
+        return {
+            "sessionId": row.id,
+            "conversationId": row.conversation_id,
+            "totalTurns": total,
+            "returnedTurns": len(lines),
+            "content": "\n".join(lines),
+            "format": "condensed-text",
+            "scope": scope,
+            "access": "granted",
+        }
     if op == "get-session-stats":
-        return {"totalSessions": len(rows), "totalTurnsAcrossAllSessions": sum(r.turn_count for r in rows),
-                "totalToolCalls": store.count_calls(members), "scope": scope,
-                "note": "counts cover the sessions this toolbox's scope lets it see"}
+        return {
+            "totalSessions": len(rows),
+            "totalTurnsAcrossAllSessions": sum(r.turn_count for r in rows),
+            "totalToolCalls": store.count_calls(members),
+            "scope": scope,
+            "note": "counts cover the sessions this toolbox's scope lets it see",
+        }
     raise _Refused(f"unknown session operation {op!r}; expected one of {', '.join(SESSION_OPS)}")
 
 
-def answer_host_request(store: SessionStore | None, config: Mapping[str, Any], session_id: str, op: Any,
-                        args: Any, caps: Introspection | None = None) -> dict[str, Any]:
+def answer_host_request(
+    store: SessionStore | None,
+    config: Mapping[str, Any],
+    session_id: str,
+    op: Any,
+    args: Any,
+    caps: Introspection | None = None,
+) -> dict[str, Any]:
     """Answer a System toolbox's session ``host`` request as the reply frame's body (``result`` or ``error``).
 
     Args:

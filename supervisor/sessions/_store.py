@@ -30,12 +30,14 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._bounded import remember
 from ._ids import LOCAL_TENANT, Owner, new_id, root_session_id
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = ["SCOPES", "SessionRow", "SessionStore", "scope_members"]
 
@@ -210,60 +212,113 @@ class SessionStore:
             self.ensure_session(session_id, conversation, owner.agent, tenant=owner.tenant, name=name)
         return session_id, conversation
 
-    def ensure_session(self, session_id: str, conversation_id: str = "", agent: str = "", *,
-                       tenant: str = LOCAL_TENANT, name: str | None = None) -> None:
+    def ensure_session(
+        self,
+        session_id: str,
+        conversation_id: str = "",
+        agent: str = "",
+        *,
+        tenant: str = LOCAL_TENANT,
+        name: str | None = None,
+    ) -> None:
         """Create a root session record unless it exists (frontends use :meth:`open_root`)."""
         if session_id in self._known:
             return
         remember(self._known, session_id, None)  # a cache of rows written: one forgotten costs an INSERT OR IGNORE
         now = time.time()
-        self._write(lambda: self._db.execute(
-            "INSERT OR IGNORE INTO sessions (id, conversation_id, parent_id, agent, tenant, name, created, modified, "
-            "status) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 'idle')",
-            (session_id, conversation_id or session_id, agent, tenant, name, now, now)))
+        self._write(
+            lambda: self._db.execute(
+                "INSERT OR IGNORE INTO sessions (id, conversation_id, parent_id, agent, tenant, name, created, "
+                "modified, status) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 'idle')",
+                (session_id, conversation_id or session_id, agent, tenant, name, now, now),
+            )
+        )
 
-    def start_child(self, session_id: str, conversation_id: str, parent_id: str, agent: str,
-                    parent_call_id: str | None, tenant: str = LOCAL_TENANT) -> None:
+    def start_child(
+        self,
+        session_id: str,
+        conversation_id: str,
+        parent_id: str,
+        agent: str,
+        parent_call_id: str | None,
+        tenant: str = LOCAL_TENANT,
+    ) -> None:
         """Record a sub-agent's session, owned by ``(tenant, agent)``, child of ``parent_id`` (created as a root
         first if unknown)."""
         self.ensure_session(parent_id)
         now = time.time()
-        self._write(lambda: self._db.execute(
-            "INSERT INTO sessions (id, conversation_id, parent_id, agent, tenant, parent_call_id, created, modified, "
-            "status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')",
-            (session_id, conversation_id, parent_id, agent, tenant, parent_call_id, now, now)))
+        self._write(
+            lambda: self._db.execute(
+                "INSERT INTO sessions (id, conversation_id, parent_id, agent, tenant, parent_call_id, created, "
+                "modified, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')",
+                (session_id, conversation_id, parent_id, agent, tenant, parent_call_id, now, now),
+            )
+        )
 
     def add_turn(self, session_id: str, role: str, content: str, tool: str | None = None) -> None:
         """Append a turn (``user``, ``assistant`` or ``tool``) to a session."""
         now = time.time()
 
         def write() -> None:
-            self._db.execute("INSERT INTO turns (session_id, n, role, content, tool, ts) VALUES (?, (SELECT "
-                             "COALESCE(MAX(n), 0) + 1 FROM turns WHERE session_id = ?), ?, ?, ?, ?)",
-                             (session_id, session_id, role, _cut(content), tool, now))
+            self._db.execute(
+                "INSERT INTO turns (session_id, n, role, content, tool, ts) VALUES (?, (SELECT "
+                "COALESCE(MAX(n), 0) + 1 FROM turns WHERE session_id = ?), ?, ?, ?, ?)",
+                (session_id, session_id, role, _cut(content), tool, now),
+            )
             self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (now, session_id))
 
         self._write(write)
 
     def finish(self, session_id: str, status: str) -> None:
         """Mark a session ``idle`` (answered) or ``failed``."""
-        self._write(lambda: self._db.execute("UPDATE sessions SET status = ?, modified = ? WHERE id = ?",
-                                             (status, time.time(), session_id)))
+        self._write(
+            lambda: self._db.execute(
+                "UPDATE sessions SET status = ?, modified = ? WHERE id = ?", (status, time.time(), session_id)
+            )
+        )
 
-    def record_call(self, session_id: str, *, call_id: str, parent_call_id: str | None, tool: str, args: Any,
-                    status: str, summary: str | None, output: str | None, started: float, duration_s: float,
-                    conversation_id: str = "", turn_id: str = "", args_json: str | None = None) -> None:
+    def record_call(
+        self,
+        session_id: str,
+        *,
+        call_id: str,
+        parent_call_id: str | None,
+        tool: str,
+        args: Any,
+        status: str,
+        summary: str | None,
+        output: str | None,
+        started: float,
+        duration_s: float,
+        conversation_id: str = "",
+        turn_id: str = "",
+        args_json: str | None = None,
+    ) -> None:
         """Record one finished tool call of a session (the session is created as a root if unknown); ``args_json``:
         ``args`` already encoded as JSON (the portal's), else they are encoded here."""
         self.ensure_session(session_id)
         args_text = args_json if args_json is not None else json.dumps(args, default=repr)
 
         def write() -> None:
-            self._db.execute("INSERT INTO tool_calls (session_id, call_id, parent_call_id, tool, args, status, "
-                             "summary, output, started, duration_s, conversation_id, turn_id) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (session_id, call_id, parent_call_id, tool, _cut(args_text),
-                              status, summary, _cut(output or ""), started, duration_s, conversation_id, turn_id))
+            self._db.execute(
+                "INSERT INTO tool_calls (session_id, call_id, parent_call_id, tool, args, status, "
+                "summary, output, started, duration_s, conversation_id, turn_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    call_id,
+                    parent_call_id,
+                    tool,
+                    _cut(args_text),
+                    status,
+                    summary,
+                    _cut(output or ""),
+                    started,
+                    duration_s,
+                    conversation_id,
+                    turn_id,
+                ),
+            )
             self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (time.time(), session_id))
 
         self._write(write)
@@ -274,8 +329,9 @@ class SessionStore:
         changed them (it has the toolbox's ``autoEnableSkills``). A read error counts as ``None``."""
         self.flush()
         try:
-            row = self._db.execute("SELECT skills FROM session_skills WHERE session_id = ? AND toolbox = ?",
-                                   (session_id, toolbox)).fetchone()
+            row = self._db.execute(
+                "SELECT skills FROM session_skills WHERE session_id = ? AND toolbox = ?", (session_id, toolbox)
+            ).fetchone()
             skills = json.loads(row[0]) if row else None
         except (sqlite3.Error, ValueError) as exc:
             self.write_errors += 1
@@ -287,9 +343,13 @@ class SessionStore:
         """Keep ``skills`` as the skills enabled in ``session_id`` for ``toolbox`` (written at once)."""
         self.ensure_session(session_id)
         value = json.dumps(sorted(skills))
-        self._write(lambda: self._db.execute(
-            "INSERT INTO session_skills (session_id, toolbox, skills) VALUES (?, ?, ?) "
-            "ON CONFLICT (session_id, toolbox) DO UPDATE SET skills = excluded.skills", (session_id, toolbox, value)))
+        self._write(
+            lambda: self._db.execute(
+                "INSERT INTO session_skills (session_id, toolbox, skills) VALUES (?, ?, ?) "
+                "ON CONFLICT (session_id, toolbox) DO UPDATE SET skills = excluded.skills",
+                (session_id, toolbox, value),
+            )
+        )
         self.flush()
 
     def forget_skills(self, toolbox: str, skills: set[str], *, agent: str | None = None) -> None:
@@ -301,12 +361,15 @@ class SessionStore:
         self.flush()
         try:
             if agent is None:
-                rows = self._db.execute("SELECT session_id, skills FROM session_skills WHERE toolbox = ?",
-                                        (toolbox,)).fetchall()
+                rows = self._db.execute(
+                    "SELECT session_id, skills FROM session_skills WHERE toolbox = ?", (toolbox,)
+                ).fetchall()
             else:
                 rows = self._db.execute(
                     "SELECT k.session_id, k.skills FROM session_skills k JOIN sessions s ON s.id = k.session_id "
-                    "WHERE k.toolbox = ? AND s.agent IN (?, '')", (toolbox, agent)).fetchall()
+                    "WHERE k.toolbox = ? AND s.agent IN (?, '')",
+                    (toolbox, agent),
+                ).fetchall()
         except sqlite3.Error as exc:
             self.write_errors += 1
             self.last_write_error = f"{type(exc).__name__}: {exc}"
@@ -328,18 +391,21 @@ class SessionStore:
     def owners(self) -> dict[str, Owner]:
         """Every session id and its owner."""
         self.flush()
-        return {sid: Owner(agent, tenant) for sid, agent, tenant in
-                self._db.execute("SELECT id, agent, tenant FROM sessions").fetchall()}
+        return {
+            sid: Owner(agent, tenant)
+            for sid, agent, tenant in self._db.execute("SELECT id, agent, tenant FROM sessions").fetchall()
+        }
 
     def rows(self, ids: set[str]) -> list[SessionRow]:
         """The sessions among ``ids``, most recently modified first."""
         self.flush()
         out = []
         for row in self._db.execute(
-                "SELECT s.id, s.conversation_id, s.parent_id, s.agent, s.tenant, s.name, s.created, s.modified, "
-                "s.status, "
-                "(SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) FROM sessions s "
-                "ORDER BY s.modified DESC, s.created DESC"):
+            "SELECT s.id, s.conversation_id, s.parent_id, s.agent, s.tenant, s.name, s.created, s.modified, "
+            "s.status, "
+            "(SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) FROM sessions s "
+            "ORDER BY s.modified DESC, s.created DESC"
+        ):
             if row[0] in ids:
                 out.append(SessionRow(*row))
         return out
@@ -347,15 +413,18 @@ class SessionStore:
     def turns(self, session_id: str) -> list[tuple[int, str, str, str | None]]:
         """``(n, role, content, tool)`` of a session's turns, in order."""
         self.flush()
-        return self._db.execute("SELECT n, role, content, tool FROM turns WHERE session_id = ? ORDER BY n",
-                                (session_id,)).fetchall()
+        return self._db.execute(
+            "SELECT n, role, content, tool FROM turns WHERE session_id = ? ORDER BY n", (session_id,)
+        ).fetchall()
 
     def tool_calls(self, session_id: str) -> list[dict[str, Any]]:
         """A session's tool calls, in order."""
         self.flush()
-        cur = self._db.execute("SELECT call_id, parent_call_id, tool, args, status, summary, output, started, "
-                               "duration_s, conversation_id, turn_id FROM tool_calls WHERE session_id = ? ORDER BY id",
-                               (session_id,))
+        cur = self._db.execute(
+            "SELECT call_id, parent_call_id, tool, args, status, summary, output, started, "
+            "duration_s, conversation_id, turn_id FROM tool_calls WHERE session_id = ? ORDER BY id",
+            (session_id,),
+        )
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
@@ -377,10 +446,12 @@ class SessionStore:
             self._db.execute(f"DELETE FROM session_skills WHERE session_id IN ({old})", cutoff)
             gone = self._db.execute("DELETE FROM sessions WHERE modified < ? AND status != 'running'", cutoff).rowcount
             running = "SELECT id FROM sessions WHERE status = 'running'"
-            records = self._db.execute(f"DELETE FROM turns WHERE ts < ? AND session_id NOT IN ({running})",
-                                       cutoff).rowcount
-            records += self._db.execute(f"DELETE FROM tool_calls WHERE started < ? AND session_id NOT IN ({running})",
-                                        cutoff).rowcount
+            records = self._db.execute(
+                f"DELETE FROM turns WHERE ts < ? AND session_id NOT IN ({running})", cutoff
+            ).rowcount
+            records += self._db.execute(
+                f"DELETE FROM tool_calls WHERE started < ? AND session_id NOT IN ({running})", cutoff
+            ).rowcount
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             self.write_errors += 1

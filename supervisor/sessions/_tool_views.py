@@ -17,12 +17,14 @@ the list a session is shown is the list its calls are judged by.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._store import SessionStore
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ._store import SessionStore
 
 __all__ = ["SessionToolViews"]
 
@@ -58,8 +60,11 @@ class SessionToolViews:
     def tools_listed(self, agent: str, toolbox: str, tools: list[dict[str, Any]]) -> None:
         """The skills worker of ``agent``'s ``toolbox`` listed ``tools``: skills that left the list since its last
         one (a restarted worker's first list included) are forgotten by every session of ``agent``."""
-        present = {str((t.get("annotations") or {}).get("skill")) for t in tools
-                   if (t.get("annotations") or {}).get("skill_action") == "describe"}
+        present = {
+            str((t.get("annotations") or {}).get("skill"))
+            for t in tools
+            if (t.get("annotations") or {}).get("skill_action") == "describe"
+        }
         before = self._listed.get((agent, toolbox))
         if before is not None:
             self.forget(agent, toolbox, before - present)
@@ -72,8 +77,9 @@ class SessionToolViews:
             return True
         return annotations.get("skill") in self.enabled(session_id, agent, toolbox)
 
-    def observe(self, session_id: str, agent: str, toolbox: str, annotations: dict[str, Any], status: str,
-                structured: Any) -> bool:
+    def observe(
+        self, session_id: str, agent: str, toolbox: str, annotations: dict[str, Any], status: str, structured: Any
+    ) -> bool:
         """Learn from a finished call; returns whether ``session_id``'s list changed (the caller wakes its
         waiters)."""
         action = annotations.get("skill_action")

@@ -17,17 +17,29 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolboxes._catalog import KINDS, catalog_problem
 from toolboxes._protocol import ProtocolError, json_problem
 
 from ._validation import ArgumentValidator, SchemaError
 
-__all__ = ["COMPILE_BUDGET_S", "HINT_KEYS", "MAX_SCHEMA_VALUES", "MAX_TOOLS", "CompiledSchema", "ToolList",
-           "checked_tool_list", "compile_schema", "hints_problem", "prepare_tool_list"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "COMPILE_BUDGET_S",
+    "HINT_KEYS",
+    "MAX_SCHEMA_VALUES",
+    "MAX_TOOLS",
+    "CompiledSchema",
+    "ToolList",
+    "checked_tool_list",
+    "compile_schema",
+    "hints_problem",
+    "prepare_tool_list",
+]
 
 #: Bounds on a worker's tool list (hello, tools_changed). The list is bounded in values, not only in bytes; the
 #: largest real list we know (Xero's OpenAPI spec: 235 tools, 32,000 schema values, about 3 s to compile) fits.
@@ -74,13 +86,12 @@ def checked_tool_list(message: dict[str, Any]) -> tuple[list[dict[str, Any]], li
             raise ProtocolError("tools must be a list of {name, description, input_schema}")
         name = t["name"]
         if not 0 < len(name) <= MAX_TOOL_NAME_CHARS:
-            raise ProtocolError(f"a tool name must have 1 to {MAX_TOOL_NAME_CHARS} characters, "
-                                f"not {len(name)}")
+            raise ProtocolError(f"a tool name must have 1 to {MAX_TOOL_NAME_CHARS} characters, not {len(name)}")
         description = t.get("description")
-        if not (description is None or (isinstance(description, str) and len(description)
-                <= MAX_DESCRIPTION_CHARS)):
-            raise ProtocolError(f"tool {name[:64]!r}: the description must be a string of at most "
-                                f"{MAX_DESCRIPTION_CHARS} characters")
+        if not (description is None or (isinstance(description, str) and len(description) <= MAX_DESCRIPTION_CHARS)):
+            raise ProtocolError(
+                f"tool {name[:64]!r}: the description must be a string of at most {MAX_DESCRIPTION_CHARS} characters"
+            )
         annotations = t.get("annotations")
         if not (annotations is None or isinstance(annotations, dict)):
             raise ProtocolError(f"tool {name[:64]!r}: annotations must be a map")
@@ -88,22 +99,24 @@ def checked_tool_list(message: dict[str, Any]) -> tuple[list[dict[str, Any]], li
         if problem:
             raise ProtocolError(f"tool {name[:64]!r}: its hints {problem}")
         output_schema = t.get("output_schema")
-        if not (output_schema is None or (isinstance(output_schema, dict)
-                                          and output_schema.get("type") == "object")):
+        if not (output_schema is None or (isinstance(output_schema, dict) and output_schema.get("type") == "object")):
             raise ProtocolError(f"tool {name[:64]!r}: output_schema must be an object schema (type: object)")
         for key in ("input_schema", "annotations", "output_schema"):
             problem, used = json_problem(t.get(key), max_depth=MAX_SCHEMA_DEPTH, max_nodes=budget)
             if problem:
-                raise ProtocolError(f"tool {name[:64]!r}: its {key} {problem}"
-                                    + (" (the limit is for the whole tool list)" if budget < MAX_SCHEMA_VALUES
-                                       else ""))
+                raise ProtocolError(
+                    f"tool {name[:64]!r}: its {key} {problem}"
+                    + (" (the limit is for the whole tool list)" if budget < MAX_SCHEMA_VALUES else "")
+                )
             budget -= used
     errors = message.get("load_errors") or []
-    if not (isinstance(errors, list) and len(errors) <= MAX_LOAD_ERRORS and all(
-            isinstance(e, dict) and json_problem(e, max_depth=2, max_nodes=64)[0] is None for e in errors)):
+    if not (
+        isinstance(errors, list)
+        and len(errors) <= MAX_LOAD_ERRORS
+        and all(isinstance(e, dict) and json_problem(e, max_depth=2, max_nodes=64)[0] is None for e in errors)
+    ):
         raise ProtocolError(f"load_errors must be a list of at most {MAX_LOAD_ERRORS} flat maps")
     return tools, errors
-
 
 
 #: Thread time one tool list may spend compiling schemas it did not have compiled before; the tools past it are
@@ -152,8 +165,9 @@ def compile_schema(schema: Any, digest: str | None = None) -> CompiledSchema:
         return CompiledSchema(digest, None, f"its input schema could not be compiled ({type(exc).__name__})")
 
 
-def prepare_tool_list(message: dict[str, Any], reuse: Mapping[str, CompiledSchema], *,
-                      budget_s: float = COMPILE_BUDGET_S) -> ToolList:
+def prepare_tool_list(
+    message: dict[str, Any], reuse: Mapping[str, CompiledSchema], *, budget_s: float = COMPILE_BUDGET_S
+) -> ToolList:
     """Check ``message``'s tool list and compile its schemas (for a worker thread). Raises :class:`ProtocolError`.
 
     ``reuse`` maps fingerprints to schemas compiled before (the previous list); they are not compiled again.
@@ -172,9 +186,13 @@ def prepare_tool_list(message: dict[str, Any], reuse: Mapping[str, CompiledSchem
         compiled = reuse.get(digest)
         if compiled is None:
             if time.monotonic() > deadline:
-                compiled = CompiledSchema(digest, None, f"left out: compiling the tool list's schemas took more "
-                                          f"than {budget_s:g} s; this tool and the rest were not checked",
-                                          retry=True)
+                compiled = CompiledSchema(
+                    digest,
+                    None,
+                    f"left out: compiling the tool list's schemas took more "
+                    f"than {budget_s:g} s; this tool and the rest were not checked",
+                    retry=True,
+                )
             else:
                 compiled = compile_schema(schema, digest)
             time.sleep(0)  # let the trio thread take the GIL between schemas
@@ -182,6 +200,5 @@ def prepare_tool_list(message: dict[str, Any], reuse: Mapping[str, CompiledSchem
 
     schemas = [compiled_for(t["input_schema"]) for t in tools]
     # An output schema that does not compile (or was left for want of time) is left out: the tool serves without.
-    outputs = [compiled_for(t["output_schema"]) if isinstance(t.get("output_schema"), dict) else None
-               for t in tools]
+    outputs = [compiled_for(t["output_schema"]) if isinstance(t.get("output_schema"), dict) else None for t in tools]
     return ToolList(tools, schemas, load_errors, outputs, catalog)

@@ -15,15 +15,17 @@ from __future__ import annotations
 import contextvars
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import regex
 from jsonschema import _keywords
 from jsonschema import exceptions as js_exceptions
 from jsonschema.validators import extend, validator_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["ArgumentValidator", "FieldError", "SchemaError", "format_validation_errors"]
 
@@ -56,8 +58,9 @@ def _pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Iterator
         yield js_exceptions.ValidationError(f"{instance!r} does not match {patrn!r}")
 
 
-def _pattern_properties(validator: Any, pattern_properties: dict[str, Any], instance: Any,
-                        schema: Any) -> Iterator[js_exceptions.ValidationError]:
+def _pattern_properties(
+    validator: Any, pattern_properties: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[js_exceptions.ValidationError]:
     if not validator.is_type(instance, "object"):
         return
     for pattern, subschema in pattern_properties.items():
@@ -66,8 +69,9 @@ def _pattern_properties(validator: Any, pattern_properties: dict[str, Any], inst
                 yield from validator.descend(v, subschema, path=k, schema_path=pattern)
 
 
-def _additional_properties(validator: Any, additional: Any, instance: Any,
-                           schema: Any) -> Iterator[js_exceptions.ValidationError]:
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: Any
+) -> Iterator[js_exceptions.ValidationError]:
     patterns = schema.get("patternProperties")
     if not patterns or not validator.is_type(instance, "object"):
         keywords: Any = _keywords  # its stubs type the keyword functions as returning None; they are generators
@@ -80,15 +84,26 @@ def _additional_properties(validator: Any, additional: Any, instance: Any,
             yield from validator.descend(instance[extra], additional, path=extra)
     elif not additional and extras:
         joined = ", ".join(repr(each) for each in extras)
-        yield js_exceptions.ValidationError(f"{joined} do not match any of the regexes: "
-                                            f"{', '.join(repr(p) for p in sorted(patterns))}")
+        yield js_exceptions.ValidationError(
+            f"{joined} do not match any of the regexes: {', '.join(repr(p) for p in sorted(patterns))}"
+        )
 
 
-_BOUNDED = {"pattern": _pattern, "patternProperties": _pattern_properties,
-            "additionalProperties": _additional_properties}
+_BOUNDED = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
 
-_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number",
-               type(None): "null"}
+_JSON_TYPES = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
 
 
 _EXTENDED: dict[Any, Any] = {}
@@ -190,8 +205,10 @@ class ArgumentValidator:
             raise SchemaError("the input schema must be a JSON object")
         dialect = schema.get("$schema")
         if dialect is not None and not isinstance(dialect, str):
-            raise SchemaError(f"invalid input schema: $schema must be a string (the URI of a JSON Schema dialect), "
-                              f"not {dialect!r:.60}")
+            raise SchemaError(
+                f"invalid input schema: $schema must be a string (the URI of a JSON Schema dialect), "
+                f"not {dialect!r:.60}"
+            )
         try:
             cls = validator_for(schema, default=jsonschema.Draft202012Validator)
             cls.check_schema(schema)
@@ -209,10 +226,15 @@ class ArgumentValidator:
         except Exception as exc:
             raise SchemaError(f"invalid input schema ({type(exc).__name__}: {str(exc)[:300]})") from exc
         properties = schema.get("properties")
-        self._ranks: dict[str, int] = ({"": -1} | {str(k): i for i, k in enumerate(properties)}
-                                       if isinstance(properties, dict) else {"": -1})
-        self._trivial = schema.get("type") == "object" and not schema.get("properties") and not schema.get(
-            "required") and len(schema) <= 2
+        self._ranks: dict[str, int] = (
+            {"": -1} | {str(k): i for i, k in enumerate(properties)} if isinstance(properties, dict) else {"": -1}
+        )
+        self._trivial = (
+            schema.get("type") == "object"
+            and not schema.get("properties")
+            and not schema.get("required")
+            and len(schema) <= 2
+        )
         if not self._trivial:
             problem = self._unusable(_PROBE)
             if problem is not None:
@@ -256,17 +278,32 @@ class ArgumentValidator:
             for e in self._validator.iter_errors(args):
                 out.extend(_field_errors(e))
         except _PatternTimeout as exc:
-            return [FieldError("", f"the arguments could not be checked within {PATTERN_BUDGET_S:g} s: matching "
-                                   f"the schema's pattern {str(exc)[:200]!r} took too long; send shorter or "
-                                   "simpler strings")]
+            return [
+                FieldError(
+                    "",
+                    f"the arguments could not be checked within {PATTERN_BUDGET_S:g} s: matching "
+                    f"the schema's pattern {str(exc)[:200]!r} took too long; send shorter or "
+                    "simpler strings",
+                )
+            ]
         except RecursionError:
-            return [FieldError("", "the arguments could not be checked: the tool's input schema refers to itself "
-                                   "without end (a $ref cycle); the tool cannot be called until its toolbox fixes "
-                                   "its schema")]
+            return [
+                FieldError(
+                    "",
+                    "the arguments could not be checked: the tool's input schema refers to itself "
+                    "without end (a $ref cycle); the tool cannot be called until its toolbox fixes "
+                    "its schema",
+                )
+            ]
         except Exception as exc:
-            return [FieldError("", f"the arguments could not be checked against the tool's input schema "
-                                   f"({type(exc).__name__}: {str(exc)[:300]}); the tool cannot be called until "
-                                   "its toolbox fixes its schema")]
+            return [
+                FieldError(
+                    "",
+                    f"the arguments could not be checked against the tool's input schema "
+                    f"({type(exc).__name__}: {str(exc)[:300]}); the tool cannot be called until "
+                    "its toolbox fixes its schema",
+                )
+            ]
         finally:
             _deadline.reset(token)
         return sorted(out, key=self._schema_order)

@@ -26,13 +26,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from supervisor._errors import PolicyRefused
-from supervisor.config import OtelExport as OtelPolicy
 
-from ._recorder import TraceRecorder
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from supervisor.config import OtelExport as OtelPolicy
+
+    from ._recorder import TraceRecorder
 
 __all__ = ["REPORT_INTERVAL_S", "OtelExport", "open_otel"]
 
@@ -41,11 +44,14 @@ _log = logging.getLogger("supervisor.otel")
 REPORT_INTERVAL_S = 60.0
 _MAX_STRING = 4096
 _CALL_KEYS = ("call_id", "parent_call_id", "toolbox", "agent", "session", "conversation", "turn", "depth", "caller")
-_WORKER_EVENTS = frozenset({"worker_spawn", "worker_exit", "worker_restart", "worker_start_failed", "crash_loop",
-                            "protocol_violation"})
-_EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
-                     "opentelemetry.exporter.otlp.common.http",
-                     "opentelemetry.sdk._shared_internal")
+_WORKER_EVENTS = frozenset(
+    {"worker_spawn", "worker_exit", "worker_restart", "worker_start_failed", "crash_loop", "protocol_violation"}
+)
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.sdk._shared_internal",
+)
 
 
 def _value(value: Any) -> Any:
@@ -114,8 +120,14 @@ class _Failures(logging.Filter):
 class OtelExport:
     """Turns trace records into spans (see the module docstring). Use from the trio thread only."""
 
-    def __init__(self, policy: OtelPolicy, trace: TraceRecorder, *, clock: Callable[[], float] = time.monotonic,
-                 schedule_delay_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        policy: OtelPolicy,
+        trace: TraceRecorder,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        schedule_delay_s: float = 1.0,
+    ) -> None:
         import requests
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -137,8 +149,9 @@ class OtelExport:
 
         session = requests.Session()
         session.trust_env = False  # no proxy from the environment: the collector is named by the policy only
-        inner = OTLPSpanExporter(endpoint=self.endpoint, headers=dict(policy.headers), timeout=policy.timeout_s,
-                                 session=session)
+        inner = OTLPSpanExporter(
+            endpoint=self.endpoint, headers=dict(policy.headers), timeout=policy.timeout_s, session=session
+        )
 
         class _Counting(SpanExporter):
             def export(self, spans: Any) -> Any:
@@ -159,10 +172,12 @@ class OtelExport:
 
         for name in _EXPORTER_LOGGERS:
             logging.getLogger(name).addFilter(failures)
-        self._processor = BatchSpanProcessor(_Counting(), schedule_delay_millis=schedule_delay_s * 1000,
-                                             export_timeout_millis=policy.timeout_s * 1000)
-        self._provider = TracerProvider(resource=Resource.create({"service.name": policy.service_name}),
-                                        shutdown_on_exit=False)
+        self._processor = BatchSpanProcessor(
+            _Counting(), schedule_delay_millis=schedule_delay_s * 1000, export_timeout_millis=policy.timeout_s * 1000
+        )
+        self._provider = TracerProvider(
+            resource=Resource.create({"service.name": policy.service_name}), shutdown_on_exit=False
+        )
         self._provider.add_span_processor(self._processor)
         self._tracer = self._provider.get_tracer("agents-supervise")
         self._closed = False
@@ -200,8 +215,13 @@ class OtelExport:
             attrs = _attributes(fields)
             for call_id in self._by_toolbox.get(str(fields.get("toolbox")), ()):
                 self._spans[call_id].add_event(event, attrs)
-            self._standalone(event, attrs, error=str(fields.get("reason") or event)
-                             if event in ("crash_loop", "worker_start_failed", "protocol_violation") else None)
+            self._standalone(
+                event,
+                attrs,
+                error=str(fields.get("reason") or event)
+                if event in ("crash_loop", "worker_start_failed", "protocol_violation")
+                else None,
+            )
 
     def _start_call(self, fields: dict[str, Any]) -> None:
         from opentelemetry.context import Context
@@ -211,8 +231,11 @@ class OtelExport:
         context = self._in_context(parent) if parent is not None else Context()
         attrs = _attributes(fields, _CALL_KEYS)
         if self.policy.include_arguments and "args" in fields:
-            attrs["args"] = _value(fields["args"] if isinstance(fields["args"], str) else
-                                   json.dumps(fields["args"], ensure_ascii=False, default=repr))
+            attrs["args"] = _value(
+                fields["args"]
+                if isinstance(fields["args"], str)
+                else json.dumps(fields["args"], ensure_ascii=False, default=repr)
+            )
         span = self._tracer.start_span(str(fields.get("tool")), context=context, attributes=attrs)
         self._spans[call_id] = span
         self._by_toolbox.setdefault(str(fields.get("toolbox")), set()).add(call_id)
@@ -252,10 +275,21 @@ class OtelExport:
             return
         self._reported_at = now
         self._total_failures += failures
-        _log.warning("OpenTelemetry export to %s failed %d time(s) (%d spans lost): %s",
-                     self.endpoint, failures, lost, error or "no reason given")
-        self.trace.record("otel_export_failed", endpoint=self.endpoint, failures=failures, spans_lost=lost,
-                          total_failures=self._total_failures, error=error)
+        _log.warning(
+            "OpenTelemetry export to %s failed %d time(s) (%d spans lost): %s",
+            self.endpoint,
+            failures,
+            lost,
+            error or "no reason given",
+        )
+        self.trace.record(
+            "otel_export_failed",
+            endpoint=self.endpoint,
+            failures=failures,
+            spans_lost=lost,
+            total_failures=self._total_failures,
+            error=error,
+        )
 
     @property
     def failures_pending(self) -> bool:
@@ -296,7 +330,8 @@ def open_otel(policy: OtelPolicy, trace: TraceRecorder) -> OtelExport | None:
         raise PolicyRefused(
             f"trace.otel is enabled but the OpenTelemetry SDK cannot be imported ({exc}); install the "
             "'otel' extra (pip install 'agents-supervise[otel]'; scripts/setup does), or set "
-            "trace.otel: false") from None
+            "trace.otel: false"
+        ) from None
     export = OtelExport(policy, trace)
     trace.sink = export.observe
     return export

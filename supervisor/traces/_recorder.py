@@ -37,8 +37,10 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL_S", "MAX_RECORD_CHARS", "TraceRecorder", "strict_json"]
 
@@ -153,8 +155,7 @@ class TraceRecorder:
             self._oldest = time.monotonic()
         self._buffer.append(line)
         self._size += len(line)
-        if (event not in _BUFFERED or self._size >= FLUSH_BYTES
-                or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S):
+        if event not in _BUFFERED or self._size >= FLUSH_BYTES or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S:
             self.flush()
 
     def _line(self, record: dict[str, Any]) -> str:
@@ -167,8 +168,13 @@ class TraceRecorder:
         if len(line) > MAX_RECORD_CHARS:
             line = self._encoder.encode({**strict_json(record, string_limit=_SHORT_STRING), "trace_truncated": True})
             if len(line) > MAX_RECORD_CHARS:
-                line = self._encoder.encode({"ts": record["ts"], "trace_truncated": True,
-                                             "event": strict_json(record["event"], string_limit=200)})
+                line = self._encoder.encode(
+                    {
+                        "ts": record["ts"],
+                        "trace_truncated": True,
+                        "event": strict_json(record["event"], string_limit=200),
+                    }
+                )
         return line
 
     def flush(self) -> None:
@@ -180,7 +186,7 @@ class TraceRecorder:
         self._size = 0
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._fd, view) :]
         self._file_size += len(data)
         if self.max_bytes is not None and self._file_size >= self.max_bytes:
             self._rotate()

@@ -30,8 +30,10 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["load_trace", "redundant_reads", "render_text", "report", "resource_of"]
 
@@ -93,8 +95,7 @@ def redundant_reads(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if effect == "read" and resource is not None:
             first = last_read.get(resource)
             if first is not None:
-                out.append({"call_id": call["id"], "tool": call.get("tool"), "resource": resource,
-                            "first_read": first})
+                out.append({"call_id": call["id"], "tool": call.get("tool"), "resource": resource, "first_read": first})
             else:
                 last_read[resource] = call["id"]
         elif resource is not None:
@@ -107,8 +108,11 @@ def redundant_reads(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def _stats(durations: list[float]) -> dict[str, float]:
     if not durations:
         return {"total_s": 0.0, "mean_s": 0.0, "max_s": 0.0}
-    return {"total_s": round(sum(durations), 6), "mean_s": round(sum(durations) / len(durations), 6),
-            "max_s": round(max(durations), 6)}
+    return {
+        "total_s": round(sum(durations), 6),
+        "mean_s": round(sum(durations) / len(durations), 6),
+        "max_s": round(max(durations), 6),
+    }
 
 
 def report(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -134,29 +138,50 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
         elif event == "call_start" and r.get("call_id") is not None:
             parent = r.get("parent_call_id")
             calls[(run, str(r["call_id"]))] = {
-                "id": key(r["call_id"]), "parent": key(parent) if parent is not None else None,
-                "tool": r.get("tool"), "toolbox": r.get("toolbox"), "agent": r.get("agent"),
-                "caller": r.get("caller"), "session": r.get("session"), "depth": r.get("depth"),
-                "args": r.get("args"), "ts": r.get("ts"), "status": None, "duration_s": None, "metadata": [],
-                "children": []}
+                "id": key(r["call_id"]),
+                "parent": key(parent) if parent is not None else None,
+                "tool": r.get("tool"),
+                "toolbox": r.get("toolbox"),
+                "agent": r.get("agent"),
+                "caller": r.get("caller"),
+                "session": r.get("session"),
+                "depth": r.get("depth"),
+                "args": r.get("args"),
+                "ts": r.get("ts"),
+                "status": None,
+                "duration_s": None,
+                "metadata": [],
+                "children": [],
+            }
         elif event == "call_end" and r.get("call_id") is not None:
             call = calls.get((run, str(r["call_id"])))
             if call is not None:
-                call.update(status=r.get("status"), summary=r.get("summary"), duration_s=r.get("duration_s"),
-                            metadata=r.get("metadata") or [])
+                call.update(
+                    status=r.get("status"),
+                    summary=r.get("summary"),
+                    duration_s=r.get("duration_s"),
+                    metadata=r.get("metadata") or [],
+                )
                 ended.append(call)
         elif event == "portal_refusal":
-            refusals.append({k: r.get(k) for k in ("ts", "tool", "kind", "reason", "caller", "session", "depth")}
-                            | {"parent_call_id": key(r["parent_call_id"]) if r.get("parent_call_id") else None})
+            refusals.append(
+                {k: r.get(k) for k in ("ts", "tool", "kind", "reason", "caller", "session", "depth")}
+                | {"parent_call_id": key(r["parent_call_id"]) if r.get("parent_call_id") else None}
+            )
         elif event == "limit_hit":
             limits.append({k: v for k, v in r.items() if k != "event"})
         elif event == "denial":
-            denials.append({k: r.get(k) for k in ("ts", "call_id", "tool", "toolbox", "layer", "access", "target",
-                                                  "rule", "source")} | {"call_id": key(r["call_id"]) if
-                                                                        r.get("call_id") is not None else None})
+            denials.append(
+                {
+                    k: r.get(k)
+                    for k in ("ts", "call_id", "tool", "toolbox", "layer", "access", "target", "rule", "source")
+                }
+                | {"call_id": key(r["call_id"]) if r.get("call_id") is not None else None}
+            )
         elif event == "egress":
-            egress.append({k: r.get(k) for k in ("ts", "toolbox", "method", "host", "port", "verdict", "reason",
-                                                  "address")})
+            egress.append(
+                {k: r.get(k) for k in ("ts", "toolbox", "method", "host", "port", "verdict", "reason", "address")}
+            )
 
     by_id = {c["id"]: c for c in calls.values()}
     roots: list[dict[str, Any]] = []
@@ -167,8 +192,9 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
     per_tool: dict[str, dict[str, Any]] = {}
     durations: dict[str, list[float]] = defaultdict(list)
     for call in calls.values():
-        entry = per_tool.setdefault(str(call["tool"]), {"count": 0, "passed": 0, "failed": 0, "error": 0,
-                                                        "unfinished": 0})
+        entry = per_tool.setdefault(
+            str(call["tool"]), {"count": 0, "passed": 0, "failed": 0, "error": 0, "unfinished": 0}
+        )
         entry["count"] += 1
         status = call["status"] if call["status"] in ("passed", "failed", "error") else "unfinished"
         entry[status] += 1
@@ -197,12 +223,27 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
         "limits_hit_by_toolbox": _limits_by_toolbox(limits),
         "denials": denials,
         "denials_by_toolbox": _denials_by_toolbox(denials),
-        "egress": {"decisions": dict(sorted(egress_summary.items())),
-                   "refused": [e for e in egress if e.get("verdict") != "allowed"]},
-        "agents": {"loops": events["agent_start"], "steps": events["agent_step"],
-                   "model_retries": events["model_retry"]},
-        "workers": {k: events[k] for k in ("worker_spawn", "worker_exit", "worker_restart", "crash_loop",
-                                           "crash_loop_recovered", "protocol_violation") if events[k]},
+        "egress": {
+            "decisions": dict(sorted(egress_summary.items())),
+            "refused": [e for e in egress if e.get("verdict") != "allowed"],
+        },
+        "agents": {
+            "loops": events["agent_start"],
+            "steps": events["agent_step"],
+            "model_retries": events["model_retry"],
+        },
+        "workers": {
+            k: events[k]
+            for k in (
+                "worker_spawn",
+                "worker_exit",
+                "worker_restart",
+                "crash_loop",
+                "crash_loop_recovered",
+                "protocol_violation",
+            )
+            if events[k]
+        },
         "redundant_reads": redundant_reads(ended),
     }
 
@@ -225,8 +266,12 @@ def _denials_by_toolbox(denials: list[dict[str, Any]]) -> dict[str, dict[str, di
         entry["count"] += 1
         if d.get("target") not in entry["targets"] and len(entry["targets"]) < 10:
             entry["targets"].append(d.get("target"))
-    return {who: {rule: {"count": e["count"], "targets": sorted(map(str, e["targets"]))}
-                  for rule, e in sorted(rules.items())} for who, rules in sorted(out.items())}
+    return {
+        who: {
+            rule: {"count": e["count"], "targets": sorted(map(str, e["targets"]))} for rule, e in sorted(rules.items())
+        }
+        for who, rules in sorted(out.items())
+    }
 
 
 def _tree_lines(call: dict[str, Any], indent: int, out: list[str]) -> None:
@@ -239,8 +284,10 @@ def _tree_lines(call: dict[str, Any], indent: int, out: list[str]) -> None:
 
 def render_text(data: dict[str, Any]) -> str:
     """The report as text for a terminal."""
-    out = [f"{data['records']} records, {data['calls']} calls"
-           + (f", {len(data['unreadable_lines'])} unreadable lines" if data["unreadable_lines"] else "")]
+    out = [
+        f"{data['records']} records, {data['calls']} calls"
+        + (f", {len(data['unreadable_lines'])} unreadable lines" if data["unreadable_lines"] else "")
+    ]
     out.append("\nCall tree:")
     for call in data["tree"]:
         _tree_lines(call, 1, out)
@@ -248,9 +295,11 @@ def render_text(data: dict[str, Any]) -> str:
         out.append("  (no calls)")
     out.append("\nPer tool:")
     for tool, s in data["per_tool"].items():
-        out.append(f"  {tool}: {s['count']} calls ({s['passed']} passed, {s['failed']} failed, {s['error']} error"
-                   + (f", {s['unfinished']} unfinished" if s["unfinished"] else "")
-                   + f"), total {s['total_s']:.3f}s, mean {s['mean_s']:.3f}s, max {s['max_s']:.3f}s")
+        out.append(
+            f"  {tool}: {s['count']} calls ({s['passed']} passed, {s['failed']} failed, {s['error']} error"
+            + (f", {s['unfinished']} unfinished" if s["unfinished"] else "")
+            + f"), total {s['total_s']:.3f}s, mean {s['mean_s']:.3f}s, max {s['max_s']:.3f}s"
+        )
     out.append(f"\nRefusals: {len(data['refusals'])}")
     for r in data["refusals"]:
         out.append(f"  {r['kind']}: {r['tool']} (by {r['caller']}): {r['reason']}")
@@ -275,6 +324,7 @@ def render_text(data: dict[str, Any]) -> str:
         out.append(f"\nAgents: {agents['loops']} loops, {agents['steps']} steps, {agents['model_retries']} retries")
     out.append(f"\nRedundant reads: {len(data['redundant_reads'])}")
     for r in data["redundant_reads"]:
-        out.append(f"  {r['call_id']} {r['tool']} re-read {r['resource']} (first read by {r['first_read']}, "
-                   "unchanged since)")
+        out.append(
+            f"  {r['call_id']} {r['tool']} re-read {r['resource']} (first read by {r['first_read']}, unchanged since)"
+        )
     return "\n".join(out)

@@ -20,20 +20,23 @@ What it leaves to callers: which paths to grant (they pass every rule), what the
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from sandbox._bridge import BridgeError, BridgePorts, receive_bridge, worker_network_env
-from sandbox._credentials import Credential
-from sandbox._egress import Terminator
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
 
 from ._launch import launch, launcher_argv, plan_frame, serve_bridge
+
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable, Sequence
+
+    from sandbox._credentials import Credential
+    from sandbox._egress import Terminator
 
 __all__ = ["ConfinedOutcome", "run_confined"]
 
@@ -114,11 +117,20 @@ async def run_confined(
     if bridge:
         run_env.update(worker_network_env(ports))
     plan = ConfinementPlan(
-        toolbox=toolbox, workdir=workdir, entry="sandbox._launcher:exec_argv", payload={"argv": list(argv)},
-        uid=uid, gid=gid, fs_rules=(*fs_rules, FsRule(workdir, READ)), min_landlock_abi=min_landlock_abi,
-        tcp_connect_ports=ports.tcp_connect_ports if bridge else (), bridge=bridge,
-        rlimits=rlimits or Rlimits(), env=run_env,
-        view=ViewSpec(system_paths=tuple(system_paths)) if view else None)
+        toolbox=toolbox,
+        workdir=workdir,
+        entry="sandbox._launcher:exec_argv",
+        payload={"argv": list(argv)},
+        uid=uid,
+        gid=gid,
+        fs_rules=(*fs_rules, FsRule(workdir, READ)),
+        min_landlock_abi=min_landlock_abi,
+        tcp_connect_ports=ports.tcp_connect_ports if bridge else (),
+        bridge=bridge,
+        rlimits=rlimits or Rlimits(),
+        env=run_env,
+        view=ViewSpec(system_paths=tuple(system_paths)) if view else None,
+    )
     launched = launch(launcher or launcher_argv(), plan, env={"LANG": "C.UTF-8"})
     proc, carrier = launched.proc, launched.carrier
     out: list[bytes] = []
@@ -136,8 +148,18 @@ async def run_confined(
             await proc.stdin.aclose()  # the program's stdin: empty
             with trio.move_on_after(timeout_s) as scope:
                 if carrier is not None:
-                    nursery.start_soon(_serve_bridge, carrier, proc, toolbox, allowed_hosts, private_networks,
-                                       cname_targets, on_egress, tuple(credentials), terminator)
+                    nursery.start_soon(
+                        _serve_bridge,
+                        carrier,
+                        proc,
+                        toolbox,
+                        allowed_hosts,
+                        private_networks,
+                        cname_targets,
+                        on_egress,
+                        tuple(credentials),
+                        terminator,
+                    )
                     carrier = None  # owned by the task now
                 await proc.wait()
             if scope.cancelled_caught:
@@ -148,14 +170,22 @@ async def run_confined(
         if carrier is not None:
             carrier.close()
         await proc.aclose(grace_s=0.0)
-    return ConfinedOutcome(None if timed_out else proc.returncode, b"".join(out), b"".join(err), out_total[0],
-                           timed_out)
+    return ConfinedOutcome(
+        None if timed_out else proc.returncode, b"".join(out), b"".join(err), out_total[0], timed_out
+    )
 
 
-async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: Sequence[str],
-                        private: Sequence[str], cname_targets: Sequence[str],
-                        on_egress: Callable[[dict[str, Any]], None] | None,
-                        credentials: tuple[Credential, ...] = (), terminator: Terminator | None = None) -> None:
+async def _serve_bridge(
+    carrier: socket.socket,
+    proc: Any,
+    toolbox: str,
+    hosts: Sequence[str],
+    private: Sequence[str],
+    cname_targets: Sequence[str],
+    on_egress: Callable[[dict[str, Any]], None] | None,
+    credentials: tuple[Credential, ...] = (),
+    terminator: Terminator | None = None,
+) -> None:
     """Receive the bridge sockets from the launcher and serve them until the program exits."""
     try:
         bridge = await receive_bridge(trio.socket.from_stdlib_socket(carrier))
@@ -164,5 +194,12 @@ async def _serve_bridge(carrier: socket.socket, proc: Any, toolbox: str, hosts: 
     finally:
         carrier.close()
     rules = AllowedHosts.parse(tuple(hosts), private_networks=tuple(private), cname_targets=tuple(cname_targets))
-    await serve_bridge(bridge, rules, toolbox=toolbox, until=proc.wait, on_decision=on_egress or (lambda _d: None),
-                       credentials=credentials, terminator=terminator)
+    await serve_bridge(
+        bridge,
+        rules,
+        toolbox=toolbox,
+        until=proc.wait,
+        on_decision=on_egress or (lambda _d: None),
+        credentials=credentials,
+        terminator=terminator,
+    )

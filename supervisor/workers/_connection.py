@@ -122,11 +122,21 @@ ConnectionEventHandler = Callable[[str, dict[str, Any]], None]
 class WorkerConnection:
     """The protocol with one worker over ``send`` (its stdin) and ``receive`` (its stdout)."""
 
-    def __init__(self, toolbox: str, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream, *,
-                 wall_time_s: float, on_request: ConnectionRequestHandler, on_event: ConnectionEventHandler,
-                 terminate: Callable[[], Awaitable[None]], exit_reason: Callable[[], Awaitable[str]],
-                 reuse: Sequence[CompiledSchema] = (), max_frame_bytes: int = MAX_FRAME_BYTES,
-                 run_sync: RunSync | None = None) -> None:
+    def __init__(
+        self,
+        toolbox: str,
+        send: trio.abc.SendStream,
+        receive: trio.abc.ReceiveStream,
+        *,
+        wall_time_s: float,
+        on_request: ConnectionRequestHandler,
+        on_event: ConnectionEventHandler,
+        terminate: Callable[[], Awaitable[None]],
+        exit_reason: Callable[[], Awaitable[str]],
+        reuse: Sequence[CompiledSchema] = (),
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        run_sync: RunSync | None = None,
+    ) -> None:
         self.toolbox = toolbox
         self.wall_time_s = wall_time_s
         self.state = ConnectionState.STARTING
@@ -176,9 +186,12 @@ class WorkerConnection:
         elif state is ConnectionState.DEAD:
             self.death_reason = reason
             for pending in list(self._pending.values()):
-                pending.finish(execution_error(
-                    f"toolbox {self.toolbox}: the worker {reason}; the call did not finish. "
-                    "It is restarted automatically; try the call again."))
+                pending.finish(
+                    execution_error(
+                        f"toolbox {self.toolbox}: the worker {reason}; the call did not finish. "
+                        "It is restarted automatically; try the call again."
+                    )
+                )
             self._pending.clear()
             self.dead.set()
             if self._nursery is not None:
@@ -197,9 +210,11 @@ class WorkerConnection:
     async def wait_started(self) -> None:
         """Return once the worker said hello or died (the caller bounds the wait)."""
         async with trio.open_nursery() as n:
+
             async def wait(ev: trio.Event) -> None:
                 await ev.wait()
                 n.cancel_scope.cancel()
+
             n.start_soon(wait, self.ready)
             n.start_soon(wait, self.dead)
 
@@ -244,8 +259,9 @@ class WorkerConnection:
             return
         except Exception as exc:  # a bug of ours handling this worker's frame: it costs this worker only
             leaf = first_leaf(exc)
-            self._on_event("internal_error", {"where": "worker connection",
-                                              "error": f"{type(leaf).__name__}: {str(leaf)[:500]}"})
+            self._on_event(
+                "internal_error", {"where": "worker connection", "error": f"{type(leaf).__name__}: {str(leaf)[:500]}"}
+            )
             await self.kill(f"sent a frame the supervisor failed to handle ({type(leaf).__name__}) and was killed")
             return
         # EOF: the worker is exiting or dead; its launcher says how (bounded).
@@ -266,8 +282,10 @@ class WorkerConnection:
                 self.fatal = str(fatal)[:4000]
                 raise ProtocolError(self.fatal)
             if message.get("protocol") != PROTOCOL_VERSION:
-                raise ProtocolError(f"hello for protocol {str(message.get('protocol'))[:40]!r}; this supervisor "
-                                    f"speaks {PROTOCOL_VERSION}")
+                raise ProtocolError(
+                    f"hello for protocol {str(message.get('protocol'))[:40]!r}; this supervisor "
+                    f"speaks {PROTOCOL_VERSION}"
+                )
             await self._set_tools(message)
             self._set_state(ConnectionState.READY)
         elif kind == "tools_changed":
@@ -276,8 +294,9 @@ class WorkerConnection:
             while now - self._tools_changed_at[0] > TOOLS_CHANGED_WINDOW_S:
                 self._tools_changed_at.popleft()
             if len(self._tools_changed_at) > MAX_TOOLS_CHANGED:
-                raise ProtocolError(f"more than {MAX_TOOLS_CHANGED} tools_changed messages within "
-                                    f"{TOOLS_CHANGED_WINDOW_S:g} s")
+                raise ProtocolError(
+                    f"more than {MAX_TOOLS_CHANGED} tools_changed messages within {TOOLS_CHANGED_WINDOW_S:g} s"
+                )
             await self._set_tools(message)
             self._on_event("tools_changed", {})
         elif kind == "event":
@@ -315,8 +334,15 @@ class WorkerConnection:
             self._events_dropped += 1
             return
         if self._events_dropped:
-            self._on_event("limit_hit", {"limit": "worker events", "value": MAX_EVENTS,
-                                         "window_s": EVENTS_WINDOW_S, "dropped": self._events_dropped})
+            self._on_event(
+                "limit_hit",
+                {
+                    "limit": "worker events",
+                    "value": MAX_EVENTS,
+                    "window_s": EVENTS_WINDOW_S,
+                    "dropped": self._events_dropped,
+                },
+            )
             self._events_dropped = 0
         self._events_at.append(now)
         self._on_event("worker_event", event)
@@ -330,10 +356,13 @@ class WorkerConnection:
             raise ProtocolError(f"{kind} request must name its call by integer id")
         name = message.get("tool" if kind == "portal" else "op")
         if not (isinstance(name, str) and 0 < len(name) <= MAX_REQUEST_NAME_CHARS):
-            raise ProtocolError(f"{kind} request needs a {'tool' if kind == 'portal' else 'op'} name of 1 to "
-                                f"{MAX_REQUEST_NAME_CHARS} characters")
-        problem, _ = json_problem(message.get("args"), max_depth=MAX_REQUEST_DEPTH, max_nodes=MAX_REQUEST_VALUES,
-                                  finite=False)
+            raise ProtocolError(
+                f"{kind} request needs a {'tool' if kind == 'portal' else 'op'} name of 1 to "
+                f"{MAX_REQUEST_NAME_CHARS} characters"
+            )
+        problem, _ = json_problem(
+            message.get("args"), max_depth=MAX_REQUEST_DEPTH, max_nodes=MAX_REQUEST_VALUES, finite=False
+        )
         if problem:
             raise ProtocolError(f"{kind} request arguments {problem}")
         if self._requests_in_flight >= MAX_REQUESTS_IN_FLIGHT:
@@ -344,8 +373,9 @@ class WorkerConnection:
 
     async def _set_tools(self, message: dict[str, Any]) -> None:
         """Check and compile a tool list on a thread (bounded); keep it. Raises ProtocolError for a bad list."""
-        reuse = self._reuse | {s.fingerprint: s for s in [*self.schemas, *self.output_schemas]
-                               if s is not None and not s.retry}
+        reuse = self._reuse | {
+            s.fingerprint: s for s in [*self.schemas, *self.output_schemas] if s is not None and not s.retry
+        }
         self._reuse = {}
         prepared: ToolList = await self._run_sync(prepare_tool_list, message, reuse)
         self.tools, self.schemas, self.load_errors = prepared.tools, prepared.schemas, prepared.load_errors
@@ -362,8 +392,13 @@ class WorkerConnection:
             try:
                 frame = encode({"t": "reply", "id": message["id"], **reply})
             except (TypeError, ValueError, OverflowError) as exc:
-                frame = encode({"t": "reply", "id": message["id"],
-                                "error": f"the answer could not be encoded: {type(exc).__name__}"})
+                frame = encode(
+                    {
+                        "t": "reply",
+                        "id": message["id"],
+                        "error": f"the answer could not be encoded: {type(exc).__name__}",
+                    }
+                )
             await self._send_or_kill(frame, "its reply")
         finally:
             self._requests_in_flight -= 1
@@ -381,8 +416,15 @@ class WorkerConnection:
                 await self.kill(f"stopped reading its input ({what} could not be written whole) and was killed")
 
     # -- calls ---------------------------------------------------------------------------------------------------
-    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None, origin: Any = None, op: str | None = None) -> ToolResult:
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        ctx: dict[str, Any],
+        wall_time_s: float | None = None,
+        origin: Any = None,
+        op: str | None = None,
+    ) -> ToolResult:
         """Run ``tool`` (the toolbox's own name) and return its result; never raises for the worker's faults.
 
         ``op``: ``read_resource`` or ``get_prompt`` (``tool`` is then a resource URI or a prompt name; see
@@ -394,16 +436,26 @@ class WorkerConnection:
         too (shielded, bounded), and ``trio.Cancelled`` propagates.
         """
         if self.state is not ConnectionState.READY:
-            return execution_error(f"toolbox {self.toolbox} is not running (its worker "
-                                   f"{self.death_reason or 'is ' + self.state.value}); try again shortly")
+            return execution_error(
+                f"toolbox {self.toolbox} is not running (its worker "
+                f"{self.death_reason or 'is ' + self.state.value}); try again shortly"
+            )
         limit = self.wall_time_s if wall_time_s is None else wall_time_s
         wire_ctx = dict(ctx)
         if limit and math.isfinite(limit):
             wire_ctx["timeout_s"] = limit
         call_id = self._next_id
         try:
-            frame = encode({"t": "call", "id": call_id, "tool": tool, "args": args, "ctx": wire_ctx,
-                            **({"op": op} if op is not None else {})})
+            frame = encode(
+                {
+                    "t": "call",
+                    "id": call_id,
+                    "tool": tool,
+                    "args": args,
+                    "ctx": wire_ctx,
+                    **({"op": op} if op is not None else {}),
+                }
+            )
         except (TypeError, ValueError, OverflowError) as exc:
             return execution_error(f"the arguments of {tool} cannot be sent to its worker ({exc})")
         self._next_id += 1
@@ -425,7 +477,8 @@ class WorkerConnection:
                 await self._cancel_in_worker(call_id, pending)
             return execution_error(
                 f"the call to {tool} exceeded its wall-time limit of {nominal:g} s and was stopped"
-                + ("" if sent else " (its worker was not reading its input)"))
+                + ("" if sent else " (its worker was not reading its input)")
+            )
         except trio.Cancelled:
             if sent:
                 await self._cancel_in_worker(call_id, pending)
@@ -445,5 +498,4 @@ class WorkerConnection:
                     return
                 await pending.done.wait()
             if not pending.done.is_set() and self.state is not ConnectionState.DEAD:
-                await self.kill(f"did not stop call {call_id} within {CANCEL_GRACE_S:g} s of its cancel "
-                                "and was killed")
+                await self.kill(f"did not stop call {call_id} within {CANCEL_GRACE_S:g} s of its cancel and was killed")

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandbox._plan import READ, WRITE, FsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "MAX_NOTES",
@@ -38,13 +41,22 @@ MAX_NOTES = 5
 
 #: Landlock's blocker names -> (what the process tried, in words; does it need a write rule)
 _FS_ACCESS = {
-    "fs.execute": ("execute", False), "fs.read_file": ("read", False), "fs.read_dir": ("list", False),
-    "fs.write_file": ("write", True), "fs.truncate": ("truncate", True), "fs.remove_dir": ("remove a folder in", True),
-    "fs.remove_file": ("remove a file in", True), "fs.make_reg": ("create a file in", True),
-    "fs.make_dir": ("create a folder in", True), "fs.make_sym": ("create a symlink in", True),
-    "fs.make_fifo": ("create a FIFO in", True), "fs.make_sock": ("create a unix socket in", True),
-    "fs.make_char": ("create a device in", True), "fs.make_block": ("create a device in", True),
-    "fs.refer": ("link or rename across folders into", True), "fs.ioctl_dev": ("use a device ioctl on", True),
+    "fs.execute": ("execute", False),
+    "fs.read_file": ("read", False),
+    "fs.read_dir": ("list", False),
+    "fs.write_file": ("write", True),
+    "fs.truncate": ("truncate", True),
+    "fs.remove_dir": ("remove a folder in", True),
+    "fs.remove_file": ("remove a file in", True),
+    "fs.make_reg": ("create a file in", True),
+    "fs.make_dir": ("create a folder in", True),
+    "fs.make_sym": ("create a symlink in", True),
+    "fs.make_fifo": ("create a FIFO in", True),
+    "fs.make_sock": ("create a unix socket in", True),
+    "fs.make_char": ("create a device in", True),
+    "fs.make_block": ("create a device in", True),
+    "fs.refer": ("link or rename across folders into", True),
+    "fs.ioctl_dev": ("use a device ioctl on", True),
     "fs.change_topology": ("mount on", True),
 }
 _NEVER_GRANTED = {"fs.make_char", "fs.make_block", "fs.make_sock", "fs.change_topology"}
@@ -109,18 +121,27 @@ def explain_landlock(fields: dict[str, str], ctx: FsContext) -> list[Denial]:
             port = fields.get("dest") or fields.get("src") or "?"
             verb = "connect to" if blocker == "net.connect_tcp" else "bind"
             rule = blocker
-            text = (f"Landlock refused to {verb} TCP port {port}"
-                    + (f" ({fields['daddr']})" if fields.get("daddr") else "")
-                    + ": a worker reaches the network only through the supervisor's proxy for its allowed hosts "
-                      "(AllowedHosts in the agent file, toolboxes.<name>.allowed_hosts in the policy); binding is "
-                      "never allowed")
+            text = (
+                f"Landlock refused to {verb} TCP port {port}"
+                + (f" ({fields['daddr']})" if fields.get("daddr") else "")
+                + ": a worker reaches the network only through the supervisor's proxy for its allowed hosts "
+                "(AllowedHosts in the agent file, toolboxes.<name>.allowed_hosts in the policy); binding is "
+                "never allowed"
+            )
             out.append(Denial("landlock", blocker, f"tcp:{port}", rule, text))
         elif blocker.startswith("scope."):
             what = "signal a process" if blocker == "scope.signal" else "connect to an abstract unix socket"
             target = fields.get("opid") or fields.get("path") or "?"
-            out.append(Denial("landlock", blocker, target, blocker,
-                              f"Landlock refused to {what} outside the toolbox's worker ({target}): a worker reaches "
-                              "only its own processes and sockets; no policy key changes that"))
+            out.append(
+                Denial(
+                    "landlock",
+                    blocker,
+                    target,
+                    blocker,
+                    f"Landlock refused to {what} outside the toolbox's worker ({target}): a worker reaches "
+                    "only its own processes and sockets; no policy key changes that",
+                )
+            )
     return out
 
 
@@ -128,30 +149,40 @@ def _explain_fs(blocker: str, path: str, ctx: FsContext) -> Denial:
     verb, writes = _FS_ACCESS.get(blocker, (blocker, True))
     head = f"Landlock refused to {verb} {path} ({blocker})"
     if blocker in _NEVER_GRANTED:
-        return Denial("landlock", blocker, path, blocker,
-                      f"{head}: no worker may ever do that (devices, unix sockets and mounts are never granted)")
+        return Denial(
+            "landlock",
+            blocker,
+            path,
+            blocker,
+            f"{head}: no worker may ever do that (devices, unix sockets and mounts are never granted)",
+        )
     covering = [r for r in ctx.rules if _beneath(path, r.path)]
     if not covering:
         if ctx.sandbox_mode:
             rule = "FileSandbox: no rule"
-            why = (f"nothing granted to toolbox {ctx.toolbox!r} reaches it: its FileSandbox does not cover "
-                   f"{path}. To allow it, widen that FileSandbox in the agent file (a DirectoryRecursive or "
-                   f"FileExactly naming it){_where_to_write(ctx) if writes else ''}")
+            why = (
+                f"nothing granted to toolbox {ctx.toolbox!r} reaches it: its FileSandbox does not cover "
+                f"{path}. To allow it, widen that FileSandbox in the agent file (a DirectoryRecursive or "
+                f"FileExactly naming it){_where_to_write(ctx) if writes else ''}"
+            )
         else:
             rule = f"no rule ({ctx.kind or 'this'} toolbox without a FileSandbox)"
             writable = ", ".join(r.path for r in ctx.rules if r.mode == WRITE) or "nowhere"
-            why = (f"no rule of toolbox {ctx.toolbox!r} reaches it: a {ctx.kind or 'this'} toolbox has no "
-                   f"FileSandbox; it may write only in {writable} and read the policy's system_paths and its own "
-                   f"files. To {'write' if writes else 'read'} it, use a path it is granted"
-                   + (" (its work folder is its cwd and HOME)" if writes else " or give the file to the tool as "
-                      "input"))
+            why = (
+                f"no rule of toolbox {ctx.toolbox!r} reaches it: a {ctx.kind or 'this'} toolbox has no "
+                f"FileSandbox; it may write only in {writable} and read the policy's system_paths and its own "
+                f"files. To {'write' if writes else 'read'} it, use a path it is granted"
+                + (" (its work folder is its cwd and HOME)" if writes else " or give the file to the tool as input")
+            )
         return Denial("landlock", blocker, path, rule, f"{head}: {why}")
     best = max(covering, key=lambda r: len(r.path))
     if writes and all(r.mode == READ for r in covering):
         if best.path in ctx.sandbox_paths and ctx.sandbox_mode == READ:
-            why = (f"it is granted read-only by its FileSandbox (rule read {best.path}): a {ctx.kind} toolbox's "
-                   f"FileSandbox is only ever read-only (its tools may not change the files they are given). To "
-                   f"write, use another path{_where_to_write(ctx)}")
+            why = (
+                f"it is granted read-only by its FileSandbox (rule read {best.path}): a {ctx.kind} toolbox's "
+                f"FileSandbox is only ever read-only (its tools may not change the files they are given). To "
+                f"write, use another path{_where_to_write(ctx)}"
+            )
             rule = f"FileSandbox read-only: {best.path}"
         else:
             why = f"it is granted read-only by {_origin(ctx, best)}. To write, use another path{_where_to_write(ctx)}"
@@ -159,17 +190,27 @@ def _explain_fs(blocker: str, path: str, ctx: FsContext) -> Denial:
         return Denial("landlock", blocker, path, rule, f"{head} in toolbox {ctx.toolbox!r}: {why}")
     # a rule covers it with the right mode, yet Landlock refused: a right the rule never carries (MAKE_SOCK ...)
     # or the inexact part of a predicate the in-worker check closes
-    return Denial("landlock", blocker, path, f"{best.mode}: {best.path}",
-                  f"{head} in toolbox {ctx.toolbox!r}: {_origin(ctx, best)} does not carry that right")
+    return Denial(
+        "landlock",
+        blocker,
+        path,
+        f"{best.mode}: {best.path}",
+        f"{head} in toolbox {ctx.toolbox!r}: {_origin(ctx, best)} does not carry that right",
+    )
 
 
 def explain_seccomp(name: str | None, number: int, reason: str | None) -> Denial:
     """A refused system call (from an ``AUDIT_SECCOMP`` record), named."""
     call = name or f"system call {number}"
     why = f": {reason}" if reason else ""
-    return Denial("seccomp", "syscall", call, call,
-                  f"the worker's system call filter (seccomp) refused {call}(){why}. It is refused for every "
-                  "toolbox; no policy key allows it: use another way to do the job")
+    return Denial(
+        "seccomp",
+        "syscall",
+        call,
+        call,
+        f"the worker's system call filter (seccomp) refused {call}(){why}. It is refused for every "
+        "toolbox; no policy key allows it: use another way to do the job",
+    )
 
 
 _DENIED_LINE = re.compile(r"Permission denied|EACCES")
@@ -207,14 +248,21 @@ def explain_text_paths(text: str, ctx: FsContext, *, permission_denied: bool, li
     out = []
     for path, read_only in seen[:limit]:
         read = _explain_fs("fs.read_file", path, ctx)
-        chosen = read if not read_only and read.rule.startswith(("FileSandbox: no rule", "no rule")) else \
-            _explain_fs("fs.write_file", path, ctx)
+        chosen = (
+            read
+            if not read_only and read.rule.startswith(("FileSandbox: no rule", "no rule"))
+            else _explain_fs("fs.write_file", path, ctx)
+        )
         verb = "read" if chosen is read else "write"
-        how = ("was refused by the worker's private view (what it is not granted to write is mounted read-only)"
-               if read_only else "was probably refused by Landlock (this host gives no audit records: judged from "
-               "the error text and the toolbox's rules)")
-        text_out = chosen.text.replace(f"Landlock refused to {verb} {path} ({chosen.access})",
-                                       f"{verb} {path} {how}", 1)
+        how = (
+            "was refused by the worker's private view (what it is not granted to write is mounted read-only)"
+            if read_only
+            else "was probably refused by Landlock (this host gives no audit records: judged from "
+            "the error text and the toolbox's rules)"
+        )
+        text_out = chosen.text.replace(
+            f"Landlock refused to {verb} {path} ({chosen.access})", f"{verb} {path} {how}", 1
+        )
         out.append(Denial("view" if read_only else "landlock", chosen.access, path, chosen.rule, text_out))
     return out
 
@@ -238,13 +286,23 @@ def notes(denials: Iterable[Denial], text: str = "") -> list[str]:
     rest = others + named[MAX_NOTES:]
     if rest:
         shown = ", ".join(sorted({d.target for d in rest})[:3])
-        out.append(f"[denied: {len(rest)} other refusal(s) during this call ({shown}{', ...' if len(rest) > 3 else ''})"
-                   f"; each is explained in the trace]")
+        out.append(
+            f"[denied: {len(rest)} other refusal(s) during this call ({shown}{', ...' if len(rest) > 3 else ''})"
+            f"; each is explained in the trace]"
+        )
     return out
 
 
-def context_of(toolbox: str, kind: str, rules: Iterable[FsRule], report: dict[str, object],
-               system_paths: Iterable[str], workdir: str, *, view: bool = False) -> FsContext:
+def context_of(
+    toolbox: str,
+    kind: str,
+    rules: Iterable[FsRule],
+    report: dict[str, object],
+    system_paths: Iterable[str],
+    workdir: str,
+    *,
+    view: bool = False,
+) -> FsContext:
     """An :class:`FsContext` from a worker spec's parts (its rules and ``check`` report; pure). ``view``: the
     worker has a private view, whose fresh ``/tmp`` and ``/dev/shm`` the launcher grants read-write."""
     fsb = report.get("file_sandbox") if isinstance(report, dict) else None
@@ -254,5 +312,6 @@ def context_of(toolbox: str, kind: str, rules: Iterable[FsRule], report: dict[st
         paths = tuple(str(r.get("path")) for r in fsb.get("rules") or () if isinstance(r, dict))
         mode = str(fsb.get("mode") or "")
     extra = (FsRule("/tmp", WRITE), FsRule("/dev/shm", WRITE)) if view else ()
-    return FsContext(toolbox, kind, (*rules, *extra), paths, mode if mode in (READ, WRITE) else "",
-                     tuple(system_paths), workdir)
+    return FsContext(
+        toolbox, kind, (*rules, *extra), paths, mode if mode in (READ, WRITE) else "", tuple(system_paths), workdir
+    )

@@ -29,7 +29,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -37,7 +37,6 @@ from sandbox import _audit_netlink as netlink
 from sandbox._audit_session import read_session
 from sandbox._landlock import landlock_abi
 from sandbox._seccomp import REFUSAL_REASONS, syscall_name
-from supervisor.traces import TraceRecorder
 from toolboxes._result import ToolResult
 
 from ._denials import (
@@ -50,6 +49,9 @@ from ._denials import (
     named_in_text,
     notes,
 )
+
+if TYPE_CHECKING:
+    from supervisor.traces import TraceRecorder
 
 __all__ = ["BARRIER_TIMEOUT_S", "KernelAudit", "combine_watches", "host_explanations"]
 
@@ -96,22 +98,32 @@ def host_explanations(mode: str, *, euid: int | None = None) -> list[str]:
             if status.enabled == 0 and mode != "enable":
                 reason = "the host's audit is off and the policy says kernel_audit: use (enable turns it on)"
     if reason:
-        return [f"Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
-                f"toolbox's rules ({reason})",
-                f"seccomp refusals: not named ({reason})"]
+        return [
+            f"Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
+            f"toolbox's rules ({reason})",
+            f"seccomp refusals: not named ({reason})",
+        ]
     when = " (turned on at start)" if mode == "enable" and status.enabled == 0 else ""
-    landlock = (f"Landlock denials: from the kernel's audit records{when}: path or port, access, and the rule"
-                if landlock_abi() >= 7 else
-                "Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
-                "toolbox's rules (Landlock below ABI 7 writes no audit records)")
+    landlock = (
+        f"Landlock denials: from the kernel's audit records{when}: path or port, access, and the rule"
+        if landlock_abi() >= 7
+        else "Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
+        "toolbox's rules (Landlock below ABI 7 writes no audit records)"
+    )
     return [landlock, f"seccomp refusals: from the kernel's audit records{when}: the system call"]
 
 
 class KernelAudit:
     """The supervisor's reader of audit records, and the per-call watch that turns them into notes."""
 
-    def __init__(self, trace: TraceRecorder, *, mode: str = "enable", system_paths: tuple[str, ...] = (),
-                 machine: str | None = None) -> None:
+    def __init__(
+        self,
+        trace: TraceRecorder,
+        *,
+        mode: str = "enable",
+        system_paths: tuple[str, ...] = (),
+        machine: str | None = None,
+    ) -> None:
         self.trace = trace
         self.mode = mode
         self.system_paths = system_paths
@@ -208,7 +220,7 @@ class KernelAudit:
         if record.type == netlink.AUDIT_USER:
             msg = f.get("msg", "")
             if msg.startswith(netlink.BARRIER_PREFIX):
-                event = self._barriers.pop(msg[len(netlink.BARRIER_PREFIX):], None)
+                event = self._barriers.pop(msg[len(netlink.BARRIER_PREFIX) :], None)
                 if event is not None:
                     event.set()
         elif record.type == netlink.AUDIT_SECCOMP:
@@ -253,8 +265,11 @@ class KernelAudit:
         for d in denials:
             key = (d.access, d.target)
             if calls:
-                fresh = [c for c in calls if len(c.denials) < _MAX_PER_CALL
-                         and all(key != (o.access, o.target) for o in c.denials)]
+                fresh = [
+                    c
+                    for c in calls
+                    if len(c.denials) < _MAX_PER_CALL and all(key != (o.access, o.target) for o in c.denials)
+                ]
                 if not fresh:
                     continue
                 for call in fresh:
@@ -267,11 +282,19 @@ class KernelAudit:
                 seen[key] = None
                 _bound(seen, _MAX_BACKGROUND)
                 _bound(self._background, _MAX_SESSIONS)
-            self.trace.record("denial", call_id=fresh[0].call_id if len(fresh) == 1 else None,
-                              call_ids=[c.call_id for c in fresh] if len(fresh) > 1 else None,
-                              tool=fresh[0].tool if len(fresh) == 1 else None, toolbox=context.toolbox,
-                              layer=d.layer, access=d.access, target=d.target, rule=d.rule, text=d.text,
-                              source="audit")
+            self.trace.record(
+                "denial",
+                call_id=fresh[0].call_id if len(fresh) == 1 else None,
+                call_ids=[c.call_id for c in fresh] if len(fresh) > 1 else None,
+                tool=fresh[0].tool if len(fresh) == 1 else None,
+                toolbox=context.toolbox,
+                layer=d.layer,
+                access=d.access,
+                target=d.target,
+                rule=d.rule,
+                text=d.text,
+                source="audit",
+            )
 
     # -- the per-call watch ------------------------------------------------------------------------------------
     def _session(self, worker: Any) -> int | None:
@@ -296,9 +319,15 @@ class KernelAudit:
 
     def _make_context(self, tool: Any, spec: Any) -> FsContext:
         plan = getattr(spec, "plan", None)
-        return context_of(tool.toolbox, getattr(spec, "kind", ""), getattr(plan, "fs_rules", ()),
-                          getattr(spec, "report", {}) or {}, self.system_paths, getattr(plan, "workdir", ""),
-                          view=getattr(plan, "view", None) is not None)
+        return context_of(
+            tool.toolbox,
+            getattr(spec, "kind", ""),
+            getattr(plan, "fs_rules", ()),
+            getattr(spec, "report", {}) or {},
+            self.system_paths,
+            getattr(plan, "workdir", ""),
+            view=getattr(plan, "view", None) is not None,
+        )
 
     def begin(self, tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
         """Note the call in flight on ``tool``'s worker; the returned coroutine function explains its result."""
@@ -346,8 +375,18 @@ class KernelAudit:
             if d.target in known:
                 continue
             denials.append(d)
-            self.trace.record("denial", call_id=call.call_id, tool=call.tool, toolbox=call.toolbox, layer=d.layer,
-                              access=d.access, target=d.target, rule=d.rule, text=d.text, source="error text")
+            self.trace.record(
+                "denial",
+                call_id=call.call_id,
+                tool=call.tool,
+                toolbox=call.toolbox,
+                layer=d.layer,
+                access=d.access,
+                target=d.target,
+                rule=d.rule,
+                text=d.text,
+                source="error text",
+            )
         if not denials:
             return
         lines = notes(denials, text)
@@ -377,9 +416,11 @@ def _bound(mapping: OrderedDict[Any, Any], limit: int) -> None:
         mapping.popitem(last=False)
 
 
-def combine_watches(*watches: Callable[[Any, str], Finish]) -> Callable[[Any, str], Callable[[ToolResult],
-                                                                                  Awaitable[ToolResult]]]:
+def combine_watches(
+    *watches: Callable[[Any, str], Finish],
+) -> Callable[[Any, str], Callable[[ToolResult], Awaitable[ToolResult]]]:
     """One portal watch made of several: each begins in order, their finishers run in order (sync or async)."""
+
     def begin(tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
         finishers = [w(tool, call_id) for w in watches]
 

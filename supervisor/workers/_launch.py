@@ -18,22 +18,25 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import trio
 
 import sandbox
-from sandbox._bridge import BridgeSockets
-from sandbox._credentials import Credential
 from sandbox._dns_stub import serve_dns_stub
 from sandbox._egress import Terminator, default_resolve, limited_resolver, serve_egress
-from sandbox._hosts import AllowedHosts
-from sandbox._plan import ConfinementPlan
 
 from ._spawn import ChildProcess, spawn_child
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+    from sandbox._bridge import BridgeSockets
+    from sandbox._credentials import Credential
+    from sandbox._hosts import AllowedHosts
+    from sandbox._plan import ConfinementPlan
 
 __all__ = ["LOOKUPS_PER_BRIDGE", "Launched", "launch", "launcher_argv", "plan_frame", "serve_bridge"]
 
@@ -77,8 +80,9 @@ class Launched:
             self.carrier = None
 
 
-def launch(argv: Sequence[str], plan: ConfinementPlan, *, env: Mapping[str, str], cwd: str = "/",
-           pass_fds: Sequence[int] = ()) -> Launched:
+def launch(
+    argv: Sequence[str], plan: ConfinementPlan, *, env: Mapping[str, str], cwd: str = "/", pass_fds: Sequence[int] = ()
+) -> Launched:
     """Spawn the launcher ``argv`` for ``plan`` (the plan is not sent yet: see :func:`plan_frame`).
 
     Raises ``OSError`` when it cannot be spawned (nothing is left open then).
@@ -90,8 +94,9 @@ def launch(argv: Sequence[str], plan: ConfinementPlan, *, env: Mapping[str, str]
         carrier, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         plan = dataclasses.replace(plan, bridge_fd=child_end.fileno())
     try:
-        proc = spawn_child(list(argv), env=dict(env), cwd=cwd,
-                           pass_fds=(*pass_fds, *((child_end.fileno(),) if child_end else ())))
+        proc = spawn_child(
+            list(argv), env=dict(env), cwd=cwd, pass_fds=(*pass_fds, *((child_end.fileno(),) if child_end else ()))
+        )
     except OSError:
         if carrier is not None:
             carrier.close()
@@ -102,20 +107,37 @@ def launch(argv: Sequence[str], plan: ConfinementPlan, *, env: Mapping[str, str]
     return Launched(proc, plan, carrier)
 
 
-async def serve_bridge(bridge: BridgeSockets, rules: AllowedHosts, *, toolbox: str, until: Callable[[], Awaitable[Any]],
-                       on_decision: Callable[[dict[str, Any]], None],
-                       credentials: Sequence[Credential] = (), terminator: Terminator | None = None) -> None:
+async def serve_bridge(
+    bridge: BridgeSockets,
+    rules: AllowedHosts,
+    *,
+    toolbox: str,
+    until: Callable[[], Awaitable[Any]],
+    on_decision: Callable[[dict[str, Any]], None],
+    credentials: Sequence[Credential] = (),
+    terminator: Terminator | None = None,
+) -> None:
     """Serve the egress proxy and DNS stub of one confined process until ``until()`` returns; then close the
     sockets. At most :data:`LOOKUPS_PER_BRIDGE` name lookups of the two are in flight at once."""
     proxy, dns_udp, dns_tcp = bridge.to_trio()
     try:
         async with trio.open_nursery() as nursery:
             resolve = limited_resolver(default_resolve, LOOKUPS_PER_BRIDGE)
-            await nursery.start(lambda task_status: serve_egress(
-                proxy, rules, on_decision=on_decision, toolbox=toolbox, resolve=resolve,
-                credentials=tuple(credentials), terminator=terminator, task_status=task_status))
-            await nursery.start(lambda task_status: serve_dns_stub(
-                dns_udp, dns_tcp, rules, resolve=resolve, task_status=task_status))
+            await nursery.start(
+                lambda task_status: serve_egress(
+                    proxy,
+                    rules,
+                    on_decision=on_decision,
+                    toolbox=toolbox,
+                    resolve=resolve,
+                    credentials=tuple(credentials),
+                    terminator=terminator,
+                    task_status=task_status,
+                )
+            )
+            await nursery.start(
+                lambda task_status: serve_dns_stub(dns_udp, dns_tcp, rules, resolve=resolve, task_status=task_status)
+            )
             await until()
             nursery.cancel_scope.cancel()
     finally:

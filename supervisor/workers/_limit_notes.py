@@ -23,18 +23,23 @@ from __future__ import annotations
 
 import signal
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._cgroup_events import CounterFiles, LimitCounters, counter_files, read_counters, rises
-from supervisor.traces import TraceRecorder
-from toolboxes._result import ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from supervisor.traces import TraceRecorder
+    from toolboxes._result import ToolResult
 
 __all__ = ["LimitHit", "LimitWatch", "explained_limits", "limit_hits", "note", "signal_of"]
 
-_SIGNAL_LIMITS = {int(signal.SIGXCPU): ("cpu_seconds", "CPU time"),
-                  int(signal.SIGXFSZ): ("file_size_bytes", "file size")}
+_SIGNAL_LIMITS = {
+    int(signal.SIGXCPU): ("cpu_seconds", "CPU time"),
+    int(signal.SIGXFSZ): ("file_size_bytes", "file size"),
+}
 
 
 @dataclass(frozen=True)
@@ -65,31 +70,55 @@ def signal_of(result: ToolResult) -> int | None:
     return -value if value < 0 else None
 
 
-def limit_hits(rose: dict[str, int], sig: int | None, *, pids_max: int | None, memory_bytes: int | None,
-               cpu_seconds: int | None, file_size_bytes: int | None) -> list[LimitHit]:
+def limit_hits(
+    rose: dict[str, int],
+    sig: int | None,
+    *,
+    pids_max: int | None,
+    memory_bytes: int | None,
+    cpu_seconds: int | None,
+    file_size_bytes: int | None,
+) -> list[LimitHit]:
     """The limits that stopped a call, from the cgroup counters that rose during it (:func:`rises`) and the
     signal that killed its process (pure)."""
     hits = []
     if rose.get("pids_max"):
-        hits.append(LimitHit("processes", pids_max,
-                             f"the kernel refused {rose['pids_max']} fork(s) or thread(s): the toolbox's cgroup "
-                             f"already held its pids.max of {pids_max} processes and threads"))
+        hits.append(
+            LimitHit(
+                "processes",
+                pids_max,
+                f"the kernel refused {rose['pids_max']} fork(s) or thread(s): the toolbox's cgroup "
+                f"already held its pids.max of {pids_max} processes and threads",
+            )
+        )
     if rose.get("oom_kills"):
-        hits.append(LimitHit("memory_bytes", memory_bytes,
-                             f"the kernel's OOM killer killed {rose['oom_kills']} process(es) of the toolbox: its "
-                             f"cgroup reached its memory limit of {memory_bytes} bytes"))
+        hits.append(
+            LimitHit(
+                "memory_bytes",
+                memory_bytes,
+                f"the kernel's OOM killer killed {rose['oom_kills']} process(es) of the toolbox: its "
+                f"cgroup reached its memory limit of {memory_bytes} bytes",
+            )
+        )
     if sig in _SIGNAL_LIMITS:
         key, what = _SIGNAL_LIMITS[sig]
         value = cpu_seconds if key == "cpu_seconds" else file_size_bytes
         name = signal.Signals(sig).name
         unit = "s of CPU time" if key == "cpu_seconds" else "bytes"
-        hits.append(LimitHit(key, value, f"the process was killed by {name}: it reached its {what} limit "
-                                         f"(RLIMIT_{'CPU' if key == 'cpu_seconds' else 'FSIZE'}) of {value} {unit}"))
+        hits.append(
+            LimitHit(
+                key,
+                value,
+                f"the process was killed by {name}: it reached its {what} limit "
+                f"(RLIMIT_{'CPU' if key == 'cpu_seconds' else 'FSIZE'}) of {value} {unit}",
+            )
+        )
     return hits
 
 
-def explained_limits(*, pids_max: int | None, memory_bytes: int | None, cpu_seconds: int | None,
-                     file_size_bytes: int | None) -> list[str]:
+def explained_limits(
+    *, pids_max: int | None, memory_bytes: int | None, cpu_seconds: int | None, file_size_bytes: int | None
+) -> list[str]:
     """The limits in force whose hits a result will name, with how each is seen, for ``check`` (pure)."""
     out = []
     if pids_max is not None:
@@ -108,9 +137,11 @@ def note(toolbox: str, hit: LimitHit, agent: str = "") -> str:
     ``agent`` the key is agent-qualified (``toolboxes.<agent>/<toolbox>``), which is right even when another agent
     has a toolbox of the same name."""
     key = f"{agent}/{toolbox}" if agent else toolbox
-    return (f"[limit reached: {hit.what}. This is the policy's limits.{hit.limit} for toolbox {toolbox!r}; "
-            f"the call may succeed with less work, or an operator can raise toolboxes.{key}.limits.{hit.limit} "
-            f"(or limits.{hit.limit}) in the policy]")
+    return (
+        f"[limit reached: {hit.what}. This is the policy's limits.{hit.limit} for toolbox {toolbox!r}; "
+        f"the call may succeed with less work, or an operator can raise toolboxes.{key}.limits.{hit.limit} "
+        f"(or limits.{hit.limit}) in the policy]"
+    )
 
 
 class _Baseline:
@@ -168,21 +199,34 @@ class LimitWatch:
             rose = rises(baseline.seen, now)
             baseline.seen = LimitCounters(  # an unknown reading (the group gone) keeps what was known
                 now.pids_max if now.pids_max is not None else baseline.seen.pids_max,
-                now.oom_kills if now.oom_kills is not None else baseline.seen.oom_kills)
+                now.oom_kills if now.oom_kills is not None else baseline.seen.oom_kills,
+            )
         sig = signal_of(result)
         if not rose and sig not in _SIGNAL_LIMITS:
             return result
         spec = getattr(tool.runner, "spec", None)
         plan = getattr(spec, "cgroup", None)
         rlimits = getattr(getattr(spec, "plan", None), "rlimits", None)
-        hits = limit_hits(rose, sig, pids_max=getattr(plan, "pids_max", None),
-                          memory_bytes=getattr(plan, "memory_bytes", None),
-                          cpu_seconds=getattr(rlimits, "cpu_seconds", None),
-                          file_size_bytes=getattr(rlimits, "file_size_bytes", None))
+        hits = limit_hits(
+            rose,
+            sig,
+            pids_max=getattr(plan, "pids_max", None),
+            memory_bytes=getattr(plan, "memory_bytes", None),
+            cpu_seconds=getattr(rlimits, "cpu_seconds", None),
+            file_size_bytes=getattr(rlimits, "file_size_bytes", None),
+        )
         notes = [note(tool.toolbox, h, tool.agent) for h in hits]
         result.data = "\n".join([result.data, *notes] if result.data else notes)
         for h in hits:
             result.metadata.append(("limit_hit", f"limits.{h.limit}"))
-            self.trace.record("limit_hit", call_id=call_id, tool=tool.name, toolbox=tool.toolbox, agent=tool.agent,
-                              limit=f"limits.{h.limit}", value=h.value, what=h.what)
+            self.trace.record(
+                "limit_hit",
+                call_id=call_id,
+                tool=tool.name,
+                toolbox=tool.toolbox,
+                agent=tool.agent,
+                limit=f"limits.{h.limit}",
+                value=h.value,
+                what=h.what,
+            )
         return result

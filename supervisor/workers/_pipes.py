@@ -101,7 +101,7 @@ class FrameWriter:
                 if fileno < 0:
                     raise trio.ClosedResourceError("the pipe is closed")
                 await trio.lowlevel.wait_writable(fileno)
-                view = view[_write_now(self._fileno_of(), view):]
+                view = view[_write_now(self._fileno_of(), view) :]
         except trio.Cancelled:
             if len(view) < len(data):
                 self.torn = True

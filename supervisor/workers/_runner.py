@@ -19,17 +19,20 @@ worker is made by ``make_worker`` (default :class:`~supervisor.workers._worker.W
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from supervisor._errors import WorkerStartError, execution_error
-from supervisor.tools import CompiledSchema
-from toolboxes._result import ToolResult
 
 from ._tool_cache import CachedTools, payload_fingerprint, read_tool_cache, write_tool_cache
 from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from supervisor.tools import CompiledSchema
+    from toolboxes._result import ToolResult
 
 __all__ = ["SupervisionPolicy", "ToolboxRunner"]
 
@@ -37,8 +40,14 @@ __all__ = ["SupervisionPolicy", "ToolboxRunner"]
 class SupervisionPolicy:
     """Restart parameters (from the policy's ``supervision`` section)."""
 
-    def __init__(self, backoff_initial_s: float = 0.1, backoff_max_s: float = 30.0, max_restarts: int = 5,
-                 window_s: float = 60.0, cooldown_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        backoff_initial_s: float = 0.1,
+        backoff_max_s: float = 30.0,
+        max_restarts: int = 5,
+        window_s: float = 60.0,
+        cooldown_s: float = 300.0,
+    ) -> None:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.max_restarts = max_restarts
@@ -129,8 +138,9 @@ class ToolboxRunner:
                 first = False  # a failed start now counts as a death (the supervisor runs already)
             backoff = self.supervision.backoff_initial_s
             while not self._stopping:
-                worker = self._make_worker(self.spec, on_request=self._on_request, on_event=self._on_event_wrapper,
-                                           reuse=self.schemas)
+                worker = self._make_worker(
+                    self.spec, on_request=self._on_request, on_event=self._on_event_wrapper, reuse=self.schemas
+                )
                 try:
                     await worker.start(nursery)
                 except Exception as exc:  # WorkerStartError, or a bug on the start path: never the supervisor's end
@@ -163,8 +173,11 @@ class ToolboxRunner:
                     started = trio.current_time()
                     await worker.dead.wait()
                     self._ready = trio.Event()
-                    self._on_event(worker, "worker_exit", {"reason": worker.death_reason,
-                                                           "stderr_tail": worker.stderr_tail()[-500:]})
+                    self._on_event(
+                        worker,
+                        "worker_exit",
+                        {"reason": worker.death_reason, "stderr_tail": worker.stderr_tail()[-500:]},
+                    )
                     if trio.current_time() - started > self.supervision.window_s:
                         backoff = self.supervision.backoff_initial_s
                 if self._stopping:
@@ -205,8 +218,9 @@ class ToolboxRunner:
         self._cached = CachedTools(list(worker.tools), list(worker.load_errors), dict(worker.catalog))
         with trio.CancelScope(shield=True):
             await worker.stop()
-        self._on_event(worker, "worker_exit", {"reason": "stopped after listing its tools (start: lazy)",
-                                               "stderr_tail": ""})
+        self._on_event(
+            worker, "worker_exit", {"reason": "stopped after listing its tools (start: lazy)", "stderr_tail": ""}
+        )
         if path:
             try:
                 await trio.to_thread.run_sync(write_tool_cache, path, fingerprint, self._cached)
@@ -220,9 +234,9 @@ class ToolboxRunner:
         self.failed_reason = (
             f"toolbox {self.name} is disabled for {cooldown:g} s: its worker died {deaths} times within "
             f"{self.supervision.window_s:g} s (last: {worker.death_reason}). It is started again after the "
-            "cool-down; fix the cause if it keeps happening.")
-        self._on_event(worker, "crash_loop", {"reason": self.failed_reason, "deaths": deaths,
-                                              "cooldown_s": cooldown})
+            "cool-down; fix the cause if it keeps happening."
+        )
+        self._on_event(worker, "crash_loop", {"reason": self.failed_reason, "deaths": deaths, "cooldown_s": cooldown})
         self._ready.set()  # wake waiters so they get the failure
         with trio.move_on_after(cooldown):
             await self._stopped.wait()
@@ -243,8 +257,15 @@ class ToolboxRunner:
             self._on_tools(self)
         self._on_event(worker, kind, data)
 
-    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None, origin: Any = None, op: str | None = None) -> ToolResult:
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        ctx: dict[str, Any],
+        wall_time_s: float | None = None,
+        origin: Any = None,
+        op: str | None = None,
+    ) -> ToolResult:
         """Call ``tool`` on the live worker, waiting for a restart in progress if needed."""
         limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
         deadline = trio.current_time() + limit
@@ -263,8 +284,9 @@ class ToolboxRunner:
             if self.failed_reason:
                 return execution_error(self.failed_reason)
             if worker is None or worker.state is not WorkerState.READY:
-                return execution_error(f"toolbox {self.name} is restarting and did not come back within "
-                                        f"{limit:g} s; try again later")
+                return execution_error(
+                    f"toolbox {self.name} is restarting and did not come back within {limit:g} s; try again later"
+                )
         remaining = max(0.001, deadline - trio.current_time())
         if op is None:  # a tool call, the only kind every worker (and test double) serves
             return await worker.call(tool, args, ctx, remaining, origin)

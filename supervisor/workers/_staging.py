@@ -45,8 +45,7 @@ def _fingerprint() -> str:
         root = _package_dir(module)
         for path in _files(root):
             st = os.stat(path)
-            digest.update(f"{module.__name__}/{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\n"
-                          .encode())
+            digest.update(f"{module.__name__}/{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:20]
 
 

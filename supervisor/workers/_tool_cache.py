@@ -57,8 +57,13 @@ def read_tool_cache(path: str, fingerprint: str) -> CachedTools | None:
     if not isinstance(data, dict) or data.get("fingerprint") != fingerprint:
         return None
     tools, errors, catalog = data.get("tools"), data.get("load_errors"), data.get("catalog")
-    if not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools) and isinstance(errors, list)
-            and isinstance(catalog, dict) and all(isinstance(v, list) for v in catalog.values())):
+    if not (
+        isinstance(tools, list)
+        and all(isinstance(t, dict) for t in tools)
+        and isinstance(errors, list)
+        and isinstance(catalog, dict)
+        and all(isinstance(v, list) for v in catalog.values())
+    ):
         return None
     return CachedTools(tools, errors, catalog)
 
@@ -66,6 +71,10 @@ def read_tool_cache(path: str, fingerprint: str) -> CachedTools | None:
 def write_tool_cache(path: str, fingerprint: str, cached: CachedTools) -> None:
     """Replace the cache at ``path`` (atomically; its folders made root's 0700). Raises ``OSError``."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    data = {"fingerprint": fingerprint, "tools": cached.tools, "load_errors": cached.load_errors,
-            "catalog": cached.catalog}
+    data = {
+        "fingerprint": fingerprint,
+        "tools": cached.tools,
+        "load_errors": cached.load_errors,
+        "catalog": cached.catalog,
+    }
     atomic_write(path, json.dumps(data, default=str).encode(), 0o600, fsync=False)

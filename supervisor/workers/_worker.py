@@ -18,20 +18,15 @@ import signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
 from sandbox._cgroups import CgroupInstance, CgroupPlan, create_cgroup, enter_cgroup, remove_cgroup
-from sandbox._credentials import Credential
-from sandbox._egress import Terminator
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
-from sandbox._plan import ConfinementPlan
 from supervisor._errors import WorkerStartError, execution_error, first_leaf
-from supervisor.tools import CompiledSchema
-from toolboxes._result import ToolResult
 
 from ._connection import (
     CANCEL_GRACE_S,
@@ -42,10 +37,25 @@ from ._connection import (
     WorkerConnection,
 )
 from ._launch import launch, plan_frame, serve_bridge
-from ._spawn import ChildProcess
 
-__all__ = ["CANCEL_GRACE_S", "MAX_EVENTS", "MAX_REQUESTS_IN_FLIGHT", "MAX_TOOLS_CHANGED", "Worker", "WorkerSpec",
-           "WorkerState"]
+if TYPE_CHECKING:
+    from sandbox._credentials import Credential
+    from sandbox._egress import Terminator
+    from sandbox._plan import ConfinementPlan
+    from supervisor.tools import CompiledSchema
+    from toolboxes._result import ToolResult
+
+    from ._spawn import ChildProcess
+
+__all__ = [
+    "CANCEL_GRACE_S",
+    "MAX_EVENTS",
+    "MAX_REQUESTS_IN_FLIGHT",
+    "MAX_TOOLS_CHANGED",
+    "Worker",
+    "WorkerSpec",
+    "WorkerState",
+]
 
 #: How much of a worker's stderr is kept for diagnostics.
 _STDERR_KEEP = 8192
@@ -117,8 +127,14 @@ class Worker:
     """One confined worker process serving one toolbox: the launch, the process and its cgroup and bridge, over a
     :class:`~supervisor.workers._connection.WorkerConnection` that holds the protocol and the worker's state."""
 
-    def __init__(self, spec: WorkerSpec, *, on_request: RequestHandler, on_event: EventHandler,
-                 reuse: Sequence[CompiledSchema] = ()) -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        *,
+        on_request: RequestHandler,
+        on_event: EventHandler,
+        reuse: Sequence[CompiledSchema] = (),
+    ) -> None:
         self.spec = spec
         self._reuse = reuse
         self._on_request = on_request
@@ -210,21 +226,27 @@ class Worker:
         proc, plan = launched.proc, launched.plan
         self._proc = proc
         conn = WorkerConnection(
-            spec.toolbox, proc.stdin, proc.stdout, wall_time_s=spec.wall_time_s,
+            spec.toolbox,
+            proc.stdin,
+            proc.stdout,
+            wall_time_s=spec.wall_time_s,
             on_request=lambda message: self._on_request(self, message),
             on_event=lambda kind, data: self._on_event(self, kind, data),
-            terminate=self._terminate, exit_reason=self._exit_reason, reuse=self._reuse)
+            terminate=self._terminate,
+            exit_reason=self._exit_reason,
+            reuse=self._reuse,
+        )
         self.conn = conn
         try:
             joined = self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside it
         except ConfinementError as exc:
             launched.close_carrier()
             await self.kill(f"could not be put in its cgroup: {exc}")
-            raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}"
-                                   ) from exc
+            raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}") from exc
         if not joined and spec.address_space_fallback is not None:  # no group bounds its memory: the rlimit does
-            plan = dataclasses.replace(plan, rlimits=dataclasses.replace(
-                plan.rlimits, address_space_bytes=spec.address_space_fallback))
+            plan = dataclasses.replace(
+                plan, rlimits=dataclasses.replace(plan.rlimits, address_space_bytes=spec.address_space_fallback)
+            )
         nursery.start_soon(self._read_stderr)
         await nursery.start(conn.serve)
         with trio.move_on_after(spec.start_timeout_s):
@@ -250,8 +272,9 @@ class Worker:
             self._stderr.append(conn.fatal.encode())
         tail = self.stderr_tail().strip().splitlines()
         detail = tail[-1] if tail else ""
-        raise WorkerStartError(f"toolbox {spec.toolbox}: the worker {conn.death_reason}"
-                               + (f": {detail}" if detail else ""))
+        raise WorkerStartError(
+            f"toolbox {spec.toolbox}: the worker {conn.death_reason}" + (f": {detail}" if detail else "")
+        )
 
     def _join_cgroup(self, pid: int) -> bool:
         """Make this start's cgroup and move the launcher ``pid`` into it; raise only when the plan requires it.
@@ -297,19 +320,28 @@ class Worker:
 
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
-        rules = AllowedHosts.parse(self.spec.allowed_hosts, private_networks=self.spec.private_networks,
-                                   cname_targets=self.spec.cname_targets)
+        rules = AllowedHosts.parse(
+            self.spec.allowed_hosts, private_networks=self.spec.private_networks, cname_targets=self.spec.cname_targets
+        )
 
         def on_decision(decision: dict[str, Any]) -> None:
             self._on_event(self, "egress", dict(decision))
 
         try:
-            await serve_bridge(bridge, rules, toolbox=self.spec.toolbox, until=self.dead.wait, on_decision=on_decision,
-                               credentials=self.spec.credentials, terminator=self.spec.terminator)
+            await serve_bridge(
+                bridge,
+                rules,
+                toolbox=self.spec.toolbox,
+                until=self.dead.wait,
+                on_decision=on_decision,
+                credentials=self.spec.credentials,
+                terminator=self.spec.terminator,
+            )
         except Exception as exc:  # a bug in the bridge ends this worker (it restarts), never the supervisor
             leaf = first_leaf(exc)
-            self._on_event(self, "internal_error", {"where": "egress bridge",
-                                                    "error": f"{type(leaf).__name__}: {leaf}"})
+            self._on_event(
+                self, "internal_error", {"where": "egress bridge", "error": f"{type(leaf).__name__}: {leaf}"}
+            )
             if not self.dead.is_set():
                 await self.kill(f"its egress bridge failed ({type(leaf).__name__}) and was killed")
 
@@ -368,10 +400,19 @@ class Worker:
             pass
 
     # -- calls ---------------------------------------------------------------------------------------------------
-    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any],
-                   wall_time_s: float | None = None, origin: Any = None, op: str | None = None) -> ToolResult:
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        ctx: dict[str, Any],
+        wall_time_s: float | None = None,
+        origin: Any = None,
+        op: str | None = None,
+    ) -> ToolResult:
         """Run ``tool`` (see :meth:`WorkerConnection.call`); never raises for the worker's faults."""
         if self.conn is None:
-            return execution_error(f"toolbox {self.spec.toolbox} is not running (its worker "
-                                   f"{self.death_reason or 'is starting'}); try again shortly")
+            return execution_error(
+                f"toolbox {self.spec.toolbox} is not running (its worker "
+                f"{self.death_reason or 'is starting'}); try again shortly"
+            )
         return await self.conn.call(tool, args, ctx, wall_time_s, origin, op=op)

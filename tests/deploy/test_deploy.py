@@ -98,25 +98,38 @@ def _policy(root: Path) -> Path:
     strict = yaml.safe_load((REPO / "policies" / "strict.yaml").read_text())
     repo = make_git_repo(root)
     skills = [{"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "skills"}}]
-    return write_policy(root, {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])],
-                                              skillSources=skills)},
-                        worker_uids=strict["worker_uids"], frontends={"http": {"listen": "127.0.0.1:0"}},
-                        tenants={"ops": {"tokens": [hash_token("ops-token")], "agents": ["alpha"]}})
+    return write_policy(
+        root,
+        {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])], skillSources=skills)},
+        worker_uids=strict["worker_uids"],
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={"ops": {"tokens": [hash_token("ops-token")], "agents": ["alpha"]}},
+    )
 
 
 def _confined(caps: list[str]) -> list[str]:
     """The supervisor's command under exactly ``caps`` (bounding set) and no_new_privs, as the unit runs it."""
-    return ["setpriv", "--no-new-privs", "--bounding-set=" + ",".join(["-all", *(f"+{c}" for c in caps)]),
-            sys.executable, "-m", "supervisor"]
+    return [
+        "setpriv",
+        "--no-new-privs",
+        "--bounding-set=" + ",".join(["-all", *(f"+{c}" for c in caps)]),
+        sys.executable,
+        "-m",
+        "supervisor",
+    ]
 
 
 @pytest.mark.root
 async def test_the_http_service_runs_with_exactly_the_granted_capabilities(sandbox_tmp: Path) -> None:
     policy = _policy(sandbox_tmp)
     process = await trio.lowlevel.open_process(
-        [*_confined(_unit_caps()), "serve", "--http", "--policy", str(policy)], cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
+        [*_confined(_unit_caps()), "serve", "--http", "--policy", str(policy)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         line = b""
         with trio.fail_after(60):
@@ -126,16 +139,39 @@ async def test_the_http_service_runs_with_exactly_the_granted_capabilities(sandb
                 line += chunk
         line = line.split(b"serving MCP over HTTP at ", 1)[1].split(b"\n", 1)[0]
         url = line.decode().split("/agents/")[0] + "/agents/alpha/mcp"
-        headers = ["-H", "authorization: Bearer ops-token", "-H", "content-type: application/json",
-                   "-H", "accept: application/json, text/event-stream"]
-        init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        headers = [
+            "-H",
+            "authorization: Bearer ops-token",
+            "-H",
+            "content-type: application/json",
+            "-H",
+            "accept: application/json, text/event-stream",
+        ]
+        init = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        )
         done = await trio.run_process(["curl", "-s", "-D", "-", url, *headers, "-d", init], capture_stdout=True)
         session = re.search(rb"mcp-session-id: (\S+)", done.stdout).group(1).decode()  # type: ignore[union-attr]
-        call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                           "params": {"name": "system_system_date", "arguments": {}}})
-        done = await trio.run_process(["curl", "-s", url, *headers, "-H", f"mcp-session-id: {session}", "-d", call],
-                                      capture_stdout=True)
+        call = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "system_system_date", "arguments": {}},
+            }
+        )
+        done = await trio.run_process(
+            ["curl", "-s", url, *headers, "-H", f"mcp-session-id: {session}", "-d", call], capture_stdout=True
+        )
         result = json.loads(done.stdout)["result"]
         assert result["isError"] is False and json.loads(result["content"][0]["text"])["capability"] == "date"
     finally:
@@ -145,8 +181,14 @@ async def test_the_http_service_runs_with_exactly_the_granted_capabilities(sandb
 
 
 def _load(caps: list[str], policy: Path) -> tuple[int, list[Any], str]:
-    done = subprocess.run([*_confined(caps), "tools", "--json", "--policy", str(policy)], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*_confined(caps), "tools", "--json", "--policy", str(policy)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     errors = json.loads(done.stdout)["load_errors"] if done.returncode == 0 else []
     return done.returncode, errors, done.stderr
 
@@ -167,5 +209,6 @@ def test_the_unit_reloads_the_policy_with_sighup() -> None:
     """``systemctl reload`` sends SIGHUP to the supervisor alone, which reloads the policy (tests/supervisor/
     test_reload.py runs that on a real ``serve --http``); its workers get no signal."""
     assert [ln for ln in UNIT.read_text().splitlines() if ln.startswith("ExecReload=")] == [
-        "ExecReload=/bin/kill -HUP $MAINPID"]
+        "ExecReload=/bin/kill -HUP $MAINPID"
+    ]
     assert _unit_value("KillMode") == "control-group"  # for stop only: kill -HUP $MAINPID signals the main pid

@@ -42,7 +42,11 @@ from typing import Any
 PY = sys.executable  # the venv scripts/setup makes (readable by the sandbox uid)
 REPO = str(Path(__file__).resolve().parents[2])
 SUP_V4, INET_HTTP, INET_TLS, INET_DNS, METADATA = (
-    "203.0.113.1", "203.0.113.10", "203.0.113.11", "203.0.113.53", "169.254.169.254"
+    "203.0.113.1",
+    "203.0.113.10",
+    "203.0.113.11",
+    "203.0.113.53",
+    "169.254.169.254",
 )
 SUP_V6, INET_V6 = "2001:db8::1", "2001:db8::10"
 SEARCH, SEARCH_ANSWER = "corp.example.test", "203.0.113.12"
@@ -192,16 +196,37 @@ class Lab:
         sh("ip", "-n", self.inet, "link", "set", vi, "up")
         sh("ip", "-n", self.inet, "route", "add", f"{SUP_V4}/32", "dev", vi, check=False)
         proc = subprocess.Popen(
-            in_ns(self.inet, PY, "-m", "tests.sandbox._netlab", "inet", "--ca", str(self.ca_path),
-                  "--dns-log", str(self.dns_log), "--request-log", str(self.request_log)),
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            in_ns(
+                self.inet,
+                PY,
+                "-m",
+                "tests.sandbox._netlab",
+                "inet",
+                "--ca",
+                str(self.ca_path),
+                "--dns-log",
+                str(self.dns_log),
+                "--request-log",
+                str(self.request_log),
+            ),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.procs.append(proc)
         Lines(proc).next("ready")
 
-    def bridge(self, rules: list[str], *, private: tuple[str, ...] = (), toolbox: str = "lab",
-               cname_targets: tuple[str, ...] = (), credentials: list[dict[str, Any]] | None = None,
-               terminate: bool = False) -> Bridge:
+    def bridge(
+        self,
+        rules: list[str],
+        *,
+        private: tuple[str, ...] = (),
+        toolbox: str = "lab",
+        cname_targets: tuple[str, ...] = (),
+        credentials: list[dict[str, Any]] | None = None,
+        terminate: bool = False,
+    ) -> Bridge:
         """A client namespace with only ``lo`` whose bridge is served by a proxy in the supervisor namespace.
         ``credentials``: what the proxy injects (``{name, value, bindings: [{hosts, ports, schemes,
         path_prefixes}], header: [name, template] | None, query}``); the proxy trusts the lab's CA upstream.
@@ -231,9 +256,16 @@ class Lab:
 class Bridge:
     """One client namespace, its bridge, and the proxy process serving it (with its decisions as lines)."""
 
-    def __init__(self, lab: Lab, rules: list[str], private: tuple[str, ...], toolbox: str,
-                 cname_targets: tuple[str, ...] = (), credentials: list[dict[str, Any]] | None = None,
-                 terminate: bool = False) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        rules: list[str],
+        private: tuple[str, ...],
+        toolbox: str,
+        cname_targets: tuple[str, ...] = (),
+        credentials: list[dict[str, Any]] | None = None,
+        terminate: bool = False,
+    ) -> None:
         self.lab = lab
         self.ns = f"asv-c-{secrets.token_hex(3)}"
         sh("ip", "netns", "add", self.ns)
@@ -247,19 +279,48 @@ class Bridge:
         sup_end, cli_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with sup_end, cli_end:
             self.proxy = subprocess.Popen(
-                in_ns(lab.sup, PY, "-m", "tests.sandbox._netlab", "proxy", "--bridge-fd", str(sup_end.fileno()),
-                      "--rules", json.dumps(rules), "--private", json.dumps(list(private)),
-                      "--cname-targets", json.dumps(list(cname_targets)), "--toolbox", toolbox,
-                      "--credentials", str(creds_file), "--upstream-ca", str(lab.ca_path),
-                      *(["--terminating-ca", str(self.terminating_ca)] if terminate else [])),
-                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[sup_end.fileno()],
+                in_ns(
+                    lab.sup,
+                    PY,
+                    "-m",
+                    "tests.sandbox._netlab",
+                    "proxy",
+                    "--bridge-fd",
+                    str(sup_end.fileno()),
+                    "--rules",
+                    json.dumps(rules),
+                    "--private",
+                    json.dumps(list(private)),
+                    "--cname-targets",
+                    json.dumps(list(cname_targets)),
+                    "--toolbox",
+                    toolbox,
+                    "--credentials",
+                    str(creds_file),
+                    "--upstream-ca",
+                    str(lab.ca_path),
+                    *(["--terminating-ca", str(self.terminating_ca)] if terminate else []),
+                ),
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                pass_fds=[sup_end.fileno()],
             )
             lab.procs.append(self.proxy)
             self.lines = Lines(self.proxy)
             opened = subprocess.run(
-                in_ns(self.ns, PY, "-c",
-                      f"from sandbox._bridge import open_bridge; print(open_bridge({cli_end.fileno()}))"),
-                cwd=REPO, capture_output=True, text=True, timeout=30, pass_fds=[cli_end.fileno()],
+                in_ns(
+                    self.ns,
+                    PY,
+                    "-c",
+                    f"from sandbox._bridge import open_bridge; print(open_bridge({cli_end.fileno()}))",
+                ),
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                pass_fds=[cli_end.fileno()],
             )
             if opened.returncode != 0:
                 raise RuntimeError(f"open_bridge failed: {opened.stderr}")
@@ -273,7 +334,11 @@ class Bridge:
     ) -> subprocess.CompletedProcess[str]:
         """Run a command in the client namespace with the worker's proxy environment."""
         return subprocess.run(
-            in_ns(self.ns, *args), cwd=REPO, capture_output=True, text=True, timeout=timeout,
+            in_ns(self.ns, *args),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             env={**self.env, **(env or {})},
         )
 
@@ -306,8 +371,12 @@ _REQUEST_LOG: list[str] = []  # the path of the request log, once set by _main_i
 def _log_request(tag: str, handler: http.server.BaseHTTPRequestHandler) -> None:
     if not _REQUEST_LOG:
         return
-    entry = {"tag": tag, "host": handler.headers.get("Host"), "path": handler.path,
-             "headers": [[k, v] for k, v in handler.headers.items()]}
+    entry = {
+        "tag": tag,
+        "host": handler.headers.get("Host"),
+        "path": handler.path,
+        "headers": [[k, v] for k, v in handler.headers.items()],
+    }
     with _LOG_LOCK, open(_REQUEST_LOG[0], "a") as log:
         log.write(json.dumps(entry) + "\n")
 
@@ -328,8 +397,14 @@ def _http_handler(tag: str) -> type[http.server.BaseHTTPRequestHandler]:
                 self.end_headers()
                 return
             if "/echo" in self.path:  # what this server received
-                body = json.dumps({"tag": tag, "host": self.headers.get("Host"), "path": self.path,
-                                   "headers": dict(self.headers.items())}).encode()
+                body = json.dumps(
+                    {
+                        "tag": tag,
+                        "host": self.headers.get("Host"),
+                        "path": self.path,
+                        "headers": dict(self.headers.items()),
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -439,9 +514,15 @@ def _credentials(path: str) -> tuple[Any, ...]:
 
     out = []
     for c in json.loads(Path(path).read_text()):
-        bindings = tuple(CredentialBinding(tuple(b["hosts"]), tuple(b.get("ports", ())),
-                                           tuple(b.get("schemes", ("https",))), tuple(b.get("path_prefixes", ())))
-                         for b in c["bindings"])
+        bindings = tuple(
+            CredentialBinding(
+                tuple(b["hosts"]),
+                tuple(b.get("ports", ())),
+                tuple(b.get("schemes", ("https",))),
+                tuple(b.get("path_prefixes", ())),
+            )
+            for b in c["bindings"]
+        )
         header = tuple(c["header"]) if c.get("header") else None
         out.append(Credential(c["name"], c["value"], bindings, header, c.get("query")))  # type: ignore[arg-type]
     return tuple(out)
@@ -462,8 +543,9 @@ def _main_proxy(args: argparse.Namespace) -> None:
             raise  # else another bridge's proxy in the supervisor namespace serves it already
     with socket.socket(fileno=args.bridge_fd) as carrier:
         bridge = receive_bridge_nowait(carrier)
-    rules = AllowedHosts.parse(json.loads(args.rules), private_networks=json.loads(args.private),
-                               cname_targets=json.loads(args.cname_targets))
+    rules = AllowedHosts.parse(
+        json.loads(args.rules), private_networks=json.loads(args.private), cname_targets=json.loads(args.cname_targets)
+    )
     credentials = _credentials(args.credentials) if args.credentials else ()
     upstream_tls = ssl.create_default_context(cafile=args.upstream_ca) if args.upstream_ca else None
     terminator = None
@@ -479,9 +561,18 @@ def _main_proxy(args: argparse.Namespace) -> None:
     async def main() -> None:
         proxy, udp, tcp = bridge.to_trio()
         async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: serve_egress(
-                proxy, rules, on_decision=report, toolbox=args.toolbox, credentials=credentials,
-                upstream_tls=upstream_tls, terminator=terminator, task_status=task_status))
+            await nursery.start(
+                lambda task_status: serve_egress(
+                    proxy,
+                    rules,
+                    on_decision=report,
+                    toolbox=args.toolbox,
+                    credentials=credentials,
+                    upstream_tls=upstream_tls,
+                    terminator=terminator,
+                    task_status=task_status,
+                )
+            )
             await nursery.start(lambda task_status: serve_dns_stub(udp, tcp, rules, task_status=task_status))
             print("ready", flush=True)
 

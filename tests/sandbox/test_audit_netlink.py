@@ -22,8 +22,10 @@ MACHINE = os.uname().machine
 
 
 def test_fields_keep_quoted_values_whole_and_decode_hex_untrusted_strings() -> None:
-    text = ('domain=1b7dda3d1 blockers=fs.make_reg path="/etc/a b=c" dev="vda" ino=19 '
-            f'comm={b"x y".hex().upper()} msg=\'agents-supervise-barrier 7-1\' ses=4')
+    text = (
+        'domain=1b7dda3d1 blockers=fs.make_reg path="/etc/a b=c" dev="vda" ino=19 '
+        f"comm={b'x y'.hex().upper()} msg='agents-supervise-barrier 7-1' ses=4"
+    )
     fields = netlink.parse_fields(text)
     assert fields["path"] == "/etc/a b=c" and "c" not in fields  # a space or '=' in a path adds no field
     assert fields["comm"] == "x y" and fields["ses"] == "4" and fields["ino"] == "19"
@@ -107,9 +109,11 @@ def test_a_confined_process_is_reported_with_its_path_domain_syscall_and_session
     try:
         target = f"/tmp/agents-supervise-denied-{os.getpid()}"
         rules = [FsRule(p, "read") for p in ("/usr", "/lib", "/lib64", "/bin", "/etc") if os.path.exists(p)]
-        script = (f"echo x > {target}; "
-                  "python3 -c 'import ctypes, os; l = ctypes.CDLL(None, use_errno=True); "
-                  "l.syscall(250, 0, 0, 0, 0, 0); os.fork() or os._exit(0)'")
+        script = (
+            f"echo x > {target}; "
+            "python3 -c 'import ctypes, os; l = ctypes.CDLL(None, use_errno=True); "
+            "l.syscall(250, 0, 0, 0, 0, 0); os.fork() or os._exit(0)'"
+        )
         pid, session = _confined_child(rules, script)
         os.waitpid(pid, 0)
         netlink.send_barrier(control, f"test-{pid}")
@@ -120,8 +124,13 @@ def test_a_confined_process_is_reported_with_its_path_domain_syscall_and_session
     assert session is not None and session != read_session(os.getpid())
     access = [r for r in records if r.type == netlink.AUDIT_LANDLOCK_ACCESS and r.fields.get("path") == "/tmp"]
     assert access and "fs.make_reg" in access[0].fields["blockers"], records
-    [domain] = [r for r in records if r.type == netlink.AUDIT_LANDLOCK_DOMAIN and
-                r.fields.get("status") == "allocated" and r.fields["domain"] == access[0].fields["domain"]]
+    [domain] = [
+        r
+        for r in records
+        if r.type == netlink.AUDIT_LANDLOCK_DOMAIN
+        and r.fields.get("status") == "allocated"
+        and r.fields["domain"] == access[0].fields["domain"]
+    ]
     assert int(domain.fields["pid"]) == pid  # the process that made the domain, as the supervisor sees pids
     refused = [r for r in records if r.type == netlink.AUDIT_SECCOMP and r.fields.get("ses") == str(session)]
     names = {syscall_name(MACHINE, int(r.fields["syscall"])) for r in refused}

@@ -29,10 +29,15 @@ def _open_fds() -> set[str]:
 def test_message_round_trip_and_refusals() -> None:
     ports = BridgePorts(proxy=3128, dns=53)
     assert decode_bridge_message(encode_bridge_message(ports)) == ports
-    for bad in [b"", b"\xff", b"[]", b'{"magic": "other", "proxy": 1, "dns": 2}',
-                b'{"magic": "agents-supervise-bridge/1", "proxy": 0, "dns": 53}',
-                b'{"magic": "agents-supervise-bridge/1", "proxy": true, "dns": 53}',
-                b'{"magic": "agents-supervise-bridge/1", "proxy": 3128}']:
+    for bad in [
+        b"",
+        b"\xff",
+        b"[]",
+        b'{"magic": "other", "proxy": 1, "dns": 2}',
+        b'{"magic": "agents-supervise-bridge/1", "proxy": 0, "dns": 53}',
+        b'{"magic": "agents-supervise-bridge/1", "proxy": true, "dns": 53}',
+        b'{"magic": "agents-supervise-bridge/1", "proxy": 3128}',
+    ]:
         with pytest.raises(BridgeError):
             decode_bridge_message(bad)
 

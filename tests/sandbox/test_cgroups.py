@@ -32,17 +32,22 @@ V1_CGROUP = "8:pids:/\n4:memory:/jobs/abc\n0::/\n"
 
 # --- the pure part ----------------------------------------------------------------------------------------------
 
+
 def test_v1_groups_go_below_the_supervisors_own_group_in_each_hierarchy() -> None:
     layout, reason = detect_layout(V1_MOUNTINFO, V1_CGROUP, lambda d: "hugetlb\n")
     assert reason == ""
-    assert layout == CgroupLayout("v1", f"/sys/fs/cgroup/pids/{CGROUP_DIR}",
-                                  f"/sys/fs/cgroup/memory/jobs/abc/{CGROUP_DIR}")
+    assert layout == CgroupLayout(
+        "v1", f"/sys/fs/cgroup/pids/{CGROUP_DIR}", f"/sys/fs/cgroup/memory/jobs/abc/{CGROUP_DIR}"
+    )
 
 
 def test_v2_is_preferred_when_it_offers_both_controllers() -> None:
     mountinfo = "33 30 0:29 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n"
-    layout, _ = detect_layout(mountinfo, "0::/system.slice/as.service\n",
-                              lambda d: "cpu memory pids\n" if d == "/sys/fs/cgroup/system.slice/as.service" else None)
+    layout, _ = detect_layout(
+        mountinfo,
+        "0::/system.slice/as.service\n",
+        lambda d: "cpu memory pids\n" if d == "/sys/fs/cgroup/system.slice/as.service" else None,
+    )
     assert layout is not None and layout.version == "v2"
     assert layout.pids_base == layout.memory_base == f"/sys/fs/cgroup/system.slice/as.service/{CGROUP_DIR}"
     plan = plan_cgroup(layout, pids_max=10, memory_bytes=1 << 20)
@@ -71,8 +76,11 @@ def test_v1_instance_limits_memory_and_swap_alike_and_names_are_safe() -> None:
     inst = plan.instance("../evil name", "7")
     assert all(os.path.basename(d) == ".._evil_name-7" for d in inst.dirs)
     files = {os.path.basename(f): (v, req) for f, v, req in inst.writes}
-    assert files == {"pids.max": ("32", True), "memory.limit_in_bytes": (str(64 << 20), True),
-                     "memory.memsw.limit_in_bytes": (str(64 << 20), False)}
+    assert files == {
+        "pids.max": ("32", True),
+        "memory.limit_in_bytes": (str(64 << 20), True),
+        "memory.memsw.limit_in_bytes": (str(64 << 20), False),
+    }
     assert plan_cgroup(layout, pids_max=None, memory_bytes=None) is None
     with pytest.raises(ConfinementError):
         plan_cgroup(layout, pids_max=0, memory_bytes=None)
@@ -90,8 +98,11 @@ def test_a_cpu_limit_is_a_cfs_quota_per_100ms_period_in_v1_and_v2() -> None:
     cpu = f"/sys/fs/cgroup/cpu,cpuacct/jobs/{CGROUP_DIR}/tb-1"
     assert inst.dirs == (cpu,)
     assert inst.writes == ((f"{cpu}/cpu.cfs_period_us", "100000", True), (f"{cpu}/cpu.cfs_quota_us", "50000", True))
-    v2, _ = detect_layout("33 30 0:29 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "0::/s\n",
-                          lambda d: "cpu memory pids" if d == "/sys/fs/cgroup/s" else None)
+    v2, _ = detect_layout(
+        "33 30 0:29 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        "0::/s\n",
+        lambda d: "cpu memory pids" if d == "/sys/fs/cgroup/s" else None,
+    )
     assert v2 is not None and v2.cpu_base == v2.pids_base
     inst = plan_cgroup(v2, pids_max=8, memory_bytes=None, cpus=2).instance("tb", "1")  # type: ignore[union-attr]
     assert (f"{v2.pids_base}/tb-1/cpu.max", "200000 100000", True) in inst.writes
@@ -116,8 +127,17 @@ def _config(tmp: Path, **policy: object) -> object:
 
 def _plan(config: object, layout: CgroupLayout | None) -> object:
     (tb,) = config.toolboxes()  # type: ignore[attr-defined]
-    return plan_worker(config, tb, python="/usr/bin/python3", runtime_dir="/rt", state_dir="/st",  # type: ignore
-                       running_as_root=True, kernel_abi=7, cgroup_layout=layout, cgroup_problem="no controllers")
+    return plan_worker(
+        config,
+        tb,
+        python="/usr/bin/python3",
+        runtime_dir="/rt",
+        state_dir="/st",  # type: ignore
+        running_as_root=True,
+        kernel_abi=7,
+        cgroup_layout=layout,
+        cgroup_problem="no controllers",
+    )
 
 
 def test_strict_refuses_without_cgroups_permissive_warns(sandbox_tmp: Path) -> None:
@@ -221,32 +241,43 @@ async def test_a_fork_bomb_hits_its_own_pids_max_while_another_toolbox_keeps_wor
         os.mkfifo(bomb_dir / fifo)
         os.chown(bomb_dir / fifo, 65534, 65534)
     _, other_fsb = _project(sandbox_tmp, "other")
-    toolboxes = [system_toolbox("bomb", capabilities=["execute-command"], FileSandbox=bomb_fsb),
-                 system_toolbox("other", capabilities=["execute-command"], FileSandbox=other_fsb)]
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=toolboxes)}, landlock_min_abi=6,
-                          toolboxes={"bomb": {"limits": {"processes": 24}}, "other": {"limits": {"processes": 24}}})
+    toolboxes = [
+        system_toolbox("bomb", capabilities=["execute-command"], FileSandbox=bomb_fsb),
+        system_toolbox("other", capabilities=["execute-command"], FileSandbox=other_fsb),
+    ]
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=toolboxes)},
+        landlock_min_abi=6,
+        toolboxes={"bomb": {"limits": {"processes": 24}}, "other": {"limits": {"processes": 24}}},
+    )
     async with Supervisor.open(policy) as sup:
         bomb_group, other_group = _group(sup, "bomb", "pids"), _group(sup, "other", "pids")
         assert Path(bomb_group, "pids.max").read_text().strip() == "24"
         results: dict[str, object] = {}
 
         async def bomb() -> None:
-            results["bomb"] = await sup.call("system_bomb_execute_command", {
-                "command": f"python3 {bomb_dir}/bomb.py {bomb_dir}/full {bomb_dir}/release"})
+            results["bomb"] = await sup.call(
+                "system_bomb_execute_command",
+                {"command": f"python3 {bomb_dir}/bomb.py {bomb_dir}/full {bomb_dir}/release"},
+            )
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(bomb)
             with trio.fail_after(30):
-                full = await trio.to_thread.run_sync(lambda: (bomb_dir / "full").read_text(),
-                                                     abandon_on_cancel=True)
+                full = await trio.to_thread.run_sync(lambda: (bomb_dir / "full").read_text(), abandon_on_cancel=True)
             children, err = full.split()
             # The bomb holds every slot of its group now; the other toolbox starts processes and threads.
             assert int(children) < 24 and err == str(errno.EAGAIN), f"BREACH: the bomb got {children} children"
             assert _pids_events_max(bomb_group) >= 1
-            other = await sup.call("system_other_execute_command", {
-                "command": "for i in 1 2 3 4 5 6 7 8; do (echo $i) & done; wait; python3 -c \"import threading; "
-                           "t = [threading.Thread(target=print) for _ in range(8)]; [x.start() for x in t]\""
-                           " >/dev/null; echo ok"})
+            other = await sup.call(
+                "system_other_execute_command",
+                {
+                    "command": 'for i in 1 2 3 4 5 6 7 8; do (echo $i) & done; wait; python3 -c "import threading; '
+                    't = [threading.Thread(target=print) for _ in range(8)]; [x.start() for x in t]"'
+                    " >/dev/null; echo ok"
+                },
+            )
             assert other.structured["exitCode"] == 0 and other.structured["stdout"].endswith("ok\n"), other.data
             assert _pids_events_max(other_group) == 0
             await trio.to_thread.run_sync(lambda: (bomb_dir / "release").write_text("go"))
@@ -260,10 +291,16 @@ HOG = "python3 -c \"b = b'x' * (400 << 20); print('BREACH: allocated', len(b))\"
 @pytest.mark.root
 @needs_cgroups
 async def test_a_memory_hog_is_killed_in_its_group_and_the_toolbox_keeps_serving(sandbox_tmp: Path) -> None:
-    toolboxes = [system_toolbox("hog", capabilities=["execute-command"]),
-                 system_toolbox("calm", capabilities=["execute-command"])]
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=toolboxes)}, landlock_min_abi=6,
-                          limits={"address_space_bytes": "2GiB", "memory_bytes": "128MiB"})
+    toolboxes = [
+        system_toolbox("hog", capabilities=["execute-command"]),
+        system_toolbox("calm", capabilities=["execute-command"]),
+    ]
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=toolboxes)},
+        landlock_min_abi=6,
+        limits={"address_space_bytes": "2GiB", "memory_bytes": "128MiB"},
+    )
     async with Supervisor.open(policy) as sup:
         group = _group(sup, "hog", "memory")
         before = _oom_kills(group)
@@ -303,14 +340,21 @@ async def test_the_group_goes_away_with_its_worker_and_a_restart_gets_a_new_one(
 @pytest.mark.root
 @needs_cgroups
 async def test_the_worker_cannot_leave_or_loosen_its_group(sandbox_tmp: Path) -> None:
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
-        system_toolbox(capabilities=["execute-command"])])}, landlock_min_abi=6)
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["execute-command"])])},
+        landlock_min_abi=6,
+    )
     async with Supervisor.open(policy) as sup:
         group = _group(sup, "system", "pids")
         parent = os.path.dirname(os.path.dirname(group))
-        for command in (f"echo $$ > {parent}/cgroup.procs", f"echo max > {group}/pids.max",
-                        f"mkdir {group}/sub", "echo $$ > /sys/fs/cgroup/unified/cgroup.procs",
-                        "unshare -U -r -m -C sh -c 'mount -t cgroup2 none /tmp && echo mounted'"):
+        for command in (
+            f"echo $$ > {parent}/cgroup.procs",
+            f"echo max > {group}/pids.max",
+            f"mkdir {group}/sub",
+            "echo $$ > /sys/fs/cgroup/unified/cgroup.procs",
+            "unshare -U -r -m -C sh -c 'mount -t cgroup2 none /tmp && echo mounted'",
+        ):
             out = (await sup.call("system_system_execute_command", {"command": command})).structured
             assert out["exitCode"] != 0, f"BREACH: {command!r}: {out}"
         inside = (await sup.call("system_system_execute_command", {"command": "cat /proc/self/cgroup"})).structured
@@ -322,11 +366,15 @@ def test_stale_groups_are_the_empty_ones_whose_launcher_is_gone() -> None:
     from sandbox._cgroups import CgroupLayout, stale_groups
 
     layout = CgroupLayout("v1", "/cg/pids/agents-supervise", "/cg/memory/agents-supervise")
-    procs = {"/cg/pids/agents-supervise/a-10-x/cgroup.procs": "", "/cg/memory/agents-supervise/a-10-x/cgroup.procs": "",
-             "/cg/pids/agents-supervise/b-20-y/cgroup.procs": "55\n",  # still has a process
-             "/cg/pids/agents-supervise/c-30-z/cgroup.procs": ""}  # its launcher is alive: being set up
-    found = stale_groups(layout, names=["a-10-x", "b-20-y", "c-30-z", "not-a-group"], procs_of=procs.get,
-                         alive=lambda pid: pid == 30)
+    procs = {
+        "/cg/pids/agents-supervise/a-10-x/cgroup.procs": "",
+        "/cg/memory/agents-supervise/a-10-x/cgroup.procs": "",
+        "/cg/pids/agents-supervise/b-20-y/cgroup.procs": "55\n",  # still has a process
+        "/cg/pids/agents-supervise/c-30-z/cgroup.procs": "",
+    }  # its launcher is alive: being set up
+    found = stale_groups(
+        layout, names=["a-10-x", "b-20-y", "c-30-z", "not-a-group"], procs_of=procs.get, alive=lambda pid: pid == 30
+    )
     assert found == ["/cg/memory/agents-supervise/a-10-x", "/cg/pids/agents-supervise/a-10-x"]
 
 
@@ -344,8 +392,10 @@ async def test_a_supervisor_removes_groups_a_killed_supervisor_left(sandbox_tmp:
         assert (await sup.call("system_system_date", {})).status == "passed"
 
 
-BURN = "python3 -c \"import os, time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.5: pass\n" \
-       "u = os.times(); print(u.user + u.system)\""
+BURN = (
+    'python3 -c "import os, time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.5: pass\n'
+    'u = os.times(); print(u.user + u.system)"'
+)
 
 
 def _throttled(group: str) -> int:
@@ -357,8 +407,12 @@ def _throttled(group: str) -> int:
 @needs_cgroups
 @pytest.mark.skipif(LAYOUT is None or not LAYOUT.cpu_base, reason="no cgroup cpu controller here")
 async def test_a_cpu_hog_gets_only_its_share_of_the_cpu(sandbox_tmp: Path) -> None:
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
-        system_toolbox("hog", capabilities=["execute-command"])])}, landlock_min_abi=6, limits={"cpus": 0.2})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox("hog", capabilities=["execute-command"])])},
+        landlock_min_abi=6,
+        limits={"cpus": 0.2},
+    )
     async with Supervisor.open(policy) as sup:
         group = _group(sup, "hog", "cpu")
         assert Path(group, "cpu.cfs_quota_us").read_text().strip() == "20000"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgpack
 import pytest
@@ -17,6 +17,9 @@ from sandbox._plan import ConfinementPlan, FsRule, Rlimits
 from sandbox._privileges import check_status
 from sandbox._rlimits import RlimitSetting, plan_rlimits
 from sandbox._syspaths import python_runtime_paths, uid_can_read
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 INF = resource.RLIM_INFINITY
 

@@ -17,21 +17,27 @@ from sandbox._hosts import HostError
 API = CredentialBinding(("api.example.test",))
 
 
-def _cred(*bindings: CredentialBinding, header: tuple[str, str] | None = ("Authorization", "Bearer {value}"),
-          query: str | None = None) -> Credential:
+def _cred(
+    *bindings: CredentialBinding,
+    header: tuple[str, str] | None = ("Authorization", "Bearer {value}"),
+    query: str | None = None,
+) -> Credential:
     return Credential("github", "VALUE", bindings or (API,), header, query)
 
 
-@pytest.mark.parametrize(("scheme", "host", "port", "path", "expected"), [
-    ("https", "api.example.test", 443, "/", True),
-    ("https", "API.Example.Test.", 443, "/x", True),          # normalised like AllowedHosts
-    ("https", "api.example.test.evil.test", 443, "/", False),  # only starts like it
-    ("https", "evil-api.example.test", 443, "/", False),
-    ("https", "x.api.example.test", 443, "/", False),          # a subdomain is another host
-    ("https", "api.example.test", 8443, "/", False),           # default: the scheme's port only
-    ("http", "api.example.test", 80, "/", False),              # default: https only
-    ("https", "[2001:db8::1]", 443, "/", False),
-])
+@pytest.mark.parametrize(
+    ("scheme", "host", "port", "path", "expected"),
+    [
+        ("https", "api.example.test", 443, "/", True),
+        ("https", "API.Example.Test.", 443, "/x", True),  # normalised like AllowedHosts
+        ("https", "api.example.test.evil.test", 443, "/", False),  # only starts like it
+        ("https", "evil-api.example.test", 443, "/", False),
+        ("https", "x.api.example.test", 443, "/", False),  # a subdomain is another host
+        ("https", "api.example.test", 8443, "/", False),  # default: the scheme's port only
+        ("http", "api.example.test", 80, "/", False),  # default: https only
+        ("https", "[2001:db8::1]", 443, "/", False),
+    ],
+)
 def test_exact_binding(scheme: str, host: str, port: int, path: str, expected: bool) -> None:
     assert bool(matching_credentials([_cred()], scheme, host, port, path)) is expected
 
@@ -47,11 +53,22 @@ def test_wildcard_ports_schemes_and_ip_literal() -> None:
     assert not matching_credentials([c], "https", "203.0.113.8", 443, "/")
 
 
-@pytest.mark.parametrize(("path", "expected"), [
-    ("/v1", True), ("/v1/", True), ("/v1/repos?x=1", True), ("/v1?x", True),
-    ("/v1x", False), ("/v2/v1", False), ("/v1/../admin", False), ("/v1/%2e%2e/admin", False),
-    ("/v1%2fadmin", False), ("/v1/./x", False), ("/v1\\x", False),
-])
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/v1", True),
+        ("/v1/", True),
+        ("/v1/repos?x=1", True),
+        ("/v1?x", True),
+        ("/v1x", False),
+        ("/v2/v1", False),
+        ("/v1/../admin", False),
+        ("/v1/%2e%2e/admin", False),
+        ("/v1%2fadmin", False),
+        ("/v1/./x", False),
+        ("/v1\\x", False),
+    ],
+)
 def test_path_prefix_at_segment_boundaries(path: str, expected: bool) -> None:
     b = CredentialBinding(("api.example.test",), path_prefixes=("/v1/",))
     assert b.matches("https", "api.example.test", 443, path) is expected
@@ -72,8 +89,11 @@ def test_bad_bindings_are_refused_with_reasons() -> None:
 
 def test_apply_sets_header_swaps_placeholder_and_query() -> None:
     c = Credential("k", "VAL", (API,), ("Authorization", "Bearer {value}"), "api_key")
-    headers = [(b"authorization", b"Bearer forged"), (b"x-a", b"pre " + placeholder("k").encode()),
-               (b"x-b", placeholder("o").encode())]
+    headers = [
+        (b"authorization", b"Bearer forged"),
+        (b"x-a", b"pre " + placeholder("k").encode()),
+        (b"x-b", placeholder("o").encode()),
+    ]
     out, path = apply_credentials([c], headers, "/x?api_key=forged&b=" + placeholder("k"))
     assert (b"Authorization", b"Bearer VAL") in out and (b"authorization", b"Bearer forged") not in out
     assert (b"x-a", b"pre VAL") in out

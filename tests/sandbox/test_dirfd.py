@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -17,6 +17,9 @@ from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import python_runtime_paths
 from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
 from supervisor.workers._confined_exec import run_confined
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -143,9 +146,18 @@ async def test_the_rename_race_changes_nothing_outside_the_tree(sandbox_tmp: Pat
     rounds = {"changed": 0}
 
     async def race() -> None:
-        outcome.append(await run_confined(
-            [sys.executable, "-I", "-c", RACER, str(tree), str(control / "stop")], toolbox="racer", workdir=str(tree),
-            fs_rules=rules, env={"PATH": "/usr/bin:/bin"}, timeout_s=120, uid=OLD, gid=OLD))
+        outcome.append(
+            await run_confined(
+                [sys.executable, "-I", "-c", RACER, str(tree), str(control / "stop")],
+                toolbox="racer",
+                workdir=str(tree),
+                fs_rules=rules,
+                env={"PATH": "/usr/bin:/bin"},
+                timeout_s=120,
+                uid=OLD,
+                gid=OLD,
+            )
+        )
 
     def reown_back_and_forth() -> None:
         anchor = open_anchor(str(sandbox_tmp))

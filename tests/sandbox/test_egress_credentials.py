@@ -12,19 +12,25 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.sandbox._netlab import ALT_PORT, INET_TLS, Bridge, Lab
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 SECRET = "s3cr3t-" + os.urandom(6).hex()
-GITHUB = {"name": "github", "value": SECRET, "bindings": [{"hosts": ["api.example.test"]}],
-          "header": ["Authorization", "Bearer {value}"]}
-RULES = ["api.example.test", "other.example.test", "api.example.test.evil.test", "secure.example.test",
-         INET_TLS]
+GITHUB = {
+    "name": "github",
+    "value": SECRET,
+    "bindings": [{"hosts": ["api.example.test"]}],
+    "header": ["Authorization", "Bearer {value}"],
+}
+RULES = ["api.example.test", "other.example.test", "api.example.test.evil.test", "secure.example.test", INET_TLS]
 
 #: absolute-form requests to the proxy, one connection each, written as they would be by any HTTP client; prints
 #: each raw response (repr)
@@ -105,8 +111,12 @@ def test_no_other_host_gets_it_not_even_on_the_same_server_or_a_lookalike_name(l
     """``api.example.test.evil.test``, ``other.example.test`` and the IP literal are served by the same TLS
     server as the bound name: none of their requests carries the credential."""
     before = len(lab.requests())
-    out = _raw(bridge, _get("https://api.example.test.evil.test/echo/lookalike"),
-               _get("https://other.example.test/echo/other"), _get("https://API.EXAMPLE.TEST:443/echo/caps"))
+    out = _raw(
+        bridge,
+        _get("https://api.example.test.evil.test/echo/lookalike"),
+        _get("https://other.example.test/echo/other"),
+        _get("https://API.EXAMPLE.TEST:443/echo/caps"),
+    )
     assert "authorization" not in _body(out[0])["headers"]
     assert "authorization" not in _body(out[1])["headers"]
     assert _body(out[2])["headers"]["authorization"] == f"Bearer {SECRET}"  # the same name, spelled otherwise
@@ -170,9 +180,14 @@ def test_placeholder_swapped_only_for_bound_hosts_and_query_and_path_prefix(lab:
     b = lab.bridge(RULES, credentials=[key, q])
     try:
         ph = "X-Key: AGENTS_SUPERVISE_CREDENTIAL_key"
-        out = _raw(b, _get("https://api.example.test/v1/echo", ph), _get("https://api.example.test/v1x/echo", ph),
-                   _get("https://api.example.test/v1/../echo", ph), _get("https://api.example.test.evil.test/v1/", ph),
-                   _get("https://secure.example.test/echo?a=1&api_key=forged"))
+        out = _raw(
+            b,
+            _get("https://api.example.test/v1/echo", ph),
+            _get("https://api.example.test/v1x/echo", ph),
+            _get("https://api.example.test/v1/../echo", ph),
+            _get("https://api.example.test.evil.test/v1/", ph),
+            _get("https://secure.example.test/echo?a=1&api_key=forged"),
+        )
         assert _body(out[0])["headers"]["x-key"] == SECRET
         for resp in out[1:3]:
             assert _body(resp)["headers"]["x-key"] == "AGENTS_SUPERVISE_CREDENTIAL_key"
@@ -188,9 +203,11 @@ def test_placeholder_swapped_only_for_bound_hosts_and_query_and_path_prefix(lab:
 def test_the_worker_side_http_client_sends_absolute_form_https(lab: Lab, bridge: Bridge) -> None:
     """The project's own client (``toolboxes._http``, what OpenAPI and PostgREST use) sends ``https://`` to the
     proxy in absolute form, with a placeholder Token: the upstream gets the real value, the client never had it."""
-    code = ("import json; from toolboxes._http import fetch_bytes; "
-            "print(fetch_bytes('https://api.example.test/echo/client', "
-            "headers={'Authorization': 'Bearer AGENTS_SUPERVISE_CREDENTIAL_github'}).decode())")
+    code = (
+        "import json; from toolboxes._http import fetch_bytes; "
+        "print(fetch_bytes('https://api.example.test/echo/client', "
+        "headers={'Authorization': 'Bearer AGENTS_SUPERVISE_CREDENTIAL_github'}).decode())"
+    )
     proc = bridge.python(code)
     assert proc.returncode == 0, proc.stderr
     echo = json.loads(proc.stdout)
@@ -236,8 +253,7 @@ def terminating(lab: Lab) -> Iterator[Bridge]:
         b.close()
 
 
-def test_terminating_mode_injects_into_tunnelled_https_for_the_bound_host_only(lab: Lab,
-                                                                              terminating: Bridge) -> None:
+def test_terminating_mode_injects_into_tunnelled_https_for_the_bound_host_only(lab: Lab, terminating: Bridge) -> None:
     """curl tunnels as usual and trusts the proxy's CA: the bound host gets the credential (header and the
     placeholder swapped), another host does not; the proxy's leaf names the host, and the upstream was verified."""
     ca = str(terminating.terminating_ca)
@@ -257,13 +273,21 @@ def test_terminating_mode_injects_into_tunnelled_https_for_the_bound_host_only(l
     assert status == 0
 
 
-def test_terminating_mode_a_second_request_for_another_host_in_one_tunnel_is_refused(lab: Lab,
-                                                                                    terminating: Bridge) -> None:
+def test_terminating_mode_a_second_request_for_another_host_in_one_tunnel_is_refused(
+    lab: Lab, terminating: Bridge
+) -> None:
     """Keep-alive works for the tunnel's own host; a request for another name in the same tunnel is 421 and the
     tunnel ends, and the credential was sent only with the requests for the bound host."""
     before = len(lab.requests())
-    proc = terminating.python(TUNNEL, str(terminating.terminating_ca), "api.example.test", "api.example.test",
-                              "api.example.test", "other.example.test", "api.example.test")
+    proc = terminating.python(
+        TUNNEL,
+        str(terminating.terminating_ca),
+        "api.example.test",
+        "api.example.test",
+        "api.example.test",
+        "other.example.test",
+        "api.example.test",
+    )
     answers = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [a[0].split()[1] for a in answers] == ["200", "200", "421"], (proc.stdout, proc.stderr)
     assert "needs its own CONNECT" in answers[2][1]  # and the tunnel ended: the fourth request was never read

@@ -41,8 +41,11 @@ def test_dns_stub_answers_any_bytes_without_raising(wire: bytes) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=80), st.sampled_from(["A", "AAAA", "TXT", "ANY", "MX"]),
-       st.lists(st.tuples(st.integers(0, 80), st.integers(0, 255)), max_size=6))
+@given(
+    st.text(max_size=80),
+    st.sampled_from(["A", "AAAA", "TXT", "ANY", "MX"]),
+    st.lists(st.tuples(st.integers(0, 80), st.integers(0, 255)), max_size=6),
+)
 def test_dns_stub_mutated_queries(name: str, rdtype: str, flips: list[tuple[int, int]]) -> None:
     try:
         wire = bytearray(dns.message.make_query(name or ".", dns.rdatatype.from_text(rdtype)).to_wire())
@@ -58,9 +61,23 @@ def test_dns_stub_mutated_queries(name: str, rdtype: str, flips: list[tuple[int,
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.text(max_size=300) | st.sampled_from(["http://", "http://[::1", "http://a:99999/", "http://:80",
-                                                "HTTP://[fe80::1%25eth0]/", "http://a@b/", "http://\x00/",
-                                                "HTTPS://a/", "https:/a", "ftp://a/"]))
+@given(
+    st.text(max_size=300)
+    | st.sampled_from(
+        [
+            "http://",
+            "http://[::1",
+            "http://a:99999/",
+            "http://:80",
+            "HTTP://[fe80::1%25eth0]/",
+            "http://a@b/",
+            "http://\x00/",
+            "HTTPS://a/",
+            "https:/a",
+            "ftp://a/",
+        ]
+    )
+)
 def test_request_targets_parse_or_refuse_cleanly(target: str) -> None:
     try:
         scheme, authority, path = _split_absolute(target)
@@ -82,9 +99,16 @@ async def _serve(nursery: trio.Nursery, decisions: list[dict]) -> tuple[str, int
     sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     await sock.bind(("127.0.0.1", 0))
     sock.listen(1)
-    await nursery.start(lambda task_status: serve_egress(
-        sock, RULES, on_decision=decisions.append, resolve=_never_resolve, own_addresses=_no_addresses,
-        task_status=task_status))
+    await nursery.start(
+        lambda task_status: serve_egress(
+            sock,
+            RULES,
+            on_decision=decisions.append,
+            resolve=_never_resolve,
+            own_addresses=_no_addresses,
+            task_status=task_status,
+        )
+    )
     return sock.getsockname()
 
 

@@ -13,13 +13,16 @@ import socket
 import stat
 import struct
 import zlib
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 pytestmark = pytest.mark.root
 
@@ -39,8 +42,7 @@ async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
     os.chmod(project / "readonly.txt", 0o644)  # owned by root: the sandbox uid may read, not write
     os.symlink(sandbox_tmp / "secret.txt", project / "planted-link")
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": "project"}
-    toolbox = system_toolbox(capabilities=["execute-command", "attach-file", "list-directory", "date"],
-                             FileSandbox=fsb)
+    toolbox = system_toolbox(capabilities=["execute-command", "attach-file", "list-directory", "date"], FileSandbox=fsb)
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, landlock_min_abi=6)
     async with Supervisor.open(policy) as s:
         yield s
@@ -87,8 +89,12 @@ async def test_reading_and_writing_outside_fail(sup: Supervisor, sandbox_tmp: Pa
         f"mv {secret} {project}/stolen",
     ):
         out = await _assert_refused(sup, command)
-        assert "Permission denied" in out["stderr"] or "Operation not permitted" in out["stderr"] or \
-            "Invalid cross-device link" in out["stderr"] or "No such file" in out["stderr"], (command, out)
+        assert (
+            "Permission denied" in out["stderr"]
+            or "Operation not permitted" in out["stderr"]
+            or "Invalid cross-device link" in out["stderr"]
+            or "No such file" in out["stderr"]
+        ), (command, out)
     assert secret.read_text() == SECRET
     assert (sandbox_tmp / "open.txt").read_text() == "world-writable"
     assert not (sandbox_tmp / "new-outside.txt").exists()
@@ -98,8 +104,12 @@ async def test_metadata_changes_outside_fail(sup: Supervisor, sandbox_tmp: Path)
     # Landlock does not cover chmod/chown/utime/xattr: the non-root uid must stop them.
     secret = sandbox_tmp / "secret.txt"
     before = os.stat(secret)
-    for command in (f"chmod 777 {secret}", f"chown 65534 {secret}", f"touch -d 2001-01-01 {secret}",
-                    f"python3 -c \"import os; os.setxattr('{secret}', 'user.x', b'y')\""):
+    for command in (
+        f"chmod 777 {secret}",
+        f"chown 65534 {secret}",
+        f"touch -d 2001-01-01 {secret}",
+        f"python3 -c \"import os; os.setxattr('{secret}', 'user.x', b'y')\"",
+    ):
         await _assert_refused(sup, command)
     after = os.stat(secret)
     assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (before.st_mode, before.st_uid, before.st_mtime_ns)
@@ -140,8 +150,10 @@ async def test_abstract_unix_socket_of_the_supervisor_is_unreachable(sup: Superv
     server.bind("\0" + name)
     server.listen(1)
     try:
-        probe = (f"python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0{name}'); "
-                 "print('connected')\"")
+        probe = (
+            f"python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0{name}'); "
+            "print('connected')\""
+        )
         out = await _assert_refused(sup, probe)
         assert "connected" not in out["stdout"]
     finally:
@@ -151,18 +163,29 @@ async def test_abstract_unix_socket_of_the_supervisor_is_unreachable(sup: Superv
 async def test_network_is_unreachable(sup: Supervisor) -> None:
     await _assert_refused(sup, "exec 3<>/dev/tcp/127.0.0.1/22")
     await _assert_refused(sup, "python3 -c \"import socket; socket.create_connection(('203.0.113.1', 80), 2)\"")
-    await _assert_refused(sup, "python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-                               "s.sendto(b'x', ('203.0.113.1', 53))\"")
-    await _assert_refused(sup, "python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, "
-                               "262); s.connect(('127.0.0.1', 1))\"")
+    await _assert_refused(
+        sup,
+        'python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); '
+        "s.sendto(b'x', ('203.0.113.1', 53))\"",
+    )
+    await _assert_refused(
+        sup,
+        'python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, '
+        "262); s.connect(('127.0.0.1', 1))\"",
+    )
 
 
 def _png(width: int = 1, height: int = 1) -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     raw = b"".join(b"\x00" + b"\x00\x00\x00" * width for _ in range(height))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 async def test_attach_file_and_list_directory(sup: Supervisor, sandbox_tmp: Path) -> None:
@@ -193,8 +216,14 @@ async def test_attachment_refusals(sup: Supervisor, sandbox_tmp: Path) -> None:
     Path(worker, "fake.png").write_bytes(b"GIF89a" + b"\x00" * 20)
     Path(worker, "big.png").write_bytes(_png() + b"\x00" * (sup.attachments.limits["images"] + 1))
     os.symlink(worker + "/ok.png", worker + "/link.png")
-    cases = {"link.png": "symbolic link", "../ok.png": "leaves the work folder", "/etc/passwd": "not absolute",
-             "fake.png": "they look like image/gif", "big.png": "more than the limit", "ok.png": None}
+    cases = {
+        "link.png": "symbolic link",
+        "../ok.png": "leaves the work folder",
+        "/etc/passwd": "not absolute",
+        "fake.png": "they look like image/gif",
+        "big.png": "more than the limit",
+        "ok.png": None,
+    }
     result = ToolResult.passed("x", attachments=[Attachment("image/png", p) for p in cases])
     stored = sup.attachments.store(worker, result)
     assert stored.status == "passed"

@@ -145,8 +145,17 @@ def test_split_host_port_handles_brackets_defaults_and_bad_ports() -> None:
     assert split_host_port("[::1]:8080") == (V6("::1"), 8080)
     assert split_host_port("example.com", default_port=80) == ("example.com", 80)
     assert split_host_port("0x7f.1:80") == (V4("127.0.0.1"), 80)
-    for bad in ["example.com", "example.com:0", "example.com:65536", "example.com:http", "::1:80",
-                "user@example.com:80", "[::1]80", "example.com:+80", "example.com:٣"]:
+    for bad in [
+        "example.com",
+        "example.com:0",
+        "example.com:65536",
+        "example.com:http",
+        "::1:80",
+        "user@example.com:80",
+        "[::1]80",
+        "example.com:+80",
+        "example.com:٣",
+    ]:
         with pytest.raises(HostError):
             split_host_port(bad)
 
@@ -166,10 +175,31 @@ def test_rules_parse_every_entry_form() -> None:
     assert HostRule.parse("api.example.com:8000-8100").ports == (8000, 8100)
     assert HostRule.parse("*.example.org:443-443").ports == (443, 443)
     assert HostRule.parse("2001:db8::1").ports is None  # a bare IPv6 address has no port: any port
-    for bad in ["", "*", "*.", "a.*.com", "*example.com", "*.*.com", "*.1.2.3.4", "example.com:0", "[::1",
-                "example.com:", "example.com:8100-8000", "example.com:1-", "example.com:-5", "example.com:1-2-3",
-                "example.com:65536", "example.com:http", "[::1]443", "[::1]:", "*.[::1]:443", "user@example.com",
-                "http://example.com", "example.com/path", "2001:db8::1:443x"]:
+    for bad in [
+        "",
+        "*",
+        "*.",
+        "a.*.com",
+        "*example.com",
+        "*.*.com",
+        "*.1.2.3.4",
+        "example.com:0",
+        "[::1",
+        "example.com:",
+        "example.com:8100-8000",
+        "example.com:1-",
+        "example.com:-5",
+        "example.com:1-2-3",
+        "example.com:65536",
+        "example.com:http",
+        "[::1]443",
+        "[::1]:",
+        "*.[::1]:443",
+        "user@example.com",
+        "http://example.com",
+        "example.com/path",
+        "2001:db8::1:443x",
+    ]:
         with pytest.raises(HostError):
             HostRule.parse(bad)
 
@@ -292,8 +322,18 @@ def test_dangerous_addresses_are_refused_for_a_name_entry(ip: str, word: str) ->
     assert word in reason
 
 
-@pytest.mark.parametrize("ip", ["203.0.113.10", "93.184.216.34", "2001:db8::10", "2606:4700::1111",
-                                "64:ff9b::5db8:d822", "::ffff:93.184.216.34", "2002:5db8:d822::1"])
+@pytest.mark.parametrize(
+    "ip",
+    [
+        "203.0.113.10",
+        "93.184.216.34",
+        "2001:db8::10",
+        "2606:4700::1111",
+        "64:ff9b::5db8:d822",
+        "::ffff:93.184.216.34",
+        "2002:5db8:d822::1",
+    ],
+)
 def test_public_addresses_pass(ip: str) -> None:
     assert address_verdict(ipaddress.ip_address(ip), PUBLIC, entry=NAME) == (True, "")
 
@@ -357,13 +397,32 @@ def test_embedded_ipv4_lists_each_form() -> None:
 # ---------------------------------------------------------------------------------------------
 
 #: Every metadata address outside the link-local range, with what opens the class it is in.
-_METADATA_IN_OPENABLE_RANGES = ["168.63.129.16", "100.100.100.200", "fd00:ec2::254", "fd20:ce::254",
-                                "fd00:c1::a9fe:a9fe", "fd00:ec2::23", "192.0.0.192"]
+_METADATA_IN_OPENABLE_RANGES = [
+    "168.63.129.16",
+    "100.100.100.200",
+    "fd00:ec2::254",
+    "fd20:ce::254",
+    "fd00:c1::a9fe:a9fe",
+    "fd00:ec2::23",
+    "192.0.0.192",
+]
 
 
-@pytest.mark.parametrize("ip", [*_METADATA_IN_OPENABLE_RANGES, "169.254.169.254", "169.254.170.2", "fe80::a9fe:a9fe",
-                                "::ffff:168.63.129.16", "64:ff9b::a83f:8110", "64:ff9b::6464:64c8",
-                                "::ffff:100.100.100.200", "2002:a83f:8110::1", "64:ff9b:1::a83f:8110"])
+@pytest.mark.parametrize(
+    "ip",
+    [
+        *_METADATA_IN_OPENABLE_RANGES,
+        "169.254.169.254",
+        "169.254.170.2",
+        "fe80::a9fe:a9fe",
+        "::ffff:168.63.129.16",
+        "64:ff9b::a83f:8110",
+        "64:ff9b::6464:64c8",
+        "::ffff:100.100.100.200",
+        "2002:a83f:8110::1",
+        "64:ff9b:1::a83f:8110",
+    ],
+)
 def test_metadata_is_refused_first_whatever_the_policy_opens(ip: str) -> None:
     """Opening every range, listing the literal, or reaching it via localhost: a metadata address never passes."""
     address = ipaddress.ip_address(ip)
@@ -381,9 +440,21 @@ def test_before_this_fix_a_public_metadata_address_passed_by_class() -> None:
     assert not ok and "Azure WireServer" in reason
 
 
-@pytest.mark.parametrize("entry", ["168.63.129.16", "100.100.100.200:80", "[fd00:ec2::254]:80", "fd20:ce::254",
-                                   "169.254.169.254", "::ffff:169.254.169.254", "metadata.google.internal",
-                                   "Metadata.Google.Internal.", "metadata", "metadata.goog:80"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "168.63.129.16",
+        "100.100.100.200:80",
+        "[fd00:ec2::254]:80",
+        "fd20:ce::254",
+        "169.254.169.254",
+        "::ffff:169.254.169.254",
+        "metadata.google.internal",
+        "Metadata.Google.Internal.",
+        "metadata",
+        "metadata.goog:80",
+    ],
+)
 def test_metadata_cannot_be_an_entry(entry: str) -> None:
     with pytest.raises(HostError, match="cloud metadata"):
         HostRule.parse(entry)
@@ -398,8 +469,13 @@ def test_every_metadata_entry_names_its_source() -> None:
 
 def _carrying_forms(v4: ipaddress.IPv4Address) -> list[IPAddress]:
     n = int(v4)
-    return [V6((0xFFFF << 32) | n), V6(n), V6((0x64FF9B << 96) | n), V6((0x2002 << 112) | (n << 80)),
-            V6((0x64FF9B0001 << 80) | n)]
+    return [
+        V6((0xFFFF << 32) | n),
+        V6(n),
+        V6((0x64FF9B << 96) | n),
+        V6((0x2002 << 112) | (n << 80)),
+        V6((0x64FF9B0001 << 80) | n),
+    ]
 
 
 def test_every_ipv4_metadata_address_is_refused_in_every_form_that_carries_it() -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -37,6 +36,10 @@ from sandbox._landlock import (
 )
 from sandbox._plan import FsRule
 from sandbox._privileges import set_no_new_privs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 # --- pure plan
 
@@ -189,9 +192,7 @@ def test_apply_allows_inside_denies_outside_and_file_rules_use_file_rights(tmp_p
     abi = landlock_abi()
 
     def probe() -> dict[str, object]:
-        plan = plan_ruleset(
-            [FsRule(str(inside)), FsRule(str(single), "write"), FsRule("/nonexistent-path-xyz")], abi
-        )
+        plan = plan_ruleset([FsRule(str(inside)), FsRule(str(single), "write"), FsRule("/nonexistent-path-xyz")], abi)
         skipped = apply_ruleset(plan)
         return {
             "skipped": skipped,

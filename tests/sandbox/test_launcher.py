@@ -18,9 +18,8 @@ import struct
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import pytest
@@ -29,6 +28,9 @@ import sandbox
 from sandbox._landlock import landlock_abi
 from sandbox._plan import ConfinementPlan, FsRule, Rlimits
 from sandbox._syspaths import python_runtime_paths
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 PYTHON = sys.executable  # the venv scripts/setup makes (readable by the sandbox uid)
 NOBODY = 65534
@@ -347,10 +349,18 @@ def test_plan_demanding_a_newer_landlock_abi_exits_78(stage: Stage, start: Any) 
         (msgpack.packb({"toolbox": "x", "workdir": "/", "entry": "m:f", "bogus": 1}), "unexpected keyword"),
         (msgpack.packb({"toolbox": "x", "workdir": "rel", "entry": "m:f", "uid": 1, "gid": 1}), "absolute"),
         (msgpack.packb({"toolbox": "x", "workdir": "/", "entry": "nocolon", "uid": 1, "gid": 1}), "module:function"),
-        (msgpack.packb({"toolbox": "x", "workdir": "/", "entry": "m:f", "uid": 1, "gid": 1, "new_pidns": False,
-                        "view": {}}), "a private view needs new_pidns"),
-        (msgpack.packb({"toolbox": "x", "workdir": "/", "entry": "m:f", "uid": 1, "gid": 1,
-                        "view": {"hostname": "a b"}}), "view.hostname must be a host name"),
+        (
+            msgpack.packb(
+                {"toolbox": "x", "workdir": "/", "entry": "m:f", "uid": 1, "gid": 1, "new_pidns": False, "view": {}}
+            ),
+            "a private view needs new_pidns",
+        ),
+        (
+            msgpack.packb(
+                {"toolbox": "x", "workdir": "/", "entry": "m:f", "uid": 1, "gid": 1, "view": {"hostname": "a b"}}
+            ),
+            "view.hostname must be a host name",
+        ),
     ],
 )
 def test_malformed_plan_exits_78_with_a_message(start: Any, body: bytes, reason: str) -> None:

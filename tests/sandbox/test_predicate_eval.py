@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +30,9 @@ from sandbox._predicates import (
     PredicateError,
     parse_predicate,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def T(tag: str, contents: Any = None) -> dict[str, Any]:
@@ -167,9 +169,7 @@ def test_file_size_passed_by_a_writer_is_the_size_it_will_have(tree: Path) -> No
     assert not allows(p, tree / "README.md", for_write=True, size=50)
 
 
-def test_size_is_not_looked_up_when_the_path_alone_decides(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_size_is_not_looked_up_when_the_path_alone_decides(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     looked: list[str] = []
     real = pe._current_size
 
@@ -361,8 +361,7 @@ def test_max_file_size_applies_after_the_predicate(tree: Path) -> None:
 
 
 def test_max_file_size_null_is_no_limit_and_default_is_50_mib(tree: Path) -> None:
-    unlimited = parse_file_sandbox({"fsbPredicate": T("DirectoryRecursive", "."), "fsbMaxFileSize": None},
-                                   str(tree))
+    unlimited = parse_file_sandbox({"fsbPredicate": T("DirectoryRecursive", "."), "fsbMaxFileSize": None}, str(tree))
     assert unlimited.max_file_size is None
     assert check_path(unlimited, str(tree / "x"), for_write=True, size=10**12).allowed
     default = parse_file_sandbox({"fsbPredicate": T("DirectoryRecursive", ".")}, str(tree))
@@ -393,8 +392,10 @@ def test_relative_path_in_check_path(tree: Path) -> None:
 
 def test_parse_inline_and_ref(tree: Path) -> None:
     named = parse_file_sandboxes(
-        {"project": {"fsbPredicate": T("DirectoryRecursive", "./src"), "fsbMaxFileSize": 10485760},
-         "scratch": {"fsbPredicate": T("DirectoryRecursive", "/tmp/scratch"), "fsbName": "tmp"}},
+        {
+            "project": {"fsbPredicate": T("DirectoryRecursive", "./src"), "fsbMaxFileSize": 10485760},
+            "scratch": {"fsbPredicate": T("DirectoryRecursive", "/tmp/scratch"), "fsbName": "tmp"},
+        },
         str(tree),
     )
     assert named["project"] == FileSandbox(DirectoryRecursive(str(tree / "src")), 10485760, "project")
@@ -446,8 +447,9 @@ def test_predicate_paths_were_canonicalised_at_load(tree: Path) -> None:
 
 # --- n-ary And / Or (the seed's own example gives And three operands)
 
-SEED_AND3 = T("And", [T("DirectoryRecursive", "./src"), T("FileExtension", ["hs", "lhs"]),
-                      T("FileSizeLessThan", 1048576)])
+SEED_AND3 = T(
+    "And", [T("DirectoryRecursive", "./src"), T("FileExtension", ["hs", "lhs"]), T("FileSizeLessThan", 1048576)]
+)
 
 
 def test_seed_and_of_three_parses_as_all_and_behaves_as_all(tree: Path) -> None:
@@ -455,8 +457,7 @@ def test_seed_and_of_three_parses_as_all_and_behaves_as_all(tree: Path) -> None:
     (tree / "src" / "deep" / "Big.lhs").write_bytes(b"x" * 1048576)
     (tree / "Top.hs").write_text("")
     p = parse_predicate(SEED_AND3, str(tree))
-    assert p == All((DirectoryRecursive(str(tree / "src")), FileExtension(("hs", "lhs")),
-                     FileSizeLessThan(1048576)))
+    assert p == All((DirectoryRecursive(str(tree / "src")), FileExtension(("hs", "lhs")), FileSizeLessThan(1048576)))
     assert allows(p, tree / "src" / "Main.hs")
     assert not allows(p, tree / "src" / "a.py")  # wrong extension
     assert not allows(p, tree / "src" / "deep" / "Big.lhs")  # not smaller than 1 MiB
@@ -466,13 +467,17 @@ def test_seed_and_of_three_parses_as_all_and_behaves_as_all(tree: Path) -> None:
 
 
 def test_or_of_three_behaves_as_any(tree: Path) -> None:
-    data = T("Or", [T("FileExactly", "./README.md"), T("DirectoryRecursive", "./src/deep"),
-                    T("FilePattern", "*.bin")])
+    data = T("Or", [T("FileExactly", "./README.md"), T("DirectoryRecursive", "./src/deep"), T("FilePattern", "*.bin")])
     p = parse_predicate(data, str(tree))
-    assert p == Any_((FileExactly(str(tree / "README.md")), DirectoryRecursive(str(tree / "src" / "deep")),
-                      FilePattern("*.bin")))
+    assert p == Any_(
+        (FileExactly(str(tree / "README.md")), DirectoryRecursive(str(tree / "src" / "deep")), FilePattern("*.bin"))
+    )
     assert [allows(p, tree / n) for n in ("README.md", "src/deep/b.py", "big.bin", "src/a.py")] == [
-        True, True, True, False]
+        True,
+        True,
+        True,
+        False,
+    ]
 
 
 def test_and_of_two_stays_a_binary_and(tree: Path) -> None:

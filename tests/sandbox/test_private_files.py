@@ -55,8 +55,13 @@ def test_a_name_swapped_before_the_mount_is_not_followed(sandbox_tmp: Path, how:
     secret = sandbox_tmp / "secret"
     secret.write_text("root only\n")
     secret.chmod(0o600)
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(workdir), str(target), str(secret), how],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(workdir), str(target), str(secret), how],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     if how == "rename":  # the file lives on under another name: the fd's file is what is shown
         assert done.stdout == "generated\n"

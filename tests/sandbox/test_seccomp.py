@@ -21,7 +21,7 @@ SIGCHLD = 17
 def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0, arg2: int = 0) -> str:
     """Run a classic BPF seccomp program on ``struct seccomp_data`` (nr, arch, ip 0, args) and name its verdict."""
     data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, arg2, 0, 0, 0)
-    insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    insns = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
     acc, pc = 0, 0
     for _ in range(len(insns)):  # a seccomp program only jumps forward: this many steps always suffice
         code, jt, jf, k = insns[pc]
@@ -52,8 +52,10 @@ def test_the_filter_refuses_what_it_says_and_lets_the_rest_through(machine: str)
     assert verdict(read) == ALLOW
     assert verdict(keyctl) == EPERM
     assert verdict(syslog) == EPERM
-    for name, nr in {"x86_64": (("inotify_init", 253), ("inotify_init1", 294), ("fanotify_init", 300)),
-                     "aarch64": (("inotify_init1", 26), ("fanotify_init", 262))}[machine]:
+    for name, nr in {
+        "x86_64": (("inotify_init", 253), ("inotify_init1", 294), ("fanotify_init", 300)),
+        "aarch64": (("inotify_init1", 26), ("fanotify_init", 262)),
+    }[machine]:
         assert verdict(nr) == EPERM, name
     assert verdict(clone3) == ENOSYS  # the C library falls back to clone, whose flags can be checked
     assert verdict(unshare, CLONE_NEWUSER) == EPERM

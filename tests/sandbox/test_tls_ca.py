@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import datetime
 import ssl
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from cryptography import x509
 
 from sandbox import _tls_ca
 from sandbox._tls_ca import SupervisorCA
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_leaves_name_exactly_their_host_and_verify_against_the_ca_only(tmp_path: Path) -> None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -22,6 +21,9 @@ from sandbox._view_plan import NO_NETWORK_RESOLV_CONF
 from supervisor._supervisor import Supervisor
 from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
 from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
 
 pytestmark = pytest.mark.root
 
@@ -59,13 +61,21 @@ def _policy(root: Path, **policy: Any) -> Path:
     os.chown(mine, 65534, 65534)  # owned by the worker's uid: only the read-only mount stops chmod and utimensat
     os.chmod(mine, 0o644)
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": "alpha"}
-    tester = agent("tester", builtinToolboxes=[
-        system_toolbox("alpha", capabilities=["execute-command"], FileSandbox=fsb),
-        system_toolbox("named", capabilities=["hostname", "execute-command"]),
-    ])
+    tester = agent(
+        "tester",
+        builtinToolboxes=[
+            system_toolbox("alpha", capabilities=["execute-command"], FileSandbox=fsb),
+            system_toolbox("named", capabilities=["hostname", "execute-command"]),
+        ],
+    )
     other = agent("other", builtinToolboxes=[system_toolbox("gamma", capabilities=["execute-command"])])
-    return write_policy(root, {"tester": tester, "other": other}, landlock_min_abi=6,
-                        system_paths=[*DEFAULT_SYSTEM_PATHS, str(mine)], **policy)
+    return write_policy(
+        root,
+        {"tester": tester, "other": other},
+        landlock_min_abi=6,
+        system_paths=[*DEFAULT_SYSTEM_PATHS, str(mine)],
+        **policy,
+    )
 
 
 @pytest.fixture
@@ -89,8 +99,10 @@ async def _refused(sup: Supervisor, command: str, toolbox: str = "alpha") -> dic
 
 
 async def test_the_hosts_tmp_its_socket_and_its_files_are_not_there(sup: Supervisor, host_socket: Path) -> None:
-    connect = (f"python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{host_socket}'); "
-               "print('BREACH connected')\"")
+    connect = (
+        f"python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{host_socket}'); "
+        "print('BREACH connected')\""
+    )
     out = await _refused(sup, connect)
     assert "FileNotFoundError" in out["stderr"], out
     beside = str(host_socket).replace(".sock", ".txt")
@@ -104,9 +116,20 @@ async def test_the_hosts_tmp_its_socket_and_its_files_are_not_there(sup: Supervi
 async def test_host_paths_and_other_tenants_do_not_exist(sup: Supervisor, sandbox_tmp: Path) -> None:
     state = sandbox_tmp / "state"
     assert (state / "trace.jsonl").exists() and (state / "work" / "other" / "gamma").is_dir()
-    for path in ("/root", "/etc/shadow", "/home", "/run", "/var/run", "/sys", state / "trace.jsonl",
-                 state / "sessions.sqlite3", state / "work" / "other" / "gamma", state / "work" / "tester" / "named",
-                 sandbox_tmp / "secret.txt", "/mnt"):
+    for path in (
+        "/root",
+        "/etc/shadow",
+        "/home",
+        "/run",
+        "/var/run",
+        "/sys",
+        state / "trace.jsonl",
+        state / "sessions.sqlite3",
+        state / "work" / "other" / "gamma",
+        state / "work" / "tester" / "named",
+        sandbox_tmp / "secret.txt",
+        "/mnt",
+    ):
         out = await _refused(sup, f"stat {path}")
         assert "No such file or directory" in out["stderr"], (path, out)
     # What the worker is granted is at the host's own paths.
@@ -168,8 +191,12 @@ async def test_a_read_only_grant_cannot_be_touched_or_chmodded(sup: Supervisor, 
     the read-only bind refuses them."""
     path = sandbox_tmp / "granted-read-only.txt"
     before = path.stat()
-    for attack in (f"touch {path}", f"touch -d '2001-01-01' {path}", f"chmod 666 {path}",
-                   f"python3 -c \"import os; os.utime('{path}', None)\""):
+    for attack in (
+        f"touch {path}",
+        f"touch -d '2001-01-01' {path}",
+        f"chmod 666 {path}",
+        f"python3 -c \"import os; os.utime('{path}', None)\"",
+    ):
         out = await _refused(sup, attack)
         assert "Read-only file system" in out["stderr"], (attack, out)
     after = path.stat()
@@ -193,11 +220,17 @@ async def test_private_view_false_really_shows_the_hosts_tree(sandbox_tmp: Path,
 
 async def test_a_policy_granting_all_of_etc_still_shows_only_the_workers_account(sandbox_tmp: Path) -> None:
     """permissive.yaml grants /etc whole: the generated files are mounted over the host's, read-only."""
-    policy = write_policy(sandbox_tmp, {"tester": agent("tester", builtinToolboxes=[
-        system_toolbox("alpha", capabilities=["execute-command"])])}, system_paths=[*DEFAULT_SYSTEM_PATHS, "/etc"])
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent("tester", builtinToolboxes=[system_toolbox("alpha", capabilities=["execute-command"])])},
+        system_paths=[*DEFAULT_SYSTEM_PATHS, "/etc"],
+    )
     async with Supervisor.open(policy) as sup:
-        out = await _run(sup, "cut -d: -f1 /etc/passwd; cat /etc/hostname; ls /etc/os-release; "
-                              "grep -c ' /etc/passwd ' /proc/self/mountinfo")
+        out = await _run(
+            sup,
+            "cut -d: -f1 /etc/passwd; cat /etc/hostname; ls /etc/os-release; "
+            "grep -c ' /etc/passwd ' /proc/self/mountinfo",
+        )
         assert out["stdout"] == "root\nnobody\nsandbox\n/etc/os-release\n1\n", out
         await _refused(sup, "echo x >> /etc/passwd")
 

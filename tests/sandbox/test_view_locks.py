@@ -15,8 +15,7 @@ import fcntl
 import json
 import os
 import struct
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -26,12 +25,15 @@ from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor._watch import CreateWatch
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 pytestmark = pytest.mark.root
 
 PATHS = ("/usr/bin/env", "/etc/ld.so.cache", "/dev/null")
 
 #: Python shared by both ends: ``probe(path)`` says which locks a fresh open of ``path`` would conflict with.
-PROBE = r'''
+PROBE = r"""
 import fcntl, json, os, struct, sys, time
 F_OFD_GETLK, F_OFD_SETLK = 36, 37
 def lock_struct(kind): return struct.pack("hhqqi", kind, 0, 0, 0, 0)
@@ -50,9 +52,11 @@ def probe(path):
         return seen
     finally:
         os.close(fd)
-'''
+"""
 
-SENDER = PROBE + r'''
+SENDER = (
+    PROBE
+    + r"""
 held = []
 for path in json.loads(sys.argv[1]):
     a, b, c = (os.open(path, os.O_RDONLY) for _ in range(3))
@@ -72,11 +76,15 @@ os.link("ready.tmp", "ready")  # whole, and an IN_CREATE for the test's watch
 while not os.path.exists("done"):  # hold the locks until the receiver and the host have looked
     time.sleep(0.01)
 print(own)
-'''
+"""
+)
 
-RECEIVER = PROBE + r'''
+RECEIVER = (
+    PROBE
+    + r"""
 print(json.dumps({p: probe(p) for p in json.loads(sys.argv[1])}))
-'''
+"""
+)
 
 
 def _command(script: str) -> str:
@@ -105,12 +113,12 @@ def _host_probe(path: str) -> list[str]:
 def _policy(root: Path, **policy: Any) -> Path:
     tester = agent("tester", builtinToolboxes=[system_toolbox("alpha", capabilities=["execute-command"])])
     other = agent("other", builtinToolboxes=[system_toolbox("gamma", capabilities=["execute-command"])])
-    return write_policy(root, {"tester": tester, "other": other}, landlock_min_abi=6,
-                        system_paths=list(DEFAULT_SYSTEM_PATHS), **policy)
+    return write_policy(
+        root, {"tester": tester, "other": other}, landlock_min_abi=6, system_paths=list(DEFAULT_SYSTEM_PATHS), **policy
+    )
 
 
-async def _signal(root: Path, **policy: Any) -> tuple[dict[str, list[str]], dict[str, list[str]],
-                                                      dict[str, list[str]]]:
+async def _signal(root: Path, **policy: Any) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
     """Run the sender and, while it holds its locks, the receiver and the host's probe. Returns what the
     sender's own second process, the receiver and the host saw."""
     workdir = root / "state" / "work" / "tester" / "alpha"
@@ -149,4 +157,3 @@ async def test_without_the_view_the_same_locks_are_a_channel(sandbox_tmp: Path) 
     own, received, host = await _signal(sandbox_tmp, private_view=False)
     assert own == {p: ["flock", "posix", "ofd"] for p in PATHS}, own
     assert received == own and host == own, (received, host)
-

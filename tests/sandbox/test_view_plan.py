@@ -13,26 +13,53 @@ from sandbox._plan import FsRule, ViewSpec
 from sandbox._view_plan import NO_NETWORK_RESOLV_CONF, PathInfo, ViewError, ViewPlan, plan_view, view_files
 
 HOST = {
-    "/usr": PathInfo("dir"), "/usr/bin": PathInfo("dir"), "/usr/lib": PathInfo("dir"),
-    "/usr/lib64": PathInfo("dir"), "/usr/share": PathInfo("dir"), "/usr/share/zoneinfo": PathInfo("dir"),
+    "/usr": PathInfo("dir"),
+    "/usr/bin": PathInfo("dir"),
+    "/usr/lib": PathInfo("dir"),
+    "/usr/lib64": PathInfo("dir"),
+    "/usr/share": PathInfo("dir"),
+    "/usr/share/zoneinfo": PathInfo("dir"),
     "/usr/share/zoneinfo/UTC": PathInfo("file"),
-    "/bin": PathInfo("symlink", "usr/bin"), "/lib64": PathInfo("symlink", "usr/lib64"),
-    "/etc": PathInfo("dir"), "/etc/passwd": PathInfo("file"), "/etc/hosts": PathInfo("file"),
-    "/etc/resolv.conf": PathInfo("symlink", "../run/resolv.conf"), "/run": PathInfo("dir"),
-    "/run/resolv.conf": PathInfo("file"), "/etc/localtime": PathInfo("symlink", "/usr/share/zoneinfo/UTC"),
+    "/bin": PathInfo("symlink", "usr/bin"),
+    "/lib64": PathInfo("symlink", "usr/lib64"),
+    "/etc": PathInfo("dir"),
+    "/etc/passwd": PathInfo("file"),
+    "/etc/hosts": PathInfo("file"),
+    "/etc/resolv.conf": PathInfo("symlink", "../run/resolv.conf"),
+    "/run": PathInfo("dir"),
+    "/run/resolv.conf": PathInfo("file"),
+    "/etc/localtime": PathInfo("symlink", "/usr/share/zoneinfo/UTC"),
     "/etc/ld.so.cache": PathInfo("file"),
-    "/dev": PathInfo("dir"), "/dev/null": PathInfo("device"), "/dev/urandom": PathInfo("device"),
-    "/dev/shm": PathInfo("dir"), "/proc": PathInfo("dir"), "/proc/self": PathInfo("symlink", "1"),
+    "/dev": PathInfo("dir"),
+    "/dev/null": PathInfo("device"),
+    "/dev/urandom": PathInfo("device"),
+    "/dev/shm": PathInfo("dir"),
+    "/proc": PathInfo("dir"),
+    "/proc/self": PathInfo("symlink", "1"),
     "/proc/1": PathInfo("dir"),
-    "/tmp": PathInfo("dir"), "/tmp/t": PathInfo("dir"), "/tmp/t/data": PathInfo("dir"),
-    "/tmp/t/data/out": PathInfo("dir"), "/tmp/t/data/ro": PathInfo("dir"), "/tmp/t/sock": PathInfo("other"),
-    "/var": PathInfo("dir"), "/var/lib": PathInfo("dir"), "/var/lib/as": PathInfo("dir"),
-    "/var/lib/as/work": PathInfo("dir"), "/var/lib/as/work/a": PathInfo("dir"),
-    "/var/lib/as/work/a/tb": PathInfo("dir"), "/loop": PathInfo("symlink", "loop"),
+    "/tmp": PathInfo("dir"),
+    "/tmp/t": PathInfo("dir"),
+    "/tmp/t/data": PathInfo("dir"),
+    "/tmp/t/data/out": PathInfo("dir"),
+    "/tmp/t/data/ro": PathInfo("dir"),
+    "/tmp/t/sock": PathInfo("other"),
+    "/var": PathInfo("dir"),
+    "/var/lib": PathInfo("dir"),
+    "/var/lib/as": PathInfo("dir"),
+    "/var/lib/as/work": PathInfo("dir"),
+    "/var/lib/as/work/a": PathInfo("dir"),
+    "/var/lib/as/work/a/tb": PathInfo("dir"),
+    "/loop": PathInfo("symlink", "loop"),
     "/var/lib/as/work/a/tb/planted": PathInfo("symlink", "/etc/ld.so.cache"),
 }
-FILES = view_files(uid=3000000001, gid=3000000001, account="agent-tb", home="/var/lib/as/work/a/tb",
-                   hostname="sandbox", resolv_conf=None)
+FILES = view_files(
+    uid=3000000001,
+    gid=3000000001,
+    account="agent-tb",
+    home="/var/lib/as/work/a/tb",
+    hostname="sandbox",
+    resolv_conf=None,
+)
 
 
 def probe(path: str) -> PathInfo:
@@ -79,9 +106,17 @@ def test_a_rule_inside_a_bind_adds_nothing_unless_it_widens_the_mode() -> None:
 
 
 def test_tmp_dev_and_proc_are_the_views_own() -> None:
-    plan = view(FsRule("/tmp"), FsRule("/dev/null", "write"), FsRule("/dev/urandom"), FsRule("/dev/shm", "write"),
-                FsRule("/proc/self"), FsRule("/proc"), FsRule("/tmp/t/data"), FsRule("/tmp/t/sock"),
-                spec=ViewSpec(tmp_bytes=1 << 20, shm_bytes=2 << 20))
+    plan = view(
+        FsRule("/tmp"),
+        FsRule("/dev/null", "write"),
+        FsRule("/dev/urandom"),
+        FsRule("/dev/shm", "write"),
+        FsRule("/proc/self"),
+        FsRule("/proc"),
+        FsRule("/tmp/t/data"),
+        FsRule("/tmp/t/sock"),
+        spec=ViewSpec(tmp_bytes=1 << 20, shm_bytes=2 << 20),
+    )
     tmpfs = ops(plan, "tmpfs")
     assert (tmpfs["/tmp"].size, tmpfs["/dev/shm"].size, tmpfs["/tmp"].mode) == (1 << 20, 2 << 20, 0o1777)
     assert "/dev" in tmpfs and "/proc" in ops(plan, "proc")
@@ -142,15 +177,24 @@ def test_describe_lists_every_mount_and_the_host_name() -> None:
 
 def test_the_views_accounts_name_only_root_and_the_worker() -> None:
     files = plan_view_accounts(uid=3000000001, gid=3000000002, name="agent-x:\nroot", home="/w")
-    assert files.passwd == ("root:x:0:0:root:/root:/usr/sbin/nologin\n"
-                            "agent-xroot:x:3000000001:3000000002:agents-supervise worker:/w:/usr/sbin/nologin\n")
+    assert files.passwd == (
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        "agent-xroot:x:3000000001:3000000002:agents-supervise worker:/w:/usr/sbin/nologin\n"
+    )
     assert files.group == "root:x:0:\nagent-xroot:x:3000000002:\n"
     named = plan_view_accounts(uid=65534, gid=65534, name="nobody", home="/w", group_name="nogroup")
     assert named.group == "root:x:0:\nnogroup:x:65534:\n"
-    shared = plan_view_accounts(uid=3000000001, gid=3000000001, name="agent-x", home="/w",
-                                groups=[(3100000000, ""), (2000, "staff:x"), (3000000001, "own"), (2001, "root")])
-    assert shared.group == ("root:x:0:\nagent-x:x:3000000001:\nstaffx:x:2000:agent-x\nshared-2001:x:2001:agent-x\n"
-                            "shared-3100000000:x:3100000000:agent-x\n")  # host names kept, clashes renamed
+    shared = plan_view_accounts(
+        uid=3000000001,
+        gid=3000000001,
+        name="agent-x",
+        home="/w",
+        groups=[(3100000000, ""), (2000, "staff:x"), (3000000001, "own"), (2001, "root")],
+    )
+    assert shared.group == (
+        "root:x:0:\nagent-x:x:3000000001:\nstaffx:x:2000:agent-x\nshared-2001:x:2001:agent-x\n"
+        "shared-3100000000:x:3100000000:agent-x\n"
+    )  # host names kept, clashes renamed
     hosts = view_files(uid=1, gid=1, account="a", home="/w", hostname="bad name;x", resolv_conf="nameserver 1\n")
     assert hosts["/etc/hostname"] == "badnamex\n" and hosts["/etc/resolv.conf"] == "nameserver 1\n"
     assert hosts["/etc/hosts"].startswith("127.0.0.1\tlocalhost\n")
@@ -161,12 +205,30 @@ def test_system_paths_and_devices_get_inodes_of_their_own_other_grants_stay_plai
     links: ``/bin`` names ``/usr/bin``) and every device node. Plain: write grants and other read-only grants (a
     FileSandbox's data, whose writers' changes and SQLite locks must be seen live)."""
     spec = ViewSpec(system_paths=("/bin", "/usr", "/etc/ld.so.cache", "/tmp/t/data/out"))
-    plan = plan_view([FsRule("/usr"), FsRule("/etc/ld.so.cache"), FsRule("/dev/null", "write"), FsRule("/dev/urandom"),
-                      FsRule("/tmp/t/data/ro"), FsRule("/tmp/t/data/out", "write"), FsRule("/var/lib/as/work/a/tb")],
-                     spec, FILES, probe)
+    plan = plan_view(
+        [
+            FsRule("/usr"),
+            FsRule("/etc/ld.so.cache"),
+            FsRule("/dev/null", "write"),
+            FsRule("/dev/urandom"),
+            FsRule("/tmp/t/data/ro"),
+            FsRule("/tmp/t/data/out", "write"),
+            FsRule("/var/lib/as/work/a/tb"),
+        ],
+        spec,
+        FILES,
+        probe,
+    )
     private = {op.path: op.private for op in plan.ops if op.op == "bind"}
-    assert private == {"/usr": True, "/etc/ld.so.cache": True, "/dev/null": True, "/dev/urandom": True,
-                       "/tmp/t/data/ro": False, "/tmp/t/data/out": False, "/var/lib/as/work/a/tb": False}
+    assert private == {
+        "/usr": True,
+        "/etc/ld.so.cache": True,
+        "/dev/null": True,
+        "/dev/urandom": True,
+        "/tmp/t/data/ro": False,
+        "/tmp/t/data/out": False,
+        "/var/lib/as/work/a/tb": False,
+    }
     assert "/usr: read-only bind of the host's, inodes of its own (overlay)" in plan.describe()
     assert "/dev/null: read-write bind of the host's (device), inodes of its own (overlay)" in plan.describe()
 

@@ -36,10 +36,12 @@ while not os.path.exists("gate"):
     time.sleep(0.01)
 print(held, why)
 PY"""
-ONE = ("python3 -c \"import ctypes, os, signal; libc = ctypes.CDLL(None, use_errno=True)\n"
-       "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\n"
-       "r = libc.sigqueue(os.getpid(), signal.SIGRTMIN, ctypes.c_void_p(0))\n"
-       "print(True) if r == 0 else print(False, os.strerror(ctypes.get_errno()))\"")
+ONE = (
+    'python3 -c "import ctypes, os, signal; libc = ctypes.CDLL(None, use_errno=True)\n'
+    "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\n"
+    "r = libc.sigqueue(os.getpid(), signal.SIGRTMIN, ctypes.c_void_p(0))\n"
+    'print(True) if r == 0 else print(False, os.strerror(ctypes.get_errno()))"'
+)
 
 
 def _policy(root: Path, **policy: Any) -> tuple[Path, dict[str, Path]]:
@@ -82,6 +84,7 @@ async def _hoard_and_probe(sup: Supervisor, projects: dict[str, Path]) -> tuple[
     """alpha queues as many signals as its user may have pending and holds them while beta queues one."""
     results: dict[str, Any] = {}
     async with trio.open_nursery() as nursery:
+
         async def hoard() -> None:
             results["alpha"] = await _run(sup, "alpha", HOARD, projects["alpha"])
 
@@ -186,20 +189,27 @@ async def test_another_toolbox_cannot_touch_times_or_xattrs_of_a_toolboxs_file(s
     # only its owner, group and mode stand in the way.
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": "project"}
     boxes = [system_toolbox(n, capabilities=["execute-command"], FileSandbox=fsb) for n in ("alpha", "beta")]
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=boxes)}, landlock_min_abi=6,
-                          worker_uids={"first": FIRST, "count": 1000})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=boxes)},
+        landlock_min_abi=6,
+        worker_uids={"first": FIRST, "count": 1000},
+    )
     projects = {"alpha": project}
     target = project / "made-by-alpha"
     async with Supervisor.open(policy) as sup:
-        made = await _run(sup, "alpha", f"echo data > {target.name} && touch -d 2001-02-03 {target.name} && "
-                                        f"stat -c '%a %u %g' {target.name}", projects["alpha"])
+        made = await _run(
+            sup,
+            "alpha",
+            f"echo data > {target.name} && touch -d 2001-02-03 {target.name} && stat -c '%a %u %g' {target.name}",
+            projects["alpha"],
+        )
         assert made["exitCode"] == 0, made
         mode, uid, gid = made["stdout"].split()
         assert mode == "664" and uid == gid  # its own group: the group bit is no channel
         os.setxattr(target, "user.mark", b"alpha")  # (root sets the mark: a seccomp filter may refuse it to workers)
         before = os.stat(target).st_mtime_ns
-        out = await sup.call("system_beta_execute_command",
-                             {"command": META_ATTACK.replace('"$1"', str(target))})
+        out = await sup.call("system_beta_execute_command", {"command": META_ATTACK.replace('"$1"', str(target))})
         assert out.structured is not None, out.data
         results = dict(line.split() for line in out.structured["stdout"].splitlines())
     refused = {str(errno.EACCES), str(errno.EPERM), str(errno.EOPNOTSUPP)}  # modes; or the seccomp filter (xattrs)
@@ -221,9 +231,13 @@ async def test_a_shared_group_lets_the_toolboxes_it_names_write_one_folder_and_n
     os.chmod(shared, 0o2770)
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(shared)}, "fsbName": "shared"}
     boxes = [system_toolbox(n, capabilities=["execute-command"], FileSandbox=fsb) for n in ("alpha", "beta", "gamma")]
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=boxes)}, landlock_min_abi=6,
-                          worker_uids={"first": FIRST, "count": 1000},
-                          shared_groups=[{"gid": gid, "toolboxes": ["tester/alpha", "beta"]}])
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=boxes)},
+        landlock_min_abi=6,
+        worker_uids={"first": FIRST, "count": 1000},
+        shared_groups=[{"gid": gid, "toolboxes": ["tester/alpha", "beta"]}],
+    )
     async with Supervisor.open(policy) as sup:
         made = await _run(sup, "alpha", f"id -G && echo one > f && stat -c '%a %g %G' f && getent group {gid}", shared)
         assert made["exitCode"] == 0, made
@@ -232,8 +246,9 @@ async def test_a_shared_group_lets_the_toolboxes_it_names_write_one_folder_and_n
         assert entry == f"shared-{gid}:x:{gid}:agent-alpha", made  # the view's /etc/group names the shared group
         other = await _run(sup, "beta", "echo two >> f && cat f", shared)
         assert (other["exitCode"], other["stdout"]) == (0, "one\ntwo\n"), other
-        outside = await sup.call("system_gamma_execute_command",
-                                 {"command": f"id -G; echo three >> {shared}/f || echo REFUSED"})
+        outside = await sup.call(
+            "system_gamma_execute_command", {"command": f"id -G; echo three >> {shared}/f || echo REFUSED"}
+        )
         assert outside.structured is not None, outside.data
         assert str(gid) not in outside.structured["stdout"].splitlines()[0].split()
         assert "REFUSED" in outside.structured["stdout"], outside.structured

@@ -10,13 +10,16 @@ that already carries a ``user.note`` attribute set by the test (root, outside th
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -58,8 +61,9 @@ async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
         os.setxattr(target, "user.note", b"set-by-root")
         fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": name}
         toolboxes.append(system_toolbox(name, capabilities=["execute-command"], FileSandbox=fsb))
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=toolboxes)},
-                          toolboxes={"knob": {"xattrs": True}})
+    policy = write_policy(
+        sandbox_tmp, {"tester": agent(builtinToolboxes=toolboxes)}, toolboxes={"knob": {"xattrs": True}}
+    )
     async with Supervisor.open(policy) as s:
         yield s
 
@@ -87,8 +91,9 @@ async def test_the_policy_knob_lets_a_toolbox_use_xattrs(sup: Supervisor, sandbo
     assert seen["getxattr"] == "ok b'set-by-root'", seen
     assert seen["fgetxattr"] == "ok b'set-by-root'"
     assert seen["listxattr"].startswith("ok ") and "user.note" in seen["listxattr"]
-    assert all(seen[name] == "ok None" for name in ("setxattr", "lsetxattr", "fsetxattr", "removexattr",
-                                                     "fremovexattr")), seen
+    assert all(
+        seen[name] == "ok None" for name in ("setxattr", "lsetxattr", "fsetxattr", "removexattr", "fremovexattr")
+    ), seen
     assert sorted(os.listxattr(target)) == ["user.note", "user.planted"]
     assert os.getxattr(target, "user.planted") == b"from-the-worker"
 
@@ -96,8 +101,10 @@ async def test_the_policy_knob_lets_a_toolbox_use_xattrs(sup: Supervisor, sandbo
 async def test_ls_and_cp_still_work_without_xattrs(sup: Supervisor, sandbox_tmp: Path) -> None:
     """EOPNOTSUPP is what programs already meet on file systems without attributes: ls -l and cp -a go on."""
     project = sandbox_tmp / "plain"
-    command = f"cd {project} && ls -l file.txt && cp -a file.txt copy.txt && python3 -c " \
-              "\"import shutil; shutil.copy2('file.txt', 'copy2.txt')\" && cat copy.txt copy2.txt"
+    command = (
+        f"cd {project} && ls -l file.txt && cp -a file.txt copy.txt && python3 -c "
+        "\"import shutil; shutil.copy2('file.txt', 'copy2.txt')\" && cat copy.txt copy2.txt"
+    )
     result = await sup.call("system_plain_execute_command", {"command": command})
     out = result.structured
     assert out is not None and out["exitCode"] == 0, out

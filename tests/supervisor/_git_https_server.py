@@ -42,10 +42,17 @@ def _handler(root: str) -> type[http.server.BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             env = {
-                "PATH": "/usr/bin:/bin", "GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1",
-                "REQUEST_METHOD": self.command, "PATH_INFO": parts.path, "QUERY_STRING": parts.query,
-                "CONTENT_TYPE": self.headers.get("Content-Type") or "", "CONTENT_LENGTH": str(len(body)),
-                "REMOTE_ADDR": self.client_address[0], "GIT_CONFIG_NOSYSTEM": "1", "HOME": root,
+                "PATH": "/usr/bin:/bin",
+                "GIT_PROJECT_ROOT": root,
+                "GIT_HTTP_EXPORT_ALL": "1",
+                "REQUEST_METHOD": self.command,
+                "PATH_INFO": parts.path,
+                "QUERY_STRING": parts.query,
+                "CONTENT_TYPE": self.headers.get("Content-Type") or "",
+                "CONTENT_LENGTH": str(len(body)),
+                "REMOTE_ADDR": self.client_address[0],
+                "GIT_CONFIG_NOSYSTEM": "1",
+                "HOME": root,
             }
             if self.headers.get("Content-Encoding"):
                 env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]

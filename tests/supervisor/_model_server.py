@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 
 @dataclass
@@ -31,10 +33,16 @@ def message(content: str | None = None, tool_calls: list[tuple[str, str]] | None
     """A completion body: text and/or tool calls ``(name, arguments text)``."""
     msg: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
-        msg["tool_calls"] = [{"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
-                             for i, (n, a) in enumerate(tool_calls)]
-    return {"id": "cmpl", "object": "chat.completion", "model": "test-model",
-            "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if tool_calls else "stop"}]}
+        msg["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(tool_calls)
+        ]
+    return {
+        "id": "cmpl",
+        "object": "chat.completion",
+        "model": "test-model",
+        "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+    }
 
 
 def answer(content: str) -> Reply:
@@ -52,13 +60,38 @@ def streamed(content: str, tool_calls: list[tuple[str, str]] | None = None) -> R
     """The same answer as a stream of small chunks (content in pieces, tool-call arguments in pieces)."""
     chunks: list[dict[str, Any]] = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
     for i in range(0, len(content), 3):
-        chunks.append({"choices": [{"index": 0, "delta": {"content": content[i:i + 3]}}]})
+        chunks.append({"choices": [{"index": 0, "delta": {"content": content[i : i + 3]}}]})
     for n, (name, args) in enumerate(tool_calls or []):
-        chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": n, "id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": ""}}]}}]})
+        chunks.append(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": n,
+                                    "id": f"call_{n}",
+                                    "type": "function",
+                                    "function": {"name": name, "arguments": ""},
+                                }
+                            ]
+                        },
+                    }
+                ]
+            }
+        )
         for i in range(0, len(args), 4):
-            chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
-                {"index": n, "function": {"arguments": args[i:i + 4]}}]}}]})
+            chunks.append(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"tool_calls": [{"index": n, "function": {"arguments": args[i : i + 4]}}]},
+                        }
+                    ]
+                }
+            )
     chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if tool_calls else "stop"}]})
     return Reply("sse", chunks=chunks)
 
@@ -101,8 +134,9 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             elif reply.kind == "status":
                 self._send(reply.status, "application/json", json.dumps(reply.body or {}).encode())
             elif reply.kind == "html":
-                self._send(reply.status, "text/html; charset=utf-8", b"<html><body><h1>Welcome to nginx!</h1>"
-                           b"</body></html>")
+                self._send(
+                    reply.status, "text/html; charset=utf-8", b"<html><body><h1>Welcome to nginx!</h1></body></html>"
+                )
             elif reply.kind == "broken_json":
                 data = json.dumps(reply.body).encode()
                 self._send(200, "application/json", data[: len(data) // 2], length=len(data))

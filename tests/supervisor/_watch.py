@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 __all__ = ["CreateWatch"]
 

@@ -20,19 +20,27 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests._policies import agent, system_toolbox, write_policy
 from tests.sandbox._netlab import REPO, Lab
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 SECRET = "ghp_" + os.urandom(10).hex()
-CREDENTIALS = {"github": {"source": {"env": "GITHUB_TOKEN"}, "bindings": [{"hosts": ["api.example.test"]}],
-                          "header": "Authorization: Bearer {value}"}}
+CREDENTIALS = {
+    "github": {
+        "source": {"env": "GITHUB_TOKEN"},
+        "bindings": [{"hosts": ["api.example.test"]}],
+        "header": "Authorization: Bearer {value}",
+    }
+}
 
 #: run inside the worker: dumps what a hostile tool could read into $HOME for the test to search (the value is
 #: never given to the worker, so it cannot search for it itself)
@@ -102,11 +110,26 @@ def lab() -> Iterator[Lab]:
 def _call(lab: Lab, policy: Path, tool: str, args: dict) -> dict:
     """``supervisor call`` run in the lab's supervisor namespace, with the value in its environment only."""
     proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         'mount --bind "$0" /etc/resolv.conf && exec nsenter --net="$1" "$2" -m supervisor call --policy "$3" '
-         '"$4" "$5"', f"/etc/netns/{lab.sup}/resolv.conf", f"/run/netns/{lab.sup}",
-         sys.executable, str(policy), tool, json.dumps(args)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount --bind "$0" /etc/resolv.conf && exec nsenter --net="$1" "$2" -m supervisor call --policy "$3" '
+            '"$4" "$5"',
+            f"/etc/netns/{lab.sup}/resolv.conf",
+            f"/run/netns/{lab.sup}",
+            sys.executable,
+            str(policy),
+            tool,
+            json.dumps(args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
         env={**os.environ, "PYTHONPATH": REPO, "GITHUB_TOKEN": SECRET, "SSL_CERT_FILE": str(lab.ca_path)},
     )
     assert proc.stdout, proc.stderr
@@ -116,14 +139,25 @@ def _call(lab: Lab, policy: Path, tool: str, args: dict) -> dict:
 
 def _spec(root: Path) -> Path:
     path = root / "spec.json"
-    path.write_text(json.dumps({"openapi": "3.0.0", "info": {"title": "t", "version": "1"}, "paths": {
-        "/log/openapi": {"get": {"operationId": "probe", "responses": {"200": {"description": "ok"}}}}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "openapi": "3.0.0",
+                "info": {"title": "t", "version": "1"},
+                "paths": {
+                    "/log/openapi": {"get": {"operationId": "probe", "responses": {"200": {"description": "ok"}}}}
+                },
+            }
+        )
+    )
     return path
 
 
 def _openapi(name: str, base: str, spec: Path) -> dict:
-    return {"tag": "OpenAPIServer", "contents": {"SpecUrl": str(spec), "BaseUrl": base, "Name": name,
-                                                 "Token": "${GITHUB_TOKEN}"}}
+    return {
+        "tag": "OpenAPIServer",
+        "contents": {"SpecUrl": str(spec), "BaseUrl": base, "Name": name, "Token": "${GITHUB_TOKEN}"},
+    }
 
 
 def _received(lab: Lab, before: int, path: str) -> list[dict]:
@@ -136,9 +170,18 @@ def _auth(request: dict, name: str) -> str | None:
 
 def test_openapi_token_reference_reaches_only_the_bound_host(lab: Lab, sandbox_tmp: Path) -> None:
     spec = _spec(sandbox_tmp)
-    policy = write_policy(sandbox_tmp, {"tester": agent(openApiToolboxes=[
-        _openapi("gh", "https://api.example.test", spec),
-        _openapi("lookalike", "https://api.example.test.evil.test", spec)])}, credentials=CREDENTIALS)
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                openApiToolboxes=[
+                    _openapi("gh", "https://api.example.test", spec),
+                    _openapi("lookalike", "https://api.example.test.evil.test", spec),
+                ]
+            )
+        },
+        credentials=CREDENTIALS,
+    )
     before = len(lab.requests())
     out = _call(lab, policy, "openapi_gh_probe", {})
     assert out["status"] == "passed", out
@@ -153,7 +196,9 @@ def test_openapi_token_reference_reaches_only_the_bound_host(lab: Lab, sandbox_t
     trace = (sandbox_tmp / "state" / "trace.jsonl").read_text()
     egress = [json.loads(line) for line in trace.splitlines() if '"egress"' in line]
     assert {(r["host"], tuple(r.get("credentials", ()))) for r in egress if r.get("event") == "egress"} >= {
-        ("api.example.test", ("github",)), ("api.example.test.evil.test", ())}
+        ("api.example.test", ("github",)),
+        ("api.example.test.evil.test", ()),
+    }
     assert SECRET not in trace
 
 
@@ -162,14 +207,26 @@ def test_a_worker_holds_only_the_placeholder(lab: Lab, sandbox_tmp: Path) -> Non
     scripts.mkdir()
     (scripts / "dump.py").write_text(DUMP)
     (scripts / "request.py").write_text(REQUEST)
-    toolbox = system_toolbox(capabilities=["execute-command"], FileSandbox={
-        "fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(scripts)}, "fsbName": "scripts"})
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, credentials=CREDENTIALS,
-                          toolboxes={"system": {"credential_env": {"GH_TOKEN": "github"},
-                                                "allowed_hosts": ["api.example.test", "other.example.test"]}})
+    toolbox = system_toolbox(
+        capabilities=["execute-command"],
+        FileSandbox={"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(scripts)}, "fsbName": "scripts"},
+    )
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[toolbox])},
+        credentials=CREDENTIALS,
+        toolboxes={
+            "system": {
+                "credential_env": {"GH_TOKEN": "github"},
+                "allowed_hosts": ["api.example.test", "other.example.test"],
+            }
+        },
+    )
     before = len(lab.requests())
-    command = (f"python3 {scripts}/dump.py && echo token=$GH_TOKEN && "
-               f"python3 {scripts}/request.py api.example.test other.example.test")
+    command = (
+        f"python3 {scripts}/dump.py && echo token=$GH_TOKEN && "
+        f"python3 {scripts}/request.py api.example.test other.example.test"
+    )
     out = _call(lab, policy, "system_system_execute_command", {"command": command})
     stdout = out["structured"]["stdout"]
     assert "token=AGENTS_SUPERVISE_CREDENTIAL_github" in stdout, out
@@ -178,7 +235,9 @@ def test_a_worker_holds_only_the_placeholder(lab: Lab, sandbox_tmp: Path) -> Non
     assert stdout.count("HTTP/1.1 200") == 2, stdout
     got = _received(lab, before, "/log/worker")
     assert {r["host"]: _auth(r, "X-Token") for r in got} == {
-        "api.example.test": SECRET, "other.example.test": "AGENTS_SUPERVISE_CREDENTIAL_github"}
+        "api.example.test": SECRET,
+        "other.example.test": "AGENTS_SUPERVISE_CREDENTIAL_github",
+    }
     dumps = 0
     for folder in (sandbox_tmp / "state").rglob("*"):
         if folder.is_file():
@@ -192,23 +251,37 @@ def test_tls_termination_mode_from_a_real_worker(lab: Lab, sandbox_tmp: Path) ->
     with the supervisor's CA (found through CURL_CA_BUNDLE, SSL_CERT_FILE); the bound host receives the value in
     place of the placeholder; another host the placeholder. The worker can read the CA's certificate, not its key."""
     toolbox = system_toolbox(capabilities=["execute-command"])
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, credentials=CREDENTIALS,
-                          toolboxes={"system": {"credential_env": {"GH_TOKEN": "github"}, "tls_termination": True,
-                                                "allowed_hosts": ["api.example.test", "other.example.test"]}})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[toolbox])},
+        credentials=CREDENTIALS,
+        toolboxes={
+            "system": {
+                "credential_env": {"GH_TOKEN": "github"},
+                "tls_termination": True,
+                "allowed_hosts": ["api.example.test", "other.example.test"],
+            }
+        },
+    )
     before = len(lab.requests())
-    urllib = ("import os, urllib.request; r = urllib.request.Request('https://other.example.test/log/urllib', "
-              "headers={'X-Token': os.environ['GH_TOKEN']}); print(urllib.request.urlopen(r, timeout=15).status)")
-    command = ('curl -sS --max-time 15 -H "X-Token: $GH_TOKEN" -o /dev/null -w "%{http_code}\\n" '
-               "https://api.example.test/log/curl; "
-               f'python3 -c "{urllib}"; '
-               'echo "ca=$SSL_CERT_FILE"; grep -c "PRIVATE KEY" "$SSL_CERT_FILE"; grep -c CERTIFICATE "$SSL_CERT_FILE"')
+    urllib = (
+        "import os, urllib.request; r = urllib.request.Request('https://other.example.test/log/urllib', "
+        "headers={'X-Token': os.environ['GH_TOKEN']}); print(urllib.request.urlopen(r, timeout=15).status)"
+    )
+    command = (
+        'curl -sS --max-time 15 -H "X-Token: $GH_TOKEN" -o /dev/null -w "%{http_code}\\n" '
+        "https://api.example.test/log/curl; "
+        f'python3 -c "{urllib}"; '
+        'echo "ca=$SSL_CERT_FILE"; grep -c "PRIVATE KEY" "$SSL_CERT_FILE"; grep -c CERTIFICATE "$SSL_CERT_FILE"'
+    )
     out = _call(lab, policy, "system_system_execute_command", {"command": command})
     lines = out["structured"]["stdout"].splitlines()
     assert lines[:2] == ["200", "200"], out
     assert lines[2].startswith(f"ca={sandbox_tmp}/state/tls/ca-") and lines[3:] == ["0", "2"], out
     got = {r["path"]: r for r in lab.requests()[before:]}
-    assert _auth(got["/log/curl"], "X-Token") == SECRET and _auth(got["/log/curl"], "Authorization") == \
-        f"Bearer {SECRET}"
+    assert (
+        _auth(got["/log/curl"], "X-Token") == SECRET and _auth(got["/log/curl"], "Authorization") == f"Bearer {SECRET}"
+    )
     assert _auth(got["/log/urllib"], "X-Token") == "AGENTS_SUPERVISE_CREDENTIAL_github"
     assert _auth(got["/log/urllib"], "Authorization") is None
 
@@ -220,29 +293,54 @@ def test_postgrest_and_lua_http_send_absolute_form_and_get_the_policy_granted_cr
     policy) and Lua's ``http`` reach the bound host with the value the proxy adds; Lua's request to another host
     carries nothing."""
     spec = sandbox_tmp / "todos.swagger.json"
-    spec.write_text(json.dumps({  # PostgREST's OpenAPI 2 description of one table, as small as it gets
-        "swagger": "2.0", "info": {"title": "PostgREST API", "version": "12"}, "basePath": "/",
-        "paths": {"/todos": {"get": {"parameters": [], "responses": {"200": {"description": "OK"}}}}},
-        "definitions": {"todos": {"type": "object", "properties": {"id": {"type": "integer"}}}}}))
-    postgrest = {"tag": "PostgRESTServer", "contents": {"SpecUrl": str(spec), "BaseUrl": "https://api.example.test",
-                                                        "Name": "db"}}
-    lua = {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "scripts", "MaxMemoryMB": 32,
-                                             "MaxExecutionTimeSeconds": 20, "AllowedTools": [],
-                                             "AllowedHosts": ["api.example.test", "other.example.test"]}}
-    policy = write_policy(sandbox_tmp, {"tester": agent(postgrestToolboxes=[postgrest], builtinToolboxes=[lua])},
-                          credentials=CREDENTIALS, toolboxes={"db": {"credentials": ["github"]},
-                                                              "lua": {"credentials": ["github"]}})
+    spec.write_text(
+        json.dumps(
+            {  # PostgREST's OpenAPI 2 description of one table, as small as it gets
+                "swagger": "2.0",
+                "info": {"title": "PostgREST API", "version": "12"},
+                "basePath": "/",
+                "paths": {"/todos": {"get": {"parameters": [], "responses": {"200": {"description": "OK"}}}}},
+                "definitions": {"todos": {"type": "object", "properties": {"id": {"type": "integer"}}}},
+            }
+        )
+    )
+    postgrest = {
+        "tag": "PostgRESTServer",
+        "contents": {"SpecUrl": str(spec), "BaseUrl": "https://api.example.test", "Name": "db"},
+    }
+    lua = {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "scripts",
+            "MaxMemoryMB": 32,
+            "MaxExecutionTimeSeconds": 20,
+            "AllowedTools": [],
+            "AllowedHosts": ["api.example.test", "other.example.test"],
+        },
+    }
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(postgrestToolboxes=[postgrest], builtinToolboxes=[lua])},
+        credentials=CREDENTIALS,
+        toolboxes={"db": {"credentials": ["github"]}, "lua": {"credentials": ["github"]}},
+    )
     before = len(lab.requests())
     out = _call(lab, policy, "postgrest_db_get_todos", {})
     assert out["status"] == "passed", out
-    script = ("local a = http.get('https://api.example.test/log/lua') "
-              "local b = http.get('https://other.example.test/log/lua') return a.status, b.status")
+    script = (
+        "local a = http.get('https://api.example.test/log/lua') "
+        "local b = http.get('https://other.example.test/log/lua') return a.status, b.status"
+    )
     out = _call(lab, policy, "lua_lua_execute", {"script": script})
     assert out["status"] == "passed" and out["structured"]["values"] == [200, 200], out
     got = lab.requests()[before:]
     by = {(r["host"], r["path"].split("?")[0]): _auth(r, "Authorization") for r in got}
-    assert by == {("api.example.test", "/todos"): f"Bearer {SECRET}",
-                  ("api.example.test", "/log/lua"): f"Bearer {SECRET}", ("other.example.test", "/log/lua"): None}
+    assert by == {
+        ("api.example.test", "/todos"): f"Bearer {SECRET}",
+        ("api.example.test", "/log/lua"): f"Bearer {SECRET}",
+        ("other.example.test", "/log/lua"): None,
+    }
 
 
 #: an MCP server as a GitHub one from npm would be: it reads its token from the environment and calls the API over
@@ -275,33 +373,59 @@ def test_an_mcp_server_with_a_placeholder_token_in_terminating_mode(lab: Lab, sa
     script = sandbox_tmp / "gh_mcp.py"
     script.write_text(MCP_SERVER)
     script.chmod(0o644)
-    server = {"tag": "McpSimpleBinary", "contents": {"name": "gh", "executable": sys.executable,
-                                                     "args": [str(script)]}}
-    policy = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[server])}, credentials=CREDENTIALS,
-                          toolboxes={"gh": {"credential_env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "github"},
-                                            "tls_termination": True,
-                                            "allowed_hosts": ["api.example.test:443", "other.example.test:443"]}})
+    server = {"tag": "McpSimpleBinary", "contents": {"name": "gh", "executable": sys.executable, "args": [str(script)]}}
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(mcpServers=[server])},
+        credentials=CREDENTIALS,
+        toolboxes={
+            "gh": {
+                "credential_env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "github"},
+                "tls_termination": True,
+                "allowed_hosts": ["api.example.test:443", "other.example.test:443"],
+            }
+        },
+    )
     before = len(lab.requests())
     for host in ("api.example.test", "other.example.test"):
         out = _call(lab, policy, "mcp_gh_fetch", {"host": host})
         assert out["status"] == "passed" and out["data"] == "200 token=AGENTS_SUPERVISE_CREDENTIAL_github", out
     by = {r["host"]: _auth(r, "Authorization") for r in lab.requests()[before:] if r["path"] == "/log/mcp"}
-    assert by == {"api.example.test": f"Bearer {SECRET}",
-                  "other.example.test": "Bearer AGENTS_SUPERVISE_CREDENTIAL_github"}
+    assert by == {
+        "api.example.test": f"Bearer {SECRET}",
+        "other.example.test": "Bearer AGENTS_SUPERVISE_CREDENTIAL_github",
+    }
 
 
 def test_a_redirect_followed_from_a_real_worker_does_not_carry_it(lab: Lab, sandbox_tmp: Path) -> None:
     """curl -L in a terminating worker: the bound host's redirect to another host is followed through a new
     tunnel, and only the request to the bound host carried the credential."""
     toolbox = system_toolbox(capabilities=["execute-command"])
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, credentials=CREDENTIALS,
-                          toolboxes={"system": {"credentials": ["github"], "tls_termination": True,
-                                                "allowed_hosts": ["api.example.test", "other.example.test"]}})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[toolbox])},
+        credentials=CREDENTIALS,
+        toolboxes={
+            "system": {
+                "credentials": ["github"],
+                "tls_termination": True,
+                "allowed_hosts": ["api.example.test", "other.example.test"],
+            }
+        },
+    )
     before = len(lab.requests())
     target = "https://other.example.test/log/redirected"
-    out = _call(lab, policy, "system_system_execute_command", {
-        "command": f"curl -sSL --max-time 15 -o /dev/null -w '%{{http_code}}' 'https://api.example.test/redirect?to={target}'"})
+    out = _call(
+        lab,
+        policy,
+        "system_system_execute_command",
+        {
+            "command": f"curl -sSL --max-time 15 -o /dev/null -w '%{{http_code}}' 'https://api.example.test/redirect?to={target}'"
+        },
+    )
     assert out["structured"]["stdout"] == "200", out
     got = [(r["host"], r["path"].split("?")[0], _auth(r, "Authorization")) for r in lab.requests()[before:]]
-    assert got == [("api.example.test", "/redirect", f"Bearer {SECRET}"), ("other.example.test", "/log/redirected",
-                                                                            None)]
+    assert got == [
+        ("api.example.test", "/redirect", f"Bearer {SECRET}"),
+        ("other.example.test", "/log/redirected", None),
+    ]

@@ -13,9 +13,8 @@ import json
 import os
 import signal
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -24,7 +23,11 @@ from sandbox._plan import WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
-from toolboxes._result import ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from toolboxes._result import ToolResult
 
 pytestmark = pytest.mark.root
 
@@ -63,12 +66,17 @@ def project(sandbox_tmp: Path) -> Path:
 @pytest.fixture
 async def sup(sandbox_tmp: Path, project: Path) -> AsyncIterator[Supervisor]:
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": "project"}
-    dev = {"tag": "DeveloperToolbox",
-           "contents": {"Name": "dev", "Description": "dev tools", "Capabilities": CAPS, "FileSandbox": fsb}}
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[dev])}, landlock_min_abi=6,
-                          limits={"wall_time_s": 60},
-                          supervision={"restart_backoff_initial_s": 0.05, "restart_backoff_max_s": 0.2,
-                                       "crash_loop_max_restarts": 40})
+    dev = {
+        "tag": "DeveloperToolbox",
+        "contents": {"Name": "dev", "Description": "dev tools", "Capabilities": CAPS, "FileSandbox": fsb},
+    }
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[dev])},
+        landlock_min_abi=6,
+        limits={"wall_time_s": 60},
+        supervision={"restart_backoff_initial_s": 0.05, "restart_backoff_max_s": 0.2, "crash_loop_max_restarts": 40},
+    )
     async with Supervisor.open(policy) as s:
         yield s
 
@@ -95,14 +103,21 @@ async def test_read_write_patch_restore_through_the_worker(sup: Supervisor, proj
     assert dict(read.metadata) == {"state_effect": "read", "resource_id": f"file:{path}"}
     original = v["snapshotRef"]
 
-    write = await dev(sup, "write-file-range", path=path, ranges="head,5,tail", contentBlocks=["top", "FIVE", "end"],
-                      expected_snapshot_ref=original)
+    write = await dev(
+        sup,
+        "write-file-range",
+        path=path,
+        ranges="head,5,tail",
+        contentBlocks=["top", "FIVE", "end"],
+        expected_snapshot_ref=original,
+    )
     w = _v(write)
     assert dict(write.metadata) == {"state_effect": "mutate", "resource_id": f"file:{path}"}
     lines = (project / "src" / "f.txt").read_text().splitlines()
     assert lines[0] == "top" and lines[5] == "FIVE" and lines[-1] == "end" and len(lines) == 12
-    stale = await dev(sup, "write-file-range", path=path, ranges="1", contentBlocks=["x"],
-                      expected_snapshot_ref=original)
+    stale = await dev(
+        sup, "write-file-range", path=path, ranges="1", contentBlocks=["x"], expected_snapshot_ref=original
+    )
     assert stale.status == "error" and "changed since snapshot" in (stale.data or "")
 
     patch = "--- a/f.txt\n+++ b/f.txt\n@@ -2,3 +2,3 @@\n line 1\n-line 2\n+LINE TWO\n line 3\n"
@@ -150,8 +165,9 @@ async def test_paths_outside_are_refused_naming_the_rule(sup: Supervisor, sandbo
     assert sorted(os.listdir(sandbox_tmp)) == ["policy.yaml", "project", "secret.txt", "state", "tester.json"]
 
 
-async def test_relative_paths_start_at_the_agent_file_directory(sup: Supervisor, sandbox_tmp: Path,
-                                                                 project: Path) -> None:
+async def test_relative_paths_start_at_the_agent_file_directory(
+    sup: Supervisor, sandbox_tmp: Path, project: Path
+) -> None:
     """The agent file is ``<tmp>/tester.json``: ``project/src/f.txt`` names the file its FileSandbox allows."""
     read = await dev(sup, "read-file-range", path="project/src/f.txt", ranges="1")
     assert _v(read)["content"] == "1\tline 1\n"
@@ -199,13 +215,23 @@ async def test_kernel_holds_the_sandbox_without_the_in_worker_check(
     rules = spec.plan.fs_rules
     assert FsRule(str(project), WRITE) in rules
     tmp = str(sandbox_tmp)
-    assert not [r for r in rules if tmp == r.path or tmp.startswith(r.path.rstrip("/") + "/")], \
+    assert not [r for r in rules if tmp == r.path or tmp.startswith(r.path.rstrip("/") + "/")], (
         "a rule covers the directory holding the secret"
-    plan = dataclasses.replace(spec.plan, entry="sandbox._launcher:exec_argv",
-                               payload={"argv": [spec.argv[0], "-I", "-c", _PROBE, str(project),
-                                                 str(sandbox_tmp / "secret.txt")]})
-    proc = await trio.run_process(spec.argv, stdin=plan_frame(plan), capture_stdout=True,
-                                  capture_stderr=True, check=False, env=spec.env, cwd=spec.cwd)
+    )
+    plan = dataclasses.replace(
+        spec.plan,
+        entry="sandbox._launcher:exec_argv",
+        payload={"argv": [spec.argv[0], "-I", "-c", _PROBE, str(project), str(sandbox_tmp / "secret.txt")]},
+    )
+    proc = await trio.run_process(
+        spec.argv,
+        stdin=plan_frame(plan),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=spec.env,
+        cwd=spec.cwd,
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)
     assert out["read_inside"] == "allowed" and out["write_inside"] == "allowed", out
@@ -224,8 +250,9 @@ async def test_kernel_holds_the_sandbox_without_the_in_worker_check(
 async def test_edit_session_survives_a_worker_restart(sup: Supervisor, sandbox_tmp: Path, project: Path) -> None:
     path = str(project / "src" / "f.txt")
     before = (project / "src" / "f.txt").read_text()
-    staged = await dev(sup, "write-file-range", session="caller-A", path=path, ranges="2", contentBlocks=["TWO"],
-                       session_id="edit-1")
+    staged = await dev(
+        sup, "write-file-range", session="caller-A", path=path, ranges="2", contentBlocks=["TWO"], session_id="edit-1"
+    )
     assert _v(staged)["sessionStatus"] == "staged"
     assert (project / "src" / "f.txt").read_text() == before  # staged, not written
     state = sandbox_tmp / "state" / "toolbox-state" / "tester" / "dev" / "developer"
@@ -240,18 +267,36 @@ async def test_edit_session_survives_a_worker_restart(sup: Supervisor, sandbox_t
     with trio.fail_after(10):
         await old.dead.wait()  # the supervisor saw it die; the next call waits for the restarted worker
     # The restarted worker finds the staged edits in its state folder; numbering is still the original's.
-    more = await dev(sup, "write-file-range", session="caller-A", path=path, ranges="4-5", contentBlocks=[""],
-                     session_id="edit-1")
+    more = await dev(
+        sup, "write-file-range", session="caller-A", path=path, ranges="4-5", contentBlocks=[""], session_id="edit-1"
+    )
     assert _v(more)["sessionNetDelta"] == -2
     assert _worker_pid(sup, "dev") != pid
-    overlap = await dev(sup, "write-file-range", session="caller-A", path=path, ranges="2", contentBlocks=["x"],
-                        session_id="edit-1")
+    overlap = await dev(
+        sup, "write-file-range", session="caller-A", path=path, ranges="2", contentBlocks=["x"], session_id="edit-1"
+    )
     assert overlap.status == "error" and "overlap" in (overlap.data or "").lower()
-    other_caller = await dev(sup, "write-file-range", session="caller-B", path=path, ranges="", contentBlocks=[],
-                             session_id="edit-1", commit=True)
+    other_caller = await dev(
+        sup,
+        "write-file-range",
+        session="caller-B",
+        path=path,
+        ranges="",
+        contentBlocks=[],
+        session_id="edit-1",
+        commit=True,
+    )
     assert other_caller.status == "passed" and (project / "src" / "f.txt").read_text() == before  # B's own, empty
-    done = await dev(sup, "write-file-range", session="caller-A", path=path, ranges="", contentBlocks=[],
-                     session_id="edit-1", commit=True)
+    done = await dev(
+        sup,
+        "write-file-range",
+        session="caller-A",
+        path=path,
+        ranges="",
+        contentBlocks=[],
+        session_id="edit-1",
+        commit=True,
+    )
     assert _v(done)["sessionStatus"] == "committed"
     lines = (project / "src" / "f.txt").read_text().splitlines()
     assert lines == ["line 1", "TWO", "line 3", "line 6", "line 7", "line 8", "line 9", "line 10"]

@@ -16,10 +16,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import AsyncIterator
 from functools import partial
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -28,17 +26,25 @@ from supervisor._supervisor import Supervisor
 from tests._policies import agent, write_policy
 from tests.supervisor._watch import CreateWatch
 from tests.supervisor.test_developer_e2e import _worker_pid
-from toolboxes._result import ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from toolboxes._result import ToolResult
 
 pytestmark = pytest.mark.root
 
 NOBODY = 65534
 SEED_SANDBOX = {
-    "fsbPredicate": {"tag": "Any", "contents": [
-        {"tag": "DirectoryRecursive", "contents": "./src"},
-        {"tag": "DirectoryRecursive", "contents": "./test"},
-        {"tag": "FileExactly", "contents": "./package.yaml"},
-    ]},
+    "fsbPredicate": {
+        "tag": "Any",
+        "contents": [
+            {"tag": "DirectoryRecursive", "contents": "./src"},
+            {"tag": "DirectoryRecursive", "contents": "./test"},
+            {"tag": "FileExactly", "contents": "./package.yaml"},
+        ],
+    },
     "fsbMaxFileSize": 10485760,
     "fsbName": "developer-sandbox",
 }
@@ -55,14 +61,26 @@ def _tree(root: Path) -> None:
 
 
 async def _open(root: Path, pause: str | None = None) -> Supervisor:
-    dev = {"tag": "DeveloperToolbox", "contents": {"Name": "dev", "Description": "Development utilities",
-                                                    "Capabilities": CAPS, "FileSandbox": SEED_SANDBOX}}
+    dev = {
+        "tag": "DeveloperToolbox",
+        "contents": {
+            "Name": "dev",
+            "Description": "Development utilities",
+            "Capabilities": CAPS,
+            "FileSandbox": SEED_SANDBOX,
+        },
+    }
     extra: dict[str, Any] = {}
     if pause is not None:
         extra["toolboxes"] = {"dev": {"env": {"AGENTS_SUPERVISE_TEST_PAUSE": pause}}}
-    policy = write_policy(root, {"tester": agent(builtinToolboxes=[dev])}, landlock_min_abi=6,
-                          limits={"wall_time_s": 60},
-                          supervision={"restart_backoff_initial_s": 0.05, "restart_backoff_max_s": 0.2}, **extra)
+    policy = write_policy(
+        root,
+        {"tester": agent(builtinToolboxes=[dev])},
+        landlock_min_abi=6,
+        limits={"wall_time_s": 60},
+        supervision={"restart_backoff_initial_s": 0.05, "restart_backoff_max_s": 0.2},
+        **extra,
+    )
     return Supervisor.open(policy)
 
 
@@ -89,8 +107,15 @@ async def test_file_exactly_can_be_edited_in_place(sup: Supervisor, sandbox_tmp:
     inode = target.stat().st_ino
     before = set(os.listdir(sandbox_tmp))
     read = _v(await dev(sup, "read-file-range", path="./package.yaml"))
-    written = await dev(sup, "write-file-range", path="./package.yaml", ranges="2", contentBlocks=["version: 0.2.0"],
-                        expected_snapshot_ref=read["snapshotRef"], commit=True)
+    written = await dev(
+        sup,
+        "write-file-range",
+        path="./package.yaml",
+        ranges="2",
+        contentBlocks=["version: 0.2.0"],
+        expected_snapshot_ref=read["snapshotRef"],
+        commit=True,
+    )
     assert _v(written)["path"] == str(target)
     assert target.read_text() == PACKAGE.replace("0.1.0", "0.2.0")
     patch = "--- a/package.yaml\n+++ b/package.yaml\n@@ -3,2 +3,3 @@\n dependencies:\n   - base\n+  - text\n"
@@ -121,8 +146,16 @@ async def test_kill_9_mid_write_is_recovered_at_the_next_start(sandbox_tmp: Path
         results: list[ToolResult] = []
 
         async def write() -> None:
-            results.append(await dev(sup, "write-file-range", path="./package.yaml", ranges="1-2000",
-                                     contentBlocks=[new.decode().removesuffix("\n")], commit=True))
+            results.append(
+                await dev(
+                    sup,
+                    "write-file-range",
+                    path="./package.yaml",
+                    ranges="1-2000",
+                    contentBlocks=[new.decode().removesuffix("\n")],
+                    commit=True,
+                )
+            )
 
         with CreateWatch(workdir) as watch:
             async with trio.open_nursery() as nursery:
@@ -130,7 +163,7 @@ async def test_kill_9_mid_write_is_recovered_at_the_next_start(sandbox_tmp: Path
                 with trio.fail_after(30):
                     await watch.wait_for(marker.exists)
                 mixed = target.read_bytes()
-                assert mixed.startswith(new[:len(new) // 2]) and mixed != new and mixed != old, "not mid-write"
+                assert mixed.startswith(new[: len(new) // 2]) and mixed != new and mixed != old, "not mid-write"
                 assert len(os.listdir(journals)) == 1  # the journal is durable before the target is touched
                 os.kill(pid, signal.SIGKILL)
                 with trio.fail_after(10):
@@ -141,8 +174,7 @@ async def test_kill_9_mid_write_is_recovered_at_the_next_start(sandbox_tmp: Path
         assert _worker_pid(sup, "dev") != pid
         assert target.read_bytes() == new and read["totalFileSize"] == len(new)
         assert os.listdir(journals) == []
-        assert sorted(os.listdir(sandbox_tmp)) == ["package.yaml", "policy.yaml", "src", "state", "test",
-                                                   "tester.json"]
+        assert sorted(os.listdir(sandbox_tmp)) == ["package.yaml", "policy.yaml", "src", "state", "test", "tester.json"]
 
 
 async def test_stray_temporary_of_a_killed_atomic_write_is_removed_at_the_next_start(sandbox_tmp: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -19,11 +19,14 @@ import trio
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 pytestmark = pytest.mark.root
 
 #: ``python hostile.py``: lists ``good`` and five tools with hostile schemas; calling ``relist`` makes the next
 #: ``tools/list`` carry a second generation (new hostile schemas, a new good tool) and sends list_changed.
-HOSTILE_SERVER = textwrap.dedent('''
+HOSTILE_SERVER = textwrap.dedent("""
     import json, sys
     def send(m):
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", **m}) + "\\n"); sys.stdout.flush()
@@ -54,15 +57,17 @@ HOSTILE_SERVER = textwrap.dedent('''
                 generation = second
                 send({"method": "notifications/tools/list_changed"})
             send({"id": mid, "result": {"content": [{"type": "text", "text": "ok " + name}]}})
-''')
+""")
 
 
 def _policy(root: Path) -> Path:
     script = root / "hostile.py"
     script.write_text(HOSTILE_SERVER)
     script.chmod(0o644)
-    server = {"tag": "McpSimpleBinary", "contents": {"name": "evil", "executable": sys.executable,
-                                                     "args": [str(script)]}}
+    server = {
+        "tag": "McpSimpleBinary",
+        "contents": {"name": "evil", "executable": sys.executable, "args": [str(script)]},
+    }
     return write_policy(root, {"tester": agent(mcpServers=[server], builtinToolboxes=[system_toolbox()])})
 
 
@@ -73,8 +78,13 @@ def _bad_tools(sup: Supervisor) -> dict[str, str]:
 async def test_hostile_schemas_are_load_errors_of_their_tools_at_start_and_after_a_relist(sandbox_tmp: Path) -> None:
     async with Supervisor.open(_policy(sandbox_tmp)) as sup:
         bad = _bad_tools(sup)
-        assert set(bad) == {"mcp_evil_schema_list", "mcp_evil_schema_int", "mcp_evil_schema_true",
-                            "mcp_evil_self_ref", "mcp_evil_remote_ref"}, bad
+        assert set(bad) == {
+            "mcp_evil_schema_list",
+            "mcp_evil_schema_int",
+            "mcp_evil_schema_true",
+            "mcp_evil_self_ref",
+            "mcp_evil_remote_ref",
+        }, bad
         assert "$schema must be a string" in bad["mcp_evil_schema_list"]
         assert "refers to itself without end" in bad["mcp_evil_self_ref"]
         assert "Unresolvable" in bad["mcp_evil_remote_ref"]

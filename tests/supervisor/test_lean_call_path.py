@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,6 +14,9 @@ from supervisor._supervisor import Supervisor
 from supervisor.tools._validation import ArgumentValidator
 from supervisor.traces import TraceRecorder
 from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _records(path: Path) -> list[dict]:
@@ -30,7 +33,7 @@ async def test_a_finished_calls_records_are_written_before_its_result_is_back(sa
         # No await since the result came back: the flusher cannot have run; what is in the file was written by
         # the call itself, and is what a SIGKILL right now would leave.
         seen = [r for r in _records(trace) if r["event"] in ("call_start", "call_end")]
-        unicode = {"capability": "date", "note": "zürich ✓ \"quoted\""}
+        unicode = {"capability": "date", "note": 'zürich ✓ "quoted"'}
         refused = await sup.call("system_system_date", unicode)  # not in the schema: refused before dispatch
         assert refused.status == "error"
     assert result.status == "passed", result.data
@@ -57,8 +60,12 @@ def test_raw_fields_are_spliced_into_a_strict_line(tmp_path: Path) -> None:
 
 
 def test_the_errors_of_empty_arguments_are_those_of_a_full_check() -> None:
-    schema = {"type": "object", "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
-              "required": ["path"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    }
     fresh = ArgumentValidator(schema)
     cached = ArgumentValidator(schema)
     first = cached.errors({})

@@ -10,9 +10,7 @@ The planted exceptions stand in for bugs; nothing else is replaced.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,12 +21,17 @@ from supervisor._supervisor import Supervisor
 from supervisor.workers._worker import Worker
 from tests._policies import agent, system_toolbox, write_policy
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
 pytestmark = pytest.mark.root
 
 
 def _policy(root: Path, **keys: Any) -> Path:
-    return write_policy(root, {"tester": agent(builtinToolboxes=[system_toolbox("good"), system_toolbox("broken")],
-                                               **keys)})
+    return write_policy(
+        root, {"tester": agent(builtinToolboxes=[system_toolbox("good"), system_toolbox("broken")], **keys)}
+    )
 
 
 def _trace(root: Path) -> list[dict[str, Any]]:
@@ -101,7 +104,8 @@ PLANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
 
 @pytest.mark.parametrize("where", list(PLANTS))
 async def test_an_exception_in_a_load_path_is_that_toolboxs_load_error(
-        where: str, sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    where: str, sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plant, expected = PLANTS[where]
     plant(monkeypatch)
     async with Supervisor.open(_policy(sandbox_tmp)) as sup:
@@ -115,13 +119,16 @@ async def test_an_exception_in_a_load_path_is_that_toolboxs_load_error(
         assert error["message"].startswith("toolbox broken")
         assert expected in error["message"] and "restart the supervisor" in error["message"]
         assert "Tool not found: 'system_broken_date'" in broken.data
-    assert any(r["event"] == "load_error" and r.get("toolbox") == "broken" and expected in r["message"]
-               for r in _trace(sandbox_tmp))
+    assert any(
+        r["event"] == "load_error" and r.get("toolbox") == "broken" and expected in r["message"]
+        for r in _trace(sandbox_tmp)
+    )
     assert _trace(sandbox_tmp)[-1]["event"] == "supervisor_stop"
 
 
 async def test_worker_code_that_cannot_be_staged_is_every_toolboxs_load_error(
-        sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def stage(state_dir: str) -> str:
         raise OSError(28, "No space left on device (planted)")
 
@@ -135,7 +142,8 @@ async def test_worker_code_that_cannot_be_staged_is_every_toolboxs_load_error(
 
 
 async def test_an_exception_on_a_git_sources_clone_path_is_that_sources_load_error(
-        sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.toolboxes.test_skills import make_skill, skill_md
 
     async def fetch(*args: Any, **kwargs: Any) -> Any:
@@ -143,13 +151,21 @@ async def test_an_exception_on_a_git_sources_clone_path_is_that_sources_load_err
 
     monkeypatch.setattr(sources_module, "fetch_git_source", fetch)
     make_skill(sandbox_tmp / "local", "core", skill_md("core-utils"), scripts={"hello": "hello"})
-    policy = _policy(sandbox_tmp, skillSources=[
-        {"tag": "SkillGitRepo", "contents": {"url": "https://git.example.test/skills.git"}},
-        {"tag": "SkillDirectory", "contents": "./local"}])
+    policy = _policy(
+        sandbox_tmp,
+        skillSources=[
+            {"tag": "SkillGitRepo", "contents": {"url": "https://git.example.test/skills.git"}},
+            {"tag": "SkillDirectory", "contents": "./local"},
+        ],
+    )
     async with Supervisor.open(policy) as sup:
         assert (await sup.call("system_broken_date", {})).status == "passed"
         assert (await sup.call("skill_enable_core-utils", {})).status == "passed"  # the local source loads
         [error] = sup.load_errors()
-        assert error == {"toolbox": "skills", "agent": "tester", "source": "skillSources[0]",
-                         "message": "git source https://git.example.test/skills.git: the clone failed: "
-                                    "RuntimeError: planted in the clone"}
+        assert error == {
+            "toolbox": "skills",
+            "agent": "tester",
+            "source": "skillSources[0]",
+            "message": "git source https://git.example.test/skills.git: the clone failed: "
+            "RuntimeError: planted in the clone",
+        }

@@ -16,9 +16,8 @@ import os
 import sqlite3
 import textwrap
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -26,7 +25,11 @@ import trio
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
-from toolboxes._result import ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from toolboxes._result import ToolResult
 
 pytestmark = pytest.mark.root
 
@@ -42,12 +45,23 @@ def _owned_dir(path: Path) -> Path:
 
 
 def _lua(**contents: Any) -> dict[str, Any]:
-    return {"tag": "LuaToolbox", "contents": {
-        "Name": "lua", "Description": "scripts", "MaxMemoryMB": 32, "MaxExecutionTimeSeconds": 1,
-        "AllowedTools": ["sqlite_shared_working_memory_query"], "AllowedHosts": ["api.example.test"],
-        "FileSandbox": {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./repro-cases"},
-                        "fsbMaxFileSize": 4096, "fsbName": "repro"},
-        **contents}}
+    return {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "scripts",
+            "MaxMemoryMB": 32,
+            "MaxExecutionTimeSeconds": 1,
+            "AllowedTools": ["sqlite_shared_working_memory_query"],
+            "AllowedHosts": ["api.example.test"],
+            "FileSandbox": {
+                "fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./repro-cases"},
+                "fsbMaxFileSize": 4096,
+                "fsbName": "repro",
+            },
+            **contents,
+        },
+    }
 
 
 @pytest.fixture
@@ -66,12 +80,21 @@ def team(sandbox_tmp: Path) -> Path:
 
 @contextlib.asynccontextmanager
 async def _open(sandbox_tmp: Path, lua: dict[str, Any]) -> AsyncIterator[Supervisor]:
-    sqlite = {"tag": "SqliteToolbox", "contents": {"Name": "shared_working_memory", "Description": "memory",
-                                                   "Versioning": {"tag": "SqliteReadWrite",
-                                                                  "path": "./memory/memory.db"}}}
+    sqlite = {
+        "tag": "SqliteToolbox",
+        "contents": {
+            "Name": "shared_working_memory",
+            "Description": "memory",
+            "Versioning": {"tag": "SqliteReadWrite", "path": "./memory/memory.db"},
+        },
+    }
     # No cgroup memory limit, so the worker gets the RLIMIT_AS the memory tests below put behind MaxMemoryMB.
-    policy = write_policy(sandbox_tmp, {"team/tester": agent(builtinToolboxes=[lua, sqlite])}, landlock_min_abi=6,
-                          limits={"address_space_bytes": ADDRESS_SPACE, "memory_bytes": None})
+    policy = write_policy(
+        sandbox_tmp,
+        {"team/tester": agent(builtinToolboxes=[lua, sqlite])},
+        landlock_min_abi=6,
+        limits={"address_space_bytes": ADDRESS_SPACE, "memory_bytes": None},
+    )
     async with Supervisor.open(policy) as sup:
         yield sup
 
@@ -144,19 +167,27 @@ async def test_seed_example_script_runs_in_a_confined_worker(sup: Supervisor, te
 
 async def test_tools_call_result_has_the_seeds_tool_result_fields(sup: Supervisor, team: Path) -> None:
     # the seed's ToolResult {resultData, resultDuration, resultTraceId}: data decoded when JSON, the call's trace id
-    [value] = _values(await _run(sup, """
+    [value] = _values(
+        await _run(
+            sup,
+            """
         local r = tools.call("sqlite_shared_working_memory_query", {sql = "SELECT 'split' AS word, 7 AS n"})
         local refused = tools.call("sqlite_shared_working_memory_query", {nope = 1})
         return {data = r.data, text = r.result_txt, duration = r.duration, trace_id = r.trace_id,
                 refused_trace = refused.trace_id, refused_data = refused.data}
-    """))
+    """,
+        )
+    )
     assert isinstance(value["data"], dict) and value["data"] == json.loads(value["text"])
     assert "split" in json.dumps(value["data"])
     assert isinstance(value["duration"], float) and 0 < value["duration"] < 30
     sup.trace.flush()
     records = [json.loads(line) for line in Path(sup.compiled.trace_path).read_text().splitlines()]
-    sqlite_calls = [r["call_id"] for r in records if r.get("event") == "call_start"
-                    and r.get("tool") == "sqlite_shared_working_memory_query"]
+    sqlite_calls = [
+        r["call_id"]
+        for r in records
+        if r.get("event") == "call_start" and r.get("tool") == "sqlite_shared_working_memory_query"
+    ]
     assert value["trace_id"] in sqlite_calls and value["trace_id"].startswith("c")
     # refused by the portal's schema check before dispatch: no call record, so no trace id; the message is the data
     assert value["refused_trace"] == "" and "validation failed" in value["refused_data"]
@@ -165,10 +196,14 @@ async def test_tools_call_result_has_the_seeds_tool_result_fields(sup: Superviso
 async def test_relative_paths_start_at_the_agent_files_folder(sup: Supervisor, team: Path) -> None:
     config = sup.runner("lua").spec.plan.payload["config"]
     assert config["policy"]["base_dir"] == str(team)
-    assert config["FileSandbox"]["fsbPredicate"] == {"tag": "DirectoryRecursive",
-                                                     "contents": str(team / "repro-cases")}
-    same = _values(await _run(sup, f"return fs.read('repro-cases/input.json') == fs.read('{team}/repro-cases/"
-                                   "input.json'), fs.isfile('./repro-cases/input.json')"))
+    assert config["FileSandbox"]["fsbPredicate"] == {"tag": "DirectoryRecursive", "contents": str(team / "repro-cases")}
+    same = _values(
+        await _run(
+            sup,
+            f"return fs.read('repro-cases/input.json') == fs.read('{team}/repro-cases/"
+            "input.json'), fs.isfile('./repro-cases/input.json')",
+        )
+    )
     assert same == [True, True]
 
 
@@ -176,9 +211,13 @@ async def test_relative_paths_start_at_the_agent_files_folder(sup: Supervisor, t
 
 
 async def test_fs_outside_the_sandbox_is_refused_by_the_check(sup: Supervisor, team: Path) -> None:
-    for script in ("return fs.read('./secret.txt')", "return fs.read('repro-cases/../secret.txt')",
-                   f"return fs.read('{team}/secret.txt')", "return fs.write('./planted.txt', 'x')",
-                   "return fs.read('/etc/passwd')"):
+    for script in (
+        "return fs.read('./secret.txt')",
+        "return fs.read('repro-cases/../secret.txt')",
+        f"return fs.read('{team}/secret.txt')",
+        "return fs.write('./planted.txt', 'x')",
+        "return fs.read('/etc/passwd')",
+    ):
         result = await _run(sup, script)
         err = _error(result)
         assert err["kind"] == "sandbox" and "is not allowed by the file sandbox 'repro'" in err["message"], err
@@ -214,16 +253,30 @@ async def test_landlock_refuses_the_same_paths_with_the_check_bypassed(sup: Supe
     assert str(team / "repro-cases") in {r.path for r in spec.plan.fs_rules}
     # Same file rules, uid, rlimits and Landlock ABI; no network bridge (the probe needs none, and the bridge's
     # descriptor belongs to the running worker).
-    plan = dataclasses.replace(spec.plan, entry="sandbox._launcher:exec_argv", bridge=False, tcp_connect_ports=(),
-                               payload={"argv": [spec.argv[0], "-I", "-c", _PROBE, secret,
-                                                 str(team / "repro-cases" / "input.json")]})
-    proc = await trio.run_process(spec.argv, stdin=plan_frame(plan), capture_stdout=True,
-                                  capture_stderr=True, check=False, env=spec.env, cwd=spec.cwd)
+    plan = dataclasses.replace(
+        spec.plan,
+        entry="sandbox._launcher:exec_argv",
+        bridge=False,
+        tcp_connect_ports=(),
+        payload={"argv": [spec.argv[0], "-I", "-c", _PROBE, secret, str(team / "repro-cases" / "input.json")]},
+    )
+    proc = await trio.run_process(
+        spec.argv,
+        stdin=plan_frame(plan),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=spec.env,
+        cwd=spec.cwd,
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)
     assert out["lua_read_inside"].startswith("allowed: ") and "split module Foo" in out["lua_read_inside"]
-    unseen, why = (("FileNotFoundError", "No such file or directory") if plan.view is not None  # not in the view
-                   else ("PermissionError", "Permission denied"))
+    unseen, why = (
+        ("FileNotFoundError", "No such file or directory")
+        if plan.view is not None  # not in the view
+        else ("PermissionError", "Permission denied")
+    )
     assert out["python_read_secret"].startswith(unseen), f"BREACH: {out['python_read_secret']}"
     assert out["python_write_beside"].startswith("PermissionError"), f"BREACH: {out['python_write_beside']}"
     assert why in out["lua_read_secret"], f"BREACH: lua_read_secret: {out['lua_read_secret']}"
@@ -278,8 +331,12 @@ async def test_max_memory_mb_with_the_worker_rlimit_behind_it(sandbox_tmp: Path,
 async def test_http_to_a_host_not_allowed_is_refused_and_sends_nothing(sandbox_tmp: Path, team: Path) -> None:
     async with _open(sandbox_tmp, _lua()) as sup:
         assert sup.runner("lua").spec.plan.bridge  # the worker has a way out: the proxy, for api.example.test only
-        for url in ("http://evil.example.test/", "http://127.0.0.1:1/", "http://169.254.169.254/latest/meta-data/",
-                    "http://api.example.test.evil.test/"):
+        for url in (
+            "http://evil.example.test/",
+            "http://127.0.0.1:1/",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://api.example.test.evil.test/",
+        ):
             err = _error(await _run(sup, f"return http.get('{url}')"))
             assert err["kind"] == "sandbox" and "AllowedHosts" in err["message"], err
     records = [json.loads(line) for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()]

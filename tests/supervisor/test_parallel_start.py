@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
@@ -15,6 +15,9 @@ import trio
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 from tests.toolboxes.test_bash import write_script
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -56,11 +59,18 @@ def _describing(folder: Path) -> bool:
 async def test_the_tool_list_keeps_the_policy_order_when_the_first_toolbox_is_ready_last(sandbox_tmp: Path) -> None:
     _held(sandbox_tmp / "first", "one")
     (sandbox_tmp / "second").mkdir()
-    write_script(sandbox_tmp / "second", "two", json.dumps({"slug": "two", "description": "d", "args": []}),
-                 "echo two")
-    policy = write_policy(sandbox_tmp, {"tester": agent(bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./first"}},
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./second"}}])})
+    write_script(sandbox_tmp / "second", "two", json.dumps({"slug": "two", "description": "d", "args": []}), "echo two")
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                bashToolboxes=[
+                    {"tag": "FileSystemDirectory", "contents": {"Path": "./first"}},
+                    {"tag": "FileSystemDirectory", "contents": {"Path": "./second"}},
+                ]
+            )
+        },
+    )
 
     async def release_first_once_second_is_ready() -> None:
         with trio.fail_after(60):
@@ -96,8 +106,12 @@ async def test_parallel_starts_bounds_the_workers_starting_at_once(sandbox_tmp: 
     for bound in (1, 2):
         for name in ("left", "right"):
             (sandbox_tmp / name / ".go").unlink(missing_ok=True)
-        policy = write_policy(sandbox_tmp, {"tester": agent(bashToolboxes=boxes)},
-                              supervision={"parallel_starts": bound}, state_dir=str(sandbox_tmp / f"state{bound}"))
+        policy = write_policy(
+            sandbox_tmp,
+            {"tester": agent(bashToolboxes=boxes)},
+            supervision={"parallel_starts": bound},
+            state_dir=str(sandbox_tmp / f"state{bound}"),
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(count_children_while_held, bound)
             async with Supervisor.open(policy) as sup:
@@ -112,8 +126,9 @@ async def test_eight_toolboxes_start_in_less_than_eight_times_one(sandbox_tmp: P
     for n in (1, 8):
         root = sandbox_tmp / f"n{n}"
         root.mkdir()
-        policies[n] = write_policy(root, {"tester": agent(builtinToolboxes=[
-            system_toolbox(f"s{i}", ["date"]) for i in range(n)])})
+        policies[n] = write_policy(
+            root, {"tester": agent(builtinToolboxes=[system_toolbox(f"s{i}", ["date"]) for i in range(n)])}
+        )
     times: dict[int, list[float]] = {1: [], 8: []}
     for n in (1, 8, 1):  # one toolbox before and after: the machine's load is shared out evenly
         start = time.perf_counter()

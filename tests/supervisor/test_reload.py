@@ -16,9 +16,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -32,6 +31,9 @@ from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.test_skills_e2e import Notifications
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
 pytestmark = pytest.mark.root
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -42,8 +44,11 @@ def test_plan_reload_keeps_only_what_compiled_the_same() -> None:
     running = {("a", "keep"): "1", ("a", "change"): "2", ("a", "gone"): "3", ("b", "broken"): "4"}
     new = {("a", "keep"): "1", ("a", "change"): "2'", ("b", "broken"): "4", ("a", "new"): "5"}
     assert plan_reload(running, {("b", "broken")}, new) == ReloadPlan(
-        kept=(("a", "keep"),), restarted=(("a", "change"), ("b", "broken")), stopped=(("a", "gone"),),
-        started=(("a", "new"),))
+        kept=(("a", "keep"),),
+        restarted=(("a", "change"), ("b", "broken")),
+        stopped=(("a", "gone"),),
+        started=(("a", "new"),),
+    )
     assert plan_reload(running, set(), running) == ReloadPlan(kept=tuple(running))
 
 
@@ -90,17 +95,32 @@ class Service:
 
 
 def _policy(root: Path) -> Path:
-    return write_policy(root, {"alpha": agent("alpha", builtinToolboxes=[
-        system_toolbox("keep", ["date"]), system_toolbox("change", ["date"])])},
+    return write_policy(
+        root,
+        {
+            "alpha": agent(
+                "alpha", builtinToolboxes=[system_toolbox("keep", ["date"]), system_toolbox("change", ["date"])]
+            )
+        },
         frontends={"http": {"listen": "127.0.0.1:0"}},
-        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}})
+        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}},
+    )
 
 
 def _edit(root: Path) -> None:
     """Add a toolbox (the agent file) and change another's limits (the policy); ``keep`` stays as it was."""
-    (root / "alpha.json").write_text(json.dumps(agent("alpha", builtinToolboxes=[
-        system_toolbox("keep", ["date"]), system_toolbox("change", ["date"]),
-        system_toolbox("added", ["date"])])))
+    (root / "alpha.json").write_text(
+        json.dumps(
+            agent(
+                "alpha",
+                builtinToolboxes=[
+                    system_toolbox("keep", ["date"]),
+                    system_toolbox("change", ["date"]),
+                    system_toolbox("added", ["date"]),
+                ],
+            )
+        )
+    )
     policy = root / "policy.yaml"
     data = yaml.safe_load(policy.read_text())
     data["toolboxes"] = {"change": {"limits": {"wall_time_s": 77}}}
@@ -118,8 +138,12 @@ async def start(sandbox_tmp: Path) -> AsyncIterator[Any]:
     async def start(*extra: str) -> Service:
         process = await trio.lowlevel.open_process(
             [sys.executable, "-m", "supervisor", "serve", "--policy", str(sandbox_tmp / "policy.yaml"), *extra],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE)
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": REPO},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         service = Service(process, sandbox_tmp / "state")
         services.append(service)
         nursery.start_soon(service.read_stderr)
@@ -165,8 +189,12 @@ async def test_sighup_reloads_an_http_service_and_keeps_its_sessions(sandbox_tmp
     url = address.split("serving MCP over HTTP at ")[1].split("/agents/")[0] + "/agents/alpha/mcp"
     seen = Notifications()
     with trio.fail_after(180):
-        async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http, Client(
-                streamable_http_client(url, http_client=http), mode="legacy", message_handler=seen.handler) as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+            Client(
+                streamable_http_client(url, http_client=http), mode="legacy", message_handler=seen.handler
+            ) as client,
+        ):
             names = {t.name for t in (await client.list_tools()).tools}
             assert names == {"system_keep_date", "system_change_date"}
             [keep_pid], [change_pid] = service.spawns("keep"), service.spawns("change")
@@ -236,8 +264,10 @@ async def test_sighup_reloads_a_stdio_service_and_keeps_its_session(sandbox_tmp:
     service = await start("--agent", "alpha")
     client = StdioClient(service.process)
     with trio.fail_after(180):
-        await client.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                            "clientInfo": {"name": "raw", "version": "1"}})
+        await client.request(
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+        )
         await client.send({"method": "notifications/initialized"})
         assert await client.names() == {"system_keep_date", "system_change_date"}
         [keep_pid], [change_pid] = service.spawns("keep"), service.spawns("change")

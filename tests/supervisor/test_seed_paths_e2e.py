@@ -9,8 +9,7 @@ The agent file is ``<tmp>/tester.json``; its FileSandboxes are the seed's, with 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,11 +17,23 @@ from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 from tests.sandbox.test_escapes import _png
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
 pytestmark = pytest.mark.root
 
-SANDBOX = {"fsbPredicate": {"tag": "Any", "contents": [{"tag": "DirectoryRecursive", "contents": "./src"},
-                                                        {"tag": "DirectoryRecursive", "contents": "./project"}]},
-           "fsbMaxFileSize": 52428800, "fsbName": "system-sandbox"}
+SANDBOX = {
+    "fsbPredicate": {
+        "tag": "Any",
+        "contents": [
+            {"tag": "DirectoryRecursive", "contents": "./src"},
+            {"tag": "DirectoryRecursive", "contents": "./project"},
+        ],
+    },
+    "fsbMaxFileSize": 52428800,
+    "fsbName": "system-sandbox",
+}
 
 
 @pytest.fixture
@@ -35,31 +46,44 @@ async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
     for p in (sandbox_tmp / "src", sandbox_tmp / "src" / "Utils", sandbox_tmp / "src" / "Main.hs"):
         os.chown(p, 65534, 65534)
     system = system_toolbox(capabilities=["attach-file", "list-directory"], FileSandbox=SANDBOX)
-    dev = {"tag": "DeveloperToolbox", "contents": {"Name": "dev", "Description": "d", "Capabilities":
-                                                    ["read-file-range"], "FileSandbox": SANDBOX}}
-    lua = {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "Lua", "MaxMemoryMB": 64,
-                                              "MaxExecutionTimeSeconds": 10, "AllowedTools": [], "AllowedHosts": [],
-                                              "FileSandbox": SANDBOX}}
+    dev = {
+        "tag": "DeveloperToolbox",
+        "contents": {"Name": "dev", "Description": "d", "Capabilities": ["read-file-range"], "FileSandbox": SANDBOX},
+    }
+    lua = {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "Lua",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 10,
+            "AllowedTools": [],
+            "AllowedHosts": [],
+            "FileSandbox": SANDBOX,
+        },
+    }
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system, dev, lua])}, landlock_min_abi=6)
     async with Supervisor.open(policy) as s:
         yield s
 
 
 async def test_the_seeds_list_directory_of_dot_src(sup: Supervisor, sandbox_tmp: Path) -> None:
-    listing = await sup.call("system_system_list_directory",
-                             {"capability": "list-directory", "path": "./src", "recursive": False,
-                              "include_hidden": False})
+    listing = await sup.call(
+        "system_system_list_directory",
+        {"capability": "list-directory", "path": "./src", "recursive": False, "include_hidden": False},
+    )
     assert listing.status == "passed", listing.data
     assert listing.structured["path"] == "./src"
-    assert [(e["name"], e["type"]) for e in listing.structured["entries"]] == [("Main.hs", "file"),
-                                                                                 ("Utils", "directory")]
+    assert [(e["name"], e["type"]) for e in listing.structured["entries"]] == [
+        ("Main.hs", "file"),
+        ("Utils", "directory"),
+    ]
     assert listing.structured["total"] == 2
     assert listing.meta("resource_id") == f"file:{sandbox_tmp / 'src'}"
 
 
 async def test_the_seeds_attach_file_of_a_relative_path(sup: Supervisor) -> None:
-    attached = await sup.call("system_system_attach_file", {"capability": "attach-file",
-                                                            "filepath": "./project/x.png"})
+    attached = await sup.call("system_system_attach_file", {"capability": "attach-file", "filepath": "./project/x.png"})
     assert attached.status == "passed", attached.data
     [image] = attached.attachments
     assert image.media_type == "image/png" and sup.attachments.read(image) == _png()
@@ -73,11 +97,14 @@ async def test_one_rule_for_system_developer_and_lua(sup: Supervisor, sandbox_tm
     # The same relative path outside the sandbox is refused by each, showing the path as resolved.
     resolved = f"'{sandbox_tmp}/secret.txt'"
     where = f"Relative paths start at the agent file's folder, {sandbox_tmp}."
-    for result in (await sup.call("system_system_list_directory", {"path": "./secret.txt"}),
-                   await sup.call("system_system_attach_file", {"filepath": "secret.txt"}),
-                   await sup.call("developer_dev_read_file_range", {"path": "./secret.txt"})):
-        assert result.status == "error" and resolved in (result.data or "") and where in (result.data or ""), \
+    for result in (
+        await sup.call("system_system_list_directory", {"path": "./secret.txt"}),
+        await sup.call("system_system_attach_file", {"filepath": "secret.txt"}),
+        await sup.call("developer_dev_read_file_range", {"path": "./secret.txt"}),
+    ):
+        assert result.status == "error" and resolved in (result.data or "") and where in (result.data or ""), (
             result.data
+        )
     refused = await sup.call("lua_lua_execute", {"script": "return fs.read('./secret.txt')"})
     assert resolved in (refused.data or "") and where in (refused.data or ""), refused.data
     # A path that is allowed but is no directory: the message shows it resolved too.

@@ -8,10 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
@@ -29,6 +28,9 @@ from tests._policies import agent, write_policy
 from tests.toolboxes.test_bash import describe_json, write_script
 from tests.toolboxes.test_skills import make_skill, skill_md
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
 pytestmark = pytest.mark.root
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -37,16 +39,25 @@ CORE_TOOL = "skill_core-utils_hello"
 
 
 def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args], cwd=cwd,
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
 
 
 def make_git_repo(root: Path) -> Path:
     """A real git repository with two skills under ``skills/`` (committed) and a note at the top."""
     repo = root / "skills-repo"
     repo.mkdir()
-    make_skill(repo / "skills", "pdf", skill_md("pdf-tools"), scripts={"extract": "extract"},
-               references={"references/guide.md": "read me"})
+    make_skill(
+        repo / "skills",
+        "pdf",
+        skill_md("pdf-tools"),
+        scripts={"extract": "extract"},
+        references={"references/guide.md": "read me"},
+    )
     make_skill(repo / "skills", "core", skill_md("core-utils"), scripts={"hello": "hello"})
     (repo / "README").write_text("skills\n")
     _git(repo, "init", "-q", "-b", "main")
@@ -66,8 +77,14 @@ def names(tools: list[Any]) -> set[str]:
 # -- git skill sources -------------------------------------------------------------------------------------------
 async def test_a_git_skill_source_is_cloned_confined_kept_and_loaded(sandbox_tmp: Path) -> None:
     repo = make_git_repo(sandbox_tmp)
-    path = write_policy(sandbox_tmp, {"tester": agent(skillSources=[
-        {"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "skills"}}])})
+    path = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                skillSources=[{"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "skills"}}]
+            )
+        },
+    )
     async with Supervisor.open(path) as sup:
         assert sup.load_errors() == []
         assert {"skill_describe_pdf-tools", "skill_enable_core-utils", PDF_TOOL} <= names(sup.list_tools())
@@ -99,27 +116,45 @@ async def test_a_failing_clone_is_a_load_error_of_that_source_only(sandbox_tmp: 
     not_a_repo.mkdir()
     (not_a_repo / "file").write_text("x")
     make_skill(sandbox_tmp / "local", "core", skill_md("core-utils"), scripts={"hello": "hello"})
-    path = write_policy(sandbox_tmp, {"tester": agent(skillSources=[
-        {"tag": "SkillGitRepo", "contents": {"url": f"file://{not_a_repo}"}},
-        {"tag": "SkillGitRepo", "contents": {"url": f"file://{sandbox_tmp}/missing.git"}},
-        {"tag": "SkillDirectory", "contents": "./local"}])})
+    path = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                skillSources=[
+                    {"tag": "SkillGitRepo", "contents": {"url": f"file://{not_a_repo}"}},
+                    {"tag": "SkillGitRepo", "contents": {"url": f"file://{sandbox_tmp}/missing.git"}},
+                    {"tag": "SkillDirectory", "contents": "./local"},
+                ]
+            )
+        },
+    )
     async with Supervisor.open(path) as sup:
         assert "skill_enable_core-utils" in names(sup.list_tools())
         errors = sup.load_errors()
-    assert [(e["toolbox"], e["source"]) for e in errors] == [("skills", "skillSources[0]"),
-                                                            ("skills", "skillSources[1]")]
+    assert [(e["toolbox"], e["source"]) for e in errors] == [
+        ("skills", "skillSources[0]"),
+        ("skills", "skillSources[1]"),
+    ]
     assert errors[0]["message"].startswith(f"git clone of file://{not_a_repo} failed: ")
     assert "does not appear to be a git repository" in errors[0]["message"]
-    assert errors[1]["message"] == (f"git source file://{sandbox_tmp}/missing.git: the repository "
-                                    f"{sandbox_tmp}/missing.git does not exist")
-    assert not (sandbox_tmp / "state" / "skills-git").exists() or not list((sandbox_tmp / "state" /
-                                                                              "skills-git").iterdir())
+    assert errors[1]["message"] == (
+        f"git source file://{sandbox_tmp}/missing.git: the repository {sandbox_tmp}/missing.git does not exist"
+    )
+    assert not (sandbox_tmp / "state" / "skills-git").exists() or not list(
+        (sandbox_tmp / "state" / "skills-git").iterdir()
+    )
     traced = [e for e in read_trace(sandbox_tmp) if e.get("event") == "load_error"]
     assert {e["source"] for e in traced} >= {"skillSources[0]", "skillSources[1]"}
 
     # `agents-supervise tools` shows them.
-    out = subprocess.run([sys.executable, "-m", "supervisor", "tools", "--policy", str(path)], cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor", "tools", "--policy", str(path)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "load error: tester/skills: skillSources[0]: git clone of file://" in out.stdout
     assert "load error: tester/skills: skillSources[1]: git source file://" in out.stdout
@@ -127,8 +162,14 @@ async def test_a_failing_clone_is_a_load_error_of_that_source_only(sandbox_tmp: 
 
 async def test_a_missing_subdir_is_a_load_error(sandbox_tmp: Path) -> None:
     repo = make_git_repo(sandbox_tmp)
-    path = write_policy(sandbox_tmp, {"tester": agent(skillSources=[
-        {"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "nope"}}])})
+    path = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                skillSources=[{"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "nope"}}]
+            )
+        },
+    )
     async with Supervisor.open(path) as sup:
         [error] = sup.load_errors()
     assert error["message"] == f"git source file://{repo}: the repository has no folder 'nope' (subdir)"
@@ -139,8 +180,14 @@ def skills_policy(root: Path) -> Path:
     skills = root / "skills"
     make_skill(skills, "pdf", skill_md("pdf-tools"), scripts={"extract": "extract"})
     make_skill(skills, "core", skill_md("core-utils"), scripts={"hello": "hello"})
-    return write_policy(root, {"tester": agent(
-        skillSources=[{"tag": "SkillDirectory", "contents": "./skills"}], autoEnableSkills=["core-utils"])})
+    return write_policy(
+        root,
+        {
+            "tester": agent(
+                skillSources=[{"tag": "SkillDirectory", "contents": "./skills"}], autoEnableSkills=["core-utils"]
+            )
+        },
+    )
 
 
 async def test_script_tools_are_listed_per_session_with_explicit_session_ids(sandbox_tmp: Path) -> None:
@@ -258,8 +305,14 @@ async def test_a_skill_folder_added_and_removed_changes_the_supervisors_tools(sa
 
 async def test_a_kept_git_clone_is_watched(sandbox_tmp: Path) -> None:
     repo = make_git_repo(sandbox_tmp)
-    path = write_policy(sandbox_tmp, {"tester": agent(skillSources=[
-        {"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "skills"}}])})
+    path = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                skillSources=[{"tag": "SkillGitRepo", "contents": {"url": f"file://{repo}", "subdir": "skills"}}]
+            )
+        },
+    )
     async with Supervisor.open(path) as sup:
         [clone] = list((sandbox_tmp / "state" / "skills-git").iterdir())
         built = make_skill(sandbox_tmp / "staging", "notes", skill_md("notes"), scripts={"jot": "jot"})
@@ -293,8 +346,9 @@ class Notifications:
 
 
 @asynccontextmanager
-async def mcp_session(sup: Supervisor, handler: Callable[[Any], Awaitable[None]]
-                      ) -> AsyncIterator[tuple[ClientSession, McpStdioServer]]:
+async def mcp_session(
+    sup: Supervisor, handler: Callable[[Any], Awaitable[None]]
+) -> AsyncIterator[tuple[ClientSession, McpStdioServer]]:
     """An MCP session of the SDK client with the supervisor's MCP server, over in-memory byte streams (the same
     newline-delimited JSON-RPC the stdio transport carries)."""
     c2s_send, c2s_recv = trio.testing.memory_stream_one_way_pair()
@@ -360,20 +414,29 @@ async def test_hot_reload_sends_list_changed_to_an_sdk_client(sandbox_tmp: Path)
     tools = sandbox_tmp / "tools"
     tools.mkdir()
     write_script(tools, "old", describe_json("old"), "echo old")
-    path = write_policy(sandbox_tmp, {"tester": agent(bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])})
+    path = write_policy(
+        sandbox_tmp, {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])}
+    )
     seen = Notifications()
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy", str(path)],
-                                   env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "supervisor", "--policy", str(path)],
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+    )
     with trio.fail_after(60):
-        async with stdio_client(params) as (read, write), ClientSession(
-                read, write, message_handler=seen.handler) as session:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, message_handler=seen.handler) as session,
+        ):
             await session.initialize()
             assert names((await session.list_tools()).tools) == {"bash_old"}
             for change, expected in (
                 (lambda: write_script(tools, "new", describe_json("new"), "echo fresh"), {"bash_old", "bash_new"}),
-                (lambda: write_script(tools, "new", describe_json("newer"), "echo fresher"),
-                 {"bash_old", "bash_newer"}),
+                (
+                    lambda: write_script(tools, "new", describe_json("newer"), "echo fresher"),
+                    {"bash_old", "bash_newer"},
+                ),
                 (lambda: (tools / "old").unlink(), {"bash_newer"}),
             ):
                 change()

@@ -16,9 +16,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -27,7 +26,11 @@ from sandbox._plan import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
-from toolboxes._result import ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from toolboxes._result import ToolResult
 
 pytestmark = pytest.mark.root
 
@@ -108,11 +111,22 @@ async def sup(lab: Lab) -> AsyncIterator[Supervisor]:
         sqlite_toolbox("analytics", {"tag": "SqliteReadOnly", "path": str(lab.ro_db)}),
         sqlite_toolbox("memory", {"tag": "SqliteReadWrite", "path": str(lab.rw_db)}),
         sqlite_toolbox("live", {"tag": "SqliteReadOnly", "path": str(lab.wal_db)}),
-        sqlite_toolbox("drafts", {"tag": "SqliteVersioned", "shared": "conversation",
-                                  "storageRoot": str(lab.store), "basePath": str(lab.base_db)}),
+        sqlite_toolbox(
+            "drafts",
+            {
+                "tag": "SqliteVersioned",
+                "shared": "conversation",
+                "storageRoot": str(lab.store),
+                "basePath": str(lab.base_db),
+            },
+        ),
     ]
-    policy = write_policy(lab.root, {"tester": agent(builtinToolboxes=toolboxes)}, landlock_min_abi=6,
-                          supervision={"restart_backoff_initial_s": 0.05})
+    policy = write_policy(
+        lab.root,
+        {"tester": agent(builtinToolboxes=toolboxes)},
+        landlock_min_abi=6,
+        supervision={"restart_backoff_initial_s": 0.05},
+    )
     async with Supervisor.open(policy) as s:
         yield s
 
@@ -170,8 +184,9 @@ async def test_attach_and_vacuum_into_are_refused_and_create_nothing(sup: Superv
 
 
 async def test_read_only_reads_and_reports_metadata(sup: Supervisor) -> None:
-    res = await sup.call("sqlite_analytics_query", {"sql": "SELECT id, name, photo FROM users WHERE id = ?",
-                                                     "params": [1]})
+    res = await sup.call(
+        "sqlite_analytics_query", {"sql": "SELECT id, name, photo FROM users WHERE id = ?", "params": [1]}
+    )
     assert res.status == "passed", res.data
     data = _data(res)
     assert data["columns"] == ["id", "name", "photo"]
@@ -239,18 +254,27 @@ async def test_kernel_refuses_writes_with_the_authorizer_out_of_the_way(lab: Lab
     """The read-only worker's exact plan, with a plain Python (no toolbox code) as its entry: the kernel alone."""
     spec = sup.runner("analytics").spec
     python = spec.argv[0]
-    plan = dataclasses.replace(spec.plan, entry="sandbox._launcher:exec_argv",
-                               payload={"argv": [python, "-I", "-c", _PROBE, str(lab.ro_db)]})
-    proc = await trio.run_process(spec.argv, stdin=plan_frame(plan), capture_stdout=True,
-                                  capture_stderr=True, check=False, env=spec.env, cwd=spec.cwd)
+    plan = dataclasses.replace(
+        spec.plan, entry="sandbox._launcher:exec_argv", payload={"argv": [python, "-I", "-c", _PROBE, str(lab.ro_db)]}
+    )
+    proc = await trio.run_process(
+        spec.argv,
+        stdin=plan_frame(plan),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=spec.env,
+        cwd=spec.cwd,
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)
     assert out["read"] == "allowed"  # the probe really runs under the worker's rules
     for name in ("open_for_write", "create_beside", "sql_insert", "vacuum_into"):
         assert out[name] != "allowed", f"BREACH: {name} went through the kernel"
     # With the private view the read-only grant is a read-only mount (EROFS before Landlock's EACCES).
-    assert out["open_for_write"].startswith("OSError: [Errno 30] Read-only file system" if plan.view is not None
-                                            else "PermissionError"), out["open_for_write"]
+    assert out["open_for_write"].startswith(
+        "OSError: [Errno 30] Read-only file system" if plan.view is not None else "PermissionError"
+    ), out["open_for_write"]
     assert "readonly" in out["sql_insert"] or "unable to open" in out["sql_insert"], out["sql_insert"]
     assert names(lab.ro_db) == ["ada", "brian"]
     assert sorted(os.listdir(lab.ro_db.parent)) == ["analytics.db"]
@@ -260,8 +284,10 @@ async def test_kernel_refuses_writes_with_the_authorizer_out_of_the_way(lab: Lab
 
 
 async def test_read_write_works_and_persists(sup: Supervisor, lab: Lab) -> None:
-    ins = await sup.call("sqlite_memory_query", {"sql": "INSERT INTO users (name, photo) VALUES (:n, :p)",
-                                                  "params": {"n": "chen", "p": {"base64": "/w=="}}})
+    ins = await sup.call(
+        "sqlite_memory_query",
+        {"sql": "INSERT INTO users (name, photo) VALUES (:n, :p)", "params": {"n": "chen", "p": {"base64": "/w=="}}},
+    )
     assert ins.status == "passed", ins.data
     assert _data(ins)["rowCount"] == 1
     assert meta(ins) == {"state_effect": "mutate", "resource_id": "sqlite:memory"}
@@ -286,13 +312,24 @@ async def test_a_read_write_database_the_workers_uid_cannot_write_is_named_with_
     db = folder / "memory.db"
     make_users_db(db)
     db.chmod(0o644)
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
-        sqlite_toolbox("memory", {"tag": "SqliteReadWrite", "path": str(db)})])}, landlock_min_abi=6)
-    check = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(policy)], cwd=REPO,
-                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[sqlite_toolbox("memory", {"tag": "SqliteReadWrite", "path": str(db)})])},
+        landlock_min_abi=6,
+    )
+    check = subprocess.run(
+        [sys.executable, "-m", "supervisor", "check", "--policy", str(policy)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert check.returncode == 0, check.stderr
-    assert (f"warning: memory: the read-write database {db} cannot be written by the worker (uid {NOBODY}): "
-            f"{db} is not readable and writable by uid {NOBODY} (owner 0:0, mode 0644)") in check.stdout
+    assert (
+        f"warning: memory: the read-write database {db} cannot be written by the worker (uid {NOBODY}): "
+        f"{db} is not readable and writable by uid {NOBODY} (owner 0:0, mode 0644)"
+    ) in check.stdout
     assert f"Fix: chown {NOBODY}:{NOBODY} {folder} {db}" in check.stdout
     async with Supervisor.open(policy) as sup:
         read = await sup.call("sqlite_memory_query", {"sql": "SELECT name FROM users"})
@@ -304,8 +341,14 @@ async def test_a_read_write_database_the_workers_uid_cannot_write_is_named_with_
     assert names(db) == ["ada", "brian"]
     os.chown(folder, NOBODY, NOBODY)  # the fix: no warning any more
     os.chown(db, NOBODY, NOBODY)
-    fixed = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(policy)], cwd=REPO,
-                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    fixed = subprocess.run(
+        [sys.executable, "-m", "supervisor", "check", "--policy", str(policy)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert "cannot be written by the worker" not in fixed.stdout
 
 
@@ -345,8 +388,11 @@ async def test_wal_database_without_writer_is_read_read_only(sandbox_tmp: Path) 
     db.parent.chmod(0o777)  # DAC would let uid 65534 create the -wal here: only Landlock refuses it
     make_users_db(db, wal=True)
     assert not os.path.exists(str(db) + "-wal")
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
-        sqlite_toolbox("closed", {"tag": "SqliteReadOnly", "path": str(db)})])}, landlock_min_abi=6)
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[sqlite_toolbox("closed", {"tag": "SqliteReadOnly", "path": str(db)})])},
+        landlock_min_abi=6,
+    )
     async with Supervisor.open(policy) as sup:
         res = await sup.call("sqlite_closed_query", {"sql": "SELECT name FROM users ORDER BY id"})
         assert _data(res)["rows"] == [["ada"], ["brian"]]
@@ -363,9 +409,11 @@ async def test_big_results_are_cut_at_the_policy_output_cap(sandbox_tmp: Path) -
     conn.executemany("INSERT INTO t VALUES (?)", [("x" * 100,)] * 5000)
     conn.execute("COMMIT")
     conn.close()
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
-        sqlite_toolbox("big", {"tag": "SqliteReadOnly", "path": str(db)})])},
-        toolboxes={"big": {"limits": {"output_bytes": 20000}}})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[sqlite_toolbox("big", {"tag": "SqliteReadOnly", "path": str(db)})])},
+        toolboxes={"big": {"limits": {"output_bytes": 20000}}},
+    )
     async with Supervisor.open(policy) as sup:
         res = await sup.call("sqlite_big_query", {"sql": "SELECT x FROM t"})
         data = _data(res)
@@ -384,8 +432,9 @@ async def test_versioned_snapshots_per_conversation_and_promote(sup: Supervisor,
     read = await sup.call("sqlite_drafts_query", {"sql": "SELECT count(*) FROM users"}, conversation_id="c1")
     assert _data(read)["rows"] == [[2]] and "versionHandle" not in _data(read)
     assert os.listdir(lab.store) == []  # a read never makes a snapshot
-    write = await sup.call("sqlite_drafts_query", {"sql": "INSERT INTO users (name) VALUES ('draft')"},
-                           conversation_id="c1")
+    write = await sup.call(
+        "sqlite_drafts_query", {"sql": "INSERT INTO users (name) VALUES ('draft')"}, conversation_id="c1"
+    )
     assert write.status == "passed", write.data
     assert meta(write) == {"state_effect": "mutate", "resource_id": "sqlite:drafts"}
     handle = _data(write)["versionHandle"]
@@ -397,8 +446,9 @@ async def test_versioned_snapshots_per_conversation_and_promote(sup: Supervisor,
     assert _data(same)["versionHandle"] == handle
     other = await sup.call("sqlite_drafts_query", {"sql": "SELECT name FROM users ORDER BY id"}, conversation_id="c2")
     assert [r[0] for r in _data(other)["rows"]] == ["ada", "brian"]
-    by_handle = await sup.call("sqlite_drafts_query", {"sql": "SELECT count(*) FROM users", "versionHandle": handle},
-                               conversation_id="c2")
+    by_handle = await sup.call(
+        "sqlite_drafts_query", {"sql": "SELECT count(*) FROM users", "versionHandle": handle}, conversation_id="c2"
+    )
     assert _data(by_handle)["rows"] == [[3]]
 
     for bad in ("conversation-" + "0" * 24, "../../etc/passwd", "global"):
@@ -424,8 +474,12 @@ async def test_example_agent_loads_and_both_toolboxes_answer(sandbox_tmp: Path) 
     agents = sandbox_tmp / "agents"
     agents.mkdir()
     shutil.copy(REPO / "policies" / "agents" / "sqlite-example.json", agents / "sqlite-example.json")
-    made = subprocess.run([sys.executable, str(REPO / "scripts" / "make_example_dbs.py"),
-                           str(agents / "sqlite-example")], capture_output=True, text=True, check=False)
+    made = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_example_dbs.py"), str(agents / "sqlite-example")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr
     for path in (agents / "sqlite-example", agents / "sqlite-example" / "memory"):
         path.chmod(0o755)
@@ -437,16 +491,20 @@ async def test_example_agent_loads_and_both_toolboxes_answer(sandbox_tmp: Path) 
     os.chown(memory / "dev-memory.db", 0, NOBODY)
     os.chmod(memory / "dev-memory.db", 0o660)
     policy = sandbox_tmp / "policy.yaml"
-    policy.write_text(f"agents: [agents/sqlite-example.json]\nstate_dir: {sandbox_tmp / 'state'}\n"
-                      f"shared_groups: [{{gid: {NOBODY}, toolboxes: [sqlite-example/shared_working_memory]}}]\n")
+    policy.write_text(
+        f"agents: [agents/sqlite-example.json]\nstate_dir: {sandbox_tmp / 'state'}\n"
+        f"shared_groups: [{{gid: {NOBODY}, toolboxes: [sqlite-example/shared_working_memory]}}]\n"
+    )
     async with Supervisor.open(policy) as sup:
         users = await sup.call("sqlite_analytics_query", {"sql": "SELECT count(*) FROM users WHERE active = 1"})
         assert users.status == "passed", users.data
         assert _data(users)["rows"] == [[3]]
         refused = await sup.call("sqlite_analytics_query", {"sql": "DELETE FROM events"})
         assert refused.status == "error" and "read-only" in (refused.data or "")
-        note = await sup.call("sqlite_shared_working_memory_query",
-                              {"sql": "INSERT INTO analysis_results (content) VALUES (?)", "params": ["found it"]})
+        note = await sup.call(
+            "sqlite_shared_working_memory_query",
+            {"sql": "INSERT INTO analysis_results (content) VALUES (?)", "params": ["found it"]},
+        )
         assert note.status == "passed", note.data
         back = await sup.call("sqlite_shared_working_memory_query", {"sql": "SELECT content FROM analysis_results"})
         assert _data(back)["rows"] == [["found it"]]

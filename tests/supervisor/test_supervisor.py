@@ -35,9 +35,12 @@ def _status(pid: int) -> dict[str, str]:
 
 @pytest.fixture
 def policy(sandbox_tmp: Path) -> Path:
-    return write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
-                        limits={"open_files": 100, "cpu_seconds": 77, "wall_time_s": 5},
-                        supervision={"restart_backoff_initial_s": 0.05})
+    return write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox()])},
+        limits={"open_files": 100, "cpu_seconds": 77, "wall_time_s": 5},
+        supervision={"restart_backoff_initial_s": 0.05},
+    )
 
 
 async def test_worker_is_confined_seen_from_outside(policy: Path) -> None:
@@ -53,12 +56,15 @@ async def test_worker_is_confined_seen_from_outside(policy: Path) -> None:
         assert status["Gid"].split() == ["65534"] * 4
         assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0
         limits = Path(f"/proc/{pid}/limits").read_text()
-        assert any(line.startswith("Max open files") and line.split()[3:5] == ["100", "100"]
-                   for line in limits.splitlines())
-        assert any(line.startswith("Max cpu time") and line.split()[3:5] == ["77", "78"]
-                   for line in limits.splitlines())
-        assert any(line.startswith("Max core file size") and line.split()[4:6] == ["0", "0"]
-                   for line in limits.splitlines())
+        assert any(
+            line.startswith("Max open files") and line.split()[3:5] == ["100", "100"] for line in limits.splitlines()
+        )
+        assert any(
+            line.startswith("Max cpu time") and line.split()[3:5] == ["77", "78"] for line in limits.splitlines()
+        )
+        assert any(
+            line.startswith("Max core file size") and line.split()[4:6] == ["0", "0"] for line in limits.splitlines()
+        )
 
 
 async def test_worker_is_confined_seen_from_inside(policy: Path) -> None:
@@ -113,8 +119,10 @@ async def test_sigkill_mid_call_fails_that_call_and_the_next_succeeds(policy: Pa
 
 
 async def test_an_unexpected_exception_behind_the_portal_is_a_portal_execution_error(
-        policy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    policy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with Supervisor.open(policy) as sup:
+
         async def broken(*args: object, **kwargs: object) -> None:
             raise RuntimeError("planted bug")
 
@@ -127,8 +135,12 @@ async def test_an_unexpected_exception_behind_the_portal_is_a_portal_execution_e
 
 
 async def test_wall_time_limit_stops_a_hung_worker(sandbox_tmp: Path) -> None:
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
-                        limits={"wall_time_s": 0.5}, supervision={"restart_backoff_initial_s": 0.05})
+    path = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox()])},
+        limits={"wall_time_s": 0.5},
+        supervision={"restart_backoff_initial_s": 0.05},
+    )
     async with Supervisor.open(path) as sup:
         pid = _worker_pid(sup)
         os.kill(pid, signal.SIGSTOP)  # a hung worker: it neither answers nor dies
@@ -148,8 +160,11 @@ async def test_wall_time_limit_stops_a_hung_worker(sandbox_tmp: Path) -> None:
 
 
 async def test_garbage_on_the_pipe_kills_only_that_worker(sandbox_tmp: Path) -> None:
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(), system_toolbox("other")])},
-                        supervision={"restart_backoff_initial_s": 0.05})
+    path = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox(), system_toolbox("other")])},
+        supervision={"restart_backoff_initial_s": 0.05},
+    )
     async with Supervisor.open(path) as sup:
         worker = sup.runner("system").worker
         assert worker is not None
@@ -174,9 +189,16 @@ async def test_garbage_on_the_pipe_kills_only_that_worker(sandbox_tmp: Path) -> 
 
 
 async def test_crash_loop_disables_the_toolbox_with_a_clear_error(sandbox_tmp: Path) -> None:
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
-                        supervision={"restart_backoff_initial_s": 0.01, "restart_backoff_max_s": 0.02,
-                                     "crash_loop_max_restarts": 2, "crash_loop_window_s": 60})
+    path = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox()])},
+        supervision={
+            "restart_backoff_initial_s": 0.01,
+            "restart_backoff_max_s": 0.02,
+            "crash_loop_max_restarts": 2,
+            "crash_loop_window_s": 60,
+        },
+    )
     async with Supervisor.open(path) as sup:
         runner = sup.runner("system")
         for _ in range(3):
@@ -208,8 +230,15 @@ async def test_trace_records_the_lifecycle(policy: Path) -> None:
         await sup.call("system_system_date", {})
     records = [json.loads(line) for line in (policy.parent / "state" / "trace.jsonl").read_text().splitlines()]
     kinds = [r["event"] for r in records]
-    for kind in ("supervisor_start", "policy_compiled", "worker_spawn", "call_start", "call_end", "worker_exit",
-                 "supervisor_stop"):
+    for kind in (
+        "supervisor_start",
+        "policy_compiled",
+        "worker_spawn",
+        "call_start",
+        "call_end",
+        "worker_exit",
+        "supervisor_stop",
+    ):
         assert kind in kinds, kind
     start = next(r for r in records if r["event"] == "call_start")
     end = next(r for r in records if r["event"] == "call_end")

@@ -15,9 +15,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp.types as mcp_types
 import pytest
@@ -28,6 +27,9 @@ from mcp.client.stdio import stdio_client
 from tests._policies import agent, write_policy
 from tests._wasm_components import Spec, build_components, png_bytes
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
 pytestmark = pytest.mark.root
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -35,18 +37,40 @@ MAX_IMAGE = 2048
 NOBODY = 65534
 
 SPECS = [
-    Spec("echo", summary="echoed the input", behaviour="echo",
-         metadata=[("state_effect", "read"), ("resource_id", "echo:input"), ("continuation_id", "")]),
-    Spec("fails", status="failed", summary="2 of 5 checks failed", data="check 3: expected 4, got 5",
-         data_path="reports/checks.txt", truncated=True, metadata=[("state_effect", "mutate")]),
+    Spec(
+        "echo",
+        summary="echoed the input",
+        behaviour="echo",
+        metadata=[("state_effect", "read"), ("resource_id", "echo:input"), ("continuation_id", "")],
+    ),
+    Spec(
+        "fails",
+        status="failed",
+        summary="2 of 5 checks failed",
+        data="check 3: expected 4, got 5",
+        data_path="reports/checks.txt",
+        truncated=True,
+        metadata=[("state_effect", "mutate")],
+    ),
     Spec("errs", status="error", summary="the input names no project", data="no project"),
     Spec("traps", behaviour="trap"),
     Spec("image", summary="one picture", files=[("pic.png", png_bytes())], attachments=[("image/png", "pic.png")]),
-    Spec("bad_attachments", summary="four pictures", data="see the pictures",
-         files=[("pic.png", png_bytes()), ("fake.png", b"GIF89a" + b"\x00" * 32),
-                ("big.png", png_bytes(padding=MAX_IMAGE * 2))],
-         attachments=[("image/png", "fake.png"), ("image/png", "big.png"), ("image/png", "link.png"),
-                      ("image/png", "pic.png")]),
+    Spec(
+        "bad_attachments",
+        summary="four pictures",
+        data="see the pictures",
+        files=[
+            ("pic.png", png_bytes()),
+            ("fake.png", b"GIF89a" + b"\x00" * 32),
+            ("big.png", png_bytes(padding=MAX_IMAGE * 2)),
+        ],
+        attachments=[
+            ("image/png", "fake.png"),
+            ("image/png", "big.png"),
+            ("image/png", "link.png"),
+            ("image/png", "pic.png"),
+        ],
+    ),
     Spec("logs", summary="logged", behaviour="log"),
     Spec("loops", behaviour="loop"),
     Spec("allocates", behaviour="alloc"),
@@ -60,10 +84,18 @@ SPECS = [
 
 
 def _wasm(**contents: Any) -> dict[str, Any]:
-    return {"tag": "WasmToolbox", "contents": {
-        "Name": "probe", "Description": "test components", "Path": "./components", "MaxMemoryMB": 16,
-        "MaxExecutionTimeSeconds": 1,
-        "FileSandbox": {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./shared"}}, **contents}}
+    return {
+        "tag": "WasmToolbox",
+        "contents": {
+            "Name": "probe",
+            "Description": "test components",
+            "Path": "./components",
+            "MaxMemoryMB": 16,
+            "MaxExecutionTimeSeconds": 1,
+            "FileSandbox": {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./shared"}},
+            **contents,
+        },
+    }
 
 
 @pytest.fixture
@@ -72,14 +104,23 @@ def policy(sandbox_tmp: Path) -> Path:
     shared = sandbox_tmp / "shared"
     shared.mkdir()
     os.chown(shared, NOBODY, NOBODY)
-    return write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm()])}, landlock_min_abi=6,
-                        context={"images": {"max_bytes": MAX_IMAGE}}, trace={"path": str(sandbox_tmp / "t.jsonl")})
+    return write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[_wasm()])},
+        landlock_min_abi=6,
+        context={"images": {"max_bytes": MAX_IMAGE}},
+        trace={"path": str(sandbox_tmp / "t.jsonl")},
+    )
 
 
 @contextlib.asynccontextmanager
 async def _session(policy: Path, handler: Any = None) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)],
-                                   env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "supervisor", "--policy", str(policy)],
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+    )
     async with stdio_client(params) as (read, write), ClientSession(read, write, message_handler=handler) as s:
         await s.initialize()
         yield s
@@ -127,8 +168,11 @@ async def test_passes_fails_and_errors_map_field_by_field(policy: Path) -> None:
     ends = _ends(policy)
     assert ends["wasm_probe_echo"]["status"] == "passed"
     assert ends["wasm_probe_echo"]["summary"] == "echoed the input"
-    assert ends["wasm_probe_echo"]["metadata"] == [["state_effect", "read"], ["resource_id", "echo:input"],
-                                                   ["continuation_id", ""]]
+    assert ends["wasm_probe_echo"]["metadata"] == [
+        ["state_effect", "read"],
+        ["resource_id", "echo:input"],
+        ["continuation_id", ""],
+    ]
     assert ends["wasm_probe_fails"]["status"] == "failed"
     assert ends["wasm_probe_fails"]["metadata"] == [["state_effect", "mutate"]]
     assert ends["wasm_probe_errs"]["status"] == "error"
@@ -167,8 +211,9 @@ async def test_bad_attachments_are_refused_with_notes_and_status_unchanged(polic
     notes = {line.split("'")[1]: line for line in _text(result).splitlines() if line.startswith("[attachment ")}
     assert set(notes) == {"fake.png", "big.png", "link.png"}
     assert "not image/png" in notes["fake.png"] and "image/gif" in notes["fake.png"]
-    assert f"it is {len(png_bytes(padding=MAX_IMAGE * 2))} bytes, more than the limit of {MAX_IMAGE}" \
-        in notes["big.png"]
+    assert (
+        f"it is {len(png_bytes(padding=MAX_IMAGE * 2))} bytes, more than the limit of {MAX_IMAGE}" in notes["big.png"]
+    )
     assert "the path goes through a symbolic link" in notes["link.png"]
     assert _ends(policy)["wasm_probe_bad_attachments"]["status"] == "passed"
 
@@ -234,12 +279,16 @@ async def test_a_write_past_fsb_max_file_size_is_refused_by_the_kernel_and_repor
     """fsbMaxFileSize is the worker's RLIMIT_FSIZE once the toolbox is open: a component's write past it fails in
     the kernel (EFBIG, file-too-large inside), and the call ends ``error`` naming the key, whatever the component
     claims; the same worker serves the next calls, and a call that writes nothing is untouched."""
-    build_components([Spec("writes_big", behaviour="bigwrite", summary="wrote big.bin"), SPECS[0]],
-                     sandbox_tmp / "components")
+    build_components(
+        [Spec("writes_big", behaviour="bigwrite", summary="wrote big.bin"), SPECS[0]], sandbox_tmp / "components"
+    )
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./shared"}, "fsbMaxFileSize": 4096}
     (sandbox_tmp / "shared").mkdir()
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=fsb)])},
-                        trace={"path": str(sandbox_tmp / "t.jsonl")})
+    path = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=fsb)])},
+        trace={"path": str(sandbox_tmp / "t.jsonl")},
+    )
     changes = _Changes()
     components = sandbox_tmp / "components"
     with trio.fail_after(60):
@@ -269,8 +318,9 @@ async def test_a_write_past_the_policy_file_size_limit_names_limits_file_size_by
     """Without a FileSandbox the worker's own RLIMIT_FSIZE (the policy's limits.file_size_bytes) is the limit, and a
     component's write past it is reported the same way, naming that key."""
     build_components([Spec("writes_big", behaviour="bigwrite")], sandbox_tmp / "components")
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=None)])},
-                        limits={"file_size_bytes": 8192})
+    path = write_policy(
+        sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=None)])}, limits={"file_size_bytes": 8192}
+    )
     with trio.fail_after(60):
         async with _session(path) as s:
             result = await s.call_tool("wasm_probe_writes_big", {})
@@ -293,8 +343,9 @@ async def test_allowed_hosts_give_components_no_sockets_in_this_build(sandbox_tm
     this, this test fails and the docs and the compile warning must change with it."""
     from sandbox._bridge import BridgePorts
 
-    build_components([Spec("proxy", behaviour="net", connect=((127, 0, 0, 1), BridgePorts().proxy))],
-                     sandbox_tmp / "components")
+    build_components(
+        [Spec("proxy", behaviour="net", connect=((127, 0, 0, 1), BridgePorts().proxy))], sandbox_tmp / "components"
+    )
     agents = {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=None, AllowedHosts=["api.example.test"])])}
     path = write_policy(sandbox_tmp, agents, strict=False, trace={"path": str(sandbox_tmp / "t.jsonl")})
     with trio.fail_after(60):
@@ -302,8 +353,14 @@ async def test_allowed_hosts_give_components_no_sockets_in_this_build(sandbox_tm
             connected = await s.call_tool("wasm_probe_proxy", {})
     assert _text(connected) == "101"
     write_policy(sandbox_tmp, agents, strict=True)
-    check = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(path)], capture_output=True,
-                           text=True, env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO, timeout=120)
+    check = subprocess.run(
+        [sys.executable, "-m", "supervisor", "check", "--policy", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+        timeout=120,
+    )
     assert check.returncode != 0
     assert "AllowedHosts gives WASM components nothing in this build" in check.stderr
     assert "has no call that allows TCP or UDP" in check.stderr and "Remove AllowedHosts" in check.stderr
@@ -312,9 +369,12 @@ async def test_allowed_hosts_give_components_no_sockets_in_this_build(sandbox_tm
 
 async def test_the_environment_is_only_what_the_policy_sets(sandbox_tmp: Path) -> None:
     build_components(SPECS, sandbox_tmp / "components")
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=None)])},
-                        worker_env={"GREETING": "hello", "LANG": "C.UTF-8"},
-                        trace={"path": str(sandbox_tmp / "t.jsonl")})
+    path = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=None)])},
+        worker_env={"GREETING": "hello", "LANG": "C.UTF-8"},
+        trace={"path": str(sandbox_tmp / "t.jsonl")},
+    )
     os.environ["WASM_TEST_LEAK"] = "must not be seen"
     try:
         with trio.fail_after(60):
@@ -325,8 +385,13 @@ async def test_the_environment_is_only_what_the_policy_sets(sandbox_tmp: Path) -
     env = dict(map(tuple, _ends(path)["wasm_probe_environ"]["metadata"]))
     workdir = str(_workdir(path))
     # the policy's worker_env and what every worker gets (HOME, TMPDIR, SHELL); nothing of the supervisor's own
-    assert env == {"GREETING": "hello", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": f"{workdir}/tmp",
-                   "SHELL": "/bin/sh"}
+    assert env == {
+        "GREETING": "hello",
+        "LANG": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": f"{workdir}/tmp",
+        "SHELL": "/bin/sh",
+    }
 
 
 class _Changes:
@@ -346,11 +411,20 @@ async def test_load_errors_and_the_folder_is_watched(sandbox_tmp: Path) -> None:
     (components / "badsidecar.json").write_text('{"description": "", "inputSchema": {"type": "array"}}')
     (components / "notwasm.wasm").write_bytes(b"\x00asm\x01\x00\x00\x00")  # a core module, not a component
     (components / "notwasm.json").write_text('{"description": "x"}')
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=None)])},
-                        trace={"path": str(sandbox_tmp / "t.jsonl")})
-    out = subprocess.run([sys.executable, "-m", "supervisor", "tools", "--policy", str(path), "--json"],
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO,
-                         timeout=120, check=True)
+    path = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[_wasm(FileSandbox=None)])},
+        trace={"path": str(sandbox_tmp / "t.jsonl")},
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor", "tools", "--policy", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+        timeout=120,
+        check=True,
+    )
     listed = json.loads(out.stdout)
     assert [t["name"] for t in listed["tools"]] == ["wasm_probe_echo"]
     errors = {os.path.basename(e["source"]): e["message"] for e in listed["load_errors"]}
@@ -378,6 +452,7 @@ async def test_calls_in_flight_each_get_their_own_store(policy: Path) -> None:
     answers: dict[int, Any] = {}
     with trio.fail_after(60):
         async with _session(policy) as s:
+
             async def echo(i: int) -> None:
                 answers[i] = json.loads(_text(await s.call_tool("wasm_probe_echo", {"q": f"call {i}"})))
 

@@ -6,14 +6,12 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 from toolboxes.bash import (
     ArgumentError,
@@ -27,6 +25,11 @@ from toolboxes.bash import (
     open_toolbox,
     parse_describe,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from toolboxes._result import ToolResult
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "policies" / "examples"
@@ -95,8 +98,11 @@ class Boxes:
 
     def open(self, path: Path, single: bool = False, **policy: Any) -> BashToolbox:
         policy.setdefault("watch_interval_s", 0)
-        config = {"tag": "SingleTool" if single else "FileSystemDirectory", "contents": {"Path": str(path)},
-                  "policy": policy}
+        config = {
+            "tag": "SingleTool" if single else "FileSystemDirectory",
+            "contents": {"Path": str(path)},
+            "policy": policy,
+        }
         env = WorkerEnv("bash", str(self.workdir), str(self.workdir), self.channel)
         box = open_toolbox(config, env)
         self.opened.append(box)
@@ -150,12 +156,21 @@ def test_parse_describe_reads_the_seed_example() -> None:
         (b'{"description": "x", "args": []}', "missing required key 'slug'"),
         (b'{"slug": "a b", "description": "x"}', "describe.slug"),
         (b'{"slug": "a", "description": "x", "args": {}}', "describe.args must be a list"),
-        (b'{"slug": "a", "description": "x", "args": [{"name": "v", "backing_type": "string", "arity": "many",'
-         b' "mode": "positional"}]}', "describe.args[0].arity must be one of single, optional, multiple"),
-        (b'{"slug": "a", "description": "x", "args": [{"name": "v", "backing_type": "string", "arity": "single",'
-         b' "mode": "env"}]}', "describe.args[0].mode must be one of"),
-        (b'{"slug": "a", "description": "x", "args": [{"name": "v", "backing_type": "object", "arity": "single",'
-         b' "mode": "stdin"}]}', "backing_type 'object' is not supported"),
+        (
+            b'{"slug": "a", "description": "x", "args": [{"name": "v", "backing_type": "string", "arity": "many",'
+            b' "mode": "positional"}]}',
+            "describe.args[0].arity must be one of single, optional, multiple",
+        ),
+        (
+            b'{"slug": "a", "description": "x", "args": [{"name": "v", "backing_type": "string", "arity": "single",'
+            b' "mode": "env"}]}',
+            "describe.args[0].mode must be one of",
+        ),
+        (
+            b'{"slug": "a", "description": "x", "args": [{"name": "v", "backing_type": "object", "arity": "single",'
+            b' "mode": "stdin"}]}',
+            "backing_type 'object' is not supported",
+        ),
         (b'{"slug": "a", "description": "x", "empty-result": {"tag": "Shout"}}', "AddMessage or DoNothing"),
         (b'{"slug": "a", "description": "x", "output-media-type": "png"}', "media type like image/png"),
         (b"\xff\xfe", "not UTF-8"),
@@ -168,12 +183,32 @@ def test_parse_describe_refuses_bad_descriptions_with_the_path(raw: bytes, messa
 
 
 def test_schema_types_and_arities() -> None:
-    spec = parse_describe(json.dumps({"slug": "t", "description": "d", "args": [
-        {"name": "n", "description": "", "type": "count", "backing_type": "int", "arity": "optional",
-         "mode": "positional"},
-        {"name": "flags", "description": "f", "type": "string", "backing_type": "bool", "arity": "multiple",
-         "mode": "dashdashequal"},
-    ]}).encode())
+    spec = parse_describe(
+        json.dumps(
+            {
+                "slug": "t",
+                "description": "d",
+                "args": [
+                    {
+                        "name": "n",
+                        "description": "",
+                        "type": "count",
+                        "backing_type": "int",
+                        "arity": "optional",
+                        "mode": "positional",
+                    },
+                    {
+                        "name": "flags",
+                        "description": "f",
+                        "type": "string",
+                        "backing_type": "bool",
+                        "arity": "multiple",
+                        "mode": "dashdashequal",
+                    },
+                ],
+            }
+        ).encode()
+    )
     schema = input_schema(spec)
     assert schema["properties"]["n"] == {"type": "integer", "description": "type: count"}
     assert schema["properties"]["flags"] == {"type": "array", "items": {"type": "boolean"}, "description": "f"}
@@ -181,18 +216,47 @@ def test_schema_types_and_arities() -> None:
 
 
 def _spec(mode: str, arity: str) -> ScriptSpec:
-    return parse_describe(describe_json("t", [
-        {"name": "v", "description": "", "type": "string", "backing_type": "string", "arity": arity, "mode": mode}
-    ]).encode())
+    return parse_describe(
+        describe_json(
+            "t",
+            [
+                {
+                    "name": "v",
+                    "description": "",
+                    "type": "string",
+                    "backing_type": "string",
+                    "arity": arity,
+                    "mode": mode,
+                }
+            ],
+        ).encode()
+    )
 
 
 def test_build_invocation_renders_values_and_refuses_what_cannot_pass() -> None:
-    spec = parse_describe(describe_json("t", [
-        {"name": "a", "description": "", "type": "x", "backing_type": "number", "arity": "single",
-         "mode": "positional"},
-        {"name": "b", "description": "", "type": "x", "backing_type": "boolean", "arity": "single",
-         "mode": "dashdashequal"},
-    ]).encode())
+    spec = parse_describe(
+        describe_json(
+            "t",
+            [
+                {
+                    "name": "a",
+                    "description": "",
+                    "type": "x",
+                    "backing_type": "number",
+                    "arity": "single",
+                    "mode": "positional",
+                },
+                {
+                    "name": "b",
+                    "description": "",
+                    "type": "x",
+                    "backing_type": "boolean",
+                    "arity": "single",
+                    "mode": "dashdashequal",
+                },
+            ],
+        ).encode()
+    )
     assert build_invocation(spec, {"a": 2.0, "b": False}) == Invocation(("2", "--b=false"), None)
     assert build_invocation(spec, {"a": 1.5, "b": True}).argv == ("1.5", "--b=true")
     with pytest.raises(ArgumentError, match="'a' is required"):
@@ -207,24 +271,54 @@ def test_build_invocation_renders_values_and_refuses_what_cannot_pass() -> None:
 ECHO_RUN = 'for a in "$@"; do printf "[%s]" "$a"; done; printf "|"; cat'
 CASES = [
     # (arity, args, expected argv for each mode: positional, dashdashspace, dashdashequal, stdin)
-    ("single", {"v": "a b"}, {"positional": "[a b]|", "space": "[a b]|", "dashdashspace": "[--v][a b]|",
-                              "dashdashequal": "[--v=a b]|", "stdin": "|a b\n"}),
-    ("optional", {"v": "x"}, {"positional": "[x]|", "space": "[x]|", "dashdashspace": "[--v][x]|",
-                              "dashdashequal": "[--v=x]|", "stdin": "|x\n"}),
+    (
+        "single",
+        {"v": "a b"},
+        {
+            "positional": "[a b]|",
+            "space": "[a b]|",
+            "dashdashspace": "[--v][a b]|",
+            "dashdashequal": "[--v=a b]|",
+            "stdin": "|a b\n",
+        },
+    ),
+    (
+        "optional",
+        {"v": "x"},
+        {
+            "positional": "[x]|",
+            "space": "[x]|",
+            "dashdashspace": "[--v][x]|",
+            "dashdashequal": "[--v=x]|",
+            "stdin": "|x\n",
+        },
+    ),
     ("optional", {}, {"positional": "|", "space": "|", "dashdashspace": "|", "dashdashequal": "|", "stdin": "|"}),
-    ("multiple", {"v": ["p", "q r"]}, {"positional": "[p][q r]|", "space": "[p][q r]|",
-                                        "dashdashspace": "[--v][p][--v][q r]|",
-                                        "dashdashequal": "[--v=p][--v=q r]|", "stdin": "|p\nq r\n"}),
-    ("multiple", {"v": []}, {"positional": "|", "space": "|", "dashdashspace": "|", "dashdashequal": "|",
-                             "stdin": "|"}),
+    (
+        "multiple",
+        {"v": ["p", "q r"]},
+        {
+            "positional": "[p][q r]|",
+            "space": "[p][q r]|",
+            "dashdashspace": "[--v][p][--v][q r]|",
+            "dashdashequal": "[--v=p][--v=q r]|",
+            "stdin": "|p\nq r\n",
+        },
+    ),
+    (
+        "multiple",
+        {"v": []},
+        {"positional": "|", "space": "|", "dashdashspace": "|", "dashdashequal": "|", "stdin": "|"},
+    ),
 ]
 
 
 @pytest.mark.parametrize("mode", ["positional", "space", "dashdashspace", "dashdashequal", "stdin"])
 def test_every_mode_and_arity_reaches_the_script(boxes: Boxes, tools_dir: Path, mode: str) -> None:
     for i, (arity, _args, _want) in enumerate(CASES):
-        args = [{"name": "v", "description": "", "type": "string", "backing_type": "string", "arity": arity,
-                 "mode": mode}]
+        args = [
+            {"name": "v", "description": "", "type": "string", "backing_type": "string", "arity": arity, "mode": mode}
+        ]
         write_script(tools_dir, f"t{i}", describe_json(f"echo-{i}", args), ECHO_RUN)
     box = boxes.open(tools_dir)
     assert box.load_errors() == []
@@ -237,13 +331,23 @@ def test_every_mode_and_arity_reaches_the_script(boxes: Boxes, tools_dir: Path, 
 
 def test_arguments_keep_describe_order_across_modes(boxes: Boxes, tools_dir: Path) -> None:
     def arg(name: str, mode: str, arity: str = "single", backing: str = "string") -> dict[str, str]:
-        return {"name": name, "description": "", "type": backing, "backing_type": backing, "arity": arity,
-                "mode": mode}
+        return {"name": name, "description": "", "type": backing, "backing_type": backing, "arity": arity, "mode": mode}
 
-    write_script(tools_dir, "mixed", describe_json("mixed", [
-        arg("first", "positional"), arg("n", "dashdashspace", backing="integer"),
-        arg("line", "stdin"), arg("ok", "dashdashequal", backing="boolean"), arg("last", "space", "optional"),
-    ]), ECHO_RUN)
+    write_script(
+        tools_dir,
+        "mixed",
+        describe_json(
+            "mixed",
+            [
+                arg("first", "positional"),
+                arg("n", "dashdashspace", backing="integer"),
+                arg("line", "stdin"),
+                arg("ok", "dashdashequal", backing="boolean"),
+                arg("last", "space", "optional"),
+            ],
+        ),
+        ECHO_RUN,
+    )
     box = boxes.open(tools_dir)
     result = box.call("bash_mixed", {"first": "-x", "n": 3, "line": "hello", "ok": True, "last": "z"}, ctx("t"))
     assert result.data == "[-x][--n][3][--ok=true][z]|hello\n"
@@ -296,8 +400,7 @@ def test_missing_folder_and_bad_config(boxes: Boxes, sandbox_tmp: Path) -> None:
     with pytest.raises(ConfigError, match="absolute path"):
         open_toolbox({"tag": "SingleTool", "contents": {"Path": "rel/x"}}, env)
     with pytest.raises(ConfigError, match="wall_time_s"):
-        open_toolbox({"tag": "SingleTool", "contents": {"Path": "/x"}, "policy": {"limits": {"wall_time_s": -1}}},
-                     env)
+        open_toolbox({"tag": "SingleTool", "contents": {"Path": "/x"}, "policy": {"limits": {"wall_time_s": -1}}}, env)
 
 
 # -- running -----------------------------------------------------------------------------------------------------
@@ -328,19 +431,27 @@ def test_environment_is_the_policy_env_and_agent_ids_only(
     call = ctx("bash_env", session_id="s1", conversation_id="c1", turn_id="t1", agent_id="a1")
     result = box.call("bash_env", {}, call)
     assert json.loads(result.data or "") == {
-        **policy_env, "AGENT_SESSION_ID": "s1", "AGENT_CONVERSATION_ID": "c1", "AGENT_TURN_ID": "t1",
+        **policy_env,
+        "AGENT_SESSION_ID": "s1",
+        "AGENT_CONVERSATION_ID": "c1",
+        "AGENT_TURN_ID": "t1",
         "AGENT_AGENT_ID": "a1",
     }
 
 
 def test_timeout_kills_the_script_and_all_its_children(boxes: Boxes, tools_dir: Path, workdir: Path) -> None:
-    write_script(tools_dir, "slow", describe_json("slow"), (
-        "sleep 300 & echo $! >> pids\n"
-        "setsid sleep 300 & echo $! >> pids\n"
-        "(setsid sleep 300 & echo $! >> pids)\n"
-        "bash -c 'sleep 300 & echo $! >> pids; sleep 300' & echo $! >> pids\n"
-        "echo $$ >> pids\necho started\nsleep 300"
-    ))
+    write_script(
+        tools_dir,
+        "slow",
+        describe_json("slow"),
+        (
+            "sleep 300 & echo $! >> pids\n"
+            "setsid sleep 300 & echo $! >> pids\n"
+            "(setsid sleep 300 & echo $! >> pids)\n"
+            "bash -c 'sleep 300 & echo $! >> pids; sleep 300' & echo $! >> pids\n"
+            "echo $$ >> pids\necho started\nsleep 300"
+        ),
+    )
     box = boxes.open(tools_dir, limits={"wall_time_s": 1})
     started = time.monotonic()
     result = box.call("bash_slow", {}, ctx("bash_slow"))
@@ -363,12 +474,17 @@ def test_call_deadline_shortens_the_policy_limit(boxes: Boxes, tools_dir: Path) 
 
 
 def test_children_that_outlive_the_script_are_killed(boxes: Boxes, tools_dir: Path, workdir: Path) -> None:
-    write_script(tools_dir, "fork", describe_json("fork"), (
-        "sleep 300 & echo $! >> pids\n"
-        "(setsid sleep 300 & echo $! >> pids) \n"
-        "nohup sleep 300 >/dev/null 2>&1 & echo $! >> pids\n"
-        "echo done"
-    ))
+    write_script(
+        tools_dir,
+        "fork",
+        describe_json("fork"),
+        (
+            "sleep 300 & echo $! >> pids\n"
+            "(setsid sleep 300 & echo $! >> pids) \n"
+            "nohup sleep 300 >/dev/null 2>&1 & echo $! >> pids\n"
+            "echo done"
+        ),
+    )
     box = boxes.open(tools_dir)
     started = time.monotonic()
     result = box.call("bash_fork", {}, ctx("bash_fork"))
@@ -423,27 +539,42 @@ def test_non_utf8_output_is_replaced_and_said_so(boxes: Boxes, tools_dir: Path) 
 
 
 def test_empty_result_add_message_and_do_nothing(boxes: Boxes, tools_dir: Path) -> None:
-    write_script(tools_dir, "add", describe_json("add", **{"empty-result": {"tag": "AddMessage",
-                                                                           "contents": "No results"}}), "true")
+    write_script(
+        tools_dir,
+        "add",
+        describe_json("add", **{"empty-result": {"tag": "AddMessage", "contents": "No results"}}),
+        "true",
+    )
     write_script(tools_dir, "none", describe_json("none", **{"empty-result": {"tag": "DoNothing"}}), "true")
-    write_script(tools_dir, "space", describe_json("space", **{"empty-result": {"tag": "AddMessage",
-                                                                               "contents": "x"}}), "echo")
+    write_script(
+        tools_dir, "space", describe_json("space", **{"empty-result": {"tag": "AddMessage", "contents": "x"}}), "echo"
+    )
     box = boxes.open(tools_dir)
     assert box.call("bash_add", {}, ctx("t")).data == "No results"
     assert box.call("bash_none", {}, ctx("t")).data == ""
     assert box.call("bash_space", {}, ctx("t")).data == "\n"  # not exactly empty: kept
 
 
-PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
-       b"\x00\x00\x00\rIDATx\x9cc\xf8\xff\xff?\x00\x05\xfe\x02\xfe\xa7\x35\x81\x84\x00\x00\x00\x00IEND\xaeB`\x82")
+PNG = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+    b"\x00\x00\x00\rIDATx\x9cc\xf8\xff\xff?\x00\x05\xfe\x02\xfe\xa7\x35\x81\x84\x00\x00\x00\x00IEND\xaeB`\x82"
+)
 
 
 def test_image_output_becomes_an_attachment(boxes: Boxes, tools_dir: Path, workdir: Path) -> None:
     (tools_dir / "pixel.png").write_bytes(PNG)
-    write_script(tools_dir, "chart", describe_json("chart", **{"output-media-type": "image/png"}),
-                 f"cat {tools_dir / 'pixel.png'}")
-    write_script(tools_dir, "b64", describe_json("b64", **{"output-media-type": "image/png"}),
-                 f"base64 {tools_dir / 'pixel.png'}")
+    write_script(
+        tools_dir,
+        "chart",
+        describe_json("chart", **{"output-media-type": "image/png"}),
+        f"cat {tools_dir / 'pixel.png'}",
+    )
+    write_script(
+        tools_dir,
+        "b64",
+        describe_json("b64", **{"output-media-type": "image/png"}),
+        f"base64 {tools_dir / 'pixel.png'}",
+    )
     write_script(tools_dir, "liar", describe_json("liar", **{"output-media-type": "image/png"}), "echo text")
     box = boxes.open(tools_dir)
     for tool in ("bash_chart", "bash_b64"):
@@ -458,12 +589,16 @@ def test_image_output_becomes_an_attachment(boxes: Boxes, tools_dir: Path, workd
 
 
 def test_other_media_becomes_an_attachment_of_its_type(boxes: Boxes, tools_dir: Path, workdir: Path) -> None:
-    write_script(tools_dir, "pdf", describe_json("pdf", **{"output-media-type": "application/pdf"}),
-                 "printf '%%PDF-1.4 fake'")
-    write_script(tools_dir, "wav", describe_json("wav", **{"output-media-type": "audio/wav"}),
-                 "printf 'RIFF\\0\\0\\0\\0WAVEfmt ' | base64")
-    write_script(tools_dir, "notpdf", describe_json("notpdf", **{"output-media-type": "application/pdf"}),
-                 "echo hello")
+    write_script(
+        tools_dir, "pdf", describe_json("pdf", **{"output-media-type": "application/pdf"}), "printf '%%PDF-1.4 fake'"
+    )
+    write_script(
+        tools_dir,
+        "wav",
+        describe_json("wav", **{"output-media-type": "audio/wav"}),
+        "printf 'RIFF\\0\\0\\0\\0WAVEfmt ' | base64",
+    )
+    write_script(tools_dir, "notpdf", describe_json("notpdf", **{"output-media-type": "application/pdf"}), "echo hello")
     box = boxes.open(tools_dir)
     result = box.call("bash_pdf", {}, ctx("t"))
     assert result.status == "passed" and result.data_path is None
@@ -478,10 +613,12 @@ def test_other_media_becomes_an_attachment_of_its_type(boxes: Boxes, tools_dir: 
 
 def test_json_and_text_output_are_the_results_data(boxes: Boxes, tools_dir: Path) -> None:
     """``output-media-type`` application/json and text/*: delivered as data, not as a file."""
-    write_script(tools_dir, "js", describe_json("js", **{"output-media-type": "application/json"}),
-                 "echo '{\"rows\": [1, 2]}'")
-    write_script(tools_dir, "badjs", describe_json("badjs", **{"output-media-type": "application/json"}),
-                 "echo 'not json'")
+    write_script(
+        tools_dir, "js", describe_json("js", **{"output-media-type": "application/json"}), "echo '{\"rows\": [1, 2]}'"
+    )
+    write_script(
+        tools_dir, "badjs", describe_json("badjs", **{"output-media-type": "application/json"}), "echo 'not json'"
+    )
     write_script(tools_dir, "csv", describe_json("csv", **{"output-media-type": "text/csv"}), "printf 'a,b\\n1,2\\n'")
     box = boxes.open(tools_dir)
     js = box.call("bash_js", {}, ctx("t"))
@@ -495,8 +632,14 @@ def test_json_and_text_output_are_the_results_data(boxes: Boxes, tools_dir: Path
 
 
 def test_unknown_tool_and_missing_argument_are_refused(boxes: Boxes, tools_dir: Path) -> None:
-    arg = {"name": "v", "description": "", "type": "s", "backing_type": "string", "arity": "single",
-           "mode": "positional"}
+    arg = {
+        "name": "v",
+        "description": "",
+        "type": "s",
+        "backing_type": "string",
+        "arity": "single",
+        "mode": "positional",
+    }
     write_script(tools_dir, "t", describe_json("t", [arg]), "echo $1")
     box = boxes.open(tools_dir)
     assert box.call("bash_nope", {}, ctx("t")).status == "error"
@@ -505,8 +648,14 @@ def test_unknown_tool_and_missing_argument_are_refused(boxes: Boxes, tools_dir: 
 
 
 def test_concurrent_calls_each_get_their_own_output(boxes: Boxes, tools_dir: Path) -> None:
-    arg = {"name": "v", "description": "", "type": "s", "backing_type": "integer", "arity": "single",
-           "mode": "positional"}
+    arg = {
+        "name": "v",
+        "description": "",
+        "type": "s",
+        "backing_type": "integer",
+        "arity": "single",
+        "mode": "positional",
+    }
     write_script(tools_dir, "t", describe_json("t", [arg]), "echo $1")
     box = boxes.open(tools_dir)
     with ThreadPoolExecutor(8) as pool:
@@ -515,9 +664,7 @@ def test_concurrent_calls_each_get_their_own_output(boxes: Boxes, tools_dir: Pat
 
 
 # -- watching ------------------------------------------------------------------------------------------------------
-def test_added_changed_and_removed_scripts_update_the_tools_within_two_seconds(
-    boxes: Boxes, tools_dir: Path
-) -> None:
+def test_added_changed_and_removed_scripts_update_the_tools_within_two_seconds(boxes: Boxes, tools_dir: Path) -> None:
     box = boxes.open(tools_dir, watch_interval_s=0.2)
     changed = boxes.channel.changed
     assert box.tools() == []
@@ -616,7 +763,9 @@ def test_as_pid_1_leftovers_are_killed_and_reaped_without_proc() -> None:
 
     done = subprocess.run(
         ["unshare", "--pid", "--fork", sys.executable, "-c", PID1_PROGRAM, str(REPO)],
-        capture_output=True, timeout=60, check=False,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
     report = json.loads(done.stdout)

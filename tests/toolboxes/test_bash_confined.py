@@ -19,8 +19,14 @@ from .test_skills import make_skill, skill_md
 
 pytestmark = pytest.mark.root
 
-ARG = {"name": "v", "description": "", "type": "string", "backing_type": "string", "arity": "single",
-       "mode": "positional"}
+ARG = {
+    "name": "v",
+    "description": "",
+    "type": "string",
+    "backing_type": "string",
+    "arity": "single",
+    "mode": "positional",
+}
 
 
 def bash_policy(root: Path, **policy: Any) -> Path:
@@ -28,7 +34,8 @@ def bash_policy(root: Path, **policy: Any) -> Path:
     if not tools.exists():
         tools.mkdir()
     return write_policy(
-        root, {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
+        root,
+        {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
         **policy,
     )
 
@@ -56,8 +63,7 @@ async def test_a_script_cannot_read_outside_its_sandbox_and_sees_only_its_env(sa
     secret = sandbox_tmp / "secret.txt"
     secret.write_text("top secret")
     secret.chmod(0o644)  # world-readable: only Landlock stands in the way
-    write_script(sandbox_tmp / "tools", "peek", describe_json("peek", [ARG]),
-                 'echo "uid $(id -u)"; cat "$1"')
+    write_script(sandbox_tmp / "tools", "peek", describe_json("peek", [ARG]), 'echo "uid $(id -u)"; cat "$1"')
     async with Supervisor.open(path) as sup:
         assert sup.load_errors() == []
         result = await sup.call("bash_peek", {"v": str(secret)}, session_id="s1")
@@ -69,10 +75,18 @@ async def test_a_script_cannot_read_outside_its_sandbox_and_sees_only_its_env(sa
 
 async def test_timeout_in_a_worker_leaves_only_the_worker(sandbox_tmp: Path) -> None:
     path = bash_policy(sandbox_tmp, limits={"wall_time_s": 1})
-    write_script(sandbox_tmp / "tools", "slow", describe_json("slow"),
-                 "sleep 300 & (setsid sleep 300 &) ; setsid sleep 300 & echo started; sleep 300")
-    write_script(sandbox_tmp / "tools", "fork", describe_json("fork"),
-                 "(setsid sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & echo done")
+    write_script(
+        sandbox_tmp / "tools",
+        "slow",
+        describe_json("slow"),
+        "sleep 300 & (setsid sleep 300 &) ; setsid sleep 300 & echo started; sleep 300",
+    )
+    write_script(
+        sandbox_tmp / "tools",
+        "fork",
+        describe_json("fork"),
+        "(setsid sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & echo done",
+    )
     async with Supervisor.open(path) as sup:
         slow = await sup.call("bash_slow", {})
         assert slow.status == "error"
@@ -129,6 +143,7 @@ async def test_one_calls_leftovers_die_while_another_call_runs_on(sandbox_tmp: P
     async with Supervisor.open(path) as sup:
         waited: list[Any] = []
         async with trio.open_nursery() as nursery:
+
             async def wait() -> None:
                 waited.append(await sup.call("bash_waiter", {}))
 
@@ -153,12 +168,17 @@ async def test_calls_past_max_concurrent_calls_wait_for_a_free_slot(sandbox_tmp:
     that only the second creates, so it gives up (had both run at once, it would have seen the file)."""
     path = bash_policy(sandbox_tmp, limits={"max_concurrent_calls": 1})
     tools = sandbox_tmp / "tools"
-    write_script(tools, "waiter", describe_json("waiter"),
-                 "for i in $(seq 100); do [ -e gate ] && { echo waited; exit 0; }; sleep 0.01; done; echo gave up")
+    write_script(
+        tools,
+        "waiter",
+        describe_json("waiter"),
+        "for i in $(seq 100); do [ -e gate ] && { echo waited; exit 0; }; sleep 0.01; done; echo gave up",
+    )
     write_script(tools, "opener", describe_json("opener"), "touch gate; echo opened")
     async with Supervisor.open(path) as sup:
         results: dict[str, Any] = {}
         async with trio.open_nursery() as nursery:
+
             async def call(name: str) -> None:
                 results[name] = await sup.call(f"bash_{name}", {})
 
@@ -188,8 +208,14 @@ async def test_skills_in_a_worker_are_per_session(sandbox_tmp: Path) -> None:
     skills = sandbox_tmp / "skills"
     make_skill(skills, "pdf", skill_md("pdf-tools"), scripts={"extract": "extract"})
     make_skill(skills, "core", skill_md("core-utils"), scripts={"hello": "hello"})
-    path = write_policy(sandbox_tmp, {"tester": agent(
-        skillSources=[{"tag": "SkillDirectory", "contents": "./skills"}], autoEnableSkills=["core-utils"])})
+    path = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                skillSources=[{"tag": "SkillDirectory", "contents": "./skills"}], autoEnableSkills=["core-utils"]
+            )
+        },
+    )
     async with Supervisor.open(path) as sup:
         assert sup.load_errors() == []
         refused = await sup.call("skill_pdf-tools_extract", {"file": "a"}, session_id="a")

@@ -8,16 +8,19 @@ import os
 import shutil
 import signal
 import subprocess
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from toolboxes._result import ToolResult
 from toolboxes._test_pause import PAUSE_ENV
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.developer import CAPABILITIES, DeveloperToolbox, open_toolbox
 from toolboxes.developer._validate import check_describe
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from toolboxes._result import ToolResult
 
 ALL = list(CAPABILITIES)
 
@@ -30,12 +33,20 @@ class Clock:
         return self.now
 
 
-def make(root: Path, caps: list[str] | None = None, sandbox: Any = "root", clock: Clock | None = None,
-         **policy: Any) -> DeveloperToolbox:
+def make(
+    root: Path, caps: list[str] | None = None, sandbox: Any = "root", clock: Clock | None = None, **policy: Any
+) -> DeveloperToolbox:
     state = root / ".state"
     state.mkdir(exist_ok=True)
-    fsb = ({"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(root / "src")}, "fsbMaxFileSize": None,
-            "fsbName": "dev"} if sandbox == "root" else sandbox)
+    fsb = (
+        {
+            "fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(root / "src")},
+            "fsbMaxFileSize": None,
+            "fsbName": "dev",
+        }
+        if sandbox == "root"
+        else sandbox
+    )
     config = {"Name": "dev", "Description": "d", "Capabilities": caps or ALL, "FileSandbox": fsb, "policy": policy}
     env = WorkerEnv("dev", str(root), str(state), None)  # type: ignore[arg-type]
     if clock is None:
@@ -80,16 +91,19 @@ def test_every_path_goes_through_the_sandbox(root: Path) -> None:
     escape.symlink_to(root / "secret.txt")
     assert call(tb, "read-file-range", path=str(escape)).status == "error"
     assert call(tb, "read-file-range", path=str(root / "src" / ".." / "secret.txt")).status == "error"
-    assert call(tb, "write-file-range", path=str(root / "secret.txt"), ranges="1",
-                contentBlocks=["x"]).status == "error"
+    assert (
+        call(tb, "write-file-range", path=str(root / "secret.txt"), ranges="1", contentBlocks=["x"]).status == "error"
+    )
     assert (root / "secret.txt").read_text() == "no\n"
     assert "absolute" in (call(tb, "read-file-range", path="src/f.txt").summary or "")  # no base_dir: refused
     based = make(root, base_dir=str(root))  # the supervisor passes the agent file's directory
-    assert based.call("developer_dev_read_file_range", {"path": "src/f.txt", "ranges": "1"},
-                      CallContext(1, "", session_id="s1")).structured["path"] == str(root / "src" / "f.txt")
+    assert based.call(
+        "developer_dev_read_file_range", {"path": "src/f.txt", "ranges": "1"}, CallContext(1, "", session_id="s1")
+    ).structured["path"] == str(root / "src" / "f.txt")
     rel = based.call("developer_dev_read_file_range", {"path": "src/../secret.txt"}, CallContext(1, ""))
     assert rel.status == "error" and f"'{root}/src/../secret.txt' is not allowed by the file sandbox 'dev'" in (
-        rel.data or "")
+        rel.data or ""
+    )
     assert f"Relative paths start at the agent file's folder, {root}." in (rel.data or "")
     with pytest.raises(ValueError, match="base_dir must be an absolute path"):
         make(root, base_dir="relative")
@@ -121,10 +135,17 @@ def test_read_ranges_and_metadata(root: Path) -> None:
     assert meta["metadataOnly"] is True
 
 
-@pytest.mark.parametrize(("ranges", "words"), [
-    ("0", "numbered from 1"), ("5-2", "end is before the start"), ("a-b", "not N or N-M"),
-    ("11", "past the end"), ("3-12", "past the end"), ("1,,2", "empty item"),
-])
+@pytest.mark.parametrize(
+    ("ranges", "words"),
+    [
+        ("0", "numbered from 1"),
+        ("5-2", "end is before the start"),
+        ("a-b", "not N or N-M"),
+        ("11", "past the end"),
+        ("3-12", "past the end"),
+        ("1,,2", "empty item"),
+    ],
+)
 def test_bad_read_ranges_say_what_to_fix(root: Path, ranges: str, words: str) -> None:
     res = call(make(root), "read-file-range", path=str(root / "src" / "f.txt"), ranges=ranges)
     assert res.status == "error"
@@ -136,8 +157,9 @@ def test_binary_files_are_refused(root: Path) -> None:
     (root / "src" / "l1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     tb = make(root)
     assert "binary" in (call(tb, "read-file-range", path=str(root / "src" / "b.bin")).summary or "")
-    assert "UTF-8" in (call(tb, "patch-file", path=str(root / "src" / "l1.txt"),
-                            patch="@@ -1 +1 @@\n-a\n+b\n").summary or "")
+    assert "UTF-8" in (
+        call(tb, "patch-file", path=str(root / "src" / "l1.txt"), patch="@@ -1 +1 @@\n-a\n+b\n").summary or ""
+    )
 
 
 # --- write-file-range --------------------------------------------------------------------------------------------
@@ -147,11 +169,16 @@ def test_write_replace_insert_delete(root: Path) -> None:
     tb = make(root)
     path = str(root / "src" / "f.txt")
     ref = call(tb, "read-file-range", path=path).structured["snapshotRef"]
-    res = call(tb, "write-file-range", path=path, ranges="head,2,4-5,7+,tail",
-               contentBlocks=["top", "two\nTWO", "", "after seven", "end"], expected_snapshot_ref=ref)
+    res = call(
+        tb,
+        "write-file-range",
+        path=path,
+        ranges="head,2,4-5,7+,tail",
+        contentBlocks=["top", "two\nTWO", "", "after seven", "end"],
+        expected_snapshot_ref=ref,
+    )
     assert res.status == "passed", res
-    assert text(root) == ("top\nline 1\ntwo\nTWO\nline 3\nline 6\nline 7\nafter seven\nline 8\nline 9\n"
-                          "line 10\nend\n")
+    assert text(root) == ("top\nline 1\ntwo\nTWO\nline 3\nline 6\nline 7\nafter seven\nline 8\nline 9\nline 10\nend\n")
     v = res.structured
     assert v["rangesModified"] == 5
     assert v["beforeSnapshotRef"] == ref
@@ -165,18 +192,20 @@ def test_write_replace_insert_delete(root: Path) -> None:
     assert not [p for p in os.listdir(root / "src") if p.endswith(".tmp")]
 
 
-@pytest.mark.parametrize(("ranges", "blocks", "words"), [
-    ("1,2", ["x"], "2 range(s) but 1 content block"),
-    ("0", ["x"], "numbered from 1"),
-    ("11+", ["x"], "cannot insert after line 11"),
-    ("2-4,3", ["x", "y"], "overlap"),
-    ("3+,3+", ["x", "y"], "overlap"),
-    ("x", ["x"], "not N, N-M, N+"),
-])
+@pytest.mark.parametrize(
+    ("ranges", "blocks", "words"),
+    [
+        ("1,2", ["x"], "2 range(s) but 1 content block"),
+        ("0", ["x"], "numbered from 1"),
+        ("11+", ["x"], "cannot insert after line 11"),
+        ("2-4,3", ["x", "y"], "overlap"),
+        ("3+,3+", ["x", "y"], "overlap"),
+        ("x", ["x"], "not N, N-M, N+"),
+    ],
+)
 def test_bad_writes_change_nothing(root: Path, ranges: str, blocks: list[str], words: str) -> None:
     before = text(root)
-    res = call(make(root), "write-file-range", path=str(root / "src" / "f.txt"), ranges=ranges,
-               contentBlocks=blocks)
+    res = call(make(root), "write-file-range", path=str(root / "src" / "f.txt"), ranges=ranges, contentBlocks=blocks)
     assert res.status == "error"
     assert words in (res.summary or "")
     assert text(root) == before
@@ -275,8 +304,9 @@ def test_patch_file_matches_patch1_on_git_diffs(root: Path) -> None:
         a, b = work / f"a_{name}", work / f"b_{name}"
         a.write_text(content)
         b.write_text(_modify(name, content))
-        diff = subprocess.run(["git", "diff", "--no-index", "--no-color", str(a), str(b)],
-                              capture_output=True, text=True, check=False).stdout
+        diff = subprocess.run(
+            ["git", "diff", "--no-index", "--no-color", str(a), str(b)], capture_output=True, text=True, check=False
+        ).stdout
         assert diff.count("@@ -") >= 1
         ours = root / "src" / name
         ours.write_text(content)
@@ -317,8 +347,10 @@ def test_a_patch_from_dev_null_creates_the_file_once(root: Path) -> None:
 def test_patch_mismatch_reports_line_expected_actual_and_applies_nothing(root: Path) -> None:
     path = root / "src" / "f.txt"
     before = text(root)
-    patch = ("--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,2 @@\n line 1\n-line 2\n+two\n"
-             "@@ -8,2 +8,2 @@\n line 8\n-line NINE\n+nine\n")
+    patch = (
+        "--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,2 @@\n line 1\n-line 2\n+two\n"
+        "@@ -8,2 +8,2 @@\n line 8\n-line NINE\n+nine\n"
+    )
     res = call(make(root), "patch-file", path=str(path), patch=patch)
     assert res.status == "failed"
     body = res.structured
@@ -328,17 +360,19 @@ def test_patch_mismatch_reports_line_expected_actual_and_applies_nothing(root: P
     assert text(root) == before, "a failing hunk must stop every hunk"
 
 
-@pytest.mark.parametrize(("patch", "words"), [
-    ("--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\r\n line 1\r\n-line 2\r\n+two\r\n", "CRLF"),
-    ("--- a/f\n+++ b/f\n@@ -1,3 +1,2 @@\n line 1\n-line 2\n+two\n", "header counts"),
-    ("--- a/f\n+++ b/f\n@@ one two @@\n line 1\n", "bad hunk header"),
-    ("--- a/f\n@@ -1 +1 @@\n-line 1\n+x\n", "must be followed by '+++"),
-    ("--- a/f\n+++ b/f\n@@ -1 +1 @@\n-line 1\n+x\n--- a/g\n+++ b/g\n@@ -1 +1 @@\n-y\n+z\n", "more than one file"),
-    ("--- a/f\n+++ b/f\n@@ -2,2 +2,2 @@\n line 2\n-line 3\n+x\n@@ -3,2 +3,2 @@\n-line 3\n+y\n line 4\n",
-     "overlap"),
-    ("just words\n", "no hunks"),
-    ("--- a/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-line 1\n", "deletes the file"),
-])
+@pytest.mark.parametrize(
+    ("patch", "words"),
+    [
+        ("--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\r\n line 1\r\n-line 2\r\n+two\r\n", "CRLF"),
+        ("--- a/f\n+++ b/f\n@@ -1,3 +1,2 @@\n line 1\n-line 2\n+two\n", "header counts"),
+        ("--- a/f\n+++ b/f\n@@ one two @@\n line 1\n", "bad hunk header"),
+        ("--- a/f\n@@ -1 +1 @@\n-line 1\n+x\n", "must be followed by '+++"),
+        ("--- a/f\n+++ b/f\n@@ -1 +1 @@\n-line 1\n+x\n--- a/g\n+++ b/g\n@@ -1 +1 @@\n-y\n+z\n", "more than one file"),
+        ("--- a/f\n+++ b/f\n@@ -2,2 +2,2 @@\n line 2\n-line 3\n+x\n@@ -3,2 +3,2 @@\n-line 3\n+y\n line 4\n", "overlap"),
+        ("just words\n", "no hunks"),
+        ("--- a/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-line 1\n", "deletes the file"),
+    ],
+)
 def test_bad_patches_say_what_to_fix(root: Path, patch: str, words: str) -> None:
     before = text(root)
     res = call(make(root), "patch-file", path=str(root / "src" / "f.txt"), patch=patch)
@@ -348,8 +382,7 @@ def test_bad_patches_say_what_to_fix(root: Path, patch: str, words: str) -> None
 
 
 def test_patch_without_final_newline_in_the_patch_text(root: Path) -> None:
-    res = call(make(root), "patch-file", path=str(root / "src" / "f.txt"),
-               patch="@@ -10 +10 @@\n-line 10\n+ten")
+    res = call(make(root), "patch-file", path=str(root / "src" / "f.txt"), patch="@@ -10 +10 @@\n-line 10\n+ten")
     assert res.status == "passed", res
     assert text(root).endswith("line 9\nten\n")
 
@@ -392,9 +425,20 @@ def test_validate_tool_judges_a_describe_as_the_bash_toolbox_loads_it() -> None:
     from toolboxes.bash import DescribeError, parse_describe
 
     def describe(backing: str) -> dict[str, Any]:
-        return {"slug": "t", "description": "d", "args": [{"name": "x", "description": "", "type": backing,
-                                                             "backing_type": backing, "arity": "single",
-                                                             "mode": "positional"}]}
+        return {
+            "slug": "t",
+            "description": "d",
+            "args": [
+                {
+                    "name": "x",
+                    "description": "",
+                    "type": backing,
+                    "backing_type": backing,
+                    "arity": "single",
+                    "mode": "positional",
+                }
+            ],
+        }
 
     for backing in ("str", "double", "string", "int"):
         assert check_describe(describe(backing)) == [], backing

@@ -5,20 +5,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from toolboxes._atomic import atomic_write, is_temporary, make_temporary, sweep_temporaries
 from toolboxes._journal import recover, write_in_place
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 def _journal(journal_dir: Path, target: Path, content: bytes, *, cut: int = 0) -> Path:
-    header = json.dumps({"path": str(target), "size": len(content), "sha256": hashlib.sha256(content).hexdigest(),
-                         "create_mode": None}).encode() + b"\n"
+    header = (
+        json.dumps(
+            {
+                "path": str(target),
+                "size": len(content),
+                "sha256": hashlib.sha256(content).hexdigest(),
+                "create_mode": None,
+            }
+        ).encode()
+        + b"\n"
+    )
     journal_dir.mkdir(exist_ok=True)
     path = journal_dir / "j1.journal"
-    path.write_bytes((header + content)[:len(header) + len(content) - cut])
+    path.write_bytes((header + content)[: len(header) + len(content) - cut])
     return path
 
 
@@ -76,7 +88,8 @@ def test_sweep_removes_only_temporaries_of_atomic_writes(tmp_path: Path) -> None
     (tmp_path / "sub" / (os.path.basename(tmp) + "-wal")).write_text("x")  # a SQLite copy's sidecar
     atomic_write(str(tmp_path / "sub" / "done.json"), b"{}")
     removed = sweep_temporaries(str(tmp_path))
-    assert sorted(os.path.basename(p) for p in removed) == sorted([os.path.basename(tmp),
-                                                                     os.path.basename(tmp) + "-wal"])
+    assert sorted(os.path.basename(p) for p in removed) == sorted(
+        [os.path.basename(tmp), os.path.basename(tmp) + "-wal"]
+    )
     assert sorted(os.listdir(tmp_path / "sub")) == [".keep.abc.tmp", "data.json", "done.json", "keep.tmp"]
     assert is_temporary(os.path.basename(tmp)) and not is_temporary("x.~atomic-1.tmp")

@@ -15,9 +15,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -25,6 +23,10 @@ from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes._unified_diff import PatchError, apply_patch
 from toolboxes.lua import KINDS, LuaConfigError, LuaToolbox, open_toolbox
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 #: How far past its limit a stopped script may end (a noisy 2-core machine shared with other test runs).
 MARGIN_S = 0.35
@@ -85,10 +87,13 @@ def make_toolbox(tree: Path, portal: StandInPortal | None = None, **overrides: A
         "AllowedTools": ["io_prompt_agent_local_lrmlua", "sqlite_shared_working_memory_query", "bash_ask_user"],
         "AllowedHosts": [],
         "FileSandbox": {
-            "fsbPredicate": {"tag": "Any", "contents": [
-                {"tag": "DirectoryRecursive", "contents": str(tree / "repro-cases")},
-                {"tag": "FileExactly", "contents": str(tree / "README.md")},
-            ]},
+            "fsbPredicate": {
+                "tag": "Any",
+                "contents": [
+                    {"tag": "DirectoryRecursive", "contents": str(tree / "repro-cases")},
+                    {"tag": "FileExactly", "contents": str(tree / "README.md")},
+                ],
+            },
             "fsbMaxFileSize": 4096,
             "fsbName": "lua-fs-sandbox",
         },
@@ -133,7 +138,9 @@ def test_values_come_back_in_return_order_as_json(tree: Path) -> None:
 
 def test_sparse_and_mixed_tables_become_objects(tree: Path) -> None:
     assert values_of(run(make_toolbox(tree), "return {[1] = 'a', [3] = 'c'}, {1, x = 2}")) == [
-        {"1": "a", "3": "c"}, {"1": 1, "x": 2}]
+        {"1": "a", "3": "c"},
+        {"1": 1, "x": 2},
+    ]
 
 
 def test_a_function_value_is_a_runtime_error_not_a_crash(tree: Path) -> None:
@@ -215,7 +222,13 @@ def test_tools_call_result_data_is_decoded_json_or_the_text(tree: Path) -> None:
     return r.data.summary, r.data.question, r.trace_id, type(r.duration), t.data == t.result_txt, type(t.data)
     """
     assert values_of(run(make_toolbox(tree, portal), script)) == [
-        "split module Foo", "x", "trace-1", "number", True, "string"]
+        "split module Foo",
+        "x",
+        "trace-1",
+        "number",
+        True,
+        "string",
+    ]
 
 
 def test_tools_call_refusals_and_list(tree: Path) -> None:
@@ -244,25 +257,28 @@ def test_tools_call_with_bad_arguments_is_a_tool_invocation_error(tree: Path) ->
 # --- escapes: each must fail
 
 
-@pytest.mark.parametrize(("script", "kind"), [
-    ("local p = python\nreturn p.builtins", "sandbox"),
-    ("local f = load('\\27Lua\\x54\\0')\nreturn f", "sandbox"),
-    ("local f = load('return 1', 'x', 'b')\nreturn f", "sandbox"),
-    ("local f = load('return x', 'x', 't', {x = 1})\nreturn f", "sandbox"),
-    ("local d = string.dump(function() end)\nreturn d", "sandbox"),
-    ("local d = ('').dump\nreturn d", "sandbox"),
-    ("local f = io.open('/etc/passwd')\nreturn f", "sandbox"),
-    ("local r = os.execute('id')\nreturn r", "sandbox"),
-    ("local r = os.getenv('HOME')\nreturn r", "sandbox"),
-    ("local m = require('socket')\nreturn m", "sandbox"),
-    ("local m = require('lfs')\nreturn m", "sandbox"),
-    ("local m = package.loadlib('libc.so.6', 'system')\nreturn m", "sandbox"),
-    ("local i = debug.getinfo(1)\nreturn i", "sandbox"),
-    ("local r = dofile('/etc/passwd')\nreturn r", "sandbox"),
-    ("local r = loadfile('/etc/passwd')\nreturn r", "sandbox"),
-    ("local r = collectgarbage('stop')\nreturn r", "sandbox"),
-    ("local t = setmetatable({}, {__gc = function() end})\nreturn t", "sandbox"),
-])
+@pytest.mark.parametrize(
+    ("script", "kind"),
+    [
+        ("local p = python\nreturn p.builtins", "sandbox"),
+        ("local f = load('\\27Lua\\x54\\0')\nreturn f", "sandbox"),
+        ("local f = load('return 1', 'x', 'b')\nreturn f", "sandbox"),
+        ("local f = load('return x', 'x', 't', {x = 1})\nreturn f", "sandbox"),
+        ("local d = string.dump(function() end)\nreturn d", "sandbox"),
+        ("local d = ('').dump\nreturn d", "sandbox"),
+        ("local f = io.open('/etc/passwd')\nreturn f", "sandbox"),
+        ("local r = os.execute('id')\nreturn r", "sandbox"),
+        ("local r = os.getenv('HOME')\nreturn r", "sandbox"),
+        ("local m = require('socket')\nreturn m", "sandbox"),
+        ("local m = require('lfs')\nreturn m", "sandbox"),
+        ("local m = package.loadlib('libc.so.6', 'system')\nreturn m", "sandbox"),
+        ("local i = debug.getinfo(1)\nreturn i", "sandbox"),
+        ("local r = dofile('/etc/passwd')\nreturn r", "sandbox"),
+        ("local r = loadfile('/etc/passwd')\nreturn r", "sandbox"),
+        ("local r = collectgarbage('stop')\nreturn r", "sandbox"),
+        ("local t = setmetatable({}, {__gc = function() end})\nreturn t", "sandbox"),
+    ],
+)
 def test_escape_attempt_is_refused(tree: Path, script: str, kind: str) -> None:
     result = run(make_toolbox(tree), script)
     err = error_of(result)
@@ -292,8 +308,9 @@ def test_load_of_text_still_works_in_the_script_environment(tree: Path) -> None:
 # --- fs
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "../secret.txt", "./secret.txt", "./repro-cases/../secret.txt",
-                                  "./repro-cases/escape"])
+@pytest.mark.parametrize(
+    "path", ["/etc/passwd", "../secret.txt", "./secret.txt", "./repro-cases/../secret.txt", "./repro-cases/escape"]
+)
 def test_fs_read_outside_the_sandbox_is_refused(tree: Path, path: str) -> None:
     err = error_of(run(make_toolbox(tree), f"local s = fs.read({path!r})\nreturn s"))
     assert err["kind"] == "sandbox" and "not allowed" in err["message"]
@@ -372,8 +389,9 @@ def proxy() -> Iterator[tuple[str, list[str]]]:
         server.server_close()
 
 
-def test_http_to_an_allowed_host_goes_through_the_proxy(tree: Path, proxy: tuple[str, list[str]],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_http_to_an_allowed_host_goes_through_the_proxy(
+    tree: Path, proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, seen = proxy
     monkeypatch.setenv("HTTP_PROXY", url)
     tb = make_toolbox(tree, AllowedHosts=["api.example.test"])
@@ -382,8 +400,9 @@ def test_http_to_an_allowed_host_goes_through_the_proxy(tree: Path, proxy: tuple
     assert seen == ["GET http://api.example.test/v1?q=1 HTTP/1.1"]
 
 
-def test_http_to_a_host_not_allowed_sends_nothing(tree: Path, proxy: tuple[str, list[str]],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_http_to_a_host_not_allowed_sends_nothing(
+    tree: Path, proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, seen = proxy
     monkeypatch.setenv("HTTP_PROXY", url)
     target = socket.socket()
@@ -401,8 +420,9 @@ def test_http_to_a_host_not_allowed_sends_nothing(tree: Path, proxy: tuple[str, 
     assert seen == []
 
 
-def test_http_honours_ports_and_port_ranges_of_allowed_hosts(tree: Path, proxy: tuple[str, list[str]],
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_http_honours_ports_and_port_ranges_of_allowed_hosts(
+    tree: Path, proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, seen = proxy
     monkeypatch.setenv("HTTP_PROXY", url)
     tb = make_toolbox(tree, AllowedHosts=["api.example.test:8000-8100", "web.example.test:80"])
@@ -417,8 +437,12 @@ def test_http_honours_ports_and_port_ranges_of_allowed_hosts(tree: Path, proxy: 
 def test_http_without_a_proxy_is_refused(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
-    err = error_of(run(make_toolbox(tree, AllowedHosts=["api.example.test"]),
-                       "local r = http.get('http://api.example.test/')\nreturn r"))
+    err = error_of(
+        run(
+            make_toolbox(tree, AllowedHosts=["api.example.test"]),
+            "local r = http.get('http://api.example.test/')\nreturn r",
+        )
+    )
     assert err["kind"] == "sandbox" and "proxy" in err["message"]
 
 
@@ -430,8 +454,11 @@ LIMIT_CASES = [
     ("while true do pcall(function() while true do end end) end", "timeout"),
     ("while true do pcall(error, 'x') end", "timeout"),
     ("local f = coroutine.wrap(function() while true do end end)\nf()", "timeout"),
-    ("while true do\n local co = coroutine.create(function() while true do end end)\n"
-     " pcall(coroutine.resume, co)\nend", "timeout"),
+    (
+        "while true do\n local co = coroutine.create(function() while true do end end)\n"
+        " pcall(coroutine.resume, co)\nend",
+        "timeout",
+    ),
     ("local function f(n) return f(n + 1) end\nreturn f(1)", "timeout"),
     ("return string.find(string.rep('a', 3000), string.rep('a*', 20) .. 'b')", "timeout"),
     ("local s = string.rep('a', 200000)\nreturn s:match('.-.-.-b')", "timeout"),
@@ -450,26 +477,36 @@ LIMIT_CASES = [
     ("local function f() load(f) return f() end\nf()", "timeout"),
     # the same inside a coroutine, where a yieldable pcall takes no C frame and nests until memory runs out
     ("coroutine.wrap(function() local function f() pcall(f) return f() end f() end)()", "timeout"),
-    ("local co = coroutine.create(function() local function f() pcall(f) return f() end f() end)\n"
-     "while true do coroutine.resume(co) end", "timeout"),
+    (
+        "local co = coroutine.create(function() local function f() pcall(f) return f() end f() end)\n"
+        "while true do coroutine.resume(co) end",
+        "timeout",
+    ),
     # a message handler that loops: it used to run with hooks off once the hook's error reached it
     ("xpcall(function() while true do end end, function() while true do end end)", "timeout"),
     ("xpcall(function() error('x') end, function() while true do end end)", "timeout"),
     ("local function f() xpcall(f, function() while true do end end) return f() end\nf()", "timeout"),
-    ("coroutine.wrap(function() xpcall(function() while true do end end, function() while true do end end) end)()",
-     "timeout"),
+    (
+        "coroutine.wrap(function() xpcall(function() while true do end end, function() while true do end end) end)()",
+        "timeout",
+    ),
     # error objects whose __tostring loops, caught and uncaught
     ("local e = setmetatable({}, {__tostring = function() while true do end end})\nerror(e)", "timeout"),
-    ("local e = setmetatable({}, {__tostring = function() while true do end end})\n"
-     "while true do pcall(error, e) end", "timeout"),
-    ("local e = setmetatable({}, {__tostring = function() while true do end end})\n"
-     "return xpcall(error, tostring, e)", "timeout"),
+    (
+        "local e = setmetatable({}, {__tostring = function() while true do end end})\n"
+        "while true do pcall(error, e) end",
+        "timeout",
+    ),
+    (
+        "local e = setmetatable({}, {__tostring = function() while true do end end})\n"
+        "return xpcall(error, tostring, e)",
+        "timeout",
+    ),
     # string.gsub with a function replacement that loops, alone and under pcall
     ("return string.gsub('aaa', 'a', function() while true do end end)", "timeout"),
     ("while true do pcall(string.gsub, 'aaa', 'a', function() while true do end end) end", "timeout"),
     # to-be-closed variables whose __close loops, and load with a reader that loops
-    ("do local x <close> = setmetatable({}, {__close = function() while true do end end})\nerror('x') end",
-     "timeout"),
+    ("do local x <close> = setmetatable({}, {__close = function() while true do end end})\nerror('x') end", "timeout"),
     ("while true do load(function() while true do end end) end", "timeout"),
 ]
 
@@ -515,10 +552,19 @@ def test_protected_calls_still_behave_like_lua(tree: Path) -> None:
     r[9] = select(2, load(function() error('reader', 0) end))
     return r
     """
-    assert values_of(run(make_toolbox(tree), script)) == [[
-        [False, "x"], [True, 3, "two"], [False, "handled boom"], [True, 42], [True, False, "inner"],
-        [True, 2], [False, "co done"], "function", "reader",
-    ]]
+    assert values_of(run(make_toolbox(tree), script)) == [
+        [
+            [False, "x"],
+            [True, 3, "two"],
+            [False, "handled boom"],
+            [True, 42],
+            [True, False, "inner"],
+            [True, 2],
+            [False, "co done"],
+            "function",
+            "reader",
+        ]
+    ]
 
 
 def test_protected_calls_nest_to_a_bound_with_a_clear_error(tree: Path) -> None:
@@ -586,8 +632,7 @@ def test_fast_patterns_still_match_like_lua(tree: Path) -> None:
     local b1, b2 = ('x(a(b)c)y'):find('%b()')
     return n, words, k, v, b1, b2, ('THE (quick) fox'):find('%f[%a]%a+', 5)
     """
-    assert values_of(run(make_toolbox(tree), script)) == [20000, ["one", "two", "three"], "key", "value", 2, 8,
-                                                         6, 10]
+    assert values_of(run(make_toolbox(tree), script)) == [20000, ["one", "two", "three"], "key", "value", 2, 8, 6, 10]
 
 
 def test_the_lua_pattern_matcher_agrees_with_lua_on_costly_patterns(tree: Path) -> None:
@@ -640,7 +685,17 @@ def test_text_and_time_modules(tree: Path) -> None:
       text.contains('a+b', '+'), time.monotonic() - t0 >= 0.05, time.iso8601(0), require('text') == text
     """
     assert values_of(run(make_toolbox(tree), script)) == [
-        ["a", "b", "", "c"], "x y", ["l1", "l2"], "a-b-c", True, True, True, True, "1970-01-01T00:00:00Z", True]
+        ["a", "b", "", "c"],
+        "x y",
+        ["l1", "l2"],
+        "a-b-c",
+        True,
+        True,
+        True,
+        True,
+        "1970-01-01T00:00:00Z",
+        True,
+    ]
 
 
 def test_states_do_not_leak_between_calls(tree: Path) -> None:
@@ -652,9 +707,12 @@ def test_states_do_not_leak_between_calls(tree: Path) -> None:
 def test_concurrent_calls_run_side_by_side(tree: Path) -> None:
     tb = make_toolbox(tree)
     results: list[ToolResult] = []
-    threads = [threading.Thread(target=lambda i=i: results.append(run(tb, f"local s = 0\nfor k = 1, 1e5 do s = s + k"
-                                                                             f" end\nreturn s + {i}")))
-               for i in range(4)]
+    threads = [
+        threading.Thread(
+            target=lambda i=i: results.append(run(tb, f"local s = 0\nfor k = 1, 1e5 do s = s + k end\nreturn s + {i}"))
+        )
+        for i in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -665,13 +723,16 @@ def test_concurrent_calls_run_side_by_side(tree: Path) -> None:
 # --- configuration
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ({"MaxMemoryMB": -1}, "MaxMemoryMB"),
-    ({"MaxExecutionTimeSeconds": "soon"}, "MaxExecutionTimeSeconds"),
-    ({"AllowedTools": "all"}, "AllowedTools"),
-    ({"FileSandbox": {"fsbPredicate": {"tag": "Nope"}}}, "FileSandbox"),
-    ({"Name": ""}, "Name"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ({"MaxMemoryMB": -1}, "MaxMemoryMB"),
+        ({"MaxExecutionTimeSeconds": "soon"}, "MaxExecutionTimeSeconds"),
+        ({"AllowedTools": "all"}, "AllowedTools"),
+        ({"FileSandbox": {"fsbPredicate": {"tag": "Nope"}}}, "FileSandbox"),
+        ({"Name": ""}, "Name"),
+    ],
+)
 def test_bad_config_is_refused_with_the_key(tree: Path, override: dict[str, Any], key: str) -> None:
     with pytest.raises(LuaConfigError, match=key):
         make_toolbox(tree, **override)

@@ -10,7 +10,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -18,10 +18,12 @@ import trio
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 from toolboxes._names import tool_name
-from toolboxes._result import ToolResult
 from toolboxes.mcp._content import AttachmentSink, to_result
 from toolboxes.mcp._jsonrpc import Garbage, LineSplitter, Notification, Request, Response, parse_line
 from toolboxes.mcp._toolbox import CRASH_LOOP_MAX
+
+if TYPE_CHECKING:
+    from toolboxes._result import ToolResult
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
@@ -109,7 +111,7 @@ SDK_SERVER = textwrap.dedent(f'''
 #: tools; ``probe`` sends the client a ping, a sampling and a roots request and returns the answers; ``garbage``
 #: writes non-JSON-RPC lines and never answers; ``malformed`` answers with a result that is not an object;
 #: ``crash`` exits with status 4.
-RAW_SERVER = textwrap.dedent('''
+RAW_SERVER = textwrap.dedent("""
     import json, sys
     mode = sys.argv[1]
     def send(m):
@@ -158,12 +160,14 @@ RAW_SERVER = textwrap.dedent('''
                 sys.stdout.flush()
             else:
                 send({"id": mid, "result": {"content": [{"type": "text", "text": "first " + str(msg["params"])}]}})
-''')
+""")
 
 
 def mcp_server(name: str, script: Path, *args: str) -> dict[str, Any]:
-    return {"tag": "McpSimpleBinary", "contents": {"name": name, "executable": sys.executable,
-                                                   "args": [str(script), *args]}}
+    return {
+        "tag": "McpSimpleBinary",
+        "contents": {"name": name, "executable": sys.executable, "args": [str(script), *args]},
+    }
 
 
 def write_server(root: Path, name: str, text: str) -> Path:
@@ -194,8 +198,10 @@ async def test_tools_are_listed_with_their_names_and_schemas_and_results_map(san
         echo = tools["mcp_demo_echo"]
         assert echo.description == "echo text"
         # The server's schema as it sent it: titles, defaults, no descriptions demanded.
-        assert echo.input_schema["properties"] == {"text": {"title": "Text", "type": "string"},
-                                                   "times": {"default": 1, "title": "Times", "type": "integer"}}
+        assert echo.input_schema["properties"] == {
+            "text": {"title": "Text", "type": "string"},
+            "times": {"default": 1, "title": "Times", "type": "integer"},
+        }
         assert echo.input_schema["required"] == ["text"]
 
         said = await sup.call("mcp_demo_echo", {"text": "ab", "times": 2})
@@ -276,16 +282,24 @@ async def test_list_changed_reaches_the_supervisor(sandbox_tmp: Path) -> None:
 # -- through the supervisor, the hand-written server ----------------------------------------------------------------
 def raw_policy(root: Path, mode: str, **policy: Any) -> Path:
     script = write_server(root, "raw.py", RAW_SERVER)
-    return write_policy(root, {"tester": agent(mcpServers=[mcp_server("raw", script, mode)],
-                                               builtinToolboxes=[system_toolbox()])}, **policy)
+    return write_policy(
+        root,
+        {"tester": agent(mcpServers=[mcp_server("raw", script, mode)], builtinToolboxes=[system_toolbox()])},
+        **policy,
+    )
 
 
 @pytest.mark.root
 async def test_pagination_and_requests_from_the_server(sandbox_tmp: Path) -> None:
     async with Supervisor.open(raw_policy(sandbox_tmp, "normal")) as sup:
         names = [t.name for t in sup.list_tools() if t.toolbox == "raw"]
-        assert names == ["mcp_raw_first", "mcp_raw_probe", "mcp_raw_garbage", "mcp_raw_malformed",
-                         "mcp_raw_crash"]  # both pages, in order
+        assert names == [
+            "mcp_raw_first",
+            "mcp_raw_probe",
+            "mcp_raw_garbage",
+            "mcp_raw_malformed",
+            "mcp_raw_crash",
+        ]  # both pages, in order
         first = await sup.call("mcp_raw_first", {"n": 1})
         assert first.data == "first {'name': 'first', 'arguments': {'n': 1}}"
         probe = await sup.call("mcp_raw_probe", {})
@@ -347,14 +361,21 @@ def test_lines_are_classified() -> None:
     assert isinstance(err, Response) and err.error == {"code": -1, "message": "no"}
     assert parse_line(b'{"jsonrpc":"2.0","id":"x","method":"ping"}') == Request("x", "ping", {})
     assert parse_line(b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}') == Notification(
-        "notifications/tools/list_changed", {})
-    for bad, reason in ((b"hello", "not JSON"), (b"[1]", "not a JSON-RPC object"), (b'{"id":1}', "jsonrpc"),
-                        (b'{"jsonrpc":"2.0","id":"s","result":{}}', "not one of ours")):
+        "notifications/tools/list_changed", {}
+    )
+    for bad, reason in (
+        (b"hello", "not JSON"),
+        (b"[1]", "not a JSON-RPC object"),
+        (b'{"id":1}', "jsonrpc"),
+        (b'{"jsonrpc":"2.0","id":"s","result":{}}', "not one of ours"),
+    ):
         got = parse_line(bad)
         assert isinstance(got, Garbage) and reason in got.reason, (bad, got)
     # Our id but a bad shape: the request it answers fails at once, saying why.
-    for bad, reason in ((b'{"jsonrpc":"2.0","id":1,"result":5}', "not an object"),
-                        (b'{"jsonrpc":"2.0","id":1,"error":"x"}', "code and message")):
+    for bad, reason in (
+        (b'{"jsonrpc":"2.0","id":1,"result":5}', "not an object"),
+        (b'{"jsonrpc":"2.0","id":1,"error":"x"}', "code and message"),
+    ):
         got = parse_line(bad)
         assert isinstance(got, Response) and got.id == 1 and reason in (got.malformed or ""), (bad, got)
 
@@ -372,35 +393,60 @@ def test_content_maps_to_a_result(tmp_path: Path) -> None:
     """Every kind of content is passed on: images, audio and embedded resources as attachments of their type (a
     resource keeps its uri), resource links as links; what cannot be used becomes a note."""
     sink = AttachmentSink(str(tmp_path))
-    result = to_result({"content": [
-        {"type": "text", "text": "hello"},
-        {"type": "image", "mimeType": "image/png", "data": PNG_B64},
-        {"type": "image", "mimeType": "image/svg+xml", "data": "PHN2Zz4="},
-        {"type": "resource_link", "uri": "file:///a.txt", "name": "a.txt", "mimeType": "text/plain"},
-        {"type": "resource", "resource": {"uri": "mem://x", "text": "inside"}},
-        {"type": "resource", "resource": {"uri": "mem://doc.pdf", "mimeType": "application/pdf",
-                                          "blob": "JVBERi0xLjQ="}},
-        {"type": "audio", "mimeType": "audio/wav", "data": "UklGRgAAAABXQVZF"},
-        {"type": "audio", "mimeType": "audio/wav", "data": "not base64!"},
-        {"type": "image", "data": PNG_B64},
-    ], "isError": True}, tool="t", stem="t-1", sink=sink, output_cap=1 << 20)
+    result = to_result(
+        {
+            "content": [
+                {"type": "text", "text": "hello"},
+                {"type": "image", "mimeType": "image/png", "data": PNG_B64},
+                {"type": "image", "mimeType": "image/svg+xml", "data": "PHN2Zz4="},
+                {"type": "resource_link", "uri": "file:///a.txt", "name": "a.txt", "mimeType": "text/plain"},
+                {"type": "resource", "resource": {"uri": "mem://x", "text": "inside"}},
+                {
+                    "type": "resource",
+                    "resource": {"uri": "mem://doc.pdf", "mimeType": "application/pdf", "blob": "JVBERi0xLjQ="},
+                },
+                {"type": "audio", "mimeType": "audio/wav", "data": "UklGRgAAAABXQVZF"},
+                {"type": "audio", "mimeType": "audio/wav", "data": "not base64!"},
+                {"type": "image", "data": PNG_B64},
+            ],
+            "isError": True,
+        },
+        tool="t",
+        stem="t-1",
+        sink=sink,
+        output_cap=1 << 20,
+    )
     assert result.status == "failed"
     lines = text(result).splitlines()
     assert lines[0] == "hello"
-    assert lines[1:8] == ["[image/png attached]", "[image/svg+xml attached]", "[resource link a.txt: file:///a.txt]",
-                          "[text/plain attached: mem://x]", "[application/pdf attached: mem://doc.pdf]",
-                          "[audio/wav attached]", "[audio not attached: its data is not valid base64]"]
+    assert lines[1:8] == [
+        "[image/png attached]",
+        "[image/svg+xml attached]",
+        "[resource link a.txt: file:///a.txt]",
+        "[text/plain attached: mem://x]",
+        "[application/pdf attached: mem://doc.pdf]",
+        "[audio/wav attached]",
+        "[audio not attached: its data is not valid base64]",
+    ]
     assert lines[8] == "[image not attached: it has no usable mimeType]"
     kinds = [(a.media_type, a.uri, (tmp_path / a.path).read_bytes()[:4]) for a in result.attachments]
-    assert kinds == [("image/png", None, b"\x89PNG"), ("image/svg+xml", None, b"<svg"),
-                     ("text/plain", "mem://x", b"insi"), ("application/pdf", "mem://doc.pdf", b"%PDF"),
-                     ("audio/wav", None, b"RIFF")]
+    assert kinds == [
+        ("image/png", None, b"\x89PNG"),
+        ("image/svg+xml", None, b"<svg"),
+        ("text/plain", "mem://x", b"insi"),
+        ("application/pdf", "mem://doc.pdf", b"%PDF"),
+        ("audio/wav", None, b"RIFF"),
+    ]
     [link] = result.links
     assert (link.uri, link.name, link.mime_type) == ("file:///a.txt", "a.txt", "text/plain")
-    only_structured = to_result({"content": [], "structuredContent": {"k": [1]}}, tool="t", stem="s", sink=sink,
-                                output_cap=1 << 20)
+    only_structured = to_result(
+        {"content": [], "structuredContent": {"k": [1]}}, tool="t", stem="s", sink=sink, output_cap=1 << 20
+    )
     assert (only_structured.status, only_structured.data, only_structured.structured) == (
-        "passed", '{"k": [1]}', {"k": [1]})
+        "passed",
+        '{"k": [1]}',
+        {"k": [1]},
+    )
     cut = to_result({"content": [{"type": "text", "text": "x" * 100}]}, tool="t", stem="s", sink=sink, output_cap=10)
     assert cut.truncated and cut.data == "x" * 10
 
@@ -425,8 +471,10 @@ async def test_the_npm_everything_server_runs_under_the_shipped_strict_policy(sa
 
     strict = yaml.safe_load(STRICT.read_text())
     settings = {k: v for k, v in strict.items() if k not in ("agents", "state_dir")}
-    server = {"tag": "McpSimpleBinary", "contents": {"name": "everything", "executable": EVERYTHING_SERVER,
-                                                     "args": ["stdio"]}}
+    server = {
+        "tag": "McpSimpleBinary",
+        "contents": {"name": "everything", "executable": EVERYTHING_SERVER, "args": ["stdio"]},
+    }
     path = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[server])}, **settings)
     async with Supervisor.open(path) as sup:
         assert sup.load_errors() == []
@@ -451,8 +499,10 @@ async def test_the_npm_filesystem_server_serves_only_what_it_is_granted(sandbox_
     secret = sandbox_tmp / "secret.txt"
     secret.write_text("top secret")
     secret.chmod(0o644)
-    server = {"tag": "McpSimpleBinary", "contents": {"name": "files", "executable": FILESYSTEM_SERVER,
-                                                     "args": [str(project)]}}
+    server = {
+        "tag": "McpSimpleBinary",
+        "contents": {"name": "files", "executable": FILESYSTEM_SERVER, "args": [str(project)]},
+    }
     # The default limits, unchanged: the worker's cgroup bounds its memory, so Node gets no RLIMIT_AS to trip on.
     path = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[server])})
     async with Supervisor.open(path) as sup:

@@ -12,8 +12,11 @@ import pytest
 from toolboxes.openapi import Resolver, SpecError, build_operations, build_request, load_spec, operation_name
 
 FIXTURES = Path("/work/shared/fixtures/openapi")
-ALL_SPECS = [*sorted(p for p in FIXTURES.glob("*.*") if p.suffix in {".json", ".yaml", ".yml"}),
-             FIXTURES / "v2-petstore-separate" / "spec" / "swagger.json", FIXTURES / "v2-circular" / "circular.yaml"]
+ALL_SPECS = [
+    *sorted(p for p in FIXTURES.glob("*.*") if p.suffix in {".json", ".yaml", ".yml"}),
+    FIXTURES / "v2-petstore-separate" / "spec" / "swagger.json",
+    FIXTURES / "v2-circular" / "circular.yaml",
+]
 
 
 def _ops(path: Path) -> tuple[dict, list[dict[str, str]], Resolver]:
@@ -38,14 +41,23 @@ def test_names_follow_the_spec_rule() -> None:
     ops, _, _ = _ops(FIXTURES / "v3.0-petstore.yaml")
     assert sorted(ops) == ["openapi_tb_createPets", "openapi_tb_listPets", "openapi_tb_showPetById"]
     ops, _, _ = _ops(FIXTURES / "v2-circular" / "circular.yaml")
-    assert sorted(ops) == ["openapi_tb_get__parent", "openapi_tb_get__person", "openapi_tb_get__pet",
-                           "openapi_tb_get__thing"]
+    assert sorted(ops) == [
+        "openapi_tb_get__parent",
+        "openapi_tb_get__person",
+        "openapi_tb_get__pet",
+        "openapi_tb_get__thing",
+    ]
 
 
-@pytest.mark.parametrize(("json_file", "yaml_file"), [
-    ("v2-petstore.json", "v2-petstore.yaml"), ("v3.0-petstore.json", "v3.0-petstore.yaml"),
-    ("v3.0-petstore-expanded.json", "v3.0-petstore-expanded.yaml"),
-    ("v3.0-callback-example.json", "v3.0-callback-example.yaml")])
+@pytest.mark.parametrize(
+    ("json_file", "yaml_file"),
+    [
+        ("v2-petstore.json", "v2-petstore.yaml"),
+        ("v3.0-petstore.json", "v3.0-petstore.yaml"),
+        ("v3.0-petstore-expanded.json", "v3.0-petstore-expanded.yaml"),
+        ("v3.0-callback-example.json", "v3.0-callback-example.yaml"),
+    ],
+)
 def test_json_and_yaml_give_the_same_tools(json_file: str, yaml_file: str) -> None:
     a, _, _ = _ops(FIXTURES / json_file)
     b, _, _ = _ops(FIXTURES / yaml_file)
@@ -56,8 +68,11 @@ def test_swagger2_parameters_and_bodies() -> None:
     ops, _, _ = _ops(FIXTURES / "v2-petstore-expanded.yaml")
     find = ops["openapi_tb_findPets"].input_schema
     assert find["properties"]["tags"]["type"] == "array"
-    assert find["properties"]["limit"] == {"type": "integer", "format": "int32",
-                                           "description": "maximum number of results to return"}
+    assert find["properties"]["limit"] == {
+        "type": "integer",
+        "format": "int32",
+        "description": "maximum number of results to return",
+    }
     add = ops["openapi_tb_addPet"].input_schema
     assert add["required"] == ["body"]
     body = add["properties"]["body"]

@@ -5,15 +5,18 @@ check URL-encoding, headers and bodies on the wire."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from supervisor import Supervisor
 from tests._policies import agent, write_policy
 from tests.toolboxes._api_server import Answer, ApiServer, Seen, serve_api
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
 
 pytestmark = pytest.mark.root
 
@@ -27,16 +30,33 @@ FILE_SPEC = {
     "paths": {
         "/files/{name}": {
             "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
-            "get": {"operationId": "files.get", "parameters": [
-                {"name": "q", "in": "query", "schema": {"type": "string"}},
-                {"name": "tags", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}},
-                {"name": "name", "in": "query", "schema": {"type": "string"}},
-                {"name": "X-Trace", "in": "header", "schema": {"type": "string"}}],
-                "responses": {"200": {"description": "ok"}}},
+            "get": {
+                "operationId": "files.get",
+                "parameters": [
+                    {"name": "q", "in": "query", "schema": {"type": "string"}},
+                    {"name": "tags", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}},
+                    {"name": "name", "in": "query", "schema": {"type": "string"}},
+                    {"name": "X-Trace", "in": "header", "schema": {"type": "string"}},
+                ],
+                "responses": {"200": {"description": "ok"}},
+            },
         },
-        "/forms": {"post": {"requestBody": {"required": True, "content": {"application/x-www-form-urlencoded": {
-            "schema": {"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "integer"}}}}}},
-            "responses": {"200": {"description": "ok"}}}},
+        "/forms": {
+            "post": {
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/x-www-form-urlencoded": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {"a": {"type": "string"}, "n": {"type": "integer"}},
+                            }
+                        }
+                    },
+                },
+                "responses": {"200": {"description": "ok"}},
+            }
+        },
         "/big": {"get": {"operationId": "big", "responses": {"200": {"description": "ok"}}}},
     },
 }
@@ -71,28 +91,53 @@ async def env(api: ApiServer, sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
     (sandbox_tmp / "specs").mkdir()
     (sandbox_tmp / "specs" / "files.json").write_text(json.dumps(FILE_SPEC))
     toolboxes = [
-        {"tag": "OpenAPIServer", "contents": {"Name": "pets", "SpecUrl": f"{api.url}/openapi.json",
-                                              "BaseUrl": api.url, "Headers": {"X-Api-Version": "v1"},
-                                              "Token": "${OPENAPI_TEST_TOKEN}"}},
-        {"tag": "OpenAPIServer", "contents": {"Name": "files", "SpecUrl": str(sandbox_tmp / "specs" / "files.json"),
-                                              "BaseUrl": f"{api.url}/v2/"}},
+        {
+            "tag": "OpenAPIServer",
+            "contents": {
+                "Name": "pets",
+                "SpecUrl": f"{api.url}/openapi.json",
+                "BaseUrl": api.url,
+                "Headers": {"X-Api-Version": "v1"},
+                "Token": "${OPENAPI_TEST_TOKEN}",
+            },
+        },
+        {
+            "tag": "OpenAPIServer",
+            "contents": {
+                "Name": "files",
+                "SpecUrl": str(sandbox_tmp / "specs" / "files.json"),
+                "BaseUrl": f"{api.url}/v2/",
+            },
+        },
         # 127.0.0.2 is loopback but not one of the names the proxy lets reach loopback: refused, no packet sent
-        {"tag": "OpenAPIServer", "contents": {"Name": "elsewhere",
-                                              "SpecUrl": str(sandbox_tmp / "specs" / "files.json"),
-                                              "BaseUrl": f"http://127.0.0.2:{api.port}"}},
-        {"tag": "OpenAPIServer", "contents": {"Name": "nospec", "SpecUrl": f"http://127.0.0.2:{api.port}/x.json",
-                                              "BaseUrl": api.url}},
+        {
+            "tag": "OpenAPIServer",
+            "contents": {
+                "Name": "elsewhere",
+                "SpecUrl": str(sandbox_tmp / "specs" / "files.json"),
+                "BaseUrl": f"http://127.0.0.2:{api.port}",
+            },
+        },
+        {
+            "tag": "OpenAPIServer",
+            "contents": {"Name": "nospec", "SpecUrl": f"http://127.0.0.2:{api.port}/x.json", "BaseUrl": api.url},
+        },
     ]
-    policy = write_policy(sandbox_tmp, {"tester": agent(openApiToolboxes=toolboxes)},
-                          limits={"output_bytes": 100_000, "wall_time_s": 20})
+    policy = write_policy(
+        sandbox_tmp, {"tester": agent(openApiToolboxes=toolboxes)}, limits={"output_bytes": 100_000, "wall_time_s": 20}
+    )
     async with Supervisor.open(policy) as sup:
         yield Env(sup, api)
 
 
 async def test_tools_are_named_from_the_spec(env: Env) -> None:
     names = {t.name for t in env.sup.list_tools()}
-    assert {"openapi_pets_findPets", "openapi_pets_addPet", "openapi_pets_find_pet_by_id",
-            "openapi_pets_deletePet"} <= names
+    assert {
+        "openapi_pets_findPets",
+        "openapi_pets_addPet",
+        "openapi_pets_find_pet_by_id",
+        "openapi_pets_deletePet",
+    } <= names
     assert {"openapi_files_files_get", "openapi_files_post__forms", "openapi_files_big"} <= names
     tool = next(t for t in env.sup.list_tools() if t.name == "openapi_files_files_get")
     # "name" is both a path and a query parameter: prefixed with the location only for that clash
@@ -111,8 +156,9 @@ async def test_query_path_headers_and_token_on_the_wire(env: Env) -> None:
     assert seen.headers["x-api-version"] == "v1"
     assert dict(result.metadata)["state_effect"] == "read"
 
-    result = await env.sup.call("openapi_files_files_get", {
-        "path_name": "../etc/passwd?#", "query_name": "ü+%", "q": "x y", "X-Trace": "t-1"})
+    result = await env.sup.call(
+        "openapi_files_files_get", {"path_name": "../etc/passwd?#", "query_name": "ü+%", "q": "x y", "X-Trace": "t-1"}
+    )
     assert result.status == "passed", result
     seen = env.api.api_requests()[-1]
     assert seen.target == "/v2/files/..%2Fetc%2Fpasswd%3F%23?q=x%20y&name=%C3%BC%2B%25"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 import jsonschema
@@ -20,6 +20,9 @@ from tests._policies import agent, write_policy
 from tests.toolboxes._api_server import Answer, ApiServer, Seen, serve_api
 from toolboxes.openapi import Resolver
 from toolboxes.postgrest import FILTER_PATTERN, build_request, build_tools
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
 
 FIXTURES = Path("/work/shared/fixtures/postgrest")
 TODOS = json.loads((FIXTURES / "supabase-mcp-todos.swagger.json").read_text())
@@ -39,8 +42,13 @@ def _with_rpc() -> dict:
     assert get_args and post_schema
     doc["paths"]["/rpc/varied_arguments_openapi"] = {
         "get": {"parameters": get_args, "summary": "An RPC function", "responses": {"200": {"description": "OK"}}},
-        "post": {"parameters": [{"name": "args", "in": "body", "required": True, "schema": post_schema},
-                                {"$ref": "#/parameters/preferParams"}], "responses": {"200": {"description": "OK"}}},
+        "post": {
+            "parameters": [
+                {"name": "args", "in": "body", "required": True, "schema": post_schema},
+                {"$ref": "#/parameters/preferParams"},
+            ],
+            "responses": {"200": {"description": "OK"}},
+        },
     }
     return doc
 
@@ -54,8 +62,13 @@ def _tools(doc: dict, methods: list[str]) -> dict:
 def test_tool_names_per_allowed_method() -> None:
     assert sorted(_tools(TODOS, ["GET"])) == ["postgrest_db_get_todos"]
     assert sorted(_tools(_with_rpc(), ["GET", "POST", "PATCH", "DELETE"])) == [
-        "postgrest_db_delete_todos", "postgrest_db_get_rpc_varied_arguments_openapi", "postgrest_db_get_todos",
-        "postgrest_db_patch_todos", "postgrest_db_post_rpc_varied_arguments_openapi", "postgrest_db_post_todos"]
+        "postgrest_db_delete_todos",
+        "postgrest_db_get_rpc_varied_arguments_openapi",
+        "postgrest_db_get_todos",
+        "postgrest_db_patch_todos",
+        "postgrest_db_post_rpc_varied_arguments_openapi",
+        "postgrest_db_post_todos",
+    ]
 
 
 def test_schemas_follow_the_row_filters_and_definitions() -> None:
@@ -78,8 +91,7 @@ def test_schemas_follow_the_row_filters_and_definitions() -> None:
     rpc_get = tools["postgrest_db_get_rpc_varied_arguments_openapi"].input_schema["properties"]["args"]
     assert "double" in rpc_get["required"] and rpc_get["properties"]["integer"]["type"] == "integer"
     rpc_post = tools["postgrest_db_post_rpc_varied_arguments_openapi"].input_schema["properties"]["body"]
-    assert rpc_post["properties"]["int_arr"] == {"type": "array", "format": "integer[]",
-                                                  "items": {"type": "integer"}}
+    assert rpc_post["properties"]["int_arr"] == {"type": "array", "format": "integer[]", "items": {"type": "integer"}}
 
 
 def test_arguments_are_checked_against_the_grammar() -> None:
@@ -97,21 +109,34 @@ def test_arguments_are_checked_against_the_grammar() -> None:
 
 def test_requests_follow_the_query_grammar_url_encoded() -> None:
     tools = _tools(_with_rpc(), ["GET", "POST", "PATCH", "DELETE"])
-    req = build_request(tools["postgrest_db_get_todos"], {
-        "filters": {"title": "like.*a b&c=d#%+*", "id": ["gte.1", "lt.10"], "or": "(is_completed.is.true,id.eq.3)"},
-        "subset": {"limit": 5, "offset": 10, "columns": "id,title"}, "ranking": {"order": "due_date.desc.nullslast"}},
-        "http://127.0.0.1:3000/")
+    req = build_request(
+        tools["postgrest_db_get_todos"],
+        {
+            "filters": {"title": "like.*a b&c=d#%+*", "id": ["gte.1", "lt.10"], "or": "(is_completed.is.true,id.eq.3)"},
+            "subset": {"limit": 5, "offset": 10, "columns": "id,title"},
+            "ranking": {"order": "due_date.desc.nullslast"},
+        },
+        "http://127.0.0.1:3000/",
+    )
     assert req.method == "GET"
-    assert req.url == ("http://127.0.0.1:3000/todos?title=like.*a%20b%26c%3Dd%23%25%2B*&id=gte.1&id=lt.10"
-                       "&or=(is_completed.is.true,id.eq.3)&select=id,title&order=due_date.desc.nullslast"
-                       "&limit=5&offset=10")
+    assert req.url == (
+        "http://127.0.0.1:3000/todos?title=like.*a%20b%26c%3Dd%23%25%2B*&id=gte.1&id=lt.10"
+        "&or=(is_completed.is.true,id.eq.3)&select=id,title&order=due_date.desc.nullslast"
+        "&limit=5&offset=10"
+    )
     assert parse_qsl(urlsplit(req.url).query)[0] == ("title", "like.*a b&c=d#%+*")
     req = build_request(tools["postgrest_db_post_todos"], {"body": [{"title": "a"}, {"title": "b"}]}, "http://h/")
-    assert (req.method, req.url, json.loads(req.content or b"")) == ("POST", "http://h/todos",
-                                                                     [{"title": "a"}, {"title": "b"}])
+    assert (req.method, req.url, json.loads(req.content or b"")) == (
+        "POST",
+        "http://h/todos",
+        [{"title": "a"}, {"title": "b"}],
+    )
     assert req.headers["Prefer"] == "return=representation"
-    req = build_request(tools["postgrest_db_get_rpc_varied_arguments_openapi"],
-                        {"args": {"double": 1.5, "boolean": True, "varchar": "x y"}}, "http://h")
+    req = build_request(
+        tools["postgrest_db_get_rpc_varied_arguments_openapi"],
+        {"args": {"double": 1.5, "boolean": True, "varchar": "x y"}},
+        "http://h",
+    )
     assert req.url == "http://h/rpc/varied_arguments_openapi?double=1.5&boolean=true&varchar=x%20y"
 
 
@@ -123,6 +148,7 @@ def test_a_description_that_is_not_postgrest_is_a_clear_error() -> None:
 
 
 # --- end to end ------------------------------------------------------------------------------------------------
+
 
 def _answer(seen: Seen) -> Answer:
     if seen.method == "GET":
@@ -142,10 +168,20 @@ def api() -> Iterator[ApiServer]:
 
 @pytest.fixture
 async def sup(api: ApiServer, sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
-    toolboxes = [{"tag": "PostgRESTServer", "contents": {"SpecUrl": f"{api.url}/", "BaseUrl": api.url,
-                                                         "AllowedMethods": ["GET", "POST", "PATCH", "DELETE"]}},
-                 {"tag": "PostgRESTServer", "contents": {"SpecUrl": f"http://localhost:{api.port}/",
-                                                         "BaseUrl": f"http://localhost:{api.port}"}}]
+    toolboxes = [
+        {
+            "tag": "PostgRESTServer",
+            "contents": {
+                "SpecUrl": f"{api.url}/",
+                "BaseUrl": api.url,
+                "AllowedMethods": ["GET", "POST", "PATCH", "DELETE"],
+            },
+        },
+        {
+            "tag": "PostgRESTServer",
+            "contents": {"SpecUrl": f"http://localhost:{api.port}/", "BaseUrl": f"http://localhost:{api.port}"},
+        },
+    ]
     policy = write_policy(sandbox_tmp, {"tester": agent(postgrestToolboxes=toolboxes)}, strict=True)
     async with Supervisor.open(policy) as s:
         yield s
@@ -157,8 +193,10 @@ async def test_postgrest_end_to_end(sup: Supervisor, api: ApiServer) -> None:
     # names from the BaseUrl host; GET only by default
     assert {"postgrest_127_0_0_1_get_todos", "postgrest_127_0_0_1_post_todos", "postgrest_localhost_get_todos"} <= names
     assert "postgrest_localhost_post_todos" not in names
-    result = await sup.call("postgrest_127_0_0_1_get_todos", {"filters": {"title": "ilike.*milk & eggs*"},
-                                                               "subset": {"limit": 2, "columns": "id,title"}})
+    result = await sup.call(
+        "postgrest_127_0_0_1_get_todos",
+        {"filters": {"title": "ilike.*milk & eggs*"}, "subset": {"limit": 2, "columns": "id,title"}},
+    )
     assert result.status == "passed", result
     assert result.summary == "HTTP 200" and result.structured == [{"id": 1, "title": "a"}]
     seen = api.api_requests()[-1]

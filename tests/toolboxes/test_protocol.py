@@ -12,14 +12,17 @@ from toolboxes._result import Attachment, ToolResult
 
 
 def test_round_trip_in_arbitrary_chunks() -> None:
-    messages = [{"t": "hello", "protocol": 1, "tools": []}, {"t": "result", "id": 7, "result": {"status": "passed"}},
-                {"t": "event", "event": {"kind": "x"}}]
+    messages = [
+        {"t": "hello", "protocol": 1, "tools": []},
+        {"t": "result", "id": 7, "result": {"status": "passed"}},
+        {"t": "event", "event": {"kind": "x"}},
+    ]
     data = b"".join(encode(m) for m in messages)
     for size in (1, 2, 3, 7, len(data)):
         decoder = FrameDecoder("to_supervisor")
         out = []
         for i in range(0, len(data), size):
-            out.extend(decoder.feed(data[i:i + size]))
+            out.extend(decoder.feed(data[i : i + size]))
         assert out == messages
 
 
@@ -35,15 +38,18 @@ def test_oversized_frame_is_refused_before_it_is_buffered() -> None:
         list(decoder.feed(encode({"t": "event", "event": {"x": "y" * 4096}})))
 
 
-@pytest.mark.parametrize(("direction", "message", "why"), [
-    ("to_supervisor", {"t": "call", "id": 1, "tool": "x", "args": {}, "ctx": {}}, "unexpected message type"),
-    ("to_worker", {"t": "hello", "protocol": 1, "tools": []}, "unexpected message type"),
-    ("to_supervisor", {"t": "result", "id": 1}, "lacks result"),
-    ("to_supervisor", {"t": "result", "id": "1", "result": {}}, "id must be an integer"),
-    ("to_supervisor", {"t": "result", "id": True, "result": {}}, "id must be an integer"),
-    ("to_worker", {"t": "call", "id": 1, "tool": "x"}, "lacks args, ctx"),
-    ("to_supervisor", {"no": "type"}, "unexpected message type"),
-])
+@pytest.mark.parametrize(
+    ("direction", "message", "why"),
+    [
+        ("to_supervisor", {"t": "call", "id": 1, "tool": "x", "args": {}, "ctx": {}}, "unexpected message type"),
+        ("to_worker", {"t": "hello", "protocol": 1, "tools": []}, "unexpected message type"),
+        ("to_supervisor", {"t": "result", "id": 1}, "lacks result"),
+        ("to_supervisor", {"t": "result", "id": "1", "result": {}}, "id must be an integer"),
+        ("to_supervisor", {"t": "result", "id": True, "result": {}}, "id must be an integer"),
+        ("to_worker", {"t": "call", "id": 1, "tool": "x"}, "lacks args, ctx"),
+        ("to_supervisor", {"no": "type"}, "unexpected message type"),
+    ],
+)
 def test_wrong_messages_for_the_direction(direction: str, message: dict, why: str) -> None:
     with pytest.raises(ProtocolError, match=why):
         list(FrameDecoder(direction).feed(encode(message)))
@@ -74,10 +80,14 @@ def test_result_wire_round_trip_and_refusals() -> None:
     result = ToolResult.json({"a": 1}, summary="s", truncated=True, attachments=[Attachment("image/png", "x.png")])
     result.with_meta("state_effect", "read")
     assert ToolResult.from_wire(result.to_wire()) == result
-    for bad, why in [({"status": "ok"}, "status must be one of"), ({"status": "passed", "data": 3}, "data must be"),
-                     ({"status": "passed", "metadata": [["k"]]}, "metadata"),
-                     ({"status": "passed", "attachments": [{"path": "x"}]}, "attachments"),
-                     ({"status": "passed", "extra": 1}, "unknown keys"), ([], "must be a map")]:
+    for bad, why in [
+        ({"status": "ok"}, "status must be one of"),
+        ({"status": "passed", "data": 3}, "data must be"),
+        ({"status": "passed", "metadata": [["k"]]}, "metadata"),
+        ({"status": "passed", "attachments": [{"path": "x"}]}, "attachments"),
+        ({"status": "passed", "extra": 1}, "unknown keys"),
+        ([], "must be a map"),
+    ]:
         with pytest.raises(ValueError, match=why):
             ToolResult.from_wire(bad)
 

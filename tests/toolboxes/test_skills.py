@@ -6,9 +6,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,6 +21,9 @@ from toolboxes.skills import (
 )
 
 from .test_bash import FakeChannel, describe_json, write_script
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 PDF_SKILL = """---
 name: pdf-processing
@@ -39,17 +41,29 @@ This skill provides tools for working with PDF documents.
 """
 
 
-def make_skill(root: Path, folder: str, skill_md: str, scripts: dict[str, str] | None = None,
-               references: dict[str, str] | None = None) -> Path:
+def make_skill(
+    root: Path,
+    folder: str,
+    skill_md: str,
+    scripts: dict[str, str] | None = None,
+    references: dict[str, str] | None = None,
+) -> Path:
     skill = root / folder
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(skill_md)
     for name, slug in (scripts or {}).items():
         (skill / "scripts").mkdir(exist_ok=True)
-        arg = {"name": "file", "description": "the file", "type": "path", "backing_type": "string",
-               "arity": "single", "mode": "positional"}
-        write_script(skill / "scripts", name, describe_json(slug, [arg]),
-                     'echo "$0 on $1 in session $AGENT_SESSION_ID"')
+        arg = {
+            "name": "file",
+            "description": "the file",
+            "type": "path",
+            "backing_type": "string",
+            "arity": "single",
+            "mode": "positional",
+        }
+        write_script(
+            skill / "scripts", name, describe_json(slug, [arg]), 'echo "$0 on $1 in session $AGENT_SESSION_ID"'
+        )
     for rel, text in (references or {}).items():
         path = skill / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,18 +159,28 @@ def test_meta_tools_always_listed_and_script_tools_session_scoped(open_skills: O
     box = open_skills([skills_root])
     assert box.load_errors() == []
     tools = {t.name: t for t in box.tools()}
-    assert set(tools) == {"skill_list", "skill_describe_pdf-processing", "skill_enable_pdf-processing",
-                          "skill_disable_pdf-processing", "skill_pdf-processing_extract-text"}
+    assert set(tools) == {
+        "skill_list",
+        "skill_describe_pdf-processing",
+        "skill_enable_pdf-processing",
+        "skill_disable_pdf-processing",
+        "skill_pdf-processing_extract-text",
+    }
     script = tools["skill_pdf-processing_extract-text"]
     assert script.annotations == {"session_scoped": True, "skill": "pdf-processing"}
     assert script.input_schema["required"] == ["file"]
     assert not tools["skill_enable_pdf-processing"].annotations.get("session_scoped")
     assert [t.name for t in box.tools_for([])] == [
-        "skill_list", "skill_describe_pdf-processing", "skill_enable_pdf-processing", "skill_disable_pdf-processing"]
+        "skill_list",
+        "skill_describe_pdf-processing",
+        "skill_enable_pdf-processing",
+        "skill_disable_pdf-processing",
+    ]
 
 
-def test_the_list_tool_lists_every_skill_and_what_is_enabled_in_the_session(open_skills: Opener,
-                                                                           skills_root: Path) -> None:
+def test_the_list_tool_lists_every_skill_and_what_is_enabled_in_the_session(
+    open_skills: Opener, skills_root: Path
+) -> None:
     # the seed's computeSkillTools: listTool ++ metaTools ++ scriptTools
     make_skill(skills_root, "core", skill_md("core-utils"), scripts={"hello": "hello"})
     make_skill(skills_root, "pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"})
@@ -166,7 +190,8 @@ def test_the_list_tool_lists_every_skill_and_what_is_enabled_in_the_session(open
     assert listed.status == "passed"
     assert [(s["name"], s["enabled"], s["tools"]) for s in listed.structured["skills"]] == [
         ("core-utils", True, ["skill_core-utils_hello"]),
-        ("pdf-processing", True, ["skill_pdf-processing_extract-text"])]
+        ("pdf-processing", True, ["skill_pdf-processing_extract-text"]),
+    ]
     assert [s["enabled"] for s in box.call("skill_list", {}, ctx("s2")).structured["skills"]] == [True, False]
     assert "This skill" not in listed.data and listed.structured["skills"][1]["description"]
 
@@ -211,8 +236,13 @@ def test_auto_enable_skills_are_on_in_every_new_session(open_skills: Opener, ski
 
 
 def test_describe_lists_metadata_instructions_scripts_and_references(open_skills: Opener, skills_root: Path) -> None:
-    make_skill(skills_root, "deep/nested/pdf", PDF_SKILL, scripts={"extract.sh": "extract-text"},
-               references={"references/forms.md": "forms", "references/api/reference.md": "api"})
+    make_skill(
+        skills_root,
+        "deep/nested/pdf",
+        PDF_SKILL,
+        scripts={"extract.sh": "extract-text"},
+        references={"references/forms.md": "forms", "references/api/reference.md": "api"},
+    )
     box = open_skills([skills_root])
     result = box.call("skill_describe_pdf-processing", {}, ctx("s1"))
     assert result.status == "passed"
@@ -250,10 +280,13 @@ def test_bad_skills_and_scripts_are_load_errors_and_the_rest_load(open_skills: O
 
 def test_git_sources_must_arrive_cloned_and_config_is_checked(open_skills: Opener, skills_root: Path) -> None:
     make_skill(skills_root, "good", skill_md("good"))
-    box = open_skills([skills_root], skillSources=[
-        {"tag": "SkillDirectory", "contents": str(skills_root)},
-        {"tag": "SkillGitRepo", "contents": {"url": "file:///srv/skills.git", "subdir": "x"}},
-    ])
+    box = open_skills(
+        [skills_root],
+        skillSources=[
+            {"tag": "SkillDirectory", "contents": str(skills_root)},
+            {"tag": "SkillGitRepo", "contents": {"url": "file:///srv/skills.git", "subdir": "x"}},
+        ],
+    )
     assert "skill_describe_good" in {t.name for t in box.tools()}
     assert "was not cloned by the supervisor" in box.load_errors()[0]["message"]
     with pytest.raises(ConfigError, match="absolute path"):
@@ -322,13 +355,24 @@ def test_added_changed_and_removed_skills_update_the_tools(
     # Changed: a SKILL.md (new description) and a script (new slug).
     replace_text(core / "SKILL.md", skill_md("core-utils", "says hello, revised"))
     pdf_scripts = skills_root / "pdf" / "scripts"
-    arg = {"name": "file", "description": "the file", "type": "path", "backing_type": "string", "arity": "single",
-           "mode": "positional"}
+    arg = {
+        "name": "file",
+        "description": "the file",
+        "type": "path",
+        "backing_type": "string",
+        "arity": "single",
+        "mode": "positional",
+    }
     write_script(pdf_scripts, ".extract.new", describe_json("extract-v2", [arg]), 'echo "v2 on $1"')
     os.replace(pdf_scripts / ".extract.new", pdf_scripts / "extract")
     enable_core = "skill_enable_core-utils"
-    wait_until(channel, lambda: "skill_pdf-tools_extract-v2" in listed()
-               and "revised" in next(t.description for t in box.tools() if t.name == enable_core))
+    wait_until(
+        channel,
+        lambda: (
+            "skill_pdf-tools_extract-v2" in listed()
+            and "revised" in next(t.description for t in box.tools() if t.name == enable_core)
+        ),
+    )
     assert "skill_pdf-tools_extract" not in listed()
     assert {"skill_core-utils_hello", "skill_pdf-tools_extract-v2"} <= listed(on)  # changed skills stay enabled
     assert "skill_pdf-tools_extract-v2" not in listed([])

@@ -7,17 +7,19 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from sandbox._plan import READ, WRITE, FsRule
 from supervisor.plan._sqlite_grants import sqlite_fs_rules
-from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.sqlite import open_toolbox, parse_versioning
 from toolboxes.sqlite._authorizer import classify
 from toolboxes.sqlite._versions import scope_handle
+
+if TYPE_CHECKING:
+    from toolboxes._result import ToolResult
 
 
 def make_db(path: Path, wal: bool = False) -> None:
@@ -25,8 +27,10 @@ def make_db(path: Path, wal: bool = False) -> None:
     if wal:
         conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT, active INT, photo BLOB)")
-    conn.executemany("INSERT INTO users (name, active, photo) VALUES (?, ?, ?)",
-                     [("ann", 1, b"\x00\x01"), ("bob", 0, None), ("cy", 1, None)])
+    conn.executemany(
+        "INSERT INTO users (name, active, photo) VALUES (?, ?, ?)",
+        [("ann", 1, b"\x00\x01"), ("bob", 0, None), ("cy", 1, None)],
+    )
     conn.close()
 
 
@@ -41,8 +45,7 @@ def ctx(conv: str = "c1", turn: str = "t1", call_id: int = 1) -> CallContext:
 
 
 def toolbox(tmp: Path, versioning: dict[str, Any], name: str = "db", **policy: Any) -> Any:
-    return open_toolbox({"Name": name, "Description": "test db", "Versioning": versioning, "policy": policy},
-                        env(tmp))
+    return open_toolbox({"Name": name, "Description": "test db", "Versioning": versioning, "policy": policy}, env(tmp))
 
 
 def q(tb: Any, sql: str, params: Any = None, c: CallContext | None = None, **extra: Any) -> ToolResult:
@@ -93,12 +96,15 @@ def test_read_only_refuses_writes_however_disguised(sandbox_tmp: Path, sql: str)
     conn.close()
 
 
-@pytest.mark.parametrize("sql", [
-    "ATTACH DATABASE '{out}' AS x",
-    "attach '{out}' as x",
-    "VACUUM INTO '{out}'",
-    "/* harmless */ vacuum into '{out}'",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ATTACH DATABASE '{out}' AS x",
+        "attach '{out}' as x",
+        "VACUUM INTO '{out}'",
+        "/* harmless */ vacuum into '{out}'",
+    ],
+)
 def test_read_only_refuses_attach_and_vacuum_into(sandbox_tmp: Path, sql: str) -> None:
     db = sandbox_tmp / "a.db"
     make_db(db)
@@ -175,8 +181,9 @@ def test_row_cap_and_output_cap_set_truncated(sandbox_tmp: Path) -> None:
     assert res.truncated
     assert res.structured["rows"] == [[1], [2]]
     tb = toolbox(sandbox_tmp, {"tag": "SqliteReadOnly", "path": str(db)}, output_bytes=1000)
-    res = q(tb, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 500) "
-                "SELECT printf('%050d', i) FROM n")
+    res = q(
+        tb, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 500) SELECT printf('%050d', i) FROM n"
+    )
     assert res.truncated
     assert 0 < res.structured["rowCount"] < 500
     assert len(res.data or "") < 2000
@@ -238,8 +245,9 @@ def test_versioned_writes_go_to_a_snapshot_and_promote_copies_back(sandbox_tmp: 
     db = sandbox_tmp / "base.db"
     make_db(db, wal=True)
     root = sandbox_tmp / "versions"
-    tb = toolbox(sandbox_tmp, {"tag": "SqliteVersioned", "shared": "conversation", "storageRoot": str(root),
-                               "basePath": str(db)})
+    tb = toolbox(
+        sandbox_tmp, {"tag": "SqliteVersioned", "shared": "conversation", "storageRoot": str(root), "basePath": str(db)}
+    )
     assert [t.name for t in tb.tools()] == ["sqlite_db_query", "sqlite_db_promote"]
     before = db.read_bytes()
     res = q(tb, "SELECT count(*) FROM users")
@@ -259,8 +267,7 @@ def test_versioned_writes_go_to_a_snapshot_and_promote_copies_back(sandbox_tmp: 
     res = q(tb, "INSERT INTO users (name) VALUES ('eli')")
     assert res.structured["versionHandle"] == handle
     # an explicit handle works from another conversation; an unknown one is an error
-    assert q(tb, "SELECT count(*) FROM users", c=ctx(conv="c2"),
-             versionHandle=handle).structured["rows"] == [[5]]
+    assert q(tb, "SELECT count(*) FROM users", c=ctx(conv="c2"), versionHandle=handle).structured["rows"] == [[5]]
     bad = q(tb, "SELECT 1", versionHandle="conversation-" + "0" * 24)
     assert bad.status == "error"
     assert "unknown versionHandle" in (bad.summary or "")
@@ -328,12 +335,15 @@ def test_classify_is_decided_by_action_not_text() -> None:
 def test_grants_state_each_mode() -> None:
     present = {"/d/a.db-wal", "/d/a.db-shm"}
     assert sqlite_fs_rules({"tag": "SqliteReadOnly", "path": "/d/a.db"}, present.__contains__) == [
-        FsRule("/d/a.db", READ), FsRule("/d/a.db-wal", READ), FsRule("/d/a.db-shm", READ)]
-    assert sqlite_fs_rules({"tag": "SqliteReadOnly", "path": "/d/a.db"}, lambda p: False) == [
-        FsRule("/d/a.db", READ)]
+        FsRule("/d/a.db", READ),
+        FsRule("/d/a.db-wal", READ),
+        FsRule("/d/a.db-shm", READ),
+    ]
+    assert sqlite_fs_rules({"tag": "SqliteReadOnly", "path": "/d/a.db"}, lambda p: False) == [FsRule("/d/a.db", READ)]
     assert sqlite_fs_rules({"tag": "SqliteReadWrite", "path": "/d/a.db"}) == [FsRule("/d", WRITE)]
-    assert sqlite_fs_rules({"tag": "SqliteVersioned", "shared": "turn", "storageRoot": "/v",
-                            "basePath": "/d/a.db"}) == [FsRule("/d", WRITE), FsRule("/v", WRITE)]
+    assert sqlite_fs_rules(
+        {"tag": "SqliteVersioned", "shared": "turn", "storageRoot": "/v", "basePath": "/d/a.db"}
+    ) == [FsRule("/d", WRITE), FsRule("/v", WRITE)]
     with pytest.raises(ValueError, match="absolute"):
         sqlite_fs_rules({"tag": "SqliteReadOnly", "path": "a.db"})
 
@@ -345,8 +355,7 @@ def _confined_child(rules: list[FsRule], sql_calls: list[tuple[str, dict[str, An
     abi = landlock_abi()
     if abi < 1:
         pytest.skip("Landlock is not available on this kernel")
-    system = [FsRule(p, READ) for p in ("/usr", "/lib", "/lib64", "/etc", "/opt", "/proc", "/dev")
-              if os.path.exists(p)]
+    system = [FsRule(p, READ) for p in ("/usr", "/lib", "/lib64", "/etc", "/opt", "/proc", "/dev") if os.path.exists(p)]
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never return into pytest
@@ -390,7 +399,8 @@ def _confined_child(rules: list[FsRule], sql_calls: list[tuple[str, dict[str, An
 @pytest.mark.root
 @pytest.mark.parametrize("keep_writer_open", [True, False])
 def test_read_only_under_landlock_reads_wal_and_the_kernel_refuses_writes(
-        sandbox_tmp: Path, keep_writer_open: bool) -> None:
+    sandbox_tmp: Path, keep_writer_open: bool
+) -> None:
     db = sandbox_tmp / "a.db"
     make_db(db, wal=True)
     writer = sqlite3.connect(db, isolation_level=None)
@@ -401,10 +411,13 @@ def test_read_only_under_landlock_reads_wal_and_the_kernel_refuses_writes(
         assert not os.path.exists(str(db) + "-wal")
     (sandbox_tmp / "other.txt").write_text("not granted")
     versioning = {"tag": "SqliteReadOnly", "path": str(db)}
-    out = _confined_child(sqlite_fs_rules(versioning), [
-        (versioning, {"sql": "SELECT count(*) FROM users"}),
-        (versioning, {"sql": "INSERT INTO users (name) VALUES ('eve')"}),
-    ])
+    out = _confined_child(
+        sqlite_fs_rules(versioning),
+        [
+            (versioning, {"sql": "SELECT count(*) FROM users"}),
+            (versioning, {"sql": "INSERT INTO users (name) VALUES ('eve')"}),
+        ],
+    )
     read, write, *raw = out
     assert raw[-1] == {"outside_read": None}, "the child was not confined"
     assert read["status"] == "passed", read
@@ -424,8 +437,11 @@ def test_example_agent_toolboxes_work_on_the_generated_databases(sandbox_tmp: Pa
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, str(repo / "scripts" / "make_example_dbs.py"),
-                    str(sandbox_tmp / "sqlite-example")], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(repo / "scripts" / "make_example_dbs.py"), str(sandbox_tmp / "sqlite-example")],
+        check=True,
+        capture_output=True,
+    )
     agent = json.loads((repo / "policies" / "agents" / "sqlite-example.json").read_text())
     boxes = {b["contents"]["Name"]: b["contents"] for b in agent["contents"]["builtinToolboxes"]}
     assert set(boxes) == {"shared_working_memory", "analytics"}

@@ -9,8 +9,7 @@ import resource
 import signal
 import threading
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import wasmtime
@@ -27,6 +26,9 @@ from toolboxes.wasm._file_size import FileSizeLimit, plan_file_size_limit
 from toolboxes.wasm._result_map import to_tool_result
 from toolboxes.wasm._sidecar import parse_sidecar
 from toolboxes.wasm._toolbox import NO_NETWORK
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class _Channel:
@@ -52,20 +54,28 @@ def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 def _open(dirs: tuple[Path, Path, Path], **config: Any) -> Any:
     work, state, components = dirs
-    entry = {"Name": "t", "Path": str(components), "MaxExecutionTimeSeconds": 0.3,
-             "policy": {"watch_interval_s": 0}, **config}
+    entry = {
+        "Name": "t",
+        "Path": str(components),
+        "MaxExecutionTimeSeconds": 0.3,
+        "policy": {"watch_interval_s": 0},
+        **config,
+    }
     return open_toolbox(entry, WorkerEnv("t", str(work), str(state), _Channel()))  # type: ignore[arg-type]
 
 
 # -- config and sidecar --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("entry", "message"), [
-    ({"Path": "/x"}, "Name: expected a non-empty string"),
-    ({"Name": "t", "Path": "relative"}, "Path: expected an absolute path"),
-    ({"Name": "t", "Path": "/x", "MaxMemoryMB": 0}, "MaxMemoryMB: expected a positive number"),
-    ({"Name": "t", "Path": "/x", "MaxExecutionTimeSeconds": float("inf")}, "MaxExecutionTimeSeconds"),
-    ({"Name": "t", "Path": "/x", "FileSandbox": {"fsbMaxFileSize": 1}}, "FileSandbox"),
-    ({"Name": "t", "Path": "/x", "AllowedHosts": "a.test"}, "AllowedHosts: expected a list"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"Path": "/x"}, "Name: expected a non-empty string"),
+        ({"Name": "t", "Path": "relative"}, "Path: expected an absolute path"),
+        ({"Name": "t", "Path": "/x", "MaxMemoryMB": 0}, "MaxMemoryMB: expected a positive number"),
+        ({"Name": "t", "Path": "/x", "MaxExecutionTimeSeconds": float("inf")}, "MaxExecutionTimeSeconds"),
+        ({"Name": "t", "Path": "/x", "FileSandbox": {"fsbMaxFileSize": 1}}, "FileSandbox"),
+        ({"Name": "t", "Path": "/x", "AllowedHosts": "a.test"}, "AllowedHosts: expected a list"),
+    ],
+)
 def test_bad_config_is_refused_naming_the_key(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(WasmConfigError, match=message):
         parse_config(entry)
@@ -77,15 +87,18 @@ def test_config_defaults() -> None:
     assert cfg.env == (("A", "1"), ("B", "2")) and cfg.file_sandbox is None and cfg.allowed_hosts == ()
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    (b"{", "not valid JSON"),
-    (b"[]", "expected an object"),
-    (b'{"description": "x", "schema": {}}', "unknown keys \\['schema'\\]"),
-    (b'{"description": "  "}', "'description' must be a non-empty string"),
-    (b'{"description": "x", "inputSchema": {"type": "string"}}', "\"type\": \"object\""),
-    (b'{"description": "x", "inputSchema": {"type": "object", "required": 3}}', "not a valid JSON Schema"),
-    (b" " * (256 * 1024 + 1), "larger than"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b"{", "not valid JSON"),
+        (b"[]", "expected an object"),
+        (b'{"description": "x", "schema": {}}', "unknown keys \\['schema'\\]"),
+        (b'{"description": "  "}', "'description' must be a non-empty string"),
+        (b'{"description": "x", "inputSchema": {"type": "string"}}', '"type": "object"'),
+        (b'{"description": "x", "inputSchema": {"type": "object", "required": 3}}', "not a valid JSON Schema"),
+        (b" " * (256 * 1024 + 1), "larger than"),
+    ],
+)
 def test_a_bad_sidecar_says_what_is_wrong(text: bytes, message: str) -> None:
     with pytest.raises(ComponentLoadError, match=message):
         parse_sidecar(text, "x.json")
@@ -99,8 +112,16 @@ def test_a_sidecar_without_a_schema_takes_any_object() -> None:
 # -- the result mapping ----------------------------------------------------------------------------------------------
 def _record(**fields: Any) -> wc.Record:
     record = wc.Record()
-    values = {"status": "passed", "summary": None, "data": None, "data-path": None, "truncated": False,
-              "metadata": [], "attachments": [], **fields}
+    values = {
+        "status": "passed",
+        "summary": None,
+        "data": None,
+        "data-path": None,
+        "truncated": False,
+        "metadata": [],
+        "attachments": [],
+        **fields,
+    }
     for k, v in values.items():
         setattr(record, k, v)
     return record
@@ -114,9 +135,11 @@ def _attachment(path: str, media_type: str = "image/png") -> wc.Record:
 
 
 def test_paths_under_the_work_folder_become_relative() -> None:
-    result = to_tool_result(_record(**{"data-path": "/w/out/a.txt", "attachments": [_attachment("/w/p.png"),
-                                                                                    _attachment("/etc/p.png")]}),
-                            "/w", "t")
+    result = to_tool_result(
+        _record(**{"data-path": "/w/out/a.txt", "attachments": [_attachment("/w/p.png"), _attachment("/etc/p.png")]}),
+        "/w",
+        "t",
+    )
     assert result.data_path == "out/a.txt"
     assert [a.path for a in result.attachments] == ["p.png", "/etc/p.png"]  # the supervisor refuses the second
 
@@ -127,8 +150,9 @@ def test_more_metadata_than_the_wire_carries_is_an_error() -> None:
 
 
 def test_attachments_past_the_limit_are_dropped_with_a_note() -> None:
-    result = to_tool_result(_record(data="d", attachments=[_attachment(f"{i}.png") for i in
-                                                           range(MAX_ATTACHMENTS + 1)]), "/w", "t")
+    result = to_tool_result(
+        _record(data="d", attachments=[_attachment(f"{i}.png") for i in range(MAX_ATTACHMENTS + 1)]), "/w", "t"
+    )
     assert result.status == "passed" and len(result.attachments) == MAX_ATTACHMENTS
     assert result.data == f"d\n[attachment '{MAX_ATTACHMENTS}.png' refused: more than {MAX_ATTACHMENTS} attachments]"
     assert result.meta("attachment_refused")
@@ -221,7 +245,8 @@ def test_a_compiled_file_past_the_file_size_limit_is_not_written(dirs: tuple[Pat
 
 
 def test_a_file_size_limit_that_cannot_be_watched_is_a_load_error_and_changes_nothing(
-        dirs: tuple[Path, Path, Path]) -> None:
+    dirs: tuple[Path, Path, Path],
+) -> None:
     before = resource.getrlimit(resource.RLIMIT_FSIZE)
     opened: list[Any] = []
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(dirs[0])}, "fsbMaxFileSize": 4096}
@@ -230,8 +255,9 @@ def test_a_file_size_limit_that_cannot_be_watched_is_a_load_error_and_changes_no
     thread.join()
     try:
         errors = opened[0].load_errors()
-        assert any("the file size limit is not enforced here" in e["message"] and "main thread" in e["message"]
-                   for e in errors)
+        assert any(
+            "the file size limit is not enforced here" in e["message"] and "main thread" in e["message"] for e in errors
+        )
         assert resource.getrlimit(resource.RLIMIT_FSIZE) == before
         assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN
     finally:
@@ -247,8 +273,12 @@ def test_wasmtime_py_offers_no_way_to_give_components_sockets() -> None:
     must go)."""
     dll = ffi.dll
     assert hasattr(dll, "wasi_config_inherit_network") and hasattr(dll, "wasi_config_allow_ip_name_lookup")
-    for name in ("wasi_config_allow_tcp", "wasi_config_allow_udp", "wasi_config_socket_addr_check",
-                 "wasi_config_set_socket_addr_check"):
+    for name in (
+        "wasi_config_allow_tcp",
+        "wasi_config_allow_udp",
+        "wasi_config_socket_addr_check",
+        "wasi_config_set_socket_addr_check",
+    ):
         assert not hasattr(dll, name), name
     words = ("net", "sock", "tcp", "udp", "ip_", "http")
     assert [n for n in dir(wasmtime.WasiConfig) if any(w in n.lower() for w in words)] == []

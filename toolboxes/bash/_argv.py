@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._spec import ScriptArg, ScriptSpec
+if TYPE_CHECKING:
+    from ._spec import ScriptArg, ScriptSpec
 
 __all__ = ["ArgumentError", "Invocation", "build_invocation", "render_value"]
 
@@ -66,9 +67,7 @@ def _values(arg: ScriptArg, args: dict[str, Any]) -> list[str]:
     rendered = [render_value(v) for v in values]
     for text in rendered:
         if "\x00" in text:
-            raise ArgumentError(
-                f"argument {arg.name!r} contains a NUL character, which a command line cannot carry"
-            )
+            raise ArgumentError(f"argument {arg.name!r} contains a NUL character, which a command line cannot carry")
     return rendered
 
 

@@ -10,7 +10,7 @@ a callback).
   supervisor checks and delivers (image, audio or embedded resource; what fails the check is refused with a note,
   the status stays). Binary media may be printed raw or as base64.
 
-Output past the cap is cut and the result has ``truncated`` set, with a note giving the full size. """
+Output past the cap is cut and the result has ``truncated`` set, with a note giving the full size."""
 
 from __future__ import annotations
 
@@ -19,11 +19,14 @@ import binascii
 import json
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from .._bounded_run import ProcessOutcome
 from .._media import canonical, is_textual, mismatch
 from .._result import Attachment, ToolResult
-from ._spec import ScriptSpec
+
+if TYPE_CHECKING:
+    from .._bounded_run import ProcessOutcome
+    from ._spec import ScriptSpec
 
 __all__ = ["decode_text", "outcome_to_result"]
 
@@ -128,9 +131,7 @@ def _media_result(tool: str, media_type: str, outcome: ProcessOutcome, save: Sav
             truncated=True,
         )
     if outcome.stdout_total == 0:
-        return ToolResult.failed(
-            f"{tool} declares {media_type} output but printed nothing", summary="empty media"
-        )
+        return ToolResult.failed(f"{tool} declares {media_type} output but printed nothing", summary="empty media")
     media_type = canonical(media_type)
     if is_textual(media_type) and media_type != "image/svg+xml":
         return _text_media_result(tool, media_type, outcome)
@@ -145,7 +146,7 @@ def _media_result(tool: str, media_type: str, outcome: ProcessOutcome, save: Sav
 
 def _suffix(path: str) -> str:
     name = path.rsplit("/", 1)[-1]
-    return name[name.rfind("."):] if "." in name else ""
+    return name[name.rfind(".") :] if "." in name else ""
 
 
 def _text_media_result(tool: str, media_type: str, outcome: ProcessOutcome) -> ToolResult:

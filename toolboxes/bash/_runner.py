@@ -9,17 +9,19 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._bounded_run import run_bounded
-from .._reaper import Reaper
 from .._result import ToolResult
-from .._toolbox import CallContext
 from ._argv import ArgumentError, build_invocation
 from ._errors import DescribeError
 from ._output import outcome_to_result
-from ._settings import BashSettings
 from ._spec import ScriptSpec, parse_describe
+
+if TYPE_CHECKING:
+    from .._reaper import Reaper
+    from .._toolbox import CallContext
+    from ._settings import BashSettings
 
 __all__ = ["MEDIA_DIR", "ScriptRunner"]
 
@@ -90,14 +92,11 @@ class ScriptRunner:
             raise DescribeError(f"describe {how}" + (f": {stderr[-1000:]}" if stderr else ""))
         if outcome.stdout_truncated:
             raise DescribeError(
-                f"describe printed {outcome.stdout_total} bytes, "
-                f"more than the limit of {s.describe_output_bytes}"
+                f"describe printed {outcome.stdout_total} bytes, more than the limit of {s.describe_output_bytes}"
             )
         return parse_describe(outcome.stdout)
 
-    def run(
-        self, tool: str, path: str, spec: ScriptSpec, args: dict[str, Any], ctx: CallContext
-    ) -> ToolResult:
+    def run(self, tool: str, path: str, spec: ScriptSpec, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         """Run ``path run ARGS...`` for one call and map the outcome to a result (never raises for what the script
         does). The wall-time limit is the smaller of the policy's and what is left of the call's deadline; a
         cancel of ``ctx`` kills the script's tree at once."""
@@ -135,9 +134,7 @@ class ScriptRunner:
             folder = os.path.join(self.workdir, MEDIA_DIR)
             os.makedirs(folder, mode=0o755, exist_ok=True)
             name = f"{tool}-{ctx.call_id}-{secrets.token_hex(4)}{_EXTENSIONS.get(media_type, '.bin')}"
-            fd = os.open(
-                os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644
-            )
+            fd = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             return f"{MEDIA_DIR}/{name}"

@@ -60,9 +60,7 @@ class BashSettings:
         if not isinstance(limits, dict):
             raise ValueError("config.policy.limits must be a map")
         env = policy.get("env", DEFAULT_ENV)
-        if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise ValueError("config.policy.env must be a map of strings to strings")
         if any("=" in k or "\x00" in k or "\x00" in v or not k for k, v in env.items()):
             raise ValueError("config.policy.env has a name or value that cannot be in an environment")
@@ -71,9 +69,7 @@ class BashSettings:
             output_bytes=int(_number(limits, "output_bytes", cls.output_bytes, "policy.limits")),
             stderr_bytes=int(_number(limits, "stderr_bytes", cls.stderr_bytes, "policy.limits")),
             describe_timeout_s=_number(policy, "describe_timeout_s", cls.describe_timeout_s, "policy"),
-            describe_output_bytes=int(
-                _number(policy, "describe_output_bytes", cls.describe_output_bytes, "policy")
-            ),
+            describe_output_bytes=int(_number(policy, "describe_output_bytes", cls.describe_output_bytes, "policy")),
             watch_interval_s=_watch_interval(policy),
             env=dict(env),
         )

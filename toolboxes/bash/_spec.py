@@ -133,18 +133,21 @@ def _check_arg(obj: Any, path: str, problems: _Problems) -> ScriptArg | None:
     before = len(problems.found)
     name = problems.need(obj, "name", str, path)
     if name is not None and not _ARG_NAME.match(name):
-        problems.add(f"{path}.name",
-                     f"describe.{path}.name {name!r} is not a usable argument name (1-64 of letters, digits, '_', "
-                     "'.', '-', not starting with '.' or '-')")
+        problems.add(
+            f"{path}.name",
+            f"describe.{path}.name {name!r} is not a usable argument name (1-64 of letters, digits, '_', "
+            "'.', '-', not starting with '.' or '-')",
+        )
     description = obj.get("description", "")
     if not isinstance(description, str):
         problems.add(f"{path}.description", f"describe.{path}.description must be a string")
     backing = problems.need(obj, "backing_type", str, path)
     json_type = BACKING_TYPES.get(backing.lower()) if backing is not None else None
     if backing is not None and json_type is None:
-        problems.add(f"{path}.backing_type",
-                     f"describe.{path}.backing_type {backing!r} is not supported; use one of string, number, integer, "
-                     "boolean")
+        problems.add(
+            f"{path}.backing_type",
+            f"describe.{path}.backing_type {backing!r} is not supported; use one of string, number, integer, boolean",
+        )
     type_text = obj.get("type", backing)
     if not isinstance(type_text, str) and backing is not None:
         problems.add(f"{path}.type", f"describe.{path}.type must be a string")
@@ -164,8 +167,9 @@ def _check_empty_result(obj: Any, problems: _Problems) -> str | None:
     if obj is None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("tag"), str):
-        problems.add("empty-result",
-                     f'{path} must be {{"tag": "AddMessage", "contents": TEXT}} or {{"tag": "DoNothing"}}')
+        problems.add(
+            "empty-result", f'{path} must be {{"tag": "AddMessage", "contents": TEXT}} or {{"tag": "DoNothing"}}'
+        )
         return None
     if obj["tag"] == "DoNothing":
         return None
@@ -186,8 +190,10 @@ def _check(obj: Any) -> tuple[ScriptSpec | None, list[DescribeProblem]]:
         return None, problems.found
     slug = problems.need(obj, "slug", str, "")
     if slug is not None and not _SLUG.match(slug):
-        problems.add("slug", f"describe.slug {slug!r} must be 1-128 of letters, digits, '_' and '-', starting with a "
-                     "letter or digit")
+        problems.add(
+            "slug",
+            f"describe.slug {slug!r} must be 1-128 of letters, digits, '_' and '-', starting with a letter or digit",
+        )
     description = problems.need(obj, "description", str, "")
     if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
         problems.add("description", f"describe.description is longer than {MAX_DESCRIPTION_CHARS} characters")
@@ -205,13 +211,19 @@ def _check(obj: Any) -> tuple[ScriptSpec | None, list[DescribeProblem]]:
         seen.add(arg.name)
     media = obj.get("output-media-type")
     if media is not None and not (isinstance(media, str) and _MEDIA_TYPE.match(media.lower())):
-        problems.add("output-media-type",
-                     f"describe.output-media-type must be a media type like image/png, not {media!r}")
+        problems.add(
+            "output-media-type", f"describe.output-media-type must be a media type like image/png, not {media!r}"
+        )
     empty_result = _check_empty_result(obj.get("empty-result"), problems)
     if problems.found:
         return None, problems.found
-    spec = ScriptSpec(slug=slug, description=description, args=tuple(a for a in args if a is not None),
-                      empty_result=empty_result, output_media_type=media.lower() if isinstance(media, str) else None)
+    spec = ScriptSpec(
+        slug=slug,
+        description=description,
+        args=tuple(a for a in args if a is not None),
+        empty_result=empty_result,
+        output_media_type=media.lower() if isinstance(media, str) else None,
+    )
     return spec, []
 
 

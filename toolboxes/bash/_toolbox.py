@@ -11,9 +11,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._listing import Fingerprint
 from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
@@ -23,6 +22,9 @@ from ._errors import ConfigError, DescribeError
 from ._runner import ScriptRunner
 from ._settings import BashSettings
 from ._spec import ScriptSpec, bash_tool_name, input_schema
+
+if TYPE_CHECKING:
+    from .._listing import Fingerprint
 
 __all__ = ["BashToolbox", "open_toolbox"]
 
@@ -45,7 +47,7 @@ class BashToolbox:
         single: a ``SingleTool`` source.
         runner: describes and runs scripts; owned (closed by :meth:`close`).
         channel: told when the tool list changes; ``None`` to tell no one.
-        watch_interval_s: how often to look for changes; 0 for never (call :meth:`refresh` yourself). """
+        watch_interval_s: how often to look for changes; 0 for never (call :meth:`refresh` yourself)."""
 
     def __init__(
         self,
@@ -69,9 +71,7 @@ class BashToolbox:
         self.refresh()
         self._watcher: Watcher | None = None
         if watch_interval_s > 0:
-            self._watcher = Watcher(
-                self._check, watch_interval_s, self._watch_failed, name=f"bash-watch {path}"
-            )
+            self._watcher = Watcher(self._check, watch_interval_s, self._watch_failed, name=f"bash-watch {path}")
             self._watcher.start()
 
     # -- loading -------------------------------------------------------------------------------------------
@@ -143,9 +143,7 @@ class BashToolbox:
         with self._lock:
             entry = self._tools.get(tool)
         if entry is None:
-            return ToolResult.error(
-                f"no tool {tool!r} in this bash toolbox (its script may have been removed)"
-            )
+            return ToolResult.error(f"no tool {tool!r} in this bash toolbox (its script may have been removed)")
         path, spec = entry
         return self._runner.run(tool, path, spec, args, ctx)
 

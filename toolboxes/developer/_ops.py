@@ -10,7 +10,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from toolboxes._result import ToolResult
-from toolboxes._toolbox import CallContext
 
 from .._unified_diff import PatchError, apply_hunks, locate_hunks, parse_patch
 from ._files import TextFile, load_text, refusal
@@ -18,6 +17,8 @@ from ._ranges import RangeError, apply_edits, check_overlaps, parse_read_ranges,
 from ._store import EditSession, Store, snapshot_ref
 
 if TYPE_CHECKING:
+    from toolboxes._toolbox import CallContext
+
     from ._toolbox import DeveloperToolbox
 
 __all__ = ["op_patch_file", "op_read_file_range", "op_restore_file", "op_write_file_range"]

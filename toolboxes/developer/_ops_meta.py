@@ -8,7 +8,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from toolboxes._result import ToolResult
-from toolboxes._toolbox import CallContext
 
 from ._files import refusal
 from ._specs import SPECS, agent_template, tool_template
@@ -16,6 +15,8 @@ from ._store import snapshot_ref
 from ._validate import check_agent, check_describe, run_describe
 
 if TYPE_CHECKING:
+    from toolboxes._toolbox import CallContext
+
     from ._toolbox import DeveloperToolbox
 
 __all__ = ["op_create_agent", "op_create_tool", "op_show_spec", "op_validate_agent", "op_validate_tool"]

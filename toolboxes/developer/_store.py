@@ -20,11 +20,13 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._atomic import atomic_write
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["EDIT_SESSION_IDLE_S", "EditSession", "Store", "atomic_write", "snapshot_ref"]
 

@@ -19,8 +19,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolboxes._hints import DESTRUCTIVE, READ_ONLY
 from toolboxes._journal import JournalReport, recover, write_in_place
@@ -31,6 +30,9 @@ from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 from . import _ops, _ops_meta
 from ._access import Access, Gate
 from ._files import TextFile, load_text, refusal
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["CAPABILITIES", "DeveloperToolbox", "open_toolbox"]
 
@@ -107,9 +109,14 @@ CAPABILITIES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
 #: MCP annotations by capability (docs/MCP.md): reads are read-only, edits may overwrite; validate-tool runs a tool's
 #: describe (code), so it gets MCP's defaults.
 _HINTS: dict[str, dict[str, Any]] = {
-    "read-file-range": READ_ONLY, "show-spec": READ_ONLY, "validate-agent": READ_ONLY,
-    "write-file-range": DESTRUCTIVE, "patch-file": DESTRUCTIVE, "restore-file": DESTRUCTIVE,
-    "create-agent": DESTRUCTIVE, "create-tool": DESTRUCTIVE,
+    "read-file-range": READ_ONLY,
+    "show-spec": READ_ONLY,
+    "validate-agent": READ_ONLY,
+    "write-file-range": DESTRUCTIVE,
+    "patch-file": DESTRUCTIVE,
+    "restore-file": DESTRUCTIVE,
+    "create-agent": DESTRUCTIVE,
+    "create-tool": DESTRUCTIVE,
 }
 
 
@@ -220,7 +227,9 @@ def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> DeveloperToolbox:
     """Open the toolbox described by ``config``. Raises ``ValueError`` on an unknown capability or no Name."""
     toolbox = DeveloperToolbox(config, env)
     for report in toolbox.recover_writes():
-        print(f"developer {toolbox.name}: journal {os.path.basename(report.journal)} {report.action}"
-              f"{' ' + report.target if report.target else ''}{': ' + report.reason if report.reason else ''}",
-              file=sys.stderr)
+        print(
+            f"developer {toolbox.name}: journal {os.path.basename(report.journal)} {report.action}"
+            f"{' ' + report.target if report.target else ''}{': ' + report.reason if report.reason else ''}",
+            file=sys.stderr,
+        )
     return toolbox

@@ -12,10 +12,12 @@ import errno
 import json
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._unified_diff import PatchError, apply_patch
-from ._paths import PathGate
+
+if TYPE_CHECKING:
+    from ._paths import PathGate
 
 __all__ = ["FileOps"]
 
@@ -50,8 +52,7 @@ class FileOps:
             if stat.S_ISDIR(st.st_mode):
                 return (False, "fail", f"fs.{op}: {path}: is a directory (use fs.list)")
             if st.st_size > self.max_read_bytes:
-                return (False, "fail", f"fs.{op}: {path}: {st.st_size} bytes do not fit in the script's memory "
-                        f"limit")
+                return (False, "fail", f"fs.{op}: {path}: {st.st_size} bytes do not fit in the script's memory limit")
             return f.read(self.max_read_bytes + 1)
 
     def read(self, path: str) -> Answer:
@@ -112,8 +113,11 @@ class FileOps:
             names = sorted(os.listdir(verdict.path))
         except OSError as exc:
             return _failed("list", path, exc)
-        visible = [n for n in names
-                   if self.gate.check(os.path.join(verdict.path, n), for_write=False, limit_size=False).allowed]
+        visible = [
+            n
+            for n in names
+            if self.gate.check(os.path.join(verdict.path, n), for_write=False, limit_size=False).allowed
+        ]
         return (True, json.dumps(visible, ensure_ascii=False))
 
     def mkdir(self, path: str) -> Answer:
@@ -129,8 +133,10 @@ class FileOps:
         for d in missing[1:]:
             parent = self.gate.check(d, for_write=True, size=0)
             if not parent.allowed:
-                return _refused("mkdir", f"creating {path!r} needs the parent {d!r}, which " +
-                                parent.message.removeprefix("refused: "))
+                return _refused(
+                    "mkdir",
+                    f"creating {path!r} needs the parent {d!r}, which " + parent.message.removeprefix("refused: "),
+                )
         try:
             for d in reversed(missing):
                 os.mkdir(d, 0o755)

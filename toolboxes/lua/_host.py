@@ -15,14 +15,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._toolbox import CallContext, HostChannel
-from ._config import LuaConfig
 from ._fs import FileOps
 from ._http import DEFAULT_HTTP_TIMEOUT_S, HttpClient
-from ._paths import PathGate
-from ._runtime import Clock
+
+if TYPE_CHECKING:
+    from .._toolbox import CallContext, HostChannel
+    from ._config import LuaConfig
+    from ._paths import PathGate
+    from ._runtime import Clock
 
 __all__ = ["Host"]
 
@@ -50,8 +52,15 @@ def _text(value: Any, what: str) -> str:
 class Host:
     """The operations of one call (``ctx``) of a toolbox (``config``)."""
 
-    def __init__(self, config: LuaConfig, gate: PathGate, http: HttpClient, channel: HostChannel | None,
-                 ctx: CallContext, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: LuaConfig,
+        gate: PathGate,
+        http: HttpClient,
+        channel: HostChannel | None,
+        ctx: CallContext,
+        clock: Clock,
+    ) -> None:
         self.config = config
         self.http = http
         self.channel = channel
@@ -81,8 +90,14 @@ class Host:
         if op == "http":
             method, url, headers, body, timeout = args
             limit = min(float(timeout) if timeout else DEFAULT_HTTP_TIMEOUT_S, self.clock.remaining())
-            return self.http.request(_text(method, "method"), _text(url, "url"), _text(headers, "headers"), body,
-                                     limit, self.config.max_memory_bytes)
+            return self.http.request(
+                _text(method, "method"),
+                _text(url, "url"),
+                _text(headers, "headers"),
+                body,
+                limit,
+                self.config.max_memory_bytes,
+            )
         if op == "tools.call":
             return self._tool_call(_text(args[0], "the tool name"), _text(args[1], "the arguments"))
         if op == "tools.list":
@@ -109,8 +124,15 @@ class Host:
         (the prelude then decodes it into ``data`` inside the state, under its limits)."""
         if tool not in self.config.allowed_tools:
             allowed = ", ".join(self.config.allowed_tools) or "none"
-            return (True, "not-allowed", "", 0.0, "",
-                    f"tool {tool!r} is not in this toolbox's AllowedTools ({allowed})", False)
+            return (
+                True,
+                "not-allowed",
+                "",
+                0.0,
+                "",
+                f"tool {tool!r} is not in this toolbox's AllowedTools ({allowed})",
+                False,
+            )
         try:
             args = json.loads(args_json)
         except ValueError as exc:

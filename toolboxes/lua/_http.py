@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import json
 import urllib.parse
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._hosts import AllowedHosts, HostError, normalize_host
 
 from .._proxy_http import proxy_for
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["DEFAULT_HTTP_TIMEOUT_S", "HttpClient"]
 
@@ -60,12 +62,14 @@ class HttpClient:
             return _refused(f"{url!r}: {self.allowed.refusal(host, port)}")
         proxy = self.proxies[parts.scheme]
         if not proxy:
-            return _refused("no egress proxy is configured for this worker (HTTP_PROXY is unset), so no request "
-                            "can leave it")
+            return _refused(
+                "no egress proxy is configured for this worker (HTTP_PROXY is unset), so no request can leave it"
+            )
         return parts.scheme, proxy
 
-    def request(self, method: str, url: str, headers_json: str, body: bytes | None, timeout_s: float,
-                max_body_bytes: int) -> Answer:
+    def request(
+        self, method: str, url: str, headers_json: str, body: bytes | None, timeout_s: float, max_body_bytes: int
+    ) -> Answer:
         """Send one request; answers ``(True, status, body, headers_json)`` or a failure/refusal."""
         checked = self.check(method, url)
         if checked[0] is False:
@@ -81,16 +85,23 @@ class HttpClient:
 
             with (
                 open_client(timeout_s) as client,
-                contextlib.closing(client.send(build_request(client, method, url, proxy=proxy, headers=headers,
-                                                             content=body), stream=True)) as resp,
+                contextlib.closing(
+                    client.send(
+                        build_request(client, method, url, proxy=proxy, headers=headers, content=body), stream=True
+                    )
+                ) as resp,
             ):
                 chunks: list[bytes] = []
                 size = 0
                 for chunk in resp.iter_bytes():
                     size += len(chunk)
                     if size > max_body_bytes:
-                        return (False, "fail", f"http: {method} {url}: the response body is larger than "
-                                f"{max_body_bytes} bytes, more than the script can hold")
+                        return (
+                            False,
+                            "fail",
+                            f"http: {method} {url}: the response body is larger than "
+                            f"{max_body_bytes} bytes, more than the script can hold",
+                        )
                     chunks.append(chunk)
                 out_headers: dict[str, str] = {}
                 for k, v in resp.headers.multi_items():

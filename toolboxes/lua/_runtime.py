@@ -20,16 +20,18 @@ from __future__ import annotations
 import json
 import re
 import resource
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lupa.lua54 as lua54
 
-from ._errors import Kind
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+
+    from ._errors import Kind
 
 __all__ = ["HOOK_COUNT", "Clock", "Outcome", "run_script"]
 
@@ -93,8 +95,9 @@ def _failure(kind: Kind, message: str, clock: Clock) -> Outcome:
             message = f"timeout: the script ran past its time limit of {clock.deadline - clock.start:.3g} s"
         kind = "timeout"
     m = _LINE.match(message) if kind == "runtime" else None
-    return Outcome(False, time.monotonic() - clock.start, kind=kind, message=message,
-                   line=int(m.group(1)) if m else None)
+    return Outcome(
+        False, time.monotonic() - clock.start, kind=kind, message=message, line=int(m.group(1)) if m else None
+    )
 
 
 def _memory_message(max_memory_bytes: int) -> str:
@@ -103,8 +106,10 @@ def _memory_message(max_memory_bytes: int) -> str:
     message = f"the script ran out of memory: its limit is {max_memory_bytes / 2**20:g} MB (MaxMemoryMB)"
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY and soft < max_memory_bytes:
-        message += (f", and the worker's whole address space is limited to {soft / 2**20:g} MB (the policy's "
-                    "address_space_bytes), which is lower")
+        message += (
+            f", and the worker's whole address space is limited to {soft / 2**20:g} MB (the policy's "
+            "address_space_bytes), which is lower"
+        )
     return message
 
 
@@ -134,8 +139,9 @@ def run_script(
     except Exception as exc:  # lupa reports a failed lua_newstate as a plain exception
         return _failure("initialization", f"the Lua state could not be created: {exc}", clock)
     try:
-        answer = runtime.execute(_PRELUDE, clock.expired, host, script.encode("utf-8"), hook_count,
-                                 max_output_bytes, _PATTERNS)
+        answer = runtime.execute(
+            _PRELUDE, clock.expired, host, script.encode("utf-8"), hook_count, max_output_bytes, _PATTERNS
+        )
     except lua54.LuaMemoryError:
         return _failure("memory", _memory_message(max_memory_bytes), clock)
     except lua54.LuaError as exc:

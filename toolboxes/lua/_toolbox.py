@@ -104,8 +104,9 @@ class LuaToolbox:
             error["line"] = outcome.line
         where = f" at line {outcome.line}" if outcome.line is not None else ""
         summary = f"Lua {outcome.kind.replace('_', ' ')} error{where}: {outcome.message}"
-        return ToolResult.json({"error": error, "executionTime": seconds}, status=STATUS_OF_KIND[outcome.kind],
-                               summary=summary)
+        return ToolResult.json(
+            {"error": error, "executionTime": seconds}, status=STATUS_OF_KIND[outcome.kind], summary=summary
+        )
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> LuaToolbox:

@@ -4,5 +4,4 @@ from ._errors import McpError, ServerGone, ServerRefused, ServerTimeout
 from ._jsonrpc import PROTOCOL_VERSION
 from ._toolbox import McpToolbox, open_toolbox
 
-__all__ = ["PROTOCOL_VERSION", "McpError", "McpToolbox", "ServerGone", "ServerRefused", "ServerTimeout",
-           "open_toolbox"]
+__all__ = ["PROTOCOL_VERSION", "McpError", "McpToolbox", "ServerGone", "ServerRefused", "ServerTimeout", "open_toolbox"]

@@ -26,8 +26,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import ServerGone, ServerRefused, ServerTimeout
 from ._jsonrpc import (
@@ -42,6 +41,9 @@ from ._jsonrpc import (
     parse_line,
     result_reply,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["Connection"]
 
@@ -72,9 +74,15 @@ class Connection:
             or make requests. ``None``: progress goes to ``on_notification`` like the rest.
     """
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, label: str,
-                 on_notification: Callable[[Notification], None],
-                 on_progress: Callable[[Notification], None] | None = None) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        label: str,
+        on_notification: Callable[[Notification], None],
+        on_progress: Callable[[Notification], None] | None = None,
+    ) -> None:
         self.label = label
         self._on_notification = on_notification
         self._on_progress = on_progress
@@ -91,9 +99,16 @@ class Connection:
         self._gone: str | None = None
         self.gone = threading.Event()
         try:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
-                                          close_fds=True)
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError as exc:
             raise ServerGone(f"{label} could not be started ({argv[0]}): {exc.strerror or exc}") from exc
         self.pid = self._proc.pid
@@ -113,9 +128,15 @@ class Connection:
             t.start()
 
     # -- requests ----------------------------------------------------------------------------------------------
-    def request(self, method: str, params: dict[str, Any], *, deadline: float | None,
-                cancelled: threading.Event | None = None,
-                on_cancel: Callable[[Callable[[], None]], None] | None = None) -> dict[str, Any]:
+    def request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        deadline: float | None,
+        cancelled: threading.Event | None = None,
+        on_cancel: Callable[[Callable[[], None]], None] | None = None,
+    ) -> dict[str, Any]:
         """Send a request and wait for its result until ``deadline`` (``time.monotonic()``) or a cancel.
 
         ``on_cancel`` registers a callback that wakes the wait (a call's ``ctx.on_cancel``). On a timeout or a
@@ -151,8 +172,9 @@ class Connection:
                 raise ServerRefused(f"{self.label} answered {method} with {response.malformed}")
             if response.error is not None:
                 err = response.error
-                raise ServerRefused(f"{self.label} answered {method} with error {err['code']}: {err['message']}",
-                                    err["code"])
+                raise ServerRefused(
+                    f"{self.label} answered {method} with error {err['code']}: {err['message']}", err["code"]
+                )
             assert response.result is not None
             return response.result
         finally:
@@ -180,8 +202,10 @@ class Connection:
     def _timeout_message(self, method: str) -> str:
         note = ""
         if self._garbage:
-            note = (f"; it wrote {self._garbage} line(s) on stdout that are not JSON-RPC messages "
-                    f"(last: {self._last_garbage})")
+            note = (
+                f"; it wrote {self._garbage} line(s) on stdout that are not JSON-RPC messages "
+                f"(last: {self._last_garbage})"
+            )
         return f"{self.label} gave no answer to {method} in time{note}"
 
     # -- reading -----------------------------------------------------------------------------------------------
@@ -217,9 +241,12 @@ class Connection:
             if msg.method == "ping":
                 reply = result_reply(msg.id, {})
             else:
-                reply = error_reply(msg.id, METHOD_NOT_FOUND,
-                                    f"{msg.method} is not supported: this client (agents-supervise) offers no "
-                                    "sampling, roots or elicitation")
+                reply = error_reply(
+                    msg.id,
+                    METHOD_NOT_FOUND,
+                    f"{msg.method} is not supported: this client (agents-supervise) offers no "
+                    "sampling, roots or elicitation",
+                )
             with contextlib.suppress(ServerGone):
                 self._send(reply)
         elif isinstance(msg, Notification) and msg.method == "notifications/progress" and self._on_progress:
@@ -276,8 +303,11 @@ class Connection:
             head, tail, total = self._stderr_head, b"".join(self._stderr), self._stderr_total
         if total <= _STDERR_HEAD_BYTES + _STDERR_EXCERPT_TAIL:
             return tail.decode("utf-8", "replace").strip()  # the tail buffer still holds all of it
-        return (head.decode("utf-8", "replace").rstrip() + "\n[...]\n"
-                + tail[-_STDERR_EXCERPT_TAIL:].decode("utf-8", "replace").strip())
+        return (
+            head.decode("utf-8", "replace").rstrip()
+            + "\n[...]\n"
+            + tail[-_STDERR_EXCERPT_TAIL:].decode("utf-8", "replace").strip()
+        )
 
     def _ended(self) -> None:
         """stdout ended: the server exited (or closed it); kill what is left of its process group, reap it, then

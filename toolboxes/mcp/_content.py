@@ -68,8 +68,13 @@ def _link(block: dict[str, Any]) -> ResourceLink | str:
     uri, name = block.get("uri"), block.get("name")
     if not isinstance(uri, str) or not uri or len(uri) > _MAX_TEXT:
         return "[resource link without a usable uri dropped]"
-    return ResourceLink(uri, _short(name) or _short(block.get("title")) or uri[:_MAX_TEXT], _short(block.get("title")),
-                        _short(block.get("description")), _media_type(block.get("mimeType"), None))
+    return ResourceLink(
+        uri,
+        _short(name) or _short(block.get("title")) or uri[:_MAX_TEXT],
+        _short(block.get("title")),
+        _short(block.get("description")),
+        _media_type(block.get("mimeType"), None),
+    )
 
 
 def _media_of(block: dict[str, Any], kind: str) -> tuple[bytes, str, str | None, str | None] | str:
@@ -152,5 +157,12 @@ def to_result(result: dict[str, Any], *, tool: str, stem: str, sink: AttachmentS
         truncated = True
     status: Status = "failed" if failed else "passed"
     summary = f"{tool}: the tool reports an error" if failed else None
-    return ToolResult(status, summary=summary, data=text, truncated=truncated, attachments=attachments,
-                      structured=structured, links=links[:256])
+    return ToolResult(
+        status,
+        summary=summary,
+        data=text,
+        truncated=truncated,
+        attachments=attachments,
+        structured=structured,
+        links=links[:256],
+    )

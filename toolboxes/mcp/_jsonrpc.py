@@ -12,9 +12,11 @@ What this does not do: batches (MCP 2025-06-18 removed them; a batch line is gar
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "CLIENT_INFO",
@@ -118,7 +120,7 @@ def parse_line(line: bytes) -> Incoming:
     if not isinstance(msg, dict):
         return Garbage("not a JSON-RPC object", _sample(stripped))
     if msg.get("jsonrpc") != "2.0":
-        return Garbage("no \"jsonrpc\": \"2.0\"", _sample(stripped))
+        return Garbage('no "jsonrpc": "2.0"', _sample(stripped))
     method = msg.get("method")
     params = msg.get("params")
     if params is None:

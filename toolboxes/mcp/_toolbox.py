@@ -113,31 +113,44 @@ class McpToolbox:
     def read_resource(self, uri: str, ctx: CallContext) -> ToolResult:
         """``resources/read`` of the server's own ``uri`` (listed or matching one of its templates: the server
         decides); the answer's shape and size are checked by the supervisor."""
-        return self._ask("resources/read", {"uri": uri}, ctx, f"reading {uri[:200]}",
-                         lambda r: {"contents": [{k: v for k, v in c.items() if k in ("uri", "mimeType", "text",
-                                                                                      "blob")}
-                                                 for c in r.get("contents") or [] if isinstance(c, dict)]})
+        return self._ask(
+            "resources/read",
+            {"uri": uri},
+            ctx,
+            f"reading {uri[:200]}",
+            lambda r: {
+                "contents": [
+                    {k: v for k, v in c.items() if k in ("uri", "mimeType", "text", "blob")}
+                    for c in r.get("contents") or []
+                    if isinstance(c, dict)
+                ]
+            },
+        )
 
     def get_prompt(self, name: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         with self._lock:
             remote = self._prompt_names.get(name)
         if remote is None:
             return ToolResult.error(f"{name} is not a prompt of {self.label} (any more)")
-        return self._ask("prompts/get", {"name": remote, "arguments": args}, ctx, f"prompt {remote[:200]}",
-                         lambda r: {k: v for k, v in r.items() if k in ("description", "messages")})
+        return self._ask(
+            "prompts/get",
+            {"name": remote, "arguments": args},
+            ctx,
+            f"prompt {remote[:200]}",
+            lambda r: {k: v for k, v in r.items() if k in ("description", "messages")},
+        )
 
     def _ask(self, method: str, params: dict[str, Any], ctx: CallContext, what: str, shape: Any) -> ToolResult:
         try:
             conn = self._running(ctx)
-            result = conn.request(method, params, deadline=ctx.deadline, cancelled=ctx.cancelled,
-                                  on_cancel=ctx.on_cancel)
+            result = conn.request(
+                method, params, deadline=ctx.deadline, cancelled=ctx.cancelled, on_cancel=ctx.on_cancel
+            )
         except McpError as exc:
             return ToolResult.error(f"{what}: {exc}")
         if not isinstance(result, dict):
             return ToolResult.error(f"{what}: {self.label} answered with something that is not an object")
         return ToolResult("passed", summary=what, structured=shape(result))
-
-
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         with self._lock:
@@ -153,22 +166,26 @@ class McpToolbox:
                 params["_meta"] = {"progressToken": token}
                 with self._lock:
                     self._progress[token] = ctx.call_id
-            result = conn.request("tools/call", params, deadline=ctx.deadline, cancelled=ctx.cancelled,
-                                  on_cancel=ctx.on_cancel)
+            result = conn.request(
+                "tools/call", params, deadline=ctx.deadline, cancelled=ctx.cancelled, on_cancel=ctx.on_cancel
+            )
         except ServerGone as exc:
-            return ToolResult.error(f"{exc}. The call ended with it; the server is started again for the next call.",
-                                    summary=f"{self.label} died during the call")
+            return ToolResult.error(
+                f"{exc}. The call ended with it; the server is started again for the next call.",
+                summary=f"{self.label} died during the call",
+            )
         except ServerTimeout as exc:
             why = "the call was cancelled" if ctx.cancelled.is_set() else "the call's time limit passed"
-            return ToolResult.error(f"{exc}: {why}. It was sent notifications/cancelled and keeps serving other "
-                                    "calls.", summary=f"{tool}: {why}")
+            return ToolResult.error(
+                f"{exc}: {why}. It was sent notifications/cancelled and keeps serving other calls.",
+                summary=f"{tool}: {why}",
+            )
         except McpError as exc:
             return ToolResult.error(str(exc))
         finally:
             with self._lock:
                 self._progress.pop(f"call-{ctx.call_id}", None)
-        return to_result(result, tool=tool, stem=f"{remote}-{ctx.call_id}", sink=self.sink,
-                         output_cap=self.output_cap)
+        return to_result(result, tool=tool, stem=f"{remote}-{ctx.call_id}", sink=self.sink, output_cap=self.output_cap)
 
     def close(self) -> None:
         with self._lock:
@@ -198,8 +215,10 @@ class McpToolbox:
             if len(self._deaths) > CRASH_LOOP_MAX:
                 wait = CRASH_LOOP_WINDOW_S - (now - self._deaths[0])
                 last = conn.gone_reason if conn is not None else "it did not start"
-                raise McpError(f"{self.label} died {len(self._deaths)} times within {CRASH_LOOP_WINDOW_S:g} s "
-                               f"(last: {last}); it is not started again for {wait:.0f} s")
+                raise McpError(
+                    f"{self.label} died {len(self._deaths)} times within {CRASH_LOOP_WINDOW_S:g} s "
+                    f"(last: {last}); it is not started again for {wait:.0f} s"
+                )
             deadline = now + self.handshake_s
             if ctx.deadline is not None:
                 deadline = min(deadline, ctx.deadline)
@@ -210,14 +229,22 @@ class McpToolbox:
         with self._lock:
             if self._closed:
                 raise McpError(f"{self.label} is shutting down")
-        conn = Connection(self.argv, self.child_env, self.env.workdir, self.label, self._on_notification,
-                          on_progress=lambda note: self._relay_progress(note.params))
+        conn = Connection(
+            self.argv,
+            self.child_env,
+            self.env.workdir,
+            self.label,
+            self._on_notification,
+            on_progress=lambda note: self._relay_progress(note.params),
+        )
         try:
             init = conn.request("initialize", initialize_params(), deadline=deadline)
             version = init.get("protocolVersion")
             if version not in KNOWN_PROTOCOL_VERSIONS:
-                raise ServerRefused(f"{self.label} answered initialize with protocol version {version!r}, which "
-                                    f"this client does not speak ({', '.join(sorted(KNOWN_PROTOCOL_VERSIONS))})")
+                raise ServerRefused(
+                    f"{self.label} answered initialize with protocol version {version!r}, which "
+                    f"this client does not speak ({', '.join(sorted(KNOWN_PROTOCOL_VERSIONS))})"
+                )
             conn.notify("notifications/initialized")
             capabilities = init.get("capabilities")
             self._server_capabilities = capabilities if isinstance(capabilities, dict) else {}
@@ -280,7 +307,7 @@ class McpToolbox:
                 got = page.get(key)
                 if not isinstance(got, list):
                     return f"{self.label} answered {method} without a list of {key}"
-                items += got[:MAX_ENTRIES + 1]
+                items += got[: MAX_ENTRIES + 1]
                 if len(items) > MAX_ENTRIES:
                     return f"{self.label} lists more than {MAX_ENTRIES} {key}; none of them are served"
                 cursor = page.get("nextCursor")
@@ -303,8 +330,11 @@ class McpToolbox:
                 errors.append({"source": self.label, "message": items})
                 items = []
             if kind == "prompts":
-                items = [{**p, "name": tool_name("mcp", self.server, p["name"]), "_remote": p["name"]}
-                         for p in items if isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]]
+                items = [
+                    {**p, "name": tool_name("mcp", self.server, p["name"]), "_remote": p["name"]}
+                    for p in items
+                    if isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]
+                ]
             remotes = {p["name"]: p.pop("_remote") for p in items if kind == "prompts"}
             cleaned, notes = clean_entries(kind, items)
             errors += [{"source": self.label, "message": n} for n in notes[:32]]
@@ -326,8 +356,13 @@ class McpToolbox:
                 continue
             name = tool_name("mcp", self.server, remote)
             if name in public:
-                errors.append({"source": remote, "message": f"left out: its name {name} is the name of tool "
-                               f"{public[name]!r} once characters outside [A-Za-z0-9_-] are replaced"})
+                errors.append(
+                    {
+                        "source": remote,
+                        "message": f"left out: its name {name} is the name of tool "
+                        f"{public[name]!r} once characters outside [A-Za-z0-9_-] are replaced",
+                    }
+                )
                 continue
             schema = t.get("inputSchema")
             if not isinstance(schema, dict):
@@ -335,13 +370,25 @@ class McpToolbox:
             description = t.get("description") or t.get("title") or f"Tool {remote} of {self.label}."
             public[name] = remote
             output_schema = t.get("outputSchema")
-            if output_schema is not None and not (isinstance(output_schema, dict)
-                                                  and output_schema.get("type") == "object"):
-                errors.append({"source": remote, "message": "its outputSchema was left out: it is not an object "
-                               "schema (type: object)"})
+            if output_schema is not None and not (
+                isinstance(output_schema, dict) and output_schema.get("type") == "object"
+            ):
+                errors.append(
+                    {
+                        "source": remote,
+                        "message": "its outputSchema was left out: it is not an object schema (type: object)",
+                    }
+                )
                 output_schema = None
-            specs.append(ToolSpec(name, str(description), schema, hints=server_hints(t.get("annotations")),
-                                  output_schema=output_schema))
+            specs.append(
+                ToolSpec(
+                    name,
+                    str(description),
+                    schema,
+                    hints=server_hints(t.get("annotations")),
+                    output_schema=output_schema,
+                )
+            )
         before = [s.to_wire() for s in self._specs]
         self._tools, self._public, self._specs = tools, public, specs
         self._list_errors = errors
@@ -360,8 +407,9 @@ class McpToolbox:
         with self._lock:
             whole: dict[str, list[dict[str, Any]] | str] = {k: list(v) for k, v in self._catalog.items()}
             if kind == "prompts":  # the listed names are public ones: give the server's back
-                whole["prompts"] = [{**p, "name": self._prompt_names.get(p["name"], p["name"])}
-                                    for p in self._catalog["prompts"]]
+                whole["prompts"] = [
+                    {**p, "name": self._prompt_names.get(p["name"], p["name"])} for p in self._catalog["prompts"]
+                ]
             whole[kind] = items
             changed = self._set_catalog(whole)
         if changed:
@@ -396,8 +444,15 @@ class McpToolbox:
             call_id = self._progress.get(token) if isinstance(token, str) else None
         if call_id is None:
             return
-        parsed = parse_progress_event({"event": "progress", "call": call_id, "progress": params.get("progress"),
-                                       "total": params.get("total"), "message": params.get("message")})
+        parsed = parse_progress_event(
+            {
+                "event": "progress",
+                "call": call_id,
+                "progress": params.get("progress"),
+                "total": params.get("total"),
+                "message": params.get("message"),
+            }
+        )
         if parsed is not None:
             self.env.channel.event(progress_event(call_id, parsed[1]))
 
@@ -415,11 +470,15 @@ def server_hints(annotations: Any) -> dict[str, Any]:
 
 
 #: catalog kind -> (the list method, its result key, the server capability that has it)
-_CATALOG_METHODS = {"resources": ("resources/list", "resources", "resources"),
-                    "resource_templates": ("resources/templates/list", "resourceTemplates", "resources"),
-                    "prompts": ("prompts/list", "prompts", "prompts")}
-_CATALOG_CHANGES = {"notifications/resources/list_changed": ("resources", "resource_templates"),
-                    "notifications/prompts/list_changed": ("prompts",)}
+_CATALOG_METHODS = {
+    "resources": ("resources/list", "resources", "resources"),
+    "resource_templates": ("resources/templates/list", "resourceTemplates", "resources"),
+    "prompts": ("prompts/list", "prompts", "prompts"),
+}
+_CATALOG_CHANGES = {
+    "notifications/resources/list_changed": ("resources", "resource_templates"),
+    "notifications/prompts/list_changed": ("prompts",),
+}
 _HINT_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 

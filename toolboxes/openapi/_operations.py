@@ -93,15 +93,17 @@ def _describe(method: str, path: str, op: dict[str, Any], item: dict[str, Any]) 
     if op.get("deprecated") is True:
         parts.append("(deprecated)")
     text = "\n\n".join(parts)
-    return text if len(text) <= _MAX_DESCRIPTION else text[:_MAX_DESCRIPTION - 1] + "…"
+    return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 1] + "…"
 
 
 def _pick_media(content: dict[str, Any]) -> str | None:
     types = [t for t in content if isinstance(t, str)]
-    for pred in (lambda t: t.split(";")[0].strip() == "application/json",
-                 lambda t: t.split(";")[0].strip().endswith("+json"),
-                 lambda t: t.startswith("application/x-www-form-urlencoded"),
-                 lambda t: t.startswith("multipart/form-data")):
+    for pred in (
+        lambda t: t.split(";")[0].strip() == "application/json",
+        lambda t: t.split(";")[0].strip().endswith("+json"),
+        lambda t: t.startswith("application/x-www-form-urlencoded"),
+        lambda t: t.startswith("multipart/form-data"),
+    ):
         for t in types:
             if pred(t):
                 return t
@@ -133,16 +135,27 @@ class _Builder:
             raise RefError("a parameter without a string 'name' and 'in'")
         return p, pbase
 
-    def build(self, method: str, path: str, op: dict[str, Any], item: dict[str, Any], base: str,
-              item_params: list[Any], consumes: list[str]) -> Operation:
+    def build(
+        self,
+        method: str,
+        path: str,
+        op: dict[str, Any],
+        item: dict[str, Any],
+        base: str,
+        item_params: list[Any],
+        consumes: list[str],
+    ) -> Operation:
         merged: dict[tuple[str, str], tuple[dict[str, Any], str]] = {}
         for raw in [*item_params, *(op.get("parameters") or [])]:
             resolved = self.param(raw, base)
             if resolved is not None:
                 merged[(resolved[0]["name"], resolved[0]["in"])] = resolved
-        params = [(p, b) for (name, loc), (p, b) in merged.items()
-                  if loc in ("path", "query", "header", "cookie")
-                  and not (loc == "header" and name.lower() in _IGNORED_HEADERS)]
+        params = [
+            (p, b)
+            for (name, loc), (p, b) in merged.items()
+            if loc in ("path", "query", "header", "cookie")
+            and not (loc == "header" and name.lower() in _IGNORED_HEADERS)
+        ]
         body_schema, body = self.body(op, merged, base, consumes)
         placeholders = set(_PLACEHOLDER.findall(path))
         described = {p["name"] for p, _ in params if p["in"] == "path"}
@@ -175,8 +188,7 @@ class _Builder:
         if required:
             schema["required"] = required
         tool = tool_name("openapi", self.toolbox, operation_name(method, path, op.get("operationId")))
-        return Operation(tool, method.upper(), path, _describe(method, path, op, item), tuple(out_params), body,
-                         schema)
+        return Operation(tool, method.upper(), path, _describe(method, path, op, item), tuple(out_params), body, schema)
 
     def style(self, p: dict[str, Any]) -> tuple[str, bool]:
         if self.version == "2.0":
@@ -200,13 +212,19 @@ class _Builder:
             return self.schema(entry.get("schema", {}) if isinstance(entry, dict) else {}, base), True
         return {}, False
 
-    def body(self, op: dict[str, Any], params: dict[tuple[str, str], tuple[dict[str, Any], str]], base: str,
-             consumes: list[str]) -> tuple[Any, Body | None]:
+    def body(
+        self,
+        op: dict[str, Any],
+        params: dict[tuple[str, str], tuple[dict[str, Any], str]],
+        base: str,
+        consumes: list[str],
+    ) -> tuple[Any, Body | None]:
         if self.version == "2.0":
             for (_name, loc), (p, pbase) in params.items():
                 if loc == "body":
-                    media = next((m for m in consumes if _is_jsonish(m)), consumes[0] if consumes else
-                                 "application/json")
+                    media = next(
+                        (m for m in consumes if _is_jsonish(m)), consumes[0] if consumes else "application/json"
+                    )
                     schema = self.schema(p.get("schema", {}), pbase)
                     if isinstance(p.get("description"), str) and isinstance(schema, dict):
                         schema = {"description": p["description"], **schema}
@@ -215,7 +233,8 @@ class _Builder:
             if not fields:
                 return None, None
             multipart = any(p.get("type") == "file" for p, _ in fields) or (
-                consumes and consumes[0].startswith("multipart/form-data"))
+                consumes and consumes[0].startswith("multipart/form-data")
+            )
             props = {}
             for p, pbase in fields:
                 s = self.schema({k: v for k, v in p.items() if k not in _SWAGGER_PARAM_META}, pbase)
@@ -253,8 +272,11 @@ def build_operations(resolver: Resolver, toolbox: str) -> tuple[list[Operation],
     b = _Builder(resolver, toolbox, version)
     paths = doc.get("paths")
     if paths is None:
-        return [], ([{"source": "paths", "message": "the spec has no paths (webhooks are not tools)"}]
-                    if doc.get("webhooks") else [])
+        return [], (
+            [{"source": "paths", "message": "the spec has no paths (webhooks are not tools)"}]
+            if doc.get("webhooks")
+            else []
+        )
     if not isinstance(paths, dict):
         raise SpecError("'paths' is not an object")
     consumes_root = listed if isinstance(listed := doc.get("consumes"), list) else []
@@ -287,8 +309,13 @@ def build_operations(resolver: Resolver, toolbox: str) -> tuple[list[Operation],
                 name = f"{operation.tool}_{n}"
             seen.add(name)
             if name != operation.tool:
-                operation = Operation(name, *[getattr(operation, f) for f in
-                                              ("method", "path", "description", "params", "body", "input_schema")])
+                operation = Operation(
+                    name,
+                    *[
+                        getattr(operation, f)
+                        for f in ("method", "path", "description", "params", "body", "input_schema")
+                    ],
+                )
             ops.append(operation)
     reported: set[str] = set()
     for where, message in resolver.dangling_refs():
@@ -296,6 +323,5 @@ def build_operations(resolver: Resolver, toolbox: str) -> tuple[list[Operation],
         b.errors.append({"source": where, "message": f"{message}; a schema using it accepts any value there"})
     for ref, message in resolver.problems.items():
         if message not in reported:
-            b.errors.append({"source": f"$ref {ref}", "message": f"{message}; that part of a schema accepts any "
-                                                               "value"})
+            b.errors.append({"source": f"$ref {ref}", "message": f"{message}; that part of a schema accepts any value"})
     return ops, b.errors

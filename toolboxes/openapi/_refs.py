@@ -102,8 +102,9 @@ class Resolver:
         if urlsplit(target).scheme:
             raise RefError(f"$ref {ref!r} points to another server; only local and relative-file refs are followed")
         if not self.files:
-            raise RefError(f"$ref {ref!r} names another document; a spec fetched from a URL follows only local "
-                           "refs ('#/...')")
+            raise RefError(
+                f"$ref {ref!r} names another document; a spec fetched from a URL follows only local refs ('#/...')"
+            )
         path = os.path.normpath(os.path.join(os.path.dirname(base), unquote(target)))
         return path, fragment
 
@@ -115,7 +116,7 @@ class Resolver:
                 data = f.read(MAX_DOCUMENT_BYTES + 1)
         except OSError as exc:
             reason = exc.strerror or str(exc)
-            hint = (" (the worker may read only the spec's folder)" if isinstance(exc, PermissionError) else "")
+            hint = " (the worker may read only the spec's folder)" if isinstance(exc, PermissionError) else ""
             raise RefError(f"cannot read {location}: {reason}{hint}") from exc
         if len(data) > MAX_DOCUMENT_BYTES:
             raise RefError(f"{location} is larger than {MAX_DOCUMENT_BYTES} bytes")

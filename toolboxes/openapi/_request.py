@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from .._http import HttpRequest, json_body, quote_path_value
-from ._operations import Operation, Param
+
+if TYPE_CHECKING:
+    from ._operations import Operation, Param
 
 __all__ = ["build_request", "scalar_text"]
 
@@ -101,8 +103,9 @@ def _body(op: Operation, value: Any) -> tuple[bytes, str]:
     return scalar_text(value).encode(), media
 
 
-def build_request(op: Operation, args: dict[str, Any], base_url: str, headers: dict[str, str],
-                  token: str | None) -> HttpRequest:
+def build_request(
+    op: Operation, args: dict[str, Any], base_url: str, headers: dict[str, str], token: str | None
+) -> HttpRequest:
     """The request for a call of ``op`` with ``args`` (already validated against its schema)."""
     path = op.path
     query: list[str] = []

@@ -148,8 +148,11 @@ def normalize_schema(node: Any, expand: Expand, budget: SchemaBudget, stack: tup
     required = node.get("required")
     if isinstance(required, list) and all(isinstance(r, str) for r in required):
         props = out.get("properties", {})
-        names = [r for r in dict.fromkeys(required)
-                 if not (budget.request and isinstance(props.get(r), dict) and props[r].get("readOnly") is True)]
+        names = [
+            r
+            for r in dict.fromkeys(required)
+            if not (budget.request and isinstance(props.get(r), dict) and props[r].get("readOnly") is True)
+        ]
         if names:
             out["required"] = names
     return out

@@ -12,8 +12,9 @@ from ._refs import MAX_DOCUMENT_BYTES, Resolver, SpecError, parse_document
 __all__ = ["load_spec"]
 
 
-def load_spec(spec_url: str, *, headers: dict[str, str] | None = None,
-              timeout_s: float = DEFAULT_TIMEOUT_S) -> Resolver:
+def load_spec(
+    spec_url: str, *, headers: dict[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Resolver:
     """Read and parse the spec at ``spec_url`` and return its :class:`Resolver`. Raises :class:`SpecError` with a
     message fit for a load error (unreachable, refused by the proxy, unreadable, not JSON/YAML)."""
     if spec_url.startswith(("http://", "https://")):

@@ -67,8 +67,10 @@ class OpenApiToolbox:
         self._errors = [{"source": f"{spec_url}: {e['source']}", "message": e["message"]} for e in errors]
 
     def tools(self) -> list[ToolSpec]:
-        return [ToolSpec(op.tool, op.description, op.input_schema, hints=http_method_hints(op.method))
-                for op in self._ops.values()]
+        return [
+            ToolSpec(op.tool, op.description, op.input_schema, hints=http_method_hints(op.method))
+            for op in self._ops.values()
+        ]
 
     def load_errors(self) -> list[dict[str, str]]:
         return list(self._errors)
@@ -79,8 +81,14 @@ class OpenApiToolbox:
             return ToolResult.error(f"unknown tool {tool!r}")
         request = build_request(op, args, self.base_url, self.headers, self.token)
         effect = "read" if op.method in _READ_METHODS else "mutate"
-        return send_request(request, ctx, max_bytes=self.max_bytes, workdir=self.env.workdir,
-                            state_effect=effect, resource_id=f"openapi:{request.url}")
+        return send_request(
+            request,
+            ctx,
+            max_bytes=self.max_bytes,
+            workdir=self.env.workdir,
+            state_effect=effect,
+            resource_id=f"openapi:{request.url}",
+        )
 
     def close(self) -> None:
         pass

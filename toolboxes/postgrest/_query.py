@@ -10,11 +10,13 @@ the result shows the rows written.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._http import HttpRequest, encode_query, json_body, quote_path_value
 from ..openapi import scalar_text
-from ._tools import TableTool
+
+if TYPE_CHECKING:
+    from ._tools import TableTool
 
 __all__ = ["GRAMMAR_SAFE", "build_request"]
 

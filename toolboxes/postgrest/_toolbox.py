@@ -43,8 +43,10 @@ class PostgrestToolbox:
         self._errors = [{"source": f"{spec_url}: {e['source']}", "message": e["message"]} for e in errors]
 
     def tools(self) -> list[ToolSpec]:
-        return [ToolSpec(t.tool, t.description, t.input_schema, hints=http_method_hints(t.method))
-                for t in self._tools.values()]
+        return [
+            ToolSpec(t.tool, t.description, t.input_schema, hints=http_method_hints(t.method))
+            for t in self._tools.values()
+        ]
 
     def load_errors(self) -> list[dict[str, str]]:
         return list(self._errors)
@@ -55,8 +57,14 @@ class PostgrestToolbox:
             return ToolResult.error(f"unknown tool {tool!r}")
         request = build_request(t, args, self.base_url)
         effect = "read" if t.method == "GET" else "mutate"
-        return send_request(request, ctx, max_bytes=self.max_bytes, workdir=self.env.workdir, state_effect=effect,
-                            resource_id=f"postgrest:{self.base_url.rstrip('/')}{t.path}")
+        return send_request(
+            request,
+            ctx,
+            max_bytes=self.max_bytes,
+            workdir=self.env.workdir,
+            state_effect=effect,
+            resource_id=f"postgrest:{self.base_url.rstrip('/')}{t.path}",
+        )
 
     def close(self) -> None:
         pass

@@ -23,8 +23,7 @@ from ..openapi import RefError, Resolver, SchemaBudget, SpecError
 
 __all__ = ["FILTER_PATTERN", "TableTool", "build_tools"]
 
-_OPS = ("eq|neq|gt|gte|lt|lte|like|ilike|match|imatch|in|is|isdistinct|fts|plfts|phfts|wfts|cs|cd|ov|sl|sr|nxr|nxl"
-        "|adj")
+_OPS = "eq|neq|gt|gte|lt|lte|like|ilike|match|imatch|in|is|isdistinct|fts|plfts|phfts|wfts|cs|cd|ov|sl|sr|nxr|nxl|adj"
 #: What a filter value must look like: an operator (``not.`` and a modifier such as ``(any)`` or ``(english)``
 #: allowed), a dot, then the operand.
 FILTER_PATTERN = rf"^(not\.)?({_OPS})(\([A-Za-z0-9_ ]+\))?\..*$"
@@ -47,8 +46,10 @@ class TableTool:
 
 def _filter_value() -> dict[str, Any]:
     one = {"type": "string", "pattern": FILTER_PATTERN}
-    return {"anyOf": [one, {"type": "array", "items": one, "minItems": 1}],
-            "description": "operator.value, e.g. eq.42, gte.18, in.(1,2), is.null, not.like.*x*, ilike.*Ann*"}
+    return {
+        "anyOf": [one, {"type": "array", "items": one, "minItems": 1}],
+        "description": "operator.value, e.g. eq.42, gte.18, in.(1,2), is.null, not.like.*x*, ilike.*Ann*",
+    }
 
 
 def _columns(op: dict[str, Any], r: Resolver, table: str) -> dict[str, dict[str, Any]]:
@@ -58,8 +59,9 @@ def _columns(op: dict[str, Any], r: Resolver, table: str) -> dict[str, dict[str,
         p, _ = r.follow(raw, r.location)
         if not isinstance(p, dict) or p.get("in") != "query" or not isinstance(p.get("name"), str):
             continue
-        if key.startswith("#/parameters/rowFilter.") or (not key and p["name"] not in
-                                                          {"select", "order", "offset", "limit", "on_conflict"}):
+        if key.startswith("#/parameters/rowFilter.") or (
+            not key and p["name"] not in {"select", "order", "offset", "limit", "on_conflict"}
+        ):
             out[p["name"]] = p
     return out
 
@@ -74,34 +76,69 @@ def _column_doc(name: str, p: dict[str, Any], definition: dict[str, Any]) -> str
     return "; ".join(parts)
 
 
-def _table_schema(method: str, columns: dict[str, dict[str, Any]], body: Any, definition: dict[str, Any],
-                  ) -> dict[str, Any]:
+def _table_schema(
+    method: str,
+    columns: dict[str, dict[str, Any]],
+    body: Any,
+    definition: dict[str, Any],
+) -> dict[str, Any]:
     props: dict[str, Any] = {}
     required: list[str] = []
     if method in ("GET", "PATCH", "DELETE") and columns:
-        filters = {c: {**_filter_value(), "description": _column_doc(c, p, definition) + ". Value: operator.value, "
-                       "e.g. eq.42, gte.18, in.(1,2), is.null, not.like.*x*"} for c, p in columns.items()}
+        filters = {
+            c: {
+                **_filter_value(),
+                "description": _column_doc(c, p, definition) + ". Value: operator.value, "
+                "e.g. eq.42, gte.18, in.(1,2), is.null, not.like.*x*",
+            }
+            for c, p in columns.items()
+        }
         for logic in ("or", "and"):
             if logic not in filters:
-                filters[logic] = {"type": "string", "pattern": _LOGIC_PATTERN,
-                                  "description": f"conditions joined by {logic.upper()}, e.g. (age.lt.18,age.gt.65)"}
-        props["filters"] = {"type": "object", "properties": filters, "additionalProperties": False,
-                            "description": "column -> operator.value (PostgREST's filter grammar)"}
+                filters[logic] = {
+                    "type": "string",
+                    "pattern": _LOGIC_PATTERN,
+                    "description": f"conditions joined by {logic.upper()}, e.g. (age.lt.18,age.gt.65)",
+                }
+        props["filters"] = {
+            "type": "object",
+            "properties": filters,
+            "additionalProperties": False,
+            "description": "column -> operator.value (PostgREST's filter grammar)",
+        }
         if method != "GET":
             props["filters"]["minProperties"] = 1
             required.append("filters")
     if method == "GET":
-        props["subset"] = {"type": "object", "additionalProperties": False, "properties": {
-            "limit": {"type": "integer", "minimum": 0, "description": "at most this many rows"},
-            "offset": {"type": "integer", "minimum": 0, "description": "skip this many rows"},
-            "columns": {"type": "string", "minLength": 1,
-                        "description": "the columns to return, comma-separated (PostgREST's select)"}}}
-        props["ranking"] = {"type": "object", "additionalProperties": False, "properties": {
-            "order": {"type": "string", "minLength": 1,
-                      "description": "e.g. created_at.desc,name.asc.nullslast (PostgREST's order)"}}}
+        props["subset"] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "limit": {"type": "integer", "minimum": 0, "description": "at most this many rows"},
+                "offset": {"type": "integer", "minimum": 0, "description": "skip this many rows"},
+                "columns": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "the columns to return, comma-separated (PostgREST's select)",
+                },
+            },
+        }
+        props["ranking"] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "order": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "e.g. created_at.desc,name.asc.nullslast (PostgREST's order)",
+                }
+            },
+        }
     if method == "POST":
-        props["body"] = {"anyOf": [body, {"type": "array", "items": body, "minItems": 1}],
-                         "description": "a row to insert, or an array of rows (bulk insert)"}
+        props["body"] = {
+            "anyOf": [body, {"type": "array", "items": body, "minItems": 1}],
+            "description": "a row to insert, or an array of rows (bulk insert)",
+        }
         required.append("body")
     elif method == "PATCH":
         props["body"] = {**body, "description": "the columns to set on every row the filters select"}
@@ -126,16 +163,29 @@ def _rpc_schema(method: str, op: dict[str, Any], r: Resolver) -> dict[str, Any]:
                 args[p["name"]] = r.schema({k: v for k, v in p.items() if k not in meta}, pbase, SchemaBudget())
                 if p.get("required") is True:
                     needed.append(p["name"])
-        props["args"] = {"type": "object", "properties": args, "additionalProperties": False,
-                         "description": "the function's arguments"}
+        props["args"] = {
+            "type": "object",
+            "properties": args,
+            "additionalProperties": False,
+            "description": "the function's arguments",
+        }
         if needed:
             props["args"]["required"] = needed
             required.append("args")
-        props["subset"] = {"type": "object", "additionalProperties": False, "properties": {
-            "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0},
-            "columns": {"type": "string", "minLength": 1}}}
-        props["ranking"] = {"type": "object", "additionalProperties": False,
-                            "properties": {"order": {"type": "string", "minLength": 1}}}
+        props["subset"] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "limit": {"type": "integer", "minimum": 0},
+                "offset": {"type": "integer", "minimum": 0},
+                "columns": {"type": "string", "minLength": 1},
+            },
+        }
+        props["ranking"] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"order": {"type": "string", "minLength": 1}},
+        }
     else:
         body: Any = {"type": "object"}
         for raw in op.get("parameters") or []:
@@ -175,7 +225,7 @@ def build_tools(r: Resolver, toolbox: str, allowed_methods: list[str]) -> tuple[
         if not isinstance(path, str) or not isinstance(item, dict) or path == "/" or not path.startswith("/"):
             continue
         rpc = path.startswith("/rpc/")
-        table = path[len("/rpc/"):] if rpc else path[1:]
+        table = path[len("/rpc/") :] if rpc else path[1:]
         for method in allowed:
             op = item.get(method.lower())
             if not isinstance(op, dict):

@@ -9,7 +9,7 @@ Rules (SPEC.md section 4, skills)::
     metadata       optional map of string to string
     allowed-tools  optional (accepted and ignored: the policy decides what a skill's scripts may do)
 
-Any other key is refused, so a typo (``descripton``) is an error rather than a skill without a description. """
+Any other key is refused, so a typo (``descripton``) is an error rather than a skill without a description."""
 
 from __future__ import annotations
 
@@ -79,9 +79,7 @@ def parse_skill_md(text: str) -> SkillMeta:
         raise FrontmatterError("frontmatter must be a YAML map of keys to values")
     unknown = sorted(str(k) for k in data if k not in _KEYS)
     if unknown:
-        raise FrontmatterError(
-            f"frontmatter has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_KEYS)}"
-        )
+        raise FrontmatterError(f"frontmatter has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_KEYS)}")
     name = data.get("name")
     if name is None:
         raise FrontmatterError("frontmatter.name is required")

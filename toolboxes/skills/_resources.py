@@ -13,10 +13,12 @@ import base64
 import mimetypes
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._result import ToolResult
-from ._store import Skill
+
+if TYPE_CHECKING:
+    from ._store import Skill
 
 __all__ = ["MAX_READ_BYTES", "read_skill_file", "skill_resources"]
 
@@ -35,11 +37,23 @@ def skill_resources(skills: dict[str, Skill]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name in sorted(skills):
         skill = skills[name]
-        out.append({"uri": f"{name}/SKILL.md", "name": f"{name}/SKILL.md", "mimeType": "text/markdown",
-                    "description": f"The instructions of the skill {name}: {skill.meta.description}"[:8192]})
+        out.append(
+            {
+                "uri": f"{name}/SKILL.md",
+                "name": f"{name}/SKILL.md",
+                "mimeType": "text/markdown",
+                "description": f"The instructions of the skill {name}: {skill.meta.description}"[:8192],
+            }
+        )
         for ref in skill.references:
-            out.append({"uri": f"{name}/{ref}", "name": f"{name}/{ref}"[:256], "mimeType": _mime(ref),
-                        "description": f"A reference file of the skill {name}."})
+            out.append(
+                {
+                    "uri": f"{name}/{ref}",
+                    "name": f"{name}/{ref}"[:256],
+                    "mimeType": _mime(ref),
+                    "description": f"A reference file of the skill {name}.",
+                }
+            )
     return out[:1024]
 
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .._listing import Fingerprint
 from ..bash import DescribeError, ScriptRunner, ScriptSpec, list_scripts
 from ._errors import FrontmatterError
 from ._frontmatter import SkillMeta, parse_skill_md
+
+if TYPE_CHECKING:
+    from .._listing import Fingerprint
 
 __all__ = ["MAX_SKILL_MD_BYTES", "DescribeCache", "Skill", "load_skills", "script_tool_name"]
 
@@ -132,9 +135,7 @@ def load_skill(skill_dir: str, cache: DescribeCache, errors: list[dict[str, str]
                 continue
             name = script_tool_name(meta.name, spec.slug)
             if name in scripts:
-                errors.append(
-                    {"source": path, "message": f"slug {spec.slug!r} is already used by {scripts[name][0]}"}
-                )
+                errors.append({"source": path, "message": f"slug {spec.slug!r} is already used by {scripts[name][0]}"})
                 continue
             scripts[name] = (path, spec)
     return Skill(meta, skill_dir, scripts, _references(skill_dir))

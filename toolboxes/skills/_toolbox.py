@@ -31,12 +31,10 @@ errors change, ``env.channel.tools_changed()`` is called.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._hints import READ_ONLY
-from .._listing import Fingerprint
 from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
@@ -46,6 +44,11 @@ from ._errors import ConfigError
 from ._frontmatter import valid_skill_name
 from ._resources import read_skill_file, skill_resources
 from ._store import DescribeCache, Skill, load_skills
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .._listing import Fingerprint
 
 __all__ = ["SkillsToolbox", "open_toolbox"]
 
@@ -99,8 +102,9 @@ class SkillsToolbox:
         self.refresh()
         self._watcher: Watcher | None = None
         if watch_interval_s > 0:
-            self._watcher = Watcher(self._check, watch_interval_s, self._watch_failed,
-                                    name=f"skills-watch {len(self._roots)} sources")
+            self._watcher = Watcher(
+                self._check, watch_interval_s, self._watch_failed, name=f"skills-watch {len(self._roots)} sources"
+            )
             self._watcher.start()
 
     # -- loading -------------------------------------------------------------------------------------------
@@ -116,16 +120,23 @@ class SkillsToolbox:
             errors = self._source_errors + errors
             for name in self._auto:
                 if name not in skills:
-                    errors.append({"source": "autoEnableSkills",
-                                   "message": f"autoEnableSkills names {name!r}, which is not a loaded skill"})
+                    errors.append(
+                        {
+                            "source": "autoEnableSkills",
+                            "message": f"autoEnableSkills names {name!r}, which is not a loaded skill",
+                        }
+                    )
             loaded = _Loaded(skills, _index(skills), _tools(skills), errors)
             with self._lock:
                 old = self._loaded
                 self._loaded = loaded
                 self._snapshot = snapshot
                 self._watch_errors = []
-            return (loaded.tools != old.tools or loaded.errors != old.errors
-                    or skill_resources(loaded.skills) != skill_resources(old.skills))
+            return (
+                loaded.tools != old.tools
+                or loaded.errors != old.errors
+                or skill_resources(loaded.skills) != skill_resources(old.skills)
+            )
 
     def _check(self) -> None:
         if self.refresh() and self._channel is not None:
@@ -151,11 +162,7 @@ class SkillsToolbox:
     def tools_for(self, enabled: Iterable[str]) -> list[ToolSpec]:
         """The tools a session with the skills ``enabled`` sees: the meta tools and those skills' script tools."""
         enabled = frozenset(enabled)
-        return [
-            t
-            for t in self.tools()
-            if not t.annotations.get("session_scoped") or t.annotations["skill"] in enabled
-        ]
+        return [t for t in self.tools() if not t.annotations.get("session_scoped") or t.annotations["skill"] in enabled]
 
     def load_errors(self) -> list[dict[str, str]]:
         with self._lock:
@@ -189,9 +196,7 @@ class SkillsToolbox:
             result = ToolResult.passed(
                 text, structured={"skill": name, "enabled": on, "changed": changed, "tools": tools}
             )
-            return result.with_meta("state_effect", "mutate").with_meta(
-                "resource_id", f"skill-session:{name}"
-            )
+            return result.with_meta("state_effect", "mutate").with_meta("resource_id", f"skill-session:{name}")
         if name not in self.enabled(ctx):
             return ToolResult.error(
                 f"{tool} belongs to the skill {name}, which is not enabled in this session; "
@@ -202,8 +207,17 @@ class SkillsToolbox:
 
     def _list(self, skills: dict[str, Skill], ctx: CallContext) -> ToolResult:
         enabled = self.enabled(ctx)
-        value = {"skills": [{"name": name, "description": skills[name].meta.description, "enabled": name in enabled,
-                             "tools": sorted(skills[name].scripts)} for name in sorted(skills)]}
+        value = {
+            "skills": [
+                {
+                    "name": name,
+                    "description": skills[name].meta.description,
+                    "enabled": name in enabled,
+                    "tools": sorted(skills[name].scripts),
+                }
+                for name in sorted(skills)
+            ]
+        }
         return ToolResult.json(value).with_meta("state_effect", "read").with_meta("resource_id", "skills")
 
     def _describe(self, skill: Skill, ctx: CallContext) -> ToolResult:
@@ -223,11 +237,7 @@ class SkillsToolbox:
             ],
             "references": list(skill.references),
         }
-        return (
-            ToolResult.json(value)
-            .with_meta("state_effect", "read")
-            .with_meta("resource_id", f"skill:{meta.name}")
-        )
+        return ToolResult.json(value).with_meta("state_effect", "read").with_meta("resource_id", f"skill:{meta.name}")
 
     def resources(self) -> list[dict[str, Any]]:
         """Every skill's SKILL.md and references (``toolboxes/skills/_resources.py``)."""
@@ -268,9 +278,17 @@ _SESSION_SWITCH = {"readOnlyHint": False, "destructiveHint": False, "idempotentH
 
 def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
     """The list tool, meta tools of every skill, then every script tool (session-scoped), skills in name order."""
-    out: list[ToolSpec] = [ToolSpec(LIST_TOOL, "List the skills this toolbox offers: each one's name, description, "
-                                    "script tools and whether it is enabled in this session.", _EMPTY_SCHEMA,
-                                    inline=True, annotations={"skill_action": "list"}, hints=dict(READ_ONLY))]
+    out: list[ToolSpec] = [
+        ToolSpec(
+            LIST_TOOL,
+            "List the skills this toolbox offers: each one's name, description, "
+            "script tools and whether it is enabled in this session.",
+            _EMPTY_SCHEMA,
+            inline=True,
+            annotations={"skill_action": "list"},
+            hints=dict(READ_ONLY),
+        )
+    ]
     for name in sorted(skills):
         desc = skills[name].meta.description
         for action, text in (
@@ -278,9 +296,16 @@ def _tools(skills: dict[str, Skill]) -> list[ToolSpec]:
             ("enable", f"Enable the skill {name} in this session, making its script tools available: {desc}"),
             ("disable", f"Disable the skill {name} in this session."),
         ):
-            out.append(ToolSpec(f"skill_{action}_{name}", text, _EMPTY_SCHEMA, inline=True,
-                                annotations={"skill": name, "skill_action": action},
-                                hints=dict(READ_ONLY if action == "describe" else _SESSION_SWITCH)))
+            out.append(
+                ToolSpec(
+                    f"skill_{action}_{name}",
+                    text,
+                    _EMPTY_SCHEMA,
+                    inline=True,
+                    annotations={"skill": name, "skill_action": action},
+                    hints=dict(READ_ONLY if action == "describe" else _SESSION_SWITCH),
+                )
+            )
     for name in sorted(skills):
         for tool, (_path, spec) in skills[name].scripts.items():
             out.append(
@@ -303,11 +328,7 @@ def _sources(config: dict[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
     for i, source in enumerate(sources):
         tag = source.get("tag") if isinstance(source, dict) else None
         if tag == "SkillGitRepo":
-            url = (
-                (source.get("contents") or {}).get("url")
-                if isinstance(source.get("contents"), dict)
-                else None
-            )
+            url = (source.get("contents") or {}).get("url") if isinstance(source.get("contents"), dict) else None
             errors.append(
                 {
                     "source": f"skillSources[{i}]",

@@ -29,11 +29,12 @@ import sqlite3
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolboxes._toolbox import CallContext
+if TYPE_CHECKING:
+    from toolboxes._toolbox import CallContext
 
-from ._authorizer import Authorizer
+    from ._authorizer import Authorizer
 
 __all__ = ["Limits", "Outcome", "check_params", "open_connection", "run_statement", "sqlite_uri"]
 
@@ -86,9 +87,7 @@ def _is_wal_without_wal_file(path: str) -> bool:
     return len(header) == 20 and header[18] == 2 and not os.path.exists(path + "-wal")
 
 
-def open_connection(
-    path: str, *, read_only: bool, busy_timeout_s: float, create: bool = False
-) -> sqlite3.Connection:
+def open_connection(path: str, *, read_only: bool, busy_timeout_s: float, create: bool = False) -> sqlite3.Connection:
     """Open ``path``; read-only connections never create the file and refuse writes in the engine. A
     read-write
     connection creates a missing file only when ``create`` is set.
@@ -146,8 +145,7 @@ def check_params(params: Any) -> tuple[Any, str | None]:
             except (binascii.Error, ValueError):
                 return None, f"params{where}: base64 value is not valid base64"
         return None, (
-            f"params{where}: a parameter is null, a boolean, a number, a string or "
-            '{"base64": "..."} for a blob'
+            f'params{where}: a parameter is null, a boolean, a number, a string or {{"base64": "..."}} for a blob'
         )
 
     if params is None:
@@ -189,17 +187,14 @@ def _message(exc: sqlite3.Error, auth: Authorizer, busy_timeout_s: float) -> tup
         return "error", auth.refusal
     if isinstance(exc, sqlite3.ProgrammingError) and "one statement at a time" in text:
         return "error", (
-            "exactly one SQL statement per call: this text holds more than one; "
-            "send each statement in its own call"
+            "exactly one SQL statement per call: this text holds more than one; send each statement in its own call"
         )
     if isinstance(exc, sqlite3.ProgrammingError) and "bindings" in text:
         return "error", f"the parameters do not match the statement's placeholders: {text}"
     if "readonly database" in text:
         return "error", READ_ONLY_MESSAGE
     if "database is locked" in text or "database table is locked" in text:
-        return "failed", (
-            f"the database is locked by another connection (waited {busy_timeout_s:g} s); retry later"
-        )
+        return "failed", (f"the database is locked by another connection (waited {busy_timeout_s:g} s); retry later")
     if text == "interrupted":
         return "error", "the query was stopped: the call was cancelled or ran past its time limit"
     return "failed", f"SQL error: {text}"
@@ -223,11 +218,7 @@ def run_statement(
     conn.set_authorizer(auth)
 
     def progress() -> int:
-        return (
-            1
-            if ctx.cancelled.is_set() or (ctx.deadline is not None and time.monotonic() > ctx.deadline)
-            else 0
-        )
+        return 1 if ctx.cancelled.is_set() or (ctx.deadline is not None and time.monotonic() > ctx.deadline) else 0
 
     conn.set_progress_handler(progress, 10_000)
     ctx.on_cancel(conn.interrupt)

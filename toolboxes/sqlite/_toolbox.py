@@ -61,9 +61,7 @@ def parse_versioning(raw: Any) -> dict[str, Any]:
     if mode == "versioned":
         shared = str(body.get("shared", "global")).lower().replace("_", "-")
         if shared not in SCOPES:
-            raise ValueError(
-                f"Versioning.shared must be one of {', '.join(SCOPES)}, got {body.get('shared')!r}"
-            )
+            raise ValueError(f"Versioning.shared must be one of {', '.join(SCOPES)}, got {body.get('shared')!r}")
         root = body.get("storageRoot")
         if root is not None and (not isinstance(root, str) or not os.path.isabs(root)):
             raise ValueError(f"Versioning.storageRoot must be an absolute path, got {root!r}")
@@ -90,9 +88,7 @@ class SqliteToolbox:
         self._lock = threading.Lock()
         self.storage_root = ""
         if self.mode == "versioned":
-            self.storage_root = self.versioning["storageRoot"] or os.path.join(
-                env.state_dir, "sqlite-versions"
-            )
+            self.storage_root = self.versioning["storageRoot"] or os.path.join(env.state_dir, "sqlite-versions")
             os.makedirs(self.storage_root, exist_ok=True)
         self.query_tool = tool_name("sqlite", name, "query")
         self.promote_tool = tool_name("sqlite", name, "promote")
@@ -129,8 +125,7 @@ class SqliteToolbox:
             specs.append(
                 ToolSpec(
                     self.promote_tool,
-                    f"Copy a snapshot of {self.name} (by its versionHandle) over the base database, "
-                    "atomically.",
+                    f"Copy a snapshot of {self.name} (by its versionHandle) over the base database, atomically.",
                     {
                         "type": "object",
                         "properties": {"versionHandle": {"type": "string"}},
@@ -210,9 +205,7 @@ class SqliteToolbox:
             path = snapshot_path(self.storage_root, str(requested))
             if path is None or not os.path.exists(path):
                 return self._meta(
-                    ToolResult.error(
-                        f"unknown versionHandle {requested!r}: use a handle returned by an earlier write"
-                    ),
+                    ToolResult.error(f"unknown versionHandle {requested!r}: use a handle returned by an earlier write"),
                     "read",
                 )
             return self._finish(self._run(path, False, sql, params, ctx), str(requested))
@@ -234,9 +227,7 @@ class SqliteToolbox:
                 try:
                     copy_database(self.path if os.path.exists(self.path) else None, path)
                 except (sqlite3.Error, OSError) as exc:
-                    return self._meta(
-                        ToolResult.failed(f"could not make a snapshot of {self.name}: {exc}"), "read"
-                    )
+                    return self._meta(ToolResult.failed(f"could not make a snapshot of {self.name}: {exc}"), "read")
         return self._finish(self._run(path, False, sql, params, ctx), handle)
 
     def _promote(self, handle: Any) -> ToolResult:
@@ -244,8 +235,7 @@ class SqliteToolbox:
         if path is None or not os.path.exists(path):
             return self._meta(
                 ToolResult.error(
-                    f"unknown versionHandle {handle!r}: nothing was promoted; "
-                    "use a handle returned by a write"
+                    f"unknown versionHandle {handle!r}: nothing was promoted; use a handle returned by a write"
                 ),
                 "read",
             )
@@ -271,9 +261,11 @@ def _modes_problem(path: str) -> str | None:
     if problem is None:
         return None
     folder = os.path.dirname(os.path.realpath(path))
-    return (f"the database {path} cannot be written by this worker (uid {uid}): {problem}. An operator must give "
-            f"uid {uid} write access to it and its folder (chown {uid}:{gid} {folder} {path}), or declare the "
-            "database SqliteReadOnly; `agents-supervise check` warns about it")
+    return (
+        f"the database {path} cannot be written by this worker (uid {uid}): {problem}. An operator must give "
+        f"uid {uid} write access to it and its folder (chown {uid}:{gid} {folder} {path}), or declare the "
+        "database SqliteReadOnly; `agents-supervise check` warns about it"
+    )
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> SqliteToolbox:

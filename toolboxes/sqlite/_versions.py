@@ -24,11 +24,14 @@ import os
 import re
 import sqlite3
 import uuid
+from typing import TYPE_CHECKING
 
 from toolboxes._atomic import fsync_dir, make_temporary
-from toolboxes._toolbox import CallContext
 
 from ._engine import sqlite_uri
+
+if TYPE_CHECKING:
+    from toolboxes._toolbox import CallContext
 
 __all__ = ["HANDLE_RE", "SCOPES", "copy_database", "promote", "scope_handle", "snapshot_path"]
 

@@ -17,14 +17,16 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sandbox
 
 from .._bounded_run import run_bounded
-from .._reaper import Reaper
 from .._result import Status, ToolResult
-from .._toolbox import CallContext
+
+if TYPE_CHECKING:
+    from .._reaper import Reaper
+    from .._toolbox import CallContext
 
 __all__ = ["FILTER_TIMEOUT_S", "execute_command", "run_command_filter"]
 
@@ -36,15 +38,23 @@ def _runtime_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
 
 
-def run_command_filter(filter_path: str, command: str, env: dict[str, str], cwd: str,
-                       reaper: Reaper, ctx: CallContext) -> tuple[bool, str]:
+def run_command_filter(
+    filter_path: str, command: str, env: dict[str, str], cwd: str, reaper: Reaper, ctx: CallContext
+) -> tuple[bool, str]:
     """Ask the filter; return (allowed, note). Fails closed."""
-    bootstrap = (f"import sys; sys.path.insert(0, {_runtime_dir()!r}); "
-                 "from sandbox._readonly_exec import main; main()")
+    bootstrap = f"import sys; sys.path.insert(0, {_runtime_dir()!r}); from sandbox._readonly_exec import main; main()"
     argv = [sys.executable, "-I", "-B", "-c", bootstrap, filter_path]
-    outcome = run_bounded(reaper, argv, env=env, cwd=cwd, stdin=command.encode() + b"\n",
-                          deadline=time.monotonic() + FILTER_TIMEOUT_S, stdout_cap=_FILTER_OUTPUT_CAP,
-                          stderr_cap=_FILTER_OUTPUT_CAP, on_cancel=ctx.on_cancel)
+    outcome = run_bounded(
+        reaper,
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=command.encode() + b"\n",
+        deadline=time.monotonic() + FILTER_TIMEOUT_S,
+        stdout_cap=_FILTER_OUTPUT_CAP,
+        stderr_cap=_FILTER_OUTPUT_CAP,
+        on_cancel=ctx.on_cancel,
+    )
     if outcome.spawn_error:
         return False, f"the command filter could not be started ({outcome.spawn_error}); refusing"
     if outcome.timed_out:
@@ -64,8 +74,9 @@ def run_command_filter(filter_path: str, command: str, env: dict[str, str], cwd:
     return verdict["acceptance"] == "allowed", note_s
 
 
-def execute_command(args: dict[str, Any], config: dict[str, Any], ctx: CallContext, reaper: Reaper,
-                    workdir: str) -> ToolResult:
+def execute_command(
+    args: dict[str, Any], config: dict[str, Any], ctx: CallContext, reaper: Reaper, workdir: str
+) -> ToolResult:
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
         return ToolResult.error("execute-command needs 'command': the shell command to run")
@@ -77,13 +88,23 @@ def execute_command(args: dict[str, Any], config: dict[str, Any], ctx: CallConte
     if filter_path:
         allowed, note = run_command_filter(filter_path, command, env, workdir, reaper, ctx)
         if not allowed:
-            return ToolResult.error(f"command refused by the command filter: {note or 'no reason given'}",
-                                    summary="command refused").with_meta("state_effect", "read")
+            return ToolResult.error(
+                f"command refused by the command filter: {note or 'no reason given'}", summary="command refused"
+            ).with_meta("state_effect", "read")
     cap = int(limits.get("output_bytes") or 1024 * 1024)
     remaining = ctx.remaining()
     deadline = time.monotonic() + (remaining if remaining is not None else float(limits.get("wall_time_s") or 60))
-    outcome = run_bounded(reaper, ["/bin/sh", "-c", command], env=env, cwd=workdir, stdin=None,
-                          deadline=deadline, stdout_cap=cap, stderr_cap=cap, on_cancel=ctx.on_cancel)
+    outcome = run_bounded(
+        reaper,
+        ["/bin/sh", "-c", command],
+        env=env,
+        cwd=workdir,
+        stdin=None,
+        deadline=deadline,
+        stdout_cap=cap,
+        stderr_cap=cap,
+        on_cancel=ctx.on_cancel,
+    )
     if outcome.spawn_error:
         return ToolResult.error(f"execute-command: the shell could not be started: {outcome.spawn_error}")
     data = {
@@ -95,11 +116,13 @@ def execute_command(args: dict[str, Any], config: dict[str, Any], ctx: CallConte
     }
     truncated = outcome.stdout_truncated or outcome.stderr_truncated
     if outcome.timed_out:
-        return ToolResult.json(data, status="error", truncated=truncated,
-                               summary="the command exceeded its wall-time limit and was killed")
+        return ToolResult.json(
+            data, status="error", truncated=truncated, summary="the command exceeded its wall-time limit and was killed"
+        )
     if outcome.cancelled:
         return ToolResult.json(data, status="error", summary="the call was cancelled")
     status: Status = "passed" if outcome.exit_code == 0 else "failed"
     summary = "exit 0" if status == "passed" else f"exit {data['exitCode']}"
     return ToolResult.json(data, status=status, summary=summary, truncated=truncated).with_meta(
-        "state_effect", "mutate")
+        "state_effect", "mutate"
+    )

@@ -33,6 +33,7 @@ __all__ = ["MAX_ENTRIES", "attach_file", "file_gate", "list_directory", "sniff_m
 
 MAX_ENTRIES = 2000
 
+
 def sniff_media_type(head: bytes) -> str:
     """The media type some content shows (``application/octet-stream`` when unknown)."""
     return sniff_file(head)
@@ -61,8 +62,9 @@ def attach_file(args: dict[str, Any], gate: PathGate, workdir: str) -> ToolResul
             return ToolResult.failed(f"attach-file: {shown} is not a regular file")
         limit = gate.sandbox.max_file_size
         if limit is not None and st.st_size > limit:
-            return ToolResult.error(f"attach-file: {shown} is {st.st_size} bytes, more than the sandbox's "
-                                    f"fsbMaxFileSize of {limit}")
+            return ToolResult.error(
+                f"attach-file: {shown} is {st.st_size} bytes, more than the sandbox's fsbMaxFileSize of {limit}"
+            )
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             size += len(chunk)
@@ -80,8 +82,11 @@ def attach_file(args: dict[str, Any], gate: PathGate, workdir: str) -> ToolResul
     atomic_write(target, data, 0o644)
     summary = f"attached {os.path.basename(check.path)} ({media_type}, {len(data)} bytes)"
     attachment = Attachment(media_type, rel, name=os.path.basename(check.path))
-    return ToolResult.passed(summary, summary=summary, attachments=[attachment]).with_meta(
-        "state_effect", "read").with_meta("resource_id", f"file:{check.path}")
+    return (
+        ToolResult.passed(summary, summary=summary, attachments=[attachment])
+        .with_meta("state_effect", "read")
+        .with_meta("resource_id", f"file:{check.path}")
+    )
 
 
 def _entry(path: str, name: str) -> dict[str, Any] | None:
@@ -89,8 +94,15 @@ def _entry(path: str, name: str) -> dict[str, Any] | None:
         st = os.lstat(path)
     except OSError:
         return None
-    kind = "directory" if stat.S_ISDIR(st.st_mode) else "symlink" if stat.S_ISLNK(st.st_mode) else \
-        "file" if stat.S_ISREG(st.st_mode) else "other"
+    kind = (
+        "directory"
+        if stat.S_ISDIR(st.st_mode)
+        else "symlink"
+        if stat.S_ISLNK(st.st_mode)
+        else "file"
+        if stat.S_ISREG(st.st_mode)
+        else "other"
+    )
     modified = dt.datetime.fromtimestamp(st.st_mtime, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"name": name, "type": kind, "size": st.st_size if kind == "file" else 0, "modified": modified}
 
@@ -133,5 +145,8 @@ def list_directory(args: dict[str, Any], gate: PathGate) -> ToolResult:
             if recursive and entry["type"] == "directory":
                 stack.append(full)
     out = {"path": path, "entries": entries, "total": len(entries)}
-    return ToolResult.json(out, summary=f"{len(entries)} entries", truncated=truncated).with_meta(
-        "state_effect", "read").with_meta("resource_id", f"file:{root}")
+    return (
+        ToolResult.json(out, summary=f"{len(entries)} entries", truncated=truncated)
+        .with_meta("state_effect", "read")
+        .with_meta("resource_id", f"file:{root}")
+    )

@@ -54,11 +54,16 @@ SESSION_CAPABILITIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...], Run]
     ),
     "read-session": (
         "Read a session's turns as condensed text.",
-        {"session_id": {"type": "string", "minLength": 1, "description": "a sessionId from list-sessions"},
-         "take_n": {"type": "integer", "minimum": 1, "description": "how many turns to return"},
-         "include_thinking": {"type": "boolean", "default": False},
-         "include_tool_responses": {"type": "boolean", "default": True,
-                                    "description": "show tool outputs (when the toolbox's config allows it)"}},
+        {
+            "session_id": {"type": "string", "minLength": 1, "description": "a sessionId from list-sessions"},
+            "take_n": {"type": "integer", "minimum": 1, "description": "how many turns to return"},
+            "include_thinking": {"type": "boolean", "default": False},
+            "include_tool_responses": {
+                "type": "boolean",
+                "default": True,
+                "description": "show tool outputs (when the toolbox's config allows it)",
+            },
+        },
         ("session_id",),
         _host_call("read-session"),
     ),

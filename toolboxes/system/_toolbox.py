@@ -8,13 +8,11 @@ Every tool accepts the seed's input object, where ``capability`` may be omitted.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._hints import READ_ONLY
 from .._names import tool_name
-from .._paths import PathGate
 from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
@@ -22,6 +20,11 @@ from ._command import execute_command
 from ._files import attach_file, file_gate, list_directory
 from ._info import INFO_CAPABILITIES
 from ._sessions import SESSION_CAPABILITIES
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._paths import PathGate
 
 __all__ = ["SystemToolbox", "open_toolbox"]
 
@@ -46,8 +49,11 @@ def _info(cap: str) -> _Capability:
         except OSError as exc:
             return ToolResult.error(f"{cap}: the sandbox refused or the system failed: {exc.strerror or exc}")
         out = {"capability": cap, "data": data, "executionTime": round(time.perf_counter() - start, 6)}
-        return ToolResult.json(out, summary=cap).with_meta("state_effect", "read").with_meta(
-            "resource_id", f"system:{cap}")
+        return (
+            ToolResult.json(out, summary=cap)
+            .with_meta("state_effect", "read")
+            .with_meta("resource_id", f"system:{cap}")
+        )
 
     return _Capability(description, {}, (), run, inline=True)
 
@@ -56,17 +62,26 @@ _CAPABILITIES: dict[str, _Capability] = {cap: _info(cap) for cap in INFO_CAPABIL
 _CAPABILITIES["attach-file"] = _Capability(
     "Attach a file from the file sandbox: images, audio, PDF, video, text or any other file (the type is read from "
     "the file's bytes).",
-    {"filepath": {"type": "string", "description": "path of the file inside the file sandbox (absolute, or "
-                             "relative to the agent file's folder)"}},
+    {
+        "filepath": {
+            "type": "string",
+            "description": "path of the file inside the file sandbox (absolute, or "
+            "relative to the agent file's folder)",
+        }
+    },
     ("filepath",),
     lambda tb, args, ctx: attach_file(args, tb.gate, tb.env.workdir),
 )
 _CAPABILITIES["list-directory"] = _Capability(
     "List a directory of the file sandbox (only the entries the sandbox allows).",
-    {"path": {"type": "string", "description": "the directory to list (absolute, or relative to the agent "
-                         "file's folder)"},
-     "recursive": {"type": "boolean", "description": "also list subdirectories", "default": False},
-     "include_hidden": {"type": "boolean", "description": "include names starting with '.'", "default": False}},
+    {
+        "path": {
+            "type": "string",
+            "description": "the directory to list (absolute, or relative to the agent file's folder)",
+        },
+        "recursive": {"type": "boolean", "description": "also list subdirectories", "default": False},
+        "include_hidden": {"type": "boolean", "description": "include names starting with '.'", "default": False},
+    },
     ("path",),
     lambda tb, args, ctx: list_directory(args, tb.gate),
 )
@@ -78,8 +93,10 @@ _CAPABILITIES["execute-command"] = _Capability(
     hints={},  # a shell command may do anything the sandbox allows: MCP's defaults (destructive) hold
 )
 
-def _session(run: Callable[[WorkerEnv, dict[str, Any], CallContext], ToolResult]) -> Callable[
-        [SystemToolbox, dict[str, Any], CallContext], ToolResult]:
+
+def _session(
+    run: Callable[[WorkerEnv, dict[str, Any], CallContext], ToolResult],
+) -> Callable[[SystemToolbox, dict[str, Any], CallContext], ToolResult]:
     """A session capability (it needs only the worker's environment) as a capability's ``run``."""
     return lambda tb, args, ctx: run(tb.env, args, ctx)
 
@@ -113,8 +130,9 @@ class SystemToolbox:
             }
             if not entry.required:
                 del schema["required"]
-            spec = ToolSpec(tool_name("system", name, cap), entry.description, schema, inline=entry.inline,
-                            hints=dict(entry.hints))
+            spec = ToolSpec(
+                tool_name("system", name, cap), entry.description, schema, inline=entry.inline, hints=dict(entry.hints)
+            )
             self._tools[spec.name] = (cap, entry)
             self._specs.append(spec)
 

@@ -100,8 +100,15 @@ def _tool_input(data: str | None, log_path: str | None) -> wc.Record:
     return record
 
 
-def run_once(run: ComponentRun, component: wc.Component, export: wc.ExportIndex, *, data: str | None,
-             log_path: str | None, ticks: int) -> CallOutcome:
+def run_once(
+    run: ComponentRun,
+    component: wc.Component,
+    export: wc.ExportIndex,
+    *,
+    data: str | None,
+    log_path: str | None,
+    ticks: int,
+) -> CallOutcome:
     """Instantiate ``component`` in a fresh store and call its ``run`` export; traps become the outcome."""
     out, err = _Capture(), _Capture()
     outcome = CallOutcome()

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
-
-from sandbox._file_sandbox import FileSandbox
+from typing import TYPE_CHECKING, Any
 
 from .._entry import file_sandbox, limits, name_and_description, policy_extras, strings
 from ._errors import WasmConfigError
+
+if TYPE_CHECKING:
+    from sandbox._file_sandbox import FileSandbox
 
 __all__ = ["DEFAULT_WATCH_INTERVAL_S", "WasmConfig", "parse_config"]
 
@@ -54,10 +55,15 @@ def parse_config(config: dict[str, Any]) -> WasmConfig:
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise WasmConfigError("expected a map of strings", "policy.env")
     hosts = strings(config.get("AllowedHosts"), "AllowedHosts", WasmConfigError) + strings(
-        policy.get("allowed_hosts"), "policy.allowed_hosts", WasmConfigError)
+        policy.get("allowed_hosts"), "policy.allowed_hosts", WasmConfigError
+    )
     interval = policy.get("watch_interval_s", DEFAULT_WATCH_INTERVAL_S)
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or not math.isfinite(interval) \
-            or interval < 0:
+    if (
+        isinstance(interval, bool)
+        or not isinstance(interval, int | float)
+        or not math.isfinite(interval)
+        or interval < 0
+    ):
         raise WasmConfigError(f"expected a number of seconds >= 0, got {interval!r}", "policy.watch_interval_s")
     return WasmConfig(
         name=name,

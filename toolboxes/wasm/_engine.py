@@ -21,14 +21,17 @@ import hashlib
 import importlib.metadata
 import os
 import threading
-from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import wasmtime
 from wasmtime import component as wc
 
 from .._atomic import atomic_write
 from ._file_size import fits
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["TICK_S", "WASMTIME_VERSION", "CompileCache", "EpochClock", "make_engine"]
 

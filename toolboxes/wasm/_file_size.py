@@ -44,8 +44,10 @@ class FileSizeLimit:
 
     def message(self, tool: str) -> str:
         """What a call that wrote past the limit is told."""
-        return (f"{tool}: a file write went past the file size limit of {self.bytes} bytes ({self.key}) and was "
-                "refused (EFBIG; the component saw file-too-large); the file was cut at the limit")
+        return (
+            f"{tool}: a file write went past the file size limit of {self.bytes} bytes ({self.key}) and was "
+            "refused (EFBIG; the component saw file-too-large); the file was cut at the limit"
+        )
 
 
 def plan_file_size_limit(fsb_max: int | None, current_soft: int) -> FileSizeLimit | None:

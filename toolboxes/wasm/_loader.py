@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import wasmtime
 from wasmtime import component as wc
 
 from .._toolbox import ToolSpec
-from ._call import ComponentRun
 from ._discover import sidecar_path
-from ._engine import CompileCache, EpochClock
 from ._errors import ComponentLoadError
 from ._sidecar import parse_sidecar
+
+if TYPE_CHECKING:
+    from ._call import ComponentRun
+    from ._engine import CompileCache, EpochClock
 
 __all__ = ["EXPORT", "LoadedComponent", "load_component"]
 
@@ -51,8 +54,7 @@ def _read(path: str, limit: int, what: str) -> bytes:
     return data
 
 
-def _check_instantiates(run: ComponentRun, component: wc.Component, path: str, clock: EpochClock,
-                        ticks: int) -> None:
+def _check_instantiates(run: ComponentRun, component: wc.Component, path: str, clock: EpochClock, ticks: int) -> None:
     store = wasmtime.Store(run.engine)
     store.set_wasi(wasmtime.WasiConfig())
     store.set_limits(memory_size=run.max_memory_bytes, table_elements=1_000_000)
@@ -61,20 +63,24 @@ def _check_instantiates(run: ComponentRun, component: wc.Component, path: str, c
         with clock.running():
             run.linker.instantiate(store, component)
     except wasmtime.WasmtimeError as exc:
-        raise ComponentLoadError(f"{path}: the component does not instantiate here (this toolbox links WASI p2 "
-                                 "only, within MaxMemoryMB and MaxExecutionTimeSeconds): "
-                                 f"{str(exc).strip()}") from exc
+        raise ComponentLoadError(
+            f"{path}: the component does not instantiate here (this toolbox links WASI p2 "
+            "only, within MaxMemoryMB and MaxExecutionTimeSeconds): "
+            f"{str(exc).strip()}"
+        ) from exc
 
 
-def load_component(path: str, tool_name: str, run: ComponentRun, cache: CompileCache, clock: EpochClock,
-                   ticks: int) -> LoadedComponent:
+def load_component(
+    path: str, tool_name: str, run: ComponentRun, cache: CompileCache, clock: EpochClock, ticks: int
+) -> LoadedComponent:
     """Load the component at ``path`` as the tool ``tool_name`` (the instantiation check gets ``ticks`` of
     ``clock``); raises :class:`ComponentLoadError`."""
     side = sidecar_path(path)
     if not os.path.exists(side):
         raise ComponentLoadError(
             f"{path}: no sidecar {os.path.basename(side)} beside it; write one with "
-            '{"description": "...", "inputSchema": {"type": "object", ...}} (see docs/WASM.md)')
+            '{"description": "...", "inputSchema": {"type": "object", ...}} (see docs/WASM.md)'
+        )
     sidecar = parse_sidecar(_read(side, 1 << 20, "sidecar"), side)
     wasm = _read(path, MAX_COMPONENT_BYTES, "component")
     try:
@@ -85,8 +91,10 @@ def load_component(path: str, tool_name: str, run: ComponentRun, cache: CompileC
     interface = component.get_export_index(EXPORT)
     run_export = component.get_export_index("run", interface) if interface is not None else None
     if run_export is None:
-        raise ComponentLoadError(f"{path}: the component does not export {EXPORT} with a function run (the world "
-                                 "of seed 000)")
+        raise ComponentLoadError(
+            f"{path}: the component does not export {EXPORT} with a function run (the world of seed 000)"
+        )
     _check_instantiates(run, component, path, clock, ticks)
-    return LoadedComponent(path, ToolSpec(tool_name, sidecar.description, sidecar.input_schema), component,
-                           run_export, cached)
+    return LoadedComponent(
+        path, ToolSpec(tool_name, sidecar.description, sidecar.input_schema), component, run_export, cached
+    )

@@ -40,7 +40,7 @@ def _relative(path: str, workdir: str) -> str:
     beneath it (the work folder is preopened at its own path). Anything else is left for the supervisor to
     refuse."""
     if os.path.isabs(path) and path.startswith(workdir.rstrip("/") + "/"):
-        return path[len(workdir.rstrip("/")) + 1:]
+        return path[len(workdir.rstrip("/")) + 1 :]
     return path
 
 
@@ -52,8 +52,10 @@ def to_tool_result(value: Any, workdir: str, tool: str) -> ToolResult:
         return ToolResult.error(f"{tool}: the component returned a status {status!r}, not one of {STATUSES}")
     metadata: list[tuple[str, str]] = [(str(k), str(v)) for k, v in fields.get("metadata") or []]
     if len(metadata) > MAX_METADATA_PAIRS or sum(len(k) + len(v) for k, v in metadata) > MAX_METADATA_CHARS:
-        return ToolResult.error(f"{tool}: the component returned more metadata than a result may carry (at most "
-                                f"{MAX_METADATA_PAIRS} pairs and {MAX_METADATA_CHARS} characters)")
+        return ToolResult.error(
+            f"{tool}: the component returned more metadata than a result may carry (at most "
+            f"{MAX_METADATA_PAIRS} pairs and {MAX_METADATA_CHARS} characters)"
+        )
     attachments: list[Attachment] = []
     notes: list[str] = []
     for i, item in enumerate(fields.get("attachments") or []):

@@ -56,7 +56,7 @@ def parse_sidecar(text: bytes, where: str) -> Sidecar:
         raise ComponentLoadError(f"{where}: 'description' must be a non-empty string")
     schema = data.get("inputSchema", {"type": "object"})
     if not isinstance(schema, dict) or schema.get("type") != "object":
-        raise ComponentLoadError(f"{where}: 'inputSchema' must be a JSON Schema object with \"type\": \"object\"")
+        raise ComponentLoadError(f'{where}: \'inputSchema\' must be a JSON Schema object with "type": "object"')
     problem, _ = json_problem(schema, max_depth=64, max_nodes=20_000)
     if problem:
         raise ComponentLoadError(f"{where}: 'inputSchema' {problem}")

@@ -20,17 +20,15 @@ import secrets
 import stat
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wasmtime import component as wc
 
 from sandbox._fs_compile import compile_predicate
 from sandbox._plan import WRITE
 
-from .._listing import Fingerprint
 from .._names import tool_name
 from .._result import ToolResult
-from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
 from .._watch import Watcher
 from ._call import CallOutcome, ComponentRun, Preopen, run_once
 from ._config import WasmConfig, parse_config
@@ -41,12 +39,18 @@ from ._file_size import FileSizeWatch, current_limit
 from ._loader import LoadedComponent, load_component
 from ._result_map import to_tool_result
 
+if TYPE_CHECKING:
+    from .._listing import Fingerprint
+    from .._toolbox import CallContext, HostChannel, ToolSpec, WorkerEnv
+
 __all__ = ["LOG_DIR", "MAX_LOG_CHARS", "NO_NETWORK", "WasmToolbox", "open_toolbox"]
 
 #: The load error of a toolbox with AllowedHosts (docs/WASM.md "Network"; ``check`` says why at length).
-NO_NETWORK = ("components get no network: wasmtime-py has no call that allows TCP or UDP, so create-tcp-socket "
-              "answers access-denied, and wasi:http (which would dial around the egress proxy) is not linked; "
-              "remove AllowedHosts (docs/WASM.md, Network)")
+NO_NETWORK = (
+    "components get no network: wasmtime-py has no call that allows TCP or UDP, so create-tcp-socket "
+    "answers access-denied, and wasi:http (which would dial around the egress proxy) is not linked; "
+    "remove AllowedHosts (docs/WASM.md, Network)"
+)
 #: Folder beneath the work folder that holds the calls' log files.
 LOG_DIR = ".wasm-logs"
 #: Most characters of a call's log (and of its stdout, and of its stderr) that reach the trace; the trace keeps no
@@ -71,14 +75,23 @@ def _preopens(config: WasmConfig, workdir: str) -> tuple[tuple[Preopen, ...], li
     where = f"FileSandbox {config.file_sandbox.name or ''}".strip()
     for rule in compile_predicate(config.file_sandbox.predicate, WRITE).rules:
         if rule.path == "/":
-            problems.append({"source": where, "message": "the FileSandbox reaches the whole filesystem; '/' is "
-                                                         "not preopened for components"})
+            problems.append(
+                {
+                    "source": where,
+                    "message": "the FileSandbox reaches the whole filesystem; '/' is not preopened for components",
+                }
+            )
         elif os.path.isdir(rule.path):
             if all(p.path != rule.path for p in out):
                 out.append(Preopen(rule.path, rule.mode == WRITE))
         else:
-            problems.append({"source": where, "message": f"{rule.path} is not a folder; WASI preopens only "
-                                                         "folders, so components cannot reach it"})
+            problems.append(
+                {
+                    "source": where,
+                    "message": f"{rule.path} is not a folder; WASI preopens only "
+                    "folders, so components cannot reach it",
+                }
+            )
     return tuple(out), problems
 
 
@@ -116,8 +129,9 @@ class WasmToolbox:
         if config.allowed_hosts:
             self._preopen_errors.append({"source": "AllowedHosts", "message": NO_NETWORK})
         _remove_stale_logs(env.workdir)
-        self.run = ComponentRun(engine, linker, preopens, config.env, bool(config.allowed_hosts),
-                                config.max_memory_bytes)
+        self.run = ComponentRun(
+            engine, linker, preopens, config.env, bool(config.allowed_hosts), config.max_memory_bytes
+        )
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._loaded: dict[str, _Loaded] = {}
@@ -129,13 +143,15 @@ class WasmToolbox:
         try:
             self._file_size = FileSizeWatch.install(file_size) if file_size is not None else None
         except RuntimeError as exc:
-            self._preopen_errors.append({"source": "FileSandbox", "message": f"the file size limit is not "
-                                                                             f"enforced here: {exc}"})
+            self._preopen_errors.append(
+                {"source": "FileSandbox", "message": f"the file size limit is not enforced here: {exc}"}
+            )
             self.refresh()
         self._watcher: Watcher | None = None
         if config.watch_interval_s > 0:
-            self._watcher = Watcher(self._check, config.watch_interval_s, self._watch_failed,
-                                    name=f"wasm-watch {config.path}")
+            self._watcher = Watcher(
+                self._check, config.watch_interval_s, self._watch_failed, name=f"wasm-watch {config.path}"
+            )
             self._watcher.start()
 
     # -- loading -------------------------------------------------------------------------------------------
@@ -144,8 +160,14 @@ class WasmToolbox:
 
     def _load(self, path: str, fp: Fingerprint) -> _Loaded:
         try:
-            loaded = load_component(path, self._tool_name(path), self.run, self._cache, self._clock,
-                                    self._clock.ticks(self.config.max_seconds))
+            loaded = load_component(
+                path,
+                self._tool_name(path),
+                self.run,
+                self._cache,
+                self._clock,
+                self._clock.ticks(self.config.max_seconds),
+            )
             return _Loaded(fp, loaded, None)
         except ComponentLoadError as exc:
             return _Loaded(fp, None, str(exc))
@@ -157,8 +179,10 @@ class WasmToolbox:
             listing = list_components(self.config.path)
             with self._lock:
                 old = dict(self._loaded)
-            loaded = {p: old[p] if p in old and old[p].fingerprint == fp else self._load(p, fp)
-                      for p, fp in listing.found.items()}
+            loaded = {
+                p: old[p] if p in old and old[p].fingerprint == fp else self._load(p, fp)
+                for p, fp in listing.found.items()
+            }
             tools: dict[str, LoadedComponent] = {}
             errors = list(self._preopen_errors) + list(listing.errors)
             for path in sorted(loaded):
@@ -168,13 +192,17 @@ class WasmToolbox:
                     continue
                 name = entry.component.spec.name
                 if name in tools:
-                    errors.append({"source": path, "message": f"its tool name {name} is already used by "
-                                                              f"{tools[name].path}"})
+                    errors.append(
+                        {"source": path, "message": f"its tool name {name} is already used by {tools[name].path}"}
+                    )
                     continue
                 tools[name] = entry.component
             with self._lock:
-                changed = list(tools) != list(self._tools) or errors != self._errors or any(
-                    tools[n] is not self._tools.get(n) for n in tools)
+                changed = (
+                    list(tools) != list(self._tools)
+                    or errors != self._errors
+                    or any(tools[n] is not self._tools.get(n) for n in tools)
+                )
                 self._loaded, self._tools, self._errors = loaded, tools, errors
             return changed
 
@@ -219,14 +247,22 @@ class WasmToolbox:
         limit = self.time_limit(ctx)
         mark = self._file_size.mark() if self._file_size is not None else 0
         with self._clock.running():
-            outcome = run_once(self.run, loaded.component, loaded.run_export,
-                               data=json.dumps(args, ensure_ascii=False), log_path=os.path.join(log_dir, log_name),
-                               ticks=self._clock.ticks(limit))
+            outcome = run_once(
+                self.run,
+                loaded.component,
+                loaded.run_export,
+                data=json.dumps(args, ensure_ascii=False),
+                log_path=os.path.join(log_dir, log_name),
+                ticks=self._clock.ticks(limit),
+            )
         self._trace_log(tool, ctx, log_name, outcome.stdout, outcome.stderr)
         result = self._result(tool, outcome, limit)
         if self._file_size is not None and self._file_size.hit_since(mark):
-            own = f"status {result.status}" + (f", summary {result.summary!r}" if result.summary else "") + (
-                f", data {result.data[:200]!r}" if result.data else "")
+            own = (
+                f"status {result.status}"
+                + (f", summary {result.summary!r}" if result.summary else "")
+                + (f", data {result.data[:200]!r}" if result.data else "")
+            )
             return ToolResult.error(f"{self._file_size.limit.message(tool)}. The component's own result: {own}")
         return result
 
@@ -234,12 +270,17 @@ class WasmToolbox:
         """The call's result from what ``run`` returned or how it trapped."""
         if outcome.trap is not None:
             if outcome.interrupted:
-                return ToolResult.error(f"{tool}: the component ran longer than its time limit of {limit:g} s "
-                                        "(MaxExecutionTimeSeconds, or the call's deadline) and was stopped")
+                return ToolResult.error(
+                    f"{tool}: the component ran longer than its time limit of {limit:g} s "
+                    "(MaxExecutionTimeSeconds, or the call's deadline) and was stopped"
+                )
             reason = outcome.trap.strip().splitlines()[-1].strip() if outcome.trap.strip() else "unknown"
-            hint = (f" A component that aborts when an allocation fails ends so: its memory is limited to "
-                    f"{self.config.max_memory_bytes // (1024 * 1024)} MiB (MaxMemoryMB)."
-                    if "unreachable" in reason else "")
+            hint = (
+                f" A component that aborts when an allocation fails ends so: its memory is limited to "
+                f"{self.config.max_memory_bytes // (1024 * 1024)} MiB (MaxMemoryMB)."
+                if "unreachable" in reason
+                else ""
+            )
             return ToolResult.error(f"{tool}: the component trapped: {reason}.{hint}")
         try:
             return to_tool_result(outcome.value, self.env.workdir, tool)
@@ -270,8 +311,14 @@ class WasmToolbox:
                 os.close(logs)
         if not (size or stdout or stderr) or self._channel is None:
             return
-        event: dict[str, Any] = {"event": "wasm_log", "tool": tool, "session_id": ctx.session_id,
-                                 "log": text, "log_bytes": size, "log_truncated": size > len(text.encode())}
+        event: dict[str, Any] = {
+            "event": "wasm_log",
+            "tool": tool,
+            "session_id": ctx.session_id,
+            "log": text,
+            "log_bytes": size,
+            "log_truncated": size > len(text.encode()),
+        }
         for key, raw in (("stdout", stdout), ("stderr", stderr)):
             if raw:
                 event[key] = raw.decode("utf-8", errors="replace")[:MAX_LOG_CHARS]

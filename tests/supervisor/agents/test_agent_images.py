@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,6 +16,9 @@ from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 from tests.sandbox.test_escapes import _png
 from tests.supervisor._model_server import Reply, answer, call, model_server
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -33,14 +35,29 @@ def _policy(root: Path, url: str, **policy: Any) -> Path:
     (root / "project" / "chart.png").write_bytes(_png(4, 3))
     (root / "project" / "logo.svg").write_bytes(SVG)
     (root / "project" / "big.png").write_bytes(_png(64, 64) + b"\x00" * 8192)
-    system = system_toolbox(capabilities=["attach-file", "list-directory"], FileSandbox={
-        "fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./project"}, "fsbName": "system-sandbox"})
-    vision = agent("file-agent", modelUrl=url, announce="A file management assistant with vision",
-                   systemPrompt=["You help users manage and analyze files."], builtinToolboxes=[system])
+    system = system_toolbox(
+        capabilities=["attach-file", "list-directory"],
+        FileSandbox={
+            "fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./project"},
+            "fsbName": "system-sandbox",
+        },
+    )
+    vision = agent(
+        "file-agent",
+        modelUrl=url,
+        announce="A file management assistant with vision",
+        systemPrompt=["You help users manage and analyze files."],
+        builtinToolboxes=[system],
+    )
     boss = agent("boss", modelUrl=url, extraAgents=[{"slug": "file-agent", "path": "file-agent.json"}])
     (root / "file-agent.json").write_text(json.dumps(vision))
-    return write_policy(root, {"boss": boss}, model_keys={"test": "AGENTS_TEST_KEY"},
-                        agent_loop={"max_steps": 4, "retries": 0, "request_timeout_s": 10}, **policy)
+    return write_policy(
+        root,
+        {"boss": boss},
+        model_keys={"test": "AGENTS_TEST_KEY"},
+        agent_loop={"max_steps": 4, "retries": 0, "request_timeout_s": 10},
+        **policy,
+    )
 
 
 def _images(request: dict[str, Any]) -> list[bytes]:
@@ -64,6 +81,7 @@ def _script(files: list[str]) -> Any:
         if done < len(files):
             return call("system_system_attach_file", {"filepath": files[done]})
         return answer(f"I saw {len(_images(req))} image(s)")
+
     return script
 
 
@@ -76,8 +94,10 @@ async def test_the_run_loop_shows_an_attached_image_to_the_model(sandbox_tmp: Pa
     # The tool message (text, as the chat format wants), then the image in a user message after it.
     assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "user"]
     assert "attachment: chart.png (image/png" in second[3]["content"]
-    assert second[4]["content"][0] == {"type": "text", "text": "Image from the call system_system_attach_file: "
-                                                                 f"chart.png (image/png, {len(_png(4, 3))} bytes)"}
+    assert second[4]["content"][0] == {
+        "type": "text",
+        "text": f"Image from the call system_system_attach_file: chart.png (image/png, {len(_png(4, 3))} bytes)",
+    }
     assert _images(server.requests[1]) == [_png(4, 3)]
     assert _images(server.requests[0]) == []
 
@@ -86,8 +106,7 @@ async def test_a_sub_agent_sees_images_and_others_are_named_not_sent(sandbox_tmp
     files = ["./project/chart.png", "./project/logo.svg", "./project/big.png"]
     with model_server(_script(files)) as server:
         # images larger than the policy's limit never reach the model (here the store refuses them already)
-        async with Supervisor.open(_policy(sandbox_tmp, server.url,
-                                           context={"images": {"max_bytes": 4096}})) as sup:
+        async with Supervisor.open(_policy(sandbox_tmp, server.url, context={"images": {"max_bytes": 4096}})) as sup:
             result = await sup.run_agent("boss", "delegate")
     assert result.status == "passed", result.data
     sub = [r for r in server.requests if r["messages"][0].get("content") == "You help users manage and analyze files."]

@@ -32,15 +32,34 @@ def _system(request: dict[str, Any]) -> str:
 
 def _policy(root: Path, url: str, *, loop: dict[str, Any] | None = None, **policy: Any) -> Path:
     """main (own System toolbox) names helper (another System toolbox) as a sub-agent."""
-    helper = agent("helper", modelUrl=url, systemPrompt=["You are helper."],
-                   builtinToolboxes=[system_toolbox("helper_sys", ["date", "hostname"])])
-    main = agent("main", modelUrl=url, systemPrompt=["You are main."],
-                 builtinToolboxes=[system_toolbox("main_sys", ["date"])],
-                 extraAgents=[{"slug": "helper", "path": "helper.json"}])
+    helper = agent(
+        "helper",
+        modelUrl=url,
+        systemPrompt=["You are helper."],
+        builtinToolboxes=[system_toolbox("helper_sys", ["date", "hostname"])],
+    )
+    main = agent(
+        "main",
+        modelUrl=url,
+        systemPrompt=["You are main."],
+        builtinToolboxes=[system_toolbox("main_sys", ["date"])],
+        extraAgents=[{"slug": "helper", "path": "helper.json"}],
+    )
     (root / "helper.json").write_text(json.dumps(helper))
-    return write_policy(root, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"},
-                        agent_loop={"max_steps": 4, "retries": 2, "backoff_initial_s": 0.01,
-                                    "backoff_max_s": 0.05, "request_timeout_s": 5, **(loop or {})}, **policy)
+    return write_policy(
+        root,
+        {"main": main},
+        model_keys={"test": "AGENTS_TEST_KEY"},
+        agent_loop={
+            "max_steps": 4,
+            "retries": 2,
+            "backoff_initial_s": 0.01,
+            "backoff_max_s": 0.05,
+            "request_timeout_s": 5,
+            **(loop or {}),
+        },
+        **policy,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -196,8 +215,9 @@ async def test_an_endpoint_that_answers_html_is_a_clear_error(sandbox_tmp: Path)
     assert "text/html that is not JSON" in (result.data or "") and "Welcome to nginx" in (result.data or "")
 
 
-async def test_a_missing_api_key_is_refused_before_any_request(sandbox_tmp: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_missing_api_key_is_refused_before_any_request(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("AGENTS_TEST_KEY")
     with model_server(lambda req: answer("never")) as server:
         async with Supervisor.open(_policy(sandbox_tmp, server.url)) as sup:
@@ -215,13 +235,20 @@ async def test_nested_agents_stop_at_the_depth_limit_with_the_stack(sandbox_tmp:
         return answer(f"{me} got: {_last(req)['content']}")
 
     with model_server(script) as server:
-        alpha = agent("alpha", modelUrl=server.url, systemPrompt=["You are alpha."],
-                      extraAgents=[{"slug": "beta", "path": "beta.json"}])
-        beta = agent("beta", modelUrl=server.url, systemPrompt=["You are beta."],
-                     extraAgents=[{"slug": "alpha", "path": "alpha.json"}])
+        alpha = agent(
+            "alpha",
+            modelUrl=server.url,
+            systemPrompt=["You are alpha."],
+            extraAgents=[{"slug": "beta", "path": "beta.json"}],
+        )
+        beta = agent(
+            "beta",
+            modelUrl=server.url,
+            systemPrompt=["You are beta."],
+            extraAgents=[{"slug": "alpha", "path": "alpha.json"}],
+        )
         (sandbox_tmp / "beta.json").write_text(json.dumps(beta))
-        policy = write_policy(sandbox_tmp, {"alpha": alpha}, model_keys={"test": "AGENTS_TEST_KEY"},
-                              max_call_depth=4)
+        policy = write_policy(sandbox_tmp, {"alpha": alpha}, model_keys={"test": "AGENTS_TEST_KEY"}, max_call_depth=4)
         async with Supervisor.open(policy) as sup:
             result = await sup.call("io_prompt_agent_alpha", {"what": "start"})
     assert result.status == "passed", result.data
@@ -230,9 +257,11 @@ async def test_nested_agents_stop_at_the_depth_limit_with_the_stack(sandbox_tmp:
     text = result.data or ""
     assert text.startswith("alpha got: status: passed")
     assert "Call depth limit of 4 reached: calling 'io_prompt_agent_alpha' would be depth 5" in text
-    assert ("Call stack: io_prompt_agent_alpha (agent alpha, depth 1) -> io_prompt_agent_beta (agent beta, depth 2) "
-            "-> io_prompt_agent_alpha (agent alpha, depth 3) -> io_prompt_agent_beta (agent beta, depth 4) "
-            "-> io_prompt_agent_alpha.") in text
+    assert (
+        "Call stack: io_prompt_agent_alpha (agent alpha, depth 1) -> io_prompt_agent_beta (agent beta, depth 2) "
+        "-> io_prompt_agent_alpha (agent alpha, depth 3) -> io_prompt_agent_beta (agent beta, depth 4) "
+        "-> io_prompt_agent_alpha."
+    ) in text
     refusals = [r for r in _trace(sandbox_tmp) if r["event"] == "portal_refusal"]
     assert [r["kind"] for r in refusals] == ["PortalDepthExceeded"] and refusals[0]["caller"] == "agent beta"
 
@@ -242,14 +271,28 @@ def test_cli_run_prints_the_answer(sandbox_tmp: Path) -> None:
         policy = _policy(sandbox_tmp, server.url)
         repo = str(Path(__file__).resolve().parents[3])
         env = {**os.environ, "PYTHONPATH": repo}
-        done = subprocess.run([sys.executable, "-m", "supervisor", "run", "--policy", str(policy), "--agent",
-                               "main", "say hi"], capture_output=True, text=True, env=env, cwd=repo, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "supervisor", "run", "--policy", str(policy), "--agent", "main", "say hi"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=repo,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "answer to: say hi"
-        assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {"system_main_sys_date",
-                                                                                "io_prompt_agent_helper"}
-        bad = subprocess.run([sys.executable, "-m", "supervisor", "run", "--policy", str(policy), "--agent",
-                              "nobody", "x"], capture_output=True, text=True, env=env, cwd=repo, timeout=60)
+        assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {
+            "system_main_sys_date",
+            "io_prompt_agent_helper",
+        }
+        bad = subprocess.run(
+            [sys.executable, "-m", "supervisor", "run", "--policy", str(policy), "--agent", "nobody", "x"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=repo,
+            timeout=60,
+        )
         assert bad.returncode == 2 and "no agent 'nobody' is loaded; loaded agents: main, helper" in bad.stderr
         assert "Traceback" not in bad.stderr
 
@@ -289,19 +332,34 @@ def test_duplicate_and_mismatched_subagent_slugs_are_refused(sandbox_tmp: Path) 
 
 def test_a_missing_subagent_file_is_a_load_error_of_its_agent(sandbox_tmp: Path) -> None:
     (sandbox_tmp / "helper.json").write_text(json.dumps(agent("helper", builtinToolboxes=[system_toolbox("h")])))
-    main = agent("main", builtinToolboxes=[system_toolbox("m")],
-                 extraAgents=[{"slug": "gone", "path": "gone.json"}, {"slug": "helper", "path": "helper.json"}])
+    main = agent(
+        "main",
+        builtinToolboxes=[system_toolbox("m")],
+        extraAgents=[{"slug": "gone", "path": "gone.json"}, {"slug": "helper", "path": "helper.json"}],
+    )
     policy = write_policy(sandbox_tmp, {"main": main})
     repo = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "PYTHONPATH": repo}
     for command in ("check", "tools"):
-        done = subprocess.run([sys.executable, "-m", "supervisor", command, "--policy", str(policy)],
-                              capture_output=True, text=True, env=env, cwd=repo, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "supervisor", command, "--policy", str(policy)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=repo,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert f"load error: agent main: {sandbox_tmp / 'main.json'} $.contents.extraAgents[0]: " in done.stdout
         assert f"sub-agent file not found: {sandbox_tmp / 'gone.json'}; that sub-agent is left out" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "supervisor", "tools", "--policy", str(policy)],
-                          capture_output=True, text=True, env=env, cwd=repo, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor", "tools", "--policy", str(policy)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=repo,
+        timeout=120,
+    )
     assert "io_prompt_agent_helper" in done.stdout and "system_h_date" in done.stdout  # the rest loads
     assert "io_prompt_agent_gone" not in done.stdout
 
@@ -384,7 +442,10 @@ async def test_a_refused_continuation_is_sent_again_in_full(sandbox_tmp: Path) -
         async with Supervisor.open(_policy(sandbox_tmp, server.url)) as sup:
             result = await sup.call("io_prompt_agent_helper", {"what": "Which host?"})
     assert (result.status, result.data) == ("passed", "I saw 4 messages")
-    assert [("continuation_id" in r, len(r["messages"])) for r in server.requests] == [(False, 2), (True, 1),
-                                                                                        (False, 4)]
+    assert [("continuation_id" in r, len(r["messages"])) for r in server.requests] == [
+        (False, 2),
+        (True, 1),
+        (False, 4),
+    ]
     dropped = [r for r in _trace(sandbox_tmp) if r["event"] == "model_continuation_dropped"]
     assert len(dropped) == 1 and "unknown continuation conv-1" in dropped[0]["reason"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -19,6 +19,9 @@ from supervisor.agents._llm import (
     retry_decision,
 )
 from tests.supervisor._model_server import message, streamed
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _sse_text(reply_chunks: list[dict], done: bool = True) -> str:
@@ -36,8 +39,10 @@ def test_stream_assembles_the_same_reply_at_any_split(cuts: list[int]) -> None:
     assembler.feed(text[last:])
     reply = assembler.reply()
     assert reply.content == "Hello there, friend"
-    assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [("call_0", "tool_a", '{"x": 1}'),
-                                                                       ("call_1", "tool_b", "{}")]
+    assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [
+        ("call_0", "tool_a", '{"x": 1}'),
+        ("call_1", "tool_b", "{}"),
+    ]
     assert reply.finish_reason == "tool_calls"
 
 
@@ -62,18 +67,32 @@ def test_parse_completion_reads_text_and_tool_calls_and_refuses_wrong_shapes() -
     reply = parse_completion(message("hi", [("t", '{"a": 1}')]))
     assert reply.content == "hi" and reply.tool_calls[0].name == "t"
     assert reply.message()["tool_calls"][0]["function"] == {"name": "t", "arguments": '{"a": 1}'}
-    for bad, text in (([], "not an object"), ({"choices": []}, "no choices"),
-                      ({"choices": [{"message": {"tool_calls": [{"function": {}}]}}]}, "no function name")):
+    for bad, text in (
+        ([], "not an object"),
+        ({"choices": []}, "no choices"),
+        ({"choices": [{"message": {"tool_calls": [{"function": {}}]}}]}, "no function name"),
+    ):
         with pytest.raises(ModelError, match=text) as caught:
             parse_completion(bad)
         assert not caught.value.transient
 
 
-@pytest.mark.parametrize(("status", "broken", "meta", "expected"), [
-    (408, False, None, True), (429, False, None, True), (500, False, None, True), (503, False, None, True),
-    (501, False, None, False), (400, False, None, False), (401, False, None, False), (None, True, None, True),
-    (429, False, "false", False), (400, False, "true", True), (None, True, "false", False),
-])
+@pytest.mark.parametrize(
+    ("status", "broken", "meta", "expected"),
+    [
+        (408, False, None, True),
+        (429, False, None, True),
+        (500, False, None, True),
+        (503, False, None, True),
+        (501, False, None, False),
+        (400, False, None, False),
+        (401, False, None, False),
+        (None, True, None, True),
+        (429, False, "false", False),
+        (400, False, "true", True),
+        (None, True, "false", False),
+    ],
+)
 def test_retry_decision(status: int | None, broken: bool, meta: str | None, expected: bool) -> None:
     assert retry_decision(status, broken=broken, transient_meta=meta) is expected
 
@@ -95,8 +114,10 @@ def test_urls_and_function_tools() -> None:
     assert completion_url("http://h/v1/") == "http://h/v1/chat/completions"
     assert completion_url("http://h/v1/chat/completions") == "http://h/v1/chat/completions"
     schema = {"type": "object", "properties": {"what": {"type": "string"}}}
-    assert function_tool("t", "d", schema) == {"type": "function",
-                                               "function": {"name": "t", "description": "d", "parameters": schema}}
+    assert function_tool("t", "d", schema) == {
+        "type": "function",
+        "function": {"name": "t", "description": "d", "parameters": schema},
+    }
 
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/v1/chat/completions", "http://[::1/v1", "127.0.0.1:9/v1"])
@@ -108,16 +129,22 @@ async def test_an_unusable_model_url_is_a_clear_error_not_retried(url: str) -> N
     attempts: list[int] = []
     async with httpx.AsyncClient(timeout=None, trust_env=False) as http:
         with pytest.raises(ModelError, match="modelUrl") as caught:
-            await complete_with_retries(ChatClient(http, url, "m", None), [], [],
-                                        RetryBounds(retries=3, backoff_initial_s=0),
-                                        on_retry=lambda n, e, d: attempts.append(n))
+            await complete_with_retries(
+                ChatClient(http, url, "m", None),
+                [],
+                [],
+                RetryBounds(retries=3, backoff_initial_s=0),
+                on_retry=lambda n, e, d: attempts.append(n),
+            )
     assert not caught.value.transient and attempts == []
 
 
 # -- the seed's continuation_id metadata key ----------------------------------------------------------------------
 def test_a_completion_carries_the_first_continuation_id_of_its_metadata() -> None:
-    body = {**message("hi"), "metadata": [["state_effect", "read"], ["continuation_id", "conv-7"],
-                                          ["continuation_id", "conv-8"]]}
+    body = {
+        **message("hi"),
+        "metadata": [["state_effect", "read"], ["continuation_id", "conv-7"], ["continuation_id", "conv-8"]],
+    }
     assert parse_completion(body).continuation_id == "conv-7"
     assert parse_completion(message("hi")).continuation_id == ""
     assert parse_completion({**message("hi"), "metadata": [["continuation_id", ""]]}).continuation_id == ""

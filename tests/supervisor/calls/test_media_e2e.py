@@ -40,7 +40,7 @@ PDF = b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
 BLOB = bytes(range(256))
 MP3 = b"ID3\x03\x00\x00\x00\x00\x00\x0f" + b"\x00" * 40
 
-MEDIA_SERVER = textwrap.dedent('''
+MEDIA_SERVER = textwrap.dedent("""
     import base64
     from mcp.server.mcpserver import MCPServer
     from mcp_types import (AudioContent, BlobResourceContents, CallToolResult, EmbeddedResource, ResourceLink,
@@ -64,26 +64,37 @@ MEDIA_SERVER = textwrap.dedent('''
         ])
 
     server.run("stdio")
-''')
+""")
 
 
 def _script(tools: Path, slug: str, media_type: str, run: str) -> None:
-    describe = json.dumps({"slug": slug, "description": f"prints {media_type}", "args": [],
-                           "output-media-type": media_type})
+    describe = json.dumps(
+        {"slug": slug, "description": f"prints {media_type}", "args": [], "output-media-type": media_type}
+    )
     path = tools / f"{slug}.sh"
-    path.write_text(f"#!/bin/bash\nif [ \"$1\" == \"describe\" ]; then\n    echo '{describe}'\n    exit 0\nfi\n"
-                    f"cd \"$(dirname \"$0\")\"\n{run}\n")
+    path.write_text(
+        f'#!/bin/bash\nif [ "$1" == "describe" ]; then\n    echo \'{describe}\'\n    exit 0\nfi\n'
+        f'cd "$(dirname "$0")"\n{run}\n'
+    )
     path.chmod(0o755)
 
 
 def _policy(root: Path) -> Path:
     tools = root / "tools"
     tools.mkdir()
-    for name, data in (("chart.png", _png(3, 2)), ("logo.svg", SVG), ("evil.svg", EVIL_SVG), ("tone.wav", WAV),
-                       ("clip.mp4", MP4), ("doc.pdf", PDF), ("blob.bin", BLOB), ("big.wav", WAV + b"\x00" * 5000)):
+    for name, data in (
+        ("chart.png", _png(3, 2)),
+        ("logo.svg", SVG),
+        ("evil.svg", EVIL_SVG),
+        ("tone.wav", WAV),
+        ("clip.mp4", MP4),
+        ("doc.pdf", PDF),
+        ("blob.bin", BLOB),
+        ("big.wav", WAV + b"\x00" * 5000),
+    ):
         (tools / name).write_bytes(data)
     _script(tools, "generate_chart", "image/png", "cat chart.png")  # the seed's example
-    _script(tools, "report", "application/json", "echo '{\"total\": 3, \"rows\": [1, 2, 3]}'")
+    _script(tools, "report", "application/json", 'echo \'{"total": 3, "rows": [1, 2, 3]}\'')
     _script(tools, "table", "text/csv", "printf 'a,b\\n1,2\\n'")
     _script(tools, "logo", "image/svg+xml", "cat logo.svg")
     _script(tools, "evil", "image/svg+xml", "cat evil.svg")
@@ -100,13 +111,15 @@ def _policy(root: Path) -> Path:
     server = root / "media_server.py"
     server.write_text(MEDIA_SERVER.format(wav=base64.b64encode(WAV).decode(), pdf=base64.b64encode(PDF).decode()))
     server.chmod(0o644)
-    system = system_toolbox(capabilities=["attach-file"], FileSandbox={
-        "fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./files"}})
-    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "media", "executable": sys.executable,
-                                                  "args": [str(server)]}}
-    return write_policy(root, {"tester": agent(toolDirectory="tools", builtinToolboxes=[system],
-                                               mcpServers=[mcp])},
-                        context={"audio": {"max_bytes": 4096}})
+    system = system_toolbox(
+        capabilities=["attach-file"], FileSandbox={"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./files"}}
+    )
+    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "media", "executable": sys.executable, "args": [str(server)]}}
+    return write_policy(
+        root,
+        {"tester": agent(toolDirectory="tools", builtinToolboxes=[system], mcpServers=[mcp])},
+        context={"audio": {"max_bytes": 4096}},
+    )
 
 
 def _blocks(result: Any) -> list[dict[str, Any]]:
@@ -115,17 +128,30 @@ def _blocks(result: Any) -> list[dict[str, Any]]:
 
 async def test_every_media_kind_reaches_the_sdk_client_as_what_it_is(sandbox_tmp: Path) -> None:
     policy = _policy(sandbox_tmp)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)],
-                                   env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "supervisor", "--policy", str(policy)],
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+    )
     results: dict[str, Any] = {}
-    calls = {"chart": ("bash_generate_chart", {}), "report": ("bash_report", {}), "table": ("bash_table", {}),
-             "logo": ("bash_logo", {}), "evil": ("bash_evil", {}), "tone": ("bash_tone", {}),
-             "clip": ("bash_clip", {}), "doc": ("bash_doc", {}), "liar": ("bash_liar", {}), "blob": ("bash_blob", {}),
-             "big": ("bash_big", {}),
-             "paper": ("system_system_attach_file", {"filepath": "./files/paper.pdf"}),
-             "song": ("system_system_attach_file", {"filepath": "./files/song.mp3"}),
-             "readme": ("system_system_attach_file", {"filepath": "./files/readme.txt"}),
-             "mcp": ("mcp_media_kinds", {})}
+    calls = {
+        "chart": ("bash_generate_chart", {}),
+        "report": ("bash_report", {}),
+        "table": ("bash_table", {}),
+        "logo": ("bash_logo", {}),
+        "evil": ("bash_evil", {}),
+        "tone": ("bash_tone", {}),
+        "clip": ("bash_clip", {}),
+        "doc": ("bash_doc", {}),
+        "liar": ("bash_liar", {}),
+        "blob": ("bash_blob", {}),
+        "big": ("bash_big", {}),
+        "paper": ("system_system_attach_file", {"filepath": "./files/paper.pdf"}),
+        "song": ("system_system_attach_file", {"filepath": "./files/song.mp3"}),
+        "readme": ("system_system_attach_file", {"filepath": "./files/readme.txt"}),
+        "mcp": ("mcp_media_kinds", {}),
+    }
     with trio.fail_after(120):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
@@ -153,8 +179,12 @@ async def test_every_media_kind_reaches_the_sdk_client_as_what_it_is(sandbox_tmp
     [tone] = media("tone")
     assert (tone["type"], tone["mimeType"], base64.b64decode(tone["data"])) == ("audio", "audio/wav", WAV)
     # Other media: embedded resources with their mimeType.
-    for key, media_type, data in (("clip", "video/mp4", MP4), ("doc", "application/pdf", PDF),
-                                  ("blob", "application/octet-stream", BLOB), ("paper", "application/pdf", PDF)):
+    for key, media_type, data in (
+        ("clip", "video/mp4", MP4),
+        ("doc", "application/pdf", PDF),
+        ("blob", "application/octet-stream", BLOB),
+        ("paper", "application/pdf", PDF),
+    ):
         [block] = media(key)
         assert block["type"] == "resource" and block["resource"]["mimeType"] == media_type, block
         assert base64.b64decode(block["resource"]["blob"]) == data
@@ -172,12 +202,17 @@ async def test_every_media_kind_reaches_the_sdk_client_as_what_it_is(sandbox_tmp
     assert base64.b64decode(got[1]["resource"]["blob"]) == PDF
     assert got[2]["resource"] == {"uri": "mem://notes.md", "mimeType": "text/markdown", "text": "# Notes\nall good\n"}
     assert {k: got[3][k] for k in ("uri", "name", "mimeType", "description")} == {
-        "uri": "https://example.com/big.csv", "name": "big.csv", "mimeType": "text/csv",
-        "description": "too big to embed"}
+        "uri": "https://example.com/big.csv",
+        "name": "big.csv",
+        "mimeType": "text/csv",
+        "description": "too big to embed",
+    }
     assert text("mcp").startswith("here it is")
     # Refused with a note, the status unchanged: not what it claims, an SVG with a script, audio past the limit.
-    for key, why in (("liar", "it is not application/pdf: its leading bytes are not application/pdf"),
-                     ("evil", "holds active content ('<script')"),
-                     ("big", "more than the limit of 4096 for audio (context.audio.max_bytes)")):
+    for key, why in (
+        ("liar", "it is not application/pdf: its leading bytes are not application/pdf"),
+        ("evil", "holds active content ('<script')"),
+        ("big", "more than the limit of 4096 for audio (context.audio.max_bytes)"),
+    ):
         assert media(key) == [], key
         assert why in text(key), (key, text(key))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -21,9 +23,17 @@ return ok.status, ok.result_txt, refused.status, refused.error
 
 
 def _lua(allowed: list[str]) -> dict[str, Any]:
-    return {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "scripts", "MaxMemoryMB": 64,
-                                              "MaxExecutionTimeSeconds": 10, "AllowedTools": allowed,
-                                              "AllowedHosts": []}}
+    return {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "scripts",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 10,
+            "AllowedTools": allowed,
+            "AllowedHosts": [],
+        },
+    }
 
 
 def _policy(root: Path, **policy: Any) -> Path:
@@ -54,7 +64,9 @@ async def test_a_portal_call_from_lua_counts_toward_the_depth_limit(sandbox_tmp:
     assert result.status == "passed", result.data
     ok_status, ok_text, _, _ = result.structured["values"]
     assert ok_status == "error"
-    assert ("Call depth limit of 1 reached: calling 'system_sys_hostname' would be depth 2. Call stack: "
-            "lua_lua_execute (agent tester, depth 1) -> system_sys_hostname.") in ok_text
+    assert (
+        "Call depth limit of 1 reached: calling 'system_sys_hostname' would be depth 2. Call stack: "
+        "lua_lua_execute (agent tester, depth 1) -> system_sys_hostname."
+    ) in ok_text
     refusals = [r for r in _trace(sandbox_tmp) if r["event"] == "portal_refusal"]
     assert [(r["kind"], r["caller"]) for r in refusals] == [("PortalDepthExceeded", "toolbox lua")]

@@ -24,9 +24,11 @@ class _Runner:
 
 
 def test_the_failed_toolbox_whose_names_match_is_named_alone() -> None:
-    runners = [_Runner(_Spec("db", "sqlite", "a"), failed_reason="toolbox db did not load: no such file"),
-               _Runner(_Spec("other", "mcp", "a"), failed_reason="toolbox other did not load: exit 1"),
-               _Runner(_Spec("system", "system", "a"), tools=[{"name": "system_system_date"}])]
+    runners = [
+        _Runner(_Spec("db", "sqlite", "a"), failed_reason="toolbox db did not load: no such file"),
+        _Runner(_Spec("other", "mcp", "a"), failed_reason="toolbox other did not load: exit 1"),
+        _Runner(_Spec("system", "system", "a"), tools=[{"name": "system_system_date"}]),
+    ]
     note = unloaded_note("sqlite_db_query", runners, "a")
     assert note == "Its toolbox db did not load: toolbox db did not load: no such file."
     listed = unloaded_note("sqlite_nope_query", runners, "a")
@@ -40,8 +42,12 @@ def test_another_agents_failures_are_not_told() -> None:
 
 
 def test_a_script_that_did_not_load_is_named() -> None:
-    runner = _Runner(_Spec("tools", "bash", "a"), tools=[{"name": "bash_ok"}],
-                     load_errors=[{"source": "/t/ask-user.bash", "message": "describe printed invalid JSON"}])
+    runner = _Runner(
+        _Spec("tools", "bash", "a"),
+        tools=[{"name": "bash_ok"}],
+        load_errors=[{"source": "/t/ask-user.bash", "message": "describe printed invalid JSON"}],
+    )
     assert unloaded_note("bash_ask_user", [runner], "a") == (
-        "the script /t/ask-user.bash of toolbox tools did not load: describe printed invalid JSON.")
+        "the script /t/ask-user.bash of toolbox tools did not load: describe printed invalid JSON."
+    )
     assert unloaded_note("bash_other", [runner], "a") == ""  # the toolbox serves tools: nothing to say

@@ -215,13 +215,19 @@ def test_derived_names_get_suffixes_and_explicit_names_win(tmp_path: Path) -> No
 
 def test_two_postgrest_toolboxes_on_one_host_are_told_apart_by_name(tmp_path: Path) -> None:
     def server(**extra: Any) -> dict[str, Any]:
-        return {"tag": "PostgRESTServer", "contents": {"SpecUrl": "http://localhost:3000/",
-                                                       "BaseUrl": "http://localhost:3000", **extra}}
+        return {
+            "tag": "PostgRESTServer",
+            "contents": {"SpecUrl": "http://localhost:3000/", "BaseUrl": "http://localhost:3000", **extra},
+        }
 
-    config = load_one(tmp_path, {"slug": "a", "postgrestToolboxes": [server(Name="orders"), server(Name="stock"),
-                                                                     server()]})
-    assert [(t.kind, t.name) for t in config.toolboxes()] == [("postgrest", "orders"), ("postgrest", "stock"),
-                                                              ("postgrest", "localhost")]
+    config = load_one(
+        tmp_path, {"slug": "a", "postgrestToolboxes": [server(Name="orders"), server(Name="stock"), server()]}
+    )
+    assert [(t.kind, t.name) for t in config.toolboxes()] == [
+        ("postgrest", "orders"),
+        ("postgrest", "stock"),
+        ("postgrest", "localhost"),
+    ]
     clash = problem(tmp_path, {"slug": "a", "postgrestToolboxes": [server(Name="db"), server(Name="db")]})
     assert "duplicate toolbox name 'db'" in str(clash)
 
@@ -618,21 +624,32 @@ def test_policy_allowed_hosts_are_checked(tmp_path: Path) -> None:
 
 
 def test_policy_allowed_hosts_take_ports_and_port_ranges(tmp_path: Path) -> None:
-    policy = write_policy(tmp_path, "toolboxes:\n  lua:\n    allowed_hosts: [API.Example.com:443, '*.example.org:443',"
-                                    " '[2001:db8::1]:443', 'files.example:8000-8100', 'any.example']\n")
+    policy = write_policy(
+        tmp_path,
+        "toolboxes:\n  lua:\n    allowed_hosts: [API.Example.com:443, '*.example.org:443',"
+        " '[2001:db8::1]:443', 'files.example:8000-8100', 'any.example']\n",
+    )
     hosts = load_config(str(policy)).policy.toolboxes["lua"].allowed_hosts
-    assert hosts == ["api.example.com:443", "*.example.org:443", "[2001:db8::1]:443", "files.example:8000-8100",
-                     "any.example"]
+    assert hosts == [
+        "api.example.com:443",
+        "*.example.org:443",
+        "[2001:db8::1]:443",
+        "files.example:8000-8100",
+        "any.example",
+    ]
 
 
-@pytest.mark.parametrize(("entry", "words"), [
-    ("api.example.com:", "port is missing"),
-    ("api.example.com:8100-8000", "range 8100-8000 is empty"),
-    ("api.example.com:99999", "outside 1-65535"),
-    ("[2001:db8::1]443", "expected ':port'"),
-    ("metadata.google.internal:80", "cloud metadata"),
-    ("168.63.129.16", "cloud metadata"),
-])
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("api.example.com:", "port is missing"),
+        ("api.example.com:8100-8000", "range 8100-8000 is empty"),
+        ("api.example.com:99999", "outside 1-65535"),
+        ("[2001:db8::1]443", "expected ':port'"),
+        ("metadata.google.internal:80", "cloud metadata"),
+        ("168.63.129.16", "cloud metadata"),
+    ],
+)
 def test_malformed_port_entries_are_located_and_explained(tmp_path: Path, entry: str, words: str) -> None:
     policy = write_policy(tmp_path, f"toolboxes:\n  lua:\n    allowed_hosts: [ok.example, '{entry}']\n")
     with pytest.raises(ConfigError) as info:
@@ -643,9 +660,17 @@ def test_malformed_port_entries_are_located_and_explained(tmp_path: Path, entry:
 
 
 def test_agent_file_allowed_hosts_take_ports(tmp_path: Path) -> None:
-    lua = {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "d", "MaxMemoryMB": 64,
-                                             "MaxExecutionTimeSeconds": 5, "AllowedTools": [],
-                                             "AllowedHosts": ["api.example.com:443", "bad.example:0"]}}
+    lua = {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "d",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 5,
+            "AllowedTools": [],
+            "AllowedHosts": ["api.example.com:443", "bad.example:0"],
+        },
+    }
     err = problem(tmp_path, {"slug": "a", "builtinToolboxes": [lua]})
     assert err.json_path == "$.contents.builtinToolboxes[0].contents.AllowedHosts[1]", err.json_path
     assert "outside 1-65535" in err.message
@@ -758,5 +783,7 @@ def test_the_readme_policy_example_is_a_valid_policy() -> None:
     text = (REPO / "README.md").read_text()
     block = text.split("## A policy", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     policy = parse_policy_data(yaml.safe_load(block), str(REPO / "policy.yaml"))
-    assert policy.worker_uids is not None and policy.toolboxes["system"].allowed_hosts == ["api.example.com:443",
-                                                                                           "*.example.org"]
+    assert policy.worker_uids is not None and policy.toolboxes["system"].allowed_hosts == [
+        "api.example.com:443",
+        "*.example.org",
+    ]

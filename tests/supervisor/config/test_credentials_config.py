@@ -19,47 +19,66 @@ from supervisor.plan._credential_values import load_credentials, read_root_only_
 from tests._policies import agent, system_toolbox, write_policy
 
 SECRET = "ghp_" + os.urandom(8).hex()
-GITHUB = {"source": {"env": "GITHUB_TOKEN"}, "bindings": [{"hosts": ["api.github.com"]}],
-          "header": "Authorization: Bearer {value}"}
+GITHUB = {
+    "source": {"env": "GITHUB_TOKEN"},
+    "bindings": [{"hosts": ["api.github.com"]}],
+    "header": "Authorization: Bearer {value}",
+}
 
 
 def _openapi(spec: Path, **extra: object) -> dict:
-    return {"tag": "OpenAPIServer", "contents": {"SpecUrl": str(spec), "BaseUrl": "https://api.github.com",
-                                                 "Name": "gh", **extra}}
+    return {
+        "tag": "OpenAPIServer",
+        "contents": {"SpecUrl": str(spec), "BaseUrl": "https://api.github.com", "Name": "gh", **extra},
+    }
 
 
 @pytest.fixture
 def spec(tmp_path: Path) -> Path:
     path = tmp_path / "spec.json"
-    path.write_text(json.dumps({"openapi": "3.0.0", "info": {"title": "t", "version": "1"}, "paths": {
-        "/user": {"get": {"operationId": "me", "responses": {"200": {"description": "ok"}}}}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "openapi": "3.0.0",
+                "info": {"title": "t", "version": "1"},
+                "paths": {"/user": {"get": {"operationId": "me", "responses": {"200": {"description": "ok"}}}}},
+            }
+        )
+    )
     return path
 
 
 def _error(tmp_path: Path, credentials: object, **policy: object) -> str:
-    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
-                        credentials=credentials, **policy)
+    path = write_policy(
+        tmp_path,
+        {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
+        credentials=credentials,
+        **policy,
+    )
     with pytest.raises(ConfigError) as caught:
         load_config(str(path))
     return str(caught.value)
 
 
-@pytest.mark.parametrize(("credentials", "words"), [
-    ({"bad-name": GITHUB}, "invalid credential name 'bad-name'"),
-    ({"gh": {**GITHUB, "source": {}}}, "exactly one of env, file, command"),
-    ({"gh": {**GITHUB, "source": {"env": "A", "file": "/x"}}}, "(found env, file)"),
-    ({"gh": {**GITHUB, "source": {"file": "relative/token"}}}, "is not absolute"),
-    ({"gh": {**GITHUB, "source": {"command": ["vault", "read"]}}}, "'vault' is not an absolute path"),
-    ({"gh": {**GITHUB, "bindings": []}}, "bindings"),
-    ({"gh": {**GITHUB, "bindings": [{"hosts": ["api.github.com:443"]}]}}, "invalid host in a credential binding"),
-    ({"gh": {**GITHUB, "bindings": [{"hosts": ["a.test"], "schemes": ["ftp"]}]}}, "schemes"),
-    ({"gh": {**GITHUB, "bindings": [{"hosts": ["a.test"], "path_prefixes": ["v1"]}]}}, "invalid path prefix"),
-    ({"gh": {**GITHUB, "header": "Authorization Bearer {value}"}}, "invalid header"),
-    ({"gh": {**GITHUB, "header": "Authorization: Bearer"}}, "{value} exactly once"),
-    ({"gh": {**GITHUB, "header": "Host: {value}"}}, "cannot carry a credential"),
-    ({"gh": {**GITHUB, "query": "key"}}, "not both"),
-    ({"gh": {**GITHUB, "sorce": {}}}, "unknown key 'sorce'"),
-])
+@pytest.mark.parametrize(
+    ("credentials", "words"),
+    [
+        ({"bad-name": GITHUB}, "invalid credential name 'bad-name'"),
+        ({"gh": {**GITHUB, "source": {}}}, "exactly one of env, file, command"),
+        ({"gh": {**GITHUB, "source": {"env": "A", "file": "/x"}}}, "(found env, file)"),
+        ({"gh": {**GITHUB, "source": {"file": "relative/token"}}}, "is not absolute"),
+        ({"gh": {**GITHUB, "source": {"command": ["vault", "read"]}}}, "'vault' is not an absolute path"),
+        ({"gh": {**GITHUB, "bindings": []}}, "bindings"),
+        ({"gh": {**GITHUB, "bindings": [{"hosts": ["api.github.com:443"]}]}}, "invalid host in a credential binding"),
+        ({"gh": {**GITHUB, "bindings": [{"hosts": ["a.test"], "schemes": ["ftp"]}]}}, "schemes"),
+        ({"gh": {**GITHUB, "bindings": [{"hosts": ["a.test"], "path_prefixes": ["v1"]}]}}, "invalid path prefix"),
+        ({"gh": {**GITHUB, "header": "Authorization Bearer {value}"}}, "invalid header"),
+        ({"gh": {**GITHUB, "header": "Authorization: Bearer"}}, "{value} exactly once"),
+        ({"gh": {**GITHUB, "header": "Host: {value}"}}, "cannot carry a credential"),
+        ({"gh": {**GITHUB, "query": "key"}}, "not both"),
+        ({"gh": {**GITHUB, "sorce": {}}}, "unknown key 'sorce'"),
+    ],
+)
 def test_config_errors_name_the_path_and_what_to_write(tmp_path: Path, credentials: object, words: str) -> None:
     text = _error(tmp_path, credentials)
     assert words in text, text
@@ -71,8 +90,9 @@ def test_a_toolbox_naming_an_unknown_credential_is_an_error(tmp_path: Path) -> N
     assert "names the credential 'gitlab', which credentials does not define" in text and "gh" in text
 
 
-def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(tmp_path: Path, spec: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(
+    tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``Token: "${GITHUB_TOKEN}"`` (the credential's env source) and ``${gh}`` (its name) both become the
     placeholder in the worker's config; the value is only in the spec's credentials, for the proxy."""
     monkeypatch.setenv("GITHUB_TOKEN", SECRET)
@@ -90,14 +110,16 @@ def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(tmp_pa
     assert SECRET not in repr(spec_)
 
 
-def test_other_variables_still_expand_and_ungranted_toolboxes_get_nothing(tmp_path: Path, spec: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_variables_still_expand_and_ungranted_toolboxes_get_nothing(
+    tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", SECRET)
     monkeypatch.setenv("PLAIN", "plain-value")
     tb = _openapi(spec, Headers={"X-Plain": "${PLAIN}"})
     other = system_toolbox(capabilities=["date"])
-    path = write_policy(tmp_path, {"a": agent(openApiToolboxes=[tb], builtinToolboxes=[other])},
-                        credentials={"gh": GITHUB})
+    path = write_policy(
+        tmp_path, {"a": agent(openApiToolboxes=[tb], builtinToolboxes=[other])}, credentials={"gh": GITHUB}
+    )
     specs = {s.toolbox: s for s in compile_policy(load_config(str(path)), prepare=False).specs}
     assert specs["gh"].plan.payload["config"]["Headers"] == {"X-Plain": "plain-value"}
     assert specs["gh"].credentials == () and specs["system"].credentials == ()
@@ -107,10 +129,14 @@ def test_policy_grant_and_credential_env_placeholder(tmp_path: Path, monkeypatch
     """An MCP server or a bash tool that insists on an environment variable gets the placeholder in it; the
     toolbox is granted the credential; a grant its AllowedHosts cannot use is a warning."""
     monkeypatch.setenv("GITHUB_TOKEN", SECRET)
-    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
-                        credentials={"gh": GITHUB},
-                        toolboxes={"system": {"credential_env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "gh"},
-                                              "allowed_hosts": ["other.example.com"]}})
+    path = write_policy(
+        tmp_path,
+        {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
+        credentials={"gh": GITHUB},
+        toolboxes={
+            "system": {"credential_env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "gh"}, "allowed_hosts": ["other.example.com"]}
+        },
+    )
     compiled = compile_policy(load_config(str(path)), prepare=False)
     (spec_,) = compiled.specs
     assert spec_.plan.env["GITHUB_PERSONAL_ACCESS_TOKEN"] == "AGENTS_SUPERVISE_CREDENTIAL_gh"
@@ -119,11 +145,13 @@ def test_policy_grant_and_credential_env_placeholder(tmp_path: Path, monkeypatch
     assert any("bound to api.github.com, which its AllowedHosts do not allow" in w for w in spec_.warnings)
 
 
-def test_a_missing_source_refuses_the_policy_naming_the_credential(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_source_refuses_the_policy_naming_the_credential(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
-    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
-                        credentials={"gh": GITHUB})
+    path = write_policy(
+        tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])}, credentials={"gh": GITHUB}
+    )
     with pytest.raises(PolicyRefused, match=r"credentials\.gh: the environment variable GITHUB_TOKEN is not set"):
         compile_policy(load_config(str(path)), prepare=False)
 
@@ -174,8 +202,16 @@ def test_command_source(tmp_path: Path) -> None:
     env = {"FROM_VAULT": SECRET}  # the command runs with the supervisor's environment
     ok = _spec({"command": [sys.executable, "-c", "import os; print(os.environ['FROM_VAULT'])"]})
     assert load_credentials(ok, env)["gh"].value == SECRET
-    failing = _spec({"command": [sys.executable, "-c", "import os, sys; print(os.environ['FROM_VAULT']); "
-                                 "sys.stderr.write(os.environ['FROM_VAULT']); sys.exit(3)"]})
+    failing = _spec(
+        {
+            "command": [
+                sys.executable,
+                "-c",
+                "import os, sys; print(os.environ['FROM_VAULT']); "
+                "sys.stderr.write(os.environ['FROM_VAULT']); sys.exit(3)",
+            ]
+        }
+    )
     with pytest.raises(PolicyRefused) as caught:
         load_credentials(failing, env)
     assert "exit status 3" in str(caught.value) and SECRET not in str(caught.value)
@@ -195,10 +231,18 @@ def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
     from sandbox._tls_ca import supervisor_ca
     from supervisor.plan._tls_termination import CA_ENV_VARS, write_ca_file
 
-    path = write_policy(tmp_path, {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"]),
-                                                                system_toolbox("quiet", capabilities=["date"])])},
-                        toolboxes={"system": {"tls_termination": True, "allowed_hosts": ["api.example.test"]},
-                                   "quiet": {"tls_termination": True}})
+    path = write_policy(
+        tmp_path,
+        {
+            "a": agent(
+                builtinToolboxes=[system_toolbox(capabilities=["date"]), system_toolbox("quiet", capabilities=["date"])]
+            )
+        },
+        toolboxes={
+            "system": {"tls_termination": True, "allowed_hosts": ["api.example.test"]},
+            "quiet": {"tls_termination": True},
+        },
+    )
     specs = {s.toolbox: s for s in compile_policy(load_config(str(path)), prepare=False).specs}
     ca = supervisor_ca()
     ca_path = str(tmp_path / "state" / "tls" / f"ca-{ca.fingerprint}.pem")
@@ -214,8 +258,7 @@ def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
     text = Path(written).read_text()
     assert "PRIVATE KEY" not in text and x509.load_pem_x509_certificate(text.encode()) == ca.cert
     leaf = ca.leaf("api.example.test")
-    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName)
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert names == ["api.example.test"] and leaf.issuer == ca.cert.subject
     leaf.verify_directly_issued_by(ca.cert)
     assert ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length == 0
@@ -226,15 +269,32 @@ def test_check_shows_credentials_and_never_their_values(tmp_path: Path, spec: Pa
 
     repo = str(Path(__file__).resolve().parents[3])
     tb = _openapi(spec, Token="${GITHUB_TOKEN}")
-    path = write_policy(tmp_path, {"a": agent(openApiToolboxes=[tb])}, credentials={"gh": GITHUB},
-                        toolboxes={"gh": {"tls_termination": True}})
+    path = write_policy(
+        tmp_path,
+        {"a": agent(openApiToolboxes=[tb])},
+        credentials={"gh": GITHUB},
+        toolboxes={"gh": {"tls_termination": True}},
+    )
     env = {**os.environ, "GITHUB_TOKEN": SECRET, "PYTHONPATH": repo}
-    text = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(path)], env=env, cwd=repo,
-                          capture_output=True, text=True, timeout=120)
-    assert "credential gh: added by the egress proxy for api.github.com (https), as header Authorization" in \
-        text.stdout, text.stdout + text.stderr
+    text = subprocess.run(
+        [sys.executable, "-m", "supervisor", "check", "--policy", str(path)],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        "credential gh: added by the egress proxy for api.github.com (https), as header Authorization" in text.stdout
+    ), text.stdout + text.stderr
     assert "TLS: terminated by the egress proxy" in text.stdout
-    as_json = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(path), "--json"],
-                             env=env, cwd=repo, capture_output=True, text=True, timeout=120)
+    as_json = subprocess.run(
+        [sys.executable, "-m", "supervisor", "check", "--policy", str(path), "--json"],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert '"placeholder": "AGENTS_SUPERVISE_CREDENTIAL_gh"' in as_json.stdout
     assert SECRET not in text.stdout + text.stderr + as_json.stdout + as_json.stderr

@@ -3,7 +3,7 @@ works while only one agent has a toolbox of that name, and is a config error nam
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -12,10 +12,15 @@ from supervisor.config._loader import load_config
 from supervisor.plan._compile import compile_policy
 from tests._policies import agent, system_toolbox, write_policy
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 def _config(root: Path, keys: dict[str, object]) -> object:
-    agents = {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("tools", capabilities=["date"])]),
-              "beta": agent("beta", builtinToolboxes=[system_toolbox("tools", capabilities=["date"])])}
+    agents = {
+        "alpha": agent("alpha", builtinToolboxes=[system_toolbox("tools", capabilities=["date"])]),
+        "beta": agent("beta", builtinToolboxes=[system_toolbox("tools", capabilities=["date"])]),
+    }
     return load_config(str(write_policy(root, agents, toolboxes=keys)))
 
 
@@ -30,7 +35,10 @@ def test_a_bare_key_matching_two_agents_toolboxes_is_an_error(tmp_path: Path) ->
 
 def test_a_bare_key_matching_one_toolbox_and_qualified_keys_keep_working(tmp_path: Path) -> None:
     boxes = [system_toolbox("one", capabilities=["date"]), system_toolbox("two", capabilities=["date"])]
-    path = write_policy(tmp_path, {"tester": agent(builtinToolboxes=boxes)},
-                        toolboxes={"one": {"limits": {"wall_time_s": 7}}, "tester/two": {"limits": {"wall_time_s": 9}}})
+    path = write_policy(
+        tmp_path,
+        {"tester": agent(builtinToolboxes=boxes)},
+        toolboxes={"one": {"limits": {"wall_time_s": 7}}, "tester/two": {"limits": {"wall_time_s": 9}}},
+    )
     specs = {s.toolbox: s for s in compile_policy(load_config(str(path)), prepare=False).specs}
     assert (specs["one"].wall_time_s, specs["two"].wall_time_s) == (7, 9)

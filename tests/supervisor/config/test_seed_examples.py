@@ -25,15 +25,17 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from tests._policies import write_policy
 from tests.sandbox._netlab import REPO, Lab
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 pytestmark = pytest.mark.root
 
@@ -42,56 +44,138 @@ PERMISSIVE = Path(REPO) / "policies" / "permissive.yaml"
 ASK_USER = Path(REPO) / "policies" / "examples" / "kimi" / "tools" / "askuser" / "ask-user.bash"
 #: where each fixture was cut from (lines of ../shared/seeds/004_bef637d7703902f1.txt)
 SOURCES = {
-    "coder.json": "247-276", "local_lrmlua.json": "781-845", "file-agent.json": "1334-1446",
-    "postgrest-toolboxes.json": "187-197", "sqlite-analytics.json": "217-228", "system-toolbox.json": "337-355",
-    "system-sessions-entry.json": "405-422", "developer-toolbox.json": "509-525",
-    "developer-file-sandbox.json": "527-539", "predicate-any.json": "295-304", "predicate-and-three.json": "306-315",
-    "predicate-and-not.json": "317-325", "predicate-patterns.json": "327-335", "allowed-paths-old.json": "848-850",
-    "file-sandbox-new.json": "853-863", "skills-config.json": "1004-1015",
+    "coder.json": "247-276",
+    "local_lrmlua.json": "781-845",
+    "file-agent.json": "1334-1446",
+    "postgrest-toolboxes.json": "187-197",
+    "sqlite-analytics.json": "217-228",
+    "system-toolbox.json": "337-355",
+    "system-sessions-entry.json": "405-422",
+    "developer-toolbox.json": "509-525",
+    "developer-file-sandbox.json": "527-539",
+    "predicate-any.json": "295-304",
+    "predicate-and-three.json": "306-315",
+    "predicate-and-not.json": "317-325",
+    "predicate-patterns.json": "327-335",
+    "allowed-paths-old.json": "848-850",
+    "file-sandbox-new.json": "853-863",
+    "skills-config.json": "1004-1015",
 }
 
 
 def _shell(slug: str, **keys: Any) -> dict[str, Any]:
     """The smallest agent file holding a fragment (the seed's required keys, nothing else)."""
-    return {"tag": "OpenAIAgentDescription", "contents": {
-        "slug": slug, "apiKeyId": "openai", "flavor": "openai", "modelUrl": "https://api.openai.com/v1",
-        "modelName": "gpt-4o", "announce": f"holds the seed's {slug} example", "systemPrompt": ["You help."], **keys}}
+    return {
+        "tag": "OpenAIAgentDescription",
+        "contents": {
+            "slug": slug,
+            "apiKeyId": "openai",
+            "flavor": "openai",
+            "modelUrl": "https://api.openai.com/v1",
+            "modelName": "gpt-4o",
+            "announce": f"holds the seed's {slug} example",
+            "systemPrompt": ["You help."],
+            **keys,
+        },
+    }
 
 
 def _developer(sandbox: dict[str, Any]) -> dict[str, Any]:
-    return {"tag": "DeveloperToolbox", "contents": {"Name": "dev", "Description": "Development utilities",
-                                                    "Capabilities": ["read-file-range"], "FileSandbox": sandbox}}
+    return {
+        "tag": "DeveloperToolbox",
+        "contents": {
+            "Name": "dev",
+            "Description": "Development utilities",
+            "Capabilities": ["read-file-range"],
+            "FileSandbox": sandbox,
+        },
+    }
 
 
 #: fixture -> (agent file contents from the fragment, tools that must be listed)
 AGENTS: dict[str, tuple[Callable[[Any], Any], set[str]]] = {
     "coder.json": (lambda f: f, {"developer_dev_read_file_range", "lua_lua_execute", "system_system_attach_file"}),
-    "local_lrmlua.json": (lambda f: f, {"bash_ask_user", "lua_lua_execute", "sqlite_shared_working_memory_query",
-                                        "io_prompt_agent_local_lrmlua"}),
-    "file-agent.json": (lambda f: f, {"sqlite_analytics_query", "system_system_execute_command",
-                                      "developer_dev_patch_file", "lua_lua_execute", "skill_enable_core-utils",
-                                      "io_prompt_agent_helper", "bash_extra_tool"}),
+    "local_lrmlua.json": (
+        lambda f: f,
+        {"bash_ask_user", "lua_lua_execute", "sqlite_shared_working_memory_query", "io_prompt_agent_local_lrmlua"},
+    ),
+    "file-agent.json": (
+        lambda f: f,
+        {
+            "sqlite_analytics_query",
+            "system_system_execute_command",
+            "developer_dev_patch_file",
+            "lua_lua_execute",
+            "skill_enable_core-utils",
+            "io_prompt_agent_helper",
+            "bash_extra_tool",
+        },
+    ),
     "postgrest-toolboxes.json": (lambda f: _shell("pg", **f), set()),
     "sqlite-analytics.json": (lambda f: _shell("analyst", **f), {"sqlite_analytics_query"}),
     "system-toolbox.json": (lambda f: _shell("sys", **f), {"system_system_date", "system_system_list_directory"}),
-    "system-sessions-entry.json": (lambda f: _shell("memory", builtinToolboxes=[f]),
-                                   {"system_system_list_sessions", "system_system_get_session_stats"}),
+    "system-sessions-entry.json": (
+        lambda f: _shell("memory", builtinToolboxes=[f]),
+        {"system_system_list_sessions", "system_system_get_session_stats"},
+    ),
     "developer-toolbox.json": (lambda f: _shell("dev", **f), {"developer_dev_show_spec", "developer_dev_patch_file"}),
-    "developer-file-sandbox.json": (lambda f: _shell("devsb", builtinToolboxes=[_developer(f["FileSandbox"])]),
-                                    {"developer_dev_read_file_range"}),
+    "developer-file-sandbox.json": (
+        lambda f: _shell("devsb", builtinToolboxes=[_developer(f["FileSandbox"])]),
+        {"developer_dev_read_file_range"},
+    ),
     "predicate-any.json": (lambda f: _shell("p1", builtinToolboxes=[_developer(f)]), {"developer_dev_read_file_range"}),
-    "predicate-and-three.json": (lambda f: _shell("p2", builtinToolboxes=[_developer(f)]),
-                                 {"developer_dev_read_file_range"}),
-    "predicate-and-not.json": (lambda f: _shell("p3", builtinToolboxes=[_developer(f)]),
-                               {"developer_dev_read_file_range"}),
-    "predicate-patterns.json": (lambda f: _shell("p4", builtinToolboxes=[_developer(f)]),
-                                {"developer_dev_read_file_range"}),
-    "allowed-paths-old.json": (lambda f: _shell("old", builtinToolboxes=[{"tag": "LuaToolbox", "contents": {
-        "Name": "lua", "Description": "Lua", "MaxMemoryMB": 64, "MaxExecutionTimeSeconds": 5, "AllowedTools": [],
-        "AllowedHosts": [], **f}}]), {"lua_lua_execute"}),
-    "file-sandbox-new.json": (lambda f: _shell("new", builtinToolboxes=[{"tag": "LuaToolbox", "contents": {
-        "Name": "lua", "Description": "Lua", "MaxMemoryMB": 64, "MaxExecutionTimeSeconds": 5, "AllowedTools": [],
-        "AllowedHosts": [], **f}}]), {"lua_lua_execute"}),
+    "predicate-and-three.json": (
+        lambda f: _shell("p2", builtinToolboxes=[_developer(f)]),
+        {"developer_dev_read_file_range"},
+    ),
+    "predicate-and-not.json": (
+        lambda f: _shell("p3", builtinToolboxes=[_developer(f)]),
+        {"developer_dev_read_file_range"},
+    ),
+    "predicate-patterns.json": (
+        lambda f: _shell("p4", builtinToolboxes=[_developer(f)]),
+        {"developer_dev_read_file_range"},
+    ),
+    "allowed-paths-old.json": (
+        lambda f: _shell(
+            "old",
+            builtinToolboxes=[
+                {
+                    "tag": "LuaToolbox",
+                    "contents": {
+                        "Name": "lua",
+                        "Description": "Lua",
+                        "MaxMemoryMB": 64,
+                        "MaxExecutionTimeSeconds": 5,
+                        "AllowedTools": [],
+                        "AllowedHosts": [],
+                        **f,
+                    },
+                }
+            ],
+        ),
+        {"lua_lua_execute"},
+    ),
+    "file-sandbox-new.json": (
+        lambda f: _shell(
+            "new",
+            builtinToolboxes=[
+                {
+                    "tag": "LuaToolbox",
+                    "contents": {
+                        "Name": "lua",
+                        "Description": "Lua",
+                        "MaxMemoryMB": 64,
+                        "MaxExecutionTimeSeconds": 5,
+                        "AllowedTools": [],
+                        "AllowedHosts": [],
+                        **f,
+                    },
+                }
+            ],
+        ),
+        {"lua_lua_execute"},
+    ),
     "skills-config.json": (lambda f: _shell("skilled", **f), {"skill_list", "skill_enable_core-utils"}),
 }
 
@@ -107,8 +191,18 @@ echo ran
 
 def _stand_ins(folder: Path) -> None:
     """What the examples reference, relative to their agent file."""
-    for d in ("src", "test", "project", "repro-cases", "data", "scripts", "my-project/dist", "tools",
-              "extra-tools", "output"):
+    for d in (
+        "src",
+        "test",
+        "project",
+        "repro-cases",
+        "data",
+        "scripts",
+        "my-project/dist",
+        "tools",
+        "extra-tools",
+        "output",
+    ):
         (folder / d).mkdir(parents=True, exist_ok=True)
     (folder / "src" / "Main.hs").write_text("main = pure ()\n")
     for f in ("package.yaml", "README.md"):
@@ -146,11 +240,27 @@ def lab() -> Iterator[Lab]:
 def _supervisor(lab: Lab, *command: str) -> subprocess.CompletedProcess[str]:
     """``python -m supervisor COMMAND`` in the lab's supervisor network namespace (see test_network_e2e.py)."""
     return subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         'mount --bind "$0" /etc/resolv.conf && net="$1" && shift && exec nsenter --net="$net" "$@"',
-         f"/etc/netns/{lab.sup}/resolv.conf", f"/run/netns/{lab.sup}", sys.executable, "-m", "supervisor",
-         *command], capture_output=True, text=True, timeout=300, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": REPO, "GITHUB_TOKEN": "stand-in-token"})  # file-agent's ${GITHUB_TOKEN}
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount --bind "$0" /etc/resolv.conf && net="$1" && shift && exec nsenter --net="$net" "$@"',
+            f"/etc/netns/{lab.sup}/resolv.conf",
+            f"/run/netns/{lab.sup}",
+            sys.executable,
+            "-m",
+            "supervisor",
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, "GITHUB_TOKEN": "stand-in-token"},
+    )  # file-agent's ${GITHUB_TOKEN}
 
 
 def test_the_fixtures_are_the_seeds_text() -> None:
@@ -161,7 +271,7 @@ def test_the_fixtures_are_the_seeds_text() -> None:
     lines = seed.read_text().split("\n")
     for name, span in SOURCES.items():
         first, last = (int(n) for n in span.split("-"))
-        assert (SEED / name).read_text() == "\n".join(lines[first - 1:last]) + "\n", name
+        assert (SEED / name).read_text() == "\n".join(lines[first - 1 : last]) + "\n", name
 
 
 def _prepare(example: str, root: Path) -> Path:
@@ -184,8 +294,9 @@ def _prepare(example: str, root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def outcomes(lab: Lab) -> Iterator[dict[str, tuple[Path, subprocess.CompletedProcess[str],
-                                                   subprocess.CompletedProcess[str]]]]:
+def outcomes(
+    lab: Lab,
+) -> Iterator[dict[str, tuple[Path, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]]]:
     """``check`` and ``tools --json`` of every example, four examples at a time (each in its own folder)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -196,8 +307,11 @@ def outcomes(lab: Lab) -> Iterator[dict[str, tuple[Path, subprocess.CompletedPro
     def run(example: str) -> tuple[Path, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
         root = base / example.removesuffix(".json")
         policy = _prepare(example, root)
-        return (policy, _supervisor(lab, "check", "--policy", str(policy)),
-                _supervisor(lab, "tools", "--policy", str(policy), "--json"))
+        return (
+            policy,
+            _supervisor(lab, "check", "--policy", str(policy)),
+            _supervisor(lab, "tools", "--policy", str(policy), "--json"),
+        )
 
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:

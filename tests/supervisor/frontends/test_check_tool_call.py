@@ -19,21 +19,37 @@ EXAMPLES = Path(REPO) / "policies" / "examples"
 
 
 def check(tool: Path | str, payload: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supervisor", "check-tool-call", "--tool", str(tool), *extra],
-                          input=payload, capture_output=True, text=True, cwd=REPO, timeout=60,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor", "check-tool-call", "--tool", str(tool), *extra],
+        input=payload,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
 
 
 def arg(name: str, backing: str, arity: str, mode: str = "dashdashspace") -> dict[str, str]:
-    return {"name": name, "description": name, "type": backing, "backing_type": backing, "arity": arity,
-            "mode": mode}
+    return {"name": name, "description": name, "type": backing, "backing_type": backing, "arity": arity, "mode": mode}
 
 
 @pytest.fixture
 def typed_tool(sandbox_tmp: Path) -> Path:
-    return write_script(sandbox_tmp, "typed", describe_json("typed-tool", [
-        arg("name", "string", "single"), arg("count", "integer", "optional"), arg("tags", "string", "multiple"),
-        arg("verbose", "boolean", "optional")]), "echo ran")
+    return write_script(
+        sandbox_tmp,
+        "typed",
+        describe_json(
+            "typed-tool",
+            [
+                arg("name", "string", "single"),
+                arg("count", "integer", "optional"),
+                arg("tags", "string", "multiple"),
+                arg("verbose", "boolean", "optional"),
+            ],
+        ),
+        "echo ran",
+    )
 
 
 def test_a_valid_payload_exits_0(typed_tool: Path) -> None:
@@ -51,21 +67,27 @@ def test_an_invalid_payload_prints_the_seed_report(typed_tool: Path) -> None:
         "2. count: Expected integer but got string\n"
         "3. tags: Expected array but got string\n"
         "4. extra: Unknown property\n\n"
-        "Please correct these issues and try again.\n")
+        "Please correct these issues and try again.\n"
+    )
 
 
 def test_the_seeds_read_file_example(sandbox_tmp: Path) -> None:
     # the seed: check-tool-call --tool ./tools/read-file.sh -> "... for 'read-file' with 2 errors: 1. filepath ...
     # 2. content ..." (schema order, although "content" sorts first)
-    tool = write_script(sandbox_tmp, "read-file.sh", describe_json("read-file", [
-        arg("filepath", "string", "single"), arg("content", "string", "single")]), "cat")
+    tool = write_script(
+        sandbox_tmp,
+        "read-file.sh",
+        describe_json("read-file", [arg("filepath", "string", "single"), arg("content", "string", "single")]),
+        "cat",
+    )
     out = check(tool, "{}")
     assert out.returncode == 1, out.stderr
     assert out.stdout == (
         "Tool call validation failed for 'read-file' with 2 errors:\n\n"
         "1. filepath: Required property missing\n"
         "2. content: Required property missing\n\n"
-        "Please correct these issues and try again.\n")
+        "Please correct these issues and try again.\n"
+    )
 
 
 def test_a_value_the_command_line_cannot_carry_is_invalid(typed_tool: Path) -> None:
@@ -95,8 +117,9 @@ def test_describe_runs_confined(sandbox_tmp: Path) -> None:
         f"cat {secret} >&2 || echo 'read refused' >&2\n"
         f"touch {sandbox_tmp}/written 2>/dev/null && echo 'wrote' >&2\n"
         "(exec 3<>/dev/tcp/127.0.0.1/22) 2>/dev/null && echo 'connected' >&2\n"
-        "echo \"uid $(id -u)\" >&2\n"
-        "exit 3\n")
+        'echo "uid $(id -u)" >&2\n'
+        "exit 3\n"
+    )
     spy.chmod(0o755)
     out = check(spy, "{}")
     assert out.returncode == 2
@@ -112,11 +135,12 @@ def _view_spy(sandbox_tmp: Path, other: Path, host_tmp: Path) -> Path:
     spy.write_text(
         "#!/bin/bash\n"
         f"for p in /home /root /etc/shadow /run /sys {other} {host_tmp} {sandbox_tmp / 'secret'}; do\n"
-        "  [ -e \"$p\" ] && echo \"SEEN $p\" >&2\n"
+        '  [ -e "$p" ] && echo "SEEN $p" >&2\n'
         "done\n"
         "echo \"users $(cut -d: -f1 /etc/passwd | tr '\\n' ,) host $(hostname) \"\\\n"
         "  \"mounts $(wc -l < /proc/self/mountinfo) tmp $(ls -A /tmp | tr '\\n' ,)\" >&2\n"
-        "exit 3\n")
+        "exit 3\n"
+    )
     spy.chmod(0o755)
     return spy
 
@@ -150,20 +174,27 @@ def test_describe_sees_only_a_private_view(sandbox_tmp: Path, with_policy: bool)
         # a fresh /tmp holding only the grants below it: the script's folder and describe's work folder
         assert all(name.startswith("agents-supervise-") for name in tmp.strip(",").split(",")), out.stderr
         if with_policy:
-            off = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox("alpha")])},
-                               private_view=False)
+            off = write_policy(
+                sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox("alpha")])}, private_view=False
+            )
             seen = check(spy, "{}", "--policy", str(off)).stderr
             assert "SEEN /root" in seen and f"SEEN {other}" in seen and f"SEEN {host_tmp}" in seen, seen
     finally:
         host_tmp.unlink()
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    ("echo '{not json'", "describe printed invalid JSON: "),
-    ("echo '{\"slug\": \"x\", \"description\": \"d\", \"args\": [{\"name\": \"a\", \"backing_type\": \"str\", "
-     "\"arity\": \"twice\", \"mode\": \"positional\"}]}'", "describe.args[0].arity must be one of"),
-    ("sleep 60", "describe did not finish within 5 s and was killed"),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("echo '{not json'", "describe printed invalid JSON: "),
+        (
+            'echo \'{"slug": "x", "description": "d", "args": [{"name": "a", "backing_type": "str", '
+            '"arity": "twice", "mode": "positional"}]}\'',
+            "describe.args[0].arity must be one of",
+        ),
+        ("sleep 60", "describe did not finish within 5 s and was killed"),
+    ],
+)
 def test_a_bad_describe_is_a_clear_error(sandbox_tmp: Path, body: str, expected: str) -> None:
     script = sandbox_tmp / "bad"
     script.write_text(f"#!/bin/bash\n{body}\n")
@@ -179,8 +210,10 @@ def test_a_bad_describe_is_a_clear_error(sandbox_tmp: Path, body: str, expected:
 def test_bad_input_is_one_line(sandbox_tmp: Path, typed_tool: Path) -> None:
     assert check(typed_tool, "{").stderr.startswith("agents-supervise: error: the payload on stdin is not valid JSON")
     missing = check(sandbox_tmp / "nope", "{}")
-    assert (missing.returncode, missing.stderr) == (2, f"agents-supervise: error: {sandbox_tmp}/nope: no such tool "
-                                                       "file\n")
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        f"agents-supervise: error: {sandbox_tmp}/nope: no such tool file\n",
+    )
     plain = sandbox_tmp / "plain"
     plain.write_text("#!/bin/bash\n")
     not_exec = check(plain, "{}")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import socket
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests._policies import agent, system_toolbox, write_policy
 
 from .test_frontends import _cli
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_check_lists_the_mounts_of_each_workers_view(sandbox_tmp: Path) -> None:

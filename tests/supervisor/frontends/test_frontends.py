@@ -29,13 +29,15 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture
 def policy(sandbox_tmp: Path) -> Path:
-    return write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
-                        sessions={"max_concurrent_calls": 32})
+    return write_policy(
+        sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])}, sessions={"max_concurrent_calls": 32}
+    )
 
 
 async def test_mcp_round_trip_with_the_official_sdk_client(policy: Path) -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)],
-                                   env=_env(), cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)], env=_env(), cwd=REPO
+    )
     with trio.fail_after(60):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             init = await session.initialize()
@@ -103,12 +105,20 @@ def _alive(pid: int) -> bool:
 
 async def test_no_process_survives_sigkill_of_the_supervisor(sandbox_tmp: Path) -> None:
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(), system_toolbox("b")])})
-    proc = subprocess.Popen([*CLI, "--policy", str(policy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: ASYNC220
-                            stderr=subprocess.PIPE, env=_env(), cwd=REPO)
+    proc = subprocess.Popen(  # noqa: ASYNC220
+        [*CLI, "--policy", str(policy)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=REPO,
+    )
     try:
         assert proc.stdin and proc.stdout
-        proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
-                         b'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+        proc.stdin.write(
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+            b'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n'
+        )
         proc.stdin.flush()
         line = await trio.to_thread.run_sync(proc.stdout.readline)
         assert json.loads(line)["result"]["serverInfo"]["name"] == "agents-supervise"
@@ -126,8 +136,7 @@ async def test_no_process_survives_sigkill_of_the_supervisor(sandbox_tmp: Path) 
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=_env(), cwd=REPO, timeout=60,
-                          input=stdin)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=_env(), cwd=REPO, timeout=60, input=stdin)
 
 
 def test_cli_call_prints_the_result_and_exit_codes(policy: Path) -> None:
@@ -180,8 +189,14 @@ class _RawMcp:
     """The supervisor's MCP server driven line by line (for what the SDK client does not expose directly)."""
 
     def __init__(self, policy: Path) -> None:
-        self.proc = subprocess.Popen([*CLI, "--policy", str(policy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=_env(), cwd=REPO)
+        self.proc = subprocess.Popen(
+            [*CLI, "--policy", str(policy)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            cwd=REPO,
+        )
 
     def send(self, message: dict) -> None:
         assert self.proc.stdin is not None
@@ -195,8 +210,18 @@ class _RawMcp:
         return json.loads(line)
 
     async def initialize(self) -> None:
-        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        )
         assert (await self.receive())["id"] == 0
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
@@ -220,18 +245,34 @@ async def test_cancelled_notification_stops_the_call_in_the_worker(sandbox_tmp: 
     try:
         with trio.fail_after(30):
             await mcp.initialize()
-            mcp.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-                "name": "system_system_execute_command", "arguments": {"command": "echo started; sleep 60"}}})
+            mcp.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "system_system_execute_command",
+                        "arguments": {"command": "echo started; sleep 60"},
+                    },
+                }
+            )
             while not any(r["event"] == "call_start" for r in _trace(policy)):  # noqa: ASYNC110
                 await trio.sleep(0.02)  # the trace file is the only sign the call began
             mcp.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
-            mcp.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                "name": "system_system_date", "arguments": {}}})
+            mcp.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "system_system_date", "arguments": {}},
+                }
+            )
             reply = await mcp.receive()
             assert reply["id"] == 2  # no response is sent for the cancelled call (MCP's rule)
             assert not reply["result"]["isError"]
-            while not any(r["event"] == "call_end" and r["tool"] == "system_system_execute_command"  # noqa: ASYNC110
-                          for r in _trace(policy)):
+            while not any(  # noqa: ASYNC110
+                r["event"] == "call_end" and r["tool"] == "system_system_execute_command" for r in _trace(policy)
+            ):
                 await trio.sleep(0.02)
         end = next(r for r in _trace(policy) if r["event"] == "call_end" and r["tool"].endswith("execute_command"))
         assert end["status"] == "error" and end["duration_s"] < 30
@@ -281,8 +322,9 @@ async def test_an_image_attachment_reaches_the_sdk_client_as_image_content(sandb
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(pictures)}}
     toolbox = system_toolbox(capabilities=["attach-file"], FileSandbox=fsb)
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])})
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)],
-                                   env=_env(), cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)], env=_env(), cwd=REPO
+    )
     with trio.fail_after(60):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
@@ -300,10 +342,17 @@ def test_call_says_on_stderr_what_did_not_load(sandbox_tmp: Path) -> None:
     tools = sandbox_tmp / "tools"
     tools.mkdir()
     write_script(tools, "broken", "this is not JSON", "echo never")
-    policy = write_policy(sandbox_tmp, {"tester": agent(bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])})
-    done = subprocess.run([*CLI, "call", "--policy", str(policy), "bash_broken", "{}"], capture_output=True,
-                          text=True, env=_env(), cwd=REPO, timeout=120)
+    policy = write_policy(
+        sandbox_tmp, {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])}
+    )
+    done = subprocess.run(
+        [*CLI, "call", "--policy", str(policy), "bash_broken", "{}"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 2 and json.loads(done.stdout)["summary"] == "PortalToolNotFound"
     assert "agents-supervise: load error: tester/tools: " in done.stderr  # agent/toolbox
     assert "broken: describe printed invalid JSON" in done.stderr

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.root
 @pytest.fixture
 def policy(sandbox_tmp: Path) -> Path:
     toolbox = system_toolbox(capabilities=["date", "execute-command"])
-    return write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])},
-                        sessions={"max_concurrent_calls": 4})
+    return write_policy(
+        sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, sessions={"max_concurrent_calls": 4}
+    )
 
 
 def _raw(mcp: _RawMcp, data: bytes) -> None:
@@ -29,8 +30,14 @@ def _raw(mcp: _RawMcp, data: bytes) -> None:
 
 
 async def _still_serves(mcp: _RawMcp, marker: str) -> None:
-    mcp.send({"jsonrpc": "2.0", "id": marker, "method": "tools/call",
-              "params": {"name": "system_system_date", "arguments": {}}})
+    mcp.send(
+        {
+            "jsonrpc": "2.0",
+            "id": marker,
+            "method": "tools/call",
+            "params": {"name": "system_system_date", "arguments": {}},
+        }
+    )
     while (reply := await mcp.receive()).get("id") != marker:
         assert "error" in reply or "result" in reply
     assert reply["result"]["isError"] is False
@@ -41,15 +48,21 @@ LINES = {
     "100k deep object": (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, -32700, "nested too deeply"),
     "invalid UTF-8": (b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}', -32700, "parse error"),
     "batch": (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', -32600, "expected a JSON-RPC object"),
-    "id is a list": (b'{"jsonrpc":"2.0","id":[1],"method":"tools/call","params":{"name":"x"}}', -32600,
-                     "string or a number"),
+    "id is a list": (
+        b'{"jsonrpc":"2.0","id":[1],"method":"tools/call","params":{"name":"x"}}',
+        -32600,
+        "string or a number",
+    ),
     "id is an object": (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', -32600, "string or a number"),
     "id is true": (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', -32600, "string or a number"),
     "id is NaN": (b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}', -32600, "string or a number"),
     "id is infinite": (b'{"jsonrpc":"2.0","id":1e400,"method":"ping"}', -32600, "string or a number"),
     "params a list": (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[1]}', -32602, "params"),
-    "_meta turn id a number": (b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"system_system_date",'
-                               b'"_meta":{"turnId":5}}}', -32602, "_meta.turnId must be a string, not int"),
+    "_meta turn id a number": (
+        b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"system_system_date","_meta":{"turnId":5}}}',
+        -32602,
+        "_meta.turnId must be a string, not int",
+    ),
 }
 
 
@@ -85,6 +98,7 @@ async def test_a_100_mb_line_is_refused_once_and_bounded(policy: Path) -> None:
                 for _ in range(100):
                     _raw(mcp, chunk)
                 _raw(mcp, b"\n")
+
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.to_thread.run_sync, flood)
                 reply = await mcp.receive()
@@ -102,20 +116,41 @@ async def test_huge_deep_and_concurrent_calls(policy: Path) -> None:
             deep: object = 1
             for _ in range(500):
                 deep = [deep]
-            mcp.send({"jsonrpc": "2.0", "id": "deep", "method": "tools/call",
-                      "params": {"name": "system_system_execute_command", "arguments": {"command": deep}}})
+            mcp.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "deep",
+                    "method": "tools/call",
+                    "params": {"name": "system_system_execute_command", "arguments": {"command": deep}},
+                }
+            )
             reply = await mcp.receive()
             assert reply["id"] == "deep" and reply["result"]["isError"]
             assert "nested more than 100 deep" in reply["result"]["content"][0]["text"]
-            mcp.send({"jsonrpc": "2.0", "id": "huge", "method": "tools/call", "params": {
-                "name": "system_system_execute_command", "arguments": {"command": "x" * (20 << 20)}}})
+            mcp.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "huge",
+                    "method": "tools/call",
+                    "params": {"name": "system_system_execute_command", "arguments": {"command": "x" * (20 << 20)}},
+                }
+            )
             reply = await mcp.receive()
             assert reply["id"] == "huge" and "more than the limit of 16777216" in reply["result"]["content"][0]["text"]
             # 2000 calls at once: 4 run (the session's limit), the others are refused at once; an id repeats right
             # after its first use, while that call certainly still runs. The 4 that run block until the test
             # cancels them, so no amount of load lets a fifth start.
-            lines = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
-                "name": "system_system_execute_command", "arguments": {"command": "sleep 600"}}}) for i in range(2000)]
+            lines = [
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": i,
+                        "method": "tools/call",
+                        "params": {"name": "system_system_execute_command", "arguments": {"command": "sleep 600"}},
+                    }
+                )
+                for i in range(2000)
+            ]
             burst = ("\n".join([lines[0], *lines]) + "\n").encode()
             async with trio.open_nursery() as nursery:  # read while writing: the server reads no faster than that
                 nursery.start_soon(trio.to_thread.run_sync, _raw, mcp, burst)
@@ -129,8 +164,14 @@ async def test_huge_deep_and_concurrent_calls(policy: Path) -> None:
             for call_id in running:  # cancelled calls get no response (MCP); their workers stop them
                 mcp.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": call_id}})
             while True:  # their slots are free once the worker has stopped them; until then a call is refused
-                mcp.send({"jsonrpc": "2.0", "id": "after", "method": "tools/call",
-                          "params": {"name": "system_system_date", "arguments": {}}})
+                mcp.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": "after",
+                        "method": "tools/call",
+                        "params": {"name": "system_system_date", "arguments": {}},
+                    }
+                )
                 reply = await mcp.receive()
                 assert reply["id"] == "after"  # nothing else answers: the cancelled calls did not
                 if "limit 4" not in reply["result"]["content"][0]["text"]:
@@ -144,8 +185,12 @@ async def test_python_api_arguments_that_are_not_json_are_refused(policy: Path) 
     from supervisor._supervisor import Supervisor
 
     async with Supervisor.open(policy) as sup:
-        for args, why in (({"command": b"id"}, "bytes"), ({"command": {"a"}}, "set"),
-                          ({"command": float("nan")}, "JSON cannot represent"), ({1: "x"}, "map key")):
+        for args, why in (
+            ({"command": b"id"}, "bytes"),
+            ({"command": {"a"}}, "set"),
+            ({"command": float("nan")}, "JSON cannot represent"),
+            ({1: "x"}, "map key"),
+        ):
             result = await sup.call("system_system_execute_command", args)
             assert result.status == "error" and why in (result.data or ""), result.data
         nul = await sup.call("system_system_execute_command", {"command": "echo a\x00b"})
@@ -169,8 +214,10 @@ async def test_a_client_that_never_reads_is_slowed_down_not_buffered(policy: Pat
         with trio.fail_after(60):
             await mcp.initialize()
             before = _rss_kib(mcp.proc.pid)
-            flood = b"".join(json.dumps({"jsonrpc": "2.0", "id": f"{i:06d}" + "x" * 2000,
-                                         "method": "ping"}).encode() + b"\n" for i in range(20_000))
+            flood = b"".join(
+                json.dumps({"jsonrpc": "2.0", "id": f"{i:06d}" + "x" * 2000, "method": "ping"}).encode() + b"\n"
+                for i in range(20_000)
+            )
             async with trio.open_nursery() as nursery:
                 done = trio.Event()
 

@@ -6,8 +6,7 @@ connections. Waits poll what can be observed (the trace, the server's answers) u
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -18,6 +17,9 @@ from tests._mcp_raw_http import REVISION, RawSession
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.frontends.test_mcp_http import _Server, _start
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 pytestmark = pytest.mark.root
 
 TOKEN = "bounds-token"
@@ -26,10 +28,12 @@ AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 def _policy(root: Path, *, http: dict[str, Any] | None = None, limits: dict[str, Any] | None = None) -> Path:
     toolbox = system_toolbox(capabilities=["execute-command", "date"])
-    return write_policy(root, {"alpha": agent("alpha", builtinToolboxes=[toolbox])},
-                        frontends={"http": {"listen": "127.0.0.1:0", **(http or {})}},
-                        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"],
-                                          "limits": limits or {}}})
+    return write_policy(
+        root,
+        {"alpha": agent("alpha", builtinToolboxes=[toolbox])},
+        frontends={"http": {"listen": "127.0.0.1:0", **(http or {})}},
+        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"], "limits": limits or {}}},
+    )
 
 
 async def _until(check: Any, what: str) -> Any:
@@ -55,38 +59,55 @@ async def test_a_tenants_calls_in_flight_count_every_request(sandbox_tmp: Path) 
             await busy.open()
             await other.open()
             async with trio.open_nursery() as nursery:
+
                 async def hold() -> None:
                     try:
-                        await busy.request("tools/call", {"name": "system_system_execute_command",
-                                                          "arguments": {"command": "sleep 600"}})
+                        await busy.request(
+                            "tools/call",
+                            {"name": "system_system_execute_command", "arguments": {"command": "sleep 600"}},
+                        )
                     except (httpx.HTTPError, RuntimeError):
                         pass  # cancelled below: MCP answers nothing, the connection is closed
+
                 nursery.start_soon(hold)
-                await _until(lambda: _async(any(r["tool"] == "system_system_execute_command"
-                                                for r in server.records("call_start"))), "the call started")
-                for method, params in [("tools/call", {"name": "system_system_date", "arguments": {}}),
-                                       ("tools/list", {}), ("ping", {})]:
+                await _until(
+                    lambda: _async(
+                        any(r["tool"] == "system_system_execute_command" for r in server.records("call_start"))
+                    ),
+                    "the call started",
+                )
+                for method, params in [
+                    ("tools/call", {"name": "system_system_date", "arguments": {}}),
+                    ("tools/list", {}),
+                    ("ping", {}),
+                ]:
                     answer = await _raw(other, method, params)
                     assert "requests in flight, its limit" in answer["error"]["message"], (method, answer)
                 # The tenant's SSE streams: one open, the second refused with the reason.
-                stream_headers = {**other.headers, "accept": "text/event-stream",
-                                  "mcp-session-id": other.session_id or "", "mcp-protocol-version": REVISION}
+                stream_headers = {
+                    **other.headers,
+                    "accept": "text/event-stream",
+                    "mcp-session-id": other.session_id or "",
+                    "mcp-protocol-version": REVISION,
+                }
                 async with client.stream("GET", url, headers=stream_headers) as first:
                     assert first.status_code == 200
-                    refused = await client.get(url, headers={**stream_headers,
-                                                             "mcp-session-id": busy.session_id or ""})
+                    refused = await client.get(url, headers={**stream_headers, "mcp-session-id": busy.session_id or ""})
                     assert refused.status_code == 429 and "event streams open, its limit" in refused.text
                     assert refused.headers["retry-after"]
-                await _until(lambda: _stream_opens(client, url, {**stream_headers,
-                                                                 "mcp-session-id": busy.session_id or ""}),
-                             "a stream opens once the first is closed")
-                await client.post(url, headers={**busy.headers, "mcp-session-id": busy.session_id or "",
-                                                "mcp-protocol-version": REVISION},
-                                  content=json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                                      "params": {"requestId": 2}}).encode())
+                await _until(
+                    lambda: _stream_opens(client, url, {**stream_headers, "mcp-session-id": busy.session_id or ""}),
+                    "a stream opens once the first is closed",
+                )
+                await client.post(
+                    url,
+                    headers={**busy.headers, "mcp-session-id": busy.session_id or "", "mcp-protocol-version": REVISION},
+                    content=json.dumps(
+                        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+                    ).encode(),
+                )
                 answer = await _until(lambda: _result(other, "tools/list"), "the slot is free after the cancel")
-                assert {t["name"] for t in answer["tools"]} == {"system_system_execute_command",
-                                                                "system_system_date"}
+                assert {t["name"] for t in answer["tools"]} == {"system_system_execute_command", "system_system_date"}
 
 
 async def _async(value: Any) -> Any:
@@ -108,12 +129,20 @@ async def test_an_idle_session_is_ended(sandbox_tmp: Path) -> None:
         async with httpx.AsyncClient(headers=AUTH, timeout=60) as client:
             session = RawSession(client, server.url("alpha"))
             await session.open()
-            ended = await _until(lambda: _async([r for r in server.records("http_session_end")
-                                                 if r["why"] == "idle"]), "the idle session ended")
+            ended = await _until(
+                lambda: _async([r for r in server.records("http_session_end") if r["why"] == "idle"]),
+                "the idle session ended",
+            )
             assert len(ended) == 1 and ended[0]["tenant"] == "acme"
-            late = await client.post(session.url, headers={**session.headers, "mcp-session-id": session.session_id
-                                                           or "", "mcp-protocol-version": REVISION},
-                                     content=b'{"jsonrpc":"2.0","id":5,"method":"tools/list"}')
+            late = await client.post(
+                session.url,
+                headers={
+                    **session.headers,
+                    "mcp-session-id": session.session_id or "",
+                    "mcp-protocol-version": REVISION,
+                },
+                content=b'{"jsonrpc":"2.0","id":5,"method":"tools/list"}',
+            )
             assert late.status_code == 404 and "no such session" in late.text
 
 
@@ -130,8 +159,9 @@ async def _exchange(stream: trio.SocketStream, request: bytes) -> bytes:
         while chunk := await stream.receive_some(65536):
             data += chunk
             head, sep, body = data.partition(b"\r\n\r\n")
-            length = [int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(
-                b"content-length:")]
+            length = [
+                int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+            ]
             if sep and length and len(body) >= length[0]:
                 break
     return data
@@ -160,6 +190,7 @@ async def test_connections_past_the_cap_are_refused_with_a_reason(sandbox_tmp: P
                 return (await _exchange(stream, _METADATA)).startswith(b"HTTP/1.1 200 ")
             finally:
                 await stream.aclose()
+
         await _until(served_again, "a connection is served once one has closed")
         assert (await _exchange(held[0], _METADATA)).startswith(b"HTTP/1.1 200 ")  # the held one still serves
         await held[0].aclose()
@@ -183,8 +214,10 @@ async def test_https_from_the_policys_files(sandbox_tmp: Path) -> None:
         trusted = ssl.create_default_context()
         ca.configure_trust(trusted)
         with trio.fail_after(60):
-            async with httpx.AsyncClient(headers=AUTH, verify=trusted, timeout=30) as http, Client(
-                    streamable_http_client(server.url("alpha"), http_client=http), mode="legacy") as client:
+            async with (
+                httpx.AsyncClient(headers=AUTH, verify=trusted, timeout=30) as http,
+                Client(streamable_http_client(server.url("alpha"), http_client=http), mode="legacy") as client,
+            ):
                 result = await client.call_tool("system_system_date", {})
                 assert not result.is_error
             async with httpx.AsyncClient(headers=AUTH, timeout=30) as untrusting:

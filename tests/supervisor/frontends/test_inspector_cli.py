@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -15,6 +15,9 @@ import trio
 from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.frontends.test_mcp_http import REPO, _start
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -27,17 +30,21 @@ def policy(sandbox_tmp: Path) -> Path:
     if not os.path.exists(INSPECTOR):
         pytest.skip(f"{INSPECTOR} is missing: scripts/setup installs it (npm) when node is present")
     toolbox = system_toolbox(capabilities=["date", "execute-command"])
-    return write_policy(sandbox_tmp, {"alpha": agent("alpha", builtinToolboxes=[toolbox])},
-                        frontends={"http": {"listen": "127.0.0.1:0"}},
-                        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}})
+    return write_policy(
+        sandbox_tmp,
+        {"alpha": agent("alpha", builtinToolboxes=[toolbox])},
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}},
+    )
 
 
 async def _inspector(home: Path, *args: str) -> dict:
     home.mkdir(exist_ok=True)
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": REPO, "npm_config_offline": "true"}
     with trio.fail_after(120):
-        done = await trio.run_process([INSPECTOR, "--cli", *args], capture_stdout=True, capture_stderr=True,
-                                      env=env, cwd=REPO, check=False)
+        done = await trio.run_process(
+            [INSPECTOR, "--cli", *args], capture_stdout=True, capture_stderr=True, env=env, cwd=REPO, check=False
+        )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     return json.loads(done.stdout)
 
@@ -52,8 +59,17 @@ async def test_over_http(policy: Path) -> None:
         url = server.url("alpha")
         auth = ["--transport", "http", "--header", f"Authorization: Bearer {TOKEN}"]
         listed = await _inspector(policy.parent / "home", url, *auth, "--method", "tools/list")
-        called = await _inspector(policy.parent / "home", url, *auth, "--method", "tools/call", "--tool-name",
-                                  "system_system_execute_command", "--tool-arg", "command=echo from the inspector")
+        called = await _inspector(
+            policy.parent / "home",
+            url,
+            *auth,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "system_system_execute_command",
+            "--tool-arg",
+            "command=echo from the inspector",
+        )
         _check(listed, called)
         assert {r["tenant"] for r in server.records("http_session_start")} == {"acme"}
         assert any(r["tool"] == "system_system_execute_command" for r in server.records("call_end"))
@@ -62,6 +78,14 @@ async def test_over_http(policy: Path) -> None:
 async def test_over_stdio(policy: Path) -> None:
     command = [sys.executable, "-m", "supervisor", "--policy", str(policy)]
     listed = await _inspector(policy.parent / "home", *command, "--method", "tools/list")
-    called = await _inspector(policy.parent / "home", *command, "--method", "tools/call", "--tool-name",
-                              "system_system_execute_command", "--tool-arg", "command=echo from the inspector")
+    called = await _inspector(
+        policy.parent / "home",
+        *command,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "system_system_execute_command",
+        "--tool-arg",
+        "command=echo from the inspector",
+    )
     _check(listed, called)

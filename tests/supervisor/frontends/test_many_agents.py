@@ -22,9 +22,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import pytest
@@ -36,6 +35,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from supervisor.frontends._http_auth import hash_token
 from tests.supervisor.config.test_seed_examples import PERMISSIVE, SEED, _stand_ins
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
 
 pytestmark = pytest.mark.root
 
@@ -69,10 +71,14 @@ class Setup:
         for f in (self.project_file, self.scratch_file):
             os.chmod(f, 0o644)
         settings = {k: v for k, v in yaml.safe_load(PERMISSIVE.read_text()).items() if k not in ("agents", "state_dir")}
-        policy = {**settings, "agents": files, "state_dir": str(self.state),
-                  "worker_uids": {"first": FIRST_UID, "count": 64},
-                  "frontends": {"http": {"listen": f"127.0.0.1:{PORT}"}},
-                  "tenants": {"acme": {"tokens": [hash_token(TOKEN)], "agents": ["coder", "file-agent"]}}}
+        policy = {
+            **settings,
+            "agents": files,
+            "state_dir": str(self.state),
+            "worker_uids": {"first": FIRST_UID, "count": 64},
+            "frontends": {"http": {"listen": f"127.0.0.1:{PORT}"}},
+            "tenants": {"acme": {"tokens": [hash_token(TOKEN)], "agents": ["coder", "file-agent"]}},
+        }
         self.policy.write_text(yaml.safe_dump(policy, sort_keys=False))
 
     def close(self) -> None:
@@ -166,8 +172,9 @@ async def _check_session(setup: Setup, slug: str, list_tools: Any, call_tool: An
     assert {"system_system_attach_file", "lua_lua_execute", "developer_dev_read_file_range"} <= names
     # coder's system toolbox has only attach-file; file-agent's has execute-command too: each sees its own list
     assert ("system_system_execute_command" in names) == (slug == "file-agent"), sorted(names)
-    mine, other = (setup.scratch_file, setup.project_file) if slug == "coder" else (setup.project_file,
-                                                                                    setup.scratch_file)
+    mine, other = (
+        (setup.scratch_file, setup.project_file) if slug == "coder" else (setup.project_file, setup.scratch_file)
+    )
     ok, text = await _attach(call_tool, mine)
     assert ok and f"attached {mine.name}" in text, text
     refused, text = await _attach(call_tool, other)
@@ -179,9 +186,23 @@ async def test_two_agents_with_a_system_toolbox_over_stdio(setup: Setup) -> None
     one policy, with a state directory of its own), each reaching its own agent's system worker."""
     for slug in ("coder", "file-agent"):
         state = setup.root / f"state-{slug}"
-        params = StdioServerParameters(command=_isolated(sys.executable)[0], args=[
-            *_isolated(sys.executable)[1:], "-m", "supervisor", "serve", "--policy", str(setup.policy),
-            "--state-dir", str(state), "--agent" if slug == "coder" else "--serve-agent", slug], env=_env(), cwd=REPO)
+        params = StdioServerParameters(
+            command=_isolated(sys.executable)[0],
+            args=[
+                *_isolated(sys.executable)[1:],
+                "-m",
+                "supervisor",
+                "serve",
+                "--policy",
+                str(setup.policy),
+                "--state-dir",
+                str(state),
+                "--agent" if slug == "coder" else "--serve-agent",
+                slug,
+            ],
+            env=_env(),
+            cwd=REPO,
+        )
         with trio.fail_after(180):
             async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
@@ -194,8 +215,13 @@ async def test_two_agents_with_a_system_toolbox_over_stdio(setup: Setup) -> None
 async def _http_server(setup: Setup) -> AsyncIterator[str]:
     """``serve --http`` in a namespace of its own; yields the Unix socket that reaches it."""
     process = await trio.lowlevel.open_process(
-        _isolated(sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(setup.policy)), cwd=REPO,
-        env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _isolated(sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(setup.policy)),
+        cwd=REPO,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     relay = None
     try:
         assert process.stderr is not None
@@ -207,8 +233,20 @@ async def _http_server(setup: Setup) -> AsyncIterator[str]:
                 seen += chunk
         path = str(setup.root / "http.sock")
         relay = await trio.lowlevel.open_process(
-            ["nsenter", f"--net=/proc/{process.pid}/ns/net", sys.executable, "-m", "tests._uds_relay", path,
-             "127.0.0.1", str(PORT)], cwd=REPO, env=_env(), stdout=subprocess.PIPE)
+            [
+                "nsenter",
+                f"--net=/proc/{process.pid}/ns/net",
+                sys.executable,
+                "-m",
+                "tests._uds_relay",
+                path,
+                "127.0.0.1",
+                str(PORT),
+            ],
+            cwd=REPO,
+            env=_env(),
+            stdout=subprocess.PIPE,
+        )
         assert relay.stdout is not None
         with trio.fail_after(30):
             assert (await relay.stdout.receive_some(64)).startswith(b"ready")
@@ -226,31 +264,45 @@ async def test_two_agents_with_a_system_toolbox_over_http(setup: Setup) -> None:
     async for path in _http_server(setup):
         base = f"http://127.0.0.1:{PORT}"
         with trio.fail_after(180):
-            async with httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=path), timeout=60,
-                                          headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            async with httpx2.AsyncClient(
+                transport=httpx2.AsyncHTTPTransport(uds=path), timeout=60, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as http:
                 for slug in ("coder", "file-agent"):
-                    async with Client(streamable_http_client(f"{base}/agents/{slug}/mcp", http_client=http),
-                                      mode="legacy") as client:
+                    async with Client(
+                        streamable_http_client(f"{base}/agents/{slug}/mcp", http_client=http), mode="legacy"
+                    ) as client:
                         await _check_session(setup, slug, client.list_tools, client.call_tool)
-                async with Client(streamable_http_client(f"{base}/agents/file-agent/mcp", http_client=http),
-                                  mode="legacy") as client:
-                    script = (f'local r = tools.call("system_system_attach_file", {{filepath = '
-                              f'"{setup.project_file}"}})\nreturn r.result_txt')
+                async with Client(
+                    streamable_http_client(f"{base}/agents/file-agent/mcp", http_client=http), mode="legacy"
+                ) as client:
+                    script = (
+                        f'local r = tools.call("system_system_attach_file", {{filepath = '
+                        f'"{setup.project_file}"}})\nreturn r.result_txt'
+                    )
                     result = await client.call_tool("lua_lua_execute", {"script": script})
-                    assert not result.is_error and f"attached {setup.project_file.name}" in _text(result), \
-                        _text(result)
+                    assert not result.is_error and f"attached {setup.project_file.name}" in _text(result), _text(result)
                 _assert_two_system_workers(setup.trace())
     records = setup.trace()  # the server stopped: every call record is written
     assert _calls(records, "system_system_attach_file") == [
-            ("coder", "system"), ("coder", "system"), ("file-agent", "system"), ("file-agent", "system"),
-            ("file-agent", "system")]  # the last one is the Lua toolbox's, made through the portal
+        ("coder", "system"),
+        ("coder", "system"),
+        ("file-agent", "system"),
+        ("file-agent", "system"),
+        ("file-agent", "system"),
+    ]  # the last one is the Lua toolbox's, made through the portal
     starts = [(r["agent"], r["tenant"]) for r in records if r["event"] == "http_session_start"]
     assert starts == [("coder", "acme"), ("file-agent", "acme"), ("file-agent", "acme")]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_isolated(sys.executable, "-m", "supervisor", *args), capture_output=True, text=True,
-                          timeout=300, cwd=REPO, env=_env())
+    return subprocess.run(
+        _isolated(sys.executable, "-m", "supervisor", *args),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=_env(),
+    )
 
 
 def test_tools_check_and_call_take_the_agent(setup: Setup) -> None:
@@ -259,23 +311,40 @@ def test_tools_check_and_call_take_the_agent(setup: Setup) -> None:
     check = _cli("check", *policy, "--agent", "coder", "--json")
     assert check.returncode == 0, check.stderr
     assert {(t["agent"], t["toolbox"]) for t in json.loads(check.stdout)["toolboxes"]} == {
-        ("coder", "dev"), ("coder", "lua"), ("coder", "system")}
+        ("coder", "dev"),
+        ("coder", "lua"),
+        ("coder", "system"),
+    }
     everything = _cli("check", *policy, "--json")
     assert {("coder", "system"), ("file-agent", "system")} <= {
-        (t["agent"], t["toolbox"]) for t in json.loads(everything.stdout)["toolboxes"]}
+        (t["agent"], t["toolbox"]) for t in json.loads(everything.stdout)["toolboxes"]
+    }
 
     tools = _cli("tools", *policy, "--agent", "file-agent", "--json")
     assert tools.returncode == 0, tools.stderr
     listed = json.loads(tools.stdout)["tools"]
     assert {t["namespace"] for t in listed} == {"file-agent"}
     assert {"system_system_execute_command", "system_system_attach_file", "io_prompt_agent_helper"} <= {
-        t["name"] for t in listed}
+        t["name"] for t in listed
+    }
 
-    mine = _cli("call", *policy, "--agent", "coder", "system_system_attach_file",
-                json.dumps({"filepath": str(setup.scratch_file)}))
+    mine = _cli(
+        "call",
+        *policy,
+        "--agent",
+        "coder",
+        "system_system_attach_file",
+        json.dumps({"filepath": str(setup.scratch_file)}),
+    )
     assert mine.returncode == 0 and json.loads(mine.stdout)["status"] == "passed", mine.stdout + mine.stderr
-    theirs = _cli("call", *policy, "--agent", "file-agent", "system_system_attach_file",
-                  json.dumps({"filepath": str(setup.project_file)}))
+    theirs = _cli(
+        "call",
+        *policy,
+        "--agent",
+        "file-agent",
+        "system_system_attach_file",
+        json.dumps({"filepath": str(setup.project_file)}),
+    )
     assert theirs.returncode == 0, theirs.stdout + theirs.stderr
 
     http = _cli("serve", "--http", *policy, "--serve-agent", "coder")  # over HTTP the endpoint picks the agent
@@ -293,15 +362,21 @@ async def test_the_python_api_finds_a_name_in_the_first_agent_or_the_one_asked(s
     from supervisor import Supervisor
     from tests._policies import agent, system_toolbox, write_policy
 
-    policy = write_policy(sandbox_tmp, {
-        "one": agent("one", builtinToolboxes=[system_toolbox("system", ["date", "working-directory"])]),
-        "two": agent("two", builtinToolboxes=[system_toolbox("system", ["date"])])})
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "one": agent("one", builtinToolboxes=[system_toolbox("system", ["date", "working-directory"])]),
+            "two": agent("two", builtinToolboxes=[system_toolbox("system", ["date"])]),
+        },
+    )
     async with Supervisor.open(policy) as sup:
         assert sup.runner("system", "one") is not sup.runner("system", "two")
         assert sup.runner("system", "one").worker.pid != sup.runner("system", "two").worker.pid
         assert {t.name for t in sup.list_tools(agent="two")} == {"system_system_date"}
-        assert {t.name for t in sup.list_tools(agent="one")} == {"system_system_date",
-                                                                 "system_system_working_directory"}
+        assert {t.name for t in sup.list_tools(agent="one")} == {
+            "system_system_date",
+            "system_system_working_directory",
+        }
         assert [t.namespace for t in sup.list_tools() if t.name == "system_system_date"] == ["one", "two"]
         cwd = await sup.call("system_system_working_directory", {})  # the first agent's
         assert cwd.status == "passed" and "work/one/system" in cwd.data
@@ -312,4 +387,7 @@ async def test_the_python_api_finds_a_name_in_the_first_agent_or_the_one_asked(s
         sup.trace.flush()
     starts = [json.loads(line) for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()]
     assert [(r["agent"], r["tool"]) for r in starts if r["event"] == "call_start"] == [
-        ("one", "system_system_working_directory"), ("one", "system_system_date"), ("two", "system_system_date")]
+        ("one", "system_system_working_directory"),
+        ("one", "system_system_date"),
+        ("two", "system_system_date"),
+    ]

@@ -9,9 +9,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -26,6 +25,9 @@ from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.test_skills_e2e import Notifications
 from tests.toolboxes.test_bash import describe_json, write_script
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
 pytestmark = pytest.mark.root
 
 REPO = str(Path(__file__).resolve().parents[3])
@@ -35,14 +37,21 @@ ISSUER = "https://auth.example.test"
 
 def _policy(root: Path, **extra: Any) -> Path:
     # Two agents; acme may use alpha, globex may use beta and alpha (so the two tenants meet at alpha's endpoint).
-    return write_policy(root, {
-        "alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date", "running-user"])]),
-        "beta": agent("beta", builtinToolboxes=[system_toolbox("sys2", ["date"])]),
-    }, frontends={"http": {"listen": "127.0.0.1:0", "allowed_origins": ["https://app.example.test"],
-                           "max_body_bytes": 65536}},
-        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]},
-                 "globex": {"tokens": [hash_token(GLOBEX)], "agents": ["beta", "alpha"],
-                            "limits": {"sessions": 2}}}, **extra)
+    return write_policy(
+        root,
+        {
+            "alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date", "running-user"])]),
+            "beta": agent("beta", builtinToolboxes=[system_toolbox("sys2", ["date"])]),
+        },
+        frontends={
+            "http": {"listen": "127.0.0.1:0", "allowed_origins": ["https://app.example.test"], "max_body_bytes": 65536}
+        },
+        tenants={
+            "acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]},
+            "globex": {"tokens": [hash_token(GLOBEX)], "agents": ["beta", "alpha"], "limits": {"sessions": 2}},
+        },
+        **extra,
+    )
 
 
 class _Server:
@@ -59,9 +68,13 @@ class _Server:
 
 async def _start(policy: Path) -> AsyncIterator[_Server]:
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(policy)], cwd=REPO,
-        env={**os.environ, "PYTHONPATH": REPO}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
+        [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(policy)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert process.stderr is not None
         line = b""
@@ -89,8 +102,10 @@ async def server(sandbox_tmp: Path) -> AsyncIterator[_Server]:
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_sdk_client_over_http_sees_only_its_agent(server: _Server, mode: str) -> None:
     with trio.fail_after(60):
-        async with create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http, Client(
-                streamable_http_client(server.url("alpha"), http_client=http), mode=mode) as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http,
+            Client(streamable_http_client(server.url("alpha"), http_client=http), mode=mode) as client,
+        ):
             # 'auto' probes server/discover and keeps the stateless revision; 'legacy' initializes a session.
             assert client.protocol_version == ("2026-07-28" if mode == "auto" else "2025-11-25")
             assert client.server_info is None or client.server_info.name == "agents-supervise"
@@ -111,16 +126,23 @@ async def test_list_changed_reaches_the_session_stream(sandbox_tmp: Path) -> Non
     tools = sandbox_tmp / "tools"
     tools.mkdir()
     write_script(tools, "old", describe_json("old"), "echo old")
-    policy = write_policy(sandbox_tmp, {"alpha": agent("alpha", bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
+    policy = write_policy(
+        sandbox_tmp,
+        {"alpha": agent("alpha", bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
         frontends={"http": {"listen": "127.0.0.1:0"}},
-        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]}})
+        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]}},
+    )
     seen = Notifications()
     async for server in _start(policy):
         with trio.fail_after(60):
-            async with create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http, Client(
-                    streamable_http_client(server.url("alpha"), http_client=http), mode="legacy",
-                    message_handler=seen.handler) as client:
+            async with (
+                create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http,
+                Client(
+                    streamable_http_client(server.url("alpha"), http_client=http),
+                    mode="legacy",
+                    message_handler=seen.handler,
+                ) as client,
+            ):
                 assert {t.name for t in (await client.list_tools()).tools} == {"bash_old"}
                 write_script(tools, "new", describe_json("new"), "echo fresh")
                 await seen.wait()
@@ -137,8 +159,14 @@ async def _curl(*args: str) -> tuple[int, dict[str, str], str]:
     return int(status_line.split()[1]), headers, body
 
 
-_INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}}})
+_INIT = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}},
+    }
+)
 _JSON = ["-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream"]
 
 
@@ -151,7 +179,8 @@ async def test_authentication_errors_say_why_and_serve_nothing(server: _Server) 
     status, headers, body = await _curl("-X", "POST", url, *_JSON, "-d", _INIT)
     assert status == 401 and "needs a bearer token" in body
     assert headers["www-authenticate"] == (
-        f'Bearer resource_metadata="{server.base}/.well-known/oauth-protected-resource/agents/alpha/mcp"')
+        f'Bearer resource_metadata="{server.base}/.well-known/oauth-protected-resource/agents/alpha/mcp"'
+    )
     status, headers, body = await _curl("-X", "POST", url, *_JSON, *_bearer("not-a-token"), "-d", _INIT)
     assert status == 401 and 'error="invalid_token"' in headers["www-authenticate"]
     status, headers, body = await _curl("-X", "POST", server.url("beta"), *_JSON, *_bearer(ACME), "-d", _INIT)
@@ -166,42 +195,70 @@ async def test_authentication_errors_say_why_and_serve_nothing(server: _Server) 
 
 async def test_raw_transport_rules(server: _Server) -> None:
     url = server.url("alpha")
-    status, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-H", "origin: https://evil.test",
-                                  "-d", _INIT)
+    status, _, body = await _curl(
+        "-X", "POST", url, *_JSON, *_bearer(ACME), "-H", "origin: https://evil.test", "-d", _INIT
+    )
     assert status == 403 and "Origin 'https://evil.test' is not allowed" in body
-    status, headers, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME),
-                                        "-H", "origin: https://app.example.test", "-d", _INIT)
+    status, headers, body = await _curl(
+        "-X", "POST", url, *_JSON, *_bearer(ACME), "-H", "origin: https://app.example.test", "-d", _INIT
+    )
     assert status == 200 and json.loads(body)["result"]["protocolVersion"] == "2025-11-25"
     session = headers["mcp-session-id"]
     assert len(session) >= 32
-    call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                       "params": {"name": "system_system_date", "arguments": {}}})
+    call = json.dumps(
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "system_system_date", "arguments": {}}}
+    )
     status, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-d", call)
     assert status == 400 and "needs the Mcp-Session-Id" in body
     status, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-H", "mcp-session-id: nope", "-d", call)
     assert status == 404
-    status, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-H", f"mcp-session-id: {session}",
-                                  "-H", "mcp-protocol-version: 1999-01-01", "-d", call)
+    status, _, body = await _curl(
+        "-X",
+        "POST",
+        url,
+        *_JSON,
+        *_bearer(ACME),
+        "-H",
+        f"mcp-session-id: {session}",
+        "-H",
+        "mcp-protocol-version: 1999-01-01",
+        "-d",
+        call,
+    )
     assert status == 400 and "MCP-Protocol-Version '1999-01-01' is not served" in body
-    status, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-H", f"mcp-session-id: {session}",
-                                  "-H", "mcp-protocol-version: 2025-11-25", "-d", call)
+    status, _, body = await _curl(
+        "-X",
+        "POST",
+        url,
+        *_JSON,
+        *_bearer(ACME),
+        "-H",
+        f"mcp-session-id: {session}",
+        "-H",
+        "mcp-protocol-version: 2025-11-25",
+        "-d",
+        call,
+    )
     assert status == 200 and json.loads(body)["result"]["isError"] is False
     # Another tenant that may use the same agent cannot use this session: it does not exist for globex.
-    status, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(GLOBEX), "-H", f"mcp-session-id: {session}",
-                                  "-d", call)
+    status, _, body = await _curl(
+        "-X", "POST", url, *_JSON, *_bearer(GLOBEX), "-H", f"mcp-session-id: {session}", "-d", call
+    )
     assert status == 404 and "no such session" in body
     status, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-d", "x" * 70000)
     assert status == 413 and "larger than 65536 bytes" in body
     status, _, body = await _curl("-X", "POST", url, "-H", "content-type: text/plain", *_bearer(ACME), "-d", "{}")
     assert status == 415
     note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    status, _, _ = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-H", f"mcp-session-id: {session}",
-                               "-d", note)
+    status, _, _ = await _curl(
+        "-X", "POST", url, *_JSON, *_bearer(ACME), "-H", f"mcp-session-id: {session}", "-d", note
+    )
     assert status == 202
     status, _, _ = await _curl("-X", "DELETE", url, *_bearer(ACME), "-H", f"mcp-session-id: {session}")
     assert status == 204
-    status, _, _ = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-H", f"mcp-session-id: {session}",
-                               "-d", call)
+    status, _, _ = await _curl(
+        "-X", "POST", url, *_JSON, *_bearer(ACME), "-H", f"mcp-session-id: {session}", "-d", call
+    )
     assert status == 404  # ended
 
 
@@ -216,13 +273,22 @@ async def test_tenant_session_limit(server: _Server) -> None:
     assert status == 200
 
 
-def _stateless(method: str, params: dict[str, Any], *, version: str = "2026-07-28",
-               header_method: str | None = None) -> list[str]:
+def _stateless(
+    method: str, params: dict[str, Any], *, version: str = "2026-07-28", header_method: str | None = None
+) -> list[str]:
     meta = {"io.modelcontextprotocol/protocolVersion": version, "io.modelcontextprotocol/clientCapabilities": {}}
     body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}})
     extra = ["-H", f"mcp-name: {params['name']}"] if "name" in params else []
-    return [*_JSON, "-H", "mcp-protocol-version: 2026-07-28", "-H", f"mcp-method: {header_method or method}",
-            *extra, "-d", body]
+    return [
+        *_JSON,
+        "-H",
+        "mcp-protocol-version: 2026-07-28",
+        "-H",
+        f"mcp-method: {header_method or method}",
+        *extra,
+        "-d",
+        body,
+    ]
 
 
 async def test_stateless_revision_checks_its_envelope(server: _Server) -> None:
@@ -230,11 +296,13 @@ async def test_stateless_revision_checks_its_envelope(server: _Server) -> None:
     status, _, body = await _curl("-X", "POST", url, *_bearer(ACME), *_stateless("server/discover", {}))
     result = json.loads(body)["result"]
     assert status == 200 and result["supportedVersions"] == ["2026-07-28"] and result["resultType"] == "complete"
-    status, _, body = await _curl("-X", "POST", url, *_bearer(ACME), *_stateless(
-        "tools/call", {"name": "system_system_date", "arguments": {}}))
+    status, _, body = await _curl(
+        "-X", "POST", url, *_bearer(ACME), *_stateless("tools/call", {"name": "system_system_date", "arguments": {}})
+    )
     assert status == 200 and json.loads(body)["result"]["isError"] is False
-    status, _, body = await _curl("-X", "POST", url, *_bearer(ACME), *_stateless(
-        "tools/list", {}, header_method="tools/call"))
+    status, _, body = await _curl(
+        "-X", "POST", url, *_bearer(ACME), *_stateless("tools/list", {}, header_method="tools/call")
+    )
     assert status == 400 and json.loads(body)["error"]["code"] == -32020
     status, _, body = await _curl("-X", "POST", url, *_bearer(ACME), *_stateless("nope/nothing", {}))
     assert status == 404 and json.loads(body)["error"]["code"] == -32601
@@ -278,15 +346,23 @@ async def test_oauth_access_tokens(sandbox_tmp: Path) -> None:
 
 async def test_tenant_call_rate(sandbox_tmp: Path) -> None:
     """A tenant's calls per second: the bucket holds at least one call, then the next waits for the rate."""
-    policy = write_policy(sandbox_tmp, {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
-                          frontends={"http": {"listen": "127.0.0.1:0"}},
-                          tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"],
-                                            "limits": {"calls_per_second": 0.01}}})
+    policy = write_policy(
+        sandbox_tmp,
+        {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"], "limits": {"calls_per_second": 0.01}}},
+    )
     async for server in _start(policy):
         url = server.url("alpha")
         _, headers, _ = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-d", _INIT)
-        call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                           "params": {"name": "system_system_date", "arguments": {}}})
+        call = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "system_system_date", "arguments": {}},
+            }
+        )
         session = ["-H", f"mcp-session-id: {headers['mcp-session-id']}"]
         _, _, body = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), *session, "-d", call)
         assert json.loads(body)["result"]["isError"] is False

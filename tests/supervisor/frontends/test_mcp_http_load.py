@@ -43,11 +43,19 @@ async def test_many_sessions_held_each_calling_a_tool(sandbox_tmp: Path) -> None
     need = 2 * SESSIONS + 256  # both ends of every connection live on this machine
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(need, soft), hard), hard))
-    policy = write_policy(sandbox_tmp, {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
-                          frontends={"http": {"listen": "127.0.0.1:0", "max_sessions": SESSIONS + 10}},
-                          tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"],
-                                            "limits": {"sessions": SESSIONS + 10, "concurrent_calls": SESSIONS}}},
-                          sessions={"max_concurrent_calls": 64})
+    policy = write_policy(
+        sandbox_tmp,
+        {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
+        frontends={"http": {"listen": "127.0.0.1:0", "max_sessions": SESSIONS + 10}},
+        tenants={
+            "acme": {
+                "tokens": [hash_token(TOKEN)],
+                "agents": ["alpha"],
+                "limits": {"sessions": SESSIONS + 10, "concurrent_calls": SESSIONS},
+            }
+        },
+        sessions={"max_concurrent_calls": 64},
+    )
     async for server in _start(policy):
         with trio.fail_after(240):
             before, peak = await _hold_sessions(server.url("alpha"), server.process.pid)

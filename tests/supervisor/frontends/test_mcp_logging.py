@@ -5,8 +5,7 @@ another tenant's; plus the pure choice of what a trace record tells a session.""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -20,6 +19,9 @@ from supervisor.frontends._mcp_logging import log_entry
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.frontends.test_frontends import REPO, _env
 from tests.supervisor.frontends.test_mcp_http import _start
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # The SDK marks logging deprecated as of 2026-07-28 (SEP-2577); the handshake revisions served here still have it.
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -49,14 +51,20 @@ class _Log:
 
 
 def _policy(root: Path) -> Path:
-    server = {"tag": "McpSimpleBinary", "contents": {"name": "store", "executable": sys.executable,
-                                                     "args": ["-c", f"import sys; sys.exit({WHY!r})"]}}
-    return write_policy(root, {"alpha": agent("alpha", mcpServers=[server], builtinToolboxes=[
-        system_toolbox("system", ["date"])])},
+    server = {
+        "tag": "McpSimpleBinary",
+        "contents": {"name": "store", "executable": sys.executable, "args": ["-c", f"import sys; sys.exit({WHY!r})"]},
+    }
+    return write_policy(
+        root,
+        {"alpha": agent("alpha", mcpServers=[server], builtinToolboxes=[system_toolbox("system", ["date"])])},
         sessions={"max_calls": 1},
         frontends={"http": {"listen": "127.0.0.1:0"}},
-        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]},
-                 "globex": {"tokens": [hash_token(GLOBEX)], "agents": ["alpha"]}})
+        tenants={
+            "acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]},
+            "globex": {"tokens": [hash_token(GLOBEX)], "agents": ["alpha"]},
+        },
+    )
 
 
 async def _use(client: Any, log: _Log) -> None:
@@ -73,12 +81,15 @@ async def _use(client: Any, log: _Log) -> None:
 
 @pytest.mark.root
 async def test_over_stdio(sandbox_tmp: Path) -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy",
-                                                                 str(_policy(sandbox_tmp))], env=_env(), cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "supervisor", "--policy", str(_policy(sandbox_tmp))], env=_env(), cwd=REPO
+    )
     log = _Log()
     with trio.fail_after(90):
-        async with stdio_client(params) as (read, write), ClientSession(read, write,
-                                                                        logging_callback=log.callback) as session:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, logging_callback=log.callback) as session,
+        ):
             init = await session.initialize()
             assert init.capabilities.logging is not None
             await _use(session, log)
@@ -89,12 +100,20 @@ async def test_over_http_each_tenant_hears_only_its_own(sandbox_tmp: Path) -> No
     async for server in _start(_policy(sandbox_tmp)):
         logs = {ACME: _Log(), GLOBEX: _Log()}
         with trio.fail_after(120):
-            async with create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as acme_http, \
-                    create_mcp_http_client(headers={"Authorization": f"Bearer {GLOBEX}"}) as globex_http, \
-                    Client(streamable_http_client(server.url("alpha"), http_client=acme_http), mode="legacy",
-                           logging_callback=logs[ACME].callback) as acme, \
-                    Client(streamable_http_client(server.url("alpha"), http_client=globex_http), mode="legacy",
-                           logging_callback=logs[GLOBEX].callback) as globex:
+            async with (
+                create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as acme_http,
+                create_mcp_http_client(headers={"Authorization": f"Bearer {GLOBEX}"}) as globex_http,
+                Client(
+                    streamable_http_client(server.url("alpha"), http_client=acme_http),
+                    mode="legacy",
+                    logging_callback=logs[ACME].callback,
+                ) as acme,
+                Client(
+                    streamable_http_client(server.url("alpha"), http_client=globex_http),
+                    mode="legacy",
+                    logging_callback=logs[GLOBEX].callback,
+                ) as globex,
+            ):
                 await globex.set_logging_level("warning")
                 await logs[GLOBEX].wait_for("load_error", toolbox="store")
                 await _use(acme, logs[ACME])
@@ -107,19 +126,32 @@ async def test_over_http_each_tenant_hears_only_its_own(sandbox_tmp: Path) -> No
 
 def test_what_a_record_tells_a_session() -> None:
     mine = frozenset({"system"})
-    assert log_entry("load_error", {"toolbox": "system", "message": "m"}, toolboxes=mine, own_session=False,
-                     own_call=False) == ("error", {"event": "load_error", "toolbox": "system", "message": "m"})
+    assert log_entry(
+        "load_error", {"toolbox": "system", "message": "m"}, toolboxes=mine, own_session=False, own_call=False
+    ) == ("error", {"event": "load_error", "toolbox": "system", "message": "m"})
     assert log_entry("load_error", {"toolbox": "other"}, toolboxes=mine, own_session=False, own_call=False) is None
-    assert log_entry("worker_restart", {"toolbox": "system", "restarts": 2, "pid": 9}, toolboxes=mine,
-                     own_session=False, own_call=False) == (
-        "warning", {"event": "worker_restart", "toolbox": "system", "restarts": 2})
+    assert log_entry(
+        "worker_restart",
+        {"toolbox": "system", "restarts": 2, "pid": 9},
+        toolboxes=mine,
+        own_session=False,
+        own_call=False,
+    ) == ("warning", {"event": "worker_restart", "toolbox": "system", "restarts": 2})
     hit = {"toolbox": "system", "limit": "pids_max", "value": 64, "call_id": 3}
     assert log_entry("limit_hit", hit, toolboxes=mine, own_session=False, own_call=False) is None  # not its call
     assert log_entry("limit_hit", hit, toolboxes=mine, own_session=False, own_call=True)[0] == "warning"
     refusal = {"tool": "t", "kind": "SessionLimit", "reason": "r", "session": "s"}
     assert log_entry("portal_refusal", refusal, toolboxes=mine, own_session=False, own_call=False) is None
-    assert log_entry("portal_refusal", {**refusal, "kind": "PortalToolNotFound"}, toolboxes=mine, own_session=True,
-                     own_call=False) is None  # answered already; not a limit
+    assert (
+        log_entry(
+            "portal_refusal",
+            {**refusal, "kind": "PortalToolNotFound"},
+            toolboxes=mine,
+            own_session=True,
+            own_call=False,
+        )
+        is None
+    )  # answered already; not a limit
 
 
 @pytest.mark.root
@@ -130,16 +162,24 @@ async def test_stateless_requests_opt_in_per_request(sandbox_tmp: Path) -> None:
     """2026-07-28: the SDK client stamps ``_meta`` logLevel on every request; a call refused by the tenant's rate
     hears why on its SSE answer, before the answer."""
     root = sandbox_tmp
-    policy = write_policy(root, {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
-                          frontends={"http": {"listen": "127.0.0.1:0"}},
-                          tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"],
-                                            "limits": {"calls_per_second": 0.01}}})
+    policy = write_policy(
+        root,
+        {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"], "limits": {"calls_per_second": 0.01}}},
+    )
     async for server in _start(policy):
         log = _Log()
         with trio.fail_after(60):
-            async with create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http, Client(
-                    streamable_http_client(server.url("alpha"), http_client=http), mode="auto",
-                    log_level="warning", logging_callback=log.callback) as client:
+            async with (
+                create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http,
+                Client(
+                    streamable_http_client(server.url("alpha"), http_client=http),
+                    mode="auto",
+                    log_level="warning",
+                    logging_callback=log.callback,
+                ) as client,
+            ):
                 assert client.protocol_version == "2026-07-28"  # server/discover spent the one token
                 with pytest.raises(Exception, match="calls per second is spent"):
                     await client.call_tool("system_system_date", {})

@@ -30,7 +30,7 @@ REPO = str(Path(__file__).resolve().parents[3])
 TOKEN = "protocol-test-token"
 
 #: The SDK's MCPServer with a read-only annotated tool and a tool with an output schema (a pydantic return type).
-SDK_SERVER = textwrap.dedent('''
+SDK_SERVER = textwrap.dedent("""
     from pydantic import BaseModel
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.resources import TextResource
@@ -66,10 +66,10 @@ SDK_SERVER = textwrap.dedent('''
         return "added"
 
     server.run("stdio")
-''')
+""")
 
 #: A hand-written server: one tool whose annotations are partly malformed and whose result breaks its outputSchema.
-LIAR_SERVER = textwrap.dedent('''
+LIAR_SERVER = textwrap.dedent("""
     import json, sys
     def send(m):
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", **m}) + "\\n"); sys.stdout.flush()
@@ -89,26 +89,38 @@ LIAR_SERVER = textwrap.dedent('''
                                         "structuredContent": {"n": "x"}}})
         elif mid is not None:
             send({"id": mid, "error": {"code": -32601, "message": "no"}})
-''')
+""")
 
 
 def _policy(root: Path) -> Path:
     docs = write_server(root, "docs.py", SDK_SERVER)
     liar = write_server(root, "liar.py", LIAR_SERVER)
-    make_skill(root / "skills", "pdf", skill_md("pdf-tools", "reads PDFs"),
-               references={"references/forms.md": "# Forms\nFill them in.\n"})
-    return write_policy(root, {
-        "alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date", "execute-command"])],
-                       mcpServers=[mcp_server("docs", docs), mcp_server("liar", liar)],
-                       skillSources=[{"tag": "SkillDirectory", "contents": "./skills"}]),
-        "beta": agent("beta", builtinToolboxes=[system_toolbox("sys2", ["date"])])},
+    make_skill(
+        root / "skills",
+        "pdf",
+        skill_md("pdf-tools", "reads PDFs"),
+        references={"references/forms.md": "# Forms\nFill them in.\n"},
+    )
+    return write_policy(
+        root,
+        {
+            "alpha": agent(
+                "alpha",
+                builtinToolboxes=[system_toolbox("system", ["date", "execute-command"])],
+                mcpServers=[mcp_server("docs", docs), mcp_server("liar", liar)],
+                skillSources=[{"tag": "SkillDirectory", "contents": "./skills"}],
+            ),
+            "beta": agent("beta", builtinToolboxes=[system_toolbox("sys2", ["date"])]),
+        },
         frontends={"http": {"listen": "127.0.0.1:0"}},
-        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha", "beta"]}})
+        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha", "beta"]}},
+    )
 
 
 def _annotations(tools: Any) -> dict[str, dict[str, Any]]:
-    return {t.name: (t.annotations.model_dump(exclude_none=True, by_alias=True) if t.annotations else {})
-            for t in tools}
+    return {
+        t.name: (t.annotations.model_dump(exclude_none=True, by_alias=True) if t.annotations else {}) for t in tools
+    }
 
 
 async def _check_tools(list_tools: Any, call_tool: Any) -> None:
@@ -117,13 +129,21 @@ async def _check_tools(list_tools: Any, call_tool: Any) -> None:
     tools = (await list_tools()).tools
     hints = _annotations(tools)
     # System info capabilities read only; a worker with no network and no portal access is not open-world.
-    assert hints["system_system_date"] == {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True,
-                                           "openWorldHint": False}
+    assert hints["system_system_date"] == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    }
     # A shell command may do anything the sandbox allows: MCP's defaults (destructive) are left to hold.
     assert hints["system_system_execute_command"] == {"openWorldHint": False}
     # The server's own annotations, with what the supervisor enforces (no network: not open-world).
-    assert hints["mcp_docs_point"] == {"readOnlyHint": True, "idempotentHint": True, "title": "Make a point",
-                                       "openWorldHint": False}
+    assert hints["mcp_docs_point"] == {
+        "readOnlyHint": True,
+        "idempotentHint": True,
+        "title": "Make a point",
+        "openWorldHint": False,
+    }
     # Malformed hints (a string for a boolean, an unknown key, a 500-character title) are left out.
     assert hints["mcp_liar_liar"] == {"destructiveHint": True, "openWorldHint": False}
     by_name = {t.name: t for t in tools}
@@ -139,9 +159,13 @@ async def _check_tools(list_tools: Any, call_tool: Any) -> None:
 
 async def test_annotations_and_output_schemas_on_stdio(sandbox_tmp: Path) -> None:
     import os
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy",
-                                                                 str(_policy(sandbox_tmp))],
-                                   env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "supervisor", "--policy", str(_policy(sandbox_tmp))],
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+    )
     with trio.fail_after(90):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
@@ -152,8 +176,10 @@ async def test_annotations_and_output_schemas_on_stdio(sandbox_tmp: Path) -> Non
 async def test_annotations_and_output_schemas_over_http(sandbox_tmp: Path, mode: str) -> None:
     async for server in _start(_policy(sandbox_tmp)):
         with trio.fail_after(90):
-            async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http, Client(
-                    streamable_http_client(server.url("alpha"), http_client=http), mode=mode) as client:
+            async with (
+                create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+                Client(streamable_http_client(server.url("alpha"), http_client=http), mode=mode) as client,
+            ):
                 await _check_tools(client.list_tools, client.call_tool)
 
 
@@ -161,14 +187,34 @@ def test_old_revisions_get_neither(sandbox_tmp: Path) -> None:
     """2024-11-05 has no annotations, outputSchema or structuredContent: a session of it gets none of them."""
     import os
     import subprocess
-    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2024-11-05",
-              "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}},
-             {"jsonrpc": "2.0", "method": "notifications/initialized"},
-             {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-             {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "mcp_docs_point",
-                                                                             "arguments": {"x": 1, "y": 2}}}]
-    proc = subprocess.Popen([sys.executable, "-m", "supervisor", "--policy", str(_policy(sandbox_tmp))], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": REPO}, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2024-11-05",
+                "capabilities": {},
+                "clientInfo": {"name": "old", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "mcp_docs_point", "arguments": {"x": 1, "y": 2}},
+        },
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "--policy", str(_policy(sandbox_tmp))],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     try:
         replies: dict[int, Any] = {}
@@ -199,9 +245,11 @@ class _Changes:
         self._event = trio.Event()
 
     async def handler(self, message: Any) -> None:
-        for kind, cls in (("tools", mcp_types.ToolListChangedNotification),
-                          ("resources", mcp_types.ResourceListChangedNotification),
-                          ("prompts", mcp_types.PromptListChangedNotification)):
+        for kind, cls in (
+            ("tools", mcp_types.ToolListChangedNotification),
+            ("resources", mcp_types.ResourceListChangedNotification),
+            ("prompts", mcp_types.PromptListChangedNotification),
+        ):
             if isinstance(message, cls):
                 self.seen.append(kind)
                 self._event.set()
@@ -256,13 +304,19 @@ async def _check_resources_and_prompts(client: Any, changes: _Changes, *, bound:
 
 async def test_resources_and_prompts_on_stdio(sandbox_tmp: Path) -> None:
     import os
+
     changes = _Changes()
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy",
-                                                                 str(_policy(sandbox_tmp))],
-                                   env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "supervisor", "--policy", str(_policy(sandbox_tmp))],
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+    )
     with trio.fail_after(90):
-        async with stdio_client(params) as (read, write), ClientSession(
-                read, write, message_handler=changes.handler) as session:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, message_handler=changes.handler) as session,
+        ):
             init = await session.initialize()
             caps = init.capabilities
             assert caps.resources is not None and caps.resources.list_changed and not caps.resources.subscribe
@@ -275,11 +329,13 @@ async def test_resources_and_prompts_over_http_are_the_agents_own(sandbox_tmp: P
     async for server in _start(_policy(sandbox_tmp)):
         with trio.fail_after(90):
             async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-                async with Client(streamable_http_client(server.url("alpha"), http_client=http), mode="legacy",
-                                  message_handler=changes.handler) as client:
+                async with Client(
+                    streamable_http_client(server.url("alpha"), http_client=http),
+                    mode="legacy",
+                    message_handler=changes.handler,
+                ) as client:
                     await _check_resources_and_prompts(client, changes, bound=True)
-                async with Client(streamable_http_client(server.url("beta"), http_client=http),
-                                  mode="legacy") as beta:
+                async with Client(streamable_http_client(server.url("beta"), http_client=http), mode="legacy") as beta:
                     # beta has only a System toolbox: no resources or prompts are offered, so none are served.
                     assert beta.server_capabilities.resources is None and beta.server_capabilities.prompts is None
                     with pytest.raises(MCPError, match="method not found"):

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.root
 
 REPO = str(Path(__file__).resolve().parents[3])
 
-PROGRESS_SERVER = textwrap.dedent('''
+PROGRESS_SERVER = textwrap.dedent("""
     from mcp.server.mcpserver import Context, MCPServer
 
     server = MCPServer("render")
@@ -40,20 +40,26 @@ PROGRESS_SERVER = textwrap.dedent('''
         return f"rendered {frames} frames"
 
     server.run("stdio")
-''')
+""")
 
 
 def _policy(root: Path, url: str) -> Path:
     script = root / "render_server.py"
     script.write_text(PROGRESS_SERVER)
     script.chmod(0o644)
-    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "render", "executable": sys.executable,
-                                                  "args": [str(script)]}}
+    mcp = {
+        "tag": "McpSimpleBinary",
+        "contents": {"name": "render", "executable": sys.executable, "args": [str(script)]},
+    }
     helper = agent("helper", modelUrl=url, builtinToolboxes=[system_toolbox("helper_sys", ["hostname"])])
     (root / "helper.json").write_text(json.dumps(helper))
     main = agent("main", modelUrl=url, mcpServers=[mcp], extraAgents=[{"slug": "helper", "path": "helper.json"}])
-    return write_policy(root, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"},
-                        agent_loop={"max_steps": 5, "retries": 0, "request_timeout_s": 10})
+    return write_policy(
+        root,
+        {"main": main},
+        model_keys={"test": "AGENTS_TEST_KEY"},
+        agent_loop={"max_steps": 5, "retries": 0, "request_timeout_s": 10},
+    )
 
 
 def _script(req: dict[str, Any]) -> Reply:
@@ -65,8 +71,11 @@ def _script(req: dict[str, Any]) -> Reply:
 async def test_progress_of_mcp_servers_and_sub_agents_reaches_the_sdk_client(sandbox_tmp: Path) -> None:
     with model_server(_script) as server:
         params = StdioServerParameters(
-            command=sys.executable, args=["-m", "supervisor", "--policy", str(_policy(sandbox_tmp, server.url))],
-            env={**os.environ, "PYTHONPATH": REPO, "AGENTS_TEST_KEY": "sk-test"}, cwd=REPO)
+            command=sys.executable,
+            args=["-m", "supervisor", "--policy", str(_policy(sandbox_tmp, server.url))],
+            env={**os.environ, "PYTHONPATH": REPO, "AGENTS_TEST_KEY": "sk-test"},
+            cwd=REPO,
+        )
         rendered: list[tuple[float, float | None, str | None]] = []
         steps: list[tuple[float, float | None, str | None]] = []
 
@@ -81,6 +90,7 @@ async def test_progress_of_mcp_servers_and_sub_agents_reaches_the_sdk_client(san
                 expected, event = all_in[id(log)]
                 if len(log) >= expected:
                     event.set()
+
             return callback
 
         seen: list[dict[str, Any]] = []  # every message from the server, in the order it came
@@ -98,11 +108,13 @@ async def test_progress_of_mcp_servers_and_sub_agents_reaches_the_sdk_client(san
                 nursery.start_soon(tap, read, tapped_send)
                 async with ClientSession(tapped, write) as session:
                     await session.initialize()
-                    result = await session.call_tool("mcp_render_render", {"frames": 3},
-                                                     progress_callback=into(rendered))
+                    result = await session.call_tool(
+                        "mcp_render_render", {"frames": 3}, progress_callback=into(rendered)
+                    )
                     assert not result.is_error and result.content[0].text == "rendered 3 frames"
-                    agent_result = await session.call_tool("io_prompt_agent_helper", {"what": "name the host"},
-                                                           progress_callback=into(steps))
+                    agent_result = await session.call_tool(
+                        "io_prompt_agent_helper", {"what": "name the host"}, progress_callback=into(steps)
+                    )
                     assert not agent_result.is_error and agent_result.content[0].text == "the host has a name"
                     # Without a token the same tool runs as before (the server's report_progress has no token).
                     quiet = await session.call_tool("mcp_render_render", {"frames": 2})
@@ -112,9 +124,13 @@ async def test_progress_of_mcp_servers_and_sub_agents_reaches_the_sdk_client(san
                         await event.wait()
                 nursery.cancel_scope.cancel()
     # On the wire, every notification of a call came before its response, and the call without a token got none.
-    order = [("progress", m["params"]["progressToken"]) if m.get("method") == "notifications/progress" else
-             ("response", m["id"]) for m in seen
-             if "content" in (m.get("result") or {}) or m.get("method") == "notifications/progress"]
+    order = [
+        ("progress", m["params"]["progressToken"])
+        if m.get("method") == "notifications/progress"
+        else ("response", m["id"])
+        for m in seen
+        if "content" in (m.get("result") or {}) or m.get("method") == "notifications/progress"
+    ]
     calls = [key for kind, key in order if kind == "response"]  # the three tools/call responses
     tokens = [key for kind, key in order if kind == "progress"]
     assert len(calls) == 3 and len(tokens) == 5 and len(set(tokens)) == 2
@@ -128,7 +144,9 @@ async def test_progress_of_mcp_servers_and_sub_agents_reaches_the_sdk_client(san
             wire.setdefault(p["progressToken"], []).append((p["progress"], p.get("total"), p.get("message")))
     render_wire, steps_wire = wire.values()
     assert render_wire == [(1.0, 3.0, "frame 1 of 3"), (2.0, 3.0, "frame 2 of 3"), (3.0, 3.0, "frame 3 of 3")]
-    assert steps_wire == [(1.0, 5.0, "agent helper: step 1: calls system_helper_sys_hostname"),
-                          (2.0, 5.0, "agent helper: step 2: answered")]
-    assert rendered and rendered == render_wire[:len(rendered)]
-    assert steps and steps == steps_wire[:len(steps)]
+    assert steps_wire == [
+        (1.0, 5.0, "agent helper: step 1: calls system_helper_sys_hostname"),
+        (2.0, 5.0, "agent helper: step 2: answered"),
+    ]
+    assert rendered and rendered == render_wire[: len(rendered)]
+    assert steps and steps == steps_wire[: len(steps)]

@@ -5,7 +5,7 @@ script whose ``describe`` is broken), not a bare "Tool not found"."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -20,6 +20,9 @@ from tests.supervisor.frontends.test_frontends import REPO, _env
 from tests.supervisor.frontends.test_mcp_http import _start
 from tests.toolboxes.test_bash import write_script
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 pytestmark = pytest.mark.root
 
 TOKEN = "unloaded-token"
@@ -30,13 +33,23 @@ def _policy(root: Path) -> Path:
     tools = root / "tools"
     tools.mkdir()
     write_script(tools, "broken", "this is not JSON", "echo never")
-    server = {"tag": "McpSimpleBinary", "contents": {"name": "store", "executable": sys.executable,
-                                                     "args": ["-c", f"import sys; sys.exit({WHY!r})"]}}
-    return write_policy(root, {"alpha": agent("alpha", mcpServers=[server], builtinToolboxes=[system_toolbox()],
-                                              bashToolboxes=[{"tag": "FileSystemDirectory",
-                                                              "contents": {"Path": "./tools"}}])},
-                        frontends={"http": {"listen": "127.0.0.1:0"}},
-                        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}})
+    server = {
+        "tag": "McpSimpleBinary",
+        "contents": {"name": "store", "executable": sys.executable, "args": ["-c", f"import sys; sys.exit({WHY!r})"]},
+    }
+    return write_policy(
+        root,
+        {
+            "alpha": agent(
+                "alpha",
+                mcpServers=[server],
+                builtinToolboxes=[system_toolbox()],
+                bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}],
+            )
+        },
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}},
+    )
 
 
 def _check(store: str, script: str) -> None:
@@ -46,8 +59,9 @@ def _check(store: str, script: str) -> None:
 
 
 async def test_over_stdio(sandbox_tmp: Path) -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy",
-                                                                 str(_policy(sandbox_tmp))], env=_env(), cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "supervisor", "--policy", str(_policy(sandbox_tmp))], env=_env(), cwd=REPO
+    )
     with trio.fail_after(90):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
@@ -60,8 +74,10 @@ async def test_over_stdio(sandbox_tmp: Path) -> None:
 async def test_over_http(sandbox_tmp: Path) -> None:
     async for server in _start(_policy(sandbox_tmp)):
         with trio.fail_after(90):
-            async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http, Client(
-                    streamable_http_client(server.url("alpha"), http_client=http), mode="legacy") as client:
+            async with (
+                create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+                Client(streamable_http_client(server.url("alpha"), http_client=http), mode="legacy") as client,
+            ):
                 store = await client.call_tool("mcp_store_fetch", {})
                 script = await client.call_tool("bash_broken", {})
         assert store.is_error and script.is_error

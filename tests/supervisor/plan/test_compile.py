@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,6 +13,9 @@ from supervisor._errors import PolicyRefused
 from supervisor.config._loader import load_config
 from supervisor.plan._compile import compile_policy
 from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _compile(root: Path, toolbox: dict, **policy: object):
@@ -26,8 +29,9 @@ def test_a_worker_gets_its_folders_system_paths_and_limits(sandbox_tmp: Path) ->
     rules = {r.path: r.mode for r in spec.plan.fs_rules}
     assert rules[str(sandbox_tmp / "state" / "work" / "tester" / "system")] == WRITE
     assert rules["/usr"] == READ
-    assert all(mode == READ for path, mode in rules.items() if not path.startswith(str(sandbox_tmp))
-               and path != "/dev/null")
+    assert all(
+        mode == READ for path, mode in rules.items() if not path.startswith(str(sandbox_tmp)) and path != "/dev/null"
+    )
     assert spec.plan.rlimits.open_files == 99 and spec.wall_time_s == 7
     assert spec.plan.new_netns and spec.plan.new_pidns and not spec.plan.bridge
     assert spec.plan.tcp_connect_ports == ()
@@ -58,8 +62,15 @@ def test_always_allow_is_refused_under_strict_and_never_read_write(sandbox_tmp: 
 def test_inexact_predicate_on_code_running_toolbox(sandbox_tmp: Path) -> None:
     project = sandbox_tmp / "project"
     project.mkdir()
-    fsb = {"fsbPredicate": {"tag": "And", "contents": [
-        {"tag": "DirectoryRecursive", "contents": str(project)}, {"tag": "FileExtension", "contents": ["md"]}]}}
+    fsb = {
+        "fsbPredicate": {
+            "tag": "And",
+            "contents": [
+                {"tag": "DirectoryRecursive", "contents": str(project)},
+                {"tag": "FileExtension", "contents": ["md"]},
+            ],
+        }
+    }
     runs_code = system_toolbox(capabilities=["execute-command"], FileSandbox=fsb)
     with pytest.raises(PolicyRefused, match="runs arbitrary code"):
         _compile(sandbox_tmp, runs_code, inexact_predicates="refuse")
@@ -83,8 +94,14 @@ def test_allowed_hosts_give_a_bridge_and_proxy_environment(sandbox_tmp: Path) ->
 def test_an_mcp_server_may_read_its_executable_and_path_arguments(sandbox_tmp: Path) -> None:
     script = sandbox_tmp / "server.py"
     script.write_text("")
-    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "files", "executable": "/bin/sh",
-                                                  "args": [str(script), "--flag", "/", str(sandbox_tmp / "nope")]}}
+    mcp = {
+        "tag": "McpSimpleBinary",
+        "contents": {
+            "name": "files",
+            "executable": "/bin/sh",
+            "args": [str(script), "--flag", "/", str(sandbox_tmp / "nope")],
+        },
+    }
     path = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[mcp])})
     compiled = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
     (spec,) = compiled.specs
@@ -123,17 +140,19 @@ def test_every_toolbox_kind_the_loader_produces_is_implemented(sandbox_tmp: Path
     spec_dir = sandbox_tmp / "specs"
     spec_dir.mkdir()
     (spec_dir / "api.yaml").write_text("openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n")
-    openapi = {"tag": "OpenAPIServer", "contents": {"SpecUrl": str(spec_dir / "api.yaml"),
-                                                    "BaseUrl": "https://api.example.com"}}
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()],
-                                                      openApiToolboxes=[openapi])}, strict=True)
+    openapi = {
+        "tag": "OpenAPIServer",
+        "contents": {"SpecUrl": str(spec_dir / "api.yaml"), "BaseUrl": "https://api.example.com"},
+    }
+    path = write_policy(
+        sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()], openApiToolboxes=[openapi])}, strict=True
+    )
     compiled = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
     assert [s.kind for s in compiled.specs] == ["openapi", "system"]
     assert not any("left out" in w for w in compiled.warnings)
     report = compiled.specs[0].report
     assert report["allowed_hosts"] == ["api.example.com"]
     assert str(spec_dir) in report["read_only"]
-
 
 
 # -- RLIMIT_AS only where no cgroup bounds memory (issue 13 item 11) ------------------------------------------------

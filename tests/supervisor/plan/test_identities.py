@@ -67,12 +67,19 @@ def test_a_slug_belongs_to_the_file_that_claimed_it_first() -> None:
 
 
 def test_two_processes_allocating_at_once_get_distinct_numbers(tmp_path: Path) -> None:
-    code = ("import sys, json; from supervisor.plan._identities import assign_identities; "
-            "ids = assign_identities(sys.argv[1], {}, [f'{sys.argv[2]}/tb{i}' for i in range(40)], first=7000, "
-            "count=200, persist=True); print(json.dumps({k: v.uid for k, v in ids.items()}))")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), name], stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
-             for name in ("one", "two", "three")]
+    code = (
+        "import sys, json; from supervisor.plan._identities import assign_identities; "
+        "ids = assign_identities(sys.argv[1], {}, [f'{sys.argv[2]}/tb{i}' for i in range(40)], first=7000, "
+        "count=200, persist=True); print(json.dumps({k: v.uid for k, v in ids.items()}))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path), name],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+        )
+        for name in ("one", "two", "three")
+    ]
     outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
     uids = [u for out in outs for u in out.values()]
     assert len(uids) == 120 and len(set(uids)) == 120
@@ -91,6 +98,7 @@ def test_a_damaged_table_is_refused_not_reset(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------ real workers
 
+
 def _colliding_names(count: int) -> tuple[str, str]:
     """A toolbox of agent ``beta`` whose former hash slot is the one of ``alpha/tools``."""
     want = _slot("alpha/tools", count)
@@ -100,8 +108,13 @@ def _colliding_names(count: int) -> tuple[str, str]:
 def _ids_policy(root: Path, slug: str, toolbox: str, state: Path, **extra: Any) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     boxes = [system_toolbox(toolbox, capabilities=["execute-command"])]
-    return write_policy(root, {slug: agent(slug, builtinToolboxes=boxes)}, state_dir=str(state),
-                        worker_uids={"first": FIRST, "count": 1000}, **extra)
+    return write_policy(
+        root,
+        {slug: agent(slug, builtinToolboxes=boxes)},
+        state_dir=str(state),
+        worker_uids={"first": FIRST, "count": 1000},
+        **extra,
+    )
 
 
 async def _id(sup: Supervisor, toolbox: str) -> tuple[int, int]:
@@ -166,4 +179,5 @@ async def test_identities_are_only_read_by_check(sandbox_tmp: Path) -> None:
     assert compiled.specs[0].plan.uid == FIRST + _slot("coder/tools", 1000)
     assert not (sandbox_tmp / "state").exists()
     assert assign_identities(str(sandbox_tmp / "missing"), {}, ["a/b"], first=FIRST, count=10, persist=False) == {
-        "a/b": WorkerIdentity(FIRST + _slot("a/b", 10), FIRST + _slot("a/b", 10))}
+        "a/b": WorkerIdentity(FIRST + _slot("a/b", 10), FIRST + _slot("a/b", 10))
+    }

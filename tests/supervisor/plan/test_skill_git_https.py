@@ -18,15 +18,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests._policies import agent, system_toolbox, write_policy
 from tests.sandbox._netlab import INET_TLS, PY, REPO, Lab, Lines, in_ns
 from tests.toolboxes.test_skills import make_skill, skill_md
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = pytest.mark.root
 
@@ -85,10 +87,28 @@ def _git_server(lab: Lab, sandbox_tmp: Path, require: str | None = None) -> Iter
     os.chmod(bundle, 0o644)
     bare = _bare_repo(sandbox_tmp / "git")
     proc = subprocess.Popen(
-        in_ns(lab.inet, PY, "-m", "tests.supervisor._git_https_server", "--addr", INET_TLS, "--port", str(GIT_PORT),
-              "--cert", str(keys / "cert.pem"), "--key", str(keys / "key.pem"), "--root", str(bare.parent)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": REPO, **({"REQUIRE_AUTHORIZATION": require} if require else {})})
+        in_ns(
+            lab.inet,
+            PY,
+            "-m",
+            "tests.supervisor._git_https_server",
+            "--addr",
+            INET_TLS,
+            "--port",
+            str(GIT_PORT),
+            "--cert",
+            str(keys / "cert.pem"),
+            "--key",
+            str(keys / "key.pem"),
+            "--root",
+            str(bare.parent),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, **({"REQUIRE_AUTHORIZATION": require} if require else {})},
+    )
     try:
         Lines(proc).next("listening")
         yield bundle
@@ -99,17 +119,34 @@ def _git_server(lab: Lab, sandbox_tmp: Path, require: str | None = None) -> Iter
         proc.stderr.close()
 
 
-def _in_lab(lab: Lab, bundle: Path, *command: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
+def _in_lab(
+    lab: Lab, bundle: Path, *command: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m supervisor COMMAND`` in the lab's supervisor network namespace, in a private mount namespace
     with the lab's resolv.conf and a CA bundle that trusts the test CA."""
     return subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         'mount --bind "$0" /etc/resolv.conf && mount --bind "$1" "$2" && net="$3" py="$4" && shift 4 && '
-         'exec nsenter --net="$net" "$py" -m supervisor "$@"',
-         f"/etc/netns/{lab.sup}/resolv.conf", str(bundle), SYSTEM_BUNDLE, f"/run/netns/{lab.sup}", sys.executable,
-         *command],
-        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, **(env or {})})
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount --bind "$0" /etc/resolv.conf && mount --bind "$1" "$2" && net="$3" py="$4" && shift 4 && '
+            'exec nsenter --net="$net" "$py" -m supervisor "$@"',
+            f"/etc/netns/{lab.sup}/resolv.conf",
+            str(bundle),
+            SYSTEM_BUNDLE,
+            f"/run/netns/{lab.sup}",
+            sys.executable,
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, **(env or {})},
+    )
 
 
 def _trace(root: Path) -> list[dict[str, Any]]:
@@ -119,24 +156,38 @@ def _trace(root: Path) -> list[dict[str, Any]]:
 def test_https_sources_reachable_and_unreachable(lab: Lab, git_server: Path, sandbox_tmp: Path) -> None:
     make_skill(sandbox_tmp / "skills", "core", skill_md("core-utils"), scripts={"hello": "hello"})
     # the seed's skills example, with the lab's server for github.com and a second, unreachable source
-    policy = write_policy(sandbox_tmp, {"tester": agent(
-        skillSources=[{"tag": "SkillDirectory", "contents": "./skills"},
-                      {"tag": "SkillGitRepo", "contents": {"url": REACHABLE, "subdir": "pdf-tools"}},
-                      {"tag": "SkillGitRepo", "contents": {"url": UNREACHABLE}}],
-        autoEnableSkills=["core-utils"], builtinToolboxes=[system_toolbox()])})
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                skillSources=[
+                    {"tag": "SkillDirectory", "contents": "./skills"},
+                    {"tag": "SkillGitRepo", "contents": {"url": REACHABLE, "subdir": "pdf-tools"}},
+                    {"tag": "SkillGitRepo", "contents": {"url": UNREACHABLE}},
+                ],
+                autoEnableSkills=["core-utils"],
+                builtinToolboxes=[system_toolbox()],
+            )
+        },
+    )
     out = _in_lab(lab, git_server, "tools", "--policy", str(policy), "--json")
     assert out.returncode == 0, out.stderr
     listed = json.loads(out.stdout)
     names = {t["name"] for t in listed["tools"]}
-    assert {"skill_enable_pdf-processing", "skill_pdf-processing_extract-text", "skill_enable_core-utils",
-            "system_system_date"} <= names
+    assert {
+        "skill_enable_pdf-processing",
+        "skill_pdf-processing_extract-text",
+        "skill_enable_core-utils",
+        "system_system_date",
+    } <= names
     [error] = listed["load_errors"]
     assert (error["toolbox"], error["source"]) == ("skills", "skillSources[2]")
     assert error["message"].startswith(f"git clone of {UNREACHABLE} failed: ")
     records = _trace(sandbox_tmp)
     egress = [r for r in records if r["event"] == "egress"]
     assert {(r["host"], r["verdict"], r["toolbox"], r["purpose"]) for r in egress} >= {
-        ("secure.example.test", "allowed", "skills", "git clone")}
+        ("secure.example.test", "allowed", "skills", "git clone")
+    }
     assert [r["action"] for r in records if r["event"] == "skill_source"] == ["cloned"]
     assert any(r["event"] == "load_error" and r.get("source") == "skillSources[2]" for r in records)
 
@@ -155,9 +206,16 @@ def test_a_clone_through_a_cname_needs_the_skills_toolboxs_cname_targets(
     as the worker's does, and the skills toolbox's policy ``cname_targets`` opens it for the clone too."""
     url = f"https://git-alias.example.test:{GIT_PORT}/skills-repo.git"
     extra = {"toolboxes": {"skills": {"cname_targets": ["*.cdn.example.test"]}}} if accepted else {}
-    policy = write_policy(sandbox_tmp, {"tester": agent(
-        skillSources=[{"tag": "SkillGitRepo", "contents": {"url": url, "subdir": "pdf-tools"}}],
-        builtinToolboxes=[system_toolbox()])}, **extra)
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                skillSources=[{"tag": "SkillGitRepo", "contents": {"url": url, "subdir": "pdf-tools"}}],
+                builtinToolboxes=[system_toolbox()],
+            )
+        },
+        **extra,
+    )
     out = _in_lab(lab, git_server, "tools", "--policy", str(policy), "--json")
     assert out.returncode == 0, out.stderr
     listed = json.loads(out.stdout)
@@ -182,12 +240,23 @@ def test_a_private_repository_is_cloned_with_a_granted_credential_git_never_hold
     credential is added by the clone's proxy in the TLS-terminating mode (git trusts the supervisor's CA for this
     clone only) and the clone succeeds; not granted, the clone fails. Git's environment holds no value."""
     secret = "gho_" + os.urandom(8).hex()
-    cred = {"source": {"env": "LAB_GIT_TOKEN"}, "header": "Authorization: Bearer {value}",
-            "bindings": [{"hosts": ["secure.example.test"], "ports": [GIT_PORT]}]}
+    cred = {
+        "source": {"env": "LAB_GIT_TOKEN"},
+        "header": "Authorization: Bearer {value}",
+        "bindings": [{"hosts": ["secure.example.test"], "ports": [GIT_PORT]}],
+    }
     extra = {"toolboxes": {"skills": {"credentials": ["lab_git"]}}} if granted else {}
-    policy = write_policy(sandbox_tmp, {"tester": agent(
-        skillSources=[{"tag": "SkillGitRepo", "contents": {"url": REACHABLE, "subdir": "pdf-tools"}}],
-        builtinToolboxes=[system_toolbox()])}, credentials={"lab_git": cred}, **extra)
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                skillSources=[{"tag": "SkillGitRepo", "contents": {"url": REACHABLE, "subdir": "pdf-tools"}}],
+                builtinToolboxes=[system_toolbox()],
+            )
+        },
+        credentials={"lab_git": cred},
+        **extra,
+    )
     with _git_server(lab, sandbox_tmp, require=f"Bearer {secret}") as bundle:
         out = _in_lab(lab, bundle, "tools", "--policy", str(policy), "--json", env={"LAB_GIT_TOKEN": secret})
     assert out.returncode == 0, out.stderr

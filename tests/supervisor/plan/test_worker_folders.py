@@ -6,33 +6,40 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 pytestmark = pytest.mark.root
 
 
 def _policy(root: Path) -> Path:
     boxes = [system_toolbox("alpha", capabilities=["execute-command"]), system_toolbox("beta", capabilities=["date"])]
-    return write_policy(root, {"tester": agent(builtinToolboxes=boxes)},
-                        worker_uids={"first": 3_000_000_000, "count": 1000})
+    return write_policy(
+        root, {"tester": agent(builtinToolboxes=boxes)}, worker_uids={"first": 3_000_000_000, "count": 1000}
+    )
 
 
 @pytest.mark.parametrize("target", ["victim", "missing"])
 async def test_a_worker_that_links_its_tmp_elsewhere_gets_a_fresh_tmp_and_the_target_is_untouched(
-        sandbox_tmp: Path, target: str) -> None:
+    sandbox_tmp: Path, target: str
+) -> None:
     victim = sandbox_tmp / "victim"
     victim.mkdir()
     os.chmod(victim, 0o755)  # root's, like /etc/cron.d or the state dir
     policy = _policy(sandbox_tmp)
     link = sandbox_tmp / target
     async with Supervisor.open(policy) as sup:
-        out = await sup.call("system_alpha_execute_command",
-                             {"command": f'rm -rf "$TMPDIR" && ln -s {link} "$TMPDIR" && readlink "$TMPDIR"'})
+        out = await sup.call(
+            "system_alpha_execute_command",
+            {"command": f'rm -rf "$TMPDIR" && ln -s {link} "$TMPDIR" && readlink "$TMPDIR"'},
+        )
         assert out.structured is not None and out.structured["stdout"] == f"{link}\n", out.data
     tmp = sandbox_tmp / "state" / "work" / "tester" / "alpha" / "tmp"
     assert tmp.is_symlink()

@@ -3,12 +3,15 @@ gets: ``test_identities.py``; handing folders over: ``tests/sandbox/test_dirfd.p
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from sandbox._accounts import plan_account_files
 from supervisor.plan._identities import _slot
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
@@ -21,14 +24,16 @@ def test_account_files_name_a_uid_the_host_does_not_know() -> None:
     assert files.group is None  # the host names gid 65534 already
     known = plan_account_files(PASSWD, GROUP, uid=65534, gid=65534, name="agent-tools", home="/w")
     assert (known.passwd, known.group) == (None, None)
-    odd = plan_account_files(PASSWD + "agent-x:x:1:1::/:/bin/false", "", uid=7000, gid=7001, name="agent-x:\nroot",
-                             home="/w:x")
+    odd = plan_account_files(
+        PASSWD + "agent-x:x:1:1::/:/bin/false", "", uid=7000, gid=7001, name="agent-x:\nroot", home="/w:x"
+    )
     assert odd.passwd is not None and "\nagent-xroot:x:7000:7001:agents-supervise worker:/wx:" in odd.passwd
     assert odd.group == "agents-supervise:x:7001:\n"
     shared = plan_account_files(PASSWD, GROUP, uid=65534, gid=65534, name="x", home="/w", groups=(65534, 0, 3100000000))
     assert shared.group == GROUP + "shared-3100000000:x:3100000000:\n"  # a shared group the host does not name
-    taken = plan_account_files(PASSWD + "agent-x:x:1:1::/:/bin/false\n", GROUP, uid=7000, gid=65534, name="agent-x",
-                               home="/w")
+    taken = plan_account_files(
+        PASSWD + "agent-x:x:1:1::/:/bin/false\n", GROUP, uid=7000, gid=65534, name="agent-x", home="/w"
+    )
     assert taken.passwd is not None and "\nagent-x2:x:7000:" in taken.passwd
 
 
@@ -40,8 +45,13 @@ def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path) -> No
     from tests._policies import agent, system_toolbox, write_policy
 
     boxes = [system_toolbox("one"), system_toolbox("two")]
-    config = load_config(str(write_policy(tmp_path, {"tester": agent(builtinToolboxes=boxes)},
-                                          worker_uids={"first": 3_000_000_000, "count": 100})))
+    config = load_config(
+        str(
+            write_policy(
+                tmp_path, {"tester": agent(builtinToolboxes=boxes)}, worker_uids={"first": 3_000_000_000, "count": 100}
+            )
+        )
+    )
     plans = {s.toolbox: s.plan for s in compile_policy(config, prepare=False).specs}
     expected = {n: 3_000_000_000 + _slot(f"tester/{n}", 100) for n in ("one", "two")}  # a fresh table: hash slots
     if expected["one"] == expected["two"]:
@@ -52,7 +62,12 @@ def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path) -> No
     shared = load_config(str(write_policy(tmp_path, {"tester": agent(builtinToolboxes=boxes)})))
     one = compile_policy(shared, prepare=False).specs[0].plan
     assert (one.uid, one.account_name, one.umask) == (65534, "", 0o077)
-    small = load_config(str(write_policy(tmp_path, {"tester": agent(builtinToolboxes=boxes)},
-                                         worker_uids={"first": 3_000_000_000, "count": 1})))
+    small = load_config(
+        str(
+            write_policy(
+                tmp_path, {"tester": agent(builtinToolboxes=boxes)}, worker_uids={"first": 3_000_000_000, "count": 1}
+            )
+        )
+    )
     with pytest.raises(PolicyRefused, match="make the range larger"):
         compile_policy(small, prepare=False)

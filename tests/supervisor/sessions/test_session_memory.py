@@ -4,7 +4,7 @@ sessions pass it."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -12,6 +12,9 @@ import supervisor.sessions._bounded as bounded
 from supervisor._supervisor import Supervisor
 from supervisor.sessions._bounded import remember
 from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -33,14 +36,19 @@ def small_cap(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _policy(root: Path, **sessions: object) -> Path:
-    return write_policy(root, {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
-                        sessions=sessions)
+    return write_policy(
+        root, {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])}, sessions=sessions
+    )
 
 
 def _sizes(sup: Supervisor) -> dict[str, int]:
     assert sup.sessions is not None
-    return {"busy": len(sup.portal._busy), "idle": len(sup.portal._idle), "roots": len(sup.sessions._roots),
-            "known": len(sup.sessions._known)}
+    return {
+        "busy": len(sup.portal._busy),
+        "idle": len(sup.portal._idle),
+        "roots": len(sup.sessions._roots),
+        "known": len(sup.sessions._known),
+    }
 
 
 async def test_many_sessions_leave_bounded_state_and_each_keeps_its_conversation(sandbox_tmp: Path) -> None:
@@ -88,6 +96,7 @@ async def test_a_short_retention_is_applied_while_the_supervisor_runs(sandbox_tm
             # polling what the prune leaves: it runs on the supervisor's own timer, no event to wait for
             while any(r.name == "short-lived" for r in sup.sessions.rows(set(sup.sessions.parents()))):  # noqa: ASYNC110
                 await trio.sleep(0.1)
-    pruned = [line for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()
-              if '"sessions_pruned"' in line]
+    pruned = [
+        line for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines() if '"sessions_pruned"' in line
+    ]
     assert pruned, "the prune that removed the session left no trace record"

@@ -44,20 +44,27 @@ def _ids(text: str) -> dict[str, str]:
 def test_a_root_session_id_is_stable_and_never_shared_between_owners() -> None:
     alice, bob = Owner("alice"), Owner("bob")
     assert root_session_id(alice, "shared") == root_session_id(Owner("alice", LOCAL_TENANT), "shared")
-    ids = {root_session_id(alice, "shared"), root_session_id(bob, "shared"),
-           root_session_id(Owner("alice", "other-tenant"), "shared"), root_session_id(alice, "other")}
+    ids = {
+        root_session_id(alice, "shared"),
+        root_session_id(bob, "shared"),
+        root_session_id(Owner("alice", "other-tenant"), "shared"),
+        root_session_id(alice, "other"),
+    }
     assert len(ids) == 4
     # Agent A's session id given as a name by agent B is another session of B's, not A's.
     taken = root_session_id(alice, "shared")
     assert root_session_id(bob, taken) not in ids
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    (7, "must be a string, not int"),
-    ("", "must have 1 to 200 characters, not 0"),
-    ("x" * 201, "not 201"),
-    ("a\nb", "no line breaks"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (7, "must be a string, not int"),
+        ("", "must have 1 to 200 characters, not 0"),
+        ("x" * 201, "not 201"),
+        ("a\nb", "no line breaks"),
+    ],
+)
 def test_client_ids_are_checked(value: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         client_id(value, "the turn id")
@@ -67,7 +74,9 @@ def test_ids_from_meta() -> None:
     assert ids_from_meta(None) == {}
     assert ids_from_meta({"progressToken": 3}) == {}
     assert ids_from_meta({"conversationId": "c1", "agents-supervise/turnId": "t1"}) == {
-        "conversation_id": "c1", "turn_id": "t1"}
+        "conversation_id": "c1",
+        "turn_id": "t1",
+    }
     with pytest.raises(ValueError, match="_meta must be an object"):
         ids_from_meta([1])
     with pytest.raises(ValueError, match=r"_meta\.turnId must be a string"):
@@ -83,8 +92,10 @@ def test_introspection_never_leaves_the_owner_unless_the_policy_allows() -> None
 def test_the_policy_caps_what_an_agent_file_may_ask() -> None:
     caps = Introspection(scopes=["subtree", "children-only"], tool_outputs=False)
     wide = {"Capabilities": ["list-sessions"], "SessionIntrospectionScope": "all"}
-    assert "SessionIntrospectionScope 'all' is not among the scopes the policy allows (sessions.introspection." \
-           "scopes: subtree, children-only)" in (introspection_problem(wide, caps) or "")
+    assert (
+        "SessionIntrospectionScope 'all' is not among the scopes the policy allows (sessions.introspection."
+        "scopes: subtree, children-only)" in (introspection_problem(wide, caps) or "")
+    )
     outputs = {"Capabilities": ["read-session"], "SessionIntrospectionIncludeToolOutputs": True}
     assert "sessions.introspection.tool_outputs: false" in (introspection_problem(outputs, caps) or "")
     assert introspection_problem({"Capabilities": ["date"], "SessionIntrospectionScope": "all"}, caps) is None
@@ -133,8 +144,20 @@ def test_a_store_of_the_old_layout_is_upgraded_and_its_shared_sessions_belong_to
     cfg = {"Capabilities": SESSION_CAPS, "SessionIntrospectionScope": "all"}
     found = answer_host_request(store, cfg, sid, "search-sessions", {"query": "old-secret"})["result"]
     assert found["totalMatches"] == 0
-    store.record_call(sid, call_id="c1", parent_call_id=None, tool="t", args={}, status="passed", summary=None,
-                      output=None, started=2.0, duration_s=0.0, conversation_id="conv", turn_id="turn")
+    store.record_call(
+        sid,
+        call_id="c1",
+        parent_call_id=None,
+        tool="t",
+        args={},
+        status="passed",
+        summary=None,
+        output=None,
+        started=2.0,
+        duration_s=0.0,
+        conversation_id="conv",
+        turn_id="turn",
+    )
     assert store.tool_calls(sid)[0]["turn_id"] == "turn"
     store.close()
 
@@ -144,19 +167,28 @@ def test_a_store_of_the_old_layout_is_upgraded_and_its_shared_sessions_belong_to
 async def test_agent_bs_session_tools_cannot_see_agent_as_sessions(sandbox_tmp: Path) -> None:
     """Two agents in one policy, both with introspection at scope ``all`` and tool outputs, both using the frontend
     session name ``shared``: each sees only its own agent's sessions."""
-    toolboxes = {slug: [system_toolbox(f"{slug}_sys", SESSION_CAPS, SessionIntrospectionScope="all",
-                                       SessionIntrospectionIncludeToolOutputs=True)] for slug in ("alice", "bob")}
+    toolboxes = {
+        slug: [
+            system_toolbox(
+                f"{slug}_sys",
+                SESSION_CAPS,
+                SessionIntrospectionScope="all",
+                SessionIntrospectionIncludeToolOutputs=True,
+            )
+        ]
+        for slug in ("alice", "bob")
+    }
     policy = write_policy(sandbox_tmp, {slug: agent(slug, builtinToolboxes=boxes) for slug, boxes in toolboxes.items()})
     async with Supervisor.open(policy) as sup:
-        marked = await sup.call("system_alice_sys_search_sessions", {"query": "alice-secret-marker"},
-                                session_id="shared")
+        marked = await sup.call(
+            "system_alice_sys_search_sessions", {"query": "alice-secret-marker"}, session_id="shared"
+        )
         assert marked.status == "passed", marked.data
         alice_list = (await sup.call("system_alice_sys_list_sessions", {}, session_id="shared")).structured
         [alice_session] = [s["sessionId"] for s in alice_list["sessions"]]
         assert alice_session == root_session_id(Owner("alice"), "shared")
 
-        found = await sup.call("system_bob_sys_search_sessions", {"query": "alice-secret-marker"},
-                               session_id="shared")
+        found = await sup.call("system_bob_sys_search_sessions", {"query": "alice-secret-marker"}, session_id="shared")
         assert found.status == "passed" and found.structured["totalMatches"] == 0, found.data
         listed = (await sup.call("system_bob_sys_list_sessions", {}, session_id="shared")).structured
         assert {s["agent"] for s in listed["sessions"]} == {"bob"}
@@ -164,34 +196,56 @@ async def test_agent_bs_session_tools_cannot_see_agent_as_sessions(sandbox_tmp: 
         read = await sup.call("system_bob_sys_read_session", {"session_id": alice_session}, session_id="shared")
         assert read.status == "error" and f"SessionNotFoundError: no session '{alice_session}'" in (read.data or "")
         # A session name that is alice's session id is one more session of bob's, not alice's.
-        borrowed = await sup.call("system_bob_sys_read_session", {"session_id": alice_session},
-                                  session_id=alice_session)
+        borrowed = await sup.call(
+            "system_bob_sys_read_session", {"session_id": alice_session}, session_id=alice_session
+        )
         assert borrowed.status == "error" and "SessionNotFoundError" in (borrowed.data or "")
         stats = (await sup.call("system_bob_sys_get_session_stats", {}, session_id="shared")).structured
         assert stats["totalSessions"] == 2  # bob's two sessions, nothing of alice's
         # And alice, with the same scope, still finds her own call.
-        mine = await sup.call("system_alice_sys_search_sessions", {"query": "alice-secret-marker"},
-                              session_id="other")
+        mine = await sup.call("system_alice_sys_search_sessions", {"query": "alice-secret-marker"}, session_id="other")
         assert [r["sessionId"] for r in mine.structured["results"]] == [alice_session]
 
 
 @pytest.mark.root
 async def test_a_policy_cap_refuses_scope_all_and_reading_tool_outputs(sandbox_tmp: Path) -> None:
     caps = {"introspection": {"scopes": ["parents-only", "children-only", "subtree"], "tool_outputs": False}}
-    wide = write_policy(sandbox_tmp, {"alice": agent("alice", builtinToolboxes=[
-        system_toolbox("alice_sys", SESSION_CAPS, SessionIntrospectionScope="all")])}, sessions=caps)
+    wide = write_policy(
+        sandbox_tmp,
+        {
+            "alice": agent(
+                "alice", builtinToolboxes=[system_toolbox("alice_sys", SESSION_CAPS, SessionIntrospectionScope="all")]
+            )
+        },
+        sessions=caps,
+    )
     with pytest.raises(PolicyRefused) as info:
         async with Supervisor.open(wide):
             pass
     assert str(info.value).startswith("toolbox alice_sys (agent alice): SessionIntrospectionScope 'all' is not among")
-    outputs = write_policy(sandbox_tmp, {"alice": agent("alice", builtinToolboxes=[
-        system_toolbox("alice_sys", SESSION_CAPS, SessionIntrospectionIncludeToolOutputs=True)])}, sessions=caps)
+    outputs = write_policy(
+        sandbox_tmp,
+        {
+            "alice": agent(
+                "alice",
+                builtinToolboxes=[
+                    system_toolbox("alice_sys", SESSION_CAPS, SessionIntrospectionIncludeToolOutputs=True)
+                ],
+            )
+        },
+        sessions=caps,
+    )
     with pytest.raises(PolicyRefused, match="the policy forbids reading tool outputs"):
         async with Supervisor.open(outputs):
             pass
     # The CLI says the same as an error, never a traceback.
-    done = subprocess.run([sys.executable, "-m", "supervisor", "check", "--policy", str(outputs)],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor", "check", "--policy", str(outputs)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+    )
     assert done.returncode == 2 and done.stderr.startswith("agents-supervise: error: toolbox alice_sys (agent alice)")
     assert "Traceback" not in done.stderr
 
@@ -201,8 +255,9 @@ def _ids_policy(root: Path) -> Path:
     tools = root / "tools"
     tools.mkdir()
     write_script(tools, "ids", describe_json("ids"), IDS_SCRIPT)
-    return write_policy(root, {"tester": agent(bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])})
+    return write_policy(
+        root, {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])}
+    )
 
 
 @pytest.mark.root
@@ -213,8 +268,7 @@ async def test_api_ids_are_generated_non_empty_and_stable_within_a_session(sandb
         assert first["S"] == second["S"] == root_session_id(Owner("tester"), "s") and first["A"] == "tester"
         assert first["C"] == second["C"]  # one conversation per session
         assert first["T"] != second["T"]  # a turn per call
-        given = _ids((await sup.call("bash_ids", {}, session_id="s", conversation_id="c-9", turn_id="t-9")).data
-                     or "")
+        given = _ids((await sup.call("bash_ids", {}, session_id="s", conversation_id="c-9", turn_id="t-9")).data or "")
         assert (given["S"], given["C"], given["T"]) == (first["S"], "c-9", "t-9")
         default = _ids((await sup.call("bash_ids", {})).data or "")  # no name: this supervisor's own session
         assert default["S"] not in (first["S"], "") and default["C"]
@@ -223,18 +277,27 @@ async def test_api_ids_are_generated_non_empty_and_stable_within_a_session(sandb
         sup.trace.flush()
         trace = [json.loads(line) for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()]
         starts = [r for r in trace if r.get("event") == "call_start" and r.get("tool") == "bash_ids"]
-        assert [(r["conversation"], r["turn"]) for r in starts[:2]] == [(first["C"], first["T"]),
-                                                                        (second["C"], second["T"])]
+        assert [(r["conversation"], r["turn"]) for r in starts[:2]] == [
+            (first["C"], first["T"]),
+            (second["C"], second["T"]),
+        ]
         assert sup.sessions is not None
         calls = sup.sessions.tool_calls(first["S"])
-        assert [(c["conversation_id"], c["turn_id"]) for c in calls[:2]] == [(first["C"], first["T"]),
-                                                                             (second["C"], second["T"])]
+        assert [(c["conversation_id"], c["turn_id"]) for c in calls[:2]] == [
+            (first["C"], first["T"]),
+            (second["C"], second["T"]),
+        ]
 
 
 def _cli_call(policy: Path, *extra: str) -> dict[str, str]:
-    done = subprocess.run([sys.executable, "-m", "supervisor", "call", "--policy", str(policy), *extra, "bash_ids"],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor", "call", "--policy", str(policy), *extra, "bash_ids"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return _ids(json.loads(done.stdout)["data"])
 
@@ -254,13 +317,18 @@ def test_cli_calls_get_a_session_each_unless_session_names_one(sandbox_tmp: Path
 @pytest.mark.root
 async def test_mcp_meta_ids_reach_a_bash_tools_environment(sandbox_tmp: Path) -> None:
     policy = _ids_policy(sandbox_tmp)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)],
-                                   env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "supervisor", "--policy", str(policy)],
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+    )
     with trio.fail_after(60):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            given = await session.call_tool("bash_ids", {}, meta={"conversationId": "conv-from-client",
-                                                                  "turnId": "turn-42"})
+            given = await session.call_tool(
+                "bash_ids", {}, meta={"conversationId": "conv-from-client", "turnId": "turn-42"}
+            )
             assert not given.is_error, given
             sent = _ids(given.content[0].text)
             assert (sent["C"], sent["T"]) == ("conv-from-client", "turn-42") and sent["S"]
@@ -275,13 +343,29 @@ async def test_lua_sees_the_calls_ids_and_tools_call_carries_them(sandbox_tmp: P
     tools = sandbox_tmp / "tools"
     tools.mkdir()
     write_script(tools, "ids", describe_json("ids"), IDS_SCRIPT)
-    lua = {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "scripts", "MaxMemoryMB": 32,
-                                             "MaxExecutionTimeSeconds": 20, "AllowedTools": ["bash_ids"],
-                                             "AllowedHosts": []}}
-    policy = write_policy(sandbox_tmp, {"tester": agent(
-        bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}], builtinToolboxes=[lua])})
-    script = 'local c = tools.context()\nlocal r = tools.call("bash_ids", {})\n' \
-             'return {c.session_id, c.conversation_id, c.turn_id, c.agent_id, r.result_txt}'
+    lua = {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "scripts",
+            "MaxMemoryMB": 32,
+            "MaxExecutionTimeSeconds": 20,
+            "AllowedTools": ["bash_ids"],
+            "AllowedHosts": [],
+        },
+    }
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}], builtinToolboxes=[lua]
+            )
+        },
+    )
+    script = (
+        'local c = tools.context()\nlocal r = tools.call("bash_ids", {})\n'
+        "return {c.session_id, c.conversation_id, c.turn_id, c.agent_id, r.result_txt}"
+    )
     async with Supervisor.open(policy) as sup:
         result = await sup.call("lua_lua_execute", {"script": script}, session_id="s", turn_id="turn-1")
         assert result.status == "passed", result.data
@@ -293,7 +377,8 @@ async def test_lua_sees_the_calls_ids_and_tools_call_carries_them(sandbox_tmp: P
 
 @pytest.mark.root
 async def test_by_default_a_parent_and_its_sub_agent_do_not_see_each_others_sessions(
-        sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without ``sessions.introspection.other_agents`` the seed's cross-agent scopes stay within one agent: the
     sub-agent's ``parents-only`` finds nothing of its caller's, and the caller does not see the sub-agent's run
     (``test_sessions.py`` has the same tree with the key set, where both are seen)."""
@@ -306,15 +391,23 @@ async def test_by_default_a_parent_and_its_sub_agent_do_not_see_each_others_sess
         return answer("sessions seen: " + last["content"].split("\n\n", 1)[1])
 
     with model_server(script) as server:
-        helper = agent("helper", modelUrl=server.url, builtinToolboxes=[system_toolbox(
-            "helper_sys", ["list-sessions"], SessionIntrospectionScope="parents-only")])
-        main = agent("main", modelUrl=server.url, extraAgents=[{"slug": "helper", "path": "helper.json"}],
-                     builtinToolboxes=[system_toolbox("main_sys", SESSION_CAPS)])
+        helper = agent(
+            "helper",
+            modelUrl=server.url,
+            builtinToolboxes=[
+                system_toolbox("helper_sys", ["list-sessions"], SessionIntrospectionScope="parents-only")
+            ],
+        )
+        main = agent(
+            "main",
+            modelUrl=server.url,
+            extraAgents=[{"slug": "helper", "path": "helper.json"}],
+            builtinToolboxes=[system_toolbox("main_sys", SESSION_CAPS)],
+        )
         (sandbox_tmp / "helper.json").write_text(json.dumps(helper))
         policy = write_policy(sandbox_tmp, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"})
         async with Supervisor.open(policy) as sup:
-            asked = await sup.call("io_prompt_agent_helper", {"what": "which sessions are above me?"},
-                                   session_id="s1")
+            asked = await sup.call("io_prompt_agent_helper", {"what": "which sessions are above me?"}, session_id="s1")
             assert asked.status == "passed", asked.data
             seen = json.loads((asked.data or "").removeprefix("sessions seen: "))
             assert seen["sessions"] == [] and seen["scope"] == "parents-only"
@@ -323,12 +416,14 @@ async def test_by_default_a_parent_and_its_sub_agent_do_not_see_each_others_sess
 
 
 @pytest.mark.root
-async def test_run_agent_runs_in_the_named_session_of_that_agent(sandbox_tmp: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_run_agent_runs_in_the_named_session_of_that_agent(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AGENTS_TEST_KEY", "k")
     with model_server(lambda req: answer("done")) as server:
-        policy = write_policy(sandbox_tmp, {"solo": agent("solo", modelUrl=server.url)},
-                              model_keys={"test": "AGENTS_TEST_KEY"})
+        policy = write_policy(
+            sandbox_tmp, {"solo": agent("solo", modelUrl=server.url)}, model_keys={"test": "AGENTS_TEST_KEY"}
+        )
         async with Supervisor.open(policy) as sup:
             for _ in range(2):
                 assert (await sup.run_agent("solo", "hi", session_id="r")).status == "passed"

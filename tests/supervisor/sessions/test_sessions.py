@@ -4,8 +4,7 @@ introspection through real System toolbox workers, from a frontend and from insi
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,20 +15,26 @@ from supervisor.sessions._store import SessionStore, scope_members
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, model_server
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 SESSION_CAPS = ["list-sessions", "search-sessions", "read-session", "get-session-stats"]
 #: root -> a -> a1, root -> b; other is unrelated
 PARENTS: dict[str, str | None] = {"root": None, "a": "root", "a1": "a", "b": "root", "other": None}
 
 
-@pytest.mark.parametrize(("scope", "current", "expected"), [
-    ("subtree", "root", {"root", "a", "a1", "b"}),
-    ("subtree", "a", {"a", "a1"}),
-    ("children-only", "root", {"a", "a1", "b"}),
-    ("children-only", "a1", set()),
-    ("parents-only", "a1", {"a", "root"}),
-    ("parents-only", "root", set()),
-    ("all", "a1", {"root", "a", "a1", "b", "other"}),
-])
+@pytest.mark.parametrize(
+    ("scope", "current", "expected"),
+    [
+        ("subtree", "root", {"root", "a", "a1", "b"}),
+        ("subtree", "a", {"a", "a1"}),
+        ("children-only", "root", {"a", "a1", "b"}),
+        ("children-only", "a1", set()),
+        ("parents-only", "a1", {"a", "root"}),
+        ("parents-only", "root", set()),
+        ("all", "a1", {"root", "a", "a1", "b", "other"}),
+    ],
+)
 def test_scope_members(scope: str, current: str, expected: set[str]) -> None:
     assert scope_members(scope, current, PARENTS) == expected
 
@@ -49,9 +54,18 @@ def _store() -> SessionStore:
     store.add_turn("a", "assistant", "found it")
     store.finish("a", "idle")
     store.start_child("b", "conv-b", "root", "main", "c2")
-    store.record_call("root", call_id="c1", parent_call_id=None, tool="io_prompt_agent_helper",
-                      args={"what": "x"}, status="passed", summary="ok", output="found it", started=1.0,
-                      duration_s=0.5)
+    store.record_call(
+        "root",
+        call_id="c1",
+        parent_call_id=None,
+        tool="io_prompt_agent_helper",
+        args={"what": "x"},
+        status="passed",
+        summary="ok",
+        output="found it",
+        started=1.0,
+        duration_s=0.5,
+    )
     return store
 
 
@@ -78,12 +92,15 @@ def test_list_sessions_shape_scope_and_max_results() -> None:
 def test_read_session_hides_tool_outputs_unless_the_config_allows() -> None:
     store = _store()
     hidden = _ask(store, "root", "read-session", {"session_id": "a", "include_tool_responses": True})["result"]
-    assert hidden["content"].splitlines() == ["Turn 1: [User] please find the needle in the haystack",
-                                              "Turn 2: [Tool system_x_date] (output not shown)",
-                                              "Turn 3: [LLM] found it"]
+    assert hidden["content"].splitlines() == [
+        "Turn 1: [User] please find the needle in the haystack",
+        "Turn 2: [Tool system_x_date] (output not shown)",
+        "Turn 3: [LLM] found it",
+    ]
     assert hidden["totalTurns"] == 3 and hidden["access"] == "granted" and hidden["format"] == "condensed-text"
-    shown = _ask(store, "root", "read-session", {"session_id": "a", "take_n": 2},
-                 SessionIntrospectionIncludeToolOutputs=True)["result"]
+    shown = _ask(
+        store, "root", "read-session", {"session_id": "a", "take_n": 2}, SessionIntrospectionIncludeToolOutputs=True
+    )["result"]
     assert shown["returnedTurns"] == 2 and "secret tool output" in shown["content"]
     # a session with only tool calls (a frontend's) shows its calls
     root = _ask(store, "root", "read-session", {"session_id": "root"})["result"]
@@ -96,8 +113,9 @@ def test_search_sessions_respects_scope_and_tool_outputs() -> None:
     assert found["totalMatches"] == 1 and found["results"][0]["sessionId"] == "a"
     assert "needle in the haystack" in found["results"][0]["preview"]
     assert _ask(store, "root", "search-sessions", {"query": "token"})["result"]["totalMatches"] == 0
-    with_outputs = _ask(store, "root", "search-sessions", {"query": "token"},
-                        SessionIntrospectionIncludeToolOutputs=True)["result"]
+    with_outputs = _ask(
+        store, "root", "search-sessions", {"query": "token"}, SessionIntrospectionIncludeToolOutputs=True
+    )["result"]
     assert with_outputs["results"][0]["matchType"] == "tool_output"
     assert _ask(store, "b", "search-sessions", {"query": "needle"})["result"]["totalMatches"] == 0
 
@@ -110,14 +128,21 @@ def test_refusals_say_why() -> None:
     assert _ask(store, "root", "read-session", {"session_id": "zzz"})["error"].startswith("SessionNotFoundError")
     assert _ask(store, "root", "read-session", {})["error"].startswith("InvalidSessionIdError")
     assert _ask(store, "root", "search-sessions", {"query": " "})["error"].startswith("MissingParameterError")
-    not_enabled = answer_host_request(store, {"Capabilities": ["list-sessions"]}, "root", "read-session",
-                                      {"session_id": "a"})
+    not_enabled = answer_host_request(
+        store, {"Capabilities": ["list-sessions"]}, "root", "read-session", {"session_id": "a"}
+    )
     assert not_enabled["error"].startswith("CapabilityNotEnabledError: read-session")
     assert answer_host_request(None, {}, "root", "list-sessions", {})["error"].startswith(
-        "SessionStoreNotConfiguredError")
+        "SessionStoreNotConfiguredError"
+    )
     stats = _ask(store, "root", "get-session-stats")["result"]
-    assert stats == {"totalSessions": 3, "totalTurnsAcrossAllSessions": 3, "totalToolCalls": 1, "scope": "subtree",
-                     "note": "counts cover the sessions this toolbox's scope lets it see"}
+    assert stats == {
+        "totalSessions": 3,
+        "totalTurnsAcrossAllSessions": 3,
+        "totalToolCalls": 1,
+        "scope": "subtree",
+        "note": "counts cover the sessions this toolbox's scope lets it see",
+    }
 
 
 def test_sessions_left_running_are_marked_interrupted_on_reopen(tmp_path: Path) -> None:
@@ -131,8 +156,9 @@ def test_sessions_left_running_are_marked_interrupted_on_reopen(tmp_path: Path) 
 
 
 @pytest.mark.root
-async def test_introspection_through_real_workers_and_a_subagent(sandbox_tmp: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_introspection_through_real_workers_and_a_subagent(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AGENTS_TEST_KEY", "k")
 
     def script(req: dict[str, Any]) -> Reply:
@@ -142,18 +168,32 @@ async def test_introspection_through_real_workers_and_a_subagent(sandbox_tmp: Pa
         return answer("sessions seen: " + last["content"].split("\n\n", 1)[1])
 
     with model_server(script) as server:
-        helper = agent("helper", modelUrl=server.url, builtinToolboxes=[system_toolbox(
-            "helper_sys", ["list-sessions", "read-session"], SessionIntrospectionScope="parents-only")])
-        main = agent("main", modelUrl=server.url, extraAgents=[{"slug": "helper", "path": "helper.json"}],
-                     builtinToolboxes=[system_toolbox("main_sys", SESSION_CAPS, SessionIntrospectionMaxResults=5)])
+        helper = agent(
+            "helper",
+            modelUrl=server.url,
+            builtinToolboxes=[
+                system_toolbox(
+                    "helper_sys", ["list-sessions", "read-session"], SessionIntrospectionScope="parents-only"
+                )
+            ],
+        )
+        main = agent(
+            "main",
+            modelUrl=server.url,
+            extraAgents=[{"slug": "helper", "path": "helper.json"}],
+            builtinToolboxes=[system_toolbox("main_sys", SESSION_CAPS, SessionIntrospectionMaxResults=5)],
+        )
         (sandbox_tmp / "helper.json").write_text(json.dumps(helper))
         # The policy lets introspection see other agents' sessions: main its sub-agent's run, helper main's session.
-        policy = write_policy(sandbox_tmp, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"},
-                              sessions={"introspection": {"other_agents": True}})
+        policy = write_policy(
+            sandbox_tmp,
+            {"main": main},
+            model_keys={"test": "AGENTS_TEST_KEY"},
+            sessions={"introspection": {"other_agents": True}},
+        )
         s1, s2 = (root_session_id(Owner("main"), name) for name in ("s1", "s2"))  # the frontend acts as main
         async with Supervisor.open(policy) as sup:
-            asked = await sup.call("io_prompt_agent_helper", {"what": "which sessions are above me?"},
-                                   session_id="s1")
+            asked = await sup.call("io_prompt_agent_helper", {"what": "which sessions are above me?"}, session_id="s1")
             assert asked.status == "passed", asked.data
             seen = json.loads((asked.data or "").removeprefix("sessions seen: "))
             # parents-only, from inside the sub-agent: just the frontend's session s1
@@ -167,8 +207,7 @@ async def test_introspection_through_real_workers_and_a_subagent(sandbox_tmp: Pa
             assert {s["sessionId"] for s in sessions} == {s1, child["sessionId"]}
             assert child["isChild"] and child["agent"] == "helper" and child["status"] == "idle"
 
-            read = await sup.call("system_main_sys_read_session", {"session_id": child["sessionId"]},
-                                  session_id="s1")
+            read = await sup.call("system_main_sys_read_session", {"session_id": child["sessionId"]}, session_id="s1")
             lines = read.structured["content"].splitlines()
             assert lines[0] == "Turn 1: [User] which sessions are above me?"
             assert lines[1] == "Turn 2: [Tool system_helper_sys_list_sessions] (output not shown)"
@@ -184,7 +223,8 @@ async def test_introspection_through_real_workers_and_a_subagent(sandbox_tmp: Pa
             denied = await sup.call("system_main_sys_read_session", {"session_id": s1}, session_id="s2")
             assert denied.status == "error"
             assert f"SessionAccessDeniedError: session '{s1}' is outside this toolbox's scope (subtree)" in (
-                denied.data or "")
+                denied.data or ""
+            )
             stats = await sup.call("system_main_sys_get_session_stats", {}, session_id="s1")
             assert stats.structured["totalSessions"] == 2 and stats.structured["totalToolCalls"] >= 2
     assert (sandbox_tmp / "state" / "sessions.sqlite3").exists()
@@ -195,8 +235,18 @@ def test_a_failing_write_is_counted_never_raised() -> None:
     store.flush()
     store._db.execute("PRAGMA query_only = ON")  # every later write fails, as on a full disk
     store.add_turn("a", "user", "lost")
-    store.record_call("a", call_id="c9", parent_call_id=None, tool="t", args={}, status="passed", summary=None,
-                      output=None, started=0.0, duration_s=0.0)
+    store.record_call(
+        "a",
+        call_id="c9",
+        parent_call_id=None,
+        tool="t",
+        args={},
+        status="passed",
+        summary=None,
+        output=None,
+        started=0.0,
+        duration_s=0.0,
+    )
     store.flush()  # writes are batched; the supervisor flushes every 0.2 s and before every read
     assert store.write_errors == 3 and "readonly" in (store.last_write_error or "")
     assert _ask(store, "root", "get-session-stats")["result"]["totalTurnsAcrossAllSessions"] == 3
@@ -211,8 +261,18 @@ def test_prune_deletes_old_sessions_with_their_turns_and_calls_but_not_running_o
     assert store.turns("a") == [] and store.tool_calls("root") == []
     assert store.prune(older_than=2000) == 0
     # A session seen again after it was pruned starts afresh.
-    store.record_call("root", call_id="c9", parent_call_id=None, tool="t", args={}, status="passed", summary=None,
-                      output="", started=3000.0, duration_s=0.1)
+    store.record_call(
+        "root",
+        call_id="c9",
+        parent_call_id=None,
+        tool="t",
+        args={},
+        status="passed",
+        summary=None,
+        output="",
+        started=3000.0,
+        duration_s=0.1,
+    )
     assert set(store.parents()) == {"b", "root"} and len(store.tool_calls("root")) == 1
 
 
@@ -222,8 +282,18 @@ def test_prune_deletes_old_records_of_a_session_still_in_use_but_not_of_a_runnin
     store = _store()  # root (in use), a (idle) and b (running)
     for sid in ("root", "b"):
         for started in (1000.0, 3000.0):
-            store.record_call(sid, call_id=f"{sid}-{started}", parent_call_id=None, tool="t", args={},
-                              status="passed", summary=None, output="", started=started, duration_s=0.1)
+            store.record_call(
+                sid,
+                call_id=f"{sid}-{started}",
+                parent_call_id=None,
+                tool="t",
+                args={},
+                status="passed",
+                summary=None,
+                output="",
+                started=started,
+                duration_s=0.1,
+            )
     store.add_turn("b", "user", "still looping")
     store.flush()
     store._db.execute("UPDATE turns SET ts = 1000")
@@ -240,8 +310,7 @@ def test_prune_deletes_old_records_of_a_session_still_in_use_but_not_of_a_runnin
 async def test_the_supervisor_prunes_sessions_past_keep_days_when_it_starts(sandbox_tmp: Path) -> None:
     import time
 
-    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
-                        sessions={"keep_days": 7})
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])}, sessions={"keep_days": 7})
     old = SessionStore(str(sandbox_tmp / "state" / "sessions.sqlite3"))
     for sid, age_days in (("ancient", 30), ("recent", 1)):
         old.ensure_session(sid)

@@ -13,11 +13,10 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -32,6 +31,9 @@ from supervisor.sessions._ids import Owner, root_session_id
 from supervisor.traces._otel import REPORT_INTERVAL_S, OtelExport
 from supervisor.traces._recorder import TraceRecorder
 from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 REPO = Path(__file__).resolve().parents[3]
 MARKER = "SECRET-ARGUMENT-7f3a"
@@ -54,12 +56,18 @@ class Collector:
     headers: list[dict[str, str]] = field(default_factory=list)
 
     def spans(self) -> list[trace_pb2.Span]:
-        return [span for req in self.requests for rs in req.resource_spans for ss in rs.scope_spans
-                for span in ss.spans]
+        return [
+            span for req in self.requests for rs in req.resource_spans for ss in rs.scope_spans for span in ss.spans
+        ]
 
     def service_names(self) -> set[str]:
-        return {a.value.string_value for req in self.requests for rs in req.resource_spans
-                for a in rs.resource.attributes if a.key == "service.name"}
+        return {
+            a.value.string_value
+            for req in self.requests
+            for rs in req.resource_spans
+            for a in rs.resource.attributes
+            if a.key == "service.name"
+        }
 
 
 @pytest.fixture
@@ -110,9 +118,17 @@ def _closed_port() -> str:
 
 
 def _lua(allowed: list[str]) -> dict[str, Any]:
-    return {"tag": "LuaToolbox", "contents": {"Name": "lua", "Description": "scripts", "MaxMemoryMB": 64,
-                                              "MaxExecutionTimeSeconds": 10, "AllowedTools": allowed,
-                                              "AllowedHosts": []}}
+    return {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "scripts",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 10,
+            "AllowedTools": allowed,
+            "AllowedHosts": [],
+        },
+    }
 
 
 def _policy(root: Path, **policy: Any) -> Path:
@@ -135,8 +151,12 @@ def _attrs(item: Any) -> dict[str, Any]:
 
 @pytest.mark.root
 async def test_nested_calls_are_one_trace_with_parent_links(sandbox_tmp: Path, collector: Collector) -> None:
-    otel = {"enabled": True, "endpoint": collector.url, "service_name": "otel-test",
-            "headers": {"x-collector-token": "t0k"}}
+    otel = {
+        "enabled": True,
+        "endpoint": collector.url,
+        "service_name": "otel-test",
+        "headers": {"x-collector-token": "t0k"},
+    }
     async with Supervisor.open(_policy(sandbox_tmp, trace={"otel": otel})) as sup:
         nested = await sup.call("lua_lua_execute", {"script": SCRIPT}, session_id="s1")
         failing = await sup.call("lua_lua_execute", {"script": 'error("boom")'}, session_id="s1")
@@ -216,8 +236,12 @@ async def test_a_collector_that_is_down_never_fails_a_call(sandbox_tmp: Path) ->
 def test_export_failures_are_recorded_at_most_once_a_minute(tmp_path: Path) -> None:
     now = [1000.0]
     trace = TraceRecorder(str(tmp_path / "trace.jsonl"))
-    export = OtelExport(OtelPolicy(enabled=True, endpoint=_closed_port(), timeout_s=0.5), trace,
-                        clock=lambda: now[0], schedule_delay_s=3600)
+    export = OtelExport(
+        OtelPolicy(enabled=True, endpoint=_closed_port(), timeout_s=0.5),
+        trace,
+        clock=lambda: now[0],
+        schedule_delay_s=3600,
+    )
 
     def one_failed_export(n: int) -> None:
         export.observe("call_start", {"call_id": f"c{n}", "tool": "t", "toolbox": "b", "depth": 1})
@@ -238,7 +262,9 @@ def test_export_failures_are_recorded_at_most_once_a_minute(tmp_path: Path) -> N
         trace.close()
     records = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     assert [(r["event"], r["failures"], r["total_failures"]) for r in records] == [
-        ("otel_export_failed", 1, 1), ("otel_export_failed", 2, 3)]
+        ("otel_export_failed", 1, 1),
+        ("otel_export_failed", 2, 3),
+    ]
 
 
 _PROBE = """
@@ -257,12 +283,22 @@ trio.run(main)
 @pytest.mark.root
 @pytest.mark.parametrize("otel", [None, False, {"enabled": True, "timeout_s": 1}])
 def test_no_opentelemetry_import_unless_enabled(sandbox_tmp: Path, otel: Any) -> None:
-    policy = {} if otel is None else {"trace": {"otel": otel if not isinstance(otel, dict)
-                                                else {**otel, "endpoint": _closed_port()}}}
+    policy = (
+        {}
+        if otel is None
+        else {"trace": {"otel": otel if not isinstance(otel, dict) else {**otel, "endpoint": _closed_port()}}}
+    )
     path = _policy(sandbox_tmp, **policy)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(path)], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
     assert out[0] == "passed"
     modules = eval(out[-1])  # a printed list of str
     if isinstance(otel, dict):
@@ -279,12 +315,23 @@ def test_policy_otel_section(tmp_path: Path) -> None:
 
     assert otel_of(False) == OtelPolicy() and not OtelPolicy().enabled
     assert otel_of(True) == OtelPolicy(enabled=True)
-    section = otel_of({"enabled": True, "endpoint": "https://collector.example:4318/", "service_name": "svc",
-                       "headers": {"authorization": "Bearer x"}})
+    section = otel_of(
+        {
+            "enabled": True,
+            "endpoint": "https://collector.example:4318/",
+            "service_name": "svc",
+            "headers": {"authorization": "Bearer x"},
+        }
+    )
     assert section.endpoint == "https://collector.example:4318" and section.headers == {"authorization": "Bearer x"}
     assert not section.include_arguments
-    for bad in ({"enabled": True, "bogus": 1}, {"endpoint": "ftp://x"}, "yes", {"headers": {"a b": "c"}},
-                {"headers": {"a": "b\r\nc: d"}}):
+    for bad in (
+        {"enabled": True, "bogus": 1},
+        {"endpoint": "ftp://x"},
+        "yes",
+        {"headers": {"a b": "c"}},
+        {"headers": {"a": "b\r\nc: d"}},
+    ):
         with pytest.raises(ConfigError):
             otel_of(bad)
     schema = policy_json_schema()

@@ -19,8 +19,9 @@ from tests._policies import agent, system_toolbox, write_policy
 REPO = str(Path(__file__).resolve().parents[3])
 
 
-def _call(i: int, tool: str, effect: str | None = None, resource: str | None = None,
-          args: dict[str, Any] | None = None) -> dict[str, Any]:
+def _call(
+    i: int, tool: str, effect: str | None = None, resource: str | None = None, args: dict[str, Any] | None = None
+) -> dict[str, Any]:
     meta = [[k, v] for k, v in (("state_effect", effect), ("resource_id", resource)) if v is not None]
     return {"id": f"c{i}", "tool": tool, "args": args or {}, "metadata": meta, "status": "passed"}
 
@@ -37,8 +38,13 @@ def test_a_second_read_without_a_mutation_between_is_redundant() -> None:
 
 
 def test_a_mutation_of_the_resource_invalidates_earlier_reads() -> None:
-    calls = [_call(1, "read", "read", "f:a"), _call(2, "write", "mutate", "f:a"), _call(3, "read", "read", "f:a"),
-             _call(4, "write", "mutate", "f:b"), _call(5, "read", "read", "f:a")]
+    calls = [
+        _call(1, "read", "read", "f:a"),
+        _call(2, "write", "mutate", "f:a"),
+        _call(3, "read", "read", "f:a"),
+        _call(4, "write", "mutate", "f:b"),
+        _call(5, "read", "read", "f:a"),
+    ]
     assert [r["call_id"] for r in redundant_reads(calls)] == ["c5"]
 
 
@@ -58,24 +64,38 @@ def test_unknown_effects_are_treated_like_mutations_and_undeclared_calls_invalid
 def test_call_ids_are_kept_apart_per_supervisor_run() -> None:
     records = []
     for _ in range(2):
-        records += [{"event": "supervisor_start"},
-                    {"event": "call_start", "call_id": "c1", "parent_call_id": None, "tool": "t"},
-                    {"event": "call_start", "call_id": "c2", "parent_call_id": "c1", "tool": "u"},
-                    {"event": "call_end", "call_id": "c2", "tool": "u", "status": "passed", "duration_s": 0.5},
-                    {"event": "call_end", "call_id": "c1", "tool": "t", "status": "failed", "duration_s": 1.0}]
+        records += [
+            {"event": "supervisor_start"},
+            {"event": "call_start", "call_id": "c1", "parent_call_id": None, "tool": "t"},
+            {"event": "call_start", "call_id": "c2", "parent_call_id": "c1", "tool": "u"},
+            {"event": "call_end", "call_id": "c2", "tool": "u", "status": "passed", "duration_s": 0.5},
+            {"event": "call_end", "call_id": "c1", "tool": "t", "status": "failed", "duration_s": 1.0},
+        ]
     records.append({"event": "call_start", "call_id": "c3", "parent_call_id": None, "tool": "t"})
     data = report(records)
     assert data["runs"] == 2
     assert [(c["id"], [k["id"] for k in c["children"]]) for c in data["tree"]] == [
-        ("r1:c1", ["r1:c2"]), ("r2:c1", ["r2:c2"]), ("r2:c3", [])]
-    assert data["per_tool"]["t"] == {"count": 3, "passed": 0, "failed": 2, "error": 0, "unfinished": 1,
-                                     "total_s": 2.0, "mean_s": 1.0, "max_s": 1.0}
+        ("r1:c1", ["r1:c2"]),
+        ("r2:c1", ["r2:c2"]),
+        ("r2:c3", []),
+    ]
+    assert data["per_tool"]["t"] == {
+        "count": 3,
+        "passed": 0,
+        "failed": 2,
+        "error": 0,
+        "unfinished": 1,
+        "total_s": 2.0,
+        "mean_s": 1.0,
+        "max_s": 1.0,
+    }
 
 
 @pytest.mark.root
 async def test_report_of_a_real_trace(sandbox_tmp: Path) -> None:
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(
-        "sys", ["date", "hostname", "list-sessions"])])})
+    policy = write_policy(
+        sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox("sys", ["date", "hostname", "list-sessions"])])}
+    )
     async with Supervisor.open(policy) as sup:
         assert (await sup.call("system_sys_hostname", {})).status == "passed"
         assert (await sup.call("system_sys_date", {})).status == "passed"
@@ -85,27 +105,52 @@ async def test_report_of_a_real_trace(sandbox_tmp: Path) -> None:
     trace = sandbox_tmp / "state" / "trace.jsonl"
     with trace.open("a") as fh:
         fh.write("{not json\n")
-        fh.write(json.dumps({"ts": 1.0, "event": "egress", "toolbox": "sys", "method": "CONNECT",
-                             "host": "evil.example", "port": 443, "verdict": "refused",
-                             "reason": "host not in AllowedHosts"}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "ts": 1.0,
+                    "event": "egress",
+                    "toolbox": "sys",
+                    "method": "CONNECT",
+                    "host": "evil.example",
+                    "port": 443,
+                    "verdict": "refused",
+                    "reason": "host not in AllowedHosts",
+                }
+            )
+            + "\n"
+        )
     data = report(load_trace(str(trace)))
     assert data["calls"] == 3 and data["unreadable_lines"] == [len(trace.read_text().splitlines()) - 1]
     assert data["per_tool"]["system_sys_hostname"]["passed"] == 2
     assert data["refusals_by_kind"] == {"PortalInvalidArguments": 1, "PortalToolNotFound": 1}
-    assert data["redundant_reads"] == [{"call_id": "c3", "tool": "system_sys_hostname",
-                                        "resource": "system:hostname", "first_read": "c1"}]
+    assert data["redundant_reads"] == [
+        {"call_id": "c3", "tool": "system_sys_hostname", "resource": "system:hostname", "first_read": "c1"}
+    ]
     assert data["egress"]["decisions"] == {"evil.example:443 refused": 1}
     text = render_text(data)
     assert "c3 system_sys_hostname re-read system:hostname (first read by c1" in text
     assert "PortalToolNotFound: no_such_tool" in text
 
     env = {**os.environ, "PYTHONPATH": REPO}
-    cli = subprocess.run([sys.executable, "-m", "supervisor", "trace", str(trace), "--json"], capture_output=True,
-                         text=True, env=env, cwd=REPO, timeout=60)
+    cli = subprocess.run(
+        [sys.executable, "-m", "supervisor", "trace", str(trace), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["redundant_reads"] == data["redundant_reads"]
-    missing = subprocess.run([sys.executable, "-m", "supervisor", "trace", str(sandbox_tmp / "nope.jsonl")],
-                             capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    missing = subprocess.run(
+        [sys.executable, "-m", "supervisor", "trace", str(sandbox_tmp / "nope.jsonl")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert missing.returncode == 2 and "cannot read the trace file" in missing.stderr
     assert "Traceback" not in missing.stderr
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from supervisor.traces._recorder import MAX_RECORD_CHARS, TraceRecorder
 from supervisor.traces._report import load_trace
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _examples(default: int) -> int:
@@ -46,17 +48,33 @@ def _deep(depth: int) -> Any:
     return value
 
 
-LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20),
-                   st.sampled_from(["\ud800", "a\udfffb", "\x00", "\u2028", math.nan, -math.inf, b"\xff", (1, 2)]))
-VALUES = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                      st.dictionaries(st.text(max_size=5), inner, max_size=4)),
-                      max_leaves=20)
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=20),
+    st.sampled_from(["\ud800", "a\udfffb", "\x00", "\u2028", math.nan, -math.inf, b"\xff", (1, 2)]),
+)
+VALUES = st.recursive(
+    LEAVES,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=5), inner, max_size=4)),
+    max_leaves=20,
+)
 
 
-@settings(max_examples=_examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
-@given(records=st.lists(st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k not in ("ts", "event")),
-                                        VALUES, max_size=5), min_size=1, max_size=5))
+@settings(
+    max_examples=_examples(80),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    records=st.lists(
+        st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k not in ("ts", "event")), VALUES, max_size=5),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_any_fields_make_strict_lines_the_report_reads(tmp_path: Path, records: list[dict[str, Any]]) -> None:
     path = tmp_path / "trace.jsonl"
     path.unlink(missing_ok=True)

@@ -5,7 +5,7 @@ from the error text when audit is off, the trace report's grouping and what ``ch
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,15 +20,32 @@ from supervisor.workers._kernel_audit import KernelAudit
 from tests._policies import agent, system_toolbox, write_policy
 from tests.toolboxes.test_bash import describe_json, write_script
 
-BASH = FsContext("tools", "bash", (FsRule("/usr", READ), FsRule("/w/tools", READ), FsRule("/w/work", WRITE)),
-                 system_paths=("/usr",), workdir="/w/work")
-FILES = FsContext("files", "system", (FsRule("/usr", READ), FsRule("/p/src", WRITE), FsRule("/p/docs", READ)),
-                  sandbox_paths=("/p/src",), sandbox_mode=WRITE, system_paths=("/usr",), workdir="/w/files")
-READER = FsContext("reader", "mcp", (FsRule("/p/data", READ),), sandbox_paths=("/p/data",), sandbox_mode=READ,
-                   workdir="/w/reader")
+if TYPE_CHECKING:
+    from pathlib import Path
+
+BASH = FsContext(
+    "tools",
+    "bash",
+    (FsRule("/usr", READ), FsRule("/w/tools", READ), FsRule("/w/work", WRITE)),
+    system_paths=("/usr",),
+    workdir="/w/work",
+)
+FILES = FsContext(
+    "files",
+    "system",
+    (FsRule("/usr", READ), FsRule("/p/src", WRITE), FsRule("/p/docs", READ)),
+    sandbox_paths=("/p/src",),
+    sandbox_mode=WRITE,
+    system_paths=("/usr",),
+    workdir="/w/files",
+)
+READER = FsContext(
+    "reader", "mcp", (FsRule("/p/data", READ),), sandbox_paths=("/p/data",), sandbox_mode=READ, workdir="/w/reader"
+)
 
 
 # --- the pure part ----------------------------------------------------------------------------------------------
+
 
 def test_a_path_no_rule_reaches_names_the_filesandbox_and_how_to_widen_it() -> None:
     [d] = explain_landlock({"domain": "1", "blockers": "fs.make_reg", "path": "/etc"}, FILES)
@@ -70,19 +87,23 @@ def test_a_refused_system_call_is_named_with_why_and_that_no_key_allows_it() -> 
 
 
 def test_notes_put_what_the_result_names_first_and_count_the_rest() -> None:
-    denials = [*explain_landlock({"blockers": "fs.write_file,fs.read_file", "path": "/dev/tty"}, BASH),
-               *explain_landlock({"blockers": "fs.make_reg", "path": "/tmp"}, BASH),
-               *explain_landlock({"blockers": "fs.make_reg", "path": "/tmp"}, BASH)]
+    denials = [
+        *explain_landlock({"blockers": "fs.write_file,fs.read_file", "path": "/dev/tty"}, BASH),
+        *explain_landlock({"blockers": "fs.make_reg", "path": "/tmp"}, BASH),
+        *explain_landlock({"blockers": "fs.make_reg", "path": "/tmp"}, BASH),
+    ]
     lines = notes(denials, "sh: 1: cannot create /tmp/out: Permission denied")
     assert len(lines) == 2 and "create a file in /tmp" in lines[0], lines
     assert lines[1].startswith("[denied: 2 other refusal(s) during this call (/dev/tty)")
 
 
 def test_the_fallback_reads_paths_from_error_lines_and_says_it_is_a_guess() -> None:
-    text = ("cat: /etc/shadow: Permission denied\nsh: 1: cannot create '/tmp/a b': Permission denied\n"
-            "touch: cannot touch '/p/docs/new': Read-only file system\n/usr/bin/true: fine\n"
-            "/w/tools/run: line 3: /etc/x: Permission denied\n"
-            "PermissionError: [Errno 13] Permission denied: '/srv/y'\n")
+    text = (
+        "cat: /etc/shadow: Permission denied\nsh: 1: cannot create '/tmp/a b': Permission denied\n"
+        "touch: cannot touch '/p/docs/new': Read-only file system\n/usr/bin/true: fine\n"
+        "/w/tools/run: line 3: /etc/x: Permission denied\n"
+        "PermissionError: [Errno 13] Permission denied: '/srv/y'\n"
+    )
     guessed = explain_text_paths(text, FILES, permission_denied=True)
     assert [d.target for d in guessed] == ["/etc/shadow", "/tmp/a b", "/p/docs/new", "/etc/x", "/srv/y"]
     assert "probably refused by Landlock" in guessed[0].text and guessed[0].rule == "FileSandbox: no rule"
@@ -91,8 +112,9 @@ def test_the_fallback_reads_paths_from_error_lines_and_says_it_is_a_guess() -> N
     assert [d.target for d in only_view] == ["/p/docs/new"]
 
 
-def test_records_are_matched_to_a_worker_by_domain_then_session(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_records_are_matched_to_a_worker_by_domain_then_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the sessions of processes 42 and 43 stand in for /proc/PID/sessionid (the real one is read in the root tests)
     monkeypatch.setattr("supervisor.workers._kernel_audit.read_session", lambda pid: 7 if pid == 42 else None)
     audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
@@ -104,15 +126,17 @@ def test_records_are_matched_to_a_worker_by_domain_then_session(tmp_path: Path,
     assert audit._domain_session == {"d1": 7, "d2": None} and not audit._pending
     audit.handle(AuditRecord(AUDIT_LANDLOCK_ACCESS, 3, {"domain": "d2", "blockers": "fs.read_file", "path": "/y"}))
     for serial in range(4, 200):  # a worker refused in a loop with no call in flight: traced once
-        audit.handle(AuditRecord(AUDIT_LANDLOCK_ACCESS, serial,
-                                 {"domain": "d1", "blockers": "fs.read_file", "path": "/x"}))
+        audit.handle(
+            AuditRecord(AUDIT_LANDLOCK_ACCESS, serial, {"domain": "d1", "blockers": "fs.read_file", "path": "/x"})
+        )
     audit.trace.close()
     traced = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert [(r["toolbox"], r["target"]) for r in traced if r["event"] == "denial"] == [("tools", "/x")]
 
 
-async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from types import SimpleNamespace
 
     from toolboxes._result import ToolResult
@@ -121,15 +145,27 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(tmp_
     monkeypatch.setattr("supervisor.workers._kernel_audit.read_session", lambda pid: 7 if pid == 42 else None)
     audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
     audit.unavailable = None  # reading (no socket: the barrier is skipped)
-    tool = SimpleNamespace(name="bash_w", toolbox="tools", runner=SimpleNamespace(
-        worker=SimpleNamespace(pid=42), spec=SimpleNamespace(kind="bash", report={}, plan=SimpleNamespace(
-            fs_rules=BASH.rules, workdir="/w/work", view=None))))
+    tool = SimpleNamespace(
+        name="bash_w",
+        toolbox="tools",
+        runner=SimpleNamespace(
+            worker=SimpleNamespace(pid=42),
+            spec=SimpleNamespace(
+                kind="bash", report={}, plan=SimpleNamespace(fs_rules=BASH.rules, workdir="/w/work", view=None)
+            ),
+        ),
+    )
     audit._domain_session["d"] = 7
     for label, status in (("failed", "failed"), ("passed", "passed")):
         finish = audit.begin(tool, label)
         for serial in range(300):
-            audit.handle(AuditRecord(AUDIT_LANDLOCK_ACCESS, serial, {"domain": "d", "blockers": "fs.make_reg",
-                                                                     "path": "/tmp" if serial % 2 else f"/o{serial}"}))
+            audit.handle(
+                AuditRecord(
+                    AUDIT_LANDLOCK_ACCESS,
+                    serial,
+                    {"domain": "d", "blockers": "fs.make_reg", "path": "/tmp" if serial % 2 else f"/o{serial}"},
+                )
+            )
         result = await finish(ToolResult(status=status, data="cannot create /tmp/x: Permission denied"))
         if status == "failed":
             assert result.data.count("[denied: Landlock refused to create a file in /tmp") == 1, result.data
@@ -180,8 +216,12 @@ def _policy(root: Path, scripts: dict[str, str], **policy: object) -> Path:
     tools.mkdir()
     for name, run in scripts.items():
         write_script(tools, name, describe_json(name), run)
-    return write_policy(root, {"tester": agent(bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])}, landlock_min_abi=6, **policy)
+    return write_policy(
+        root,
+        {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
+        landlock_min_abi=6,
+        **policy,
+    )
 
 
 def _denials(root: Path) -> list[dict]:
@@ -193,8 +233,11 @@ def _denials(root: Path) -> list[dict]:
 @needs_landlock_audit
 async def test_a_bash_tool_writing_outside_its_sandbox_is_told_the_path_and_the_rule(sandbox_tmp: Path) -> None:
     # private_view false: the host's tree, so Landlock (not the view's missing or read-only mounts) refuses
-    policy = _policy(sandbox_tmp, {"escape": 'echo hi > "/tmp/escaped-$$" && echo "BREACH"; exit 1',
-                                   "fine": "echo fine"}, private_view=False)
+    policy = _policy(
+        sandbox_tmp,
+        {"escape": 'echo hi > "/tmp/escaped-$$" && echo "BREACH"; exit 1', "fine": "echo fine"},
+        private_view=False,
+    )
     async with Supervisor.open(policy) as sup:
         assert sup.load_errors() == [] and sup.kernel_audit.unavailable is None
         escape = await sup.call("bash_escape", {})
@@ -218,10 +261,13 @@ async def test_a_bash_tool_writing_outside_its_sandbox_is_told_the_path_and_the_
 async def test_a_write_outside_a_filesandbox_names_the_filesandbox(sandbox_tmp: Path) -> None:
     (sandbox_tmp / "project").mkdir(mode=0o777)
     (sandbox_tmp / "project").chmod(0o777)
-    box = system_toolbox(capabilities=["execute-command"], FileSandbox={
-        "fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./project"}, "fsbName": "project"})
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[box])}, landlock_min_abi=6,
-                          private_view=False)
+    box = system_toolbox(
+        capabilities=["execute-command"],
+        FileSandbox={"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./project"}, "fsbName": "project"},
+    )
+    policy = write_policy(
+        sandbox_tmp, {"tester": agent(builtinToolboxes=[box])}, landlock_min_abi=6, private_view=False
+    )
     async with Supervisor.open(policy) as sup:
         inside = await sup.call("system_system_execute_command", {"command": f"echo ok > {sandbox_tmp}/project/a"})
         outside = await sup.call("system_system_execute_command", {"command": "echo no > /tmp/outside-$$"})
@@ -233,8 +279,10 @@ async def test_a_write_outside_a_filesandbox_names_the_filesandbox(sandbox_tmp: 
 
 @pytest.mark.root
 async def test_a_refused_system_call_is_named_in_the_result_and_the_trace(sandbox_tmp: Path) -> None:
-    keyctl = ("python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); "
-              "print(l.syscall(250, 0, 0, 0, 0, 0), ctypes.get_errno())'; exit 2")
+    keyctl = (
+        "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); "
+        "print(l.syscall(250, 0, 0, 0, 0, 0), ctypes.get_errno())'; exit 2"
+    )
     policy = _policy(sandbox_tmp, {"keys": keyctl})
     async with Supervisor.open(policy) as sup:
         keys = await sup.call("bash_keys", {})
@@ -247,8 +295,9 @@ async def test_a_refused_system_call_is_named_in_the_result_and_the_trace(sandbo
 
 @pytest.mark.root
 async def test_without_audit_a_failed_calls_paths_are_explained_from_the_rules(sandbox_tmp: Path) -> None:
-    policy = _policy(sandbox_tmp, {"escape": 'echo hi > "/tmp/escaped-$$"; exit 1'}, private_view=False,
-                     kernel_audit="off")
+    policy = _policy(
+        sandbox_tmp, {"escape": 'echo hi > "/tmp/escaped-$$"; exit 1'}, private_view=False, kernel_audit="off"
+    )
     async with Supervisor.open(policy) as sup:
         assert sup.kernel_audit.unavailable == "kernel_audit: off in the policy"
         escape = await sup.call("bash_escape", {})
@@ -265,7 +314,9 @@ def test_check_lists_which_explanations_this_host_gives(sandbox_tmp: Path) -> No
     assert out["kernel_audit"] == "off"
     assert out["denial_explanations"] == [
         "Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the toolbox's "
-        "rules (kernel_audit: off in the policy)", "seccomp refusals: not named (kernel_audit: off in the policy)"]
+        "rules (kernel_audit: off in the policy)",
+        "seccomp refusals: not named (kernel_audit: off in the policy)",
+    ]
 
 
 @pytest.mark.root
@@ -283,7 +334,7 @@ def test_check_says_audit_records_explain_denials_as_root(sandbox_tmp: Path) -> 
 @pytest.mark.root
 async def test_in_the_private_view_a_write_to_a_read_only_path_is_explained_too(sandbox_tmp: Path) -> None:
     # the view mounts what a worker may only read read-only: the kernel answers EROFS before Landlock is asked
-    policy = _policy(sandbox_tmp, {"etc": 'echo hi > /etc/planted; exit 1'})
+    policy = _policy(sandbox_tmp, {"etc": "echo hi > /etc/planted; exit 1"})
     async with Supervisor.open(policy) as sup:
         etc = await sup.call("bash_etc", {})
     assert "Read-only file system" in etc.data, etc.data
@@ -296,13 +347,25 @@ async def test_in_the_private_view_a_write_to_a_read_only_path_is_explained_too(
 async def test_a_refusal_in_one_worker_never_shows_in_another_workers_result(sandbox_tmp: Path) -> None:
     import trio
 
-    for folder, name, run in (("tools", "noisy", 'for i in 1 2 3 4 5 6 7 8; do echo x > "/tmp/noisy-$i"; done; exit 1'),
-                              ("other", "quiet", "sleep 0.3; echo /tmp/noisy-1 is not mine; exit 1")):
+    for folder, name, run in (
+        ("tools", "noisy", 'for i in 1 2 3 4 5 6 7 8; do echo x > "/tmp/noisy-$i"; done; exit 1'),
+        ("other", "quiet", "sleep 0.3; echo /tmp/noisy-1 is not mine; exit 1"),
+    ):
         (sandbox_tmp / folder).mkdir()
         write_script(sandbox_tmp / folder, name, describe_json(name), run)
-    policy = write_policy(sandbox_tmp, {"tester": agent(bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}},
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./other"}}])}, landlock_min_abi=6, private_view=False)
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                bashToolboxes=[
+                    {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}},
+                    {"tag": "FileSystemDirectory", "contents": {"Path": "./other"}},
+                ]
+            )
+        },
+        landlock_min_abi=6,
+        private_view=False,
+    )
     results = {}
     async with Supervisor.open(policy) as sup:
         assert sup.load_errors() == []
@@ -328,9 +391,11 @@ async def test_a_worker_cannot_leave_its_audit_session_or_speak_to_the_audit_soc
 
     from sandbox._audit_session import read_session
 
-    probe = ("cat /proc/self/sessionid; echo; (echo 0 > /proc/self/loginuid) 2>/dev/null && echo LEFT; "
-             "python3 -c 'import socket\ntry:\n socket.socket(16, 3, 9)\n print(\"AUDIT SOCKET\")\n"
-             "except OSError as e:\n print(\"refused\", e.errno)'; cat /proc/self/sessionid")
+    probe = (
+        "cat /proc/self/sessionid; echo; (echo 0 > /proc/self/loginuid) 2>/dev/null && echo LEFT; "
+        'python3 -c \'import socket\ntry:\n socket.socket(16, 3, 9)\n print("AUDIT SOCKET")\n'
+        'except OSError as e:\n print("refused", e.errno)\'; cat /proc/self/sessionid'
+    )
     policy = _policy(sandbox_tmp, {"probe": probe})
     async with Supervisor.open(policy) as sup:
         result = await sup.call("bash_probe", {})

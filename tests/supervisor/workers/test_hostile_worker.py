@@ -35,8 +35,11 @@ pytestmark = pytest.mark.root
 @pytest.fixture
 def policy(sandbox_tmp: Path) -> Path:
     tools = [system_toolbox(capabilities=["date", "execute-command"]), system_toolbox("other", ["date"])]
-    return write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=tools)},
-                        supervision={"restart_backoff_initial_s": 0.05, "crash_loop_max_restarts": 100})
+    return write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=tools)},
+        supervision={"restart_backoff_initial_s": 0.05, "crash_loop_max_restarts": 100},
+    )
 
 
 def _pipe_of(worker: Worker) -> str:
@@ -58,6 +61,7 @@ async def _inject(worker: Worker, data: bytes) -> None:
                 pipe.write(data)
         except BrokenPipeError:
             pass  # the supervisor already killed the worker and closed its end, before the flood was written
+
     await trio.to_thread.run_sync(write)
 
 
@@ -94,24 +98,35 @@ def _nested(depth: int) -> dict[str, Any]:
 BAD_TOOL_LISTS = {
     "100k tools": (_tools_changed([_tool(f"t{i}") for i in range(100_000)]), f"more than the limit of {MAX_TOOLS}"),
     "schema 200 deep": (_tools_changed([_tool(schema=_nested(200))]), "nested more than 64 deep"),
-    "schema of 300k values": (_tools_changed([_tool(schema={"type": "object", "enum": [{}] * 300_000})]),
-                              "more than 250000 values"),
+    "schema of 300k values": (
+        _tools_changed([_tool(schema={"type": "object", "enum": [{}] * 300_000})]),
+        "more than 250000 values",
+    ),
     "1 MB name": (_tools_changed([_tool("n" * (1 << 20))]), "1 to 1024 characters"),
     "empty name": (_tools_changed([_tool("")]), "1 to 1024 characters"),
     "annotations not a map": (_tools_changed([_tool(annotations=5)]), "annotations must be a map"),
-    "bytes in a schema": (_tools_changed([_tool(schema={"type": "object", "default": b"\x00"})]),
-                          "bytes, which is not a JSON value"),
-    "NaN in a schema": (_tools_changed([_tool(schema={"type": "object", "maximum": math.nan})]),
-                        "JSON cannot represent"),
+    "bytes in a schema": (
+        _tools_changed([_tool(schema={"type": "object", "default": b"\x00"})]),
+        "bytes, which is not a JSON value",
+    ),
+    "NaN in a schema": (
+        _tools_changed([_tool(schema={"type": "object", "maximum": math.nan})]),
+        "JSON cannot represent",
+    ),
     "load_errors not maps": (_tools_changed([], load_errors=[5]), "load_errors must be a list"),
-    "msgpack ext type": (msgpack.packb({"t": "event", "event": {"x": msgpack.ExtType(3, b"x")}}),
-                         "extension type 3"),
+    "msgpack ext type": (msgpack.packb({"t": "event", "event": {"x": msgpack.ExtType(3, b"x")}}), "extension type 3"),
     "deeply nested map": (b"\x81\xa1x" * 2000 + b"\xc0", "undecodable frame"),
-    "portal flood": (b"".join(encode({"t": "portal", "id": i, "call": 1, "tool": "system_other_date", "args": {}})
-                              for i in range(5000)), f"more than {MAX_REQUESTS_IN_FLIGHT} portal/host requests"),
+    "portal flood": (
+        b"".join(
+            encode({"t": "portal", "id": i, "call": 1, "tool": "system_other_date", "args": {}}) for i in range(5000)
+        ),
+        f"more than {MAX_REQUESTS_IN_FLIGHT} portal/host requests",
+    ),
     "tools_changed flood": (_tools_changed([_tool()]) * (MAX_TOOLS_CHANGED + 1), "tools_changed messages within"),
-    "result for a call never made": (encode({"t": "result", "id": 10**9, "result": {"status": "passed"}}),
-                                     "unknown call id"),
+    "result for a call never made": (
+        encode({"t": "result", "id": 10**9, "result": {"status": "passed"}}),
+        "unknown call id",
+    ),
 }
 
 
@@ -138,6 +153,7 @@ async def test_in_flight_call_ends_with_error_when_its_result_is_hostile(policy:
 
             async def slow_call() -> None:
                 results.append(await sup.call("system_system_execute_command", {"command": "sleep 20"}))
+
             nursery.start_soon(slow_call)
             with trio.fail_after(10):
                 while not worker._pending:  # noqa: ASYNC110
@@ -145,8 +161,10 @@ async def test_in_flight_call_ends_with_error_when_its_result_is_hostile(policy:
             call_id = next(iter(worker._pending))
             await _inject(worker, encode({"t": "result", "id": call_id, "result": hostile}))
         assert results[0].status == "error"
-        assert "broke the protocol (malformed result: result metadata must be a list of at most 256 pairs)" \
+        assert (
+            "broke the protocol (malformed result: result metadata must be a list of at most 256 pairs)"
             in results[0].data
+        )
         assert (await sup.call("system_other_date", {})).status == "passed"
 
 
@@ -156,8 +174,11 @@ async def test_late_result_for_a_finished_call_is_ignored_and_event_payloads_are
         assert worker is not None
         assert (await sup.call("system_system_date", {})).status == "passed"
         finished = worker._next_id - 1
-        await _inject(worker, encode({"t": "result", "id": finished, "result": {"status": "failed"}})
-                      + encode({"t": "event", "event": {f"k{i}": "v" * 100_000 for i in range(100)}}))
+        await _inject(
+            worker,
+            encode({"t": "result", "id": finished, "result": {"status": "failed"}})
+            + encode({"t": "event", "event": {f"k{i}": "v" * 100_000 for i in range(100)}}),
+        )
         # The worker is not killed for a late result: the next call on the same worker still passes.
         assert (await sup.call("system_system_date", {})).status == "passed"
         assert sup.runner("system").worker is worker and not worker.dead.is_set()
@@ -197,8 +218,9 @@ async def test_redos_pattern_in_a_schema_costs_a_bounded_time(policy: Path) -> N
 
 
 def test_pattern_properties_are_bounded_too() -> None:
-    validator = ArgumentValidator({"type": "object", "patternProperties": {"^(a|a)*$": {"type": "integer"}},
-                                   "additionalProperties": False})
+    validator = ArgumentValidator(
+        {"type": "object", "patternProperties": {"^(a|a)*$": {"type": "integer"}}, "additionalProperties": False}
+    )
     start = time.monotonic()
     errors = validator.errors({"a" * 40 + "!": 1})
     assert time.monotonic() - start < 2
@@ -213,14 +235,18 @@ def test_structured_values_that_json_cannot_spell_stay_out_of_mcp_replies() -> N
     reply = json.loads(line)  # strict JSON: no bare Infinity
     assert "structuredContent" not in reply["result"]
     assert reply["result"]["content"][0]["text"] == "Infinity"
-    for bad in ({"status": "passed", "structured": b"\x00"}, {"status": "passed", "structured": {1: 2}},
-                {"status": "passed", "attachments": [{"media_type": "image/png", "path": "a"}] * 65}):
+    for bad in (
+        {"status": "passed", "structured": b"\x00"},
+        {"status": "passed", "structured": {1: 2}},
+        {"status": "passed", "attachments": [{"media_type": "image/png", "path": "a"}] * 65},
+    ):
         with pytest.raises(ValueError, match=r"structured|attachments"):
             ToolResult.from_wire(bad)
 
 
-async def test_an_event_flood_reaches_the_trace_only_up_to_the_rate_limit(policy: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_event_flood_reaches_the_trace_only_up_to_the_rate_limit(
+    policy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import supervisor.workers._connection as connection_module
 
     monkeypatch.setattr(connection_module, "MAX_EVENTS", 20)
@@ -242,8 +268,9 @@ async def test_an_event_flood_reaches_the_trace_only_up_to_the_rate_limit(policy
     assert (limit["dropped"], limit["value"]) == (130, 20)
 
 
-async def test_a_failed_egress_bridge_costs_its_own_worker_only(sandbox_tmp: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failed_egress_bridge_costs_its_own_worker_only(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """If a worker's bridge (its proxy and DNS stub) fails for any reason, that worker is killed and restarted; the
     supervisor and the other workers serve on. The failure is planted in the DNS stub here."""
     import supervisor.workers._launch as launch_module  # serves every confined process's bridge
@@ -257,9 +284,12 @@ async def test_a_failed_egress_bridge_costs_its_own_worker_only(sandbox_tmp: Pat
 
     monkeypatch.setattr(launch_module, "serve_dns_stub", broken_stub)
     tools = [system_toolbox("net", ["date"]), system_toolbox("calm", ["date"])]
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=tools)},
-                          toolboxes={"net": {"allowed_hosts": ["www.example.test"]}},
-                          supervision={"restart_backoff_initial_s": 0.05, "crash_loop_max_restarts": 100})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=tools)},
+        toolboxes={"net": {"allowed_hosts": ["www.example.test"]}},
+        supervision={"restart_backoff_initial_s": 0.05, "crash_loop_max_restarts": 100},
+    )
     trace = sandbox_tmp / "state" / "trace.jsonl"
     async with Supervisor.open(policy) as sup:
         assert (await sup.call("system_net_date", {})).status == "passed"

@@ -21,11 +21,22 @@ pytestmark = pytest.mark.root
 def _policy(root: Path) -> Path:
     tools = root / "tools"
     tools.mkdir()
-    args = [{"name": "who", "description": "a name", "type": "string", "backing_type": "string", "arity": "single",
-             "mode": "positional"}]
+    args = [
+        {
+            "name": "who",
+            "description": "a name",
+            "type": "string",
+            "backing_type": "string",
+            "arity": "single",
+            "mode": "positional",
+        }
+    ]
     write_script(tools, "greet", describe_json("greet", args), 'echo "hello $1 from $$"')
-    return write_policy(root, {"tester": agent(bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])}, toolboxes={"tools": {"start": "lazy"}})
+    return write_policy(
+        root,
+        {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
+        toolboxes={"tools": {"start": "lazy"}},
+    )
 
 
 def _events(root: Path, name: str, sup: Supervisor | None = None) -> list[dict]:
@@ -83,9 +94,16 @@ async def test_a_stale_cache_is_not_served(sandbox_tmp: Path) -> None:
     policy = _policy(sandbox_tmp)
     cache = Path(tool_cache_path(str(sandbox_tmp / "state"), "tester", "tools"))
     cache.parent.mkdir(parents=True)
-    cache.write_text(json.dumps({"fingerprint": "another payload", "tools": [
-        {"name": "bash_planted", "description": "x", "input_schema": {"type": "object"}}],
-        "load_errors": [], "catalog": {}}))
+    cache.write_text(
+        json.dumps(
+            {
+                "fingerprint": "another payload",
+                "tools": [{"name": "bash_planted", "description": "x", "input_schema": {"type": "object"}}],
+                "load_errors": [],
+                "catalog": {},
+            }
+        )
+    )
     async with Supervisor.open(policy) as sup:
         assert [t.name for t in sup.list_tools()] == ["bash_greet"]
         assert len(_events(sandbox_tmp, "worker_spawn", sup)) == 1

@@ -4,7 +4,7 @@ real confined workers hitting their cgroup's pids and memory limits and an rlimi
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,24 +18,30 @@ from tests._policies import agent, system_toolbox, write_policy
 from tests.toolboxes.test_bash import describe_json, write_script
 from toolboxes._result import ToolResult
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 V1 = CgroupLayout("v1", "/cg/pids/agents-supervise", "/cg/memory/x/agents-supervise")
 V2 = CgroupLayout("v2", "/cg/u/agents-supervise", "/cg/u/agents-supervise", parent_enable="/cg/u")
 
 
 # --- the pure part ----------------------------------------------------------------------------------------------
 
+
 def test_counter_files_name_each_controllers_event_file() -> None:
     v1 = plan_cgroup(V1, pids_max=8, memory_bytes=1 << 20)
     assert v1 is not None
     assert counter_files(V1, v1.instance("tb", "1")) == CounterFiles(
-        "/cg/pids/agents-supervise/tb-1/pids.events", "/cg/memory/x/agents-supervise/tb-1/memory.oom_control")
+        "/cg/pids/agents-supervise/tb-1/pids.events", "/cg/memory/x/agents-supervise/tb-1/memory.oom_control"
+    )
     only_pids = plan_cgroup(V1, pids_max=8, memory_bytes=None)
     assert only_pids is not None
     assert counter_files(V1, only_pids.instance("tb", "1")).memory == ""
     v2 = plan_cgroup(V2, pids_max=8, memory_bytes=1 << 20)
     assert v2 is not None
     assert counter_files(V2, v2.instance("tb", "1")) == CounterFiles(
-        "/cg/u/agents-supervise/tb-1/pids.events", "/cg/u/agents-supervise/tb-1/memory.events")
+        "/cg/u/agents-supervise/tb-1/pids.events", "/cg/u/agents-supervise/tb-1/memory.events"
+    )
 
 
 def test_counters_parse_from_v1_and_v2_texts_and_unknown_stays_unknown() -> None:
@@ -58,8 +64,9 @@ def test_signals_the_toolboxes_report_are_read_and_exit_codes_are_not() -> None:
 
 
 def test_the_note_names_the_limit_its_value_and_the_policy_keys_to_change() -> None:
-    hits = limit_hits({"pids_max": 3, "oom_kills": 1}, 24, pids_max=16, memory_bytes=1 << 27, cpu_seconds=2,
-                      file_size_bytes=None)
+    hits = limit_hits(
+        {"pids_max": 3, "oom_kills": 1}, 24, pids_max=16, memory_bytes=1 << 27, cpu_seconds=2, file_size_bytes=None
+    )
     assert [(h.limit, h.value) for h in hits] == [("processes", 16), ("memory_bytes", 1 << 27), ("cpu_seconds", 2)]
     text = note("tools", hits[0])
     assert "pids.max of 16" in text and "toolboxes.tools.limits.processes" in text and "limits.processes" in text
@@ -99,8 +106,12 @@ def _policy(root: Path, scripts: dict[str, str], **policy: object) -> Path:
     tools.mkdir()
     for name, run in scripts.items():
         write_script(tools, name, describe_json(name), run)
-    return write_policy(root, {"tester": agent(bashToolboxes=[
-        {"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])}, landlock_min_abi=6, **policy)
+    return write_policy(
+        root,
+        {"tester": agent(bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}])},
+        landlock_min_abi=6,
+        **policy,
+    )
 
 
 def _limit_records(root: Path) -> list[dict]:
@@ -111,8 +122,11 @@ def _limit_records(root: Path) -> list[dict]:
 @pytest.mark.root
 @needs_cgroups
 async def test_a_fork_bomb_result_names_limits_processes_and_a_plain_failure_names_nothing(sandbox_tmp: Path) -> None:
-    policy = _policy(sandbox_tmp, {"bomb": FORK_BOMB, "fails": "echo nope; exit 3"},
-                     toolboxes={"tools": {"limits": {"processes": 16}}})
+    policy = _policy(
+        sandbox_tmp,
+        {"bomb": FORK_BOMB, "fails": "echo nope; exit 3"},
+        toolboxes={"tools": {"limits": {"processes": 16}}},
+    )
     async with Supervisor.open(policy) as sup:
         assert sup.load_errors() == []
         plain = await sup.call("bash_fails", {})
@@ -125,7 +139,11 @@ async def test_a_fork_bomb_result_names_limits_processes_and_a_plain_failure_nam
     assert "limits.processes" in bomb.data and "pids.max of 16" in bomb.data, bomb.data
     [record] = _limit_records(sandbox_tmp)
     assert (record["toolbox"], record["limit"], record["value"], record["tool"]) == (
-        "tools", "limits.processes", 16, "bash_bomb")
+        "tools",
+        "limits.processes",
+        16,
+        "bash_bomb",
+    )
     assert record["call_id"]
     data = report(load_trace(str(sandbox_tmp / "state" / "trace.jsonl")))
     assert data["limits_hit_by_toolbox"] == {"tools": {"limits.processes": 1}}
@@ -134,8 +152,9 @@ async def test_a_fork_bomb_result_names_limits_processes_and_a_plain_failure_nam
 
 @pytest.mark.root
 @needs_cgroups
-async def test_the_counters_are_read_only_for_calls_that_did_not_pass(sandbox_tmp: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_counters_are_read_only_for_calls_that_did_not_pass(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reads: list[CounterFiles] = []
 
     def counting(files: CounterFiles) -> LimitCounters:
@@ -143,8 +162,11 @@ async def test_the_counters_are_read_only_for_calls_that_did_not_pass(sandbox_tm
         return read_counters(files)
 
     monkeypatch.setattr(_limit_notes, "read_counters", counting)
-    policy = _policy(sandbox_tmp, {"ok": "echo fine", "fails": "echo nope; exit 3"},
-                     toolboxes={"tools": {"limits": {"processes": 16}}})
+    policy = _policy(
+        sandbox_tmp,
+        {"ok": "echo fine", "fails": "echo nope; exit 3"},
+        toolboxes={"tools": {"limits": {"processes": 16}}},
+    )
     async with Supervisor.open(policy) as sup:
         passed = [await sup.call("bash_ok", {}) for _ in range(5)]
         after_passing = len(reads)
@@ -170,16 +192,22 @@ async def test_a_memory_hog_result_names_limits_memory_bytes(sandbox_tmp: Path) 
 @pytest.mark.root
 @needs_cgroups
 async def test_a_process_killed_by_sigxfsz_names_limits_file_size_bytes(sandbox_tmp: Path) -> None:
-    policy = _policy(sandbox_tmp, {"big": "exec head -c 3000000 /dev/zero > /tmp/big"},
-                     limits={"file_size_bytes": "1MiB"})
+    policy = _policy(
+        sandbox_tmp, {"big": "exec head -c 3000000 /dev/zero > /tmp/big"}, limits={"file_size_bytes": "1MiB"}
+    )
     async with Supervisor.open(policy) as sup:
         big = await sup.call("bash_big", {})
     # execute-command reports the signal in its structured exitCode (-25)
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[
-        system_toolbox(capabilities=["execute-command"])])}, landlock_min_abi=6, limits={"file_size_bytes": "1MiB"})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["execute-command"])])},
+        landlock_min_abi=6,
+        limits={"file_size_bytes": "1MiB"},
+    )
     async with Supervisor.open(policy) as sup:
-        command = await sup.call("system_system_execute_command",
-                                 {"command": "exec head -c 3000000 /dev/zero > /tmp/big"})
+        command = await sup.call(
+            "system_system_execute_command", {"command": "exec head -c 3000000 /dev/zero > /tmp/big"}
+        )
     assert command.structured["exitCode"] == -25, command.data
     assert command.meta("limit_hit") == "limits.file_size_bytes", command.metadata
     assert "toolboxes.tester/system.limits.file_size_bytes" in command.data, command.data  # agent-qualified
@@ -192,10 +220,16 @@ async def test_a_process_killed_by_sigxfsz_names_limits_file_size_bytes(sandbox_
 def test_check_lists_the_limits_a_result_will_explain(sandbox_tmp: Path) -> None:
     from tests.supervisor.frontends.test_frontends import _cli
 
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])},
-                          limits={"cpu_seconds": 30, "file_size_bytes": None})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox()])},
+        limits={"cpu_seconds": 30, "file_size_bytes": None},
+    )
     [tb] = json.loads(_cli("check", "--policy", str(policy), "--json").stdout)["toolboxes"]
-    assert tb["limit_notes"] == ["limits.processes (pids.events)", "limits.memory_bytes (OOM kills in the group)",
-                                 "limits.cpu_seconds (SIGXCPU)"]
+    assert tb["limit_notes"] == [
+        "limits.processes (pids.events)",
+        "limits.memory_bytes (OOM kills in the group)",
+        "limits.cpu_seconds (SIGXCPU)",
+    ]
     human = _cli("check", "--policy", str(policy)).stdout
     assert "a call stopped by a limit is explained for: limits.processes (pids.events)" in human

@@ -27,27 +27,77 @@ from toolboxes._protocol import encode
 
 EXAMPLES = int(os.environ.get("AGENTS_SUPERVISE_FUZZ_EXAMPLES", "100"))
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(), st.text(max_size=12),
-                    st.binary(max_size=8), st.sampled_from(["object", "string", "#", "$ref", "status", "passed"]))
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
-    st.lists(inner, max_size=4),
-    st.dictionaries(st.one_of(st.text(max_size=8), st.sampled_from(
-        ["type", "properties", "$ref", "$schema", "required", "enum", "items", "pattern", "name", "input_schema"])),
-        inner, max_size=4)), max_leaves=25)
-SCHEMAS = st.one_of(VALUES, st.fixed_dictionaries({"type": st.just("object")}, optional={
-    "properties": st.dictionaries(st.text(max_size=4), VALUES, max_size=3), "$ref": st.sampled_from(["#", "#/x"]),
-    "$schema": VALUES, "required": VALUES}))
-TOOLS = st.lists(st.fixed_dictionaries({"name": st.one_of(st.text(min_size=1, max_size=10), VALUES),
-                                        "input_schema": SCHEMAS},
-                                       optional={"description": VALUES, "annotations": VALUES}), max_size=5)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(),
+    st.text(max_size=12),
+    st.binary(max_size=8),
+    st.sampled_from(["object", "string", "#", "$ref", "status", "passed"]),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.one_of(
+                st.text(max_size=8),
+                st.sampled_from(
+                    [
+                        "type",
+                        "properties",
+                        "$ref",
+                        "$schema",
+                        "required",
+                        "enum",
+                        "items",
+                        "pattern",
+                        "name",
+                        "input_schema",
+                    ]
+                ),
+            ),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=25,
+)
+SCHEMAS = st.one_of(
+    VALUES,
+    st.fixed_dictionaries(
+        {"type": st.just("object")},
+        optional={
+            "properties": st.dictionaries(st.text(max_size=4), VALUES, max_size=3),
+            "$ref": st.sampled_from(["#", "#/x"]),
+            "$schema": VALUES,
+            "required": VALUES,
+        },
+    ),
+)
+TOOLS = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.one_of(st.text(min_size=1, max_size=10), VALUES), "input_schema": SCHEMAS},
+        optional={"description": VALUES, "annotations": VALUES},
+    ),
+    max_size=5,
+)
 
 
 def _message(kind: str, call_id: int) -> st.SearchStrategy[dict[str, Any]]:
     ids = st.one_of(st.just(call_id), st.integers(-3, call_id + 3), VALUES)
     fields = {
-        "result": {"id": ids, "result": st.one_of(VALUES, st.fixed_dictionaries(
-            {"status": st.sampled_from(["passed", "failed", "error", "odd"])},
-            optional={"data": VALUES, "metadata": VALUES, "structured": VALUES, "attachments": VALUES}))},
+        "result": {
+            "id": ids,
+            "result": st.one_of(
+                VALUES,
+                st.fixed_dictionaries(
+                    {"status": st.sampled_from(["passed", "failed", "error", "odd"])},
+                    optional={"data": VALUES, "metadata": VALUES, "structured": VALUES, "attachments": VALUES},
+                ),
+            ),
+        },
         "hello": {"protocol": st.just(1), "tools": TOOLS},
         "tools_changed": {"tools": st.one_of(TOOLS, VALUES), "load_errors": VALUES},
         "event": {"event": VALUES},
@@ -60,9 +110,11 @@ def _message(kind: str, call_id: int) -> st.SearchStrategy[dict[str, Any]]:
 
 def _frames(call_id: int) -> st.SearchStrategy[list[bytes]]:
     one = st.one_of(
-        st.sampled_from(["result", "hello", "tools_changed", "event", "portal", "host", "nonsense"]).flatmap(
-            lambda kind: _message(kind, call_id)).map(lambda m: msgpack.packb(m, use_bin_type=True)),
-        st.binary(max_size=40))
+        st.sampled_from(["result", "hello", "tools_changed", "event", "portal", "host", "nonsense"])
+        .flatmap(lambda kind: _message(kind, call_id))
+        .map(lambda m: msgpack.packb(m, use_bin_type=True)),
+        st.binary(max_size=40),
+    )
     return st.lists(one, min_size=1, max_size=6)
 
 
@@ -88,8 +140,9 @@ async def _one_run(frames: list[bytes], args: list[Any]) -> None:
         if worker.conn.state is ConnectionState.DEAD and results[0].status == "error":
             assert results[0].data
     registry = ToolRegistry()
-    runner = types.SimpleNamespace(name="fuzz", tools=worker.conn.tools, schemas=worker.conn.schemas,
-                                   spec=types.SimpleNamespace(agent="a"))
+    runner = types.SimpleNamespace(
+        name="fuzz", tools=worker.conn.tools, schemas=worker.conn.schemas, spec=types.SimpleNamespace(agent="a")
+    )
     registry.rebuild([runner])  # type: ignore[list-item]
     for tool in registry.tools.values():
         for each in args:

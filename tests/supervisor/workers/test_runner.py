@@ -8,7 +8,7 @@ the cool-down pass without waiting.
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.testing
@@ -16,7 +16,9 @@ import trio.testing
 from supervisor.workers._connection import WorkerConnection
 from supervisor.workers._runner import SupervisionPolicy, ToolboxRunner
 from toolboxes._protocol import PROTOCOL_VERSION, FrameDecoder, encode
-from toolboxes._result import ToolResult
+
+if TYPE_CHECKING:
+    from toolboxes._result import ToolResult
 
 
 async def inline(fn: Any, *args: Any) -> Any:
@@ -33,10 +35,17 @@ class ServingWorker:
         self.pid = len(ServingWorker.made) + 1
         self._out, from_worker = trio.testing.memory_stream_one_way_pair()
         to_worker, self._inp = trio.testing.memory_stream_one_way_pair()
-        self.conn = WorkerConnection(spec.toolbox, to_worker, from_worker, wall_time_s=spec.wall_time_s,
-                                     on_request=lambda m: on_request(self, m),
-                                     on_event=lambda kind, data: on_event(self, kind, data),
-                                     terminate=self._terminate, exit_reason=self._exit, run_sync=inline)
+        self.conn = WorkerConnection(
+            spec.toolbox,
+            to_worker,
+            from_worker,
+            wall_time_s=spec.wall_time_s,
+            on_request=lambda m: on_request(self, m),
+            on_event=lambda kind, data: on_event(self, kind, data),
+            terminate=self._terminate,
+            exit_reason=self._exit,
+            run_sync=inline,
+        )
         ServingWorker.made.append(self)
 
     async def _terminate(self) -> None:
@@ -49,13 +58,27 @@ class ServingWorker:
     async def _serve(self) -> None:
         decoder = FrameDecoder("to_worker")
         try:
-            await self._out.send_all(encode({"t": "hello", "protocol": PROTOCOL_VERSION,
-                                             "tools": [{"name": "t", "input_schema": {"type": "object"}}]}))
+            await self._out.send_all(
+                encode(
+                    {
+                        "t": "hello",
+                        "protocol": PROTOCOL_VERSION,
+                        "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+                    }
+                )
+            )
             while data := await self._inp.receive_some(65536):
                 for frame in decoder.feed(data):
                     if frame["t"] == "call":
-                        await self._out.send_all(encode({"t": "result", "id": frame["id"], "result": {
-                            "status": "passed", "data": f"worker {self.pid}"}}))
+                        await self._out.send_all(
+                            encode(
+                                {
+                                    "t": "result",
+                                    "id": frame["id"],
+                                    "result": {"status": "passed", "data": f"worker {self.pid}"},
+                                }
+                            )
+                        )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
@@ -90,7 +113,8 @@ class ServingWorker:
 
 
 async def test_a_crash_loop_rests_the_toolbox_for_its_cool_down_then_it_serves_again(
-        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     ServingWorker.made = []
     events: list[tuple[str, dict[str, Any]]] = []
 
@@ -98,10 +122,14 @@ async def test_a_crash_loop_rests_the_toolbox_for_its_cool_down_then_it_serves_a
         return {"error": "none"}
 
     spec = types.SimpleNamespace(toolbox="fake", wall_time_s=5.0, agent="a")
-    runner = ToolboxRunner(spec, SupervisionPolicy(backoff_initial_s=0.1, backoff_max_s=1.0, max_restarts=2,
-                                                   window_s=60.0, cooldown_s=30.0),  # type: ignore[arg-type]
-                           on_request=no_requests, on_event=lambda w, kind, data: events.append((kind, data)),
-                           on_tools=lambda r: None, make_worker=ServingWorker)
+    runner = ToolboxRunner(
+        spec,
+        SupervisionPolicy(backoff_initial_s=0.1, backoff_max_s=1.0, max_restarts=2, window_s=60.0, cooldown_s=30.0),  # type: ignore[arg-type]
+        on_request=no_requests,
+        on_event=lambda w, kind, data: events.append((kind, data)),
+        on_tools=lambda r: None,
+        make_worker=ServingWorker,
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.run)
         assert (await runner.call("t", {}, {})).data == "worker 1"
@@ -137,7 +165,8 @@ async def test_a_crash_loop_rests_the_toolbox_for_its_cool_down_then_it_serves_a
 
 
 async def test_every_death_is_traced_and_the_restart_answers_calls_waiting_for_it(
-        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     ServingWorker.made = []
     events: list[str] = []
 
@@ -145,9 +174,14 @@ async def test_every_death_is_traced_and_the_restart_answers_calls_waiting_for_i
         return {"error": "none"}
 
     spec = types.SimpleNamespace(toolbox="fake", wall_time_s=5.0, agent="a")
-    runner = ToolboxRunner(spec, SupervisionPolicy(backoff_initial_s=0.5, max_restarts=100),  # type: ignore[arg-type]
-                           on_request=no_requests, on_event=lambda w, kind, data: events.append(kind),
-                           on_tools=lambda r: None, make_worker=ServingWorker)
+    runner = ToolboxRunner(
+        spec,
+        SupervisionPolicy(backoff_initial_s=0.5, max_restarts=100),  # type: ignore[arg-type]
+        on_request=no_requests,
+        on_event=lambda w, kind, data: events.append(kind),
+        on_tools=lambda r: None,
+        make_worker=ServingWorker,
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.run)
         worker = runner.worker
@@ -176,7 +210,8 @@ class HangingStart(ServingWorker):
 
 
 async def test_a_worker_starting_when_the_supervisor_stops_is_ended_not_left_running(
-        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     """The chaos harness found launchers left running after ``Supervisor.open`` returned: a restart in progress when
     the supervisor stopped was neither the runner's worker (so not stopped) nor killed when its start was
     cancelled."""
@@ -186,8 +221,14 @@ async def test_a_worker_starting_when_the_supervisor_stops_is_ended_not_left_run
         return {"error": "none"}
 
     spec = types.SimpleNamespace(toolbox="fake", wall_time_s=5.0, agent="a")
-    runner = ToolboxRunner(spec, SupervisionPolicy(backoff_initial_s=0.1), on_request=no_requests,  # type: ignore[arg-type]
-                           on_event=lambda w, kind, data: None, on_tools=lambda r: None, make_worker=HangingStart)
+    runner = ToolboxRunner(
+        spec,
+        SupervisionPolicy(backoff_initial_s=0.1),
+        on_request=no_requests,  # type: ignore[arg-type]
+        on_event=lambda w, kind, data: None,
+        on_tools=lambda r: None,
+        make_worker=HangingStart,
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.run)
         first = runner.worker

@@ -18,10 +18,9 @@ import shutil
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import pytest
@@ -38,6 +37,9 @@ from supervisor.workers._connection import (
 )
 from toolboxes._protocol import PROTOCOL_VERSION, FrameDecoder, encode
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
 
 async def inline(fn: Callable[..., Any], *args: Any) -> Any:
     """Prepare tool lists on the trio thread (a MockClock would jump while a thread works)."""
@@ -52,8 +54,15 @@ class FakeWorker:
     """The worker's end: frames it sends, frames it reads; ``blocking_stdin``: its stdin takes nothing it does not
     read (a lockstep stream), so a worker that stops reading blocks the supervisor's writes, as a full pipe does."""
 
-    def __init__(self, *, wall_time_s: float = 5.0, blocking_stdin: bool = False, max_frame_bytes: int = 1 << 20,
-                 run_sync: Any = inline, on_request: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        wall_time_s: float = 5.0,
+        blocking_stdin: bool = False,
+        max_frame_bytes: int = 1 << 20,
+        run_sync: Any = inline,
+        on_request: Any = None,
+    ) -> None:
         self.out, from_worker = trio.testing.memory_stream_one_way_pair()
         if blocking_stdin:
             to_worker, self.inp = trio.testing.lockstep_stream_one_way_pair()
@@ -71,9 +80,17 @@ class FakeWorker:
             return {"result": {"status": "passed", "data": "answered"}}
 
         self.conn = WorkerConnection(
-            "fake", to_worker, from_worker, wall_time_s=wall_time_s, on_request=on_request or answer,
-            on_event=lambda kind, data: self.events.append((kind, data)), terminate=self.terminate,
-            exit_reason=self._exit, max_frame_bytes=max_frame_bytes, run_sync=run_sync)
+            "fake",
+            to_worker,
+            from_worker,
+            wall_time_s=wall_time_s,
+            on_request=on_request or answer,
+            on_event=lambda kind, data: self.events.append((kind, data)),
+            terminate=self.terminate,
+            exit_reason=self._exit,
+            max_frame_bytes=max_frame_bytes,
+            run_sync=run_sync,
+        )
 
     async def terminate(self) -> None:
         self.terminations += 1
@@ -119,11 +136,14 @@ async def running(worker: FakeWorker, *, hello: bool = True) -> AsyncIterator[Fa
         nursery.cancel_scope.cancel()
 
 
-async def call_in_background(nursery: trio.Nursery, worker: FakeWorker, results: list[Any], tool_name: str = "t",
-                             **kwargs: Any) -> dict[str, Any]:
+async def call_in_background(
+    nursery: trio.Nursery, worker: FakeWorker, results: list[Any], tool_name: str = "t", **kwargs: Any
+) -> dict[str, Any]:
     """Start a call; return the call frame the worker received."""
+
     async def one() -> None:
         results.append(await worker.conn.call(tool_name, kwargs.pop("args", {}), {}, **kwargs))
+
     nursery.start_soon(one)
     return await worker.frame()
 
@@ -157,26 +177,42 @@ KILLING = {
     "id that is a boolean": (encode({"t": "result", "id": True, "result": {}}), "id must be an integer"),
     "oversized frame": (encode({"t": "event", "event": {"x": "y" * (2 << 20)}}), "larger than the protocol limit"),
     "deeply nested map": (_nested_map(2000), "undecodable frame"),
-    "msgpack extension type": (msgpack.packb({"t": "event", "event": {"x": msgpack.ExtType(3, b"x")}}),
-                               "extension type 3"),
+    "msgpack extension type": (
+        msgpack.packb({"t": "event", "event": {"x": msgpack.ExtType(3, b"x")}}),
+        "extension type 3",
+    ),
     "non-string map key": (msgpack.packb({"t": "event", "event": {1: 2}}), "undecodable frame"),
-    "result for a call never made": (encode({"t": "result", "id": 10**9, "result": {"status": "passed"}}),
-                                     "unknown call id"),
+    "result for a call never made": (
+        encode({"t": "result", "id": 10**9, "result": {"status": "passed"}}),
+        "unknown call id",
+    ),
     "result for id 0": (encode({"t": "result", "id": 0, "result": {"status": "passed"}}), "unknown call id"),
-    "result for a negative id": (encode({"t": "result", "id": -5, "result": {"status": "passed"}}),
-                                 "unknown call id"),
+    "result for a negative id": (encode({"t": "result", "id": -5, "result": {"status": "passed"}}), "unknown call id"),
     "second hello": (encode({"t": "hello", "protocol": PROTOCOL_VERSION, "tools": []}), "second hello"),
-    "portal request without a call id": (encode({"t": "portal", "id": 1, "tool": "x", "args": {}}),
-                                         "name its call by integer id"),
-    "portal request with a list as call id": (encode({"t": "portal", "id": 1, "call": [1], "tool": "x", "args": {}}),
-                                              "name its call by integer id"),
-    "portal request whose tool is not a string": (encode({"t": "portal", "id": 1, "call": 1, "tool": 5, "args": {}}),
-                                                  "tool name"),
-    "portal request with deep arguments": (encode({"t": "portal", "id": 1, "call": 1, "tool": "x",
-                                                   "args": _schema_nested(70)}), "nested more than 64 deep"),
+    "portal request without a call id": (
+        encode({"t": "portal", "id": 1, "tool": "x", "args": {}}),
+        "name its call by integer id",
+    ),
+    "portal request with a list as call id": (
+        encode({"t": "portal", "id": 1, "call": [1], "tool": "x", "args": {}}),
+        "name its call by integer id",
+    ),
+    "portal request whose tool is not a string": (
+        encode({"t": "portal", "id": 1, "call": 1, "tool": 5, "args": {}}),
+        "tool name",
+    ),
+    "portal request with deep arguments": (
+        encode({"t": "portal", "id": 1, "call": 1, "tool": "x", "args": _schema_nested(70)}),
+        "nested more than 64 deep",
+    ),
     "host request whose op is a map": (encode({"t": "host", "id": 1, "call": 1, "op": {}}), "op name"),
-    "portal flood": (b"".join(encode({"t": "portal", "id": i, "call": 1, "tool": "x", "args": {}})
-                              for i in range(MAX_REQUESTS_IN_FLIGHT + 1)), "portal/host requests in flight"),
+    "portal flood": (
+        b"".join(
+            encode({"t": "portal", "id": i, "call": 1, "tool": "x", "args": {}})
+            for i in range(MAX_REQUESTS_IN_FLIGHT + 1)
+        ),
+        "portal/host requests in flight",
+    ),
     "tools_changed flood": (_tools_changed([tool()]) * (MAX_TOOLS_CHANGED + 1), "tools_changed messages within"),
     "tool list that is not a list": (_tools_changed({"a": 1}), "tools must be a list"),
     "tool that is not a map": (_tools_changed([5]), "tools must be a list"),
@@ -187,10 +223,14 @@ KILLING = {
     "description not a string": (_tools_changed([tool(description=5)]), "the description must be a string"),
     "annotations not a map": (_tools_changed([tool(annotations=[1])]), "annotations must be a map"),
     "schema nested 200 deep": (_tools_changed([tool(schema=_schema_nested(200))]), "nested more than 64 deep"),
-    "NaN in a schema": (_tools_changed([tool(schema={"type": "object", "maximum": math.nan})]),
-                        "JSON cannot represent"),
-    "bytes in a schema": (_tools_changed([tool(schema={"type": "object", "default": b"\x00"})]),
-                          "bytes, which is not a JSON value"),
+    "NaN in a schema": (
+        _tools_changed([tool(schema={"type": "object", "maximum": math.nan})]),
+        "JSON cannot represent",
+    ),
+    "bytes in a schema": (
+        _tools_changed([tool(schema={"type": "object", "default": b"\x00"})]),
+        "bytes, which is not a JSON value",
+    ),
     "load_errors not maps": (_tools_changed([], load_errors=[5]), "load_errors must be a list"),
     "event that is not a map": (encode({"t": "event", "event": [1]}), "event must be a map"),
     "event nested too deep": (encode({"t": "event", "event": _schema_nested(40)}), "event is nested more than"),
@@ -209,8 +249,9 @@ async def test_each_misbehaviour_ends_that_worker_and_answers_its_calls_with_the
         if case == "malformed result":
             data = encode({"t": "result", "id": frame["id"], "result": {"status": "great"}})
         elif case == "result with 200k metadata pairs":
-            data = encode({"t": "result", "id": frame["id"],
-                           "result": {"status": "passed", "metadata": [["k", "v"]] * 200_000}})
+            data = encode(
+                {"t": "result", "id": frame["id"], "result": {"status": "passed", "metadata": [["k", "v"]] * 200_000}}
+            )
         await worker.raw(data)
         with trio.fail_after(5):
             await worker.conn.dead.wait()
@@ -219,7 +260,7 @@ async def test_each_misbehaviour_ends_that_worker_and_answers_its_calls_with_the
     assert worker.terminations >= 1
     [result] = results
     assert result.status == "error" and why in (result.data or ""), result.data
-    assert ("protocol_violation" in worker.kinds())
+    assert "protocol_violation" in worker.kinds()
 
 
 #: name -> bytes the worker writes after hello that must cost it nothing (it keeps serving)
@@ -265,8 +306,10 @@ async def test_what_a_worker_may_send_costs_it_nothing(case: str) -> None:
 
 
 async def test_hello_problems_end_the_start() -> None:
-    for hello, why in [({"fatal": "toolbox failed to open: boom"}, "toolbox failed to open: boom"),
-                       ({"protocol": 99}, "hello for protocol '99'")]:
+    for hello, why in [
+        ({"fatal": "toolbox failed to open: boom"}, "toolbox failed to open: boom"),
+        ({"protocol": 99}, "hello for protocol '99'"),
+    ]:
         worker = FakeWorker()
         async with running(worker, hello=False):
             await worker.hello(**hello)
@@ -300,7 +343,8 @@ async def test_a_crash_mid_call_answers_the_call_with_the_exit() -> None:
 
 
 async def test_a_worker_that_never_answers_is_cancelled_then_killed_at_the_limit(
-        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     worker = FakeWorker(wall_time_s=10)
     results: list[Any] = []
     async with running(worker), trio.open_nursery() as nursery:
@@ -338,6 +382,7 @@ async def test_a_cancelled_caller_cancels_in_the_worker_and_gets_cancelled() -> 
             with scope:
                 await worker.conn.call("t", {}, {})
             finished.append("cancelled" if scope.cancelled_caught else "returned")
+
         nursery.start_soon(caller)
         frame = await worker.frame()
         scope.cancel()
@@ -347,7 +392,8 @@ async def test_a_cancelled_caller_cancels_in_the_worker_and_gets_cancelled() -> 
 
 
 async def test_a_worker_that_stops_reading_cannot_hold_a_big_call_past_its_limit(
-        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     """The wall-time limit covers writing the call: a worker that reads nothing (SIGSTOP, a full pipe) is killed at
     the limit, and a small call queued behind the big one is answered too, not left waiting."""
     worker = FakeWorker(wall_time_s=10, blocking_stdin=True)
@@ -357,6 +403,7 @@ async def test_a_worker_that_stops_reading_cannot_hold_a_big_call_past_its_limit
 
         async def call(label: str, size: int) -> None:
             results[label] = await worker.conn.call("t", {"blob": "x" * size}, {})
+
         nursery.start_soon(call, "big", 256 * 1024)
         await trio.testing.wait_all_tasks_blocked()
         nursery.start_soon(call, "small", 10)
@@ -364,8 +411,10 @@ async def test_a_worker_that_stops_reading_cannot_hold_a_big_call_past_its_limit
     assert math.isclose(trio.current_time() - start, 10)
     assert "stopped reading its input" in (worker.conn.death_reason or "")
     for label in ("big", "small"):
-        assert results[label].status == "error" and "reading its input" in results[label].data, \
-            (label, results[label].data)
+        assert results[label].status == "error" and "reading its input" in results[label].data, (
+            label,
+            results[label].data,
+        )
 
 
 async def test_shutdown_is_bounded_when_the_worker_reads_nothing(autojump_clock: trio.testing.MockClock) -> None:
@@ -404,6 +453,7 @@ async def test_a_bug_handling_a_frame_costs_that_worker_only() -> None:
         worker.events.append((kind, data))
         if kind == "worker_event":
             raise KeyError("planted bug")
+
     worker.conn._on_event = on_event
     results: list[Any] = []
     async with running(worker), trio.open_nursery() as nursery:
@@ -484,10 +534,30 @@ def test_runs_without_root(sandbox_tmp: Path) -> None:
     os.chown(copy, 65534, 65534)  # pytest and hypothesis write their own files in the root
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(copy), "HOME": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run(
-        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         "-k", "not test_runs_without_root and not huge_tool_list",  # latency is not what this run is about
-         "tests/supervisor/workers/test_worker_connection.py", "tests/supervisor/workers/test_runner.py"],
-        cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+        [
+            setpriv,
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+            "-k",
+            "not test_runs_without_root and not huge_tool_list",  # latency is not what this run is about
+            "tests/supervisor/workers/test_worker_connection.py",
+            "tests/supervisor/workers/test_runner.py",
+        ],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "failed" not in proc.stdout

@@ -17,15 +17,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 
 from supervisor._supervisor import Supervisor
-from supervisor.workers._worker import Worker
 from tests._policies import agent, system_toolbox, write_policy
 from toolboxes._protocol import encode
+
+if TYPE_CHECKING:
+    from supervisor.workers._worker import Worker
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[3]
@@ -51,8 +53,14 @@ def _pipe_of(worker: Worker) -> str:
 def _huge_list(generation: int) -> bytes:
     """A tools_changed frame of 600 tools, 36,000 schema values, none of them compiled before."""
     props = {f"p{i}": {"type": "string", "enum": ["a", "b"], "description": "x"} for i in range(9)}
-    tools = [{"name": f"t{i}", "description": "huge", "input_schema": {
-        "type": "object", "properties": {**props, "g": {"const": generation * 10_000 + i}}}} for i in range(600)]
+    tools = [
+        {
+            "name": f"t{i}",
+            "description": "huge",
+            "input_schema": {"type": "object", "properties": {**props, "g": {"const": generation * 10_000 + i}}},
+        }
+        for i in range(600)
+    ]
     return encode({"t": "tools_changed", "tools": tools})
 
 
@@ -100,8 +108,12 @@ async def test_a_worker_relisting_huge_tool_lists_does_not_slow_another_toolbox(
 
 async def test_a_stopped_worker_cannot_hold_a_big_call_past_its_limit(sandbox_tmp: Path) -> None:
     tools = [system_toolbox(capabilities=["execute-command", "date"])]
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=tools)}, limits={"wall_time_s": 2},
-                          supervision={"restart_backoff_initial_s": 0.05})
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=tools)},
+        limits={"wall_time_s": 2},
+        supervision={"restart_backoff_initial_s": 0.05},
+    )
     async with Supervisor.open(policy) as sup:
         worker = sup.runner("system").worker
         assert worker is not None and worker.pid is not None
@@ -129,9 +141,14 @@ async def test_a_stopped_worker_cannot_hold_a_big_call_past_its_limit(sandbox_tm
 
 
 def _serve(policy: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "supervisor", "--policy", str(policy)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "--policy", str(policy)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 async def test_the_supervisor_exits_on_eof_while_a_stopped_worker_holds_a_call(sandbox_tmp: Path) -> None:
@@ -141,18 +158,38 @@ async def test_the_supervisor_exits_on_eof_while_a_stopped_worker_holds_a_call(s
     proc = _serve(policy)
     assert proc.stdin is not None and proc.stdout is not None
     try:
+
         def send(message: dict[str, Any]) -> None:
             proc.stdin.write(json.dumps(message).encode() + b"\n")  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]
 
-        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        )
         assert json.loads(await trio.to_thread.run_sync(proc.stdout.readline))["id"] == 0
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         [spawn] = [json.loads(line) for line in trace.read_text().splitlines() if '"worker_spawn"' in line]
         os.kill(_worker_process(spawn["pid"]), signal.SIGSTOP)
-        send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "system_system_execute_command", "arguments": {"command": "echo " + "x" * (256 * 1024)}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {
+                    "name": "system_system_execute_command",
+                    "arguments": {"command": "echo " + "x" * (256 * 1024)},
+                },
+            }
+        )
         await trio.sleep(0.5)  # the call is on its way into the stopped worker's pipe (an order only)
         start = time.monotonic()
         proc.stdin.close()
