@@ -42,6 +42,10 @@ ALLOWED = {
     ("supervisor/workers/_staging.py", "shutil.copyfile"): "copies the supervisor's own code into that folder",
     ("supervisor/workers/_staging.py", "os.rename"): "the same runtime folder",
     ("supervisor/frontends/_check_tool.py", "os.chmod"): "the fresh mkdtemp folder root made, before anything runs",
+    (
+        "supervisor/workers/_tool_cache.py",
+        "os.makedirs",
+    ): "the lazy toolboxes' tool-list cache under the state dir, never granted to a worker",
     ("supervisor/calls/_attachments.py", "os.makedirs"): "the supervisor's attachment store, never granted to a worker",
     ("supervisor/sessions/_store.py", "os.makedirs"): "the sessions database's folder, never granted to a worker",
     ("supervisor/sessions/_store.py", "os.chmod"): "the sessions database, never granted to a worker",

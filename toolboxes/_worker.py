@@ -265,7 +265,7 @@ def main(payload: dict[str, Any]) -> None:
                     running = channel.calls.get(msg["id"])
                 if running is not None:
                     running.cancel()
-                    channel.send_result(ctx.call_id, ToolResult.error("the call was cancelled"))
+                    channel.send_result(running.call_id, ToolResult.error("the call was cancelled"))
             elif kind == "reply":
                 channel.deliver_reply(msg)
             elif kind == "shutdown":

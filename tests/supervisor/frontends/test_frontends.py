@@ -269,7 +269,7 @@ async def test_cancelled_notification_stops_the_call_in_the_worker(sandbox_tmp: 
             )
             reply = await mcp.receive()
             assert reply["id"] == 2  # no response is sent for the cancelled call (MCP's rule)
-            assert not reply["result"]["isError"]
+            assert not reply["result"]["isError"], reply
             while not any(  # noqa: ASYNC110
                 r["event"] == "call_end" and r["tool"] == "system_system_execute_command" for r in _trace(policy)
             ):
