@@ -81,10 +81,18 @@ def show_private_file(content: str, target: str, *, workdir: str, step: str) -> 
     # The launcher is root and ``workdir`` is writable by the worker's uid, which another process may hold (a second
     # supervisor serving this toolbox): after the create, only the fd is trusted. fchmod, and the mount's source is
     # the fd's magic link, which names the file opened, whatever the path has been swapped for since.
-    path = os.path.join(workdir, f".{os.path.basename(real_target)}.{secrets.token_hex(8)}")
+    # The create and the unlink go through one fd of ``workdir`` (no-follow), so both act in the same folder.
+    name = f".{os.path.basename(real_target)}.{secrets.token_hex(8)}"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        folder = os.open(workdir, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
+        raise ConfinementError(
+            f"cannot write the worker's {target} in {workdir}: {exc.strerror}", step=step, errno=exc.errno
+        ) from exc
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
+    except OSError as exc:
+        os.close(folder)
         raise ConfinementError(
             f"cannot write the worker's {target} in {workdir}: {exc.strerror}", step=step, errno=exc.errno
         ) from exc
@@ -98,6 +106,7 @@ def show_private_file(content: str, target: str, *, workdir: str, step: str) -> 
     finally:
         os.close(fd)
         try:
-            os.unlink(path)  # whatever is at the name now, in the worker's own folder: removing it is harmless
+            os.unlink(name, dir_fd=folder)  # whatever is at the name now, in the worker's own folder: harmless
         except OSError:
             pass
+        os.close(folder)

@@ -251,6 +251,25 @@ def plan_seccomp(machine: str, *, xattrs: bool = False) -> bytes:
         program += [(_BPF_JEQ_K, "noxattr", 0, nr) for nr in _XATTR_NUMBERS[machine].values()]
     program += [
         (_BPF_JEQ_K, "nosys", 0, clone3),
+        *_argument_checks(unshare, clone, socket, socketpair),
+        "nosys",
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _ENOSYS),
+        "noxattr",
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EOPNOTSUPP),
+        "deny",
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
+    ]
+    return _assemble(program)
+
+
+def _argument_checks(
+    unshare: int, clone: int, socket: int, socketpair: int
+) -> list[tuple[int, str | int, str | int, int] | str]:
+    """The argument checks both filters share, so they cannot drift apart: with the system call number loaded,
+    ``unshare``/``clone`` asking for ``CLONE_NEWUSER`` jump to ``"deny"``, ``socket``/``socketpair`` of a family (or
+    netlink protocol) outside the allowed lists are refused with their errno, everything else is allowed. The
+    caller's program defines the ``"deny"`` label."""
+    return [
         (_BPF_JEQ_K, "flags", 0, unshare),
         (_BPF_JEQ_K, "flags", 0, clone),
         (_BPF_JEQ_K, "family", 0, socket),
@@ -270,14 +289,7 @@ def plan_seccomp(machine: str, *, xattrs: bool = False) -> bytes:
         (_BPF_JSET_K, "deny", 0, CLONE_NEWUSER),
         "allow",
         (_BPF_RET_K, 0, 0, _RET_ALLOW),
-        "nosys",
-        (_BPF_RET_K, 0, 0, _RET_ERRNO | _ENOSYS),
-        "noxattr",
-        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EOPNOTSUPP),
-        "deny",
-        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
     ]
-    return _assemble(program)
 
 
 def plan_seccomp_log(machine: str) -> bytes:
@@ -302,25 +314,7 @@ def plan_seccomp_log(machine: str) -> bytes:
         (_BPF_JEQ_K, 0, "allow", arch),  # another arch: the main filter refuses it (and does not log)
         (_BPF_LD_W_ABS, 0, 0, _NR),
         *[(_BPF_JEQ_K, "deny", 0, nr) for nr in numbers],
-        (_BPF_JEQ_K, "flags", 0, unshare),
-        (_BPF_JEQ_K, "flags", 0, clone),
-        (_BPF_JEQ_K, "family", 0, socket),
-        (_BPF_JEQ_K, "family", 0, socketpair),
-        (_BPF_RET_K, 0, 0, _RET_ALLOW),
-        "family",
-        (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
-        (_BPF_JEQ_K, "netlink", 0, AF_NETLINK),
-        *[(_BPF_JEQ_K, "allow", 0, family) for family in SOCKET_FAMILIES if family != AF_NETLINK],
-        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EAFNOSUPPORT),
-        "netlink",
-        (_BPF_LD_W_ABS, 0, 0, _ARG2_LOW),
-        *[(_BPF_JEQ_K, "allow", 0, protocol) for protocol in NETLINK_PROTOCOLS],
-        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPROTONOSUPPORT),
-        "flags",
-        (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
-        (_BPF_JSET_K, "deny", 0, CLONE_NEWUSER),
-        "allow",
-        (_BPF_RET_K, 0, 0, _RET_ALLOW),
+        *_argument_checks(unshare, clone, socket, socketpair),
         "deny",
         (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
     ]
