@@ -49,14 +49,16 @@ def _refuse_attribute(obj: object, name: object, is_setting: bool) -> object:
 
 
 class Clock:
-    """The call's deadline as the hook sees it: :meth:`expired` turns true for good once ``deadline``
-    (``time.monotonic()``) passed or ``cancelled`` is set."""
+    """The call's deadline as the hook sees it: :meth:`expired` turns true for good once ``limit_s`` seconds passed
+    since the clock was made, or ``cancelled`` is set. ``limit_s`` is kept as given, so a refusal names the limit
+    the call had, not the few microseconds less that were left when the clock was read again."""
 
-    def __init__(self, deadline: float, cancelled: threading.Event) -> None:
-        self.deadline = deadline
+    def __init__(self, limit_s: float, cancelled: threading.Event) -> None:
+        self.limit_s = limit_s
+        self.start = time.monotonic()
+        self.deadline = self.start + limit_s
         self.cancelled = cancelled
         self.fired = False
-        self.start = time.monotonic()
 
     def expired(self) -> bool:
         if not self.fired and (time.monotonic() >= self.deadline or self.cancelled.is_set()):
@@ -92,7 +94,7 @@ def _failure(kind: Kind, message: str, clock: Clock) -> Outcome:
         if clock.cancelled.is_set() and time.monotonic() < clock.deadline:
             message = "the call was cancelled"
         else:
-            message = f"timeout: the script ran past its time limit of {clock.deadline - clock.start:.3g} s"
+            message = f"timeout: the script ran past its time limit of {clock.limit_s:.3g} s"
         kind = "timeout"
     m = _LINE.match(message) if kind == "runtime" else None
     return Outcome(

@@ -9,7 +9,6 @@ supervisor put on the call. The result is ``{"values": [...], "executionTime": s
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from .._result import ToolResult
@@ -83,7 +82,7 @@ class LuaToolbox:
         script = args.get("script")
         if not isinstance(script, str):
             return ToolResult.error("the argument 'script' must be a string of Lua source")
-        clock = Clock(time.monotonic() + self.time_limit(args, ctx), ctx.cancelled)
+        clock = Clock(self.time_limit(args, ctx), ctx.cancelled)
         host = Host(self.config, self.gate, self.http, self.env.channel, ctx, clock)
         outcome = run_script(
             script,
