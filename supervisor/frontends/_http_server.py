@@ -141,6 +141,19 @@ async def _accept(
     ssl_context: ssl.SSLContext | None,
     trace: TraceRecorder,
 ) -> None:
+    async with listener:  # closed when the server stops (cancelled)
+        await _accept_loop(listener, nursery, app, gate, settings, ssl_context, trace)
+
+
+async def _accept_loop(
+    listener: trio.SocketListener,
+    nursery: trio.Nursery,
+    app: App,
+    gate: ConnectionGate,
+    settings: HttpFrontend,
+    ssl_context: ssl.SSLContext | None,
+    trace: TraceRecorder,
+) -> None:
     while True:
         try:
             stream = await listener.accept()

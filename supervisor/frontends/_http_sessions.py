@@ -131,7 +131,7 @@ class SessionTable:
             return
         self.tenants[session.principal.tenant].sessions -= 1
         session.scope.cancel()
-        session.mcp.log.close()
+        session.mcp.close()
         self.sup.trace.record(
             "http_session_end",
             tenant=session.principal.tenant,

@@ -290,7 +290,7 @@ class McpHttpApp:
                 exchange, mcp, self.tenants[principal.tenant], message, headers, send, cancel_on=receive
             )
         finally:
-            mcp.log.close()  # a logging/setLevel of this request's session must not outlive it
+            mcp.close()  # a logging/setLevel of this request's session must not outlive it, nor its state
 
     # -- GET --------------------------------------------------------------------------------------------------------
 
