@@ -145,6 +145,7 @@ class Supervisor:
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
+            on_session_closed=self._session_closed,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
         self.runners: list[ToolboxRunner] = []
@@ -565,6 +566,11 @@ class Supervisor:
             turn_id=origin.turn_id,
         )
 
+    def _session_closed(self, session_id: str) -> None:
+        """The portal's word that a closed session has no call running: the store forgets it too."""
+        if self.sessions is not None:
+            self.sessions.forget([session_id])
+
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         result = checked_output(tool, result)
         if result.attachments:
@@ -713,6 +719,16 @@ class Supervisor:
         return await self.portal.call(
             name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope, progress=progress)
         )
+
+    def close_session(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> None:
+        """The frontend session ``session_id`` ended (an MCP connection closed, an HTTP session deleted or expired,
+        a Python API caller done with a name; ``None``: the default one): drop what the supervisor keeps of it in
+        memory (its root sessions with each agent, their call counts under ``sessions.max_calls``, the store's
+        caches of them). Its records stay in the session store until ``sessions.keep_days`` removes them; a call
+        of it still running ends normally. Using the name again opens it again (the same session ids and
+        conversation from the store; call counts from 0). Closing a name never used does nothing."""
+        for root in self.frontends.close(session_id, tenant=tenant):
+            self.portal.forget_session(root)  # then _session_closed, once no call of it runs
 
     async def run_agent(
         self,

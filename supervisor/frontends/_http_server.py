@@ -201,27 +201,28 @@ class HttpService:
         if nursery is None:
             raise RuntimeError("_accept before run")
         with scope:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except trio.ClosedResourceError:
-                    return
-                except OSError as exc:
-                    if exc.errno not in _ACCEPT_ERRORS:
-                        raise
-                    self.sup.trace.record("http_accept_failed", error=f"{type(exc).__name__}: {exc}")
-                    await trio.sleep(0.1)  # out of descriptors or memory: back off, connections that end free some
-                    continue
-                gate = self.gate
-                if gate.admit():
-                    nursery.start_soon(
-                        _connection, stream, self.app, gate, self.settings, self.ssl_context, self.sup.trace
-                    )
-                elif gate.refusing < _MAX_REFUSING:
-                    nursery.start_soon(gate.refuse, stream)
-                else:
-                    gate._traced()
-                    await trio.aclose_forcefully(stream)
+            async with listener:  # closed when the server stops (cancelled) or a reload moves it
+                while True:
+                    try:
+                        stream = await listener.accept()
+                    except trio.ClosedResourceError:
+                        return
+                    except OSError as exc:
+                        if exc.errno not in _ACCEPT_ERRORS:
+                            raise
+                        self.sup.trace.record("http_accept_failed", error=f"{type(exc).__name__}: {exc}")
+                        await trio.sleep(0.1)  # out of descriptors or memory: back off, connections that end free some
+                        continue
+                    gate = self.gate
+                    if gate.admit():
+                        nursery.start_soon(
+                            _connection, stream, self.app, gate, self.settings, self.ssl_context, self.sup.trace
+                        )
+                    elif gate.refusing < _MAX_REFUSING:
+                        nursery.start_soon(gate.refuse, stream)
+                    else:
+                        gate._traced()
+                        await trio.aclose_forcefully(stream)
 
     async def prepare_reload(self, config: LoadedConfig) -> PreparedChange:
         """This frontend's part of a policy reload (``_http_reload.py``)."""

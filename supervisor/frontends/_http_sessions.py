@@ -150,7 +150,7 @@ class SessionTable:
         if tenant is not None:
             tenant.sessions -= 1
         session.scope.cancel()
-        session.mcp.log.close()
+        session.mcp.close()
         self.sup.trace.record(
             "http_session_end",
             tenant=session.principal.tenant,

@@ -309,7 +309,7 @@ class McpHttpApp:
         try:
             await answer_request(exchange, mcp, self._tenant(principal), message, headers, send, cancel_on=receive)
         finally:
-            mcp.log.close()  # a logging/setLevel of this request's session must not outlive it
+            mcp.close()  # a logging/setLevel of this request's session must not outlive it, nor its state
 
     # -- GET --------------------------------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from ._bounded import remember
 from ._ids import LOCAL_TENANT, Owner, new_id, root_session_id
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 __all__ = ["SCOPES", "SessionRow", "SessionStore", "scope_members"]
 
@@ -233,6 +233,13 @@ class SessionStore:
                 (session_id, conversation_id or session_id, agent, tenant, name, now, now),
             )
         )
+
+    def forget(self, session_ids: Iterable[str]) -> None:
+        """The sessions ``session_ids`` were closed: drop what this process caches of them (their records stay in
+        the database until the retention removes them; a session of the same id opened again is read back)."""
+        for session_id in session_ids:
+            self._known.pop(session_id, None)
+            self._roots.pop(session_id, None)
 
     def start_child(
         self,
