@@ -58,3 +58,7 @@ def test_a_short_soak_answers_everything_and_keeps_the_trace_within_its_rotation
     assert s.get("lost", 0) == 0 and s.get("error", 0) == 0 and s.get("cross_wired", 0) == 0
     assert s["sessions"] > 64  # sessions came and went
     assert s["max_trace_mb"] < 2 * 0.5 + 0.3  # the file and its .1, each about max_bytes
+    # the breakdown from /proc/self/smaps accounts for the whole RSS (each class sampled the same moment)
+    classes = sum(s[f"end_{c}_mb"] for c in ("heap", "malloc_arenas", "stacks", "anon", "file"))
+    assert s["end_heap_mb"] > 0 and s["end_anon_mb"] > 0 and s["end_file_mb"] > 0
+    assert abs(classes - s["end_rss_mb"]) < 0.05 * s["end_rss_mb"], (classes, s["end_rss_mb"])
