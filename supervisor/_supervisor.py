@@ -565,6 +565,11 @@ class Supervisor:
             conversation_id=origin.conversation_id,
             turn_id=origin.turn_id,
         )
+        if origin.depth == 0:
+            # A frontend's call: its record (and those of the calls it made, queued before it) is committed
+            # before its answer goes, as its trace record is, so a kill -9 right after the answer loses neither.
+            # Nested calls wait for their caller's commit (their answers go to a worker or a loop, not a client).
+            self.sessions.flush()
 
     def _session_closed(self, session_id: str) -> None:
         """The portal's word that a closed session has no call running: the store forgets it too."""

@@ -49,6 +49,7 @@ def test_kill_9_right_after_an_acknowledged_write_loses_nothing() -> None:
     assert d["rounds"] == 3 and d["problems"] == 0
     assert d["acked_files"] == d["acked_rows"] == 3
     assert d["lost_files"] == d["lost_rows"] == 0
+    assert d["acked_records"] == 6 and d["lost_records"] == 0  # each answer's record was committed before it
     assert d["corrupt"] == 0 and d["torn_trace_ends"] == 0 and d["survivors"] == 0 and d["temporaries"] == 0
 
 

@@ -151,7 +151,8 @@ class SessionStore:
 
     def _write(self, action: Callable[[], object]) -> None:
         """Queue a write; :meth:`flush` runs queued writes in one transaction (the supervisor flushes every
-        0.2 s, and every read flushes first, so readers always see every write made before them)."""
+        0.2 s and once a frontend's call is recorded, before its answer goes; every read flushes first, so readers
+        always see every write made before them)."""
         self._pending.append(action)
         if len(self._pending) >= 512:
             self.flush()
