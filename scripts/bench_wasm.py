@@ -38,8 +38,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from labkit import Spec, build_components
 from supervisor._supervisor import Supervisor
-from tests._wasm_components import Spec, build_components
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.wasm import open_toolbox
 
