@@ -29,9 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests._wasm_components import Spec, build_components  # noqa: E402
-from tests.toolboxes.test_bash import describe_json, write_script  # noqa: E402
-from tests.toolboxes.test_skills import make_skill, skill_md  # noqa: E402
+from labkit import Spec, build_components, describe_json, make_skill, skill_md, write_script  # noqa: E402
 
 if TYPE_CHECKING:
     import random

@@ -3,7 +3,8 @@ acknowledged write, many rounds, then what survived.
 
 Each round starts ``python -m supervisor --policy <lab>`` (the MCP frontend on stdio), creates a Developer file and
 inserts a SQLite row through it, and SIGKILLs the supervisor the moment the second answer arrives. Afterwards:
-every acknowledged write must be present, the SQLite stores (the toolbox's and the sessions database) must pass
+every acknowledged write must be present, so must the session store's record of every answered call, the SQLite
+stores (the toolbox's and the sessions database) must pass
 ``PRAGMA integrity_check``, the trace must end on a complete line, the supervisor's processes (launchers, workers,
 the MCP server) must be gone, and after the next start no temporary file of an interrupted atomic write may be
 left in the lab.
@@ -37,6 +38,8 @@ class Durability:
     acked_rows: int = 0
     lost_files: int = 0
     lost_rows: int = 0
+    acked_records: int = 0  # acknowledged calls whose record the sessions database must hold
+    lost_records: int = 0
     corrupt: list[str] = field(default_factory=list)
     torn_trace_ends: int = 0
     survivors: int = 0
@@ -98,6 +101,14 @@ def _integrity(path: Path) -> str:
         return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
 
 
+def _recorded_calls(db: Path, nonce: str) -> int:
+    """How many tool calls whose arguments name ``nonce`` the sessions database holds."""
+    if not db.exists():
+        return 0
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM tool_calls WHERE instr(args, ?) > 0", (nonce,)).fetchone()[0])
+
+
 def _trace_ends_complete(trace: Path) -> bool:
     data = trace.read_bytes() if trace.exists() else b""
     if not data:
@@ -138,13 +149,18 @@ def durability(lab: Lab, rounds: int) -> Durability:
                 out.temporaries += _temporaries(lab.root)
             nonce = f"d{n:05d}x{os.getpid():x}"
             patch = f"--- /dev/null\n+++ b/{nonce}.txt\n@@ -0,0 +1 @@\n+{nonce}\n"
+            answered = 0  # calls answered, passed or not: each answer must have its record
             if client.call("developer_dev_patch_file", {"path": str(lab.project / f"{nonce}.txt"), "patch": patch}):
                 files.append(nonce)
+            answered += 1
             family = [p.pid for p in psutil.Process(client.proc.pid).children(recursive=True)]
             if client.call("sqlite_acks_query", {"sql": "INSERT INTO acks (nonce) VALUES (?)", "params": [nonce]}):
                 rows.append(nonce)
+            answered += 1
             os.kill(client.proc.pid, signal.SIGKILL)  # right after the acknowledgement
             client.proc.wait()
+            out.acked_records += answered
+            out.lost_records += answered - _recorded_calls(lab.root / "state" / "sessions.sqlite3", nonce)
         except (RuntimeError, AssertionError, OSError) as exc:
             out.problems.append(f"round {n}: {exc}")
             client.proc.kill()

@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _bench_common import agent_file, percentile
 from _bench_common import write_policy as bench_policy
 
+from labkit import Spec, build_components
 from supervisor._supervisor import Supervisor
-from tests._wasm_components import Spec, build_components
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.wasm import open_toolbox
 

@@ -16,7 +16,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from supervisor.calls import CallOrigin
-from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, remember, root_session_id
+from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, root_session_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FrontendSessions"]
 
-#: Root sessions whose frontend name is remembered (to wake that frontend when a skill changes its list).
+#: Frontend sessions remembered at most (their root sessions, conversations and names) when none is closed.
 MAX_FRONTEND_NAMES = 4096
 
 
@@ -43,7 +43,12 @@ class TurnIds:
 
 
 class FrontendSessions:
-    """Resolves frontends' session names for one supervisor (``store`` ``None``: nothing is kept on disk)."""
+    """Resolves frontends' session names for one supervisor (``store`` ``None``: nothing is kept on disk).
+
+    What it keeps per frontend session (the root sessions it has with each agent, their conversations, the name
+    of each) goes when the frontend closes the session (:meth:`close`); a frontend that never closes its sessions
+    leaves at most :data:`MAX_FRONTEND_NAMES` of them here, the oldest forgotten first (a forgotten one is
+    resolved again from the store, with the same session and conversation ids)."""
 
     def __init__(self, store: SessionStore | None, tree: AgentTree | None) -> None:
         self.store = store
@@ -51,17 +56,17 @@ class FrontendSessions:
         #: the session name of calls that name none (Python API): unique to this supervisor
         self.default_name = f"api-{new_id()}"
         self._names: dict[str, str] = {}  # root session id -> the frontend's name for it
-        self._opened: dict[tuple[str, str, str], tuple[str, str]] = {}  # (tenant, agent, name) -> open()'s answer
-        #: root session id -> conversation id, without a store (the most recent sessions': ``remember``)
-        self._conversations: dict[str, str] = {}
+        #: (tenant, name) -> agent -> open()'s answer for that agent
+        self._opened: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
         self._turns = TurnIds()
 
     def open(self, name: str | None, agent: str, *, tenant: str = LOCAL_TENANT) -> tuple[str, str]:
         """The root session the frontend session ``name`` (``None``: :attr:`default_name`) has with ``agent``, as
         ``(session id, conversation id)``, created unless it exists. Raises ``ValueError`` for a name
         :func:`~supervisor.sessions._ids.client_id` refuses."""
-        key = (tenant, agent, self.default_name if name is None else name)
-        known = self._opened.get(key)
+        key = (tenant, self.default_name if name is None else name)
+        by_agent = self._opened.get(key)
+        known = by_agent.get(agent) if by_agent is not None else None
         if known is not None and (self.store is None or known[0] in self.store.open_roots):
             return known
         name = self.default_name if name is None else client_id(name, "the session name")
@@ -69,15 +74,25 @@ class FrontendSessions:
         if self.store is not None:
             session_id, conversation = self.store.open_root(owner, name)
         else:
-            session_id = root_session_id(owner, name)
-            conversation = self._conversations.get(session_id) or remember(self._conversations, session_id, new_id())
-        if session_id not in self._names:
-            if len(self._names) >= MAX_FRONTEND_NAMES:
-                self._names.pop(next(iter(self._names)))
-                self._opened.pop(next(iter(self._opened)))
-            self._names[session_id] = name
-            self._opened[key] = (session_id, conversation)
+            session_id, conversation = root_session_id(owner, name), new_id()
+        if by_agent is None:
+            while len(self._opened) >= MAX_FRONTEND_NAMES:
+                self._drop(next(iter(self._opened)))
+            by_agent = self._opened[key] = {}
+        by_agent[agent] = (session_id, conversation)
+        self._names[session_id] = name
         return session_id, conversation
+
+    def close(self, name: str | None, *, tenant: str = LOCAL_TENANT) -> list[str]:
+        """The frontend session ``name`` ended: forget it; return the root session ids it had (one per agent it
+        called) for the caller to drop their state too. A name never opened (or already forgotten) gives ``[]``."""
+        return self._drop((tenant, self.default_name if name is None else name))
+
+    def _drop(self, key: tuple[str, str]) -> list[str]:
+        ids = [session_id for session_id, _ in self._opened.pop(key, {}).values()]
+        for session_id in ids:
+            self._names.pop(session_id, None)
+        return ids
 
     def name_of(self, session_id: str) -> str:
         """The frontend's name for a root session this supervisor opened (else the id itself)."""

@@ -21,9 +21,11 @@ a load error naming that toolbox (:meth:`Supervisor.load_errors`, ``agents-super
 ``load_error``); that toolbox serves nothing (its calls answer with the error) and every other one serves. Only
 deliberate refusals (a malformed config, a policy that cannot be enforced) stop the start, before anything runs.
 
-:meth:`Supervisor.reload` loads the policy again while serving (``SIGHUP``): toolboxes whose settings did not
-change keep their workers, changed ones are restarted, removed ones stopped, new ones started; a policy that does
-not load keeps the running one (:mod:`supervisor._reload`).
+:meth:`Supervisor.reload` loads the policy again while serving (``SIGHUP``) and applies every section: toolboxes
+whose settings did not change keep their workers, changed ones are restarted, removed ones stopped, new ones
+started; the trace, the session retention and the parts registered in :attr:`Supervisor.reload_participants` (the
+HTTP frontend: tenants, tokens, OAuth, its settings and address) change too. A reload that cannot be prepared whole
+keeps the running policy, all of it (:mod:`supervisor._reload`).
 
 Leaving the block stops every worker (graceful, then SIGKILL) and closes the trace. There is no global state: two
 supervisors in one process are independent.
@@ -76,7 +78,7 @@ from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
-from ._reload import ReloadOutcome, reload_supervisor, spec_fingerprint
+from ._reload import ReloadOutcome, ReloadParticipant, reload_supervisor, spec_fingerprint
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -143,6 +145,7 @@ class Supervisor:
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
+            on_session_closed=self._session_closed,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
         self.runners: list[ToolboxRunner] = []
@@ -182,14 +185,17 @@ class Supervisor:
         self.agent_load_errors: tuple[dict[str, str], ...] = tree.load_errors if tree is not None else ()
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
         self.otel: OtelExport | None = None
-        #: what :meth:`reload` loads again: the policy file, the extra agent files, the state directory in use
+        #: what :meth:`reload` loads again: the policy file, the extra agent files, the ``state_dir`` override
         self.reload_source: tuple[str, list[str], str | None] = (self.config.policy_file, [], compiled.state_dir)
+        #: parts of the service outside the supervisor a reload changes too (the HTTP frontend registers itself)
+        self.reload_participants: list[ReloadParticipant] = []
         #: (agent, toolbox) -> its spec as compiled (:func:`~supervisor._reload.spec_fingerprint`)
         self.fingerprints: dict[tuple[str, str], str] = {
             (s.agent, s.toolbox): spec_fingerprint(s) for s in compiled.specs
         }
         self._nursery: trio.Nursery | None = None
         self._reloading = trio.Lock()
+        self._next_prune = 0.0
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -231,7 +237,7 @@ class Supervisor:
         http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
         sup.otel = otel
-        sup.reload_source = (config.policy_file, list(agents), compiled.state_dir)
+        sup.reload_source = (config.policy_file, list(agents), state_dir)
         trace.record(
             "supervisor_start",
             pid=os.getpid(),
@@ -309,18 +315,25 @@ class Supervisor:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
 
-    def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
-        """A runner for ``spec`` under the policy's supervision settings (not started)."""
+    def supervision_policy(self) -> SupervisionPolicy:
+        """The restart settings of the policy's ``supervision`` section."""
         c = self.compiled
-        supervision = SupervisionPolicy(
+        return SupervisionPolicy(
             c.restart_backoff_initial_s,
             c.restart_backoff_max_s,
             c.crash_loop_max_restarts,
             c.crash_loop_window_s,
             c.crash_loop_cooldown_s,
         )
+
+    def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
+        """A runner for ``spec`` under the policy's supervision settings (not started)."""
         return ToolboxRunner(
-            spec, supervision, on_request=self._on_request, on_event=self._on_event, on_tools=self._on_tools
+            spec,
+            self.supervision_policy(),
+            on_request=self._on_request,
+            on_event=self._on_event,
+            on_tools=self._on_tools,
         )
 
     # -- reloading ---------------------------------------------------------------------------------------------
@@ -339,19 +352,26 @@ class Supervisor:
     async def _flush_trace(self) -> None:
         """Write buffered call records and session writes at least every ``FLUSH_INTERVAL_S``; prune old sessions
         every ``PRUNE_INTERVAL_S`` (:meth:`open` prunes once at start)."""
-        keep_days = self.config.policy.sessions.keep_days
-        interval = PRUNE_INTERVAL_S if keep_days is None else min(PRUNE_INTERVAL_S, keep_days * 86400 / 4)
-        next_prune = trio.current_time() + interval
+        self._next_prune = trio.current_time() + self._prune_interval()
         while True:
-            if self.sessions is not None and trio.current_time() >= next_prune:
+            if self.sessions is not None and trio.current_time() >= self._next_prune:
                 self._prune_sessions()
-                next_prune = trio.current_time() + interval
+                self._next_prune = trio.current_time() + self._prune_interval()
             await trio.sleep(FLUSH_INTERVAL_S)
             self.trace.flush()
             if self.otel is not None:
                 self.otel.poll()
             if self.sessions is not None:
                 self.sessions.flush()
+
+    def _prune_interval(self) -> float:
+        keep_days = self.config.policy.sessions.keep_days
+        return PRUNE_INTERVAL_S if keep_days is None else min(PRUNE_INTERVAL_S, keep_days * 86400 / 4)
+
+    def prune_sessions_now(self) -> None:
+        """Prune by the policy's ``sessions.keep_days`` now, then at its interval (a reload changed it)."""
+        self._prune_sessions()
+        self._next_prune = trio.current_time() + self._prune_interval()
 
     def _prune_sessions(self) -> None:
         keep_days = self.config.policy.sessions.keep_days
@@ -545,6 +565,16 @@ class Supervisor:
             conversation_id=origin.conversation_id,
             turn_id=origin.turn_id,
         )
+        if origin.depth == 0:
+            # A frontend's call: its record (and those of the calls it made, queued before it) is committed
+            # before its answer goes, as its trace record is, so a kill -9 right after the answer loses neither.
+            # Nested calls wait for their caller's commit (their answers go to a worker or a loop, not a client).
+            self.sessions.flush()
+
+    def _session_closed(self, session_id: str) -> None:
+        """The portal's word that a closed session has no call running: the store forgets it too."""
+        if self.sessions is not None:
+            self.sessions.forget([session_id])
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         result = checked_output(tool, result)
@@ -699,6 +729,16 @@ class Supervisor:
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
         return await self.portal.call(name, args, origin)
+
+    def close_session(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> None:
+        """The frontend session ``session_id`` ended (an MCP connection closed, an HTTP session deleted or expired,
+        a Python API caller done with a name; ``None``: the default one): drop what the supervisor keeps of it in
+        memory (its root sessions with each agent, their call counts under ``sessions.max_calls``, the store's
+        caches of them). Its records stay in the session store until ``sessions.keep_days`` removes them; a call
+        of it still running ends normally. Using the name again opens it again (the same session ids and
+        conversation from the store; call counts from 0). Closing a name never used does nothing."""
+        for root in self.frontends.close(session_id, tenant=tenant):
+            self.portal.forget_session(root)  # then _session_closed, once no call of it runs
 
     async def run_agent(
         self,

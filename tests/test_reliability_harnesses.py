@@ -49,6 +49,7 @@ def test_kill_9_right_after_an_acknowledged_write_loses_nothing() -> None:
     assert d["rounds"] == 3 and d["problems"] == 0
     assert d["acked_files"] == d["acked_rows"] == 3
     assert d["lost_files"] == d["lost_rows"] == 0
+    assert d["acked_records"] == 6 and d["lost_records"] == 0  # each answer's record was committed before it
     assert d["corrupt"] == 0 and d["torn_trace_ends"] == 0 and d["survivors"] == 0 and d["temporaries"] == 0
 
 
@@ -58,3 +59,7 @@ def test_a_short_soak_answers_everything_and_keeps_the_trace_within_its_rotation
     assert s.get("lost", 0) == 0 and s.get("error", 0) == 0 and s.get("cross_wired", 0) == 0
     assert s["sessions"] > 64  # sessions came and went
     assert s["max_trace_mb"] < 2 * 0.5 + 0.3  # the file and its .1, each about max_bytes
+    # the breakdown from /proc/self/smaps accounts for the whole RSS (each class sampled the same moment)
+    classes = sum(s[f"end_{c}_mb"] for c in ("heap", "malloc_arenas", "stacks", "anon", "file"))
+    assert s["end_heap_mb"] > 0 and s["end_anon_mb"] > 0 and s["end_file_mb"] > 0
+    assert abs(classes - s["end_rss_mb"]) < 0.05 * s["end_rss_mb"], (classes, s["end_rss_mb"])

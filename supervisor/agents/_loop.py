@@ -255,6 +255,7 @@ class AgentService:
         finally:
             if self.sessions is not None:
                 self.sessions.finish(session_id, status)
+            self.portal.forget_session(session_id)  # a run's session is never used again: nothing kept of it
             self.trace.record("agent_end", agent=slug, session=session_id, status=status)
 
     async def _loop(

@@ -170,6 +170,7 @@ class SessionLimits:
 class _SessionUsage:
     calls: int = 0
     in_flight: int = 0
+    closed: bool = False  # the session was closed while a call ran: forgotten when its last call ends
 
 
 @dataclass
@@ -190,12 +191,15 @@ class Portal:
     #: text, or None), origin, result or None when cancelled, started (Unix time), duration_s), to record it in the
     #: session store; must not raise
     on_call_end: Callable[..., None] | None = None
+    #: told of a session closed with :meth:`forget_session` once no call of it runs (to drop what others keep of it)
+    on_session_closed: Callable[[str], None] | None = None
     #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
     call_context: Callable[[RegisteredTool, CallOrigin], dict[str, Any]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     #: sessions with a call running; the call counts of idle ones only matter under ``max_calls`` and are kept
-    #: for the most recent :data:`~supervisor.sessions.MAX_REMEMBERED_SESSIONS` (one forgotten starts at 0, as a
-    #: new session does: no caller gains what opening a session would not give it)
+    #: until the session is closed (:meth:`forget_session`), at most for the most recent
+    #: :data:`~supervisor.sessions.MAX_REMEMBERED_SESSIONS` (one forgotten starts at 0, as a new session does: no
+    #: caller gains what opening a session would not give it)
     _busy: dict[str, _SessionUsage] = field(default_factory=dict)
     _idle: dict[str, _SessionUsage] = field(default_factory=dict)
 
@@ -209,8 +213,22 @@ class Portal:
         if usage.in_flight:
             return
         del self._busy[session_id]
-        if self.session_limits.max_calls is not None:
+        if usage.closed:
+            if self.on_session_closed is not None:
+                self.on_session_closed(session_id)
+        elif self.session_limits.max_calls is not None:
             remember(self._idle, session_id, usage)
+
+    def forget_session(self, session_id: str) -> None:
+        """The session ``session_id`` was closed: drop its call counts and tell :attr:`on_session_closed`, now or,
+        when calls of it are running, once the last of them ended (and was recorded). A session of that id used
+        again starts at 0, as a new one does."""
+        self._idle.pop(session_id, None)
+        busy = self._busy.get(session_id)
+        if busy is not None:
+            busy.closed = True
+        elif self.on_session_closed is not None:
+            self.on_session_closed(session_id)
 
     def _refuse(self, origin: CallOrigin, name: str, kind: str, message: str) -> ToolResult:
         self.trace.record(
@@ -360,7 +378,6 @@ class Portal:
                 result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
             return result, call_id
         finally:
-            self._release(origin.session_id, usage)
             self.trace.record(
                 "call_end",
                 call_id=call_id,
@@ -384,3 +401,4 @@ class Portal:
                     started=started,
                     duration_s=time.perf_counter() - start,
                 )
+            self._release(origin.session_id, usage)  # last: a session closed meanwhile is forgotten after its record

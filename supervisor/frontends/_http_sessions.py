@@ -25,6 +25,8 @@ _META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 #: the stateless revision's per-request logging opt-in
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 _NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+#: sessions closed by reloads whose reason is remembered
+MAX_CLOSED = 10_000
 
 
 class HttpSession:
@@ -71,6 +73,8 @@ class SessionTable:
         self.tenants = tenants
         self.max_sessions = max_sessions
         self.by_id: dict[str, HttpSession] = {}
+        #: sessions a reload closed -> why (the most recent :data:`MAX_CLOSED`), so that naming one says why
+        self.closed: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -90,6 +94,12 @@ class SessionTable:
                 rpc_code=INVALID_REQUEST,
             )
         session = self.by_id.get(session_id)
+        if session is None and session_id in self.closed:
+            raise HttpRefused(
+                404,
+                f"this session was closed: {self.closed[session_id]}; initialize a new one",
+                rpc_code=INVALID_REQUEST,
+            )
         if session is None or session.principal.tenant != principal.tenant or session.agent != agent:
             raise HttpRefused(
                 404, "no such session (it ended, or was never made); initialize a new one", rpc_code=INVALID_REQUEST
@@ -103,7 +113,9 @@ class SessionTable:
         Raises:
             HttpRefused: 429 past the tenant's ``sessions`` limit, 503 past the server's ``max_sessions``.
         """
-        tenant = self.tenants[principal.tenant]
+        tenant = self.tenants.get(principal.tenant)
+        if tenant is None:  # authenticated just before a reload removed the tenant
+            raise HttpRefused(401, f"tenant {principal.tenant!r} is no longer configured on this server")
         if tenant.sessions >= tenant.limits.limits.sessions:
             raise HttpRefused(
                 429,
@@ -123,13 +135,20 @@ class SessionTable:
         )
         return session
 
-    def end(self, session: HttpSession, why: str) -> None:
-        """End a session (its stream and watcher stop), traced; ending an ended one does nothing."""
+    def end(self, session: HttpSession, why: str, *, remember: bool = False) -> None:
+        """End a session (its stream and watcher stop), traced; ending an ended one does nothing. ``remember``:
+        a request naming it later is told ``why`` (a reload closed it)."""
         if self.by_id.pop(session.id, None) is None:
             return
-        self.tenants[session.principal.tenant].sessions -= 1
+        if remember:
+            self.closed[session.id] = why
+            while len(self.closed) > MAX_CLOSED:
+                del self.closed[next(iter(self.closed))]
+        tenant = self.tenants.get(session.principal.tenant)
+        if tenant is not None:
+            tenant.sessions -= 1
         session.scope.cancel()
-        session.mcp.log.close()
+        session.mcp.close()
         self.sup.trace.record(
             "http_session_end",
             tenant=session.principal.tenant,

@@ -136,6 +136,12 @@ class McpSession:
         #: ``notifications/message`` for this session once the client sets a level (``_mcp_logging.py``)
         self.log = SessionLog(sup, self.session_id, agent)
 
+    def close(self) -> None:
+        """The session ended (its transport closed, or the client ended it): its logging stops and the supervisor
+        drops what it keeps of it in memory (:meth:`Supervisor.close_session`). Safe to call twice."""
+        self.log.close()
+        self.sup.close_session(self.session_id, tenant=self.tenant)
+
     async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
         if self.modern:
             result = {**result, "resultType": "complete"}

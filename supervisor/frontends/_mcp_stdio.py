@@ -94,7 +94,7 @@ class McpStdioServer:
                         )()
                         buffer.clear()
                         skipping = True
-            self.session.log.close()
+            self.session.close()
             nursery.cancel_scope.cancel()
 
     async def _run_job(self, job: Callable[[], Awaitable[None]], token: object) -> None:

@@ -2,8 +2,10 @@
 holds memory for a bounded number of them (issue 19: flat under steady load).
 
 Every per-session map the supervisor keeps beside the sessions store is either a cache of what the store holds (it
-may forget) or state of sessions that are in use right now; each is capped at :data:`MAX_REMEMBERED_SESSIONS`
-entries, the oldest forgotten first.
+may forget) or state of sessions that are in use right now. A session's entries go when it is closed
+(``Supervisor.close_session``: the frontends call it when an MCP connection, an HTTP session or a stateless request
+ends; an agent loop's session goes when the loop ends); for sessions never closed (the Python API's names, a client
+that vanishes) each map is capped at :data:`MAX_REMEMBERED_SESSIONS` entries, the oldest forgotten first.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from ._bounded import remember
 from ._ids import LOCAL_TENANT, Owner, new_id, root_session_id
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 __all__ = ["SCOPES", "SessionRow", "SessionStore", "scope_members"]
 
@@ -151,7 +151,8 @@ class SessionStore:
 
     def _write(self, action: Callable[[], object]) -> None:
         """Queue a write; :meth:`flush` runs queued writes in one transaction (the supervisor flushes every
-        0.2 s, and every read flushes first, so readers always see every write made before them)."""
+        0.2 s and once a frontend's call is recorded, before its answer goes; every read flushes first, so readers
+        always see every write made before them)."""
         self._pending.append(action)
         if len(self._pending) >= 512:
             self.flush()
@@ -233,6 +234,13 @@ class SessionStore:
                 (session_id, conversation_id or session_id, agent, tenant, name, now, now),
             )
         )
+
+    def forget(self, session_ids: Iterable[str]) -> None:
+        """The sessions ``session_ids`` were closed: drop what this process caches of them (their records stay in
+        the database until the retention removes them; a session of the same id opened again is read back)."""
+        for session_id in session_ids:
+            self._known.pop(session_id, None)
+            self._roots.pop(session_id, None)
 
     def start_child(
         self,

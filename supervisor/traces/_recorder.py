@@ -5,7 +5,8 @@ supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``wo
 ``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``crash_loop_recovered``, ``protocol_violation``,
 ``call_start``, ``call_end``, ``portal_refusal``, ``limit_hit``, ``denial`` (a kernel refusal explained:
 ``supervisor.workers._kernel_audit``), ``kernel_audit`` (whether audit records are read), ``egress``, ``load_error``,
-``signal``, ``internal_error``, ``otel_export_failed``,
+``signal``, ``internal_error``, ``otel_export_failed``, ``policy_reload``, ``trace_moved`` (a reload moved the file: the
+last record of the old file and the first of the new, each naming both),
 ``worker_event`` (untrusted events a worker sent, tagged with its toolbox), and for sub-agent loops ``agent_start``,
 ``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; and ``sessions_pruned``. Secrets
 never enter a record: callers pass only what is safe to keep.
@@ -126,8 +127,30 @@ class TraceRecorder:
     def _open(self) -> None:
         if self.path is None:
             return
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._fd = self.open_file(self.path)
         self._file_size = os.fstat(self._fd).st_size
+
+    @staticmethod
+    def open_file(path: str) -> int:
+        """``path`` opened for appending records (made, mode 0600, its folder too), for :meth:`move_to`.
+
+        Raises:
+            OSError: it cannot be made or opened.
+        """
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def move_to(self, path: str, fd: int) -> None:
+        """Go on at ``path`` (``fd``: it opened by :meth:`open_file`): a ``trace_moved`` record ends the old file
+        and begins the new one, each naming the other. Never raises."""
+        old = self.path
+        self.record("trace_moved", to=path, **{"from": old})
+        self.flush()
+        if self._fd is not None:
+            os.close(self._fd)
+        self.path, self._fd = path, fd
+        self._file_size = os.fstat(fd).st_size
+        self.record("trace_moved", to=path, **{"from": old})
 
     def record(self, event: str, **fields: Any) -> None:
         """Add one record. Never raises for an unserialisable field (it is written as its ``repr``)."""

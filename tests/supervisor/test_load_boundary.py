@@ -144,7 +144,7 @@ async def test_worker_code_that_cannot_be_staged_is_every_toolboxs_load_error(
 async def test_an_exception_on_a_git_sources_clone_path_is_that_sources_load_error(
     sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.toolboxes.test_skills import make_skill, skill_md
+    from labkit import make_skill, skill_md
 
     async def fetch(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("planted in the clone")

@@ -12,9 +12,9 @@ import psutil
 import pytest
 import trio
 
+from labkit import write_script
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
-from tests.toolboxes.test_bash import write_script
 
 if TYPE_CHECKING:
     from pathlib import Path

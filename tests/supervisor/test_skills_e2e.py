@@ -21,12 +21,11 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
 
+from labkit import describe_json, make_skill, skill_md, write_script
 from supervisor._supervisor import Supervisor
 from supervisor.frontends._mcp_stdio import McpStdioServer
 from supervisor.sessions._ids import Owner, root_session_id
 from tests._policies import agent, write_policy
-from tests.toolboxes.test_bash import describe_json, write_script
-from tests.toolboxes.test_skills import make_skill, skill_md
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable

@@ -108,6 +108,13 @@ async def test_sigkill_mid_call_fails_that_call_and_the_next_succeeds(policy: Pa
                 results.append(await sup.call("system_system_date", {}))
 
             nursery.start_soon(call)
+            # Until the call is on its way to the stopped worker: "all tasks blocked" alone also holds while a
+            # task waits on a thread before the send, and a call not yet sent rightly goes to the next worker.
+            worker = sup.runner("system").worker
+            assert worker is not None
+            with trio.fail_after(30):
+                while not worker.origins:
+                    await trio.sleep(0.005)
             await trio.testing.wait_all_tasks_blocked()
             os.kill(pid, signal.SIGKILL)
         assert results[0].status == "error"

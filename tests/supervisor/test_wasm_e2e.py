@@ -24,8 +24,8 @@ import trio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from labkit import Spec, build_components, png_bytes
 from tests._policies import agent, write_policy
-from tests._wasm_components import Spec, build_components, png_bytes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

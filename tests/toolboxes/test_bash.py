@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from labkit import describe_json, write_script
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 from toolboxes.bash import (
     ArgumentError,
@@ -54,24 +55,6 @@ class FakeChannel:
 
     def event(self, event: dict[str, Any]) -> None:
         pass
-
-
-def describe_json(slug: str, args: list[dict[str, Any]] | None = None, **extra: Any) -> str:
-    return json.dumps({"slug": slug, "description": f"the {slug} tool", "args": args or [], **extra})
-
-
-def write_script(folder: Path, name: str, describe: str, run: str, mode: int = 0o755) -> Path:
-    """A bash script answering ``describe`` with ``describe`` (JSON text) and running ``run`` (bash) otherwise."""
-    path = folder / name
-    path.write_text(
-        "#!/bin/bash\n"
-        'if [ "$1" = describe ]; then\n'
-        f"cat <<'DESCRIBE_EOF'\n{describe}\nDESCRIBE_EOF\nexit 0\nfi\n"
-        "shift\n"
-        f"{run}\n"
-    )
-    path.chmod(mode)
-    return path
 
 
 @pytest.fixture

@@ -10,12 +10,10 @@ from typing import Any
 import pytest
 import trio
 
+from labkit import describe_json, make_skill, skill_md, write_script
 from supervisor._supervisor import Supervisor
 from supervisor.sessions._ids import Owner, root_session_id
 from tests._policies import agent, write_policy
-
-from .test_bash import describe_json, write_script
-from .test_skills import make_skill, skill_md
 
 pytestmark = pytest.mark.root
 

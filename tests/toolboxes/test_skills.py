@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from labkit import describe_json, make_skill, skill_md, write_script
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.skills import (
     ConfigError,
@@ -20,7 +21,7 @@ from toolboxes.skills import (
     parse_skill_md,
 )
 
-from .test_bash import FakeChannel, describe_json, write_script
+from .test_bash import FakeChannel
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -39,40 +40,6 @@ metadata:
 
 This skill provides tools for working with PDF documents.
 """
-
-
-def make_skill(
-    root: Path,
-    folder: str,
-    skill_md: str,
-    scripts: dict[str, str] | None = None,
-    references: dict[str, str] | None = None,
-) -> Path:
-    skill = root / folder
-    skill.mkdir(parents=True)
-    (skill / "SKILL.md").write_text(skill_md)
-    for name, slug in (scripts or {}).items():
-        (skill / "scripts").mkdir(exist_ok=True)
-        arg = {
-            "name": "file",
-            "description": "the file",
-            "type": "path",
-            "backing_type": "string",
-            "arity": "single",
-            "mode": "positional",
-        }
-        write_script(
-            skill / "scripts", name, describe_json(slug, [arg]), 'echo "$0 on $1 in session $AGENT_SESSION_ID"'
-        )
-    for rel, text in (references or {}).items():
-        path = skill / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return skill
-
-
-def skill_md(name: str, description: str = "does things") -> str:
-    return f"---\nname: {name}\ndescription: {description}\n---\nUse {name} well.\n"
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime import component as wc
 
-from tests._wasm_components import Spec, build_components
+from labkit import Spec, build_components
 from toolboxes._result import MAX_ATTACHMENTS, MAX_METADATA_PAIRS
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.wasm import ComponentLoadError, WasmConfigError, open_toolbox

@@ -10,6 +10,7 @@ from ._refs import RefError, Resolver, SpecError, parse_document
 from ._request import build_request, scalar_text
 from ._schema import SchemaBudget
 from ._source import load_spec
+from ._tool_set import SpecTool, SpecToolSet
 from ._toolbox import OpenApiToolbox, open_toolbox
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "Resolver",
     "SchemaBudget",
     "SpecError",
+    "SpecTool",
+    "SpecToolSet",
     "build_operations",
     "build_request",
     "load_spec",

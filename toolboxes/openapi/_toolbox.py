@@ -9,18 +9,19 @@ a load error (the worker still starts; restart it to try again).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .._entry import output_cap
-from .._hints import http_method_hints
 from .._http import DEFAULT_TIMEOUT_S, send_request
 from .._result import ToolResult
-from .._toolbox import CallContext, ToolSpec, WorkerEnv
 from ._operations import Operation, build_operations
-from ._refs import SpecError
 from ._request import build_request
 from ._source import load_spec
+from ._tool_set import SpecToolSet
+
+if TYPE_CHECKING:
+    from .._toolbox import CallContext, ToolSpec, WorkerEnv
 
 __all__ = ["OpenApiToolbox", "auth_headers", "open_toolbox"]
 
@@ -54,29 +55,22 @@ class OpenApiToolbox:
         self.headers = {str(k): str(v) for k, v in (config.get("Headers") or {}).items()}
         self.token = config.get("Token") or None
         self.max_bytes = output_cap(config, env.limits)
-        self._ops: dict[str, Operation] = {}
-        self._errors: list[dict[str, str]] = []
         spec_url = str(config.get("SpecUrl") or "")
-        try:
-            resolver = load_spec(spec_url, headers=spec_headers(config), timeout_s=DEFAULT_TIMEOUT_S)
-            ops, errors = build_operations(resolver, env.toolbox_name)
-        except SpecError as exc:
-            self._errors.append({"source": spec_url, "message": str(exc)})
-            return
-        self._ops = {op.tool: op for op in ops}
-        self._errors = [{"source": f"{spec_url}: {e['source']}", "message": e["message"]} for e in errors]
+        self._ops: SpecToolSet[Operation] = SpecToolSet.read(
+            spec_url,
+            lambda: build_operations(
+                load_spec(spec_url, headers=spec_headers(config), timeout_s=DEFAULT_TIMEOUT_S), env.toolbox_name
+            ),
+        )
 
     def tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(op.tool, op.description, op.input_schema, hints=http_method_hints(op.method))
-            for op in self._ops.values()
-        ]
+        return self._ops.specs()
 
     def load_errors(self) -> list[dict[str, str]]:
-        return list(self._errors)
+        return list(self._ops.errors)
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
-        op = self._ops.get(tool)
+        op = self._ops.by_name.get(tool)
         if op is None:
             return ToolResult.error(f"unknown tool {tool!r}")
         request = build_request(op, args, self.base_url, self.headers, self.token)

@@ -8,16 +8,17 @@ the toolbox has no tools and a load error says why.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._entry import output_cap
-from .._hints import http_method_hints
 from .._http import DEFAULT_TIMEOUT_S, send_request
 from .._result import ToolResult
-from .._toolbox import CallContext, ToolSpec, WorkerEnv
-from ..openapi import SpecError, load_spec
+from ..openapi import SpecToolSet, load_spec
 from ._query import build_request
 from ._tools import TableTool, build_tools
+
+if TYPE_CHECKING:
+    from .._toolbox import CallContext, ToolSpec, WorkerEnv
 
 __all__ = ["PostgrestToolbox", "open_toolbox"]
 
@@ -29,30 +30,21 @@ class PostgrestToolbox:
         self.env = env
         self.base_url = str(config.get("BaseUrl") or "")
         self.max_bytes = output_cap(config, env.limits)
-        self._tools: dict[str, TableTool] = {}
-        self._errors: list[dict[str, str]] = []
         spec_url = str(config.get("SpecUrl") or "")
-        methods = config.get("AllowedMethods") or ["GET"]
-        try:
-            resolver = load_spec(spec_url, timeout_s=DEFAULT_TIMEOUT_S)
-            tools, errors = build_tools(resolver, env.toolbox_name, list(methods))
-        except SpecError as exc:
-            self._errors.append({"source": spec_url, "message": str(exc)})
-            return
-        self._tools = {t.tool: t for t in tools}
-        self._errors = [{"source": f"{spec_url}: {e['source']}", "message": e["message"]} for e in errors]
+        methods = list(config.get("AllowedMethods") or ["GET"])
+        self._tools: SpecToolSet[TableTool] = SpecToolSet.read(
+            spec_url,
+            lambda: build_tools(load_spec(spec_url, timeout_s=DEFAULT_TIMEOUT_S), env.toolbox_name, methods),
+        )
 
     def tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(t.tool, t.description, t.input_schema, hints=http_method_hints(t.method))
-            for t in self._tools.values()
-        ]
+        return self._tools.specs()
 
     def load_errors(self) -> list[dict[str, str]]:
-        return list(self._errors)
+        return list(self._tools.errors)
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
-        t = self._tools.get(tool)
+        t = self._tools.by_name.get(tool)
         if t is None:
             return ToolResult.error(f"unknown tool {tool!r}")
         request = build_request(t, args, self.base_url)

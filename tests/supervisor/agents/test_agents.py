@@ -81,6 +81,8 @@ async def test_subagent_calls_its_own_tool_through_the_portal(sandbox_tmp: Path)
         async with Supervisor.open(_policy(sandbox_tmp, server.url)) as sup:
             assert "io_prompt_agent_helper" in {t.name for t in sup.list_tools()}
             result = await sup.call("io_prompt_agent_helper", {"what": "What is the host's name?"})
+            assert sup.sessions is not None  # the run's own session is kept on disk, not in memory, once it ended
+            assert set(sup.sessions._known) == set(sup.sessions._roots) and len(sup.sessions._roots) == 1
     assert result.status == "passed", result.data
     assert result.data is not None and result.data.startswith("The host is named ")
     first = server.requests[0]

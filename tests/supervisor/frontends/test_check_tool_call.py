@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.toolboxes.test_bash import describe_json, write_script
+from labkit import describe_json, write_script
 
 pytestmark = pytest.mark.root
 

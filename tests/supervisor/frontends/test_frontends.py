@@ -337,7 +337,7 @@ async def test_an_image_attachment_reaches_the_sdk_client_as_image_content(sandb
 
 def test_call_says_on_stderr_what_did_not_load(sandbox_tmp: Path) -> None:
     """A tool of a toolbox (or script) that did not load is 'not found' to the portal; the CLI says why."""
-    from tests.toolboxes.test_bash import write_script
+    from labkit import write_script
 
     tools = sandbox_tmp / "tools"
     tools.mkdir()

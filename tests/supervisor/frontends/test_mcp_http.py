@@ -20,10 +20,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from labkit import describe_json, write_script
 from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.test_skills_e2e import Notifications
-from tests.toolboxes.test_bash import describe_json, write_script
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -14,11 +14,11 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from labkit import write_script
 from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.frontends.test_frontends import REPO, _env
 from tests.supervisor.frontends.test_mcp_http import _start
-from tests.toolboxes.test_bash import write_script
 
 if TYPE_CHECKING:
     from pathlib import Path

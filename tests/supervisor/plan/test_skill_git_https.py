@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from labkit import make_skill, skill_md
 from tests._policies import agent, system_toolbox, write_policy
 from tests.sandbox._netlab import INET_TLS, PY, REPO, Lab, Lines, in_ns
-from tests.toolboxes.test_skills import make_skill, skill_md
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

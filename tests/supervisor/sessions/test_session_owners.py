@@ -20,6 +20,7 @@ import trio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from labkit import describe_json, write_script
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
 from supervisor.config._policy import Introspection
@@ -28,7 +29,6 @@ from supervisor.sessions._introspection import answer_host_request, introspectio
 from supervisor.sessions._store import SessionStore
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, model_server
-from tests.toolboxes.test_bash import describe_json, write_script
 
 SESSION_CAPS = ["list-sessions", "search-sessions", "read-session", "get-session-stats"]
 REPO = str(Path(__file__).resolve().parents[3])

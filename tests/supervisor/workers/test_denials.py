@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 import trio.lowlevel
 
+from labkit import describe_json, write_script
 from sandbox._audit_netlink import AUDIT_LANDLOCK_ACCESS, AUDIT_LANDLOCK_DOMAIN, AuditRecord
 from sandbox._landlock import landlock_abi
 from sandbox._plan import READ, WRITE, FsRule
@@ -19,7 +20,6 @@ from supervisor.traces._report import load_trace, render_text, report
 from supervisor.workers._denials import FsContext, explain_landlock, explain_seccomp, explain_text_paths, notes
 from supervisor.workers._kernel_audit import KernelAudit, combine_watches
 from tests._policies import agent, system_toolbox, write_policy
-from tests.toolboxes.test_bash import describe_json, write_script
 
 if TYPE_CHECKING:
     from pathlib import Path

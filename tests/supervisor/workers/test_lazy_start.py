@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from labkit import describe_json, write_script
 from supervisor._supervisor import Supervisor
 from supervisor.workers._tool_cache import tool_cache_path
 from tests._policies import agent, write_policy
-from tests.toolboxes.test_bash import describe_json, write_script
 
 pytestmark = pytest.mark.root
 

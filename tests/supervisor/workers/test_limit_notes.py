@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from labkit import describe_json, write_script
 from sandbox._cgroup_events import CounterFiles, LimitCounters, counter_files, parse_counters, read_counters, rises
 from sandbox._cgroups import CgroupLayout, plan_cgroup, read_layout
 from supervisor._supervisor import Supervisor
@@ -15,7 +16,6 @@ from supervisor.traces._report import load_trace, render_text, report
 from supervisor.workers import _limit_notes
 from supervisor.workers._limit_notes import limit_hits, note, signal_of
 from tests._policies import agent, system_toolbox, write_policy
-from tests.toolboxes.test_bash import describe_json, write_script
 from toolboxes._result import ToolResult
 
 if TYPE_CHECKING:
