@@ -33,6 +33,7 @@ supervisors in one process are independent.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -65,12 +66,16 @@ from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, an
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
 from supervisor.workers import (
     KernelAudit,
+    LauncherSpawner,
     LimitWatch,
+    Spawner,
     SupervisionPolicy,
     ToolboxRunner,
     Worker,
     WorkerSpec,
+    ZygoteSpawner,
     combine_watches,
+    preload_modules,
 )
 from toolboxes._catalog import KINDS
 from toolboxes._progress import ProgressUpdate, parse_progress_event
@@ -196,6 +201,8 @@ class Supervisor:
         self._nursery: trio.Nursery | None = None
         self._reloading = trio.Lock()
         self._next_prune = 0.0
+        #: who makes workers' processes (``supervision.spawn``; :meth:`open` starts the zygote)
+        self.spawner: Spawner = LauncherSpawner()
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -255,6 +262,7 @@ class Supervisor:
                 sup._nursery = nursery
                 nursery.start_soon(sup._flush_trace)
                 await nursery.start(sup.kernel_audit.run)
+                await sup._start_spawner(nursery)
                 await sup._start(nursery)
                 # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
                 # costs what was made since (it stalls every task and thread while it runs).
@@ -277,6 +285,28 @@ class Supervisor:
             sessions.close()
             trace.record("supervisor_stop", pid=os.getpid())
             trace.close()
+
+    async def _start_spawner(self, nursery: trio.Nursery) -> None:
+        """With ``supervision.spawn: zygote``, start the zygote for the staged worker code (it is ready, or the
+        launcher chosen as the fallback, when this returns); it lives as long as ``nursery``."""
+        c = self.compiled
+        if self.config.policy.supervision.spawn != "zygote" or not c.specs or c.runtime_dir is None:
+            return
+        spawner = ZygoteSpawner(
+            c.python,
+            c.runtime_dir,
+            env=c.specs[0].env,
+            modules=preload_modules(c.specs),
+            note=self._spawn_note,
+        )
+        self.spawner = spawner
+        await nursery.start(spawner.run)
+
+    def _spawn_note(self, event: str, fields: dict[str, Any]) -> None:
+        """A turn of the zygote: a trace record; one line on stderr unless it merely started."""
+        self.trace.record(event, **fields)
+        if event != "zygote_started":
+            print(f"agents-supervise: {event}: {fields.get('reason', '')}", file=sys.stderr, flush=True)
 
     async def _start(self, nursery: trio.Nursery) -> None:
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
@@ -334,6 +364,7 @@ class Supervisor:
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,
+            make_worker=functools.partial(Worker, spawner=self.spawner),
         )
 
     # -- reloading ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import sandbox
 from sandbox._dns_stub import serve_dns_stub
 from sandbox._egress import Terminator, default_resolve, limited_resolver, serve_egress
 
-from ._spawn import ChildProcess, spawn_child
+from ._spawn import spawn_child
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from sandbox._credentials import Credential
     from sandbox._hosts import AllowedHosts
     from sandbox._plan import ConfinementPlan
+
+    from ._spawner import SpawnedChild, Spawner
 
 __all__ = ["LOOKUPS_PER_BRIDGE", "Launched", "launch", "launcher_argv", "plan_frame", "serve_bridge"]
 
@@ -70,7 +72,7 @@ class Launched:
     """A started launcher: its process, the plan to send it (``bridge_fd`` filled in), and this side of the bridge
     socket pair (``None`` without a bridge), which the caller owns and must close."""
 
-    proc: ChildProcess
+    proc: SpawnedChild
     plan: ConfinementPlan
     carrier: socket.socket | None
 
@@ -80,10 +82,17 @@ class Launched:
             self.carrier = None
 
 
-def launch(
-    argv: Sequence[str], plan: ConfinementPlan, *, env: Mapping[str, str], cwd: str = "/", pass_fds: Sequence[int] = ()
+async def launch(
+    argv: Sequence[str],
+    plan: ConfinementPlan,
+    *,
+    env: Mapping[str, str],
+    cwd: str = "/",
+    pass_fds: Sequence[int] = (),
+    spawner: Spawner | None = None,
 ) -> Launched:
-    """Spawn the launcher ``argv`` for ``plan`` (the plan is not sent yet: see :func:`plan_frame`).
+    """Spawn the launcher ``argv`` for ``plan`` (the plan is not sent yet: see :func:`plan_frame`), by ``spawner``
+    (``_spawner.py``: the launcher itself, or a fork of the zygote; default: the launcher, synchronously).
 
     Raises ``OSError`` when it cannot be spawned (nothing is left open then).
     """
@@ -94,10 +103,12 @@ def launch(
         carrier, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         plan = dataclasses.replace(plan, bridge_fd=child_end.fileno())
     try:
-        proc = spawn_child(
-            list(argv), env=dict(env), cwd=cwd, pass_fds=(*pass_fds, *((child_end.fileno(),) if child_end else ()))
-        )
-    except OSError:
+        fds = (*pass_fds, *((child_end.fileno(),) if child_end else ()))
+        if spawner is None:
+            proc: SpawnedChild = spawn_child(list(argv), env=dict(env), cwd=cwd, pass_fds=fds)
+        else:
+            proc = await spawner.spawn(list(argv), env=dict(env), cwd=cwd, pass_fds=fds)
+    except BaseException:
         if carrier is not None:
             carrier.close()
         raise
