@@ -470,3 +470,61 @@ async def test_sighup_takes_a_renewed_certificate_for_new_connections(sandbox_tm
             assert "the policy was not reloaded, the running one stays: frontends.http.tls" in line, line
             assert await handshake(trusting(new_ca))  # the certificate loaded before is still served
             assert not (await sdk.call_tool("system_sys_date", {})).is_error
+
+
+async def test_sighup_applies_new_oauth_keys_and_tenants(sandbox_tmp: Path, start: Any) -> None:
+    """The OAuth key set is read again at a reload: tokens of the new key are accepted, those of the old one refused;
+    a token naming a tenant the reload removed is refused saying so; a key set that does not load refuses the reload
+    and the keys loaded before stay."""
+    import time
+
+    from joserfc import jwt
+    from joserfc.jwk import ECKey, KeySet
+
+    issuer = "https://auth.example.test"
+    jwks = sandbox_tmp / "jwks.json"
+
+    def key_set(*keys: ECKey) -> None:
+        jwks.write_text(json.dumps(KeySet(list(keys)).as_dict(private=False)))
+
+    def token(key: ECKey, tenant: str, audience: str) -> str:
+        now = int(time.time())
+        claims = {"iss": issuer, "sub": "u", "iat": now, "exp": now + 600, "tenant": tenant, "aud": audience}
+        return jwt.encode({"alg": "ES256", "kid": key.kid}, claims, key)
+
+    old_key, new_key = ECKey.generate_key("P-256", {"kid": "old"}), ECKey.generate_key("P-256", {"kid": "new"})
+    key_set(old_key)
+    _policy(
+        sandbox_tmp,
+        _tenants(acme=(["alpha"], ACME), globex=(["alpha"], GLOBEX)),
+        oauth={"issuer": issuer, "jwks_file": str(jwks)},
+    )
+    service = await start("--http")
+    base = await _serving(service)
+    url = f"{base}/agents/alpha/mcp"
+    with trio.fail_after(120):
+        acme = CurlSession(base, "alpha", token(old_key, "acme", url))
+        await acme.open()
+        globex = CurlSession(base, "alpha", token(old_key, "globex", url))
+        await globex.open()
+
+        key_set(new_key)
+
+        def change(data: dict[str, Any]) -> None:
+            del data["tenants"]["globex"]
+
+        _edit(sandbox_tmp, change)
+        line = await service.wait_line("the policy was", service.hup())
+        assert "the policy was reloaded" in line and "tenants: removed globex, 1 session(s) closed" in line, line
+        status, _, body = await acme.call("system_sys_date")  # its token's key was withdrawn
+        assert status == 401 and "the access token's signature does not verify" in body, body
+        status, _, body = await acme.call("system_sys_date", token=token(new_key, "acme", url))
+        assert _served(status, body), body  # the same session, with a token of the new key
+        status, _, body = await globex.call("system_sys_date", token=token(new_key, "globex", url))
+        assert status == 403 and "tenant 'globex' is no longer configured on this server" in body, body
+
+        jwks.write_text("{not json")
+        line = await service.wait_line("the policy was", service.hup())
+        assert f"the policy was not reloaded, the running one stays: oauth key set {jwks}: invalid JWK Set" in line
+        status, _, body = await acme.call("system_sys_date", token=token(new_key, "acme", url))
+        assert _served(status, body), body
