@@ -178,6 +178,11 @@ def _spawn(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None
             os.close(fd)
         _send(sock, {"t": "refused", "id": request_id, "error": str(exc)})
         return
+    if thread_count() != 1:  # nothing here starts a thread; were one there, a fork could copy a held lock
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"t": "refused", "id": request_id, "error": "the zygote has more than one thread"})
+        return
     zygote_pid = os.getpid()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
