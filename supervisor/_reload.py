@@ -63,8 +63,8 @@ __all__ = [
 ]
 
 #: policy settings a running supervisor reads once: a reload that changes them says so and leaves them (the kernel
-#: audit reader is set up once, at start)
-RESTART_ONLY = ("kernel_audit",)
+#: audit reader and the spawner, a zygote or not, are set up once, at start)
+RESTART_ONLY = ("kernel_audit", "supervision.spawn")
 
 Key = tuple[str, str]
 
@@ -290,8 +290,14 @@ def _refuse(sup: Any, exc: BaseException) -> ReloadOutcome:
     return outcome
 
 
+def _setting(policy: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        policy = getattr(policy, name, None)
+    return policy
+
+
 def _changed_restart_only(old: Any, new: Any) -> list[str]:
-    return [name for name in RESTART_ONLY if getattr(old, name, None) != getattr(new, name, None)]
+    return [name for name in RESTART_ONLY if _setting(old, name) != _setting(new, name)]
 
 
 async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:

@@ -24,7 +24,7 @@ from supervisor._errors import PolicyRefused
 from supervisor._reload import PreparedChange, ReloadRefused
 
 from ._http_auth import http_frontend_from_policy
-from ._http_server import bind, ssl_context_for
+from ._http_server import bind, ssl_context_for, tls_digest
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -115,6 +115,10 @@ async def prepare_http_reload(service: HttpService, config: LoadedConfig) -> Pre
         tls = settings.tls
         where = f"{tls.cert}, {tls.key}" if tls is not None else ""
         raise ReloadRefused(f"frontends.http.tls ({where}): cannot load them ({exc})") from None
+    try:
+        tls_files = tls_digest(settings)
+    except OSError as exc:
+        raise ReloadRefused(f"frontends.http.tls: {exc.strerror or exc} ({exc.filename})") from None
     old = service.settings
     listeners = None
     if settings.listen != old.listen:
@@ -145,6 +149,8 @@ async def prepare_http_reload(service: HttpService, config: LoadedConfig) -> Pre
         app.sessions.max_sessions = settings.max_sessions
         service.gate.cap = settings.max_connections
         service.ssl_context = ssl_context
+        tls_renewed = tls_files != service.tls_files and old.tls == settings.tls
+        service.tls_files = tls_files
         before = app.base_url
         if listeners is not None:
             service.listen_on(listeners, settings)
@@ -155,6 +161,8 @@ async def prepare_http_reload(service: HttpService, config: LoadedConfig) -> Pre
             notes.append("oauth settings changed")
         if changed := _settings_changed(old, settings):
             notes.append("frontends.http: " + ", ".join(changed) + " changed")
+        if tls_renewed:
+            notes.append("frontends.http: new TLS certificate or key (for new connections)")
         if app.base_url != before:
             notes.append(f"frontends.http: serving at {app.base_url} (was {before})")
         return notes

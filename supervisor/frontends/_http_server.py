@@ -16,6 +16,7 @@ they accepted are served to their end).
 from __future__ import annotations
 
 import errno
+import hashlib
 import ssl
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
     from ._http_auth import Authenticator
 
-__all__ = ["ConnectionGate", "HttpService", "serve_mcp_http"]
+__all__ = ["ConnectionGate", "HttpService", "bind", "serve_mcp_http", "ssl_context_for", "tls_digest"]
 
 #: the largest request head (request line and headers) read
 MAX_HEAD_BYTES = 64 * 1024
@@ -151,6 +152,8 @@ class HttpService:
         self.app = McpHttpApp(sup, settings, dict(policy.tenants), policy.oauth, auth)
         self.gate = ConnectionGate(settings.max_connections, sup.trace)
         self.ssl_context = ssl_context_for(settings)
+        #: a digest of the TLS files as last loaded (a reload tells a renewed certificate by it)
+        self.tls_files = tls_digest(settings)
         self.listening: list[tuple[trio.SocketListener, trio.CancelScope]] = []
         self._nursery: trio.Nursery | None = None
 
@@ -245,6 +248,17 @@ def ssl_context_for(settings: HttpFrontend) -> ssl.SSLContext | None:
     context.load_cert_chain(settings.tls.cert, settings.tls.key)
     context.set_alpn_protocols(["http/1.1"])
     return context
+
+
+def tls_digest(settings: HttpFrontend) -> str | None:
+    """A digest of what the TLS files hold (``None``: plain HTTP); raises ``OSError``."""
+    if settings.tls is None:
+        return None
+    digest = hashlib.sha256()
+    for path in (settings.tls.cert, settings.tls.key):
+        with open(path, "rb") as file:  # the operator's files, named by the policy, as the TLS context reads them
+            digest.update(file.read(1 << 20))
+    return digest.hexdigest()
 
 
 async def serve_mcp_http(

@@ -221,3 +221,13 @@ async def test_sighup_reloads_a_stdio_service_and_keeps_its_session(sandbox_tmp:
         assert await client.names() == names
         assert not (await client.call("system_keep_date")).get("isError")
         assert service.spawns("keep") == [keep_pid] and _alive(keep_pid)
+
+
+def test_settings_read_once_are_named_when_a_reload_changes_them() -> None:
+    from supervisor._reload import _changed_restart_only
+    from supervisor.config import Policy
+
+    old = Policy()
+    new = Policy.model_validate({"kernel_audit": "off", "supervision": {"spawn": "launcher"}})
+    assert _changed_restart_only(old, new) == ["kernel_audit", "supervision.spawn"]
+    assert _changed_restart_only(old, Policy.model_validate({"sessions": {"keep_days": 1}})) == []

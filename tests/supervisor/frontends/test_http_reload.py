@@ -3,13 +3,15 @@
 A real ``serve --http`` process, sessions held over Streamable HTTP by curl and by the official MCP SDK client,
 several tenants, the policy edited and a real SIGHUP sent:
 
-- tenants: one added (its token works at once), one removed (its sessions closed, its token answered 401 saying
+- tenants: one added (its token works at once), one whose session limit shrank under what it holds (its sessions
+  go on, a new one is refused 429), one removed (its sessions closed, its token answered 401 saying
   the tenant is no longer configured), one whose token was rotated and whose agents shrank (its session on an
   agent still allowed goes on with the new token, the old token is refused saying it was withdrawn, its session on
   the agent taken away is closed: 403 naming the agent), one unchanged (its sessions untouched: the same session
   id, the next call served, the SDK client's session too);
 - the HTTP frontend: a new ``listen`` address is bound before the old one closes (the old address refuses
-  connections, the session goes on at the new one), a lower ``max_body_bytes`` applies; a ``listen`` that cannot
+  connections, the session goes on at the new one), a lower ``max_body_bytes``, ``max_connections`` and
+  ``keepalive_s`` apply to new connections; a ``listen`` that cannot
   be bound refuses the whole reload (a tenant added in the same edit is not there, the trace did not move);
 - the trace: moved to a new path (a ``trace_moved`` record ending the old file and beginning the new one, the
   calls after it in the new file), rotated at the new ``max_bytes``;
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.root
 
-ACME, GLOBEX, UMBRELLA, UMBRELLA2, INITECH = "acme-tok", "globex-tok", "umbrella-tok", "umbrella-tok-2", "initech-tok"
+ACME, GLOBEX, UMBRELLA, UMBRELLA2 = "acme-tok", "globex-tok", "umbrella-tok", "umbrella-tok-2"
+INITECH, HOOLI = "initech-tok", "hooli-tok"
 
 
 # -- pure parts -------------------------------------------------------------------------------------------------
@@ -147,6 +150,22 @@ class CurlSession:
         return await self.post(_rpc(7, "tools/call", {"name": tool, "arguments": {}}), token=token)
 
 
+async def _held_connection(base: str) -> trio.SocketStream:
+    """A connection the server admitted and holds open (keep-alive): a request on it answered 200. Connections of
+    curls that just ended may still count for a moment; tried until one is admitted."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    while True:
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nhost: x\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer and (chunk := await stream.receive_some(65536)):
+            answer += chunk
+        if answer.startswith(b"HTTP/1.1 200 "):
+            return stream
+        await stream.aclose()
+        await trio.sleep(0.05)
+
+
 def _served(status: int, body: str) -> bool:
     return status == 200 and json.loads(body)["result"].get("isError") is False
 
@@ -182,17 +201,18 @@ async def _serving(service: Service) -> str:
 
 
 async def test_sighup_applies_tenants_and_keeps_unchanged_sessions(sandbox_tmp: Path, start: Any) -> None:
+    tenants = _tenants(acme=(["alpha"], ACME), globex=(["alpha"], GLOBEX), umbrella=(["alpha", "beta"], UMBRELLA))
     _policy(
-        sandbox_tmp,
-        _tenants(acme=(["alpha"], ACME), globex=(["alpha"], GLOBEX), umbrella=(["alpha", "beta"], UMBRELLA)),
+        sandbox_tmp, {**tenants, "hooli": {**_tenants(hooli=(["beta"], HOOLI))["hooli"], "limits": {"sessions": 3}}}
     )
     service = await start("--http")
     base = await _serving(service)
     acme = CurlSession(base, "alpha", ACME)
     globex = CurlSession(base, "alpha", GLOBEX)
     umb_alpha, umb_beta = CurlSession(base, "alpha", UMBRELLA), CurlSession(base, "beta", UMBRELLA)
+    hooli = [CurlSession(base, "beta", HOOLI) for _ in range(2)]
     with trio.fail_after(180):
-        for session in (acme, globex, umb_alpha, umb_beta):
+        for session in (acme, globex, umb_alpha, umb_beta, *hooli):
             await session.open()
         assert _served(*(await acme.call("system_sys_date"))[::2])
         async with (
@@ -203,14 +223,17 @@ async def test_sighup_applies_tenants_and_keeps_unchanged_sessions(sandbox_tmp: 
             [sdk_start] = [r for r in service.records("http_session_start") if r["tenant"] == "acme"][1:]
 
             def change(data: dict[str, Any]) -> None:
+                hooli_limits = data["tenants"]["hooli"]
                 data["tenants"] = _tenants(
                     acme=(["alpha"], ACME), umbrella=(["alpha"], UMBRELLA2), initech=(["beta"], INITECH)
                 )
+                data["tenants"]["hooli"] = {**hooli_limits, "limits": {"sessions": 1}}
 
             _edit(sandbox_tmp, change)
             line = await service.wait_line("the policy was", service.hup())
             assert "the policy was reloaded" in line, line
             assert "tenants: added initech, removed globex, umbrella's tokens and agents changed" in line, line
+            assert "hooli's limits changed" in line, line
             assert "2 session(s) closed" in line and "kept alpha/sys, beta/sysb" in line, line
 
             # unchanged tenant: the same sessions, served (curl's by its id, the SDK client's as it was)
@@ -233,6 +256,11 @@ async def test_sighup_applies_tenants_and_keeps_unchanged_sessions(sandbox_tmp: 
         assert status == 401 and "this token of tenant 'umbrella' was withdrawn by a policy reload" in body, body
         status, _, body = await umb_beta.call("system_sysb_date", token=UMBRELLA2)
         assert status == 403 and "tenant 'umbrella' may not use agent 'beta'" in body, body
+        # limits shrunk under what the tenant holds: its sessions go on, a new one is refused until it is under
+        for session in hooli:
+            assert _served(*(await session.call("system_sysb_date"))[::2])
+        status, _, body = await CurlSession(base, "beta", HOOLI).post(_rpc(1, "initialize", {}), with_session=False)
+        assert status == 429 and "tenant 'hooli' holds 2 sessions, its limit" in body, body
         # the new tenant is served at once
         initech = CurlSession(base, "beta", INITECH)
         await initech.open()
@@ -303,6 +331,18 @@ async def test_sighup_moves_the_listener_and_the_trace_or_refuses_whole(sandbox_
                 break
             assert _served(*(await acme.call("system_sys_date"))[::2])
         assert moved.with_name("trace.jsonl.1").exists()
+
+        # connection limits apply to connections accepted after the reload: a cap of one, idle ones closed soon
+        _edit(sandbox_tmp, lambda data: data["frontends"]["http"].update(max_connections=1, keepalive_s=2))
+        line = await service.wait_line("the policy was", service.hup())
+        assert "frontends.http: max_connections, keepalive_s changed" in line, line
+        held = await _held_connection(new_base)
+        status, _, body = await _curl(f"{new_base}/.well-known/oauth-protected-resource")
+        assert status == 503 and "holds 1 open connections, its limit" in body, body
+        with trio.fail_after(20):  # closed after keepalive_s: 2 (the 30 s it was would not end before this)
+            while await held.receive_some(65536):
+                pass
+        await held.aclose()
     first = json.loads(moved.with_name("trace.jsonl.1").read_text().splitlines()[0])
     assert first["event"] == "trace_moved" and first["from"] == str(sandbox_tmp / "state" / "trace.jsonl")
     assert not [r for r in old_records if r["event"] == "policy_reload" and r["status"] == "applied"]
@@ -351,3 +391,54 @@ async def test_sighup_refuses_to_move_the_state_dir(sandbox_tmp: Path, start: An
         )
         assert status == 401 and "the token is not known" in body, body
         assert _served(*(await acme.call("system_sys_date"))[::2])
+
+
+async def test_sighup_takes_a_renewed_certificate_for_new_connections(sandbox_tmp: Path, start: Any) -> None:
+    """The TLS files are read again at a reload: new connections get the renewed certificate, the session made
+    before goes on; a key file that does not load refuses the reload and the served certificate stays."""
+    import ssl
+
+    import httpx
+    import trustme
+
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    pem = sandbox_tmp / "server.pem"
+    old_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(pem))
+    _policy(sandbox_tmp, _tenants(acme=(["alpha"], ACME)))
+    _edit(sandbox_tmp, lambda data: data["frontends"]["http"].update(tls={"cert": str(pem), "key": str(pem)}))
+    service = await start("--http")
+    base = await _serving(service)
+    assert base.startswith("https://127.0.0.1:")
+
+    def trusting(*cas: trustme.CA) -> ssl.SSLContext:
+        context = ssl.create_default_context()
+        for ca in cas:
+            ca.configure_trust(context)
+        return context
+
+    async def handshake(context: ssl.SSLContext) -> bool:
+        async with httpx.AsyncClient(verify=context, timeout=30) as client:
+            try:
+                await client.get(f"{base}/.well-known/oauth-protected-resource")
+            except httpx.ConnectError:
+                return False
+            return True
+
+    with trio.fail_after(120):
+        both = trusting(old_ca, new_ca)  # the SDK client's session outlives the certificate it began with
+        async with (
+            httpx.AsyncClient(headers={"Authorization": f"Bearer {ACME}"}, verify=both, timeout=30) as http,
+            Client(streamable_http_client(f"{base}/agents/alpha/mcp", http_client=http), mode="legacy") as sdk,
+        ):
+            assert not (await sdk.call_tool("system_sys_date", {})).is_error
+            new_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(pem))
+            line = await service.wait_line("the policy was", service.hup())
+            assert "frontends.http: new TLS certificate or key (for new connections)" in line, line
+            assert await handshake(trusting(new_ca)) and not await handshake(trusting(old_ca))
+            assert not (await sdk.call_tool("system_sys_date", {})).is_error  # the same session goes on
+
+            pem.write_text("not a PEM file\n")
+            line = await service.wait_line("the policy was", service.hup())
+            assert "the policy was not reloaded, the running one stays: frontends.http.tls" in line, line
+            assert await handshake(trusting(new_ca))  # the certificate loaded before is still served
+            assert not (await sdk.call_tool("system_sys_date", {})).is_error
