@@ -20,63 +20,31 @@ shared) that BENCHMARKS.md copies. Usage: ``scripts/bench_scale.py [--calls N] [
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import trio
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _bench_common import agent_file, bench_folder, system_toolbox, write_policy  # noqa: E402
+
 from supervisor._supervisor import Supervisor  # noqa: E402
 from supervisor.workers import Worker  # noqa: E402
-
-BENCH_ROOT = "/tmp/agents-supervise-bench"
 
 
 def _policy(n: int, spawn: str = "zygote") -> Path:
     """A policy with ``n`` System toolboxes ``s0`` ... (tools ``system_s<i>_date``) in a fresh folder."""
-    root = Path(tempfile.mkdtemp(dir=BENCH_ROOT))
-    os.chmod(root, 0o755)
-    boxes = [
-        {"tag": "SystemToolbox", "contents": {"Name": f"s{i}", "Description": "bench", "Capabilities": ["date"]}}
-        for i in range(n)
-    ]
-    agent = {
-        "tag": "OpenAIAgentDescription",
-        "contents": {
-            "slug": "bench",
-            "apiKeyId": "none",
-            "flavor": "openai",
-            "modelUrl": "http://127.0.0.1:9/v1",
-            "modelName": "none",
-            "announce": "bench",
-            "systemPrompt": ["bench"],
-            "builtinToolboxes": boxes,
-        },
-    }
-    (root / "bench.json").write_text(json.dumps(agent))
-    path = root / "policy.yaml"
+    root = bench_folder()
+    agent = agent_file(root, builtinToolboxes=[system_toolbox(f"s{i}") for i in range(n)])
     # 256 callers may all be on one toolbox: its worker takes them all at once (the default is 8 in flight).
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "agents": ["bench.json"],
-                "state_dir": str(root / "state"),
-                "limits": {"max_concurrent_calls": 256},
-                "supervision": {"spawn": spawn},
-            }
-        )
-    )
-    return path
+    return write_policy(root, [agent], base=None, limits={"max_concurrent_calls": 256}, supervision={"spawn": spawn})
 
 
 def _load() -> str:
@@ -154,8 +122,6 @@ async def main() -> None:
     parser.add_argument("--spawns", type=int, default=20, help="starts for the spawn-until-it-answers median")
     args = parser.parse_args()
     modes = args.spawn.split(",")
-    os.makedirs(BENCH_ROOT, exist_ok=True)
-    os.chmod(BENCH_ROOT, 0o755)
     me = psutil.Process()
 
     print(f"## Spawn until it answers (median of {args.spawns}; load average before: {_load()})\n")

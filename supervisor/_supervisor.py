@@ -748,13 +748,18 @@ class Supervisor:
             tool = self.registry.get(name, agent_scope)
             agent = tool.namespace if tool is not None else (agent_scope or "")
             origin = self.frontends.origin(
-                session_id, agent, conversation_id=conversation_id, turn_id=turn_id, tenant=tenant
+                session_id,
+                agent,
+                conversation_id=conversation_id,
+                turn_id=turn_id,
+                tenant=tenant,
+                agent_id=agent_id,
+                agent_scope=agent_scope,
+                progress=progress,
             )
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await self.portal.call(
-            name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope, progress=progress)
-        )
+        return await self.portal.call(name, args, origin)
 
     def close_session(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> None:
         """The frontend session ``session_id`` ended (an MCP connection closed, an HTTP session deleted or expired,
@@ -786,7 +791,7 @@ class Supervisor:
             )
         except ValueError as exc:
             return ToolResult.error(f"the run was refused: {exc}")
-        return await self.agents.run(slug, prompt, replace(origin, caller="frontend"))
+        return await self.agents.run(slug, prompt, origin)
 
     def load_errors(self) -> list[dict[str, Any]]:
         """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""

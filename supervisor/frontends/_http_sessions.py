@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._http_wire import HEADER_MISMATCH, UNSUPPORTED_VERSION, HttpRefused
+from ._http_wire import HEADER_MISMATCH, UNSUPPORTED_VERSION, HttpRefused, MessageSink
 from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, McpSession
 
 if TYPE_CHECKING:
@@ -41,27 +41,25 @@ class HttpSession:
         self.mcp = McpSession(
             sup, self.deliver, session_id=f"http-{secrets.token_hex(8)}", agent=agent, tenant=principal.tenant
         )
-        self.pending: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self.pending: dict[Any, MessageSink] = {}
         self.progress: dict[Any, Any] = {}  # progress token -> request id
         self.stream: trio.MemorySendChannel[dict[str, Any]] | None = None
         self.scope = trio.CancelScope()  # ends the session's stream and watcher
 
     async def deliver(self, message: dict[str, Any]) -> None:
         """Route what the session sends: a reply to its request, progress to its request's stream, else GET."""
-        target = None
+        target: MessageSink | None = None
         if "method" not in message:
             target = self.pending.get(message.get("id"))
         elif message.get("method") == "notifications/progress":
             token = (message.get("params") or {}).get("progressToken")
             target = self.pending.get(self.progress.get(token))
-        if target is None and "method" in message:
-            target = self.stream
-        if target is None:
-            return
         try:
-            if "method" in message and target is self.stream:
-                target.send_nowait(message)  # a notification nobody reads is dropped, never queued without bound
-            else:
+            if target is None and "method" in message:
+                if self.stream is not None:
+                    # a notification nobody reads is dropped, never queued without bound
+                    self.stream.send_nowait(message)
+            elif target is not None:
                 await target.send(message)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -171,7 +169,7 @@ class StatelessExchange:
 
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
-        self.pending: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self.pending: dict[Any, MessageSink] = {}
         self.progress: dict[Any, Any] = {}
 
     async def deliver(self, message: dict[str, Any]) -> None:

@@ -185,7 +185,8 @@ class TraceRecorder:
         """One strict-JSON line for ``record`` of at most about :data:`MAX_RECORD_CHARS` characters."""
         try:
             line = self._encoder.encode(record)
-            line.encode("utf-8")
+            if not line.isascii():  # O(1) for str; only text beyond ASCII can hold a lone surrogate
+                line.encode("utf-8")
         except (ValueError, TypeError, RecursionError):  # NaN, lone surrogates, nesting, a failing repr...
             line = self._encoder.encode(strict_json(record))
         if len(line) > MAX_RECORD_CHARS:
