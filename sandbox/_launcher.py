@@ -63,12 +63,24 @@ __all__ = [
     "EXIT_CONFINEMENT_FAILED",
     "EXIT_WORKER_FAILED",
     "MAX_PLAN_BYTES",
+    "STEP_MODULES",
     "confine",
     "decode_plan",
     "exec_argv",
     "main",
     "run",
 ]
+
+#: the modules steps import only when a plan asks for them (a view, accounts, a bridge); the zygote imports them
+#: before it forks, so its children do not each pay for them
+STEP_MODULES = (
+    "sandbox._accounts",
+    "sandbox._bridge",
+    "sandbox._private_files",
+    "sandbox._resolver",
+    "sandbox._view",
+    "sandbox._view_plan",
+)
 
 EXIT_CONFINEMENT_FAILED = 78  # EX_CONFIG
 EXIT_WORKER_FAILED = 70  # EX_SOFTWARE

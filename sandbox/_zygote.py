@@ -38,7 +38,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from sandbox._launcher import EXIT_CONFINEMENT_FAILED, EXIT_WORKER_FAILED
+from sandbox._launcher import EXIT_CONFINEMENT_FAILED, EXIT_WORKER_FAILED, STEP_MODULES
 from sandbox._launcher import run as run_launcher
 from sandbox._privileges import set_parent_death_signal
 from sandbox._zygote_wire import (
@@ -178,6 +178,11 @@ def _spawn(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None
             os.close(fd)
         _send(sock, {"t": "refused", "id": request_id, "error": str(exc)})
         return
+    if thread_count() != 1:  # nothing here starts a thread; were one there, a fork could copy a held lock
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"t": "refused", "id": request_id, "error": "the zygote has more than one thread"})
+        return
     zygote_pid = os.getpid()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -222,7 +227,7 @@ def serve(sock: socket.socket) -> NoReturn:
         os._exit(0)
     if first.get("t") != "preload":
         _fail(f"the first message must be 'preload', not {first.get('t')!r}")
-    failed = _preload(check_modules(first.get("modules")))
+    failed = _preload([*STEP_MODULES, *check_modules(first.get("modules"))])
     gc.collect()
     gc.freeze()  # what the zygote made stays; a child's collector leaves those pages shared
     threads = thread_count()

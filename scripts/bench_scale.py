@@ -127,7 +127,7 @@ async def main() -> None:
     print(f"## Spawn until it answers (median of {args.spawns}; load average before: {_load()})\n")
     print("| spawn | median ms | p90 ms | load average after |")
     print("|---|---|---|---|")
-    for mode in modes:
+    for mode in modes if args.spawns > 0 else ():
         samples = sorted(await _spawn_times(mode, args.spawns))
         p90 = samples[min(len(samples) - 1, int(len(samples) * 0.9))]
         print(f"| {mode} | {statistics.median(samples) * 1000:.1f} | {p90 * 1000:.1f} | {_load()} |", flush=True)

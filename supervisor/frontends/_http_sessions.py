@@ -45,6 +45,7 @@ class HttpSession:
         self.progress: dict[Any, Any] = {}  # progress token -> request id
         self.stream: trio.MemorySendChannel[dict[str, Any]] | None = None
         self.scope = trio.CancelScope()  # ends the session's stream and watcher
+        self.ended_why = ""  # why the session ended (its stream's last line says it)
 
     async def deliver(self, message: dict[str, Any]) -> None:
         """Route what the session sends: a reply to its request, progress to its request's stream, else GET."""
@@ -147,6 +148,7 @@ class SessionTable:
         tenant = self.tenants.get(session.principal.tenant)
         if tenant is not None:
             tenant.sessions -= 1
+        session.ended_why = why
         session.scope.cancel()
         session.mcp.close()
         self.sup.trace.record(

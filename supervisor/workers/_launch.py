@@ -4,7 +4,8 @@
 A confined process is ``sandbox._launcher`` started by :func:`launcher_argv` (the one bootstrap string), given its
 :class:`~sandbox._plan.ConfinementPlan` as one frame on stdin (:func:`plan_frame`, the one encoding: a 4-byte
 big-endian length, then the plan's msgpack), and, when the plan asks for the egress bridge, a socket pair whose
-child end the launcher gets as ``bridge_fd`` and sends the bridge sockets up. :func:`launch` spawns it;
+child end the launcher gets as ``bridge_fd`` and sends the bridge sockets up. :func:`launch` spawns it (a worker's
+through its spawner, ``_spawner.py``: a fork of the zygote that runs the same launcher code, or the command itself);
 :func:`serve_bridge` serves the bridge (proxy and DNS stub, name lookups bounded per bridge) until told to stop.
 
 What differs between the two callers stays with them: a worker joins its cgroup between the spawn and the plan, its

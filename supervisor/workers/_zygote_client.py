@@ -32,6 +32,8 @@ __all__ = ["Zygote", "ZygoteChild", "ZygoteGone", "zygote_argv"]
 
 #: how long a zygote may take from its spawn to ``ready`` (imports on a loaded machine)
 START_TIMEOUT_S = 30.0
+#: how long after a child's exit its status may take to be reported before it is presumed (``-SIGKILL``)
+REPORT_TIMEOUT_S = 5.0
 #: how long a spawn request may wait for its answer before the zygote counts as hung (and is killed)
 SPAWN_TIMEOUT_S = 10.0
 
@@ -85,7 +87,10 @@ class ZygoteChild:
         async with self._wait_lock:
             if self.returncode is None:
                 await trio.lowlevel.wait_readable(self._pidfd)
-                await self._record.exited.wait()  # the zygote reaps at once, or it died and the status is presumed
+                # The zygote reaps at once and reports; if it died (or hangs) the status is presumed: the child was
+                # killed with it (its parent-death signal).
+                with trio.move_on_after(REPORT_TIMEOUT_S):
+                    await self._record.exited.wait()
                 self.returncode = self._record.status if self._record.status is not None else -signal.SIGKILL
         return self.returncode
 

@@ -4,11 +4,11 @@ A real ``serve --http`` process, sessions held over Streamable HTTP by curl and 
 several tenants, the policy edited and a real SIGHUP sent:
 
 - tenants: one added (its token works at once), one whose session limit shrank under what it holds (its sessions
-  go on, a new one is refused 429), one removed (its sessions closed, its token answered 401 saying
-  the tenant is no longer configured), one whose token was rotated and whose agents shrank (its session on an
-  agent still allowed goes on with the new token, the old token is refused saying it was withdrawn, its session on
-  the agent taken away is closed: 403 naming the agent), one unchanged (its sessions untouched: the same session
-  id, the next call served, the SDK client's session too);
+  go on, a new one is refused 429), one removed (its sessions closed, its open event stream ended saying why, its
+  token answered 401 saying the tenant is no longer configured), one whose token was rotated and whose agents
+  shrank (its session on an agent still allowed goes on with the new token, the old token is refused saying it was
+  withdrawn, its session on the agent taken away is closed: 403 naming the agent), one unchanged (its sessions
+  untouched: the same session id, the next call served, the SDK client's session too);
 - the HTTP frontend: a new ``listen`` address is bound before the old one closes (the old address refuses
   connections, the session goes on at the new one), a lower ``max_body_bytes``, ``max_connections`` and
   ``keepalive_s`` apply to new connections; a ``listen`` that cannot
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -150,6 +151,23 @@ class CurlSession:
         return await self.post(_rpc(7, "tools/call", {"name": tool, "arguments": {}}), token=token)
 
 
+async def _open_stream(session: CurlSession) -> trio.Process:
+    """curl holding ``session``'s GET event stream open (its head has arrived: the stream is open)."""
+    headers = ["-H", "accept: text/event-stream", "-H", f"mcp-session-id: {session.id}"]
+    headers += ["-H", "mcp-protocol-version: 2025-11-25", "-H", f"authorization: Bearer {session.token}"]
+    process = await trio.lowlevel.open_process(
+        ["curl", "-s", "-i", "-N", "--max-time", "120", *headers, session.url()], stdout=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = await process.stdout.receive_some(65536)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 200 ") and b"text/event-stream" in head, head
+    return process
+
+
 async def _held_connection(base: str) -> trio.SocketStream:
     """A connection the server admitted and holds open (keep-alive): a request on it answered 200. Connections of
     curls that just ended may still count for a moment; tried until one is admitted."""
@@ -205,6 +223,7 @@ async def test_sighup_applies_tenants_and_keeps_unchanged_sessions(sandbox_tmp: 
     _policy(
         sandbox_tmp, {**tenants, "hooli": {**_tenants(hooli=(["beta"], HOOLI))["hooli"], "limits": {"sessions": 3}}}
     )
+    _edit(sandbox_tmp, lambda data: data["frontends"]["http"].update(sse_keepalive_s=0.2))  # streams open at once
     service = await start("--http")
     base = await _serving(service)
     acme = CurlSession(base, "alpha", ACME)
@@ -215,6 +234,7 @@ async def test_sighup_applies_tenants_and_keeps_unchanged_sessions(sandbox_tmp: 
         for session in (acme, globex, umb_alpha, umb_beta, *hooli):
             await session.open()
         assert _served(*(await acme.call("system_sys_date"))[::2])
+        globex_stream = await _open_stream(globex)
         async with (
             create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http,
             Client(streamable_http_client(f"{base}/agents/alpha/mcp", http_client=http), mode="legacy") as sdk,
@@ -245,7 +265,15 @@ async def test_sighup_applies_tenants_and_keeps_unchanged_sessions(sandbox_tmp: 
         assert sdk_start["session"] in acme_sessions
         assert ended.get(acme_sessions[0]) is None  # curl's acme session never ended
 
-        # removed tenant: its token says so, its session is gone
+        # removed tenant: its open event stream was ended, its token says so, its session is gone
+        assert globex_stream.stdout is not None
+        rest = b""
+        while chunk := await globex_stream.stdout.receive_some(65536):
+            rest += chunk
+        assert rest.endswith(
+            b": session ended: tenant 'globex' is no longer configured on this server (a policy reload)\n\n"
+        )
+        assert await globex_stream.wait() == 0  # ended whole by the server (curl says 18 for a cut stream)
         status, headers, body = await globex.call("system_sys_date")
         assert status == 401 and "tenant 'globex' is no longer configured on this server" in body, body
         assert 'error="invalid_token"' in headers["www-authenticate"]
