@@ -16,7 +16,10 @@ several tenants, the policy edited and a real SIGHUP sent:
 - the trace: moved to a new path (a ``trace_moved`` record ending the old file and beginning the new one, the
   calls after it in the new file), rotated at the new ``max_bytes``;
 - ``sessions.keep_days``: a shorter retention prunes at once;
-- ``state_dir``: a reload that moves it is refused, saying why, and nothing else of it applies.
+- ``state_dir``: a reload that moves it is refused, saying why, and nothing else of it applies;
+- the OAuth key set read again (old key's tokens refused, the session goes on with a new key's token), TLS files
+  read again (new connections get the renewed certificate), a session closed by a reload named again: 404 saying
+  why it was closed.
 """
 
 from __future__ import annotations
@@ -528,3 +531,30 @@ async def test_sighup_applies_new_oauth_keys_and_tenants(sandbox_tmp: Path, star
         assert f"the policy was not reloaded, the running one stays: oauth key set {jwks}: invalid JWK Set" in line
         status, _, body = await acme.call("system_sys_date", token=token(new_key, "acme", url))
         assert _served(status, body), body
+
+
+async def test_a_session_closed_by_a_reload_says_why_when_named_again(sandbox_tmp: Path, start: Any) -> None:
+    """A tenant removed, then added back with the same token: the session the first reload closed is answered 404
+    saying why it was closed (not a bare "no such session"), and the tenant makes a new one."""
+    both = _tenants(acme=(["alpha"], ACME), globex=(["alpha"], GLOBEX))
+    _policy(sandbox_tmp, both)
+    service = await start("--http")
+    base = await _serving(service)
+    globex = CurlSession(base, "alpha", GLOBEX)
+    with trio.fail_after(120):
+        await globex.open()
+        _edit(sandbox_tmp, lambda data: data["tenants"].pop("globex"))
+        line = await service.wait_line("the policy was", service.hup())
+        assert "tenants: removed globex, 1 session(s) closed" in line, line
+        _edit(sandbox_tmp, lambda data: data.update(tenants=both))
+        line = await service.wait_line("the policy was", service.hup())
+        assert "tenants: added globex" in line, line
+        status, _, body = await globex.call("system_sys_date")
+        assert status == 404, body
+        assert json.loads(body)["error"]["message"] == (
+            "this session was closed: tenant 'globex' is no longer configured on this server (a policy reload); "
+            "initialize a new one"
+        )
+        again = CurlSession(base, "alpha", GLOBEX)
+        await again.open()
+        assert _served(*(await again.call("system_sys_date"))[::2])
