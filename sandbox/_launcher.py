@@ -9,6 +9,10 @@ supervisor's own. It writes on its stdin a 4-byte big-endian length followed by 
 follows on stdin belongs to the worker), runs :func:`confine`, then imports ``plan.entry`` (``module:function``)
 and calls it with ``plan.payload``.
 
+A fork of the zygote (``sandbox._zygote``, ``supervision.spawn: zygote``) becomes a launcher the same way: it gets
+its pipes as fds 0-2 and calls :func:`run`, which is all of :func:`main` but the final exit. So there is one
+confinement path, whichever process made the worker.
+
 Exit statuses: 78 when the plan is malformed or a confinement step fails (one line on stderr,
 ``agents-supervise launcher: <toolbox>: confinement failed: <reason>``; the entry never runs), 70 when the
 entry raises, otherwise the entry's return value (an ``int``) or 0. With a PID namespace the launcher's outer
@@ -59,11 +63,24 @@ __all__ = [
     "EXIT_CONFINEMENT_FAILED",
     "EXIT_WORKER_FAILED",
     "MAX_PLAN_BYTES",
+    "STEP_MODULES",
     "confine",
     "decode_plan",
     "exec_argv",
     "main",
+    "run",
 ]
+
+#: the modules steps import only when a plan asks for them (a view, accounts, a bridge); the zygote imports them
+#: before it forks, so its children do not each pay for them
+STEP_MODULES = (
+    "sandbox._accounts",
+    "sandbox._bridge",
+    "sandbox._private_files",
+    "sandbox._resolver",
+    "sandbox._view",
+    "sandbox._view_plan",
+)
 
 EXIT_CONFINEMENT_FAILED = 78  # EX_CONFIG
 EXIT_WORKER_FAILED = 70  # EX_SOFTWARE
@@ -496,8 +513,14 @@ def _say(toolbox: str, what: str, reason: object) -> None:
         pass
 
 
-def main() -> NoReturn:
-    """Read the plan from stdin, confine, run the entry; never return, never print a traceback."""
+def run() -> int:
+    """Read the plan from stdin, confine, run the entry; return the exit status of an entry that returned.
+
+    The one path from a plan to a confined entry, whoever started the process: :func:`main` (a fresh interpreter)
+    and a child of the zygote (``sandbox._zygote``, a fork of one). Exits itself (``os._exit``) with
+    :data:`EXIT_CONFINEMENT_FAILED` or :data:`EXIT_WORKER_FAILED` after one line on stderr, never with a
+    traceback; a ``SystemExit`` of the entry passes through.
+    """
     toolbox = "?"
     try:
         plan = read_plan(0)
@@ -518,7 +541,12 @@ def main() -> NoReturn:
         _say(toolbox, "worker failed", f"{type(exc).__name__}: {exc}")
         sys.stdout.flush()
         os._exit(EXIT_WORKER_FAILED)
-    sys.exit(result if isinstance(result, int) and not isinstance(result, bool) else 0)
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def main() -> NoReturn:
+    """The launcher's start: :func:`run`, then exit with its status; never return, never print a traceback."""
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -41,9 +41,10 @@ import time
 from pathlib import Path
 
 import trio
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench_common import agent_file, percentile, write_policy
 
 from supervisor._supervisor import Supervisor
 
@@ -103,36 +104,14 @@ def peer_commands(root: Path) -> tuple[dict[str, list[str]], list[str]]:
     return found, missing
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def setup(root: Path) -> Path:
     tools = root / "tools"
     tools.mkdir()
     script = tools / "echo.sh"
     script.write_text(SCRIPT)
     script.chmod(0o755)
-    agent = {
-        "tag": "OpenAIAgentDescription",
-        "contents": {
-            "slug": "bench",
-            "apiKeyId": "none",
-            "flavor": "openai",
-            "modelUrl": "http://127.0.0.1:9/v1",
-            "modelName": "none",
-            "announce": "bench",
-            "systemPrompt": ["bench"],
-            "bashToolboxes": [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}],
-        },
-    }
-    (root / "bench.json").write_text(json.dumps(agent))
-    policy = yaml.safe_load((Path(__file__).resolve().parents[1] / "policies" / "strict.yaml").read_text())
-    policy.update(agents=["bench.json"], state_dir=str(root / "state"))
-    path = root / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    return path
+    bash = [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}]
+    return write_policy(root, [agent_file(root, bashToolboxes=bash)])
 
 
 def timed(argv: list[str]) -> float:

@@ -21,7 +21,6 @@ what the explanations cost, not what the host's audit costs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,9 +30,10 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import trio
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench_common import agent_file, system_toolbox, write_policy
 
 from supervisor._supervisor import Supervisor
 
@@ -58,40 +58,22 @@ def _setup(root: Path) -> dict[str, Path]:
         path = tools / slug
         path.write_text(TOOL % (slug, body))
         path.chmod(0o755)
-    agent = {
-        "tag": "OpenAIAgentDescription",
-        "contents": {
-            "slug": "bench",
-            "apiKeyId": "none",
-            "flavor": "openai",
-            "modelUrl": "http://127.0.0.1:9/v1",
-            "modelName": "none",
-            "announce": "bench",
-            "systemPrompt": ["bench"],
-            "bashToolboxes": [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}],
-            "builtinToolboxes": [
-                {
-                    "tag": "SystemToolbox",
-                    "contents": {"Name": "system", "Description": "bench", "Capabilities": ["date"]},
-                }
-            ],
-        },
-    }
-    (root / "bench.json").write_text(json.dumps(agent))
+    agent = agent_file(
+        root,
+        bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}],
+        builtinToolboxes=[system_toolbox()],
+    )
     policies = {}
     for mode in ("off", "enable"):
-        path = root / f"policy-{mode}.yaml"
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "agents": ["bench.json"],
-                    "state_dir": str(root / f"state-{mode}"),
-                    "kernel_audit": mode,
-                    "worker_uids": None,
-                }
-            )
+        policies[mode] = write_policy(
+            root,
+            [agent],
+            name=f"policy-{mode}.yaml",
+            state=root / f"state-{mode}",
+            base=None,
+            kernel_audit=mode,
+            worker_uids=None,
         )
-        policies[mode] = path
     return policies
 
 

@@ -15,7 +15,6 @@ SDK server's throughput with 64 in flight.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import socket
@@ -30,10 +29,11 @@ from typing import Any
 import httpx
 import psutil
 import trio
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _bench_common import agent_file, system_toolbox, write_policy  # noqa: E402
 
 from supervisor.frontends._http_auth import hash_token  # noqa: E402
 from tests._mcp_raw_http import RawSession  # noqa: E402
@@ -68,42 +68,21 @@ def _rss(pid: int) -> int:
 
 
 def _policy(root: Path, sessions: int) -> Path:
-    agent = {
-        "tag": "OpenAIAgentDescription",
-        "contents": {
-            "slug": "bench",
-            "apiKeyId": "none",
-            "flavor": "openai",
-            "modelUrl": "http://127.0.0.1:9/v1",
-            "modelName": "none",
-            "announce": "bench",
-            "systemPrompt": ["bench"],
-            "builtinToolboxes": [
-                {
-                    "tag": "SystemToolbox",
-                    "contents": {"Name": "system", "Description": "bench", "Capabilities": ["date"]},
-                }
-            ],
-        },
-    }
-    (root / "bench.json").write_text(json.dumps(agent))
-    policy = {
-        "agents": [str(root / "bench.json")],
-        "state_dir": str(root / "state"),
-        "worker_uids": None,
-        "sessions": {"max_concurrent_calls": 256},
-        "frontends": {"http": {"listen": "127.0.0.1:0", "max_sessions": sessions + 500}},
-        "tenants": {
+    """strict.yaml with the HTTP frontend, one tenant, and bounds the benchmark does not run into (calls per
+    session, sessions, calls in flight)."""
+    return write_policy(
+        root,
+        [agent_file(root, builtinToolboxes=[system_toolbox()])],
+        sessions={"max_calls": None, "max_concurrent_calls": 256},
+        frontends={"http": {"listen": "127.0.0.1:0", "max_sessions": sessions + 500}},
+        tenants={
             "bench": {
                 "tokens": [hash_token(TOKEN)],
                 "agents": ["bench"],
                 "limits": {"sessions": sessions + 500, "concurrent_calls": 1024},
             }
         },
-    }
-    path = root / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    return path
+    )
 
 
 class Server:

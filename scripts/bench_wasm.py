@@ -24,7 +24,6 @@ Prints p50/p90/p99 per way, the ratio of the p50s (target: at most 2), and the c
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -34,19 +33,16 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench_common import agent_file, percentile
+from _bench_common import write_policy as bench_policy
 
 from labkit import Spec, build_components
 from supervisor._supervisor import Supervisor
 from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.wasm import open_toolbox
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def write_policy(root: Path, state: Path) -> Path:
@@ -60,25 +56,7 @@ def write_policy(root: Path, state: Path) -> Path:
             "MaxExecutionTimeSeconds": 5,
         },
     }
-    agent = {
-        "tag": "OpenAIAgentDescription",
-        "contents": {
-            "slug": "bench",
-            "apiKeyId": "none",
-            "flavor": "openai",
-            "modelUrl": "http://127.0.0.1:9/v1",
-            "modelName": "none",
-            "announce": "bench",
-            "systemPrompt": ["bench"],
-            "builtinToolboxes": [wasm],
-        },
-    }
-    (root / "bench.json").write_text(json.dumps(agent))
-    policy = yaml.safe_load((Path(__file__).resolve().parents[1] / "policies" / "strict.yaml").read_text())
-    policy.update(agents=["bench.json"], state_dir=str(state))
-    path = root / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    return path
+    return bench_policy(root, [agent_file(root, builtinToolboxes=[wasm])], state=state)
 
 
 class _Quiet:

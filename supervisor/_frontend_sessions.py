@@ -11,18 +11,35 @@ supervisor runs for a named session); its turn id is the client's, else a new on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import itertools
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from supervisor.calls import CallOrigin
 from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, root_session_id
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from supervisor.config import AgentTree
 
 __all__ = ["FrontendSessions"]
 
 #: Frontend sessions remembered at most (their root sessions, conversations and names) when none is closed.
 MAX_FRONTEND_NAMES = 4096
+
+
+class TurnIds:
+    """Fresh turn ids, UUID-shaped: a random prefix drawn once (70 random bits) and a counter, so that a call does
+    not pay for a random UUID of its own. Ids of two supervisors differ by their prefixes; one supervisor never
+    repeats one (the counter would need 2**48 calls to wrap)."""
+
+    def __init__(self) -> None:
+        self._prefix = str(uuid.uuid4())[:24]
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012x}"
 
 
 class FrontendSessions:
@@ -41,6 +58,7 @@ class FrontendSessions:
         self._names: dict[str, str] = {}  # root session id -> the frontend's name for it
         #: (tenant, name) -> agent -> open()'s answer for that agent
         self._opened: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+        self._turns = TurnIds()
 
     def open(self, name: str | None, agent: str, *, tenant: str = LOCAL_TENANT) -> tuple[str, str]:
         """The root session the frontend session ``name`` (``None``: :attr:`default_name`) has with ``agent``, as
@@ -81,11 +99,31 @@ class FrontendSessions:
         return self._names.get(session_id, session_id)
 
     def origin(
-        self, name: str | None, agent: str, *, conversation_id: str = "", turn_id: str = "", tenant: str = LOCAL_TENANT
+        self,
+        name: str | None,
+        agent: str,
+        *,
+        conversation_id: str = "",
+        turn_id: str = "",
+        tenant: str = LOCAL_TENANT,
+        agent_id: str = "",
+        agent_scope: str | None = None,
+        caller: str = "frontend",
+        progress: Callable[[Any], None] | None = None,
     ) -> CallOrigin:
-        """The origin of a frontend's call as ``agent`` (depth 0); raises ``ValueError`` for an id a client may not
-        send."""
+        """The origin of a frontend's call as ``agent`` (depth 0; ``agent_id``, ``agent_scope``, ``caller`` and
+        ``progress`` as :class:`~supervisor.calls.CallOrigin` has them); raises ``ValueError`` for an id a client
+        may not send."""
         conversation = client_id(conversation_id, "the conversation id") if conversation_id else ""
-        turn = client_id(turn_id, "the turn id") if turn_id else new_id()
+        turn = client_id(turn_id, "the turn id") if turn_id else self._turns.next()
         session_id, stored = self.open(name, agent, tenant=tenant)
-        return CallOrigin(session_id=session_id, conversation_id=conversation or stored, turn_id=turn, tenant=tenant)
+        return CallOrigin(
+            session_id=session_id,
+            conversation_id=conversation or stored,
+            turn_id=turn,
+            tenant=tenant,
+            agent_id=agent_id,
+            agent_scope=agent_scope,
+            caller=caller,
+            progress=progress,
+        )

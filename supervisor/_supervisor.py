@@ -21,9 +21,11 @@ a load error naming that toolbox (:meth:`Supervisor.load_errors`, ``agents-super
 ``load_error``); that toolbox serves nothing (its calls answer with the error) and every other one serves. Only
 deliberate refusals (a malformed config, a policy that cannot be enforced) stop the start, before anything runs.
 
-:meth:`Supervisor.reload` loads the policy again while serving (``SIGHUP``): toolboxes whose settings did not
-change keep their workers, changed ones are restarted, removed ones stopped, new ones started; a policy that does
-not load keeps the running one (:mod:`supervisor._reload`).
+:meth:`Supervisor.reload` loads the policy again while serving (``SIGHUP``) and applies every section: toolboxes
+whose settings did not change keep their workers, changed ones are restarted, removed ones stopped, new ones
+started; the trace, the session retention and the parts registered in :attr:`Supervisor.reload_participants` (the
+HTTP frontend: tenants, tokens, OAuth, its settings and address) change too. A reload that cannot be prepared whole
+keeps the running policy, all of it (:mod:`supervisor._reload`).
 
 Leaving the block stops every worker (graceful, then SIGKILL) and closes the trace. There is no global state: two
 supervisors in one process are independent.
@@ -31,6 +33,7 @@ supervisors in one process are independent.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -48,6 +51,7 @@ from supervisor.calls import (
     AttachmentStore,
     CallOrigin,
     CatalogError,
+    GroupCommit,
     Portal,
     RegisteredTool,
     SessionLimits,
@@ -63,12 +67,16 @@ from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, an
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
 from supervisor.workers import (
     KernelAudit,
+    LauncherSpawner,
     LimitWatch,
+    Spawner,
     SupervisionPolicy,
     ToolboxRunner,
     Worker,
     WorkerSpec,
+    ZygoteSpawner,
     combine_watches,
+    preload_modules,
 )
 from toolboxes._catalog import KINDS
 from toolboxes._progress import ProgressUpdate, parse_progress_event
@@ -76,13 +84,14 @@ from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
-from ._reload import ReloadOutcome, reload_supervisor, spec_fingerprint
+from ._reload import ReloadOutcome, ReloadParticipant, reload_supervisor, spec_fingerprint
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
-#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start); a quarter of
-#: ``keep_days`` when that is shorter, so the store holds at most 1.25 times the retention's traffic.
+#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start, and when a
+#: reload changes it); a quarter of ``keep_days`` when that is shorter, so the store holds at most 1.25 times the
+#: retention's traffic.
 PRUNE_INTERVAL_S = 3600.0
 
 __all__ = ["Supervisor", "ToolInfo"]
@@ -143,6 +152,10 @@ class Supervisor:
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
+            # A frontend's call is answered once its records (and those of the calls it made, queued before it) are
+            # written and committed, so a kill -9 right after an answer loses neither; calls that end together
+            # share one flush. Nested calls wait for their caller's (their answers go to a worker or a loop).
+            commit=GroupCommit(self._commit_records).commit,
             on_session_closed=self._session_closed,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
@@ -183,14 +196,19 @@ class Supervisor:
         self.agent_load_errors: tuple[dict[str, str], ...] = tree.load_errors if tree is not None else ()
         #: the OpenTelemetry export (``trace.otel``); ``None`` when off
         self.otel: OtelExport | None = None
-        #: what :meth:`reload` loads again: the policy file, the extra agent files, the state directory in use
+        #: what :meth:`reload` loads again: the policy file, the extra agent files, the ``state_dir`` override
         self.reload_source: tuple[str, list[str], str | None] = (self.config.policy_file, [], compiled.state_dir)
+        #: parts of the service outside the supervisor a reload changes too (the HTTP frontend registers itself)
+        self.reload_participants: list[ReloadParticipant] = []
         #: (agent, toolbox) -> its spec as compiled (:func:`~supervisor._reload.spec_fingerprint`)
         self.fingerprints: dict[tuple[str, str], str] = {
             (s.agent, s.toolbox): spec_fingerprint(s) for s in compiled.specs
         }
         self._nursery: trio.Nursery | None = None
         self._reloading = trio.Lock()
+        self._next_prune = 0.0
+        #: who makes workers' processes (``supervision.spawn``; :meth:`open` starts the zygote)
+        self.spawner: Spawner = LauncherSpawner()
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -232,7 +250,7 @@ class Supervisor:
         http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
         sup.otel = otel
-        sup.reload_source = (config.policy_file, list(agents), compiled.state_dir)
+        sup.reload_source = (config.policy_file, list(agents), state_dir)
         trace.record(
             "supervisor_start",
             pid=os.getpid(),
@@ -250,6 +268,7 @@ class Supervisor:
                 sup._nursery = nursery
                 nursery.start_soon(sup._flush_trace)
                 await nursery.start(sup.kernel_audit.run)
+                await sup._start_spawner(nursery)
                 await sup._start(nursery)
                 # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
                 # costs what was made since (it stalls every task and thread while it runs).
@@ -272,6 +291,28 @@ class Supervisor:
             sessions.close()
             trace.record("supervisor_stop", pid=os.getpid())
             trace.close()
+
+    async def _start_spawner(self, nursery: trio.Nursery) -> None:
+        """With ``supervision.spawn: zygote``, start the zygote for the staged worker code (it is ready, or the
+        launcher chosen as the fallback, when this returns); it lives as long as ``nursery``."""
+        c = self.compiled
+        if self.config.policy.supervision.spawn != "zygote" or not c.specs or c.runtime_dir is None:
+            return
+        spawner = ZygoteSpawner(
+            c.python,
+            c.runtime_dir,
+            env=c.specs[0].env,
+            modules=preload_modules(c.specs),
+            note=self._spawn_note,
+        )
+        self.spawner = spawner
+        await nursery.start(spawner.run)
+
+    def _spawn_note(self, event: str, fields: dict[str, Any]) -> None:
+        """A turn of the zygote: a trace record; one line on stderr unless it merely started."""
+        self.trace.record(event, **fields)
+        if event != "zygote_started":
+            print(f"agents-supervise: {event}: {fields.get('reason', '')}", file=sys.stderr, flush=True)
 
     async def _start(self, nursery: trio.Nursery) -> None:
         layouts = {spec.cgroup.layout for spec in self.compiled.specs if spec.cgroup is not None}
@@ -310,18 +351,26 @@ class Supervisor:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
 
-    def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
-        """A runner for ``spec`` under the policy's supervision settings (not started)."""
+    def supervision_policy(self) -> SupervisionPolicy:
+        """The restart settings of the policy's ``supervision`` section."""
         c = self.compiled
-        supervision = SupervisionPolicy(
+        return SupervisionPolicy(
             c.restart_backoff_initial_s,
             c.restart_backoff_max_s,
             c.crash_loop_max_restarts,
             c.crash_loop_window_s,
             c.crash_loop_cooldown_s,
         )
+
+    def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
+        """A runner for ``spec`` under the policy's supervision settings (not started)."""
         return ToolboxRunner(
-            spec, supervision, on_request=self._on_request, on_event=self._on_event, on_tools=self._on_tools
+            spec,
+            self.supervision_policy(),
+            on_request=self._on_request,
+            on_event=self._on_event,
+            on_tools=self._on_tools,
+            make_worker=functools.partial(Worker, spawner=self.spawner),
         )
 
     # -- reloading ---------------------------------------------------------------------------------------------
@@ -337,22 +386,36 @@ class Supervisor:
         """Rebuild the tool registry from the runners (sessions whose list changed are told)."""
         self._rebuild()
 
+    def _commit_records(self) -> None:
+        """Write the buffered trace records and commit the session store's queued writes (the portal's group
+        commit, before frontends' calls are answered)."""
+        self.trace.flush()
+        if self.sessions is not None:
+            self.sessions.flush()
+
     async def _flush_trace(self) -> None:
         """Write buffered call records and session writes at least every ``FLUSH_INTERVAL_S``; prune old sessions
         every ``PRUNE_INTERVAL_S`` (:meth:`open` prunes once at start)."""
-        keep_days = self.config.policy.sessions.keep_days
-        interval = PRUNE_INTERVAL_S if keep_days is None else min(PRUNE_INTERVAL_S, keep_days * 86400 / 4)
-        next_prune = trio.current_time() + interval
+        self._next_prune = trio.current_time() + self._prune_interval()
         while True:
-            if self.sessions is not None and trio.current_time() >= next_prune:
+            if self.sessions is not None and trio.current_time() >= self._next_prune:
                 self._prune_sessions()
-                next_prune = trio.current_time() + interval
+                self._next_prune = trio.current_time() + self._prune_interval()
             await trio.sleep(FLUSH_INTERVAL_S)
             self.trace.flush()
             if self.otel is not None:
                 self.otel.poll()
             if self.sessions is not None:
                 self.sessions.flush()
+
+    def _prune_interval(self) -> float:
+        keep_days = self.config.policy.sessions.keep_days
+        return PRUNE_INTERVAL_S if keep_days is None else min(PRUNE_INTERVAL_S, keep_days * 86400 / 4)
+
+    def prune_sessions_now(self) -> None:
+        """Prune by the policy's ``sessions.keep_days`` now, then at its interval (a reload changed it)."""
+        self._prune_sessions()
+        self._next_prune = trio.current_time() + self._prune_interval()
 
     def _prune_sessions(self) -> None:
         keep_days = self.config.policy.sessions.keep_days
@@ -546,11 +609,6 @@ class Supervisor:
             conversation_id=origin.conversation_id,
             turn_id=origin.turn_id,
         )
-        if origin.depth == 0:
-            # A frontend's call: its record (and those of the calls it made, queued before it) is committed
-            # before its answer goes, as its trace record is, so a kill -9 right after the answer loses neither.
-            # Nested calls wait for their caller's commit (their answers go to a worker or a loop, not a client).
-            self.sessions.flush()
 
     def _session_closed(self, session_id: str) -> None:
         """The portal's word that a closed session has no call running: the store forgets it too."""
@@ -698,13 +756,18 @@ class Supervisor:
             tool = self.registry.get(name, agent_scope)
             agent = tool.namespace if tool is not None else (agent_scope or "")
             origin = self.frontends.origin(
-                session_id, agent, conversation_id=conversation_id, turn_id=turn_id, tenant=tenant
+                session_id,
+                agent,
+                conversation_id=conversation_id,
+                turn_id=turn_id,
+                tenant=tenant,
+                agent_id=agent_id,
+                agent_scope=agent_scope,
+                progress=progress,
             )
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await self.portal.call(
-            name, args, replace(origin, agent_id=agent_id, agent_scope=agent_scope, progress=progress)
-        )
+        return await self.portal.call(name, args, origin)
 
     def close_session(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> None:
         """The frontend session ``session_id`` ended (an MCP connection closed, an HTTP session deleted or expired,
@@ -736,7 +799,7 @@ class Supervisor:
             )
         except ValueError as exc:
             return ToolResult.error(f"the run was refused: {exc}")
-        return await self.agents.run(slug, prompt, replace(origin, caller="frontend"))
+        return await self.agents.run(slug, prompt, origin)
 
     def load_errors(self) -> list[dict[str, Any]]:
         """Problems toolboxes reported while loading (scripts left out and why), plus invalid tool schemas."""

@@ -367,6 +367,13 @@ class Supervision(_Model):
         le=4096,
         description="workers started at once when the supervisor starts (the rest wait for a place); null = 4 per CPU",
     )
+    spawn: Literal["zygote", "launcher"] = Field(
+        default="zygote",
+        description=(
+            "who makes a worker's process: zygote (forked by the supervisor's fork server, which has the worker "
+            "code imported; the launcher when the zygote cannot run) or launcher (a fresh interpreter each)"
+        ),
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> Supervision:

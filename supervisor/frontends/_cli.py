@@ -42,6 +42,7 @@ import os
 import re
 import signal
 import sys
+from functools import partial
 from typing import Any
 
 import trio
@@ -276,7 +277,7 @@ async def _serve(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_on_signals, nursery, sup)
             if http is not None:
-                address = await nursery.start(serve_mcp_http, sup, settings, auth)
+                address = await nursery.start(partial(serve_mcp_http, listen=http or None), sup, settings, auth)
                 print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
                 return 0  # serves until a signal ends the nursery
 

@@ -66,25 +66,28 @@ async def answer_request(
     stream = (token is not None or (mcp.modern and mcp.log.level is not None)) and "text/event-stream" in headers.get(
         "accept", ""
     )
+    counted = None if message.get("method") in _UNCOUNTED else tenant
+    if token is None and cancel_on is None:
+        # No progress, no disconnect to watch: the job runs in this task and leaves its one reply in a slot.
+        slot = _ReplySlot()
+        holder.pending[req_id] = slot
+        try:
+            job = mcp.handle_message(message)
+            if job is not None:
+                await _run_limited(job, counted, holder, mcp, req_id, message.get("method"))
+        finally:
+            holder.pending.pop(req_id, None)
+        for reply in slot.messages:
+            if "method" not in reply:
+                await send_json(send, rpc_status(reply) if mcp.modern else 200, reply, extra_headers)
+                return
+        return  # cancelled by the client (notifications/cancelled): MCP sends no response
     out_send, out_receive = trio.open_memory_channel[dict[str, Any]](STREAM_QUEUE)
     holder.pending[req_id] = out_send
     if token is not None:
         holder.progress[token] = req_id
     job = mcp.handle_message(message)
-    counted = None if message.get("method") in _UNCOUNTED else tenant
     try:
-        if token is None and cancel_on is None:
-            # No progress, no disconnect to watch: the job runs in this task and leaves its one reply queued.
-            if job is not None:
-                await _run_limited(job, counted, holder, mcp, req_id, message.get("method"))
-            while True:
-                try:
-                    reply = out_receive.receive_nowait()
-                except trio.WouldBlock:
-                    return  # cancelled by the client (notifications/cancelled): MCP sends no response
-                if "method" not in reply:
-                    await send_json(send, rpc_status(reply) if mcp.modern else 200, reply, extra_headers)
-                    return
         async with trio.open_nursery() as nursery:
             if cancel_on is not None:
                 nursery.start_soon(cancel_on_disconnect, cancel_on, nursery.cancel_scope)
@@ -109,6 +112,19 @@ async def answer_request(
     finally:
         holder.pending.pop(req_id, None)
         holder.progress.pop(token, None)
+
+
+class _ReplySlot:
+    """Where the messages for a request without progress go: kept until the request's task, which ran the job
+    itself, writes its reply (a memory channel and its wake-up are not needed for that)."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
 
 
 async def _run_limited(

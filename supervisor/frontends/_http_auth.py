@@ -8,6 +8,9 @@ policy's leeway), ``aud`` (RFC 8707: it must name this server's resource, either
 server's public URL), the required scopes, and the tenant claim naming a tenant of the policy. Then the tenant
 must be allowed the agent of the endpoint.
 
+After a policy reload a token the policy no longer lists is refused with a reason that says so (its tenant was
+removed, or the token was withdrawn: rotated), as is an OAuth token naming a tenant the reload removed.
+
 Refusals follow RFC 6750 and RFC 9728: 401 with ``WWW-Authenticate: Bearer resource_metadata="..."`` (plus
 ``error`` and ``error_description`` when a token was presented) for a missing or bad token, 403 with
 ``error="insufficient_scope"`` for a good token that may not do this. The description says what was wrong in
@@ -37,6 +40,8 @@ __all__ = ["AuthRefusal", "Authenticator", "Principal", "hash_token", "http_fron
 
 #: Longest Authorization header value considered; a longer one is refused without parsing.
 MAX_TOKEN_CHARS = 16 * 1024
+#: Withdrawn tokens remembered (their refusal says they were withdrawn, not just unknown)
+MAX_RETIRED = 10_000
 
 
 def hash_token(token: str) -> str:
@@ -112,6 +117,30 @@ class Authenticator:
         self._oauth = oauth
         self._keys = key_set
         self._now = now
+        #: token hashes a reload withdrew -> their tenant (:meth:`carry_retired`), and tenants a reload removed
+        self._retired: dict[str, str] = {}
+        self._gone: frozenset[str] = frozenset()
+
+    def carry_retired(self, before: Authenticator) -> None:
+        """Remember what ``before`` (the authenticator this one replaces at a reload) accepted and this one does
+        not: its tokens no longer listed and its tenants no longer named, so that their refusals say why (the
+        most recent :data:`MAX_RETIRED` tokens)."""
+        retired = {**before._retired, **before._by_hash}
+        kept = [(h, t) for h, t in retired.items() if h not in self._by_hash]
+        self._retired = dict(kept[-MAX_RETIRED:])
+        self._gone = frozenset((before._gone | set(before._tenants)) - set(self._tenants))
+
+    def _withdrawn(self, token: str) -> AuthRefusal | None:
+        tenant = self._retired.get(hash_token(token))
+        if tenant is None:
+            return None
+        if tenant not in self._tenants:
+            return AuthRefusal(401, "invalid_token", _gone(tenant))
+        return AuthRefusal(
+            401,
+            "invalid_token",
+            f"this token of tenant {tenant!r} was withdrawn by a policy reload; use the tenant's current token",
+        )
 
     def authenticate(
         self, authorization: str | None, *, agent: str, resources: tuple[str, ...]
@@ -129,6 +158,8 @@ class Authenticator:
         if len(token) > MAX_TOKEN_CHARS:
             return AuthRefusal(401, "invalid_request", f"the token is longer than {MAX_TOKEN_CHARS} characters")
         principal = self._static(token)
+        if principal is None and (withdrawn := self._withdrawn(token)) is not None:
+            return withdrawn
         if principal is None and self._oauth is not None and token.count(".") == 2:
             checked = self._jwt(token, resources)
             if isinstance(checked, AuthRefusal):
@@ -175,6 +206,8 @@ class Authenticator:
             if missing:
                 return AuthRefusal(403, "insufficient_scope", f"the access token lacks scope {' '.join(missing)}")
         tenant = claims.get(oauth.tenant_claim)
+        if isinstance(tenant, str) and tenant in self._gone:
+            return AuthRefusal(403, "insufficient_scope", _gone(tenant))
         if not isinstance(tenant, str) or tenant not in self._tenants:
             return AuthRefusal(
                 403,
@@ -183,6 +216,10 @@ class Authenticator:
             )
         subject = claims.get("sub")
         return Principal(tenant, "oauth", subject if isinstance(subject, str) else None)
+
+
+def _gone(tenant: str) -> str:
+    return f"tenant {tenant!r} is no longer configured on this server (a policy reload removed it)"
 
 
 def _claim_problem(exc: JoseError) -> str:
@@ -225,7 +262,7 @@ async def http_frontend_from_policy(policy: Policy, listen: str | None = None) -
 
 async def _jwks_text(oauth: OAuthResourceServer) -> bytes:
     if oauth.jwks_file is not None:
-        try:  # the operator's file, named by the policy; read once at start
+        try:  # the operator's file, named by the policy; read at start and at each reload
             return (await trio.Path(oauth.jwks_file).read_bytes())[: 1 << 20]
         except OSError as exc:
             raise PolicyRefused(f"oauth.jwks_file {oauth.jwks_file}: {exc.strerror or exc}") from None

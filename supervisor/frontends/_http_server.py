@@ -6,11 +6,17 @@ most ``frontends.http.max_connections`` connections are open at once (TLS handsh
 answered ``503`` with ``Retry-After`` and a reason, then closed, and the refusal is traced (``http_refused``, at
 most one record a second, with the number refused since the last). An idle connection is closed after
 ``keepalive_s``.
+
+A policy reload (:meth:`HttpService.prepare_reload`, ``_http_reload.py``) changes it in place: the settings and
+the TLS files (read again) apply to connections accepted from then on; a new ``listen`` address is bound while
+preparing (a bind that fails refuses the whole reload) and the old listeners are closed at the swap (connections
+they accepted are served to their end).
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import ssl
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +28,14 @@ from ._http_conn import App, serve_connection, simple_response
 from ._mcp_http import McpHttpApp
 
 if TYPE_CHECKING:
+    from supervisor._reload import PreparedChange
     from supervisor._supervisor import Supervisor
+    from supervisor.config import LoadedConfig
     from supervisor.traces import TraceRecorder
 
     from ._http_auth import Authenticator
 
-__all__ = ["ConnectionGate", "serve_mcp_http"]
+__all__ = ["ConnectionGate", "HttpService", "bind", "serve_mcp_http", "ssl_context_for", "tls_digest"]
 
 #: the largest request head (request line and headers) read
 MAX_HEAD_BYTES = 64 * 1024
@@ -132,47 +140,108 @@ async def _connection(
         await trio.aclose_forcefully(stream)
 
 
-async def _accept(
-    listener: trio.SocketListener,
-    nursery: trio.Nursery,
-    app: App,
-    gate: ConnectionGate,
-    settings: HttpFrontend,
-    ssl_context: ssl.SSLContext | None,
-    trace: TraceRecorder,
-) -> None:
-    async with listener:  # closed when the server stops (cancelled)
-        await _accept_loop(listener, nursery, app, gate, settings, ssl_context, trace)
+class HttpService:
+    """The HTTP frontend of one supervisor: its listeners, connection gate, TLS context and app (:meth:`run`)."""
 
+    def __init__(self, sup: Supervisor, settings: HttpFrontend, auth: Authenticator, listen: str | None) -> None:
+        policy = sup.compiled.config.policy
+        self.sup = sup
+        self.settings = settings
+        #: ``--http HOST:PORT`` (it wins over the policy's ``listen``, at start and at every reload)
+        self.listen_override = listen
+        self.app = McpHttpApp(sup, settings, dict(policy.tenants), policy.oauth, auth)
+        self.gate = ConnectionGate(settings.max_connections, sup.trace)
+        self.ssl_context = ssl_context_for(settings)
+        #: a digest of the TLS files as last loaded (a reload tells a renewed certificate by it)
+        self.tls_files = tls_digest(settings)
+        self.listening: list[tuple[trio.SocketListener, trio.CancelScope]] = []
+        self._nursery: trio.Nursery | None = None
 
-async def _accept_loop(
-    listener: trio.SocketListener,
-    nursery: trio.Nursery,
-    app: App,
-    gate: ConnectionGate,
-    settings: HttpFrontend,
-    ssl_context: ssl.SSLContext | None,
-    trace: TraceRecorder,
-) -> None:
-    while True:
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; ``task_status.started`` gets the address it listens at. Registered with the
+        supervisor's reload while it runs."""
+        listeners = await bind(self.settings.listen)
         try:
-            stream = await listener.accept()
-        except OSError as exc:
-            if exc.errno not in _ACCEPT_ERRORS:
-                raise
-            trace.record("http_accept_failed", error=f"{type(exc).__name__}: {exc}")
-            await trio.sleep(0.1)  # out of descriptors or memory: back off, connections that end free some
-            continue
-        if gate.admit():
-            nursery.start_soon(_connection, stream, app, gate, settings, ssl_context, trace)
-        elif gate.refusing < _MAX_REFUSING:
-            nursery.start_soon(gate.refuse, stream)
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.app.run)
+                self.listen_on(listeners, self.settings)
+                self.sup.reload_participants.append(self)
+                task_status.started(self.app.base_url)
+        finally:
+            if self in self.sup.reload_participants:
+                self.sup.reload_participants.remove(self)
+
+    def listen_on(self, listeners: list[trio.SocketListener], settings: HttpFrontend) -> None:
+        """Accept on ``listeners`` (bound for ``settings.listen``), closing those accepted on so far (the
+        connections they accepted go on); the app's URL and own origin follow the address."""
+        if self._nursery is None:
+            raise RuntimeError("listen_on before run")
+        for old, scope in self.listening:
+            scope.cancel()
+            old.socket.close()  # the port is free at once; connections it accepted go on
+        self.listening = []
+        for listener in listeners:
+            scope = trio.CancelScope()
+            self.listening.append((listener, scope))
+            self._nursery.start_soon(self._accept, listener, scope)
+        self.refresh_url(settings)
+
+    def refresh_url(self, settings: HttpFrontend) -> None:
+        """The app's URL and the origins it answers, from ``settings`` and the address listened at."""
+        tls = settings.tls is not None
+        if settings.public_url is None:
+            host, _ = parse_listen(settings.listen)
+            bound = self.listening[0][0].socket.getsockname()[1]  # the port the system chose for :0
+            address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+            self.app.base_url = public_url_for(address, tls=tls, public_url=None)
         else:
-            gate._traced()
-            await trio.aclose_forcefully(stream)
+            self.app.base_url = public_url_for(settings.listen, tls=tls, public_url=settings.public_url)
+        self.app.origins = {*settings.allowed_origins, normalise_origin(self.app.base_url)}
+
+    async def _accept(self, listener: trio.SocketListener, scope: trio.CancelScope) -> None:
+        nursery = self._nursery
+        if nursery is None:
+            raise RuntimeError("_accept before run")
+        with scope:
+            async with listener:  # closed when the server stops (cancelled) or a reload moves it
+                while True:
+                    try:
+                        stream = await listener.accept()
+                    except trio.ClosedResourceError:
+                        return
+                    except OSError as exc:
+                        if exc.errno not in _ACCEPT_ERRORS:
+                            raise
+                        self.sup.trace.record("http_accept_failed", error=f"{type(exc).__name__}: {exc}")
+                        await trio.sleep(0.1)  # out of descriptors or memory: back off, connections that end free some
+                        continue
+                    gate = self.gate
+                    if gate.admit():
+                        nursery.start_soon(
+                            _connection, stream, self.app, gate, self.settings, self.ssl_context, self.sup.trace
+                        )
+                    elif gate.refusing < _MAX_REFUSING:
+                        nursery.start_soon(gate.refuse, stream)
+                    else:
+                        gate._traced()
+                        await trio.aclose_forcefully(stream)
+
+    async def prepare_reload(self, config: LoadedConfig) -> PreparedChange:
+        """This frontend's part of a policy reload (``_http_reload.py``)."""
+        from ._http_reload import prepare_http_reload
+
+        return await prepare_http_reload(self, config)
 
 
-def _ssl_context(settings: HttpFrontend) -> ssl.SSLContext | None:
+async def bind(listen: str) -> list[trio.SocketListener]:
+    """Listeners bound at ``listen`` (``HOST:PORT``); raises ``OSError``."""
+    host, port = parse_listen(listen)
+    return await trio.open_tcp_listeners(port, host=host)
+
+
+def ssl_context_for(settings: HttpFrontend) -> ssl.SSLContext | None:
+    """The server's TLS context from ``settings.tls`` (``None``: plain HTTP); raises ``OSError``/``ssl.SSLError``."""
     if settings.tls is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -181,28 +250,25 @@ def _ssl_context(settings: HttpFrontend) -> ssl.SSLContext | None:
     return context
 
 
+def tls_digest(settings: HttpFrontend) -> str | None:
+    """A digest of what the TLS files hold (``None``: plain HTTP); raises ``OSError``."""
+    if settings.tls is None:
+        return None
+    digest = hashlib.sha256()
+    for path in (settings.tls.cert, settings.tls.key):
+        with open(path, "rb") as file:  # the operator's files, named by the policy, as the TLS context reads them
+            digest.update(file.read(1 << 20))
+    return digest.hexdigest()
+
+
 async def serve_mcp_http(
     sup: Supervisor,
     settings: HttpFrontend,
     auth: Authenticator,
     *,
+    listen: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve MCP over HTTP until cancelled; ``task_status.started`` gets the address it listens at."""
-    policy = sup.compiled.config.policy
-    app = McpHttpApp(sup, settings, dict(policy.tenants), policy.oauth, auth)
-    host, port = parse_listen(settings.listen)
-    ssl_context = _ssl_context(settings)
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    gate = ConnectionGate(settings.max_connections, sup.trace)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(app.run)
-        for listener in listeners:
-            nursery.start_soon(_accept, listener, nursery, app, gate, settings, ssl_context, sup.trace)
-        if settings.public_url is None:
-            bound = listeners[0].socket.getsockname()[1]  # the port the system chose for :0
-            app.base_url = public_url_for(
-                f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}", tls=ssl_context is not None, public_url=None
-            )
-            app.origins.add(normalise_origin(app.base_url))
-        task_status.started(app.base_url)
+    """Serve MCP over HTTP until cancelled; ``task_status.started`` gets the address it listens at. ``listen``:
+    the command line's address, kept over the policy's at a reload."""
+    await HttpService(sup, settings, auth, listen).run(task_status=task_status)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._http_wire import HEADER_MISMATCH, UNSUPPORTED_VERSION, HttpRefused
+from ._http_wire import HEADER_MISMATCH, UNSUPPORTED_VERSION, HttpRefused, MessageSink
 from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, McpSession
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ _META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 #: the stateless revision's per-request logging opt-in
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 _NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+#: sessions closed by reloads whose reason is remembered
+MAX_CLOSED = 10_000
 
 
 class HttpSession:
@@ -39,27 +41,26 @@ class HttpSession:
         self.mcp = McpSession(
             sup, self.deliver, session_id=f"http-{secrets.token_hex(8)}", agent=agent, tenant=principal.tenant
         )
-        self.pending: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self.pending: dict[Any, MessageSink] = {}
         self.progress: dict[Any, Any] = {}  # progress token -> request id
         self.stream: trio.MemorySendChannel[dict[str, Any]] | None = None
         self.scope = trio.CancelScope()  # ends the session's stream and watcher
+        self.ended_why = ""  # why the session ended (its stream's last line says it)
 
     async def deliver(self, message: dict[str, Any]) -> None:
         """Route what the session sends: a reply to its request, progress to its request's stream, else GET."""
-        target = None
+        target: MessageSink | None = None
         if "method" not in message:
             target = self.pending.get(message.get("id"))
         elif message.get("method") == "notifications/progress":
             token = (message.get("params") or {}).get("progressToken")
             target = self.pending.get(self.progress.get(token))
-        if target is None and "method" in message:
-            target = self.stream
-        if target is None:
-            return
         try:
-            if "method" in message and target is self.stream:
-                target.send_nowait(message)  # a notification nobody reads is dropped, never queued without bound
-            else:
+            if target is None and "method" in message:
+                if self.stream is not None:
+                    # a notification nobody reads is dropped, never queued without bound
+                    self.stream.send_nowait(message)
+            elif target is not None:
                 await target.send(message)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -73,6 +74,8 @@ class SessionTable:
         self.tenants = tenants
         self.max_sessions = max_sessions
         self.by_id: dict[str, HttpSession] = {}
+        #: sessions a reload closed -> why (the most recent :data:`MAX_CLOSED`), so that naming one says why
+        self.closed: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -92,6 +95,12 @@ class SessionTable:
                 rpc_code=INVALID_REQUEST,
             )
         session = self.by_id.get(session_id)
+        if session is None and session_id in self.closed:
+            raise HttpRefused(
+                404,
+                f"this session was closed: {self.closed[session_id]}; initialize a new one",
+                rpc_code=INVALID_REQUEST,
+            )
         if session is None or session.principal.tenant != principal.tenant or session.agent != agent:
             raise HttpRefused(
                 404, "no such session (it ended, or was never made); initialize a new one", rpc_code=INVALID_REQUEST
@@ -105,7 +114,9 @@ class SessionTable:
         Raises:
             HttpRefused: 429 past the tenant's ``sessions`` limit, 503 past the server's ``max_sessions``.
         """
-        tenant = self.tenants[principal.tenant]
+        tenant = self.tenants.get(principal.tenant)
+        if tenant is None:  # authenticated just before a reload removed the tenant
+            raise HttpRefused(401, f"tenant {principal.tenant!r} is no longer configured on this server")
         if tenant.sessions >= tenant.limits.limits.sessions:
             raise HttpRefused(
                 429,
@@ -125,11 +136,19 @@ class SessionTable:
         )
         return session
 
-    def end(self, session: HttpSession, why: str) -> None:
-        """End a session (its stream and watcher stop), traced; ending an ended one does nothing."""
+    def end(self, session: HttpSession, why: str, *, remember: bool = False) -> None:
+        """End a session (its stream and watcher stop), traced; ending an ended one does nothing. ``remember``:
+        a request naming it later is told ``why`` (a reload closed it)."""
         if self.by_id.pop(session.id, None) is None:
             return
-        self.tenants[session.principal.tenant].sessions -= 1
+        if remember:
+            self.closed[session.id] = why
+            while len(self.closed) > MAX_CLOSED:
+                del self.closed[next(iter(self.closed))]
+        tenant = self.tenants.get(session.principal.tenant)
+        if tenant is not None:
+            tenant.sessions -= 1
+        session.ended_why = why
         session.scope.cancel()
         session.mcp.close()
         self.sup.trace.record(
@@ -152,7 +171,7 @@ class StatelessExchange:
 
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
-        self.pending: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self.pending: dict[Any, MessageSink] = {}
         self.progress: dict[Any, Any] = {}
 
     async def deliver(self, message: dict[str, Any]) -> None:

@@ -19,7 +19,8 @@ __all__ = ["serve_event_stream"]
 async def serve_event_stream(
     session: HttpSession, tenant: TenantState, keepalive_s: float, receive: Receive, send: Send
 ) -> None:
-    """Hold ``session``'s stream open until the client goes away or the session ends.
+    """Hold ``session``'s stream open until the client goes away or the session ends (then the stream is ended
+    properly, its last line an SSE comment saying why: deleted, idle, or closed by a policy reload).
 
     A change made while no stream was open is announced when one opens (the session knows what it last listed).
 
@@ -38,9 +39,11 @@ async def serve_event_stream(
     stream_send, stream_receive = trio.open_memory_channel[dict[str, Any]](STREAM_QUEUE)
     session.stream = stream_send
     tenant.streams += 1
+    started = False
     try:
         with session.scope:
             await send_start(send, 200, "text/event-stream")
+            started = True
             async with trio.open_nursery() as nursery:
                 await nursery.start(session.mcp.watch_tools)
                 nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
@@ -53,6 +56,12 @@ async def serve_event_stream(
                         await send({"type": "http.response.body", "body": sse_event(message), "more_body": True})
                         continue
                     await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+        if started and session.scope.cancelled_caught:  # the session ended: the stream ends whole, saying why
+            why = session.ended_why.replace("\n", " ")
+            with trio.move_on_after(keepalive_s):
+                await send(
+                    {"type": "http.response.body", "body": f": session ended: {why}\n\n".encode(), "more_body": False}
+                )
     finally:
         session.stream = None
         tenant.streams -= 1

@@ -29,6 +29,14 @@ class TenantState:
         self.calls = trio.CapacityLimiter(self.limits.limits.concurrent_calls)
         self.tokens = self._burst()
 
+    def update(self, limits: Tenant) -> None:
+        """Take a reloaded policy's settings of this tenant: what it holds stays counted, the new limits apply
+        to what it asks from now on (a lower cap refuses new sessions, streams and calls until it is under)."""
+        unlimited = self.limits.limits.calls_per_second is None
+        self.limits = limits
+        self.calls.total_tokens = limits.limits.concurrent_calls
+        self.tokens = self._burst() if unlimited else min(self.tokens, self._burst())
+
     def _burst(self) -> float:
         """The bucket's size: a second's worth of calls, and never less than one (a rate below 1/s still allows
         a call now and then)."""

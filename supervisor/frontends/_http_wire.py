@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._mcp_session import INVALID_REQUEST, PARSE_ERROR, encode_message
 
@@ -14,6 +14,7 @@ __all__ = [
     "HEADER_MISMATCH",
     "UNSUPPORTED_VERSION",
     "HttpRefused",
+    "MessageSink",
     "Receive",
     "Scope",
     "Send",
@@ -35,6 +36,12 @@ UNSUPPORTED_VERSION = -32022
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class MessageSink(Protocol):
+    """Where a request's messages go (its reply, its progress): a memory channel, or a plain reply slot."""
+
+    async def send(self, message: dict[str, Any]) -> None: ...
 
 
 class HttpRefused(Exception):

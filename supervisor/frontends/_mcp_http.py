@@ -60,6 +60,8 @@ from ._mcp_logging import LEVELS
 from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_VERSIONS, McpSession
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from supervisor._supervisor import Supervisor
 
 __all__ = ["McpHttpApp"]
@@ -88,6 +90,25 @@ class McpHttpApp:
         self.origins = {*settings.allowed_origins, normalise_origin(self.base_url)}
         self.tenants = {name: TenantState(t) for name, t in tenants.items()}
         self.sessions = SessionTable(sup, self.tenants, settings.max_sessions)
+
+    def _tenant(self, principal: Principal) -> TenantState:
+        """The tenant's counts; 401 when a reload removed the tenant since its request was authenticated."""
+        state = self.tenants.get(principal.tenant)
+        if state is None:
+            raise HttpRefused(401, f"tenant {principal.tenant!r} is no longer configured on this server")
+        return state
+
+    def set_tenants(self, tenants: Mapping[str, Tenant]) -> None:
+        """Take a reloaded policy's tenants: removed ones are forgotten (their sessions are the caller's to end
+        first), new ones start from nothing, the others keep what they hold under their new limits."""
+        for name in [n for n in self.tenants if n not in tenants]:
+            del self.tenants[name]
+        for name, tenant in tenants.items():
+            state = self.tenants.get(name)
+            if state is None:
+                self.tenants[name] = TenantState(tenant)
+            else:
+                state.update(tenant)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -242,7 +263,7 @@ class McpHttpApp:
             await answer_request(
                 session,
                 session.mcp,
-                self.tenants[principal.tenant],
+                self._tenant(principal),
                 message,
                 headers,
                 send,
@@ -256,7 +277,7 @@ class McpHttpApp:
                 await job()  # an invalid message: its error has nowhere to go on this wire but the log
             await send_empty(send, 202)
             return
-        await answer_request(session, session.mcp, self.tenants[principal.tenant], message, headers, send)
+        await answer_request(session, session.mcp, self._tenant(principal), message, headers, send)
 
     async def _post_modern(
         self,
@@ -286,9 +307,7 @@ class McpHttpApp:
             mcp.log.set_level(level, announce=False)
         # On this wire closing the response is how a client cancels.
         try:
-            await answer_request(
-                exchange, mcp, self.tenants[principal.tenant], message, headers, send, cancel_on=receive
-            )
+            await answer_request(exchange, mcp, self._tenant(principal), message, headers, send, cancel_on=receive)
         finally:
             mcp.close()  # a logging/setLevel of this request's session must not outlive it, nor its state
 
@@ -302,4 +321,4 @@ class McpHttpApp:
         if headers.get("mcp-protocol-version") in MODERN_VERSIONS:
             raise HttpRefused(405, "the stateless revision has no server stream", headers=[("allow", "POST")])
         session = self.sessions.find(principal, agent, headers)
-        await serve_event_stream(session, self.tenants[principal.tenant], self.settings.sse_keepalive_s, receive, send)
+        await serve_event_stream(session, self._tenant(principal), self.settings.sse_keepalive_s, receive, send)

@@ -361,23 +361,26 @@ class McpSession:
                 return
             token = progress_token(params.get("_meta"))
             relay = ProgressRelay(token) if token is not None else None
+            call = partial(
+                self.sup.call,
+                name,
+                {} if args is None else args,
+                session_id=self.session_id,
+                agent_scope=self.agent,
+                tenant=self.tenant,
+                progress=relay.report if relay else None,
+                **ids,
+            )
             with scope:
                 try:
-                    async with trio.open_nursery() as nursery:
-                        if relay is not None:
+                    if relay is None:
+                        result = await call()  # no progress to relay: no task beside the call's own
+                    else:
+                        async with trio.open_nursery() as nursery:
                             nursery.start_soon(relay.run, self._send)
-                        try:
-                            result = await self.sup.call(
-                                name,
-                                {} if args is None else args,
-                                session_id=self.session_id,
-                                agent_scope=self.agent,
-                                tenant=self.tenant,
-                                progress=relay.report if relay else None,
-                                **ids,
-                            )
-                        finally:
-                            if relay is not None:
+                            try:
+                                result = await call()
+                            finally:
                                 relay.close()  # the nursery waits for the queued updates: none after the reply
                     reply = result_to_mcp(result, self.sup.attachments.read)
                     if self.version < "2025-06-18":  # structuredContent came with that revision

@@ -80,6 +80,10 @@ class CompiledPolicy:
     git_sources: list[GitSource] = field(default_factory=list)
     #: toolboxes left out because they could not be compiled (``{"toolbox", "agent", "source", "message"}``)
     load_errors: list[dict[str, str]] = field(default_factory=list)
+    #: the staged worker code every spec's launcher command puts first on ``sys.path`` (``None``: not staged)
+    runtime_dir: str | None = None
+    #: the interpreter of every spec's launcher command
+    python: str = ""
 
 
 def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str, str]:
@@ -635,4 +639,6 @@ def compile_policy(
         warnings=warnings,
         git_sources=git_sources,
         load_errors=load_errors,
+        runtime_dir=runtime_dir if prepare and staging_error is None else None,
+        python=python,
     )

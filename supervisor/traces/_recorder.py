@@ -5,7 +5,8 @@ supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``wo
 ``worker_restart``, ``worker_start_failed``, ``crash_loop``, ``crash_loop_recovered``, ``protocol_violation``,
 ``call_start``, ``call_end``, ``portal_refusal``, ``limit_hit``, ``denial`` (a kernel refusal explained:
 ``supervisor.workers._kernel_audit``), ``kernel_audit`` (whether audit records are read), ``egress``, ``load_error``,
-``signal``, ``internal_error``, ``otel_export_failed``,
+``signal``, ``internal_error``, ``otel_export_failed``, ``policy_reload``, ``trace_moved`` (a reload moved the file: the
+last record of the old file and the first of the new, each naming both),
 ``worker_event`` (untrusted events a worker sent, tagged with its toolbox), and for sub-agent loops ``agent_start``,
 ``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; and ``sessions_pruned``. Secrets
 never enter a record: callers pass only what is safe to keep.
@@ -16,9 +17,11 @@ nested deeper than :data:`MAX_DEPTH` or beyond :data:`MAX_VALUES` are cut with a
 :data:`MAX_RECORD_CHARS` has its long strings shortened (``"trace_truncated": true`` says so). Records are written
 whole (a reader never sees half a line from us). For speed, ``call_start``, ``egress`` and ``denial`` records are
 buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the buffer passes ``FLUSH_BYTES``); every other
-record, ``call_end`` included, is written at once together with whatever is buffered (one ``write``). The portal
-records a call's ``call_end`` before it hands the result back, so a finished call's records (its ``call_start``,
-what was buffered before, and its ``call_end``) are in the kernel's hands before anyone sees its result: a
+record, ``call_end`` included, is written at once together with whatever is buffered (one ``write``); the portal
+buffers a frontend's ``call_end`` too (:meth:`TraceRecorder.record_buffered`) and flushes it, with the other calls
+that ended at the same time, before it hands the results back (``supervisor/calls/_group_commit.py``). So a
+finished call's records (its ``call_start``, what was buffered before, and its ``call_end``) are in the kernel's
+hands before anyone sees its result: a
 supervisor killed with SIGKILL loses at most the ``call_start`` of calls still running and the last
 ``FLUSH_INTERVAL_S`` of egress decisions and denials not followed by a call's end (a machine crash may lose what
 the kernel had not written to disk: there is no ``fsync``); a clean stop loses nothing.
@@ -126,8 +129,30 @@ class TraceRecorder:
     def _open(self) -> None:
         if self.path is None:
             return
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._fd = self.open_file(self.path)
         self._file_size = os.fstat(self._fd).st_size
+
+    @staticmethod
+    def open_file(path: str) -> int:
+        """``path`` opened for appending records (made, mode 0600, its folder too), for :meth:`move_to`.
+
+        Raises:
+            OSError: it cannot be made or opened.
+        """
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def move_to(self, path: str, fd: int) -> None:
+        """Go on at ``path`` (``fd``: it opened by :meth:`open_file`): a ``trace_moved`` record ends the old file
+        and begins the new one, each naming the other. Never raises."""
+        old = self.path
+        self.record("trace_moved", to=path, **{"from": old})
+        self.flush()
+        if self._fd is not None:
+            os.close(self._fd)
+        self.path, self._fd = path, fd
+        self._file_size = os.fstat(fd).st_size
+        self.record("trace_moved", to=path, **{"from": old})
 
     def record(self, event: str, **fields: Any) -> None:
         """Add one record. Never raises for an unserialisable field (it is written as its ``repr``)."""
@@ -138,6 +163,17 @@ class TraceRecorder:
         if self._fd is None:
             return
         self._add(event, self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n")
+
+    def record_buffered(self, event: str, **fields: Any) -> None:
+        """:meth:`record`, buffered whatever its kind: the caller :meth:`flush`-es before what the record tells of
+        can be seen (the portal's group commit of a frontend's ``call_end``)."""
+        if self.sink is not None:
+            self.sink(event, fields)
+        for listener in tuple(self.listeners):
+            listener(event, fields)
+        if self._fd is None:
+            return
+        self._add(event, self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n", buffered=True)
 
     def record_raw(self, event: str, raw: dict[str, str], **fields: Any) -> None:
         """:meth:`record` with the fields of ``raw`` given as JSON text already (valid JSON, encodable as UTF-8, at
@@ -150,19 +186,24 @@ class TraceRecorder:
         line = line[:-1] + "".join(f",{self._encoder.encode(k)}:{v}" for k, v in raw.items()) + "}\n"
         self._add(event, line)
 
-    def _add(self, event: str, line: str) -> None:
+    def _add(self, event: str, line: str, *, buffered: bool = False) -> None:
         if not self._buffer:
             self._oldest = time.monotonic()
         self._buffer.append(line)
         self._size += len(line)
-        if event not in _BUFFERED or self._size >= FLUSH_BYTES or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S:
+        if (
+            not (buffered or event in _BUFFERED)
+            or self._size >= FLUSH_BYTES
+            or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S
+        ):
             self.flush()
 
     def _line(self, record: dict[str, Any]) -> str:
         """One strict-JSON line for ``record`` of at most about :data:`MAX_RECORD_CHARS` characters."""
         try:
             line = self._encoder.encode(record)
-            line.encode("utf-8")
+            if not line.isascii():  # O(1) for str; only text beyond ASCII can hold a lone surrogate
+                line.encode("utf-8")
         except (ValueError, TypeError, RecursionError):  # NaN, lone surrogates, nesting, a failing repr...
             line = self._encoder.encode(strict_json(record))
         if len(line) > MAX_RECORD_CHARS:

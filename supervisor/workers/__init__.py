@@ -7,6 +7,7 @@ from ._launch import launcher_argv
 from ._limit_notes import LimitWatch, explained_limits
 from ._pipes import send_whole
 from ._runner import SupervisionPolicy, ToolboxRunner
+from ._spawner import LauncherSpawner, Spawner, ZygoteSpawner, preload_modules
 from ._staging import stage_worker_code
 from ._tool_cache import tool_cache_path
 from ._worker import Worker, WorkerSpec
@@ -14,15 +15,19 @@ from ._worker import Worker, WorkerSpec
 __all__ = [
     "ConfinedOutcome",
     "KernelAudit",
+    "LauncherSpawner",
     "LimitWatch",
+    "Spawner",
     "SupervisionPolicy",
     "ToolboxRunner",
     "Worker",
     "WorkerSpec",
+    "ZygoteSpawner",
     "combine_watches",
     "explained_limits",
     "host_explanations",
     "launcher_argv",
+    "preload_modules",
     "run_confined",
     "send_whole",
     "stage_worker_code",

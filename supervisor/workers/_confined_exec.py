@@ -131,7 +131,7 @@ async def run_confined(
         env=run_env,
         view=ViewSpec(system_paths=tuple(system_paths)) if view else None,
     )
-    launched = launch(launcher or launcher_argv(), plan, env={"LANG": "C.UTF-8"})
+    launched = await launch(launcher or launcher_argv(), plan, env={"LANG": "C.UTF-8"})
     proc, carrier = launched.proc, launched.carrier
     out: list[bytes] = []
     err: list[bytes] = []

@@ -329,8 +329,9 @@ class KernelAudit:
             view=getattr(plan, "view", None) is not None,
         )
 
-    def begin(self, tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
-        """Note the call in flight on ``tool``'s worker; the returned coroutine function explains its result."""
+    def begin(self, tool: Any, call_id: str) -> Finish:
+        """Note the call in flight on ``tool``'s worker; the returned function explains its result: at once for a
+        passed call or one whose records cannot be waited for, else as an awaitable (after the barrier)."""
         context = self._context(tool)
         session = self._session(getattr(tool.runner, "worker", None))
         call = _Call(call_id, tool.name, tool.toolbox)
@@ -343,16 +344,14 @@ class KernelAudit:
             del calls[:-_MAX_IN_FLIGHT]
             _bound(self._in_flight, _MAX_SESSIONS)
 
-        async def finish(result: ToolResult) -> ToolResult:
-            try:
-                if result.status != "passed" and self.unavailable is None and session is not None:
-                    await self._barrier()
-            finally:
-                calls = self._in_flight.get(session, []) if session is not None else []
-                if call in calls:
-                    calls.remove(call)
-                    if not calls and session is not None:
-                        self._in_flight.pop(session, None)
+        def done() -> None:
+            calls = self._in_flight.get(session, []) if session is not None else []
+            if call in calls:
+                calls.remove(call)
+                if not calls and session is not None:
+                    self._in_flight.pop(session, None)
+
+        def explained(result: ToolResult) -> ToolResult:
             if result.status == "passed":  # a passed call's refusals are in the trace only
                 return result
             try:
@@ -360,6 +359,19 @@ class KernelAudit:
             except Exception as exc:  # a bug here must not cost the caller its result: trace it
                 self.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
             return result
+
+        async def after_barrier(result: ToolResult) -> ToolResult:
+            try:
+                await self._barrier()
+            finally:
+                done()
+            return explained(result)
+
+        def finish(result: ToolResult) -> ToolResult | Awaitable[ToolResult]:
+            if result.status != "passed" and self.unavailable is None and session is not None:
+                return after_barrier(result)
+            done()
+            return explained(result)
 
         return finish
 
@@ -416,18 +428,27 @@ def _bound(mapping: OrderedDict[Any, Any], limit: int) -> None:
         mapping.popitem(last=False)
 
 
-def combine_watches(
-    *watches: Callable[[Any, str], Finish],
-) -> Callable[[Any, str], Callable[[ToolResult], Awaitable[ToolResult]]]:
-    """One portal watch made of several: each begins in order, their finishers run in order (sync or async)."""
+def combine_watches(*watches: Callable[[Any, str], Finish]) -> Callable[[Any, str], Finish]:
+    """One portal watch made of several: each begins in order, their finishers run in order. The combined finisher
+    answers the result at once while every finisher does (a passed call: nothing to wait for), else an awaitable
+    that runs the rest in order."""
 
-    def begin(tool: Any, call_id: str) -> Callable[[ToolResult], Awaitable[ToolResult]]:
+    def begin(tool: Any, call_id: str) -> Finish:
         finishers = [w(tool, call_id) for w in watches]
 
-        async def finish(result: ToolResult) -> ToolResult:
-            for f in finishers:
+        async def rest(pending: Awaitable[ToolResult], later: list[Finish]) -> ToolResult:
+            result = await pending
+            for f in later:
                 out = f(result)
-                result = await out if isinstance(out, Awaitable) else out
+                result = out if isinstance(out, ToolResult) else await out
+            return result
+
+        def finish(result: ToolResult) -> ToolResult | Awaitable[ToolResult]:
+            for i, f in enumerate(finishers):
+                out = f(result)
+                if not isinstance(out, ToolResult):
+                    return rest(out, finishers[i + 1 :])
+                result = out
             return result
 
         return finish

@@ -4,7 +4,8 @@
 A confined process is ``sandbox._launcher`` started by :func:`launcher_argv` (the one bootstrap string), given its
 :class:`~sandbox._plan.ConfinementPlan` as one frame on stdin (:func:`plan_frame`, the one encoding: a 4-byte
 big-endian length, then the plan's msgpack), and, when the plan asks for the egress bridge, a socket pair whose
-child end the launcher gets as ``bridge_fd`` and sends the bridge sockets up. :func:`launch` spawns it;
+child end the launcher gets as ``bridge_fd`` and sends the bridge sockets up. :func:`launch` spawns it (a worker's
+through its spawner, ``_spawner.py``: a fork of the zygote that runs the same launcher code, or the command itself);
 :func:`serve_bridge` serves the bridge (proxy and DNS stub, name lookups bounded per bridge) until told to stop.
 
 What differs between the two callers stays with them: a worker joins its cgroup between the spawn and the plan, its
@@ -28,7 +29,7 @@ import sandbox
 from sandbox._dns_stub import serve_dns_stub
 from sandbox._egress import Terminator, default_resolve, limited_resolver, serve_egress
 
-from ._spawn import ChildProcess, spawn_child
+from ._spawn import spawn_child
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from sandbox._credentials import Credential
     from sandbox._hosts import AllowedHosts
     from sandbox._plan import ConfinementPlan
+
+    from ._spawner import SpawnedChild, Spawner
 
 __all__ = ["LOOKUPS_PER_BRIDGE", "Launched", "launch", "launcher_argv", "plan_frame", "serve_bridge"]
 
@@ -70,7 +73,7 @@ class Launched:
     """A started launcher: its process, the plan to send it (``bridge_fd`` filled in), and this side of the bridge
     socket pair (``None`` without a bridge), which the caller owns and must close."""
 
-    proc: ChildProcess
+    proc: SpawnedChild
     plan: ConfinementPlan
     carrier: socket.socket | None
 
@@ -80,10 +83,17 @@ class Launched:
             self.carrier = None
 
 
-def launch(
-    argv: Sequence[str], plan: ConfinementPlan, *, env: Mapping[str, str], cwd: str = "/", pass_fds: Sequence[int] = ()
+async def launch(
+    argv: Sequence[str],
+    plan: ConfinementPlan,
+    *,
+    env: Mapping[str, str],
+    cwd: str = "/",
+    pass_fds: Sequence[int] = (),
+    spawner: Spawner | None = None,
 ) -> Launched:
-    """Spawn the launcher ``argv`` for ``plan`` (the plan is not sent yet: see :func:`plan_frame`).
+    """Spawn the launcher ``argv`` for ``plan`` (the plan is not sent yet: see :func:`plan_frame`), by ``spawner``
+    (``_spawner.py``: the launcher itself, or a fork of the zygote; default: the launcher, synchronously).
 
     Raises ``OSError`` when it cannot be spawned (nothing is left open then).
     """
@@ -94,10 +104,12 @@ def launch(
         carrier, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         plan = dataclasses.replace(plan, bridge_fd=child_end.fileno())
     try:
-        proc = spawn_child(
-            list(argv), env=dict(env), cwd=cwd, pass_fds=(*pass_fds, *((child_end.fileno(),) if child_end else ()))
-        )
-    except OSError:
+        fds = (*pass_fds, *((child_end.fileno(),) if child_end else ()))
+        if spawner is None:
+            proc: SpawnedChild = spawn_child(list(argv), env=dict(env), cwd=cwd, pass_fds=fds)
+        else:
+            proc = await spawner.spawn(list(argv), env=dict(env), cwd=cwd, pass_fds=fds)
+    except BaseException:
         if carrier is not None:
             carrier.close()
         raise

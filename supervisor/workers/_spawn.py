@@ -1,4 +1,5 @@
-"""A child process owned by the supervisor, spawned from the trio thread itself.
+"""A child process owned by the supervisor, spawned from the trio thread itself (a launcher, or the zygote; a child
+the zygote forks is a ``_zygote_client.ZygoteChild``, which has this interface).
 
 Why not ``trio.lowlevel.open_process``: trio forks from a cached worker thread, and a child's ``PR_SET_PDEATHSIG``
 fires when the *thread* that forked it exits (about 10 s after it goes idle), which killed healthy workers

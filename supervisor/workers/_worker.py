@@ -1,7 +1,8 @@
 """One worker process: its launch, its confinement's trusted half (cgroup, egress bridge) and its end.
 
-A :class:`Worker` is started with :meth:`Worker.start` (spawn the launcher, move it into its cgroup, send the
-confinement plan, serve its bridge, wait for ``hello``) and stopped with :meth:`Worker.stop` (bounded whatever the
+A :class:`Worker` is started with :meth:`Worker.start` (have its spawner (``_spawner.py``: the zygote's fork or a
+fresh launcher) make the process, move it into its cgroup, send the confinement plan, serve its bridge, wait for
+``hello``) and stopped with :meth:`Worker.stop` (bounded whatever the
 worker does). Everything said over its pipes - calls, wall-time limits, cancels, portal/host requests, events, tool
 lists, the worker's state - is the business of its :class:`~supervisor.workers._connection.WorkerConnection`, which
 needs no process (its tests run without root). Restarting is not the worker's business (see ``_runner.py``).
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from supervisor.tools import CompiledSchema
     from toolboxes._result import ToolResult
 
-    from ._spawn import ChildProcess
+    from ._spawner import SpawnedChild, Spawner
 
 __all__ = [
     "CANCEL_GRACE_S",
@@ -134,12 +135,14 @@ class Worker:
         on_request: RequestHandler,
         on_event: EventHandler,
         reuse: Sequence[CompiledSchema] = (),
+        spawner: Spawner | None = None,
     ) -> None:
         self.spec = spec
+        self._spawner = spawner
         self._reuse = reuse
         self._on_request = on_request
         self._on_event = on_event
-        self._proc: ChildProcess | None = None
+        self._proc: SpawnedChild | None = None
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         #: the protocol over the process's pipes (made at :meth:`start`; until then a worker is ``starting``)
@@ -219,7 +222,9 @@ class Worker:
         """
         spec = self.spec
         try:
-            launched = launch(spec.argv, spec.plan, env=spec.env, cwd=spec.cwd, pass_fds=spec.pass_fds)
+            launched = await launch(
+                spec.argv, spec.plan, env=spec.env, cwd=spec.cwd, pass_fds=spec.pass_fds, spawner=self._spawner
+            )
         except OSError as exc:
             self._fail_start(f"could not be started: {exc}")
             raise WorkerStartError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc

@@ -29,8 +29,10 @@ pytestmark = pytest.mark.root
 SECRET = "top-secret-value"
 
 
-@pytest.fixture
-async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
+@pytest.fixture(params=["zygote", "launcher"])
+async def sup(sandbox_tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[Supervisor]:
+    """A supervisor whose worker is forked by the zygote or started by a fresh launcher (``supervision.spawn``):
+    every attempt below must fail the same way under both."""
     project = sandbox_tmp / "project"
     project.mkdir()
     os.chown(project, 65534, 65534)
@@ -43,8 +45,14 @@ async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
     os.symlink(sandbox_tmp / "secret.txt", project / "planted-link")
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(project)}, "fsbName": "project"}
     toolbox = system_toolbox(capabilities=["execute-command", "attach-file", "list-directory", "date"], FileSandbox=fsb)
-    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[toolbox])}, landlock_min_abi=6)
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[toolbox])},
+        landlock_min_abi=6,
+        supervision={"spawn": request.param},
+    )
     async with Supervisor.open(policy) as s:
+        assert (getattr(s.spawner, "serving", None) is not None) == (request.param == "zygote")
         yield s
 
 
@@ -141,7 +149,8 @@ async def test_signalling_the_supervisor_fails(sup: Supervisor) -> None:
     procs = await _run(sup, "ls /proc | grep -E '^[0-9]+$' | wc -l; cat /proc/1/cmdline | tr '\\0' ' '")
     count, cmdline = procs["stdout"].splitlines()[:2]
     assert int(count) <= 5, procs  # only the worker's own processes are visible
-    assert "sandbox._launcher" in cmdline
+    # PID 1 is the worker: a launcher, or a fork of the zygote (whose command line it keeps)
+    assert ("sandbox._zygote" if getattr(sup.spawner, "serving", None) else "sandbox._launcher") in cmdline, cmdline
 
 
 async def test_abstract_unix_socket_of_the_supervisor_is_unreachable(sup: Supervisor) -> None:

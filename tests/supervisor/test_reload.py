@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +26,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from supervisor._reload import ReloadPlan, plan_reload
 from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor._service import Service, serve_processes
 from tests.supervisor.test_skills_e2e import Notifications
 
 if TYPE_CHECKING:
@@ -50,48 +48,6 @@ def test_plan_reload_keeps_only_what_compiled_the_same() -> None:
         started=(("a", "new"),),
     )
     assert plan_reload(running, set(), running) == ReloadPlan(kept=tuple(running))
-
-
-class Service:
-    """A ``serve`` process: its stderr read line by line (``wait_line``), its trace, SIGHUP."""
-
-    def __init__(self, process: trio.Process, state: Path) -> None:
-        self.process = process
-        self.state = state
-        self.lines: list[str] = []
-        self._changed = trio.Event()
-
-    async def read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        buffer = b""
-        while chunk := await self.process.stderr.receive_some(65536):
-            buffer += chunk
-            *done, buffer = buffer.split(b"\n")
-            self.lines += [d.decode(errors="replace") for d in done]
-            self._changed.set()
-            self._changed = trio.Event()
-
-    async def wait_line(self, text: str, after: int = 0) -> str:
-        """The first stderr line from index ``after`` on that holds ``text`` (waits for it)."""
-        while True:
-            for line in self.lines[after:]:
-                if text in line:
-                    return line
-            await self._changed.wait()
-
-    def records(self, kind: str) -> list[dict[str, Any]]:
-        path = self.state / "trace.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        return [r for r in map(json.loads, lines) if r.get("event") == kind]
-
-    def spawns(self, toolbox: str) -> list[int]:
-        return [r["pid"] for r in self.records("worker_spawn") if r["toolbox"] == toolbox]
-
-    def hup(self) -> int:
-        """Send SIGHUP; returns how many stderr lines came before it."""
-        seen = len(self.lines)
-        self.process.send_signal(signal.SIGHUP)
-        return seen
 
 
 def _policy(root: Path) -> Path:
@@ -133,30 +89,8 @@ def _break(root: Path) -> None:
 
 @pytest.fixture
 async def start(sandbox_tmp: Path) -> AsyncIterator[Any]:
-    services: list[Service] = []
-
-    async def start(*extra: str) -> Service:
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "supervisor", "serve", "--policy", str(sandbox_tmp / "policy.yaml"), *extra],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": REPO},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        service = Service(process, sandbox_tmp / "state")
-        services.append(service)
-        nursery.start_soon(service.read_stderr)
-        return service
-
-    async with trio.open_nursery() as nursery:
-        try:
-            yield start
-        finally:
-            for s in services:
-                s.process.terminate()
-                await s.process.wait()
-            nursery.cancel_scope.cancel()
+    async with serve_processes(sandbox_tmp) as start:
+        yield start
 
 
 def _alive(pid: int) -> bool:
@@ -287,3 +221,13 @@ async def test_sighup_reloads_a_stdio_service_and_keeps_its_session(sandbox_tmp:
         assert await client.names() == names
         assert not (await client.call("system_keep_date")).get("isError")
         assert service.spawns("keep") == [keep_pid] and _alive(keep_pid)
+
+
+def test_settings_read_once_are_named_when_a_reload_changes_them() -> None:
+    from supervisor._reload import _changed_restart_only
+    from supervisor.config import Policy
+
+    old = Policy()
+    new = Policy.model_validate({"kernel_audit": "off", "supervision": {"spawn": "launcher"}})
+    assert _changed_restart_only(old, new) == ["kernel_audit", "supervision.spawn"]
+    assert _changed_restart_only(old, Policy.model_validate({"sessions": {"keep_days": 1}})) == []

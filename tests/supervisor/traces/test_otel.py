@@ -340,3 +340,35 @@ def test_policy_otel_section(tmp_path: Path) -> None:
     for shipped in ("strict", "permissive"):
         otel = load_config(str(REPO / "policies" / f"{shipped}.yaml")).policy.trace.otel
         assert not otel.enabled and not otel.include_arguments
+
+
+@pytest.mark.root
+async def test_a_reload_turns_the_export_on_and_changes_it(sandbox_tmp: Path, collector: Collector) -> None:
+    """``trace.otel`` is applied by a policy reload: off, then on (the calls after it exported), then another
+    ``service_name`` (the old export sends what it holds and stops; the calls after go out under the new name)."""
+    import yaml
+
+    policy = _policy(sandbox_tmp)
+
+    def otel(**settings: Any) -> None:
+        data = yaml.safe_load(policy.read_text())
+        data["trace"] = {"otel": {"enabled": True, "endpoint": collector.url, **settings}}
+        policy.write_text(yaml.safe_dump(data))
+
+    async with Supervisor.open(policy) as sup:
+        assert (await sup.call("system_sys_hostname", {})).status == "passed"  # not exported: off
+        otel(service_name="before")
+        outcome = await sup.reload()
+        assert outcome.refused is None and f"OpenTelemetry export to {collector.url}/v1/traces" in outcome.applied
+        assert not outcome.plan.restarted, outcome.describe()  # the workers go on
+        assert (await sup.call("system_sys_date", {})).status == "passed"
+        otel(service_name="after")
+        assert (await sup.reload()).refused is None
+        assert (await sup.call("system_sys_date", {})).status == "passed"
+    by_service: dict[str, list[str]] = {}
+    for req in collector.requests:
+        for rs in req.resource_spans:
+            [name] = [a.value.string_value for a in rs.resource.attributes if a.key == "service.name"]
+            calls = [s.name for ss in rs.scope_spans for s in ss.spans if s.name.startswith("system_")]
+            by_service.setdefault(name, []).extend(calls)
+    assert by_service == {"before": ["system_sys_date"], "after": ["system_sys_date"]}

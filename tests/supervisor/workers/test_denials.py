@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING
 
 import pytest
+import trio.lowlevel
 
 from labkit import describe_json, write_script
 from sandbox._audit_netlink import AUDIT_LANDLOCK_ACCESS, AUDIT_LANDLOCK_DOMAIN, AuditRecord
@@ -17,7 +18,7 @@ from supervisor._supervisor import Supervisor
 from supervisor.traces import TraceRecorder
 from supervisor.traces._report import load_trace, render_text, report
 from supervisor.workers._denials import FsContext, explain_landlock, explain_seccomp, explain_text_paths, notes
-from supervisor.workers._kernel_audit import KernelAudit
+from supervisor.workers._kernel_audit import KernelAudit, combine_watches
 from tests._policies import agent, system_toolbox, write_policy
 
 if TYPE_CHECKING:
@@ -166,7 +167,10 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(
                     {"domain": "d", "blockers": "fs.make_reg", "path": "/tmp" if serial % 2 else f"/o{serial}"},
                 )
             )
-        result = await finish(ToolResult(status=status, data="cannot create /tmp/x: Permission denied"))
+        out = finish(ToolResult(status=status, data="cannot create /tmp/x: Permission denied"))
+        # a passed call is answered at once (nothing to wait for); a failed one waits for its barrier first
+        assert isinstance(out, ToolResult) == (status == "passed")
+        result = out if isinstance(out, ToolResult) else await out
         if status == "failed":
             assert result.data.count("[denied: Landlock refused to create a file in /tmp") == 1, result.data
             assert "63 other refusal(s)" in result.data  # 64 kept per call: /tmp once, 63 others
@@ -177,6 +181,44 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(
     traced = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert sum(1 for r in traced if r.get("call_id") == "failed") == 64
     assert not audit._in_flight
+
+
+async def test_combined_watches_answer_at_once_unless_one_must_wait() -> None:
+    from toolboxes._result import ToolResult
+
+    order: list[str] = []
+
+    def sync_watch(tool: object, call_id: str):
+        def finish(result: ToolResult) -> ToolResult:
+            order.append(f"sync {call_id}")
+            return result.with_meta("sync", call_id)
+
+        return finish
+
+    def waiting_watch(tool: object, call_id: str):
+        def finish(result: ToolResult):
+            if result.status == "passed":
+                order.append(f"at once {call_id}")
+                return result
+
+            async def later() -> ToolResult:
+                await trio.lowlevel.checkpoint()
+                order.append(f"waited {call_id}")
+                return result.with_meta("waited", call_id)
+
+            return later()
+
+        return finish
+
+    begin = combine_watches(sync_watch, waiting_watch, sync_watch)
+    passed = begin(None, "p")(ToolResult(status="passed", data=""))
+    assert isinstance(passed, ToolResult) and order == ["sync p", "at once p", "sync p"]
+    order.clear()
+    pending = begin(None, "f")(ToolResult(status="failed", data=""))
+    assert not isinstance(pending, ToolResult) and order == ["sync f"]  # the rest runs once it is awaited
+    failed = await pending
+    assert order == ["sync f", "waited f", "sync f"]
+    assert [k for k, _ in failed.metadata] == ["sync", "waited", "sync"]
 
 
 def test_the_reader_handles_a_bounded_batch_per_wake_up_and_survives_garbage(tmp_path: Path) -> None:

@@ -1,0 +1,280 @@
+"""The zygote: a fork server that has the worker code imported and forks processes that confine themselves.
+
+The supervisor starts it like a launcher (``[python, "-I", "-B", "-c", <bootstrap>]``, the staged code root first
+on ``sys.path``, the supervisor's few fixed variables as its environment; ``supervisor/workers/_zygote_client.py``)
+with one end of an ``AF_UNIX``/``SOCK_SEQPACKET`` socket pair on the fd its bootstrap names. It sets its
+parent-death signal, imports the modules the supervisor names (the worker entry and the toolbox kinds' packages:
+importing is the slow part of a start), freezes what it made out of the collector's way (``gc.freeze``: a child's
+collections then do not write to the pages it shares with the zygote), refuses to serve if it has more than one
+thread, answers ``ready`` and serves spawn requests (``sandbox._zygote_wire`` has the messages) until the socket
+closes.
+
+For each request it forks. The child, before anything else, sets its parent-death signal (a zygote that dies takes
+every child with it, and a zygote dies with the supervisor), checks its parent is still the zygote, restores the
+signal state of a fresh interpreter, closes the zygote's socket and every fd it was not sent, puts the fds it was
+sent at the numbers the request names (0, 1, 2: its pipes to the supervisor), and then runs
+:func:`sandbox._launcher.run`: the launcher's own code reads the plan from the new stdin and confines the process
+exactly as a fresh launcher confines itself. The plan comes on stdin, not in the request, because the supervisor
+moves the child into its cgroup between the spawn and the plan (nothing the plan starts runs outside the group).
+
+The zygote itself never runs toolbox code, never reads a plan and never has a second thread: it imports, forks,
+reaps (``SIGCHLD`` through a wakeup pipe) and reports each child's exit status to the supervisor.
+
+Exit statuses of the zygote: 0 when the supervisor closed the socket, 78 (one line on stderr, ``agents-supervise
+zygote: <reason>``) when it cannot serve (a malformed message, a second thread, a dead parent).
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import gc
+import importlib
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+from typing import Any, NoReturn
+
+from sandbox._launcher import EXIT_CONFINEMENT_FAILED, EXIT_WORKER_FAILED, STEP_MODULES
+from sandbox._launcher import run as run_launcher
+from sandbox._privileges import set_parent_death_signal
+from sandbox._zygote_wire import (
+    MAX_FDS,
+    MAX_MESSAGE,
+    ZygoteWireError,
+    check_fd_targets,
+    check_modules,
+    decode_message,
+    encode_message,
+)
+
+__all__ = ["SOCKET_FD", "main", "thread_count"]
+
+#: the fd the zygote finds its end of the socket pair on
+SOCKET_FD = 3
+_PREFIX = "agents-supervise zygote"
+_EXIT_FAILED = 78
+
+
+def thread_count() -> int:
+    """The threads of this process as the kernel counts them (a C library may start one Python never sees)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def _say(what: str) -> None:
+    try:
+        os.write(2, f"{_PREFIX}: {what}\n".replace("\n", " ").rstrip().encode("utf-8", "replace") + b"\n")
+    except OSError:
+        pass
+
+
+def _fail(what: str) -> NoReturn:
+    _say(what)
+    os._exit(_EXIT_FAILED)
+
+
+def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message and its fds (``None`` at EOF). The fds are close-on-exec; a truncated message is refused."""
+    fds = array.array("i")
+    data, ancdata, flags, _ = sock.recvmsg(
+        MAX_MESSAGE, socket.CMSG_SPACE(MAX_FDS * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+    )
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(cdata[: len(cdata) - (len(cdata) % fds.itemsize)])
+    received = list(fds)
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        for fd in received:
+            os.close(fd)
+        raise ZygoteWireError("a message or its fds were cut short")
+    if not data and not received:
+        return None, []
+    return decode_message(data), received
+
+
+def _send(sock: socket.socket, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
+    data = encode_message(message)
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.send(data)
+
+
+def _preload(modules: list[str]) -> dict[str, str]:
+    """Import ``modules``; the ones that failed, with why (a child imports them again after confinement)."""
+    failed: dict[str, str] = {}
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            failed[name] = f"{type(exc).__name__}: {exc}"[:500]
+    return failed
+
+
+def _place_fds(fds: list[int], targets: list[int]) -> None:
+    """In a child: give it ``fds[k]`` as fd ``targets[k]`` and close every other fd above 2."""
+    base = max([*targets, *fds]) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in fds]  # out of the way of every target
+    for fd in fds:
+        os.close(fd)
+    for fd, target in zip(moved, targets, strict=True):
+        os.dup2(fd, target, inheritable=True)
+    keep = sorted(t for t in targets if t > 2)
+    low = 3
+    for fd in keep:  # everything else goes: the zygote's socket and wakeup pipe, the moved copies, any stray fd
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+def _child(fds: list[int], targets: list[int], zygote_pid: int) -> NoReturn:
+    """The forked child: tie its life to the zygote's, become a fresh launcher, run the launcher's code."""
+    code = EXIT_CONFINEMENT_FAILED
+    try:
+        set_parent_death_signal()
+        if os.getppid() != zygote_pid:  # the zygote died before the signal was armed
+            os._exit(EXIT_CONFINEMENT_FAILED)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _place_fds(fds, targets)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        code = EXIT_WORKER_FAILED
+        code = run_launcher()
+    except SystemExit as exc:  # the entry's sys.exit(), as a fresh interpreter would end
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException as exc:  # only before the launcher's code ran: it never lets an exception out
+        _say(f"child {os.getpid()}: {type(exc).__name__}: {exc}")
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code & 0xFF)
+
+
+def _status(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _spawn(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
+    """Fork a child for one spawn request and answer it; the zygote keeps none of the request's fds."""
+    request_id = message.get("id")
+    try:
+        targets = check_fd_targets(message.get("fds"), len(fds))
+    except ZygoteWireError as exc:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"t": "refused", "id": request_id, "error": str(exc)})
+        return
+    if thread_count() != 1:  # nothing here starts a thread; were one there, a fork could copy a held lock
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"t": "refused", "id": request_id, "error": "the zygote has more than one thread"})
+        return
+    zygote_pid = os.getpid()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())  # no handler of ours runs in the child
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"t": "refused", "id": request_id, "error": f"fork failed: {exc.strerror}"})
+        return
+    if pid == 0:
+        _child(fds, targets, zygote_pid)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for fd in fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)  # the child cannot have been reaped yet: only this loop reaps
+    try:
+        _send(sock, {"t": "spawned", "id": request_id, "pid": pid}, (pidfd,))
+    finally:
+        os.close(pidfd)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"t": "exit", "pid": pid, "status": _status(status)})
+
+
+def serve(sock: socket.socket) -> NoReturn:
+    """Preload, answer ``ready``, serve spawn requests and report exits until the supervisor closes the socket."""
+    first, fds = _receive(sock)
+    for fd in fds:
+        os.close(fd)
+    if first is None:
+        os._exit(0)
+    if first.get("t") != "preload":
+        _fail(f"the first message must be 'preload', not {first.get('t')!r}")
+    failed = _preload([*STEP_MODULES, *check_modules(first.get("modules"))])
+    gc.collect()
+    gc.freeze()  # what the zygote made stays; a child's collector leaves those pages shared
+    threads = thread_count()
+    if threads != 1 or threading.active_count() != 1:
+        _fail(f"refusing to fork: the process has {threads} threads after the imports, forking needs one")
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    signal.set_wakeup_fd(wake_w)
+    _send(sock, {"t": "ready", "pid": os.getpid(), "threads": threads, "failed": failed})
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    while True:
+        for fd, _events in poller.poll():
+            if fd == wake_r:
+                try:
+                    while os.read(wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                _reap(sock)
+                continue
+            message, fds = _receive(sock)
+            if message is None:
+                os._exit(0)  # the supervisor is gone or done: the children die with the zygote
+            if message.get("t") != "spawn":
+                for received in fds:
+                    os.close(received)
+                _fail(f"unexpected message {message.get('t')!r}")
+            _spawn(sock, message, fds)
+        _reap(sock)  # a SIGCHLD may have come while a request was served
+
+
+def main(sock_fd: int = SOCKET_FD) -> NoReturn:
+    """The zygote's start: arm the parent-death signal, then :func:`serve` on the socket ``sock_fd``."""
+    ppid = os.getppid()
+    try:
+        set_parent_death_signal()
+        if os.getppid() != ppid:
+            _fail("the supervisor exited during start-up")
+        sock = socket.socket(fileno=sock_fd)
+        if sock.type != socket.SOCK_SEQPACKET or sock.family != socket.AF_UNIX:
+            _fail(f"fd {sock_fd} is not a unix seqpacket socket")
+        serve(sock)
+    except SystemExit:
+        raise
+    except (OSError, ZygoteWireError) as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:
+        _fail(f"unexpected {type(exc).__name__}: {exc}")

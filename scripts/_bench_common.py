@@ -1,0 +1,98 @@
+"""What the benchmark scripts share: the agent file and the policy a benchmark runs (written into a folder the
+sandbox uids can traverse), the System toolbox most of them call, and percentiles.
+
+A benchmark's policy is ``policies/strict.yaml`` (every protection on: Landlock with the private view, seccomp,
+namespaces, cgroups, a uid per worker, kernel-denial auditing) with the agent file, the state folder and the
+benchmark's own keys put over it (a key given as a mapping is merged one level deep, so ``sessions={"max_calls":
+None}`` keeps strict's other session bounds); ``base=None`` starts from an empty policy (the defaults) instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "BENCH_ROOT",
+    "STRICT",
+    "agent_file",
+    "bench_folder",
+    "percentile",
+    "system_toolbox",
+    "write_policy",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+STRICT = REPO / "policies" / "strict.yaml"
+#: Where benchmark folders are made: under /tmp, world-traversable (a confined worker's uid must reach its files).
+BENCH_ROOT = "/tmp/agents-supervise-bench"
+
+
+def bench_folder() -> Path:
+    """A fresh folder under :data:`BENCH_ROOT` that every uid may traverse."""
+    os.makedirs(BENCH_ROOT, exist_ok=True)
+    os.chmod(BENCH_ROOT, 0o755)
+    root = Path(tempfile.mkdtemp(dir=BENCH_ROOT))
+    os.chmod(root, 0o755)
+    return root
+
+
+def system_toolbox(name: str = "system", capabilities: tuple[str, ...] = ("date",)) -> dict[str, Any]:
+    """A ``SystemToolbox`` entry of an agent file (its ``date`` tool is ``system_<name>_date``)."""
+    return {
+        "tag": "SystemToolbox",
+        "contents": {"Name": name, "Description": "bench", "Capabilities": list(capabilities)},
+    }
+
+
+def agent_file(root: Path, slug: str = "bench", **sections: Any) -> Path:
+    """Write ``<root>/<slug>.json``, an OpenAI agent description with ``sections`` (``builtinToolboxes=[...]``,
+    ``bashToolboxes=[...]``); its path."""
+    contents = {
+        "slug": slug,
+        "apiKeyId": "none",
+        "flavor": "openai",
+        "modelUrl": "http://127.0.0.1:9/v1",
+        "modelName": "none",
+        "announce": slug,
+        "systemPrompt": [slug],
+        **sections,
+    }
+    path = root / f"{slug}.json"
+    path.write_text(json.dumps({"tag": "OpenAIAgentDescription", "contents": contents}))
+    return path
+
+
+def write_policy(
+    root: Path,
+    agents: list[Path],
+    *,
+    name: str = "policy.yaml",
+    state: Path | None = None,
+    base: Path | None = STRICT,
+    **keys: Any,
+) -> Path:
+    """Write ``<root>/<name>``: ``base`` (strict.yaml; ``None``: nothing) with ``agents``, the state folder
+    (``state``, default ``<root>/state``) and ``keys`` over it; its path."""
+    policy: dict[str, Any] = yaml.safe_load(base.read_text()) if base is not None else {}
+    policy["agents"] = [str(a) for a in agents]
+    policy["state_dir"] = str(state or root / "state")
+    for key, value in keys.items():
+        if isinstance(value, dict) and isinstance(policy.get(key), dict):
+            policy[key] = {**policy[key], **value}
+        else:
+            policy[key] = value
+    path = root / name
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]

@@ -1,0 +1,333 @@
+"""The supervisor's side of one zygote (``sandbox._zygote``): start it, ask it for children, hear their exits.
+
+:class:`Zygote` is one zygote process and its ``SOCK_SEQPACKET`` socket (messages: ``sandbox._zygote_wire``). It
+is started by :meth:`Zygote.start` (spawned from the trio thread like a worker's launcher, so its parent-death
+signal fires only when the supervisor ends; then ``preload`` and the wait for ``ready``), and its reader,
+:meth:`Zygote.serve`, runs until the zygote's socket closes. :meth:`Zygote.spawn` sends the child's fds and returns
+a :class:`ZygoteChild`, which has the interface of :class:`~supervisor.workers._spawn.ChildProcess`: trio streams on
+its pipes, ``wait``, ``poll``, ``returncode``, ``send_signal``, ``aclose`` (SIGTERM, grace, SIGKILL) and ``kill``.
+Its exit is seen on a pidfd the zygote opened for it (the supervisor is not its parent, so it cannot reap it); its
+status is the one the zygote reports when it reaped it. A child whose zygote died without reporting it was killed
+with the zygote (its parent-death signal): its status is ``-SIGKILL``.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import signal
+import socket
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from sandbox._zygote_wire import MAX_MESSAGE, ZygoteWireError, decode_message, encode_message
+
+from ._spawn import ChildProcess, spawn_child
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = ["Zygote", "ZygoteChild", "ZygoteGone", "zygote_argv"]
+
+#: how long a zygote may take from its spawn to ``ready`` (imports on a loaded machine)
+START_TIMEOUT_S = 30.0
+#: how long after a child's exit its status may take to be reported before it is presumed (``-SIGKILL``)
+REPORT_TIMEOUT_S = 5.0
+#: how long a spawn request may wait for its answer before the zygote counts as hung (and is killed)
+SPAWN_TIMEOUT_S = 10.0
+
+
+class ZygoteGone(Exception):
+    """The zygote cannot serve a spawn: it never started, it died, or it is hung. The message says which."""
+
+
+def zygote_argv(python: str, code_root: str, sock_fd: int) -> list[str]:
+    """The command that starts the zygote with its socket on ``sock_fd``: the launcher's command
+    (``_launch.launcher_argv``) with ``sandbox._zygote.main`` for ``sandbox._launcher.main``."""
+    boot = f"import sys; sys.path.insert(0, {code_root!r}); from sandbox._zygote import main; main({int(sock_fd)})"
+    return [python, "-I", "-B", "-c", boot]
+
+
+class _ChildRecord:
+    """What the reader learns of one child: its exit status (``None`` until reported or presumed)."""
+
+    __slots__ = ("exited", "status")
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.exited = trio.Event()
+
+
+class _Request:
+    __slots__ = ("answer", "done", "pidfd")
+
+    def __init__(self) -> None:
+        self.answer: dict[str, Any] | None = None
+        self.pidfd: int | None = None
+        self.done = trio.Event()
+
+
+class ZygoteChild:
+    """A process the zygote forked for the supervisor; the interface of :class:`ChildProcess`."""
+
+    def __init__(self, pid: int, pidfd: int, stdin: int, stdout: int, stderr: int, record: _ChildRecord) -> None:
+        self.pid = pid
+        self._pidfd = pidfd
+        self._record = record
+        self.stdin = trio.lowlevel.FdStream(stdin)
+        self.stdout = trio.lowlevel.FdStream(stdout)
+        self.stderr = trio.lowlevel.FdStream(stderr)
+        self.returncode: int | None = None
+        self._closed = False
+        self._wait_lock = trio.Lock()
+
+    async def wait(self) -> int:
+        """Wait for the child to exit and its status to be known; a checkpoint, cancellation leaves it running."""
+        async with self._wait_lock:
+            if self.returncode is None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+                # The zygote reaps at once and reports; if it died (or hangs) the status is presumed: the child was
+                # killed with it (its parent-death signal).
+                with trio.move_on_after(REPORT_TIMEOUT_S):
+                    await self._record.exited.wait()
+                self.returncode = self._record.status if self._record.status is not None else -signal.SIGKILL
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._record.exited.is_set() and self._record.status is not None:
+            self.returncode = self._record.status
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the child through its pidfd (never a recycled pid) unless its exit is known."""
+        if self.poll() is None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    async def aclose(self, grace_s: float = 2.0) -> None:
+        """Stop the child: SIGTERM, up to ``grace_s`` to exit, then SIGKILL, wait, close every fd. Shielded."""
+        with trio.CancelScope(shield=True):
+            if self.poll() is None:
+                self.send_signal(signal.SIGTERM)
+                with trio.move_on_after(grace_s):
+                    await self.wait()
+                if self.poll() is None:
+                    self.send_signal(signal.SIGKILL)
+                    await self.wait()
+            if not self._closed:
+                self._closed = True
+                for stream in (self.stdin, self.stdout, self.stderr):
+                    await stream.aclose()
+                os.close(self._pidfd)
+
+    async def kill(self) -> None:
+        """SIGKILL and wait at once (no grace), then close the fds."""
+        await self.aclose(grace_s=0.0)
+
+
+class Zygote:
+    """One zygote process: its start, its reader, its spawn requests, its children's exits."""
+
+    def __init__(self, python: str, code_root: str, *, env: Mapping[str, str], cwd: str = "/") -> None:
+        self.python = python
+        self.code_root = code_root
+        self.env = dict(env)
+        self.cwd = cwd
+        self.pid: int | None = None
+        self.proc: ChildProcess | None = None
+        self.dead = trio.Event()
+        self.death_reason = "has not started"
+        self.failed_imports: dict[str, str] = {}
+        self._sock: trio.socket.SocketType | None = None
+        self._next_id = 1
+        self._requests: dict[int, _Request] = {}
+        self._children: dict[int, _ChildRecord] = {}
+
+    async def start(self, modules: Sequence[str], timeout_s: float = START_TIMEOUT_S) -> None:
+        """Spawn the zygote, have it import ``modules`` and wait for ``ready``. Raises :class:`ZygoteGone` (why)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            argv = zygote_argv(self.python, self.code_root, theirs.fileno())
+            self.proc = spawn_child(argv, env=self.env, cwd=self.cwd, pass_fds=(theirs.fileno(),))
+        except OSError as exc:
+            ours.close()
+            self._die(f"could not be started: {exc}")
+            raise ZygoteGone(self.death_reason) from exc
+        finally:
+            theirs.close()
+        self.pid = self.proc.pid
+        await self.proc.stdin.aclose()  # the zygote reads nothing on stdin
+        self._sock = trio.socket.from_stdlib_socket(ours)
+        answer: dict[str, Any] | None = None
+        with trio.move_on_after(timeout_s):
+            try:
+                await self._sock.send(encode_message({"t": "preload", "modules": list(modules)}))
+                answer, fds = await self._receive()
+                _close_all(fds)
+            except (OSError, ZygoteWireError):
+                answer = None
+        if answer is None or answer.get("t") != "ready":
+            why = await self._exit_detail() if answer is None else f"answered {answer.get('t')!r}, not ready"
+            await self._kill_process()
+            self._die(why)
+            raise ZygoteGone(why)
+        failed = answer.get("failed")
+        self.failed_imports = dict(failed) if isinstance(failed, dict) else {}
+
+    async def _receive(self) -> tuple[dict[str, Any] | None, list[int]]:
+        assert self._sock is not None
+        data, ancdata, flags, _ = await self._sock.recvmsg(
+            MAX_MESSAGE, socket.CMSG_SPACE(array.array("i").itemsize * 4), socket.MSG_CMSG_CLOEXEC
+        )
+        fds = array.array("i")
+        for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(cdata[: len(cdata) - (len(cdata) % fds.itemsize)])
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            _close_all(list(fds))
+            raise ZygoteWireError("the zygote's message was cut short")
+        if not data and not fds:
+            return None, []
+        return decode_message(data), list(fds)
+
+    async def serve(self) -> None:
+        """Read the zygote's answers and exit reports until its socket closes; then it is :attr:`dead`."""
+        why = "closed its socket"
+        try:
+            while True:
+                message, fds = await self._receive()
+                if message is None:
+                    break
+                self._dispatch(message, fds)
+        except (OSError, ZygoteWireError, trio.ClosedResourceError) as exc:
+            why = f"broke its socket ({type(exc).__name__}: {exc})"
+        # (a cancelled reader leaves the zygote to aclose())
+        with trio.CancelScope(shield=True):
+            if not self.dead.is_set():
+                detail = await self._exit_detail()
+                await self._kill_process()
+                self._die(detail or why)
+
+    def _dispatch(self, message: dict[str, Any], fds: list[int]) -> None:
+        kind = message.get("t")
+        if kind == "exit":
+            _close_all(fds)
+            pid, status = message.get("pid"), message.get("status")
+            record = self._children.pop(pid, None) if isinstance(pid, int) else None
+            if record is not None and isinstance(status, int):
+                record.status = status
+                record.exited.set()
+            return
+        request_id = message.get("id")
+        request = self._requests.pop(request_id, None) if isinstance(request_id, int) else None
+        if request is None or kind not in ("spawned", "refused"):
+            _close_all(fds)
+            return
+        if kind == "spawned" and isinstance(message.get("pid"), int) and len(fds) == 1:
+            self._children[message["pid"]] = _ChildRecord()
+            request.pidfd = fds[0]
+        else:
+            _close_all(fds)
+        request.answer = message
+        request.done.set()
+
+    async def spawn(self, fds: Sequence[tuple[int, int]]) -> tuple[int, int, _ChildRecord]:
+        """Fork a child with each ``(fd, target)`` of ``fds`` at ``target``; return its pid, a pidfd and its record.
+
+        Raises :class:`ZygoteGone` when the zygote is dead, hung (no answer in :data:`SPAWN_TIMEOUT_S`: it is
+        killed) or refused (``OSError`` of the fork). The caller still owns the fds it passed."""
+        if self.dead.is_set() or self._sock is None:
+            raise ZygoteGone(self.death_reason)
+        request_id, self._next_id = self._next_id, self._next_id + 1
+        request = _Request()
+        self._requests[request_id] = request
+        message = encode_message({"t": "spawn", "id": request_id, "fds": [target for _, target in fds]})
+        try:
+            with trio.move_on_after(SPAWN_TIMEOUT_S) as scope:
+                await self._sock.sendmsg(
+                    [message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd for fd, _ in fds]))]
+                )
+                await request.done.wait()  # set by the answer, or by the zygote's death
+        except (OSError, trio.ClosedResourceError) as exc:
+            self._requests.pop(request_id, None)
+            raise ZygoteGone(f"could not be asked for a child ({exc})") from exc
+        if scope.cancelled_caught:
+            self._requests.pop(request_id, None)
+            await self._kill_process()
+            raise ZygoteGone(f"did not answer a spawn request within {SPAWN_TIMEOUT_S:g} s and was killed")
+        answer = request.answer
+        if answer is None:
+            raise ZygoteGone(self.death_reason)
+        if answer.get("t") != "spawned" or request.pidfd is None:
+            raise ZygoteGone(f"refused to fork: {answer.get('error', '?')}")
+        pid = answer["pid"]
+        return pid, request.pidfd, self._children[pid]
+
+    async def _exit_detail(self) -> str:
+        """How the zygote process ended and the last line it wrote (waits at most 2 s for it)."""
+        if self.proc is None:
+            return ""
+        code: int | None = None
+        with trio.move_on_after(2):
+            code = await self.proc.wait()
+        chunks: list[bytes] = []
+        with trio.move_on_after(0.5):
+            try:
+                while chunk := await self.proc.stderr.receive_some(65536):
+                    chunks.append(chunk)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        lines = b"".join(chunks).decode("utf-8", "replace").strip().splitlines()
+        status = (
+            "is still running"
+            if code is None
+            else (f"was killed by signal {-code}" if code < 0 else f"exited with status {code}")
+        )
+        return status + (f": {lines[-1][:500]}" if lines else "")
+
+    async def _kill_process(self) -> None:
+        if self.proc is not None:
+            await self.proc.kill()
+
+    def _die(self, reason: str) -> None:
+        """Mark the zygote dead: pending requests fail, children without a report count as killed with it."""
+        self.death_reason = reason
+        if self._sock is not None:
+            self._sock.close()
+        for request in self._requests.values():
+            request.done.set()
+        self._requests.clear()
+        for record in self._children.values():
+            record.exited.set()
+        self._children.clear()
+        self.dead.set()
+
+    async def aclose(self) -> None:
+        """Close the socket (the zygote exits, and every child it still has dies with it) and reap it."""
+        with trio.CancelScope(shield=True):
+            if self._sock is not None:
+                self._sock.close()
+            if self.proc is not None:
+                with trio.move_on_after(2):
+                    await self.proc.wait()
+                await self.proc.aclose(grace_s=0.5)
+            if not self.dead.is_set():
+                self._die("was stopped")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _close_all(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

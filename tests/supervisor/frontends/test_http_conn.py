@@ -1,0 +1,155 @@
+"""The HTTP/1.1 connection on h11 (``supervisor/frontends/_http_conn.py``): a whole response to a keep-alive request
+goes out past h11's writer and the connection goes on with a fresh parser; everything else is h11's. The client
+side of every exchange is a real h11 client connection, so each response is checked by an HTTP parser, not by
+comparing bytes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import h11
+import trio
+import trio.testing
+
+from supervisor.frontends._http_conn import serve_connection, whole_response
+
+
+async def _echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers each request with JSON naming its method, path and body."""
+    body = b""
+    while True:
+        event = await receive()
+        if event["type"] != "http.request":
+            return
+        body += event.get("body", b"")
+        if not event.get("more_body"):
+            break
+    out = json.dumps({"method": scope["method"], "path": scope["path"], "body": body.decode()}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": out, "more_body": False})
+
+
+def _request(method: str, path: str, body: bytes = b"", headers: list[tuple[str, str]] | None = None) -> bytes:
+    client = h11.Connection(h11.CLIENT)
+    head = [("host", "test"), ("content-length", str(len(body))), *(headers or [])]
+    return (
+        client.send(h11.Request(method=method, target=path, headers=head))
+        + client.send(h11.Data(data=body))
+        + client.send(h11.EndOfMessage())
+    )
+
+
+class _Client:
+    """The test's end: writes raw requests, parses every response with an h11 client connection."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.conn = h11.Connection(h11.CLIENT)
+
+    async def response(self, method: bytes = b"POST") -> tuple[h11.Response, bytes]:
+        # The client's own state machine must have "sent" a request for h11 to parse a response.
+        self.conn.send(h11.Request(method=method, target="/", headers=[("host", "test"), ("content-length", "0")]))
+        self.conn.send(h11.EndOfMessage())
+        head: h11.Response | None = None
+        body = b""
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await self.stream.receive_some(65536)
+                self.conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Response):
+                head = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                assert head is not None
+                if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+                    self.conn.start_next_cycle()
+                return head, body
+
+
+async def _serve(nursery: trio.Nursery, app: Any = _echo_app) -> tuple[_Client, list[BaseException]]:
+    client, server = trio.testing.memory_stream_pair()
+    errors: list[BaseException] = []
+    nursery.start_soon(
+        lambda: serve_connection(
+            server, app, scheme="http", max_head_bytes=16384, read_timeout_s=30, on_error=errors.append
+        )
+    )
+    return _Client(client), errors
+
+
+async def test_keep_alive_requests_are_answered_in_order_on_one_connection() -> None:
+    async with trio.open_nursery() as nursery:
+        client, errors = await _serve(nursery)
+        await client.stream.send_all(_request("POST", "/one", b"first"))
+        head, body = await client.response()
+        assert head.status_code == 200 and json.loads(body) == {"method": "POST", "path": "/one", "body": "first"}
+        assert dict(head.headers)[b"content-length"] == str(len(body)).encode()
+        # Two more in one write (pipelined): the bytes after the first belong to the next request's parser.
+        await client.stream.send_all(_request("POST", "/two", b"2") + _request("POST", "/three", b"3"))
+        assert json.loads((await client.response())[1])["path"] == "/two"
+        assert json.loads((await client.response())[1])["path"] == "/three"
+        # A request split across writes after a whole response is still read.
+        data = _request("POST", "/four", b"split body")
+        await client.stream.send_all(data[:20])
+        await trio.testing.wait_all_tasks_blocked()
+        await client.stream.send_all(data[20:])
+        assert json.loads((await client.response())[1])["body"] == "split body"
+        assert not errors
+        nursery.cancel_scope.cancel()
+
+
+async def test_connection_close_and_head_are_written_by_h11() -> None:
+    async with trio.open_nursery() as nursery:
+        client, _ = await _serve(nursery)
+        await client.stream.send_all(_request("HEAD", "/h"))
+        head, body = await client.response(b"HEAD")
+        assert head.status_code == 200 and body == b""  # no body after a HEAD's head
+        await client.stream.send_all(_request("POST", "/bye", headers=[("connection", "close")]))
+        head, _ = await client.response()
+        assert (b"connection", b"close") in list(head.headers)
+        assert await client.stream.receive_some(100) == b""  # and the server closed the connection
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_header_value_with_a_line_break_is_never_written() -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-bad", b"a\r\nset-cookie: x=1")]})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+    async with trio.open_nursery() as nursery:
+        client, errors = await _serve(nursery, app)
+        await client.stream.send_all(_request("POST", "/"))
+        received = b""
+        while chunk := await client.stream.receive_some(65536):
+            received += chunk
+        assert b"set-cookie" not in received.lower()  # h11 refused the header: the app's error, no response
+        assert errors and isinstance(errors[0], h11.LocalProtocolError)
+        nursery.cancel_scope.cancel()
+
+
+def test_whole_response_is_a_response_h11_parses_or_none() -> None:
+    raw = whole_response(201, [(b"Content-Type", b"application/json"), (b"content-length", b"2")], b"{}")
+    assert raw is not None
+    parser = h11.Connection(h11.CLIENT)
+    parser.send(h11.Request(method="POST", target="/", headers=[("host", "t"), ("content-length", "0")]))
+    parser.send(h11.EndOfMessage())
+    parser.receive_data(raw)
+    head = parser.next_event()
+    assert isinstance(head, h11.Response) and head.status_code == 201 and head.reason == b"Created"
+    assert list(head.headers) == [(b"content-type", b"application/json"), (b"content-length", b"2")]
+    assert parser.next_event() == h11.Data(data=b"{}")
+    # What h11 must write (or refuse): bodiless statuses, framing headers, bad names and values, a wrong length.
+    assert whole_response(204, [], b"") is None
+    assert whole_response(101, [], b"") is None
+    assert whole_response(200, [(b"transfer-encoding", b"chunked")], b"") is None
+    assert whole_response(200, [(b"connection", b"close")], b"") is None
+    assert whole_response(200, [(b"content-length", b"3")], b"{}") is None
+    assert whole_response(200, [(b"bad name", b"x")], b"") is None
+    for value in (b"a\rb", b"a\nb", b"a\x00b", b" lead", b"trail ", "é".encode()):
+        assert whole_response(200, [(b"x", value)], b"") is None, value
+    assert whole_response(200, [(b"x", b"inner  space\tand tab")], b"") is not None

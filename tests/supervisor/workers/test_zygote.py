@@ -1,0 +1,300 @@
+"""The zygote (``sandbox._zygote``) and its supervisor side (``_zygote_client.py``, ``_spawner.py``), for real.
+
+Two levels: the zygote process driven by :class:`ZygoteSpawner` with one-shot plans (a confined ``sh`` through the
+launcher's built-in ``exec_argv`` entry: exit statuses, signals, its fds and threads, the fallback), and whole
+supervisors whose workers it forks (a worker cannot reach it, it is killed mid-run and the supervisor keeps
+serving, a worker crash leaves it alone). The confinement of zygote-spawned workers as such is checked by the
+escape tests (``tests/sandbox/test_escapes*.py``), which run under both spawn modes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+
+from sandbox._landlock import landlock_abi
+from sandbox._plan import ConfinementPlan, FsRule
+from sandbox._syspaths import python_runtime_paths
+from supervisor._supervisor import Supervisor
+from supervisor.workers._launch import launch, launcher_argv, plan_frame
+from supervisor.workers._spawner import LauncherSpawner, Spawner, ZygoteSpawner
+from tests._policies import agent, system_toolbox, write_policy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the zygote's children drop to uid 65534 and need root"),
+    pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock"),
+]
+
+NOBODY = 65534
+ENV = {"LANG": "C.UTF-8"}
+CODE_ROOT = str(Path(__file__).resolve().parents[3])  # the checkout: imported as root, before confinement
+
+
+def _plan(work: Path, script: str) -> ConfinementPlan:
+    rules = [FsRule(p) for p in [*python_runtime_paths(), "/usr", "/lib", "/lib64", "/bin", "/etc"]]
+    return ConfinementPlan(
+        toolbox="probe",
+        workdir=str(work),
+        entry="sandbox._launcher:exec_argv",
+        payload={"argv": ["/bin/sh", "-c", script]},
+        uid=NOBODY,
+        gid=NOBODY,
+        fs_rules=(*rules, FsRule(str(work), "write"), FsRule("/dev/null", "write")),
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+
+async def _run(spawner: Spawner, plan: ConfinementPlan) -> tuple[int, bytes, bytes]:
+    """Spawn ``plan`` through ``spawner``, send its plan, read all output; (status, stdout, stderr)."""
+    launched = await launch(launcher_argv(sys.executable, CODE_ROOT), plan, env=ENV, spawner=spawner)
+    proc = launched.proc
+    out: list[bytes] = []
+    err: list[bytes] = []
+
+    async def drain(stream: Any, into: list[bytes]) -> None:
+        while chunk := await stream.receive_some(65536):
+            into.append(chunk)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain, proc.stdout, out)
+            nursery.start_soon(drain, proc.stderr, err)
+            await proc.stdin.send_all(plan_frame(launched.plan))
+            await proc.stdin.aclose()
+            status = await proc.wait()
+    await proc.aclose()
+    return status, b"".join(out), b"".join(err)
+
+
+class Notes(list):  # type: ignore[type-arg]
+    def __call__(self, event: str, fields: dict[str, Any]) -> None:
+        self.append((event, fields))
+
+
+@pytest.fixture
+async def zygote(sandbox_tmp: Path) -> AsyncIterator[tuple[ZygoteSpawner, Notes]]:
+    notes = Notes()
+    spawner = ZygoteSpawner(sys.executable, CODE_ROOT, env=ENV, modules=["toolboxes._worker"], note=notes)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(spawner.run)
+        assert spawner.serving is not None, notes
+        yield spawner, notes
+        nursery.cancel_scope.cancel()
+
+
+def _work(sandbox_tmp: Path) -> Path:
+    work = sandbox_tmp / "work"
+    work.mkdir(exist_ok=True)
+    os.chown(work, NOBODY, NOBODY)
+    return work
+
+
+async def test_a_forked_child_is_confined_and_its_exit_is_reported(zygote: Any, sandbox_tmp: Path) -> None:
+    """The child confines itself with the launcher's code (uid, no_new_privs, seccomp, no capabilities, its own PID
+    namespace) and the zygote reports its exit code and, for a signal, minus the signal."""
+    spawner, _ = zygote
+    work = _work(sandbox_tmp)
+    status, out, err = await _run(
+        spawner, _plan(work, "id -u; grep -E '^(NoNewPrivs|Seccomp|CapEff):' /proc/self/status; echo $$; exit 3")
+    )
+    assert status == 3, err
+    lines = out.decode().split()
+    assert lines[0] == str(NOBODY)
+    assert "NoNewPrivs:" in lines and lines[lines.index("NoNewPrivs:") + 1] == "1"
+    assert lines[lines.index("Seccomp:") + 1] == "2"
+    assert lines[lines.index("CapEff:") + 1] == "0000000000000000"
+    assert int(lines[-1]) < 10  # the shell runs in a PID namespace of its own
+    no_pidns = dataclasses.replace(_plan(work, "kill -TERM $$"), new_pidns=False)  # PID 1 would ignore it
+    status, _, err = await _run(spawner, no_pidns)
+    assert status == -signal.SIGTERM, err
+    launched = await launch(launcher_argv(sys.executable, CODE_ROOT), _plan(work, "sleep 60"), env=ENV, spawner=spawner)
+    await launched.proc.stdin.send_all(plan_frame(launched.plan))
+    launched.proc.send_signal(signal.SIGKILL)  # the outer process: the PID namespace dies with it
+    with trio.fail_after(30):
+        assert await launched.proc.wait() == -signal.SIGKILL
+    await launched.proc.aclose()
+
+
+async def test_a_child_has_only_its_own_fds_and_the_zygote_one_thread(zygote: Any, sandbox_tmp: Path) -> None:
+    """The fds of the child are its three pipes (the zygote's socket and wakeup pipe are closed before the plan is
+    read); the zygote has one thread and its environment is the fixed one, not this process's."""
+    spawner, _ = zygote
+    work = _work(sandbox_tmp)
+    status, out, err = await _run(spawner, _plan(work, "ls /proc/self/fd"))
+    assert status == 0, err
+    assert sorted(int(fd) for fd in out.split()) == [0, 1, 2, 3]  # 3: the directory ls reads
+    pid = spawner.serving.pid  # type: ignore[union-attr]
+    assert os.listdir(f"/proc/{pid}/task") == [str(pid)]
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        assert dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if kv) == {b"LANG": b"C.UTF-8"}
+
+
+async def test_a_zygote_that_cannot_start_leaves_the_launcher(sandbox_tmp: Path) -> None:
+    """A zygote whose code root holds no zygote exits at once: one ``zygote_fallback`` note says why and spawns
+    still work, by the launcher."""
+    notes = Notes()
+    empty = sandbox_tmp / "empty"
+    empty.mkdir()
+    spawner = ZygoteSpawner(sys.executable, str(empty), env=ENV, modules=[], note=notes)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(spawner.run)
+        assert spawner.serving is None
+        assert [event for event, _ in notes] == ["zygote_fallback"]
+        reason = notes[0][1]["reason"]
+        assert "could not start" in reason and "ModuleNotFoundError" in reason, reason
+        assert spawner.fallback_reason is not None
+        spawner.argv = launcher_argv(sys.executable, CODE_ROOT)  # a command it would serve, were it up
+        status, out, _ = await _run(spawner, _plan(_work(sandbox_tmp), "echo launched"))
+        assert (status, out) == (0, b"launched\n")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_zygote_spawn_is_faster_than_a_launcher_spawn(zygote: Any, sandbox_tmp: Path) -> None:
+    """Same plan, same run, alternating: the median confined run through the zygote takes less time than through
+    a fresh launcher (the figures themselves are the benchmark's, scripts/bench_scale.py)."""
+    spawner, _ = zygote
+    plan = _plan(_work(sandbox_tmp), "true")
+    times: dict[str, list[float]] = {"zygote": [], "launcher": []}
+    for _ in range(5):
+        for name, which in (("zygote", spawner), ("launcher", LauncherSpawner())):
+            begun = time.perf_counter()
+            status, _, err = await _run(which, plan)
+            times[name].append(time.perf_counter() - begun)
+            assert status == 0, err
+    assert statistics.median(times["zygote"]) < statistics.median(times["launcher"]), times
+
+
+# -- whole supervisors --------------------------------------------------------------------------------------------
+
+
+def _trace(sup: Supervisor) -> list[dict[str, Any]]:
+    sup.trace.flush()
+    assert sup.compiled.trace_path is not None
+    with open(sup.compiled.trace_path) as f:
+        return [json.loads(line) for line in f]
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.fixture
+async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
+    toolboxes = [system_toolbox(name, capabilities=["execute-command", "date"]) for name in ("one", "two")]
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=toolboxes)},
+        supervision={"spawn": "zygote", "restart_backoff_initial_s": 0.05},
+    )
+    async with Supervisor.open(policy) as s:
+        yield s
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (from the kernel's children lists)."""
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        for task in os.listdir(f"/proc/{p}/task"):
+            try:
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+async def test_workers_are_forked_by_the_zygote_and_cannot_reach_it(sup: Supervisor) -> None:
+    """Each worker's outer process is a child of the zygote; no process of a worker holds either end of the
+    zygote's socket (checked on every fd of every process of its tree, as root), and from inside, the worker's
+    shell finds no socket among its fds and no process of the host in its /proc."""
+    zygote = sup.spawner.serving  # type: ignore[attr-defined]
+    assert zygote is not None
+    zygote_sockets = {os.readlink(f"/proc/{zygote.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{zygote.pid}/fd")}
+    zygote_sockets = {link for link in zygote_sockets if link.startswith("socket:")}
+    assert zygote_sockets  # its end of the pair; a worker has no socket at all (no bridge here)
+    for runner in sup.runners:
+        assert runner.worker is not None and runner.worker.pid is not None
+        assert _ppid(runner.worker.pid) == zygote.pid
+        for pid in _tree(runner.worker.pid):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                assert not link.startswith("socket:"), (pid, fd, link)
+    result = await sup.call(
+        "system_one_execute_command",
+        {"command": f"ls -l /proc/self/fd; ls -d /proc/[0-9]*; kill -0 {zygote.pid} && echo REACHED"},
+    )
+    assert result.structured is not None, result.data
+    out = result.structured["stdout"]
+    assert "socket:" not in out and "REACHED" not in out, out
+    assert f"/proc/{zygote.pid}\n" not in out
+
+
+async def test_a_killed_zygote_is_restarted_and_the_supervisor_keeps_serving(sup: Supervisor) -> None:
+    """SIGKILL the zygote mid-run: its workers die with it, the supervisor notes the death, starts a new zygote and
+    its workers come back (through the new zygote, or the launcher while it starts); calls are served again."""
+    spawner: ZygoteSpawner = sup.spawner  # type: ignore[assignment]
+    first = spawner.serving
+    assert first is not None and first.pid is not None
+    workers = [runner.worker for runner in sup.runners]
+    os.kill(first.pid, signal.SIGKILL)
+    with trio.fail_after(30):
+        await first.dead.wait()
+        for worker in workers:  # killed with the zygote (their parent-death signal)
+            assert worker is not None
+            await worker.dead.wait()
+        result = await sup.call("system_two_execute_command", {"command": "echo alive"})  # waits for the restart
+        second = await spawner.settled()
+    assert result.structured is not None and result.structured["stdout"] == "alive\n", result.data
+    assert second is not None and second is not first and second.pid != first.pid
+    events = [r["event"] for r in _trace(sup) if r["event"].startswith("zygote_")]
+    assert events[:3] == ["zygote_started", "zygote_died", "zygote_started"], events
+    died = next(r for r in _trace(sup) if r["event"] == "zygote_died")
+    assert "SIGKILL" in died["reason"] or "signal 9" in died["reason"], died
+
+
+async def test_a_worker_crash_leaves_the_zygote_alone(sup: Supervisor) -> None:
+    """SIGKILL a worker: the same zygote forks its replacement and the other toolbox's worker is untouched."""
+    zygote = sup.spawner.serving  # type: ignore[attr-defined]
+    one, two = sup.runners
+    assert one.worker is not None and two.worker is not None
+    victim, bystander = one.worker, two.worker.pid
+    assert victim.pid is not None
+    os.kill(victim.pid, signal.SIGKILL)
+    with trio.fail_after(30):
+        await victim.dead.wait()
+        result = await sup.call("system_one_execute_command", {"command": "echo back"})  # waits for the restart
+    assert result.structured is not None and result.structured["stdout"] == "back\n", result.data
+    assert sup.spawner.serving is zygote  # type: ignore[attr-defined]
+    assert one.worker is not victim and one.worker is not None and one.worker.pid is not None
+    assert _ppid(one.worker.pid) == zygote.pid
+    assert two.worker is not None and two.worker.pid == bystander
+
+
+async def test_the_launcher_mode_spawns_fresh_interpreters(sandbox_tmp: Path) -> None:
+    """``supervision.spawn: launcher``: no zygote, each worker's parent is the supervisor itself."""
+    policy = write_policy(
+        sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])}, supervision={"spawn": "launcher"}
+    )
+    async with Supervisor.open(policy) as s:
+        assert isinstance(s.spawner, LauncherSpawner)
+        (runner,) = s.runners
+        assert runner.worker is not None and runner.worker.pid is not None
+        assert _ppid(runner.worker.pid) == os.getpid()
+        assert not [r for r in _trace(s) if r["event"].startswith("zygote_")]
