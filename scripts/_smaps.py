@@ -16,9 +16,12 @@ Each mapping's ``Rss`` is counted in one class:
 
 from __future__ import annotations
 
+import ctypes
+import os
+import struct
 from dataclasses import dataclass, field
 
-__all__ = ["CLASSES", "Mapping", "breakdown", "classified", "grown", "parse", "read"]
+__all__ = ["CLASSES", "Chunk", "Mapping", "breakdown", "classified", "grown", "mmapped_chunks", "parse", "read"]
 
 CLASSES = ("heap", "malloc_arenas", "stacks", "anon", "file")
 _ARENA_ALIGN = 64 * 2**20  # glibc's HEAP_MAX_SIZE on 64-bit
@@ -151,3 +154,53 @@ def grown(before: list[tuple[Mapping, str]], after: list[tuple[Mapping, str]], t
             )
     rows.sort(reverse=True)
     return [line for _, line in rows[:top]]
+
+
+_PAGE = 4096
+_IS_MMAPPED = 0x2
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One block glibc's malloc mmapped on its own (a request past its mmap threshold)."""
+
+    address: int
+    size: int
+    resident: int  # bytes of it in memory
+    type_name: str  # the Python type whose object starts the block, if one does ("" otherwise)
+
+
+def mmapped_chunks(type_names: dict[int, str] | None = None) -> list[Chunk]:
+    """glibc's mmapped blocks in this process, found by their headers (``prev_size`` 0, ``size`` page-aligned with
+    ``IS_MMAPPED``) at resident page starts of its anonymous read-write mappings; their resident bytes from
+    ``/proc/self/pagemap``. ``type_names``: ``id(type) -> name``, to name the Python object a block holds. A page
+    that is not resident is never read (reading it would bring it in). Heuristic: good enough to see which blocks
+    fill up, not an exact census."""
+    names = type_names or {}
+    out: list[Chunk] = []
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        for m, kind in classified():
+            if kind != "anon" or not m.perms.startswith("rw"):
+                continue
+            os.lseek(fd, (m.start // _PAGE) * 8, os.SEEK_SET)
+            raw = os.read(fd, (m.size // _PAGE) * 8)
+            present = [bool(v >> 63) for (v,) in struct.iter_unpack("Q", raw)]
+            page = 0
+            while page < len(present):
+                if not present[page]:
+                    page += 1
+                    continue
+                start = m.start + page * _PAGE
+                prev, size = struct.unpack("QQ", ctypes.string_at(start, 16))
+                length = size & ~0x7
+                if prev == 0 and size & _IS_MMAPPED and length % _PAGE == 0 and 0 < length <= m.end - start:
+                    pages = length // _PAGE
+                    _, tp = struct.unpack("QQ", ctypes.string_at(start + 16, 16))
+                    out.append(Chunk(start, length, sum(present[page : page + pages]) * _PAGE, names.get(tp, "")))
+                    page += pages
+                else:
+                    page += 1
+    finally:
+        os.close(fd)
+    return out
