@@ -89,8 +89,9 @@ from ._reload import ReloadOutcome, ReloadParticipant, reload_supervisor, spec_f
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
-#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start); a quarter of
-#: ``keep_days`` when that is shorter, so the store holds at most 1.25 times the retention's traffic.
+#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start, and when a
+#: reload changes it); a quarter of ``keep_days`` when that is shorter, so the store holds at most 1.25 times the
+#: retention's traffic.
 PRUNE_INTERVAL_S = 3600.0
 
 __all__ = ["Supervisor", "ToolInfo"]
