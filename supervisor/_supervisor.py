@@ -51,6 +51,7 @@ from supervisor.calls import (
     AttachmentStore,
     CallOrigin,
     CatalogError,
+    GroupCommit,
     Portal,
     RegisteredTool,
     SessionLimits,
@@ -88,8 +89,9 @@ from ._reload import ReloadOutcome, ReloadParticipant, reload_supervisor, spec_f
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
-#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start); a quarter of
-#: ``keep_days`` when that is shorter, so the store holds at most 1.25 times the retention's traffic.
+#: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start, and when a
+#: reload changes it); a quarter of ``keep_days`` when that is shorter, so the store holds at most 1.25 times the
+#: retention's traffic.
 PRUNE_INTERVAL_S = 3600.0
 
 __all__ = ["Supervisor", "ToolInfo"]
@@ -150,6 +152,10 @@ class Supervisor:
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
+            # A frontend's call is answered once its records (and those of the calls it made, queued before it) are
+            # written and committed, so a kill -9 right after an answer loses neither; calls that end together
+            # share one flush. Nested calls wait for their caller's (their answers go to a worker or a loop).
+            commit=GroupCommit(self._commit_records).commit,
             on_session_closed=self._session_closed,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
         )
@@ -380,6 +386,13 @@ class Supervisor:
         """Rebuild the tool registry from the runners (sessions whose list changed are told)."""
         self._rebuild()
 
+    def _commit_records(self) -> None:
+        """Write the buffered trace records and commit the session store's queued writes (the portal's group
+        commit, before frontends' calls are answered)."""
+        self.trace.flush()
+        if self.sessions is not None:
+            self.sessions.flush()
+
     async def _flush_trace(self) -> None:
         """Write buffered call records and session writes at least every ``FLUSH_INTERVAL_S``; prune old sessions
         every ``PRUNE_INTERVAL_S`` (:meth:`open` prunes once at start)."""
@@ -596,11 +609,6 @@ class Supervisor:
             conversation_id=origin.conversation_id,
             turn_id=origin.turn_id,
         )
-        if origin.depth == 0:
-            # A frontend's call: its record (and those of the calls it made, queued before it) is committed
-            # before its answer goes, as its trace record is, so a kill -9 right after the answer loses neither.
-            # Nested calls wait for their caller's commit (their answers go to a worker or a loop, not a client).
-            self.sessions.flush()
 
     def _session_closed(self, session_id: str) -> None:
         """The portal's word that a closed session has no call running: the store forgets it too."""

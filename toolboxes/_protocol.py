@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
+    "READ_SIZE",
     "FrameDecoder",
     "ProtocolError",
     "encode",
@@ -113,14 +114,30 @@ def encode(message: dict[str, Any]) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
 
+#: The decoder's buffer to begin with (msgpack's default is 1 MiB per decoder, and its fill pointer sweeps all of
+#: it, so every connection came to hold 1 MiB resident; a larger frame grows it).
+READ_SIZE = 64 * 1024
+
+
 class FrameDecoder:
-    """Incremental decoder of frames for one direction (``"to_worker"`` or ``"to_supervisor"``)."""
+    """Incremental decoder of frames for one direction (``"to_worker"`` or ``"to_supervisor"``).
+
+    Its buffer starts at :data:`READ_SIZE` and grows for a larger frame (up to ``max_frame_bytes``); once it has
+    taken more than that since it was made and holds no partial frame, it is made again, so one large frame does
+    not leave a buffer of its size for the rest of the connection's life."""
 
     def __init__(self, direction: str, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self._schema = DIRECTIONS[direction]
-        self._unpacker = msgpack.Unpacker(
+        self._max_frame_bytes = max_frame_bytes
+        self._unpacker = self._new_unpacker()
+        self._fed = 0  # bytes fed to this unpacker
+        self._decoded = 0  # where the last whole frame it decoded ended
+
+    def _new_unpacker(self) -> msgpack.Unpacker:
+        return msgpack.Unpacker(
             raw=False,
-            max_buffer_size=max_frame_bytes,
+            read_size=min(READ_SIZE, self._max_frame_bytes),
+            max_buffer_size=self._max_frame_bytes,
             strict_map_key=True,
             use_list=True,
             ext_hook=_refuse_ext,
@@ -132,13 +149,20 @@ class FrameDecoder:
             self._unpacker.feed(data)
         except msgpack.BufferFull as exc:
             raise ProtocolError("frame larger than the protocol limit") from exc
+        self._fed += len(data)
         while True:
             try:
                 obj = self._unpacker.unpack()
             except msgpack.OutOfData:
+                # tell() after OutOfData counts a partial frame's bytes too: only the end of the last whole frame
+                # says whether nothing is pending
+                if self._fed > READ_SIZE and self._decoded == self._fed:
+                    self._unpacker = self._new_unpacker()  # drained: a buffer grown past READ_SIZE goes
+                    self._fed = self._decoded = 0
                 return
             except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as exc:
                 raise ProtocolError(f"undecodable frame: {exc}") from exc
+            self._decoded = self._unpacker.tell()
             yield self.validate(obj)
 
     def validate(self, obj: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from ._attachments import AttachmentStore
 from ._catalog import CatalogError, get_prompt, list_entries, read_resource
+from ._group_commit import GroupCommit
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
 from ._tool_output import checked_output
@@ -10,6 +11,7 @@ __all__ = [
     "AttachmentStore",
     "CallOrigin",
     "CatalogError",
+    "GroupCommit",
     "Portal",
     "RegisteredTool",
     "SessionLimits",

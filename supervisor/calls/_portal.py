@@ -35,7 +35,7 @@ from toolboxes._result import ToolResult
 from ._unloaded import unloaded_note
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from supervisor.traces import TraceRecorder
     from toolboxes._progress import ProgressUpdate
@@ -191,6 +191,10 @@ class Portal:
     #: text, or None), origin, result or None when cancelled, started (Unix time), duration_s), to record it in the
     #: session store; must not raise
     on_call_end: Callable[..., None] | None = None
+    #: awaited once a frontend's (depth 0) call is recorded, before its result is handed back: when it returns, the
+    #: call's records (the trace's ``call_end``, the session store's row) are durable (``calls._group_commit``:
+    #: calls ending together share one flush). ``None``: ``call_end`` is written at once and nothing is awaited.
+    commit: Callable[[], Awaitable[None]] | None = None
     #: told of a session closed with :meth:`forget_session` once no call of it runs (to drop what others keep of it)
     on_session_closed: Callable[[str], None] | None = None
     #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
@@ -353,6 +357,7 @@ class Portal:
         start = time.perf_counter()
         started = time.time()
         result: ToolResult | None = None
+        committed = self.commit if origin.depth == 0 else None  # nested calls' records go with their caller's
         try:
             ctx = {
                 "session_id": origin.session_id,
@@ -376,9 +381,9 @@ class Portal:
                     result = finished if isinstance(finished, ToolResult) else await finished
             except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
                 result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
-            return result, call_id
         finally:
-            self.trace.record(
+            record = self.trace.record_buffered if committed else self.trace.record
+            record(
                 "call_end",
                 call_id=call_id,
                 tool=name,
@@ -402,3 +407,6 @@ class Portal:
                     duration_s=time.perf_counter() - start,
                 )
             self._release(origin.session_id, usage)  # last: a session closed meanwhile is forgotten after its record
+        if committed:
+            await committed()
+        return result, call_id

@@ -262,7 +262,7 @@ async def http_frontend_from_policy(policy: Policy, listen: str | None = None) -
 
 async def _jwks_text(oauth: OAuthResourceServer) -> bytes:
     if oauth.jwks_file is not None:
-        try:  # the operator's file, named by the policy; read once at start
+        try:  # the operator's file, named by the policy; read at start and at each reload
             return (await trio.Path(oauth.jwks_file).read_bytes())[: 1 << 20]
         except OSError as exc:
             raise PolicyRefused(f"oauth.jwks_file {oauth.jwks_file}: {exc.strerror or exc}") from None

@@ -17,9 +17,11 @@ nested deeper than :data:`MAX_DEPTH` or beyond :data:`MAX_VALUES` are cut with a
 :data:`MAX_RECORD_CHARS` has its long strings shortened (``"trace_truncated": true`` says so). Records are written
 whole (a reader never sees half a line from us). For speed, ``call_start``, ``egress`` and ``denial`` records are
 buffered and written at most ``FLUSH_INTERVAL_S`` later (or when the buffer passes ``FLUSH_BYTES``); every other
-record, ``call_end`` included, is written at once together with whatever is buffered (one ``write``). The portal
-records a call's ``call_end`` before it hands the result back, so a finished call's records (its ``call_start``,
-what was buffered before, and its ``call_end``) are in the kernel's hands before anyone sees its result: a
+record, ``call_end`` included, is written at once together with whatever is buffered (one ``write``); the portal
+buffers a frontend's ``call_end`` too (:meth:`TraceRecorder.record_buffered`) and flushes it, with the other calls
+that ended at the same time, before it hands the results back (``supervisor/calls/_group_commit.py``). So a
+finished call's records (its ``call_start``, what was buffered before, and its ``call_end``) are in the kernel's
+hands before anyone sees its result: a
 supervisor killed with SIGKILL loses at most the ``call_start`` of calls still running and the last
 ``FLUSH_INTERVAL_S`` of egress decisions and denials not followed by a call's end (a machine crash may lose what
 the kernel had not written to disk: there is no ``fsync``); a clean stop loses nothing.
@@ -162,6 +164,17 @@ class TraceRecorder:
             return
         self._add(event, self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n")
 
+    def record_buffered(self, event: str, **fields: Any) -> None:
+        """:meth:`record`, buffered whatever its kind: the caller :meth:`flush`-es before what the record tells of
+        can be seen (the portal's group commit of a frontend's ``call_end``)."""
+        if self.sink is not None:
+            self.sink(event, fields)
+        for listener in tuple(self.listeners):
+            listener(event, fields)
+        if self._fd is None:
+            return
+        self._add(event, self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n", buffered=True)
+
     def record_raw(self, event: str, raw: dict[str, str], **fields: Any) -> None:
         """:meth:`record` with the fields of ``raw`` given as JSON text already (valid JSON, encodable as UTF-8, at
         most a few KiB each: the caller vouches for that); they are copied into the line as they are."""
@@ -173,12 +186,16 @@ class TraceRecorder:
         line = line[:-1] + "".join(f",{self._encoder.encode(k)}:{v}" for k, v in raw.items()) + "}\n"
         self._add(event, line)
 
-    def _add(self, event: str, line: str) -> None:
+    def _add(self, event: str, line: str, *, buffered: bool = False) -> None:
         if not self._buffer:
             self._oldest = time.monotonic()
         self._buffer.append(line)
         self._size += len(line)
-        if event not in _BUFFERED or self._size >= FLUSH_BYTES or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S:
+        if (
+            not (buffered or event in _BUFFERED)
+            or self._size >= FLUSH_BYTES
+            or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S
+        ):
             self.flush()
 
     def _line(self, record: dict[str, Any]) -> str:

@@ -48,7 +48,7 @@ class Service:
 
     def records(self, kind: str) -> list[dict[str, Any]]:
         path = self.state / "trace.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
+        lines = path.read_text().split("\n")[:-1] if path.exists() else []  # a line still being written is left
         return [r for r in map(json.loads, lines) if r.get("event") == kind]
 
     def spawns(self, toolbox: str) -> list[int]:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from typing import TYPE_CHECKING
+
 import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolboxes._protocol import FrameDecoder, ProtocolError, encode
+from toolboxes._protocol import READ_SIZE, FrameDecoder, ProtocolError, encode
 from toolboxes._result import Attachment, ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def test_round_trip_in_arbitrary_chunks() -> None:
@@ -26,10 +32,55 @@ def test_round_trip_in_arbitrary_chunks() -> None:
         assert out == messages
 
 
+@pytest.mark.parametrize("size", [7, 4096, READ_SIZE, 100_000])
+def test_frames_larger_than_the_buffer_round_trip_in_arbitrary_chunks(size: int) -> None:
+    """The decoder makes its buffer again once drained; a frame cut anywhere must survive that."""
+    messages = [{"t": "result", "id": i, "result": {"data": "x" * (i * 9973 % 200_000)}} for i in range(40)]
+    data = b"".join(encode(m) for m in messages)
+    decoder = FrameDecoder("to_supervisor")
+    out = []
+    for i in range(0, len(data), size):
+        out.extend(decoder.feed(data[i : i + size]))
+    assert out == messages
+
+
 @pytest.mark.parametrize("garbage", [b"\xc1", b"\x93\x01\x02\x03", b"\xa3abc", b"\x01"])
 def test_garbage_is_a_protocol_error(garbage: bytes) -> None:
     with pytest.raises(ProtocolError):
         list(FrameDecoder("to_supervisor").feed(garbage))
+
+
+def _held_by(make: Callable[[], object]) -> tuple[object, int]:
+    """What ``make`` returns and the bytes Python's allocators hold for it afterwards (msgpack's buffer is one
+    ``PyMem_Malloc`` block, so tracemalloc sees it)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        made = make()
+        return made, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_decoder_holds_a_small_buffer_and_gives_back_what_a_large_frame_needed() -> None:
+    """issue 19: msgpack's default buffer is 1 MiB per decoder (one per worker connection, and its fill pointer
+    sweeps all of it, so each came to hold 1 MiB resident), and one 8 MiB frame left a buffer of twice that."""
+    small = [encode({"t": "result", "id": i, "result": {"status": "passed", "data": "x" * 300}}) for i in range(400)]
+    big = encode({"t": "result", "id": 9999, "result": {"status": "passed", "data": "y" * (8 << 20)}})
+
+    def fed(frames: list[bytes]) -> FrameDecoder:
+        decoder = FrameDecoder("to_supervisor")
+        for frame in frames:
+            for i in range(0, len(frame), READ_SIZE):
+                assert all(m["t"] == "result" for m in decoder.feed(frame[i : i + READ_SIZE]))
+        return decoder
+
+    _, held = _held_by(lambda: FrameDecoder("to_supervisor"))
+    assert held < 2 * READ_SIZE, held
+    _, held = _held_by(lambda: fed(small))
+    assert held < 4 * READ_SIZE, held
+    _, held = _held_by(lambda: fed([*small, big, *small]))  # the big frame's buffer went once it was decoded
+    assert held < 4 * READ_SIZE, held
 
 
 def test_oversized_frame_is_refused_before_it_is_buffered() -> None:

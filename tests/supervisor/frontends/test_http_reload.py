@@ -16,7 +16,10 @@ several tenants, the policy edited and a real SIGHUP sent:
 - the trace: moved to a new path (a ``trace_moved`` record ending the old file and beginning the new one, the
   calls after it in the new file), rotated at the new ``max_bytes``;
 - ``sessions.keep_days``: a shorter retention prunes at once;
-- ``state_dir``: a reload that moves it is refused, saying why, and nothing else of it applies.
+- ``state_dir``: a reload that moves it is refused, saying why, and nothing else of it applies;
+- the OAuth key set read again (old key's tokens refused, the session goes on with a new key's token), TLS files
+  read again (new connections get the renewed certificate), a session closed by a reload named again: 404 saying
+  why it was closed.
 """
 
 from __future__ import annotations
@@ -470,3 +473,88 @@ async def test_sighup_takes_a_renewed_certificate_for_new_connections(sandbox_tm
             assert "the policy was not reloaded, the running one stays: frontends.http.tls" in line, line
             assert await handshake(trusting(new_ca))  # the certificate loaded before is still served
             assert not (await sdk.call_tool("system_sys_date", {})).is_error
+
+
+async def test_sighup_applies_new_oauth_keys_and_tenants(sandbox_tmp: Path, start: Any) -> None:
+    """The OAuth key set is read again at a reload: tokens of the new key are accepted, those of the old one refused;
+    a token naming a tenant the reload removed is refused saying so; a key set that does not load refuses the reload
+    and the keys loaded before stay."""
+    import time
+
+    from joserfc import jwt
+    from joserfc.jwk import ECKey, KeySet
+
+    issuer = "https://auth.example.test"
+    jwks = sandbox_tmp / "jwks.json"
+
+    def key_set(*keys: ECKey) -> None:
+        jwks.write_text(json.dumps(KeySet(list(keys)).as_dict(private=False)))
+
+    def token(key: ECKey, tenant: str, audience: str) -> str:
+        now = int(time.time())
+        claims = {"iss": issuer, "sub": "u", "iat": now, "exp": now + 600, "tenant": tenant, "aud": audience}
+        return jwt.encode({"alg": "ES256", "kid": key.kid}, claims, key)
+
+    old_key, new_key = ECKey.generate_key("P-256", {"kid": "old"}), ECKey.generate_key("P-256", {"kid": "new"})
+    key_set(old_key)
+    _policy(
+        sandbox_tmp,
+        _tenants(acme=(["alpha"], ACME), globex=(["alpha"], GLOBEX)),
+        oauth={"issuer": issuer, "jwks_file": str(jwks)},
+    )
+    service = await start("--http")
+    base = await _serving(service)
+    url = f"{base}/agents/alpha/mcp"
+    with trio.fail_after(120):
+        acme = CurlSession(base, "alpha", token(old_key, "acme", url))
+        await acme.open()
+        globex = CurlSession(base, "alpha", token(old_key, "globex", url))
+        await globex.open()
+
+        key_set(new_key)
+
+        def change(data: dict[str, Any]) -> None:
+            del data["tenants"]["globex"]
+
+        _edit(sandbox_tmp, change)
+        line = await service.wait_line("the policy was", service.hup())
+        assert "the policy was reloaded" in line and "tenants: removed globex, 1 session(s) closed" in line, line
+        status, _, body = await acme.call("system_sys_date")  # its token's key was withdrawn
+        assert status == 401 and "the access token's signature does not verify" in body, body
+        status, _, body = await acme.call("system_sys_date", token=token(new_key, "acme", url))
+        assert _served(status, body), body  # the same session, with a token of the new key
+        status, _, body = await globex.call("system_sys_date", token=token(new_key, "globex", url))
+        assert status == 403 and "tenant 'globex' is no longer configured on this server" in body, body
+
+        jwks.write_text("{not json")
+        line = await service.wait_line("the policy was", service.hup())
+        assert f"the policy was not reloaded, the running one stays: oauth key set {jwks}: invalid JWK Set" in line
+        status, _, body = await acme.call("system_sys_date", token=token(new_key, "acme", url))
+        assert _served(status, body), body
+
+
+async def test_a_session_closed_by_a_reload_says_why_when_named_again(sandbox_tmp: Path, start: Any) -> None:
+    """A tenant removed, then added back with the same token: the session the first reload closed is answered 404
+    saying why it was closed (not a bare "no such session"), and the tenant makes a new one."""
+    both = _tenants(acme=(["alpha"], ACME), globex=(["alpha"], GLOBEX))
+    _policy(sandbox_tmp, both)
+    service = await start("--http")
+    base = await _serving(service)
+    globex = CurlSession(base, "alpha", GLOBEX)
+    with trio.fail_after(120):
+        await globex.open()
+        _edit(sandbox_tmp, lambda data: data["tenants"].pop("globex"))
+        line = await service.wait_line("the policy was", service.hup())
+        assert "tenants: removed globex, 1 session(s) closed" in line, line
+        _edit(sandbox_tmp, lambda data: data.update(tenants=both))
+        line = await service.wait_line("the policy was", service.hup())
+        assert "tenants: added globex" in line, line
+        status, _, body = await globex.call("system_sys_date")
+        assert status == 404, body
+        assert json.loads(body)["error"]["message"] == (
+            "this session was closed: tenant 'globex' is no longer configured on this server (a policy reload); "
+            "initialize a new one"
+        )
+        again = CurlSession(base, "alpha", GLOBEX)
+        await again.open()
+        assert _served(*(await again.call("system_sys_date"))[::2])
