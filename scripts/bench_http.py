@@ -1,20 +1,29 @@
 #!/opt/agents-supervise/venv/bin/python
-"""Benchmark a trivial tool call over MCP Streamable HTTP: ``agents-supervise serve --http`` (the call runs in a
-confined worker) against the official MCP SDK's own Streamable HTTP server (``MCPServer`` on uvicorn, JSON responses,
-stateful sessions, an equivalent ``date`` tool run in its own process, unconfined), in one run, driven by the same
-raw httpx client (``tests/_mcp_raw_http.py``, revision 2025-11-25).
+"""Benchmark a trivial tool call over MCP Streamable HTTP: ``agents-supervise serve --http`` (strict.yaml's
+protections; the call runs in a confined worker) against the official MCP SDK's own Streamable HTTP server
+(``MCPServer`` on uvicorn, JSON responses, stateful sessions, an equivalent ``date`` tool run in its own process,
+unconfined), in one run, driven by the same client (revision 2025-11-25; sessions opened with
+``tests/_mcp_raw_http.py``).
 
-    /opt/agents-supervise/venv/bin/python scripts/bench_http.py [--calls 1000] [--inflight 64] [--sessions 1000]
+    /opt/agents-supervise/venv/bin/python scripts/bench_http.py [--calls 2000] [--inflight 64] [--sessions 1000]
+        [--client lean|httpx] [--no-floor]
 
 For each server: p50 and p99 latency and calls/s sequentially (one session, one call at a time) and with
-``--inflight`` calls in flight (that many sessions, each calling in a loop), and sessions held per GiB (the growth of
-the server process's resident memory while ``--sessions`` sessions are opened and held). The target: at least 5x the
-SDK server's throughput with 64 in flight.
+``--inflight`` calls in flight (that many sessions, each calling in a loop), the CPU per call of its process tree and
+of its first process alone, and sessions held per GiB (the growth of the server process's resident memory while
+``--sessions`` sessions are opened and held). The target: at least 5x the SDK server's throughput with 64 in flight.
+
+The floor, in the same run: a server of a few lines on trio and h11 answering a fixed JSON body (``floor: h11
+only``), the same with a round trip over a pipe to a second Python process per request (``floor: h11 + pipe hop``:
+the shape of the supervisor's path without any of its checks or records), and a bare pipe round trip between two
+Python processes. The default client (``lean``) holds one keep-alive socket per session and sends the request
+encoded once, so that on two cores the servers set the pace; ``httpx`` is the heavier client of the tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import socket
@@ -52,6 +61,102 @@ def date() -> dict:
 
 server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]), json_response=True, max_sessions=None)
 '''
+
+
+# The floor: what any server in Python on h11 and trio costs per request, without MCP, sessions or a worker. "plain"
+# answers a fixed JSON body; "pipe" also sends a small msgpack frame to a second Python process and waits for its
+# echo (as the supervisor does with its worker) before answering. Same keep-alive HTTP/1.1, same client.
+FLOOR_SERVER = """
+import os, subprocess, sys
+import h11, msgpack, trio
+MODE, PORT = sys.argv[1], int(sys.argv[2])
+BODY = (b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"2026-12-01T00:00:00+00:00"}],'
+        b'"isError":false}}\\n')
+ECHO = "import os\\nwhile d := os.read(0, 65536):\\n    os.write(1, d)\\n"
+
+async def main():
+    waiting, replies = {}, {}
+    if MODE == "pipe":
+        child = subprocess.Popen([sys.executable, "-c", ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        out = trio.lowlevel.FdStream(os.dup(child.stdin.fileno()))
+        into = trio.lowlevel.FdStream(os.dup(child.stdout.fileno()))
+        async def reader():
+            unpacker = msgpack.Unpacker()
+            while data := await into.receive_some(65536):
+                unpacker.feed(data)
+                for frame in unpacker:
+                    replies[frame["id"]] = frame
+                    waiting.pop(frame["id"]).set()
+    ids = iter(range(1, 1 << 62))
+    lock = trio.Lock()
+
+    async def answer():
+        if MODE == "pipe":
+            n = next(ids)
+            done = waiting[n] = trio.Event()
+            async with lock:  # one writer at a time on the pipe
+                await out.send_all(msgpack.packb({"t": "call", "id": n, "tool": "date", "args": {}, "ctx": {}}))
+            await done.wait()
+            replies.pop(n)
+        return BODY
+
+    async def serve(stream):
+        conn = h11.Connection(h11.SERVER)
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Request):
+                continue
+            if isinstance(event, h11.EndOfMessage):
+                body = await answer()
+                headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+                await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers))
+                                      + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+                conn.start_next_cycle()
+                continue
+            if isinstance(event, h11.ConnectionClosed):
+                return
+
+    async with trio.open_nursery() as nursery:
+        if MODE == "pipe":
+            nursery.start_soon(reader)
+        await trio.serve_tcp(serve, PORT, host="127.0.0.1")
+
+trio.run(main)
+"""
+
+# A round trip over a pipe pair between two Python processes: the floor of one hop to a worker.
+PIPE_PING = """
+import os, sys, time
+n = int(sys.argv[1])
+r1, w1 = os.pipe(); r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(w1); os.close(r2)
+    while d := os.read(r1, 65536):
+        os.write(w2, d)
+    os._exit(0)
+os.close(r1); os.close(w2)
+frame = b"x" * 120
+for _ in range(200):
+    os.write(w1, frame); os.read(r2, 65536)
+t0, c0 = time.perf_counter(), time.process_time()
+lat = []
+for _ in range(n):
+    t = time.perf_counter(); os.write(w1, frame); os.read(r2, 65536); lat.append(time.perf_counter() - t)
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+ticks = os.sysconf("SC_CLK_TCK")
+f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+child_cpu = (int(f[11]) + int(f[12])) / ticks
+os.close(w1); os.waitpid(pid, 0)
+lat.sort()
+print(lat[len(lat) // 2] * 1e6, cpu / n * 1e6, child_cpu / (n + 200) * 1e6)
+"""
 
 
 def _free_port() -> int:
@@ -138,6 +243,43 @@ def start_sdk(root: Path) -> Server:
     return Server("MCP SDK (uvicorn)", process, f"http://127.0.0.1:{port}/mcp", "date", {})
 
 
+def start_floor(root: Path, mode: str) -> Server:
+    script = root / "floor_server.py"
+    script.write_text(FLOOR_SERVER)
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(script), mode, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        raise SystemExit("the floor server did not start")
+    name = "floor: h11 only" if mode == "plain" else "floor: h11 + pipe hop"
+    return Server(name, process, f"http://127.0.0.1:{port}/mcp", "date", {})
+
+
+def pipe_round_trip(n: int = 20000) -> tuple[float, float, float]:
+    """p50 us of a round trip over a pipe pair between two Python processes, and the CPU us per round trip of
+    each side."""
+    out = subprocess.run([sys.executable, "-c", PIPE_PING, str(n)], capture_output=True, text=True, check=True)
+    p50, cpu, child = (float(x) for x in out.stdout.split())
+    return p50, cpu, child
+
+
+def _process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of the process ``pid`` alone."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
+
+
 def _tree_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) used so far by the process ``pid`` and its live descendants (the supervisor's
     confined workers): a cost per call that, unlike wall time, a loaded machine does not inflate much."""
@@ -161,34 +303,103 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-async def _calls(server: Server, client: httpx.AsyncClient, calls: int, inflight: int) -> dict[str, float]:
-    sessions = [RawSession(client, server.url, server.headers) for _ in range(inflight)]
-    for s in sessions:
-        await s.open()
-        await s.request("tools/call", {"name": server.tool, "arguments": {}})  # warm
+class _LeanLane:
+    """One keep-alive connection sending the same ``tools/call`` POST again and again (encoded once), reading each
+    answer by its ``content-length``: a client that costs little CPU, so that on two cores the servers, not the
+    client, set the pace. Checks every answer is HTTP 200 with a result that is not an error."""
+
+    def __init__(self, url: str, headers: dict[str, str], session_id: str | None, tool: str) -> None:
+        parsed = httpx.URL(url)
+        self.host, self.port = parsed.host, parsed.port or 80
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
+        )
+        head = {
+            "host": f"{self.host}:{self.port}",
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+            "mcp-protocol-version": "2025-11-25",
+            **({"mcp-session-id": session_id} if session_id else {}),
+            **headers,
+            "content-length": str(len(body)),
+        }
+        lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+        self.request = f"POST {parsed.raw_path.decode()} HTTP/1.1\r\n{lines}\r\n{body}".encode()
+        self.buffer = b""
+
+    async def open(self) -> None:
+        self.stream = await trio.open_tcp_stream(self.host, self.port)
+
+    async def call(self) -> None:
+        await self.stream.send_all(self.request)
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                head = self.buffer[:end].lower()
+                at = head.find(b"content-length:")
+                length = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else -1
+                if length >= 0 and len(self.buffer) >= end + 4 + length:
+                    body, self.buffer = self.buffer[end + 4 : end + 4 + length], self.buffer[end + 4 + length :]
+                    break
+            data = await self.stream.receive_some(65536)
+            if not data:
+                raise RuntimeError(f"the server closed the connection ({self.buffer[:200]!r})")
+            self.buffer += data
+        if not head.startswith(b"http/1.1 200") or json.loads(body).get("result", {}).get("isError"):
+            raise RuntimeError(f"the call failed: {head[:80]!r} {body[:300]!r}")
+
+
+async def _calls(server: Server, client: httpx.AsyncClient, calls: int, inflight: int, lean: bool) -> dict[str, float]:
+    # The lean lanes open their own connections: the sessions are opened by a client of their own, closed after
+    # (its idle connections would count against the server's connection cap).
+    opener = httpx.AsyncClient(timeout=120) if lean else client
+    sessions = [RawSession(opener, server.url, server.headers) for _ in range(inflight)]
+    if not server.name.startswith("floor"):
+        for s in sessions:
+            await s.open()
+            await s.request("tools/call", {"name": server.tool, "arguments": {}})  # warm
+    if lean:
+        await opener.aclose()
+    lanes = [_LeanLane(server.url, server.headers, s.session_id, server.tool) for s in sessions]
+    if lean:
+        for lane in lanes:
+            await lane.open()
+            await lane.call()  # warm
     latencies: list[float] = []
     per_session = max(1, calls // inflight)
 
-    async def loop(s: RawSession) -> None:
+    async def loop(s: RawSession, lane: _LeanLane) -> None:
         for _ in range(per_session):
             t0 = time.perf_counter()
-            result = await s.request("tools/call", {"name": server.tool, "arguments": {}})
+            if lean:
+                try:
+                    await lane.call()
+                except (RuntimeError, OSError, trio.BrokenResourceError) as exc:
+                    raise RuntimeError(f"{server.name}: {exc}") from None
+            else:
+                result = await s.request("tools/call", {"name": server.tool, "arguments": {}})
+                if result.get("isError"):
+                    raise RuntimeError(f"{server.name}: the call failed: {result}")
             latencies.append(time.perf_counter() - t0)
-            if result.get("isError"):
-                raise RuntimeError(f"{server.name}: the call failed: {result}")
 
     cpu_before = _tree_cpu_s(server.process.pid)
+    own_before = _process_cpu_s(server.process.pid)
     start = time.perf_counter()
     async with trio.open_nursery() as nursery:
-        for s in sessions:
-            nursery.start_soon(loop, s)
+        for s, lane in zip(sessions, lanes, strict=True):
+            nursery.start_soon(loop, s, lane)
     elapsed = time.perf_counter() - start
     cpu = _tree_cpu_s(server.process.pid) - cpu_before
+    own = _process_cpu_s(server.process.pid) - own_before
+    for lane in lanes:
+        if lean:
+            await lane.stream.aclose()
     return {
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * _pct(latencies, 0.99),
         "calls_s": len(latencies) / elapsed,
-        "cpu_ms": 1000 * cpu / max(1, len(latencies)),
+        "cpu_us": 1e6 * cpu / max(1, len(latencies)),
+        "own_cpu_us": 1e6 * own / max(1, len(latencies)),
     }
 
 
@@ -215,8 +426,11 @@ async def _sessions_per_gib(server: Server, client: httpx.AsyncClient, count: in
 async def bench(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=args.inflight + 8, max_keepalive_connections=args.inflight + 8)
     async with httpx.AsyncClient(limits=limits, timeout=120) as client:
-        seq = await _calls(server, client, args.calls // 2, 1)
-        par = await _calls(server, client, args.calls, args.inflight)
+        lean = args.client == "lean"
+        seq = await _calls(server, client, args.calls // 2, 1, lean)
+        par = await _calls(server, client, args.calls, args.inflight, lean)
+        if server.name.startswith("floor"):
+            return {"sequential": seq, "inflight": par, "sessions_per_gib": float("nan")}
         per_gib = await _sessions_per_gib(server, client, args.sessions)
     return {"sequential": seq, "inflight": par, "sessions_per_gib": per_gib}
 
@@ -226,39 +440,59 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument(
+        "--client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="lean: one keep-alive socket per session, the request encoded once (the servers set the pace); "
+        "httpx: tests/_mcp_raw_http.py's client (its own CPU is most of the machine's at 64 in flight)",
+    )
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor rows (h11 alone, h11 + pipe hop)")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.sessions + 512)), hard))
     results: dict[str, dict[str, Any]] = {}
     load = os.getloadavg()
+    starts: list[Any] = [lambda root: start_supervisor(root, args.sessions), start_sdk]
+    if not args.no_floor:
+        starts += [lambda root: start_floor(root, "plain"), lambda root: start_floor(root, "pipe")]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.chmod(root, 0o755)
-        for start in (start_supervisor, start_sdk):
-            server = start(root, args.sessions) if start is start_supervisor else start(root)
+        for start in starts:
+            server = start(root)
             try:
                 results[server.name] = trio.run(bench, server, args)
             finally:
                 server.stop()
+    ping = pipe_round_trip()
     print(
         f"trivial tool call over Streamable HTTP (2025-11-25), {args.calls} calls, {args.inflight} in flight, "
-        f"{args.sessions} sessions held"
+        f"{args.sessions} sessions held, {args.client} client"
     )
     print(
         f"load average before the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; after: "
         f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)"
     )
     print(
-        f"{'server':<22}{'seq p50 ms':>11}{'p99 ms':>9}{'calls/s':>9}{'CPU ms':>8}{'64 p50 ms':>11}{'p99 ms':>9}"
-        f"{'calls/s':>9}{'CPU ms':>8}{'sessions/GiB':>14}"
+        f"{'server':<24}{'seq p50 ms':>11}{'p99 ms':>9}{'calls/s':>9}{'CPU us':>8}{'own us':>8}{'64 p50 ms':>11}"
+        f"{'p99 ms':>9}{'calls/s':>9}{'CPU us':>8}{'own us':>8}{'sessions/GiB':>14}"
     )
     for name, r in results.items():
         s, p = r["sequential"], r["inflight"]
         print(
-            f"{name:<22}{s['p50_ms']:>11.2f}{s['p99_ms']:>9.2f}{s['calls_s']:>9.0f}{s['cpu_ms']:>8.2f}"
-            f"{p['p50_ms']:>11.2f}{p['p99_ms']:>9.2f}{p['calls_s']:>9.0f}{p['cpu_ms']:>8.2f}"
-            f"{r['sessions_per_gib']:>14.0f}"
+            f"{name:<24}{s['p50_ms']:>11.2f}{s['p99_ms']:>9.2f}{s['calls_s']:>9.0f}{s['cpu_us']:>8.0f}"
+            f"{s['own_cpu_us']:>8.0f}{p['p50_ms']:>11.2f}{p['p99_ms']:>9.2f}{p['calls_s']:>9.0f}{p['cpu_us']:>8.0f}"
+            f"{p['own_cpu_us']:>8.0f}{r['sessions_per_gib']:>14.0f}"
         )
+    print(
+        "CPU us: the server's process tree per call (the supervisor's includes its zygote and confined worker); "
+        "own us: its first process alone (the supervisor, whose one trio thread sets the pace)"
+    )
+    print(
+        f"pipe round trip between two Python processes: p50 {ping[0]:.1f} us, CPU {ping[1]:.1f} us (writer) + "
+        f"{ping[2]:.1f} us (echo) per round trip"
+    )
     ours, sdk = results["agents-supervise"], results["MCP SDK (uvicorn)"]
     print(
         f"throughput ratio with {args.inflight} in flight: "
@@ -266,9 +500,9 @@ def main() -> None:
         f"{ours['sequential']['calls_s'] / sdk['sequential']['calls_s']:.1f}x"
     )
     print(
-        f"server CPU per call (process tree; the supervisor's includes its confined worker) with {args.inflight} "
-        f"in flight: {sdk['inflight']['cpu_ms'] / max(1e-9, ours['inflight']['cpu_ms']):.1f}x less than the "
-        f"SDK server's; sequential {sdk['sequential']['cpu_ms'] / max(1e-9, ours['sequential']['cpu_ms']):.1f}x"
+        f"server CPU per call with {args.inflight} in flight: "
+        f"{sdk['inflight']['cpu_us'] / max(1e-9, ours['inflight']['cpu_us']):.1f}x less than the SDK server's; "
+        f"sequential {sdk['sequential']['cpu_us'] / max(1e-9, ours['sequential']['cpu_us']):.1f}x"
     )
 
 

@@ -77,6 +77,15 @@ def _keeps_alive(request: h11.Request) -> bool:
     return True
 
 
+async def _receive(stream: trio.abc.Stream) -> bytes:
+    """What the client sent next; ``b""`` once it closed the connection or reset it (a reset is the client going
+    away, like a close: it must cost this connection only, never the server)."""
+    try:
+        return bytes(await stream.receive_some(_READ))
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return b""
+
+
 class _ClientGone(Exception):
     """The client closed the connection or stopped sending within the read timeout."""
 
@@ -113,7 +122,7 @@ class _Exchange:
 
     async def _read_into_conn(self) -> None:
         with trio.move_on_after(self.read_timeout_s) as waited:
-            data = await self.stream.receive_some(_READ)
+            data = await _receive(self.stream)
         if waited.cancelled_caught:
             raise _ClientGone("no bytes within the read timeout")
         if not data:
@@ -152,7 +161,7 @@ class _Exchange:
                 await self.done.wait()
                 break
             with trio.move_on_after(self.read_timeout_s):
-                data = await self.stream.receive_some(_READ)
+                data = await _receive(self.stream)
                 if not data:
                     self.gone = True
                     break
@@ -289,7 +298,7 @@ async def serve_connection(
                 return
             if event is h11.NEED_DATA:
                 with trio.move_on_after(read_timeout_s) as waited:
-                    data = await stream.receive_some(_READ)
+                    data = await _receive(stream)
                 if waited.cancelled_caught:
                     if conn.their_state is h11.SEND_BODY or conn.trailing_data[0]:  # a request was begun
                         await _simple(stream, 408, "the request did not arrive in time")

@@ -8,7 +8,9 @@ supervisor: ``supervisor_start``, ``supervisor_stop``, ``policy_compiled``, ``wo
 ``signal``, ``internal_error``, ``otel_export_failed``, ``policy_reload``, ``trace_moved`` (a reload moved the file: the
 last record of the old file and the first of the new, each naming both),
 ``worker_event`` (untrusted events a worker sent, tagged with its toolbox), and for sub-agent loops ``agent_start``,
-``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; and ``sessions_pruned``. Secrets
+``agent_step``, ``agent_end``, ``model_retry``, ``model_continuation_dropped``; ``sessions_pruned``; and for the
+zygote (``supervisor.workers._spawner``) ``zygote_started``, ``zygote_died``, ``zygote_fallback``,
+``zygote_spawn_failed`` (each of the last three also one stderr line, with its ``reason``). Secrets
 never enter a record: callers pass only what is safe to keep.
 
 Records are strict JSON, one complete record per line, whatever a worker or an argument put in a field: NaN and

@@ -145,6 +145,9 @@ class Zygote:
         self._next_id = 1
         self._requests: dict[int, _Request] = {}
         self._children: dict[int, _ChildRecord] = {}
+        self._stderr_tail = b""
+        self._stderr_done = trio.Event()
+        self._stderr_reader_started = False
 
     async def start(self, modules: Sequence[str], timeout_s: float = START_TIMEOUT_S) -> None:
         """Spawn the zygote, have it import ``modules`` and wait for ``ready``. Raises :class:`ZygoteGone` (why)."""
@@ -194,22 +197,36 @@ class Zygote:
         return decode_message(data), list(fds)
 
     async def serve(self) -> None:
-        """Read the zygote's answers and exit reports until its socket closes; then it is :attr:`dead`."""
+        """Read the zygote's answers and exit reports until its socket closes; then it is :attr:`dead`. Its stderr
+        is read meanwhile (the last lines kept for the death's reason), so the zygote never blocks on a full pipe."""
         why = "closed its socket"
+        async with trio.open_nursery() as nursery:
+            self._stderr_reader_started = True
+            nursery.start_soon(self._read_stderr)
+            try:
+                while True:
+                    message, fds = await self._receive()
+                    if message is None:
+                        break
+                    self._dispatch(message, fds)
+            except (OSError, ZygoteWireError, trio.ClosedResourceError) as exc:
+                why = f"broke its socket ({type(exc).__name__}: {exc})"
+            # (a cancelled reader leaves the zygote to aclose())
+            with trio.CancelScope(shield=True):
+                if not self.dead.is_set():
+                    detail = await self._exit_detail()
+                    await self._kill_process()
+                    self._die(detail or why)
+            nursery.cancel_scope.cancel()
+
+    async def _read_stderr(self) -> None:
+        assert self.proc is not None
         try:
-            while True:
-                message, fds = await self._receive()
-                if message is None:
-                    break
-                self._dispatch(message, fds)
-        except (OSError, ZygoteWireError, trio.ClosedResourceError) as exc:
-            why = f"broke its socket ({type(exc).__name__}: {exc})"
-        # (a cancelled reader leaves the zygote to aclose())
-        with trio.CancelScope(shield=True):
-            if not self.dead.is_set():
-                detail = await self._exit_detail()
-                await self._kill_process()
-                self._die(detail or why)
+            while chunk := await self.proc.stderr.receive_some(65536):
+                self._stderr_tail = (self._stderr_tail + chunk)[-4096:]
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        self._stderr_done.set()
 
     def _dispatch(self, message: dict[str, Any], fds: list[int]) -> None:
         kind = message.get("t")
@@ -267,25 +284,24 @@ class Zygote:
         return pid, request.pidfd, self._children[pid]
 
     async def _exit_detail(self) -> str:
-        """How the zygote process ended and the last line it wrote (waits at most 2 s for it)."""
+        """How the zygote process ended and the last line it wrote (waits at most 2 s for it to end)."""
         if self.proc is None:
             return ""
         code: int | None = None
         with trio.move_on_after(2):
             code = await self.proc.wait()
-        chunks: list[bytes] = []
         with trio.move_on_after(0.5):
-            try:
-                while chunk := await self.proc.stderr.receive_some(65536):
-                    chunks.append(chunk)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-        lines = b"".join(chunks).decode("utf-8", "replace").strip().splitlines()
-        status = (
-            "is still running"
-            if code is None
-            else (f"was killed by signal {-code}" if code < 0 else f"exited with status {code}")
-        )
+            if self._stderr_reader_started:
+                await self._stderr_done.wait()
+            else:  # before serve(): read what it wrote ourselves
+                await self._read_stderr()
+        lines = self._stderr_tail.decode("utf-8", "replace").strip().splitlines()
+        if code is None:
+            status = "closed its socket while still running"
+        elif code < 0:
+            status = f"was killed by {_signal_name(-code)}"
+        else:
+            status = f"exited with status {code}"
         return status + (f": {lines[-1][:500]}" if lines else "")
 
     async def _kill_process(self) -> None:

@@ -153,3 +153,38 @@ def test_whole_response_is_a_response_h11_parses_or_none() -> None:
     for value in (b"a\rb", b"a\nb", b"a\x00b", b" lead", b"trail ", "é".encode()):
         assert whole_response(200, [(b"x", value)], b"") is None, value
     assert whole_response(200, [(b"x", b"inner  space\tand tab")], b"") is not None
+
+
+async def test_a_client_that_resets_its_connection_costs_that_connection_only() -> None:
+    """A real TCP connection closed with a reset (SO_LINGER 0) after its answer, while the server waits for the next
+    request: the server's read fails with a reset, which must end this connection quietly (before, it escaped and
+    took the whole HTTP server down with it)."""
+    import socket
+    import struct
+
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    errors: list[BaseException] = []
+    served: list[str] = []
+
+    async def serve_one() -> None:
+        stream = await listener.accept()
+        await serve_connection(
+            stream, _echo_app, scheme="http", max_head_bytes=16384, read_timeout_s=30, on_error=errors.append
+        )
+        served.append("returned")
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_one)
+            client = trio.socket.socket()
+            await client.connect(("127.0.0.1", port))
+            await client.send(_request("POST", "/x", b"hello"))
+            answer = b""
+            while b"hello" not in answer:
+                answer += await client.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200")
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # RST, not FIN
+    await listener.aclose()
+    assert served == ["returned"] and not errors
