@@ -3,7 +3,7 @@
 protections; the call runs in a confined worker) against the official MCP SDK's own Streamable HTTP server
 (``MCPServer`` on uvicorn, JSON responses, stateful sessions, an equivalent ``date`` tool run in its own process,
 unconfined), in one run, driven by the same client (revision 2025-11-25; sessions opened with
-``tests/_mcp_raw_http.py``).
+``labkit/_mcp_raw_http.py``).
 
     /opt/agents-supervise/venv/bin/python scripts/bench_http.py [--calls 2000] [--inflight 64] [--sessions 1000]
         [--client lean|httpx] [--no-floor]
@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO))
 
 from _bench_common import agent_file, system_toolbox, write_policy  # noqa: E402
 
+from labkit import RawSession  # noqa: E402
 from supervisor.frontends._http_auth import hash_token  # noqa: E402
-from tests._mcp_raw_http import RawSession  # noqa: E402
 
 TOKEN = "bench-token"
 
@@ -445,7 +445,7 @@ def main() -> None:
         choices=("lean", "httpx"),
         default="lean",
         help="lean: one keep-alive socket per session, the request encoded once (the servers set the pace); "
-        "httpx: tests/_mcp_raw_http.py's client (its own CPU is most of the machine's at 64 in flight)",
+        "httpx: labkit/_mcp_raw_http.py's client (its own CPU is most of the machine's at 64 in flight)",
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the floor rows (h11 alone, h11 + pipe hop)")
     args = parser.parse_args()

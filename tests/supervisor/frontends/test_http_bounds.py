@@ -12,8 +12,8 @@ import httpx
 import pytest
 import trio
 
+from labkit import REVISION, RawSession
 from supervisor.frontends._http_auth import hash_token
-from tests._mcp_raw_http import REVISION, RawSession
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.frontends.test_mcp_http import _Server, _start
 

@@ -1,5 +1,5 @@
 """Load: many MCP sessions held at once over Streamable HTTP by a real ``agents-supervise serve --http``, each calling
-a tool in a real confined worker, driven by a raw httpx client (``tests/_mcp_raw_http.py``; the SDK client is too
+a tool in a real confined worker, driven by a raw httpx client (``labkit/_mcp_raw_http.py``; the SDK client is too
 heavy for a thousand sessions in one process).
 
 The suite holds :data:`SESSIONS` sessions, 200 (on this shared 2-core machine 1,000 take about four minutes);
@@ -19,8 +19,8 @@ import httpx
 import pytest
 import trio
 
+from labkit import RawSession
 from supervisor.frontends._http_auth import hash_token
-from tests._mcp_raw_http import RawSession
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.frontends.test_mcp_http import _start
 
