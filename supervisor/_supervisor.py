@@ -39,7 +39,7 @@ import os
 import sys
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -63,8 +63,8 @@ from supervisor.calls import (
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
 from supervisor.plan import CompiledPolicy, compile_policy, kind_plan, prepare_git_sources
-from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews, answer_host_request
-from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel, strict_json
+from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews
+from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel
 from supervisor.workers import (
     KernelAudit,
     LauncherSpawner,
@@ -79,15 +79,17 @@ from supervisor.workers import (
     preload_modules,
 )
 from toolboxes._catalog import KINDS
-from toolboxes._progress import ProgressUpdate, parse_progress_event
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
 from ._reload import ReloadOutcome, ReloadParticipant, reload_supervisor, spec_fingerprint
+from ._worker_messages import answer_worker_request, record_worker_event
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
+
+    from toolboxes._progress import ProgressUpdate
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start, and when a
 #: reload changes it); a quarter of ``keep_days`` when that is shorter, so the store holds at most 1.25 times the
@@ -95,14 +97,6 @@ if TYPE_CHECKING:
 PRUNE_INTERVAL_S = 3600.0
 
 __all__ = ["Supervisor", "ToolInfo"]
-
-
-def _short_repr(value: Any) -> str:
-    """At most 2000 characters describing an untrusted value (a nested one may be too deep for ``repr``)."""
-    try:
-        return repr(value)[:2000]
-    except RecursionError:
-        return f"<{type(value).__name__} nested too deeply>"
 
 
 @dataclass(frozen=True)
@@ -515,62 +509,12 @@ class Supervisor:
             self.session_tools.wake()
 
     def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
-        if kind == "worker_event" and (progress := parse_progress_event(data)) is not None:
-            call, update = progress
-            origin = worker.origins.get(call)  # a call that ended has no origin: its late updates are dropped
-            if isinstance(origin, CallOrigin) and origin.progress is not None:
-                origin.progress(update)
-            return
-        if kind == "worker_event":
-            safe = {
-                str(k)[:64]: (
-                    v[:2000]
-                    if isinstance(v, str)
-                    else v
-                    if isinstance(v, int | float | bool) or v is None
-                    else _short_repr(strict_json(v, string_limit=200))
-                )
-                for k, v in list(data.items())[:32]
-            }
-            self.trace.record("worker_event", toolbox=worker.spec.toolbox, agent=worker.spec.agent, data=safe)
-        elif kind != "tools_changed":
-            self.trace.record(
-                kind, **{"toolbox": worker.spec.toolbox, "agent": worker.spec.agent, "pid": worker.pid, **data}
-            )
+        record_worker_event(self.trace, worker, kind, data)
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
-        origin = worker.origins.get(message.get("call"))  # type: ignore[arg-type]
-        if not isinstance(origin, CallOrigin):
-            return {"error": "request names no call in flight; portal and host requests are made from a call"}
-        if message["t"] == "portal":
-            args = message.get("args")
-            # The same session, conversation, turn and owner as the call that asks (only what it may call differs);
-            # its names are its own agent's (AllowedTools: ["system_system_attach_file"] is that agent's tool).
-            inner = replace(
-                origin,
-                allowed=frozenset(worker.spec.allowed_tools),
-                caller=f"toolbox {worker.spec.toolbox}",
-                progress=None,
-                agent_scope=worker.spec.agent,
-            )
-            tool = message.get("tool")
-            if not isinstance(tool, str):
-                return {"error": "portal request needs a tool name"}
-            result, trace_id = await self.portal.call_traced(tool, args if args is not None else {}, inner)
-            if trace_id:  # the seed's ToolResult.resultTraceId (Lua's tools.call result), first of its key
-                result = replace(result, metadata=[("trace_id", trace_id), *result.metadata])
-            return {"result": result.to_wire()}
-        if kind_plan(worker.spec.kind).host_requests:
-            # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.
-            return answer_host_request(
-                self.sessions,
-                worker.spec.plan.payload.get("config") or {},
-                origin.session_id,
-                message.get("op"),
-                message.get("args"),
-                self.config.policy.sessions.introspection,
-            )
-        return {"error": f"host operation {message.get('op')!r} is not supported by this supervisor"}
+        return await answer_worker_request(
+            self.portal, self.sessions, self.config.policy.sessions.introspection, worker, message
+        )
 
     def _record_call(
         self,
