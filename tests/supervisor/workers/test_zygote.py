@@ -144,12 +144,15 @@ async def test_a_child_has_only_its_own_fds_and_the_zygote_one_thread(zygote: An
 
 
 async def test_a_zygote_that_cannot_start_leaves_the_launcher(sandbox_tmp: Path) -> None:
-    """A zygote whose code root holds no zygote exits at once: one ``zygote_fallback`` note says why and spawns
-    still work, by the launcher."""
+    """A zygote whose code root is broken (its zygote module imports what is not there) exits at once: one
+    ``zygote_fallback`` note says why and spawns still work, by the launcher. (A root that is merely empty would
+    not do: an editable install of this project, as CI's venv has, finds ``sandbox`` after the root.)"""
     notes = Notes()
-    empty = sandbox_tmp / "empty"
-    empty.mkdir()
-    spawner = ZygoteSpawner(sys.executable, str(empty), env=ENV, modules=[], note=notes)
+    broken = sandbox_tmp / "broken" / "sandbox"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("")
+    (broken / "_zygote.py").write_text("import agents_supervise_no_such_module\n")
+    spawner = ZygoteSpawner(sys.executable, str(broken.parent), env=ENV, modules=[], note=notes)
     async with trio.open_nursery() as nursery:
         await nursery.start(spawner.run)
         assert spawner.serving is None
