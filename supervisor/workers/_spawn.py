@@ -22,46 +22,35 @@ import trio
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["ChildProcess", "spawn_child"]
+__all__ = ["ChildProcess", "PidfdChild", "spawn_child"]
 
 
-class ChildProcess:
-    """A running child with trio streams for its stdin, stdout and stderr."""
+class PidfdChild:
+    """A running child the supervisor holds by a pidfd, with trio streams for its stdin, stdout and stderr: what a
+    worker's connection needs of its process, whoever made it. Subclasses say how its exit status is learnt
+    (:meth:`wait`, :meth:`poll`); signals go through the pidfd, so a recycled pid is never signalled."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self._popen = popen
-        self.pid = popen.pid
-        assert popen.stdin is not None
-        assert popen.stdout is not None
-        assert popen.stderr is not None
-        self.stdin = trio.lowlevel.FdStream(os.dup(popen.stdin.fileno()))
-        self.stdout = trio.lowlevel.FdStream(os.dup(popen.stdout.fileno()))
-        self.stderr = trio.lowlevel.FdStream(os.dup(popen.stderr.fileno()))
-        for f in (popen.stdin, popen.stdout, popen.stderr):
-            f.close()
-        self._pidfd = os.pidfd_open(self.pid)
+    def __init__(self, pid: int, pidfd: int, stdin: int, stdout: int, stderr: int) -> None:
+        self.pid = pid
+        self._pidfd = pidfd
+        self.stdin = trio.lowlevel.FdStream(stdin)
+        self.stdout = trio.lowlevel.FdStream(stdout)
+        self.stderr = trio.lowlevel.FdStream(stderr)
         self.returncode: int | None = None
         self._closed = False
         self._wait_lock = trio.Lock()  # one task at a time may wait on the pidfd
 
     async def wait(self) -> int:
-        """Wait for the child to exit and reap it; returns its status as ``Popen.returncode`` (negative = signal).
-
-        A checkpoint. Cancellation leaves the child running.
-        """
-        async with self._wait_lock:
-            if self.returncode is None:
-                await trio.lowlevel.wait_readable(self._pidfd)
-                self.returncode = self._popen.wait()
-        return self.returncode
+        """Wait for the child to exit; its status as ``Popen.returncode`` (negative = signal). A checkpoint;
+        cancellation leaves the child running."""
+        raise NotImplementedError
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self._popen.poll()
-        return self.returncode
+        """The exit status if it is known, else ``None``."""
+        raise NotImplementedError
 
     def send_signal(self, sig: int) -> None:
-        """Signal the child unless it was already reaped (a reaped pid may have been reused)."""
+        """Signal the child through its pidfd unless its exit is already known."""
         if self.poll() is None:
             try:
                 signal.pidfd_send_signal(self._pidfd, sig)
@@ -69,9 +58,9 @@ class ChildProcess:
                 pass
 
     async def aclose(self, grace_s: float = 2.0) -> None:
-        """Stop the child: SIGTERM, up to ``grace_s`` to exit, then SIGKILL, reap, close every fd.
+        """Stop the child: SIGTERM, up to ``grace_s`` to exit, then SIGKILL, wait, close every fd.
 
-        Shielded from cancellation so that the child is always reaped; calling it twice is fine.
+        Shielded from cancellation so that the child is always waited for; calling it twice is fine.
         """
         with trio.CancelScope(shield=True):
             if self.poll() is None:
@@ -88,8 +77,43 @@ class ChildProcess:
                 os.close(self._pidfd)
 
     async def kill(self) -> None:
-        """SIGKILL and reap at once (no grace), then close the fds."""
+        """SIGKILL and wait at once (no grace), then close the fds."""
         await self.aclose(grace_s=0.0)
+
+
+class ChildProcess(PidfdChild):
+    """A child this process spawned (and reaps) itself."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        assert popen.stdin is not None
+        assert popen.stdout is not None
+        assert popen.stderr is not None
+        super().__init__(
+            popen.pid,
+            os.pidfd_open(popen.pid),
+            os.dup(popen.stdin.fileno()),
+            os.dup(popen.stdout.fileno()),
+            os.dup(popen.stderr.fileno()),
+        )
+        self._popen = popen
+        for f in (popen.stdin, popen.stdout, popen.stderr):
+            f.close()
+
+    async def wait(self) -> int:
+        """Wait for the child to exit and reap it; returns its status as ``Popen.returncode`` (negative = signal).
+
+        A checkpoint. Cancellation leaves the child running.
+        """
+        async with self._wait_lock:
+            if self.returncode is None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+                self.returncode = self._popen.wait()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._popen.poll()
+        return self.returncode
 
 
 def spawn_child(

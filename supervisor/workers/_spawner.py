@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from ._launch import launcher_argv
-from ._spawn import ChildProcess, spawn_child
+from ._spawn import ChildProcess, PidfdChild, spawn_child
 from ._zygote_client import Zygote, ZygoteChild, ZygoteGone
 
 if TYPE_CHECKING:
@@ -59,20 +59,8 @@ def preload_modules(specs: Sequence[WorkerSpec]) -> list[str]:
     return list(names)
 
 
-class SpawnedChild(Protocol):
-    """What a spawner returns (:class:`ChildProcess`, :class:`ZygoteChild`)."""
-
-    pid: int
-    stdin: trio.lowlevel.FdStream
-    stdout: trio.lowlevel.FdStream
-    stderr: trio.lowlevel.FdStream
-    returncode: int | None
-
-    async def wait(self) -> int: ...
-    def poll(self) -> int | None: ...
-    def send_signal(self, sig: int) -> None: ...
-    async def aclose(self, grace_s: float = 2.0) -> None: ...
-    async def kill(self) -> None: ...
+#: What a spawner returns: a :class:`ChildProcess` (the launcher's) or a :class:`ZygoteChild`.
+SpawnedChild = PidfdChild
 
 
 class Spawner(Protocol):

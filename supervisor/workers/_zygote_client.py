@@ -4,7 +4,7 @@
 is started by :meth:`Zygote.start` (spawned from the trio thread like a worker's launcher, so its parent-death
 signal fires only when the supervisor ends; then ``preload`` and the wait for ``ready``), and its reader,
 :meth:`Zygote.serve`, runs until the zygote's socket closes. :meth:`Zygote.spawn` sends the child's fds and returns
-a :class:`ZygoteChild`, which has the interface of :class:`~supervisor.workers._spawn.ChildProcess`: trio streams on
+a :class:`ZygoteChild`, a :class:`~supervisor.workers._spawn.PidfdChild` as a launcher's child is: trio streams on
 its pipes, ``wait``, ``poll``, ``returncode``, ``send_signal``, ``aclose`` (SIGTERM, grace, SIGKILL) and ``kill``.
 Its exit is seen on a pidfd the zygote opened for it (the supervisor is not its parent, so it cannot reap it); its
 status is the one the zygote reports when it reaped it. A child whose zygote died without reporting it was killed
@@ -23,7 +23,7 @@ import trio
 
 from sandbox._zygote_wire import MAX_MESSAGE, ZygoteWireError, decode_message, encode_message
 
-from ._spawn import ChildProcess, spawn_child
+from ._spawn import ChildProcess, PidfdChild, spawn_child
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -68,19 +68,12 @@ class _Request:
         self.done = trio.Event()
 
 
-class ZygoteChild:
-    """A process the zygote forked for the supervisor; the interface of :class:`ChildProcess`."""
+class ZygoteChild(PidfdChild):
+    """A process the zygote forked for the supervisor; the zygote reaps it and reports its status."""
 
     def __init__(self, pid: int, pidfd: int, stdin: int, stdout: int, stderr: int, record: _ChildRecord) -> None:
-        self.pid = pid
-        self._pidfd = pidfd
+        super().__init__(pid, pidfd, stdin, stdout, stderr)
         self._record = record
-        self.stdin = trio.lowlevel.FdStream(stdin)
-        self.stdout = trio.lowlevel.FdStream(stdout)
-        self.stderr = trio.lowlevel.FdStream(stderr)
-        self.returncode: int | None = None
-        self._closed = False
-        self._wait_lock = trio.Lock()
 
     async def wait(self) -> int:
         """Wait for the child to exit and its status to be known; a checkpoint, cancellation leaves it running."""
@@ -98,34 +91,6 @@ class ZygoteChild:
         if self.returncode is None and self._record.exited.is_set() and self._record.status is not None:
             self.returncode = self._record.status
         return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        """Signal the child through its pidfd (never a recycled pid) unless its exit is known."""
-        if self.poll() is None:
-            try:
-                signal.pidfd_send_signal(self._pidfd, sig)
-            except ProcessLookupError:
-                pass
-
-    async def aclose(self, grace_s: float = 2.0) -> None:
-        """Stop the child: SIGTERM, up to ``grace_s`` to exit, then SIGKILL, wait, close every fd. Shielded."""
-        with trio.CancelScope(shield=True):
-            if self.poll() is None:
-                self.send_signal(signal.SIGTERM)
-                with trio.move_on_after(grace_s):
-                    await self.wait()
-                if self.poll() is None:
-                    self.send_signal(signal.SIGKILL)
-                    await self.wait()
-            if not self._closed:
-                self._closed = True
-                for stream in (self.stdin, self.stdout, self.stderr):
-                    await stream.aclose()
-                os.close(self._pidfd)
-
-    async def kill(self) -> None:
-        """SIGKILL and wait at once (no grace), then close the fds."""
-        await self.aclose(grace_s=0.0)
 
 
 class Zygote:
