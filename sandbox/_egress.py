@@ -54,6 +54,7 @@ from sandbox._egress_decide import (
     local_addresses,
     shown_host,
 )
+from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES
 from sandbox._egress_relay import RELAY_CHUNK_BYTES, tunnel
 from sandbox._hosts import AllowedHosts, HostError, IPAddress, split_host_port
 
@@ -83,21 +84,7 @@ OnDecision = Callable[[dict[str, Any]], None]
 
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
-MAX_HEAD_BYTES = 16 * 1024
 MAX_CONNECTIONS = 256
-_HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authorization",
-        b"proxy-authenticate",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"host",
-    }
-)
 #: Headers that frame a request body; kept even when the client names them in ``Connection``.
 _FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 _REASONS = {400: b"Bad Request", 403: b"Forbidden", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
@@ -347,7 +334,7 @@ class _Connection:
         port: int,
         path: str,
     ) -> None:
-        headers = [(n, v) for n, v in request.headers if n.lower() not in _HOP_BY_HOP]
+        headers = [(n, v) for n, v in request.headers if n.lower() not in HOP_BY_HOP]
         # Headers the client names in Connection are hop-by-hop too, but never the body's framing: h11 has framed
         # the request body by it already, and the upstream request must carry the same framing.
         named = {

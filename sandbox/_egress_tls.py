@@ -25,28 +25,16 @@ import h11
 import trio
 
 from sandbox._credentials import Credential, apply_credentials, matching_credentials
+from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES
 from sandbox._hosts import Host, HostError, normalize_host, split_host_port
 
 __all__ = ["Prefixed", "relay_terminated"]
 
 HANDSHAKE_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 60.0
-MAX_HEAD_BYTES = 16 * 1024
 CHUNK = 256 * 1024
-_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authorization",
-        b"proxy-authenticate",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"host",
-        b"expect",
-    }
-)
+#: inside a terminated tunnel ``Expect`` is not relayed either: the relay answers no interim ``100 Continue``
+_HOP = HOP_BY_HOP | {b"expect"}
 _RESPONSE_DROP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"trailer", b"upgrade"}
 )

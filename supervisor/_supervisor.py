@@ -87,7 +87,7 @@ from ._reload import ReloadOutcome, ReloadParticipant, reload_supervisor, spec_f
 from ._worker_messages import answer_worker_request, record_worker_event
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from toolboxes._progress import ProgressUpdate
 
@@ -612,27 +612,12 @@ class Supervisor:
         """MCP's ``resources/read`` result for ``uri`` (of ``agent``'s toolboxes only, when given); raises
         :class:`~supervisor.calls._catalog.CatalogError` saying why it cannot be read. Traced as ``resource_read``."""
         ctx = {"session_id": session_id or "", "depth": 0}
-        try:
-            result = await read_resource(self._live_runners(), uri, agent, ctx)
-        except CatalogError as exc:
-            self.trace.record(
-                "resource_read",
-                uri=uri[:500],
-                tenant=tenant,
-                session=session_id,
-                status="error",
-                message=str(exc)[:500],
-            )
-            raise
-        self.trace.record(
+        return await self._traced_catalog_read(
             "resource_read",
-            uri=uri[:500],
-            tenant=tenant,
-            session=session_id,
-            status="passed",
-            contents=len(result["contents"]),
+            {"uri": uri[:500], "tenant": tenant, "session": session_id},
+            read_resource(self._live_runners(), uri, agent, ctx),
+            passed=lambda result: {"contents": len(result["contents"])},
         )
-        return result
 
     async def get_prompt(
         self,
@@ -646,19 +631,27 @@ class Supervisor:
         """MCP's ``prompts/get`` result; raises :class:`~supervisor.calls._catalog.CatalogError`. Traced as
         ``prompt_get``."""
         ctx = {"session_id": session_id or "", "depth": 0}
+        return await self._traced_catalog_read(
+            "prompt_get",
+            {"prompt": name[:200], "tenant": tenant, "session": session_id},
+            get_prompt(self._live_runners(), name, args, agent, ctx),
+        )
+
+    async def _traced_catalog_read(
+        self,
+        event: str,
+        fields: dict[str, Any],
+        read: Awaitable[dict[str, Any]],
+        passed: Callable[[dict[str, Any]], dict[str, Any]] = lambda _result: {},
+    ) -> dict[str, Any]:
+        """Await ``read`` and trace it as ``event`` with ``fields``: ``status`` passed (with what ``passed`` makes of
+        the result) or error (with the :class:`CatalogError`'s message; the error is raised on)."""
         try:
-            result = await get_prompt(self._live_runners(), name, args, agent, ctx)
+            result = await read
         except CatalogError as exc:
-            self.trace.record(
-                "prompt_get",
-                prompt=name[:200],
-                tenant=tenant,
-                session=session_id,
-                status="error",
-                message=str(exc)[:500],
-            )
+            self.trace.record(event, **fields, status="error", message=str(exc)[:500])
             raise
-        self.trace.record("prompt_get", prompt=name[:200], tenant=tenant, session=session_id, status="passed")
+        self.trace.record(event, **fields, status="passed", **passed(result))
         return result
 
     def agent_slugs(self) -> list[str]:

@@ -125,8 +125,7 @@ class TraceRecorder:
         #: each must be quick and must not raise
         self.listeners: set[Callable[[str, dict[str, Any]], None]] = set()
         if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._open()
+            self._open()  # its folder made by open_file
 
     def _open(self) -> None:
         if self.path is None:

@@ -322,6 +322,16 @@ async def test_resources_and_prompts_on_stdio(sandbox_tmp: Path) -> None:
             assert caps.resources is not None and caps.resources.list_changed and not caps.resources.subscribe
             assert caps.prompts is not None and caps.prompts.list_changed
             await _check_resources_and_prompts(session, changes, bound=True)  # to the policy's first agent
+    # Every read and prompt is traced with its outcome: a read's count of contents, a refusal's reason.
+    records = [json.loads(line) for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()]
+    reads = [r for r in records if r["event"] == "resource_read"]
+    assert {"uri": "agents-supervise://alpha/skills/pdf-tools/SKILL.md", "status": "passed", "contents": 1}.items() <= (
+        reads[0].items()
+    )
+    refused = [r for r in reads if r["status"] == "error"]
+    assert len(refused) == 2 and "does not list it" in refused[1]["message"]
+    prompts = [(r["prompt"], r["status"]) for r in records if r["event"] == "prompt_get"]
+    assert prompts == [("mcp_docs_review", "passed"), ("review", "error")]
 
 
 async def test_resources_and_prompts_over_http_are_the_agents_own(sandbox_tmp: Path) -> None:
