@@ -153,7 +153,8 @@ def render_section(
     extra: Sequence[str] = (),
 ) -> str:
     """The generated section (markers included): how it was made, the table (target, measured: the median and the
-    range over the runs, the floor's median, met in k of N and the verdict), what each floor includes, ``notes``
+    range over the runs, the floor's median and whether it meets the target itself, met in k of N and the
+    verdict), what each floor includes, ``notes``
     (a bullet each) and ``extra`` (further markdown blocks: the peers, the scaling curves)."""
     runs = max((s.runs for s in summaries), default=0)
     lines = [
@@ -166,15 +167,17 @@ def render_section(
         '"measured" is the median over the runs (the range in brackets); "met" counts the runs that met the '
         f"target (the verdict asks for {MET_SHARE:.0%} of them, 8 of 10).",
         "",
-        "| # | measure | target | measured | floor (same run) | met |",
-        "|---|---|---|---|---|---|",
+        "| # | measure | target | measured | floor (same run) | floor within the target | met |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         floor = s.floor_median
         floor_text = fmt(floor, s.row.unit) if floor is not None else "-"
+        reachable = "-" if floor is None else ("yes" if met(s.row, floor) else "**no**: the target is past the floor")
         met_text = f"{s.met_in} of {s.runs}: **{s.verdict}**" if s.figures else "not measured"
         lines.append(
-            f"| {s.row.number} | {s.row.what} | {s.row.target_text} | {_measured(s)} | {floor_text} | {met_text} |"
+            f"| {s.row.number} | {s.row.what} | {s.row.target_text} | {_measured(s)} | {floor_text} | {reachable} "
+            f"| {met_text} |"
         )
     lines += ["", "What each floor is (the harness named measures it):", ""]
     lines += [f"- {s.row.number}: {s.row.floor}" for s in summaries]
@@ -296,8 +299,8 @@ ROWS: tuple[Row, ...] = (
         "ms",
         "`scripts/floor_confine.py`: the kernel work of confinement alone in a bare forked Python child (fork, "
         "unshare of the same namespaces, the fork into the PID namespace, the mounts of the same private view, "
-        "seccomp, Landlock, the uid drop; every plan made beforehand, no cgroup), until it writes one byte back; "
-        "median",
+        "seccomp, Landlock, the uid drop; every plan made beforehand), the worker's cgroup made and joined by the "
+        "parent first, until the child writes one byte back; median",
     ),
     Row(
         "idle_100",

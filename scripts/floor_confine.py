@@ -9,9 +9,11 @@ zygote cost with nothing of ours around them.
   Landlock ruleset), then N times: forks a bare child that unshares the plan's namespaces (net with ``lo`` up, PID,
   IPC, UTS, mount), sets its host name, forks into the PID namespace, builds and pivots into the private view,
   sets ``no_new_privs``, loads the seccomp filters, restricts itself with Landlock, drops to the plan's uid, gid and
-  groups, and writes one byte back. It prints the times from each fork to that byte, in seconds, as a JSON list.
-  Not included: the cgroup (made and joined by the supervisor), the plan's transfer, the checks the launcher makes
-  after each step, rlimits, the toolbox's start and its hello.
+  groups, and writes one byte back. When the worker's cgroup plan follows the frame on stdin (pickled), the parent
+  also makes the child's cgroup, with its limits, and moves the child into it before the child confines itself (as
+  the supervisor does), and removes it after. It prints the times from each fork to that byte, in seconds, as a
+  JSON list. Not included: the plan's transfer, the checks the launcher makes after each step, rlimits, the
+  toolbox's start and its hello.
 - ``floor_confine.py zygote MODULE...``: the zygote's own start, an interpreter started as the supervisor starts
   the zygote (``-I -B``) that imports the launcher's step modules and ``MODULE...`` (the modules the supervisor has
   its zygote preload), freezes them out of the collector's way and says ready; prints the seconds from the start
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -38,6 +41,7 @@ def _spawns(count: int) -> list[float]:
     import grp
     import pwd
 
+    from sandbox._cgroups import create_cgroup, enter_cgroup, remove_cgroup
     from sandbox._landlock import RESTRICT_SELF_LOG_NEW_EXEC_ON, apply_ruleset, landlock_abi, plan_ruleset
     from sandbox._launcher import read_plan
     from sandbox._netns import enter_namespaces, plan_namespaces
@@ -49,6 +53,10 @@ def _spawns(count: int) -> list[float]:
     from sandbox._view_plan import plan_view, view_files
 
     plan = read_plan(0)
+    rest = b""
+    while chunk := os.read(0, 1 << 16):
+        rest += chunk
+    cgroup = pickle.loads(rest) if rest else None  # a CgroupPlan, from the benchmark itself
     if plan.view is None or plan.uid is None or plan.gid is None:
         raise SystemExit("floor_confine: the plan has no private view or no uid: not a strict.yaml worker")
     namespaces = plan_namespaces(
@@ -86,14 +94,19 @@ def _spawns(count: int) -> list[float]:
     )
     del pwd
     samples: list[float] = []
-    for _ in range(count):
+    left = []
+    for i in range(count):
         r, w = os.pipe()
+        go_r, go_w = os.pipe()
         start = time.perf_counter()
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 os.close(r)
+                os.close(go_w)
+                if os.read(go_r, 1) != b"!":  # in its cgroup
+                    os._exit(1)
                 enter_namespaces(namespaces)
                 set_hostname(plan.view.hostname)
                 inner = os.fork()
@@ -115,21 +128,36 @@ def _spawns(count: int) -> list[float]:
             finally:
                 os._exit(code)
         os.close(w)
+        os.close(go_r)
+        instance = cgroup.instance("floor", f"{os.getpid()}-{i}") if cgroup is not None else None
+        if instance is not None:
+            create_cgroup(instance)
+            enter_cgroup(instance, pid)
+        os.write(go_w, b"!")
         got = os.read(r, 1)
         took = time.perf_counter() - start
         os.close(r)
+        os.close(go_w)
         _, status = os.waitpid(pid, 0)
+        if instance is not None and not remove_cgroup(instance):
+            left.append(instance)
         if got != b"!" or os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"floor_confine: a confined child failed (exit status {status})")
         samples.append(took)
+    for instance in left:  # the kernel releases reaped tasks after a grace period
+        for _ in range(50):
+            if remove_cgroup(instance):
+                break
+            time.sleep(0.02)
     return samples
 
 
-def confine_times(plan_frame: bytes, count: int) -> list[float]:
-    """Run ``floor_confine.py spawns count`` with ``plan_frame`` on its stdin; the times (seconds)."""
+def confine_times(plan_frame: bytes, count: int, cgroup: object = None) -> list[float]:
+    """Run ``floor_confine.py spawns count`` with ``plan_frame`` (and the ``CgroupPlan`` ``cgroup``, unless
+    ``None``) on its stdin; the times (seconds)."""
     out = subprocess.run(
         [sys.executable, __file__, "spawns", str(count)],
-        input=plan_frame,
+        input=plan_frame + (pickle.dumps(cgroup) if cgroup is not None else b""),
         capture_output=True,
         check=False,
         env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -73,8 +73,11 @@ def test_the_table_has_target_measured_floor_and_k_of_n_for_every_row() -> None:
     text = _section(runs)
     assert text.startswith(BEGIN + "\n") and text.endswith(END + "\n")
     assert "`scripts/bench --runs 2`" in text and "abc1234" in text and "0.1 0.2 0.3" in text
-    assert "| 1 | a speed-up | >= 3.00x | 3.00x (2.00x - 4.00x) | 5.00x | 1 of 2: **not met** |" in text
-    assert "| 7 | a start | < 0.30 s | 0.50 s | 0.20 s | 0 of 2: **not met** |" in text
+    assert "| 1 | a speed-up | >= 3.00x | 3.00x (2.00x - 4.00x) | 5.00x | yes | 1 of 2: **not met** |" in text
+    assert "| 7 | a start | < 0.30 s | 0.50 s | 0.20 s | yes | 0 of 2: **not met** |" in text
+    past = _section([{"speedup": Figure(2.0, 2.5)}, {"speedup": Figure(2.0)}], rows=(AT_LEAST,))
+    assert "| 2.50x | **no**: the target is past the floor | 0 of 2: **not met** |" in past
+    assert "| 1 | a speed-up | >= 3.00x | not measured | - | - | not measured |" in _section([{}], rows=(AT_LEAST,))
     assert "- 7: the zygote's start" in text and "- a note" in text and "### Peers" in text
 
 
@@ -125,3 +128,25 @@ def test_figures_are_shown_with_their_units() -> None:
     assert fmt(0.284, "s") == "0.28 s"
     assert fmt(6.74, "MiB") == "6.74 MiB"
     assert fmt(math.nan, "ms") == "n/a"
+
+
+def test_a_benchmark_over_strict_yaml_may_raise_call_bounds_but_not_change_a_protection(tmp_path: Path) -> None:
+    import yaml
+    from _bench_common import write_policy
+
+    written = yaml.safe_load(
+        write_policy(
+            tmp_path, [], limits={"max_concurrent_calls": 256}, sessions={"max_calls": None, "max_concurrent_calls": 64}
+        ).read_text()
+    )
+    assert written["limits"]["max_concurrent_calls"] == 256
+    assert written["limits"]["cpus"] == 1 and written["limits"]["memory_bytes"] == "1GiB"  # strict's, kept
+    assert written["sessions"]["max_calls"] is None and written["sessions"]["keep_days"] == 30
+    assert written["private_view"] is True and written["kernel_audit"] == "enable" and written["strict"] is True
+    with pytest.raises(ValueError, match="private_view"):
+        write_policy(tmp_path, [], private_view=False)
+    with pytest.raises(ValueError, match=r"limits\.cpus"):
+        write_policy(tmp_path, [], limits={"cpus": None})
+    assert (
+        yaml.safe_load(write_policy(tmp_path, [], base=None, kernel_audit="off").read_text())["kernel_audit"] == "off"
+    )
