@@ -429,10 +429,32 @@ async def bench(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         lean = args.client == "lean"
         seq = await _calls(server, client, args.calls // 2, 1, lean)
         par = await _calls(server, client, args.calls, args.inflight, lean)
-        if server.name.startswith("floor"):
+        if server.name.startswith("floor") or args.sessions <= 0:
             return {"sequential": seq, "inflight": par, "sessions_per_gib": float("nan")}
         per_gib = await _sessions_per_gib(server, client, args.sessions)
     return {"sequential": seq, "inflight": par, "sessions_per_gib": per_gib}
+
+
+def measure(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Run every server of the comparison (``args``: ``calls``, ``inflight``, ``sessions``, ``client``,
+    ``no_floor``), one after the other; their figures by server name. ``sessions`` 0: sessions per GiB is not
+    measured. Synchronous: it runs ``trio.run`` once per server (``scripts/bench`` calls it from a worker thread)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.sessions + 512)), hard))
+    results: dict[str, dict[str, Any]] = {}
+    starts: list[Any] = [lambda root: start_supervisor(root, args.sessions), start_sdk]
+    if not args.no_floor:
+        starts += [lambda root: start_floor(root, "plain"), lambda root: start_floor(root, "pipe")]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.chmod(root, 0o755)
+        for start in starts:
+            server = start(root)
+            try:
+                results[server.name] = trio.run(bench, server, args)
+            finally:
+                server.stop()
+    return results
 
 
 def main() -> None:
@@ -449,22 +471,8 @@ def main() -> None:
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the floor rows (h11 alone, h11 + pipe hop)")
     args = parser.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.sessions + 512)), hard))
-    results: dict[str, dict[str, Any]] = {}
     load = os.getloadavg()
-    starts: list[Any] = [lambda root: start_supervisor(root, args.sessions), start_sdk]
-    if not args.no_floor:
-        starts += [lambda root: start_floor(root, "plain"), lambda root: start_floor(root, "pipe")]
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        os.chmod(root, 0o755)
-        for start in starts:
-            server = start(root)
-            try:
-                results[server.name] = trio.run(bench, server, args)
-            finally:
-                server.stop()
+    results = measure(args)
     ping = pipe_round_trip()
     print(
         f"trivial tool call over Streamable HTTP (2025-11-25), {args.calls} calls, {args.inflight} in flight, "
