@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from _bench_common import agent_file, system_toolbox, write_policy  # noqa: E402
+from floor_pipes import ECHO_WORKER  # noqa: E402
 
 from labkit import RawSession  # noqa: E402
 from supervisor.frontends._http_auth import hash_token  # noqa: E402
@@ -64,15 +65,16 @@ server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]), json_resp
 
 
 # The floor: what any server in Python on h11 and trio costs per request, without MCP, sessions or a worker. "plain"
-# answers a fixed JSON body; "pipe" also sends a small msgpack frame to a second Python process and waits for its
-# echo (as the supervisor does with its worker) before answering. Same keep-alive HTTP/1.1, same client.
+# answers a fixed JSON body; "pipe" also sends a small msgpack frame to a second Python process (the echo worker of
+# scripts/floor_pipes.py, which decodes it and answers a result frame, as a worker would) and waits for the answer
+# before answering. Same keep-alive HTTP/1.1, same client.
 FLOOR_SERVER = """
 import os, subprocess, sys
 import h11, msgpack, trio
 MODE, PORT = sys.argv[1], int(sys.argv[2])
 BODY = (b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"2026-12-01T00:00:00+00:00"}],'
         b'"isError":false}}\\n')
-ECHO = "import os\\nwhile d := os.read(0, 65536):\\n    os.write(1, d)\\n"
+ECHO = sys.argv[3]  # floor_pipes.ECHO_WORKER: decodes each frame and answers a result frame
 
 async def main():
     waiting, replies = {}, {}
@@ -248,7 +250,9 @@ def start_floor(root: Path, mode: str) -> Server:
     script.write_text(FLOOR_SERVER)
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, str(script), mode, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, str(script), mode, str(port), ECHO_WORKER],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
