@@ -5,6 +5,8 @@ A benchmark's policy is ``policies/strict.yaml`` (every protection on: Landlock 
 namespaces, cgroups, a uid per worker, kernel-denial auditing) with the agent file, the state folder and the
 benchmark's own keys put over it (a key given as a mapping is merged one level deep, so ``sessions={"max_calls":
 None}`` keeps strict's other session bounds); ``base=None`` starts from an empty policy (the defaults) instead.
+Over strict.yaml a benchmark may raise bounds on calls, never change a protection: :func:`write_policy` refuses the
+keys of :data:`PROTECTIONS` and strict's resource limits (issue 18: every protection of strict.yaml in every row).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import yaml
 
 __all__ = [
     "BENCH_ROOT",
+    "PROTECTIONS",
     "STRICT",
     "agent_file",
     "bench_folder",
@@ -31,6 +34,28 @@ REPO = Path(__file__).resolve().parents[1]
 STRICT = REPO / "policies" / "strict.yaml"
 #: Where benchmark folders are made: under /tmp, world-traversable (a confined worker's uid must reach its files).
 BENCH_ROOT = "/tmp/agents-supervise-bench"
+
+
+#: strict.yaml's keys that are protections: a benchmark over strict.yaml may not set them.
+PROTECTIONS = frozenset(
+    {
+        "strict",
+        "landlock_min_abi",
+        "inexact_predicates",
+        "kernel_audit",
+        "private_view",
+        "system_paths",
+        "device_paths",
+        "worker_env",
+        "sandbox_uid",
+        "sandbox_gid",
+        "worker_uids",
+        "network",
+        "max_call_depth",
+    }
+)
+#: ``limits`` a benchmark over strict.yaml may change: bounds on calls, not on what a worker's processes may use.
+CALL_BOUNDS = frozenset({"max_concurrent_calls", "wall_time_s", "output_bytes"})
 
 
 def bench_folder() -> Path:
@@ -79,6 +104,12 @@ def write_policy(
 ) -> Path:
     """Write ``<root>/<name>``: ``base`` (strict.yaml; ``None``: nothing) with ``agents``, the state folder
     (``state``, default ``<root>/state``) and ``keys`` over it; its path."""
+    if base == STRICT:
+        changed = sorted(PROTECTIONS & keys.keys()) + [
+            f"limits.{k}" for k in sorted(keys.get("limits", {}).keys() - CALL_BOUNDS)
+        ]
+        if changed:
+            raise ValueError(f"a benchmark over strict.yaml may not change its protections: {', '.join(changed)}")
     policy: dict[str, Any] = yaml.safe_load(base.read_text()) if base is not None else {}
     policy["agents"] = [str(a) for a in agents]
     policy["state_dir"] = str(state or root / "state")

@@ -13,8 +13,11 @@ The ways to run ``echo.sh run hello`` are timed, interleaved round by round so t
 - ``srt``: Anthropic's sandbox runtime ``srt --settings S ...`` (npm ``@anthropic-ai/sandbox-runtime``: bubblewrap
   plus its proxies; ``S`` allows no domain and writes only to the tool's folder);
 - ``supervisor``: ``Supervisor.call("bash_echo", {"v": "hello"})`` through the Python API, i.e. portal
-  (validation, trace records), msgpack pipe, the confined bash worker (Landlock, own namespaces, uid 65534),
-  which forks the script, reaps its process tree and answers.
+  (validation, trace records), msgpack pipe, the confined bash worker (``policies/strict.yaml``: Landlock, private
+  view, seccomp, own namespaces, cgroup, a uid of its own), which forks the script, reaps its process tree and
+  answers;
+- ``floor``: the floor of ``supervisor``, the script run by a Python process reached over one pipe hop
+  (``scripts/floor_exec.py``), nothing confined or recorded.
 
 A peer runs only where it is installed (firejail on ``PATH``; codex and srt on ``PATH`` or under
 ``$AGENTS_SUPERVISE_PEERS/node_modules/.bin``, default ``/opt/bench-peers``, where
@@ -22,7 +25,8 @@ A peer runs only where it is installed (firejail on ``PATH``; codex and srt on `
 Debian's ripgrep and socat); the table says which were missing. The peers that start a runtime of their own (codex,
 srt: hundreds of ms a command) take part in the first ``--peer-calls`` rounds only.
 
-Prints p50/p90/p99 per way and the ratios of the p50s. ``--profile FILE`` also writes a cProfile of the
+Prints p50/p90/p99 per way and the ratios of the p50s (``scripts/bench`` calls :func:`measure` for issue 18's row
+6). ``--profile FILE`` also writes a cProfile of the
 supervisor side of the calls (the worker is another process: profile it with py-spy).
 """
 
@@ -45,6 +49,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _bench_common import agent_file, percentile, write_policy
+from floor_exec import ExecHop
 
 from supervisor._supervisor import Supervisor
 
@@ -127,14 +132,19 @@ def make_root() -> Path:
     return root
 
 
-async def run(args: argparse.Namespace) -> None:
+async def measure(
+    calls: int, peer_calls: int, warmup: int, profile: str | None = None
+) -> tuple[dict[str, list[float]], list[str]]:
+    """Time every way (see the module docstring) ``calls`` times (the slow peers ``peer_calls`` times), interleaved,
+    after ``warmup`` rounds; the times of each way in seconds, and the peers that are not installed."""
     root = make_root()
+    hop = ExecHop()
     try:
         policy = setup(root)
         script = str(root / "tools" / "echo.sh")
         peers, missing = peer_commands(root)
-        times: dict[str, list[float]] = {"direct": [], **{name: [] for name in peers}, "supervisor": []}
-        profiler = cProfile.Profile() if args.profile else None
+        times: dict[str, list[float]] = {"direct": [], **{name: [] for name in peers}, "floor": [], "supervisor": []}
+        profiler = cProfile.Profile() if profile else None
         async with Supervisor.open(policy) as sup:
             errors = sup.load_errors()
             if errors:
@@ -145,9 +155,16 @@ async def run(args: argparse.Namespace) -> None:
                 if result.status != "passed" or result.data != "hello\n":
                     raise SystemExit(f"unexpected result: {result.to_wire()}")
 
-            for i in range(args.warmup):
+            def through_hop() -> float:
+                t0 = time.perf_counter()
+                if hop.run([script, "run", "hello"]) != b"hello\n":
+                    raise SystemExit("the floor's exec server ran the script wrong")
+                return time.perf_counter() - t0
+
+            for i in range(warmup):
                 await call()
                 timed([script, "run", "hello"])
+                through_hop()
                 for name, prefix in peers.items():
                     if name not in SLOW_PEERS or i < 2:
                         timed([*prefix, script, "run", "hello"])
@@ -161,8 +178,8 @@ async def run(args: argparse.Namespace) -> None:
                     profiler.disable()
                 return time.perf_counter() - t2
 
-            for i in range(args.calls):
-                ways = [w for w in times if w not in SLOW_PEERS or i < args.peer_calls]
+            for i in range(calls):
+                ways = [w for w in times if w not in SLOW_PEERS or i < peer_calls]
                 # Rotate the order every round: each way follows each other way equally often. A fixed order
                 # would always run the supervisor right after bwrap, whose network and PID namespaces the kernel
                 # tears down in the background, on the same two cores.
@@ -170,28 +187,36 @@ async def run(args: argparse.Namespace) -> None:
                 for way in ways[k:] + ways[:k]:
                     if way == "direct":
                         times["direct"].append(timed([script, "run", "hello"]))
+                    elif way == "floor":
+                        times["floor"].append(through_hop())
                     elif way == "supervisor":
                         times["supervisor"].append(await supervised())
                     else:
                         times[way].append(timed([*peers[way], script, "run", "hello"]))
-        if profiler:
-            profiler.dump_stats(args.profile)
-        p50 = {k: statistics.median(v) for k, v in times.items()}
-        print(
-            f"trivial bash tool call (echo), {args.calls} calls each ({args.peer_calls} for "
-            f"{', '.join(SLOW_PEERS)}), interleaved, after {args.warmup} warm-up rounds; {os.cpu_count()} CPUs"
-        )
-        if missing:
-            print(f"not installed, left out: {', '.join(missing)}")
-        print(f"{'way':<12}{'calls':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'/direct':>9}{'sup/way':>9}")
-        for k, v in times.items():
-            ratios = f"{p50[k] / p50['direct']:>8.2f}x{p50['supervisor'] / p50[k]:>8.2f}x"
-            print(
-                f"{k:<12}{len(v):>6}{p50[k] * 1e3:>9.2f}{percentile(v, 0.9) * 1e3:>9.2f}"
-                f"{percentile(v, 0.99) * 1e3:>9.2f}{ratios}"
-            )
+        if profiler and profile:
+            profiler.dump_stats(profile)
     finally:
+        hop.close()
         shutil.rmtree(root, ignore_errors=True)
+    return times, missing
+
+
+async def run(args: argparse.Namespace) -> None:
+    times, missing = await measure(args.calls, args.peer_calls, args.warmup, args.profile)
+    p50 = {k: statistics.median(v) for k, v in times.items()}
+    print(
+        f"trivial bash tool call (echo), {args.calls} calls each ({args.peer_calls} for "
+        f"{', '.join(SLOW_PEERS)}), interleaved, after {args.warmup} warm-up rounds; {os.cpu_count()} CPUs"
+    )
+    if missing:
+        print(f"not installed, left out: {', '.join(missing)}")
+    print(f"{'way':<12}{'calls':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'/direct':>9}{'sup/way':>9}")
+    for k, v in times.items():
+        ratios = f"{p50[k] / p50['direct']:>8.2f}x{p50['supervisor'] / p50[k]:>8.2f}x"
+        print(
+            f"{k:<12}{len(v):>6}{p50[k] * 1e3:>9.2f}{percentile(v, 0.9) * 1e3:>9.2f}"
+            f"{percentile(v, 0.99) * 1e3:>9.2f}{ratios}"
+        )
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from _bench_common import agent_file, system_toolbox, write_policy  # noqa: E402
+from floor_pipes import ECHO_WORKER  # noqa: E402
 
 from labkit import RawSession  # noqa: E402
 from supervisor.frontends._http_auth import hash_token  # noqa: E402
@@ -64,15 +65,16 @@ server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]), json_resp
 
 
 # The floor: what any server in Python on h11 and trio costs per request, without MCP, sessions or a worker. "plain"
-# answers a fixed JSON body; "pipe" also sends a small msgpack frame to a second Python process and waits for its
-# echo (as the supervisor does with its worker) before answering. Same keep-alive HTTP/1.1, same client.
+# answers a fixed JSON body; "pipe" also sends a small msgpack frame to a second Python process (the echo worker of
+# scripts/floor_pipes.py, which decodes it and answers a result frame, as a worker would) and waits for the answer
+# before answering. Same keep-alive HTTP/1.1, same client.
 FLOOR_SERVER = """
 import os, subprocess, sys
 import h11, msgpack, trio
 MODE, PORT = sys.argv[1], int(sys.argv[2])
 BODY = (b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"2026-12-01T00:00:00+00:00"}],'
         b'"isError":false}}\\n')
-ECHO = "import os\\nwhile d := os.read(0, 65536):\\n    os.write(1, d)\\n"
+ECHO = sys.argv[3]  # floor_pipes.ECHO_WORKER: decodes each frame and answers a result frame
 
 async def main():
     waiting, replies = {}, {}
@@ -248,7 +250,9 @@ def start_floor(root: Path, mode: str) -> Server:
     script.write_text(FLOOR_SERVER)
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, str(script), mode, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, str(script), mode, str(port), ECHO_WORKER],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -429,10 +433,32 @@ async def bench(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         lean = args.client == "lean"
         seq = await _calls(server, client, args.calls // 2, 1, lean)
         par = await _calls(server, client, args.calls, args.inflight, lean)
-        if server.name.startswith("floor"):
+        if server.name.startswith("floor") or args.sessions <= 0:
             return {"sequential": seq, "inflight": par, "sessions_per_gib": float("nan")}
         per_gib = await _sessions_per_gib(server, client, args.sessions)
     return {"sequential": seq, "inflight": par, "sessions_per_gib": per_gib}
+
+
+def measure(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Run every server of the comparison (``args``: ``calls``, ``inflight``, ``sessions``, ``client``,
+    ``no_floor``), one after the other; their figures by server name. ``sessions`` 0: sessions per GiB is not
+    measured. Synchronous: it runs ``trio.run`` once per server (``scripts/bench`` calls it from a worker thread)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.sessions + 512)), hard))
+    results: dict[str, dict[str, Any]] = {}
+    starts: list[Any] = [lambda root: start_supervisor(root, args.sessions), start_sdk]
+    if not args.no_floor:
+        starts += [lambda root: start_floor(root, "plain"), lambda root: start_floor(root, "pipe")]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.chmod(root, 0o755)
+        for start in starts:
+            server = start(root)
+            try:
+                results[server.name] = trio.run(bench, server, args)
+            finally:
+                server.stop()
+    return results
 
 
 def main() -> None:
@@ -449,22 +475,8 @@ def main() -> None:
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the floor rows (h11 alone, h11 + pipe hop)")
     args = parser.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.sessions + 512)), hard))
-    results: dict[str, dict[str, Any]] = {}
     load = os.getloadavg()
-    starts: list[Any] = [lambda root: start_supervisor(root, args.sessions), start_sdk]
-    if not args.no_floor:
-        starts += [lambda root: start_floor(root, "plain"), lambda root: start_floor(root, "pipe")]
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        os.chmod(root, 0o755)
-        for start in starts:
-            server = start(root)
-            try:
-                results[server.name] = trio.run(bench, server, args)
-            finally:
-                server.stop()
+    results = measure(args)
     ping = pipe_round_trip()
     print(
         f"trivial tool call over Streamable HTTP (2025-11-25), {args.calls} calls, {args.inflight} in flight, "

@@ -11,8 +11,10 @@
    launchers and workers) with 10 and 100 toolboxes (and more with ``--idle``), after one call to each, and the
    supervisor's own.
 
-Rows 0, 1 and 3 are measured for each ``--spawn`` mode (``supervision.spawn``: zygote, launcher) side by side in the
-same run, alternating. Prints markdown tables (with the load average before and after, since the machine may be
+Every policy is ``policies/strict.yaml`` (every protection on) with bounds the benchmark does not run into
+(:func:`policy`). Rows 0, 1 and 3 are measured for each ``--spawn`` mode (``supervision.spawn``: zygote, launcher)
+side by side in the same run, alternating. ``scripts/bench`` calls these functions for issue 18's rows 5, 7, 8 and 9
+and for the scaling curves. Prints markdown tables (with the load average before and after, since the machine may be
 shared) that BENCHMARKS.md copies. Usage: ``scripts/bench_scale.py [--calls N] [--idle 10,100,1000]
 [--starts 8,32,100] [--spawn zygote,launcher] [--spawns 20] [--toolboxes 1,10,100 | --toolboxes ""]``.
 """
@@ -39,19 +41,27 @@ from supervisor._supervisor import Supervisor  # noqa: E402
 from supervisor.workers import Worker  # noqa: E402
 
 
-def _policy(n: int, spawn: str = "zygote") -> Path:
-    """A policy with ``n`` System toolboxes ``s0`` ... (tools ``system_s<i>_date``) in a fresh folder."""
+def policy(n: int, spawn: str = "zygote") -> Path:
+    """strict.yaml (every protection on) with ``n`` System toolboxes ``s0`` ... (tools ``system_s<i>_date``) in a
+    fresh folder, and bounds a benchmark does not run into: 256 calls in flight per worker (256 callers may all be on
+    one toolbox; strict's default is 4) and per session, no bound on calls per session."""
     root = bench_folder()
     agent = agent_file(root, builtinToolboxes=[system_toolbox(f"s{i}") for i in range(n)])
-    # 256 callers may all be on one toolbox: its worker takes them all at once (the default is 8 in flight).
-    return write_policy(root, [agent], base=None, limits={"max_concurrent_calls": 256}, supervision={"spawn": spawn})
+    return write_policy(
+        root,
+        [agent],
+        limits={"max_concurrent_calls": 256},
+        sessions={"max_calls": None, "max_concurrent_calls": 256},
+        supervision={"spawn": spawn},
+    )
 
 
 def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def _pss_kib(pid: int) -> int:
+def pss_kib(pid: int) -> int:
+    """The PSS of process ``pid`` in KiB (0 when it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Pss:"):
@@ -61,7 +71,7 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
-async def _calls(sup: Supervisor, toolboxes: int, callers: int, total: int) -> dict[str, float]:
+async def calls(sup: Supervisor, toolboxes: int, callers: int, total: int) -> dict[str, float]:
     samples: list[float] = []
     per = max(1, total // callers)
 
@@ -90,10 +100,10 @@ async def _calls(sup: Supervisor, toolboxes: int, callers: int, total: int) -> d
     }
 
 
-async def _spawn_times(spawn: str, count: int) -> list[float]:
+async def spawn_times(spawn: str, count: int) -> list[float]:
     """``count`` starts of a one-toolbox supervisor's worker by its spawner, each until its hello (seconds)."""
     samples: list[float] = []
-    async with Supervisor.open(_policy(1, spawn)) as sup:
+    async with Supervisor.open(policy(1, spawn)) as sup:
         assert not sup.load_errors(), sup.load_errors()
         spec = sup.runners[0].spec
 
@@ -111,6 +121,40 @@ async def _spawn_times(spawn: str, count: int) -> list[float]:
     return samples
 
 
+async def start_to_ready(n: int, mode: str = "zygote") -> float:
+    """Seconds from ``Supervisor.open`` of :func:`policy` ``(n, mode)`` until every worker said hello."""
+    pol = policy(n, mode)
+    start = time.perf_counter()
+    async with Supervisor.open(pol) as sup:
+        took = time.perf_counter() - start
+        assert not sup.load_errors(), sup.load_errors()
+    return took
+
+
+async def idle_memory(sup: Supervisor, n: int) -> dict[str, float]:
+    """After one call to each of the ``n`` toolboxes of ``sup`` (a :func:`policy` supervisor in this process): the
+    PSS in MiB of every process it started (``workers``), per toolbox, of this process (``own``), how many
+    processes, and the most threads one of them has (an idle worker's)."""
+    for i in range(n):
+        assert (await sup.call(f"system_s{i}_date", {})).status == "passed"
+    me = psutil.Process()
+    kids = me.children(recursive=True)
+    workers = sum(pss_kib(k.pid) for k in kids) / 1024
+    threads = 1
+    for kid in kids:
+        try:
+            threads = max(threads, kid.num_threads())
+        except psutil.Error:
+            pass
+    return {
+        "workers": workers,
+        "per_toolbox": workers / n,
+        "own": pss_kib(me.pid) / 1024,
+        "processes": len(kids),
+        "threads": threads,
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2560, help="calls per cell of the call table")
@@ -122,13 +166,12 @@ async def main() -> None:
     parser.add_argument("--spawns", type=int, default=20, help="starts for the spawn-until-it-answers median")
     args = parser.parse_args()
     modes = args.spawn.split(",")
-    me = psutil.Process()
 
     print(f"## Spawn until it answers (median of {args.spawns}; load average before: {_load()})\n")
     print("| spawn | median ms | p90 ms | load average after |")
     print("|---|---|---|---|")
     for mode in modes if args.spawns > 0 else ():
-        samples = sorted(await _spawn_times(mode, args.spawns))
+        samples = sorted(await spawn_times(mode, args.spawns))
         p90 = samples[min(len(samples) - 1, int(len(samples) * 0.9))]
         print(f"| {mode} | {statistics.median(samples) * 1000:.1f} | {p90 * 1000:.1f} | {_load()} |", flush=True)
 
@@ -137,41 +180,57 @@ async def main() -> None:
     print("|---|---|---|---|---|")
     for n in [int(x) for x in args.starts.split(",") if x]:
         for mode in modes:
-            policy = _policy(n, mode)
-            start = time.perf_counter()
-            async with Supervisor.open(policy) as sup:
-                took = time.perf_counter() - start
-                assert not sup.load_errors(), sup.load_errors()
+            took = await start_to_ready(n, mode)
             print(f"| {n} | {mode} | {took:.2f} | {took / n * 1000:.0f} | {_load()} |", flush=True)
 
-    print(f"\n## Calls as toolboxes and callers grow (Python API; load average before: {_load()})\n")
-    print("| toolboxes | callers | p50 us | p99 us | calls/s | load average after |")
-    print("|---|---|---|---|---|---|")
+    print(curves_header(_load()))
     for t in [int(x) for x in args.toolboxes.split(",") if x]:
-        async with Supervisor.open(_policy(t)) as sup:
-            assert not sup.load_errors(), sup.load_errors()
-            for c in map(int, args.callers.split(",")):
-                row = await _calls(sup, t, c, args.calls)
-                print(
-                    f"| {t} | {c} | {row['p50_us']:.0f} | {row['p99_us']:.0f} | {row['calls_per_s']:.0f} | {_load()} |",
-                    flush=True,
-                )
+        for line in await curve_rows(t, [int(c) for c in args.callers.split(",")], args.calls):
+            print(line, flush=True)
 
-    print(f"\n## Idle memory (PSS; load average before: {_load()})\n")
-    print(
-        "| toolboxes | spawn | zygote, launchers, workers MiB | per toolbox MiB | supervisor process MiB | processes |"
-    )
-    print("|---|---|---|---|---|---|")
+    print(idle_header(_load()))
     for n in [int(x) for x in args.idle.split(",") if x]:
         for mode in modes:
-            async with Supervisor.open(_policy(n, mode)) as sup:
-                assert not sup.load_errors(), sup.load_errors()
-                for i in range(n):
-                    assert (await sup.call(f"system_s{i}_date", {})).status == "passed"
-                kids = me.children(recursive=True)
-                workers = sum(_pss_kib(k.pid) for k in kids) / 1024
-                own = _pss_kib(me.pid) / 1024
-            print(f"| {n} | {mode} | {workers:.0f} | {workers / n:.2f} | {own:.0f} | {len(kids)} |", flush=True)
+            print(await idle_row(n, mode), flush=True)
+
+
+def curves_header(load: str) -> str:
+    """The heading and column names of the calls table (markdown)."""
+    return (
+        f"\n## Calls as toolboxes and callers grow (Python API; load average before: {load})\n\n"
+        "| toolboxes | callers | p50 us | p99 us | calls/s | load average after |\n|---|---|---|---|---|---|"
+    )
+
+
+async def curve_rows(toolboxes: int, callers: list[int], total: int) -> list[str]:
+    """The calls table's rows for ``toolboxes`` toolboxes, one per count of ``callers``."""
+    rows = []
+    async with Supervisor.open(policy(toolboxes)) as sup:
+        assert not sup.load_errors(), sup.load_errors()
+        for c in callers:
+            row = await calls(sup, toolboxes, c, total)
+            rows.append(
+                f"| {toolboxes} | {c} | {row['p50_us']:.0f} | {row['p99_us']:.0f} | {row['calls_per_s']:.0f} "
+                f"| {_load()} |"
+            )
+    return rows
+
+
+def idle_header(load: str) -> str:
+    """The heading and column names of the idle memory table (markdown)."""
+    return (
+        f"\n## Idle memory (PSS; load average before: {load})\n\n"
+        "| toolboxes | spawn | zygote, launchers, workers MiB | per toolbox MiB | supervisor process MiB | processes |"
+        "\n|---|---|---|---|---|---|"
+    )
+
+
+async def idle_row(n: int, mode: str = "zygote") -> str:
+    """The idle memory table's row for ``n`` toolboxes started by ``mode``."""
+    async with Supervisor.open(policy(n, mode)) as sup:
+        assert not sup.load_errors(), sup.load_errors()
+        m = await idle_memory(sup, n)
+    return f"| {n} | {mode} | {m['workers']:.0f} | {m['per_toolbox']:.2f} | {m['own']:.0f} | {m['processes']:.0f} |"
 
 
 if __name__ == "__main__":

@@ -455,6 +455,8 @@ class Supervisor:
                 self.otel.poll()
             if self.sessions is not None:
                 self.sessions.flush()
+                if self.sessions.checkpoint_due():  # its fsyncs off the trio thread, which commits meanwhile
+                    await trio.to_thread.run_sync(self.sessions.checkpoint)
 
     def _prune_interval(self) -> float:
         keep_days = self.config.policy.sessions.keep_days

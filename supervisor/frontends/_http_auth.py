@@ -116,6 +116,8 @@ class Authenticator:
         self._by_hash = {digest: name for name, tenant in tenants.items() for digest in tenant.tokens}
         self._oauth = oauth
         self._keys = key_set
+        #: the RFC 7638 thumbprints of the key set's keys, sorted: what a reload compares to say the keys changed
+        self.key_thumbprints: tuple[str, ...] = tuple(sorted(k.thumbprint() for k in key_set.keys)) if key_set else ()
         self._now = now
         #: token hashes a reload withdrew -> their tenant (:meth:`carry_retired`), and tenants a reload removed
         self._retired: dict[str, str] = {}

@@ -7,12 +7,11 @@ A tenant whose tokens changed keeps its sessions: they are the tenant's, not the
 refused saying so.
 
 :func:`prepare_http_reload` makes everything the new policy needs before anything changes: the authenticator (the
-OAuth key set read or fetched again), the TLS context (the cert and key files read again, so a renewed certificate
-is taken at a reload), a listener at a changed ``listen`` address (bound now: when the bind fails the whole reload
-is refused, saying why, and the old address keeps serving). Its commit swaps them in: new requests are
-authenticated by the new tenants and tokens, new connections get the new limits and TLS files, the old listeners
-close.
-"""
+OAuth key set read or fetched again; keys added or withdrawn are named on the reload's line), the TLS context (the
+cert and key files read again, so a renewed certificate is taken at a reload), a listener at a changed ``listen``
+address (bound now: when the bind fails the whole reload is refused, saying why, and the old address keeps
+serving). Its commit swaps them in: new requests are authenticated by the new tenants and tokens, new connections
+get the new limits and TLS files, the old listeners close."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from ._http_server import bind, ssl_context_for, tls_digest
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from supervisor.config import HttpFrontend, LoadedConfig, Tenant
+    from supervisor.config import HttpFrontend, LoadedConfig, OAuthResourceServer, Tenant
 
     from ._http_server import HttpService
 
@@ -97,6 +96,13 @@ def _tenant_notes(plan: TenantPlan) -> list[str]:
     return ["tenants: " + ", ".join(parts)] if parts else []
 
 
+def _key_set_note(oauth: OAuthResourceServer, after: set[str], before: set[str]) -> str:
+    """What a reload read from the issuer's key set: how many keys it added and withdrew (keys by thumbprint)."""
+    where = oauth.jwks_file or oauth.jwks_url
+    added, withdrawn = len(after - before), len(before - after)
+    return f"oauth: new key set from {where} ({added} key(s) added, {withdrawn} withdrawn, {len(after)} in all)"
+
+
 async def prepare_http_reload(service: HttpService, config: LoadedConfig) -> PreparedChange:
     """Prepare ``service`` for the reloaded ``config`` (see the module docstring).
 
@@ -144,6 +150,7 @@ async def prepare_http_reload(service: HttpService, config: LoadedConfig) -> Pre
         app.set_tenants(policy.tenants)
         auth.carry_retired(app.auth)
         oauth_changed = app.oauth != policy.oauth
+        keys_before, keys_after = set(app.auth.key_thumbprints), set(auth.key_thumbprints)
         app.auth, app.oauth = auth, policy.oauth
         service.settings = app.settings = settings
         app.sessions.max_sessions = settings.max_sessions
@@ -159,6 +166,8 @@ async def prepare_http_reload(service: HttpService, config: LoadedConfig) -> Pre
         notes = _tenant_notes(plan)
         if oauth_changed:
             notes.append("oauth settings changed")
+        if keys_after != keys_before and policy.oauth is not None:
+            notes.append(_key_set_note(policy.oauth, keys_after, keys_before))
         if changed := _settings_changed(old, settings):
             notes.append("frontends.http: " + ", ".join(changed) + " changed")
         if tls_renewed:

@@ -64,7 +64,15 @@ SpawnedChild = PidfdChild
 
 class Spawner(Protocol):
     async def spawn(
-        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, pass_fds: Sequence[int] = ()
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        pass_fds: Sequence[int] = (),
+        new_pidns: bool = False,
+        cgroup_procs: Sequence[int] = (),
+        stdin_data: bytes = b"",
     ) -> SpawnedChild: ...
 
 
@@ -72,9 +80,19 @@ class LauncherSpawner:
     """A fresh interpreter per child: ``spawn_child`` of the launcher command."""
 
     async def spawn(
-        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, pass_fds: Sequence[int] = ()
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        pass_fds: Sequence[int] = (),
+        new_pidns: bool = False,
+        cgroup_procs: Sequence[int] = (),
+        stdin_data: bytes = b"",
     ) -> ChildProcess:
-        """Raises ``OSError`` when the command cannot be started."""
+        """Raises ``OSError`` when the command cannot be started. The launcher forks for its PID namespace itself
+        (``new_pidns``), is moved into its cgroup by the caller (``cgroup_procs`` unused: ``cgroup_joined`` is
+        false) and is sent nothing yet (``stdin_data`` unused: ``stdin_sent`` is 0)."""
         return spawn_child(argv, env=env, cwd=cwd, pass_fds=pass_fds)
 
 
@@ -172,26 +190,48 @@ class ZygoteSpawner:
         self._note("zygote_fallback", {"reason": f"{reason}; workers are spawned by the launcher"})
 
     async def spawn(
-        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, pass_fds: Sequence[int] = ()
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        pass_fds: Sequence[int] = (),
+        new_pidns: bool = False,
+        cgroup_procs: Sequence[int] = (),
+        stdin_data: bytes = b"",
     ) -> SpawnedChild:
         """A child for the launcher command ``argv``: forked by the zygote when it serves this command, else
-        started by the launcher. Raises ``OSError`` only when the launcher cannot start it either."""
+        started by the launcher (see :meth:`LauncherSpawner.spawn`). Forked by the zygote, it is PID 1 of a new PID
+        namespace with ``new_pidns`` (the plan's: no outer process), joins the cgroup of the ``cgroup_procs`` fds
+        itself before it reads anything (``cgroup_joined``), and finds ``stdin_data`` (its plan) already in its stdin
+        pipe, as much as the pipe holds (``stdin_sent``). Raises ``OSError`` only when the launcher cannot start it
+        either."""
         zygote = self.serving
         if zygote is None or list(argv) != self.argv or dict(env) != self.env or cwd != self.cwd:
             return await self._launcher.spawn(argv, env=env, cwd=cwd, pass_fds=pass_fds)
         try:
-            return await self._fork(zygote, pass_fds)
+            return await self._fork(zygote, pass_fds, new_pidns, cgroup_procs, stdin_data)
         except ZygoteGone as exc:
             self._note("zygote_spawn_failed", {"reason": f"the zygote {exc}; this worker is spawned by the launcher"})
             return await self._launcher.spawn(argv, env=env, cwd=cwd, pass_fds=pass_fds)
 
-    async def _fork(self, zygote: Zygote, pass_fds: Sequence[int]) -> ZygoteChild:
+    async def _fork(
+        self,
+        zygote: Zygote,
+        pass_fds: Sequence[int],
+        new_pidns: bool,
+        cgroup_procs: Sequence[int],
+        stdin_data: bytes,
+    ) -> ZygoteChild:
         pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(3)]
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]  # we write its stdin, read its stdout and stderr
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         try:
+            sent = _prefill(ours[0], stdin_data)  # before the fork: the child never waits for it
             pid, pidfd, record = await zygote.spawn(
-                [*zip(theirs, (0, 1, 2), strict=True), *((fd, fd) for fd in pass_fds)]
+                [*zip(theirs, (0, 1, 2), strict=True), *((fd, fd) for fd in pass_fds)],
+                new_pidns=new_pidns,
+                cgroup_procs=cgroup_procs,
             )
         except BaseException:
             for fd in ours:
@@ -200,4 +240,22 @@ class ZygoteSpawner:
         finally:
             for fd in theirs:
                 os.close(fd)
-        return ZygoteChild(pid, pidfd, ours[0], ours[1], ours[2], record)
+        child = ZygoteChild(pid, pidfd, ours[0], ours[1], ours[2], record)
+        child.cgroup_joined = bool(cgroup_procs)
+        child.stdin_sent = sent
+        return child
+
+
+def _prefill(fd: int, data: bytes) -> int:
+    """Write as much of ``data`` into the empty pipe ``fd`` as it holds without blocking; how much that was."""
+    if not data:
+        return 0
+    os.set_blocking(fd, False)  # our end only (the child's end is another open file); trio's stream wants it so
+    view = memoryview(data)
+    sent = 0
+    try:
+        while sent < len(data):
+            sent += os.write(fd, view[sent:])
+    except BlockingIOError:
+        pass
+    return sent

@@ -60,11 +60,14 @@ class _ChildRecord:
 
 
 class _Request:
-    __slots__ = ("answer", "done", "pidfd")
+    __slots__ = ("answer", "done", "pidfd", "record")
 
     def __init__(self) -> None:
         self.answer: dict[str, Any] | None = None
         self.pidfd: int | None = None
+        #: the child's record, kept here too: its exit may be reported (and the record dropped from the zygote's
+        #: table) before the spawning task runs again
+        self.record: _ChildRecord | None = None
         self.done = trio.Event()
 
 
@@ -237,15 +240,20 @@ class Zygote:
             _close_all(fds)
             return
         if kind == "spawned" and isinstance(message.get("pid"), int) and len(fds) == 1:
-            self._children[message["pid"]] = _ChildRecord()
+            request.record = self._children[message["pid"]] = _ChildRecord()
             request.pidfd = fds[0]
         else:
             _close_all(fds)
         request.answer = message
         request.done.set()
 
-    async def spawn(self, fds: Sequence[tuple[int, int]]) -> tuple[int, int, _ChildRecord]:
-        """Fork a child with each ``(fd, target)`` of ``fds`` at ``target``; return its pid, a pidfd and its record.
+    async def spawn(
+        self, fds: Sequence[tuple[int, int]], *, new_pidns: bool = False, cgroup_procs: Sequence[int] = ()
+    ) -> tuple[int, int, _ChildRecord]:
+        """Fork a child with each ``(fd, target)`` of ``fds`` at ``target``, with ``new_pidns`` as PID 1 of a new PID
+        namespace (a zygote that is not root cannot: the child's launcher code then forks for it), joining the cgroup
+        whose ``cgroup.procs`` files ``cgroup_procs`` are open before anything else; return its pid, a pidfd and its
+        record.
 
         Raises :class:`ZygoteGone` when the zygote is dead, hung (no answer in :data:`SPAWN_TIMEOUT_S`: it is
         killed) or refused (``OSError`` of the fork). The caller still owns the fds it passed."""
@@ -254,12 +262,19 @@ class Zygote:
         request_id, self._next_id = self._next_id, self._next_id + 1
         request = _Request()
         self._requests[request_id] = request
-        message = encode_message({"t": "spawn", "id": request_id, "fds": [target for _, target in fds]})
+        message = encode_message(
+            {
+                "t": "spawn",
+                "id": request_id,
+                "fds": [target for _, target in fds],
+                "pidns": new_pidns,
+                "cgroup": len(cgroup_procs),
+            }
+        )
+        sent = array.array("i", [*(fd for fd, _ in fds), *cgroup_procs])
         try:
             with trio.move_on_after(SPAWN_TIMEOUT_S) as scope:
-                await self._sock.sendmsg(
-                    [message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd for fd, _ in fds]))]
-                )
+                await self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
                 await request.done.wait()  # set by the answer, or by the zygote's death
         except (OSError, trio.ClosedResourceError) as exc:
             self._requests.pop(request_id, None)
@@ -271,10 +286,9 @@ class Zygote:
         answer = request.answer
         if answer is None:
             raise ZygoteGone(self.death_reason)
-        if answer.get("t") != "spawned" or request.pidfd is None:
+        if answer.get("t") != "spawned" or request.pidfd is None or request.record is None:
             raise ZygoteGone(f"refused to fork: {answer.get('error', '?')}")
-        pid = answer["pid"]
-        return pid, request.pidfd, self._children[pid]
+        return answer["pid"], request.pidfd, request.record
 
     async def _exit_detail(self) -> str:
         """How the zygote process ended and the last line it wrote (waits at most 2 s for it to end)."""

@@ -519,6 +519,7 @@ async def test_sighup_applies_new_oauth_keys_and_tenants(sandbox_tmp: Path, star
         _edit(sandbox_tmp, change)
         line = await service.wait_line("the policy was", service.hup())
         assert "the policy was reloaded" in line and "tenants: removed globex, 1 session(s) closed" in line, line
+        assert f"oauth: new key set from {jwks} (1 key(s) added, 1 withdrawn, 1 in all)" in line, line
         status, _, body = await acme.call("system_sys_date")  # its token's key was withdrawn
         assert status == 401 and "the access token's signature does not verify" in body, body
         status, _, body = await acme.call("system_sys_date", token=token(new_key, "acme", url))
@@ -531,6 +532,10 @@ async def test_sighup_applies_new_oauth_keys_and_tenants(sandbox_tmp: Path, star
         assert f"the policy was not reloaded, the running one stays: oauth key set {jwks}: invalid JWK Set" in line
         status, _, body = await acme.call("system_sys_date", token=token(new_key, "acme", url))
         assert _served(status, body), body
+
+        key_set(new_key)  # the same keys as running: the reload does not say they changed
+        line = await service.wait_line("the policy was", service.hup())
+        assert "the policy was reloaded" in line and "key set" not in line, line
 
 
 async def test_a_session_closed_by_a_reload_says_why_when_named_again(sandbox_tmp: Path, start: Any) -> None:
