@@ -10,10 +10,11 @@ worker, folders, uid and tool names (``system_system_date`` of each, see :mod:`s
 ``call(..., agent_scope=SLUG)`` calls the tool of that agent; without it, a name is the first agent's that has it.
 
 ``open`` loads and compiles the policy (raising :class:`~supervisor.config._errors.ConfigError` or
-:class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
-returns once every worker said hello or failed to load. The workers start concurrently, at most
-``supervision.parallel_starts`` at once; the tool list and the load errors are in the policy's order whatever
-order the workers finish in.
+:class:`~supervisor._errors.PolicyRefused` before any worker starts), starts one confined worker per toolbox and
+returns once every worker said hello or failed to load. The zygote is launched as soon as the worker code is staged
+(it needs nothing else), so its imports run while the policy compiles; a start that stops before the workers stops
+it too. The workers start concurrently, at most ``supervision.parallel_starts`` at once; the tool list and the load
+errors are in the policy's order whatever order the workers finish in.
 
 Nothing that goes wrong while one toolbox loads ends the supervisor: an error in its compilation, its folders, its
 git skill sources, its worker's start or the handling of its tool list (an unexpected exception included) becomes
@@ -62,7 +63,16 @@ from supervisor.calls import (
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
-from supervisor.plan import CompiledPolicy, compile_policy, kind_plan, prepare_git_sources
+from supervisor.plan import (
+    WORKER_PROCESS_ENV,
+    CompiledPolicy,
+    StagedCode,
+    compile_policy,
+    kind_plan,
+    prepare_git_sources,
+    stage_code,
+    worker_modules,
+)
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel
 from supervisor.workers import (
@@ -74,6 +84,8 @@ from supervisor.workers import (
     ToolboxRunner,
     Worker,
     WorkerSpec,
+    Zygote,
+    ZygoteGone,
     ZygoteSpawner,
     combine_watches,
     preload_modules,
@@ -115,6 +127,26 @@ class ToolInfo:
     output_schema: dict[str, Any] | None = None
     #: the agent whose name this is (a session bound to it sees it); ``agent`` is whose toolbox (or loop) runs it
     namespace: str = ""
+
+
+def _launch_zygote(config: LoadedConfig, staged: StagedCode) -> Zygote | None:
+    """The zygote for ``config``'s workers (``supervision.spawn: zygote``), launched on ``staged`` code: it imports
+    the worker code while the policy compiles; ``None`` when no zygote is wanted or it cannot be spawned (the
+    spawner's own start then says why, or the launcher serves)."""
+    if config.policy.supervision.spawn != "zygote" or staged.runtime_dir is None or not config.toolboxes():
+        return None
+    zygote = Zygote(sys.executable, staged.runtime_dir, env=WORKER_PROCESS_ENV)
+    try:
+        zygote.launch(worker_modules(config))
+    except ZygoteGone:
+        return None
+    return zygote
+
+
+async def _discard(zygote: Zygote | None) -> None:
+    """Stop a zygote :func:`_launch_zygote` launched (a no-op once its spawner closed it)."""
+    if zygote is not None:
+        await zygote.aclose()
 
 
 class Supervisor:
@@ -232,14 +264,28 @@ class Supervisor:
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
-        compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir)
-        trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
+        staged = stage_code(tree.config, state_dir=state_dir)
+        # The zygote needs only the staged code: it imports the worker code (its own start, a few hundred ms of
+        # CPU) while this process compiles the policy and opens the trace and the store.
+        zygote = _launch_zygote(tree.config, staged)
+        try:
+            compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir, staged=staged)
+            trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
+        except BaseException:
+            await _discard(zygote)
+            raise
         try:
             otel = open_otel(config.policy.trace.otel, trace)
         except BaseException:
             trace.close()
+            await _discard(zygote)
             raise
-        sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
+        try:
+            sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
+        except BaseException:
+            trace.close()
+            await _discard(zygote)
+            raise
         # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
         http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
@@ -262,11 +308,13 @@ class Supervisor:
                 sup._nursery = nursery
                 nursery.start_soon(sup._flush_trace)
                 await nursery.start(sup.kernel_audit.run)
-                await sup._start_spawner(nursery)
+                await sup._start_spawner(nursery, zygote)
                 await sup._start(nursery)
                 # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
-                # costs what was made since (it stalls every task and thread while it runs).
-                gc.collect()
+                # costs what was made since (it stalls every task and thread while it runs). The young generations
+                # are collected first (the start's garbage is there: a few dozen objects); a full collection would
+                # walk every object of the process, imports included (30-60 ms, part of every start).
+                gc.collect(1)
                 gc.freeze()
                 try:
                     yield sup
@@ -277,6 +325,7 @@ class Supervisor:
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
+                await _discard(zygote)  # (the spawner's, if it took it: closed already)
                 await http.aclose()
                 if sup.otel is not None:  # send the last spans (bounded by trace.otel.timeout_s), off the trio thread
                     trace.sink = None
@@ -286,18 +335,23 @@ class Supervisor:
             trace.record("supervisor_stop", pid=os.getpid())
             trace.close()
 
-    async def _start_spawner(self, nursery: trio.Nursery) -> None:
+    async def _start_spawner(self, nursery: trio.Nursery, launched: Zygote | None = None) -> None:
         """With ``supervision.spawn: zygote``, start the zygote for the staged worker code (it is ready, or the
-        launcher chosen as the fallback, when this returns); it lives as long as ``nursery``."""
+        launcher chosen as the fallback, when this returns); it lives as long as ``nursery``. ``launched``: the
+        zygote :meth:`open` launched before compiling (:func:`_launch_zygote`), which this waits for."""
         c = self.compiled
         if self.config.policy.supervision.spawn != "zygote" or not c.specs or c.runtime_dir is None:
             return
+        modules = preload_modules((spec.plan.entry, spec.kind) for spec in c.specs)
+        if launched is not None and (launched.code_root, launched.python) != (c.runtime_dir, c.python):
+            launched = None  # (never: the same staged code and interpreter) open() closes it
         spawner = ZygoteSpawner(
             c.python,
             c.runtime_dir,
             env=c.specs[0].env,
-            modules=preload_modules(c.specs),
+            modules=modules,
             note=self._spawn_note,
+            launched=launched,
         )
         self.spawner = spawner
         await nursery.start(spawner.run)
@@ -401,6 +455,8 @@ class Supervisor:
                 self.otel.poll()
             if self.sessions is not None:
                 self.sessions.flush()
+                if self.sessions.checkpoint_due():  # its fsyncs off the trio thread, which commits meanwhile
+                    await trio.to_thread.run_sync(self.sessions.checkpoint)
 
     def _prune_interval(self) -> float:
         keep_days = self.config.policy.sessions.keep_days

@@ -77,16 +77,22 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack extension type {code} is not part of the protocol")
 
 
+#: Exact types that are JSON scalars with nothing to check (a float is checked for NaN; subclasses take the long way).
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+
+
 def json_problem(value: Any, *, max_depth: int, max_nodes: int, finite: bool = True) -> tuple[str | None, int]:
     """Whether ``value`` is plain JSON within bounds: ``(problem or None, nodes seen)``. Never recurses.
 
     JSON here means maps with string keys, lists, strings, integers, floats, booleans and ``None`` (no bytes, no
     msgpack extension values), nested at most ``max_depth`` deep and ``max_nodes`` values in all; ``finite``
     refuses NaN and infinities (which JSON cannot spell). Stops at the first problem, so the cost is bounded by
-    ``max_nodes`` whatever the value.
+    ``max_nodes`` whatever the value. (The plain scalars in a map or list are counted where it is, not pushed: the
+    same checks and counts, in fewer steps.)
     """
     nodes = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
+    plain = _PLAIN_SCALARS
     while stack:
         item, depth = stack.pop()
         nodes += 1
@@ -94,13 +100,29 @@ def json_problem(value: Any, *, max_depth: int, max_nodes: int, finite: bool = T
             return f"has more than {max_nodes} values", nodes
         if depth > max_depth:
             return f"is nested more than {max_depth} deep", nodes
+        kind = type(item)
+        if kind in plain:
+            continue
         if isinstance(item, dict):
+            child = depth + 1
             for k, v in item.items():
                 if not isinstance(k, str):
                     return f"has a map key that is a {type(k).__name__}, not a string", nodes
-                stack.append((v, depth + 1))
+                if type(v) in plain and child <= max_depth:
+                    nodes += 1
+                    if nodes > max_nodes:
+                        return f"has more than {max_nodes} values", nodes
+                else:
+                    stack.append((v, child))
         elif isinstance(item, list | tuple):
-            stack.extend((v, depth + 1) for v in item)
+            child = depth + 1
+            for v in item:
+                if type(v) in plain and child <= max_depth:
+                    nodes += 1
+                    if nodes > max_nodes:
+                        return f"has more than {max_nodes} values", nodes
+                else:
+                    stack.append((v, child))
         elif isinstance(item, float):
             if finite and not math.isfinite(item):
                 return f"holds {item!r}, which JSON cannot represent", nodes

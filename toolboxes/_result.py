@@ -30,6 +30,10 @@ MAX_STRUCTURED_NODES = 1_000_000
 
 Status = Literal["passed", "failed", "error"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "error")
+#: The keys a result may have on the wire.
+_WIRE_KEYS = frozenset(
+    {"status", "summary", "data", "data_path", "truncated", "metadata", "attachments", "structured", "links"}
+)
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,12 @@ class ToolResult:
         metadata: list[tuple[str, str]] = []
         chars = 0
         for pair in raw_metadata:
-            if not (isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            if not (
+                isinstance(pair, list | tuple)
+                and len(pair) == 2
+                and isinstance(pair[0], str)
+                and isinstance(pair[1], str)
+            ):
                 raise ValueError("result metadata must be a list of [string, string] pairs")
             chars += len(pair[0]) + len(pair[1])
             if chars > MAX_METADATA_CHARS:
@@ -199,18 +208,8 @@ class ToolResult:
             )
             if problem:
                 raise ValueError(f"result structured value {problem}")
-        unknown = set(data) - {
-            "status",
-            "summary",
-            "data",
-            "data_path",
-            "truncated",
-            "metadata",
-            "attachments",
-            "structured",
-            "links",
-        }
-        if unknown:
+        if not _WIRE_KEYS.issuperset(data):
+            unknown = set(data) - _WIRE_KEYS
             raise ValueError(f"result has unknown keys: {', '.join(sorted(map(str, unknown)))}")
         return cls(
             status=status,

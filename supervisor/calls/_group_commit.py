@@ -6,7 +6,8 @@ the kernel's hands, so that a supervisor killed right after an answer has lost n
 a ``write`` and an SQLite commit each; calls in flight end in bursts (one read of a worker's pipe wakes every call
 whose result it held), and each of them would commit alone. :meth:`GroupCommit.commit` lets the calls of one burst
 share one flush: the first to ask yields once to the scheduler, so that every task already woken queues its
-records and asks too, then flushes once and wakes them all. A lone call pays one yield, not a second flush.
+records and asks too, then flushes once and wakes them all. A caller that knows it is alone (no other call whose
+records will be committed is running: a sequential caller) flushes at once, without the yield.
 
 Guarantee: when :meth:`GroupCommit.commit` returns, ``flush`` has run after the caller's call to it began (so every
 record the caller queued before asking is flushed). A caller cancelled while waiting does not wait for the flush,
@@ -34,11 +35,19 @@ class GroupCommit:
         #: flushes run (a test reads it)
         self.flushes = 0
 
-    async def commit(self) -> None:
-        """Return once what the caller queued so far has been flushed (with what the others queued meanwhile)."""
+    async def commit(self, *, alone: bool = False) -> None:
+        """Return once what the caller queued so far has been flushed (with what the others queued meanwhile).
+
+        ``alone``: no other call that will ask is running, so no other task can queue records this round; the
+        flush runs at once (no yield) unless one is already due (then it is waited for, as by anyone).
+        """
         due = self._due
         if due is not None:
             await due.wait()
+            return
+        if alone:
+            self.flushes += 1
+            self._flush()
             return
         due = self._due = trio.Event()
         try:

@@ -194,7 +194,8 @@ class Portal:
     #: awaited once a frontend's (depth 0) call is recorded, before its result is handed back: when it returns, the
     #: call's records (the trace's ``call_end``, the session store's row) are durable (``calls._group_commit``:
     #: calls ending together share one flush). ``None``: ``call_end`` is written at once and nothing is awaited.
-    commit: Callable[[], Awaitable[None]] | None = None
+    #: ``alone=True`` when no other frontend call is running (nobody to share the flush with: it may flush at once).
+    commit: Callable[..., Awaitable[None]] | None = None
     #: told of a session closed with :meth:`forget_session` once no call of it runs (to drop what others keep of it)
     on_session_closed: Callable[[str], None] | None = None
     #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
@@ -206,6 +207,8 @@ class Portal:
     #: caller gains what opening a session would not give it)
     _busy: dict[str, _SessionUsage] = field(default_factory=dict)
     _idle: dict[str, _SessionUsage] = field(default_factory=dict)
+    #: frontends' (depth 0) calls dispatched whose records are not yet committed
+    _uncommitted: int = 0
 
     def _usage(self, session_id: str) -> _SessionUsage:
         usage = self._busy.get(session_id) or self._idle.pop(session_id, None) or _SessionUsage()
@@ -358,6 +361,8 @@ class Portal:
         started = time.time()
         result: ToolResult | None = None
         committed = self.commit if origin.depth == 0 else None  # nested calls' records go with their caller's
+        if committed:
+            self._uncommitted += 1
         try:
             ctx = {
                 "session_id": origin.session_id,
@@ -407,6 +412,8 @@ class Portal:
                     duration_s=time.perf_counter() - start,
                 )
             self._release(origin.session_id, usage)  # last: a session closed meanwhile is forgotten after its record
+            if committed:
+                self._uncommitted -= 1
         if committed:
-            await committed()
+            await committed(alone=not self._uncommitted)
         return result, call_id

@@ -17,8 +17,10 @@ forgets nothing, and so does a supervisor that restarts (a session named again, 
 
 Introspection (the System toolbox's session capabilities) is answered in :mod:`supervisor.sessions._introspection`.
 
-Writes are small and synchronous on the trio thread (WAL mode); a session left ``running`` by a supervisor that died
-is marked ``interrupted`` when the store opens. A write that fails (disk full, database locked by another program)
+Writes are small and synchronous on the trio thread (WAL mode); the WAL's checkpoints (two fsyncs each) are made off
+that thread (:meth:`SessionStore.checkpoint`), SQLite's own one on the committing thread kept only as a backstop far
+past the usual size. A session left ``running`` by a supervisor that died is marked ``interrupted`` when the store
+opens. A write that fails (disk full, database locked by another program)
 never fails the call or loop it records: it is counted in :attr:`SessionStore.write_errors` with the last message.
 A store written by an older version gains the new columns when it opens; its sessions have no agent (``''``), so
 they belong to no agent and no introspection sees them.
@@ -44,6 +46,11 @@ __all__ = ["SCOPES", "SessionRow", "SessionStore", "scope_members"]
 SCOPES = ("parents-only", "children-only", "subtree", "all")
 #: Longest text kept per turn or tool output (more is cut with a note).
 MAX_TEXT = 64 * 1024
+#: Commits after which :meth:`SessionStore.checkpoint_due` (a frontend call's commit writes about four pages, so
+#: about SQLite's own 1,000-page default).
+CHECKPOINT_COMMITS = 256
+#: SQLite's automatic checkpoint (on the committing thread) only past this many WAL pages: when nobody checkpoints.
+BACKSTOP_CHECKPOINT_PAGES = 16_384
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -133,6 +140,9 @@ class SessionStore:
         if path != ":memory:":
             os.chmod(path, 0o600)
             self._db.execute("PRAGMA journal_mode=WAL")
+            # SQLite's own checkpoint runs on the committing thread (the trio thread) and fsyncs twice: only a
+            # backstop now; :meth:`checkpoint` does it, off that thread, when :meth:`checkpoint_due` says so.
+            self._db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         for table, column, declaration in _ADDED_COLUMNS:
@@ -144,6 +154,11 @@ class SessionStore:
         self.last_write_error: str | None = None
         self.pruned_records = 0  # records of kept sessions the last prune deleted
         self._pending: list[Callable[[], object]] = []
+        #: sessions a queued write touched: their ``modified`` is set once per :meth:`flush`, not once per write
+        self._touched: dict[str, None] = {}
+        self._commits = 0  # transactions committed since the last checkpoint was due
+        self._checkpoint_error: str | None = None  # the last checkpoint's failure, counted by checkpoint_due
+        self._checkpointer: sqlite3.Connection | None = None  # the checkpointing thread's own connection
         self._known: dict[str, None] = {}  # sessions whose row this process wrote or read (a bounded cache)
         #: root session id -> its conversation id, for the sessions this process opened most recently (a bounded
         #: cache: :meth:`open_root` reads a forgotten one back from the database)
@@ -169,11 +184,49 @@ class SessionStore:
             except sqlite3.Error as exc:
                 self.write_errors += 1
                 self.last_write_error = f"{type(exc).__name__}: {exc}"
+        if self._touched:
+            touched, self._touched = self._touched, {}
+            now = time.time()
+            try:
+                self._db.executemany(
+                    "UPDATE sessions SET modified = ? WHERE id = ?", [(now, session_id) for session_id in touched]
+                )
+            except sqlite3.Error as exc:
+                self.write_errors += 1
+                self.last_write_error = f"{type(exc).__name__}: {exc}"
         try:
             self._db.execute("COMMIT")
+            self._commits += 1
         except sqlite3.Error as exc:
             self.write_errors += len(pending)
             self.last_write_error = f"{type(exc).__name__}: {exc}"
+
+    def checkpoint_due(self) -> bool:
+        """Whether enough was committed since the last checkpoint for another (never for ``":memory:"``); a
+        ``True`` answer starts the count again, so the caller is expected to run :meth:`checkpoint` then. On the
+        thread that writes (an error of the last checkpoint is counted here)."""
+        if self._checkpoint_error is not None:
+            self.write_errors += 1
+            self.last_write_error, self._checkpoint_error = self._checkpoint_error, None
+        if self._commits < CHECKPOINT_COMMITS or self.path == ":memory:":
+            return False
+        self._commits = 0
+        return True
+
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the database file (a passive checkpoint: it never waits for, nor stops, the
+        writer) on a connection of its own. Meant for a thread of its own, one call at a time (the supervisor runs
+        it with ``trio.to_thread`` when :meth:`checkpoint_due`), so that a checkpoint's fsyncs never stall the
+        commits of the thread that writes. Never raises for a database error (the next :meth:`checkpoint_due`
+        counts it as a write error)."""
+        if self.path == ":memory:":
+            return
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            self._checkpoint_error = f"checkpoint: {type(exc).__name__}: {exc}"
 
     def close(self) -> None:
         """Flush and close the database; safe to call twice."""
@@ -181,6 +234,9 @@ class SessionStore:
             self.flush()
         except sqlite3.ProgrammingError:
             pass  # already closed
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         self._db.close()
 
     # -- writing ------------------------------------------------------------------------------------------------
@@ -327,7 +383,7 @@ class SessionStore:
                     turn_id,
                 ),
             )
-            self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (time.time(), session_id))
+            self._touched[session_id] = None  # its modified time is set as the flush commits
 
         self._write(write)
 

@@ -102,16 +102,26 @@ class ConnectionState(enum.Enum):
 
 
 class _PendingCall:
-    __slots__ = ("done", "result")
+    """A call sent and not yet answered. ``done`` is set by its result (the first one kept), by the worker's death
+    (an error result), or, for a call whose wait the connection's timer bounds (``deadline`` finite), by the timer
+    at ``deadline`` with no result (``expired``)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("deadline", "done", "expired", "result")
+
+    def __init__(self, deadline: float = math.inf) -> None:
         self.done = trio.Event()
         self.result: ToolResult | None = None
+        self.deadline = deadline
+        self.expired = False
 
     def finish(self, result: ToolResult) -> None:
-        if not self.done.is_set():
+        if self.result is None:
             self.result = result
             self.done.set()
+
+    def expire(self) -> None:
+        self.expired = True
+        self.done.set()
 
 
 #: on_request(message) -> reply dict ({"result": ...} or {"error": ...}); on_event(kind, data)
@@ -162,6 +172,9 @@ class WorkerConnection:
         self._terminate = terminate
         self._exit_reason = exit_reason
         self._pending: dict[int, _PendingCall] = {}
+        #: the connection's one timer (:meth:`_keep_deadlines`, while :meth:`serve` runs): it wakes at the earliest
+        #: deadline of the calls whose wait it bounds, instead of a cancel scope per call
+        self._timer: trio.CancelScope | None = None
         self._next_id = 1
         self._nursery: trio.Nursery | None = None
         self._requests_in_flight = 0
@@ -237,9 +250,30 @@ class WorkerConnection:
             self._nursery = nursery
             if self.state is ConnectionState.DEAD:
                 nursery.cancel_scope.cancel()
+            nursery.start_soon(self._keep_deadlines)
             task_status.started()
             await self._read_frames()
             nursery.cancel_scope.cancel()
+
+    async def _keep_deadlines(self) -> None:
+        """The connection's timer: at the earliest deadline of the calls it bounds, expire every call past its own
+        (its caller then handles the wall-time limit as it would at the end of a cancel scope of its own); then
+        sleep until the next. A call sent sets an earlier deadline on the timer when it has one."""
+        try:
+            while True:
+                earliest = math.inf
+                now = trio.current_time()
+                for pending in self._pending.values():
+                    if pending.expired:
+                        continue
+                    if pending.deadline <= now:
+                        pending.expire()
+                    elif pending.deadline < earliest:
+                        earliest = pending.deadline
+                with trio.CancelScope(deadline=earliest) as self._timer:
+                    await trio.sleep_forever()
+        finally:
+            self._timer = None
 
     async def _read_frames(self) -> None:
         decoder = FrameDecoder("to_supervisor", self._max_frame_bytes)
@@ -459,18 +493,34 @@ class WorkerConnection:
         except (TypeError, ValueError, OverflowError) as exc:
             return execution_error(f"the arguments of {tool} cannot be sent to its worker ({exc})")
         self._next_id += 1
+        deadline = trio.current_time() + limit if limit else math.inf
+        timer = self._timer
         pending = _PendingCall()
         self._pending[call_id] = pending
         self.origins[call_id] = origin
         sent = False
         try:
-            with trio.move_on_after(limit if limit else math.inf):
-                sent = await self._send_or_kill(frame, f"the call to {tool}")
-                if not sent:
-                    await self.dead.wait()
+            try:
+                sent = timer is not None and self.writer.send_now(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                sent = False  # the locked send below meets it again (and kills a torn stream's worker)
+            if sent:
+                # Written whole, nothing to cancel half way: the connection's timer bounds the wait.
+                assert timer is not None
+                pending.deadline = deadline
+                if deadline < timer.deadline:
+                    timer.deadline = deadline
                 await pending.done.wait()
+            else:
+                with trio.move_on_at(deadline):
+                    sent = await self._send_or_kill(frame, f"the call to {tool}")
+                    if not sent:
+                        await self.dead.wait()
+                    await pending.done.wait()
             if pending.result is not None:
                 return pending.result
+            if pending.expired:
+                pending.done = trio.Event()  # the timer's wake-up; what the worker says to the cancel sets this one
             nominal = max(limit, self.wall_time_s)  # a restart wait may have used part of the budget
             self._on_event("limit_hit", {"limit": "wall_time_s", "value": nominal, "tool": tool})
             if sent:

@@ -13,6 +13,8 @@ next one), so every later send raises ``trio.BrokenResourceError`` and the owner
 from __future__ import annotations
 
 import os
+import select
+import stat
 
 import trio
 
@@ -48,6 +50,13 @@ async def send_whole(stream: trio.abc.SendStream, lock: trio.Lock, data: bytes) 
         await stream.send_all(data)
 
 
+def _is_pipe(fileno: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fileno).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 class FrameWriter:
     """Whole frames onto one stream from many tasks; a cancelled half-written frame marks the stream :attr:`torn`.
 
@@ -61,6 +70,23 @@ class FrameWriter:
         self._lock = trio.Lock()
         #: the stream's fd, asked each time (a closed ``FdStream`` answers -1, never a reused number)
         self._fileno_of = getattr(stream, "fileno", None)
+        #: a pipe: a write of at most ``PIPE_BUF`` bytes to it goes whole or not at all (POSIX), even non-blocking
+        self._pipe = self._fileno_of is not None and _is_pipe(self._fileno_of())
+
+    def send_now(self, data: bytes) -> bool:
+        """Write ``data`` whole at once, without a checkpoint, when that can be done atomically: the stream is a
+        pipe, ``data`` is at most ``PIPE_BUF`` bytes, no other frame is being written and the pipe has room.
+        Whether it went; ``False`` means nothing of it was written (use :meth:`send`). Raises as :meth:`send`."""
+        if self.torn:
+            raise trio.BrokenResourceError("an earlier frame was cut off half way")
+        if not self._pipe or len(data) > select.PIPE_BUF or self._lock.locked():
+            return False
+        assert self._fileno_of is not None
+        written = _write_now(self._fileno_of(), data)
+        if 0 < written < len(data):  # never for a pipe (the write is atomic); if ever, the stream is unusable
+            self.torn = True
+            raise trio.BrokenResourceError("a frame was cut off half way")
+        return written == len(data)
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` whole. Raises ``trio.BrokenResourceError`` (reader gone, or the stream torn by an earlier

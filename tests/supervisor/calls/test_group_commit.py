@@ -40,6 +40,14 @@ async def test_callers_of_one_round_share_one_flush_that_holds_all_they_queued()
     assert sorted(flushed[-1]) == [0, 1, 2, 3, 4, 5] and group.flushes == 2
 
 
+async def test_a_caller_alone_flushes_at_once_without_yielding() -> None:
+    flushed: list[int] = []
+    group = GroupCommit(lambda: flushed.append(1))
+    with trio.testing.assert_no_checkpoints():
+        await group.commit(alone=True)
+    assert flushed == [1] and group.flushes == 1
+
+
 async def test_a_cancelled_caller_still_gets_its_records_flushed() -> None:
     queued: list[str] = []
     flushed: list[list[str]] = []
@@ -117,3 +125,66 @@ async def test_every_answer_of_many_in_flight_comes_after_its_records_are_durabl
                 for i in range(16):
                     nursery.start_soon(caller, i)
     assert not late
+
+
+@pytest.mark.root
+async def test_sequential_calls_commit_alone_and_calls_in_flight_share(sandbox_tmp: Path) -> None:
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
+        sessions={"max_concurrent_calls": 64},
+    )
+    async with Supervisor.open(policy) as sup:
+        commit = sup.portal.commit
+        assert commit is not None
+        seen: list[bool] = []
+
+        async def watched(*, alone: bool = False) -> None:
+            seen.append(alone)
+            await commit(alone=alone)
+
+        sup.portal.commit = watched
+        for _ in range(3):
+            assert (await sup.call("system_system_date", {})).status == "passed"
+        assert seen == [True, True, True]  # nobody else running: each flushes at once
+        seen.clear()
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(sup.call, "system_system_date", {})
+        assert len(seen) == 8 and not all(seen)  # the first to end had others running: it yields and shares
+
+
+@pytest.mark.root
+async def test_the_session_stores_checkpoints_run_off_the_trio_thread(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from supervisor.sessions import _store
+
+    monkeypatch.setattr(_store, "CHECKPOINT_COMMITS", 20)
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])})
+    ran_on: list[int] = []
+    checkpointed = trio.Event()
+    async with Supervisor.open(policy) as sup:
+        store = sup.sessions
+        assert store is not None
+        checkpoint = store.checkpoint
+
+        def watched() -> None:
+            ran_on.append(threading.get_ident())
+            checkpoint()
+            trio.from_thread.run_sync(checkpointed.set)  # a thread trio.to_thread started can do this
+
+        monkeypatch.setattr(store, "checkpoint", watched)
+        for _ in range(25):
+            assert (await sup.call("system_system_date", {})).status == "passed"
+        with trio.fail_after(30):
+            await checkpointed.wait()  # the flusher's next round (every FLUSH_INTERVAL_S) runs it
+        db = sqlite3.connect(f"file:{sandbox_tmp / 'state' / 'sessions.sqlite3'}?immutable=1", uri=True)
+        try:
+            [(in_file,)] = db.execute("SELECT count(*) FROM tool_calls")  # the file itself, the WAL ignored
+        finally:
+            db.close()
+    assert ran_on and threading.get_ident() not in ran_on
+    assert in_file >= 20

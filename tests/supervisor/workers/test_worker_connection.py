@@ -62,10 +62,16 @@ class FakeWorker:
         max_frame_bytes: int = 1 << 20,
         run_sync: Any = inline,
         on_request: Any = None,
+        pipe_stdin: bool = False,
     ) -> None:
         self.out, from_worker = trio.testing.memory_stream_one_way_pair()
+        to_worker: trio.abc.SendStream
+        self.inp: trio.abc.ReceiveStream
         if blocking_stdin:
             to_worker, self.inp = trio.testing.lockstep_stream_one_way_pair()
+        elif pipe_stdin:  # a real pipe, as a worker's stdin is: small calls take the write-at-once path
+            read_end, write_end = os.pipe()
+            to_worker, self.inp = trio.lowlevel.FdStream(write_end), trio.lowlevel.FdStream(read_end)
         else:
             to_worker, self.inp = trio.testing.memory_stream_one_way_pair()
         self.events: list[tuple[str, dict[str, Any]]] = []
@@ -342,10 +348,16 @@ async def test_a_crash_mid_call_answers_the_call_with_the_exit() -> None:
     assert "restarted automatically" in results[0].data
 
 
+#: the worker's stdin as a real pipe (a small call is written at once and the connection's one timer bounds its
+#: wait) or as a memory stream (the write may block: a cancel scope of the call's own bounds it)
+STDINS = pytest.mark.parametrize("pipe_stdin", [True, False], ids=["pipe", "memory stream"])
+
+
+@STDINS
 async def test_a_worker_that_never_answers_is_cancelled_then_killed_at_the_limit(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, pipe_stdin: bool
 ) -> None:
-    worker = FakeWorker(wall_time_s=10)
+    worker = FakeWorker(wall_time_s=10, pipe_stdin=pipe_stdin)
     results: list[Any] = []
     async with running(worker), trio.open_nursery() as nursery:
         start = trio.current_time()
@@ -360,8 +372,11 @@ async def test_a_worker_that_never_answers_is_cancelled_then_killed_at_the_limit
     assert ("limit_hit", {"limit": "wall_time_s", "value": 10, "tool": "t"}) in worker.events
 
 
-async def test_a_worker_that_honours_the_cancel_is_kept(autojump_clock: trio.testing.MockClock) -> None:
-    worker = FakeWorker(wall_time_s=10)
+@STDINS
+async def test_a_worker_that_honours_the_cancel_is_kept(
+    autojump_clock: trio.testing.MockClock, pipe_stdin: bool
+) -> None:
+    worker = FakeWorker(wall_time_s=10, pipe_stdin=pipe_stdin)
     results: list[Any] = []
     async with running(worker), trio.open_nursery() as nursery:
         frame = await call_in_background(nursery, worker, results)
@@ -372,8 +387,9 @@ async def test_a_worker_that_honours_the_cancel_is_kept(autojump_clock: trio.tes
     assert "exceeded its wall-time limit" in results[0].data
 
 
-async def test_a_cancelled_caller_cancels_in_the_worker_and_gets_cancelled() -> None:
-    worker = FakeWorker()
+@STDINS
+async def test_a_cancelled_caller_cancels_in_the_worker_and_gets_cancelled(pipe_stdin: bool) -> None:
+    worker = FakeWorker(pipe_stdin=pipe_stdin)
     async with running(worker), trio.open_nursery() as nursery:
         scope = trio.CancelScope()
         finished: list[str] = []
@@ -389,6 +405,36 @@ async def test_a_cancelled_caller_cancels_in_the_worker_and_gets_cancelled() -> 
         assert await worker.frame() == {"t": "cancel", "id": frame["id"]}
         await worker.send({"t": "result", "id": frame["id"], "result": {"status": "error"}})
     assert finished == ["cancelled"] and worker.terminations == 0
+
+
+async def test_the_connections_timer_ends_each_wait_at_its_own_deadline(autojump_clock: trio.testing.MockClock) -> None:
+    """Calls written at once share the connection's timer: a later call with a shorter limit is ended first, at its
+    own deadline, the earlier one at its own; an answered call in between costs nothing."""
+    worker = FakeWorker(wall_time_s=100, pipe_stdin=True)
+    ended: dict[str, tuple[float, str]] = {}
+    async with running(worker), trio.open_nursery() as nursery:
+        start = trio.current_time()
+
+        async def call(label: str, limit: float) -> None:
+            result = await worker.conn.call("t", {}, {}, wall_time_s=limit)
+            ended[label] = (trio.current_time() - start, result.data or "")
+
+        nursery.start_soon(call, "long", 30)
+        long = await worker.frame()
+        nursery.start_soon(call, "answered", 50)
+        answered = await worker.frame()
+        await worker.send({"t": "result", "id": answered["id"], "result": {"status": "passed", "data": "ok"}})
+        nursery.start_soon(call, "short", 5)
+        short = await worker.frame()
+        timer = worker.conn._timer
+        assert timer is not None and math.isclose(timer.deadline, start + 5)  # the calls' waits: on the timer
+        for frame in (short, long):  # the cancels arrive in deadline order; the worker honours each
+            assert await worker.frame() == {"t": "cancel", "id": frame["id"]}
+            await worker.send({"t": "result", "id": frame["id"], "result": {"status": "error", "data": "stopped"}})
+    assert math.isclose(ended["short"][0], 5) and "exceeded its wall-time limit" in ended["short"][1]
+    assert math.isclose(ended["long"][0], 30) and "exceeded its wall-time limit" in ended["long"][1]
+    assert ended["answered"][1] == "ok"
+    assert worker.conn.state is ConnectionState.READY and worker.terminations == 0
 
 
 async def test_a_worker_that_stops_reading_cannot_hold_a_big_call_past_its_limit(
