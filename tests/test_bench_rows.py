@@ -5,6 +5,8 @@ k of N" over repeated runs, the table, and the replacement of BENCHMARKS.md's ge
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -150,3 +152,17 @@ def test_a_benchmark_over_strict_yaml_may_raise_call_bounds_but_not_change_a_pro
     assert (
         yaml.safe_load(write_policy(tmp_path, [], base=None, kernel_audit="off").read_text())["kernel_audit"] == "off"
     )
+
+
+def test_the_benchmark_command_and_every_harness_it_calls_import() -> None:
+    """``scripts/bench --help`` imports every harness and floor it calls, and the supervisor names they use (a
+    rename elsewhere breaks the benchmark here, not in the lead's last run)."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "--runs" in out.stdout and "--thousand" in out.stdout
