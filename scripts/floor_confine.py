@@ -31,10 +31,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-__all__ = ["confine_times", "start_floor", "zygote_start"]
+__all__ = ["confine_times", "start_floor", "worker_inputs", "zygote_start"]
 
 
 def _spawns(count: int) -> list[float]:
@@ -150,6 +151,17 @@ def _spawns(count: int) -> list[float]:
                 break
             time.sleep(0.02)
     return samples
+
+
+def worker_inputs(sup: Any) -> tuple[bytes, Any, list[str]]:
+    """From a running ``Supervisor``: its first worker's plan frame (as the launcher reads it) and cgroup plan, and
+    the modules its zygote preloads: what the floors of rows 7-9 start from."""
+    from supervisor.workers import preload_modules
+    from supervisor.workers._launch import plan_frame
+
+    spec = sup.runners[0].spec
+    modules = preload_modules((r.spec.plan.entry, r.spec.kind) for r in sup.runners)
+    return plan_frame(spec.plan), spec.cgroup, modules
 
 
 def confine_times(plan_frame: bytes, count: int, cgroup: object = None) -> list[float]:
