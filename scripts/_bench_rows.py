@@ -298,10 +298,10 @@ ROWS: tuple[Row, ...] = (
         "<=",
         8.0,
         "ms",
-        "`scripts/floor_confine.py`: the kernel work of confinement alone in a bare forked Python child (fork, "
-        "unshare of the same namespaces, the fork into the PID namespace, the mounts of the same private view, "
-        "seccomp, Landlock, the uid drop; every plan made beforehand), the worker's cgroup made and joined by the "
-        "parent first, until the child writes one byte back; median",
+        "`scripts/floor_confine.py`: the kernel work of confinement alone in a bare forked Python child, as the "
+        "zygote forks a worker (the worker's cgroup made, the child born PID 1 of a new PID namespace, joining the "
+        "cgroup, unsharing the same other namespaces, the mounts of the same private view, seccomp, Landlock, the "
+        "uid drop; every plan made beforehand), until the child writes one byte back; median",
     ),
     Row(
         "idle_100",
