@@ -151,8 +151,16 @@ class ConfinementPlan:
 def _plain(value: Any) -> Any:
     """``value`` with every dataclass in it (through tuples and lists) turned into a dict of its fields; mappings
     and other values as they are (not copied)."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_plain(item) for item in value)
+    kind = type(value)
+    if kind not in _FIELD_NAMES:
+        _FIELD_NAMES[kind] = tuple(f.name for f in fields(kind)) if is_dataclass(kind) else None
+    names = _FIELD_NAMES[kind]
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    if kind is tuple or kind is list:
+        return kind(_plain(item) for item in value)
     return value
+
+
+#: the field names of each dataclass :func:`_plain` met (``None`` for any other type)
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}

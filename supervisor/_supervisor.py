@@ -34,7 +34,6 @@ supervisors in one process are independent.
 
 from __future__ import annotations
 
-import functools
 import gc
 import os
 import sys
@@ -74,6 +73,7 @@ from supervisor.plan import (
     worker_modules,
 )
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews
+from supervisor.tools import SchemaPool
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel
 from supervisor.workers import (
     KernelAudit,
@@ -101,6 +101,7 @@ from ._worker_messages import answer_worker_request, record_worker_event
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+    from supervisor.tools import CompiledSchema
     from toolboxes._progress import ProgressUpdate
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start, and when a
@@ -143,6 +144,25 @@ def _launch_zygote(config: LoadedConfig, staged: StagedCode) -> Zygote | None:
     return zygote
 
 
+class _ModelHttp:
+    """The agent loops' HTTP client, made at the first model request (its TLS context, the CA bundle parsed, and
+    httpx's transport imports are 50-150 ms of CPU, which a supervisor whose loops never run need not pay at
+    start), closed with the supervisor."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
+    def __call__(self) -> httpx.AsyncClient:
+        if self._client is None:
+            # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
+            self._client = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+
 async def _discard(zygote: Zygote | None) -> None:
     """Stop a zygote :func:`_launch_zygote` launched (a no-op once its spawner closed it)."""
     if zygote is not None:
@@ -159,7 +179,7 @@ class Supervisor:
         *,
         tree: AgentTree | None = None,
         sessions: SessionStore | None = None,
-        http: httpx.AsyncClient | None = None,
+        http: Callable[[], httpx.AsyncClient] | None = None,
     ) -> None:
         self.compiled = compiled
         self.config: LoadedConfig = compiled.config
@@ -235,6 +255,8 @@ class Supervisor:
         self._next_prune = 0.0
         #: who makes workers' processes (``supervision.spawn``; :meth:`open` starts the zygote)
         self.spawner: Spawner = LauncherSpawner()
+        #: the compiled schemas of the current tool lists, which a starting worker reuses (each compiled once)
+        self.schema_pool = SchemaPool()
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -286,8 +308,7 @@ class Supervisor:
             trace.close()
             await _discard(zygote)
             raise
-        # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
-        http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
+        http = _ModelHttp()
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
         sup.otel = otel
         sup.reload_source = (config.policy_file, list(agents), state_dir)
@@ -418,8 +439,13 @@ class Supervisor:
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,
-            make_worker=functools.partial(Worker, spawner=self.spawner),
+            make_worker=self._make_worker,
         )
+
+    def _make_worker(self, spec: WorkerSpec, *, reuse: Sequence[CompiledSchema] = (), **kwargs: Any) -> Worker:
+        """A worker of ``spec`` made by :attr:`spawner`, reusing ``reuse`` (its toolbox's last list) and every schema
+        the other toolboxes' lists compiled (:attr:`schema_pool`)."""
+        return Worker(spec, reuse=[*reuse, *self.schema_pool.schemas()], spawner=self.spawner, **kwargs)
 
     # -- reloading ---------------------------------------------------------------------------------------------
     async def reload(self) -> ReloadOutcome:
@@ -514,6 +540,7 @@ class Supervisor:
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
+        self.schema_pool.add([*runner.schemas, *runner.output_schemas])
         if kind_plan(runner.spec.kind).session_skills:  # skills that left the list are forgotten by its agent's
             self.session_tools.tools_listed(runner.spec.agent, runner.name, runner.tools)  # sessions
         for err in runner.load_errors:
@@ -556,6 +583,7 @@ class Supervisor:
             runners = [r for r in runners if r.key not in self.undescribable]
             self.registry.rebuild(runners, guests=guests)
         after = self._registered()
+        self.schema_pool.retain(s for r in self.runners for s in [*r.schemas, *r.output_schemas])
         catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in KINDS]) for r in self.runners])
         catalog_changed = catalog != self._catalog_seen  # resources or prompts: the same wake-up as for tools
         self._catalog_seen = catalog

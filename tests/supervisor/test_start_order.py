@@ -1,8 +1,10 @@
 """The order of a supervisor's start (``Supervisor.open``): the zygote is launched on the staged code before the
 policy compiles, so its imports run while the supervisor compiles; the launched zygote is the one that serves; a
 start that stops before its workers (a refused policy) leaves no zygote behind; a launched zygote that cannot
-start leaves the launcher. Real supervisors, real zygotes; the only stand-in is a spy around the compile that
-looks at this process's children (as root, from /proc) while it runs."""
+start leaves the launcher; the agent loops' HTTP client is made at their first model request; a schema many
+toolboxes list is compiled once. Real supervisors, real
+zygotes, a real model server on loopback; the only stand-ins are spies (around the compile, looking at this
+process's children from /proc while it runs; around httpx's client class and the schema compiler, counting)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import psutil
 import pytest
 import trio
 
 import supervisor._supervisor as supervisor_module
+import supervisor.tools._tool_lists as tool_lists
 from sandbox._landlock import landlock_abi
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
@@ -23,6 +27,7 @@ from supervisor.workers import ZygoteSpawner
 from supervisor.workers._launch import launcher_argv
 from supervisor.workers._zygote_client import Zygote
 from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor._model_server import answer, model_server
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -144,3 +149,59 @@ async def test_a_launched_zygote_that_cannot_start_leaves_the_launcher(sandbox_t
         assert psutil.Process(child.pid).ppid() == os.getpid()  # a launcher of ours, not a zygote's fork
         await child.aclose(grace_s=0.1)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_model_http_client_is_made_at_the_first_model_request_not_at_start(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTP client (its TLS context: tens of ms of CPU) is made by the first agent run that asks a model, once
+    for every later run, and none by a start whose loops never run. The model is a real server on loopback."""
+    made: list[httpx.AsyncClient] = []
+    real = httpx.AsyncClient
+
+    def counting(**kwargs: Any) -> httpx.AsyncClient:
+        made.append(real(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(httpx, "AsyncClient", counting)
+    monkeypatch.setenv("AGENTS_TEST_KEY", "sk-test-0123456789abcdef")
+    with model_server(lambda _request: answer("done")) as server:
+        policy = write_policy(
+            sandbox_tmp,
+            {"tester": agent(modelUrl=server.url, builtinToolboxes=[system_toolbox(capabilities=["date"])])},
+            model_keys={"test": "AGENTS_TEST_KEY"},
+        )
+        async with Supervisor.open(policy) as sup:
+            assert made == []
+            for _ in range(2):
+                result = await sup.run_agent("tester", "hello")
+                assert (result.status, result.data) == ("passed", "done"), result.data
+            assert len(made) == 1 and len(server.requests) == 2
+    assert made[0].is_closed  # closed with the supervisor
+
+
+async def test_a_schema_many_toolboxes_list_is_compiled_once(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three toolboxes of one kind list the same ``date`` schema: started one after another, the first worker's
+    hello compiles it and the others reuse it (the supervisor's schema pool); every toolbox's tool still refuses
+    arguments its schema does not allow."""
+    compiled: list[str] = []
+    real = tool_lists.compile_schema
+
+    def counting(schema: Any, digest: str | None = None) -> Any:
+        compiled.append(tool_lists.fingerprint(schema))
+        return real(schema, digest)
+
+    monkeypatch.setattr(tool_lists, "compile_schema", counting)
+    boxes = [system_toolbox(name, capabilities=["date"]) for name in ("one", "two", "three")]
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=boxes)}, supervision={"parallel_starts": 1})
+    async with Supervisor.open(policy) as sup:
+        assert sup.load_errors() == []
+        schemas = {name: sup.runner(name).schemas[0] for name in ("one", "two", "three")}
+        assert len(compiled) == 1 and {s.fingerprint for s in schemas.values()} == set(compiled)
+        assert schemas["two"] is schemas["one"] and schemas["three"] is schemas["one"]
+        for name in ("one", "two", "three"):
+            assert (await sup.call(f"system_{name}_date", {})).status == "passed"
+            refused = await sup.call(f"system_{name}_date", {"unexpected": 1})
+            assert refused.status == "error" and "unexpected" in (refused.data or ""), refused.data
