@@ -12,9 +12,11 @@ is found beside them (v2: enabled there too; v1: a hierarchy with ``cpu``). Grou
 supervisor's own cgroup* in each hierarchy, in ``agents-supervise/<toolbox>-<id>``: the limits of whatever runs the
 supervisor (a systemd unit, a container) keep applying to the workers. :func:`plan_cgroup` (pure) decides the limits;
 :meth:`CgroupPlan.instance` (pure) names the directories and the files to write for one start of the worker. The
-thin part: :func:`create_cgroup` makes the group and writes its limits, :func:`enter_cgroup` moves a process in (the
-supervisor moves the launcher right after spawning it, before sending the plan: the launcher blocks reading the plan,
-so it forks nothing outside the group), :func:`remove_cgroup` removes it once the worker was reaped.
+thin part: :func:`create_cgroup` makes the group and writes its limits (before the worker is spawned),
+:func:`open_procs_files` opens its ``cgroup.procs`` files for a fork of the zygote, which joins the group itself
+(writes ``0``) before it reads its plan, :func:`enter_cgroup` moves a process in (the supervisor moves a launcher
+right after spawning it, before sending the plan: the launcher blocks reading the plan, so it forks nothing outside
+the group), :func:`remove_cgroup` removes it once the worker was reaped.
 
 Limits: ``pids.max`` counts every task (threads too). Memory: v1 ``memory.limit_in_bytes`` and, when swap is
 accounted, ``memory.memsw.limit_in_bytes`` at the same value (no escape into swap); v2 ``memory.max``,
@@ -32,8 +34,8 @@ What it does NOT cover: disk I/O and disk usage, kernel memory outside the memor
 buffers of the supervisor's egress proxy (those are the supervisor's). Under v2 the supervisor's own cgroup must
 allow the controllers in its ``cgroup.subtree_control`` (a cgroup with processes in it cannot: run the supervisor in
 a leaf of its own, as systemd's ``Delegate=yes`` does). A supervisor killed by SIGKILL leaves its groups behind
-(empty; removable with ``rmdir``). Memory charged before the launcher enters the group (its start-up) stays with the
-supervisor's group.
+(empty; removable with ``rmdir``). Memory charged before the launcher enters the group (its start-up; for a fork of
+the zygote, only the fork itself) stays with the supervisor's group.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sandbox._dirfd import open_anchor, open_dir
 from sandbox._errors import ConfinementError
 
 if TYPE_CHECKING:
@@ -58,6 +61,7 @@ __all__ = [
     "create_cgroup",
     "detect_layout",
     "enter_cgroup",
+    "open_procs_files",
     "plan_cgroup",
     "read_layout",
     "remove_cgroup",
@@ -358,6 +362,35 @@ def enter_cgroup(instance: CgroupInstance, pid: int) -> None:
             raise _fail(f"cannot move pid {pid} into {os.path.dirname(path)}", exc) from exc
 
 
+def open_procs_files(instance: CgroupInstance) -> list[int]:
+    """Open each ``cgroup.procs`` of the group for writing, for a new process to join the group itself (it writes
+    ``0``) before it reads its plan. Each group directory is opened below its parent without following a link
+    (``O_DIRECTORY | O_NOFOLLOW``, ``sandbox._dirfd``), the file in it with ``O_NOFOLLOW``. The fds are the
+    caller's to close.
+
+    Raises:
+        ConfinementError: a file could not be opened (none is left open then).
+    """
+    fds: list[int] = []
+    try:
+        for path in instance.procs_files:
+            group = os.path.dirname(path)
+            parent = open_anchor(os.path.dirname(group))  # the supervisor's own base: only root writes there
+            try:
+                dfd = open_dir(parent, os.path.basename(group))
+            finally:
+                os.close(parent)
+            try:
+                fds.append(os.open("cgroup.procs", os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd))
+            finally:
+                os.close(dfd)
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        raise _fail(f"cannot open the worker's cgroup ({exc.filename or ''})", exc) from exc
+    return fds
+
+
 def remove_cgroup(instance: CgroupInstance) -> bool:
     """Remove the group (and the shared ``agents-supervise`` directory when it is empty). Safe to call twice.
 
@@ -393,10 +426,11 @@ def remove_cgroup(instance: CgroupInstance) -> bool:
 def stale_groups(
     layout: CgroupLayout, *, names: list[str], procs_of: Callable[[str], str | None], alive: Callable[[int], bool]
 ) -> list[str]:
-    """The worker groups under ``layout`` left by supervisors that died: empty, and their launcher pid is gone. Pure.
+    """The worker groups under ``layout`` left by supervisors that died: empty, and the pid they name is gone. Pure.
 
-    Group names are ``<toolbox>-<launcher pid>-<random>``; a group whose launcher is alive may be one being set up
-    right now (made, not yet entered), so it is never stale.
+    Group names are ``<toolbox>-<pid>-<random>``, the pid the supervisor's that made the group (before the worker
+    is spawned; older supervisors named the launcher's); a group whose pid is alive may be one being set up right
+    now (made, not yet entered), so it is never stale.
     """
     out = []
     for base in layout.bases():

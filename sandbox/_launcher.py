@@ -16,7 +16,8 @@ confinement path, whichever process made the worker.
 Exit statuses: 78 when the plan is malformed or a confinement step fails (one line on stderr,
 ``agents-supervise launcher: <toolbox>: confinement failed: <reason>``; the entry never runs), 70 when the
 entry raises, otherwise the entry's return value (an ``int``) or 0. With a PID namespace the launcher's outer
-process exits mirroring the worker: the same code, or killed by the same signal.
+process exits mirroring the worker: the same code, or killed by the same signal. (A fork of the zygote is born PID 1
+of its PID namespace, :func:`confine` skips that fork, and it has no outer process.)
 
 Built-in entry :func:`exec_argv` executes ``payload["argv"]`` in the confined process (a confined command
 runner).
@@ -63,6 +64,7 @@ __all__ = [
     "EXIT_CONFINEMENT_FAILED",
     "EXIT_WORKER_FAILED",
     "MAX_PLAN_BYTES",
+    "PREFIX",
     "STEP_MODULES",
     "confine",
     "decode_plan",
@@ -85,7 +87,7 @@ STEP_MODULES = (
 EXIT_CONFINEMENT_FAILED = 78  # EX_CONFIG
 EXIT_WORKER_FAILED = 70  # EX_SOFTWARE
 MAX_PLAN_BYTES = 16 * 1024 * 1024
-_PREFIX = "agents-supervise launcher"
+PREFIX = "agents-supervise launcher"
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -190,17 +192,19 @@ def read_plan(fd: int = 0) -> ConfinementPlan:
     return decode_plan(body)
 
 
-def _close_inherited_fds(keep: int | None) -> None:
-    """Close every fd above 2 but ``keep``: Landlock does not cover fds opened before it."""
-    if keep is None or keep < 3:
-        os.closerange(3, 1 << 20)
-    else:
-        os.closerange(3, keep)
-        os.closerange(keep + 1, 1 << 20)
+def _close_inherited_fds(keep: tuple[int | None, ...]) -> None:
+    """Close every fd above 2 but those of ``keep``: Landlock does not cover fds opened before it."""
+    low = 3
+    for fd in sorted({fd for fd in keep if fd is not None and fd >= 3}):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
 
 
 def _parent_alive(ppid: int, alive_fd: int | None) -> bool:
-    if alive_fd is not None:  # in a PID namespace getppid() is 0: the parent holds the write end of a pipe
+    """Whether the parent is still alive: ``alive_fd`` (in a PID namespace ``getppid()`` is 0) is the read end of a
+    pipe whose write end the parent holds, or a pidfd of the parent; either reads ready once the parent is gone."""
+    if alive_fd is not None:
         readable, _, _ = select.select([alive_fd], [], [], 0)
         return not readable
     return os.getppid() == ppid
@@ -260,8 +264,12 @@ def _fork_for_pid_namespace() -> int:
     _mirror_exit(status)
 
 
-def confine(plan: ConfinementPlan) -> None:
+def confine(plan: ConfinementPlan, *, parent_pidfd: int | None = None) -> None:
     """Confine the calling process as ``plan`` says; return only in the confined worker.
+
+    ``parent_pidfd`` (a fork of the zygote): a pidfd of the process's parent, which the parent checks of steps 1, 4
+    and 9 watch. When the process is then PID 1 (the zygote made its PID namespace when it forked it), the PID
+    namespace of step 2 and the fork of step 4 are already done and skipped; every other step is the same.
 
     The steps, in this order, and why each sits where it does:
 
@@ -277,7 +285,8 @@ def confine(plan: ConfinementPlan) -> None:
        up; before Landlock, which refuses every TCP bind, and before the uid drop. Then a private
        ``/etc/resolv.conf`` naming the stub (``sandbox._resolver``), while mounts are still allowed (with a view,
        the view holds it).
-    4. Fork for the PID namespace: the child is PID 1 and becomes the worker; the parent forwards signals and
+    4. Fork for the PID namespace (not when already PID 1 of one the zygote made: see ``parent_pidfd``): the child
+       is PID 1 and becomes the worker; the parent forwards signals and
        exits mirroring it, so the supervisor sees EOF the moment the worker dies, and when PID 1 dies the
        kernel kills every process of the namespace (no grandchild outlives the worker). The child sets
        PDEATHSIG again (a fork clears it) and checks the parent through a pipe (its ``getppid()`` is 0).
@@ -312,10 +321,12 @@ def confine(plan: ConfinementPlan) -> None:
     """
     # 1
     ppid = os.getppid()
+    alive_fd = parent_pidfd  # the parent to watch: getppid() is 0 in a PID namespace the zygote made
+    pidns_made = parent_pidfd is not None and os.getpid() == 1
     set_parent_death_signal()
-    if not _parent_alive(ppid, None):
+    if not _parent_alive(ppid, alive_fd):
         raise ConfinementError("the supervisor exited during start-up", step="pdeathsig")
-    _close_inherited_fds(plan.bridge_fd if plan.bridge else None)
+    _close_inherited_fds((plan.bridge_fd if plan.bridge else None, parent_pidfd))
     abi = landlock_abi()
     if abi < plan.min_landlock_abi:
         have = f"Landlock ABI {abi}" if abi else "no Landlock"
@@ -324,16 +335,19 @@ def confine(plan: ConfinementPlan) -> None:
         )
     if os.geteuid() == 0 and plan.uid is None:
         raise ConfinementError("refusing to run a worker as root: the plan names no uid", step="identity")
+    if pidns_made and not plan.new_pidns:
+        raise ConfinementError("the process is in a PID namespace the plan does not ask for", step="pidns")
     if plan.audit_denials and os.geteuid() == 0 and plan.uid is not None:
         set_audit_session(plan.uid)  # 1b: tags the worker's audit records; not a wall, so a failure is not fatal
     # 2
     namespaces = plan_namespaces(
         new_netns=plan.new_netns,
-        new_pidns=plan.new_pidns,
+        new_pidns=plan.new_pidns and not pidns_made,
         new_ipcns=plan.new_ipcns,
         new_utsns=plan.view is not None,
         euid=os.geteuid(),
     )
+    in_pidns = namespaces.pid or pidns_made
     enter_namespaces(namespaces)
     if plan.view is not None:
         from sandbox._view import set_hostname
@@ -352,9 +366,11 @@ def confine(plan: ConfinementPlan) -> None:
         if plan.view is None:
             apply_private_resolv_conf(resolv_conf, workdir=plan.workdir)
     # 4
-    alive_fd: int | None = None
     if namespaces.pid:
+        if alive_fd is not None:  # the worker's parent is the outer process from here on
+            os.close(alive_fd)
         alive_fd = _fork_for_pid_namespace()
+    if in_pidns:
         set_parent_death_signal()
         if not _parent_alive(ppid, alive_fd):
             raise ConfinementError("the launcher's parent exited during start-up", step="pdeathsig")
@@ -363,7 +379,7 @@ def confine(plan: ConfinementPlan) -> None:
     if plan.view is not None:
         _enter_view(plan, plan.view, resolv_conf)
     elif plan.account_name and plan.uid is not None and plan.gid is not None:
-        _show_account(plan, plan.uid, plan.gid, private_mounts=namespaces.pid)
+        _show_account(plan, plan.uid, plan.gid, private_mounts=in_pidns)
     # 5
     apply_rlimits(plan_rlimits(plan.rlimits, lambda res: resource.getrlimit(res)[1]))
     # 6
@@ -374,7 +390,7 @@ def confine(plan: ConfinementPlan) -> None:
         apply_seccomp(plan_seccomp_log(machine), machine, log=True)
     # 7
     if abi >= 1:
-        own_proc = "/proc" if namespaces.pid else os.path.realpath("/proc/self")
+        own_proc = "/proc" if in_pidns else os.path.realpath("/proc/self")
         rules = [*plan.fs_rules, FsRule(own_proc, READ)]
         if plan.view is not None:
             rules += [FsRule("/tmp", WRITE), FsRule("/dev/shm", WRITE)]  # the view's own tmpfs
@@ -492,7 +508,7 @@ def exec_argv(payload: dict[str, Any]) -> NoReturn:
     """
     argv = payload.get("argv") if isinstance(payload, dict) else None
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
-        print(f"{_PREFIX}: exec_argv: payload needs 'argv', a non-empty list of strings", file=sys.stderr)
+        print(f"{PREFIX}: exec_argv: payload needs 'argv', a non-empty list of strings", file=sys.stderr)
         os._exit(64)
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)
@@ -501,23 +517,24 @@ def exec_argv(payload: dict[str, Any]) -> NoReturn:
     try:
         os.execvpe(argv[0], argv, dict(os.environ))
     except OSError as exc:
-        print(f"{_PREFIX}: exec_argv: {argv[0]}: {exc.strerror}", file=sys.stderr)
+        print(f"{PREFIX}: exec_argv: {argv[0]}: {exc.strerror}", file=sys.stderr)
         os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
 
 
 def _say(toolbox: str, what: str, reason: object) -> None:
-    line = f"{_PREFIX}: {toolbox}: {what}: {reason}".replace("\n", " ")
+    line = f"{PREFIX}: {toolbox}: {what}: {reason}".replace("\n", " ")
     try:
         os.write(2, (line + "\n").encode("utf-8", "replace"))
     except OSError:
         pass
 
 
-def run() -> int:
+def run(*, parent_pidfd: int | None = None) -> int:
     """Read the plan from stdin, confine, run the entry; return the exit status of an entry that returned.
 
     The one path from a plan to a confined entry, whoever started the process: :func:`main` (a fresh interpreter)
-    and a child of the zygote (``sandbox._zygote``, a fork of one). Exits itself (``os._exit``) with
+    and a child of the zygote (``sandbox._zygote``, a fork of one, which passes ``parent_pidfd``: see
+    :func:`confine`). Exits itself (``os._exit``) with
     :data:`EXIT_CONFINEMENT_FAILED` or :data:`EXIT_WORKER_FAILED` after one line on stderr, never with a
     traceback; a ``SystemExit`` of the entry passes through.
     """
@@ -525,7 +542,7 @@ def run() -> int:
     try:
         plan = read_plan(0)
         toolbox = plan.toolbox
-        confine(plan)
+        confine(plan, parent_pidfd=parent_pidfd)
         entry = load_entry(plan.entry)
     except SandboxError as exc:  # ConfinementError, or the bridge's BridgeError
         _say(toolbox, "confinement failed", exc)

@@ -39,6 +39,8 @@ __all__ = [
     "enter_namespaces",
     "interface_is_up",
     "plan_namespaces",
+    "restore_pid_namespace_for_children",
+    "unshare_pid_namespace_for_children",
 ]
 
 CLONE_NEWUTS = 0x04000000
@@ -102,6 +104,25 @@ def _unshare(flags: int) -> None:
             f"unshare({flags:#x}) failed: {os.strerror(err)} (errno {err}); are namespaces enabled?",
             step="namespaces",
             errno=err,
+        )
+
+
+def unshare_pid_namespace_for_children() -> None:
+    """``unshare(CLONE_NEWPID)``: the caller's next child is PID 1 of a new PID namespace (the caller stays where it
+    is). Needs ``CAP_SYS_ADMIN``. The zygote calls it just before a fork, then
+    :func:`restore_pid_namespace_for_children`. Raises :class:`ConfinementError`."""
+    _unshare(CLONE_NEWPID)
+
+
+def restore_pid_namespace_for_children(ns_fd: int) -> None:
+    """``setns(ns_fd, CLONE_NEWPID)`` with an fd of the caller's own ``/proc/self/ns/pid``: its later children are
+    born in its own PID namespace again. Raises :class:`ConfinementError`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctypes.set_errno(0)
+    if libc.setns(ctypes.c_int(ns_fd), ctypes.c_int(CLONE_NEWPID)) != 0:
+        err = ctypes.get_errno()
+        raise ConfinementError(
+            f"setns(CLONE_NEWPID) failed: {os.strerror(err)} (errno {err})", step="namespaces", errno=err
         )
 
 

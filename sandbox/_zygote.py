@@ -9,13 +9,19 @@ collections then do not write to the pages it shares with the zygote), refuses t
 thread, answers ``ready`` and serves spawn requests (``sandbox._zygote_wire`` has the messages) until the socket
 closes.
 
-For each request it forks. The child, before anything else, sets its parent-death signal (a zygote that dies takes
-every child with it, and a zygote dies with the supervisor), checks its parent is still the zygote, restores the
-signal state of a fresh interpreter, closes the zygote's socket and every fd it was not sent, puts the fds it was
-sent at the numbers the request names (0, 1, 2: its pipes to the supervisor), and then runs
-:func:`sandbox._launcher.run`: the launcher's own code reads the plan from the new stdin and confines the process
-exactly as a fresh launcher confines itself. The plan comes on stdin, not in the request, because the supervisor
-moves the child into its cgroup between the spawn and the plan (nothing the plan starts runs outside the group).
+For each request it forks; when the request asks for a PID namespace (the plan's ``new_pidns``), between
+``unshare(CLONE_NEWPID)`` and a ``setns`` back to its own PID namespace (an fd of it opened at start), so the child is
+born PID 1 of a fresh one and needs no outer process (a zygote that is not root cannot: its child's launcher code
+then forks for the namespace). The child, before anything else, sets its parent-death signal (a zygote that dies
+takes every child with it, and a zygote dies with the supervisor), checks its parent is still the zygote (through a
+pidfd of the zygote, opened at start: PID 1's ``getppid()`` is 0), joins its cgroup (it writes ``0`` to each
+``cgroup.procs`` fd the request carried, so nothing of the plan runs outside the group), restores the signal state
+of a fresh interpreter, closes the zygote's socket and every fd it was not sent, puts the fds it was sent at the
+numbers the request names (0, 1, 2: its pipes to the supervisor), and then runs :func:`sandbox._launcher.run` with
+that pidfd: the launcher's own code reads the plan from the new stdin and confines the process exactly as a fresh
+launcher confines itself (the PID-namespace fork being already done). The plan comes on stdin, not in the request:
+the supervisor writes it into the pipe before the request, so the child finds it there, read by the launcher's own
+``read_plan``.
 
 The zygote itself never runs toolbox code, never reads a plan and never has a second thread: it imports, forks,
 reaps (``SIGCHLD`` through a wakeup pipe) and reports each child's exit status to the supervisor.
@@ -38,15 +44,19 @@ import sys
 import threading
 from typing import Any, NoReturn
 
+from sandbox._errors import ConfinementError
 from sandbox._launcher import EXIT_CONFINEMENT_FAILED, EXIT_WORKER_FAILED, STEP_MODULES
+from sandbox._launcher import PREFIX as LAUNCHER_PREFIX
 from sandbox._launcher import run as run_launcher
+from sandbox._netns import restore_pid_namespace_for_children, unshare_pid_namespace_for_children
 from sandbox._privileges import set_parent_death_signal
 from sandbox._zygote_wire import (
     MAX_FDS,
     MAX_MESSAGE,
+    SpawnRequest,
     ZygoteWireError,
-    check_fd_targets,
     check_modules,
+    check_spawn,
     decode_message,
     encode_message,
 )
@@ -114,35 +124,63 @@ def _preload(modules: list[str]) -> dict[str, str]:
     return failed
 
 
-def _place_fds(fds: list[int], targets: list[int]) -> None:
-    """In a child: give it ``fds[k]`` as fd ``targets[k]`` and close every other fd above 2."""
-    base = max([*targets, *fds]) + 1
+def _place_fds(fds: list[int], targets: list[int], parent_pidfd: int) -> int:
+    """In a child: give it ``fds[k]`` as fd ``targets[k]``, keep a copy of ``parent_pidfd`` above them all (returned)
+    and close every other fd above 2."""
+    base = max([*targets, *fds, parent_pidfd]) + 1
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in fds]  # out of the way of every target
+    kept = fcntl.fcntl(parent_pidfd, fcntl.F_DUPFD_CLOEXEC, base)
     for fd in fds:
         os.close(fd)
     for fd, target in zip(moved, targets, strict=True):
         os.dup2(fd, target, inheritable=True)
-    keep = sorted(t for t in targets if t > 2)
+    keep = sorted({*(t for t in targets if t > 2), kept})
     low = 3
     for fd in keep:  # everything else goes: the zygote's socket and wakeup pipe, the moved copies, any stray fd
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
+    return kept
 
 
-def _child(fds: list[int], targets: list[int], zygote_pid: int) -> NoReturn:
-    """The forked child: tie its life to the zygote's, become a fresh launcher, run the launcher's code."""
+def _join_cgroup(procs_fds: list[int]) -> str | None:
+    """Write ``0`` (this process) to each ``cgroup.procs`` fd and close it; why it failed, or ``None``."""
+    failure = None
+    for fd in procs_fds:
+        try:
+            if failure is None:
+                os.write(fd, b"0")
+        except OSError as exc:
+            failure = f"cannot join its cgroup: {exc.strerror} (errno {exc.errno})"
+        finally:
+            os.close(fd)
+    return failure
+
+
+def _parent_gone(parent_pidfd: int) -> bool:
+    readable, _, _ = select.select([parent_pidfd], [], [], 0)  # a pidfd reads ready once its process exited
+    return bool(readable)
+
+
+def _child(fds: list[int], request: SpawnRequest, parent_pidfd: int) -> NoReturn:
+    """The forked child: tie its life to the zygote's, join its cgroup, become a fresh launcher, run the launcher's
+    code. ``parent_pidfd`` is a pidfd of the zygote (in a new PID namespace ``getppid()`` is 0)."""
     code = EXIT_CONFINEMENT_FAILED
     try:
         set_parent_death_signal()
-        if os.getppid() != zygote_pid:  # the zygote died before the signal was armed
+        if _parent_gone(parent_pidfd):  # the zygote died before the signal was armed
             os._exit(EXIT_CONFINEMENT_FAILED)
+        placed = len(request.targets)
+        failure = _join_cgroup(fds[placed:])  # before anything of the plan runs (it is not even read yet)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _place_fds(fds, targets)
+        parent_pidfd = _place_fds(fds[:placed], request.targets, parent_pidfd)
+        if failure is not None:
+            os.write(2, f"{LAUNCHER_PREFIX}: ?: confinement failed: {failure}\n".encode())
+            os._exit(EXIT_CONFINEMENT_FAILED)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         code = EXIT_WORKER_FAILED
-        code = run_launcher()
+        code = run_launcher(parent_pidfd=parent_pidfd)
     except SystemExit as exc:  # the entry's sys.exit(), as a fresh interpreter would end
         if exc.code is None:
             code = 0
@@ -168,41 +206,67 @@ def _status(status: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def _spawn(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
+class _Namespaces:
+    """What the zygote holds to give a child a PID namespace: an fd of its own (to go back to after the fork) and
+    a pidfd of itself (the child's way to see that the zygote died). Made once, at start."""
+
+    def __init__(self) -> None:
+        self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.self_pidfd = os.pidfd_open(os.getpid())
+        #: a zygote that is not root cannot make a PID namespace: its child then forks for one (the launcher's way)
+        self.can_make_pidns = os.geteuid() == 0
+
+
+def _spawn(sock: socket.socket, message: dict[str, Any], fds: list[int], ns: _Namespaces) -> None:
     """Fork a child for one spawn request and answer it; the zygote keeps none of the request's fds."""
     request_id = message.get("id")
-    try:
-        targets = check_fd_targets(message.get("fds"), len(fds))
-    except ZygoteWireError as exc:
+
+    def refuse(why: str) -> None:
         for fd in fds:
             os.close(fd)
-        _send(sock, {"t": "refused", "id": request_id, "error": str(exc)})
+        _send(sock, {"t": "refused", "id": request_id, "error": why})
+
+    try:
+        request = check_spawn(message, len(fds))
+    except ZygoteWireError as exc:
+        refuse(str(exc))
         return
     if thread_count() != 1:  # nothing here starts a thread; were one there, a fork could copy a held lock
-        for fd in fds:
-            os.close(fd)
-        _send(sock, {"t": "refused", "id": request_id, "error": "the zygote has more than one thread"})
+        refuse("the zygote has more than one thread")
         return
-    zygote_pid = os.getpid()
+    new_pidns = request.new_pidns and ns.can_make_pidns
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())  # no handler of ours runs in the child
     try:
+        if new_pidns:
+            unshare_pid_namespace_for_children()  # the next child is PID 1 of a new PID namespace
+    except ConfinementError as exc:
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        refuse(str(exc))
+        return
+    refused = ""
+    try:
         pid = os.fork()
     except OSError as exc:
+        pid, refused = -1, f"fork failed: {exc.strerror}"
+    if pid != 0 and new_pidns:
+        try:
+            restore_pid_namespace_for_children(ns.own_pidns)
+        except ConfinementError as exc:  # its next child would be born in that namespace: better to end
+            _fail(f"cannot return to its own PID namespace: {exc}")
+    if pid < 0:
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        for fd in fds:
-            os.close(fd)
-        _send(sock, {"t": "refused", "id": request_id, "error": f"fork failed: {exc.strerror}"})
+        refuse(refused)
         return
     if pid == 0:
-        _child(fds, targets, zygote_pid)
+        _child(fds, request, ns.self_pidfd)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     for fd in fds:
         os.close(fd)
     pidfd = os.pidfd_open(pid)  # the child cannot have been reaped yet: only this loop reaps
     try:
-        _send(sock, {"t": "spawned", "id": request_id, "pid": pid}, (pidfd,))
+        _send(sock, {"t": "spawned", "id": request_id, "pid": pid, "pidns": new_pidns}, (pidfd,))
     finally:
         os.close(pidfd)
 
@@ -233,6 +297,7 @@ def serve(sock: socket.socket) -> NoReturn:
     threads = thread_count()
     if threads != 1 or threading.active_count() != 1:
         _fail(f"refusing to fork: the process has {threads} threads after the imports, forking needs one")
+    ns = _Namespaces()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
     signal.set_wakeup_fd(wake_w)
@@ -257,7 +322,7 @@ def serve(sock: socket.socket) -> NoReturn:
                 for received in fds:
                     os.close(received)
                 _fail(f"unexpected message {message.get('t')!r}")
-            _spawn(sock, message, fds)
+            _spawn(sock, message, fds, ns)
         _reap(sock)  # a SIGCHLD may have come while a request was served
 
 
@@ -274,7 +339,7 @@ def main(sock_fd: int = SOCKET_FD) -> NoReturn:
         serve(sock)
     except SystemExit:
         raise
-    except (OSError, ZygoteWireError) as exc:
+    except (OSError, ZygoteWireError, ConfinementError) as exc:
         _fail(f"{type(exc).__name__}: {exc}")
     except BaseException as exc:
         _fail(f"unexpected {type(exc).__name__}: {exc}")

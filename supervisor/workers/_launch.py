@@ -8,8 +8,10 @@ child end the launcher gets as ``bridge_fd`` and sends the bridge sockets up. :f
 through its spawner, ``_spawner.py``: a fork of the zygote that runs the same launcher code, or the command itself);
 :func:`serve_bridge` serves the bridge (proxy and DNS stub, name lookups bounded per bridge) until told to stop.
 
-What differs between the two callers stays with them: a worker joins its cgroup between the spawn and the plan, its
-connection then speaks the protocol on the pipes; a one-shot command's output is read and its stdin closed.
+What differs between the two callers stays with them: a worker's cgroup is made before the spawn (a fork of the
+zygote joins it itself, through the ``cgroup.procs`` fds it is sent, before it reads the plan, which already waits in
+its stdin pipe; a launcher is moved in by the supervisor before the plan is sent), its connection then speaks the
+protocol on the pipes; a one-shot command's output is read and its stdin closed.
 """
 
 from __future__ import annotations
@@ -76,6 +78,13 @@ class Launched:
     proc: SpawnedChild
     plan: ConfinementPlan
     carrier: socket.socket | None
+    #: ``plan_frame(plan)`` when it was offered to the spawner to write before the child runs, else empty
+    frame: bytes = b""
+
+    def unsent_plan(self) -> bytes:
+        """What of the plan's frame is still to be written on the child's stdin (all of it if none was offered)."""
+        frame = self.frame or plan_frame(self.plan)
+        return frame[self.proc.stdin_sent :] if self.frame else frame
 
     def close_carrier(self) -> None:
         if self.carrier is not None:
@@ -91,9 +100,14 @@ async def launch(
     cwd: str = "/",
     pass_fds: Sequence[int] = (),
     spawner: Spawner | None = None,
+    cgroup_procs: Sequence[int] = (),
+    prewrite_plan: bool = False,
 ) -> Launched:
-    """Spawn the launcher ``argv`` for ``plan`` (the plan is not sent yet: see :func:`plan_frame`), by ``spawner``
-    (``_spawner.py``: the launcher itself, or a fork of the zygote; default: the launcher, synchronously).
+    """Spawn the launcher ``argv`` for ``plan`` by ``spawner`` (``_spawner.py``: the launcher itself, or a fork of the
+    zygote; default: the launcher, synchronously). The plan is not sent (see :func:`plan_frame`), unless
+    ``prewrite_plan``: the spawner may then write it before the child runs (:meth:`Launched.unsent_plan` is the
+    rest), and ``cgroup_procs`` (the ``cgroup.procs`` fds of the child's group) let it join its group itself first
+    (``proc.cgroup_joined``; else the caller moves it before it sends the plan).
 
     Raises ``OSError`` when it cannot be spawned (nothing is left open then).
     """
@@ -103,12 +117,21 @@ async def launch(
         # The launcher opens the bridge sockets inside the process's namespace and passes them up this pair.
         carrier, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         plan = dataclasses.replace(plan, bridge_fd=child_end.fileno())
+    frame = plan_frame(plan) if prewrite_plan else b""
     try:
         fds = (*pass_fds, *((child_end.fileno(),) if child_end else ()))
         if spawner is None:
             proc: SpawnedChild = spawn_child(list(argv), env=dict(env), cwd=cwd, pass_fds=fds)
         else:
-            proc = await spawner.spawn(list(argv), env=dict(env), cwd=cwd, pass_fds=fds)
+            proc = await spawner.spawn(
+                list(argv),
+                env=dict(env),
+                cwd=cwd,
+                pass_fds=fds,
+                new_pidns=plan.new_pidns,
+                cgroup_procs=cgroup_procs,
+                stdin_data=frame,
+            )
     except BaseException:
         if carrier is not None:
             carrier.close()
@@ -116,7 +139,7 @@ async def launch(
     finally:
         if child_end is not None:
             child_end.close()
-    return Launched(proc, plan, carrier)
+    return Launched(proc, plan, carrier, frame)
 
 
 async def serve_bridge(

@@ -37,6 +37,10 @@ class PidfdChild:
         self.stdout = trio.lowlevel.FdStream(stdout)
         self.stderr = trio.lowlevel.FdStream(stderr)
         self.returncode: int | None = None
+        #: the child joined its cgroup itself (it was sent the group's ``cgroup.procs`` fds); else the caller moves it
+        self.cgroup_joined = False
+        #: how many bytes of its stdin were written before it ran (the plan, waiting in the pipe)
+        self.stdin_sent = 0
         self._closed = False
         self._wait_lock = trio.Lock()  # one task at a time may wait on the pidfd
 

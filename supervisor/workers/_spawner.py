@@ -28,9 +28,7 @@ from ._spawn import ChildProcess, PidfdChild, spawn_child
 from ._zygote_client import Zygote, ZygoteChild, ZygoteGone
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-
-    from ._worker import WorkerSpec
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 __all__ = [
     "MAX_ZYGOTE_STARTS",
@@ -50,12 +48,13 @@ MAX_ZYGOTE_STARTS = 4
 ZYGOTE_START_WINDOW_S = 600.0
 
 
-def preload_modules(specs: Sequence[WorkerSpec]) -> list[str]:
-    """What the zygote imports for ``specs``: each entry's module and each toolbox kind's package, in order."""
+def preload_modules(workers: Iterable[tuple[str, str]]) -> list[str]:
+    """What the zygote imports for ``workers``, each ``(entry, kind)`` (a plan's ``module:function`` entry and its
+    toolbox kind): each entry's module and each kind's package, in order, once each."""
     names: dict[str, None] = {}
-    for spec in specs:
-        names[spec.plan.entry.partition(":")[0]] = None
-        names[f"toolboxes.{spec.kind}"] = None
+    for entry, kind in workers:
+        names[entry.partition(":")[0]] = None
+        names[f"toolboxes.{kind}"] = None
     return list(names)
 
 
@@ -65,7 +64,15 @@ SpawnedChild = PidfdChild
 
 class Spawner(Protocol):
     async def spawn(
-        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, pass_fds: Sequence[int] = ()
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        pass_fds: Sequence[int] = (),
+        new_pidns: bool = False,
+        cgroup_procs: Sequence[int] = (),
+        stdin_data: bytes = b"",
     ) -> SpawnedChild: ...
 
 
@@ -73,9 +80,19 @@ class LauncherSpawner:
     """A fresh interpreter per child: ``spawn_child`` of the launcher command."""
 
     async def spawn(
-        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, pass_fds: Sequence[int] = ()
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        pass_fds: Sequence[int] = (),
+        new_pidns: bool = False,
+        cgroup_procs: Sequence[int] = (),
+        stdin_data: bytes = b"",
     ) -> ChildProcess:
-        """Raises ``OSError`` when the command cannot be started."""
+        """Raises ``OSError`` when the command cannot be started. The launcher forks for its PID namespace itself
+        (``new_pidns``), is moved into its cgroup by the caller (``cgroup_procs`` unused: ``cgroup_joined`` is
+        false) and is sent nothing yet (``stdin_data`` unused: ``stdin_sent`` is 0)."""
         return spawn_child(argv, env=env, cwd=cwd, pass_fds=pass_fds)
 
 
@@ -91,7 +108,10 @@ class ZygoteSpawner:
         modules: Sequence[str],
         note: Callable[[str, dict[str, Any]], None],
         cwd: str = "/",
+        launched: Zygote | None = None,
     ) -> None:
+        """``launched``: a zygote already launched (:meth:`Zygote.launch`) for these settings and ``modules``,
+        importing while the caller did other work; the first start waits for it instead of spawning one."""
         self.python = python
         self.code_root = code_root
         self.env = dict(env)
@@ -104,6 +124,7 @@ class ZygoteSpawner:
         self._note = note
         self._launcher = LauncherSpawner()
         self._starts: list[float] = []
+        self._launched = launched
         self._settled = trio.Event()  # a zygote serves, or the fallback is for good; renewed when one dies
 
     @property
@@ -129,11 +150,15 @@ class ZygoteSpawner:
                     self._fall_back(f"the zygote died {len(self._starts)} times within {ZYGOTE_START_WINDOW_S:g} s")
                     break
                 self._starts.append(now)
-                zygote = Zygote(self.python, self.code_root, env=self.env, cwd=self.cwd)
-                self.zygote = zygote
-                begun = trio.current_time()
+                zygote, self._launched = self._launched, None
                 try:
-                    await zygote.start(self.modules)
+                    if zygote is None:
+                        zygote = Zygote(self.python, self.code_root, env=self.env, cwd=self.cwd)
+                        self.zygote = zygote
+                        await zygote.start(self.modules)
+                    else:
+                        self.zygote = zygote
+                        await zygote.wait_ready()
                 except ZygoteGone as exc:
                     self._fall_back(f"the zygote could not start: it {exc}")
                     break
@@ -141,7 +166,7 @@ class ZygoteSpawner:
                     "zygote_started",
                     {
                         "pid": zygote.pid,
-                        "start_s": round(trio.current_time() - begun, 3),
+                        "start_s": round(trio.current_time() - zygote.launched_at, 3),
                         "modules": len(self.modules),
                         "failed_imports": zygote.failed_imports,
                     },
@@ -165,26 +190,48 @@ class ZygoteSpawner:
         self._note("zygote_fallback", {"reason": f"{reason}; workers are spawned by the launcher"})
 
     async def spawn(
-        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, pass_fds: Sequence[int] = ()
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        pass_fds: Sequence[int] = (),
+        new_pidns: bool = False,
+        cgroup_procs: Sequence[int] = (),
+        stdin_data: bytes = b"",
     ) -> SpawnedChild:
         """A child for the launcher command ``argv``: forked by the zygote when it serves this command, else
-        started by the launcher. Raises ``OSError`` only when the launcher cannot start it either."""
+        started by the launcher (see :meth:`LauncherSpawner.spawn`). Forked by the zygote, it is PID 1 of a new PID
+        namespace with ``new_pidns`` (the plan's: no outer process), joins the cgroup of the ``cgroup_procs`` fds
+        itself before it reads anything (``cgroup_joined``), and finds ``stdin_data`` (its plan) already in its stdin
+        pipe, as much as the pipe holds (``stdin_sent``). Raises ``OSError`` only when the launcher cannot start it
+        either."""
         zygote = self.serving
         if zygote is None or list(argv) != self.argv or dict(env) != self.env or cwd != self.cwd:
             return await self._launcher.spawn(argv, env=env, cwd=cwd, pass_fds=pass_fds)
         try:
-            return await self._fork(zygote, pass_fds)
+            return await self._fork(zygote, pass_fds, new_pidns, cgroup_procs, stdin_data)
         except ZygoteGone as exc:
             self._note("zygote_spawn_failed", {"reason": f"the zygote {exc}; this worker is spawned by the launcher"})
             return await self._launcher.spawn(argv, env=env, cwd=cwd, pass_fds=pass_fds)
 
-    async def _fork(self, zygote: Zygote, pass_fds: Sequence[int]) -> ZygoteChild:
+    async def _fork(
+        self,
+        zygote: Zygote,
+        pass_fds: Sequence[int],
+        new_pidns: bool,
+        cgroup_procs: Sequence[int],
+        stdin_data: bytes,
+    ) -> ZygoteChild:
         pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(3)]
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]  # we write its stdin, read its stdout and stderr
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         try:
+            sent = _prefill(ours[0], stdin_data)  # before the fork: the child never waits for it
             pid, pidfd, record = await zygote.spawn(
-                [*zip(theirs, (0, 1, 2), strict=True), *((fd, fd) for fd in pass_fds)]
+                [*zip(theirs, (0, 1, 2), strict=True), *((fd, fd) for fd in pass_fds)],
+                new_pidns=new_pidns,
+                cgroup_procs=cgroup_procs,
             )
         except BaseException:
             for fd in ours:
@@ -193,4 +240,22 @@ class ZygoteSpawner:
         finally:
             for fd in theirs:
                 os.close(fd)
-        return ZygoteChild(pid, pidfd, ours[0], ours[1], ours[2], record)
+        child = ZygoteChild(pid, pidfd, ours[0], ours[1], ours[2], record)
+        child.cgroup_joined = bool(cgroup_procs)
+        child.stdin_sent = sent
+        return child
+
+
+def _prefill(fd: int, data: bytes) -> int:
+    """Write as much of ``data`` into the empty pipe ``fd`` as it holds without blocking; how much that was."""
+    if not data:
+        return 0
+    os.set_blocking(fd, False)  # our end only (the child's end is another open file); trio's stream wants it so
+    view = memoryview(data)
+    sent = 0
+    try:
+        while sent < len(data):
+            sent += os.write(fd, view[sent:])
+    except BlockingIOError:
+        pass
+    return sent

@@ -1,11 +1,12 @@
 """One worker process: its launch, its confinement's trusted half (cgroup, egress bridge) and its end.
 
-A :class:`Worker` is started with :meth:`Worker.start` (have its spawner (``_spawner.py``: the zygote's fork or a
-fresh launcher) make the process, move it into its cgroup, send the confinement plan, serve its bridge, wait for
-``hello``) and stopped with :meth:`Worker.stop` (bounded whatever the
-worker does). Everything said over its pipes - calls, wall-time limits, cancels, portal/host requests, events, tool
-lists, the worker's state - is the business of its :class:`~supervisor.workers._connection.WorkerConnection`, which
-needs no process (its tests run without root). Restarting is not the worker's business (see ``_runner.py``).
+A :class:`Worker` is started with :meth:`Worker.start` (make its cgroup, have its spawner (``_spawner.py``: the
+zygote's fork, which joins the group itself and finds its confinement plan already in its stdin, or a fresh launcher,
+which is moved into the group and then sent the plan) make the process, serve its bridge, wait for ``hello``) and
+stopped with :meth:`Worker.stop` (bounded whatever the worker does). Everything said over its pipes - calls,
+wall-time limits, cancels, portal/host requests, events, tool lists, the worker's state - is the business of its
+:class:`~supervisor.workers._connection.WorkerConnection`, which needs no process (its tests run without root).
+Restarting is not the worker's business (see ``_runner.py``).
 
 Every call ends in exactly one :class:`ToolResult`; a worker that dies or misbehaves fails its in-flight calls with
 status ``error`` and a message naming the cause. Nothing a worker sends can raise into the supervisor.
@@ -14,6 +15,7 @@ status ``error`` and a message naming the cause. Nothing a worker sends can rais
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 import signal
 from collections import deque
@@ -24,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
-from sandbox._cgroups import CgroupInstance, CgroupPlan, create_cgroup, enter_cgroup, remove_cgroup
+from sandbox._cgroups import (
+    CgroupInstance,
+    CgroupPlan,
+    create_cgroup,
+    enter_cgroup,
+    open_procs_files,
+    remove_cgroup,
+)
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from supervisor._errors import WorkerStartError, execution_error, first_leaf
@@ -37,7 +46,7 @@ from ._connection import (
     ConnectionState,
     WorkerConnection,
 )
-from ._launch import launch, plan_frame, serve_bridge
+from ._launch import launch, serve_bridge
 
 if TYPE_CHECKING:
     from sandbox._credentials import Credential
@@ -221,14 +230,33 @@ class Worker:
         toolbox failed to open, no hello in time). The worker's reader tasks live in ``nursery``.
         """
         spec = self.spec
+        plan = spec.plan
+        try:
+            procs_fds = self._make_cgroup()  # before the spawn: a fork of the zygote joins it before it reads its plan
+        except ConfinementError as exc:
+            self._fail_start(f"could not be put in its cgroup: {exc}")
+            raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}") from exc
+        if self.cgroup is None and spec.address_space_fallback is not None:  # no group bounds its memory: the rlimit
+            plan = self._without_cgroup(plan)
         try:
             launched = await launch(
-                spec.argv, spec.plan, env=spec.env, cwd=spec.cwd, pass_fds=spec.pass_fds, spawner=self._spawner
+                spec.argv,
+                plan,
+                env=spec.env,
+                cwd=spec.cwd,
+                pass_fds=spec.pass_fds,
+                spawner=self._spawner,
+                cgroup_procs=procs_fds,
+                prewrite_plan=True,
             )
         except OSError as exc:
             self._fail_start(f"could not be started: {exc}")
+            self._remove_unused_cgroup()
             raise WorkerStartError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc
-        proc, plan = launched.proc, launched.plan
+        finally:
+            for fd in procs_fds:
+                os.close(fd)
+        proc = launched.proc
         self._proc = proc
         conn = WorkerConnection(
             spec.toolbox,
@@ -242,21 +270,25 @@ class Worker:
             reuse=self._reuse,
         )
         self.conn = conn
-        try:
-            joined = self._join_cgroup(proc.pid)  # before the plan is sent: the launcher forks nothing outside it
-        except ConfinementError as exc:
-            launched.close_carrier()
-            await self.kill(f"could not be put in its cgroup: {exc}")
-            raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}") from exc
-        if not joined and spec.address_space_fallback is not None:  # no group bounds its memory: the rlimit does
-            plan = dataclasses.replace(
-                plan, rlimits=dataclasses.replace(plan.rlimits, address_space_bytes=spec.address_space_fallback)
-            )
+        if self.cgroup is not None and not proc.cgroup_joined:  # a launcher: moved in before it is sent its plan
+            try:
+                joined = self._enter_cgroup(proc.pid)
+            except ConfinementError as exc:
+                launched.close_carrier()
+                await self.kill(f"could not be put in its cgroup: {exc}")
+                raise WorkerStartError(
+                    f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}"
+                ) from exc
+            if not joined and spec.address_space_fallback is not None:
+                launched.plan = self._without_cgroup(launched.plan)
+                launched.frame = b""  # nothing of it was sent: the launcher got none before its move
+        unsent = launched.unsent_plan()
         nursery.start_soon(self._read_stderr)
         await nursery.start(conn.serve)
         with trio.move_on_after(spec.start_timeout_s):
             try:
-                await conn.writer.send(plan_frame(plan))
+                if unsent:  # (a fork of the zygote found all of it in its pipe already)
+                    await conn.writer.send(unsent)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the reader sees the exit and reports why
             if launched.carrier is not None:
@@ -281,24 +313,53 @@ class Worker:
             f"toolbox {spec.toolbox}: the worker {conn.death_reason}" + (f": {detail}" if detail else "")
         )
 
-    def _join_cgroup(self, pid: int) -> bool:
-        """Make this start's cgroup and move the launcher ``pid`` into it; raise only when the plan requires it.
-        Returns whether the launcher is in its group (``False``: no group planned, or an optional one failed)."""
+    def _without_cgroup(self, plan: ConfinementPlan) -> ConfinementPlan:
+        """``plan`` with the address-space rlimit that stands in for a memory limit no group enforces."""
+        return dataclasses.replace(
+            plan, rlimits=dataclasses.replace(plan.rlimits, address_space_bytes=self.spec.address_space_fallback)
+        )
+
+    def _make_cgroup(self) -> list[int]:
+        """Make this start's cgroup (:attr:`cgroup`) and open its ``cgroup.procs`` files (the fds, the caller's to
+        close); raise only when the plan requires the group. An optional group that cannot be made is reported
+        (``cgroup_unavailable``) and the worker runs without (:attr:`cgroup` ``None``, no fds)."""
         plan = self.spec.cgroup
         if plan is None:
-            return False
-        # <agent>.<toolbox>-<pid>-<random>: two agents' toolboxes of one name are told apart
-        instance = plan.instance(f"{self.spec.agent}.{self.spec.toolbox}", f"{pid}-{secrets.token_hex(3)}")
+            return []
+        # <agent>.<toolbox>-<supervisor pid>-<random>: two agents' toolboxes of one name are told apart, and a group
+        # is stale (sweep_stale_cgroups) only once the supervisor that made it is gone
+        unique = f"{os.getpid()}-{secrets.token_hex(6)}"
+        instance = plan.instance(f"{self.spec.agent}.{self.spec.toolbox}", unique)
         try:
             create_cgroup(instance)
             self.cgroup = instance
-            enter_cgroup(instance, pid)
+            return open_procs_files(instance)
         except ConfinementError as exc:
+            self._remove_unused_cgroup()
             if plan.required:
+                raise
+            self._on_event(self, "cgroup_unavailable", {"reason": str(exc)})
+            return []
+
+    def _enter_cgroup(self, pid: int) -> bool:
+        """Move the launcher ``pid`` into :attr:`cgroup`; raise only when the plan requires it. Returns whether the
+        launcher is in its group (``False``: an optional one failed; the group goes when the launcher is reaped)."""
+        assert self.cgroup is not None
+        assert self.spec.cgroup is not None
+        try:
+            enter_cgroup(self.cgroup, pid)
+        except ConfinementError as exc:
+            if self.spec.cgroup.required:
                 raise
             self._on_event(self, "cgroup_unavailable", {"reason": str(exc)})
             return False
         return True
+
+    def _remove_unused_cgroup(self) -> None:
+        """Remove :attr:`cgroup` when no process of this start ever got into it (it is empty)."""
+        instance, self.cgroup = self.cgroup, None
+        if instance is not None:
+            remove_cgroup(instance)
 
     async def _release_cgroup(self) -> None:
         """Remove this start's cgroup once the launcher was reaped (its PID namespace is empty by then).

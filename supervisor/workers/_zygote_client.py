@@ -60,11 +60,14 @@ class _ChildRecord:
 
 
 class _Request:
-    __slots__ = ("answer", "done", "pidfd")
+    __slots__ = ("answer", "done", "pidfd", "record")
 
     def __init__(self) -> None:
         self.answer: dict[str, Any] | None = None
         self.pidfd: int | None = None
+        #: the child's record, kept here too: its exit may be reported (and the record dropped from the zygote's
+        #: table) before the spawning task runs again
+        self.record: _ChildRecord | None = None
         self.done = trio.Event()
 
 
@@ -103,6 +106,9 @@ class Zygote:
         self.cwd = cwd
         self.pid: int | None = None
         self.proc: ChildProcess | None = None
+        #: when :meth:`launch` spawned it (trio's clock)
+        self.launched_at = 0.0
+        self._preload: bytes | None = None  # the preload request, while it waits to be sent
         self.dead = trio.Event()
         self.death_reason = "has not started"
         self.failed_imports: dict[str, str] = {}
@@ -116,6 +122,14 @@ class Zygote:
 
     async def start(self, modules: Sequence[str], timeout_s: float = START_TIMEOUT_S) -> None:
         """Spawn the zygote, have it import ``modules`` and wait for ``ready``. Raises :class:`ZygoteGone` (why)."""
+        self.launch(modules)
+        await self.wait_ready(timeout_s)
+
+    def launch(self, modules: Sequence[str]) -> None:
+        """The first half of :meth:`start`, without waiting: spawn the zygote and ask it to import ``modules``; it
+        imports while the caller does other work (the supervisor compiles its policy meanwhile), then
+        :meth:`wait_ready` waits for its answer. Called from the trio thread (the zygote's parent-death signal is
+        that thread's). Raises :class:`ZygoteGone` when it cannot be spawned."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             argv = zygote_argv(self.python, self.code_root, theirs.fileno())
@@ -127,12 +141,29 @@ class Zygote:
         finally:
             theirs.close()
         self.pid = self.proc.pid
-        await self.proc.stdin.aclose()  # the zygote reads nothing on stdin
-        self._sock = trio.socket.from_stdlib_socket(ours)
+        self.launched_at = trio.current_time()
+        self.proc.stdin.close()  # the zygote reads nothing on stdin
+        self._sock = trio.socket.from_stdlib_socket(ours)  # non-blocking from here on
+        self._preload = encode_message({"t": "preload", "modules": list(modules)})
+        try:  # one small message on a fresh pair: the socket's buffer takes it now
+            ours.send(self._preload)
+            self._preload = None
+        except BlockingIOError:
+            pass  # (it never is full) wait_ready sends it
+        except OSError:
+            self._preload = None  # the zygote is gone already: wait_ready says how
+
+    async def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait (up to ``timeout_s`` after :meth:`launch`) for the launched zygote's ``ready``. Raises
+        :class:`ZygoteGone` (why) when it does not come: the zygote is killed then."""
+        if self._sock is None:
+            raise ZygoteGone(self.death_reason)
         answer: dict[str, Any] | None = None
-        with trio.move_on_after(timeout_s):
+        with trio.move_on_at(self.launched_at + timeout_s):
             try:
-                await self._sock.send(encode_message({"t": "preload", "modules": list(modules)}))
+                if self._preload is not None:
+                    await self._sock.send(self._preload)
+                    self._preload = None
                 answer, fds = await self._receive()
                 _close_all(fds)
             except (OSError, ZygoteWireError):
@@ -209,15 +240,20 @@ class Zygote:
             _close_all(fds)
             return
         if kind == "spawned" and isinstance(message.get("pid"), int) and len(fds) == 1:
-            self._children[message["pid"]] = _ChildRecord()
+            request.record = self._children[message["pid"]] = _ChildRecord()
             request.pidfd = fds[0]
         else:
             _close_all(fds)
         request.answer = message
         request.done.set()
 
-    async def spawn(self, fds: Sequence[tuple[int, int]]) -> tuple[int, int, _ChildRecord]:
-        """Fork a child with each ``(fd, target)`` of ``fds`` at ``target``; return its pid, a pidfd and its record.
+    async def spawn(
+        self, fds: Sequence[tuple[int, int]], *, new_pidns: bool = False, cgroup_procs: Sequence[int] = ()
+    ) -> tuple[int, int, _ChildRecord]:
+        """Fork a child with each ``(fd, target)`` of ``fds`` at ``target``, with ``new_pidns`` as PID 1 of a new PID
+        namespace (a zygote that is not root cannot: the child's launcher code then forks for it), joining the cgroup
+        whose ``cgroup.procs`` files ``cgroup_procs`` are open before anything else; return its pid, a pidfd and its
+        record.
 
         Raises :class:`ZygoteGone` when the zygote is dead, hung (no answer in :data:`SPAWN_TIMEOUT_S`: it is
         killed) or refused (``OSError`` of the fork). The caller still owns the fds it passed."""
@@ -226,12 +262,19 @@ class Zygote:
         request_id, self._next_id = self._next_id, self._next_id + 1
         request = _Request()
         self._requests[request_id] = request
-        message = encode_message({"t": "spawn", "id": request_id, "fds": [target for _, target in fds]})
+        message = encode_message(
+            {
+                "t": "spawn",
+                "id": request_id,
+                "fds": [target for _, target in fds],
+                "pidns": new_pidns,
+                "cgroup": len(cgroup_procs),
+            }
+        )
+        sent = array.array("i", [*(fd for fd, _ in fds), *cgroup_procs])
         try:
             with trio.move_on_after(SPAWN_TIMEOUT_S) as scope:
-                await self._sock.sendmsg(
-                    [message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd for fd, _ in fds]))]
-                )
+                await self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
                 await request.done.wait()  # set by the answer, or by the zygote's death
         except (OSError, trio.ClosedResourceError) as exc:
             self._requests.pop(request_id, None)
@@ -243,10 +286,9 @@ class Zygote:
         answer = request.answer
         if answer is None:
             raise ZygoteGone(self.death_reason)
-        if answer.get("t") != "spawned" or request.pidfd is None:
+        if answer.get("t") != "spawned" or request.pidfd is None or request.record is None:
             raise ZygoteGone(f"refused to fork: {answer.get('error', '?')}")
-        pid = answer["pid"]
-        return pid, request.pidfd, self._children[pid]
+        return answer["pid"], request.pidfd, request.record
 
     async def _exit_detail(self) -> str:
         """How the zygote process ended and the last line it wrote (waits at most 2 s for it to end)."""

@@ -10,6 +10,7 @@ from sandbox._zygote_wire import (
     ZygoteWireError,
     check_fd_targets,
     check_modules,
+    check_spawn,
     decode_message,
     encode_message,
 )
@@ -50,3 +51,21 @@ def test_preload_names_are_dotted_module_names() -> None:
     for bad in (["os; import x"], ["../x"], "toolboxes", [""], [3]):
         with pytest.raises(ZygoteWireError):
             check_modules(bad)
+
+
+def test_a_spawn_request_names_its_cgroup_fds_and_pid_namespace() -> None:
+    """The last ``cgroup`` fds are the group's ``cgroup.procs`` files (not given to the child as fds), ``pidns``
+    asks for a new PID namespace; both may be left out (a request of before: no group, no namespace)."""
+    request = check_spawn({"t": "spawn", "fds": [0, 1, 2, 9], "cgroup": 3, "pidns": True}, 7)
+    assert (request.targets, request.cgroup_fds, request.new_pidns) == ([0, 1, 2, 9], 3, True)
+    request = check_spawn({"t": "spawn", "fds": [0, 1, 2]}, 3)
+    assert (request.targets, request.cgroup_fds, request.new_pidns) == ([0, 1, 2], 0, False)
+    for message, received, why in (
+        ({"fds": [0, 1, 2], "cgroup": 1}, 3, "3 came"),  # the group's fd counted as one of the child's
+        ({"fds": [0, 1, 2], "cgroup": 5}, 8, "between 0 and 4"),
+        ({"fds": [0, 1, 2], "cgroup": -1}, 3, "between 0 and 4"),
+        ({"fds": [0, 1, 2], "cgroup": True}, 4, "between 0 and 4"),
+        ({"fds": [0, 1, 2], "pidns": 1}, 3, "true or false"),
+    ):
+        with pytest.raises(ZygoteWireError, match=why):
+            check_spawn({"t": "spawn", **message}, received)

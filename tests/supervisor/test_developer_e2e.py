@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import textwrap
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,9 +22,11 @@ from sandbox._plan import WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
+from tests._workers import pid_one
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from pathlib import Path
 
     from toolboxes._result import ToolResult
 
@@ -37,12 +38,10 @@ CAPS = ["read-file-range", "write-file-range", "patch-file", "restore-file", "cr
 
 
 def _worker_pid(sup: Supervisor, toolbox: str) -> int:
-    """The worker process proper: PID 1 of its namespace, the only child of the launcher we spawned."""
+    """The worker process proper: PID 1 of its namespace (``tests._workers.pid_one``)."""
     worker = sup.runner(toolbox).worker
     assert worker is not None and worker.pid is not None
-    children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
-    assert len(children) == 1, children
-    return int(children[0])
+    return pid_one(worker.pid)
 
 
 def _own(path: Path) -> None:

@@ -25,6 +25,7 @@ import trio
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
+from tests._workers import pid_one
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -121,12 +122,10 @@ def _error(result: ToolResult) -> dict[str, Any]:
 
 
 def _worker_pid(sup: Supervisor, toolbox: str = "lua") -> int:
-    """The worker process proper: PID 1 of its namespace, the only child of the launcher we spawned."""
+    """The worker process proper: PID 1 of its namespace (``tests._workers.pid_one``)."""
     worker = sup.runner(toolbox).worker
     assert worker is not None and worker.pid is not None
-    children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
-    assert len(children) == 1, children
-    return int(children[0])
+    return pid_one(worker.pid)
 
 
 # --- the seed's example, with a real SQLite toolbox behind tools.call

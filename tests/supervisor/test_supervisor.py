@@ -12,17 +12,16 @@ import trio
 
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
+from tests._workers import pid_one
 
 pytestmark = pytest.mark.root
 
 
 def _worker_pid(sup: Supervisor, toolbox: str = "system") -> int:
-    """The worker process proper: PID 1 of its namespace, the only child of the launcher we spawned."""
+    """The worker process proper: PID 1 of its namespace (``tests._workers.pid_one``)."""
     worker = sup.runner(toolbox).worker
     assert worker is not None and worker.pid is not None
-    children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
-    assert len(children) == 1, children
-    return int(children[0])
+    return pid_one(worker.pid)
 
 
 def _status(pid: int) -> dict[str, str]:

@@ -14,6 +14,7 @@ from labkit import describe_json, make_skill, skill_md, write_script
 from supervisor._supervisor import Supervisor
 from supervisor.sessions._ids import Owner, root_session_id
 from tests._policies import agent, write_policy
+from tests._workers import pid_one
 
 pytestmark = pytest.mark.root
 
@@ -43,7 +44,7 @@ def processes_in_namespace_of(sup: Supervisor, toolbox: str) -> list[int]:
     launcher = sup.runner(toolbox).worker
     assert launcher is not None
     assert launcher.pid is not None
-    [worker] = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
+    worker = pid_one(launcher.pid)
     ns = os.readlink(f"/proc/{worker}/ns/pid")
     out = []
     for name in os.listdir("/proc"):

@@ -12,8 +12,7 @@ import json
 import math
 import os
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import pytest
@@ -26,8 +25,12 @@ from supervisor.tools._tool_lists import MAX_TOOLS
 from supervisor.tools._validation import ArgumentValidator
 from supervisor.workers._worker import MAX_REQUESTS_IN_FLIGHT, MAX_TOOLS_CHANGED, Worker
 from tests._policies import agent, system_toolbox, write_policy
+from tests._workers import pid_one
 from toolboxes._protocol import encode
 from toolboxes._result import ToolResult
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -44,9 +47,8 @@ def policy(sandbox_tmp: Path) -> Path:
 
 def _pipe_of(worker: Worker) -> str:
     """The path through which the worker process itself writes its protocol frames."""
-    launcher = worker.pid
-    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
-    pid = int(children[0])
+    assert worker.pid is not None
+    pid = pid_one(worker.pid)
     ours = os.fstat(worker._proc.stdout.fileno()).st_ino  # type: ignore[union-attr]
     for fd in os.listdir(f"/proc/{pid}/fd"):
         if os.readlink(f"/proc/{pid}/fd/{fd}") == f"pipe:[{ours}]":

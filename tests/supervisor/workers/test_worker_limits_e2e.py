@@ -24,6 +24,7 @@ import trio
 
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
+from tests._workers import pid_one
 from toolboxes._protocol import encode
 
 if TYPE_CHECKING:
@@ -34,9 +35,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def _worker_process(launcher: int) -> int:
-    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
-    assert len(children) == 1, children
-    return int(children[0])
+    return pid_one(launcher)
 
 
 def _pipe_of(worker: Worker) -> str:

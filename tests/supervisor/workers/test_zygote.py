@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import statistics
 import sys
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+from sandbox._cgroups import create_cgroup, open_procs_files, plan_cgroup, read_layout, remove_cgroup
 from sandbox._landlock import landlock_abi
 from sandbox._plan import ConfinementPlan, FsRule
 from sandbox._syspaths import python_runtime_paths
@@ -29,6 +31,7 @@ from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import launch, launcher_argv, plan_frame
 from supervisor.workers._spawner import LauncherSpawner, Spawner, ZygoteSpawner
 from tests._policies import agent, system_toolbox, write_policy
+from tests._workers import nspid
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -143,6 +146,92 @@ async def test_a_child_has_only_its_own_fds_and_the_zygote_one_thread(zygote: An
         assert dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if kv) == {b"LANG": b"C.UTF-8"}
 
 
+@pytest.fixture
+def cgroup() -> Any:
+    """A real group of this host (pids, memory, cpu where there), removed afterwards."""
+    layout, why = read_layout()
+    if layout is None:
+        pytest.skip(f"no cgroup layout here: {why}")
+    plan = plan_cgroup(layout, pids_max=64, memory_bytes=256 << 20, cpus=1.0)
+    assert plan is not None
+    instance = plan.instance("test.zygote", f"{os.getpid()}-{secrets.token_hex(6)}")
+    create_cgroup(instance)
+    yield instance
+    assert remove_cgroup(instance) or remove_cgroup(instance)
+
+
+def _groups_of(text: str) -> set[str]:
+    """The groups a ``/proc/<pid>/cgroup`` text names below ``agents-supervise``."""
+    return {line.rsplit("/", 1)[1] for line in text.splitlines() if "/agents-supervise/" in line}
+
+
+async def test_a_child_joins_its_cgroup_before_its_plan_runs_and_finds_the_plan_waiting(
+    zygote: Any, sandbox_tmp: Path, cgroup: Any
+) -> None:
+    """Sent the group's ``cgroup.procs`` fds, the child joins the group itself, before it reads its plan: the first
+    program the plan runs (the entry execs it: no toolbox code before) is in the group in every hierarchy. The plan
+    was written into its stdin pipe before the spawn request: nothing is left for the supervisor to send."""
+    spawner, _ = zygote
+    work = _work(sandbox_tmp)
+    plan = _plan(work, "cat /proc/self/cgroup")
+    fds = open_procs_files(cgroup)
+    try:
+        launched = await launch(
+            launcher_argv(sys.executable, CODE_ROOT),
+            plan,
+            env=ENV,
+            spawner=spawner,
+            cgroup_procs=fds,
+            prewrite_plan=True,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+    proc = launched.proc
+    assert proc.cgroup_joined
+    assert proc.stdin_sent == len(plan_frame(launched.plan)) and launched.unsent_plan() == b""
+    await proc.stdin.aclose()  # nothing more goes to it
+    out = b""
+    with trio.fail_after(30):
+        while chunk := await proc.stdout.receive_some(65536):
+            out += chunk
+        assert await proc.wait() == 0
+    await proc.aclose()
+    name = os.path.basename(cgroup.dirs[0])
+    lines = [line for line in out.decode().splitlines() if "/agents-supervise/" in line]
+    assert len(lines) == len(cgroup.dirs) and _groups_of(out.decode()) == {name}, out
+
+
+async def test_a_child_that_cannot_join_its_cgroup_never_reads_its_plan(zygote: Any, sandbox_tmp: Path) -> None:
+    """A ``cgroup.procs`` fd the child cannot write (here: a read-only one) ends it with the launcher's exit status
+    for a failed confinement and one line saying why, before it reads its plan (which would print)."""
+    spawner, _ = zygote
+    work = _work(sandbox_tmp)
+    readonly = os.open("/proc/self/cgroup", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        launched = await launch(
+            launcher_argv(sys.executable, CODE_ROOT),
+            _plan(work, "echo RAN"),
+            env=ENV,
+            spawner=spawner,
+            cgroup_procs=[readonly],
+            prewrite_plan=True,
+        )
+    finally:
+        os.close(readonly)
+    proc = launched.proc
+    out, err = b"", b""
+    with trio.fail_after(30):
+        while chunk := await proc.stdout.receive_some(65536):
+            out += chunk
+        while chunk := await proc.stderr.receive_some(65536):
+            err += chunk
+        assert await proc.wait() == 78, err
+    await proc.aclose()
+    assert out == b""
+    assert b"confinement failed: cannot join its cgroup: Bad file descriptor" in err, err
+
+
 async def test_a_zygote_that_cannot_start_leaves_the_launcher(sandbox_tmp: Path) -> None:
     """A zygote whose code root is broken (its zygote module imports what is not there) exits at once: one
     ``zygote_fallback`` note says why and spawns still work, by the launcher. (A root that is merely empty would
@@ -249,6 +338,40 @@ async def test_workers_are_forked_by_the_zygote_and_cannot_reach_it(sup: Supervi
     assert f"/proc/{zygote.pid}\n" not in out
 
 
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+async def test_a_zygote_worker_is_pid_1_of_its_namespace_with_no_keeper(sup: Supervisor) -> None:
+    """The zygote's child is the worker itself, PID 1 of a PID namespace of its own: no outer process stands
+    between them (the zygote made the namespace when it forked and went back to its own); the zygote's children
+    are exactly the workers, and from inside the worker's shell is PID 1's child, PID 1 being the worker."""
+    zygote = sup.spawner.serving  # type: ignore[attr-defined]
+    assert zygote is not None and zygote.pid is not None
+    workers = []
+    for runner in sup.runners:
+        assert runner.worker is not None and runner.worker.pid is not None
+        pid = runner.worker.pid
+        workers.append(pid)
+        assert _ppid(pid) == zygote.pid
+        assert nspid(pid) == [pid, 1]  # PID 1 in its own namespace, no keeper process above it
+        assert os.readlink(f"/proc/{pid}/ns/pid") != os.readlink(f"/proc/{zygote.pid}/ns/pid")
+    assert sorted(_children(zygote.pid)) == sorted(workers)
+    own = os.readlink(f"/proc/{zygote.pid}/ns/pid")
+    assert os.readlink(f"/proc/{zygote.pid}/ns/pid_for_children") == own == os.readlink("/proc/self/ns/pid")
+    result = await sup.call(
+        "system_one_execute_command", {"command": "grep -E '^(Pid|PPid):' /proc/$$/status; cat /proc/self/cgroup"}
+    )
+    assert result.structured is not None, result.data
+    out = result.structured["stdout"]
+    fields = dict(line.split(":\t") for line in out.splitlines() if line.startswith(("Pid:", "PPid:")))
+    assert fields["Pid"] != "1" and int(fields["PPid"]) >= 1, fields  # the shell runs below the PID-1 worker
+    one = sup.runner("one").worker
+    assert one is not None and one.cgroup is not None  # the group it joined itself, before its plan was read
+    assert _groups_of(out) == {os.path.basename(one.cgroup.dirs[0])}, out
+
+
 async def test_a_killed_zygote_is_restarted_and_the_supervisor_keeps_serving(sup: Supervisor) -> None:
     """SIGKILL the zygote mid-run: its workers die with it, the supervisor notes the death, starts a new zygote and
     its workers come back (through the new zygote, or the launcher while it starts); calls are served again."""
@@ -301,3 +424,63 @@ async def test_the_launcher_mode_spawns_fresh_interpreters(sandbox_tmp: Path) ->
         assert runner.worker is not None and runner.worker.pid is not None
         assert _ppid(runner.worker.pid) == os.getpid()
         assert not [r for r in _trace(s) if r["event"].startswith("zygote_")]
+        # the launcher keeps its outer process: the worker is its only child, PID 1 of the new namespace
+        assert len(nspid(runner.worker.pid)) == 1
+        (inner,) = _children(runner.worker.pid)
+        assert nspid(inner)[1:] == [1]
+
+
+def _confinement(pid: int) -> dict[str, Any]:
+    """What the kernel shows, from outside, of how the process ``pid`` is confined: its credentials, capabilities,
+    no_new_privs and seccomp, its limits, which namespaces differ from this process's, its mounts and its cgroups
+    (the group names' unique part left out)."""
+    with open(f"/proc/{pid}/status") as f:
+        keys = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff")
+        keys += ("CapBnd", "CapAmb")
+        status = {k: v.strip() for k, _, v in (line.partition(":") for line in f) if k in keys}
+    with open(f"/proc/{pid}/limits") as f:
+        limits = f.read()
+    namespaces = {
+        ns: os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
+        for ns in ("net", "pid", "ipc", "mnt", "uts", "user", "cgroup")
+    }
+    with open(f"/proc/{pid}/mountinfo") as f:
+        mounts = sorted((line.split()[4], line.split(" - ")[1].split()[0]) for line in f)
+    with open(f"/proc/{pid}/cgroup") as f:
+        groups = sorted(line.strip().rsplit("-", 2)[0] for line in f if "agents-supervise" in line)
+    return {"status": status, "limits": limits, "namespaces": namespaces, "mounts": mounts, "cgroups": groups}
+
+
+async def test_a_zygote_worker_is_confined_exactly_as_a_launcher_worker(sandbox_tmp: Path) -> None:
+    """The same policy under both spawn modes: the worker (PID 1 of its namespace: the zygote's child, or the
+    launcher's) shows the same credentials, capabilities, seccomp filters, limits, namespaces, mounts of its view
+    and cgroups, and the same answers from inside."""
+    seen: dict[str, Any] = {}
+    for mode in ("zygote", "launcher"):
+        policy = write_policy(  # the same folders for both: the view's mounts name them
+            sandbox_tmp,
+            {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["execute-command", "date"])])},
+            supervision={"spawn": mode},
+        )
+        async with Supervisor.open(policy) as s:
+            (runner,) = s.runners
+            assert runner.worker is not None and runner.worker.pid is not None
+            pid = runner.worker.pid if mode == "zygote" else _children(runner.worker.pid)[0]
+            assert nspid(pid)[1:] == [1], mode
+            inside = await s.call(
+                "system_system_execute_command",
+                {"command": "id; ls /; grep -E '^(NoNewPrivs|Seccomp|Cap[A-Za-z]+):' /proc/self/status; ulimit -a"},
+            )
+            assert inside.structured is not None, inside.data
+            seen[mode] = {**_confinement(pid), "inside": inside.structured["stdout"]}
+    assert seen["zygote"]["cgroups"], seen["zygote"]  # the policy's limits put each worker in a group
+    assert seen["zygote"]["namespaces"] == {
+        "net": True,
+        "pid": True,
+        "ipc": True,
+        "mnt": True,
+        "uts": True,
+        "user": False,
+        "cgroup": False,
+    }
+    assert seen["zygote"] == seen["launcher"]
