@@ -353,58 +353,80 @@ class _LeanLane:
             raise RuntimeError(f"the call failed: {head[:80]!r} {body[:300]!r}")
 
 
-async def _calls(server: Server, client: httpx.AsyncClient, calls: int, inflight: int, lean: bool) -> dict[str, float]:
-    # The lean lanes open their own connections: the sessions are opened by a client of their own, closed after
-    # (its idle connections would count against the server's connection cap).
-    opener = httpx.AsyncClient(timeout=120) if lean else client
-    sessions = [RawSession(opener, server.url, server.headers) for _ in range(inflight)]
-    if not server.name.startswith("floor"):
-        for s in sessions:
-            await s.open()
-            await s.request("tools/call", {"name": server.tool, "arguments": {}})  # warm
-    if lean:
-        await opener.aclose()
-    lanes = [_LeanLane(server.url, server.headers, s.session_id, server.tool) for s in sessions]
-    if lean:
-        for lane in lanes:
-            await lane.open()
-            await lane.call()  # warm
-    latencies: list[float] = []
-    per_session = max(1, calls // inflight)
+class _Lanes:
+    """``inflight`` sessions on ``server``, opened and warmed once (:meth:`open`); :meth:`run` times calls over them,
+    as often as asked; :meth:`aclose` closes their connections."""
 
-    async def loop(s: RawSession, lane: _LeanLane) -> None:
-        for _ in range(per_session):
-            t0 = time.perf_counter()
-            if lean:
-                try:
-                    await lane.call()
-                except (RuntimeError, OSError, trio.BrokenResourceError) as exc:
-                    raise RuntimeError(f"{server.name}: {exc}") from None
-            else:
-                result = await s.request("tools/call", {"name": server.tool, "arguments": {}})
-                if result.get("isError"):
-                    raise RuntimeError(f"{server.name}: the call failed: {result}")
-            latencies.append(time.perf_counter() - t0)
+    def __init__(self, server: Server, sessions: list[RawSession], lanes: list[_LeanLane], lean: bool) -> None:
+        self.server, self.sessions, self.lanes, self.lean = server, sessions, lanes, lean
 
-    cpu_before = _tree_cpu_s(server.process.pid)
-    own_before = _process_cpu_s(server.process.pid)
-    start = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for s, lane in zip(sessions, lanes, strict=True):
-            nursery.start_soon(loop, s, lane)
-    elapsed = time.perf_counter() - start
-    cpu = _tree_cpu_s(server.process.pid) - cpu_before
-    own = _process_cpu_s(server.process.pid) - own_before
-    for lane in lanes:
+    @classmethod
+    async def open(cls, server: Server, client: httpx.AsyncClient, inflight: int, lean: bool) -> _Lanes:
+        # The lean lanes open their own connections: the sessions are opened by a client of their own, closed after
+        # (its idle connections would count against the server's connection cap).
+        opener = httpx.AsyncClient(timeout=120) if lean else client
+        sessions = [RawSession(opener, server.url, server.headers) for _ in range(inflight)]
+        if not server.name.startswith("floor"):
+            for s in sessions:
+                await s.open()
+                await s.request("tools/call", {"name": server.tool, "arguments": {}})  # warm
         if lean:
-            await lane.stream.aclose()
-    return {
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * _pct(latencies, 0.99),
-        "calls_s": len(latencies) / elapsed,
-        "cpu_us": 1e6 * cpu / max(1, len(latencies)),
-        "own_cpu_us": 1e6 * own / max(1, len(latencies)),
-    }
+            await opener.aclose()
+        lanes = [_LeanLane(server.url, server.headers, s.session_id, server.tool) for s in sessions]
+        if lean:
+            for lane in lanes:
+                await lane.open()
+                await lane.call()  # warm
+        return cls(server, sessions, lanes, lean)
+
+    async def run(self, calls: int) -> dict[str, float]:
+        """``calls`` calls spread over the lanes, each lane calling in a loop: latency, calls/s, CPU per call. The
+        lean lanes connect afresh first (a server may have closed a connection idle since the last run: uvicorn
+        does after 5 s); the sessions stay."""
+        server, lean = self.server, self.lean
+        if lean:
+            for lane in self.lanes:
+                await lane.stream.aclose()
+                lane.buffer = b""
+                await lane.open()
+        latencies: list[float] = []
+        per_session = max(1, calls // len(self.lanes))
+
+        async def loop(s: RawSession, lane: _LeanLane) -> None:
+            for _ in range(per_session):
+                t0 = time.perf_counter()
+                if lean:
+                    try:
+                        await lane.call()
+                    except (RuntimeError, OSError, trio.BrokenResourceError) as exc:
+                        raise RuntimeError(f"{server.name}: {exc}") from None
+                else:
+                    result = await s.request("tools/call", {"name": server.tool, "arguments": {}})
+                    if result.get("isError"):
+                        raise RuntimeError(f"{server.name}: the call failed: {result}")
+                latencies.append(time.perf_counter() - t0)
+
+        cpu_before = _tree_cpu_s(server.process.pid)
+        own_before = _process_cpu_s(server.process.pid)
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for s, lane in zip(self.sessions, self.lanes, strict=True):
+                nursery.start_soon(loop, s, lane)
+        elapsed = time.perf_counter() - start
+        cpu = _tree_cpu_s(server.process.pid) - cpu_before
+        own = _process_cpu_s(server.process.pid) - own_before
+        return {
+            "p50_ms": 1000 * statistics.median(latencies),
+            "p99_ms": 1000 * _pct(latencies, 0.99),
+            "calls_s": len(latencies) / elapsed,
+            "cpu_us": 1e6 * cpu / max(1, len(latencies)),
+            "own_cpu_us": 1e6 * own / max(1, len(latencies)),
+        }
+
+    async def aclose(self) -> None:
+        if self.lean:
+            for lane in self.lanes:
+                await lane.stream.aclose()
 
 
 async def _sessions_per_gib(server: Server, client: httpx.AsyncClient, count: int) -> float:
@@ -427,38 +449,73 @@ async def _sessions_per_gib(server: Server, client: httpx.AsyncClient, count: in
     return count / (grown / 2**30)
 
 
-async def bench(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+def _merge(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One figure of several rounds of equal calls: calls/s over the whole time (the harmonic mean), the median of
+    the rounds' p50s and p99s, the mean CPU per call."""
+    return {
+        "p50_ms": statistics.median(p["p50_ms"] for p in parts),
+        "p99_ms": statistics.median(p["p99_ms"] for p in parts),
+        "calls_s": len(parts) / sum(1 / p["calls_s"] for p in parts),
+        "cpu_us": statistics.fmean(p["cpu_us"] for p in parts),
+        "own_cpu_us": statistics.fmean(p["own_cpu_us"] for p in parts),
+    }
+
+
+async def _rounds(servers: list[Server], args: argparse.Namespace, rounds: int) -> dict[str, dict[str, Any]]:
+    lean = args.client == "lean"
     limits = httpx.Limits(max_connections=args.inflight + 8, max_keepalive_connections=args.inflight + 8)
+    parts: dict[str, dict[str, list[dict[str, float]]]] = {s.name: {"sequential": [], "inflight": []} for s in servers}
+    out: dict[str, dict[str, Any]] = {}
     async with httpx.AsyncClient(limits=limits, timeout=120) as client:
-        lean = args.client == "lean"
-        seq = await _calls(server, client, args.calls // 2, 1, lean)
-        par = await _calls(server, client, args.calls, args.inflight, lean)
-        if server.name.startswith("floor") or args.sessions <= 0:
-            return {"sequential": seq, "inflight": par, "sessions_per_gib": float("nan")}
-        per_gib = await _sessions_per_gib(server, client, args.sessions)
-    return {"sequential": seq, "inflight": par, "sessions_per_gib": per_gib}
+        lanes = {
+            s.name: (await _Lanes.open(s, client, 1, lean), await _Lanes.open(s, client, args.inflight, lean))
+            for s in servers
+        }
+        for r in range(rounds):
+            k = r % len(servers)
+            for server in servers[k:] + servers[:k]:
+                seq, par = lanes[server.name]
+                parts[server.name]["sequential"].append(await seq.run(args.calls // 2 // rounds))
+                parts[server.name]["inflight"].append(await par.run(args.calls // rounds))
+        for seq, par in lanes.values():
+            await seq.aclose()
+            await par.aclose()
+        for server in servers:
+            got = parts[server.name]
+            out[server.name] = {
+                "sequential": _merge(got["sequential"]),
+                "inflight": _merge(got["inflight"]),
+                "sessions_per_gib": float("nan")
+                if server.name.startswith("floor") or args.sessions <= 0
+                else await _sessions_per_gib(server, client, args.sessions),
+            }
+    return out
 
 
 def measure(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Run every server of the comparison (``args``: ``calls``, ``inflight``, ``sessions``, ``client``,
-    ``no_floor``), one after the other; their figures by server name. ``sessions`` 0: sessions per GiB is not
-    measured. Synchronous: it runs ``trio.run`` once per server (``scripts/bench`` calls it from a worker thread)."""
+    ``no_floor``, ``rounds``); their figures by server name. The servers run side by side, each with its
+    sessions (one, and ``inflight``) opened once, and are timed in ``rounds`` rounds of ``calls / rounds`` calls,
+    the order rotated each round (so that the noise of a shared machine falls on all alike); then sessions per GiB
+    (not with ``sessions`` 0). Synchronous: it
+    runs its own trio loop."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.sessions + 512)), hard))
-    results: dict[str, dict[str, Any]] = {}
+    rounds = max(1, getattr(args, "rounds", 1))
     starts: list[Any] = [lambda root: start_supervisor(root, args.sessions), start_sdk]
     if not args.no_floor:
         starts += [lambda root: start_floor(root, "plain"), lambda root: start_floor(root, "pipe")]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.chmod(root, 0o755)
-        for start in starts:
-            server = start(root)
-            try:
-                results[server.name] = trio.run(bench, server, args)
-            finally:
+        servers: list[Server] = []
+        try:
+            for start in starts:
+                servers.append(start(root))
+            return trio.run(_rounds, servers, args, rounds)
+        finally:
+            for server in servers:
                 server.stop()
-    return results
 
 
 def main() -> None:
@@ -474,6 +531,9 @@ def main() -> None:
         "httpx: labkit/_mcp_raw_http.py's client (its own CPU is most of the machine's at 64 in flight)",
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the floor rows (h11 alone, h11 + pipe hop)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="time the servers in this many interleaved rounds (default: one each)"
+    )
     args = parser.parse_args()
     load = os.getloadavg()
     results = measure(args)

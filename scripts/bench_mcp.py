@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +41,7 @@ from _bench_common import agent_file, bench_folder, system_toolbox, write_policy
 from supervisor._supervisor import Supervisor  # noqa: E402
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
 SDK_SERVER = '''
 import datetime
@@ -75,7 +77,7 @@ def _stats(name: str, samples: list[float], wall: float, n: int) -> dict[str, fl
     }
 
 
-async def _timed(call, n: int, concurrency: int) -> tuple[list[float], float]:
+async def _timed(call: Call, n: int, concurrency: int) -> tuple[list[float], float]:
     samples: list[float] = []
     start = time.perf_counter()
     if concurrency == 1:
@@ -98,13 +100,59 @@ async def _timed(call, n: int, concurrency: int) -> tuple[list[float], float]:
     return samples, time.perf_counter() - start
 
 
-async def bench_api(policy: Path, n: int, concurrency: int) -> dict[str, float | str]:
+Call = Callable[[], Awaitable[None]]
+
+
+@asynccontextmanager
+async def api_caller(policy: Path) -> AsyncIterator[Call]:
+    """A supervisor on ``policy`` in this process; yields a call of its ``date`` tool through the Python API."""
     async with Supervisor.open(policy) as sup:
 
         async def call() -> None:
             r = await sup.call("system_system_date", {})
             assert r.status == "passed", r.data
 
+        yield call
+
+
+@asynccontextmanager
+async def sdk_client_caller(params: StdioServerParameters, tool: str) -> AsyncIterator[Call]:
+    """The stdio server ``params`` driven by the official SDK client; yields a call of ``tool``."""
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+
+        async def call() -> None:
+            r = await session.call_tool(tool, {})
+            assert not r.is_error, r.content
+
+        yield call
+
+
+async def interleaved(
+    callers: dict[str, Call], n: int, concurrency: int, rounds: int = 5, warmup: int = 200
+) -> dict[str, dict[str, float | str]]:
+    """Time ``n`` calls of each of ``callers`` with ``concurrency`` in flight, in ``rounds`` rounds of ``n /
+    rounds`` calls each, the order rotated every round (so that machine noise falls on all alike), after ``warmup``
+    sequential calls of each; the figures of each (calls/s over the time it was being timed)."""
+    for call in callers.values():
+        await _timed(call, warmup, 1)
+    samples: dict[str, list[float]] = {name: [] for name in callers}
+    walls = dict.fromkeys(callers, 0.0)
+    names = list(callers)
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            got, wall = await _timed(callers[name], max(concurrency, n // rounds), concurrency)
+            samples[name] += got
+            walls[name] += wall
+    return {
+        name: _stats(f"{name}, {concurrency} in flight", samples[name], walls[name], len(samples[name]))
+        for name in names
+    }
+
+
+async def bench_api(policy: Path, n: int, concurrency: int) -> dict[str, float | str]:
+    async with api_caller(policy) as call:
         await _timed(call, 200, 1)  # warm up
         samples, wall = await _timed(call, n, concurrency)
     return _stats(f"Python API (confined worker), {concurrency} in flight", samples, wall, len(samples))
@@ -113,13 +161,7 @@ async def bench_api(policy: Path, n: int, concurrency: int) -> dict[str, float |
 async def bench_mcp(
     params: StdioServerParameters, tool: str, label: str, n: int, concurrency: int
 ) -> dict[str, float | str]:
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-
-        async def call() -> None:
-            r = await session.call_tool(tool, {})
-            assert not r.is_error, r.content
-
+    async with sdk_client_caller(params, tool) as call:
         await _timed(call, 200, 1)
         samples, wall = await _timed(call, n, concurrency)
     return _stats(f"{label}, {concurrency} in flight", samples, wall, len(samples))
@@ -157,12 +199,9 @@ class RawClient:
         return self._replies.pop(req_id)
 
 
-async def bench_raw(
-    argv: list[str], env: dict[str, str], tool: str, label: str, n: int, concurrencies: Sequence[int]
-) -> list[dict[str, float | str]]:
-    """Start the stdio server ``argv``, warm it up, and time ``n`` calls of ``tool`` with each of ``concurrencies``
-    in flight, one after the other in the same server; one figure per concurrency."""
-    rows = []
+@asynccontextmanager
+async def raw_caller(argv: list[str], env: dict[str, str], tool: str) -> AsyncIterator[Call]:
+    """The stdio server ``argv`` driven by :class:`RawClient`, initialized; yields a call of ``tool``."""
     async with trio.open_nursery() as nursery:
         proc = await nursery.start(
             partial(
@@ -188,12 +227,22 @@ async def bench_raw(
             reply = await client.request("tools/call", {"name": tool, "arguments": {}})
             assert not reply["result"].get("isError"), reply
 
+        yield call
+        await proc.stdin.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def bench_raw(
+    argv: list[str], env: dict[str, str], tool: str, label: str, n: int, concurrencies: Sequence[int]
+) -> list[dict[str, float | str]]:
+    """Start the stdio server ``argv``, warm it up, and time ``n`` calls of ``tool`` with each of ``concurrencies``
+    in flight, one after the other in the same server; one figure per concurrency."""
+    rows = []
+    async with raw_caller(argv, env, tool) as call:
         await _timed(call, 200, 1)
         for concurrency in concurrencies:
             samples, wall = await _timed(call, n, concurrency)
             rows.append(_stats(f"{label}, {concurrency} in flight", samples, wall, len(samples)))
-        await proc.stdin.aclose()
-        nursery.cancel_scope.cancel()
     return rows
 
 

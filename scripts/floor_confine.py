@@ -6,14 +6,14 @@ zygote cost with nothing of ours around them.
   launcher reads, ``supervisor/workers/_launch.py:plan_frame``; ``scripts/bench`` takes it from a running
   supervisor): this process (a fresh interpreter with only ``sandbox`` imported) makes every plan beforehand, as
   the launcher would make them (the namespaces, the private view from the plan's rules, the seccomp filters, the
-  Landlock ruleset), then N times: forks a bare child that unshares the plan's namespaces (net with ``lo`` up, PID,
-  IPC, UTS, mount), sets its host name, forks into the PID namespace, builds and pivots into the private view,
-  sets ``no_new_privs``, loads the seccomp filters, restricts itself with Landlock, drops to the plan's uid, gid and
-  groups, and writes one byte back. When the worker's cgroup plan follows the frame on stdin (pickled), the parent
-  also makes the child's cgroup, with its limits, and moves the child into it before the child confines itself (as
-  the supervisor does), and removes it after. It prints the times from each fork to that byte, in seconds, as a
-  JSON list. Not included: the plan's transfer, the checks the launcher makes after each step, rlimits, the
-  toolbox's start and its hello.
+  Landlock ruleset), then N times, as the zygote spawns a worker: makes the worker's cgroup with its limits (when
+  the worker's cgroup plan follows the frame on stdin, pickled), forks a bare child born PID 1 of a new PID
+  namespace (``unshare(CLONE_NEWPID)`` before the fork, ``setns`` back after), which joins the cgroup, unshares the
+  plan's other namespaces (net with ``lo`` up, IPC, UTS, mount), sets its host name, builds and pivots into the
+  private view, sets ``no_new_privs``, loads the seccomp filters, restricts itself with Landlock, drops to the
+  plan's uid, gid and groups, and writes one byte back; the cgroup is removed once the child is reaped. It prints
+  the times from each fork to that byte, in seconds, as a JSON list. Not included: the plan's transfer, the checks
+  the launcher makes after each step, rlimits, the toolbox's start and its hello.
 - ``floor_confine.py zygote MODULE...``: the zygote's own start, an interpreter started as the supervisor starts
   the zygote (``-I -B``) that imports the launcher's step modules and ``MODULE...`` (the modules the supervisor has
   its zygote preload), freezes them out of the collector's way and says ready; prints the seconds from the start
@@ -31,20 +31,26 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-__all__ = ["confine_times", "start_floor", "zygote_start"]
+__all__ = ["confine_times", "start_floor", "worker_inputs", "zygote_start"]
 
 
 def _spawns(count: int) -> list[float]:
     import grp
     import pwd
 
-    from sandbox._cgroups import create_cgroup, enter_cgroup, remove_cgroup
+    from sandbox._cgroups import create_cgroup, remove_cgroup
     from sandbox._landlock import RESTRICT_SELF_LOG_NEW_EXEC_ON, apply_ruleset, landlock_abi, plan_ruleset
     from sandbox._launcher import read_plan
-    from sandbox._netns import enter_namespaces, plan_namespaces
+    from sandbox._netns import (
+        enter_namespaces,
+        plan_namespaces,
+        restore_pid_namespace_for_children,
+        unshare_pid_namespace_for_children,
+    )
     from sandbox._plan import READ, WRITE, FsRule
     from sandbox._private_files import enter_private_mounts
     from sandbox._privileges import drop_privileges, set_no_new_privs
@@ -59,8 +65,11 @@ def _spawns(count: int) -> list[float]:
     cgroup = pickle.loads(rest) if rest else None  # a CgroupPlan, from the benchmark itself
     if plan.view is None or plan.uid is None or plan.gid is None:
         raise SystemExit("floor_confine: the plan has no private view or no uid: not a strict.yaml worker")
+    if not plan.new_pidns:
+        raise SystemExit("floor_confine: the plan asks for no PID namespace: not a strict.yaml worker")
+    # the PID namespace is made by the fork itself (below), the others by the child
     namespaces = plan_namespaces(
-        new_netns=plan.new_netns, new_pidns=plan.new_pidns, new_ipcns=plan.new_ipcns, new_utsns=True, euid=0
+        new_netns=plan.new_netns, new_pidns=False, new_ipcns=plan.new_ipcns, new_utsns=True, euid=0
     )
 
     def name(lookup, ident: int) -> str:  # type: ignore[no-untyped-def]
@@ -93,51 +102,47 @@ def _spawns(count: int) -> list[float]:
         restrict_flags=RESTRICT_SELF_LOG_NEW_EXEC_ON if plan.audit_denials else 0,
     )
     del pwd
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     samples: list[float] = []
     left = []
     for i in range(count):
         r, w = os.pipe()
-        go_r, go_w = os.pipe()
         start = time.perf_counter()
+        instance = cgroup.instance("floor", f"{os.getpid()}-{i}") if cgroup is not None else None
+        procs: list[int] = []
+        if instance is not None:  # made before the spawn, as the supervisor does; the child joins it itself
+            create_cgroup(instance)
+            procs = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in instance.procs_files]
+        unshare_pid_namespace_for_children()  # the child is born PID 1 of a new PID namespace, as the zygote's
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 os.close(r)
-                os.close(go_w)
-                if os.read(go_r, 1) != b"!":  # in its cgroup
-                    os._exit(1)
+                for fd in procs:
+                    os.write(fd, b"0")
                 enter_namespaces(namespaces)
                 set_hostname(plan.view.hostname)
-                inner = os.fork()
-                if inner == 0:
-                    enter_private_mounts(step="view")
-                    apply_view(view)
-                    set_no_new_privs()
-                    for program, log in filters:
-                        apply_seccomp(program, machine, log=log)
-                    apply_ruleset(ruleset)
-                    drop_privileges(plan.uid, plan.gid, plan.groups)
-                    os.write(w, b"!")
-                    code = 0
-                else:
-                    _, status = os.waitpid(inner, 0)
-                    code = os.waitstatus_to_exitcode(status)
+                enter_private_mounts(step="view")
+                apply_view(view)
+                set_no_new_privs()
+                for program, log in filters:
+                    apply_seccomp(program, machine, log=log)
+                apply_ruleset(ruleset)
+                drop_privileges(plan.uid, plan.gid, plan.groups)
+                os.write(w, b"!")
+                code = 0
             except BaseException as exc:
                 print(f"floor_confine child: {type(exc).__name__}: {exc}", file=sys.stderr)
             finally:
                 os._exit(code)
+        restore_pid_namespace_for_children(own_pidns)
+        for fd in procs:
+            os.close(fd)
         os.close(w)
-        os.close(go_r)
-        instance = cgroup.instance("floor", f"{os.getpid()}-{i}") if cgroup is not None else None
-        if instance is not None:
-            create_cgroup(instance)
-            enter_cgroup(instance, pid)
-        os.write(go_w, b"!")
         got = os.read(r, 1)
         took = time.perf_counter() - start
         os.close(r)
-        os.close(go_w)
         _, status = os.waitpid(pid, 0)
         if instance is not None and not remove_cgroup(instance):
             left.append(instance)
@@ -150,6 +155,17 @@ def _spawns(count: int) -> list[float]:
                 break
             time.sleep(0.02)
     return samples
+
+
+def worker_inputs(sup: Any) -> tuple[bytes, Any, list[str]]:
+    """From a running ``Supervisor``: its first worker's plan frame (as the launcher reads it) and cgroup plan, and
+    the modules its zygote preloads: what the floors of rows 7-9 start from."""
+    from supervisor.workers import preload_modules
+    from supervisor.workers._launch import plan_frame
+
+    spec = sup.runners[0].spec
+    modules = preload_modules((r.spec.plan.entry, r.spec.kind) for r in sup.runners)
+    return plan_frame(spec.plan), spec.cgroup, modules
 
 
 def confine_times(plan_frame: bytes, count: int, cgroup: object = None) -> list[float]:

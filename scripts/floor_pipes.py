@@ -29,12 +29,17 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgpack
 import trio
 
-__all__ = ["ECHO_WORKER", "EchoWorker", "RoundTrips", "relay", "round_trips"]
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+__all__ = ["ECHO_WORKER", "EchoWorker", "RoundTrips", "echo_workers", "fan_out", "relay", "round_trips"]
 
 #: The echo worker: decodes every frame and answers a ``result`` frame for it (a worker's read-decode-encode-write).
 ECHO_WORKER = """
@@ -104,37 +109,50 @@ class RoundTrips:
     calls_per_s: float
 
 
-async def round_trips(calls: int, callers: int = 1, workers: int = 1, warmup: int = 200) -> RoundTrips:
-    """``calls`` round trips by ``callers`` tasks over ``workers`` echo workers (after ``warmup`` sequential ones
-    on each worker): the p50 and the calls per second."""
-    echoes = [EchoWorker() for _ in range(workers)]
-    samples: list[float] = []
+@asynccontextmanager
+async def echo_workers(count: int) -> AsyncIterator[list[EchoWorker]]:
+    """``count`` echo workers with their readers running, ended and reaped on exit."""
+    echoes = [EchoWorker() for _ in range(count)]
     try:
         async with trio.open_nursery() as nursery:
             for echo in echoes:
                 nursery.start_soon(echo.reader)
-            for echo in echoes:
-                for _ in range(warmup):
-                    await echo.call()
-            per = max(1, calls // callers)
-
-            async def caller(i: int) -> None:
-                echo = echoes[i % workers]
-                for _ in range(per):
-                    t = time.perf_counter()
-                    await echo.call()
-                    samples.append(time.perf_counter() - t)
-
-            start = time.perf_counter()
-            async with trio.open_nursery() as lanes:
-                for i in range(callers):
-                    lanes.start_soon(caller, i)
-            wall = time.perf_counter() - start
+            yield echoes
             for echo in echoes:
                 await echo.finish()
     finally:
         for echo in echoes:
             echo.close()
+
+
+async def fan_out(echoes: list[EchoWorker], calls: int, callers: int) -> tuple[list[float], float]:
+    """``calls`` round trips by ``callers`` tasks, caller ``i`` on ``echoes[i mod len(echoes)]``: the latencies and
+    the wall time (seconds)."""
+    samples: list[float] = []
+    per = max(1, calls // callers)
+
+    async def caller(i: int) -> None:
+        echo = echoes[i % len(echoes)]
+        for _ in range(per):
+            t = time.perf_counter()
+            await echo.call()
+            samples.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as lanes:
+        for i in range(callers):
+            lanes.start_soon(caller, i)
+    return samples, time.perf_counter() - start
+
+
+async def round_trips(calls: int, callers: int = 1, workers: int = 1, warmup: int = 200) -> RoundTrips:
+    """``calls`` round trips by ``callers`` tasks over ``workers`` echo workers (after ``warmup`` sequential ones
+    on each worker): the p50 and the calls per second."""
+    async with echo_workers(workers) as echoes:
+        for echo in echoes:
+            for _ in range(warmup):
+                await echo.call()
+        samples, wall = await fan_out(echoes, calls, callers)
     return RoundTrips(statistics.median(samples) * 1e6, len(samples) / wall)
 
 

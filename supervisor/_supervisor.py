@@ -10,10 +10,11 @@ worker, folders, uid and tool names (``system_system_date`` of each, see :mod:`s
 ``call(..., agent_scope=SLUG)`` calls the tool of that agent; without it, a name is the first agent's that has it.
 
 ``open`` loads and compiles the policy (raising :class:`~supervisor.config._errors.ConfigError` or
-:class:`~supervisor._errors.PolicyRefused` before anything starts), starts one confined worker per toolbox and
-returns once every worker said hello or failed to load. The workers start concurrently, at most
-``supervision.parallel_starts`` at once; the tool list and the load errors are in the policy's order whatever
-order the workers finish in.
+:class:`~supervisor._errors.PolicyRefused` before any worker starts), starts one confined worker per toolbox and
+returns once every worker said hello or failed to load. The zygote is launched as soon as the worker code is staged
+(it needs nothing else), so its imports run while the policy compiles; a start that stops before the workers stops
+it too. The workers start concurrently, at most ``supervision.parallel_starts`` at once; the tool list and the load
+errors are in the policy's order whatever order the workers finish in.
 
 Nothing that goes wrong while one toolbox loads ends the supervisor: an error in its compilation, its folders, its
 git skill sources, its worker's start or the handling of its tool list (an unexpected exception included) becomes
@@ -33,7 +34,6 @@ supervisors in one process are independent.
 
 from __future__ import annotations
 
-import functools
 import gc
 import os
 import sys
@@ -62,8 +62,18 @@ from supervisor.calls import (
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
-from supervisor.plan import CompiledPolicy, compile_policy, kind_plan, prepare_git_sources
+from supervisor.plan import (
+    WORKER_PROCESS_ENV,
+    CompiledPolicy,
+    StagedCode,
+    compile_policy,
+    kind_plan,
+    prepare_git_sources,
+    stage_code,
+    worker_modules,
+)
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews
+from supervisor.tools import SchemaPool
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel
 from supervisor.workers import (
     KernelAudit,
@@ -74,6 +84,8 @@ from supervisor.workers import (
     ToolboxRunner,
     Worker,
     WorkerSpec,
+    Zygote,
+    ZygoteGone,
     ZygoteSpawner,
     combine_watches,
     preload_modules,
@@ -89,6 +101,7 @@ from ._worker_messages import answer_worker_request, record_worker_event
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+    from supervisor.tools import CompiledSchema
     from toolboxes._progress import ProgressUpdate
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start, and when a
@@ -117,6 +130,45 @@ class ToolInfo:
     namespace: str = ""
 
 
+def _launch_zygote(config: LoadedConfig, staged: StagedCode) -> Zygote | None:
+    """The zygote for ``config``'s workers (``supervision.spawn: zygote``), launched on ``staged`` code: it imports
+    the worker code while the policy compiles; ``None`` when no zygote is wanted or it cannot be spawned (the
+    spawner's own start then says why, or the launcher serves)."""
+    if config.policy.supervision.spawn != "zygote" or staged.runtime_dir is None or not config.toolboxes():
+        return None
+    zygote = Zygote(sys.executable, staged.runtime_dir, env=WORKER_PROCESS_ENV)
+    try:
+        zygote.launch(worker_modules(config))
+    except ZygoteGone:
+        return None
+    return zygote
+
+
+class _ModelHttp:
+    """The agent loops' HTTP client, made at the first model request (its TLS context, the CA bundle parsed, and
+    httpx's transport imports are 50-150 ms of CPU, which a supervisor whose loops never run need not pay at
+    start), closed with the supervisor."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
+    def __call__(self) -> httpx.AsyncClient:
+        if self._client is None:
+            # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
+            self._client = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+
+async def _discard(zygote: Zygote | None) -> None:
+    """Stop a zygote :func:`_launch_zygote` launched (a no-op once its spawner closed it)."""
+    if zygote is not None:
+        await zygote.aclose()
+
+
 class Supervisor:
     """The trusted side: decides what may run, runs it in confined workers, records what happened."""
 
@@ -127,7 +179,7 @@ class Supervisor:
         *,
         tree: AgentTree | None = None,
         sessions: SessionStore | None = None,
-        http: httpx.AsyncClient | None = None,
+        http: Callable[[], httpx.AsyncClient] | None = None,
     ) -> None:
         self.compiled = compiled
         self.config: LoadedConfig = compiled.config
@@ -203,6 +255,8 @@ class Supervisor:
         self._next_prune = 0.0
         #: who makes workers' processes (``supervision.spawn``; :meth:`open` starts the zygote)
         self.spawner: Spawner = LauncherSpawner()
+        #: the compiled schemas of the current tool lists, which a starting worker reuses (each compiled once)
+        self.schema_pool = SchemaPool()
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -232,16 +286,29 @@ class Supervisor:
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
-        compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir)
-        trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
+        staged = stage_code(tree.config, state_dir=state_dir)
+        # The zygote needs only the staged code: it imports the worker code (its own start, a few hundred ms of
+        # CPU) while this process compiles the policy and opens the trace and the store.
+        zygote = _launch_zygote(tree.config, staged)
+        try:
+            compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir, staged=staged)
+            trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
+        except BaseException:
+            await _discard(zygote)
+            raise
         try:
             otel = open_otel(config.policy.trace.otel, trace)
         except BaseException:
             trace.close()
+            await _discard(zygote)
             raise
-        sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
-        # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
-        http = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
+        try:
+            sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
+        except BaseException:
+            trace.close()
+            await _discard(zygote)
+            raise
+        http = _ModelHttp()
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
         sup.otel = otel
         sup.reload_source = (config.policy_file, list(agents), state_dir)
@@ -262,11 +329,13 @@ class Supervisor:
                 sup._nursery = nursery
                 nursery.start_soon(sup._flush_trace)
                 await nursery.start(sup.kernel_audit.run)
-                await sup._start_spawner(nursery)
+                await sup._start_spawner(nursery, zygote)
                 await sup._start(nursery)
                 # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
-                # costs what was made since (it stalls every task and thread while it runs).
-                gc.collect()
+                # costs what was made since (it stalls every task and thread while it runs). The young generations
+                # are collected first (the start's garbage is there: a few dozen objects); a full collection would
+                # walk every object of the process, imports included (30-60 ms, part of every start).
+                gc.collect(1)
                 gc.freeze()
                 try:
                     yield sup
@@ -277,6 +346,7 @@ class Supervisor:
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
+                await _discard(zygote)  # (the spawner's, if it took it: closed already)
                 await http.aclose()
                 if sup.otel is not None:  # send the last spans (bounded by trace.otel.timeout_s), off the trio thread
                     trace.sink = None
@@ -286,18 +356,23 @@ class Supervisor:
             trace.record("supervisor_stop", pid=os.getpid())
             trace.close()
 
-    async def _start_spawner(self, nursery: trio.Nursery) -> None:
+    async def _start_spawner(self, nursery: trio.Nursery, launched: Zygote | None = None) -> None:
         """With ``supervision.spawn: zygote``, start the zygote for the staged worker code (it is ready, or the
-        launcher chosen as the fallback, when this returns); it lives as long as ``nursery``."""
+        launcher chosen as the fallback, when this returns); it lives as long as ``nursery``. ``launched``: the
+        zygote :meth:`open` launched before compiling (:func:`_launch_zygote`), which this waits for."""
         c = self.compiled
         if self.config.policy.supervision.spawn != "zygote" or not c.specs or c.runtime_dir is None:
             return
+        modules = preload_modules((spec.plan.entry, spec.kind) for spec in c.specs)
+        if launched is not None and (launched.code_root, launched.python) != (c.runtime_dir, c.python):
+            launched = None  # (never: the same staged code and interpreter) open() closes it
         spawner = ZygoteSpawner(
             c.python,
             c.runtime_dir,
             env=c.specs[0].env,
-            modules=preload_modules(c.specs),
+            modules=modules,
             note=self._spawn_note,
+            launched=launched,
         )
         self.spawner = spawner
         await nursery.start(spawner.run)
@@ -364,8 +439,13 @@ class Supervisor:
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,
-            make_worker=functools.partial(Worker, spawner=self.spawner),
+            make_worker=self._make_worker,
         )
+
+    def _make_worker(self, spec: WorkerSpec, *, reuse: Sequence[CompiledSchema] = (), **kwargs: Any) -> Worker:
+        """A worker of ``spec`` made by :attr:`spawner`, reusing ``reuse`` (its toolbox's last list) and every schema
+        the other toolboxes' lists compiled (:attr:`schema_pool`)."""
+        return Worker(spec, reuse=[*reuse, *self.schema_pool.schemas()], spawner=self.spawner, **kwargs)
 
     # -- reloading ---------------------------------------------------------------------------------------------
     async def reload(self) -> ReloadOutcome:
@@ -460,6 +540,7 @@ class Supervisor:
             self._rebuild()
 
     def _take_tools(self, runner: ToolboxRunner) -> None:
+        self.schema_pool.add([*runner.schemas, *runner.output_schemas])
         if kind_plan(runner.spec.kind).session_skills:  # skills that left the list are forgotten by its agent's
             self.session_tools.tools_listed(runner.spec.agent, runner.name, runner.tools)  # sessions
         for err in runner.load_errors:
@@ -502,6 +583,7 @@ class Supervisor:
             runners = [r for r in runners if r.key not in self.undescribable]
             self.registry.rebuild(runners, guests=guests)
         after = self._registered()
+        self.schema_pool.retain(s for r in self.runners for s in [*r.schemas, *r.output_schemas])
         catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in KINDS]) for r in self.runners])
         catalog_changed = catalog != self._catalog_seen  # resources or prompts: the same wake-up as for tools
         self._catalog_seen = catalog

@@ -5,6 +5,8 @@ k of N" over repeated runs, the table, and the replacement of BENCHMARKS.md's ge
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -150,3 +152,52 @@ def test_a_benchmark_over_strict_yaml_may_raise_call_bounds_but_not_change_a_pro
     assert (
         yaml.safe_load(write_policy(tmp_path, [], base=None, kernel_audit="off").read_text())["kernel_audit"] == "off"
     )
+
+
+def test_the_benchmark_command_and_every_harness_it_calls_import() -> None:
+    """``scripts/bench --help`` imports every harness and floor it calls, and the supervisor names they use (a
+    rename elsewhere breaks the benchmark here, not in the lead's last run)."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "--runs" in out.stdout and "--thousand" in out.stdout
+
+
+@pytest.mark.root
+async def test_the_confinement_and_idle_floors_start_from_a_real_supervisor() -> None:
+    """The inputs of rows 7-9's floors come from a running supervisor (its worker's plan and cgroup, its zygote's
+    modules), and the floors run on them: a real confinement of that plan, a real idle fork."""
+    import bench_scale
+    import floor_confine
+    import floor_idle
+
+    from supervisor._supervisor import Supervisor
+
+    async with Supervisor.open(bench_scale.policy(1)) as sup:
+        frame, cgroup, modules = floor_confine.worker_inputs(sup)
+        times = floor_confine.confine_times(frame, 2, cgroup)
+    assert len(times) == 2
+    assert all(0 < t < 60 for t in times)
+    assert "toolboxes.system" in modules
+    idle = floor_idle.idle_private_mib(3, modules, children=1)
+    assert 0 < idle["private_mib"] <= idle["pss_mib"]
+
+
+async def test_the_stdio_floor_relay_answers_both_clients() -> None:
+    """Rows 1-3's floor, ``floor_pipes.py relay``, serves the raw client and the official SDK client."""
+    import bench_mcp
+    from mcp import StdioServerParameters
+
+    argv = [sys.executable, str(REPO / "scripts" / "floor_pipes.py"), "relay"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    async with bench_mcp.raw_caller(argv, env, "date") as call:
+        await call()
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(REPO))
+    async with bench_mcp.sdk_client_caller(params, "date") as call:
+        figures = await bench_mcp.interleaved({"relay": call}, 10, 1, rounds=2, warmup=1)
+    assert figures["relay"]["calls_per_s"] > 0

@@ -153,7 +153,7 @@ class AgentService:
         registry: ToolRegistry,
         trace: TraceRecorder,
         sessions: SessionStore | None,
-        http: httpx.AsyncClient,
+        http: Callable[[], httpx.AsyncClient],
         bounds: AgentLoop,
         model_keys: Mapping[str, str],
         environ: Mapping[str, str] | None = None,
@@ -166,6 +166,7 @@ class AgentService:
         self.registry = registry
         self.trace = trace
         self.sessions = sessions
+        #: the HTTP client of model requests (called at each run: the supervisor makes it at the first)
         self.http = http
         self.bounds = bounds
         self.model_keys = model_keys
@@ -215,7 +216,7 @@ class AgentService:
             key = resolve_api_key(desc.api_key_id, self.model_keys, self.environ)
         except ModelError as exc:
             return ToolResult.error(f"agent {slug} cannot run: {exc}")
-        client = ChatClient(self.http, completion_url(desc.model_url), desc.model_name, key)
+        client = ChatClient(self.http(), completion_url(desc.model_url), desc.model_name, key)
         tools = self.tools_of(slug)
         allowed = frozenset(t.name for t in tools)
         functions = [function_tool(t.name, t.description, t.input_schema) for t in tools]

@@ -1,16 +1,20 @@
 """Compiling a loaded policy into one worker spec per toolbox (identities, grants, skill sources)."""
 
-from ._compile import CompiledPolicy, compile_policy
+from ._compile import WORKER_PROCESS_ENV, CompiledPolicy, StagedCode, compile_policy, stage_code, worker_modules
 from ._identities import rebind_agent
 from ._kinds import KIND_PLANS, KindPlan, kind_plan
 from ._skill_sources import prepare_git_sources
 
 __all__ = [
     "KIND_PLANS",
+    "WORKER_PROCESS_ENV",
     "CompiledPolicy",
     "KindPlan",
+    "StagedCode",
     "compile_policy",
     "kind_plan",
     "prepare_git_sources",
     "rebind_agent",
+    "stage_code",
+    "worker_modules",
 ]

@@ -29,10 +29,18 @@ from sandbox._syspaths import python_runtime_paths, uid_can_read
 from sandbox._tls_ca import supervisor_ca
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig
-from supervisor.workers import WorkerSpec, explained_limits, launcher_argv, stage_worker_code, tool_cache_path
+from supervisor.workers import (
+    WorkerSpec,
+    explained_limits,
+    launcher_argv,
+    preload_modules,
+    stage_worker_code,
+    tool_cache_path,
+)
 
 from ._credential_grants import grant_credentials
 from ._credential_values import load_credentials
+from ._host_view import HostView
 from ._identities import WorkerIdentity, assign_identities
 from ._kinds import kind_plan
 from ._tls_termination import ca_file_path, termination_env, write_ca_file
@@ -44,7 +52,17 @@ if TYPE_CHECKING:
 
     from ._skill_sources import GitSource
 
-__all__ = ["CompiledPolicy", "compile_policy", "plan_address_space", "plan_worker"]
+__all__ = [
+    "WORKER_ENTRY",
+    "WORKER_PROCESS_ENV",
+    "CompiledPolicy",
+    "StagedCode",
+    "compile_policy",
+    "plan_address_space",
+    "plan_worker",
+    "stage_code",
+    "worker_modules",
+]
 
 #: With a cgroup holding each worker to ``limits.processes``, RLIMIT_NPROC (counted over every process of the sandbox
 #: uid on the machine) is only a backstop: this many times the worker's own limit.
@@ -53,6 +71,10 @@ NPROC_BACKSTOP_FACTOR = 8
 #: own CPU (interpreter, imports, confinement), so more at once only shares the CPUs thinner and brings every one
 #: of them nearer its ``start_timeout_s``; a few per CPU keep the CPUs busy while others wait on I/O.
 STARTS_PER_CPU = 4
+#: What every worker's process runs after its confinement (``module:function``)
+WORKER_ENTRY = "toolboxes._worker:main"
+#: The environment of every worker's launcher (or zygote) process; the worker's own is its plan's ``env``
+WORKER_PROCESS_ENV = {"LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
 
 
 @dataclass
@@ -107,13 +129,17 @@ def plan_worker(
     cgroup_problem: str = "cgroups were not looked for",
     identity: WorkerIdentity | None = None,
     credentials: Mapping[str, Credential] | None = None,
+    host: HostView | None = None,
 ) -> WorkerSpec:
     """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`.
 
     ``identity``: the uid and gid of its own this worker runs as (the policy's ``worker_uids``, from the state
     dir's identity table, ``_identities.py``); ``None``: the policy's ``sandbox_uid`` and ``sandbox_gid``.
     ``credentials``: the policy's credentials with their values (``_credential_values.load_credentials``).
+    ``host``: what the host says of the rules' paths, shared by every toolbox of one compile (``_host_view.py``;
+    ``None``: asked afresh).
     """
+    host = host if host is not None else HostView()
     policy = config.policy
     limits = policy.effective_limits(tb.name, tb.agent_slug)
     overrides = policy.toolbox_policy(tb.name, tb.agent_slug)
@@ -177,7 +203,7 @@ def plan_worker(
     missing = [
         r.path
         for r in rules
-        if not os.path.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir, *grants.made_at_start)
+        if not host.exists(r.path) and r.path not in (workdir, tb_state, runtime_dir, *grants.made_at_start)
     ]
     if missing:
         warnings += [f"{tb.name}: {p} does not exist and is not granted" for p in sorted(set(missing))]
@@ -305,7 +331,7 @@ def plan_worker(
     plan = ConfinementPlan(
         toolbox=tb.name,
         workdir=workdir,
-        entry="toolboxes._worker:main",
+        entry=WORKER_ENTRY,
         payload=payload,
         uid=uid,
         gid=gid,
@@ -368,6 +394,7 @@ def plan_worker(
         kind.own_hostname(cfg),
         rules,
         warnings,
+        host,
         made_at_start=(workdir, tb_state, runtime_dir, *grants.made_at_start),
         system=(*policy.system_paths, *python_runtime_paths(), runtime_dir),
     )
@@ -379,7 +406,7 @@ def plan_worker(
         toolbox=tb.name,
         kind=tb.kind,
         argv=launcher_argv(python, runtime_dir),
-        env={"LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"},
+        env=dict(WORKER_PROCESS_ENV),
         cwd="/",
         plan=plan,
         wall_time_s=limits.wall_time_s,
@@ -407,6 +434,7 @@ def _plan_view(
     own_hostname: bool,
     rules: list[FsRule],
     warnings: list[str],
+    host: HostView,
     *,
     made_at_start: tuple[str, ...],
     system: tuple[str, ...] = (),
@@ -417,15 +445,15 @@ def _plan_view(
     ``/`` cannot be shown as a view: refused under a strict policy, else the view is off with a warning. The
     launcher plans the view again from the host as it is then; ``made_at_start`` (work folders, staged code, clones)
     are shown as the folders they will be. ``system``: the paths no worker or agent file writes, shown with
-    inodes of the worker's own (``ViewSpec.system_paths``).
+    inodes of the worker's own (``ViewSpec.system_paths``). ``host`` answers the host's questions (``lstat``, mount
+    points).
     """
     if not enabled:
         return None
-    from sandbox._view import host_mount_points, probe_host
     from sandbox._view_plan import PathInfo, ViewError, plan_view, view_files
 
     def probe(path: str) -> PathInfo:
-        found = probe_host(path)
+        found = host.probe(path)
         if found.kind == "missing" and any(m == path or m.startswith(path.rstrip("/") + "/") for m in made_at_start):
             return PathInfo("dir")
         return found
@@ -436,7 +464,7 @@ def _plan_view(
     )
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
-        lines = plan_view(rules, spec, files, probe, host_mount_points()).describe()
+        lines = plan_view(rules, spec, files, probe, host.mount_points()).describe()
     except ViewError as exc:
         message = f"toolbox {tb.name} (agent {tb.agent_slug}): {exc}"
         if strict:
@@ -520,12 +548,47 @@ def _check_toolbox_keys(config: LoadedConfig) -> None:
         raise ConfigError(problems)
 
 
+@dataclass(frozen=True)
+class StagedCode:
+    """The worker code staged in a state directory (:func:`stage_code`), or why it could not be."""
+
+    state_dir: str
+    #: the staged folder (``None``: not staged, see ``error``)
+    runtime_dir: str | None
+    error: BaseException | None = None
+
+
+def stage_code(config: LoadedConfig, *, state_dir: str | None = None) -> StagedCode:
+    """Make the state directory (``state_dir``, default the policy's) and stage the worker code in it; the first
+    step of :func:`compile_policy`, apart so that the zygote can be started on the staged code while the rest
+    compiles (it needs nothing else). Raises ``OSError`` when the state directory cannot be made; code that
+    cannot be staged is not raised: every toolbox's load error (``StagedCode.error``)."""
+    state_dir = os.path.abspath(state_dir or config.policy.state_dir)
+    os.close(open_anchor(state_dir, mode=0o711))
+    try:
+        return StagedCode(state_dir, stage_worker_code(state_dir))
+    except Exception as exc:  # every toolbox's load error in compile_policy; the supervisor still starts
+        return StagedCode(state_dir, None, exc)
+
+
+def worker_modules(config: LoadedConfig) -> list[str]:
+    """What the workers of ``config``'s toolboxes import first (their entry's module, their kind's package): what a
+    zygote preloads for them (the same list as ``workers.preload_modules`` of the compiled specs)."""
+    return preload_modules([(WORKER_ENTRY, tb.kind) for tb in config.toolboxes()])
+
+
 def compile_policy(
-    config: LoadedConfig, *, python: str | None = None, state_dir: str | None = None, prepare: bool = True
+    config: LoadedConfig,
+    *,
+    python: str | None = None,
+    state_dir: str | None = None,
+    prepare: bool = True,
+    staged: StagedCode | None = None,
 ) -> CompiledPolicy:
-    """Compile ``config``; with ``prepare`` also stage code, create folders and record new identities in the state
-    dir's table. Raises :class:`PolicyRefused`, or ``ConfigError`` (a bare toolbox key of two agents, an agent slug
-    bound to another file)."""
+    """Compile ``config``; with ``prepare`` also stage code (unless ``staged`` says where :func:`stage_code` staged
+    it, for the same state directory), create folders and record new identities in the state dir's table. Raises
+    :class:`PolicyRefused`, or ``ConfigError`` (a bare toolbox key of two agents, an agent slug bound to another
+    file)."""
     policy = config.policy
     python = python or sys.executable
     state_dir = os.path.abspath(state_dir or policy.state_dir)
@@ -534,11 +597,12 @@ def compile_policy(
     layout, cgroup_problem = read_layout()
     staging_error: BaseException | None = None
     if prepare:
-        os.close(open_anchor(state_dir, mode=0o711))
-        try:
-            runtime_dir = stage_worker_code(state_dir)
-        except Exception as exc:  # every toolbox's load error below; the supervisor still starts
-            staging_error, runtime_dir = exc, os.path.join(state_dir, "runtime", "<not staged>")
+        if staged is None:
+            staged = stage_code(config, state_dir=state_dir)
+        elif staged.state_dir != state_dir:
+            raise ValueError(f"the code was staged for {staged.state_dir}, not {state_dir}")
+        staging_error = staged.error
+        runtime_dir = staged.runtime_dir or os.path.join(state_dir, "runtime", "<not staged>")
     else:
         runtime_dir = os.path.join(state_dir, "runtime", "<staged>")
     load_errors: list[dict[str, str]] = []
@@ -546,6 +610,7 @@ def compile_policy(
     specs: list[WorkerSpec] = []
     warnings: list[str] = list(config.warnings)
     git_sources: list[GitSource] = []
+    host = HostView()  # one set of answers about the host's paths for every toolbox (nothing is made until after)
     _check_toolbox_keys(config)
     credentials = load_credentials(policy.credentials)
     if prepare and any(t.tls_termination for t in policy.toolboxes.values()):
@@ -578,6 +643,7 @@ def compile_policy(
                     cgroup_problem=cgroup_problem,
                     identity=identities.get(f"{tb.agent_slug}/{tb.name}"),
                     credentials=credentials,
+                    host=host,
                 )
             except PolicyRefused:
                 raise

@@ -1,5 +1,6 @@
 """What a tool is to the supervisor: a worker's tool list checked, and argument schemas compiled."""
 
+from ._schema_pool import SchemaPool
 from ._tool_lists import CompiledSchema, ToolList, compile_schema, fingerprint, prepare_tool_list
 from ._validation import ArgumentValidator, FieldError, format_validation_errors
 
@@ -7,6 +8,7 @@ __all__ = [
     "ArgumentValidator",
     "CompiledSchema",
     "FieldError",
+    "SchemaPool",
     "ToolList",
     "compile_schema",
     "fingerprint",

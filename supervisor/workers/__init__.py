@@ -11,6 +11,7 @@ from ._spawner import LauncherSpawner, Spawner, ZygoteSpawner, preload_modules
 from ._staging import stage_worker_code
 from ._tool_cache import tool_cache_path
 from ._worker import Worker, WorkerSpec
+from ._zygote_client import Zygote, ZygoteGone
 
 __all__ = [
     "ConfinedOutcome",
@@ -22,6 +23,8 @@ __all__ = [
     "ToolboxRunner",
     "Worker",
     "WorkerSpec",
+    "Zygote",
+    "ZygoteGone",
     "ZygoteSpawner",
     "combine_watches",
     "explained_limits",

@@ -28,9 +28,7 @@ from ._spawn import ChildProcess, PidfdChild, spawn_child
 from ._zygote_client import Zygote, ZygoteChild, ZygoteGone
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-
-    from ._worker import WorkerSpec
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 __all__ = [
     "MAX_ZYGOTE_STARTS",
@@ -50,12 +48,13 @@ MAX_ZYGOTE_STARTS = 4
 ZYGOTE_START_WINDOW_S = 600.0
 
 
-def preload_modules(specs: Sequence[WorkerSpec]) -> list[str]:
-    """What the zygote imports for ``specs``: each entry's module and each toolbox kind's package, in order."""
+def preload_modules(workers: Iterable[tuple[str, str]]) -> list[str]:
+    """What the zygote imports for ``workers``, each ``(entry, kind)`` (a plan's ``module:function`` entry and its
+    toolbox kind): each entry's module and each kind's package, in order, once each."""
     names: dict[str, None] = {}
-    for spec in specs:
-        names[spec.plan.entry.partition(":")[0]] = None
-        names[f"toolboxes.{spec.kind}"] = None
+    for entry, kind in workers:
+        names[entry.partition(":")[0]] = None
+        names[f"toolboxes.{kind}"] = None
     return list(names)
 
 
@@ -109,7 +108,10 @@ class ZygoteSpawner:
         modules: Sequence[str],
         note: Callable[[str, dict[str, Any]], None],
         cwd: str = "/",
+        launched: Zygote | None = None,
     ) -> None:
+        """``launched``: a zygote already launched (:meth:`Zygote.launch`) for these settings and ``modules``,
+        importing while the caller did other work; the first start waits for it instead of spawning one."""
         self.python = python
         self.code_root = code_root
         self.env = dict(env)
@@ -122,6 +124,7 @@ class ZygoteSpawner:
         self._note = note
         self._launcher = LauncherSpawner()
         self._starts: list[float] = []
+        self._launched = launched
         self._settled = trio.Event()  # a zygote serves, or the fallback is for good; renewed when one dies
 
     @property
@@ -147,11 +150,15 @@ class ZygoteSpawner:
                     self._fall_back(f"the zygote died {len(self._starts)} times within {ZYGOTE_START_WINDOW_S:g} s")
                     break
                 self._starts.append(now)
-                zygote = Zygote(self.python, self.code_root, env=self.env, cwd=self.cwd)
-                self.zygote = zygote
-                begun = trio.current_time()
+                zygote, self._launched = self._launched, None
                 try:
-                    await zygote.start(self.modules)
+                    if zygote is None:
+                        zygote = Zygote(self.python, self.code_root, env=self.env, cwd=self.cwd)
+                        self.zygote = zygote
+                        await zygote.start(self.modules)
+                    else:
+                        self.zygote = zygote
+                        await zygote.wait_ready()
                 except ZygoteGone as exc:
                     self._fall_back(f"the zygote could not start: it {exc}")
                     break
@@ -159,7 +166,7 @@ class ZygoteSpawner:
                     "zygote_started",
                     {
                         "pid": zygote.pid,
-                        "start_s": round(trio.current_time() - begun, 3),
+                        "start_s": round(trio.current_time() - zygote.launched_at, 3),
                         "modules": len(self.modules),
                         "failed_imports": zygote.failed_imports,
                     },

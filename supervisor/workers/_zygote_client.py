@@ -106,6 +106,9 @@ class Zygote:
         self.cwd = cwd
         self.pid: int | None = None
         self.proc: ChildProcess | None = None
+        #: when :meth:`launch` spawned it (trio's clock)
+        self.launched_at = 0.0
+        self._preload: bytes | None = None  # the preload request, while it waits to be sent
         self.dead = trio.Event()
         self.death_reason = "has not started"
         self.failed_imports: dict[str, str] = {}
@@ -119,6 +122,14 @@ class Zygote:
 
     async def start(self, modules: Sequence[str], timeout_s: float = START_TIMEOUT_S) -> None:
         """Spawn the zygote, have it import ``modules`` and wait for ``ready``. Raises :class:`ZygoteGone` (why)."""
+        self.launch(modules)
+        await self.wait_ready(timeout_s)
+
+    def launch(self, modules: Sequence[str]) -> None:
+        """The first half of :meth:`start`, without waiting: spawn the zygote and ask it to import ``modules``; it
+        imports while the caller does other work (the supervisor compiles its policy meanwhile), then
+        :meth:`wait_ready` waits for its answer. Called from the trio thread (the zygote's parent-death signal is
+        that thread's). Raises :class:`ZygoteGone` when it cannot be spawned."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             argv = zygote_argv(self.python, self.code_root, theirs.fileno())
@@ -130,12 +141,29 @@ class Zygote:
         finally:
             theirs.close()
         self.pid = self.proc.pid
-        await self.proc.stdin.aclose()  # the zygote reads nothing on stdin
-        self._sock = trio.socket.from_stdlib_socket(ours)
+        self.launched_at = trio.current_time()
+        self.proc.stdin.close()  # the zygote reads nothing on stdin
+        self._sock = trio.socket.from_stdlib_socket(ours)  # non-blocking from here on
+        self._preload = encode_message({"t": "preload", "modules": list(modules)})
+        try:  # one small message on a fresh pair: the socket's buffer takes it now
+            ours.send(self._preload)
+            self._preload = None
+        except BlockingIOError:
+            pass  # (it never is full) wait_ready sends it
+        except OSError:
+            self._preload = None  # the zygote is gone already: wait_ready says how
+
+    async def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait (up to ``timeout_s`` after :meth:`launch`) for the launched zygote's ``ready``. Raises
+        :class:`ZygoteGone` (why) when it does not come: the zygote is killed then."""
+        if self._sock is None:
+            raise ZygoteGone(self.death_reason)
         answer: dict[str, Any] | None = None
-        with trio.move_on_after(timeout_s):
+        with trio.move_on_at(self.launched_at + timeout_s):
             try:
-                await self._sock.send(encode_message({"t": "preload", "modules": list(modules)}))
+                if self._preload is not None:
+                    await self._sock.send(self._preload)
+                    self._preload = None
                 answer, fds = await self._receive()
                 _close_all(fds)
             except (OSError, ZygoteWireError):

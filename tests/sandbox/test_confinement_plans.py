@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import sys
@@ -13,7 +14,7 @@ import pytest
 from sandbox._errors import ConfinementError, SandboxError
 from sandbox._launcher import decode_plan
 from sandbox._netns import CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER, plan_namespaces
-from sandbox._plan import ConfinementPlan, FsRule, Rlimits
+from sandbox._plan import ConfinementPlan, FsRule, Rlimits, ViewSpec
 from sandbox._privileges import check_status
 from sandbox._rlimits import RlimitSetting, plan_rlimits
 from sandbox._syspaths import python_runtime_paths, uid_can_read
@@ -137,6 +138,30 @@ def _wire(**changes: object) -> bytes:
     wire = plan.to_wire()
     wire.update(changes)
     return msgpack.packb(wire)
+
+
+def test_the_wire_form_is_the_plan_as_asdict_gives_it_and_decodes_back() -> None:
+    """``to_wire`` (which leaves the payload uncopied) gives what ``dataclasses.asdict`` gives, byte for byte once
+    encoded, for a plan with every nested part (rules, rlimits, view, a nested payload), and the launcher decodes
+    the same plan back."""
+    plan = ConfinementPlan(
+        toolbox="t",
+        workdir="/w",
+        entry="m:f",
+        payload={"config": {"policy": {"limits": {"wall_time_s": 5}, "env": {"A": "b"}}, "list": [1, [2, {"x": 3}]]}},
+        uid=1,
+        gid=2,
+        groups=(7, 8),
+        fs_rules=(FsRule("/usr"), FsRule("/w", "write")),
+        tcp_connect_ports=(8080,),
+        rlimits=Rlimits(cpu_seconds=3, processes=9),
+        view=ViewSpec(hostname="h", system_paths=("/usr", "/lib")),
+        env={"PATH": "/usr/bin"},
+    )
+    wire = plan.to_wire()
+    assert wire == dataclasses.asdict(plan)
+    assert msgpack.packb(wire, use_bin_type=True) == msgpack.packb(dataclasses.asdict(plan), use_bin_type=True)
+    assert decode_plan(msgpack.packb(wire, use_bin_type=True)) == plan
 
 
 def test_decode_plan_round_trips() -> None:

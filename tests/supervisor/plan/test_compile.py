@@ -8,10 +8,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import sandbox._view
 from sandbox._plan import READ, WRITE
 from supervisor._errors import PolicyRefused
 from supervisor.config._loader import load_config
+from supervisor.plan import _compile as compile_module
 from supervisor.plan._compile import compile_policy
+from supervisor.plan._host_view import HostView
 from tests._policies import agent, system_toolbox, write_policy
 
 if TYPE_CHECKING:
@@ -180,3 +183,39 @@ def test_check_says_when_the_cgroup_replaces_the_address_space_rlimit(sandbox_tm
         assert spec.plan.rlimits.address_space_bytes is None and spec.report["rlimit_as"] is None
     no_memory = _compile(sandbox_tmp, system_toolbox(), limits={"address_space_bytes": "512MiB", "memory_bytes": None})
     assert no_memory.specs[0].plan.rlimits.address_space_bytes == 512 * 2**20
+
+
+def test_one_compile_asks_the_host_once_per_path_and_every_toolbox_gets_the_same_answers(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rules of every toolbox share most paths (system paths, the interpreter's, the staged code): one compile
+    lstat()s each path once (``_host_view.HostView``), and each toolbox's view and rules are what it gets when
+    every question is asked afresh."""
+    boxes = [system_toolbox(name, capabilities=["date"]) for name in ("one", "two", "three")]
+    path = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=boxes)})
+    asked: dict[str, int] = {}
+    real_probe = sandbox._view.probe_host
+
+    def counting_probe(probed: str) -> object:
+        asked[probed] = asked.get(probed, 0) + 1
+        return real_probe(probed)
+
+    monkeypatch.setattr(sandbox._view, "probe_host", counting_probe)
+    shared = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
+    assert len(shared.specs) == 3 and asked
+    assert max(asked.values()) == 1, {p: n for p, n in asked.items() if n > 1}
+
+    class Forgetful(HostView):  # every question asked again, as each toolbox's own planning did before
+        def probe(self, probed: str) -> object:  # type: ignore[override]
+            return sandbox._view.probe_host(probed)
+
+        def exists(self, probed: str) -> bool:
+            return os.path.exists(probed)
+
+    monkeypatch.setattr(compile_module, "HostView", Forgetful)
+    asked.clear()
+    fresh = compile_policy(load_config(str(path)), state_dir=str(sandbox_tmp / "state"), prepare=False)
+    assert max(asked.values()) >= 3  # (the shared paths, at least once per toolbox)
+    for a, b in zip(shared.specs, fresh.specs, strict=True):
+        assert a.report["view"] and a.report["view"] == b.report["view"]
+        assert a.plan.fs_rules == b.plan.fs_rules and a.warnings == b.warnings
