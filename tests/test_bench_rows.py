@@ -201,3 +201,17 @@ async def test_the_stdio_floor_relay_answers_both_clients() -> None:
     async with bench_mcp.sdk_client_caller(params, "date") as call:
         figures = await bench_mcp.interleaved({"relay": call}, 10, 1, rounds=2, warmup=1)
     assert figures["relay"]["calls_per_s"] > 0
+
+
+def test_the_folders_a_benchmark_made_are_removed_and_no_others() -> None:
+    from _bench_common import BENCH_ROOT, bench_folder, remove_bench_folders
+
+    other = Path(BENCH_ROOT) / "not-made-by-bench-folder"
+    other.mkdir(parents=True, exist_ok=True)
+    made = [bench_folder(), bench_folder()]
+    (made[0] / "state").mkdir()
+    (made[0] / "state" / "trace.jsonl").write_text("{}\n")
+    remove_bench_folders()
+    assert not any(p.exists() for p in made)
+    assert other.is_dir()
+    other.rmdir()
