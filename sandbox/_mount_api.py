@@ -27,6 +27,7 @@ __all__ = [
     "ATTR_RDONLY",
     "RESOLVE_NO_SYMLINKS",
     "attach",
+    "attach_at",
     "clone_tree",
     "fail",
     "move_to_path",
@@ -114,17 +115,23 @@ def attach(mount_fd: int, root: int, path: str) -> None:
     except OSError as exc:
         raise fail(f"mount point {path} of the view", exc.errno or errno.EINVAL) from exc
     try:
-        syscall(
-            f"move_mount onto {path}",
-            _SYS_MOVE_MOUNT,
-            ctypes.c_int(mount_fd),
-            b"",
-            ctypes.c_int(target),
-            b"",
-            ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
-        )
+        attach_at(mount_fd, target, path)
     finally:
         os.close(target)
+
+
+def attach_at(mount_fd: int, target: int, path: str) -> None:
+    """Move the detached mount ``mount_fd`` onto the mount point ``target`` (an fd, opened as :func:`attach` does;
+    ``path`` names it in errors)."""
+    syscall(
+        f"move_mount onto {path}",
+        _SYS_MOVE_MOUNT,
+        ctypes.c_int(mount_fd),
+        b"",
+        ctypes.c_int(target),
+        b"",
+        ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
+    )
 
 
 def move_to_path(mount_fd: int, path: str, what: str) -> None:
