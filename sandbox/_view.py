@@ -34,6 +34,7 @@ import re
 import stat
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 from sandbox._mount_api import (
     ATTR_NODEV,
     ATTR_NOEXEC,
@@ -65,7 +66,7 @@ _MNT_DETACH = 2
 #: a real folder is used. Nothing of it remains visible after the pivot.
 _STAGING = ("/tmp", "/mnt", "/media", "/srv", "/run", "/var/tmp")
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = LIBC
 
 
 def probe_host(path: str) -> PathInfo:
