@@ -16,6 +16,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,6 +28,7 @@ __all__ = [
     "ATTR_RDONLY",
     "RESOLVE_NO_SYMLINKS",
     "attach",
+    "attach_at",
     "clone_tree",
     "fail",
     "move_to_path",
@@ -52,8 +54,7 @@ RESOLVE_NO_SYMLINKS = _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
 #: are followed (they would come from xattrs of the host's files), no index.
 _OVERLAY_OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"), ("index", "off"))
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+_libc = LIBC
 
 
 def fail(what: str, err: int) -> ConfinementError:
@@ -114,17 +115,23 @@ def attach(mount_fd: int, root: int, path: str) -> None:
     except OSError as exc:
         raise fail(f"mount point {path} of the view", exc.errno or errno.EINVAL) from exc
     try:
-        syscall(
-            f"move_mount onto {path}",
-            _SYS_MOVE_MOUNT,
-            ctypes.c_int(mount_fd),
-            b"",
-            ctypes.c_int(target),
-            b"",
-            ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
-        )
+        attach_at(mount_fd, target, path)
     finally:
         os.close(target)
+
+
+def attach_at(mount_fd: int, target: int, path: str) -> None:
+    """Move the detached mount ``mount_fd`` onto the mount point ``target`` (an fd, opened as :func:`attach` does;
+    ``path`` names it in errors)."""
+    syscall(
+        f"move_mount onto {path}",
+        _SYS_MOVE_MOUNT,
+        ctypes.c_int(mount_fd),
+        b"",
+        ctypes.c_int(target),
+        b"",
+        ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
+    )
 
 
 def move_to_path(mount_fd: int, path: str, what: str) -> None:

@@ -60,6 +60,7 @@ import os
 import struct
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 
 __all__ = [
     "CLONE_NEWUSER",
@@ -348,9 +349,7 @@ def apply_seccomp(program: bytes, machine: str, *, log: bool = False) -> None:
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     prog = _Prog(count, ctypes.addressof(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    result = libc.syscall(
+    result = LIBC.syscall(
         ctypes.c_long(_NR_SECCOMP[machine]),
         ctypes.c_long(_SECCOMP_SET_MODE_FILTER),
         ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC | (_SECCOMP_FILTER_FLAG_LOG if log else 0)),

@@ -34,6 +34,7 @@ import re
 import stat
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 from sandbox._mount_api import (
     ATTR_NODEV,
     ATTR_NOEXEC,
@@ -41,6 +42,7 @@ from sandbox._mount_api import (
     ATTR_RDONLY,
     RESOLVE_NO_SYMLINKS,
     attach,
+    attach_at,
     clone_tree,
     fail,
     move_to_path,
@@ -64,7 +66,7 @@ _MNT_DETACH = 2
 #: a real folder is used. Nothing of it remains visible after the pivot.
 _STAGING = ("/tmp", "/mnt", "/media", "/srv", "/run", "/var/tmp")
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = LIBC
 
 
 def probe_host(path: str) -> PathInfo:
@@ -262,8 +264,8 @@ def _bind(root: int, op: ViewOp, source: int, prepared: dict[str, int]) -> None:
 
 
 def _mount_proc(root: int, null: int) -> None:
-    """The worker's procfs on ``/proc``, host-wide files masked (the worker's own ``/dev/null`` over files, an
-    empty tmpfs over dirs)."""
+    """The worker's procfs on ``/proc``, host-wide files masked (the worker's own ``/dev/null`` over files, clones of
+    one empty read-only tmpfs over dirs)."""
     proc = new_fs("proc", (), ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, "/proc")
     try:
         attach(proc, root, "/proc")
@@ -272,28 +274,40 @@ def _mount_proc(root: int, null: int) -> None:
     for name in MASKED_FILES:
         path = f"/proc/{name}"
         try:
-            os.close(open_beneath(root, path))
+            target = open_beneath(root, path)
         except OSError:
             continue  # this kernel has no such file
-        clone = clone_tree(null, "/dev/null")
         try:
-            attach(clone, root, path)
-        finally:
-            os.close(clone)
-    for name in MASKED_DIRS:
-        path = f"/proc/{name}"
-        try:
-            fd = open_beneath(root, path)
-        except OSError:
-            continue
-        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-        os.close(fd)
-        if is_dir:
-            empty = tmpfs(4096, 0o555, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, path)
+            clone = clone_tree(null, "/dev/null")
             try:
-                attach(empty, root, path)
+                attach_at(clone, target, path)
             finally:
-                os.close(empty)
+                os.close(clone)
+        finally:
+            os.close(target)
+    empty = -1  # one empty read-only tmpfs, a clone of it on each folder: nothing can be written to share
+    try:
+        for name in MASKED_DIRS:
+            path = f"/proc/{name}"
+            try:
+                target = open_beneath(root, path)
+            except OSError:
+                continue
+            try:
+                if not stat.S_ISDIR(os.fstat(target).st_mode):
+                    continue
+                if empty < 0:
+                    empty = tmpfs(4096, 0o555, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, "/proc masks")
+                clone = clone_tree(empty, path)
+                try:
+                    attach_at(clone, target, path)
+                finally:
+                    os.close(clone)
+            finally:
+                os.close(target)
+    finally:
+        if empty >= 0:
+            os.close(empty)
 
 
 def _staging_dir() -> str:

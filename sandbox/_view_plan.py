@@ -240,12 +240,26 @@ class _Builder:
         self.ensure_dir(posixpath.dirname(path))
 
 
+def _probe_once(probe: Probe) -> Probe:
+    seen: dict[str, PathInfo] = {}
+
+    def cached(path: str) -> PathInfo:
+        info = seen.get(path)
+        if info is None:
+            info = seen[path] = probe(path)
+        return info
+
+    return cached
+
+
 def plan_view(
     rules: Iterable[FsRule], spec: ViewSpec, files: dict[str, str], probe: Probe, mounts: Collection[str] = ()
 ) -> ViewPlan:
     """Build the view of ``rules`` (see the module docstring). ``files`` maps each path of :data:`GENERATED` the
     view should hold to its content; ``mounts`` are the host's mount points. Raises :class:`ViewError` for a rule
-    on ``/``."""
+    on ``/``. Each path is probed once (the host's answer within one planning is taken as one snapshot; the view
+    opens every source again, without following a link, when it mounts it)."""
+    probe = _probe_once(probe)
     b = _Builder()
     for path, size, mode in (
         ("/dev", 64 << 10, 0o755),

@@ -4,10 +4,10 @@ The supervisor starts it like a launcher (``[python, "-I", "-B", "-c", <bootstra
 on ``sys.path``, the supervisor's few fixed variables as its environment; ``supervisor/workers/_zygote_client.py``)
 with one end of an ``AF_UNIX``/``SOCK_SEQPACKET`` socket pair on the fd its bootstrap names. It sets its
 parent-death signal, imports the modules the supervisor names (the worker entry and the toolbox kinds' packages:
-importing is the slow part of a start), freezes what it made out of the collector's way (``gc.freeze``: a child's
-collections then do not write to the pages it shares with the zygote), refuses to serve if it has more than one
-thread, answers ``ready`` and serves spawn requests (``sandbox._zygote_wire`` has the messages) until the socket
-closes.
+importing is the slow part of a start), loads the C library's name-service modules (a lookup of an unknown user
+and group), freezes what it made out of the collector's way (``gc.freeze``: a child's collections then do not write to
+the pages it shares with the zygote), refuses to serve if it has more than one thread, answers ``ready`` and serves
+spawn requests (``sandbox._zygote_wire`` has the messages) until the socket closes.
 
 For each request it forks; when the request asks for a PID namespace (the plan's ``new_pidns``), between
 ``unshare(CLONE_NEWPID)`` and a ``setns`` back to its own PID namespace (an fd of it opened at start), so the child is
@@ -122,6 +122,27 @@ def _preload(modules: list[str]) -> dict[str, str]:
         except Exception as exc:
             failed[name] = f"{type(exc).__name__}: {exc}"[:500]
     return failed
+
+
+#: an id no account has: a lookup of it goes through every name service ``/etc/nsswitch.conf`` names
+_UNKNOWN_ID = 2_147_483_646
+
+
+def _warm_name_service() -> None:
+    """Look up a user and a group no one has, so that the C library loads every name-service module
+    ``/etc/nsswitch.conf`` names (``libnss_systemd`` and the like; ``files`` is part of the C library) once here and
+    not in every child: the private view names the worker's uid and gids with ``getpwuid``/``getgrgid``, and a uid of
+    its own (``worker_uids``) is unknown to the host's files, so each child went on to load the next module (about
+    0.7 ms, 5.8 ms without ``libcap`` already loaded). Each child still looks its ids up itself, against the host's
+    files as they are then; nothing is kept but the loaded code."""
+    import grp
+    import pwd
+
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(_UNKNOWN_ID)
+        except (KeyError, OSError):
+            pass
 
 
 def _place_fds(fds: list[int], targets: list[int], parent_pidfd: int) -> int:
@@ -292,6 +313,7 @@ def serve(sock: socket.socket) -> NoReturn:
     if first.get("t") != "preload":
         _fail(f"the first message must be 'preload', not {first.get('t')!r}")
     failed = _preload([*STEP_MODULES, *check_modules(first.get("modules"))])
+    _warm_name_service()
     gc.collect()
     gc.freeze()  # what the zygote made stays; a child's collector leaves those pages shared
     threads = thread_count()

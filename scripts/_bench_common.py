@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = [
     "agent_file",
     "bench_folder",
     "percentile",
+    "remove_bench_folders",
     "system_toolbox",
     "write_policy",
 ]
@@ -58,13 +60,25 @@ PROTECTIONS = frozenset(
 CALL_BOUNDS = frozenset({"max_concurrent_calls", "wall_time_s", "output_bytes"})
 
 
+_made: list[Path] = []
+
+
 def bench_folder() -> Path:
-    """A fresh folder under :data:`BENCH_ROOT` that every uid may traverse."""
+    """A fresh folder under :data:`BENCH_ROOT` that every uid may traverse (:func:`remove_bench_folders` removes
+    it)."""
     os.makedirs(BENCH_ROOT, exist_ok=True)
     os.chmod(BENCH_ROOT, 0o755)
     root = Path(tempfile.mkdtemp(dir=BENCH_ROOT))
     os.chmod(root, 0o755)
+    _made.append(root)
     return root
+
+
+def remove_bench_folders() -> None:
+    """Remove every folder :func:`bench_folder` made in this process (their supervisors must be closed): a
+    benchmark's state (session stores, traces, work folders) is tens of MiB a supervisor."""
+    while _made:
+        shutil.rmtree(_made.pop(), ignore_errors=True)
 
 
 def system_toolbox(name: str = "system", capabilities: tuple[str, ...] = ("date",)) -> dict[str, Any]:

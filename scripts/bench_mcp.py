@@ -183,6 +183,8 @@ class RawClient:
             self._buffer += chunk
             *lines, self._buffer = self._buffer.split(b"\n")
             for line in lines:
+                if not line.startswith(b"{"):  # not JSON-RPC (py-spy's own lines when it runs the server)
+                    continue
                 msg = json.loads(line)
                 if "id" in msg and msg["id"] in self._waiting:
                     self._replies[msg["id"]] = msg
@@ -200,8 +202,11 @@ class RawClient:
 
 
 @asynccontextmanager
-async def raw_caller(argv: list[str], env: dict[str, str], tool: str) -> AsyncIterator[Call]:
-    """The stdio server ``argv`` driven by :class:`RawClient`, initialized; yields a call of ``tool``."""
+async def raw_caller(
+    argv: list[str], env: dict[str, str], tool: str, pids: list[int] | None = None
+) -> AsyncIterator[Call]:
+    """The stdio server ``argv`` driven by :class:`RawClient`, initialized; yields a call of ``tool`` (and appends
+    the server's pid to ``pids``, when given)."""
     async with trio.open_nursery() as nursery:
         proc = await nursery.start(
             partial(
@@ -215,6 +220,8 @@ async def raw_caller(argv: list[str], env: dict[str, str], tool: str) -> AsyncIt
                 check=False,
             )
         )
+        if pids is not None:
+            pids.append(proc.pid)
         client = RawClient(proc)
         nursery.start_soon(client.reader)
         await client.request(
@@ -229,6 +236,8 @@ async def raw_caller(argv: list[str], env: dict[str, str], tool: str) -> AsyncIt
 
         yield call
         await proc.stdin.aclose()
+        with trio.move_on_after(20):  # a stdio server ends at the end of its input; one that does not is stopped
+            await proc.wait()
         nursery.cancel_scope.cancel()
 
 

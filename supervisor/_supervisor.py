@@ -475,7 +475,7 @@ class Supervisor:
         commit, before frontends' calls are answered)."""
         self.trace.flush()
         if self.sessions is not None:
-            self.sessions.flush()
+            self.sessions.flush(touch=False)  # the sessions' modified times: by the flusher, within its interval
 
     async def _flush_trace(self) -> None:
         """Write buffered call records and session writes at least every ``FLUSH_INTERVAL_S``; prune old sessions

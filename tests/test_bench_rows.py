@@ -201,3 +201,42 @@ async def test_the_stdio_floor_relay_answers_both_clients() -> None:
     async with bench_mcp.sdk_client_caller(params, "date") as call:
         figures = await bench_mcp.interleaved({"relay": call}, 10, 1, rounds=2, warmup=1)
     assert figures["relay"]["calls_per_s"] > 0
+
+
+def test_the_folders_a_benchmark_made_are_removed_and_no_others() -> None:
+    from _bench_common import BENCH_ROOT, bench_folder, remove_bench_folders
+
+    other = Path(BENCH_ROOT) / "not-made-by-bench-folder"
+    other.mkdir(parents=True, exist_ok=True)
+    made = [bench_folder(), bench_folder()]
+    (made[0] / "state").mkdir()
+    (made[0] / "state" / "trace.jsonl").write_text("{}\n")
+    remove_bench_folders()
+    assert not any(p.exists() for p in made)
+    assert other.is_dir()
+    other.rmdir()
+
+
+def test_the_profile_is_summed_by_process_and_function() -> None:
+    from bench_profile import summarize
+
+    sup = 'process 10:"/venv/bin/python -m supervisor --policy p.yaml"'
+    worker = (
+        'process 11:"/venv/bin/python -I -B -c import sys; sys.path[:0] = ["/x"]; from sandbox._zygote import main"'
+    )
+    collapsed = "\n".join(
+        [
+            f"{sup};main (supervisor/frontends/_cli.py:3);Portal.call (supervisor/calls/_portal.py:10) 30",
+            f"{sup};main (supervisor/frontends/_cli.py:3);Portal.call (supervisor/calls/_portal.py:12) 10",
+            f"{sup};main (supervisor/frontends/_cli.py:3);dumps (json/__init__.py:231) 40",
+            # a child's stacks come under its parent's process frame; the command holds semicolons
+            f"{sup};{worker};thread 0x1;read (toolboxes/_worker.py:80) 20",
+            "not a stack line",
+        ]
+    )
+    table = summarize(collapsed, top=2)
+    assert "| supervisor | 80 % | `Portal.call (supervisor/calls/_portal.py)` | 50.0 % | 50.0 % |" in table
+    assert "|  |  | `dumps (json/__init__.py)` | 50.0 % | 50.0 % |" in table
+    assert "|  |  | `main (supervisor/frontends/_cli.py)` | 0.0 % | 100.0 % |" in table  # ours, inclusive
+    assert "| worker (forked by the zygote) | 20 % | `read (toolboxes/_worker.py)` | 100.0 % | 100.0 % |" in table
+    assert summarize("") == "No samples (py-spy recorded nothing)."

@@ -18,6 +18,8 @@ slow client is dropped, its request answered 408 when it has not started one); a
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections.abc import Callable
 from http import HTTPStatus
@@ -168,8 +170,24 @@ class _Exchange:
                 self.conn.receive_data(bytes(data))
         return {"type": "http.disconnect"}
 
+    def _write_now(self, data: bytes) -> bytes:
+        """Write what the socket takes of ``data`` at once, without a trip through the scheduler (the response's
+        only write, so no other is under way); what is left for :meth:`_write`. A stream that is not a plain socket
+        (TLS) takes it all there."""
+        sock = getattr(self.stream, "socket", None)
+        if sock is None or self.gone:
+            return data
+        try:
+            written = os.write(sock.fileno(), data)
+        except BlockingIOError:
+            return data
+        except OSError:  # reset, closed: the client went away, as _write would find
+            self.gone = True
+            return b""
+        return data[written:]
+
     async def _write(self, data: bytes) -> None:
-        if self.gone:
+        if self.gone or not data:
             return
         try:
             await self.stream.send_all(data)
@@ -191,7 +209,7 @@ class _Exchange:
             whole = whole_response(int(self.started["status"]), list(self.started.get("headers", [])), body)
             if whole is not None:
                 self.head_sent = self.finished = self.raw = True
-                await self._write(whole)
+                await self._write(self._write_now(whole))
                 if self._done is not None:
                     self._done.set()
                 return
@@ -289,48 +307,55 @@ async def serve_connection(
     """Serve requests on ``stream`` until the client closes it, stays idle past ``read_timeout_s``, or a response
     cannot be followed by another (``Connection: close``, a body the app did not read, an app error)."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
+    # One timer for the connection's reads of request heads instead of a cancel scope per read (one cost about what a
+    # tenth of h11's parsing of a call does): its deadline is set before each such read and lifted after it, so it
+    # ends nothing but a read.
+    timer = trio.CancelScope()
     try:
-        while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                await _simple(stream, exc.error_status_hint, f"bad request: {exc}")
-                return
-            if event is h11.NEED_DATA:
-                with trio.move_on_after(read_timeout_s) as waited:
+        with timer:
+            while True:
+                try:
+                    event = conn.next_event()
+                except h11.RemoteProtocolError as exc:
+                    await _simple(stream, exc.error_status_hint, f"bad request: {exc}")
+                    return
+                if event is h11.NEED_DATA:
+                    timer.deadline = trio.current_time() + read_timeout_s
                     data = await _receive(stream)
-                if waited.cancelled_caught:
-                    if conn.their_state is h11.SEND_BODY or conn.trailing_data[0]:  # a request was begun
-                        await _simple(stream, 408, "the request did not arrive in time")
+                    if timer.cancel_called:  # the deadline came as the bytes did: late all the same
+                        break
+                    timer.deadline = math.inf
+                    conn.receive_data(bytes(data))
+                    continue
+                if not isinstance(event, h11.Request):
+                    return  # ConnectionClosed (or a protocol state we do not continue from)
+                exchange = _Exchange(conn, stream, read_timeout_s, event)
+                try:
+                    await app(_scope(event, scheme, server, client), exchange.receive, exchange.send)
+                except Exception as exc:  # a bug of the app: this request is answered 500, the server goes on
+                    on_error(exc)
+                    if exchange.started is None:
+                        await _simple(stream, 500, "internal error; see the trace")
                     return
-                conn.receive_data(bytes(data))
-                continue
-            if not isinstance(event, h11.Request):
-                return  # ConnectionClosed (or a protocol state we do not continue from)
-            exchange = _Exchange(conn, stream, read_timeout_s, event)
-            try:
-                await app(_scope(event, scheme, server, client), exchange.receive, exchange.send)
-            except Exception as exc:  # a bug of the app: this request is answered 500, the server goes on
-                on_error(exc)
-                if exchange.started is None:
-                    await _simple(stream, 500, "internal error; see the trace")
-                return
-            if exchange.raw:  # answered past h11: the next request is a fresh h11 connection's first
-                if exchange.gone or not _rest_read(conn):
+                if exchange.raw:  # answered past h11: the next request is a fresh h11 connection's first
+                    if exchange.gone or not _rest_read(conn):
+                        return
+                    rest, closed = conn.trailing_data
+                    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
+                    if rest:
+                        conn.receive_data(rest)
+                    if closed:
+                        conn.receive_data(b"")  # to h11, no bytes is the end of the stream
+                    continue
+                if not exchange.finished or exchange.gone or conn.our_state is not h11.DONE or not _rest_read(conn):
                     return
-                rest, closed = conn.trailing_data
-                conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
-                if rest:
-                    conn.receive_data(rest)
-                if closed:
-                    conn.receive_data(b"")  # to h11, no bytes is the end of the stream
-                continue
-            if not exchange.finished or exchange.gone or conn.our_state is not h11.DONE or not _rest_read(conn):
-                return
-            try:
-                conn.start_next_cycle()  # raises when the request's body was not read to its end
-            except h11.LocalProtocolError:
-                return
+                try:
+                    conn.start_next_cycle()  # raises when the request's body was not read to its end
+                except h11.LocalProtocolError:
+                    return
+        # The timer ended a read: the client was too slow.
+        if conn.their_state is h11.SEND_BODY or conn.trailing_data[0]:  # a request was begun
+            await _simple(stream, 408, "the request did not arrive in time")
     finally:
         with trio.move_on_after(1) as cleanup:
             cleanup.shield = True

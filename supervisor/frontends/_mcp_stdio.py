@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor.workers import send_whole
+from supervisor.workers import ChunkReader, send_whole
 
 from ._mcp_session import INVALID_REQUEST, McpSession, encode_message
 
@@ -64,11 +64,9 @@ class McpStdioServer:
             nursery.start_soon(self.session.log.pump, self._write)
             buffer = bytearray()
             skipping = False  # inside a line that was too long: drop bytes until its newline
+            reader = ChunkReader(self._receive, 1 << 16)  # one yield per chunk read, not two
             while True:
-                try:
-                    chunk = await self._receive.receive_some(1 << 16)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    chunk = b""
+                chunk = await reader.receive()
                 if not chunk:
                     break
                 start = 0

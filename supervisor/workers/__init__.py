@@ -5,7 +5,7 @@ from ._confined_exec import ConfinedOutcome, run_confined
 from ._kernel_audit import KernelAudit, combine_watches, host_explanations
 from ._launch import launcher_argv
 from ._limit_notes import LimitWatch, explained_limits
-from ._pipes import send_whole
+from ._pipes import ChunkReader, send_whole
 from ._runner import SupervisionPolicy, ToolboxRunner
 from ._spawner import LauncherSpawner, Spawner, ZygoteSpawner, preload_modules
 from ._staging import stage_worker_code
@@ -14,6 +14,7 @@ from ._worker import Worker, WorkerSpec
 from ._zygote_client import Zygote, ZygoteGone
 
 __all__ = [
+    "ChunkReader",
     "ConfinedOutcome",
     "KernelAudit",
     "LauncherSpawner",

@@ -38,7 +38,7 @@ from supervisor.tools import CompiledSchema, ToolList, prepare_tool_list
 from toolboxes._protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode, json_problem
 from toolboxes._result import ToolResult
 
-from ._pipes import FrameWriter
+from ._pipes import ChunkReader, FrameWriter
 
 __all__ = ["CANCEL_GRACE_S", "ConnectionState", "WorkerConnection"]
 
@@ -277,12 +277,10 @@ class WorkerConnection:
 
     async def _read_frames(self) -> None:
         decoder = FrameDecoder("to_supervisor", self._max_frame_bytes)
+        reader = ChunkReader(self._receive, READ_CHUNK)
         try:
             while True:
-                try:
-                    chunk = await self._receive.receive_some(READ_CHUNK)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    chunk = b""
+                chunk = await reader.receive()
                 if not chunk:
                     break
                 for message in decoder.feed(bytes(chunk)):

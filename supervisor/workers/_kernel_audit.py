@@ -72,7 +72,7 @@ _TEXT_SCANNED = 32 << 10
 Finish = Callable[[ToolResult], ToolResult | Awaitable[ToolResult]]
 
 
-@dataclass
+@dataclass(eq=False)  # one per call, found by identity (in-flight lists are searched on every call's end)
 class _Call:
     call_id: str
     tool: str

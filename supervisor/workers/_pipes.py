@@ -1,4 +1,5 @@
-"""Writing whole frames to a pipe from several trio tasks, without a scheduler round trip when the pipe has room.
+"""Writing whole frames to a pipe from several trio tasks, without a scheduler round trip when the pipe has room;
+reading one, without a round trip when data is already waiting.
 
 ``trio.lowlevel.FdStream.send_all`` always yields to the scheduler (it checkpoints before and after the write); on
 the call path that is two task switches per frame. :func:`send_whole` writes at once when no other task is in the
@@ -8,6 +9,10 @@ promptly), and otherwise falls back to a locked write, so frames never interleav
 :class:`FrameWriter` does the same for one stream and also knows when a write was cancelled after part of a frame
 went out (:attr:`FrameWriter.torn`): the stream is then unusable (the peer would read half a frame followed by the
 next one), so every later send raises ``trio.BrokenResourceError`` and the owner is expected to end the peer.
+
+:class:`ChunkReader` reads for one task: ``trio.lowlevel.FdStream.receive_some`` checkpoints before every read,
+even when it then parks until the pipe is readable; the reader yields only once per chunk: by parking when
+nothing waits, else right after the read, so a peer writing without pause still cannot keep the loop to itself.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import stat
 
 import trio
 
-__all__ = ["FrameWriter", "send_whole"]
+__all__ = ["ChunkReader", "FrameWriter", "send_whole"]
 
 
 def _write_now(fileno: int, data: bytes | memoryview) -> int:
@@ -132,3 +137,44 @@ class FrameWriter:
             if len(view) < len(data):
                 self.torn = True
             raise
+
+
+class ChunkReader:
+    """Chunks of at most ``size`` bytes from ``stream``, for one task; ``b""`` once the stream ended, broke or was
+    closed. A stream without a ``fileno`` is read with its own ``receive_some``."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, size: int) -> None:
+        self.stream = stream
+        self.size = size
+        #: the stream's fd, asked each time (a closed ``FdStream`` answers -1, never a reused number)
+        self._fileno_of = getattr(stream, "fileno", None)
+
+    async def receive(self) -> bytes:
+        """The next chunk. A checkpoint: cancellation is looked at first, and it yields at least once, parking until
+        the stream is readable or, when data was waiting, right after reading it (shielded: a chunk read is never
+        lost to a cancel)."""
+        if self._fileno_of is None:
+            try:
+                return bytes(await self.stream.receive_some(self.size))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return b""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        parked = False
+        while True:
+            fileno = self._fileno_of()
+            if fileno < 0:
+                return b""
+            try:
+                data = os.read(fileno, self.size)
+            except BlockingIOError:
+                try:
+                    await trio.lowlevel.wait_readable(fileno)
+                except trio.ClosedResourceError:
+                    return b""
+                parked = True
+                continue
+            except OSError:  # EBADF, EIO: as broken
+                return b""
+            if not parked:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            return data

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from sandbox._procfs import MASKED_DIRS, MASKED_FILES
 from sandbox._view_plan import NO_NETWORK_RESOLV_CONF
 from supervisor._supervisor import Supervisor
 from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
@@ -184,6 +185,22 @@ async def test_proc_cmdline_and_boot_id_are_masked(sup: Supervisor) -> None:
     assert Path("/proc/cmdline").read_text() and Path("/proc/sys/kernel/random/boot_id").read_text()
     out = await _run(sup, "cat /proc/cmdline /proc/sys/kernel/random/boot_id | wc -c")
     assert out["stdout"] == "0\n", out
+
+
+async def test_every_host_wide_proc_file_reads_empty_and_every_masked_folder_is_empty(sup: Supervisor) -> None:
+    """Each of ``MASKED_FILES`` this kernel has reads empty in the view's ``/proc`` and each of ``MASKED_DIRS`` is an
+    empty folder nothing can be made in (all of them clones of one read-only tmpfs)."""
+    files = [name for name in MASKED_FILES if Path("/proc", name).is_file()]
+    dirs = [name for name in MASKED_DIRS if Path("/proc", name).is_dir() and not Path("/proc", name).is_symlink()]
+    assert files and dirs
+    script = "; ".join(
+        [*(f"echo {n} $(head -c 64 /proc/{n} 2>/dev/null | wc -c)" for n in files)]
+        + [f"echo {n} $(ls -A /proc/{n} | wc -l) $(touch /proc/{n}/x 2>/dev/null && echo WROTE)" for n in dirs]
+    )
+    out = await _run(sup, script)
+    seen = dict(line.split(" ", 1) for line in out["stdout"].splitlines())
+    assert {n: seen.get(n) for n in files} == dict.fromkeys(files, "0"), out
+    assert {n: seen.get(n) for n in dirs} == dict.fromkeys(dirs, "0"), out
 
 
 async def test_a_read_only_grant_cannot_be_touched_or_chmodded(sup: Supervisor, sandbox_tmp: Path) -> None:

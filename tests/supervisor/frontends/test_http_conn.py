@@ -188,3 +188,67 @@ async def test_a_client_that_resets_its_connection_costs_that_connection_only() 
             client.close()  # RST, not FIN
     await listener.aclose()
     assert served == ["returned"] and not errors
+
+
+async def _served(app: Any = _echo_app) -> tuple[trio.testing.MemoryStapledStream, list[str], Any]:
+    """A connection served with ``read_timeout_s=30`` in the background: the client's stream, what the server did
+    (``"returned"`` once it ended), and the nursery's task to start it."""
+    client, server = trio.testing.memory_stream_pair()
+    ended: list[str] = []
+
+    async def run() -> None:
+        await serve_connection(server, app, scheme="http", max_head_bytes=16384, read_timeout_s=30, on_error=print)
+        ended.append("returned")
+
+    return client, ended, run
+
+
+async def _read_all(stream: trio.abc.Stream) -> bytes:
+    data = b""
+    while chunk := await stream.receive_some(65536):
+        data += chunk
+    return data
+
+
+async def test_a_request_that_stalls_half_way_is_answered_408_at_the_read_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, ended, run = await _served()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        start = trio.current_time()
+        await client.send_all(_request("POST", "/x", b"body")[:20])  # half a head, then nothing
+        answer = await _read_all(client)
+    assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive in time" in answer
+    assert trio.current_time() - start == 30 and ended == ["returned"]
+
+
+async def test_an_idle_keep_alive_connection_is_closed_at_the_read_timeout_without_an_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, ended, run = await _served()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        await client.send_all(_request("POST", "/one", b"1"))
+        first = await client.receive_some(65536)
+        start = trio.current_time()
+        assert first.startswith(b"HTTP/1.1 200")
+        assert await _read_all(client) == b""  # closed, no 408: no request was begun
+    assert trio.current_time() - start == 30 and ended == ["returned"]
+
+
+async def test_the_read_timeout_bounds_reads_only_never_a_slow_answer(autojump_clock: trio.testing.MockClock) -> None:
+    async def slow_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await trio.sleep(100)  # past the read timeout, while the connection has nothing to read
+        await _echo_app(scope, receive, send)
+
+    client, _, run = await _served(slow_app)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        for path in ("/one", "/two"):  # the second: after a read whose deadline was lifted
+            start = trio.current_time()
+            await client.send_all(_request("POST", path, b"x"))
+            answer = await client.receive_some(65536)
+            assert answer.startswith(b"HTTP/1.1 200") and path.encode() in answer
+            assert trio.current_time() - start == 100
+        nursery.cancel_scope.cancel()

@@ -232,6 +232,37 @@ async def test_a_child_that_cannot_join_its_cgroup_never_reads_its_plan(zygote: 
     assert b"confinement failed: cannot join its cgroup: Bad file descriptor" in err, err
 
 
+def _nss_modules() -> set[str]:
+    """The name-service modules ``/etc/nsswitch.conf`` names for users and groups that exist here as a library."""
+    try:
+        lines = Path("/etc/nsswitch.conf").read_text().splitlines()
+    except OSError:
+        return set()
+    names = set()
+    for line in lines:
+        key, _, services = line.partition(":")
+        if key.strip() in ("passwd", "group"):
+            names |= {w for w in services.split() if not w.startswith("[") and w not in ("files", "compat")}
+    return {f"libnss_{n}.so.2" for n in names if any(Path(d, f"libnss_{n}.so.2").exists() for d in _LIB_DIRS)}
+
+
+_LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64")
+
+
+async def test_the_zygote_loads_the_name_service_modules_once_for_its_children(zygote: Any) -> None:
+    """The name-service modules a lookup of an unknown uid goes through (a worker's own uid is unknown to the host's
+    files) are loaded in the zygote, so its children share them instead of each loading them; it still has one
+    thread and no fd but its own."""
+    spawner, _ = zygote
+    wanted = _nss_modules()
+    if not wanted:
+        pytest.skip("/etc/nsswitch.conf names no name-service module beyond the C library's own files")
+    pid = spawner.serving.pid
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert {m for m in wanted if m in maps} == wanted, wanted
+    assert os.listdir(f"/proc/{pid}/task") == [str(pid)]
+
+
 async def test_a_zygote_that_cannot_start_leaves_the_launcher(sandbox_tmp: Path) -> None:
     """A zygote whose code root is broken (its zygote module imports what is not there) exits at once: one
     ``zygote_fallback`` note says why and spawns still work, by the launcher. (A root that is merely empty would
