@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._errors import SandboxError
+from ._libc import LIBC
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -65,7 +66,7 @@ _AT_EMPTY_PATH = 0x1000
 
 @functools.cache
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    return LIBC
 
 
 class UnsafeTreeError(SandboxError):

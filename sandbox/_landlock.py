@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from sandbox._dirfd import UnsafeTreeError, open_rule_path
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 from sandbox._plan import READ, WRITE, FsRule
 
 if TYPE_CHECKING:
@@ -264,7 +265,7 @@ def _syscall_numbers() -> tuple[int, int, int] | None:
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    return LIBC
 
 
 def _call(libc: ctypes.CDLL, nr: int, *args: object) -> tuple[int, int]:

@@ -16,6 +16,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -53,8 +54,7 @@ RESOLVE_NO_SYMLINKS = _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
 #: are followed (they would come from xattrs of the host's files), no index.
 _OVERLAY_OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"), ("index", "off"))
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+_libc = LIBC
 
 
 def fail(what: str, err: int) -> ConfinementError:

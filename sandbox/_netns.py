@@ -27,6 +27,7 @@ import struct
 from dataclasses import dataclass
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 
 __all__ = [
     "CLONE_NEWIPC",
@@ -96,9 +97,8 @@ def plan_namespaces(
 
 
 def _unshare(flags: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
     ctypes.set_errno(0)
-    if libc.unshare(ctypes.c_int(flags)) != 0:
+    if LIBC.unshare(ctypes.c_int(flags)) != 0:
         err = ctypes.get_errno()
         raise ConfinementError(
             f"unshare({flags:#x}) failed: {os.strerror(err)} (errno {err}); are namespaces enabled?",
@@ -117,9 +117,8 @@ def unshare_pid_namespace_for_children() -> None:
 def restore_pid_namespace_for_children(ns_fd: int) -> None:
     """``setns(ns_fd, CLONE_NEWPID)`` with an fd of the caller's own ``/proc/self/ns/pid``: its later children are
     born in its own PID namespace again. Raises :class:`ConfinementError`."""
-    libc = ctypes.CDLL(None, use_errno=True)
     ctypes.set_errno(0)
-    if libc.setns(ctypes.c_int(ns_fd), ctypes.c_int(CLONE_NEWPID)) != 0:
+    if LIBC.setns(ctypes.c_int(ns_fd), ctypes.c_int(CLONE_NEWPID)) != 0:
         err = ctypes.get_errno()
         raise ConfinementError(
             f"setns(CLONE_NEWPID) failed: {os.strerror(err)} (errno {err})", step="namespaces", errno=err

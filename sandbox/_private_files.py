@@ -19,6 +19,7 @@ import os
 import secrets
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 
 __all__ = ["CLONE_NEWNS", "enter_private_mounts", "mount", "show_private_file"]
 
@@ -34,7 +35,7 @@ MS_PRIVATE = 0x40000
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    return LIBC
 
 
 def _check(result: int, what: str, step: str) -> None:

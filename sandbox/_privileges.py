@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import prctl  # python-prctl
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 
 __all__ = [
     "StatusCheck",
@@ -93,7 +94,7 @@ def drop_privileges(uid: int | None, gid: int | None, groups: tuple[int, ...] = 
     Raises:
         ConfinementError: any step failed.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = LIBC
     for cap in range(64):
         ctypes.set_errno(0)
         if libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0:

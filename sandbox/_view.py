@@ -34,6 +34,7 @@ import re
 import stat
 
 from sandbox._errors import ConfinementError
+from sandbox._libc import LIBC
 from sandbox._mount_api import (
     ATTR_NODEV,
     ATTR_NOEXEC,
@@ -65,7 +66,7 @@ _MNT_DETACH = 2
 #: a real folder is used. Nothing of it remains visible after the pivot.
 _STAGING = ("/tmp", "/mnt", "/media", "/srv", "/run", "/var/tmp")
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = LIBC
 
 
 def probe_host(path: str) -> PathInfo:
@@ -88,6 +89,14 @@ def probe_host(path: str) -> PathInfo:
     return PathInfo("other")
 
 
+#: an octal escape of mountinfo (``\\040`` for a space), compiled on import (in the zygote, not in each child)
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(match: re.Match[str]) -> str:
+    return chr(int(match.group(1), 8))
+
+
 def host_mount_points(mountinfo: str = "/proc/self/mountinfo") -> frozenset[str]:
     """Every mount point of this mount namespace (the planner keeps a plain bind where an overlay would hide one)."""
     points = set()
@@ -96,7 +105,8 @@ def host_mount_points(mountinfo: str = "/proc/self/mountinfo") -> frozenset[str]
             for line in f:
                 fields = line.split(" ")
                 if len(fields) > 4:
-                    points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+                    point = fields[4]
+                    points.add(_OCTAL_ESCAPE.sub(_unescape, point) if "\\" in point else point)
     except OSError as exc:
         raise fail(f"cannot read {mountinfo}", exc.errno or errno.EIO) from exc
     return frozenset(points)

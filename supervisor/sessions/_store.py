@@ -17,13 +17,16 @@ forgets nothing, and so does a supervisor that restarts (a session named again, 
 
 Introspection (the System toolbox's session capabilities) is answered in :mod:`supervisor.sessions._introspection`.
 
-Writes are small and synchronous on the trio thread (WAL mode); the WAL's checkpoints (two fsyncs each) are made off
-that thread (:meth:`SessionStore.checkpoint`), SQLite's own one on the committing thread kept only as a backstop far
-past the usual size. A session left ``running`` by a supervisor that died is marked ``interrupted`` when the store
-opens. A write that fails (disk full, database locked by another program)
-never fails the call or loop it records: it is counted in :attr:`SessionStore.write_errors` with the last message.
-A store written by an older version gains the new columns when it opens; its sessions have no agent (``''``), so
-they belong to no agent and no introspection sees them.
+Writes are small and synchronous on the trio thread (WAL mode). A frontend call's commit (before its answer) holds its
+record; the ``modified`` time of its session is set by the next flush that touches (the supervisor's flusher, at
+most ``FLUSH_INTERVAL_S`` later, or any read), so a ``kill -9`` may leave a session's ``modified`` up to that much
+older than its last call. The WAL's checkpoints (two fsyncs each) are made off that thread
+(:meth:`SessionStore.checkpoint`); SQLite's own, on the committing thread, is kept only as a backstop far past the
+usual size. A session left ``running`` by a supervisor that died is marked ``interrupted`` when the store opens. A
+write that fails (disk full, database locked by another program) never fails the call or loop it records: it is
+counted in :attr:`SessionStore.write_errors` with the last message. A store written by an older version gains the
+new columns when it opens; its sessions have no agent (``''``), so they belong to no agent and no introspection sees
+them.
 """
 
 from __future__ import annotations
@@ -172,9 +175,13 @@ class SessionStore:
         if len(self._pending) >= 512:
             self.flush()
 
-    def flush(self) -> None:
-        """Run the queued writes in one transaction. A failing write is counted and skipped, never raised."""
-        if not self._pending:
+    def flush(self, *, touch: bool = True) -> None:
+        """Run the queued writes in one transaction. A failing write is counted and skipped, never raised.
+
+        ``touch=False`` (a frontend call's commit, before its answer): the ``modified`` time of the sessions whose
+        calls were recorded is left to the next flush that touches (the supervisor's flusher, within
+        ``FLUSH_INTERVAL_S``; every read flushes with it), so that the commit writes one page less."""
+        if not self._pending and not (touch and self._touched):
             return
         pending, self._pending = self._pending, []
         self._db.execute("BEGIN")
@@ -184,7 +191,7 @@ class SessionStore:
             except sqlite3.Error as exc:
                 self.write_errors += 1
                 self.last_write_error = f"{type(exc).__name__}: {exc}"
-        if self._touched:
+        if touch and self._touched:
             touched, self._touched = self._touched, {}
             now = time.time()
             try:

@@ -1,7 +1,8 @@
 """The session store's commits (``supervisor/sessions/_store.py``): a session's ``modified`` is set once per flush
-however many of its calls the flush holds, and the WAL is checkpointed by :meth:`SessionStore.checkpoint` (meant
-for a thread of its own) once :meth:`SessionStore.checkpoint_due`, SQLite's own checkpoint on the committing thread
-only a backstop far past that."""
+however many of its calls the flush holds (a frontend call's commit leaves it to the next flush), and the WAL is
+checkpointed by :meth:`SessionStore.checkpoint` (meant for a thread of its own) once
+:meth:`SessionStore.checkpoint_due`, SQLite's own checkpoint on the committing thread only a backstop far past
+that."""
 
 from __future__ import annotations
 
@@ -60,6 +61,27 @@ def test_a_flush_sets_each_sessions_modified_time_once(tmp_path: Path) -> None:
     modified = {r.id: r.modified for r in store.rows({"a", "b"})}
     assert modified["a"] >= before and modified["b"] >= before
     assert len(store.tool_calls("a")) == 5
+    store.close()
+
+
+def test_a_commit_that_does_not_touch_leaves_modified_to_the_next_flush(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    store = SessionStore(str(path))
+    store.ensure_session("a")
+    store.flush()
+    [created] = store.rows({"a"})
+    _call(store, "a", 1)
+    store.flush(touch=False)  # a frontend call's commit: the row, one page less
+    other = sqlite3.connect(path)  # what another reader (or a kill -9 now) sees
+    try:
+        [(calls,)] = other.execute("SELECT count(*) FROM tool_calls WHERE session_id = 'a'")
+        [(modified,)] = other.execute("SELECT modified FROM sessions WHERE id = 'a'")
+        assert calls == 1 and modified == created.modified
+        store.flush()  # the flusher's next round (or any read) sets it
+        [(modified,)] = other.execute("SELECT modified FROM sessions WHERE id = 'a'")
+    finally:
+        other.close()
+    assert modified > created.modified
     store.close()
 
 
