@@ -402,9 +402,10 @@ class Supervisor:
         self._rebuild()
 
     async def start_runners(self, nursery: trio.Nursery, runners: list[ToolboxRunner]) -> None:
-        """Start ``runners`` in ``nursery`` at once, up to ``parallel_starts`` of them; whatever order they finish
-        in, the load errors follow the policy's order (and the tool list, built from :attr:`runners`)."""
-        places = trio.CapacityLimiter(self.compiled.parallel_starts)
+        """Start ``runners`` in ``nursery`` at once, up to ``parallel_starts`` of them (more when the zygote forks
+        every one of them: :meth:`parallel_starts`); whatever order they finish in, the load errors follow the
+        policy's order (and the tool list, built from :attr:`runners`)."""
+        places = trio.CapacityLimiter(self.parallel_starts(runners))
         async with trio.open_nursery() as starting:
             for runner in runners:
                 starting.start_soon(self.start_runner, nursery, runner, places)
@@ -412,6 +413,15 @@ class Supervisor:
         self.toolbox_load_errors.sort(  # stable: compile errors first
             key=lambda e: order.get((e.get("agent", ""), e["toolbox"]), -1)
         )
+
+    def parallel_starts(self, runners: Sequence[ToolboxRunner]) -> int:
+        """How many of ``runners`` start at once: the policy's ``supervision.parallel_starts``, or by default a few
+        per CPU for launchers and more when the zygote would fork every one of them now (a fork costs a tenth of a
+        launcher's CPU)."""
+        c = self.compiled
+        if all(self.spawner.forks(r.spec.argv, env=r.spec.env, cwd=r.spec.cwd) for r in runners):
+            return c.zygote_parallel_starts
+        return c.parallel_starts
 
     def set_auto_enabled(self) -> None:
         """Tell the session views each skills toolbox's ``autoEnableSkills``."""

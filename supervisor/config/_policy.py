@@ -365,7 +365,8 @@ class Supervision(_Model):
         default=None,
         ge=1,
         le=4096,
-        description="workers started at once when the supervisor starts (the rest wait for a place); null = 4 per CPU",
+        description="workers started at once when the supervisor starts (the rest wait for a place); null = 4 per "
+        "CPU for launchers, 32 per CPU when the zygote forks them",
     )
     spawn: Literal["zygote", "launcher"] = Field(
         default="zygote",

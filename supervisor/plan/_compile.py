@@ -67,10 +67,17 @@ __all__ = [
 #: With a cgroup holding each worker to ``limits.processes``, RLIMIT_NPROC (counted over every process of the sandbox
 #: uid on the machine) is only a backstop: this many times the worker's own limit.
 NPROC_BACKSTOP_FACTOR = 8
-#: Workers started at once per CPU when ``supervision.parallel_starts`` is not set: a start is mostly the worker's
-#: own CPU (interpreter, imports, confinement), so more at once only shares the CPUs thinner and brings every one
-#: of them nearer its ``start_timeout_s``; a few per CPU keep the CPUs busy while others wait on I/O.
+#: Workers started at once per CPU by the launcher when ``supervision.parallel_starts`` is not set: a launcher's
+#: start is mostly the worker's own CPU (a fresh interpreter, its imports, confinement: about 200 ms), so more at once
+#: only shares the CPUs thinner and brings every one of them nearer its ``start_timeout_s``; a few per CPU keep the
+#: CPUs busy while others wait on I/O.
 STARTS_PER_CPU = 4
+#: The same, for starts the zygote forks: each is about 12 ms of the worker's CPU and 5 ms of the supervisor's, and
+#: much of a start's time is waiting in the kernel (namespace, mount and cgroup changes wait for RCU grace periods,
+#: which concurrent waiters share), so more at once finish sooner: 100 toolboxes were ready about 1.5x sooner with
+#: 32 a CPU than with 4. At this many a start is still well within its ``start_timeout_s`` on a loaded machine
+#: (docs/DECISIONS.md, "Start to ready (issue 18)").
+ZYGOTE_STARTS_PER_CPU = 32
 #: What every worker's process runs after its confinement (``module:function``)
 WORKER_ENTRY = "toolboxes._worker:main"
 #: The environment of every worker's launcher (or zygote) process; the worker's own is its plan's ``env``
@@ -95,8 +102,11 @@ class CompiledPolicy:
     crash_loop_window_s: float
     crash_loop_cooldown_s: float
     landlock_abi: int
-    #: workers started at once at start-up (``supervision.parallel_starts``, default :data:`STARTS_PER_CPU` a CPU)
+    #: workers started at once by the launcher (``supervision.parallel_starts``, default :data:`STARTS_PER_CPU` a CPU)
     parallel_starts: int = 8
+    #: workers started at once when the zygote forks them (``supervision.parallel_starts``, default
+    #: :data:`ZYGOTE_STARTS_PER_CPU` a CPU)
+    zygote_parallel_starts: int = 32
     warnings: list[str] = field(default_factory=list)
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
     git_sources: list[GitSource] = field(default_factory=list)
@@ -702,6 +712,7 @@ def compile_policy(
         crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
         landlock_abi=abi,
         parallel_starts=policy.supervision.parallel_starts or STARTS_PER_CPU * (os.cpu_count() or 1),
+        zygote_parallel_starts=policy.supervision.parallel_starts or ZYGOTE_STARTS_PER_CPU * (os.cpu_count() or 1),
         warnings=warnings,
         git_sources=git_sources,
         load_errors=load_errors,

@@ -63,6 +63,8 @@ SpawnedChild = PidfdChild
 
 
 class Spawner(Protocol):
+    def forks(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str) -> bool: ...
+
     async def spawn(
         self,
         argv: Sequence[str],
@@ -78,6 +80,10 @@ class Spawner(Protocol):
 
 class LauncherSpawner:
     """A fresh interpreter per child: ``spawn_child`` of the launcher command."""
+
+    def forks(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str) -> bool:
+        """Whether a spawn of ``argv`` would be a fork of a zygote: never."""
+        return False
 
     async def spawn(
         self,
@@ -185,6 +191,14 @@ class ZygoteSpawner:
             if not started:
                 task_status.started()
 
+    def forks(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str) -> bool:
+        """Whether a spawn of the launcher command ``argv`` (``env``, ``cwd``) would be a fork of the zygote now
+        (it serves, and it is that command's: a reload that staged new code gets the launcher)."""
+        return self.serving is not None and self._serves(argv, env, cwd)
+
+    def _serves(self, argv: Sequence[str], env: Mapping[str, str], cwd: str) -> bool:
+        return list(argv) == self.argv and dict(env) == self.env and cwd == self.cwd
+
     def _fall_back(self, reason: str) -> None:
         self.fallback_reason = reason
         self._note("zygote_fallback", {"reason": f"{reason}; workers are spawned by the launcher"})
@@ -207,7 +221,7 @@ class ZygoteSpawner:
         pipe, as much as the pipe holds (``stdin_sent``). Raises ``OSError`` only when the launcher cannot start it
         either."""
         zygote = self.serving
-        if zygote is None or list(argv) != self.argv or dict(env) != self.env or cwd != self.cwd:
+        if zygote is None or not self._serves(argv, env, cwd):
             return await self._launcher.spawn(argv, env=env, cwd=cwd, pass_fds=pass_fds)
         try:
             return await self._fork(zygote, pass_fds, new_pidns, cgroup_procs, stdin_data)

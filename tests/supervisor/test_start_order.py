@@ -88,6 +88,8 @@ async def test_the_zygote_imports_while_the_policy_compiles_and_is_the_one_that_
             assert psutil.Process(runner.worker.pid).ppid() == launched
         assert [e for e in _events(sup) if e.startswith("zygote_")] == ["zygote_started"]
         assert (await sup.call("system_one_date", {})).status == "passed"
+        # forks are cheap: more of them start at once by default than launchers would
+        assert sup.parallel_starts(sup.runners) == sup.compiled.zygote_parallel_starts > sup.compiled.parallel_starts
     assert not psutil.pid_exists(launched) or psutil.Process(launched).status() == psutil.STATUS_ZOMBIE
 
 
@@ -98,6 +100,7 @@ async def test_the_launcher_mode_launches_no_zygote(sandbox_tmp: Path, seen_whil
     async with Supervisor.open(policy) as sup:
         assert seen_while_compiling == [[]] and _zygotes() == []
         assert (await sup.call("system_system_date", {})).status == "passed"
+        assert sup.parallel_starts(sup.runners) == sup.compiled.parallel_starts == 4 * (os.cpu_count() or 1)
 
 
 async def test_a_policy_refused_at_compile_leaves_no_zygote(

@@ -219,3 +219,14 @@ def test_one_compile_asks_the_host_once_per_path_and_every_toolbox_gets_the_same
     for a, b in zip(shared.specs, fresh.specs, strict=True):
         assert a.report["view"] and a.report["view"] == b.report["view"]
         assert a.plan.fs_rules == b.plan.fs_rules and a.warnings == b.warnings
+
+
+def test_the_policys_parallel_starts_bounds_launcher_and_zygote_starts_alike(sandbox_tmp: Path) -> None:
+    """Unset, the zygote's forks get a larger bound than launchers (a fork is a tenth of a launcher's CPU); set,
+    ``supervision.parallel_starts`` is the bound of both."""
+    default = _compile(sandbox_tmp, system_toolbox())
+    cpus = os.cpu_count() or 1
+    assert default.parallel_starts == compile_module.STARTS_PER_CPU * cpus
+    assert default.zygote_parallel_starts == compile_module.ZYGOTE_STARTS_PER_CPU * cpus > default.parallel_starts
+    own = _compile(sandbox_tmp, system_toolbox(), supervision={"parallel_starts": 3})
+    assert own.parallel_starts == own.zygote_parallel_starts == 3
