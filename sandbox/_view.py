@@ -89,6 +89,14 @@ def probe_host(path: str) -> PathInfo:
     return PathInfo("other")
 
 
+#: an octal escape of mountinfo (``\\040`` for a space), compiled on import (in the zygote, not in each child)
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(match: re.Match[str]) -> str:
+    return chr(int(match.group(1), 8))
+
+
 def host_mount_points(mountinfo: str = "/proc/self/mountinfo") -> frozenset[str]:
     """Every mount point of this mount namespace (the planner keeps a plain bind where an overlay would hide one)."""
     points = set()
@@ -97,7 +105,8 @@ def host_mount_points(mountinfo: str = "/proc/self/mountinfo") -> frozenset[str]
             for line in f:
                 fields = line.split(" ")
                 if len(fields) > 4:
-                    points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+                    point = fields[4]
+                    points.add(_OCTAL_ESCAPE.sub(_unescape, point) if "\\" in point else point)
     except OSError as exc:
         raise fail(f"cannot read {mountinfo}", exc.errno or errno.EIO) from exc
     return frozenset(points)

@@ -36,7 +36,8 @@ __all__ = ["profile", "summarize"]
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 _PROCESS = re.compile(r'^process \d+:"(?P<cmd>.*)"$')
 _LINE = re.compile(r" \(([^()]*):\d+\)$")
-_FORMAT = ("--rate", "500", "--format", "raw")
+RATE = 500
+_FORMAT = ("--rate", str(RATE), "--format", "raw")
 #: a frame of our own code (for the inclusive half of the table)
 _OURS = re.compile(r"\((supervisor|toolboxes|sandbox)/")
 
@@ -77,11 +78,13 @@ def _function(frame: str) -> str:
     return _LINE.sub(r" (\1)", frame.strip())
 
 
-def summarize(collapsed: str, top: int = 8) -> str:
+def summarize(collapsed: str, top: int = 8, calls: int = 0, rate: int = 0) -> str:
     """py-spy's collapsed stacks (``frame;frame;... count`` a line, the first frame ``process N:"cmd"`` with
     ``--subprocesses``) as a markdown table: per process, its share of all samples, then its ``top`` functions by
     self samples and the ``top`` functions of our own code (``supervisor/``, ``toolboxes/``, ``sandbox/``) by
-    inclusive samples, each as a share of that process's samples."""
+    inclusive samples, each as a share of that process's samples. With the ``calls`` made while sampling at ``rate``
+    samples a second, each process's samples are also shown as time running Python per call (about: py-spy falls
+    behind its rate on a busy machine)."""
     own: dict[str, Counter[str]] = {}
     under: dict[str, Counter[str]] = {}
     totals: Counter[str] = Counter()
@@ -106,7 +109,8 @@ def summarize(collapsed: str, top: int = 8) -> str:
         ours = [name for name, _ in under[process].most_common() if _OURS.search(name) and name not in shown]
         shown += ours[:top]
         for i, name in enumerate(shown):
-            head = f"{process} | {100 * total / everything:.0f} %" if i == 0 else " | "
+            per_call = f" ({1e6 * total / rate / calls:.0f} us a call)" if calls and rate else ""
+            head = f"{process} | {100 * total / everything:.0f} %{per_call}" if i == 0 else " | "
             lines.append(
                 f"| {head} | `{name}` | {100 * own[process][name] / total:.1f} % "
                 f"| {100 * under[process][name] / total:.1f} % |"
@@ -147,7 +151,8 @@ def profile(calls: int, out: Path) -> str:
     return (
         f"### Where our side's CPU goes (py-spy, {calls} calls sequentially and {calls} with 16 in flight, raw "
         "client, MCP stdio frontend with its zygote and worker; `--gil`: only the thread holding the GIL is "
-        "sampled, i.e. time running Python code, not waits or system calls)\n\n" + summarize(out.read_text())
+        "sampled, i.e. time running Python code, not waits or system calls)\n\n"
+        + summarize(out.read_text(), calls=2 * calls, rate=RATE)
     )
 
 

@@ -240,3 +240,5 @@ def test_the_profile_is_summed_by_process_and_function() -> None:
     assert "|  |  | `main (supervisor/frontends/_cli.py)` | 0.0 % | 100.0 % |" in table  # ours, inclusive
     assert "| worker (forked by the zygote) | 20 % | `read (toolboxes/_worker.py)` | 100.0 % | 100.0 % |" in table
     assert summarize("") == "No samples (py-spy recorded nothing)."
+    # 80 samples at 100 a second over 4 calls: 0.2 s of Python a call
+    assert "| supervisor | 80 % (200000 us a call) |" in summarize(collapsed, top=2, calls=4, rate=100)

@@ -135,7 +135,8 @@ def _args_json(args: Any) -> str | None:
     they are not JSON or not valid Unicode (the trace's own cleaning handles those)."""
     try:
         text = _ARGS_ENCODER.encode(args)
-        text.encode("utf-8")
+        if not text.isascii():  # O(1) for str; only text beyond ASCII can hold a lone surrogate
+            text.encode("utf-8")
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
         return None
     return text

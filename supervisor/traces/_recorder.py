@@ -159,8 +159,9 @@ class TraceRecorder:
         """Add one record. Never raises for an unserialisable field (it is written as its ``repr``)."""
         if self.sink is not None:
             self.sink(event, fields)
-        for listener in tuple(self.listeners):
-            listener(event, fields)
+        if self.listeners:
+            for listener in tuple(self.listeners):
+                listener(event, fields)
         if self._fd is None:
             return
         self._add(event, self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n")
@@ -170,8 +171,9 @@ class TraceRecorder:
         can be seen (the portal's group commit of a frontend's ``call_end``)."""
         if self.sink is not None:
             self.sink(event, fields)
-        for listener in tuple(self.listeners):
-            listener(event, fields)
+        if self.listeners:
+            for listener in tuple(self.listeners):
+                listener(event, fields)
         if self._fd is None:
             return
         self._add(event, self._line({"ts": round(time.time(), 6), "event": event, **fields}) + "\n", buffered=True)

@@ -6,11 +6,16 @@ attacked from inside real workers in ``test_view.py``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from sandbox._accounts import plan_view_accounts
 from sandbox._plan import FsRule, ViewSpec
 from sandbox._view_plan import NO_NETWORK_RESOLV_CONF, PathInfo, ViewError, ViewPlan, plan_view, view_files
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HOST = {
     "/usr": PathInfo("dir"),
@@ -241,3 +246,16 @@ def test_an_overlay_that_would_hide_a_mount_is_a_plain_bind() -> None:
     mounts = {"/", "/usr/share", "/etc/ld.so.cache", "/dev", "/proc"}
     private = {op.path: op.private for op in plan_view(rules, spec, FILES, probe, mounts).ops if op.op == "bind"}
     assert private == {"/usr": False, "/etc/ld.so.cache": False, "/dev/null": True}
+
+
+def test_host_mount_points_unescape_mountinfo(tmp_path: Path) -> None:
+    """The mount points of a mountinfo text, its octal escapes (a space is ``\\040``) turned back into characters."""
+    from sandbox._view import host_mount_points
+
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "22 1 0:21 / / rw - ext4 /dev/vda rw\n"
+        "23 22 0:22 / /mnt/my\\040disk rw - ext4 /dev/vdb rw\n"
+        "24 22 0:23 / /srv/tab\\011and\\134slash rw - tmpfs none rw\n"
+    )
+    assert host_mount_points(str(mountinfo)) == {"/", "/mnt/my disk", "/srv/tab\tand\\slash"}
