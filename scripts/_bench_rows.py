@@ -283,7 +283,7 @@ ROWS: tuple[Row, ...] = (
     Row(
         "start_8",
         "7a",
-        "supervisor start to every worker ready, 8 toolboxes",
+        "supervisor start to every worker ready, 8 toolboxes (median of 3)",
         "<",
         0.3,
         "s",
@@ -306,7 +306,7 @@ ROWS: tuple[Row, ...] = (
     Row(
         "idle_100",
         "9a",
-        "memory per idle toolbox (PSS of the zygote, launchers and workers over 100 toolboxes)",
+        "memory per idle toolbox (PSS of every process the supervisor started, over 100 toolboxes)",
         "<=",
         6.0,
         "MiB",

@@ -102,22 +102,28 @@ async def calls(sup: Supervisor, toolboxes: int, callers: int, total: int) -> di
 
 async def spawn_times(spawn: str, count: int) -> list[float]:
     """``count`` starts of a one-toolbox supervisor's worker by its spawner, each until its hello (seconds)."""
-    samples: list[float] = []
     async with Supervisor.open(policy(1, spawn)) as sup:
         assert not sup.load_errors(), sup.load_errors()
-        spec = sup.runners[0].spec
+        return await spawns_of(sup, count)
 
-        async def request(_worker: Worker, _message: dict[str, Any]) -> dict[str, Any]:
-            return {"error": "bench"}
 
-        for _ in range(count):
-            async with trio.open_nursery() as nursery:
-                worker = Worker(spec, on_request=request, on_event=lambda *_: None, spawner=sup.spawner)
-                start = time.perf_counter()
-                await worker.start(nursery)
-                samples.append(time.perf_counter() - start)
-                await worker.stop()
-                nursery.cancel_scope.cancel()
+async def spawns_of(sup: Supervisor, count: int) -> list[float]:
+    """``count`` starts of one more worker of ``sup``'s first toolbox by its spawner, each from the spawn until its
+    hello, then stopped (seconds)."""
+    samples: list[float] = []
+    spec = sup.runners[0].spec
+
+    async def request(_worker: Worker, _message: dict[str, Any]) -> dict[str, Any]:
+        return {"error": "bench"}
+
+    for _ in range(count):
+        async with trio.open_nursery() as nursery:
+            worker = Worker(spec, on_request=request, on_event=lambda *_: None, spawner=sup.spawner)
+            start = time.perf_counter()
+            await worker.start(nursery)
+            samples.append(time.perf_counter() - start)
+            await worker.stop()
+            nursery.cancel_scope.cancel()
     return samples
 
 
