@@ -155,5 +155,9 @@ async def _run_limited(
         mcp.log.tell("warning", {"event": "tenant_limit", "method": method, "reason": why})
         await holder.deliver({"jsonrpc": "2.0", "id": req_id, "error": {"code": -32000, "message": why}})
         return
-    async with tenant.calls:
+    calls = tenant.calls  # the limiter this call holds a token of (a reload may give the tenant a new one)
+    calls.acquire_nowait()  # a token is free (just checked) and nothing ran since: taken without a yield
+    try:
         await job()
+    finally:
+        calls.release()
