@@ -16,6 +16,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests._policies import agent, system_toolbox, write_policy
+from tests._workers import nspid
 
 pytestmark = pytest.mark.root
 
@@ -123,7 +124,9 @@ async def test_no_process_survives_sigkill_of_the_supervisor(sandbox_tmp: Path) 
         line = await trio.to_thread.run_sync(proc.stdout.readline)
         assert json.loads(line)["result"]["serverInfo"]["name"] == "agents-supervise"
         family = _descendants(proc.pid)
-        assert len(family) >= 4  # two launchers, two workers
+        workers = [p for p in family if nspid(p)[1:] == [1]]  # PID 1 of their own namespaces
+        assert len(workers) == 2, family  # the two toolboxes' workers (and the zygote or launchers that made them)
+        assert len(family) >= 3, family
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         with trio.fail_after(10):
