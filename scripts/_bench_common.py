@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "bench_folder",
     "percentile",
     "remove_bench_folders",
+    "settle",
     "system_toolbox",
     "write_policy",
 ]
@@ -79,6 +81,33 @@ def remove_bench_folders() -> None:
     benchmark's state (session stores, traces, work folders) is tens of MiB a supervisor."""
     while _made:
         shutil.rmtree(_made.pop(), ignore_errors=True)
+
+
+def cpu_times() -> tuple[int, int]:
+    """``(idle, total)`` jiffies of all CPUs since boot (``/proc/stat``'s ``cpu`` line; idle counts iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])
+
+
+def idle_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the CPUs' time that was idle between two :func:`cpu_times` readings (1.0: nothing ran)."""
+    total = after[1] - before[1]
+    return 1.0 if total <= 0 else (after[0] - before[0]) / total
+
+
+def settle(threshold: float = 0.9, window_s: float = 0.5, limit_s: float = 60.0) -> float:
+    """Wait until the machine's CPUs were at least ``threshold`` idle over one ``window_s`` window (what a step
+    left behind, such as the kernel tearing down a thousand namespaces, no longer runs), at most ``limit_s``; the
+    seconds waited. So that each row is measured on a machine as quiet as the run began on, not on the tail of
+    the step before it."""
+    begin = time.monotonic()
+    while time.monotonic() - begin < limit_s:
+        before = cpu_times()
+        time.sleep(window_s)
+        if idle_fraction(before, cpu_times()) >= threshold:
+            break
+    return time.monotonic() - begin
 
 
 def system_toolbox(name: str = "system", capabilities: tuple[str, ...] = ("date",)) -> dict[str, Any]:

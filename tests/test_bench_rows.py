@@ -242,3 +242,17 @@ def test_the_profile_is_summed_by_process_and_function() -> None:
     assert summarize("") == "No samples (py-spy recorded nothing)."
     # 80 samples at 100 a second over 4 calls: 0.2 s of Python a call
     assert "| supervisor | 80 % (200000 us a call) |" in summarize(collapsed, top=2, calls=4, rate=100)
+
+
+def test_the_settle_step_reads_idle_time_from_proc_stat() -> None:
+    """``settle`` waits on the CPUs' idle share between two ``/proc/stat`` readings: the arithmetic, and that the
+    readings are real counters that only grow."""
+    from _bench_common import cpu_times, idle_fraction
+
+    assert idle_fraction((100, 1000), (190, 1100)) == 0.9
+    assert idle_fraction((100, 1000), (100, 1100)) == 0.0
+    assert idle_fraction((100, 1000), (100, 1000)) == 1.0  # no tick between the readings: nothing ran
+    first = cpu_times()
+    sum(i * i for i in range(200_000))
+    second = cpu_times()
+    assert 0 <= first[0] <= first[1] and second[0] >= first[0] and second[1] >= first[1]
