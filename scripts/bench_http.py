@@ -227,6 +227,18 @@ def start_supervisor(root: Path, sessions: int) -> Server:
     return Server("agents-supervise", process, url, "system_system_date", {"authorization": f"Bearer {TOKEN}"})
 
 
+def _wait_listening(port: int, what: str) -> None:
+    """Until something accepts connections on ``127.0.0.1:port`` (at most 30 s; ``what`` names it if not)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{what} did not start")
+
+
 def start_sdk(root: Path) -> Server:
     script = root / "sdk_server.py"
     script.write_text(SDK_SERVER)
@@ -234,15 +246,7 @@ def start_sdk(root: Path) -> Server:
     process = subprocess.Popen(
         [sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        raise SystemExit("the SDK server did not start")
+    _wait_listening(port, "the SDK server")
     return Server("MCP SDK (uvicorn)", process, f"http://127.0.0.1:{port}/mcp", "date", {})
 
 
@@ -255,15 +259,7 @@ def start_floor(root: Path, mode: str) -> Server:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        raise SystemExit("the floor server did not start")
+    _wait_listening(port, "the floor server")
     name = "floor: h11 only" if mode == "plain" else "floor: h11 + pipe hop"
     return Server(name, process, f"http://127.0.0.1:{port}/mcp", "date", {})
 

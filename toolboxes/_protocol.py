@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -103,31 +103,30 @@ def json_problem(value: Any, *, max_depth: int, max_nodes: int, finite: bool = T
         kind = type(item)
         if kind in plain:
             continue
+        children: Iterable[Any]
         if isinstance(item, dict):
-            child = depth + 1
-            for k, v in item.items():
+            for k in item:
                 if not isinstance(k, str):
                     return f"has a map key that is a {type(k).__name__}, not a string", nodes
-                if type(v) in plain and child <= max_depth:
-                    nodes += 1
-                    if nodes > max_nodes:
-                        return f"has more than {max_nodes} values", nodes
-                else:
-                    stack.append((v, child))
+            children = item.values()
         elif isinstance(item, list | tuple):
-            child = depth + 1
-            for v in item:
-                if type(v) in plain and child <= max_depth:
-                    nodes += 1
-                    if nodes > max_nodes:
-                        return f"has more than {max_nodes} values", nodes
-                else:
-                    stack.append((v, child))
+            children = item
         elif isinstance(item, float):
             if finite and not math.isfinite(item):
                 return f"holds {item!r}, which JSON cannot represent", nodes
-        elif not (item is None or isinstance(item, str | int | bool)):
+            continue
+        elif isinstance(item, str | int | bool):  # a subclass: checked as its base
+            continue
+        else:
             return f"holds a {type(item).__name__}, which is not a JSON value", nodes
+        child = depth + 1
+        for v in children:
+            if type(v) in plain and child <= max_depth:
+                nodes += 1
+                if nodes > max_nodes:
+                    return f"has more than {max_nodes} values", nodes
+            else:
+                stack.append((v, child))
     return None, nodes
 
 
