@@ -83,8 +83,9 @@ class Launched:
 
     def unsent_plan(self) -> bytes:
         """What of the plan's frame is still to be written on the child's stdin (all of it if none was offered)."""
-        frame = self.frame or plan_frame(self.plan)
-        return frame[self.proc.stdin_sent :] if self.frame else frame
+        if not self.frame:
+            return plan_frame(self.plan)
+        return self.frame[self.proc.stdin_sent :]
 
     def close_carrier(self) -> None:
         if self.carrier is not None:
