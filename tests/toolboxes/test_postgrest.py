@@ -16,10 +16,10 @@ import jsonschema
 import pytest
 
 from supervisor import Supervisor
+from supervisor.tools import ArgumentValidator
 from tests._policies import agent, write_policy
 from tests.toolboxes._api_server import Answer, ApiServer, Seen, serve_api
 from toolboxes.openapi import Resolver
-from supervisor.tools import ArgumentValidator
 from toolboxes.postgrest import FILTER_PATTERN, TableTool, build_request, build_tools
 
 if TYPE_CHECKING:
@@ -98,7 +98,8 @@ def with_items(doc: dict) -> dict:
     template = doc["parameters"]["rowFilter.todos.title"]
     for column, (_, fmt) in ITEMS.items():
         doc["parameters"][f"rowFilter.items.{column}"] = {**template, "name": column, "format": fmt}
-    doc["parameters"]["body.items"] = {**renamed(doc["parameters"]["body.todos"]), "name": "items", "description": "items"}
+    body = renamed(doc["parameters"]["body.todos"])
+    doc["parameters"]["body.items"] = {**body, "name": "items", "description": "items"}
     doc["definitions"]["items"] = {
         "description": "Items",
         "required": ["name"],
@@ -232,9 +233,12 @@ def test_the_seeds_argument_example_is_a_patch_of_the_seeds_config() -> None:
     for wrong in ("filters: Unknown property", "ranking: Unknown property", "subset.limit: Unknown property"):
         assert wrong in post
     # DELETE takes the row groups, GET all but the body
-    assert ArgumentValidator(tools["postgrest_db_delete_items"].input_schema).errors(
-        {k: v for k, v in filled.items() if k != "body"}
-    ) == []
+    assert (
+        ArgumentValidator(tools["postgrest_db_delete_items"].input_schema).errors(
+            {k: v for k, v in filled.items() if k != "body"}
+        )
+        == []
+    )
     assert "1. body: Unknown property" in _report(tools["postgrest_db_get_items"], filled)
 
 

@@ -7,4 +7,10 @@ from ._tools import FILTER_FORM, FILTER_PATTERN, METHODS, TableTool, build_tools
 __all__ = [
     "FILTER_FORM",
     "FILTER_PATTERN",
-    "METHODS", "PostgrestToolbox", "TableTool", "build_request", "build_tools", "open_toolbox"]
+    "METHODS",
+    "PostgrestToolbox",
+    "TableTool",
+    "build_request",
+    "build_tools",
+    "open_toolbox",
+]

@@ -2,8 +2,8 @@
 
 Config (the seed's ``PostgRESTServer`` contents): ``SpecUrl`` (usually the server's root, which serves the Swagger
 2.0 description; or a file), ``BaseUrl`` (requests go to ``BaseUrl/<table>`` and ``BaseUrl/rpc/<fn>``),
-``AllowedMethods`` (narrows the methods the description lists; by default every one it lists). The description is read once, at worker start; when it cannot be read
-the toolbox has no tools and a load error says why.
+``AllowedMethods`` (narrows the methods the description lists; by default every one it lists). The description is
+read once, at worker start; when it cannot be read the toolbox has no tools and a load error says why.
 """
 
 from __future__ import annotations
