@@ -581,6 +581,15 @@ class HttpFrontend(_Model):
         le=3600,
         description=("an open connection with no request for this long is closed; also the bound on reading a request"),
     )
+    drain_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description=(
+            "after SIGTERM, serve on this long with /readyz answering 503 (so a load balancer takes the instance "
+            "out first), then stop; 0 = stop at once"
+        ),
+    )
 
 
 class Frontends(_Model):
