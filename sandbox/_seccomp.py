@@ -129,6 +129,8 @@ def _arg_low(index: int) -> int:
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 _SECCOMP_FILTER_FLAG_LOG = 2
+
+
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
