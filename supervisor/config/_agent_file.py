@@ -179,7 +179,10 @@ class OpenAPIServer(_Model):
 class PostgrestContents(_Model):
     spec_url: SpecLocation = Field(alias="SpecUrl")
     base_url: HttpUrl = Field(alias="BaseUrl")
-    allowed_methods: list[Literal["GET", "POST", "PATCH", "DELETE"]] = Field(default=["GET"], alias="AllowedMethods")
+    #: narrows the methods the description lists (PostgREST lists what its request role may do); None: all of them
+    allowed_methods: list[Literal["GET", "POST", "PATCH", "DELETE"]] | None = Field(
+        default=None, alias="AllowedMethods"
+    )
     #: the toolbox's name (its tools' prefix, its policy key); without it, the BaseUrl's host (as OpenAPI's)
     name: ToolboxName | None = Field(default=None, alias="Name")
 
