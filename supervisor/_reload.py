@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from supervisor.calls import SessionLimits
+from supervisor.calls import BudgetPolicy, SessionLimits
 from supervisor.config import expand_agents, load_config
 from supervisor.plan import compile_policy, prepare_git_sources
 from supervisor.traces import TraceRecorder, open_otel
@@ -181,6 +181,7 @@ def adopt_policy(sup: Any, tree: Any, compiled: Any) -> None:
     policy = compiled.config.policy
     sup.portal.max_call_depth = compiled.max_call_depth
     sup.portal.session_limits = SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent)
+    sup.portal.budgets = BudgetPolicy.from_policy(policy)  # root calls from now on; running trees keep theirs
     sup.attachments.limits = dict(compiled.media_limits)
     sup.kernel_audit.system_paths = tuple(policy.system_paths)
     sup.frontends.tree = tree

@@ -22,17 +22,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     WithJsonSchema,
     model_validator,
 )
 
+from ._budget import Budget, BudgetOverride
 from ._credentials import CredentialName, CredentialPolicy, EnvName
-from ._errors import check_known_keys, problem
+from ._errors import problem
+from ._model import StrictModel as _Model
 from ._types import check_cname_target, check_host
 
 __all__ = [
@@ -196,17 +196,6 @@ PolicyPath = Annotated[str, AfterValidator(_resolve)]
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
-
-
-class _Model(BaseModel):
-    """Strict, frozen, refuses unknown keys and names the known ones."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
 
 
 class Limits(_Model):
@@ -638,6 +627,10 @@ class Tenant(_Model):
         min_length=1, description="the agent slugs this tenant may use"
     )
     limits: TenantLimits = TenantLimits()
+    budget: BudgetOverride = Field(
+        default=BudgetOverride(),
+        description="this tenant's own call-tree budgets: the keys written replace the policy's budget",
+    )
 
 
 class Policy(_Model):
@@ -689,6 +682,10 @@ class Policy(_Model):
     max_call_depth: int = Field(default=4, ge=0)
     sessions: Sessions = Sessions()
     agent_loop: AgentLoop = Field(default=AgentLoop(), description="bounds of sub-agent loops (model requests)")
+    budget: Budget = Field(
+        default=Budget(),
+        description="what one root call's whole call tree may use (model requests, tool calls, wall time)",
+    )
     supervision: Supervision = Supervision()
     trace: Trace = Trace()
     context: Context = Context()

@@ -1,0 +1,195 @@
+"""Call-tree budgets end to end: a self-recursive agent, a Lua ``tools.call`` loop, and wall time across a tree.
+
+Real parts: the supervisor, its confined workers (Lua, System, SQLite, bash), the portal, the session store, the
+trace. Not real: the model endpoint, a scripted OpenAI-compatible server on loopback
+(``tests/supervisor/_model_server.py``), because no real model can run here; it answers every request with another
+call of the agent itself (the seed's kimi example asks its own ``io_prompt_agent_local_lrmlua``), which is the cost
+the budget is there for: without it one root call of that agent makes 11,110 model requests (10 steps, depth 4),
+about 70,000 under ``strict.yaml``'s steps.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from supervisor._supervisor import Supervisor
+from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor._model_server import Reply, call, model_server
+from tests.supervisor.config.test_seed_examples import SEED, _stand_ins
+
+pytestmark = pytest.mark.root
+
+STRICT = Path(__file__).resolve().parents[2] / "policies" / "strict.yaml"
+KIMI = "io_prompt_agent_local_lrmlua"
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTS_TEST_KEY", "k")
+
+
+def _trace(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (root / "state" / "trace.jsonl").read_text().splitlines()]
+
+
+def _kimi_policy(root: Path, model_url: str) -> Path:
+    """The seed's kimi agent (``local_lrmlua``, which names itself as its sub-agent), its model pointed at the
+    scripted server, under ``strict.yaml``'s settings with its budget unchanged."""
+    folder = root / "kimi"
+    folder.mkdir()
+    _stand_ins(folder)  # its bash tool, repro-cases, README.md, dev-memory.db, kimi-10.lrmlua.json
+    seed = json.loads((SEED / "local_lrmlua.json").read_text())
+    seed["contents"].update(modelUrl=model_url, apiKeyId="test")
+    (folder / "kimi.json").write_text(json.dumps(seed))
+    strict = yaml.safe_load(STRICT.read_text())
+    policy = {
+        **{k: v for k, v in strict.items() if k not in ("agents", "state_dir")},
+        "agents": [str(folder / "kimi.json")],
+        "state_dir": str(root / "state"),
+        "worker_uids": None,  # the stand-in folders are handed to the one sandbox uid (tests/_policies.py)
+        "model_keys": {"test": "AGENTS_TEST_KEY"},
+    }
+    path = root / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    return path
+
+
+def _every_loop_ended(sup: Supervisor, records: list[dict[str, Any]]) -> None:
+    starts = [r["session"] for r in records if r["event"] == "agent_start"]
+    ends = {r["session"]: r["status"] for r in records if r["event"] == "agent_end"}
+    assert starts and set(starts) == set(ends) and set(ends.values()) == {"failed"}
+    assert sup.sessions is not None
+    assert all(row.status == "failed" for row in sup.sessions.rows(set(starts)))
+
+
+async def test_the_seed_kimi_agent_stops_at_strict_yamls_model_request_budget(sandbox_tmp: Path) -> None:
+    strict = yaml.safe_load(STRICT.read_text())
+    budget = strict["budget"]["model_requests"]
+    assert budget < strict["agent_loop"]["max_steps"] ** strict["max_call_depth"] / 100  # far below the tree's size
+    with model_server(lambda req: call(KIMI, {"what": "think about it more deeply"})) as server:
+        async with Supervisor.open(_kimi_policy(sandbox_tmp, server.url)) as sup:
+            result = await sup.call(KIMI, {"what": "solve it"})
+            records = _trace(sandbox_tmp)
+            _every_loop_ended(sup, records)
+    assert len(server.requests) == budget
+    assert result.status == "error" and result.summary == "CallTreeBudget"
+    assert ("budget", "model_requests") in result.metadata and ("portal_error", "CallTreeBudget") in result.metadata
+    assert f"used up its budget of {budget} model requests (budget.model_requests in the policy)" in (result.data or "")
+    assert (result.data or "").startswith("agent local_lrmlua was stopped before its model request")
+    [hit] = [r for r in records if r["event"] == "limit_hit" and r["limit"].startswith("budget.")]
+    assert any(r["limit"] == "agent_loop.max_steps" for r in records if r["event"] == "limit_hit")  # deepest loops
+    assert hit["limit"] == "budget.model_requests" and hit["value"] == budget and hit["tenant"] == "local"
+    assert hit["used"]["model_requests"] == budget
+    [root] = [r for r in records if r["event"] == "call_start" and r["depth"] == 1]
+    assert hit["root_call_id"] == root["call_id"]
+    # the tree went as deep as max_call_depth lets it; once spent, every loop was refused its next request
+    loops = [r for r in records if r["event"] == "agent_start"]
+    assert max(r["depth"] for r in loops) == strict["max_call_depth"]
+
+
+def _lua(script_budget: int = 60) -> dict[str, Any]:
+    return {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "scripts",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": script_budget,
+            "AllowedTools": ["system_sys_date"],
+            "AllowedHosts": [],
+        },
+    }
+
+
+LOOP = """
+for i = 1, 100000 do
+  local r = tools.call("system_sys_date", {})
+  if r.status ~= "ok" then return i, r.status, r.error, r.result_txt end
+end
+return 0
+"""
+
+
+def _lua_policy(root: Path, **policy: Any) -> Path:
+    tester = agent("tester", builtinToolboxes=[system_toolbox("sys", ["date"]), _lua()])
+    return write_policy(
+        root,
+        {"tester": tester},
+        limits={"wall_time_s": 60},
+        toolboxes={"lua": {"limits": {"wall_time_s": 60}}},
+        **policy,
+    )
+
+
+async def test_a_lua_tools_call_loop_stops_at_the_tool_call_budget(sandbox_tmp: Path) -> None:
+    policy = _lua_policy(
+        sandbox_tmp,
+        budget={"tool_calls": 20, "model_requests": None, "wall_time_s": None},
+        tenants={"acme": {"agents": ["tester"], "budget": {"tool_calls": 5}}},
+    )
+    async with Supervisor.open(policy) as sup:
+        local = await sup.call("lua_lua_execute", {"script": LOOP})
+        acme = await sup.call("lua_lua_execute", {"script": LOOP}, tenant="acme")
+    assert local.status == "passed", local.data
+    i, status, error, text = local.structured["values"]
+    assert (i, status, error) == (20, "error", "CallTreeBudget")  # the root call and 19 dates: 20 tool calls
+    assert text.startswith("Tool call 'system_sys_date' refused: the call tree of this request (root call c")
+    assert "of 20 tool calls (budget.tool_calls in the policy); no more tools can be called in it." in text
+    i, status, error, text = acme.structured["values"]
+    assert (i, status, error) == (5, "error", "CallTreeBudget")  # the tenant's own budget
+    assert "of 5 tool calls (tenants.acme.budget.tool_calls in the policy, tenant acme)" in text
+    records = _trace(sandbox_tmp)
+    dates = [r for r in records if r["event"] == "call_start" and r["tool"] == "system_sys_date"]
+    assert len(dates) == 19 + 4
+    refusals = [r for r in records if r["event"] == "portal_refusal"]
+    assert [(r["kind"], r["caller"]) for r in refusals] == [("CallTreeBudget", "toolbox lua")] * 2
+    hits = [(r["limit"], r["tenant"]) for r in records if r["event"] == "limit_hit"]
+    assert hits == [("budget.tool_calls", "local"), ("tenants.acme.budget.tool_calls", "acme")]
+
+
+async def test_wall_time_holds_across_a_tree_of_agents(sandbox_tmp: Path) -> None:
+    """rec asks rec asks rec, whose model never answers: the tree ends at its wall time, long before the request's
+    own timeout, and every loop in it ends."""
+
+    def script(req: dict[str, Any]) -> Reply:
+        prompt = next(m["content"] for m in req["messages"] if m["role"] == "user")  # this loop's own prompt
+        if prompt == "level 2":
+            return Reply("hang")  # held until the server closes
+        level = int(prompt.split()[-1]) + 1 if prompt.startswith("level") else 1
+        return call("io_prompt_agent_rec", {"what": f"level {level}"})
+
+    with model_server(script) as server:
+        rec = agent("rec", modelUrl=server.url, extraAgents=[{"slug": "rec", "path": "rec-self.json"}])
+        (sandbox_tmp / "rec-self.json").write_text(json.dumps(rec))
+        policy = write_policy(
+            sandbox_tmp,
+            {"rec": rec},
+            model_keys={"test": "AGENTS_TEST_KEY"},
+            agent_loop={"max_steps": 10, "retries": 0, "request_timeout_s": 60},
+            budget={"wall_time_s": 3},
+        )
+        async with Supervisor.open(policy) as sup:
+            started = time.monotonic()
+            result = await sup.call("io_prompt_agent_rec", {"what": "start"})
+            took = time.monotonic() - started
+            records = _trace(sandbox_tmp)
+            _every_loop_ended(sup, records)
+            ran = await sup.run_agent("rec", "start again")
+            took_run = time.monotonic() - started - took
+            _every_loop_ended(sup, _trace(sandbox_tmp))
+    assert 3 <= took < 30, took
+    assert result.status == "error" and result.summary == "CallTreeBudget", result.data
+    assert "was stopped: the call tree of this request" in (result.data or "")
+    assert "budget of 3 s of wall time (budget.wall_time_s in the policy)" in (result.data or "")
+    assert [r["depth"] for r in records if r["event"] == "agent_start"] == [1, 2, 3]
+    # agents-supervise run is a root call of its own: the same bound
+    assert 3 <= took_run < 30, took_run
+    assert ran.status == "error" and ran.summary == "CallTreeBudget"
+    assert (ran.data or "").startswith("agent rec was stopped: the call tree of this request used up its budget")
+    assert len(server.requests) == 6
