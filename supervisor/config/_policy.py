@@ -320,9 +320,9 @@ class Introspection(_Model):
     )
     other_agents: bool = Field(
         default=False,
-        description="whether introspection sees sessions of other agents (a sub-agent's runs from its caller, the "
-        "caller's session from a sub-agent, every agent's under scope all); false: only the caller's "
-        "agent's own sessions",
+        description="whether introspection sees sessions of other agents outside the caller's own call tree (the "
+        "caller's session from a sub-agent, every agent's under scope all); false: only the caller's agent's own "
+        "sessions and its own call tree (the sub-agent runs its session asked for, whatever their agents)",
     )
 
 
@@ -580,6 +580,15 @@ class HttpFrontend(_Model):
         gt=0,
         le=3600,
         description=("an open connection with no request for this long is closed; also the bound on reading a request"),
+    )
+    drain_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description=(
+            "after SIGTERM, serve on this long with /readyz answering 503 (so a load balancer takes the instance "
+            "out first), then stop; 0 = stop at once"
+        ),
     )
 
 

@@ -42,7 +42,6 @@ import json
 import os
 import signal
 import sys
-from functools import partial
 from typing import Any
 
 import trio
@@ -233,7 +232,7 @@ async def _serve(args: argparse.Namespace) -> int:
         from supervisor.config import load_config
 
         from ._http_auth import http_frontend_from_policy
-        from ._http_server import serve_mcp_http
+        from ._http_server import HttpService
 
         settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
     elif args.slug is not None and isinstance(checked := _config_for(args), int):
@@ -250,9 +249,10 @@ async def _serve(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 return _fail(str(exc))
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_on_signals, nursery, sup)
-            if http is not None:
-                address = await nursery.start(partial(serve_mcp_http, listen=http or None), sup, settings, auth)
+            service = HttpService(sup, settings, auth, http or None) if http is not None else None
+            nursery.start_soon(_on_signals, nursery, sup, service)
+            if service is not None:
+                address = await nursery.start(service.run)
                 print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
                 return 0  # serves until a signal ends the nursery
 
@@ -266,14 +266,23 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _on_signals(nursery: trio.Nursery, sup: Any) -> None:
-    """SIGTERM or SIGINT: leave the serving loop so that every worker is stopped and the trace closed. SIGHUP:
-    reload the policy (:meth:`Supervisor.reload`), saying on stderr what changed or why nothing did."""
+async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None:
+    """SIGTERM or SIGINT: leave the serving loop so that every worker is stopped and the trace closed (an HTTP
+    service first drains for ``frontends.http.drain_s``, its ``/readyz`` saying not ready; a second signal stops at
+    once). SIGHUP: reload the policy (:meth:`Supervisor.reload`), saying on stderr what changed or why nothing did."""
+
+    async def drain_then_stop() -> None:
+        await http.drain()
+        nursery.cancel_scope.cancel()
+
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             sup.trace.record("signal", signal=signal.Signals(signum).name)
             if signum == signal.SIGHUP:
                 nursery.start_soon(_reload, sup)
+                continue
+            if http is not None and not http.app.draining and http.settings.drain_s > 0:
+                nursery.start_soon(drain_then_stop)
                 continue
             nursery.cancel_scope.cancel()
             return
