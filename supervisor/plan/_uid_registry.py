@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandbox._dirfd import open_anchor
 from supervisor._errors import PolicyRefused
 
 if TYPE_CHECKING:
@@ -120,14 +121,12 @@ def registry_dir(policy_value: str | None, environ: Mapping[str, str]) -> str:
 def _open_dir(path: str, *, create: bool) -> int | None:
     """The registry directory's fd (``None`` when it does not exist and ``create`` is false). Refused when another
     user owns it or may write it: whoever can write the registry can hand out anyone's uid."""
-    if create:
-        os.makedirs(path, mode=0o700, exist_ok=True)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = open_anchor(path)
     except FileNotFoundError:
-        if create:
-            raise
-        return None
+        if not create:
+            return None
+        fd = open_anchor(path, mode=0o700)  # made now, with its parents (root's, in the operator's tree)
     st = os.fstat(fd)
     if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         os.close(fd)

@@ -256,7 +256,9 @@ def test_check_shows_each_workers_host_wide_uid(
     policy = _tenant(sandbox_tmp / "one", "alpha", sandbox_tmp, sandbox_tmp / "state")
     assert main(["check", "--policy", str(policy)]) == 0
     uid = FIRST + _slot("alpha/tools", COUNT)
-    assert f"uid/gid: {uid}/{uid} (held on the whole host: uid registry {fresh_uid_registry})" in capsys.readouterr().out
+    assert (
+        f"uid/gid: {uid}/{uid} (held on the whole host: uid registry {fresh_uid_registry})" in capsys.readouterr().out
+    )
     assert not any(fresh_uid_registry.iterdir())  # check claims nothing
     assert main(["check", "--policy", str(policy), "--json"]) == 0
     [tb] = json.loads(capsys.readouterr().out)["toolboxes"]
