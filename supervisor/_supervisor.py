@@ -235,6 +235,7 @@ class Supervisor:
         #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "agent",
         #: "source", "message"}``; such a toolbox serves nothing
         self.toolbox_load_errors: list[dict[str, str]] = list(compiled.load_errors)
+        self.registry.unloaded = list(compiled.load_errors)
         #: (agent, toolbox) of the toolboxes whose tool list could not be registered
         self.undescribable: set[tuple[str, str]] = set()
         self._catalog_seen = ""  # the resources and prompts of every worker, when the lists were last rebuilt

@@ -268,7 +268,7 @@ class Portal:
         if tool is None:
             known = sorted(self.registry.names(scope) if origin.allowed is None else origin.allowed)
             shown = ", ".join(known[:40]) + (", ..." if len(known) > 40 else "")
-            note = unloaded_note(name, self.registry.runners, scope)
+            note = unloaded_note(name, self.registry.runners, scope, self.registry.unloaded)
             return self._refuse(
                 origin,
                 name,

@@ -320,9 +320,9 @@ class Introspection(_Model):
     )
     other_agents: bool = Field(
         default=False,
-        description="whether introspection sees sessions of other agents (a sub-agent's runs from its caller, the "
-        "caller's session from a sub-agent, every agent's under scope all); false: only the caller's "
-        "agent's own sessions",
+        description="whether introspection sees sessions of other agents outside the caller's own call tree (the "
+        "caller's session from a sub-agent, every agent's under scope all); false: only the caller's agent's own "
+        "sessions and its own call tree (the sub-agent runs its session asked for, whatever their agents)",
     )
 
 
