@@ -191,6 +191,7 @@ def adopt_policy(sup: Any, tree: Any, compiled: Any) -> None:
         sup.agent_runners = sup.agents.runners()
     sup.agent_load_errors = tree.load_errors
     sup.toolbox_load_errors = list(compiled.load_errors)
+    sup.registry.unloaded = list(compiled.load_errors)
     sup.undescribable = set()
     sup.fingerprints = {(s.agent, s.toolbox): spec_fingerprint(s) for s in compiled.specs}
     sup.set_auto_enabled()

@@ -50,6 +50,7 @@ from ._llm import (
     resolve_api_key,
 )
 from ._model_media import attachment_label, image_parts
+from ._subagent_tool import subagent_tool
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -60,15 +61,10 @@ if TYPE_CHECKING:
     from supervisor.sessions import SessionStore
     from supervisor.traces import TraceRecorder
 
-__all__ = ["AgentRunner", "AgentService", "subagent_tool_name", "tool_message"]
+__all__ = ["AgentRunner", "AgentService", "tool_message"]
 
 #: Longest tool output given back to the model in one tool message.
 MAX_TOOL_MESSAGE = 32 * 1024
-
-
-def subagent_tool_name(slug: str) -> str:
-    """The tool that runs the sub-agent ``slug`` (SPEC.md section 2)."""
-    return f"io_prompt_agent_{slug}"
 
 
 def step_progress(slug: str, step: int, max_steps: int, reply: ChatReply) -> ProgressUpdate:
@@ -113,25 +109,7 @@ class AgentRunner:
         self.name = f"agent:{slug}"
         self.spec = _RunnerSpec(agent=slug, toolbox=self.name)
         self.load_errors: list[dict[str, Any]] = []
-        desc = service.tree.config.agent(slug).description
-        about = desc.announce or f"the agent {slug}"
-        self.tools = [
-            {
-                "name": subagent_tool_name(slug),
-                "description": f"Ask {about}. It works on the request with its own tools and answers in text.",
-                "input_schema": {
-                    "type": "object",
-                    "properties": {
-                        "what": {
-                            "type": "string",
-                            "description": "what to ask the agent, with everything it needs to know",
-                        }
-                    },
-                    "required": ["what"],
-                    "additionalProperties": False,
-                },
-            }
-        ]
+        self.tools = [subagent_tool(slug, service.tree.config.agent(slug).description.announce)]
 
     async def call(
         self, tool: str, args: dict[str, Any], ctx: dict[str, Any], wall_time_s: float | None = None, origin: Any = None

@@ -113,6 +113,9 @@ class ToolRegistry:
         self.schema_errors: list[dict[str, str]] = []
         #: the runners of the last rebuild, also those that serve nothing (for why a name is not served)
         self.runners: list[ToolboxRunner] = []
+        #: load errors of the toolboxes that got no runner at all (the plan's, with their ``kind``), kept by the
+        #: supervisor: also why a name is not served
+        self.unloaded: list[dict[str, str]] = []
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
 
     def rebuild(self, runners: list[ToolboxRunner], *, guests: Mapping[str, Sequence[Any]] | None = None) -> None:

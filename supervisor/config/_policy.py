@@ -34,6 +34,7 @@ from pydantic import (
 from ._credentials import CredentialName, CredentialPolicy, EnvName
 from ._errors import check_known_keys, problem
 from ._types import check_cname_target, check_host
+from ._validation_settings import Validation, ValidationOverride
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -312,6 +313,9 @@ class ToolboxPolicy(_Model):
         "certificate of the supervisor's own CA, which only this worker trusts, so credentials reach code that "
         "speaks TLS itself (MCP servers, bash tools); the upstream is verified against the system store",
     )
+    validation: ValidationOverride = Field(
+        default=ValidationOverride(), description="this toolbox's own argument checks (the policy's validation)"
+    )
 
 
 class Network(_Model):
@@ -333,9 +337,9 @@ class Introspection(_Model):
     )
     other_agents: bool = Field(
         default=False,
-        description="whether introspection sees sessions of other agents (a sub-agent's runs from its caller, the "
-        "caller's session from a sub-agent, every agent's under scope all); false: only the caller's "
-        "agent's own sessions",
+        description="whether introspection sees sessions of other agents outside the caller's own call tree (the "
+        "caller's session from a sub-agent, every agent's under scope all); false: only the caller's agent's own "
+        "sessions and its own call tree (the sub-agent runs its session asked for, whatever their agents)",
     )
 
 
@@ -594,6 +598,15 @@ class HttpFrontend(_Model):
         le=3600,
         description=("an open connection with no request for this long is closed; also the bound on reading a request"),
     )
+    drain_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description=(
+            "after SIGTERM, serve on this long with /readyz answering 503 (so a load balancer takes the instance "
+            "out first), then stop; 0 = stop at once"
+        ),
+    )
 
 
 class Frontends(_Model):
@@ -691,6 +704,9 @@ class Policy(_Model):
     )
     network: Network = Network()
     max_call_depth: int = Field(default=4, ge=0)
+    validation: Validation = Field(
+        default=Validation(), description="how tool-call arguments are checked (the seed's ValidationConfig)"
+    )
     sessions: Sessions = Sessions()
     agent_loop: AgentLoop = Field(default=AgentLoop(), description="bounds of sub-agent loops (model requests)")
     supervision: Supervision = Supervision()
@@ -748,6 +764,12 @@ class Policy(_Model):
         override = self.toolbox_policy(name, agent_slug).limits
         changes = {k: getattr(override, k) for k in override.model_fields_set}
         return self.limits.model_copy(update=changes)
+
+    def effective_validation(self, name: str, agent_slug: str | None = None) -> Validation:
+        """``validation`` with the toolbox's overrides applied (only the keys the override wrote)."""
+        override = self.toolbox_policy(name, agent_slug).validation
+        changes = {k: getattr(override, k) for k in override.model_fields_set if getattr(override, k) is not None}
+        return self.validation.model_copy(update=changes) if changes else self.validation
 
     def shared_gids(self, name: str, agent_slug: str) -> tuple[int, ...]:
         """The ``shared_groups`` the toolbox is in (by ``slug/name``, or by bare ``name``)."""

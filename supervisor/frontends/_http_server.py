@@ -167,10 +167,18 @@ class HttpService:
                 await nursery.start(self.app.run)
                 self.listen_on(listeners, self.settings)
                 self.sup.reload_participants.append(self)
+                self.app.started = True  # Supervisor.open started the workers before the server was made
                 task_status.started(self.app.base_url)
         finally:
             if self in self.sup.reload_participants:
                 self.sup.reload_participants.remove(self)
+
+    async def drain(self) -> None:
+        """The start of a shutdown (SIGTERM): ``/readyz`` answers 503 from now on while everything else is served
+        as before, for ``frontends.http.drain_s`` seconds; the caller then stops the server."""
+        self.app.draining = True
+        self.sup.trace.record("http_draining", drain_s=self.settings.drain_s)
+        await trio.sleep(self.settings.drain_s)
 
     def listen_on(self, listeners: list[trio.SocketListener], settings: HttpFrontend) -> None:
         """Accept on ``listeners`` (bound for ``settings.listen``), closing those accepted on so far (the

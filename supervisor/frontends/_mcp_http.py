@@ -16,6 +16,7 @@ Served as an ASGI app, :class:`McpHttpApp`, by our HTTP/1.1 server on h11 (``_ht
   (``Mcp-Name``) headers, which must agree with the body; ``server/discover`` says what is served. Each request
   is a session of its own.
 - ``GET /.well-known/oauth-protected-resource[/agents/<slug>/mcp]``: the RFC 9728 metadata, unauthenticated.
+- ``GET /healthz``, ``GET /readyz``: liveness and readiness probes, unauthenticated (``_http_health``).
 
 Before anything is served: the ``Origin`` header, when sent, must be one the policy allows or this server's own
 (403); the body at most ``max_body_bytes`` (413); ``Content-Type`` JSON (415); then the bearer token
@@ -41,6 +42,7 @@ from supervisor.config import HttpFrontend, OAuthResourceServer, Tenant, normali
 
 from ._http_answer import answer_request
 from ._http_auth import Authenticator, AuthRefusal, Principal
+from ._http_health import HEALTH_PATHS, health_answer
 from ._http_sessions import META_LOG_LEVEL, SessionTable, StatelessExchange, check_stateless_envelope
 from ._http_stream import serve_event_stream
 from ._http_tenants import TenantState
@@ -90,6 +92,10 @@ class McpHttpApp:
         self.origins = {*settings.allowed_origins, normalise_origin(self.base_url)}
         self.tenants = {name: TenantState(t) for name, t in tenants.items()}
         self.sessions = SessionTable(sup, self.tenants, settings.max_sessions)
+        #: the supervisor's workers are started and the server listens (``/readyz``; set by the server)
+        self.started = False
+        #: a SIGTERM came: ``/readyz`` says not ready while the server drains (``HttpService.drain``)
+        self.draining = False
 
     def _tenant(self, principal: Principal) -> TenantState:
         """The tenant's counts; 401 when a reload removed the tenant since its request was authenticated."""
@@ -151,6 +157,10 @@ class McpHttpApp:
                 f"Origin {origin!r} is not allowed; the policy's frontends.http.allowed_origins "
                 "lists the browser origins this server answers",
             )
+        if path in HEALTH_PATHS:
+            probe = health_answer(path, method, started=self.started, draining=self.draining)
+            await send_json(send, probe.status, probe.body, list(probe.headers))
+            return
         if path == _METADATA or path.startswith(_METADATA + "/"):
             await self._metadata(path[len(_METADATA) :] or None, method, send)
             return

@@ -28,7 +28,7 @@ from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule
 from sandbox._syspaths import python_runtime_paths, uid_can_read
 from sandbox._tls_ca import supervisor_ca
 from supervisor._errors import PolicyRefused
-from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig
+from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig, display_path
 from supervisor.workers import (
     WorkerSpec,
     explained_limits,
@@ -110,7 +110,7 @@ class CompiledPolicy:
     warnings: list[str] = field(default_factory=list)
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
     git_sources: list[GitSource] = field(default_factory=list)
-    #: toolboxes left out because they could not be compiled (``{"toolbox", "agent", "source", "message"}``)
+    #: toolboxes left out because they could not be compiled (``{"toolbox", "agent", "kind", "source", "message"}``)
     load_errors: list[dict[str, str]] = field(default_factory=list)
     #: the staged worker code every spec's launcher command puts first on ``sys.path`` (``None``: not staged)
     runtime_dir: str | None = None
@@ -123,7 +123,7 @@ def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str,
         f"toolbox {tb.name} (agent {tb.agent_slug}) did not load ({source}): {type(exc).__name__}: {exc}"[:2000]
         + ". It serves nothing; fix the cause and restart the supervisor."
     )
-    return {"toolbox": tb.name, "agent": tb.agent_slug, "source": source, "message": message}
+    return {"toolbox": tb.name, "agent": tb.agent_slug, "kind": tb.kind, "source": source, "message": message}
 
 
 def plan_worker(
@@ -637,6 +637,18 @@ def compile_policy(
     )
     for agent in config.agents:
         for tb in agent.toolboxes():
+            if tb.load_problem is not None:  # found in its agent file (an unset ${VAR}): no worker, the rest loads
+                load_errors.append(
+                    {
+                        "toolbox": tb.name,
+                        "agent": tb.agent_slug,
+                        "kind": tb.kind,
+                        "source": f"{display_path(tb.agent_file)} {tb.source}",
+                        "message": f"toolbox {tb.name} (agent {tb.agent_slug}) did not load: {tb.load_problem}. "
+                        "It serves nothing until then.",
+                    }
+                )
+                continue
             if staging_error is not None:
                 load_errors.append(_load_error(tb, "staging the worker code", staging_error))
                 continue
