@@ -154,6 +154,19 @@ def _absolute(value: str) -> str:
     return os.path.normpath(value)
 
 
+def _kernel_audit_word(value: Any) -> Any:
+    """``kernel_audit: off`` written unquoted, as the shipped policies' comments show it, is YAML 1.1's ``False``
+    (so are ``no`` and ``false``): that is ``off``. ``True`` (``on``, ``yes``) could be ``enable`` or ``use``."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise _problem(
+            "YAML reads an unquoted on, yes or true as a boolean, which does not say which of enable or use is meant",
+            "one of enable, use, off",
+        )
+    return value
+
+
 def _cidr(value: str) -> str:
     try:
         return str(ipaddress.ip_network(value))
@@ -670,7 +683,7 @@ class Policy(_Model):
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
-    kernel_audit: Literal["enable", "use", "off"] = Field(
+    kernel_audit: Annotated[Literal["enable", "use", "off"], BeforeValidator(_kernel_audit_word)] = Field(
         default="enable",
         description="read the kernel's audit records to say which Landlock rule or seccomp filter refused a call: "
         "enable = turn the host's audit on if it is off (it stays on), use = only if it is already on, "
