@@ -33,7 +33,7 @@ import trio
 
 from supervisor._errors import execution_error
 from supervisor.sessions import LOCAL_TENANT, remember
-from supervisor.tools import format_validation_errors
+from supervisor.tools import ValidationConfig, format_validation_errors, relax
 from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
@@ -217,6 +217,9 @@ class Portal:
     on_session_closed: Callable[[str], None] | None = None
     #: entries added to the context a call's toolbox gets (the skills a session enabled, for a skills toolbox)
     call_context: Callable[[RegisteredTool, CallOrigin], dict[str, Any]] | None = None
+    #: the seed's ``ValidationConfig`` of a tool (the policy's ``validation``), asked only for arguments that
+    #: failed the strict check; ``None``: strict for every tool
+    validation: Callable[[RegisteredTool], ValidationConfig] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     #: sessions with a call running; the call counts of idle ones only matter under ``max_calls`` and are kept
     #: until the session is closed (:meth:`forget_session`), at most for the most recent
@@ -278,8 +281,9 @@ class Portal:
         )
         return self._refuse(origin, name, BUDGET_KIND, message).with_meta("budget", spent.budget)
 
-    def check(self, name: str, args: Any, origin: CallOrigin) -> RegisteredTool | ToolResult:
-        """Run checks 1-4; return the tool to call or the refusal result."""
+    def check(self, name: str, args: Any, origin: CallOrigin) -> tuple[RegisteredTool, Any, list[str]] | ToolResult:
+        """Run checks 1-4; return the tool to call with the arguments to send it and the notes of what the tool's
+        ``ValidationConfig`` changed in them (``supervisor.tools._relax``), or the refusal result."""
         scope = origin.agent_scope
         tool = self.registry.get(name, scope)
         if tool is None and origin.allowed is not None and self.registry.get(name) is not None:
@@ -319,8 +323,14 @@ class Portal:
                 f"Tool call validation failed for '{name}': the arguments {problem}. Send a smaller JSON object.",
             )
         errors = tool.validator.errors(args)
+        notes: list[str] = []
         if errors:
-            return self._refuse(origin, name, "PortalInvalidArguments", format_validation_errors(name, errors))
+            config = self.validation(tool) if self.validation is not None else None
+            if config is not None and config.relaxed:
+                relaxed = relax(tool.validator, args, config)
+                errors, args, notes = relaxed.errors, relaxed.args, relaxed.notes
+            if errors:
+                return self._refuse(origin, name, "PortalInvalidArguments", format_validation_errors(name, errors))
         depth = origin.depth + 1
         if depth > self.max_call_depth:
             frames = " -> ".join(f"{e.tool} (agent {e.agent or '-'}, depth {e.depth})" for e in origin.stack)
@@ -331,7 +341,7 @@ class Portal:
                 f"Call depth limit of {self.max_call_depth} reached: calling '{name}' would be "
                 f"depth {depth}. Call stack: {frames or '(empty)'} -> {name}.",
             )
-        return tool
+        return tool, args, notes
 
     async def call(self, name: str, args: Any, origin: CallOrigin) -> ToolResult:
         """Check and run one call; always returns a result."""
@@ -343,7 +353,7 @@ class Portal:
         checked = self.check(name, args, origin)
         if isinstance(checked, ToolResult):
             return checked, ""
-        tool = checked
+        tool, args, notes = checked
         usage = self._busy.get(origin.session_id) or self._idle.get(origin.session_id) or _SessionUsage()
         limits = self.session_limits
         if limits.max_calls is not None and usage.calls >= limits.max_calls:
@@ -418,6 +428,8 @@ class Portal:
                 try:
                     finish = self.watch(tool, call_id) if self.watch is not None else None
                     result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
+                    for note in notes:
+                        result = result.with_meta("validation_warning", note)
                     if self.postprocess is not None:
                         result = self.postprocess(tool, result)
                     if finish is not None:
