@@ -485,11 +485,18 @@ def _model_key(value: str, info: ValidationInfo) -> str:
 
 class WorkerUids(_Model):
     """A uid of its own for every worker, with the same number as its own gid: ``first`` .. ``first + count - 1``,
-    recorded in the state dir's identity table (kept by each toolbox from run to run and across supervisors, never
-    given to another). The default of a policy (``null`` in the file: every worker runs as ``sandbox_uid``)."""
+    recorded in the state dir's identity table (kept by each toolbox from run to run and across supervisors) and in
+    the host-wide uid registry (never given to another toolbox, whatever its state dir). The default of a policy
+    (``null`` in the file: every worker runs as ``sandbox_uid``)."""
 
     first: int = Field(ge=1000, le=4294967294, description="first uid of the range (not a uid in use on the host)")
     count: int = Field(default=65536, ge=1, le=1 << 24, description="how many uids the range holds")
+    registry: AbsolutePath | None = Field(
+        default=None,
+        description="the directory of the host-wide uid registry, which every supervisor on the host shares so that "
+        "no uid is given to two toolboxes, whatever their state dirs (root's, mode 0700); null = "
+        "$AGENTS_SUPERVISE_UID_REGISTRY, else /var/lib/agents-supervise-uids",
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> WorkerUids:
