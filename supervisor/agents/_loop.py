@@ -347,6 +347,8 @@ class AgentService:
             continuation, held = reply.continuation_id, len(messages)
             if progress is not None:
                 progress(step_progress(slug, step, self.bounds.max_steps, reply))
+            if self.sessions is not None and reply.thinking:
+                self.sessions.add_turn(inner.session_id, "thinking", reply.thinking)
             if self.sessions is not None and (reply.content or not reply.tool_calls):
                 self.sessions.add_turn(inner.session_id, "assistant", reply.content)
             if not reply.tool_calls:
