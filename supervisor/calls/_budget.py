@@ -134,27 +134,24 @@ class CallTreeBudget:
         """The wall-time exhaustion if ``now`` is past the deadline, else ``None``."""
         return self.out_of_time() if now >= self.deadline else None
 
-    def charge_tool_call(self, now: float) -> Exhaustion | None:
-        """Count one tool call about to be dispatched, or say which budget refuses it (then nothing is counted)."""
+    def _charge(self, budget: str, now: float) -> Exhaustion | None:
         late = self.expired(now)
         if late is not None:
             return late
-        limit = self.limits.tool_calls
-        if limit is not None and self.tool_calls >= limit:
-            return self._exhausted("tool_calls", limit)
-        self.tool_calls += 1
+        limit: int | None = getattr(self.limits, budget)
+        used: int = getattr(self, budget)
+        if limit is not None and used >= limit:
+            return self._exhausted(budget, limit)
+        setattr(self, budget, used + 1)
         return None
+
+    def charge_tool_call(self, now: float) -> Exhaustion | None:
+        """Count one tool call about to be dispatched, or say which budget refuses it (then nothing is counted)."""
+        return self._charge("tool_calls", now)
 
     def charge_model_request(self, now: float) -> Exhaustion | None:
         """Count one model request about to be sent, or say which budget refuses it (then nothing is counted)."""
-        late = self.expired(now)
-        if late is not None:
-            return late
-        limit = self.limits.model_requests
-        if limit is not None and self.model_requests >= limit:
-            return self._exhausted("model_requests", limit)
-        self.model_requests += 1
-        return None
+        return self._charge("model_requests", now)
 
     def first_report(self, exhaustion: Exhaustion) -> bool:
         """Whether ``exhaustion`` is the first of its budget in this tree (then it is traced; later ones are not)."""

@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from supervisor._supervisor import Supervisor
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, shipped_policy, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, call, model_server
+from tests.supervisor.calls.test_portal_depth import _lua
 from tests.supervisor.config.test_seed_examples import SEED, _stand_ins
 
 pytestmark = pytest.mark.root
@@ -47,17 +48,7 @@ def _kimi_policy(root: Path, model_url: str) -> Path:
     seed = json.loads((SEED / "local_lrmlua.json").read_text())
     seed["contents"].update(modelUrl=model_url, apiKeyId="test")
     (folder / "kimi.json").write_text(json.dumps(seed))
-    strict = yaml.safe_load(STRICT.read_text())
-    policy = {
-        **{k: v for k, v in strict.items() if k not in ("agents", "state_dir")},
-        "agents": [str(folder / "kimi.json")],
-        "state_dir": str(root / "state"),
-        "worker_uids": None,  # the stand-in folders are handed to the one sandbox uid (tests/_policies.py)
-        "model_keys": {"test": "AGENTS_TEST_KEY"},
-    }
-    path = root / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy, sort_keys=False))
-    return path
+    return shipped_policy(root, STRICT, [folder / "kimi.json"], model_keys={"test": "AGENTS_TEST_KEY"})
 
 
 def _every_loop_ended(sup: Supervisor, records: list[dict[str, Any]]) -> None:
@@ -93,20 +84,6 @@ async def test_the_seed_kimi_agent_stops_at_strict_yamls_model_request_budget(sa
     assert max(r["depth"] for r in loops) == strict["max_call_depth"]
 
 
-def _lua(script_budget: int = 60) -> dict[str, Any]:
-    return {
-        "tag": "LuaToolbox",
-        "contents": {
-            "Name": "lua",
-            "Description": "scripts",
-            "MaxMemoryMB": 64,
-            "MaxExecutionTimeSeconds": script_budget,
-            "AllowedTools": ["system_sys_date"],
-            "AllowedHosts": [],
-        },
-    }
-
-
 LOOP = """
 for i = 1, 100000 do
   local r = tools.call("system_sys_date", {})
@@ -117,7 +94,7 @@ return 0
 
 
 def _lua_policy(root: Path, **policy: Any) -> Path:
-    tester = agent("tester", builtinToolboxes=[system_toolbox("sys", ["date"]), _lua()])
+    tester = agent("tester", builtinToolboxes=[system_toolbox("sys", ["date"]), _lua(["system_sys_date"])])
     return write_policy(
         root,
         {"tester": tester},
@@ -193,3 +170,16 @@ async def test_wall_time_holds_across_a_tree_of_agents(sandbox_tmp: Path) -> Non
     assert ran.status == "error" and ran.summary == "CallTreeBudget"
     assert (ran.data or "").startswith("agent rec was stopped: the call tree of this request used up its budget")
     assert len(server.requests) == 6
+
+
+async def test_a_reload_applies_new_budgets_to_the_root_calls_after_it(sandbox_tmp: Path) -> None:
+    unbounded = {"model_requests": None, "wall_time_s": None}
+    policy = _lua_policy(sandbox_tmp, budget={"tool_calls": 8, **unbounded})
+    async with Supervisor.open(policy) as sup:
+        before = await sup.call("lua_lua_execute", {"script": LOOP})
+        data = yaml.safe_load(policy.read_text())
+        data["budget"]["tool_calls"] = 3
+        policy.write_text(yaml.safe_dump(data, sort_keys=False))
+        await sup.reload()
+        after = await sup.call("lua_lua_execute", {"script": LOOP})
+    assert before.structured["values"][0] == 8 and after.structured["values"][0] == 3
