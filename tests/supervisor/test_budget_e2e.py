@@ -183,3 +183,23 @@ async def test_a_reload_applies_new_budgets_to_the_root_calls_after_it(sandbox_t
         await sup.reload()
         after = await sup.call("lua_lua_execute", {"script": LOOP})
     assert before.structured["values"][0] == 8 and after.structured["values"][0] == 3
+
+
+async def test_wall_time_stops_a_lua_tools_call_loop_and_the_call_it_is_in(sandbox_tmp: Path) -> None:
+    """The loop's own bounds (Lua's 10 s, the toolbox's 60 s wall time) are far off: the tree's 2 s end it."""
+    policy = _lua_policy(sandbox_tmp, budget={"tool_calls": None, "model_requests": None, "wall_time_s": 2})
+    async with Supervisor.open(policy) as sup:
+        started = time.monotonic()
+        result = await sup.call("lua_lua_execute", {"script": LOOP})
+        took = time.monotonic() - started
+        again = await sup.call("system_sys_date", {})  # a new root call: a budget of its own
+    assert 2 <= took < 8, took
+    assert result.status == "error" and result.summary == "CallTreeBudget", result.data
+    assert (result.data or "").startswith("Tool 'lua_lua_execute' was stopped: the call tree of this request")
+    assert again.status == "passed"
+    records = _trace(sandbox_tmp)
+    dates = [r for r in records if r["event"] == "call_start" and r["tool"] == "system_sys_date"]
+    assert len(dates) > 1  # the loop ran until the end
+    ended = {r["call_id"] for r in records if r["event"] == "call_end"}
+    assert {r["call_id"] for r in records if r["event"] == "call_start"} <= ended  # nothing left running
+    assert [r["limit"] for r in records if r["event"] == "limit_hit"] == ["budget.wall_time_s"]
