@@ -42,13 +42,24 @@ Why each is refused (``EPERM``):
   that channel, and it also shows what other tenants stored. ``EOPNOTSUPP`` is the answer programs already handle
   (``cp -a``, ``ls -l`` checking for ACLs, Python's ``shutil.copystat`` skip attributes on such file systems).
 
+- set-uid and set-gid mode bits (``S_ISUID``, ``S_ISGID``, ``06000``) answer ``EPERM`` where the kernel would honour
+  them: ``chmod``, ``fchmod``, ``fchmodat`` and ``fchmodat2`` (the mode argument), ``creat``, ``open`` and ``openat``
+  when they create (``O_CREAT`` or ``O_TMPFILE`` in the flags: the kernel reads the mode only then), ``mknod`` and
+  ``mknodat``. A worker's uid and its ``shared_groups`` are real ids of the host: a 6755 file a member leaves in a
+  shared folder would run as that worker's uid and group for anyone on the host who executes it outside a view (the
+  view's binds are ``nosuid``, the host's file systems are not). ``mkdir``/``mkdirat`` are not checked: the kernel
+  drops those bits from their mode (a new folder gets set-gid only from a set-gid parent, which the operator made).
+  ``openat2`` answers ``ENOSYS``: its mode is inside a ``struct open_how`` a filter cannot read; the C libraries
+  never use it for ``open``, and the programs that do (for ``RESOLVE_*``) fall back to ``openat`` on ``ENOSYS``.
+  The sticky bit and every other mode stay allowed.
+
 System calls of another ABI (x32 numbers on x86-64, or a foreign audit arch such as i386 via ``int 0x80``) are
 refused wholesale: they would otherwise reach the same calls under other numbers.
 
 What it does NOT cover: it is a deny list of a few calls, not an allow list; of arguments it looks only at the
-namespace flag above; it leaves every other system call to Landlock, the namespaces, the cgroup and the uid. A tool
-that builds a sandbox of its own with user namespaces (Chromium's, bubblewrap) cannot: run it without (Chromium's
-``--no-sandbox``), the worker is its sandbox.
+namespace flag above, the socket family and the set-id mode bits; it leaves every other system call to Landlock, the
+namespaces, the cgroup and the uid. A tool that builds a sandbox of its own with user namespaces (Chromium's,
+bubblewrap) cannot: run it without (Chromium's ``--no-sandbox``), the worker is its sandbox.
 
 :func:`plan_seccomp` builds the BPF program (pure); :func:`apply_seccomp` installs it (needs ``no_new_privs``).
 """
@@ -61,9 +72,27 @@ import struct
 
 from sandbox._errors import ConfinementError
 from sandbox._libc import LIBC
+from sandbox._syscall_tables import (
+    AF_NETLINK,
+    ARCHES,
+    CLONE_NEWUSER,
+    MODE_CHECKS,
+    MODE_NUMBERS,
+    NETLINK_PROTOCOLS,
+    NR_SECCOMP,
+    OPEN_CREATES,
+    REFUSAL_REASONS,
+    REFUSED_NUMBERS,
+    REFUSED_SYSCALLS,
+    SETID_BITS,
+    SOCKET_FAMILIES,
+    XATTR_NUMBERS,
+    XATTR_SYSCALLS,
+)
 
 __all__ = [
     "CLONE_NEWUSER",
+    "MODE_CHECKS",
     "NETLINK_PROTOCOLS",
     "REFUSAL_REASONS",
     "REFUSED_SYSCALLS",
@@ -75,93 +104,6 @@ __all__ = [
     "syscall_name",
 ]
 
-REFUSED_SYSCALLS = (
-    "keyctl",
-    "add_key",
-    "request_key",
-    "io_uring_setup",
-    "io_uring_enter",
-    "io_uring_register",
-    "userfaultfd",
-    "perf_event_open",
-    "bpf",
-    "syslog",
-    "inotify_init",
-    "inotify_init1",
-    "fanotify_init",
-    "modify_ldt",
-    "uselib",
-)
-#: machine -> system call numbers of REFUSED_SYSCALLS (a call a machine does not have is left out)
-_REFUSED_NUMBERS = {
-    "x86_64": {
-        "keyctl": 250,
-        "add_key": 248,
-        "request_key": 249,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
-        "userfaultfd": 323,
-        "perf_event_open": 298,
-        "bpf": 321,
-        "syslog": 103,
-        "inotify_init": 253,
-        "inotify_init1": 294,
-        "fanotify_init": 300,
-        "modify_ldt": 154,
-        "uselib": 134,
-    },
-    "aarch64": {
-        "keyctl": 219,
-        "add_key": 217,
-        "request_key": 218,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
-        "userfaultfd": 282,
-        "perf_event_open": 241,
-        "bpf": 280,
-        "syslog": 116,
-        "inotify_init1": 26,
-        "fanotify_init": 262,
-    },
-}
-XATTR_SYSCALLS = (
-    "setxattr",
-    "lsetxattr",
-    "fsetxattr",
-    "getxattr",
-    "lgetxattr",
-    "fgetxattr",
-    "listxattr",
-    "llistxattr",
-    "flistxattr",
-    "removexattr",
-    "lremovexattr",
-    "fremovexattr",
-    "setxattrat",
-    "getxattrat",
-    "listxattrat",
-    "removexattrat",
-)
-#: machine -> system call numbers of XATTR_SYSCALLS (the *xattrat calls have one number on every machine since 6.13)
-_XATTR_NUMBERS = {
-    "x86_64": dict(zip(XATTR_SYSCALLS, (*range(188, 200), 463, 464, 465, 466), strict=True)),
-    "aarch64": dict(zip(XATTR_SYSCALLS, (*range(5, 17), 463, 464, 465, 466), strict=True)),
-}
-#: machine -> (audit arch, first number of another ABI to refuse or 0, (unshare, clone, clone3),
-#: (socket, socketpair))
-_ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, (272, 56, 435), (41, 53)),
-    "aarch64": (0xC00000B7, 0, (97, 220, 435), (198, 199)),
-}
-CLONE_NEWUSER = 0x10000000
-#: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the only socket families a worker may create
-SOCKET_FAMILIES = (1, 2, 10, 16)
-AF_NETLINK = 16
-#: NETLINK_ROUTE (addresses and routes: getaddrinfo, getifaddrs, ip) and NETLINK_SOCK_DIAG (ss): the only netlink
-#: protocols a worker may open
-NETLINK_PROTOCOLS = (0, 4)
 _EAFNOSUPPORT = 97
 _EOPNOTSUPP = 95
 _EPROTONOSUPPORT = 93
@@ -177,32 +119,16 @@ _ENOSYS = 38
 #: offsets in ``struct seccomp_data``: nr, arch, the low 32 bits of args[0] (every CLONE_* flag, the socket family)
 #: and of args[2] (the socket protocol)
 _NR, _ARCH, _ARG0_LOW, _ARG2_LOW = 0, 4, 16, 32
+
+
+def _arg_low(index: int) -> int:
+    """The offset of the low 32 bits of ``args[index]`` in ``struct seccomp_data`` (a mode, flags: 32 bits)."""
+    return _ARG0_LOW + 8 * index
+
+
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 _SECCOMP_FILTER_FLAG_LOG = 2
-#: why each refusal the logging filter reports exists, in words for an agent (the module docstring has the long form)
-REFUSAL_REASONS = {
-    "keyctl": "the kernel keyrings are shared by every process of a uid: a channel between toolboxes",
-    "add_key": "the kernel keyrings are shared by every process of a uid: a channel between toolboxes",
-    "request_key": "the kernel keyrings are shared by every process of a uid: a channel between toolboxes",
-    "io_uring_setup": "io_uring is a large kernel surface no toolbox needs (programs fall back to plain calls)",
-    "io_uring_enter": "io_uring is a large kernel surface no toolbox needs (programs fall back to plain calls)",
-    "io_uring_register": "io_uring is a large kernel surface no toolbox needs (programs fall back to plain calls)",
-    "userfaultfd": "a kernel surface exploits use to widen races",
-    "perf_event_open": "a kernel surface exploits use",
-    "bpf": "a kernel surface exploits use",
-    "syslog": "the kernel's log is the host's",
-    "inotify_init": "file watches would show other workers' activity; poll files instead",
-    "inotify_init1": "file watches would show other workers' activity; poll files instead",
-    "fanotify_init": "file watches would show other workers' activity; poll files instead",
-    "modify_ldt": "an old interface with a history of holes",
-    "uselib": "an old interface with a history of holes",
-    "unshare": "a new user namespace (CLONE_NEWUSER) reaches kernel code otherwise root's only",
-    "clone": "a new user namespace (CLONE_NEWUSER) reaches kernel code otherwise root's only",
-    "socket": "only AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE/SOCK_DIAG sockets may be created",
-    "socketpair": "only AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE/SOCK_DIAG sockets may be created",
-}
-_NR_SECCOMP = {"x86_64": 317, "aarch64": 277}
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -236,10 +162,10 @@ def plan_seccomp(machine: str, *, xattrs: bool = False) -> bytes:
     Raises:
         ConfinementError: a machine this module has no system call table for.
     """
-    if machine not in _ARCHES:
+    if machine not in ARCHES:
         raise ConfinementError(f"no seccomp table for {machine}", step="seccomp")
-    arch, foreign_abi, (unshare, clone, clone3), (socket, socketpair) = _ARCHES[machine]
-    numbers = [_REFUSED_NUMBERS[machine][name] for name in REFUSED_SYSCALLS if name in _REFUSED_NUMBERS[machine]]
+    arch, foreign_abi, (unshare, clone, clone3), (socket, socketpair) = ARCHES[machine]
+    numbers = [REFUSED_NUMBERS[machine][name] for name in REFUSED_SYSCALLS if name in REFUSED_NUMBERS[machine]]
     program: list[tuple[int, str | int, str | int, int] | str] = [
         (_BPF_LD_W_ABS, 0, 0, _ARCH),
         (_BPF_JEQ_K, 0, "deny", arch),  # another arch: refused
@@ -249,10 +175,11 @@ def plan_seccomp(machine: str, *, xattrs: bool = False) -> bytes:
         program.append((_BPF_JGE_K, "deny", 0, foreign_abi))
     program += [(_BPF_JEQ_K, "deny", 0, nr) for nr in numbers]
     if not xattrs:
-        program += [(_BPF_JEQ_K, "noxattr", 0, nr) for nr in _XATTR_NUMBERS[machine].values()]
+        program += [(_BPF_JEQ_K, "noxattr", 0, nr) for nr in XATTR_NUMBERS[machine].values()]
     program += [
         (_BPF_JEQ_K, "nosys", 0, clone3),
-        *_argument_checks(unshare, clone, socket, socketpair),
+        (_BPF_JEQ_K, "nosys", 0, MODE_NUMBERS[machine]["openat2"]),
+        *_argument_checks(machine, unshare, clone, socket, socketpair),
         "nosys",
         (_BPF_RET_K, 0, 0, _RET_ERRNO | _ENOSYS),
         "noxattr",
@@ -264,17 +191,26 @@ def plan_seccomp(machine: str, *, xattrs: bool = False) -> bytes:
 
 
 def _argument_checks(
-    unshare: int, clone: int, socket: int, socketpair: int
+    machine: str, unshare: int, clone: int, socket: int, socketpair: int
 ) -> list[tuple[int, str | int, str | int, int] | str]:
     """The argument checks both filters share, so they cannot drift apart: with the system call number loaded,
     ``unshare``/``clone`` asking for ``CLONE_NEWUSER`` jump to ``"deny"``, ``socket``/``socketpair`` of a family (or
-    netlink protocol) outside the allowed lists are refused with their errno, everything else is allowed. The
-    caller's program defines the ``"deny"`` label."""
-    return [
+    netlink protocol) outside the allowed lists are refused with their errno, the calls of :data:`MODE_CHECKS` with
+    set-id mode bits (``open``/``openat`` only when they create) jump to ``"deny"``, everything else is allowed.
+    The caller's program defines the ``"deny"`` label."""
+    numbers = MODE_NUMBERS[machine]
+    modes = MODE_CHECKS[machine]
+    shapes = sorted(set(modes.values()), key=lambda shape: (shape[0], -1 if shape[1] is None else shape[1]))
+
+    def label(shape: tuple[int, int | None]) -> str:
+        return f"mode{shape[0]}" if shape[1] is None else f"mode{shape[0]}flags{shape[1]}"
+
+    program: list[tuple[int, str | int, str | int, int] | str] = [
         (_BPF_JEQ_K, "flags", 0, unshare),
         (_BPF_JEQ_K, "flags", 0, clone),
         (_BPF_JEQ_K, "family", 0, socket),
         (_BPF_JEQ_K, "family", 0, socketpair),
+        *[(_BPF_JEQ_K, label(shape), 0, numbers[name]) for name, shape in modes.items()],
         (_BPF_RET_K, 0, 0, _RET_ALLOW),
         "family",
         (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
@@ -288,34 +224,40 @@ def _argument_checks(
         "flags",
         (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW),
         (_BPF_JSET_K, "deny", 0, CLONE_NEWUSER),
-        "allow",
         (_BPF_RET_K, 0, 0, _RET_ALLOW),
     ]
+    for mode_arg, flags_arg in shapes:
+        program.append(label((mode_arg, flags_arg)))
+        if flags_arg is not None:  # the mode counts only when the call creates
+            program += [(_BPF_LD_W_ABS, 0, 0, _arg_low(flags_arg)), (_BPF_JSET_K, 0, "allow", OPEN_CREATES)]
+        program += [(_BPF_LD_W_ABS, 0, 0, _arg_low(mode_arg)), (_BPF_JSET_K, "deny", 0, SETID_BITS)]
+        program.append((_BPF_RET_K, 0, 0, _RET_ALLOW))
+    return [*program, "allow", (_BPF_RET_K, 0, 0, _RET_ALLOW)]
 
 
 def plan_seccomp_log(machine: str) -> bytes:
     """A second filter that reports the refusals worth explaining to the kernel's audit (pure).
 
-    It answers exactly what :func:`plan_seccomp` answers for the deny list, ``CLONE_NEWUSER`` and the socket
-    families and netlink protocols, and allows everything else. Installed *after* the main filter with
-    ``log=True``, it is the one whose answer the kernel takes for those calls (of equal actions the most recent
-    filter wins), so each of them becomes an ``AUDIT_SECCOMP`` record naming the system call; the main filter's
+    It answers exactly what :func:`plan_seccomp` answers for the deny list, ``CLONE_NEWUSER``, the socket
+    families and netlink protocols and the set-id mode bits, and allows everything else. Installed *after* the main
+    filter with ``log=True``, it is the one whose answer the kernel takes for those calls (of equal actions the most
+    recent filter wins), so each of them becomes an ``AUDIT_SECCOMP`` record naming the system call; the main filter's
     other answers (``clone3``'s ``ENOSYS`` on every fork, the extended attributes' ``EOPNOTSUPP`` on every
     ``ls -l``) come from the main filter, which does not log. It never refuses what the main filter allows.
 
     Raises:
         ConfinementError: a machine this module has no system call table for.
     """
-    if machine not in _ARCHES:
+    if machine not in ARCHES:
         raise ConfinementError(f"no seccomp table for {machine}", step="seccomp")
-    arch, _foreign, (unshare, clone, _clone3), (socket, socketpair) = _ARCHES[machine]
-    numbers = [_REFUSED_NUMBERS[machine][name] for name in REFUSED_SYSCALLS if name in _REFUSED_NUMBERS[machine]]
+    arch, _foreign, (unshare, clone, _clone3), (socket, socketpair) = ARCHES[machine]
+    numbers = [REFUSED_NUMBERS[machine][name] for name in REFUSED_SYSCALLS if name in REFUSED_NUMBERS[machine]]
     program: list[tuple[int, str | int, str | int, int] | str] = [
         (_BPF_LD_W_ABS, 0, 0, _ARCH),
         (_BPF_JEQ_K, 0, "allow", arch),  # another arch: the main filter refuses it (and does not log)
         (_BPF_LD_W_ABS, 0, 0, _NR),
         *[(_BPF_JEQ_K, "deny", 0, nr) for nr in numbers],
-        *_argument_checks(unshare, clone, socket, socketpair),
+        *_argument_checks(machine, unshare, clone, socket, socketpair),
         "deny",
         (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
     ]
@@ -324,12 +266,13 @@ def plan_seccomp_log(machine: str) -> bytes:
 
 def syscall_name(machine: str, number: int) -> str | None:
     """The name of a system call the filters refuse, from its number on ``machine`` (pure); ``None`` for others."""
-    if machine not in _ARCHES:
+    if machine not in ARCHES:
         return None
-    _arch, _foreign, (unshare, clone, clone3), (socket, socketpair) = _ARCHES[machine]
-    named = {nr: name for name, nr in _REFUSED_NUMBERS[machine].items()}
-    named.update({nr: name for name, nr in _XATTR_NUMBERS[machine].items()})
+    _arch, _foreign, (unshare, clone, clone3), (socket, socketpair) = ARCHES[machine]
+    named = {nr: name for name, nr in REFUSED_NUMBERS[machine].items()}
+    named.update({nr: name for name, nr in XATTR_NUMBERS[machine].items()})
     named.update({unshare: "unshare", clone: "clone", clone3: "clone3", socket: "socket", socketpair: "socketpair"})
+    named.update({nr: name for name, nr in MODE_NUMBERS[machine].items()})
     return named.get(number)
 
 
@@ -352,7 +295,7 @@ def apply_seccomp(program: bytes, machine: str, *, log: bool = False) -> None:
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(count, ctypes.addressof(buf))
     result = LIBC.syscall(
-        ctypes.c_long(_NR_SECCOMP[machine]),
+        ctypes.c_long(NR_SECCOMP[machine]),
         ctypes.c_long(_SECCOMP_SET_MODE_FILTER),
         ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC | (_SECCOMP_FILTER_FLAG_LOG if log else 0)),
         ctypes.byref(prog),

@@ -49,6 +49,7 @@ from sandbox._cgroups import sweep_stale_cgroups
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
+    BudgetPolicy,
     CallOrigin,
     CatalogError,
     GroupCommit,
@@ -73,7 +74,7 @@ from supervisor.plan import (
     worker_modules,
 )
 from supervisor.sessions import LOCAL_TENANT, SessionStore, SessionToolViews
-from supervisor.tools import SchemaPool
+from supervisor.tools import SchemaPool, ValidationConfig
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel
 from supervisor.workers import (
     KernelAudit,
@@ -195,6 +196,7 @@ class Supervisor:
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
+            budgets=BudgetPolicy.from_policy(self.config.policy),
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
@@ -204,6 +206,7 @@ class Supervisor:
             commit=GroupCommit(self._commit_records).commit,
             on_session_closed=self._session_closed,
             call_context=lambda tool, origin: self.session_tools.call_context(tool, origin.session_id),
+            validation=self._validation,
         )
         self.runners: list[ToolboxRunner] = []
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
@@ -235,6 +238,7 @@ class Supervisor:
         #: toolboxes that failed to load (compile, folders, worker start, tool list), ``{"toolbox", "agent",
         #: "source", "message"}``; such a toolbox serves nothing
         self.toolbox_load_errors: list[dict[str, str]] = list(compiled.load_errors)
+        self.registry.unloaded = list(compiled.load_errors)
         #: (agent, toolbox) of the toolboxes whose tool list could not be registered
         self.undescribable: set[tuple[str, str]] = set()
         self._catalog_seen = ""  # the resources and prompts of every worker, when the lists were last rebuilt
@@ -652,6 +656,12 @@ class Supervisor:
         """The portal's word that a closed session has no call running: the store forgets it too."""
         if self.sessions is not None:
             self.sessions.forget([session_id])
+
+    def _validation(self, tool: RegisteredTool) -> ValidationConfig:
+        """The policy's ``validation`` for ``tool``'s toolbox (asked only when its arguments failed the strict
+        check)."""
+        v = self.config.policy.effective_validation(tool.toolbox, tool.agent)
+        return ValidationConfig(allow_extra_properties=v.allow_extra_properties, strict_mode=v.strict_mode)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         result = checked_output(tool, result)

@@ -91,6 +91,13 @@ def served_hints(runner: Any, hints: Any) -> dict[str, Any]:
     return out
 
 
+def _description(tool: Mapping[str, Any], down: str | None) -> str:
+    """A tool's description as served: its toolbox's, led by why it is not served now (a crash loop's cool-down:
+    until when) when its toolbox is down, so that a client listing tools sees it before calling."""
+    own = str(tool.get("description") or "")
+    return f"Not available now: {down}\n\n{own}" if down else own
+
+
 def _spaces(runners: list[Any], guests: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
     """Each agent's runners in load order: its own toolboxes', then its guests (sub-agents it names)."""
     spaces: dict[str, list[Any]] = {}
@@ -113,6 +120,9 @@ class ToolRegistry:
         self.schema_errors: list[dict[str, str]] = []
         #: the runners of the last rebuild, also those that serve nothing (for why a name is not served)
         self.runners: list[ToolboxRunner] = []
+        #: load errors of the toolboxes that got no runner at all (the plan's, with their ``kind``), kept by the
+        #: supervisor: also why a name is not served
+        self.unloaded: list[dict[str, str]] = []
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
 
     def rebuild(self, runners: list[ToolboxRunner], *, guests: Mapping[str, Sequence[Any]] | None = None) -> None:
@@ -154,6 +164,7 @@ class ToolRegistry:
     ) -> None:
         for runner in members:
             listed = list(runner.tools)
+            down = getattr(runner, "failed_reason", None)  # sub-agent runners have none: they never go down
             schemas: list[CompiledSchema] | None = getattr(runner, "schemas", None)
             if schemas is None or len(schemas) != len(listed):
                 schemas = []
@@ -189,7 +200,7 @@ class ToolRegistry:
                     name=name,
                     local_name=local,
                     runner=runner,
-                    description=str(t.get("description") or ""),
+                    description=_description(t, down),
                     input_schema=t.get("input_schema") or {"type": "object"},
                     validator=compiled.validator,
                     annotations=dict(t.get("annotations") or {}),

@@ -3,7 +3,8 @@
 A tool of a toolbox that failed to load is not in the registry, so a call of it is "not found"; that alone leaves
 an agent guessing. :func:`unloaded_note` says which of the caller's agent's toolboxes did not load and why, so the
 agent (or its operator) can act. Pure: it reads what the runners hold (``spec.toolbox``, ``spec.kind``,
-``spec.agent``, ``failed_reason``, ``load_errors``) and reports only the toolboxes of the agent the caller may see.
+``spec.agent``, ``failed_reason``, ``load_errors``) and the load errors of toolboxes that got no runner, and
+reports only the toolboxes of the agent the caller may see.
 """
 
 from __future__ import annotations
@@ -35,22 +36,29 @@ def _script_match(name: str, kind: str, error: dict[str, Any]) -> bool:
     return name == f"bash_{stem}"
 
 
-def unloaded_note(name: str, runners: Iterable[Any], scope: str | None) -> str:
+def unloaded_note(name: str, runners: Iterable[Any], scope: str | None, unloaded: Iterable[dict[str, str]] = ()) -> str:
     """A sentence about the toolboxes of agent ``scope`` (every agent when ``None``) that did not load and may be
     the reason ``name`` is not served; ``""`` when none did.
+
+    ``unloaded``: load errors of toolboxes that got no runner at all (``{"toolbox", "agent", "kind", "message"}``,
+    the plan's: an unset ``${VAR}``, a compile error, folders that cannot be made).
 
     A toolbox whose tool names start as ``name`` does is named alone when there is one; otherwise every toolbox of
     the agent that did not load is listed (its tool names are unknown: it never said them).
     """
-    failed: list[tuple[Any, str]] = []
+    failed: list[tuple[str, str, str]] = []  # (kind, toolbox, why)
     scripts: list[str] = []
+    for error in unloaded:
+        if error.get("toolbox") and error.get("kind") and scope in (None, error.get("agent")):
+            failed.append((error["kind"], error["toolbox"], str(error.get("message"))))
     for runner in runners:
         spec = getattr(runner, "spec", None)  # sub-agent runners have none: they always load
         if spec is None or (scope is not None and spec.agent != scope):
             continue
         errors = list(getattr(runner, "load_errors", None) or ())
         if not runner.tools and (runner.failed_reason or errors):
-            failed.append((runner, runner.failed_reason or "; ".join(str(e.get("message")) for e in errors)))
+            why = runner.failed_reason or "; ".join(str(e.get("message")) for e in errors)
+            failed.append((spec.kind, spec.toolbox, why))
         for error in errors:
             if _script_match(name, spec.kind, error):
                 scripts.append(
@@ -61,12 +69,12 @@ def unloaded_note(name: str, runners: Iterable[Any], scope: str | None) -> str:
         return note if note.endswith(".") else note + "."
     if not failed:
         return ""
-    matching = [(r, why) for r, why in failed if name.startswith(_prefix(r.spec.kind, r.spec.toolbox))]
+    matching = [(kind, tb, why) for kind, tb, why in failed if name.startswith(_prefix(kind, tb))]
     if len(matching) == 1:
-        runner, why = matching[0]
-        note = f"Its toolbox {runner.spec.toolbox} did not load: {why}"
+        _, toolbox, why = matching[0]
+        note = f"Its toolbox {toolbox} did not load: {why}"
     else:
-        listed = "; ".join(f"{r.spec.toolbox}: {why}" for r, why in (matching or failed))
+        listed = "; ".join(f"{tb}: {why}" for _, tb, why in (matching or failed))
         note = f"Toolboxes of this agent that did not load (their tools are not served): {listed}"
     note = note[:_MAX_NOTE]
     return note if note.endswith(".") else note + "."

@@ -10,7 +10,8 @@ Validation needs a context (``model_validate(data, context=...)``, see :func:`va
   canonicalised (``os.path.realpath``). Exception: an MCP ``executable`` is only normalised, so that a
   symlinked program keeps its ``argv[0]``; a bare program name (no ``/``) is left for ``PATH`` lookup.
 - ``environ``: the supervisor's environment, for ``${VAR}`` in ``Token`` and ``Headers`` values (a missing
-  variable is an error naming it).
+  variable is not an error of the file: ``OpenApiContents.unset_env`` names it, and that toolbox alone does not
+  load).
 
 Models are strict (no coercion of ``"5"`` to 5) and refuse unknown keys, naming the keys they know. What is
 not checked here: ``FileSandbox`` refs (resolved with the agent, in :mod:`supervisor.config._agent_toolboxes`),
@@ -22,13 +23,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    Tag,
+    ValidationInfo,
+    model_validator,
+)
 
 from sandbox._file_sandbox import DEFAULT_MAX_FILE_SIZE
 from sandbox._predicates import AlwaysDeny, predicate_to_json
 
 from ._errors import check_known_keys
 from ._types import (
+    UNSET_ENV_KEY,
     ConfigPath,
     EnvText,
     Executable,
@@ -164,11 +177,39 @@ class McpSimpleBinary(_Model):
 
 
 class OpenApiContents(_Model):
+    """An OpenAPI toolbox. ``${VAR}`` in ``Token`` and ``Headers`` that is not set does not refuse the agent file:
+    :attr:`unset_env` names it, and that toolbox alone does not load (issue 25)."""
+
     spec_url: SpecLocation = Field(alias="SpecUrl")
     base_url: HttpUrl = Field(alias="BaseUrl")
     headers: dict[str, EnvText] = Field(default={}, alias="Headers", repr=False)
     token: EnvText | None = Field(default=None, alias="Token", repr=False)
     name: ToolboxName | None = Field(default=None, alias="Name")
+    _unset_env: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _collect_unset_env(cls, data: Any, handler: ModelWrapValidatorHandler[Any], info: ValidationInfo) -> Any:
+        context = info.context if isinstance(info.context, dict) else None
+        if context is None:  # no context to collect in: an unset variable refuses, as everywhere
+            return handler(data)
+        outer = context.get(UNSET_ENV_KEY)
+        unset: list[str] = []
+        context[UNSET_ENV_KEY] = unset
+        try:
+            model = handler(data)
+        finally:
+            if outer is None:
+                context.pop(UNSET_ENV_KEY, None)
+            else:
+                context[UNSET_ENV_KEY] = outer
+        model._unset_env = tuple(dict.fromkeys(unset))
+        return model
+
+    @property
+    def unset_env(self) -> tuple[str, ...]:
+        """The ``${VAR}`` names of ``Token`` and ``Headers`` not set in the supervisor's environment (each once)."""
+        return self._unset_env
 
 
 class OpenAPIServer(_Model):
@@ -179,7 +220,10 @@ class OpenAPIServer(_Model):
 class PostgrestContents(_Model):
     spec_url: SpecLocation = Field(alias="SpecUrl")
     base_url: HttpUrl = Field(alias="BaseUrl")
-    allowed_methods: list[Literal["GET", "POST", "PATCH", "DELETE"]] = Field(default=["GET"], alias="AllowedMethods")
+    #: narrows the methods the description lists (PostgREST lists what its request role may do); None: all of them
+    allowed_methods: list[Literal["GET", "POST", "PATCH", "DELETE"]] | None = Field(
+        default=None, alias="AllowedMethods"
+    )
     #: the toolbox's name (its tools' prefix, its policy key); without it, the BaseUrl's host (as OpenAPI's)
     name: ToolboxName | None = Field(default=None, alias="Name")
 

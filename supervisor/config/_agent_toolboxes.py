@@ -70,6 +70,9 @@ class ToolboxConfig:
             (bash directories and scripts, databases, skill directories, command filters), besides its
             FileSandbox.
         agent_file: the agent file it came from; source: its JSON path there (for messages).
+        load_problem: why it cannot load, found when the agent file loaded (an OpenAPI ``Token`` or ``Headers``
+            value names a ``${VAR}`` that is not set); ``None``: nothing. Such a toolbox gets no worker: the
+            plan makes this its load error, and every other toolbox loads.
     """
 
     kind: ToolboxKind
@@ -82,6 +85,7 @@ class ToolboxConfig:
     agent_file: str
     source: str
     _config: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    load_problem: str | None = None
 
     @property
     def predicate(self) -> PathPredicate | None:
@@ -145,6 +149,20 @@ class _Entry:
     hosts: tuple[str, ...] = ()
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
+    problem: str | None = None
+
+
+def _unset_env_problem(names: Sequence[str]) -> str | None:
+    """The load problem of a toolbox whose ``Token``/``Headers`` name variables that are not set."""
+    if not names:
+        return None
+    listed = ", ".join(names)
+    return (
+        f"the environment variable{'s' if len(names) > 1 else ''} {listed} "
+        f"{'are' if len(names) > 1 else 'is'} not set in the supervisor's environment (its Token or Headers use "
+        f"${{{names[0]}}}). Set {'them' if len(names) > 1 else 'it'} where the supervisor starts and restart it, or "
+        "define a policy credential of that name (docs/CREDENTIALS.md) and reload"
+    )
 
 
 def _bash_entry(tb: BashToolbox, source: str) -> _Entry:
@@ -248,6 +266,7 @@ def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
                     {"tag": tb.tag, **_dump(c)},
                     hosts=hosts,
                     read=spec_file,
+                    problem=_unset_env_problem(getattr(c, "unset_env", ())),
                 )
             )
     for i, tb in enumerate(agent.builtin_toolboxes):
@@ -319,5 +338,9 @@ def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tu
         config = dict(e.config)
         if sandbox is not None:
             config["FileSandbox"] = sandbox.to_json()
-        out.append(ToolboxConfig(e.kind, name, agent.slug, sandbox, e.hosts, e.read, e.write, file, e.source, config))
+        out.append(
+            ToolboxConfig(
+                e.kind, name, agent.slug, sandbox, e.hosts, e.read, e.write, file, e.source, config, e.problem
+            )
+        )
     return tuple(out)

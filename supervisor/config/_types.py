@@ -23,6 +23,7 @@ from sandbox._predicates import PathPredicate, PredicateError, parse_predicate, 
 from ._errors import problem
 
 __all__ = [
+    "UNSET_ENV_KEY",
     "ConfigPath",
     "EnvText",
     "Executable",
@@ -116,7 +117,14 @@ def check_cname_target(value: str) -> str:
     return target
 
 
+#: The validation context key under which a model that holds ``EnvText`` values collects the names of unset
+#: variables (a list) instead of refusing the file (``OpenApiContents``: one toolbox's load error).
+UNSET_ENV_KEY = "unset_env"
+
+
 def _expand_env(value: str, info: ValidationInfo) -> str:
+    """``${VAR}`` replaced by the variable's value. An unset variable is a problem, unless the context holds a list
+    under :data:`UNSET_ENV_KEY`: then its name is added there and it expands to nothing."""
     environ = _ctx(info).get("environ", os.environ)
 
     def one(match: re.Match[str]) -> str:
@@ -124,6 +132,10 @@ def _expand_env(value: str, info: ValidationInfo) -> str:
         if not _ENV_NAME_RE.match(name):
             raise _problem(f"invalid variable reference ${{{name}}}", "${NAME} with NAME of letters, digits, '_'")
         if name not in environ:
+            unset = _ctx(info).get(UNSET_ENV_KEY)
+            if isinstance(unset, list):  # the toolbox holding it collects it: its load error, not the policy's
+                unset.append(name)
+                return ""
             raise _problem(f"environment variable {name!r} is not set", f"{name} set in the supervisor's environment")
         return str(environ[name])
 

@@ -2,9 +2,9 @@
 
 ::
 
-    agents-supervise --policy P [--agent F]...          serve MCP over stdio (the default command)
+    agents-supervise --policy P [--agent F]...          serve MCP over stdio (the default command) to the agent
+                                                        of the agent file F (default: the policy's first agent)
     agents-supervise serve --policy P [--serve-agent S] the same, spelled out; the session is bound to agent S
-                                                        (default: the policy's first agent)
     agents-supervise tools --policy P [--agent S] [--json]
                                                         list the tools (of agent S), renamed names, load errors
     agents-supervise call --policy P [--agent S] TOOL 'JSON'
@@ -25,7 +25,8 @@
 
 ``--agent`` is read by its form: a slug (only ``A-Z a-z 0-9 _ -``) names the agent to act as (``serve``, ``tools``,
 ``check``, ``call``; at most one), anything else (a path, with a ``/`` or a ``.``) is an agent file to load besides
-the policy's, as ``--agent-file`` always is.
+the policy's, whose agent is then the one to act as unless a slug names another; ``--agent-file`` only loads a
+file (:mod:`._cli_agents`). ``init DIR`` writes a starting policy and the example agents (:mod:`._cli_init`).
 
 ``call`` and ``run`` take ``--session NAME`` (continue that session; without it every run is a session of its own),
 ``--conversation ID`` and ``--turn ID`` (the call's ids; default: the session's conversation and a new turn).
@@ -39,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import sys
 from typing import Any
@@ -49,13 +49,12 @@ import trio
 from supervisor._errors import SupervisorError, first_leaf
 from supervisor.config import ConfigError
 
+from ._cli_agents import acting_agent, split_agents
+from ._cli_agents import check_slug as _check_slug
+
 __all__ = ["main"]
 
 EXIT_FAILED, EXIT_ERROR, EXIT_INTERNAL = 1, 2, 70
-
-
-#: what an ``--agent`` value that names an agent (not a file) looks like: a slug (config/_types.py's names)
-_SLUG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -66,7 +65,7 @@ def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
         default=[],
         metavar="SLUG|FILE",
         help="the slug of the agent to act as (at most one), or an agent file to load besides the "
-        "policy's (a path with a '/' or a '.'; repeatable)",
+        "policy's (a path with a '/' or a '.'; repeatable), whose agent is then the one to act as",
     )
     p.add_argument(
         "--agent-file",
@@ -74,34 +73,9 @@ def _add_common(p: argparse.ArgumentParser, *, required: bool = True) -> None:
         default=[],
         dest="agent_files",
         metavar="FILE",
-        help="an agent file to load besides the policy's (repeatable)",
+        help="an agent file to load besides the policy's, without acting as its agent (repeatable)",
     )
     p.add_argument("--state-dir", default=None, help="override the policy's state directory")
-
-
-def _split_agents(args: argparse.Namespace) -> str | None:
-    """Sort ``--agent`` values into agent files (``args.agent``, with ``--agent-file``'s) and the slug of the agent
-    to act as (returned; ``--serve-agent``'s too). Raises ``ValueError`` for two slugs."""
-    values = list(getattr(args, "agent", []) or [])
-    slugs = [v for v in values if _SLUG.fullmatch(v)]
-    args.agent = [v for v in values if not _SLUG.fullmatch(v)] + list(getattr(args, "agent_files", []) or [])
-    if getattr(args, "serve_agent", None):
-        slugs.append(args.serve_agent)
-    if len(set(slugs)) > 1:
-        raise ValueError(
-            f"one agent at a time: --agent/--serve-agent name {', '.join(slugs)}; an agent file is "
-            "given by its path (with a '/' or a '.') or with --agent-file"
-        )
-    return slugs[0] if slugs else None
-
-
-def _check_slug(slug: str | None, served: list[str]) -> None:
-    """Raises ``ValueError`` when ``slug`` is given and not one of ``served``."""
-    if slug is not None and slug not in served:
-        raise ValueError(
-            f"no agent {slug!r} is loaded; the loaded agents are {', '.join(served) or 'none'} (an "
-            "agent file is given by its path, with a '/' or a '.', or with --agent-file)"
-        )
 
 
 def _add_ids(p: argparse.ArgumentParser) -> None:
@@ -144,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         "--serve-agent",
         default=None,
         metavar="SLUG",
-        help="bind the stdio session to this agent (default: the policy's first agent); over HTTP "
+        help="bind the stdio session to this agent (default: the agent of an --agent FILE, else the "
+        "policy's first agent); over HTTP "
         "the endpoint /agents/<slug>/mcp picks the agent",
     )
     hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
@@ -456,6 +431,22 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pick_agent(args: argparse.Namespace, command: str) -> int:
+    """Set ``args.slug``, the agent the command acts as (:mod:`._cli_agents`); returns an exit status when the
+    command line names no one agent (0 when it is fine). An ``--agent FILE`` over HTTP only loads the file (each
+    agent has its endpoint there)."""
+    try:
+        args.slug = split_agents(args)
+        over_http = command == "serve" and getattr(args, "http", None) is not None
+        if args.slug is None and args.named_files and not over_http:
+            from supervisor.config import load_config
+
+            args.slug = acting_agent(load_config(args.policy, args.agent), args.named_files)
+    except ValueError as exc:
+        return _fail(str(exc))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -481,12 +472,9 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
     if not args.policy:
         return _fail("--policy is required (for example: --policy policies/strict.yaml)")
-    if command in ("serve", "tools", "call", "check"):
-        try:
-            args.slug = _split_agents(args)
-        except ValueError as exc:
-            return _fail(str(exc))
     try:
+        if command in ("serve", "tools", "call", "check") and (refused := _pick_agent(args, command)):
+            return refused
         if command == "check":
             from ._cli_check import check
 

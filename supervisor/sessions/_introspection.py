@@ -11,9 +11,11 @@ Scopes are relative to the calling session:
 - ``parents-only``: its ancestors (parent, grandparent, ...), not itself;
 - ``all``: every session in the store.
 
-Whatever the scope, introspection never leaves the caller's owner: only sessions of the caller's tenant, and of the
-caller's agent (the owner of the calling session) unless the policy's ``sessions.introspection.other_agents`` is
-true (then a parent agent sees its sub-agents' runs and a sub-agent its caller's session). The policy also caps
+Whatever the scope, introspection never leaves the caller's tenant, and sees only sessions of the caller's agent (the
+owner of the calling session) or of its own call tree: the sub-agent runs made from the calling session (and theirs),
+whatever their agents, are its subtree (``subtree``, ``children-only``, and ``all``). The policy's
+``sessions.introspection.other_agents: true`` widens this to every agent of the tenant (then a sub-agent also sees
+its caller's session under ``parents-only``). The policy also caps
 which scopes an agent file may set (``sessions.introspection.scopes``) and whether it may read tool outputs
 (``sessions.introspection.tool_outputs``): an agent file asking for more is refused when the policy is compiled
 (:func:`introspection_problem`), and the caps are applied again here.
@@ -66,14 +68,19 @@ def introspection_problem(config: Mapping[str, Any], caps: Introspection) -> str
     return None
 
 
-def visible_sessions(owners: Mapping[str, Owner], current: str, caps: Introspection) -> set[str]:
+def visible_sessions(
+    owners: Mapping[str, Owner], parents: Mapping[str, str | None], current: str, caps: Introspection
+) -> set[str]:
     """The sessions a call of session ``current`` may ever see, whatever the scope (pure): its tenant's, and of
-    those its own agent's unless ``caps.other_agents``."""
+    those its own agent's, and its own call tree's (the sub-agent runs made from it, and theirs, whatever their
+    agents: a parent link is made only by the supervisor, for a sub-agent call of that session); every agent's
+    with ``caps.other_agents``. Its callers' sessions (another agent's) stay unseen without ``other_agents``."""
     me = owners.get(current, Owner(""))
+    tree = scope_members("subtree", current, parents)
     return {
         sid
         for sid, owner in owners.items()
-        if owner.tenant == me.tenant and (caps.other_agents or owner.agent == me.agent)
+        if owner.tenant == me.tenant and (caps.other_agents or owner.agent == me.agent or sid in tree)
     }
 
 
@@ -87,12 +94,20 @@ def _preview(text: str, index: int, length: int) -> str:
     return ("..." if start else "") + " ".join(text[start:end].split()) + ("..." if end < len(text) else "")
 
 
-def _render_turns(store: SessionStore, row: SessionRow, take_n: int, tool_outputs: bool) -> tuple[int, list[str]]:
+def _render_turns(
+    store: SessionStore, row: SessionRow, take_n: int, tool_outputs: bool, thinking: bool
+) -> tuple[int, list[str]]:
+    """``(totalTurns, lines)``: a session's turns (a model's reasoning only with ``thinking``), or, for a session
+    with none (a frontend's), its tool calls, one turn each; ``totalTurns`` is what ``list-sessions`` calls its
+    ``turnCount`` (``SessionStore.rows``)."""
     turns = store.turns(row.id)
     lines: list[str] = []
     if turns:
-        for n, role, content, tool in turns[:take_n]:
-            if role == "user":
+        shown = [t for t in turns if thinking or t[1] != "thinking"]
+        for n, role, content, tool in shown[:take_n]:
+            if role == "thinking":
+                lines.append(f"Turn {n}: [Thinking] {content}")
+            elif role == "user":
                 lines.append(f"Turn {n}: [User] {content}")
             elif role == "assistant":
                 lines.append(f"Turn {n}: [LLM] {content}")
@@ -120,7 +135,8 @@ def _search(store: SessionStore, rows: list[SessionRow], query: str, tool_output
                 continue
             i = content.casefold().find(needle)
             if i >= 0:
-                hit = (_preview(content, i, len(query)), "content" if role != "tool" else "tool_output")
+                kind = {"tool": "tool_output", "thinking": "thinking"}.get(role, "content")
+                hit = (_preview(content, i, len(query)), kind)
                 break
         if hit is None:
             for call in store.tool_calls(row.id):
@@ -159,7 +175,7 @@ def _answer(
     max_results = int(config.get("SessionIntrospectionMaxResults") or 50)
     tool_outputs = bool(config.get("SessionIntrospectionIncludeToolOutputs", False)) and caps.tool_outputs
     parents = store.parents()
-    visible = visible_sessions(store.owners(), current, caps)
+    visible = visible_sessions(store.owners(), parents, current, caps)
     members = scope_members(scope, current, parents) & visible
     rows = store.rows(members)
     ancestors = scope_members("parents-only", current, parents)
@@ -204,7 +220,7 @@ def _answer(
         take = max_results if not isinstance(take_n, int) or take_n < 1 else min(take_n, max_results)
         show_outputs = tool_outputs and args.get("include_tool_responses", True) is not False
         row = store.rows({target})[0]
-        total, lines = _render_turns(store, row, take, show_outputs)
+        total, lines = _render_turns(store, row, take, show_outputs, args.get("include_thinking") is True)
         return {
             "sessionId": row.id,
             "conversationId": row.conversation_id,

@@ -171,10 +171,72 @@ def _field_errors(error: js_exceptions.ValidationError) -> list[FieldError]:
         return [FieldError(f"{path}.{k}" if path else k, "Unknown property") for k in extras]
     if v == "const":
         return [FieldError(path, f"Expected the value {value!r}")]
-    if error.context:  # anyOf/oneOf: report the best sub-error
-        best = js_exceptions.best_match(error.context)
-        return _field_errors(best)
+    if v == "pattern" and isinstance(error.instance, str):
+        described = (schema or {}).get("description") if isinstance(schema, dict) else None
+        shown = _shown(error.instance)
+        if isinstance(described, str) and described.strip():
+            return [FieldError(path, f"Invalid value {shown}: expected {described.strip()}")]
+        return [FieldError(path, f"Invalid value {shown}: does not match the pattern {value!r}")]
+    if v in ("anyOf", "oneOf") and error.context:
+        return _branch_errors(error, path)
+    if error.context:  # another keyword with sub-errors: report the best one
+        return _field_errors(js_exceptions.best_match(error.context))
     return [FieldError(path, error.message)]
+
+
+def _shown(value: str) -> str:
+    """A string value as a message quotes it (long ones cut)."""
+    return repr(value if len(value) <= 80 else value[:77] + "...")
+
+
+def _branch_types(schema: Any) -> set[str] | None:
+    """The JSON types a branch of an ``anyOf``/``oneOf`` accepts, or ``None`` when it does not say (no ``type``,
+    ``const`` or ``enum``; a ``$ref``; ``true``)."""
+    if not isinstance(schema, dict):
+        return None if schema is True else set()
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return {declared}
+    if isinstance(declared, list) and all(isinstance(t, str) for t in declared):
+        return set(declared)
+    if "const" in schema:
+        return {_type_name(schema["const"])}
+    if isinstance(schema.get("enum"), list):
+        return {_type_name(e) for e in schema["enum"]}
+    return None
+
+
+def _accepts(types: set[str], value: Any) -> bool:
+    name = _type_name(value)
+    if name in types:
+        return True
+    if name == "integer" and "number" in types:
+        return True
+    return name == "number" and "integer" in types and float(value).is_integer()
+
+
+def _branch_errors(error: js_exceptions.ValidationError, path: str) -> list[FieldError]:
+    """The errors of an ``anyOf``/``oneOf`` that no branch accepted, told for the branch the value was meant for.
+
+    The branch meant is the one whose type the value has (an object for ``{"anyOf": [row, [row]]}``): its own
+    errors are the report (``body.title: Required property missing``, not ``body: Expected array``). When the
+    value's type fits no branch, the report lists the types the branches take; when several fit, the best of
+    their errors (jsonschema's ``best_match``)."""
+    branches = error.validator_value if isinstance(error.validator_value, list) else []
+    by_branch: dict[int, list[js_exceptions.ValidationError]] = {}
+    for sub in error.context or []:
+        index = sub.relative_schema_path[0] if sub.relative_schema_path else None
+        if isinstance(index, int):
+            by_branch.setdefault(index, []).append(sub)
+    kinds = [_branch_types(b) for b in branches]
+    fitting = [i for i, t in enumerate(kinds) if t is None or _accepts(t, error.instance)]
+    if len(fitting) == 1 and by_branch.get(fitting[0]):
+        return [fe for sub in by_branch[fitting[0]] for fe in _field_errors(sub)]
+    if not fitting and kinds and all(t is not None for t in kinds):
+        names = sorted({n for t in kinds if t is not None for n in t})
+        return [FieldError(path, f"Expected {' or '.join(names)} but got {_type_name(error.instance)}")]
+    candidates = [sub for i in fitting for sub in by_branch.get(i, [])] or list(error.context or [])
+    return _field_errors(js_exceptions.best_match(candidates))
 
 
 def format_validation_errors(tool: str, errors: list[FieldError]) -> str:
@@ -270,6 +332,32 @@ class ArgumentValidator:
                 self._empty = self._errors(args)
             return list(self._empty)
         return self._errors(args)
+
+    def raw_errors(self, args: Any) -> list[js_exceptions.ValidationError] | None:
+        """jsonschema's own errors of ``args`` (for :mod:`._relax`, which mends what it may); ``None`` when the
+        arguments cannot be checked at all (time, a schema that cannot be applied). Never raises."""
+        token = _deadline.set(time.monotonic() + PATTERN_BUDGET_S)
+        try:
+            return list(self._validator.iter_errors(args))
+        except Exception:  # _PatternTimeout, RecursionError, a schema jsonschema cannot apply: errors() says which
+            return None
+        finally:
+            _deadline.reset(token)
+
+    def extra_keys(self, error: js_exceptions.ValidationError) -> list[str]:
+        """The keys an ``additionalProperties: false`` error of :meth:`raw_errors` is about (bounded in time as
+        :meth:`errors` is; ``[]`` when matching the schema's ``patternProperties`` takes too long)."""
+        if not isinstance(error.instance, dict) or not isinstance(error.schema, dict):
+            return []
+        known = error.schema.get("properties") or {}
+        patterns = error.schema.get("patternProperties") or {}
+        token = _deadline.set(time.monotonic() + PATTERN_BUDGET_S)
+        try:
+            return [k for k in error.instance if k not in known and not any(_search(p, k) for p in patterns)]
+        except _PatternTimeout:
+            return []
+        finally:
+            _deadline.reset(token)
 
     def _errors(self, args: dict[str, Any]) -> list[FieldError]:
         out: list[FieldError] = []

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from sandbox._errors import ConfinementError
-from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp
+from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp, plan_seccomp_log, syscall_name
 
 ALLOW, EPERM, ENOSYS, EAFNOSUPPORT, EPROTONOSUPPORT = "allow", "EPERM", "ENOSYS", "EAFNOSUPPORT", "EPROTONOSUPPORT"
 EOPNOTSUPP = "EOPNOTSUPP"
@@ -18,9 +18,13 @@ NR = {"x86_64": (250, 272, 56, 435, 0, 41, 53, 103), "aarch64": (219, 97, 220, 4
 SIGCHLD = 17
 
 
-def run_filter(program: bytes, *, arch: int, nr: int, arg0: int = 0, arg2: int = 0) -> str:
-    """Run a classic BPF seccomp program on ``struct seccomp_data`` (nr, arch, ip 0, args) and name its verdict."""
-    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, arg2, 0, 0, 0)
+def run_filter(
+    program: bytes, *, arch: int, nr: int, arg0: int = 0, arg2: int = 0, args: tuple[int, ...] | None = None
+) -> str:
+    """Run a classic BPF seccomp program on ``struct seccomp_data`` (nr, arch, ip 0, args) and name its verdict.
+    ``args``: all six arguments (else ``arg0`` and ``arg2``, the others 0)."""
+    full = (*args, *(0,) * (6 - len(args))) if args is not None else (arg0, 0, arg2, 0, 0, 0)
+    data = struct.pack("=iIQ6Q", nr, arch, 0, *full)
     insns = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
     acc, pc = 0, 0
     for _ in range(len(insns)):  # a seccomp program only jumps forward: this many steps always suffice
@@ -99,3 +103,65 @@ def test_xattr_calls_answer_eopnotsupp_unless_the_plan_allows_them(machine: str)
     keyctl = NR[machine][0]
     assert run_filter(allowing, arch=ARCH[machine], nr=keyctl) == EPERM
     assert run_filter(refusing, arch=ARCH[machine], nr=first + 12) == ALLOW  # the next call (not of the family)
+
+
+#: machine -> {call: (number, index of the mode argument, index of the flags argument or None)}
+MODE_CALLS = {
+    "x86_64": {
+        "chmod": (90, 1, None),
+        "fchmod": (91, 1, None),
+        "fchmodat": (268, 2, None),
+        "fchmodat2": (452, 2, None),
+        "creat": (85, 1, None),
+        "mknod": (133, 1, None),
+        "mknodat": (259, 2, None),
+        "open": (2, 2, 1),
+        "openat": (257, 3, 2),
+    },
+    "aarch64": {
+        "fchmod": (52, 1, None),
+        "fchmodat": (53, 2, None),
+        "fchmodat2": (452, 2, None),
+        "mknodat": (33, 2, None),
+        "openat": (56, 3, 2),
+    },
+}
+O_CREAT, O_TMPFILE, O_WRONLY = 0o100, 0o20200000, 0o1
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_set_id_mode_bits_are_refused_where_the_kernel_honours_them(machine: str) -> None:
+    """Both filters (the main one and the logging one) refuse set-uid and set-gid bits in a mode the kernel would
+    apply, and let every other mode through: the sticky bit, 0777, and an ``open`` that does not create (its mode
+    argument is ignored by the kernel, and some callers pass garbage there)."""
+    for program in (plan_seccomp(machine), plan_seccomp_log(machine)):
+        for name, (nr, mode_at, flags_at) in MODE_CALLS[machine].items():
+
+            def verdict(
+                mode: int,
+                flags: int = O_CREAT | O_WRONLY,
+                program: bytes = program,
+                nr: int = nr,
+                mode_at: int = mode_at,
+                flags_at: int | None = flags_at,
+            ) -> str:
+                args = [0] * 6
+                args[mode_at] = mode
+                if flags_at is not None:
+                    args[flags_at] = flags
+                return run_filter(program, arch=ARCH[machine], nr=nr, args=tuple(args))
+
+            for mode in (0o4755, 0o2755, 0o6755, 0o4000, 0o2000, 0o106755, 0xFFFF_FFFF):
+                assert verdict(mode) == EPERM, (name, oct(mode))
+            for mode in (0o755, 0o777, 0o1777, 0o644, 0, 0o100644):
+                assert verdict(mode) == ALLOW, (name, oct(mode))
+            if flags_at is not None:
+                assert verdict(0o6755, O_TMPFILE | O_WRONLY) == EPERM, name
+                assert verdict(0o6755, O_WRONLY) == ALLOW, name  # no O_CREAT: the kernel ignores the mode
+                assert verdict(0o6755, 0) == ALLOW, name
+        assert syscall_name(machine, MODE_CALLS[machine]["fchmodat"][0]) == "fchmodat"
+    # openat2's mode is in memory (struct open_how): it answers ENOSYS and callers fall back to openat
+    assert run_filter(plan_seccomp(machine), arch=ARCH[machine], nr=437) == ENOSYS
+    # mkdir is not checked: the kernel drops set-id bits from a new folder's mode itself
+    mkdirat = {"x86_64": 258, "aarch64": 34}[machine]
+    assert run_filter(plan_seccomp(machine), arch=ARCH[machine], nr=mkdirat, args=(0, 0, 0o6777)) == ALLOW

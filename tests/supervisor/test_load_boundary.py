@@ -169,3 +169,50 @@ async def test_an_exception_on_a_git_sources_clone_path_is_that_sources_load_err
             "message": "git source https://git.example.test/skills.git: the clone failed: "
             "RuntimeError: planted in the clone",
         }
+
+
+async def test_an_unset_variable_of_one_openapi_toolbox_is_its_load_error_only(
+    sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: a missing ``${GITHUB_TOKEN}`` in one OpenAPI toolbox of one agent leaves that toolbox out; the
+    agent's other toolboxes, its other OpenAPI toolbox and every other agent load and serve."""
+    monkeypatch.delenv("AS_TEST_UNSET_TOKEN_25", raising=False)
+    monkeypatch.setenv("AS_TEST_SET_TOKEN_25", "t")
+    spec = {
+        "openapi": "3.0.3",
+        "info": {"title": "t", "version": "1"},
+        "paths": {"/ping": {"get": {"operationId": "ping", "responses": {"200": {"description": "ok"}}}}},
+    }
+    (sandbox_tmp / "spec.json").write_text(json.dumps(spec))
+
+    def api(name: str, token: str) -> dict[str, Any]:
+        return {
+            "tag": "OpenAPIServer",
+            "contents": {"Name": name, "SpecUrl": "./spec.json", "BaseUrl": "http://127.0.0.1:9", "Token": token},
+        }
+
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "coder": agent(
+                "coder",
+                builtinToolboxes=[system_toolbox("good")],
+                openApiToolboxes=[api("github", "${AS_TEST_UNSET_TOKEN_25}"), api("fine", "${AS_TEST_SET_TOKEN_25}")],
+            ),
+            "other": agent("other", builtinToolboxes=[system_toolbox("theirs")]),
+        },
+    )
+    async with Supervisor.open(policy) as sup:
+        assert (await sup.call("system_good_date", {})).status == "passed"
+        assert (await sup.call("system_theirs_date", {})).status == "passed"
+        names = {t.name for t in sup.list_tools()}
+        assert "openapi_fine_ping" in names and not any("github" in n for n in names)
+        [error] = sup.load_errors()
+        assert (error["toolbox"], error["agent"]) == ("github", "coder")
+        assert error["source"].endswith("coder.json $.contents.openApiToolboxes[0]")
+        assert error["message"].startswith(
+            "toolbox github (agent coder) did not load: the environment variable AS_TEST_UNSET_TOKEN_25 is not set"
+        )
+        refused = await sup.call("openapi_github_ping", {})
+        assert refused.status == "error"
+        assert "AS_TEST_UNSET_TOKEN_25 is not set" in refused.data

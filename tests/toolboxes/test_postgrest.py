@@ -16,10 +16,11 @@ import jsonschema
 import pytest
 
 from supervisor import Supervisor
+from supervisor.tools import ArgumentValidator
 from tests._policies import agent, write_policy
 from tests.toolboxes._api_server import Answer, ApiServer, Seen, serve_api
 from toolboxes.openapi import Resolver
-from toolboxes.postgrest import FILTER_PATTERN, build_request, build_tools
+from toolboxes.postgrest import FILTER_PATTERN, TableTool, build_request, build_tools
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -53,15 +54,70 @@ def _with_rpc() -> dict:
     return doc
 
 
-def _tools(doc: dict, methods: list[str]) -> dict:
+#: The seed's PostgREST argument example (seed 004, "PostgREST toolbox"), verbatim.
+SEED_ARGUMENTS = {
+    "filters": {"column_name": "filter_value"},
+    "subset": {"limit": 10, "offset": 0, "columns": "id,name,email"},
+    "ranking": {"order": "created_at.desc"},
+    "body": {"name": "New Item", "value": 42},
+}
+#: The columns the seed's example names, as PostgREST describes them (column -> (type, format)).
+ITEMS = {
+    "id": ("integer", "bigint"),
+    "column_name": ("string", "text"),
+    "name": ("string", "text"),
+    "email": ("string", "text"),
+    "value": ("integer", "integer"),
+    "created_at": ("string", "timestamp with time zone"),
+}
+
+
+def with_items(doc: dict) -> dict:
+    """``doc`` plus a table ``items`` with the seed example's columns, described as PostgREST describes ``todos``
+    in the recorded document (same parameters, same ``$ref``s; ``name`` is NOT NULL without a default)."""
+    doc = copy.deepcopy(doc)
+
+    def renamed(value: object) -> object:
+        text = json.dumps(value).replace("rowFilter.todos.", "rowFilter.items.").replace("body.todos", "body.items")
+        return json.loads(text.replace("#/definitions/todos", "#/definitions/items"))
+
+    todos_path = doc["paths"]["/todos"]
+    item_path: dict = {}
+    for method, op in todos_path.items():
+        op = renamed(op)
+        params = []
+        for p in op["parameters"]:
+            ref = p.get("$ref", "")
+            if ref.startswith("#/parameters/rowFilter.items."):
+                if ref.endswith(".id"):  # one filter per column of items, in the table's order
+                    params += [{"$ref": f"#/parameters/rowFilter.items.{c}"} for c in ITEMS]
+                continue
+            params.append(p)
+        item_path[method] = {**op, "parameters": params, "summary": "Items", "tags": ["items"]}
+    doc["paths"]["/items"] = item_path
+    template = doc["parameters"]["rowFilter.todos.title"]
+    for column, (_, fmt) in ITEMS.items():
+        doc["parameters"][f"rowFilter.items.{column}"] = {**template, "name": column, "format": fmt}
+    body = renamed(doc["parameters"]["body.todos"])
+    doc["parameters"]["body.items"] = {**body, "name": "items", "description": "items"}
+    doc["definitions"]["items"] = {
+        "description": "Items",
+        "required": ["name"],
+        "properties": {c: {"format": f, "type": t} for c, (t, f) in ITEMS.items()},
+        "type": "object",
+    }
+    return doc
+
+
+def _tools(doc: dict, methods: list[str] | None) -> dict:
     tools, errors = build_tools(Resolver(doc, "http://127.0.0.1:3000/"), "db", methods)
     assert errors == []
     return {t.tool: t for t in tools}
 
 
-def test_tool_names_per_allowed_method() -> None:
+def test_tool_names_per_listed_method_narrowed_by_allowed_methods() -> None:
     assert sorted(_tools(TODOS, ["GET"])) == ["postgrest_db_get_todos"]
-    assert sorted(_tools(_with_rpc(), ["GET", "POST", "PATCH", "DELETE"])) == [
+    everything = [
         "postgrest_db_delete_todos",
         "postgrest_db_get_rpc_varied_arguments_openapi",
         "postgrest_db_get_todos",
@@ -69,6 +125,12 @@ def test_tool_names_per_allowed_method() -> None:
         "postgrest_db_post_rpc_varied_arguments_openapi",
         "postgrest_db_post_todos",
     ]
+    assert sorted(_tools(_with_rpc(), ["GET", "POST", "PATCH", "DELETE"])) == everything
+    assert sorted(_tools(_with_rpc(), None)) == everything  # no AllowedMethods: every method the description lists
+    only_reads = copy.deepcopy(TODOS)
+    for method in ("post", "patch", "delete"):  # a role PostgREST lists reads only for (openapi-mode follow-privileges)
+        del only_reads["paths"]["/todos"][method]
+    assert sorted(_tools(only_reads, None)) == ["postgrest_db_get_todos"]
 
 
 def test_schemas_follow_the_row_filters_and_definitions() -> None:
@@ -140,6 +202,65 @@ def test_requests_follow_the_query_grammar_url_encoded() -> None:
     assert req.url == "http://h/rpc/varied_arguments_openapi?double=1.5&boolean=true&varchar=x%20y"
 
 
+def _report(tool: TableTool, args: dict) -> str:
+    from supervisor.tools import ArgumentValidator, format_validation_errors
+
+    return format_validation_errors(tool.tool, ArgumentValidator(tool.input_schema).errors(args))
+
+
+def test_the_seeds_argument_example_is_a_patch_of_the_seeds_config() -> None:
+    """The seed's config (no AllowedMethods) gets the write tools, and its four argument groups are one PATCH:
+    ``body`` set on the first ``limit`` rows ``filters`` selects in ``order``, answering ``columns``."""
+    tools = _tools(with_items(TODOS), None)
+    patch = tools["postgrest_db_patch_items"]
+    # the example's filter value is a placeholder: the report says what a filter value is and how to write one
+    verbatim = _report(patch, SEED_ARGUMENTS)
+    assert verbatim.startswith("Tool call validation failed for 'postgrest_db_patch_items' with 1 error:")
+    assert "1. filters.column_name: Invalid value 'filter_value': expected operator.value: an operator" in verbatim
+    assert "for equality write eq.<value>" in verbatim
+    filled = {**SEED_ARGUMENTS, "filters": {"column_name": "eq.filter_value"}}
+    assert ArgumentValidator(patch.input_schema).errors(filled) == []
+    req = build_request(patch, filled, "http://localhost:3000")
+    assert (req.method, req.url) == (
+        "PATCH",
+        "http://localhost:3000/items?column_name=eq.filter_value&select=id,name,email&order=created_at.desc"
+        "&limit=10&offset=0",
+    )
+    assert json.loads(req.content or b"") == {"name": "New Item", "value": 42}
+    assert req.headers["Prefer"] == "return=representation"
+    # the same groups on a POST: what an insert does not take is named
+    post = _report(tools["postgrest_db_post_items"], filled)
+    for wrong in ("filters: Unknown property", "ranking: Unknown property", "subset.limit: Unknown property"):
+        assert wrong in post
+    # DELETE takes the row groups, GET all but the body
+    assert (
+        ArgumentValidator(tools["postgrest_db_delete_items"].input_schema).errors(
+            {k: v for k, v in filled.items() if k != "body"}
+        )
+        == []
+    )
+    assert "1. body: Unknown property" in _report(tools["postgrest_db_get_items"], filled)
+
+
+def test_validation_reports_point_at_the_branch_the_value_was_meant_for() -> None:
+    tools = _tools(TODOS, None)
+    post = tools["postgrest_db_post_todos"]
+    assert _report(post, {"body": {"title": "milk", "id": 1}}) == (
+        "Tool call validation failed for 'postgrest_db_post_todos' with 1 error:\n\n"
+        "1. body.user_id: Required property missing\n\n"
+        "Please correct these issues and try again."
+    )
+    assert "1. body[1].title: Required property missing" in _report(
+        post, {"body": [{"title": "a", "id": 1, "user_id": "u"}, {"id": 2, "user_id": "u"}]}
+    )
+    assert "1. body: Expected array or object but got string" in _report(post, {"body": "a row"})
+    get = tools["postgrest_db_get_todos"]
+    report = _report(get, {"filters": {"id": "foo.1", "title": ["eq.a", "b"]}})
+    assert "1. filters.id: Invalid value 'foo.1': expected operator.value" in report
+    assert "2. filters.title[1]: Invalid value 'b': expected operator.value" in report
+    assert "Expected array" not in report
+
+
 def test_a_description_that_is_not_postgrest_is_a_clear_error() -> None:
     from toolboxes.openapi import SpecError
 
@@ -162,24 +283,21 @@ def _answer(seen: Seen) -> Answer:
 
 @pytest.fixture
 def api() -> Iterator[ApiServer]:
-    with serve_api(_answer, {"/": json.dumps(TODOS).encode()}) as server:
+    with serve_api(_answer, {"/": json.dumps(with_items(TODOS)).encode()}) as server:
         yield server
 
 
 @pytest.fixture
 async def sup(api: ApiServer, sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
     toolboxes = [
+        {"tag": "PostgRESTServer", "contents": {"SpecUrl": f"{api.url}/", "BaseUrl": api.url}},  # the seed's keys
         {
             "tag": "PostgRESTServer",
             "contents": {
-                "SpecUrl": f"{api.url}/",
-                "BaseUrl": api.url,
-                "AllowedMethods": ["GET", "POST", "PATCH", "DELETE"],
+                "SpecUrl": f"http://localhost:{api.port}/",
+                "BaseUrl": f"http://localhost:{api.port}",
+                "AllowedMethods": ["GET"],
             },
-        },
-        {
-            "tag": "PostgRESTServer",
-            "contents": {"SpecUrl": f"http://localhost:{api.port}/", "BaseUrl": f"http://localhost:{api.port}"},
         },
     ]
     policy = write_policy(sandbox_tmp, {"tester": agent(postgrestToolboxes=toolboxes)}, strict=True)
@@ -190,9 +308,10 @@ async def sup(api: ApiServer, sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
 @pytest.mark.root
 async def test_postgrest_end_to_end(sup: Supervisor, api: ApiServer) -> None:
     names = {t.name for t in sup.list_tools()}
-    # names from the BaseUrl host; GET only by default
+    # names from the BaseUrl host; every method the description lists unless AllowedMethods narrows them
     assert {"postgrest_127_0_0_1_get_todos", "postgrest_127_0_0_1_post_todos", "postgrest_localhost_get_todos"} <= names
-    assert "postgrest_localhost_post_todos" not in names
+    assert {"postgrest_127_0_0_1_patch_items", "postgrest_127_0_0_1_delete_items"} <= names
+    assert not {n for n in names if n.startswith("postgrest_localhost_") and "_get_" not in n}
     result = await sup.call(
         "postgrest_127_0_0_1_get_todos",
         {"filters": {"title": "ilike.*milk & eggs*"}, "subset": {"limit": 2, "columns": "id,title"}},
@@ -213,3 +332,15 @@ async def test_postgrest_end_to_end(sup: Supervisor, api: ApiServer) -> None:
     before = len(api.requests)
     result = await sup.call("postgrest_127_0_0_1_delete_todos", {})
     assert result.status == "error" and len(api.requests) == before
+    # the seed's argument example, its placeholder filter value written as a filter, is a PATCH
+    seed = {**SEED_ARGUMENTS, "filters": {"column_name": "eq.filter_value"}}
+    result = await sup.call("postgrest_127_0_0_1_patch_items", seed)
+    assert result.summary == "HTTP 400"  # the recording server's answer to every PATCH
+    seen = api.api_requests()[-1]
+    assert (seen.method, seen.target, seen.json()) == (
+        "PATCH",
+        "/items?column_name=eq.filter_value&select=id,name,email&order=created_at.desc&limit=10&offset=0",
+        {"name": "New Item", "value": 42},
+    )
+    result = await sup.call("postgrest_127_0_0_1_post_todos", {"body": {"title": "milk", "id": 3}})
+    assert result.status == "error" and "1. body.user_id: Required property missing" in result.data

@@ -2,6 +2,15 @@
 
 from ._query import build_request
 from ._toolbox import PostgrestToolbox, open_toolbox
-from ._tools import FILTER_PATTERN, TableTool, build_tools
+from ._tools import FILTER_FORM, FILTER_PATTERN, METHODS, TableTool, build_tools
 
-__all__ = ["FILTER_PATTERN", "PostgrestToolbox", "TableTool", "build_request", "build_tools", "open_toolbox"]
+__all__ = [
+    "FILTER_FORM",
+    "FILTER_PATTERN",
+    "METHODS",
+    "PostgrestToolbox",
+    "TableTool",
+    "build_request",
+    "build_tools",
+    "open_toolbox",
+]

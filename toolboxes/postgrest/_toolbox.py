@@ -2,8 +2,8 @@
 
 Config (the seed's ``PostgRESTServer`` contents): ``SpecUrl`` (usually the server's root, which serves the Swagger
 2.0 description; or a file), ``BaseUrl`` (requests go to ``BaseUrl/<table>`` and ``BaseUrl/rpc/<fn>``),
-``AllowedMethods`` (default ``["GET"]``). The description is read once, at worker start; when it cannot be read
-the toolbox has no tools and a load error says why.
+``AllowedMethods`` (narrows the methods the description lists; by default every one it lists). The description is
+read once, at worker start; when it cannot be read the toolbox has no tools and a load error says why.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class PostgrestToolbox:
         self.base_url = str(config.get("BaseUrl") or "")
         self.max_bytes = output_cap(config, env.limits)
         spec_url = str(config.get("SpecUrl") or "")
-        methods = list(config.get("AllowedMethods") or ["GET"])
+        given = config.get("AllowedMethods")
+        methods = None if given is None else [str(m) for m in given]
         self._tools: SpecToolSet[TableTool] = SpecToolSet.read(
             spec_url,
             lambda: build_tools(load_spec(spec_url, timeout_s=DEFAULT_TIMEOUT_S), env.toolbox_name, methods),

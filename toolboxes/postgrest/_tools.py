@@ -1,16 +1,24 @@
-"""From PostgREST's OpenAPI 2 description to tools (pure): one per table, view or RPC path and allowed method.
+"""From PostgREST's OpenAPI 2 description to tools (pure): one per table, view or RPC path and method it lists.
 
-Names: ``postgrest_<toolbox>_<method>_<table>`` (an RPC ``/rpc/<fn>`` is the table ``rpc_<fn>``). Arguments:
+Names: ``postgrest_<toolbox>_<method>_<table>`` (an RPC ``/rpc/<fn>`` is the table ``rpc_<fn>``). The methods are
+those the description lists for the path (PostgREST's default ``openapi-mode`` lists what the request role may do),
+narrowed by the agent file's ``AllowedMethods``. Arguments, the seed's four groups:
 
 - ``filters`` (GET, PATCH, DELETE on tables and views): column -> ``op.value`` in PostgREST's grammar
   (``eq.active``, ``gte.18``, ``in.(1,2)``, ``not.is.null``, ``like(any).{a*,b*}``, ``fts(english).cat``), or a list of
   them (each becomes one condition); the columns are the ``rowFilter.<table>.<column>`` parameters, resolved through
   ``$ref``; ``or`` and ``and`` take a parenthesised list (``(age.lt.18,age.gt.65)``). PATCH and DELETE need at least
   one filter (a hardened backend does not update or delete a whole table by omission).
-- ``subset`` (GET): ``limit``, ``offset``, ``columns`` (sent as ``select``). ``ranking`` (GET): ``order``.
+- ``subset``: ``limit``, ``offset`` (GET, PATCH, DELETE: PostgREST limits an update or delete too, given an
+  ``order``), ``columns`` (every method: sent as ``select``, the columns of the rows answered). ``ranking``
+  (GET, PATCH, DELETE): ``order``.
 - ``body``: POST (an object, or an array of objects for a bulk insert) and PATCH (an object); its schema is the
   table's definition (``body.<table>``). RPC: POST ``body`` holds the function's arguments; GET takes them under
   ``args``.
+
+So the seed's example ``{"filters": ..., "subset": {"limit", "offset", "columns"}, "ranking": {"order"}, "body":
+...}`` is a PATCH: set ``body`` on the first ``limit`` rows the filters select, in that order, and answer their
+``columns``.
 """
 
 from __future__ import annotations
@@ -21,14 +29,15 @@ from typing import Any
 from .._names import tool_name
 from ..openapi import RefError, Resolver, SchemaBudget, SpecError
 
-__all__ = ["FILTER_PATTERN", "TableTool", "build_tools"]
+__all__ = ["FILTER_FORM", "FILTER_PATTERN", "METHODS", "TableTool", "build_tools"]
 
 _OPS = "eq|neq|gt|gte|lt|lte|like|ilike|match|imatch|in|is|isdistinct|fts|plfts|phfts|wfts|cs|cd|ov|sl|sr|nxr|nxl|adj"
 #: What a filter value must look like: an operator (``not.`` and a modifier such as ``(any)`` or ``(english)``
 #: allowed), a dot, then the operand.
 FILTER_PATTERN = rf"^(not\.)?({_OPS})(\([A-Za-z0-9_ ]+\))?\..*$"
 _LOGIC_PATTERN = r"^(not\.)?\(.*\)$"
-_METHODS = ("GET", "POST", "PATCH", "DELETE")
+#: The methods a PostgREST tool may have, in the order tools are listed.
+METHODS = ("GET", "POST", "PATCH", "DELETE")
 
 
 @dataclass(frozen=True)
@@ -44,8 +53,16 @@ class TableTool:
     input_schema: dict[str, Any]
 
 
+#: What a filter value is, in words (the validation report quotes it when a value is not of that form).
+FILTER_FORM = (
+    "operator.value: an operator (eq, neq, gt, gte, lt, lte, like, ilike, match, imatch, in, is, isdistinct, fts, "
+    "plfts, phfts, wfts, cs, cd, ov, sl, sr, nxr, nxl, adj; not. before it negates), a dot, then the operand, "
+    "e.g. eq.42, in.(1,2), not.is.null; for equality write eq.<value>"
+)
+
+
 def _filter_value() -> dict[str, Any]:
-    one = {"type": "string", "pattern": FILTER_PATTERN}
+    one = {"type": "string", "pattern": FILTER_PATTERN, "description": FILTER_FORM}
     return {
         "anyOf": [one, {"type": "array", "items": one, "minItems": 1}],
         "description": "operator.value, e.g. eq.42, gte.18, in.(1,2), is.null, not.like.*x*, ilike.*Ann*",
@@ -109,20 +126,27 @@ def _table_schema(
         if method != "GET":
             props["filters"]["minProperties"] = 1
             required.append("filters")
-    if method == "GET":
-        props["subset"] = {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "limit": {"type": "integer", "minimum": 0, "description": "at most this many rows"},
-                "offset": {"type": "integer", "minimum": 0, "description": "skip this many rows"},
-                "columns": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "the columns to return, comma-separated (PostgREST's select)",
-                },
+    reads = method != "POST"  # which rows: GET reads them, PATCH and DELETE change them
+    props["subset"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            **(
+                {
+                    "limit": {"type": "integer", "minimum": 0, "description": "at most this many rows"},
+                    "offset": {"type": "integer", "minimum": 0, "description": "skip this many rows"},
+                }
+                if reads
+                else {}
+            ),
+            "columns": {
+                "type": "string",
+                "minLength": 1,
+                "description": "the columns of the rows answered, comma-separated (PostgREST's select)",
             },
-        }
+        },
+    }
+    if reads:
         props["ranking"] = {
             "type": "object",
             "additionalProperties": False,
@@ -209,8 +233,11 @@ def _describe(method: str, path: str, op: dict[str, Any]) -> str:
     return "\n\n".join(parts)[:2000]
 
 
-def build_tools(r: Resolver, toolbox: str, allowed_methods: list[str]) -> tuple[list[TableTool], list[dict[str, str]]]:
-    """The tools of a PostgREST description for the allowed methods, and load errors (paths left out)."""
+def build_tools(
+    r: Resolver, toolbox: str, allowed_methods: list[str] | None = None
+) -> tuple[list[TableTool], list[dict[str, str]]]:
+    """The tools of a PostgREST description for the methods it lists (``allowed_methods``, when given, narrows
+    them), and load errors (paths left out)."""
     doc = r.root
     if not str(doc.get("swagger", "")).startswith("2."):
         raise SpecError("not PostgREST's description (PostgREST serves Swagger 2.0 at its root: 'swagger: \"2.0\"')")
@@ -218,7 +245,7 @@ def build_tools(r: Resolver, toolbox: str, allowed_methods: list[str]) -> tuple[
     if not isinstance(paths, dict):
         raise SpecError("the description has no 'paths' object")
     definitions = doc.get("definitions") if isinstance(doc.get("definitions"), dict) else {}
-    allowed = [m for m in _METHODS if m in {a.upper() for a in allowed_methods}]
+    allowed = [m for m in METHODS if allowed_methods is None or m in {a.upper() for a in allowed_methods}]
     tools: list[TableTool] = []
     errors: list[dict[str, str]] = []
     for path, item in paths.items():

@@ -355,22 +355,29 @@ def test_unknown_sandbox_ref_lists_the_defined_ones(tmp_path: Path) -> None:
     assert err.expected == "one of project (the keys of fileSandboxes)"
 
 
-def test_missing_environment_variable_is_named(tmp_path: Path) -> None:
+def test_missing_environment_variable_is_that_toolboxs_load_problem_not_the_files(tmp_path: Path) -> None:
     api = {
         "tag": "OpenAPIServer",
         "contents": {
             "SpecUrl": "https://x.example/openapi.json",
             "BaseUrl": "https://x.example",
-            "Headers": {"X-Key": "${X_KEY}"},
+            "Headers": {"X-Key": "${X_KEY}", "X-Other": "${API_TOKEN}-again"},
             "Token": "${API_TOKEN}",
         },
     }
-    err = problem(tmp_path, {"slug": "a", "openApiToolboxes": [api]}, environ={"X_KEY": "k"})
-    assert err.json_path == "$.contents.openApiToolboxes[0].contents.Token"
-    assert err.message == "environment variable 'API_TOKEN' is not set"
+    other = {**api, "contents": {**api["contents"], "Name": "other", "Token": "${X_KEY}", "Headers": {}}}
+    config = load_one(tmp_path, {"slug": "a", "openApiToolboxes": [api, other]}, environ={"X_KEY": "k"})
+    missing, fine = config.toolboxes()
+    assert missing.load_problem is not None and fine.load_problem is None
+    assert missing.load_problem.startswith(
+        "the environment variable API_TOKEN is not set in the supervisor's environment (its Token or Headers use "
+        "${API_TOKEN}). Set it where the supervisor starts"
+    )
+    assert fine.worker_config()["Token"] == "k"
     config = load_one(tmp_path, {"slug": "a", "openApiToolboxes": [api]}, {"X_KEY": "k", "API_TOKEN": "t"})
     cfg = config.toolboxes()[0].worker_config()
-    assert (cfg["Token"], cfg["Headers"]) == ("t", {"X-Key": "k"})
+    assert (cfg["Token"], cfg["Headers"]) == ("t", {"X-Key": "k", "X-Other": "t-again"})
+    assert config.toolboxes()[0].load_problem is None
 
 
 def test_duplicate_toolbox_name_is_an_error(tmp_path: Path) -> None:

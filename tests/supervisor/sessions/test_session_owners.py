@@ -85,8 +85,29 @@ def test_ids_from_meta() -> None:
 
 def test_introspection_never_leaves_the_owner_unless_the_policy_allows() -> None:
     owners = {"a1": Owner("alice"), "a2": Owner("alice"), "b1": Owner("bob"), "x1": Owner("alice", "t2")}
-    assert visible_sessions(owners, "a1", Introspection()) == {"a1", "a2"}
-    assert visible_sessions(owners, "a1", Introspection(other_agents=True)) == {"a1", "a2", "b1"}  # never t2's
+    parents: dict[str, str | None] = dict.fromkeys(owners)
+    assert visible_sessions(owners, parents, "a1", Introspection()) == {"a1", "a2"}
+    assert visible_sessions(owners, parents, "a1", Introspection(other_agents=True)) == {"a1", "a2", "b1"}  # never t2's
+
+
+def test_the_callers_own_call_tree_is_visible_whatever_its_agents() -> None:
+    """a1 (alice) asked bob (b2), who asked carol (c1): both runs are a1's tree. bob's other runs (b1, b3 made from
+    alice's other session a2) are not; nor is a child in another tenant; and b2 does not see its caller a1."""
+    owners = {
+        "a1": Owner("alice"),
+        "a2": Owner("alice"),
+        "b1": Owner("bob"),
+        "b2": Owner("bob"),
+        "c1": Owner("carol"),
+        "b3": Owner("bob"),
+        "x2": Owner("bob", "t2"),
+    }
+    parents = {"a1": None, "a2": None, "b1": None, "b2": "a1", "c1": "b2", "b3": "a2", "x2": "a1"}
+    caps = Introspection()
+    assert visible_sessions(owners, parents, "a1", caps) == {"a1", "a2", "b2", "c1"}
+    assert visible_sessions(owners, parents, "b2", caps) == {"b1", "b2", "b3", "c1"}  # not its caller a1
+    assert visible_sessions(owners, parents, "c1", caps) == {"c1"}
+    assert visible_sessions(owners, parents, "a1", Introspection(other_agents=True)) == set(owners) - {"x2"}
 
 
 def test_the_policy_caps_what_an_agent_file_may_ask() -> None:
@@ -376,12 +397,12 @@ async def test_lua_sees_the_calls_ids_and_tools_call_carries_them(sandbox_tmp: P
 
 
 @pytest.mark.root
-async def test_by_default_a_parent_and_its_sub_agent_do_not_see_each_others_sessions(
+async def test_by_default_a_sub_agent_does_not_see_its_callers_session_but_the_caller_sees_its_run(
     sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without ``sessions.introspection.other_agents`` the seed's cross-agent scopes stay within one agent: the
-    sub-agent's ``parents-only`` finds nothing of its caller's, and the caller does not see the sub-agent's run
-    (``test_sessions.py`` has the same tree with the key set, where both are seen)."""
+    """Without ``sessions.introspection.other_agents`` a sub-agent's ``parents-only`` finds nothing of its caller's
+    (another agent's session), while the caller's ``subtree`` holds the sub-agent's run: its own call tree
+    (``test_subtree_across_agents.py``; ``test_sessions.py`` has the same tree with the key set)."""
     monkeypatch.setenv("AGENTS_TEST_KEY", "k")
 
     def script(req: dict[str, Any]) -> Reply:
@@ -412,7 +433,10 @@ async def test_by_default_a_parent_and_its_sub_agent_do_not_see_each_others_sess
             seen = json.loads((asked.data or "").removeprefix("sessions seen: "))
             assert seen["sessions"] == [] and seen["scope"] == "parents-only"
             listed = await sup.call("system_main_sys_list_sessions", {}, session_id="s1")
-            assert [s["sessionId"] for s in listed.structured["sessions"]] == [root_session_id(Owner("main"), "s1")]
+            mine = root_session_id(Owner("main"), "s1")
+            assert sup.sessions is not None
+            [run] = [sid for sid, parent in sup.sessions.parents().items() if parent == mine]
+            assert {s["sessionId"]: s["agent"] for s in listed.structured["sessions"]} == {mine: "main", run: "helper"}
 
 
 @pytest.mark.root
