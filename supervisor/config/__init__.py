@@ -2,7 +2,8 @@
 
 from ._agent_file import agent_json_schema
 from ._agent_toolboxes import ToolboxConfig
-from ._agent_tree import AgentTree, expand_agents
+from ._agent_tree import AgentTree, expand_agents, subagent_files
+from ._ceilings import ANY_HOST, Ceiling
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._http_address import normalise_origin, parse_listen, public_url_for
@@ -20,9 +21,11 @@ from ._policy import (
 )
 
 __all__ = [
+    "ANY_HOST",
     "DEFAULT_SYSTEM_PATHS",
     "AgentLoop",
     "AgentTree",
+    "Ceiling",
     "ConfigError",
     "ConfigProblem",
     "CredentialPolicy",
@@ -46,4 +49,5 @@ __all__ = [
     "policy_json_schema",
     "public_url_for",
     "reference_environ",
+    "subagent_files",
 ]

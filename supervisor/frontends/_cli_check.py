@@ -69,6 +69,8 @@ def check(args: argparse.Namespace) -> int:
         print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
         if tb.get("cname_targets"):
             print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        if tb.get("caps"):
+            print("  " + _caps_line(tb["caps"]))
         for cred in tb.get("credentials") or []:  # names and bindings only: values never leave the proxy
             where = "; ".join(
                 ", ".join(b["hosts"])
@@ -118,3 +120,14 @@ def check(args: argparse.Namespace) -> int:
         for e in report["load_errors"]:
             print(f"  load error: {_load_error_owner(e)}: {e['source']}: {e['message']}")
     return 0
+
+
+def _caps_line(caps: dict[str, Any]) -> str:
+    """What the policy caps for a toolbox (``plan/_ceilings.caps_report``), on one line."""
+    key = caps["opened_by"]
+    parts = [f"hosts within {', '.join(h['patterns']) or 'none'} ({h['key']})" for h in caps["hosts"]]
+    parts += [f"{', '.join(c['capabilities'])} forbidden ({c['key']})" for c in caps["forbidden_capabilities"]]
+    parts.append("host loopback open" if caps["loopback"] else f"host loopback closed ({key}.allow_loopback)")
+    ranges = ", ".join(caps["private_ranges"])
+    parts.append(f"private ranges {ranges}" if ranges else f"no private range ({key}.allow_private_ranges)")
+    return "the policy caps it: " + "; ".join(parts)

@@ -253,7 +253,8 @@ def test_check_shows_each_workers_host_wide_uid(
 ) -> None:
     from supervisor.frontends._cli import main
 
-    policy = _tenant(sandbox_tmp / "one", "alpha", sandbox_tmp, sandbox_tmp / "state")
+    (sandbox_tmp / "shared").mkdir()
+    policy = _tenant(sandbox_tmp / "one", "alpha", sandbox_tmp / "shared", sandbox_tmp / "state")
     assert main(["check", "--policy", str(policy)]) == 0
     uid = FIRST + _slot("alpha/tools", COUNT)
     assert (
