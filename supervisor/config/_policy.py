@@ -222,7 +222,13 @@ class Limits(_Model):
         default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
-    open_files: int | None = Field(default=256, ge=16, le=1 << 20, description="RLIMIT_NOFILE (at most fs.nr_open)")
+    open_files: int | None = Field(
+        default=1024,
+        ge=16,
+        le=1 << 20,
+        description="RLIMIT_NOFILE per process (at most fs.nr_open); 1024 fits Node and Python MCP servers "
+        "(docs/DECISIONS.md, 'open_files')",
+    )
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(
         default=64,
@@ -274,6 +280,11 @@ class ToolboxPolicy(_Model):
         "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts",
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    read_paths: list[AbsolutePath] = Field(
+        default=[],
+        description="absolute paths this toolbox's workers may read and execute, besides the system_paths every "
+        "worker sees (an npm or pip install the toolbox runs, a data folder); read-only, to this toolbox alone",
+    )
     xattrs: bool = Field(
         default=False,
         description="let this toolbox's workers use extended attributes (the "
