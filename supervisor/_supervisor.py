@@ -49,6 +49,7 @@ from sandbox._cgroups import sweep_stale_cgroups
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
+    BudgetPolicy,
     CallOrigin,
     CatalogError,
     GroupCommit,
@@ -195,6 +196,7 @@ class Supervisor:
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
+            budgets=BudgetPolicy.from_policy(self.config.policy),
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,

@@ -22,17 +22,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     WithJsonSchema,
     model_validator,
 )
 
+from ._budget import Budget, BudgetOverride
 from ._credentials import CredentialName, CredentialPolicy, EnvName
-from ._errors import check_known_keys, problem
+from ._errors import problem
+from ._model import StrictModel as _Model
 from ._types import check_cname_target, check_host
 from ._validation_settings import Validation, ValidationOverride
 
@@ -154,6 +154,19 @@ def _absolute(value: str) -> str:
     return os.path.normpath(value)
 
 
+def _kernel_audit_word(value: Any) -> Any:
+    """``kernel_audit: off`` written unquoted, as the shipped policies' comments show it, is YAML 1.1's ``False``
+    (so are ``no`` and ``false``): that is ``off``. ``True`` (``on``, ``yes``) could be ``enable`` or ``use``."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise _problem(
+            "YAML reads an unquoted on, yes or true as a boolean, which does not say which of enable or use is meant",
+            "one of enable, use, off",
+        )
+    return value
+
+
 def _cidr(value: str) -> str:
     try:
         return str(ipaddress.ip_network(value))
@@ -197,17 +210,6 @@ PolicyPath = Annotated[str, AfterValidator(_resolve)]
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
-
-
-class _Model(BaseModel):
-    """Strict, frozen, refuses unknown keys and names the known ones."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
 
 
 class Limits(_Model):
@@ -483,11 +485,18 @@ def _model_key(value: str, info: ValidationInfo) -> str:
 
 class WorkerUids(_Model):
     """A uid of its own for every worker, with the same number as its own gid: ``first`` .. ``first + count - 1``,
-    recorded in the state dir's identity table (kept by each toolbox from run to run and across supervisors, never
-    given to another). The default of a policy (``null`` in the file: every worker runs as ``sandbox_uid``)."""
+    recorded in the state dir's identity table (kept by each toolbox from run to run and across supervisors) and in
+    the host-wide uid registry (never given to another toolbox, whatever its state dir). The default of a policy
+    (``null`` in the file: every worker runs as ``sandbox_uid``)."""
 
     first: int = Field(ge=1000, le=4294967294, description="first uid of the range (not a uid in use on the host)")
     count: int = Field(default=65536, ge=1, le=1 << 24, description="how many uids the range holds")
+    registry: AbsolutePath | None = Field(
+        default=None,
+        description="the directory of the host-wide uid registry, which every supervisor on the host shares so that "
+        "no uid is given to two toolboxes, whatever their state dirs (root's, mode 0700); null = "
+        "$AGENTS_SUPERVISE_UID_REGISTRY, else /var/lib/agents-supervise-uids",
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> WorkerUids:
@@ -653,6 +662,10 @@ class Tenant(_Model):
         min_length=1, description="the agent slugs this tenant may use"
     )
     limits: TenantLimits = TenantLimits()
+    budget: BudgetOverride = Field(
+        default=BudgetOverride(),
+        description="this tenant's own call-tree budgets: the keys written replace the policy's budget",
+    )
 
 
 class Policy(_Model):
@@ -674,7 +687,7 @@ class Policy(_Model):
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
-    kernel_audit: Literal["enable", "use", "off"] = Field(
+    kernel_audit: Annotated[Literal["enable", "use", "off"], BeforeValidator(_kernel_audit_word)] = Field(
         default="enable",
         description="read the kernel's audit records to say which Landlock rule or seccomp filter refused a call: "
         "enable = turn the host's audit on if it is off (it stays on), use = only if it is already on, "
@@ -707,6 +720,10 @@ class Policy(_Model):
     )
     sessions: Sessions = Sessions()
     agent_loop: AgentLoop = Field(default=AgentLoop(), description="bounds of sub-agent loops (model requests)")
+    budget: Budget = Field(
+        default=Budget(),
+        description="what one root call's whole call tree may use (model requests, tool calls, wall time)",
+    )
     supervision: Supervision = Supervision()
     trace: Trace = Trace()
     context: Context = Context()
