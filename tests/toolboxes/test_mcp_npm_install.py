@@ -127,9 +127,7 @@ async def test_npm_installed_servers_serve_an_sdk_client_under_the_unchanged_str
             echoed = await session.call_tool("mcp_everything_echo", {"message": "hello from npm"})
             assert not echoed.is_error and "hello from npm" in echoed.content[0].text, echoed
             # the package tree is granted read-only: the server cannot change its own code
-            wrote = await session.call_tool(
-                "mcp_files_write_file", {"path": str(project / "new.txt"), "content": "x"}
-            )
+            wrote = await session.call_tool("mcp_files_write_file", {"path": str(project / "new.txt"), "content": "x"})
             assert wrote.is_error and not (project / "new.txt").exists()
 
 
@@ -164,8 +162,9 @@ async def test_a_bin_link_a_worker_could_change_is_that_toolboxs_load_error(
     async with Supervisor.open(str(STRICT), agents=[str(agent_file)], state_dir=str(sandbox_tmp / "state")) as sup:
         [error] = [e for e in sup.load_errors() if e.get("toolbox") == "planted"]
         bin_dir = user_install / "node_modules" / ".bin"
-        assert f"{bin_dir} belongs to uid 65534, a worker's: a worker could change what this MCP server runs" in (
-            error["message"]
+        assert (
+            f"{bin_dir} belongs to uid 65534, a worker's: a worker could change what this MCP server runs"
+            in (error["message"])
         ), error
         assert "Install the server where only root or its operator can write" in error["message"]
         assert all(s.toolbox != "planted" for s in sup.compiled.specs)
