@@ -540,6 +540,15 @@ def _origin(value: str) -> str:
         raise _problem(str(exc), "an origin such as https://app.example.com (scheme, host, optional port)") from exc
 
 
+def _server_name(value: str) -> str:
+    from ._http_address import normalise_host_name
+
+    try:
+        return normalise_host_name(value)
+    except ValueError as exc:
+        raise _problem(str(exc), "a host name such as tools.example.com") from exc
+
+
 def _public_url(value: str) -> str:
     if not re.match(r"^https?://[^/?#\s]+$", value):
         raise _problem(f"invalid public_url {value!r}", "scheme and authority only, such as https://tools.example.com")
@@ -604,6 +613,31 @@ class HttpFrontend(_Model):
         gt=0,
         le=3600,
         description=("an open connection with no request for this long is closed; also the bound on reading a request"),
+    )
+    head_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description=(
+            "a request head must arrive whole within this, however it trickles in (a connection that has not "
+            "authenticated: from its accept or the end of its last answer)"
+        ),
+    )
+    unauthenticated_share: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="the share of max_connections that connections which have not authenticated may hold",
+    )
+    max_unauthenticated_per_peer: int = Field(
+        default=64, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
+    )
+    server_names: list[Annotated[str, AfterValidator(_server_name)]] = Field(
+        default=[],
+        description=(
+            "host names clients reach this server by, besides localhost, IP addresses, the listen address and "
+            "public_url's host (a request naming another Host is refused: DNS rebinding)"
+        ),
     )
     drain_s: float = Field(
         default=0.0,
