@@ -91,6 +91,7 @@ from supervisor.workers import (
     preload_modules,
 )
 from toolboxes._catalog import KINDS
+from toolboxes._media import IMAGE_TYPES
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
@@ -609,7 +610,12 @@ class Supervisor:
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
         return await answer_worker_request(
-            self.portal, self.sessions, self.config.policy.sessions.introspection, worker, message
+            self.portal,
+            self.sessions,
+            self.config.policy.sessions.introspection,
+            worker,
+            message,
+            self.attachments.read,
         )
 
     def _record_call(
@@ -664,7 +670,9 @@ class Supervisor:
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
         result = checked_output(tool, result)
         if result.attachments:
-            return self.attachments.store(tool.runner.spec.plan.workdir, result)
+            # seed 000's murmur:tool world: a component's attachments are images of the four types it lists
+            only = IMAGE_TYPES if tool.runner.spec.kind == "wasm" else None
+            return self.attachments.store(tool.runner.spec.plan.workdir, result, only=only)
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------

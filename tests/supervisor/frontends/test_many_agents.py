@@ -275,12 +275,12 @@ async def test_two_agents_with_a_system_toolbox_over_http(setup: Setup) -> None:
                 async with Client(
                     streamable_http_client(f"{base}/agents/file-agent/mcp", http_client=http), mode="legacy"
                 ) as client:
-                    script = (
+                    script = (  # the seed's attach-file answer: a MediaAttachment, its bytes in base64
                         f'local r = tools.call("system_system_attach_file", {{filepath = '
-                        f'"{setup.project_file}"}})\nreturn r.result_txt'
+                        f'"{setup.project_file}"}})\nreturn r.data.mediaFilename'
                     )
                     result = await client.call_tool("lua_lua_execute", {"script": script})
-                    assert not result.is_error and f"attached {setup.project_file.name}" in _text(result), _text(result)
+                    assert not result.is_error and f'["{setup.project_file.name}"]' in _text(result), _text(result)
                 _assert_two_system_workers(setup.trace())
     records = setup.trace()  # the server stopped: every call record is written
     assert _calls(records, "system_system_attach_file") == [
