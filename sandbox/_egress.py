@@ -42,7 +42,13 @@ from typing import Any, Protocol
 import h11
 import trio
 
-from sandbox._credentials import Credential, apply_credentials, matching_credentials
+from sandbox._credentials import (
+    Credential,
+    apply_credentials,
+    forwarding_header_names,
+    matching_credentials,
+    path_refusal,
+)
 from sandbox._egress_decide import (
     Decision,
     Resolution,
@@ -232,6 +238,8 @@ class _Connection:
         if method == "CONNECT" and self.server.terminator is not None:
             await self._terminate(conn, decision, host, port)
             return
+        if method != "CONNECT" and (refusal := path_refusal(self.server.credentials, scheme, host, port, path)):
+            raise _Refusal(400, refusal)
         upstream: trio.abc.Stream = await self._dial(decision, port)
         try:
             if scheme == "https":
@@ -345,6 +353,8 @@ class _Connection:
             headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]  # RFC 9112 6.3: TE wins
         creds = matching_credentials(self.server.credentials, scheme, host, port, path)
         if creds:
+            if dropped := forwarding_header_names(headers):
+                self.record["dropped_headers"] = dropped
             headers, path = apply_credentials(creds, headers, path)
             self.record["credentials"] = [c.name for c in creds]
         shown = shown_host(host)

@@ -24,7 +24,13 @@ from typing import Any
 import h11
 import trio
 
-from sandbox._credentials import Credential, apply_credentials, matching_credentials
+from sandbox._credentials import (
+    Credential,
+    apply_credentials,
+    forwarding_header_names,
+    matching_credentials,
+    path_refusal,
+)
 from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES
 from sandbox._hosts import Host, HostError, normalize_host, split_host_port
 
@@ -163,6 +169,8 @@ class _Tunnel:
             problem, path = self._target(event)
             if problem:
                 await self._refuse(421, problem)
+            if refusal := path_refusal(self.credentials, "https", self.host, self.port, path):
+                await self._refuse(400, refusal)
             await self._forward(event, path)
             if self.conn.our_state is h11.MUST_CLOSE or self.conn.their_state is h11.MUST_CLOSE:
                 raise _End
@@ -182,6 +190,9 @@ class _Tunnel:
             headers = [(n, v) for n, v in headers if n != b"content-length"]
         creds = matching_credentials(self.credentials, "https", self.host, self.port, path)
         if creds:
+            if dropped := forwarding_header_names(headers):
+                dropped_names = self.record.setdefault("dropped_headers", [])
+                dropped_names += [n for n in dropped if n not in dropped_names]
             headers, path = apply_credentials(creds, headers, path)
             used = self.record.setdefault("credentials", [])
             used += [c.name for c in creds if c.name not in used]

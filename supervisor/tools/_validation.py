@@ -333,6 +333,32 @@ class ArgumentValidator:
             return list(self._empty)
         return self._errors(args)
 
+    def raw_errors(self, args: Any) -> list[js_exceptions.ValidationError] | None:
+        """jsonschema's own errors of ``args`` (for :mod:`._relax`, which mends what it may); ``None`` when the
+        arguments cannot be checked at all (time, a schema that cannot be applied). Never raises."""
+        token = _deadline.set(time.monotonic() + PATTERN_BUDGET_S)
+        try:
+            return list(self._validator.iter_errors(args))
+        except Exception:  # _PatternTimeout, RecursionError, a schema jsonschema cannot apply: errors() says which
+            return None
+        finally:
+            _deadline.reset(token)
+
+    def extra_keys(self, error: js_exceptions.ValidationError) -> list[str]:
+        """The keys an ``additionalProperties: false`` error of :meth:`raw_errors` is about (bounded in time as
+        :meth:`errors` is; ``[]`` when matching the schema's ``patternProperties`` takes too long)."""
+        if not isinstance(error.instance, dict) or not isinstance(error.schema, dict):
+            return []
+        known = error.schema.get("properties") or {}
+        patterns = error.schema.get("patternProperties") or {}
+        token = _deadline.set(time.monotonic() + PATTERN_BUDGET_S)
+        try:
+            return [k for k in error.instance if k not in known and not any(_search(p, k) for p in patterns)]
+        except _PatternTimeout:
+            return []
+        finally:
+            _deadline.reset(token)
+
     def _errors(self, args: dict[str, Any]) -> list[FieldError]:
         out: list[FieldError] = []
         token = _deadline.set(time.monotonic() + PATTERN_BUDGET_S)

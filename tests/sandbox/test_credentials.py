@@ -9,7 +9,10 @@ from sandbox._credentials import (
     CredentialBinding,
     apply_credentials,
     credential_value_problem,
+    is_forwarding_header,
     matching_credentials,
+    path_ambiguity,
+    path_refusal,
     placeholder,
 )
 from sandbox._hosts import HostError
@@ -67,6 +70,19 @@ def test_wildcard_ports_schemes_and_ip_literal() -> None:
         ("/v1%2fadmin", False),
         ("/v1/./x", False),
         ("/v1\\x", False),
+        ("/v1/..;/admin", False),  # Tomcat, Spring: '..;' is '..'
+        ("/v1/%252e%252e/admin", False),  # decoded twice
+        ("/v1/%u002e%u002e/admin", False),  # IIS's %u escapes
+        ("/v1/%ef%bc%8e%ef%bc%8e/admin", False),  # fullwidth dots, encoded
+        ("/v1/\uff0e\uff0e/admin", False),  # fullwidth dots, raw
+        ("/v1/%c0%ae%c0%ae/admin", False),  # overlong UTF-8
+        ("/v1/.../admin", False),
+        ("/v1/.%20/admin", False),
+        ("/v1/x%00", False),
+        ("/v1/%2e", False),
+        ("/v1/a%2eb", True),  # an encoded dot inside a name is plain
+        ("/v1/caf%c3%a9", True),  # UTF-8 that folds to no separator
+        ("/v1//x", True),
     ],
 )
 def test_path_prefix_at_segment_boundaries(path: str, expected: bool) -> None:
@@ -107,3 +123,52 @@ def test_value_problems_and_repr_never_show_the_value() -> None:
         problem = credential_value_problem(bad)
         assert problem and (bad == "" or bad not in problem)
     assert "VALUE" not in repr(_cred()) and "VALUE" not in str(_cred().describe())
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("/v1/..;/admin", "';'"),
+        ("/v1/%252e%252e/admin", "twice"),
+        ("/v1/%u002e/admin", "two hex digits"),
+        ("/v1/%ef%bc%8e%ef%bc%8e/admin", "read as '.'"),
+        ("/v1/%e2%80%a5/admin", "read as '..'"),  # TWO DOT LEADER, encoded
+        ("/v1\\admin", "backslash"),
+        ("/v1/%5c..%5cadmin", "encoded '/', '\\' or ';'"),
+        ("/v1/%c0%ae", "not UTF-8"),
+        ("/v1/../admin", "dot segment"),
+    ],
+)
+def test_an_ambiguous_path_is_named_and_refused_where_a_prefix_binds(path: str, why: str) -> None:
+    problem = path_ambiguity(path)
+    assert problem is not None and why in problem, problem
+    scoped = _cred(CredentialBinding(("api.example.test",), path_prefixes=("/v1",)))
+    refusal = path_refusal([scoped], "https", "api.example.test", 443, path)
+    assert refusal is not None and "github" in refusal and why in refusal
+    # no prefix at stake: not refused (the request goes out without the credential, or with it where any path
+    # is bound)
+    assert path_refusal([scoped], "https", "other.example.test", 443, path) is None
+    assert path_refusal([scoped], "https", "api.example.test", 8443, path) is None
+    assert path_refusal([_cred()], "https", "api.example.test", 443, path) is None
+    assert path_ambiguity("/v1/repos/x?q=..;%u0000") is None  # the query is not the path
+
+
+def test_forwarding_headers_are_dropped_from_a_credentialed_request() -> None:
+    names = [
+        b"Forwarded",
+        b"X-Forwarded-Host",
+        b"x-forwarded-for",
+        b"X-Forwarded-Proto",
+        b"X-Forwarded-Prefix",
+        b"X-Original-URL",
+        b"X-Rewrite-URL",
+        b"X-Real-IP",
+        b"True-Client-IP",
+        b"X-Host",
+        b"Via",
+    ]
+    assert all(is_forwarding_header(n) for n in names)
+    assert not any(is_forwarding_header(n) for n in (b"Accept", b"X-Token", b"Authorization", b"X-Forward"))
+    headers = [(n, b"evil.example.test") for n in names] + [(b"accept", b"*/*")]
+    out, _ = apply_credentials([_cred()], headers, "/")
+    assert out == [(b"accept", b"*/*"), (b"Authorization", b"Bearer VALUE")]

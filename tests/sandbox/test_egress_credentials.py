@@ -173,8 +173,8 @@ def test_a_followed_redirect_to_another_host_does_not_carry_it(lab: Lab) -> None
 
 def test_placeholder_swapped_only_for_bound_hosts_and_query_and_path_prefix(lab: Lab) -> None:
     """A credential with no header: its placeholder in a header is swapped on requests to the bound host
-    (under /v1 only) and travels unchanged elsewhere; a query credential is set as a parameter; a path that
-    leaves /v1 by dot segments, or only starts like it, gets nothing."""
+    (under /v1 only) and travels unchanged elsewhere; a query credential is set as a parameter; a path that only
+    starts like /v1 gets nothing, and one that leaves it by dot segments is refused (400) and never sent."""
     key = {"name": "key", "value": SECRET, "bindings": [{"hosts": ["*.example.test"], "path_prefixes": ["/v1"]}]}
     q = {"name": "q", "value": SECRET + "q", "bindings": [{"hosts": ["secure.example.test"]}], "query": "api_key"}
     b = lab.bridge(RULES, credentials=[key, q])
@@ -189,8 +189,9 @@ def test_placeholder_swapped_only_for_bound_hosts_and_query_and_path_prefix(lab:
             _get("https://secure.example.test/echo?a=1&api_key=forged"),
         )
         assert _body(out[0])["headers"]["x-key"] == SECRET
-        for resp in out[1:3]:
-            assert _body(resp)["headers"]["x-key"] == "AGENTS_SUPERVISE_CREDENTIAL_key"
+        assert _body(out[1])["headers"]["x-key"] == "AGENTS_SUPERVISE_CREDENTIAL_key"
+        # a dot segment under a bound prefix is refused outright, never sent (with or without the credential)
+        assert out[2].startswith(b"HTTP/1.1 400 ") and b"is ambiguous" in out[2] and b"credential key" in out[2]
         assert out[3].startswith(b"HTTP/1.1 ")  # served by the lab (any status); what it got is checked below
         assert _body(out[4])["path"] == f"/echo?a=1&api_key={SECRET}q"
         carried = {r["path"] for r in _carried(lab)}

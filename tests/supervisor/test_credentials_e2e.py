@@ -429,3 +429,108 @@ def test_a_redirect_followed_from_a_real_worker_does_not_carry_it(lab: Lab, sand
         ("api.example.test", "/redirect", f"Bearer {SECRET}"),
         ("other.example.test", "/log/redirected", None),
     ]
+
+
+#: absolute-form requests through the proxy: ``<name> <status line> <body>`` per request
+ODD_REQUESTS = r"""
+import socket, sys
+def send(name, target, extra=""):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=15)
+    s.sendall(f"GET {target} HTTP/1.1\r\nHost: api.example.test\r\n{extra}\r\n".encode())
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    print(name, head.split(b"\r\n", 1)[0].decode(), "|", body.decode(errors="replace").replace("\n", " ")[:400])
+FWD = (
+    "X-Forwarded-Host: evil.example.test\r\nForwarded: host=evil.example.test;proto=http\r\n"
+    "X-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\nX-Forwarded-For: 203.0.113.9\r\n"
+    "X-Forwarded-Proto: http\r\nX-Real-IP: 203.0.113.9\r\nX-Token: kept\r\n"
+)
+send("forwarded", "https://api.example.test/log/v1/forwarded", FWD)
+send("uncredentialed", "https://other.example.test/log/v1/uncredentialed", FWD)
+for i, path in enumerate(sys.argv[1:]):
+    send(f"odd{i}", "https://api.example.test" + path)
+"""
+ODD_PATHS = [
+    "/log/v1/..;/admin",
+    "/log/v1/%252e%252e/admin",
+    "/log/v1/%u002e%u002e/admin",
+    "/log/v1/%ef%bc%8e%ef%bc%8e/admin",
+    "/log/v1/..%5cadmin",
+    "/log/v1/..\\admin",
+    "/log/v1/.%2e/admin",
+    "/log/v1/%c0%ae%c0%ae/admin",
+]
+FORWARDING = {"x-forwarded-host", "forwarded", "x-original-url", "x-rewrite-url", "x-forwarded-for"}
+FORWARDING |= {"x-forwarded-proto", "x-real-ip"}
+
+
+def test_forwarding_headers_and_ambiguous_paths_never_travel_with_a_credential(lab: Lab, sandbox_tmp: Path) -> None:
+    """Issue 24 item 7, from a real worker: a credential bound to ``/log/v1`` on the bound host. A request that
+    carries it loses every forwarding header the tool set (they would make the server act for another host or
+    path); one to another host (no credential) keeps them. Paths a server could read as another one (``..;``,
+    double encoding, ``%u``, fullwidth and overlong dots, backslashes) are refused by the proxy, in absolute form
+    and inside a terminated tunnel (curl), and never reach the server."""
+    scripts = sandbox_tmp / "scripts"
+    scripts.mkdir()
+    (scripts / "odd.py").write_text(ODD_REQUESTS)
+    toolbox = system_toolbox(
+        capabilities=["execute-command"],
+        FileSandbox={"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(scripts)}, "fsbName": "scripts"},
+    )
+    scoped = {
+        "scoped": {
+            "source": {"env": "GITHUB_TOKEN"},
+            "bindings": [{"hosts": ["api.example.test"], "path_prefixes": ["/log/v1"]}],
+            "header": "Authorization: Bearer {value}",
+        }
+    }
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[toolbox])},
+        credentials=scoped,
+        toolboxes={
+            "system": {
+                "credentials": ["scoped"],
+                "tls_termination": True,
+                "allowed_hosts": ["api.example.test", "other.example.test"],
+            }
+        },
+    )
+    quoted = " ".join(f"'{p}'" for p in ODD_PATHS)
+    curl = "curl -sS --max-time 15 --path-as-is -o /dev/null -w '%{http_code}\\n'"
+    command = (
+        f"python3 {scripts}/odd.py {quoted}; "
+        f"{curl} -H 'X-Forwarded-Host: evil.example.test' -H 'X-Original-URL: /admin' "
+        "https://api.example.test/log/v1/curl-forwarded; "
+        f"{curl} 'https://api.example.test/log/v1/..;/admin-curl'; "
+        f"{curl} 'https://api.example.test/log/v1/%252e%252e/admin-curl'"
+    )
+    before = len(lab.requests())
+    out = _call(lab, policy, "system_system_execute_command", {"command": command})
+    lines = out["structured"]["stdout"].splitlines()
+    answers = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in lines if " HTTP/1.1 " in f" {line}"}
+    assert answers["forwarded"].startswith("HTTP/1.1 200") and answers["uncredentialed"].startswith("HTTP/1.1 200")
+    for i, path in enumerate(ODD_PATHS):
+        answer = answers[f"odd{i}"]
+        assert answer.startswith("HTTP/1.1 400") and "ambiguous" in answer and "scoped" in answer, (path, answer)
+    assert lines[-3:] == ["200", "400", "400"], out
+    got = lab.requests()[before:]
+    assert not [r for r in got if "admin" in r["path"]], got  # no ambiguous request reached the server
+    by_path = {r["path"]: r for r in got}
+    for path in ("/log/v1/forwarded", "/log/v1/curl-forwarded"):
+        request = by_path[path]
+        names = {k.lower() for k, _ in request["headers"]}
+        assert _auth(request, "Authorization") == f"Bearer {SECRET}", request
+        assert not names & FORWARDING, request
+    assert _auth(by_path["/log/v1/forwarded"], "X-Token") == "kept"
+    other = by_path["/log/v1/uncredentialed"]
+    assert {k.lower() for k, _ in other["headers"]} >= FORWARDING and _auth(other, "Authorization") is None
+    trace = (sandbox_tmp / "state" / "trace.jsonl").read_text()
+    records = [json.loads(line) for line in trace.splitlines() if '"egress"' in line]
+    dropped = [r for r in records if r.get("dropped_headers")]
+    assert any("x-forwarded-host" in r["dropped_headers"] and r.get("credentials") == ["scoped"] for r in dropped)
+    refused = [r for r in records if "ambiguous" in str(r.get("reason", "")) + str(r.get("refused_requests", ""))]
+    assert len(refused) >= len(ODD_PATHS) + 2, records
+    assert SECRET not in trace

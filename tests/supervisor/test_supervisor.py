@@ -96,6 +96,39 @@ async def test_unknown_tool_and_bad_arguments_are_error_results(policy: Path) ->
         assert not_object.status == "error" and "Expected object but got array" in not_object.data
 
 
+async def test_the_policys_validation_switches_act_per_toolbox(sandbox_tmp: Path) -> None:
+    """The seed's ValidationConfig: ``allow_extra_properties`` leaves a property out of what the tool gets,
+    ``strict_mode: false`` reads ``"false"`` as false; both noted on the result. Another toolbox stays strict."""
+    (sandbox_tmp / "project").mkdir()
+    (sandbox_tmp / "project" / "a.txt").write_text("a")
+    sandbox = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./project"}}
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "tester": agent(
+                builtinToolboxes=[
+                    system_toolbox("lenient", ["list-directory"], FileSandbox=sandbox),
+                    system_toolbox("strict", ["list-directory"], FileSandbox=sandbox),
+                ]
+            )
+        },
+        validation={"allow_extra_properties": True, "strict_mode": False},
+        toolboxes={"strict": {"validation": {"allow_extra_properties": False, "strict_mode": True}}},
+    )
+    args = {"path": "./project", "recursive": "false", "sort": "name"}
+    async with Supervisor.open(policy) as sup:
+        lenient = await sup.call("system_lenient_list_directory", args)
+        assert lenient.status == "passed", lenient.data
+        assert [e["name"] for e in lenient.structured["entries"]] == ["a.txt"]
+        warnings = [v for k, v in lenient.metadata if k == "validation_warning"]
+        assert "sort: not a property of this tool; left out (allowExtraProperties)" in warnings
+        assert "recursive: the string 'false' was read as the boolean False (strictMode off)" in warnings
+        strict = await sup.call("system_strict_list_directory", args)
+        assert strict.status == "error"
+        assert "1. recursive: Expected boolean but got string" in strict.data
+        assert "2. sort: Unknown property" in strict.data
+
+
 async def test_sigkill_mid_call_fails_that_call_and_the_next_succeeds(policy: Path) -> None:
     async with Supervisor.open(policy) as sup:
         pid = _worker_pid(sup)
@@ -220,7 +253,7 @@ async def test_crash_loop_disables_the_toolbox_with_a_clear_error(sandbox_tmp: P
                 await trio.sleep(0.01)
         result = await sup.call("system_system_date", {})
         assert result.status == "error"
-        assert "is disabled for 300 s: its worker died 3 times" in result.data
+        assert "is disabled for 300 s, until " in result.data and "its worker died 3 times" in result.data
 
 
 async def test_stopping_the_supervisor_leaves_no_process(policy: Path) -> None:
