@@ -225,7 +225,13 @@ class Limits(_Model):
         default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
-    open_files: int | None = Field(default=256, ge=16, le=1 << 20, description="RLIMIT_NOFILE (at most fs.nr_open)")
+    open_files: int | None = Field(
+        default=1024,
+        ge=16,
+        le=1 << 20,
+        description="RLIMIT_NOFILE per process (at most fs.nr_open); 1024 fits Node and Python MCP servers "
+        "(docs/DECISIONS.md, 'open_files')",
+    )
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(
         default=64,
@@ -267,6 +273,11 @@ class ToolboxPolicy(_Model):
         "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts",
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    read_paths: list[AbsolutePath] = Field(
+        default=[],
+        description="absolute paths this toolbox's workers may read and execute, besides the system_paths every "
+        "worker sees (an npm or pip install the toolbox runs, a data folder); read-only, to this toolbox alone",
+    )
     xattrs: bool = Field(
         default=False,
         description="let this toolbox's workers use extended attributes (the "
@@ -520,6 +531,15 @@ def _origin(value: str) -> str:
         raise _problem(str(exc), "an origin such as https://app.example.com (scheme, host, optional port)") from exc
 
 
+def _server_name(value: str) -> str:
+    from ._http_address import normalise_host_name
+
+    try:
+        return normalise_host_name(value)
+    except ValueError as exc:
+        raise _problem(str(exc), "a host name such as tools.example.com") from exc
+
+
 def _public_url(value: str) -> str:
     if not re.match(r"^https?://[^/?#\s]+$", value):
         raise _problem(f"invalid public_url {value!r}", "scheme and authority only, such as https://tools.example.com")
@@ -584,6 +604,31 @@ class HttpFrontend(_Model):
         gt=0,
         le=3600,
         description=("an open connection with no request for this long is closed; also the bound on reading a request"),
+    )
+    head_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description=(
+            "a request head must arrive whole within this, however it trickles in (a connection that has not "
+            "authenticated: from its accept or the end of its last answer)"
+        ),
+    )
+    unauthenticated_share: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="the share of max_connections that connections which have not authenticated may hold",
+    )
+    max_unauthenticated_per_peer: int = Field(
+        default=64, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
+    )
+    server_names: list[Annotated[str, AfterValidator(_server_name)]] = Field(
+        default=[],
+        description=(
+            "host names clients reach this server by, besides localhost, IP addresses, the listen address and "
+            "public_url's host (a request naming another Host is refused: DNS rebinding)"
+        ),
     )
     drain_s: float = Field(
         default=0.0,

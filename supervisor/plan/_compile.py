@@ -165,8 +165,9 @@ def plan_worker(
     rules += [FsRule(p, WRITE) for p in policy.device_paths]
     rules += [FsRule(workdir, WRITE), FsRule(tb_state, WRITE)]
     rules += [FsRule(p, READ) for p in tb.read_paths]
+    rules += [FsRule(p, READ) for p in overrides.read_paths]  # the policy's grant to this toolbox alone
     kind = kind_plan(tb.kind)
-    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy.sessions.introspection, warnings)
+    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy, warnings)
     cfg = grants.cfg
     rules += grants.rules
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
