@@ -60,9 +60,7 @@ def _runtime_paths() -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _allows(
-    st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int], groups: Collection[int] = ()
-) -> bool:
+def _allows(st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int], groups: Collection[int] = ()) -> bool:
     """The kernel's rule: the owner bits for the owner, else the group bits for a member of the file's group (its
     primary ``gid`` or a supplementary one of ``groups``), else the other bits."""
     user_bit, group_bit, other_bit = bits
