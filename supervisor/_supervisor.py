@@ -56,9 +56,11 @@ from supervisor.calls import (
     RegisteredTool,
     SessionLimits,
     ToolRegistry,
+    capped_output,
     checked_output,
     get_prompt,
     list_entries,
+    output_limit,
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
@@ -662,6 +664,7 @@ class Supervisor:
         return ValidationConfig(allow_extra_properties=v.allow_extra_properties, strict_mode=v.strict_mode)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        result = capped_output(result, output_limit(tool, self.config.policy.limits.output_bytes))
         result = checked_output(tool, result)
         if result.attachments:
             return self.attachments.store(tool.runner.spec.plan.workdir, result)
