@@ -14,8 +14,15 @@ What it needs: the kernel's audit *enabled* (``AUDIT_GET``'s ``enabled`` 1 or 2)
 nothing otherwise. :func:`enable` turns it on (``AUDIT_SET``, ``CAP_AUDIT_CONTROL``); it is never turned off
 again by this module (another reader may rely on it).
 
-Pure: :func:`parse_message`, :func:`parse_fields`, :func:`pack_request`, :func:`parse_status`. Thin: the three
-socket functions. Errors are :class:`~sandbox._errors.SandboxError` subclasses: :class:`AuditUnavailable`.
+Where it is read: the kernel delivers records only to sockets of the *initial* network namespace. A supervisor in
+another one (a container, ``unshare -n``, ``ip netns exec``) can ask the status and send barriers, yet receives
+nothing. :func:`in_initial_netns` tells from ``/proc`` when it can (a kernel thread is always in the initial
+namespaces); where it cannot, only a barrier that comes back says so, which the supervisor waits for once at start.
+(In a PID namespace of its own, where no kernel thread is visible, the kernel refuses audit requests outright.)
+
+Pure: :func:`parse_message`, :func:`parse_fields`, :func:`pack_request`, :func:`parse_status`,
+:func:`is_kernel_thread`. Thin: the socket functions and :func:`in_initial_netns`. Errors are
+:class:`~sandbox._errors.SandboxError` subclasses: :class:`AuditUnavailable`.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ __all__ = [
     "audit_status",
     "barrier_message",
     "enable",
+    "in_initial_netns",
+    "is_kernel_thread",
     "open_control",
     "open_reader",
     "pack_request",
@@ -63,6 +72,10 @@ _SO_RCVBUFFORCE = 33
 _HDR = struct.Struct("=IHHII")
 #: mask, enabled, failure, pid, rate_limit, backlog_limit, lost, backlog (the fields every kernel since 2.6 has)
 _STATUS = struct.Struct("=IIIIIIII")
+#: ``PF_KTHREAD`` in the flags of ``/proc/PID/stat``: a kernel thread
+_PF_KTHREAD = 0x00200000
+#: the process ``kthreadd`` has on every Linux since 2.6.27: the parent of kernel threads, itself one
+_KTHREADD_PID = 2
 #: the prefix of a barrier record's text, followed by a token
 BARRIER_PREFIX = "agents-supervise-barrier "
 
@@ -166,6 +179,31 @@ def parse_message(msg_type: int, payload: bytes) -> AuditRecord | None:
 def barrier_message(token: str, seq: int = 1) -> bytes:
     """The ``AUDIT_USER`` request whose record marks a point in the audit queue (pure)."""
     return pack_request(AUDIT_USER, (BARRIER_PREFIX + token).encode("ascii") + b"\0", seq)
+
+
+def is_kernel_thread(stat: str) -> bool:
+    """Whether a ``/proc/PID/stat`` line is a kernel thread's (``PF_KTHREAD`` in its flags, the 9th field; the
+    name in parentheses may hold spaces and parentheses). Pure; a malformed line is not one."""
+    try:
+        flags = int(stat[stat.rindex(")") + 2 :].split()[6])
+    except (ValueError, IndexError):
+        return False
+    return bool(flags & _PF_KTHREAD)
+
+
+def in_initial_netns(proc: str = "/proc") -> bool | None:
+    """Whether this process is in the initial network namespace, the only one audit records reach: compared with
+    the namespace of ``kthreadd`` (a kernel thread, always in the initial namespaces). ``None``: cannot tell (no
+    kernel thread is visible, as in a PID namespace of its own, or its namespace cannot be read: not root)."""
+    try:
+        with open(f"{proc}/{_KTHREADD_PID}/stat", encoding="ascii", errors="replace") as f:
+            if not is_kernel_thread(f.read()):
+                return None
+        initial = os.readlink(f"{proc}/{_KTHREADD_PID}/ns/net")
+        own = os.readlink(f"{proc}/self/ns/net")
+    except OSError:
+        return None
+    return own == initial
 
 
 # --- the thin part: sockets

@@ -18,7 +18,7 @@ rules; connect() to pathname unix sockets; file descriptors opened before the ru
 know are dropped from the plan, never passed to the kernel; callers who need a right must demand a minimum ABI
 (the launcher refuses to run below ``plan.min_landlock_abi``).
 
-Rule paths are opened by :func:`sandbox._dirfd.open_rule_path` (one component at a time, ``O_NOFOLLOW``): a
+Rule paths are opened by :func:`sandbox._path_walk.open_rule_path` (one component at a time, ``O_NOFOLLOW``): a
 symlink on the way is followed only when root owns it and it lies outside the plan's writable trees, so a worker
 cannot turn a rule nested in its own folder into a grant of whatever a link it planted names.
 
@@ -35,9 +35,10 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import UnsafeTreeError, open_rule_path
+from sandbox._dirfd import UnsafeTreeError
 from sandbox._errors import ConfinementError
 from sandbox._libc import LIBC
+from sandbox._path_walk import open_rule_path
 from sandbox._plan import READ, WRITE, FsRule
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class RulesetPlan:
         connect_ports: TCP ports connect() may reach (only when ``handled_net`` is non-zero).
         restrict_flags: flags for ``landlock_restrict_self`` (ABI 7 logging), 0 by default.
         writable_trees: the paths of the ``write`` rules: a symlink inside one is never followed when the rule
-            paths are opened (``sandbox._dirfd.open_rule_path``).
+            paths are opened (``sandbox._path_walk.open_rule_path``).
     """
 
     abi: int

@@ -67,8 +67,12 @@ _made: list[Path] = []
 
 def bench_folder() -> Path:
     """A fresh folder under :data:`BENCH_ROOT` that every uid may traverse (:func:`remove_bench_folders` removes
-    it)."""
+    it). The first one also gives this process a host-wide uid registry of its own (``AGENTS_SUPERVISE_UID_REGISTRY``,
+    removed with the folders): a benchmark's fresh state dirs would otherwise take uids of the host's registry, which
+    never gives a number back."""
     os.makedirs(BENCH_ROOT, exist_ok=True)
+    if "AGENTS_SUPERVISE_UID_REGISTRY" not in os.environ:
+        os.environ["AGENTS_SUPERVISE_UID_REGISTRY"] = os.path.join(BENCH_ROOT, f"uid-registry-{os.getpid()}")
     os.chmod(BENCH_ROOT, 0o755)
     root = Path(tempfile.mkdtemp(dir=BENCH_ROOT))
     os.chmod(root, 0o755)
@@ -81,6 +85,8 @@ def remove_bench_folders() -> None:
     benchmark's state (session stores, traces, work folders) is tens of MiB a supervisor."""
     while _made:
         shutil.rmtree(_made.pop(), ignore_errors=True)
+    if os.environ.get("AGENTS_SUPERVISE_UID_REGISTRY", "").startswith(BENCH_ROOT + "/uid-registry-"):
+        shutil.rmtree(os.environ["AGENTS_SUPERVISE_UID_REGISTRY"], ignore_errors=True)
 
 
 def cpu_times() -> tuple[int, int]:

@@ -49,6 +49,7 @@ from sandbox._cgroups import sweep_stale_cgroups
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
+    BudgetPolicy,
     CallOrigin,
     CatalogError,
     GroupCommit,
@@ -197,6 +198,7 @@ class Supervisor:
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
+            budgets=BudgetPolicy.from_policy(self.config.policy),
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
@@ -819,7 +821,15 @@ class Supervisor:
         of it still running ends normally. Using the name again opens it again (the same session ids and
         conversation from the store; call counts from 0). Closing a name never used does nothing."""
         for root in self.frontends.close(session_id, tenant=tenant):
+            self.session_tools.drop_session(root)
             self.portal.forget_session(root)  # then _session_closed, once no call of it runs
+
+    def enable_every_skill(self, session_id: str, *, agent: str, tenant: str = LOCAL_TENANT) -> None:
+        """Every loaded skill of ``agent`` counts as enabled in the frontend session ``session_id`` with ``agent``
+        until it is closed (a request of MCP's stateless revision: each is a session of its own, so nothing it
+        enabled could last into the next; docs/MCP.md "Revisions")."""
+        root, _ = self.frontends.open(session_id, agent, tenant=tenant)
+        self.session_tools.enable_every_skill(root)
 
     async def run_agent(
         self,

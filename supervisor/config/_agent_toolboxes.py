@@ -242,8 +242,7 @@ def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
                 c.name,
                 c.name,
                 f"{prefix}.mcpServers[{i}]",
-                {"tag": mcp.tag, **_dump(c)},
-                read=(c.executable,) if "/" in c.executable else (),
+                {"tag": mcp.tag, **_dump(c)},  # its executable: granted by the plan, which resolves it
             )
         )
     http_kinds: tuple[tuple[ToolboxKind, Sequence[Any], str], ...] = (

@@ -5,6 +5,8 @@ handed: ``--agent /dev/zero``, a file nested 100,000 deep, a YAML alias bomb or 
 or a lone surrogate escape in a path. Each is a :class:`~supervisor.config._errors.ConfigError` that says what was
 refused and where (the JSON path, and the line for YAML), never a traceback or a hang:
 
+- :func:`config_file_path` makes a file name given to the loader (the policy, ``--agent``) absolute and canonical,
+  refusing a name with a NUL or a lone surrogate, which no file can have;
 - :func:`read_bounded` reads at most :data:`MAX_CONFIG_BYTES` (larger is refused, whatever the file is);
 - :class:`BoundedYamlLoader` is PyYAML's safe loader without aliases (``*name`` is refused with its line: aliases
   are how a small file becomes an exponential or cyclic value) and with nesting bounded by :data:`MAX_DEPTH`
@@ -25,7 +27,15 @@ from ._errors import ConfigError, ConfigProblem, format_json_path
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_VALUES", "BoundedYamlLoader", "plain_value_problems", "read_bounded"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_DEPTH",
+    "MAX_VALUES",
+    "BoundedYamlLoader",
+    "config_file_path",
+    "plain_value_problems",
+    "read_bounded",
+]
 
 #: Largest policy or agent file read (real ones are a few KiB).
 MAX_CONFIG_BYTES = 8 << 20
@@ -33,6 +43,16 @@ MAX_CONFIG_BYTES = 8 << 20
 MAX_DEPTH = 64
 #: Most values in one file.
 MAX_VALUES = 500_000
+
+
+def config_file_path(name: str, what: str) -> str:
+    """``name`` made absolute and canonical (``os.path.realpath``). Raises :class:`ConfigError` naming ``what``
+    (``"policy file"``, ``"agent file (given with --agent)"``) when the name holds a NUL byte or a lone surrogate:
+    no file has such a name, and the OS calls would raise ``ValueError``."""
+    problem = _string_problem(name)
+    if problem:
+        raise ConfigError.one(repr(name)[1:-1], None, f"the name of the {what} {problem}", "a file name")
+    return os.path.realpath(name)
 
 
 def read_bounded(file: str, what: str) -> str:

@@ -195,6 +195,14 @@ def json_type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def _yaml_boolean_note(value: Any) -> str:
+    """Where a word was expected and a boolean came: what YAML 1.1 did (``off`` is ``False``), and the fix."""
+    if not isinstance(value, bool):
+        return ""
+    words = "on, yes or true" if value else "off, no or false"
+    return f" (YAML reads an unquoted {words} as a boolean: quote the word, 'like this')"
+
+
 def _unquote_list(text: str) -> str:
     return ", ".join(part.strip().strip("'\"") for part in text.split(","))
 
@@ -238,11 +246,13 @@ def problems_from_validation_error(
             message = 'missing "tag"'
             expected = 'an object {"tag": ..., ...}'
         elif kind == "literal_error":
-            message = f"invalid value {value!r}"
+            message = f"invalid value {value!r}" + _yaml_boolean_note(value)
             expected = "one of " + _unquote_list(str(ctx.get("expected", "")).replace(" or ", ", "))
         elif kind in _TYPE_WORDS:
             message = f"wrong type: got {json_type_name(value)}"
             expected = _TYPE_WORDS[kind]
+            if kind == "string_type":
+                message += _yaml_boolean_note(value)
         elif kind.startswith("config_"):
             # Our own PydanticCustomError kinds: the message is ours; ``expected`` and a sub-path ride in ctx.
             message = str(ctx.get("message") or err["msg"])

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ._agent_file import TAGS, AgentDescription, validation_context
 from ._agent_toolboxes import LoadedAgent, ToolboxConfig, build_toolboxes
-from ._bounds import MAX_DEPTH, BoundedYamlLoader, plain_value_problems, read_bounded
+from ._bounds import MAX_DEPTH, BoundedYamlLoader, config_file_path, plain_value_problems, read_bounded
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path, format_json_path, problems_from_validation_error
 from ._policy import Policy
@@ -140,7 +140,7 @@ def load_policy(policy_path: str) -> tuple[Policy, str, dict[Loc, int]]:
     Raises:
         ConfigError: missing or unreadable file, malformed YAML (line and column), or validation problems.
     """
-    file = os.path.realpath(policy_path)
+    file = config_file_path(policy_path, "policy file")
     data, lines = _read_yaml(file)
     return parse_policy_data(data, file, lines), file, lines
 
@@ -182,6 +182,7 @@ def load_config(
     # ${NAME} of a credential (or of its env source) is its placeholder in agent files, never its value
     environ = reference_environ(policy.credentials, os.environ if environ is None else environ)
     wanted: list[tuple[str, ConfigProblem]] = []
+    problems: list[ConfigProblem] = []
     for i, agent_path in enumerate(policy.agents):
         wanted.append(
             (
@@ -196,9 +197,12 @@ def load_config(
             )
         )
     for extra in extra_agent_files:
-        path = os.path.realpath(extra)
+        try:
+            path = config_file_path(extra, "agent file (given with --agent)")
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
         wanted.append((path, ConfigProblem(path, None, "agent file not found (given with --agent)")))
-    problems: list[ConfigProblem] = []
     agents: list[LoadedAgent] = []
     seen_files: set[str] = set()
     slugs: dict[str, str] = {}
@@ -329,7 +333,7 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
     Raises:
         ConfigError: unreadable file, malformed JSON (with line and column), or any validation problem.
     """
-    file = os.path.realpath(path)
+    file = config_file_path(path, "agent file")
     text = read_bounded(file, "agent file")
     try:
         data = json.loads(text, object_pairs_hook=_JsonObject, parse_constant=_refuse_constant)

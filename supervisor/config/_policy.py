@@ -22,17 +22,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     WithJsonSchema,
     model_validator,
 )
 
+from ._budget import Budget, BudgetOverride
 from ._credentials import CredentialName, CredentialPolicy, EnvName
-from ._errors import check_known_keys, problem
+from ._errors import problem
+from ._model import StrictModel as _Model
 from ._types import check_cname_target, check_host
 from ._validation_settings import Validation, ValidationOverride
 
@@ -154,6 +154,19 @@ def _absolute(value: str) -> str:
     return os.path.normpath(value)
 
 
+def _kernel_audit_word(value: Any) -> Any:
+    """``kernel_audit: off`` written unquoted, as the shipped policies' comments show it, is YAML 1.1's ``False``
+    (so are ``no`` and ``false``): that is ``off``. ``True`` (``on``, ``yes``) could be ``enable`` or ``use``."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise _problem(
+            "YAML reads an unquoted on, yes or true as a boolean, which does not say which of enable or use is meant",
+            "one of enable, use, off",
+        )
+    return value
+
+
 def _cidr(value: str) -> str:
     try:
         return str(ipaddress.ip_network(value))
@@ -199,17 +212,6 @@ Cidr = Annotated[str, AfterValidator(_cidr)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
 
 
-class _Model(BaseModel):
-    """Strict, frozen, refuses unknown keys and names the known ones."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
-
-
 class Limits(_Model):
     """Per-toolbox limits. ``None`` = no limit of that kind (the inherited one stays)."""
 
@@ -222,7 +224,13 @@ class Limits(_Model):
         default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
-    open_files: int | None = Field(default=256, ge=16, le=1 << 20, description="RLIMIT_NOFILE (at most fs.nr_open)")
+    open_files: int | None = Field(
+        default=1024,
+        ge=16,
+        le=1 << 20,
+        description="RLIMIT_NOFILE per process (at most fs.nr_open); 1024 fits Node and Python MCP servers "
+        "(docs/DECISIONS.md, 'open_files')",
+    )
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(
         default=64,
@@ -274,6 +282,11 @@ class ToolboxPolicy(_Model):
         "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts",
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    read_paths: list[AbsolutePath] = Field(
+        default=[],
+        description="absolute paths this toolbox's workers may read and execute, besides the system_paths every "
+        "worker sees (an npm or pip install the toolbox runs, a data folder); read-only, to this toolbox alone",
+    )
     xattrs: bool = Field(
         default=False,
         description="let this toolbox's workers use extended attributes (the "
@@ -484,11 +497,18 @@ def _model_key(value: str, info: ValidationInfo) -> str:
 
 class WorkerUids(_Model):
     """A uid of its own for every worker, with the same number as its own gid: ``first`` .. ``first + count - 1``,
-    recorded in the state dir's identity table (kept by each toolbox from run to run and across supervisors, never
-    given to another). The default of a policy (``null`` in the file: every worker runs as ``sandbox_uid``)."""
+    recorded in the state dir's identity table (kept by each toolbox from run to run and across supervisors) and in
+    the host-wide uid registry (never given to another toolbox, whatever its state dir). The default of a policy
+    (``null`` in the file: every worker runs as ``sandbox_uid``)."""
 
     first: int = Field(ge=1000, le=4294967294, description="first uid of the range (not a uid in use on the host)")
     count: int = Field(default=65536, ge=1, le=1 << 24, description="how many uids the range holds")
+    registry: AbsolutePath | None = Field(
+        default=None,
+        description="the directory of the host-wide uid registry, which every supervisor on the host shares so that "
+        "no uid is given to two toolboxes, whatever their state dirs (root's, mode 0700); null = "
+        "$AGENTS_SUPERVISE_UID_REGISTRY, else /var/lib/agents-supervise-uids",
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> WorkerUids:
@@ -530,6 +550,15 @@ def _origin(value: str) -> str:
         return normalise_origin(value)
     except ValueError as exc:
         raise _problem(str(exc), "an origin such as https://app.example.com (scheme, host, optional port)") from exc
+
+
+def _server_name(value: str) -> str:
+    from ._http_address import normalise_host_name
+
+    try:
+        return normalise_host_name(value)
+    except ValueError as exc:
+        raise _problem(str(exc), "a host name such as tools.example.com") from exc
 
 
 def _public_url(value: str) -> str:
@@ -597,6 +626,31 @@ class HttpFrontend(_Model):
         le=3600,
         description=("an open connection with no request for this long is closed; also the bound on reading a request"),
     )
+    head_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description=(
+            "a request head must arrive whole within this, however it trickles in (a connection that has not "
+            "authenticated: from its accept or the end of its last answer)"
+        ),
+    )
+    unauthenticated_share: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="the share of max_connections that connections which have not authenticated may hold",
+    )
+    max_unauthenticated_per_peer: int = Field(
+        default=64, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
+    )
+    server_names: list[Annotated[str, AfterValidator(_server_name)]] = Field(
+        default=[],
+        description=(
+            "host names clients reach this server by, besides localhost, IP addresses, the listen address and "
+            "public_url's host (a request naming another Host is refused: DNS rebinding)"
+        ),
+    )
     drain_s: float = Field(
         default=0.0,
         ge=0,
@@ -654,6 +708,10 @@ class Tenant(_Model):
         min_length=1, description="the agent slugs this tenant may use"
     )
     limits: TenantLimits = TenantLimits()
+    budget: BudgetOverride = Field(
+        default=BudgetOverride(),
+        description="this tenant's own call-tree budgets: the keys written replace the policy's budget",
+    )
 
 
 class Policy(_Model):
@@ -675,7 +733,7 @@ class Policy(_Model):
     strict: bool = Field(default=True, description="refuse to start when the kernel cannot enforce the policy")
     landlock_min_abi: int = Field(default=1, ge=0, le=64)
     inexact_predicates: Literal["refuse", "warn"] = "refuse"
-    kernel_audit: Literal["enable", "use", "off"] = Field(
+    kernel_audit: Annotated[Literal["enable", "use", "off"], BeforeValidator(_kernel_audit_word)] = Field(
         default="enable",
         description="read the kernel's audit records to say which Landlock rule or seccomp filter refused a call: "
         "enable = turn the host's audit on if it is off (it stays on), use = only if it is already on, "
@@ -708,6 +766,10 @@ class Policy(_Model):
     )
     sessions: Sessions = Sessions()
     agent_loop: AgentLoop = Field(default=AgentLoop(), description="bounds of sub-agent loops (model requests)")
+    budget: Budget = Field(
+        default=Budget(),
+        description="what one root call's whole call tree may use (model requests, tool calls, wall time)",
+    )
     supervision: Supervision = Supervision()
     trace: Trace = Trace()
     context: Context = Context()

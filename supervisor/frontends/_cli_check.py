@@ -55,7 +55,8 @@ def check(args: argparse.Namespace) -> int:
     for tb in report["toolboxes"]:
         print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
         groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""
-        print(f"  uid/gid: {tb['uid']}/{tb['gid']}{groups}   network: {tb['network']}")
+        host_wide = f" (held on the whole host: uid registry {tb['uid_registry']})" if tb.get("uid_registry") else ""
+        print(f"  uid/gid: {tb['uid']}/{tb['gid']}{groups}{host_wide}   network: {tb['network']}")
         limits = tb["limits"]
         print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
         if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:

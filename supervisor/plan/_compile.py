@@ -38,6 +38,7 @@ from supervisor.workers import (
     tool_cache_path,
 )
 
+from ._agent_bindings import AgentFile, agent_file_identity
 from ._credential_grants import grant_credentials
 from ._credential_values import load_credentials
 from ._host_view import HostView
@@ -164,8 +165,9 @@ def plan_worker(
     rules += [FsRule(p, WRITE) for p in policy.device_paths]
     rules += [FsRule(workdir, WRITE), FsRule(tb_state, WRITE)]
     rules += [FsRule(p, READ) for p in tb.read_paths]
+    rules += [FsRule(p, READ) for p in overrides.read_paths]  # the policy's grant to this toolbox alone
     kind = kind_plan(tb.kind)
-    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy.sessions.introspection, warnings)
+    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy, warnings)
     cfg = grants.cfg
     rules += grants.rules
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
@@ -525,6 +527,15 @@ def _prepare_worker_dirs(anchor: int, state_dir: str, spec: WorkerSpec) -> None:
             os.close(parent)
 
 
+def _agent_file(path: str) -> AgentFile:
+    """The agent file at ``path`` with its owner and inode as the identity table binds it (by path alone when it
+    cannot be read now: it was read a moment ago, so the table is not changed for a passing error)."""
+    try:
+        return agent_file_identity(path)
+    except OSError:
+        return AgentFile(path)
+
+
 def _check_toolbox_keys(config: LoadedConfig) -> None:
     """A bare ``toolboxes.<name>`` key of the policy may name the toolbox of one agent only: settings (hosts,
     limits, env) meant for one tenant must not reach another's toolbox of the same name. ``agent/name`` keys
@@ -626,15 +637,18 @@ def compile_policy(
     if prepare and any(t.tls_termination for t in policy.toolboxes.values()):
         write_ca_file(state_dir, supervisor_ca())  # before planning: the workers are granted the file
     ranged = root and policy.worker_uids is not None
-    identities = assign_identities(
+    assigned = assign_identities(
         state_dir,
-        {a.slug: a.file for a in config.agents},
+        {a.slug: _agent_file(a.file) for a in config.agents},
         [f"{tb.agent_slug}/{tb.name}" for tb in config.toolboxes()],
         first=policy.worker_uids.first if ranged and policy.worker_uids else None,
         count=policy.worker_uids.count if policy.worker_uids else 1,
         persist=prepare,
         agent_prefix={a.slug: a.prefix for a in config.agents},
+        registry=policy.worker_uids.registry if policy.worker_uids else None,
     )
+    identities = assigned.workers
+    warnings += assigned.notes
     for agent in config.agents:
         for tb in agent.toolboxes():
             if tb.load_problem is not None:  # found in its agent file (an unset ${VAR}): no worker, the rest loads
@@ -673,6 +687,8 @@ def compile_policy(
                 load_errors.append(_load_error(tb, "compile", exc))
                 continue
             origins[(spec.agent, spec.toolbox)] = tb
+            if f"{tb.agent_slug}/{tb.name}" in identities:
+                spec.report["uid_registry"] = assigned.registry  # the uid is this toolbox's on the whole host
             kind = kind_plan(tb.kind)
             spec.warnings += kind.check_warnings(
                 tb,

@@ -94,12 +94,20 @@ def _preview(text: str, index: int, length: int) -> str:
     return ("..." if start else "") + " ".join(text[start:end].split()) + ("..." if end < len(text) else "")
 
 
-def _render_turns(store: SessionStore, row: SessionRow, take_n: int, tool_outputs: bool) -> tuple[int, list[str]]:
+def _render_turns(
+    store: SessionStore, row: SessionRow, take_n: int, tool_outputs: bool, thinking: bool
+) -> tuple[int, list[str]]:
+    """``(totalTurns, lines)``: a session's turns (a model's reasoning only with ``thinking``), or, for a session
+    with none (a frontend's), its tool calls, one turn each; ``totalTurns`` is what ``list-sessions`` calls its
+    ``turnCount`` (``SessionStore.rows``)."""
     turns = store.turns(row.id)
     lines: list[str] = []
     if turns:
-        for n, role, content, tool in turns[:take_n]:
-            if role == "user":
+        shown = [t for t in turns if thinking or t[1] != "thinking"]
+        for n, role, content, tool in shown[:take_n]:
+            if role == "thinking":
+                lines.append(f"Turn {n}: [Thinking] {content}")
+            elif role == "user":
                 lines.append(f"Turn {n}: [User] {content}")
             elif role == "assistant":
                 lines.append(f"Turn {n}: [LLM] {content}")
@@ -127,7 +135,8 @@ def _search(store: SessionStore, rows: list[SessionRow], query: str, tool_output
                 continue
             i = content.casefold().find(needle)
             if i >= 0:
-                hit = (_preview(content, i, len(query)), "content" if role != "tool" else "tool_output")
+                kind = {"tool": "tool_output", "thinking": "thinking"}.get(role, "content")
+                hit = (_preview(content, i, len(query)), kind)
                 break
         if hit is None:
             for call in store.tool_calls(row.id):
@@ -211,7 +220,7 @@ def _answer(
         take = max_results if not isinstance(take_n, int) or take_n < 1 else min(take_n, max_results)
         show_outputs = tool_outputs and args.get("include_tool_responses", True) is not False
         row = store.rows({target})[0]
-        total, lines = _render_turns(store, row, take, show_outputs)
+        total, lines = _render_turns(store, row, take, show_outputs, args.get("include_thinking") is True)
         return {
             "sessionId": row.id,
             "conversationId": row.conversation_id,

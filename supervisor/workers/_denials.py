@@ -216,6 +216,30 @@ def explain_seccomp(name: str | None, number: int, reason: str | None) -> Denial
 _DENIED_LINE = re.compile(r"Permission denied|EACCES")
 _READ_ONLY_LINE = re.compile(r"Read-only file system|EROFS")
 _PATH_IN_LINE = re.compile(r"'(/[^'\n]*)'|\"(/[^\"\n]*)\"|(?<![\w/.])(/[^\s:'\"()]+)")
+#: dash (Debian's /bin/sh): ``/bin/sh: 1: cannot create /usr/x: Read-only file system``; the path is what lies
+#: between ``cannot create `` and the line's last ``: `` (it may hold spaces and colons)
+_DASH_CREATE = re.compile(r"cannot create (.+): ")
+#: a shell's own name and line number before its message (``/bin/sh: 1: ...``, ``sh: 3: ...``): never the target
+_SHELL_PREFIX = re.compile(r"^\S+: (?:line )?\d+: ")
+
+
+def _path_of_line(line: str, marker: re.Match[str]) -> str | None:
+    """The path an error line says was refused (its ``marker``: the words of the refusal); ``None`` when it names
+    none that is absolute (a relative path cannot be judged: the process's directory is not known here)."""
+    dash = _DASH_CREATE.search(line[: marker.start()])
+    if dash is not None:
+        named = dash.group(1)
+        if len(named) > 1 and named[0] == named[-1] and named[0] in "'\"":
+            named = named[1:-1]
+        return named if named.startswith("/") else None
+    prefix = _SHELL_PREFIX.match(line)
+    skip = prefix.end() if prefix is not None else 0
+    paths = [(m.start(), next(g for g in m.groups() if g)) for m in _PATH_IN_LINE.finditer(line) if m.start() >= skip]
+    # "prog: PATH: Permission denied" names it before the marker ("bash: SCRIPT: line 3: PATH: ..."); Python's
+    # "PermissionError: [Errno 13] Permission denied: 'PATH'" after it
+    before = [p for at, p in paths if at < marker.start()]
+    after = [p for at, p in paths if at > marker.start()]
+    return before[-1] if before else after[0] if after else None
 
 
 def explain_text_paths(text: str, ctx: FsContext, *, permission_denied: bool, limit: int = MAX_NOTES) -> list[Denial]:
@@ -233,14 +257,9 @@ def explain_text_paths(text: str, ctx: FsContext, *, permission_denied: bool, li
         if marker is None:
             continue
         read_only = bool(_READ_ONLY_LINE.search(line))
-        paths = [(m.start(), next(g for g in m.groups() if g)) for m in _PATH_IN_LINE.finditer(line)]
-        # "prog: PATH: Permission denied" names it before the marker ("bash: SCRIPT: line 3: PATH: ..."); Python's
-        # "PermissionError: [Errno 13] Permission denied: 'PATH'" after it
-        before = [p for at, p in paths if at < marker.start()]
-        after = [p for at, p in paths if at > marker.start()]
-        chosen = before[-1] if before else after[0] if after else None
-        if chosen is not None:
-            path = posixpath.normpath(chosen)
+        named = _path_of_line(line, marker)
+        if named is not None:
+            path = posixpath.normpath(named)
             if all(path != p for p, _ in seen):
                 seen.append((path, read_only))
         if len(seen) >= limit:

@@ -19,6 +19,10 @@ wait (no cost for calls that are not denied); records that were already there ar
 Where audit cannot be read (not root, not the host's initial namespaces, audit off with ``kernel_audit: use``,
 ``kernel_audit: off``), a failed call's ``Permission denied`` paths are explained from the toolbox's rules
 (``supervisor.workers._denials.explain_text_paths``), marked as a guess; ``agents-supervise check`` says which applies.
+Records reach only the host's initial network namespace: a supervisor elsewhere (a container, ``unshare -n``) is
+told from ``/proc`` where it can be (``sandbox._audit_netlink.in_initial_netns``), and otherwise by a barrier sent at
+start that never comes back (:meth:`KernelAudit.run`); either way it falls back to the error text at once, says so on
+stderr and in the trace, and no failed call waits for a barrier that cannot come.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import sys
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,10 +58,20 @@ from ._denials import (
 if TYPE_CHECKING:
     from supervisor.traces import TraceRecorder
 
-__all__ = ["BARRIER_TIMEOUT_S", "KernelAudit", "combine_watches", "host_explanations"]
+__all__ = ["BARRIER_TIMEOUT_S", "NOT_INITIAL_NETNS", "KernelAudit", "combine_watches", "host_explanations"]
 
 #: how long a failed call waits for its barrier record before it is answered anyway
 BARRIER_TIMEOUT_S = 1.0
+#: why no record can come: the supervisor is outside the one network namespace the kernel sends them to
+NOT_INITIAL_NETNS = (
+    "the supervisor is not in the host's initial network namespace (a container, unshare -n, ip netns exec), "
+    "and the kernel delivers audit records only there"
+)
+#: added to a refused audit request where no kernel thread is visible: why the kernel refuses it
+_PID_NAMESPACE = (
+    "; no kernel thread is visible: the supervisor runs in a PID namespace of its own, as in a container, and the "
+    "kernel serves audit only to the host's initial namespaces"
+)
 _ARCHES = {"c000003e": "x86_64", "c00000b7": "aarch64"}
 _MAX_PER_CALL = 64
 _MAX_DOMAINS = 4096
@@ -85,15 +100,18 @@ def host_explanations(mode: str, *, euid: int | None = None) -> list[str]:
     euid = os.geteuid() if euid is None else euid
     reason = ""
     status = netlink.AuditStatus(0, 0, 0, 0)
+    netns = netlink.in_initial_netns()
     if mode == "off":
         reason = "kernel_audit: off in the policy"
     elif euid != 0:
         reason = "the supervisor is not root (reading audit records needs CAP_AUDIT_READ)"
+    elif netns is False:
+        reason = NOT_INITIAL_NETNS
     else:
         try:
             status = netlink.audit_status()
         except netlink.AuditUnavailable as exc:
-            reason = f"no kernel audit here ({exc})"
+            reason = f"no kernel audit here ({exc}{_PID_NAMESPACE if netns is None else ''})"
         else:
             if status.enabled == 0 and mode != "enable":
                 reason = "the host's audit is off and the policy says kernel_audit: use (enable turns it on)"
@@ -110,7 +128,15 @@ def host_explanations(mode: str, *, euid: int | None = None) -> list[str]:
         else "Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
         "toolbox's rules (Landlock below ABI 7 writes no audit records)"
     )
-    return [landlock, f"seccomp refusals: from the kernel's audit records{when}: the system call"]
+    lines = [landlock, f"seccomp refusals: from the kernel's audit records{when}: the system call"]
+    if netns is None:  # a PID namespace of its own (a container): whether records arrive is known only at start
+        lines.append(
+            "whether audit records reach this supervisor cannot be told from here (no kernel thread is visible: a "
+            "PID namespace of its own, as in a container, where they reach only the host's initial network "
+            "namespace); the supervisor checks at start with a barrier record and, if none comes back within "
+            f"{BARRIER_TIMEOUT_S:g} s, explains from the error text and says so"
+        )
+    return lines
 
 
 class KernelAudit:
@@ -152,6 +178,9 @@ class KernelAudit:
             return "kernel_audit: off in the policy"
         if os.geteuid() != 0:
             return "the supervisor is not root"
+        netns = netlink.in_initial_netns()
+        if netns is False:  # no record would come: the host's audit is not even turned on
+            return NOT_INITIAL_NETNS
         try:
             status = netlink.audit_status()
             if status.enabled == 0:
@@ -162,7 +191,7 @@ class KernelAudit:
             self._control = netlink.open_control()
         except netlink.AuditUnavailable as exc:
             self.close()
-            return str(exc)
+            return f"{exc}{_PID_NAMESPACE if netns is None else ''}"
         return None
 
     def close(self) -> None:
@@ -172,22 +201,57 @@ class KernelAudit:
         self._reader = self._control = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the sockets and read records until cancelled; never raises for what the kernel sends."""
+        """Open the sockets, check that records arrive (a barrier must come back within
+        :data:`BARRIER_TIMEOUT_S`, once, before ``started``), then read records until cancelled; never raises for
+        what the kernel sends. Where records cannot be read, says why on stderr (unless ``kernel_audit: off``) and
+        in the trace, and returns: failed calls are explained from their text, without waiting."""
         self.unavailable = self._open()
+        if self.unavailable is None:
+            try:
+                self.unavailable = await self._probe()
+            except BaseException:  # cancelled while starting: nothing is left open
+                self.close()
+                raise
         self.trace.record("kernel_audit", reading=self.unavailable is None, reason=self.unavailable or "")
+        if self.unavailable is not None and self.mode != "off":
+            print(
+                f"agents-supervise: kernel audit: not read ({self.unavailable}); a call the kernel refuses is "
+                "explained from its error text and the toolbox's rules, as a guess",
+                file=sys.stderr,
+                flush=True,
+            )
         task_status.started()
         if self.unavailable is not None:
             return
         try:
-            while True:
-                await trio.lowlevel.wait_readable(self._reader)
-                self._drain()
-                await trio.lowlevel.checkpoint()  # a flood of records never starves the calls
+            await self._read_forever()
         finally:
             self.unavailable = "stopped"
             for event in self._barriers.values():
                 event.set()
             self.close()
+
+    async def _read_forever(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self._reader)
+            self._drain()
+            await trio.lowlevel.checkpoint()  # a flood of records never starves the calls
+
+    async def _probe(self) -> str | None:
+        """Send one barrier and read until it comes back: ``None`` when it did, else why records do not arrive
+        (the sockets are then closed)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read_forever)
+            arrived = await self._barrier()
+            nursery.cancel_scope.cancel()
+        if arrived:
+            return None
+        self.close()
+        return (
+            f"a barrier record sent at start did not come back within {BARRIER_TIMEOUT_S:g} s: the supervisor is "
+            "probably not in the host's initial network namespace (a container), where alone the kernel delivers "
+            "audit records, or the host's audit rules exclude AUDIT_USER records"
+        )
 
     def _drain(self, limit: int = _DRAIN_BATCH) -> int:
         """Read and handle at most ``limit`` messages that are waiting; return how many were read."""
@@ -407,9 +471,11 @@ class KernelAudit:
             if named_in_text(d, text):
                 result.metadata.append(("denied", f"{d.layer} {d.access} {d.target}"[:300]))
 
-    async def _barrier(self) -> None:
+    async def _barrier(self) -> bool:
+        """Queue a barrier record and wait (at most :data:`BARRIER_TIMEOUT_S`) until it is read back; whether it
+        was."""
         if self._control is None:
-            return
+            return False
         token = f"{os.getpid()}-{next(self._tokens)}"
         event = trio.Event()
         self._barriers[token] = event
@@ -417,10 +483,11 @@ class KernelAudit:
             netlink.send_barrier(self._control, token)
         except OSError:
             self._barriers.pop(token, None)
-            return
+            return False
         with trio.move_on_after(BARRIER_TIMEOUT_S):
             await event.wait()
         self._barriers.pop(token, None)
+        return event.is_set() and self._reader is not None
 
 
 def _bound(mapping: OrderedDict[Any, Any], limit: int) -> None:

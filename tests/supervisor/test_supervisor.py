@@ -253,7 +253,7 @@ async def test_crash_loop_disables_the_toolbox_with_a_clear_error(sandbox_tmp: P
                 await trio.sleep(0.01)
         result = await sup.call("system_system_date", {})
         assert result.status == "error"
-        assert "is disabled for 300 s: its worker died 3 times" in result.data
+        assert "is disabled for 300 s, until " in result.data and "its worker died 3 times" in result.data
 
 
 async def test_stopping_the_supervisor_leaves_no_process(policy: Path) -> None:

@@ -11,7 +11,9 @@ copies the file into the work folder and returns it as an attachment of that typ
 supervisor then checks it again, caps it by its class's ``context.*.max_bytes`` and delivers it as what it is:
 image, audio or embedded resource).
 
-``list-directory`` lists only the entries the predicate allows, at most ``MAX_ENTRIES`` (then ``truncated``).
+``list-directory`` lists the entries the predicate allows, and every entry of a directory a ``DirectoryExactly``
+names (its entries' names are what it grants: ``PathGate.lists_all``), at most ``MAX_ENTRIES``
+(then ``truncated``). It descends (``recursive``) only into directories the predicate allows.
 """
 
 from __future__ import annotations
@@ -129,11 +131,13 @@ def list_directory(args: dict[str, Any], gate: PathGate) -> ToolResult:
             names = sorted(os.listdir(current))
         except OSError:
             continue
+        whole = gate.lists_all(current)  # allowed itself: checked before it was listed or stacked
         for name in names:
             if not include_hidden and name.startswith("."):
                 continue
             full = os.path.join(current, name)
-            if not evaluate(predicate, full, for_write=False).allowed:
+            allowed = evaluate(predicate, full, for_write=False).allowed
+            if not (allowed or whole):
                 continue
             entry = _entry(full, os.path.relpath(full, root))
             if entry is None:
@@ -142,7 +146,7 @@ def list_directory(args: dict[str, Any], gate: PathGate) -> ToolResult:
                 truncated = True
                 break
             entries.append(entry)
-            if recursive and entry["type"] == "directory":
+            if recursive and entry["type"] == "directory" and allowed:
                 stack.append(full)
     out = {"path": path, "entries": entries, "total": len(entries)}
     return (

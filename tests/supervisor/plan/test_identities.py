@@ -63,14 +63,14 @@ def test_a_slug_belongs_to_the_file_that_claimed_it_first() -> None:
     assert problem.file == "/b/coder.json"
     assert "'coder' belongs to /a/coder.json (identity table /s/identities.json)" in problem.message
     assert "agents-supervise rebind-agent coder /b/coder.json" in (problem.expected or "")
-    assert other.table.agents["coder"] == "/a/coder.json"
+    assert other.table.agents["coder"].file == "/a/coder.json"
 
 
 def test_two_processes_allocating_at_once_get_distinct_numbers(tmp_path: Path) -> None:
     code = (
         "import sys, json; from supervisor.plan._identities import assign_identities; "
         "ids = assign_identities(sys.argv[1], {}, [f'{sys.argv[2]}/tb{i}' for i in range(40)], first=7000, "
-        "count=200, persist=True); print(json.dumps({k: v.uid for k, v in ids.items()}))"
+        "count=200, persist=True).workers; print(json.dumps({k: v.uid for k, v in ids.items()}))"
     )
     procs = [
         subprocess.Popen(
@@ -170,7 +170,7 @@ async def test_another_agent_file_claiming_a_bound_slug_is_refused_until_rebound
 
 
 @pytest.mark.root
-async def test_identities_are_only_read_by_check(sandbox_tmp: Path) -> None:
+async def test_identities_are_only_read_by_check(sandbox_tmp: Path, fresh_uid_registry: Path) -> None:
     from supervisor.config._loader import load_config
     from supervisor.plan._compile import compile_policy
 
@@ -178,6 +178,5 @@ async def test_identities_are_only_read_by_check(sandbox_tmp: Path) -> None:
     compiled = compile_policy(load_config(str(policy)), prepare=False)
     assert compiled.specs[0].plan.uid == FIRST + _slot("coder/tools", 1000)
     assert not (sandbox_tmp / "state").exists()
-    assert assign_identities(str(sandbox_tmp / "missing"), {}, ["a/b"], first=FIRST, count=10, persist=False) == {
-        "a/b": WorkerIdentity(FIRST + _slot("a/b", 10), FIRST + _slot("a/b", 10))
-    }
+    assigned = assign_identities(str(sandbox_tmp / "missing"), {}, ["a/b"], first=FIRST, count=10, persist=False)
+    assert assigned.workers == {"a/b": WorkerIdentity(FIRST + _slot("a/b", 10), FIRST + _slot("a/b", 10))}

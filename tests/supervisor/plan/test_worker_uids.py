@@ -38,7 +38,7 @@ def test_account_files_name_a_uid_the_host_does_not_know() -> None:
 
 
 @pytest.mark.root
-def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path) -> None:
+def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path, fresh_uid_registry: Path) -> None:
     from supervisor._errors import PolicyRefused
     from supervisor.config._loader import load_config
     from supervisor.plan._compile import compile_policy

@@ -11,14 +11,14 @@ import pytest
 import trio.lowlevel
 
 from labkit import describe_json, write_script
-from sandbox._audit_netlink import AUDIT_LANDLOCK_ACCESS, AUDIT_LANDLOCK_DOMAIN, AuditRecord
+from sandbox._audit_netlink import AUDIT_LANDLOCK_ACCESS, AUDIT_LANDLOCK_DOMAIN, AuditRecord, is_kernel_thread
 from sandbox._landlock import landlock_abi
 from sandbox._plan import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.traces import TraceRecorder
 from supervisor.traces._report import load_trace, render_text, report
 from supervisor.workers._denials import FsContext, explain_landlock, explain_seccomp, explain_text_paths, notes
-from supervisor.workers._kernel_audit import KernelAudit, combine_watches
+from supervisor.workers._kernel_audit import NOT_INITIAL_NETNS, KernelAudit, combine_watches
 from tests._policies import agent, system_toolbox, write_policy
 
 if TYPE_CHECKING:
@@ -111,6 +111,35 @@ def test_the_fallback_reads_paths_from_error_lines_and_says_it_is_a_guess() -> N
     assert "private view" in guessed[2].text and guessed[2].rule == "read-only: /p/docs"
     only_view = explain_text_paths(text, FILES, permission_denied=False)  # with audit, EACCES lines are not guessed
     assert [d.target for d in only_view] == ["/p/docs/new"]
+
+
+def test_dashs_cannot_create_names_the_file_not_the_shell() -> None:
+    """Issue 25: dash words a refused redirect ``/bin/sh: 1: cannot create PATH: <error>``; the path is the text
+    between ``cannot create `` and the last ``: ``, judged by the rule that covers it (not /bin/sh, not /bin)."""
+    ctx = FsContext(
+        "tools",
+        "bash",
+        (FsRule("/usr", READ), FsRule("/bin", READ), FsRule("/w/tools", WRITE)),
+        system_paths=("/usr", "/bin"),
+        workdir="/w/tools",
+    )
+    for line, target in [
+        ("/bin/sh: 1: cannot create /usr/x: Read-only file system", "/usr/x"),
+        ("sh: 3: cannot create /usr/a b: c: Permission denied", "/usr/a b: c"),
+        ("/bin/sh: 1: /usr/bin/q: Permission denied", "/usr/bin/q"),
+    ]:
+        [d] = explain_text_paths(line, ctx, permission_denied=True)
+        assert (d.target, d.rule) == (target, "read-only: /usr"), (line, d)
+        assert "/bin" not in d.text.replace("/usr/bin/q", ""), d.text
+        assert "the policy's system_paths (/usr, read-only for every toolbox)" in d.text
+    # a relative path cannot be judged (the shell's directory is unknown here): no note rather than /bin/sh's
+    assert explain_text_paths("/bin/sh: 1: cannot create x: Read-only file system", ctx, permission_denied=True) == []
+
+
+def test_a_kernel_thread_is_told_by_its_flags() -> None:
+    assert is_kernel_thread("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 4 0 0")
+    assert not is_kernel_thread("1 (my (odd) init) S 0 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 4 0 0")
+    assert not is_kernel_thread("garbage")
 
 
 def test_records_are_matched_to_a_worker_by_domain_then_session(
@@ -248,6 +277,25 @@ def test_the_reader_handles_a_bounded_batch_per_wake_up_and_survives_garbage(tmp
     assert [r["target"] for r in traced if r["event"] == "denial"] == ["keyctl"]  # once: no call was in flight
 
 
+async def test_a_start_whose_barrier_never_comes_back_falls_back_to_the_text(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Records that never arrive (a host whose audit rules drop AUDIT_USER; a namespace /proc cannot tell apart)
+    are found by the start's barrier: the supervisor then does not read, and no failed call waits. A connected
+    socket pair stands in for the audit sockets (it carries the barrier request, never a record): dropping
+    AUDIT_USER on this host would change the host's audit for every other process."""
+    import socket
+
+    audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
+    audit._reader, audit._control = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    audit._reader.setblocking(False)
+    audit._control.setblocking(False)
+    reason = await audit._probe()
+    assert reason is not None and reason.startswith("a barrier record sent at start did not come back within 1 s")
+    assert audit._reader is None and audit._control is None  # closed: nothing is read, no call waits
+    audit.trace.close()
+
+
 # --- real workers -----------------------------------------------------------------------------------------------
 
 needs_landlock_audit = pytest.mark.skipif(landlock_abi() < 7, reason="Landlock audit records need ABI 7")
@@ -346,6 +394,89 @@ async def test_without_audit_a_failed_calls_paths_are_explained_from_the_rules(s
     assert "was probably refused by Landlock (this host gives no audit records" in escape.data, escape.data
     assert "/tmp/escaped-" in escape.data and "no rule of toolbox 'tools' reaches it" in escape.data
     assert [r["source"] for r in _denials(sandbox_tmp)] == ["error text"]
+
+
+#: A supervisor opened in the process this runs in, calling one tool; prints what a test asserts, as JSON.
+_CALL_ONE = """
+import json, sys, trio
+from supervisor._supervisor import Supervisor
+
+async def main():
+    async with Supervisor.open(sys.argv[1]) as sup:
+        result = await sup.call(sys.argv[2], {})
+        finish = sup.kernel_audit.begin(sup.registry.get(sys.argv[2]), "probe")
+        answered_at_once = finish(result) is result
+        print(json.dumps({"unavailable": sup.kernel_audit.unavailable, "data": result.data,
+                          "metadata": result.metadata, "at_once": answered_at_once}))
+
+trio.run(main)
+"""
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("unshare", "reason"),
+    [
+        (["unshare", "-n"], NOT_INITIAL_NETNS),
+        # a PID namespace of its own, as in a container: the kernel refuses audit requests there
+        (["unshare", "-n", "-p", "-f", "--mount-proc"], "audit request 1000 refused: Operation not permitted; no"),
+    ],
+    ids=["netns", "netns-and-pidns"],
+)
+def test_a_supervisor_in_a_network_namespace_of_its_own_explains_from_the_text_without_a_barrier(
+    sandbox_tmp: Path, unshare: list[str], reason: str
+) -> None:
+    """Issue 25: the kernel sends audit records only to the initial network namespace. A supervisor started in a
+    fresh one (``unshare -n``, as in a container) knows it at start, says so on stderr and in the trace, answers a
+    failed call at once (no barrier that cannot come back) and explains its denial from the error text: dash's
+    ``cannot create /usr/...`` names that file and the system_paths rule on /usr."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.supervisor.frontends.test_frontends import REPO
+
+    target = "/usr/agents-supervise-netns-probe"
+    policy = _policy(sandbox_tmp, {"usr": f"sh -c 'echo hi > {target}'; exit 1"}, private_view=False)
+    env = {**os.environ, "PYTHONPATH": REPO}
+    run = subprocess.run(
+        [*unshare, sys.executable, "-c", _CALL_ONE, str(policy), "bash_usr"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["unavailable"].startswith(reason) and out["at_once"] is True, out
+    assert f"sh: 1: cannot create {target}: Permission denied" in out["data"], out["data"]
+    assert (
+        f"[denied: write {target} was probably refused by Landlock (this host gives no audit records" in (out["data"])
+    )
+    assert "granted read-only by the policy's system_paths (/usr, read-only for every toolbox)" in out["data"]
+    assert ["denied", f"landlock fs.write_file {target}"] in out["metadata"]
+    assert f"kernel audit: not read ({reason}" in run.stderr
+    [started] = [
+        json.loads(line)
+        for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()
+        if json.loads(line)["event"] == "kernel_audit"
+    ]
+    assert started["reading"] is False and started["reason"].startswith(reason)
+    check = subprocess.run(
+        [*unshare, sys.executable, "-m", "supervisor", "check", "--policy", str(policy), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    explained = json.loads(check.stdout)["denial_explanations"]
+    if reason == NOT_INITIAL_NETNS:
+        assert all(NOT_INITIAL_NETNS in line for line in explained), explained
+        assert explained[0].startswith("Landlock denials: guessed from the 'Permission denied' paths")
+    else:
+        assert all("the supervisor runs in a PID namespace of its own" in line for line in explained), explained
 
 
 def test_check_lists_which_explanations_this_host_gives(sandbox_tmp: Path) -> None:

@@ -20,7 +20,7 @@ import trio
 
 from supervisor._supervisor import Supervisor
 from supervisor.frontends._mcp_content import result_to_mcp
-from supervisor.frontends._mcp_session import encode_message
+from supervisor.frontends._mcp_wire import encode_message
 from supervisor.tools._tool_lists import MAX_TOOLS
 from supervisor.tools._validation import ArgumentValidator
 from supervisor.workers._worker import MAX_REQUESTS_IN_FLIGHT, MAX_TOOLS_CHANGED, Worker

@@ -1,0 +1,103 @@
+"""Which agent file a slug belongs to: its canonical path and its owner (uid), with device and inode recorded.
+
+A slug names a tenant's uids, work folders and HOME (``_identities.py``), so the file that first claims it keeps it:
+another path claiming the slug, or a file of another owner put at the bound path once the first was removed (a
+folder other users may write), is a conflict, until the operator hands the slug over (``agents-supervise
+rebind-agent``). A new inode of the same owner at the bound path is the same principal saving its file anew (an
+editor that writes a copy and renames it over the old one): accepted and recorded. :func:`bind_agents` is pure.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from supervisor.config import ConfigProblem, display_path
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["AgentFile", "agent_file_identity", "bind_agents"]
+
+
+@dataclass(frozen=True)
+class AgentFile:
+    """An agent file as the identity table binds it: canonical path, owner uid, device and inode (``None``: not
+    known, as in a table from before owners were recorded)."""
+
+    file: str
+    owner: int | None = None
+    device: int | None = None
+    inode: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file}
+        if self.owner is not None:
+            out.update(owner=self.owner, device=self.device, inode=self.inode)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> AgentFile:
+        owner = data.get("owner")
+        return cls(
+            str(data["file"]),
+            None if owner is None else int(owner),
+            None if owner is None else int(data["device"]),
+            None if owner is None else int(data["inode"]),
+        )
+
+
+def agent_file_identity(path: str) -> AgentFile:
+    """``path`` (made canonical) with its owner, device and inode as the file is now (the entry itself: a link put
+    there is a link, never its target)."""
+    canonical = os.path.realpath(path)
+    st = os.stat(canonical, follow_symlinks=False)
+    return AgentFile(canonical, st.st_uid, st.st_dev, st.st_ino)
+
+
+def bind_agents(
+    bound_agents: dict[str, AgentFile],
+    agents: Mapping[str, AgentFile | str],
+    table_path: str,
+    agent_prefix: Mapping[str, str],
+) -> list[ConfigProblem]:
+    """Bind each slug of ``agents`` in ``bound_agents`` (changed in place) and return the conflicts (module
+    docstring). A bare path (``str``) or a binding without an owner (a table from before owners were recorded) binds
+    by path, and takes the owner as soon as one is known."""
+    conflicts: list[ConfigProblem] = []
+    for slug, given in agents.items():
+        claim = given if isinstance(given, AgentFile) else AgentFile(given)
+        bound = bound_agents.get(slug)
+        prefix = agent_prefix.get(slug, "$")
+        rebind = (
+            f"another slug, or, if this file replaces that one, hand the slug over: agents-supervise "
+            f"rebind-agent {slug} {display_path(claim.file)} --policy POLICY"
+        )
+        if bound is None or (bound.file == claim.file and (bound.owner is None or claim.owner is None)):
+            bound_agents[slug] = claim if claim.owner is not None or bound is None else bound
+        elif bound.file != claim.file:
+            conflicts.append(
+                ConfigProblem(
+                    claim.file,
+                    f"{prefix}.slug",
+                    f"agent slug {slug!r} belongs to {display_path(bound.file)} "
+                    f"(identity table {display_path(table_path)}): "
+                    "its uids, work folders and HOME are that file's, so this file cannot claim them",
+                    rebind,
+                )
+            )
+        elif bound.owner != claim.owner:
+            conflicts.append(
+                ConfigProblem(
+                    claim.file,
+                    f"{prefix}.slug",
+                    f"agent slug {slug!r} is bound to this path as the file of uid {bound.owner} (identity table "
+                    f"{display_path(table_path)}); the file there now belongs to uid {claim.owner}: a file another "
+                    "user puts at a path once freed does not inherit the slug's uids, work folders and HOME",
+                    rebind,
+                )
+            )
+        elif (bound.device, bound.inode) != (claim.device, claim.inode):
+            bound_agents[slug] = claim  # its owner saved it anew (an editor's rename): the same principal
+    return conflicts
