@@ -94,6 +94,7 @@ from supervisor.workers import (
     preload_modules,
 )
 from toolboxes._catalog import KINDS
+from toolboxes._media import IMAGE_TYPES
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
@@ -613,7 +614,12 @@ class Supervisor:
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
         return await answer_worker_request(
-            self.portal, self.sessions, self.config.policy.sessions.introspection, worker, message
+            self.portal,
+            self.sessions,
+            self.config.policy.sessions.introspection,
+            worker,
+            message,
+            self.attachments.read,
         )
 
     def _record_call(
@@ -669,7 +675,9 @@ class Supervisor:
         result = capped_output(result, output_limit(tool, self.config.policy.limits.output_bytes))
         result = checked_output(tool, result)
         if result.attachments:
-            return self.attachments.store(tool.runner.spec.plan.workdir, result)
+            # seed 000's murmur:tool world: a component's attachments are images of the four types it lists
+            only = IMAGE_TYPES if tool.runner.spec.kind == "wasm" else None
+            return self.attachments.store(tool.runner.spec.plan.workdir, result, only=only)
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
@@ -792,10 +800,18 @@ class Supervisor:
         runs in that name's session with the agent whose tool it is (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
         session's conversation and a new turn. ``agent_scope``: the agent whose tool ``name`` is (a frontend session
-        bound to one agent); only that agent's tools exist for this caller. ``None``: the first agent (load order)
-        that has a tool of that name. ``progress``: called (on the trio loop, without blocking) with each
-        progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
+        bound to one agent); only that agent's tools exist for this caller. ``None``: the agent that has a tool of
+        that name; when several have one the call is refused, saying the name is ambiguous and which agents have it
+        (it never runs in whichever agent happens to be first). ``progress``: called (on the trio loop, without
+        blocking) with each progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
+        if agent_scope is None and len(owners := self.registry.agents_with(name)) > 1:
+            return ToolResult.error(
+                f"Tool '{name}' is ambiguous: the agents {', '.join(owners)} each have a tool of that name. Name "
+                "the agent: a session bound to one (stdio --serve-agent SLUG, HTTP /agents/SLUG/mcp), "
+                "call --agent SLUG, or Supervisor.call(..., agent_scope=SLUG).",
+                summary="ambiguous tool name",
+            ).with_meta("ambiguous_tool", ", ".join(owners))
         try:
             tool = self.registry.get(name, agent_scope)
             agent = tool.namespace if tool is not None else (agent_scope or "")

@@ -1,6 +1,6 @@
 """One call through the portal: the checks every call passes, the tool registry, attachments, results."""
 
-from ._attachments import AttachmentStore
+from ._attachments import AttachmentStore, media_response
 from ._budget import BudgetExhausted, BudgetPolicy, CallTreeBudget, budget_result, trace_exhaustion
 from ._catalog import CatalogError, get_prompt, list_entries, read_resource
 from ._group_commit import GroupCommit
@@ -25,6 +25,7 @@ __all__ = [
     "checked_output",
     "get_prompt",
     "list_entries",
+    "media_response",
     "output_limit",
     "read_resource",
     "trace_exhaustion",

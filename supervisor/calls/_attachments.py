@@ -15,21 +15,36 @@ are removed when the store opens again.
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import errno
 import hashlib
+import json
 import os
 import stat
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toolboxes._atomic import atomic_write, sweep_temporaries
 from toolboxes._media import canonical, class_of, mismatch, sniff
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from toolboxes._result import Attachment, ToolResult
 
-__all__ = ["AttachmentRefused", "AttachmentStore", "media_type_of", "open_beneath"]
+__all__ = [
+    "MAX_WORKER_MEDIA_BYTES",
+    "AttachmentRefused",
+    "AttachmentStore",
+    "media_response",
+    "media_type_of",
+    "open_beneath",
+]
+
+#: The most attachment bytes one portal reply to a worker carries (as base64, a third more); an attachment past
+#: it comes without ``mediaBase64Data`` and with a ``note`` saying so.
+MAX_WORKER_MEDIA_BYTES = 16 << 20
 
 _SYS_OPENAT2 = 437  # same number on x86-64 and aarch64
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -100,12 +115,20 @@ class AttachmentStore:
         with open(self.path_of(attachment.sha256), "rb") as f:
             return f.read()
 
-    def accept(self, workdir: str, attachment: Attachment, room: int | None = None) -> Attachment:
-        """Check and store one attachment; raises :class:`AttachmentRefused`. ``room``: what is left of the
-        result's ``context.max_total_bytes`` (``None``: no total)."""
+    def accept(
+        self, workdir: str, attachment: Attachment, only: tuple[str, ...] | None = None, room: int | None = None
+    ) -> Attachment:
+        """Check and store one attachment (``only``: the media types the toolbox may attach; ``None``: any; ``room``:
+        what is left of the result's ``context.max_total_bytes``, ``None``: no total); raises
+        :class:`AttachmentRefused`."""
         media_type = canonical(attachment.media_type)
         if not media_type or "/" not in media_type:
             raise AttachmentRefused(f"{attachment.media_type!r} is not a media type")
+        if only is not None and media_type not in only:
+            raise AttachmentRefused(
+                f"{attachment.media_type!r} is not an attachment type of this toolbox (the murmur:tool world's "
+                f"attachments are images: {', '.join(only)})"
+            )
         media_class = class_of(media_type)
         limit = self.limits[media_class]
         limit_name = f"the limit of {limit} for {media_class} (context.{media_class}.max_bytes)"
@@ -143,14 +166,16 @@ class AttachmentStore:
             atomic_write(target, data, 0o600, fsync=False)
         return replace(attachment, media_type=media_type, sha256=digest, size=len(data))
 
-    def store(self, workdir: str, result: ToolResult) -> ToolResult:
-        """Accept every attachment of ``result``; refused ones are replaced by a note. Status is unchanged."""
+    def store(self, workdir: str, result: ToolResult, *, only: tuple[str, ...] | None = None) -> ToolResult:
+        """Accept every attachment of ``result`` (``only``: the media types the toolbox may attach); refused ones
+        are replaced by a note. Status is unchanged."""
         kept: list[Attachment] = []
         notes: list[str] = []
         total = self.limits.get("total")
         for a in result.attachments:
             try:
-                kept.append(self.accept(workdir, a, None if total is None else total - sum(k.size or 0 for k in kept)))
+                room = None if total is None else total - sum(k.size or 0 for k in kept)
+                kept.append(self.accept(workdir, a, only, room))
             except AttachmentRefused as exc:
                 notes.append(f"[attachment {a.path!r} refused: {exc}]")
             except OSError as exc:
@@ -161,3 +186,43 @@ class AttachmentStore:
             for n in notes:
                 result.metadata.append(("attachment_refused", n))
         return result
+
+
+def _media_attachment(a: Attachment, read: Callable[[Attachment], bytes], budget: list[int]) -> dict[str, Any]:
+    part: dict[str, Any] = {"mediaMimeType": a.media_type}
+    size = a.size if a.size is not None else 0
+    if size > budget[0]:
+        part["note"] = f"its {size} bytes are past what one reply to a worker carries ({MAX_WORKER_MEDIA_BYTES})"
+    else:
+        try:
+            part["mediaBase64Data"] = base64.b64encode(read(a)).decode("ascii")
+            budget[0] -= size
+        except (OSError, KeyError):
+            part["note"] = "its stored bytes are no longer available"
+    part["mediaFilename"] = a.name or a.path.rsplit("/", 1)[-1]
+    return part
+
+
+def media_response(result: ToolResult, read: Callable[[Attachment], bytes]) -> ToolResult:
+    """``result`` as a worker that called the tool through the portal gets it (a Lua ``tools.call``).
+
+    With stored attachments and no structured value of its own, its data is the seed's ``UserToolResponse``
+    carrying the bytes: a ``MediaResponse`` when the tool said nothing besides (no ``data``: the seed's
+    ``MediaAttachment`` object ``{"mediaMimeType", "mediaBase64Data", "mediaFilename"}``, as the seed's attach-file
+    returns), else a ``MixedResponse`` (a list of ``{"text": ...}`` and ``MediaAttachment`` parts). ``structured``
+    holds the same value, so Lua sees a table. Any other result is returned unchanged. Frontends never get this
+    form: their clients get the attachments as media content (``frontends/_mcp_content.py``)."""
+    stored = [a for a in result.attachments if a.sha256]
+    if not stored or result.structured is not None:
+        return result
+    budget = [MAX_WORKER_MEDIA_BYTES]
+    parts = [_media_attachment(a, read, budget) for a in stored]
+    value: Any = (
+        parts[0]
+        if result.data is None and len(parts) == 1
+        else [
+            *([{"text": result.data}] if result.data else []),
+            *parts,
+        ]
+    )
+    return replace(result, data=json.dumps(value), structured=value)
