@@ -16,7 +16,6 @@ are removed when the store opens again.
 from __future__ import annotations
 
 import base64
-import ctypes
 import errno
 import hashlib
 import json
@@ -25,6 +24,7 @@ import stat
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sandbox._mount_api import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, openat2
 from toolboxes._atomic import atomic_write, sweep_temporaries
 from toolboxes._media import canonical, class_of, mismatch, sniff
 
@@ -46,18 +46,6 @@ __all__ = [
 #: it comes without ``mediaBase64Data`` and with a ``note`` saying so.
 MAX_WORKER_MEDIA_BYTES = 16 << 20
 
-_SYS_OPENAT2 = 437  # same number on x86-64 and aarch64
-_RESOLVE_NO_MAGICLINKS = 0x02
-_RESOLVE_NO_SYMLINKS = 0x04
-_RESOLVE_BENEATH = 0x08
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
 
 class AttachmentRefused(Exception):
     """An attachment the supervisor will not store; the message says why (it becomes the note)."""
@@ -71,22 +59,17 @@ def open_beneath(root: str, relpath: str) -> int:
         raise AttachmentRefused("the path must be relative to the work folder, not absolute")
     dirfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        how = _OpenHow(
-            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-            0,
-            _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
+        return openat2(
+            dirfd, relpath, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
         )
-        fd = _libc.syscall(_SYS_OPENAT2, dirfd, relpath.encode(), ctypes.byref(how), ctypes.sizeof(how))
-        if fd < 0:
-            err = ctypes.get_errno()
-            if err == errno.EXDEV:
-                raise AttachmentRefused("the path leaves the work folder")
-            if err == errno.ELOOP:
-                raise AttachmentRefused("the path goes through a symbolic link")
-            if err == errno.ENOENT:
-                raise AttachmentRefused("the file does not exist in the work folder")
-            raise AttachmentRefused(f"the file cannot be opened: {os.strerror(err)}")
-        return fd
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            raise AttachmentRefused("the path leaves the work folder") from exc
+        if exc.errno == errno.ELOOP:
+            raise AttachmentRefused("the path goes through a symbolic link") from exc
+        if exc.errno == errno.ENOENT:
+            raise AttachmentRefused("the file does not exist in the work folder") from exc
+        raise AttachmentRefused(f"the file cannot be opened: {exc.strerror}") from exc
     finally:
         os.close(dirfd)
 

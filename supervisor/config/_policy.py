@@ -32,6 +32,7 @@ from pydantic import (
 from ._budget import Budget, BudgetOverride
 from ._credentials import CredentialName, CredentialPolicy, EnvName
 from ._errors import problem
+from ._model import Override, overrides
 from ._model import StrictModel as _Model
 from ._types import check_cname_target, check_host
 from ._validation_settings import Validation, ValidationOverride
@@ -252,19 +253,9 @@ class Limits(_Model):
     max_concurrent_calls: int = Field(default=8, ge=1, le=4096, description="calls in flight in one worker")
 
 
-class LimitsOverride(_Model):
+@overrides(Limits)
+class LimitsOverride(Override):
     """Per-toolbox overrides: only the keys written replace the defaults (``null`` = no limit)."""
-
-    address_space_bytes: Size | None = None
-    cpu_seconds: int | None = Field(default=None, ge=1, le=MAX_SIZE)
-    wall_time_s: float | None = Field(default=None, gt=0)
-    open_files: int | None = Field(default=None, ge=16, le=1 << 20)
-    file_size_bytes: Size | None = None
-    processes: int | None = Field(default=None, ge=1, le=1 << 22)
-    memory_bytes: Size | None = Field(default=None, ge=1)
-    cpus: float | None = Field(default=None, ge=0.01, le=4096)
-    output_bytes: Size | None = Field(default=None, ge=1)
-    max_concurrent_calls: int | None = Field(default=None, ge=1, le=4096)
 
 
 class ToolboxPolicy(_Model):
@@ -822,15 +813,11 @@ class Policy(_Model):
 
     def effective_limits(self, name: str, agent_slug: str | None = None) -> Limits:
         """``limits`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).limits
-        changes = {k: getattr(override, k) for k in override.model_fields_set}
-        return self.limits.model_copy(update=changes)
+        return self.toolbox_policy(name, agent_slug).limits.applied_to(self.limits)
 
     def effective_validation(self, name: str, agent_slug: str | None = None) -> Validation:
         """``validation`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).validation
-        changes = {k: getattr(override, k) for k in override.model_fields_set if getattr(override, k) is not None}
-        return self.validation.model_copy(update=changes) if changes else self.validation
+        return self.toolbox_policy(name, agent_slug).validation.applied_to(self.validation)
 
     def shared_gids(self, name: str, agent_slug: str) -> tuple[int, ...]:
         """The ``shared_groups`` the toolbox is in (by ``slug/name``, or by bare ``name``)."""
