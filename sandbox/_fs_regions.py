@@ -155,8 +155,9 @@ def bounds(p: PathPredicate) -> Bounds:
             region = TOP if x == "/" else Region("tree", x)
         case ChildOf(x):
             region = Region("beneath", x)
-        case DirectoryShallow(x):
-            region = Region("shallow", x)
+        case DirectoryShallow(x):  # the directory itself (listing it) and its direct entries
+            both = frozenset({Region("exact", x), Region("shallow", x)})
+            return Bounds(both, dict.fromkeys(both, frozenset()))
         case FilePattern() | FileExtension() | FileSizeLessThan():
             return Bounds(frozenset(), {TOP: frozenset({describe_predicate(p)})})
         case AlwaysAllow():

@@ -12,9 +12,10 @@ Semantics (the reference for docs/FILES.md; the tests pin each line):
   points outside is judged by its target. A path that does not exist yet (a new file) is judged as the file it
   will be: its canonical parent plus its name, so ``FileExactly`` and ``FileExtension`` can allow creating it.
   A dangling symlink is judged by where it points, since ``open(O_CREAT)`` would create its target.
-- ``FileExactly p`` and ``DirectoryExactly p`` match the one path ``p`` (a directory: listing it, not its
-  contents). ``DirectoryRecursive p``: ``p`` and everything beneath. ``ChildOf p``: strictly beneath ``p``.
-  ``DirectoryShallow p``: the direct children of ``p`` only (not ``p``, not grandchildren).
+- ``FileExactly p`` and ``DirectoryExactly p`` match the one path ``p`` (a directory: listing it, its entries'
+  names, not their contents: :func:`lists_entries`). ``DirectoryRecursive p``: ``p`` and everything beneath.
+  ``ChildOf p``: strictly beneath ``p``. ``DirectoryShallow p``: ``p`` (listing it) and its direct children (not
+  grandchildren: "directory contents only, not subdirectories").
 - ``FilePattern g``: ``fnmatch.fnmatchcase`` of the last component (``*``, ``?``, ``[...]``; case-sensitive;
   ``*`` also matches a leading dot). ``FileExtension``: the name ends in ``.ext`` after a non-empty stem
   (``.bashrc`` has no extension; ``a.tar.gz`` has ``gz`` and ``tar.gz``), case-sensitive. ``/`` has no name.
@@ -74,6 +75,7 @@ __all__ = [
     "check_path",
     "describe_predicate",
     "evaluate",
+    "lists_entries",
 ]
 
 _DESCRIBE_LIMIT = 400
@@ -177,7 +179,7 @@ def _eval(p: PathPredicate, path: str, size: object) -> _Result:
         case ChildOf(x):
             ok = _beneath(path, x)
         case DirectoryShallow(x):
-            ok = path != x and os.path.dirname(path) == x
+            ok = path == x or os.path.dirname(path) == x
         case FilePattern(pattern):
             ok = path != "/" and fnmatch.fnmatchcase(_name(path), pattern)
         case FileExtension(extensions):
@@ -266,6 +268,22 @@ def evaluate(
     if value:
         return Verdict(True, canonical)
     return Verdict(False, canonical, describe_predicate(culprit if culprit is not None else predicate))
+
+
+def lists_entries(p: PathPredicate, directory: str) -> bool:
+    """Whether ``p`` grants ``directory`` (canonical) as a listing of all its entries, beyond the entries it allows
+    one by one: a ``DirectoryExactly`` of it stands in ``p`` outside every ``Not`` (the seed's "exact directory
+    match (contents not included)": the entries' names are what it grants, their contents are not). The caller
+    also checks that ``p`` allows ``directory`` itself (an ``And`` may refuse it)."""
+    match p:
+        case DirectoryExactly(x):
+            return x == directory
+        case And(a, b) | Or(a, b):
+            return lists_entries(a, directory) or lists_entries(b, directory)
+        case All(items) | Any_(items):
+            return any(lists_entries(i, directory) for i in items)
+        case _:
+            return False
 
 
 def describe_predicate(p: PathPredicate) -> str:

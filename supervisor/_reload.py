@@ -19,8 +19,8 @@ A reload goes in two steps, so that nothing is ever half-applied:
 identified by (agent, toolbox) and judged by its whole compiled spec (rules, limits, env, uid, hosts, credentials,
 its agent file's settings of it): a toolbox whose spec is the same *keeps* its worker (its calls, sessions and
 state go on untouched); one whose spec differs is *restarted*; one no longer in the policy is *stopped*; a new one
-is *started*. A toolbox that could not load before is started again, as if changed: a reload is how an operator
-retries it after fixing the cause.
+is *started*. A toolbox that could not load before, or that is down after a crash loop (waiting out its cool-down),
+is started again, as if changed: a reload is how an operator retries it after fixing the cause.
 
 Either way one ``policy_reload`` trace record says what happened (``status`` ``applied`` or ``refused``) and the
 caller prints :meth:`ReloadOutcome.describe` as one line. Settings a running supervisor cannot change in place are
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from supervisor.calls import SessionLimits
+from supervisor.calls import BudgetPolicy, SessionLimits
 from supervisor.config import expand_agents, load_config
 from supervisor.plan import compile_policy, prepare_git_sources
 from supervisor.traces import TraceRecorder, open_otel
@@ -168,10 +168,10 @@ class ReloadOutcome:
 
 
 def failed_to_load(sup: Any) -> set[Key]:
-    """The (agent, toolbox) of every toolbox that could not load (a reload starts them again)."""
-    return {(e.get("agent", ""), e["toolbox"]) for e in sup.toolbox_load_errors if e.get("toolbox")} | set(
-        sup.undescribable
-    )
+    """The (agent, toolbox) of every toolbox that could not load or is down after a crash loop (a reload starts
+    them again)."""
+    failed = {(e.get("agent", ""), e["toolbox"]) for e in sup.toolbox_load_errors if e.get("toolbox")}
+    return failed | set(sup.undescribable) | {r.key for r in sup.runners if r.crash_looped}
 
 
 def adopt_policy(sup: Any, tree: Any, compiled: Any) -> None:
@@ -181,6 +181,7 @@ def adopt_policy(sup: Any, tree: Any, compiled: Any) -> None:
     policy = compiled.config.policy
     sup.portal.max_call_depth = compiled.max_call_depth
     sup.portal.session_limits = SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent)
+    sup.portal.budgets = BudgetPolicy.from_policy(policy)  # root calls from now on; running trees keep theirs
     sup.attachments.limits = dict(compiled.media_limits)
     sup.kernel_audit.system_paths = tuple(policy.system_paths)
     sup.frontends.tree = tree
@@ -321,10 +322,8 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
     outcome.plan = plan
     by_key = {r.key: r for r in sup.runners}
     for key in (*plan.restarted, *plan.stopped):  # a call that comes meanwhile is answered at once, never held
-        why = "is being restarted with its new settings" if key in plan.restarted else "was removed from the policy"
-        by_key[key].fail_to_load(
-            f"toolbox {key[1]} of agent {key[0]} {why} (a policy reload); call it again once the tool list changed"
-        )
+        why = "is being restarted by a policy reload" if key in plan.restarted else "was removed from the policy"
+        by_key[key].fail_to_load(f"toolbox {key[1]} of agent {key[0]} {why}; call it again once the tool list changed")
     with trio.CancelScope(shield=True):
         async with trio.open_nursery() as stopping:
             for key in (*plan.restarted, *plan.stopped):

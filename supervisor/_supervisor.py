@@ -50,6 +50,7 @@ from sandbox._egress_decide import OwnListeners
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
+    BudgetPolicy,
     CallOrigin,
     CatalogError,
     GroupCommit,
@@ -57,9 +58,11 @@ from supervisor.calls import (
     RegisteredTool,
     SessionLimits,
     ToolRegistry,
+    capped_output,
     checked_output,
     get_prompt,
     list_entries,
+    output_limit,
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
@@ -92,6 +95,7 @@ from supervisor.workers import (
     preload_modules,
 )
 from toolboxes._catalog import KINDS
+from toolboxes._media import IMAGE_TYPES
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
@@ -196,6 +200,7 @@ class Supervisor:
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
+            budgets=BudgetPolicy.from_policy(self.config.policy),
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
@@ -618,7 +623,12 @@ class Supervisor:
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
         return await answer_worker_request(
-            self.portal, self.sessions, self.config.policy.sessions.introspection, worker, message
+            self.portal,
+            self.sessions,
+            self.config.policy.sessions.introspection,
+            worker,
+            message,
+            self.attachments.read,
         )
 
     def _record_call(
@@ -671,9 +681,12 @@ class Supervisor:
         return ValidationConfig(allow_extra_properties=v.allow_extra_properties, strict_mode=v.strict_mode)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        result = capped_output(result, output_limit(tool, self.config.policy.limits.output_bytes))
         result = checked_output(tool, result)
         if result.attachments:
-            return self.attachments.store(tool.runner.spec.plan.workdir, result)
+            # seed 000's murmur:tool world: a component's attachments are images of the four types it lists
+            only = IMAGE_TYPES if tool.runner.spec.kind == "wasm" else None
+            return self.attachments.store(tool.runner.spec.plan.workdir, result, only=only)
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
@@ -796,10 +809,18 @@ class Supervisor:
         runs in that name's session with the agent whose tool it is (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
         session's conversation and a new turn. ``agent_scope``: the agent whose tool ``name`` is (a frontend session
-        bound to one agent); only that agent's tools exist for this caller. ``None``: the first agent (load order)
-        that has a tool of that name. ``progress``: called (on the trio loop, without blocking) with each
-        progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
+        bound to one agent); only that agent's tools exist for this caller. ``None``: the agent that has a tool of
+        that name; when several have one the call is refused, saying the name is ambiguous and which agents have it
+        (it never runs in whichever agent happens to be first). ``progress``: called (on the trio loop, without
+        blocking) with each progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
+        if agent_scope is None and len(owners := self.registry.agents_with(name)) > 1:
+            return ToolResult.error(
+                f"Tool '{name}' is ambiguous: the agents {', '.join(owners)} each have a tool of that name. Name "
+                "the agent: a session bound to one (stdio --serve-agent SLUG, HTTP /agents/SLUG/mcp), "
+                "call --agent SLUG, or Supervisor.call(..., agent_scope=SLUG).",
+                summary="ambiguous tool name",
+            ).with_meta("ambiguous_tool", ", ".join(owners))
         try:
             tool = self.registry.get(name, agent_scope)
             agent = tool.namespace if tool is not None else (agent_scope or "")
@@ -825,7 +846,15 @@ class Supervisor:
         of it still running ends normally. Using the name again opens it again (the same session ids and
         conversation from the store; call counts from 0). Closing a name never used does nothing."""
         for root in self.frontends.close(session_id, tenant=tenant):
+            self.session_tools.drop_session(root)
             self.portal.forget_session(root)  # then _session_closed, once no call of it runs
+
+    def enable_every_skill(self, session_id: str, *, agent: str, tenant: str = LOCAL_TENANT) -> None:
+        """Every loaded skill of ``agent`` counts as enabled in the frontend session ``session_id`` with ``agent``
+        until it is closed (a request of MCP's stateless revision: each is a session of its own, so nothing it
+        enabled could last into the next; docs/MCP.md "Revisions")."""
+        root, _ = self.frontends.open(session_id, agent, tenant=tenant)
+        self.session_tools.enable_every_skill(root)
 
     async def run_agent(
         self,

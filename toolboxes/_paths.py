@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox._file_sandbox import FileSandbox, parse_file_sandbox
-from sandbox._predicate_eval import check_path
+from sandbox._predicate_eval import check_path, lists_entries
 from sandbox._predicates import PredicateError
 
 if TYPE_CHECKING:
@@ -80,6 +80,12 @@ class PathGate:
         """How a message names ``path``: quoted as written, plus where it resolved to when it was relative."""
         resolved = self.resolve(path)
         return repr(path) if resolved == path else f"{path!r} (resolved to {resolved})"
+
+    def lists_all(self, directory: str) -> bool:
+        """Whether a listing of ``directory`` (canonical, already allowed by :meth:`check`) shows every entry, not
+        only those the predicate allows one by one (a ``DirectoryExactly`` of it: its entries' names are what it
+        grants; ``sandbox._predicate_eval.lists_entries``). Listings of every toolbox follow this rule."""
+        return lists_entries(self.sandbox.predicate, directory)
 
     def check(self, path: Any, *, for_write: bool, size: int | None = None, limit_size: bool = True) -> PathAccess:
         """May the toolbox read (or write, leaving ``size`` bytes) ``path``? ``limit_size=False`` skips

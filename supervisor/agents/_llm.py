@@ -83,6 +83,9 @@ class ChatReply:
     #: the seed's ``continuation_id`` metadata key: the endpoint holds the conversation so far under this id ("" when
     #: it sent none, or an empty one: it holds nothing, send everything next time)
     continuation_id: str = ""
+    #: the model's reasoning, when its endpoint sends it apart from the answer (``reasoning_content``: Kimi,
+    #: DeepSeek; ``reasoning``: OpenRouter, Ollama); kept in the session for ``read-session``'s ``include_thinking``
+    thinking: str = ""
 
     def message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation before the tool results."""
@@ -216,7 +219,17 @@ def parse_completion(body: Any) -> ChatReply:
         tuple(_tool_call(c, i) for i, c in enumerate(calls)),
         choices[0].get("finish_reason"),
         _metadata_value(body, "continuation_id") or "",
+        _thinking(message),
     )
+
+
+def _thinking(part: Mapping[str, Any]) -> str:
+    """The reasoning text of a message or a stream delta (``""``: none)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = part.get(key)
+        if isinstance(value, str):
+            return value
+    return ""
 
 
 @dataclass
@@ -224,6 +237,7 @@ class StreamAssembler:
     """Builds a :class:`ChatReply` from the ``data:`` lines of a streamed answer (server-sent events)."""
 
     content: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish_reason: str | None = None
     done: bool = False
@@ -266,6 +280,8 @@ class StreamAssembler:
             delta = choice.get("delta") or {}
             if isinstance(delta.get("content"), str):
                 self.content.append(delta["content"])
+            if isinstance(delta, dict) and (thought := _thinking(delta)):
+                self.thinking.append(thought)
             for part in delta.get("tool_calls") or []:
                 if not isinstance(part, dict):
                     continue
@@ -293,7 +309,9 @@ class StreamAssembler:
             _tool_call({"id": c["id"], "function": {"name": c["name"], "arguments": c["arguments"]}}, i)
             for i, c in sorted(self.calls.items())
         )
-        return ChatReply("".join(self.content), calls, self.finish_reason, self.continuation_id or "")
+        return ChatReply(
+            "".join(self.content), calls, self.finish_reason, self.continuation_id or "", "".join(self.thinking)
+        )
 
 
 def resolve_api_key(
@@ -433,16 +451,21 @@ async def complete_with_retries(
     bounds: RetryBounds,
     on_retry: Callable[[int, ModelError, float], None] | None = None,
     continuation_id: str = "",
+    admit: Callable[[], None] | None = None,
 ) -> ChatReply:
     """:meth:`ChatClient.complete`, each attempt bounded by ``request_timeout_s``, transient failures retried up to
     ``retries`` times after a backoff doubling from ``backoff_initial_s`` up to ``backoff_max_s``.
 
-    ``on_retry(attempt, error, delay_s)`` is told of each retry. Raises the last :class:`ModelError` (its message
-    says how many attempts were made) when the failure is not transient or the retries are spent.
+    ``on_retry(attempt, error, delay_s)`` is told of each retry. ``admit()`` is called before every attempt (the call
+    tree's budget counts it): what it raises propagates, and that attempt is not made. Raises the last
+    :class:`ModelError` (its message says how many attempts were made) when the failure is not transient or the
+    retries are spent.
     """
     delay = bounds.backoff_initial_s
     attempt = 0
     while True:
+        if admit is not None:
+            admit()
         attempt += 1
         error: ModelError
         with trio.move_on_after(bounds.request_timeout_s) as scope:

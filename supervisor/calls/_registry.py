@@ -91,6 +91,13 @@ def served_hints(runner: Any, hints: Any) -> dict[str, Any]:
     return out
 
 
+def _description(tool: Mapping[str, Any], down: str | None) -> str:
+    """A tool's description as served: its toolbox's, led by why it is not served now (a crash loop's cool-down:
+    until when) when its toolbox is down, so that a client listing tools sees it before calling."""
+    own = str(tool.get("description") or "")
+    return f"Not available now: {down}\n\n{own}" if down else own
+
+
 def _spaces(runners: list[Any], guests: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
     """Each agent's runners in load order: its own toolboxes', then its guests (sub-agents it names)."""
     spaces: dict[str, list[Any]] = {}
@@ -157,6 +164,7 @@ class ToolRegistry:
     ) -> None:
         for runner in members:
             listed = list(runner.tools)
+            down = getattr(runner, "failed_reason", None)  # sub-agent runners have none: they never go down
             schemas: list[CompiledSchema] | None = getattr(runner, "schemas", None)
             if schemas is None or len(schemas) != len(listed):
                 schemas = []
@@ -192,7 +200,7 @@ class ToolRegistry:
                     name=name,
                     local_name=local,
                     runner=runner,
-                    description=str(t.get("description") or ""),
+                    description=_description(t, down),
                     input_schema=t.get("input_schema") or {"type": "object"},
                     validator=compiled.validator,
                     annotations=dict(t.get("annotations") or {}),
@@ -208,6 +216,11 @@ class ToolRegistry:
         if agent is None:
             return self.tools.get(name)
         return self.namespaces.get(agent, {}).get(name)
+
+    def agents_with(self, name: str) -> list[str]:
+        """The agents (load order) whose space holds a tool ``name``: more than one makes the name ambiguous for a
+        caller that names no agent."""
+        return [agent for agent, tools in self.namespaces.items() if name in tools]
 
     def names(self, agent: str | None = None) -> list[str]:
         """The names served in ``agent``'s space (``None``: what a caller bound to no agent finds)."""

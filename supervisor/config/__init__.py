@@ -6,7 +6,7 @@ from ._agent_tree import AgentTree, expand_agents, subagent_files
 from ._ceilings import ANY_HOST, Ceiling
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
-from ._http_address import normalise_origin, parse_listen, public_url_for
+from ._http_address import host_is_served, normalise_origin, parse_listen, public_url_for, served_host_names
 from ._loader import LoadedConfig, load_agent_file, load_config
 from ._policy import (
     DEFAULT_SYSTEM_PATHS,
@@ -42,6 +42,7 @@ __all__ = [
     "binding_of",
     "display_path",
     "expand_agents",
+    "host_is_served",
     "load_agent_file",
     "load_config",
     "normalise_origin",
@@ -49,5 +50,6 @@ __all__ = [
     "policy_json_schema",
     "public_url_for",
     "reference_environ",
+    "served_host_names",
     "subagent_files",
 ]

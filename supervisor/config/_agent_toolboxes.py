@@ -242,8 +242,7 @@ def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
                 c.name,
                 c.name,
                 f"{prefix}.mcpServers[{i}]",
-                {"tag": mcp.tag, **_dump(c)},
-                read=(c.executable,) if "/" in c.executable else (),
+                {"tag": mcp.tag, **_dump(c)},  # its executable: granted by the plan, which resolves it
             )
         )
     http_kinds: tuple[tuple[ToolboxKind, Sequence[Any], str], ...] = (
@@ -325,7 +324,8 @@ def _resolve_sandbox(agent: AgentDescription, e: _Entry, file: str) -> FileSandb
             if known
             else "a key of fileSandboxes (this agent defines none)",
         )
-    return found
+    # An entry without fsbName is named by its key, so refusals name the sandbox the agent file calls it by.
+    return found if found.name is not None else found.model_copy(update={"name": e.sandbox.ref})
 
 
 def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tuple[ToolboxConfig, ...]:

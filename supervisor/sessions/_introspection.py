@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from supervisor.config import Introspection
@@ -88,18 +89,36 @@ class _Refused(Exception):
     pass
 
 
+def _id_shaped(value: str) -> bool:
+    """Whether ``value`` has the form of the ids the supervisor makes (a UUID, with or without dashes): an id of
+    another form names no session (``InvalidSessionIdError``), one of this form may name another's (not found)."""
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _preview(text: str, index: int, length: int) -> str:
     start = max(0, index - _PREVIEW)
     end = min(len(text), index + length + _PREVIEW)
     return ("..." if start else "") + " ".join(text[start:end].split()) + ("..." if end < len(text) else "")
 
 
-def _render_turns(store: SessionStore, row: SessionRow, take_n: int, tool_outputs: bool) -> tuple[int, list[str]]:
+def _render_turns(
+    store: SessionStore, row: SessionRow, take_n: int, tool_outputs: bool, thinking: bool
+) -> tuple[int, list[str]]:
+    """``(totalTurns, lines)``: a session's turns (a model's reasoning only with ``thinking``), or, for a session
+    with none (a frontend's), its tool calls, one turn each; ``totalTurns`` is what ``list-sessions`` calls its
+    ``turnCount`` (``SessionStore.rows``)."""
     turns = store.turns(row.id)
     lines: list[str] = []
     if turns:
-        for n, role, content, tool in turns[:take_n]:
-            if role == "user":
+        shown = [t for t in turns if thinking or t[1] != "thinking"]
+        for n, role, content, tool in shown[:take_n]:
+            if role == "thinking":
+                lines.append(f"Turn {n}: [Thinking] {content}")
+            elif role == "user":
                 lines.append(f"Turn {n}: [User] {content}")
             elif role == "assistant":
                 lines.append(f"Turn {n}: [LLM] {content}")
@@ -127,7 +146,8 @@ def _search(store: SessionStore, rows: list[SessionRow], query: str, tool_output
                 continue
             i = content.casefold().find(needle)
             if i >= 0:
-                hit = (_preview(content, i, len(query)), "content" if role != "tool" else "tool_output")
+                kind = {"tool": "tool_output", "thinking": "thinking"}.get(role, "content")
+                hit = (_preview(content, i, len(query)), kind)
                 break
         if hit is None:
             for call in store.tool_calls(row.id):
@@ -202,6 +222,11 @@ def _answer(
         target = args.get("session_id")
         if not isinstance(target, str) or not target or len(target) > 200:
             raise _Refused("InvalidSessionIdError: read-session needs 'session_id', a session id from list-sessions")
+        if target not in parents and not _id_shaped(target):
+            raise _Refused(
+                f"InvalidSessionIdError: {target!r} is not a session id (session ids are UUIDs, as list-sessions "
+                "gives them in sessionId)"
+            )
         if target not in parents or target not in visible:
             # Another agent's or tenant's session is reported as absent: its existence is not the caller's business.
             raise _Refused(f"SessionNotFoundError: no session {target!r}")
@@ -211,7 +236,7 @@ def _answer(
         take = max_results if not isinstance(take_n, int) or take_n < 1 else min(take_n, max_results)
         show_outputs = tool_outputs and args.get("include_tool_responses", True) is not False
         row = store.rows({target})[0]
-        total, lines = _render_turns(store, row, take, show_outputs)
+        total, lines = _render_turns(store, row, take, show_outputs, args.get("include_thinking") is True)
         return {
             "sessionId": row.id,
             "conversationId": row.conversation_id,

@@ -327,7 +327,7 @@ class SessionStore:
         )
 
     def add_turn(self, session_id: str, role: str, content: str, tool: str | None = None) -> None:
-        """Append a turn (``user``, ``assistant`` or ``tool``) to a session."""
+        """Append a turn (``user``, ``assistant``, ``thinking`` (a model's reasoning) or ``tool``) to a session."""
         now = time.time()
 
         def write() -> None:
@@ -474,7 +474,9 @@ class SessionStore:
         for row in self._db.execute(
             "SELECT s.id, s.conversation_id, s.parent_id, s.agent, s.tenant, s.name, s.created, s.modified, "
             "s.status, "
-            "(SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) FROM sessions s "
+            # a session's turns, or, for one with none (a frontend's), its tool calls: what read-session shows
+            "COALESCE(NULLIF((SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id), 0), "
+            "(SELECT COUNT(*) FROM tool_calls c WHERE c.session_id = s.id)) FROM sessions s "
             "ORDER BY s.modified DESC, s.created DESC"
         ):
             if row[0] in ids:

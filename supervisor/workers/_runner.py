@@ -4,9 +4,12 @@ A :class:`ToolboxRunner` owns at most one live :class:`~supervisor.workers._work
 dies it restarts it after an exponential backoff (``restart_backoff_initial_s`` doubling up to
 ``restart_backoff_max_s``); more than ``crash_loop_max_restarts`` deaths within ``crash_loop_window_s`` disable the
 toolbox for ``crash_loop_cooldown_s`` (trace ``crash_loop``), and its calls answer with an ``error`` that says so and
-when it is tried again. After the cool-down the toolbox starts afresh (trace ``crash_loop_recovered``, the death
-count and the backoff reset), so one agent's misbehaving command never disables its toolbox for good. A call that
-arrives while the worker is restarting waits for it (bounded by the call's wall time).
+until when (:attr:`ToolboxRunner.failed_reason`; the registry puts it in each of its tools' descriptions, the
+runner tells the supervisor through ``on_tools`` when it goes down and when it comes back). After the cool-down the
+toolbox starts afresh (trace ``crash_loop_recovered``, the death count and the backoff reset), so one agent's
+misbehaving command never disables its toolbox for good; a policy reload does not wait for the cool-down (it
+replaces a runner that :attr:`~ToolboxRunner.crash_looped` with a fresh one: the operator fixed the cause). A call
+that arrives while the worker is restarting waits for it (bounded by the call's wall time).
 
 A lazy toolbox (``WorkerSpec.lazy``, the policy's ``start: lazy``) serves its tool list from
 :mod:`~supervisor.workers._tool_cache` (or from one start at supervisor start, then stopped) and starts its worker
@@ -18,6 +21,7 @@ worker is made by ``make_worker`` (default :class:`~supervisor.workers._worker.W
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +76,8 @@ class ToolboxRunner:
         self.supervision = supervision
         self.worker: Worker | None = None
         self.failed_reason: str | None = None
+        #: the end of a crash loop's cool-down (wall clock, ``time.time()``); ``None`` when not resting
+        self.resting_until: float | None = None
         self.restarts = 0
         self._on_request = on_request
         self._on_event = on_event
@@ -92,6 +98,11 @@ class ToolboxRunner:
     def key(self) -> tuple[str, str]:
         """``(agent, toolbox)``: what identifies the toolbox (two agents may each have one of a name)."""
         return (self.spec.agent, self.spec.toolbox)
+
+    @property
+    def crash_looped(self) -> bool:
+        """Whether the toolbox is down after a crash loop, waiting out its cool-down."""
+        return self.resting_until is not None
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -228,16 +239,20 @@ class ToolboxRunner:
                 self._on_event(worker, "tool_cache_unwritable", {"path": path, "reason": str(exc)})
 
     async def _rest(self, worker: Worker) -> None:
-        """Keep the toolbox down for the cool-down after a crash loop (calls get the reason), then clear it."""
+        """Keep the toolbox down for the cool-down after a crash loop (calls and its tools' descriptions get the
+        reason and the time it is tried again), then clear it. A stop ends the rest at once."""
         cooldown = self.supervision.cooldown_s
         deaths = len(self._deaths)
+        self.resting_until = time.time() + cooldown
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.resting_until))
         self.failed_reason = (
-            f"toolbox {self.name} is disabled for {cooldown:g} s: its worker died {deaths} times within "
-            f"{self.supervision.window_s:g} s (last: {worker.death_reason}). It is started again after the "
-            "cool-down; fix the cause if it keeps happening."
+            f"toolbox {self.name} is disabled for {cooldown:g} s, until {until}: its worker died {deaths} times "
+            f"within {self.supervision.window_s:g} s (last: {worker.death_reason}). It is started again after the "
+            "cool-down, or at once by a policy reload (SIGHUP) once the cause is fixed."
         )
         self._on_event(worker, "crash_loop", {"reason": self.failed_reason, "deaths": deaths, "cooldown_s": cooldown})
         self._ready.set()  # wake waiters so they get the failure
+        self._on_tools(self)  # its tools now say why they are not served
         with trio.move_on_after(cooldown):
             await self._stopped.wait()
         if self._stopping:
@@ -245,7 +260,9 @@ class ToolboxRunner:
         self._deaths.clear()
         self._ready = trio.Event()
         self.failed_reason = None
+        self.resting_until = None
         self._on_event(worker, "crash_loop_recovered", {"cooldown_s": cooldown, "deaths": deaths})
+        self._on_tools(self)
 
     def fail_to_load(self, message: str) -> None:
         """Disable this toolbox for good because it could not load: its calls answer with ``message``."""

@@ -34,10 +34,13 @@ from sandbox._plan import READ, WRITE, FsRule
 from sandbox._predicate_eval import evaluate
 from sandbox._predicates import (
     AlwaysAllow,
+    And,
     ChildOf,
+    DirectoryExactly,
     DirectoryRecursive,
     DirectoryShallow,
     FileExactly,
+    Not,
     PathPredicate,
     parse_predicate,
 )
@@ -152,15 +155,19 @@ def test_child_of_with_directory_exactly_is_the_tree_and_exact(mode: str) -> Non
 
 def test_directory_shallow_is_covered_by_its_tree_and_inexact() -> None:
     c = comp(T("DirectoryShallow", "./src"), WRITE)
-    assert rules(c) == [("/p/src", WRITE)]
+    assert rules(c) == [("/p/src", WRITE)]  # the directory itself (listing it) and its entries, merged
     assert not c.exact
     assert "not only its direct entries" in c.residual
+    assert set(c.reports[0].sources) == {"/p/src", "the direct entries of /p/src"}
 
 
-def test_child_of_or_shallow_of_a_file_grants_nothing() -> None:
-    c = comp(T("Any", [T("ChildOf", "./README.md"), T("DirectoryShallow", "./README.md")]), WRITE)
+def test_child_of_a_file_grants_nothing_and_shallow_of_a_file_the_file() -> None:
+    c = comp(T("ChildOf", "./README.md"), WRITE)
     assert rules(c) == []
     assert c.missing == ()
+    c = comp(T("Any", [T("ChildOf", "./README.md"), T("DirectoryShallow", "./README.md")]), WRITE)
+    assert rules(c) == [("/p/README.md", WRITE)]  # DirectoryShallow p allows p itself; nothing is beneath a file
+    assert c.exact
 
 
 @pytest.mark.parametrize(
@@ -252,7 +259,7 @@ def test_rules_are_merged_and_nested_ones_dropped() -> None:
     assert c.reports[0].sources == ("/p and everything beneath",)  # the others lie inside it
     nested = comp(T("Any", [T("DirectoryShallow", "."), T("DirectoryRecursive", "./src")]), WRITE)
     assert rules(nested) == [("/p", WRITE)]  # /p/src is not inside the shallow region, but its rule is
-    assert nested.reports[0].sources == ("the direct entries of /p", "/p/src and everything beneath")
+    assert nested.reports[0].sources == ("/p", "the direct entries of /p", "/p/src and everything beneath")
     assert not nested.exact
 
 
@@ -365,7 +372,7 @@ def region_predicate(r: Region) -> PathPredicate:
         "exact": lambda: FileExactly(r.path),
         "tree": lambda: DirectoryRecursive(r.path),
         "beneath": lambda: ChildOf(r.path),
-        "shallow": lambda: DirectoryShallow(r.path),
+        "shallow": lambda: And(DirectoryShallow(r.path), Not(DirectoryExactly(r.path))),  # the entries only
     }[r.kind]()
 
 

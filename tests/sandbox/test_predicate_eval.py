@@ -9,7 +9,7 @@ import pytest
 
 import sandbox._predicate_eval as pe
 from sandbox._file_sandbox import DEFAULT_MAX_FILE_SIZE, FileSandbox, parse_file_sandbox, parse_file_sandboxes
-from sandbox._predicate_eval import canonicalise, check_path, describe_predicate, evaluate
+from sandbox._predicate_eval import canonicalise, check_path, describe_predicate, evaluate, lists_entries
 from sandbox._predicates import (
     All,
     AlwaysAllow,
@@ -94,12 +94,24 @@ def test_child_of_is_strictly_beneath(tree: Path) -> None:
     assert not allows(p, str(tree / "src") + "x/a.py")
 
 
-def test_directory_shallow_is_direct_children_only(tree: Path) -> None:
+def test_directory_shallow_is_the_directory_and_its_direct_children(tree: Path) -> None:
+    """The seed: "Directory contents only (not subdirectories)": listing it and its entries, nothing deeper."""
     p = DirectoryShallow(str(tree / "src"))
     assert allows(p, tree / "src" / "a.py")
     assert allows(p, tree / "src" / "deep")
     assert not allows(p, tree / "src" / "deep" / "b.py")
-    assert not allows(p, tree / "src")
+    assert allows(p, tree / "src")  # listing it: its contents are what it grants
+    assert not allows(p, tree)
+
+
+def test_only_a_directory_exactly_lists_every_entry(tree: Path) -> None:
+    src = str(tree / "src")
+    assert lists_entries(DirectoryExactly(src), src)
+    assert lists_entries(Any_((FileExactly("/x"), And(DirectoryExactly(src), FilePattern("*")))), src)
+    assert not lists_entries(DirectoryExactly(src), str(tree))
+    assert not lists_entries(Not(DirectoryExactly(src)), src)
+    for p in (DirectoryRecursive(src), DirectoryShallow(src), ChildOf(str(tree))):
+        assert not lists_entries(p, src)  # their entries are allowed one by one
 
 
 def test_root_as_a_predicate_path(tree: Path) -> None:
@@ -108,6 +120,7 @@ def test_root_as_a_predicate_path(tree: Path) -> None:
     assert not allows(ChildOf("/"), "/")
     assert allows(ChildOf("/"), "/etc")
     assert allows(DirectoryShallow("/"), "/etc")
+    assert allows(DirectoryShallow("/"), "/")
     assert not allows(DirectoryShallow("/"), "/etc/passwd")
 
 

@@ -23,6 +23,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from labkit import describe_json, write_script
 from supervisor._reload import ReloadPlan, plan_reload
 from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
@@ -231,3 +232,50 @@ def test_settings_read_once_are_named_when_a_reload_changes_them() -> None:
     new = Policy.model_validate({"kernel_audit": "off", "supervision": {"spawn": "launcher"}})
     assert _changed_restart_only(old, new) == ["kernel_audit", "supervision.spawn"]
     assert _changed_restart_only(old, Policy.model_validate({"sessions": {"keep_days": 1}})) == []
+
+
+async def test_sighup_starts_a_crash_looped_toolbox_at_once_once_fixed(sandbox_tmp: Path, start: Any) -> None:
+    """Issue 27 item 5: a bash tool whose script ends its worker (``kill $PPID``) crash-loops its toolbox; while it
+    rests, tools/list says why and until when, and so does a call; the script is fixed on disk and the service gets
+    SIGHUP with the policy unchanged: the toolbox is started again at once, not after the 300 s cool-down."""
+    tools = sandbox_tmp / "tools"
+    tools.mkdir(mode=0o755)
+    write_script(tools, "flaky.sh", describe_json("flaky"), 'kill -TERM "$PPID"; sleep 5')
+    write_policy(
+        sandbox_tmp,
+        {"tester": agent("tester", bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": str(tools)}}])},
+        supervision={"restart_backoff_initial_s": 0.01, "restart_backoff_max_s": 0.05, "crash_loop_max_restarts": 2},
+    )
+    service = await start("--agent", "tester")
+    client = StdioClient(service.process)
+    with trio.fail_after(180):
+        await client.request(
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+        )
+        await client.send({"method": "notifications/initialized"})
+        assert await client.names() == {"bash_flaky"}
+        for _ in range(10):  # each call ends the worker; the third death within the window is a crash loop
+            answer = await client.call("bash_flaky")
+            assert answer.get("isError"), answer
+            refusal = answer["content"][0]["text"]
+            if "is disabled for 300 s, until " in refusal:
+                break
+        assert "is disabled for 300 s, until " in refusal and "died 3 times within 60 s" in refusal, refusal
+        assert "at once by a policy reload (SIGHUP)" in refusal
+        await client.notification("notifications/tools/list_changed")  # its tools now say why
+        [listed] = (await client.request("tools/list"))["tools"]
+        assert listed["description"].startswith("Not available now: toolbox tools is disabled for 300 s, until ")
+        assert listed["description"].endswith("the flaky tool")
+        assert len(service.spawns("tools")) == 3
+
+        write_script(tools, "flaky.sh", describe_json("flaky"), "echo fixed")
+        client.notifications.clear()
+        line = await service.wait_line("the policy was", service.hup())
+        assert "the policy was reloaded: restarted tester/tools" in line, line
+        assert len(service.spawns("tools")) == 4
+        fixed = await client.call("bash_flaky")
+        assert not fixed.get("isError") and "fixed" in fixed["content"][0]["text"], fixed
+        await client.notification("notifications/tools/list_changed")
+        [listed] = (await client.request("tools/list"))["tools"]
+        assert listed["description"] == "the flaky tool"

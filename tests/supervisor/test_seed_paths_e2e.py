@@ -111,3 +111,57 @@ async def test_one_rule_for_system_developer_and_lua(sup: Supervisor, sandbox_tm
     not_dir = await sup.call("system_system_list_directory", {"path": "./src/Main.hs"})
     assert not_dir.status == "failed"
     assert f"'./src/Main.hs' (resolved to {sandbox_tmp}/src/Main.hs) is not a directory" in (not_dir.data or "")
+
+
+async def test_directory_shallow_and_directory_exactly_as_the_seed_means_them(sandbox_tmp: Path) -> None:
+    """``DirectoryShallow ./shallow``: "directory contents only (not subdirectories)": listing it and reading its
+    files, nothing deeper. ``DirectoryExactly ./dirx``: "exact directory match (contents not included)": listing
+    it shows what it holds, reading that is refused. System and Lua list alike."""
+    (sandbox_tmp / "shallow" / "sub").mkdir(parents=True)
+    (sandbox_tmp / "shallow" / "f.txt").write_text("top\n")
+    (sandbox_tmp / "shallow" / "sub" / "g.txt").write_text("deep\n")
+    (sandbox_tmp / "dirx").mkdir()
+    (sandbox_tmp / "dirx" / "held.txt").write_text("held\n")
+    sandbox = {
+        "fsbPredicate": {
+            "tag": "Any",
+            "contents": [
+                {"tag": "DirectoryShallow", "contents": "./shallow"},
+                {"tag": "DirectoryExactly", "contents": "./dirx"},
+            ],
+        },
+        "fsbName": "dirs",
+    }
+    system = system_toolbox(capabilities=["attach-file", "list-directory"], FileSandbox=sandbox)
+    lua = {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "Lua",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 10,
+            "AllowedTools": [],
+            "AllowedHosts": [],
+            "FileSandbox": sandbox,
+        },
+    }
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system, lua])}, landlock_min_abi=6)
+    async with Supervisor.open(policy) as sup:
+        shallow = await sup.call("system_system_list_directory", {"path": "./shallow", "recursive": True})
+        assert shallow.status == "passed", shallow.data
+        assert [(e["name"], e["type"]) for e in shallow.structured["entries"]] == [
+            ("f.txt", "file"),
+            ("sub", "directory"),  # an entry of it; what is beneath is not
+        ]
+        read = await sup.call("lua_lua_execute", {"script": "return fs.read('./shallow/f.txt'), fs.list('./shallow')"})
+        assert read.structured["values"] == ["top\n", ["f.txt", "sub"]]
+        deep = await sup.call("lua_lua_execute", {"script": "return fs.read('./shallow/sub/g.txt')"})
+        assert "not allowed by the file sandbox 'dirs'" in (deep.data or ""), deep.data
+        dirx = await sup.call("system_system_list_directory", {"path": "./dirx"})
+        assert dirx.status == "passed", dirx.data
+        assert [e["name"] for e in dirx.structured["entries"]] == ["held.txt"] and dirx.structured["total"] == 1
+        listed = await sup.call("lua_lua_execute", {"script": "return fs.list('./dirx')"})
+        assert listed.status == "passed", listed.data
+        assert listed.structured["values"] == [["held.txt"]]
+        contents = await sup.call("system_system_attach_file", {"filepath": "./dirx/held.txt"})
+        assert contents.status == "error" and "(rule Any[" in (contents.data or ""), contents.data

@@ -86,12 +86,19 @@ async def test_unknown_tool_and_bad_arguments_are_error_results(policy: Path) ->
         assert missing.status == "error"
         assert "Tool not found: 'system_system_nope'" in missing.data
         assert "system_system_date" in missing.data
-        bad = await sup.call("system_system_date", {"capability": "hostname", "extra": 1})
+        bad = await sup.call("system_system_date", {"capability": 7, "extra": 1})
         assert bad.status == "error"
         assert bad.data.startswith("Tool call validation failed for 'system_system_date' with 2 errors:")
-        assert "1. capability: Invalid enum value: hostname. Allowed: date" in bad.data
+        assert "1. capability: Expected string but got integer" in bad.data
         assert "2. extra: Unknown property" in bad.data
         assert bad.data.endswith("Please correct these issues and try again.")
+        # the seed's QueryError kind for a capability the toolbox does not list; another listed one: its tool
+        unlisted = await sup.call("system_system_date", {"capability": "execute-command"})
+        assert unlisted.status == "error" and unlisted.data.startswith(
+            "CapabilityNotEnabledError: 'execute-command' is not among this toolbox's Capabilities (date, "
+        )
+        other = await sup.call("system_system_date", {"capability": "hostname"})
+        assert other.data == "capability 'hostname' is not this tool's (date): call system_system_hostname for it"
         not_object = await sup.call("system_system_date", ["x"])
         assert not_object.status == "error" and "Expected object but got array" in not_object.data
 
@@ -253,7 +260,7 @@ async def test_crash_loop_disables_the_toolbox_with_a_clear_error(sandbox_tmp: P
                 await trio.sleep(0.01)
         result = await sup.call("system_system_date", {})
         assert result.status == "error"
-        assert "is disabled for 300 s: its worker died 3 times" in result.data
+        assert "is disabled for 300 s, until " in result.data and "its worker died 3 times" in result.data
 
 
 async def test_stopping_the_supervisor_leaves_no_process(policy: Path) -> None:

@@ -57,7 +57,11 @@ SESSION_CAPABILITIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...], Run]
         {
             "session_id": {"type": "string", "minLength": 1, "description": "a sessionId from list-sessions"},
             "take_n": {"type": "integer", "minimum": 1, "description": "how many turns to return"},
-            "include_thinking": {"type": "boolean", "default": False},
+            "include_thinking": {
+                "type": "boolean",
+                "default": False,
+                "description": "also show the model's reasoning, kept for sub-agents whose model sends it",
+            },
             "include_tool_responses": {
                 "type": "boolean",
                 "default": True,

@@ -162,3 +162,21 @@ def test_a_stream_carries_the_continuation_id_of_its_first_event_that_has_one() 
     plain = StreamAssembler()
     plain.feed(_sse_text(streamed("Hello").chunks))
     assert plain.reply().continuation_id == ""
+
+
+def test_the_models_reasoning_is_kept_apart_from_its_answer() -> None:
+    """``reasoning_content`` (Kimi, the seed's KimiV1 flavour; DeepSeek) or ``reasoning`` (OpenRouter, Ollama): kept
+    for read-session's include_thinking, never part of the answer."""
+    body = {
+        "choices": [{"message": {"content": "42", "reasoning_content": "six times seven"}, "finish_reason": "stop"}]
+    }
+    reply = parse_completion(body)
+    assert (reply.content, reply.thinking) == ("42", "six times seven")
+    assert "reasoning_content" not in reply.message()
+    assert parse_completion({"choices": [{"message": {"content": "x", "reasoning": "r"}}]}).thinking == "r"
+    assert parse_completion({"choices": [{"message": {"content": "x"}}]}).thinking == ""
+    stream = StreamAssembler()
+    for delta in ({"reasoning_content": "six "}, {"reasoning_content": "times seven"}, {"content": "42"}):
+        stream.feed("data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]}) + "\n\n")
+    stream.feed('data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
+    assert (stream.reply().content, stream.reply().thinking) == ("42", "six times seven")

@@ -212,6 +212,12 @@ def test_check_shows_what_the_policy_caps_for_each_toolbox(
     assert main(["check", "--policy", str(policy)]) == 0
     out = capsys.readouterr().out
     assert (
+        "  coder: hosts within *.example.com (ceilings.coder.allowed_hosts); execute-command forbidden "
+        '(ceilings."*".forbidden_capabilities)\n    info reaches 10.1.0.0/16 (toolboxes.coder/info)\n'
+    ) in out, out
+    assert main(["check", "--detail", "--policy", str(policy)]) == 0
+    out = capsys.readouterr().out
+    assert (
         "the policy caps it: hosts within *.example.com (ceilings.coder.allowed_hosts); execute-command forbidden "
         '(ceilings."*".forbidden_capabilities); host loopback closed (toolboxes.coder/info.allow_loopback); '
         "private ranges 10.1.0.0/16"

@@ -85,6 +85,9 @@ def test_list_sessions_shape_scope_and_max_results() -> None:
     assert by_id["root"]["modificationTime"].endswith("Z")
     capped = _ask(store, "root", "list-sessions", SessionIntrospectionMaxResults=1)["result"]
     assert len(capped["sessions"]) == 1 and capped["totalAccessible"] == 3 and capped["truncated"]
+    # a frontend's session has tool calls, no turns: read-session shows its calls as turns, and counts them so
+    root = _ask(store, "root", "read-session", {"session_id": "root"})["result"]
+    assert by_id["root"]["turnCount"] == root["totalTurns"] == 1 and by_id["a"]["turnCount"] == 3
     parents = _ask(store, "a", "list-sessions", SessionIntrospectionScope="parents-only")["result"]
     assert [(s["sessionId"], s["isParent"]) for s in parents["sessions"]] == [("root", True)]
 
@@ -125,7 +128,11 @@ def test_refusals_say_why() -> None:
     store.ensure_session("other", agent="main")
     denied = _ask(store, "b", "read-session", {"session_id": "a"})
     assert denied == {"error": "SessionAccessDeniedError: session 'a' is outside this toolbox's scope (subtree)"}
-    assert _ask(store, "root", "read-session", {"session_id": "zzz"})["error"].startswith("SessionNotFoundError")
+    unknown = "5f0c1d1e-0000-4000-8000-000000000000"
+    assert _ask(store, "root", "read-session", {"session_id": unknown})["error"].startswith("SessionNotFoundError")
+    # the seed's own example id is not of the form session ids have: InvalidSessionIdError, not "not found"
+    malformed = _ask(store, "root", "read-session", {"session_id": "target-session-uuid"})["error"]
+    assert malformed.startswith("InvalidSessionIdError: 'target-session-uuid' is not a session id")
     assert _ask(store, "root", "read-session", {})["error"].startswith("InvalidSessionIdError")
     assert _ask(store, "root", "search-sessions", {"query": " "})["error"].startswith("MissingParameterError")
     not_enabled = answer_host_request(
@@ -138,7 +145,7 @@ def test_refusals_say_why() -> None:
     stats = _ask(store, "root", "get-session-stats")["result"]
     assert stats == {
         "totalSessions": 3,
-        "totalTurnsAcrossAllSessions": 3,
+        "totalTurnsAcrossAllSessions": 4,  # a's 3 turns and root's one tool call (a frontend's session has no turns)
         "totalToolCalls": 1,
         "scope": "subtree",
         "note": "counts cover the sessions this toolbox's scope lets it see",
@@ -165,7 +172,9 @@ async def test_introspection_through_real_workers_and_a_subagent(
         last = req["messages"][-1]
         if last["role"] == "user":
             return call("system_helper_sys_list_sessions", {})
-        return answer("sessions seen: " + last["content"].split("\n\n", 1)[1])
+        reply = answer("sessions seen: " + last["content"].split("\n\n", 1)[1])
+        reply.body["choices"][0]["message"]["reasoning_content"] = "the list has what I need"  # Kimi's field
+        return reply
 
     with model_server(script) as server:
         helper = agent(
@@ -211,7 +220,21 @@ async def test_introspection_through_real_workers_and_a_subagent(
             lines = read.structured["content"].splitlines()
             assert lines[0] == "Turn 1: [User] which sessions are above me?"
             assert lines[1] == "Turn 2: [Tool system_helper_sys_list_sessions] (output not shown)"
-            assert lines[2].startswith("Turn 3: [LLM] sessions seen:")
+            assert lines[2].startswith("Turn 4: [LLM] sessions seen:") and len(lines) == 3
+            # the seed's read-session example: include_thinking shows the model's reasoning, kept as a turn
+            thought = await sup.call(
+                "system_main_sys_read_session",
+                {
+                    "session_id": child["sessionId"],
+                    "take_n": 10,
+                    "include_thinking": True,
+                    "include_tool_responses": True,
+                },
+                session_id="s1",
+            )
+            assert thought.structured["content"].splitlines()[2] == "Turn 3: [Thinking] the list has what I need"
+            assert thought.structured["totalTurns"] == read.structured["totalTurns"] == 4
+            assert child["turnCount"] == 4  # list-sessions' turnCount is read-session's totalTurns
 
             found = await sup.call("system_main_sys_search_sessions", {"query": "above me"}, session_id="s1")
             matches = {r["sessionId"]: r["matchType"] for r in found.structured["results"]}
@@ -249,7 +272,7 @@ def test_a_failing_write_is_counted_never_raised() -> None:
     )
     store.flush()  # writes are batched; the supervisor flushes every 0.2 s and before every read
     assert store.write_errors == 3 and "readonly" in (store.last_write_error or "")
-    assert _ask(store, "root", "get-session-stats")["result"]["totalTurnsAcrossAllSessions"] == 3
+    assert _ask(store, "root", "get-session-stats")["result"]["totalTurnsAcrossAllSessions"] == 4
 
 
 def test_prune_deletes_old_sessions_with_their_turns_and_calls_but_not_running_ones() -> None:

@@ -7,6 +7,7 @@ the cool-down pass without waiting.
 
 from __future__ import annotations
 
+import time
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +118,7 @@ async def test_a_crash_loop_rests_the_toolbox_for_its_cool_down_then_it_serves_a
 ) -> None:
     ServingWorker.made = []
     events: list[tuple[str, dict[str, Any]]] = []
+    listed: list[tuple[bool, str | None]] = []  # what the runner told the supervisor each time its list changed
 
     async def no_requests(worker: Any, message: dict[str, Any]) -> dict[str, Any]:
         return {"error": "none"}
@@ -127,7 +129,7 @@ async def test_a_crash_loop_rests_the_toolbox_for_its_cool_down_then_it_serves_a
         SupervisionPolicy(backoff_initial_s=0.1, backoff_max_s=1.0, max_restarts=2, window_s=60.0, cooldown_s=30.0),  # type: ignore[arg-type]
         on_request=no_requests,
         on_event=lambda w, kind, data: events.append((kind, data)),
-        on_tools=lambda r: None,
+        on_tools=lambda r: listed.append((r.crash_looped, r.failed_reason)),
         make_worker=ServingWorker,
     )
     async with trio.open_nursery() as nursery:
@@ -146,11 +148,16 @@ async def test_a_crash_loop_rests_the_toolbox_for_its_cool_down_then_it_serves_a
         refused = await runner.call("t", {}, {})
         assert refused.status == "error" and "disabled for 30 s" in refused.data
         assert "died 3 times within 60 s" in refused.data and "exited with status 3" in refused.data
+        assert runner.crash_looped and runner.resting_until is not None
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(runner.resting_until))
+        assert f"until {until}" in refused.data and "at once by a policy reload (SIGHUP)" in refused.data
+        assert listed[-1] == (True, refused.data)  # told when it went down: its tools say why (the registry)
         [loop] = [d for k, d in events if k == "crash_loop"]
         assert (loop["deaths"], loop["cooldown_s"]) == (3, 30.0)
         while not any(k == "crash_loop_recovered" for k, _ in events):  # noqa: ASYNC110
             await trio.sleep(1)  # the mock clock: one simulated second per turn
         assert 30 <= trio.current_time() - down_at < 32
+        assert not runner.crash_looped and listed[-1][0] is False  # told when it came back
         back = await runner.call("t", {}, {})
         assert (back.status, back.data) == ("passed", "worker 4")
         # The death count starts afresh: two more deaths are restarts, not another rest.
