@@ -5,10 +5,12 @@ The worker is untrusted, so the supervisor opens the file itself, beneath the wo
 climbs out and any absolute path, and ``O_NOFOLLOW | O_NONBLOCK`` plus an ``fstat`` refuse anything but a regular
 file (a FIFO cannot stall the supervisor). It then checks the content against the declared media type
 (``toolboxes/_media.mismatch``: leading bytes of binary types, UTF-8/JSON/SVG rules for text types) and the size
-against the limit of the type's class (``context.images``, ``context.audio``, ``context.files`` ``.max_bytes``), and
-stores the bytes once, by sha256, under ``<state_dir>/attachments/``. A refused attachment is dropped and a note
-saying why is added to the result; the result's status never changes because of an attachment. Temporary files of
-a store interrupted by a kill are removed when the store opens again.
+against the limit of the type's class (``context.images``, ``context.audio``, ``context.files`` ``.max_bytes``) and
+what is left of ``context.max_total_bytes`` for the result (all its attachments together: what a client gets inline
+from one call is bounded, whatever the kind; ``limits.output_bytes`` bounds the text), and stores the bytes once, by
+sha256, under ``<state_dir>/attachments/``. A refused attachment is dropped and a note saying why is added to the
+result; the result's status never changes because of an attachment. Temporary files of a store interrupted by a kill
+are removed when the store opens again.
 """
 
 from __future__ import annotations
@@ -96,9 +98,12 @@ class AttachmentStore:
         with open(self.path_of(attachment.sha256), "rb") as f:
             return f.read()
 
-    def accept(self, workdir: str, attachment: Attachment, only: tuple[str, ...] | None = None) -> Attachment:
-        """Check and store one attachment (``only``: the media types the toolbox may attach; ``None``: any);
-        raises :class:`AttachmentRefused`."""
+    def accept(
+        self, workdir: str, attachment: Attachment, only: tuple[str, ...] | None = None, room: int | None = None
+    ) -> Attachment:
+        """Check and store one attachment (``only``: the media types the toolbox may attach; ``None``: any; ``room``:
+        what is left of the result's ``context.max_total_bytes``, ``None``: no total); raises
+        :class:`AttachmentRefused`."""
         media_type = canonical(attachment.media_type)
         if not media_type or "/" not in media_type:
             raise AttachmentRefused(f"{attachment.media_type!r} is not a media type")
@@ -109,25 +114,26 @@ class AttachmentStore:
             )
         media_class = class_of(media_type)
         limit = self.limits[media_class]
+        limit_name = f"the limit of {limit} for {media_class} (context.{media_class}.max_bytes)"
+        if room is not None and room < limit:
+            limit = room
+            limit_name = (
+                f"the {room} bytes left of the result's limit of {self.limits.get('total')} for all its "
+                "attachments together (context.max_total_bytes)"
+            )
         fd = open_beneath(workdir, attachment.path)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise AttachmentRefused("it is not a regular file")
             if st.st_size > limit:
-                raise AttachmentRefused(
-                    f"it is {st.st_size} bytes, more than the limit of {limit} for "
-                    f"{media_class} (context.{media_class}.max_bytes)"
-                )
+                raise AttachmentRefused(f"it is {st.st_size} bytes, more than {limit_name}")
             chunks = []
             size = 0
             while chunk := os.read(fd, 1 << 20):
                 size += len(chunk)
                 if size > limit:
-                    raise AttachmentRefused(
-                        f"it is more than the limit of {limit} bytes for {media_class} "
-                        f"(context.{media_class}.max_bytes)"
-                    )
+                    raise AttachmentRefused(f"it is more than {limit_name}")
                 chunks.append(chunk)
         finally:
             os.close(fd)
@@ -148,9 +154,11 @@ class AttachmentStore:
         are replaced by a note. Status is unchanged."""
         kept: list[Attachment] = []
         notes: list[str] = []
+        total = self.limits.get("total")
         for a in result.attachments:
             try:
-                kept.append(self.accept(workdir, a, only))
+                room = None if total is None else total - sum(k.size or 0 for k in kept)
+                kept.append(self.accept(workdir, a, only, room))
             except AttachmentRefused as exc:
                 notes.append(f"[attachment {a.path!r} refused: {exc}]")
             except OSError as exc:

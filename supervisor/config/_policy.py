@@ -464,9 +464,21 @@ class Context(_Model):
     images: Images = Images()
     audio: Audio = Audio()
     files: Files = Files()
+    max_total_bytes: Size = Field(
+        default=32 * 1024**2,
+        ge=1,
+        description="all media of one result together; attachments past it are refused with a note (each is also "
+        "held to its class's max_bytes)",
+    )
 
     def media_limits(self) -> dict[str, int]:
-        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
+        """Each class's limit, and ``total``: all of one result's media together."""
+        return {
+            "images": self.images.max_bytes,
+            "audio": self.audio.max_bytes,
+            "files": self.files.max_bytes,
+            "total": self.max_total_bytes,
+        }
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:

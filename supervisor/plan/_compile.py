@@ -630,7 +630,14 @@ def compile_policy(
     git_sources: list[GitSource] = []
     host = HostView()  # one set of answers about the host's paths for every toolbox (nothing is made until after)
     _check_toolbox_keys(config)
-    credentials = load_credentials(policy.credentials)
+    credentials = load_credentials(policy.credentials, run_commands=prepare)  # check runs no program
+    if not prepare:
+        warnings += [
+            f"credentials.{name}: its command source is not run by check (nothing starts); the supervisor runs it "
+            "at start"
+            for name, spec in policy.credentials.items()
+            if spec.source.command is not None
+        ]
     if prepare and any(t.tls_termination for t in policy.toolboxes.values()):
         write_ca_file(state_dir, supervisor_ca())  # before planning: the workers are granted the file
     ranged = root and policy.worker_uids is not None
@@ -691,6 +698,7 @@ def compile_policy(
                 tb,
                 spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
                 spec.plan.gid if spec.plan.gid is not None else os.getegid(),
+                spec.plan.groups,
             )
             specs.append(spec)
             warnings += spec.warnings
