@@ -84,7 +84,6 @@ from supervisor.workers import (
     LauncherSpawner,
     LimitWatch,
     Spawner,
-    SupervisionPolicy,
     ToolboxRunner,
     Worker,
     WorkerSpec,
@@ -440,22 +439,11 @@ class Supervisor:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
 
-    def supervision_policy(self) -> SupervisionPolicy:
-        """The restart settings of the policy's ``supervision`` section."""
-        c = self.compiled
-        return SupervisionPolicy(
-            c.restart_backoff_initial_s,
-            c.restart_backoff_max_s,
-            c.crash_loop_max_restarts,
-            c.crash_loop_window_s,
-            c.crash_loop_cooldown_s,
-        )
-
     def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
         """A runner for ``spec`` under the policy's supervision settings (not started)."""
         return ToolboxRunner(
             spec,
-            self.supervision_policy(),
+            self.compiled.supervision,
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,

@@ -16,6 +16,7 @@ from ._policy import (
     OAuthResourceServer,
     OtelExport,
     Policy,
+    Supervision,
     Tenant,
     policy_json_schema,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "OAuthResourceServer",
     "OtelExport",
     "Policy",
+    "Supervision",
     "Tenant",
     "ToolboxConfig",
     "agent_json_schema",

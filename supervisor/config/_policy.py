@@ -47,6 +47,7 @@ __all__ = [
     "OtelExport",
     "Policy",
     "SharedGroup",
+    "Supervision",
     "ToolboxPolicy",
     "parse_size",
     "policy_json_schema",
@@ -380,6 +381,8 @@ class AgentLoop(_Model):
 
 
 class Supervision(_Model):
+    """How workers are started and restarted (the policy's ``supervision``; the restarts: ``workers/_runner.py``)."""
+
     restart_backoff_initial_s: float = Field(default=0.1, gt=0)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     crash_loop_max_restarts: int = Field(default=5, ge=0)

@@ -28,13 +28,7 @@ from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule
 from sandbox._syspaths import python_runtime_paths, uid_can_read
 from sandbox._tls_ca import supervisor_ca
 from supervisor._errors import PolicyRefused
-from supervisor.config import (
-    ConfigError,
-    ConfigProblem,
-    LoadedConfig,
-    ToolboxConfig,
-    display_path,
-)
+from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, Supervision, ToolboxConfig, display_path
 from supervisor.workers import (
     WorkerSpec,
     explained_limits,
@@ -114,11 +108,8 @@ class CompiledPolicy:
     session_max_calls: int | None
     session_max_concurrent: int | None
     media_limits: dict[str, int]
-    restart_backoff_initial_s: float
-    restart_backoff_max_s: float
-    crash_loop_max_restarts: int
-    crash_loop_window_s: float
-    crash_loop_cooldown_s: float
+    #: the policy's ``supervision`` (the runners' restart settings)
+    supervision: Supervision
     landlock_abi: int
     #: workers started at once by the launcher (``supervision.parallel_starts``, default :data:`STARTS_PER_CPU` a CPU)
     parallel_starts: int = 8
@@ -805,11 +796,7 @@ def compile_policy(
         session_max_calls=policy.sessions.max_calls,
         session_max_concurrent=policy.sessions.max_concurrent_calls,
         media_limits=policy.context.media_limits(),
-        restart_backoff_initial_s=policy.supervision.restart_backoff_initial_s,
-        restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
-        crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,
-        crash_loop_window_s=policy.supervision.crash_loop_window_s,
-        crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
+        supervision=policy.supervision,
         landlock_abi=abi,
         parallel_starts=policy.supervision.parallel_starts or STARTS_PER_CPU * (os.cpu_count() or 1),
         zygote_parallel_starts=policy.supervision.parallel_starts or ZYGOTE_STARTS_PER_CPU * (os.cpu_count() or 1),
