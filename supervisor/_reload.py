@@ -335,7 +335,7 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
         sup.prune_sessions_now()
         keep_days = compiled.config.policy.sessions.keep_days
         outcome.applied.append(f"sessions kept {keep_days} days" if keep_days is not None else "sessions kept")
-    supervision = sup.supervision_policy()
+    supervision = compiled.supervision
     for key in plan.kept:  # kept workers restart (after a crash) under the new supervision settings
         by_key[key].supervision = supervision
     starting = replace(

@@ -57,9 +57,11 @@ from supervisor.calls import (
     RegisteredTool,
     SessionLimits,
     ToolRegistry,
+    capped_output,
     checked_output,
     get_prompt,
     list_entries,
+    output_limit,
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
@@ -81,7 +83,6 @@ from supervisor.workers import (
     LauncherSpawner,
     LimitWatch,
     Spawner,
-    SupervisionPolicy,
     ToolboxRunner,
     Worker,
     WorkerSpec,
@@ -435,22 +436,11 @@ class Supervisor:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
 
-    def supervision_policy(self) -> SupervisionPolicy:
-        """The restart settings of the policy's ``supervision`` section."""
-        c = self.compiled
-        return SupervisionPolicy(
-            c.restart_backoff_initial_s,
-            c.restart_backoff_max_s,
-            c.crash_loop_max_restarts,
-            c.crash_loop_window_s,
-            c.crash_loop_cooldown_s,
-        )
-
     def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
         """A runner for ``spec`` under the policy's supervision settings (not started)."""
         return ToolboxRunner(
             spec,
-            self.supervision_policy(),
+            self.compiled.supervision,
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,
@@ -670,6 +660,7 @@ class Supervisor:
         return ValidationConfig(allow_extra_properties=v.allow_extra_properties, strict_mode=v.strict_mode)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        result = capped_output(result, output_limit(tool, self.config.policy.limits.output_bytes))
         result = checked_output(tool, result)
         if result.attachments:
             # seed 000's murmur:tool world: a component's attachments are images of the four types it lists

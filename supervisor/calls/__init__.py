@@ -6,7 +6,7 @@ from ._catalog import CatalogError, get_prompt, list_entries, read_resource
 from ._group_commit import GroupCommit
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
-from ._tool_output import checked_output
+from ._tool_output import capped_output, checked_output, output_limit
 
 __all__ = [
     "AttachmentStore",
@@ -21,10 +21,12 @@ __all__ = [
     "SessionLimits",
     "ToolRegistry",
     "budget_result",
+    "capped_output",
     "checked_output",
     "get_prompt",
     "list_entries",
     "media_response",
+    "output_limit",
     "read_resource",
     "trace_exhaustion",
 ]

@@ -15,6 +15,7 @@ from ._policy import (
     OAuthResourceServer,
     OtelExport,
     Policy,
+    Supervision,
     Tenant,
     policy_json_schema,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "OAuthResourceServer",
     "OtelExport",
     "Policy",
+    "Supervision",
     "Tenant",
     "ToolboxConfig",
     "agent_json_schema",

@@ -32,6 +32,7 @@ from pydantic import (
 from ._budget import Budget, BudgetOverride
 from ._credentials import CredentialName, CredentialPolicy, EnvName
 from ._errors import problem
+from ._model import Override, overrides
 from ._model import StrictModel as _Model
 from ._types import check_cname_target, check_host
 from ._validation_settings import Validation, ValidationOverride
@@ -45,6 +46,7 @@ __all__ = [
     "OtelExport",
     "Policy",
     "SharedGroup",
+    "Supervision",
     "ToolboxPolicy",
     "parse_size",
     "policy_json_schema",
@@ -252,19 +254,9 @@ class Limits(_Model):
     max_concurrent_calls: int = Field(default=8, ge=1, le=4096, description="calls in flight in one worker")
 
 
-class LimitsOverride(_Model):
+@overrides(Limits)
+class LimitsOverride(Override):
     """Per-toolbox overrides: only the keys written replace the defaults (``null`` = no limit)."""
-
-    address_space_bytes: Size | None = None
-    cpu_seconds: int | None = Field(default=None, ge=1, le=MAX_SIZE)
-    wall_time_s: float | None = Field(default=None, gt=0)
-    open_files: int | None = Field(default=None, ge=16, le=1 << 20)
-    file_size_bytes: Size | None = None
-    processes: int | None = Field(default=None, ge=1, le=1 << 22)
-    memory_bytes: Size | None = Field(default=None, ge=1)
-    cpus: float | None = Field(default=None, ge=0.01, le=4096)
-    output_bytes: Size | None = Field(default=None, ge=1)
-    max_concurrent_calls: int | None = Field(default=None, ge=1, le=4096)
 
 
 class ToolboxPolicy(_Model):
@@ -371,6 +363,8 @@ class AgentLoop(_Model):
 
 
 class Supervision(_Model):
+    """How workers are started and restarted (the policy's ``supervision``; the restarts: ``workers/_runner.py``)."""
+
     restart_backoff_initial_s: float = Field(default=0.1, gt=0)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     crash_loop_max_restarts: int = Field(default=5, ge=0)
@@ -470,9 +464,21 @@ class Context(_Model):
     images: Images = Images()
     audio: Audio = Audio()
     files: Files = Files()
+    max_total_bytes: Size = Field(
+        default=32 * 1024**2,
+        ge=1,
+        description="all media of one result together; attachments past it are refused with a note (each is also "
+        "held to its class's max_bytes)",
+    )
 
     def media_limits(self) -> dict[str, int]:
-        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
+        """Each class's limit, and ``total``: all of one result's media together."""
+        return {
+            "images": self.images.max_bytes,
+            "audio": self.audio.max_bytes,
+            "files": self.files.max_bytes,
+            "total": self.max_total_bytes,
+        }
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:
@@ -810,15 +816,11 @@ class Policy(_Model):
 
     def effective_limits(self, name: str, agent_slug: str | None = None) -> Limits:
         """``limits`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).limits
-        changes = {k: getattr(override, k) for k in override.model_fields_set}
-        return self.limits.model_copy(update=changes)
+        return self.toolbox_policy(name, agent_slug).limits.applied_to(self.limits)
 
     def effective_validation(self, name: str, agent_slug: str | None = None) -> Validation:
         """``validation`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).validation
-        changes = {k: getattr(override, k) for k in override.model_fields_set if getattr(override, k) is not None}
-        return self.validation.model_copy(update=changes) if changes else self.validation
+        return self.toolbox_policy(name, agent_slug).validation.applied_to(self.validation)
 
     def shared_gids(self, name: str, agent_slug: str) -> tuple[int, ...]:
         """The ``shared_groups`` the toolbox is in (by ``slug/name``, or by bare ``name``)."""
