@@ -501,6 +501,7 @@ def _plan_view(
     spec = ViewSpec(
         hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if own_hostname else NEUTRAL_HOSTNAME,
         system_paths=tuple(dict.fromkeys(system)),
+        directories=(os.path.dirname(tb.agent_file),),  # where execute-command runs (docs/FILES.md)
     )
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
