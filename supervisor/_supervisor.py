@@ -46,6 +46,7 @@ import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from sandbox._egress_decide import OwnListeners
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
@@ -57,9 +58,11 @@ from supervisor.calls import (
     RegisteredTool,
     SessionLimits,
     ToolRegistry,
+    capped_output,
     checked_output,
     get_prompt,
     list_entries,
+    output_limit,
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
@@ -81,7 +84,6 @@ from supervisor.workers import (
     LauncherSpawner,
     LimitWatch,
     Spawner,
-    SupervisionPolicy,
     ToolboxRunner,
     Worker,
     WorkerSpec,
@@ -92,6 +94,7 @@ from supervisor.workers import (
     preload_modules,
 )
 from toolboxes._catalog import KINDS
+from toolboxes._media import IMAGE_TYPES
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
@@ -209,6 +212,8 @@ class Supervisor:
             validation=self._validation,
         )
         self.runners: list[ToolboxRunner] = []
+        #: the ports the supervisor itself listens on (its HTTP frontend sets them): never dialled by an egress proxy
+        self.own_listeners = OwnListeners()
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
         self.sessions = sessions
         #: frontends' session names -> root sessions of the store, per agent
@@ -399,7 +404,7 @@ class Supervisor:
                 self.trace.record("stale_cgroups_removed", groups=removed)
         for error in [*self.agent_load_errors, *self.toolbox_load_errors]:
             self.trace.record("load_error", **error)
-        self.source_errors = await prepare_git_sources(self.compiled, self.trace)
+        self.source_errors = await prepare_git_sources(self.compiled, self.trace, self.own_listeners.ports)
         self.set_auto_enabled()
         self.runners = [self.new_runner(spec) for spec in self.compiled.specs]
         await self.start_runners(nursery, self.runners)
@@ -434,22 +439,11 @@ class Supervisor:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
 
-    def supervision_policy(self) -> SupervisionPolicy:
-        """The restart settings of the policy's ``supervision`` section."""
-        c = self.compiled
-        return SupervisionPolicy(
-            c.restart_backoff_initial_s,
-            c.restart_backoff_max_s,
-            c.crash_loop_max_restarts,
-            c.crash_loop_window_s,
-            c.crash_loop_cooldown_s,
-        )
-
     def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
         """A runner for ``spec`` under the policy's supervision settings (not started)."""
         return ToolboxRunner(
             spec,
-            self.supervision_policy(),
+            self.compiled.supervision,
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,
@@ -459,7 +453,13 @@ class Supervisor:
     def _make_worker(self, spec: WorkerSpec, *, reuse: Sequence[CompiledSchema] = (), **kwargs: Any) -> Worker:
         """A worker of ``spec`` made by :attr:`spawner`, reusing ``reuse`` (its toolbox's last list) and every schema
         the other toolboxes' lists compiled (:attr:`schema_pool`)."""
-        return Worker(spec, reuse=[*reuse, *self.schema_pool.schemas()], spawner=self.spawner, **kwargs)
+        return Worker(
+            spec,
+            reuse=[*reuse, *self.schema_pool.schemas()],
+            spawner=self.spawner,
+            own_ports=self.own_listeners.ports,
+            **kwargs,
+        )
 
     # -- reloading ---------------------------------------------------------------------------------------------
     async def reload(self) -> ReloadOutcome:
@@ -611,7 +611,12 @@ class Supervisor:
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
         return await answer_worker_request(
-            self.portal, self.sessions, self.config.policy.sessions.introspection, worker, message
+            self.portal,
+            self.sessions,
+            self.config.policy.sessions.introspection,
+            worker,
+            message,
+            self.attachments.read,
         )
 
     def _record_call(
@@ -664,9 +669,12 @@ class Supervisor:
         return ValidationConfig(allow_extra_properties=v.allow_extra_properties, strict_mode=v.strict_mode)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        result = capped_output(result, output_limit(tool, self.config.policy.limits.output_bytes))
         result = checked_output(tool, result)
         if result.attachments:
-            return self.attachments.store(tool.runner.spec.plan.workdir, result)
+            # seed 000's murmur:tool world: a component's attachments are images of the four types it lists
+            only = IMAGE_TYPES if tool.runner.spec.kind == "wasm" else None
+            return self.attachments.store(tool.runner.spec.plan.workdir, result, only=only)
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
@@ -789,10 +797,18 @@ class Supervisor:
         runs in that name's session with the agent whose tool it is (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
         session's conversation and a new turn. ``agent_scope``: the agent whose tool ``name`` is (a frontend session
-        bound to one agent); only that agent's tools exist for this caller. ``None``: the first agent (load order)
-        that has a tool of that name. ``progress``: called (on the trio loop, without blocking) with each
-        progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
+        bound to one agent); only that agent's tools exist for this caller. ``None``: the agent that has a tool of
+        that name; when several have one the call is refused, saying the name is ambiguous and which agents have it
+        (it never runs in whichever agent happens to be first). ``progress``: called (on the trio loop, without
+        blocking) with each progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
+        if agent_scope is None and len(owners := self.registry.agents_with(name)) > 1:
+            return ToolResult.error(
+                f"Tool '{name}' is ambiguous: the agents {', '.join(owners)} each have a tool of that name. Name "
+                "the agent: a session bound to one (stdio --serve-agent SLUG, HTTP /agents/SLUG/mcp), "
+                "call --agent SLUG, or Supervisor.call(..., agent_scope=SLUG).",
+                summary="ambiguous tool name",
+            ).with_meta("ambiguous_tool", ", ".join(owners))
         try:
             tool = self.registry.get(name, agent_scope)
             agent = tool.namespace if tool is not None else (agent_scope or "")

@@ -30,8 +30,10 @@ from pydantic import (
 )
 
 from ._budget import Budget, BudgetOverride
+from ._ceilings import Ceiling
 from ._credentials import CredentialName, CredentialPolicy, EnvName
 from ._errors import problem
+from ._model import Override, overrides
 from ._model import StrictModel as _Model
 from ._types import check_cname_target, check_host
 from ._validation_settings import Validation, ValidationOverride
@@ -45,6 +47,7 @@ __all__ = [
     "OtelExport",
     "Policy",
     "SharedGroup",
+    "Supervision",
     "ToolboxPolicy",
     "parse_size",
     "policy_json_schema",
@@ -224,7 +227,13 @@ class Limits(_Model):
         default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
-    open_files: int | None = Field(default=256, ge=16, le=1 << 20, description="RLIMIT_NOFILE (at most fs.nr_open)")
+    open_files: int | None = Field(
+        default=1024,
+        ge=16,
+        le=1 << 20,
+        description="RLIMIT_NOFILE per process (at most fs.nr_open); 1024 fits Node and Python MCP servers "
+        "(docs/DECISIONS.md, 'open_files')",
+    )
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(
         default=64,
@@ -246,19 +255,9 @@ class Limits(_Model):
     max_concurrent_calls: int = Field(default=8, ge=1, le=4096, description="calls in flight in one worker")
 
 
-class LimitsOverride(_Model):
+@overrides(Limits)
+class LimitsOverride(Override):
     """Per-toolbox overrides: only the keys written replace the defaults (``null`` = no limit)."""
-
-    address_space_bytes: Size | None = None
-    cpu_seconds: int | None = Field(default=None, ge=1, le=MAX_SIZE)
-    wall_time_s: float | None = Field(default=None, gt=0)
-    open_files: int | None = Field(default=None, ge=16, le=1 << 20)
-    file_size_bytes: Size | None = None
-    processes: int | None = Field(default=None, ge=1, le=1 << 22)
-    memory_bytes: Size | None = Field(default=None, ge=1)
-    cpus: float | None = Field(default=None, ge=0.01, le=4096)
-    output_bytes: Size | None = Field(default=None, ge=1)
-    max_concurrent_calls: int | None = Field(default=None, ge=1, le=4096)
 
 
 class ToolboxPolicy(_Model):
@@ -276,6 +275,11 @@ class ToolboxPolicy(_Model):
         "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts",
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    read_paths: list[AbsolutePath] = Field(
+        default=[],
+        description="absolute paths this toolbox's workers may read and execute, besides the system_paths every "
+        "worker sees (an npm or pip install the toolbox runs, a data folder); read-only, to this toolbox alone",
+    )
     xattrs: bool = Field(
         default=False,
         description="let this toolbox's workers use extended attributes (the "
@@ -305,10 +309,27 @@ class ToolboxPolicy(_Model):
     validation: ValidationOverride = Field(
         default=ValidationOverride(), description="this toolbox's own argument checks (the policy's validation)"
     )
+    allow_loopback: bool = Field(
+        default=False,
+        description="the host's loopback is reachable by this toolbox's entries localhost, 127.0.0.1 and ::1 "
+        "(never the supervisor's own listening ports); false: an agent file's localhost reaches nothing",
+    )
+    allow_private_ranges: list[Cidr] = Field(
+        default=[],
+        description="private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, ...) this toolbox's proxy "
+        "may dial, besides network.allow_private_ranges; an agent file's IP literal opens none",
+    )
 
 
 class Network(_Model):
-    allow_private_ranges: list[Cidr] = Field(default=[], description="private ranges the egress proxy may dial")
+    allow_private_ranges: list[Cidr] = Field(
+        default=[], description="private ranges the egress proxy may dial, for every toolbox"
+    )
+    allow_loopback: bool = Field(
+        default=False,
+        description="the host's loopback is reachable by every toolbox's entries localhost, 127.0.0.1 and ::1 "
+        "(never the supervisor's own listening ports); per toolbox: toolboxes.<agent>/<name>.allow_loopback",
+    )
 
 
 SessionScope = Literal["parents-only", "children-only", "subtree", "all"]
@@ -360,6 +381,8 @@ class AgentLoop(_Model):
 
 
 class Supervision(_Model):
+    """How workers are started and restarted (the policy's ``supervision``; the restarts: ``workers/_runner.py``)."""
+
     restart_backoff_initial_s: float = Field(default=0.1, gt=0)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     crash_loop_max_restarts: int = Field(default=5, ge=0)
@@ -459,9 +482,21 @@ class Context(_Model):
     images: Images = Images()
     audio: Audio = Audio()
     files: Files = Files()
+    max_total_bytes: Size = Field(
+        default=32 * 1024**2,
+        ge=1,
+        description="all media of one result together; attachments past it are refused with a note (each is also "
+        "held to its class's max_bytes)",
+    )
 
     def media_limits(self) -> dict[str, int]:
-        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
+        """Each class's limit, and ``total``: all of one result's media together."""
+        return {
+            "images": self.images.max_bytes,
+            "audio": self.audio.max_bytes,
+            "files": self.files.max_bytes,
+            "total": self.max_total_bytes,
+        }
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:
@@ -565,6 +600,10 @@ def _slug(value: str) -> str:
     if not _SLUG_RE.match(value):
         raise _problem(f"invalid agent slug {value!r}", "an agent's slug")
     return value
+
+
+def _ceiling_key(value: str) -> str:
+    return value if value == "*" else _slug(value)
 
 
 class TlsFiles(_Model):
@@ -705,6 +744,11 @@ class Tenant(_Model):
         default=BudgetOverride(),
         description="this tenant's own call-tree budgets: the keys written replace the policy's budget",
     )
+    ceiling: Ceiling | None = Field(
+        default=None,
+        description="the most the agent files of this tenant's agents (and their sub-agents) may grant: hosts, "
+        "capabilities",
+    )
 
 
 class Policy(_Model):
@@ -774,6 +818,11 @@ class Policy(_Model):
     tenants: dict[Annotated[str, AfterValidator(_slug)], Tenant] = Field(
         default={}, description="who may use the HTTP frontend"
     )
+    ceilings: dict[Annotated[str, AfterValidator(_ceiling_key)], Ceiling] = Field(
+        default={},
+        description="the most an agent file may grant its toolboxes, per agent slug ('*': every agent): hosts its "
+        "AllowedHosts may name, capabilities it may not enable; past it is a load error naming the key",
+    )
     credentials: dict[CredentialName, CredentialPolicy] = Field(
         default={},
         description="secrets the egress proxy adds to toolboxes' requests to the hosts each is bound "
@@ -815,20 +864,26 @@ class Policy(_Model):
 
     def effective_limits(self, name: str, agent_slug: str | None = None) -> Limits:
         """``limits`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).limits
-        changes = {k: getattr(override, k) for k in override.model_fields_set}
-        return self.limits.model_copy(update=changes)
+        return self.toolbox_policy(name, agent_slug).limits.applied_to(self.limits)
 
     def effective_validation(self, name: str, agent_slug: str | None = None) -> Validation:
         """``validation`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).validation
-        changes = {k: getattr(override, k) for k in override.model_fields_set if getattr(override, k) is not None}
-        return self.validation.model_copy(update=changes) if changes else self.validation
+        return self.toolbox_policy(name, agent_slug).validation.applied_to(self.validation)
 
     def shared_gids(self, name: str, agent_slug: str) -> tuple[int, ...]:
         """The ``shared_groups`` the toolbox is in (by ``slug/name``, or by bare ``name``)."""
         keys = {f"{agent_slug}/{name}", name}
         return tuple(sorted({g.gid for g in self.shared_groups if keys & set(g.toolboxes)}))
+
+    def loopback_for(self, name: str, agent_slug: str | None = None) -> bool:
+        """Whether the policy opens the host's loopback to the toolbox (``network`` or its own
+        ``allow_loopback``)."""
+        return self.network.allow_loopback or self.toolbox_policy(name, agent_slug).allow_loopback
+
+    def private_ranges_for(self, name: str, agent_slug: str | None = None) -> tuple[str, ...]:
+        """The private ranges the toolbox's proxy may dial: ``network``'s and its own."""
+        own = self.toolbox_policy(name, agent_slug).allow_private_ranges
+        return tuple(dict.fromkeys([*self.network.allow_private_ranges, *own]))
 
     def worker_env_for(self, name: str, agent_slug: str | None = None) -> dict[str, str]:
         """``worker_env`` plus the toolbox's ``env`` extras."""
