@@ -19,8 +19,9 @@ way:
   and only when it is the inode just listed and on the same file system, and changes only entries that belong to
   the uid the tree is taken from: a file planted from elsewhere keeps its owner.
 
-- :func:`open_rule_path` opens a Landlock rule's path for the launcher (root) the same way, following only
-  links root owns outside the worker's writable trees.
+- ``sandbox._path_walk`` walks a whole path the same way: ``open_rule_path`` opens a Landlock rule's path for the
+  launcher (root), following only links root owns outside the worker's writable trees; ``resolve_path`` resolves
+  a path for the supervisor, every component judged by the caller (no link a worker could write is followed).
 
 The rest of the supervisor uses only this module for these trees (``tests/test_exports.py`` keeps it so).
 """
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
 import stat
 from contextlib import contextmanager
@@ -40,7 +40,7 @@ from ._errors import SandboxError
 from ._libc import LIBC
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
 
 __all__ = [
     "ReownCount",
@@ -49,7 +49,6 @@ __all__ = [
     "ensure_path",
     "open_anchor",
     "open_dir",
-    "open_rule_path",
     "reown_tree",
     "seal_tree",
 ]
@@ -62,11 +61,6 @@ MAX_DEPTH = 256
 
 
 _AT_EMPTY_PATH = 0x1000
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return LIBC
 
 
 class UnsafeTreeError(SandboxError):
@@ -188,86 +182,6 @@ def ensure_path(
         raise
 
 
-_MAX_LINKS = 40
-
-
-def _beneath(path: str, top: str) -> bool:
-    return path != top and path.startswith(top.rstrip("/") + "/")
-
-
-def open_rule_path(path: str, *, writable_trees: Sequence[str] = (), root_links_only: bool = True) -> int:
-    """An ``O_PATH`` fd of ``path``, walked one component at a time through directory fds with ``O_NOFOLLOW``,
-    following only the symlinks nobody but root could have put there (the caller closes the fd).
-
-    A link met on the way is followed (its text read through its own fd, so what is read is what was opened) only
-    when root owns it and it does not lie inside one of ``writable_trees`` (the trees the caller's worker may
-    write); any other link is refused, as one a worker could have planted (a Landlock rule nested in a writable
-    folder, swapped for a link to what the worker wants granted). ``..`` in a link's text goes to the parent of
-    the folder actually reached. ``root_links_only`` ``False`` drops the owner test (a launcher that is not root
-    runs its workers as its own uid, and in its user namespace root's files show the overflow uid: owners tell
-    nothing apart there; the writable trees still do).
-
-    Raises:
-        FileNotFoundError: a component is missing (the caller decides whether that matters).
-        UnsafeTreeError: a link that is not root's, or inside a writable tree (the message names both paths).
-        OSError: anything else (``ENOTDIR``, ``ELOOP`` past 40 links).
-    """
-    if not path.startswith("/"):
-        raise ValueError(f"not an absolute path: {path!r}")
-    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    done, pending, links = "/", [p for p in path.split("/") if p], 0
-    try:
-        while pending:
-            name = pending.pop(0)
-            if name == ".":
-                continue
-            flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if name == ".." else 0)
-            child = os.open(name, flags, dir_fd=fd)
-            location = os.path.dirname(done) if name == ".." else os.path.join(done, name)
-            st = os.fstat(child)
-            if stat.S_ISLNK(st.st_mode):
-                try:
-                    _judge_link(path, location, st, writable_trees, root_links_only)
-                    text = os.readlink("", dir_fd=child)
-                finally:
-                    os.close(child)
-                links += 1
-                if links > _MAX_LINKS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
-                if text.startswith("/"):
-                    os.close(fd)
-                    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                    done = "/"
-                pending = [p for p in text.split("/") if p] + pending
-                continue
-            if pending and not stat.S_ISDIR(st.st_mode):
-                os.close(child)
-                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), location)
-            os.close(fd)
-            fd, done = child, location
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _judge_link(
-    path: str, location: str, st: os.stat_result, writable_trees: Sequence[str], root_links_only: bool
-) -> None:
-    if root_links_only and st.st_uid != 0:
-        raise UnsafeTreeError(
-            f"{path}: {location} is a symbolic link owned by uid {st.st_uid}, not root; a link a worker could have "
-            "planted is never followed when rule paths are opened. Grant the target's own path instead (or remove "
-            "the link) and restart"
-        )
-    top = next((t for t in writable_trees if _beneath(location, t)), None)
-    if top is not None:
-        raise UnsafeTreeError(
-            f"{path}: {location} is a symbolic link inside {top}, which the worker may write; it is not followed "
-            "(it may have been planted). Remove the link or grant its target's own path, and restart"
-        )
-
-
 @dataclass
 class ReownCount:
     """What :func:`reown_tree` did: entries handed over, and entries it left (another owner, raced, too deep)."""
@@ -349,7 +263,7 @@ def _reown_entries(dfd: int, old: int, uid: int, gid: int, dev: int, depth: int,
 
 def _fchown_path_fd(fd: int, uid: int, gid: int) -> None:
     """``fchownat(fd, "", uid, gid, AT_EMPTY_PATH)``: change the inode an ``O_PATH`` fd holds (a link itself)."""
-    if _libc().fchownat(fd, b"", uid, gid, _AT_EMPTY_PATH) != 0:
+    if LIBC.fchownat(fd, b"", uid, gid, _AT_EMPTY_PATH) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 

@@ -62,6 +62,7 @@ from sandbox._egress_decide import (
 )
 from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES
 from sandbox._egress_relay import RELAY_CHUNK_BYTES, tunnel
+from sandbox._errors import exception_leaves
 from sandbox._hosts import AllowedHosts, HostError, IPAddress, split_host_port
 
 __all__ = [
@@ -429,17 +430,8 @@ _EXPECTED = (_Refusal, _Quiet, trio.BrokenResourceError, trio.ClosedResourceErro
 
 def _single(group: BaseExceptionGroup) -> BaseException:
     """The one exception to handle for a group of expected connection errors (a refusal first); else the group."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        else:
-            leaves.append(exc)
-
-    walk(group)
-    if not leaves or not all(isinstance(e, _EXPECTED) for e in leaves):
+    leaves = exception_leaves(group)
+    if not all(isinstance(e, _EXPECTED) for e in leaves):
         return group
     refusals = [e for e in leaves if isinstance(e, _Refusal)]
     return refusals[0] if refusals else leaves[0]

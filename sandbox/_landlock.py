@@ -18,7 +18,7 @@ rules; connect() to pathname unix sockets; file descriptors opened before the ru
 know are dropped from the plan, never passed to the kernel; callers who need a right must demand a minimum ABI
 (the launcher refuses to run below ``plan.min_landlock_abi``).
 
-Rule paths are opened by :func:`sandbox._dirfd.open_rule_path` (one component at a time, ``O_NOFOLLOW``): a
+Rule paths are opened by :func:`sandbox._path_walk.open_rule_path` (one component at a time, ``O_NOFOLLOW``): a
 symlink on the way is followed only when root owns it and it lies outside the plan's writable trees, so a worker
 cannot turn a rule nested in its own folder into a grant of whatever a link it planted names.
 
@@ -35,9 +35,10 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import UnsafeTreeError, open_rule_path
+from sandbox._dirfd import UnsafeTreeError
 from sandbox._errors import ConfinementError
 from sandbox._libc import LIBC
+from sandbox._path_walk import open_rule_path
 from sandbox._plan import READ, WRITE, FsRule
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class RulesetPlan:
         connect_ports: TCP ports connect() may reach (only when ``handled_net`` is non-zero).
         restrict_flags: flags for ``landlock_restrict_self`` (ABI 7 logging), 0 by default.
         writable_trees: the paths of the ``write`` rules: a symlink inside one is never followed when the rule
-            paths are opened (``sandbox._dirfd.open_rule_path``).
+            paths are opened (``sandbox._path_walk.open_rule_path``).
     """
 
     abi: int
@@ -264,14 +265,10 @@ def _syscall_numbers() -> tuple[int, int, int] | None:
     return _SYSCALLS.get(os.uname().machine)
 
 
-def _libc() -> ctypes.CDLL:
-    return LIBC
-
-
-def _call(libc: ctypes.CDLL, nr: int, *args: object) -> tuple[int, int]:
+def _call(nr: int, *args: object) -> tuple[int, int]:
     """Make one system call; return ``(result, errno)`` where errno is that call's own (0 on success)."""
     ctypes.set_errno(0)
-    result = libc.syscall(ctypes.c_long(nr), *args)
+    result = LIBC.syscall(ctypes.c_long(nr), *args)
     return result, (ctypes.get_errno() if result == -1 else 0)
 
 
@@ -281,7 +278,7 @@ def landlock_abi() -> int:
     if numbers is None:
         return 0
     version = ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)
-    result, _ = _call(_libc(), numbers[0], None, ctypes.c_size_t(0), version)
+    result, _ = _call(numbers[0], None, ctypes.c_size_t(0), version)
     return max(result, 0)
 
 
@@ -330,10 +327,9 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
     if plan.abi < 1 or numbers is None:
         raise ConfinementError("Landlock is not available on this kernel", step="landlock")
     nr_create, nr_add, nr_restrict = numbers
-    libc = _libc()
     attr = _RulesetAttr(plan.handled_fs, plan.handled_net, plan.scoped)
     size = 24 if plan.abi >= 6 else 16 if plan.abi >= 4 else 8
-    ruleset_fd, err = _call(libc, nr_create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    ruleset_fd, err = _call(nr_create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset_fd < 0:
         raise _fail("create_ruleset", err)
     skipped: list[str] = []
@@ -357,7 +353,6 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
                     continue
                 rule = _PathBeneathAttr(access, fd)
                 result, err = _call(
-                    libc,
                     nr_add,
                     ctypes.c_int(ruleset_fd),
                     ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
@@ -371,7 +366,6 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
         for port in plan.connect_ports:
             net_rule = _NetPortAttr(NET_CONNECT_TCP, port)
             result, err = _call(
-                libc,
                 nr_add,
                 ctypes.c_int(ruleset_fd),
                 ctypes.c_int(LANDLOCK_RULE_NET_PORT),
@@ -380,7 +374,7 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
             )
             if result < 0:
                 raise _fail(f"add_rule tcp port {port}", err)
-        result, err = _call(libc, nr_restrict, ctypes.c_int(ruleset_fd), ctypes.c_uint32(plan.restrict_flags))
+        result, err = _call(nr_restrict, ctypes.c_int(ruleset_fd), ctypes.c_uint32(plan.restrict_flags))
         if result < 0:
             raise _fail("restrict_self", err)
     finally:

@@ -66,8 +66,6 @@ _MNT_DETACH = 2
 #: a real folder is used. Nothing of it remains visible after the pivot.
 _STAGING = ("/tmp", "/mnt", "/media", "/srv", "/run", "/var/tmp")
 
-_libc = LIBC
-
 
 def probe_host(path: str) -> PathInfo:
     """What ``lstat`` says of ``path`` (see :class:`~sandbox._view_plan.PathInfo`)."""
@@ -333,7 +331,7 @@ def _pivot(root: int) -> None:
     os.fchdir(root)
     syscall("pivot_root", number, b".", b".")
     ctypes.set_errno(0)
-    if _libc.umount2(b".", ctypes.c_int(_MNT_DETACH)) != 0:
+    if LIBC.umount2(b".", ctypes.c_int(_MNT_DETACH)) != 0:
         raise fail("detaching the old root", ctypes.get_errno())
     os.chdir("/")
 
@@ -425,5 +423,5 @@ def set_hostname(name: str) -> None:
     """``sethostname`` in this process's UTS namespace (the launcher made it its own)."""
     raw = name.encode()
     ctypes.set_errno(0)
-    if _libc.sethostname(raw, ctypes.c_size_t(len(raw))) != 0:
+    if LIBC.sethostname(raw, ctypes.c_size_t(len(raw))) != 0:
         raise fail(f"sethostname({name!r})", ctypes.get_errno())

@@ -1,17 +1,27 @@
 """The trusted side: policy, registry, portal, worker supervision, frontends, traces.
 
-``async with Supervisor.open("policies/strict.yaml") as sup: await sup.call(name, args)``.
+The Python API (docs/EMBEDDING.md), under trio or asyncio::
+
+    async with open_supervisor("policies/strict.yaml") as sup:
+        result = await sup.call("system_system_date", {})
+
+:class:`Supervisor` is the implementation the frontends use; an embedding program uses :func:`open_supervisor`
+and :class:`EmbeddedSupervisor`, whose methods are the public surface.
 """
 
 from supervisor.config import ConfigError, LoadedConfig, load_config
 from toolboxes._result import Attachment, ToolResult
 
+from ._asyncio_guest import GuestRunTaken
+from ._embedding import EmbeddedSupervisor, open_supervisor
 from ._errors import PolicyRefused, SupervisorError, WorkerStartError
 from ._supervisor import Supervisor, ToolInfo
 
 __all__ = [
     "Attachment",
     "ConfigError",
+    "EmbeddedSupervisor",
+    "GuestRunTaken",
     "LoadedConfig",
     "PolicyRefused",
     "Supervisor",
@@ -20,4 +30,5 @@ __all__ = [
     "ToolResult",
     "WorkerStartError",
     "load_config",
+    "open_supervisor",
 ]

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from supervisor.calls import SessionLimits
+from supervisor.calls import BudgetPolicy, SessionLimits
 from supervisor.config import expand_agents, load_config
 from supervisor.plan import compile_policy, prepare_git_sources
 from supervisor.traces import TraceRecorder, open_otel
@@ -181,6 +181,7 @@ def adopt_policy(sup: Any, tree: Any, compiled: Any) -> None:
     policy = compiled.config.policy
     sup.portal.max_call_depth = compiled.max_call_depth
     sup.portal.session_limits = SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent)
+    sup.portal.budgets = BudgetPolicy.from_policy(policy)  # root calls from now on; running trees keep theirs
     sup.attachments.limits = dict(compiled.media_limits)
     sup.kernel_audit.system_paths = tuple(policy.system_paths)
     sup.frontends.tree = tree
@@ -334,7 +335,7 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
         sup.prune_sessions_now()
         keep_days = compiled.config.policy.sessions.keep_days
         outcome.applied.append(f"sessions kept {keep_days} days" if keep_days is not None else "sessions kept")
-    supervision = sup.supervision_policy()
+    supervision = compiled.supervision
     for key in plan.kept:  # kept workers restart (after a crash) under the new supervision settings
         by_key[key].supervision = supervision
     starting = replace(

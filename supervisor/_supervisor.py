@@ -49,6 +49,7 @@ from sandbox._cgroups import sweep_stale_cgroups
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
+    BudgetPolicy,
     CallOrigin,
     CatalogError,
     GroupCommit,
@@ -56,9 +57,11 @@ from supervisor.calls import (
     RegisteredTool,
     SessionLimits,
     ToolRegistry,
+    capped_output,
     checked_output,
     get_prompt,
     list_entries,
+    output_limit,
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
@@ -80,7 +83,6 @@ from supervisor.workers import (
     LauncherSpawner,
     LimitWatch,
     Spawner,
-    SupervisionPolicy,
     ToolboxRunner,
     Worker,
     WorkerSpec,
@@ -91,6 +93,7 @@ from supervisor.workers import (
     preload_modules,
 )
 from toolboxes._catalog import KINDS
+from toolboxes._media import IMAGE_TYPES
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
@@ -195,6 +198,7 @@ class Supervisor:
             trace=trace,
             max_call_depth=compiled.max_call_depth,
             session_limits=SessionLimits(compiled.session_max_calls, compiled.session_max_concurrent),
+            budgets=BudgetPolicy.from_policy(self.config.policy),
             postprocess=self._postprocess,
             watch=combine_watches(LimitWatch(trace).begin, self.kernel_audit.begin),
             on_call_end=self._record_call,
@@ -432,22 +436,11 @@ class Supervisor:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
 
-    def supervision_policy(self) -> SupervisionPolicy:
-        """The restart settings of the policy's ``supervision`` section."""
-        c = self.compiled
-        return SupervisionPolicy(
-            c.restart_backoff_initial_s,
-            c.restart_backoff_max_s,
-            c.crash_loop_max_restarts,
-            c.crash_loop_window_s,
-            c.crash_loop_cooldown_s,
-        )
-
     def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
         """A runner for ``spec`` under the policy's supervision settings (not started)."""
         return ToolboxRunner(
             spec,
-            self.supervision_policy(),
+            self.compiled.supervision,
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,
@@ -609,7 +602,12 @@ class Supervisor:
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
         return await answer_worker_request(
-            self.portal, self.sessions, self.config.policy.sessions.introspection, worker, message
+            self.portal,
+            self.sessions,
+            self.config.policy.sessions.introspection,
+            worker,
+            message,
+            self.attachments.read,
         )
 
     def _record_call(
@@ -662,9 +660,12 @@ class Supervisor:
         return ValidationConfig(allow_extra_properties=v.allow_extra_properties, strict_mode=v.strict_mode)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        result = capped_output(result, output_limit(tool, self.config.policy.limits.output_bytes))
         result = checked_output(tool, result)
         if result.attachments:
-            return self.attachments.store(tool.runner.spec.plan.workdir, result)
+            # seed 000's murmur:tool world: a component's attachments are images of the four types it lists
+            only = IMAGE_TYPES if tool.runner.spec.kind == "wasm" else None
+            return self.attachments.store(tool.runner.spec.plan.workdir, result, only=only)
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
@@ -787,10 +788,18 @@ class Supervisor:
         runs in that name's session with the agent whose tool it is (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
         session's conversation and a new turn. ``agent_scope``: the agent whose tool ``name`` is (a frontend session
-        bound to one agent); only that agent's tools exist for this caller. ``None``: the first agent (load order)
-        that has a tool of that name. ``progress``: called (on the trio loop, without blocking) with each
-        progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
+        bound to one agent); only that agent's tools exist for this caller. ``None``: the agent that has a tool of
+        that name; when several have one the call is refused, saying the name is ambiguous and which agents have it
+        (it never runs in whichever agent happens to be first). ``progress``: called (on the trio loop, without
+        blocking) with each progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
+        if agent_scope is None and len(owners := self.registry.agents_with(name)) > 1:
+            return ToolResult.error(
+                f"Tool '{name}' is ambiguous: the agents {', '.join(owners)} each have a tool of that name. Name "
+                "the agent: a session bound to one (stdio --serve-agent SLUG, HTTP /agents/SLUG/mcp), "
+                "call --agent SLUG, or Supervisor.call(..., agent_scope=SLUG).",
+                summary="ambiguous tool name",
+            ).with_meta("ambiguous_tool", ", ".join(owners))
         try:
             tool = self.registry.get(name, agent_scope)
             agent = tool.namespace if tool is not None else (agent_scope or "")
@@ -816,7 +825,15 @@ class Supervisor:
         of it still running ends normally. Using the name again opens it again (the same session ids and
         conversation from the store; call counts from 0). Closing a name never used does nothing."""
         for root in self.frontends.close(session_id, tenant=tenant):
+            self.session_tools.drop_session(root)
             self.portal.forget_session(root)  # then _session_closed, once no call of it runs
+
+    def enable_every_skill(self, session_id: str, *, agent: str, tenant: str = LOCAL_TENANT) -> None:
+        """Every loaded skill of ``agent`` counts as enabled in the frontend session ``session_id`` with ``agent``
+        until it is closed (a request of MCP's stateless revision: each is a session of its own, so nothing it
+        enabled could last into the next; docs/MCP.md "Revisions")."""
+        root, _ = self.frontends.open(session_id, agent, tenant=tenant)
+        self.session_tools.enable_every_skill(root)
 
     async def run_agent(
         self,

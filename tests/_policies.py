@@ -69,3 +69,20 @@ def write_policy(root: Path, agents: dict[str, dict[str, Any]], **policy: Any) -
     path = root / "policy.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def shipped_policy(root: Path, shipped: Path, agent_files: list[Path], **policy: Any) -> Path:
+    """Write ``<root>/policy.yaml``: the settings of the shipped policy file ``shipped`` unchanged, naming
+    ``agent_files``, its state in ``<root>/state`` and workers sharing ``sandbox_uid`` (as :func:`write_policy`),
+    plus ``policy``; return its path."""
+    settings = yaml.safe_load(shipped.read_text())
+    data = {
+        **{k: v for k, v in settings.items() if k not in ("agents", "state_dir")},
+        "agents": [str(f) for f in agent_files],
+        "state_dir": str(root / "state"),
+        "worker_uids": None,
+        **policy,
+    }
+    path = root / "policy.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

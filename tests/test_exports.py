@@ -14,7 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The rooms of the trusted side, lowest first: a room imports only rooms before it (and ``supervisor._errors``).
 SUPERVISOR_ROOMS = ["config", "traces", "tools", "workers", "sessions", "calls", "plan", "agents"]
 #: The root modules that compose the rooms (``Supervisor``), then the frontends that reach it.
-SUPERVISOR_TOP = ["_frontend_sessions", "_reload", "_worker_messages", "_supervisor", "frontends"]
+SUPERVISOR_TOP = [
+    "_frontend_sessions",
+    "_reload",
+    "_worker_messages",
+    "_supervisor",
+    "_asyncio_guest",
+    "_embedding",
+    "frontends",
+]
 PACKAGES = ["sandbox", "toolboxes", "supervisor", *(f"supervisor.{room}" for room in [*SUPERVISOR_ROOMS, "frontends"])]
 
 

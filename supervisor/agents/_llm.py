@@ -451,16 +451,21 @@ async def complete_with_retries(
     bounds: RetryBounds,
     on_retry: Callable[[int, ModelError, float], None] | None = None,
     continuation_id: str = "",
+    admit: Callable[[], None] | None = None,
 ) -> ChatReply:
     """:meth:`ChatClient.complete`, each attempt bounded by ``request_timeout_s``, transient failures retried up to
     ``retries`` times after a backoff doubling from ``backoff_initial_s`` up to ``backoff_max_s``.
 
-    ``on_retry(attempt, error, delay_s)`` is told of each retry. Raises the last :class:`ModelError` (its message
-    says how many attempts were made) when the failure is not transient or the retries are spent.
+    ``on_retry(attempt, error, delay_s)`` is told of each retry. ``admit()`` is called before every attempt (the call
+    tree's budget counts it): what it raises propagates, and that attempt is not made. Raises the last
+    :class:`ModelError` (its message says how many attempts were made) when the failure is not transient or the
+    retries are spent.
     """
     delay = bounds.backoff_initial_s
     attempt = 0
     while True:
+        if admit is not None:
+            admit()
         attempt += 1
         error: ModelError
         with trio.move_on_after(bounds.request_timeout_s) as scope:

@@ -12,7 +12,11 @@ gets one update per step (``step_progress``: the step of ``max_steps`` and what 
 tool calls are made without it.
 
 Bounds (the policy's ``agent_loop``): at most ``max_steps`` model requests per loop, then an ``error`` result; each
-request bounded by ``request_timeout_s`` and retried after transient failures (see :mod:`supervisor.agents._llm`). A
+request bounded by ``request_timeout_s`` and retried after transient failures (see :mod:`supervisor.agents._llm`).
+Every model request (each attempt) is charged to the call tree's budget (:mod:`supervisor.calls._budget`): once
+its ``model_requests`` ran out, the loop ends before its next request with a ``CallTreeBudget`` error, which its
+caller's loop gets as the tool's answer, and so on up the tree; at the tree's wall-time end the loop is cancelled
+and ends the same way. An ``agents-supervise run`` is a root call: it opens its tree's budget itself. A
 tool call with unparsable arguments, or naming a tool the agent does not have, is answered to the model with the reason
 (it can correct itself); it still costs a step.
 
@@ -35,7 +39,17 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from supervisor.calls import CallOrigin, Portal, RegisteredTool, ToolRegistry
+import trio
+
+from supervisor.calls import (
+    BudgetExhausted,
+    CallOrigin,
+    Portal,
+    RegisteredTool,
+    ToolRegistry,
+    budget_result,
+    trace_exhaustion,
+)
 from toolboxes._progress import ProgressUpdate
 from toolboxes._result import Attachment, ToolResult
 
@@ -57,6 +71,7 @@ if TYPE_CHECKING:
 
     import httpx
 
+    from supervisor.calls import CallTreeBudget
     from supervisor.config import AgentLoop, AgentTree
     from supervisor.sessions import SessionStore
     from supervisor.traces import TraceRecorder
@@ -195,6 +210,10 @@ class AgentService:
         except ModelError as exc:
             return ToolResult.error(f"agent {slug} cannot run: {exc}")
         client = ChatClient(self.http(), completion_url(desc.model_url), desc.model_name, key)
+        budget = origin.budget
+        if budget is None:  # agents-supervise run: a root call of its own, its tree's budget starts now
+            budget = self.portal.budgets.open(origin.tenant, trio.current_time())
+            origin = replace(origin, budget=budget)
         tools = self.tools_of(slug)
         allowed = frozenset(t.name for t in tools)
         functions = [function_tool(t.name, t.description, t.input_schema) for t in tools]
@@ -226,9 +245,13 @@ class AgentService:
         )
         status = "failed"
         try:
-            result = await self._loop(
-                slug, client, prompt, "\n".join(desc.system_prompt), functions, inner, origin.progress
-            )
+            with trio.CancelScope(deadline=budget.deadline) as scope:
+                system = "\n".join(desc.system_prompt)
+                result = await self._loop(slug, client, prompt, system, functions, inner, budget, origin.progress)
+            if scope.cancelled_caught:  # the tree's wall time ended (only its deadline cancels this scope)
+                late = budget.out_of_time()
+                trace_exhaustion(self.trace, budget, late, agent=slug, session=session_id)
+                result = budget_result(late, f"agent {slug} was stopped: {late.message()}.")
             status = "idle" if result.status == "passed" else "failed"
             return result
         finally:
@@ -245,6 +268,7 @@ class AgentService:
         system: str,
         functions: list[dict[str, Any]],
         inner: CallOrigin,
+        budget: CallTreeBudget,
         progress: Callable[[ProgressUpdate], None] | None = None,
     ) -> ToolResult:
         messages: list[dict[str, Any]] = []
@@ -266,6 +290,11 @@ class AgentService:
                 delay_s=delay,
             )
 
+        def admit() -> None:  # before every model request (retries included): the tree's budget counts it
+            spent = budget.charge_model_request(trio.current_time())
+            if spent is not None:
+                raise BudgetExhausted(spent)
+
         # The seed's continuation_id: an endpoint that holds the conversation returns an id; the next request then
         # carries only the messages after those it holds (``held`` of them), plus the id.
         continuation = ""
@@ -274,9 +303,8 @@ class AgentService:
             start = time.perf_counter()
             try:
                 try:
-                    reply = await complete_with_retries(
-                        client, messages[held:] if continuation else messages, functions, bounds, on_retry, continuation
-                    )
+                    sent = messages[held:] if continuation else messages
+                    reply = await complete_with_retries(client, sent, functions, bounds, on_retry, continuation, admit)
                 except ModelError as exc:
                     if not continuation or exc.transient:
                         raise
@@ -289,7 +317,12 @@ class AgentService:
                         reason=str(exc)[:300],
                     )
                     continuation = ""
-                    reply = await complete_with_retries(client, messages, functions, bounds, on_retry)
+                    reply = await complete_with_retries(client, messages, functions, bounds, on_retry, admit=admit)
+            except BudgetExhausted as exc:
+                spent = exc.exhaustion
+                trace_exhaustion(self.trace, budget, spent, agent=slug, session=inner.session_id, step=step)
+                why = f"agent {slug} was stopped before its model request {step}: {spent.message()}."
+                return budget_result(spent, why)
             except ModelError as exc:
                 self.trace.record(
                     "agent_step",

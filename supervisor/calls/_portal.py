@@ -8,6 +8,8 @@ Checks, in order (DESIGN.md "Call context and the portal"):
 3. the arguments validate against the tool's JSON schema (``PortalInvalidArguments``, the seed's text);
 4. the depth stays within ``max_call_depth`` (a depth error that shows the call stack);
 5. the session's limits (total calls, concurrent calls) hold;
+6. the call tree's budget (:mod:`supervisor.calls._budget`: tool calls, wall time) has room: a root call (an origin
+   without a budget) opens its tree's budget from the policy, every nested call charges its root's;
 
 then it dispatches to the toolbox's runner and records ``call_start``/``call_end``. Every refusal is an ``error``
 result whose text says what was refused and why; nothing here raises for a caller's mistake.
@@ -15,7 +17,8 @@ result whose text says what was refused and why; nothing here raises for a calle
 A dispatched call that could not run (its worker died, restarted or was disabled, the call ran past its wall time,
 or an unexpected exception behind the portal, which is answered rather than raised) carries the seed's
 ``PortalExecutionError`` kind in its metadata ``portal_error`` (:func:`~supervisor._errors.execution_error`), as the
-refusals above carry theirs. A toolbox's own refusal of a call is its result, not an execution error.
+refusals above carry theirs. A toolbox's own refusal of a call is its result, not an execution error. A dispatched
+call still running when its tree's wall time ends is cancelled and ends with the budget's ``CallTreeBudget`` result.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from supervisor._errors import execution_error
 from supervisor.sessions import LOCAL_TENANT, remember
 from supervisor.tools import ValidationConfig, format_validation_errors, relax
 from toolboxes._protocol import encode, json_problem
 from toolboxes._result import ToolResult
 
+from ._budget import BUDGET_KIND, BudgetPolicy, budget_result, trace_exhaustion
 from ._unloaded import unloaded_note
 
 if TYPE_CHECKING:
@@ -40,6 +46,7 @@ if TYPE_CHECKING:
     from supervisor.traces import TraceRecorder
     from toolboxes._progress import ProgressUpdate
 
+    from ._budget import CallTreeBudget, Exhaustion
     from ._registry import RegisteredTool, ToolRegistry
 
 __all__ = ["CallOrigin", "Portal", "SessionLimits", "StackEntry", "nested_origin"]
@@ -104,12 +111,18 @@ class CallOrigin:
     #: where this call's progress goes (a frontend whose client asked for it); ``None``: nowhere. Nested calls
     #: (a sub-agent's tool calls, a toolbox's portal calls) do not inherit it: the sub-agent reports its steps.
     progress: Callable[[ProgressUpdate], None] | None = field(default=None, compare=False)
+    #: the budget of the call tree this call is part of, shared by all its calls; ``None``: a root call (the
+    #: portal opens its tree's budget from the policy). Only the supervisor sets it (never a client or a worker).
+    budget: CallTreeBudget | None = field(default=None, compare=False)
 
 
-def nested_origin(origin: CallOrigin, entry: StackEntry, agent_id: str) -> CallOrigin:
+def nested_origin(
+    origin: CallOrigin, entry: StackEntry, agent_id: str, budget: CallTreeBudget | None = None
+) -> CallOrigin:
     """The origin of what the call ``entry`` (made from ``origin``) does in turn: one level deeper, ``entry`` on
-    the stack, the call its parent, ``agent_id`` acting; everything else as ``origin`` has it. Each field is named
-    (``dataclasses.replace`` costs several times as much on the call path); a test checks that none is missed."""
+    the stack, the call its parent, ``agent_id`` acting, ``budget`` its tree's (default: ``origin``'s); everything
+    else as ``origin`` has it. Each field is named (``dataclasses.replace`` costs several times as much on the call
+    path); a test checks that none is missed."""
     return CallOrigin(
         session_id=origin.session_id,
         conversation_id=origin.conversation_id,
@@ -123,6 +136,7 @@ def nested_origin(origin: CallOrigin, entry: StackEntry, agent_id: str) -> CallO
         caller=origin.caller,
         agent_scope=origin.agent_scope,
         progress=origin.progress,
+        budget=budget or origin.budget,
     )
 
 
@@ -182,6 +196,8 @@ class Portal:
     trace: TraceRecorder
     max_call_depth: int = 4
     session_limits: SessionLimits = field(default_factory=SessionLimits)
+    #: what a root call's tree may use (the policy's ``budget``, per tenant); the default bounds nothing
+    budgets: BudgetPolicy = field(default_factory=BudgetPolicy)
     #: called with (tool, result) after each call, to store attachments etc.
     postprocess: Callable[[RegisteredTool, ToolResult], ToolResult] | None = None
     #: called right before a call is dispatched, with the tool and the call id; the function it returns is
@@ -253,6 +269,17 @@ class Portal:
             parent_call_id=origin.parent_call_id,
         )
         return ToolResult("error", summary=kind, data=message).with_meta("portal_error", kind)
+
+    def _over_budget(self, origin: CallOrigin, name: str, budget: CallTreeBudget, spent: Exhaustion) -> ToolResult:
+        """The refusal of a call its tree's budget has no room for (traced: ``portal_refusal``, and ``limit_hit``
+        the first time that budget ran out in the tree)."""
+        where = {"agent": origin.agent_id or None, "session": origin.session_id, "tool": name}
+        trace_exhaustion(self.trace, budget, spent, **where)
+        message = (
+            f"Tool call '{name}' refused: {spent.message()}; no more tools can be called in it. "
+            "Finish with what you have."
+        )
+        return self._refuse(origin, name, BUDGET_KIND, message).with_meta("budget", spent.budget)
 
     def check(self, name: str, args: Any, origin: CallOrigin) -> tuple[RegisteredTool, Any, list[str]] | ToolResult:
         """Run checks 1-4; return the tool to call with the arguments to send it and the notes of what the tool's
@@ -344,12 +371,20 @@ class Portal:
                 f"Session {origin.session_id} already has {usage.in_flight} calls running "
                 f"(limit {limits.max_concurrent}); wait for one to finish.",
             ), ""
+        now = trio.current_time()
+        budget = origin.budget or self.budgets.open(origin.tenant, now)  # none: a root call, its tree starts now
+        spent = budget.charge_tool_call(now)
+        if spent is not None:
+            return self._over_budget(origin, name, budget, spent), ""
         usage = self._usage(origin.session_id)
         usage.calls += 1
         usage.in_flight += 1
         call_id = f"c{next(self._ids)}"
+        if origin.budget is None:
+            budget.root = call_id
         depth = origin.depth + 1
-        inner = nested_origin(origin, StackEntry(tool.agent, name, call_id, depth), origin.agent_id or tool.agent)
+        entry = StackEntry(tool.agent, name, call_id, depth)
+        inner = nested_origin(origin, entry, origin.agent_id or tool.agent, budget)
         args_json = _args_json(args)
         start_fields = {
             "call_id": call_id,
@@ -387,18 +422,25 @@ class Portal:
                 ctx.update(self.call_context(tool, origin))
             if origin.progress is not None:
                 ctx["progress"] = True  # the worker relays the tool's progress (toolboxes/_progress.py)
-            try:
-                finish = self.watch(tool, call_id) if self.watch is not None else None
-                result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
-                for note in notes:
-                    result = result.with_meta("validation_warning", note)
-                if self.postprocess is not None:
-                    result = self.postprocess(tool, result)
-                if finish is not None:
-                    finished = finish(result)
-                    result = finished if isinstance(finished, ToolResult) else await finished
-            except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
-                result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
+            # The tree's wall time bounds every call of it, also those a worker's portal request runs (they are
+            # not inside the root call's task): each dispatch is cancelled at the tree's deadline.
+            with trio.CancelScope(deadline=budget.deadline) as scope:
+                try:
+                    finish = self.watch(tool, call_id) if self.watch is not None else None
+                    result = await tool.runner.call(tool.local_name, args, ctx, origin=inner)
+                    for note in notes:
+                        result = result.with_meta("validation_warning", note)
+                    if self.postprocess is not None:
+                        result = self.postprocess(tool, result)
+                    if finish is not None:
+                        finished = finish(result)
+                        result = finished if isinstance(finished, ToolResult) else await finished
+                except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error
+                    result = execution_error(f"Tool '{name}' failed to execute: {type(exc).__name__}: {exc}"[:2000])
+            if scope.cancelled_caught or result is None:
+                late = budget.out_of_time()  # only the tree's deadline cancels this scope
+                trace_exhaustion(self.trace, budget, late, agent=inner.agent_id, session=origin.session_id, tool=name)
+                result = budget_result(late, f"Tool '{name}' was stopped: {late.message()}.")
         finally:
             record = self.trace.record_buffered if committed else self.trace.record
             record(

@@ -5,7 +5,7 @@ from ._agent_toolboxes import ToolboxConfig
 from ._agent_tree import AgentTree, expand_agents
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
-from ._http_address import normalise_origin, parse_listen, public_url_for
+from ._http_address import host_is_served, normalise_origin, parse_listen, public_url_for, served_host_names
 from ._loader import LoadedConfig, load_agent_file, load_config
 from ._policy import (
     DEFAULT_SYSTEM_PATHS,
@@ -15,6 +15,7 @@ from ._policy import (
     OAuthResourceServer,
     OtelExport,
     Policy,
+    Supervision,
     Tenant,
     policy_json_schema,
 )
@@ -33,12 +34,14 @@ __all__ = [
     "OAuthResourceServer",
     "OtelExport",
     "Policy",
+    "Supervision",
     "Tenant",
     "ToolboxConfig",
     "agent_json_schema",
     "binding_of",
     "display_path",
     "expand_agents",
+    "host_is_served",
     "load_agent_file",
     "load_config",
     "normalise_origin",
@@ -46,4 +49,5 @@ __all__ = [
     "policy_json_schema",
     "public_url_for",
     "reference_environ",
+    "served_host_names",
 ]

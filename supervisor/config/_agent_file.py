@@ -25,8 +25,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     ModelWrapValidatorHandler,
@@ -39,7 +37,7 @@ from pydantic import (
 from sandbox._file_sandbox import DEFAULT_MAX_FILE_SIZE
 from sandbox._predicates import AlwaysDeny, predicate_to_json
 
-from ._errors import check_known_keys
+from ._model import StrictModel as _Model
 from ._types import (
     UNSET_ENV_KEY,
     ConfigPath,
@@ -104,17 +102,6 @@ DEVELOPER_CAPABILITIES = (
     "create-agent",
     "create-tool",
 )
-
-
-class _Model(BaseModel):
-    """Strict, frozen, refuses unknown keys and names the known ones."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=False, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
 
 
 # --------------------------------------------------------------------------------------------- file sandboxes

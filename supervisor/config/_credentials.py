@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import re
 from collections import ChainMap
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from sandbox._credentials import NAME_RE, CredentialBinding, placeholder
 from sandbox._hosts import HostError
 
-from ._errors import check_known_keys, problem
+from ._errors import problem
+from ._model import StrictModel as _Model
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -55,15 +56,6 @@ _HOP_BY_HOP = {
     "host",
     "content-length",
 }
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
 
 
 def _credential_name(value: str) -> str:

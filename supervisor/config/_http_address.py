@@ -5,7 +5,15 @@ from __future__ import annotations
 import ipaddress
 import urllib.parse
 
-__all__ = ["is_loopback_url", "normalise_origin", "parse_listen", "public_url_for"]
+__all__ = [
+    "host_is_served",
+    "is_loopback_url",
+    "normalise_host_name",
+    "normalise_origin",
+    "parse_listen",
+    "public_url_for",
+    "served_host_names",
+]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -77,3 +85,48 @@ def public_url_for(listen: str, *, tls: bool, public_url: str | None) -> str:
     elif host in ("0.0.0.0", ""):
         host = "127.0.0.1"
     return f"{scheme}://{host}" if port == _DEFAULT_PORTS[scheme] else f"{scheme}://{host}:{port}"
+
+
+def normalise_host_name(value: str) -> str:
+    """A host name as a ``Host`` header is compared: lower case, no trailing dot, no port, no brackets.
+
+    Raises:
+        ValueError: empty, or characters no host name has.
+    """
+    name = value.strip().lower()
+    if name.startswith("["):  # [v6] or [v6]:port
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    name = name.rstrip(".")
+    if not name or not all(c.isalnum() or c in "-._:" for c in name):
+        raise ValueError(f"invalid host name {value!r}")
+    return name
+
+
+def served_host_names(listen: str, public_url: str | None, server_names: list[str]) -> frozenset[str]:
+    """The names a ``Host`` header may give besides IP addresses: ``localhost``, the listen address's host, the
+    public URL's host, and the policy's ``server_names``. Pure."""
+    names = {"localhost", parse_listen(listen)[0].lower()}
+    if public_url is not None and (host := urllib.parse.urlsplit(public_url).hostname):
+        names.add(host.lower().rstrip("."))
+    names.update(normalise_host_name(n) for n in server_names)
+    return frozenset(names)
+
+
+def host_is_served(host: str | None, names: frozenset[str]) -> bool:
+    """Whether a request's ``Host`` header names this server: absent (HTTP/1.0; a browser always sends one), an IP
+    address (a DNS rebinding page always has a name of its own in ``Host``), or one of ``names``. Pure."""
+    if host is None:
+        return True
+    try:
+        name = normalise_host_name(host)
+    except ValueError:
+        return False
+    if name in names:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True

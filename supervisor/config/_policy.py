@@ -22,17 +22,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     WithJsonSchema,
     model_validator,
 )
 
+from ._budget import Budget, BudgetOverride
 from ._credentials import CredentialName, CredentialPolicy, EnvName
-from ._errors import check_known_keys, problem
+from ._errors import problem
+from ._model import Override, overrides
+from ._model import StrictModel as _Model
 from ._types import check_cname_target, check_host
 from ._validation_settings import Validation, ValidationOverride
 
@@ -45,6 +46,7 @@ __all__ = [
     "OtelExport",
     "Policy",
     "SharedGroup",
+    "Supervision",
     "ToolboxPolicy",
     "parse_size",
     "policy_json_schema",
@@ -212,17 +214,6 @@ Cidr = Annotated[str, AfterValidator(_cidr)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
 
 
-class _Model(BaseModel):
-    """Strict, frozen, refuses unknown keys and names the known ones."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
-
-
 class Limits(_Model):
     """Per-toolbox limits. ``None`` = no limit of that kind (the inherited one stays)."""
 
@@ -235,7 +226,13 @@ class Limits(_Model):
         default=600, ge=1, le=MAX_SIZE, description="RLIMIT_CPU: CPU seconds per process, over its whole life"
     )
     wall_time_s: float = Field(default=60.0, gt=0, description="wall-clock limit of one call")
-    open_files: int | None = Field(default=256, ge=16, le=1 << 20, description="RLIMIT_NOFILE (at most fs.nr_open)")
+    open_files: int | None = Field(
+        default=1024,
+        ge=16,
+        le=1 << 20,
+        description="RLIMIT_NOFILE per process (at most fs.nr_open); 1024 fits Node and Python MCP servers "
+        "(docs/DECISIONS.md, 'open_files')",
+    )
     file_size_bytes: Size | None = Field(default=256 * 1024**2, description="RLIMIT_FSIZE: largest file written")
     processes: int | None = Field(
         default=64,
@@ -257,19 +254,9 @@ class Limits(_Model):
     max_concurrent_calls: int = Field(default=8, ge=1, le=4096, description="calls in flight in one worker")
 
 
-class LimitsOverride(_Model):
+@overrides(Limits)
+class LimitsOverride(Override):
     """Per-toolbox overrides: only the keys written replace the defaults (``null`` = no limit)."""
-
-    address_space_bytes: Size | None = None
-    cpu_seconds: int | None = Field(default=None, ge=1, le=MAX_SIZE)
-    wall_time_s: float | None = Field(default=None, gt=0)
-    open_files: int | None = Field(default=None, ge=16, le=1 << 20)
-    file_size_bytes: Size | None = None
-    processes: int | None = Field(default=None, ge=1, le=1 << 22)
-    memory_bytes: Size | None = Field(default=None, ge=1)
-    cpus: float | None = Field(default=None, ge=0.01, le=4096)
-    output_bytes: Size | None = Field(default=None, ge=1)
-    max_concurrent_calls: int | None = Field(default=None, ge=1, le=4096)
 
 
 class ToolboxPolicy(_Model):
@@ -287,6 +274,11 @@ class ToolboxPolicy(_Model):
         "('*.fastly.net'); '*': any name. Otherwise a CNAME target must be allowed by the toolbox's hosts",
     )
     env: Env = Field(default={}, description="variables added to worker_env for this toolbox")
+    read_paths: list[AbsolutePath] = Field(
+        default=[],
+        description="absolute paths this toolbox's workers may read and execute, besides the system_paths every "
+        "worker sees (an npm or pip install the toolbox runs, a data folder); read-only, to this toolbox alone",
+    )
     xattrs: bool = Field(
         default=False,
         description="let this toolbox's workers use extended attributes (the "
@@ -371,6 +363,8 @@ class AgentLoop(_Model):
 
 
 class Supervision(_Model):
+    """How workers are started and restarted (the policy's ``supervision``; the restarts: ``workers/_runner.py``)."""
+
     restart_backoff_initial_s: float = Field(default=0.1, gt=0)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     crash_loop_max_restarts: int = Field(default=5, ge=0)
@@ -470,9 +464,21 @@ class Context(_Model):
     images: Images = Images()
     audio: Audio = Audio()
     files: Files = Files()
+    max_total_bytes: Size = Field(
+        default=32 * 1024**2,
+        ge=1,
+        description="all media of one result together; attachments past it are refused with a note (each is also "
+        "held to its class's max_bytes)",
+    )
 
     def media_limits(self) -> dict[str, int]:
-        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
+        """Each class's limit, and ``total``: all of one result's media together."""
+        return {
+            "images": self.images.max_bytes,
+            "audio": self.audio.max_bytes,
+            "files": self.files.max_bytes,
+            "total": self.max_total_bytes,
+        }
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:
@@ -540,6 +546,15 @@ def _origin(value: str) -> str:
         raise _problem(str(exc), "an origin such as https://app.example.com (scheme, host, optional port)") from exc
 
 
+def _server_name(value: str) -> str:
+    from ._http_address import normalise_host_name
+
+    try:
+        return normalise_host_name(value)
+    except ValueError as exc:
+        raise _problem(str(exc), "a host name such as tools.example.com") from exc
+
+
 def _public_url(value: str) -> str:
     if not re.match(r"^https?://[^/?#\s]+$", value):
         raise _problem(f"invalid public_url {value!r}", "scheme and authority only, such as https://tools.example.com")
@@ -605,6 +620,31 @@ class HttpFrontend(_Model):
         le=3600,
         description=("an open connection with no request for this long is closed; also the bound on reading a request"),
     )
+    head_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description=(
+            "a request head must arrive whole within this, however it trickles in (a connection that has not "
+            "authenticated: from its accept or the end of its last answer)"
+        ),
+    )
+    unauthenticated_share: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="the share of max_connections that connections which have not authenticated may hold",
+    )
+    max_unauthenticated_per_peer: int = Field(
+        default=64, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
+    )
+    server_names: list[Annotated[str, AfterValidator(_server_name)]] = Field(
+        default=[],
+        description=(
+            "host names clients reach this server by, besides localhost, IP addresses, the listen address and "
+            "public_url's host (a request naming another Host is refused: DNS rebinding)"
+        ),
+    )
     drain_s: float = Field(
         default=0.0,
         ge=0,
@@ -662,6 +702,10 @@ class Tenant(_Model):
         min_length=1, description="the agent slugs this tenant may use"
     )
     limits: TenantLimits = TenantLimits()
+    budget: BudgetOverride = Field(
+        default=BudgetOverride(),
+        description="this tenant's own call-tree budgets: the keys written replace the policy's budget",
+    )
 
 
 class Policy(_Model):
@@ -716,6 +760,10 @@ class Policy(_Model):
     )
     sessions: Sessions = Sessions()
     agent_loop: AgentLoop = Field(default=AgentLoop(), description="bounds of sub-agent loops (model requests)")
+    budget: Budget = Field(
+        default=Budget(),
+        description="what one root call's whole call tree may use (model requests, tool calls, wall time)",
+    )
     supervision: Supervision = Supervision()
     trace: Trace = Trace()
     context: Context = Context()
@@ -768,15 +816,11 @@ class Policy(_Model):
 
     def effective_limits(self, name: str, agent_slug: str | None = None) -> Limits:
         """``limits`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).limits
-        changes = {k: getattr(override, k) for k in override.model_fields_set}
-        return self.limits.model_copy(update=changes)
+        return self.toolbox_policy(name, agent_slug).limits.applied_to(self.limits)
 
     def effective_validation(self, name: str, agent_slug: str | None = None) -> Validation:
         """``validation`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).validation
-        changes = {k: getattr(override, k) for k in override.model_fields_set if getattr(override, k) is not None}
-        return self.validation.model_copy(update=changes) if changes else self.validation
+        return self.toolbox_policy(name, agent_slug).validation.applied_to(self.validation)
 
     def shared_gids(self, name: str, agent_slug: str) -> tuple[int, ...]:
         """The ``shared_groups`` the toolbox is in (by ``slug/name``, or by bare ``name``)."""

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._http_wire import HttpRefused, Receive, Send, cancel_on_disconnect, rpc_status, send_json, send_start, sse_event
-from ._mcp_session import INVALID_REQUEST, McpSession, valid_id
+from ._mcp_wire import INVALID_REQUEST, valid_id
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ._http_sessions import HttpSession, StatelessExchange
     from ._http_tenants import TenantState
+    from ._mcp_session import McpSession
 
 __all__ = ["STREAM_QUEUE", "answer_request"]
 

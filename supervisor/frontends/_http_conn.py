@@ -29,13 +29,16 @@ from urllib.parse import unquote
 import h11
 import trio
 
+from ._http_admission import ConnectionState, head_deadline
 from ._http_wire import Receive, Send
 
-__all__ = ["MAX_PIPELINED", "App", "serve_connection", "simple_response", "whole_response"]
+__all__ = ["CONNECTION_EXTENSION", "MAX_PIPELINED", "App", "serve_connection", "simple_response", "whole_response"]
 
 App = Callable[[dict[str, Any], Receive, Send], Any]
 #: Bytes of a following request kept while the current one is answered; past it the connection stops reading.
 MAX_PIPELINED = 64 * 1024
+#: the ASGI scope's ``extensions`` key holding the connection's :class:`ConnectionState`
+CONNECTION_EXTENSION = "agents_supervise.connection"
 _READ = 64 * 1024
 
 
@@ -232,7 +235,11 @@ class _Exchange:
 
 
 def _scope(
-    request: h11.Request, scheme: str, server: tuple[str, int] | None, client: tuple[str, int] | None
+    request: h11.Request,
+    scheme: str,
+    server: tuple[str, int] | None,
+    client: tuple[str, int] | None,
+    state: ConnectionState | None,
 ) -> dict[str, Any]:
     target = request.target.decode("latin-1")
     path, _, query = target.partition("?")
@@ -249,19 +256,17 @@ def _scope(
         "headers": [(k.lower(), v) for k, v in request.headers.raw_items()],
         "server": server,
         "client": client,
+        "extensions": {CONNECTION_EXTENSION: state},
     }
 
 
 def simple_response(status: int, reason: str, headers: list[tuple[str, str]] | None = None) -> bytes:
     """A whole plain-text response saying ``reason`` that closes the connection, as bytes. Pure."""
     body = reason.encode() + b"\n"
-    phrase = {
-        400: "Bad Request",
-        408: "Request Timeout",
-        431: "Request Header Fields Too Large",
-        500: "Internal Server Error",
-        503: "Service Unavailable",
-    }.get(status, "Error")
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
     head = [
         f"HTTP/1.1 {status} {phrase}",
         "content-type: text/plain; charset=utf-8",
@@ -303,14 +308,24 @@ async def serve_connection(
     on_error: Callable[[BaseException], None],
     server: tuple[str, int] | None = None,
     client: tuple[str, int] | None = None,
+    head_timeout_s: float | None = None,
+    state: ConnectionState | None = None,
 ) -> None:
-    """Serve requests on ``stream`` until the client closes it, stays idle past ``read_timeout_s``, or a response
-    cannot be followed by another (``Connection: close``, a body the app did not read, an app error)."""
+    """Serve requests on ``stream`` until the client closes it, stays idle past ``read_timeout_s``, takes longer
+    than :func:`head_deadline` allows for a request head, or a response cannot be followed by another
+    (``Connection: close``, a body the app did not read, an app error).
+
+    ``state``: the gate's record of the connection (``reading_head`` kept up to date; given to the app as the
+    scope's ``extensions[CONNECTION_EXTENSION]``); ``head_timeout_s``: the bound on a whole head (default
+    ``read_timeout_s``)."""
+    state = state if state is not None else ConnectionState(peer=client[0] if client else "", authenticated=True)
+    head_s = read_timeout_s if head_timeout_s is None else head_timeout_s
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
     # One timer for the connection's reads of request heads instead of a cancel scope per read (one cost about what a
     # tenth of h11's parsing of a call does): its deadline is set before each such read and lifted after it, so it
-    # ends nothing but a read.
+    # ends nothing but a read. The deadline is the whole head's, never moved by the bytes that trickle in.
     timer = trio.CancelScope()
+    first_byte_at: float | None = None
     try:
         with timer:
             while True:
@@ -320,23 +335,35 @@ async def serve_connection(
                     await _simple(stream, exc.error_status_hint, f"bad request: {exc}")
                     return
                 if event is h11.NEED_DATA:
-                    timer.deadline = trio.current_time() + read_timeout_s
+                    if first_byte_at is None and conn.trailing_data[0]:
+                        first_byte_at = trio.current_time()
+                    timer.deadline = head_deadline(
+                        authenticated=state.authenticated,
+                        waiting_since=state.waiting_since,
+                        first_byte_at=first_byte_at,
+                        keepalive_s=read_timeout_s,
+                        head_timeout_s=head_s,
+                    )
                     data = await _receive(stream)
                     if timer.cancel_called:  # the deadline came as the bytes did: late all the same
                         break
                     timer.deadline = math.inf
+                    if data and first_byte_at is None:
+                        first_byte_at = trio.current_time()
                     conn.receive_data(bytes(data))
                     continue
                 if not isinstance(event, h11.Request):
                     return  # ConnectionClosed (or a protocol state we do not continue from)
+                state.reading_head = False
                 exchange = _Exchange(conn, stream, read_timeout_s, event)
                 try:
-                    await app(_scope(event, scheme, server, client), exchange.receive, exchange.send)
+                    await app(_scope(event, scheme, server, client, state), exchange.receive, exchange.send)
                 except Exception as exc:  # a bug of the app: this request is answered 500, the server goes on
                     on_error(exc)
                     if exchange.started is None:
                         await _simple(stream, 500, "internal error; see the trace")
                     return
+                state.reading_head, state.waiting_since, first_byte_at = True, trio.current_time(), None
                 if exchange.raw:  # answered past h11: the next request is a fresh h11 connection's first
                     if exchange.gone or not _rest_read(conn):
                         return

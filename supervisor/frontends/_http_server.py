@@ -1,11 +1,12 @@
 """The HTTP server under :class:`~supervisor.frontends._mcp_http.McpHttpApp`: where it listens, TLS, and how many
 connections it holds.
 
-HTTP/1.1 on trio with h11 (``_http_conn.py``), optionally TLS from ``frontends.http.tls`` (ALPN ``http/1.1``). At
-most ``frontends.http.max_connections`` connections are open at once (TLS handshakes included): one more is
-answered ``503`` with ``Retry-After`` and a reason, then closed, and the refusal is traced (``http_refused``, at
-most one record a second, with the number refused since the last). An idle connection is closed after
-``keepalive_s``.
+HTTP/1.1 on trio with h11 (``_http_conn.py``), optionally TLS from ``frontends.http.tls`` (ALPN ``http/1.1``). Which
+connections are held is ``_http_admission.py``'s (``max_connections`` in all, a bounded share of them and a cap per
+peer address for connections that have not authenticated, TLS handshakes included, each request head bounded as a
+whole): a refused one is answered ``503`` (``429`` past the per-peer cap) with ``Retry-After`` and a reason, then
+closed, and the refusal is traced (``http_refused``, at most one record a second, with the number refused since the
+last). An idle connection is closed after ``keepalive_s``.
 
 A policy reload (:meth:`HttpService.prepare_reload`, ``_http_reload.py``) changes it in place: the settings and
 the TLS files (read again) apply to connections accepted from then on; a new ``listen`` address is bound while
@@ -22,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor.config import HttpFrontend, normalise_origin, parse_listen, public_url_for
+from supervisor.config import HttpFrontend, normalise_origin, parse_listen, public_url_for, served_host_names
 
+from ._http_admission import ConnectionGate, ConnectionState, Refuse
 from ._http_conn import App, serve_connection, simple_response
 from ._mcp_http import McpHttpApp
 
@@ -35,70 +37,35 @@ if TYPE_CHECKING:
 
     from ._http_auth import Authenticator
 
-__all__ = ["ConnectionGate", "HttpService", "bind", "serve_mcp_http", "ssl_context_for", "tls_digest"]
+__all__ = ["HttpService", "bind", "serve_mcp_http", "ssl_context_for", "tls_digest"]
 
 #: the largest request head (request line and headers) read
 MAX_HEAD_BYTES = 64 * 1024
-#: refusals being written at once past the cap; past this a connection over the cap is closed without a word
+#: refusals being written at once past a cap; past this a refused connection is closed without a word
 _MAX_REFUSING = 64
 _ACCEPT_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS)
 
 
-class ConnectionGate:
-    """Counts the open connections and refuses those past the cap, tracing the refusals without flooding."""
-
-    def __init__(self, cap: int, trace: TraceRecorder) -> None:
-        self.cap = cap
-        self.trace = trace
-        self.open = 0
-        self.refusing = 0
-        self._unreported = 0
-        self._reported_at = -1e9
-
-    def admit(self) -> bool:
-        """Take a place for a new connection; ``False`` when all ``cap`` are taken."""
-        if self.open >= self.cap:
-            return False
-        self.open += 1
-        return True
-
-    def release(self) -> None:
-        self.open -= 1
-
-    def reason(self) -> str:
-        return (
-            f"this server holds {self.cap} open connections, its limit (frontends.http.max_connections); retry shortly"
-        )
-
-    def _traced(self) -> None:
-        self._unreported += 1
-        now = trio.current_time()
-        if now - self._reported_at >= 1.0:
-            self.trace.record(
-                "http_refused", status=503, path="", method="", tenant=None, why=self.reason(), refused=self._unreported
-            )
-            self._unreported = 0
-            self._reported_at = now
-
-    async def refuse(self, stream: trio.SocketStream) -> None:
-        """Answer 503 and close; what the client sent is read and dropped first so the answer is not reset."""
-        self._traced()
-        self.refusing += 1
-        try:
-            with trio.move_on_after(2):
-                await stream.send_all(simple_response(503, self.reason(), [("retry-after", "5")]))
-                await stream.send_eof()
-                while await stream.receive_some(65536):
-                    pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        finally:
-            self.refusing -= 1
-            await trio.aclose_forcefully(stream)
+async def _refuse(gate: ConnectionGate, stream: trio.SocketStream, refusal: Refuse) -> None:
+    """Answer ``refusal`` and close; what the client sent is read and dropped first so the answer is not reset."""
+    gate.refusing += 1
+    try:
+        with trio.move_on_after(2):
+            await stream.send_all(simple_response(refusal.status, refusal.reason, [("retry-after", "5")]))
+            await stream.send_eof()
+            while await stream.receive_some(65536):
+                pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    finally:
+        gate.refusing -= 1
+        await trio.aclose_forcefully(stream)
 
 
 async def _connection(
     stream: trio.SocketStream,
+    state: ConnectionState,
+    peer: Any,
     app: App,
     gate: ConnectionGate,
     settings: HttpFrontend,
@@ -106,37 +73,39 @@ async def _connection(
     trace: TraceRecorder,
 ) -> None:
     try:
-        peer: Any = stream.socket.getpeername()
         here: Any = stream.socket.getsockname()
     except OSError:
-        peer = here = None
+        here = None
     try:
-        served: trio.abc.Stream = stream
-        if ssl_context is not None:
-            served = trio.SSLStream(stream, ssl_context, server_side=True, https_compatible=True)
-            with trio.move_on_after(settings.keepalive_s) as handshake:
-                try:
-                    await served.do_handshake()
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+        with state.scope:  # cancelled when a newer connection takes this one's place
+            served: trio.abc.Stream = stream
+            if ssl_context is not None:
+                served = trio.SSLStream(stream, ssl_context, server_side=True, https_compatible=True)
+                with trio.move_on_at(state.waiting_since + settings.head_timeout_s) as handshake:
+                    try:
+                        await served.do_handshake()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        return
+                if handshake.cancelled_caught:
                     return
-            if handshake.cancelled_caught:
-                return
 
-        def on_error(exc: BaseException) -> None:
-            trace.record("internal_error", where="http", error=f"{type(exc).__name__}: {exc}"[:2000])
+            def on_error(exc: BaseException) -> None:
+                trace.record("internal_error", where="http", error=f"{type(exc).__name__}: {exc}"[:2000])
 
-        await serve_connection(
-            served,
-            app,
-            scheme="https" if ssl_context else "http",
-            max_head_bytes=MAX_HEAD_BYTES,
-            read_timeout_s=settings.keepalive_s,
-            on_error=on_error,
-            server=tuple(here[:2]) if here else None,
-            client=tuple(peer[:2]) if peer else None,
-        )
+            await serve_connection(
+                served,
+                app,
+                scheme="https" if ssl_context else "http",
+                max_head_bytes=MAX_HEAD_BYTES,
+                read_timeout_s=settings.keepalive_s,
+                head_timeout_s=settings.head_timeout_s,
+                on_error=on_error,
+                server=tuple(here[:2]) if here else None,
+                client=tuple(peer[:2]) if peer else None,
+                state=state,
+            )
     finally:
-        gate.release()
+        gate.release(state)
         await trio.aclose_forcefully(stream)
 
 
@@ -150,7 +119,7 @@ class HttpService:
         #: ``--http HOST:PORT`` (it wins over the policy's ``listen``, at start and at every reload)
         self.listen_override = listen
         self.app = McpHttpApp(sup, settings, dict(policy.tenants), policy.oauth, auth)
-        self.gate = ConnectionGate(settings.max_connections, sup.trace)
+        self.gate = ConnectionGate(settings, sup.trace)
         self.ssl_context = ssl_context_for(settings)
         #: a digest of the TLS files as last loaded (a reload tells a renewed certificate by it)
         self.tls_files = tls_digest(settings)
@@ -206,6 +175,7 @@ class HttpService:
         else:
             self.app.base_url = public_url_for(settings.listen, tls=tls, public_url=settings.public_url)
         self.app.origins = {*settings.allowed_origins, normalise_origin(self.app.base_url)}
+        self.app.host_names = served_host_names(settings.listen, settings.public_url, settings.server_names)
 
     async def _accept(self, listener: trio.SocketListener, scope: trio.CancelScope) -> None:
         nursery = self._nursery
@@ -225,14 +195,27 @@ class HttpService:
                         await trio.sleep(0.1)  # out of descriptors or memory: back off, connections that end free some
                         continue
                     gate = self.gate
-                    if gate.admit():
+                    try:
+                        peer: Any = stream.socket.getpeername()
+                    except OSError:  # reset before it was looked at
+                        await trio.aclose_forcefully(stream)
+                        continue
+                    admitted = gate.admit(str(peer[0]))
+                    if isinstance(admitted, ConnectionState):
                         nursery.start_soon(
-                            _connection, stream, self.app, gate, self.settings, self.ssl_context, self.sup.trace
+                            _connection,
+                            stream,
+                            admitted,
+                            peer,
+                            self.app,
+                            gate,
+                            self.settings,
+                            self.ssl_context,
+                            self.sup.trace,
                         )
                     elif gate.refusing < _MAX_REFUSING:
-                        nursery.start_soon(gate.refuse, stream)
+                        nursery.start_soon(_refuse, gate, stream, admitted)
                     else:
-                        gate._traced()
                         await trio.aclose_forcefully(stream)
 
     async def prepare_reload(self, config: LoadedConfig) -> PreparedChange:

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._http_wire import HEADER_MISMATCH, UNSUPPORTED_VERSION, HttpRefused, MessageSink
-from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, McpSession
+from ._http_wire import HEADER_MISMATCH, HttpRefused, MessageSink
+from ._mcp_session import McpSession
+from ._mcp_wire import INVALID_REQUEST, META_VERSION, UNSUPPORTED_VERSION, modern_envelope_problem
 
 if TYPE_CHECKING:
     from supervisor._supervisor import Supervisor
@@ -18,12 +19,8 @@ if TYPE_CHECKING:
     from ._http_auth import Principal
     from ._http_tenants import TenantState
 
-__all__ = ["META_LOG_LEVEL", "HttpSession", "SessionTable", "StatelessExchange", "check_stateless_envelope"]
+__all__ = ["HttpSession", "SessionTable", "StatelessExchange", "check_stateless_envelope"]
 
-_META_VERSION = "io.modelcontextprotocol/protocolVersion"
-_META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
-#: the stateless revision's per-request logging opt-in
-META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 _NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 #: sessions closed by reloads whose reason is remembered
 MAX_CLOSED = 10_000
@@ -39,12 +36,20 @@ class HttpSession:
         self.version = version
         self.last_used = trio.current_time()
         self.mcp = McpSession(
-            sup, self.deliver, session_id=f"http-{secrets.token_hex(8)}", agent=agent, tenant=principal.tenant
+            sup,
+            self.deliver,
+            session_id=f"http-{secrets.token_hex(8)}",
+            agent=agent,
+            tenant=principal.tenant,
+            answer_cancelled=True,  # the client waits on the cancelled request's POST for its answer
         )
         self.pending: dict[Any, MessageSink] = {}
         self.progress: dict[Any, Any] = {}  # progress token -> request id
         self.stream: trio.MemorySendChannel[dict[str, Any]] | None = None
-        self.scope = trio.CancelScope()  # ends the session's stream and watcher
+        #: the open stream's scope (each stream has its own: a cancel scope is entered once); cancelled at the end
+        self.stream_scope: trio.CancelScope | None = None
+        self.stream_done = trio.Event()  # set when the open stream has ended (a new one waits for it)
+        self.ended = False
         self.ended_why = ""  # why the session ended (its stream's last line says it)
 
     async def deliver(self, message: dict[str, Any]) -> None:
@@ -149,7 +154,9 @@ class SessionTable:
         if tenant is not None:
             tenant.sessions -= 1
         session.ended_why = why
-        session.scope.cancel()
+        session.ended = True
+        if session.stream_scope is not None:
+            session.stream_scope.cancel()
         session.mcp.close()
         self.sup.trace.record(
             "http_session_end",
@@ -186,7 +193,8 @@ class StatelessExchange:
 
 
 def check_stateless_envelope(message: dict[str, Any], headers: dict[str, str]) -> None:
-    """Check a stateless (2026-07-28) request's ``params._meta`` envelope and routing headers. Pure.
+    """Check a stateless (2026-07-28) request's ``params._meta`` envelope
+    (:func:`~._mcp_session.modern_envelope_problem`) and routing headers. Pure.
 
     Raises:
         HttpRefused: 400 with JSON-RPC -32602 (no envelope), -32020 (headers disagree with the body) or -32022
@@ -194,13 +202,12 @@ def check_stateless_envelope(message: dict[str, Any], headers: dict[str, str]) -
     """
     req_id = message.get("id")
     params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    if not isinstance(meta, dict) or _META_VERSION not in meta or _META_CAPABILITIES not in meta:
-        raise HttpRefused(
-            400, f"params._meta must carry {_META_VERSION!r} and {_META_CAPABILITIES!r}", rpc_code=-32602, req_id=req_id
-        )
+    problem = modern_envelope_problem(params)
+    if problem is not None and problem[0] != UNSUPPORTED_VERSION:
+        raise HttpRefused(400, problem[1], rpc_code=problem[0], req_id=req_id)
+    meta: dict[str, Any] = params["_meta"]  # type: ignore[index]  # the envelope is there (checked just above)
     method = message.get("method")
-    if meta[_META_VERSION] != headers.get("mcp-protocol-version") or headers.get("mcp-method") != method:
+    if meta[META_VERSION] != headers.get("mcp-protocol-version") or headers.get("mcp-method") != method:
         raise HttpRefused(
             400,
             "the MCP-Protocol-Version and Mcp-Method headers must match the request body",
@@ -217,7 +224,5 @@ def check_stateless_envelope(message: dict[str, Any], headers: dict[str, str]) -
         raise HttpRefused(
             400, f"the Mcp-Name header must match the request's {name_key!r}", rpc_code=HEADER_MISMATCH, req_id=req_id
         )
-    if meta[_META_VERSION] not in MODERN_VERSIONS:
-        raise HttpRefused(
-            400, f"protocol version {meta[_META_VERSION]!r} is not served", rpc_code=UNSUPPORTED_VERSION, req_id=req_id
-        )
+    if problem is not None:
+        raise HttpRefused(400, problem[1], rpc_code=problem[0], req_id=req_id)

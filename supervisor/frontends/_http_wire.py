@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._mcp_session import INVALID_REQUEST, PARSE_ERROR, encode_message
+from ._mcp_wire import INVALID_REQUEST, PARSE_ERROR, UNSUPPORTED_VERSION, encode_message
 
 if TYPE_CHECKING:
     import trio
 
 __all__ = [
     "HEADER_MISMATCH",
-    "UNSUPPORTED_VERSION",
     "HttpRefused",
     "MessageSink",
     "Receive",
@@ -31,7 +30,6 @@ __all__ = [
 ]
 
 HEADER_MISMATCH = -32020
-UNSUPPORTED_VERSION = -32022
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

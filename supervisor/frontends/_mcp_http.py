@@ -18,12 +18,13 @@ Served as an ASGI app, :class:`McpHttpApp`, by our HTTP/1.1 server on h11 (``_ht
 - ``GET /.well-known/oauth-protected-resource[/agents/<slug>/mcp]``: the RFC 9728 metadata, unauthenticated.
 - ``GET /healthz``, ``GET /readyz``: liveness and readiness probes, unauthenticated (``_http_health``).
 
-Before anything is served: the ``Origin`` header, when sent, must be one the policy allows or this server's own
-(403); the body at most ``max_body_bytes`` (413); ``Content-Type`` JSON (415); then the bearer token
-(:mod:`._http_auth`: 401/403 with ``WWW-Authenticate``). Every refusal is traced (``http_refused``) with the
-tenant when known. Bounded: sessions in all and per tenant, SSE streams per tenant, calls in flight and calls per
-second per tenant (429 with ``Retry-After``), idle sessions ended after ``session_idle_s``. A client that stops
-reading costs its own session only: writes to its stream wait for it, nothing else does.
+Before anything is served: the ``Host`` header must name this server (421: DNS rebinding), the ``Origin`` header, when
+sent, must be one the policy allows or this server's own (403); the body at most ``max_body_bytes`` (413); ``Content-
+Type`` JSON (415); then the bearer token (:mod:`._http_auth`: 401/403 with ``WWW-Authenticate``). Every refusal is
+traced (``http_refused``) with the tenant when known. Bounded: sessions in all and per tenant, SSE streams per tenant,
+calls in flight and calls per second per tenant (429 with ``Retry-After``), idle sessions ended after
+``session_idle_s``. A client that stops reading costs its own session only: writes to its stream wait for it, nothing
+else does.
 
 This module routes; the jobs are elsewhere: the session table (``_http_sessions``), answering a request
 (``_http_answer``), a session's GET stream (``_http_stream``), the server (``_http_server``), the ASGI plumbing
@@ -38,12 +39,21 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor.config import HttpFrontend, OAuthResourceServer, Tenant, normalise_origin, public_url_for
+from supervisor.config import (
+    HttpFrontend,
+    OAuthResourceServer,
+    Tenant,
+    host_is_served,
+    normalise_origin,
+    public_url_for,
+    served_host_names,
+)
 
 from ._http_answer import answer_request
 from ._http_auth import Authenticator, AuthRefusal, Principal
+from ._http_conn import CONNECTION_EXTENSION
 from ._http_health import HEALTH_PATHS, health_answer
-from ._http_sessions import META_LOG_LEVEL, SessionTable, StatelessExchange, check_stateless_envelope
+from ._http_sessions import SessionTable, StatelessExchange, check_stateless_envelope
 from ._http_stream import serve_event_stream
 from ._http_tenants import TenantState
 from ._http_wire import (
@@ -59,7 +69,8 @@ from ._http_wire import (
     send_refusal,
 )
 from ._mcp_logging import LEVELS
-from ._mcp_session import INVALID_REQUEST, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_VERSIONS, McpSession
+from ._mcp_session import McpSession
+from ._mcp_wire import INVALID_REQUEST, META_LOG_LEVEL, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_VERSIONS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -90,6 +101,8 @@ class McpHttpApp:
         self.auth = auth
         self.base_url = public_url_for(settings.listen, tls=settings.tls is not None, public_url=settings.public_url)
         self.origins = {*settings.allowed_origins, normalise_origin(self.base_url)}
+        #: the names a request's ``Host`` may give (IP addresses besides; DNS rebinding)
+        self.host_names = served_host_names(settings.listen, settings.public_url, settings.server_names)
         self.tenants = {name: TenantState(t) for name, t in tenants.items()}
         self.sessions = SessionTable(sup, self.tenants, settings.max_sessions)
         #: the supervisor's workers are started and the server listens (``/readyz``; set by the server)
@@ -150,6 +163,12 @@ class McpHttpApp:
     async def _route(self, scope: Scope, headers: dict[str, str], receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
+        if not host_is_served(headers.get("host"), self.host_names):
+            raise HttpRefused(
+                421,
+                f"Host {headers.get('host', '')[:200]!r} is not a name of this server; it answers "
+                f"{', '.join(sorted(self.host_names))} and IP addresses (more names: frontends.http.server_names)",
+            )
         origin = headers.get("origin")
         if origin is not None and not self._origin_ok(origin):
             raise HttpRefused(
@@ -170,6 +189,9 @@ class McpHttpApp:
         if "/" in agent or not agent:
             raise HttpRefused(404, f"no MCP endpoint at {path}")
         principal = self._authenticate(headers, agent, path)
+        connection = scope.get("extensions", {}).get(CONNECTION_EXTENSION)
+        if connection is not None:
+            connection.mark_authenticated()  # the connection is the tenant's now (``_http_admission``)
         try:
             await self._serve(principal, agent, method, headers, receive, send)
         except HttpRefused as refused:
@@ -311,6 +333,7 @@ class McpHttpApp:
             modern=True,
             agent=agent,
             tenant=principal.tenant,
+            every_skill=True,  # a session of one request: skills it enabled could not last into the next
         )
         level = message["params"]["_meta"].get(META_LOG_LEVEL)  # the envelope was checked: params._meta is a dict
         if level in LEVELS:

@@ -13,9 +13,10 @@ On the stateless revision (2026-07-28) a request opts in with ``_meta["io.modelc
 hears, on its SSE response, what happens while it runs.
 
 Never another session's calls nor another agent's toolboxes: a record is matched by the session it names (through
-the frontend's name for its store session) or by the toolbox's agent. Nothing is sent until the client sets a level
-(the 2026-07-28 revision's opt-in, kept for every revision). Messages wait in a queue of :data:`QUEUE` for the
-transport to send them (:meth:`SessionLog.pump`); past it they are dropped, never queued without bound.
+the frontend's name for its store session) or by the agent it names (a toolbox's name alone says nothing: two agents
+may each have a toolbox of that name, and their load errors carry host paths). Nothing is sent until the client sets
+a level (the 2026-07-28 revision's opt-in, kept for every revision). Messages wait in a queue of :data:`QUEUE` for
+the transport to send them (:meth:`SessionLog.pump`); past it they are dropped, never queued without bound.
 """
 
 from __future__ import annotations
@@ -59,15 +60,17 @@ _KEEP = (
 
 
 def log_entry(
-    event: str, fields: dict[str, Any], *, toolboxes: frozenset[str] | None, own_session: bool, own_call: bool
+    event: str, fields: dict[str, Any], *, agent: str | None, own_session: bool, own_call: bool
 ) -> tuple[str, dict[str, Any]] | None:
     """The level and data a session is told for one trace record, or ``None``. Pure.
 
-    ``toolboxes``: the session's agent's toolbox names (``None``: every toolbox); ``own_session``: the record names
-    this session; ``own_call``: it names a call of this session."""
+    ``agent``: the session's agent (``None``: a session bound to none hears every agent's); a toolbox's record is
+    matched by the agent it names, never by the toolbox's name alone (two agents may each have a ``system``), and a
+    record that names no agent is told to no bound session. ``own_session``: the record names this session;
+    ``own_call``: it names a call of this session."""
     level = None
     if event == "load_error" or event in _WORKER:
-        if toolboxes is None or fields.get("toolbox") in toolboxes:
+        if agent is None or fields.get("agent") == agent:
             level = _WORKER.get(event, "error")
     elif (event == "limit_hit" and own_call) or (
         event == "portal_refusal" and own_session and fields.get("kind") in _LIMIT_REFUSALS
@@ -90,11 +93,6 @@ class SessionLog:
         self._send, self._receive = trio.open_memory_channel[dict[str, Any]](QUEUE)
         self._calls: set[Any] = set()
 
-    def _toolboxes(self) -> frozenset[str] | None:
-        if self.agent is None:
-            return None
-        return frozenset(r.name for r in self.sup.runners if r.spec.agent == self.agent)
-
     def _own(self, fields: dict[str, Any]) -> bool:
         session = fields.get("session")
         return isinstance(session, str) and self.sup.frontends.name_of(session) == self.session_name
@@ -109,9 +107,8 @@ class SessionLog:
             self.sup.trace.listeners.add(self._on_record)
             if not announce:
                 return
-            toolboxes = self._toolboxes()
             for error in self.sup.load_errors():
-                if toolboxes is None or error.get("toolbox") in toolboxes:
+                if log_entry("load_error", error, agent=self.agent, own_session=False, own_call=False) is not None:
                     self.tell("error", {"event": "load_error", **{k: str(v) for k, v in error.items()}})
 
     def close(self) -> None:
@@ -146,7 +143,7 @@ class SessionLog:
         entry = log_entry(
             event,
             fields,
-            toolboxes=self._toolboxes(),
+            agent=self.agent,
             own_session=self._own(fields),
             own_call=fields.get("call_id") in self._calls,
         )

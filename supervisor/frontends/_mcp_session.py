@@ -9,20 +9,17 @@ the session's own list (skills' script tools only where their skill is enabled) 
 notifies this session only. A ``tools/call`` whose ``_meta`` carries ``conversationId``/``turnId`` runs with those
 ids; otherwise the call has its session's conversation and a new turn. One whose ``_meta`` carries a
 ``progressToken`` gets ``notifications/progress`` while it runs (an MCP toolbox server's progress, a sub-agent's
-steps; ``_progress_relay.py``), all before its response.
-
-Results map to content blocks in ``_mcp_content.py`` (text, image, audio, embedded resources, resource links,
-``structuredContent``, ``isError``).
+steps; ``_progress_relay.py``), all before its response. Results map to content blocks in ``_mcp_content.py``.
 
 A transport (``_mcp_stdio``, ``_mcp_http``) decodes each message, hands it to :meth:`McpSession.handle_message`,
 runs the job it returns, and delivers what the session sends through the ``send`` callable it was given: replies
-(which carry the request's ``id``) and notifications. :func:`encode_message` writes any of them as strict JSON.
+(which carry the request's ``id``) and notifications. What is on the wire (codes, revisions, strict JSON, which
+revision a connection speaks) is ``_mcp_wire.py``'s.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -35,6 +32,20 @@ from supervisor.sessions import LOCAL_TENANT, ids_from_meta
 
 from ._mcp_content import result_to_mcp
 from ._mcp_logging import LEVELS, SessionLog
+from ._mcp_wire import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    META_LOG_LEVEL,
+    METHOD_NOT_FOUND,
+    MODERN_VERSIONS,
+    PARSE_ERROR,
+    REQUEST_CANCELLED,
+    RESOURCE_NOT_FOUND,
+    SUPPORTED_VERSIONS,
+    RevisionGate,
+    valid_id,
+)
 from ._progress_relay import ProgressRelay, progress_token
 
 if TYPE_CHECKING:
@@ -42,67 +53,18 @@ if TYPE_CHECKING:
 
     from supervisor._supervisor import Supervisor
 
-__all__ = [
-    "MODERN_VERSIONS",
-    "SERVER_INFO",
-    "SUPPORTED_VERSIONS",
-    "McpSession",
-    "encode_message",
-    "valid_id",
-]
+__all__ = ["SERVER_INFO", "McpSession"]
 
-#: Revisions with the ``initialize`` handshake and sessions, newest first.
-SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-#: Stateless revisions: no handshake, every request carries its protocol version and client facts in ``_meta``.
-MODERN_VERSIONS = ("2026-07-28",)
 _INSTRUCTIONS = "Tools run in kernel-confined workers; refusals explain what was refused and why."
 #: Results that the stateless revision lets a client cache; this server's lists change, so never for long.
 _CACHEABLE = ("tools/list", "server/discover", "resources/list", "resources/templates/list", "prompts/list")
 SERVER_INFO = {"name": "agents-supervise", "version": "0.1.0"}
-
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
-#: MCP's error for a resource that does not exist (or cannot be read)
-RESOURCE_NOT_FOUND = -32002
 #: list method -> (the catalog kind, the capability that serves it)
 _CATALOG_LISTS = {
     "resources/list": ("resources", "resources"),
     "resources/templates/list": ("resource_templates", "resources"),
     "prompts/list": ("prompts", "prompts"),
 }
-
-
-def encode_message(message: dict[str, Any]) -> bytes:
-    """One JSON line for ``message``; strict JSON even when a worker's structured value is not.
-
-    A tool's ``structured`` value may hold NaN or infinities (JSON cannot spell them): it is left out and the text
-    content, which says the same, stays. Anything else that cannot be written becomes a JSON-RPC error.
-    """
-    try:
-        return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-    except UnicodeEncodeError:  # a lone surrogate (from a client's own string): escaped, it is valid JSON
-        return _encode_line_ascii(message)
-    except (ValueError, TypeError, RecursionError) as exc:
-        result = message.get("result")
-        if isinstance(result, dict) and "structuredContent" in result:
-            trimmed = {**message, "result": {k: v for k, v in result.items() if k != "structuredContent"}}
-            return encode_message(trimmed)
-        error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {exc}"}
-        return _encode_line_ascii({"jsonrpc": "2.0", "id": message.get("id"), "error": error})
-
-
-def _encode_line_ascii(message: dict[str, Any]) -> bytes:
-    try:
-        return json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-    except (ValueError, TypeError, RecursionError) as exc:
-        error = {"code": INTERNAL_ERROR, "message": f"the reply could not be written as JSON: {type(exc).__name__}"}
-        return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode() + b"\n"
-
-
-def valid_id(req_id: Any) -> bool:
-    """JSON-RPC ids are strings or numbers (``None`` marks a notification); JSON has no NaN or infinity."""
-    if isinstance(req_id, float):
-        return math.isfinite(req_id)
-    return isinstance(req_id, str | int) and not isinstance(req_id, bool)
 
 
 class McpSession:
@@ -117,24 +79,42 @@ class McpSession:
         modern: bool = False,
         agent: str | None = None,
         tenant: str = LOCAL_TENANT,
+        answer_cancelled: bool = False,
+        dual_era: bool = False,
+        every_skill: bool = False,
     ) -> None:
         """``modern``: the stateless revision (``server/discover``, no ``initialize``, typed results).
         ``agent``: the session serves that agent's tools only, under that agent's names (``None``: every agent's,
         a name two agents have being the first's; the stdio frontend binds its session to an agent).
-        ``tenant``: whose session it is (the HTTP frontend's tenants; the local operator on stdio)."""
+        ``tenant``: whose session it is (the HTTP frontend's tenants; the local operator on stdio).
+        ``answer_cancelled``: a call the client cancels is answered JSON-RPC error :data:`REQUEST_CANCELLED`
+        (Streamable HTTP of the handshake revisions, where the client waits on the request's POST for an answer,
+        as the SDK's own server does); otherwise it is not answered (stdio: MCP's rule).
+        ``dual_era``: the client's first request decides the revision (stdio, as the SDK's server): one carrying
+        the 2026-07-28 ``_meta`` envelope makes the session stateless-era (typed results, no ``initialize``),
+        anything else a handshake session; a later request of the other era is refused.
+        ``every_skill``: every loaded skill of the agent counts as enabled in this session (a stateless HTTP
+        request, a session of its own: what it enabled could not last into the next request)."""
         self.sup = sup
         self._send = send
         self._calls: dict[Any, trio.CancelScope] = {}
         self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
-        self.modern = modern
+        self.gate = RevisionGate(modern=modern, dual_era=dual_era)
         self.agent = agent
         self.tenant = tenant
+        self.answer_cancelled = answer_cancelled
+        self._every_skill = every_skill and agent is not None  # still to do, at the first listing or call
         self.listed: frozenset[str] | None = None  # the names this session's last tools/list answered
         self._initialized = modern
         #: the revision this session speaks (set by ``initialize``; the stateless revision's otherwise)
         self.version = MODERN_VERSIONS[0] if modern else SUPPORTED_VERSIONS[0]
         #: ``notifications/message`` for this session once the client sets a level (``_mcp_logging.py``)
         self.log = SessionLog(sup, self.session_id, agent)
+
+    @property
+    def modern(self) -> bool:
+        """Whether the session speaks the stateless revision (typed results, no ``initialize``)."""
+        return self.gate.modern
 
     def close(self) -> None:
         """The session ended (its transport closed, or the client ended it): its logging stops and the supervisor
@@ -149,8 +129,9 @@ class McpSession:
                 result.update(ttlMs=0, cacheScope="private")
         await self._send({"jsonrpc": "2.0", "id": req_id, "result": result})
 
-    async def _error(self, req_id: Any, code: int, message: str) -> None:
-        await self._send({"jsonrpc": "2.0", "id": req_id, "error": {"code": code, "message": message}})
+    async def _error(self, req_id: Any, code: int, message: str, data: Any = None) -> None:
+        error = {"code": code, "message": message, **({"data": data} if data is not None else {})}
+        await self._send({"jsonrpc": "2.0", "id": req_id, "error": error})
 
     def parse_error(self, why: str) -> Callable[[], Awaitable[None]]:
         """The job that answers a message that could not be decoded."""
@@ -160,9 +141,16 @@ class McpSession:
         """The job that answers a message with a JSON-RPC error."""
         return partial(self._error, req_id, code, why)
 
+    def _enable_every_skill(self) -> None:  # only a request that lists or calls pays for its store session
+        if self._every_skill and self.agent is not None:
+            self._every_skill = False
+            if any(kind_plan(r.spec.kind).session_skills for r in self.sup.runners if r.spec.agent == self.agent):
+                self.sup.enable_every_skill(self.session_id, agent=self.agent, tenant=self.tenant)
+
     def visible_tools(self) -> list[Any]:
         """The tools this session serves: its own list (skills enabled in it), its agent's names when bound (else
         each name of the first agent that has it, as its calls find them)."""
+        self._enable_every_skill()
         tools = self.sup.list_tools(self.session_id, tenant=self.tenant, agent=self.agent)
         if self.agent is not None:
             return tools
@@ -200,7 +188,7 @@ class McpSession:
             now = self._signatures()
             changed = [method for method, value in now.items() if seen.get(method) != value]
             seen = now
-            if self._initialized:
+            if self._initialized and not self.modern:  # the stateless revision has no unsolicited notifications
                 for method in changed:
                     await self._send({"jsonrpc": "2.0", "method": method})
 
@@ -236,6 +224,17 @@ class McpSession:
             return partial(self._error, None, INVALID_REQUEST, "the id must be a string or a number")
         if not isinstance(params, dict):
             return partial(self._error, req_id, INVALID_PARAMS, "params must be an object")
+        was_modern = self.modern
+        refusal = self.gate.check(method, params)
+        if refusal is not None:
+            code, why, data = refusal
+            return partial(self._error, req_id, code, why, data)
+        if self.modern:
+            if not was_modern:  # the first request opened a stateless-era connection
+                self._initialized, self.version = True, MODERN_VERSIONS[0]
+            level = params["_meta"].get(META_LOG_LEVEL)
+            if level in LEVELS and self.log.level != level:
+                self.log.set_level(level, announce=False)  # the revision's per-request logging opt-in
         if method == "tools/call":
             if req_id in self._calls:
                 return partial(
@@ -361,6 +360,7 @@ class McpSession:
                 return
             token = progress_token(params.get("_meta"))
             relay = ProgressRelay(token) if token is not None else None
+            self._enable_every_skill()
             call = partial(
                 self.sup.call,
                 name,
@@ -392,7 +392,9 @@ class McpSession:
                     await self._error(req_id, INTERNAL_ERROR, f"internal error while calling {name}; see the trace")
                     return
             if scope.cancelled_caught:
-                return  # the client cancelled: MCP says no response is sent
+                if self.answer_cancelled:
+                    await self._error(req_id, REQUEST_CANCELLED, "Request cancelled")
+                return  # the client cancelled: MCP says no response is sent (on stdio)
             await self._reply(req_id, reply)
         finally:
             self._calls.pop(req_id, None)

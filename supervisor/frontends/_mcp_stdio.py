@@ -1,10 +1,13 @@
 """The MCP frontend over stdio: newline-delimited JSON-RPC 2.0, served with trio.
 
 One stdio connection is one :class:`~supervisor.frontends._mcp_session.McpSession` (the methods, the session's tool
-view and how results map are there), bound to one agent: ``serve --serve-agent SLUG`` (or ``--agent SLUG``), else
-the policy's first agent; it sees that agent's tools under that agent's names. Calls run concurrently; replies are
-written whole, one line each. At most ``MAX_IN_FLIGHT`` requests are handled at once: past it the server stops
-reading stdin until one ends.
+view and how results map are there), of the revision its first request opens (as the SDK's own server): a request
+with the 2026-07-28 ``_meta`` envelope opens a stateless-era connection (typed results, no ``initialize``; what the
+connection enables, skills included, lasts as long as it), anything else a handshake one (requests before
+``initialize`` refused, but ``ping``); a request of the other era is refused. It is bound to one agent: ``serve
+--serve-agent SLUG`` (or ``--agent SLUG``), else the policy's first agent; it sees that agent's tools under that
+agent's names. Calls run concurrently; replies are written whole, one line each. At most ``MAX_IN_FLIGHT`` requests
+are handled at once: past it the server stops reading stdin until one ends.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import trio
 
 from supervisor.workers import ChunkReader, send_whole
 
-from ._mcp_session import INVALID_REQUEST, McpSession, encode_message
+from ._mcp_session import McpSession
+from ._mcp_wire import INVALID_REQUEST, encode_message
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -43,7 +47,7 @@ class McpStdioServer:
         self._receive = receive
         self._send = send
         self._send_lock = trio.Lock()
-        self.session = McpSession(sup, self._write, agent=bound_agent(sup, agent))
+        self.session = McpSession(sup, self._write, agent=bound_agent(sup, agent), dual_era=True)
         self._in_flight = trio.CapacityLimiter(MAX_IN_FLIGHT)
 
     @property

@@ -28,7 +28,7 @@ from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule
 from sandbox._syspaths import python_runtime_paths, uid_can_read
 from sandbox._tls_ca import supervisor_ca
 from supervisor._errors import PolicyRefused
-from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig, display_path
+from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, Supervision, ToolboxConfig, display_path
 from supervisor.workers import (
     WorkerSpec,
     explained_limits,
@@ -97,11 +97,8 @@ class CompiledPolicy:
     session_max_calls: int | None
     session_max_concurrent: int | None
     media_limits: dict[str, int]
-    restart_backoff_initial_s: float
-    restart_backoff_max_s: float
-    crash_loop_max_restarts: int
-    crash_loop_window_s: float
-    crash_loop_cooldown_s: float
+    #: the policy's ``supervision`` (the runners' restart settings)
+    supervision: Supervision
     landlock_abi: int
     #: workers started at once by the launcher (``supervision.parallel_starts``, default :data:`STARTS_PER_CPU` a CPU)
     parallel_starts: int = 8
@@ -165,8 +162,9 @@ def plan_worker(
     rules += [FsRule(p, WRITE) for p in policy.device_paths]
     rules += [FsRule(workdir, WRITE), FsRule(tb_state, WRITE)]
     rules += [FsRule(p, READ) for p in tb.read_paths]
+    rules += [FsRule(p, READ) for p in overrides.read_paths]  # the policy's grant to this toolbox alone
     kind = kind_plan(tb.kind)
-    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy.sessions.introspection, warnings)
+    grants = kind.grants(tb, kind.worker_config(tb.worker_config()), state_dir, policy, warnings)
     cfg = grants.cfg
     rules += grants.rules
     rules += [FsRule(p, WRITE) for p in tb.write_paths]
@@ -472,6 +470,7 @@ def _plan_view(
     spec = ViewSpec(
         hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if own_hostname else NEUTRAL_HOSTNAME,
         system_paths=tuple(dict.fromkeys(system)),
+        directories=(os.path.dirname(tb.agent_file),),  # where execute-command runs (docs/FILES.md)
     )
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
@@ -632,7 +631,14 @@ def compile_policy(
     git_sources: list[GitSource] = []
     host = HostView()  # one set of answers about the host's paths for every toolbox (nothing is made until after)
     _check_toolbox_keys(config)
-    credentials = load_credentials(policy.credentials)
+    credentials = load_credentials(policy.credentials, run_commands=prepare)  # check runs no program
+    if not prepare:
+        warnings += [
+            f"credentials.{name}: its command source is not run by check (nothing starts); the supervisor runs it "
+            "at start"
+            for name, spec in policy.credentials.items()
+            if spec.source.command is not None
+        ]
     if prepare and any(t.tls_termination for t in policy.toolboxes.values()):
         write_ca_file(state_dir, supervisor_ca())  # before planning: the workers are granted the file
     ranged = root and policy.worker_uids is not None
@@ -693,6 +699,7 @@ def compile_policy(
                 tb,
                 spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
                 spec.plan.gid if spec.plan.gid is not None else os.getegid(),
+                spec.plan.groups,
             )
             specs.append(spec)
             warnings += spec.warnings
@@ -732,11 +739,7 @@ def compile_policy(
         session_max_calls=policy.sessions.max_calls,
         session_max_concurrent=policy.sessions.max_concurrent_calls,
         media_limits=policy.context.media_limits(),
-        restart_backoff_initial_s=policy.supervision.restart_backoff_initial_s,
-        restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
-        crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,
-        crash_loop_window_s=policy.supervision.crash_loop_window_s,
-        crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
+        supervision=policy.supervision,
         landlock_abi=abi,
         parallel_starts=policy.supervision.parallel_starts or STARTS_PER_CPU * (os.cpu_count() or 1),
         zygote_parallel_starts=policy.supervision.parallel_starts or ZYGOTE_STARTS_PER_CPU * (os.cpu_count() or 1),

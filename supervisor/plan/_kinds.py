@@ -13,13 +13,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox._plan import READ, FsRule
 from supervisor._errors import PolicyRefused
-from supervisor.config import ToolboxConfig
+from supervisor.config import Policy, ToolboxConfig
 from supervisor.sessions import introspection_problem
 
+if TYPE_CHECKING:
+    from sandbox._path_walk import Judge
+
+from ._mcp_executable import plan_server_files, worker_writable_judge
 from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
 
@@ -47,13 +51,13 @@ class KindGrants:
     made_at_start: tuple[str, ...] = ()
 
 
-#: ``(toolbox, its worker config, state dir, policy introspection scope, warnings) -> grants``; may raise
-#: :class:`PolicyRefused`.
-GrantsHook = Callable[[ToolboxConfig, dict[str, Any], str, Any, list[str]], KindGrants]
+#: ``(toolbox, its worker config, state dir, the policy, warnings) -> grants``; may raise :class:`PolicyRefused`
+#: (the policy refused) or anything else (that toolbox's load error).
+GrantsHook = Callable[[ToolboxConfig, dict[str, Any], str, Policy, list[str]], KindGrants]
 
 
 def _no_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
 ) -> KindGrants:
     return KindGrants(cfg)
 
@@ -88,7 +92,7 @@ class KindPlan:
         no_network: what AllowedHosts give this kind when they cannot hold, ``"<whom> nothing in this build: <why>"``
             (refused under strict, warned otherwise); ``None``: they work.
         allowed_tools: the worker config key listing the tools its code may call through the portal (Lua).
-        check_warnings: ``check``'s warnings once its worker's uid and gid are known.
+        check_warnings: ``check``'s warnings once its worker's uid, gid and supplementary groups are known.
         git_sources: the git sources the supervisor clones for it before it starts.
         session_skills: the supervisor keeps the skills each session enabled for it.
         host_requests: it answers host requests about sessions (System's introspection).
@@ -103,7 +107,7 @@ class KindPlan:
     worker_hosts: bool = True
     no_network: str | None = None
     allowed_tools: str | None = None
-    check_warnings: Callable[[ToolboxConfig, int, int], list[str]] = lambda tb, uid, gid: []
+    check_warnings: Callable[[ToolboxConfig, int, int, tuple[int, ...]], list[str]] = lambda tb, uid, gid, groups: []
     git_sources: Callable[[ToolboxConfig, str], list[GitSource]] = lambda tb, state_dir: []
     session_skills: bool = False
     host_requests: bool = False
@@ -119,7 +123,7 @@ def _skills_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _skills_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
 ) -> KindGrants:
     """Git sources: read the clones, which exist once the supervisor made them."""
     cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
@@ -134,43 +138,56 @@ def _skills_git_sources(tb: ToolboxConfig, state_dir: str) -> list[GitSource]:
 
 
 def _spec_folder_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
 ) -> KindGrants:
     """A spec given by path: its folder too (relative ``$ref`` files)."""
     return KindGrants(cfg, [FsRule(os.path.dirname(p), READ) for p in tb.read_paths])
 
 
 def _system_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
 ) -> KindGrants:
     """Session introspection: an agent file only narrows what the policy allows."""
-    too_wide = introspection_problem(cfg, introspection)
+    too_wide = introspection_problem(cfg, policy.sessions.introspection)
     if too_wide:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): {too_wide}")
     return KindGrants(cfg)
 
 
 def _sqlite_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
 ) -> KindGrants:
     return KindGrants(cfg, sqlite_fs_rules(cfg.get("Versioning") or {}))
 
 
-def _sqlite_warnings(tb: ToolboxConfig, uid: int, gid: int) -> list[str]:
-    """File modes that keep the worker's uid out of a database it must write."""
-    return sqlite_access_warnings(tb.name, tb.worker_config().get("Versioning") or {}, uid, gid)
+def _sqlite_warnings(tb: ToolboxConfig, uid: int, gid: int, groups: tuple[int, ...]) -> list[str]:
+    """File modes that keep the worker's uid (with its shared groups) out of a database it must write."""
+    return sqlite_access_warnings(tb.name, tb.worker_config().get("Versioning") or {}, uid, gid, groups)
 
 
 def _mcp_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
 ) -> KindGrants:
-    """What an MCP server needs besides the system paths: its executable (through its symlinks) and every argument
-    that is an absolute path of something that exists (the script it runs, the folder it serves), read-only.
-    ``/`` is never granted this way (a FileSandbox cannot be widened to everything through an argument)."""
+    """What an MCP server needs besides the system paths, read-only: its executable, resolved by the supervisor
+    with the package tree it belongs to (``_mcp_executable.py``: an npm ``.bin`` link, a venv script; the worker
+    then runs the path that plan says), and every argument that is an absolute path of something that exists (the
+    script it runs, the folder it serves). ``/`` is never granted this way (a FileSandbox cannot be widened to
+    everything through an argument). Raises ``UnsafeTreeError`` (this toolbox's load error) for an executable a
+    worker could change."""
     out: list[FsRule] = []
     exe = str(cfg.get("executable") or "")
     if "/" in exe:
-        out += [FsRule(exe, READ), FsRule(os.path.realpath(exe), READ)]
+        try:
+            files = plan_server_files(
+                exe,
+                judge=_worker_judge(policy) if os.geteuid() == 0 else None,
+                system_paths=policy.system_paths,
+            )
+        except FileNotFoundError:  # granted as written: check and the load error say it does not exist
+            out += [FsRule(exe, READ)]
+        else:
+            out += files.rules
+            cfg = {**cfg, "executable": files.run}
     for arg in cfg.get("args") or []:
         if not (isinstance(arg, str) and arg.startswith("/") and os.path.exists(arg)):
             continue
@@ -182,8 +199,22 @@ def _mcp_grants(
     return KindGrants(cfg, out)
 
 
+def _worker_judge(policy: Policy) -> Judge:
+    """The worker-writable test for the uids and groups the policy gives workers (``worker_uids``, or the shared
+    ``sandbox_uid``/``sandbox_gid``; ``shared_groups``)."""
+    ranged = policy.worker_uids
+    shared = {policy.sandbox_gid, *(g.gid for g in policy.shared_groups)}
+
+    def in_range(number: int) -> bool:
+        return ranged is not None and ranged.first <= number < ranged.first + ranged.count
+
+    return worker_writable_judge(
+        lambda uid: uid == policy.sandbox_uid or in_range(uid), lambda gid: gid in shared or in_range(gid)
+    )
+
+
 def _wasm_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, introspection: Any, warnings: list[str]
+    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
 ) -> KindGrants:
     """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already).
     ``fsbMaxFileSize`` is held in the worker (its RLIMIT_FSIZE, ``toolboxes/wasm/_file_size.py``)."""

@@ -40,13 +40,26 @@ class SessionToolViews:
         self._listed: dict[tuple[str, str], set[str]] = {}  # (agent, toolbox) -> the skills its worker last listed
         self._events: dict[str, trio.Event] = {}
         self._waiters: dict[str, int] = {}
+        #: sessions in which every loaded skill counts as enabled (stateless-revision requests)
+        self._every: set[str] = set()
 
     def set_auto_enabled(self, agent: str, toolbox: str, skills: Iterable[str]) -> None:
         """The skills a new session of ``agent``'s ``toolbox`` starts with (its ``autoEnableSkills``)."""
         self._auto[(agent, toolbox)] = frozenset(skills)
 
+    def enable_every_skill(self, session_id: str) -> None:
+        """Every skill its toolboxes list counts as enabled in ``session_id`` until :meth:`drop_session` (a request
+        of MCP's stateless revision is a session of its own: nothing it enabled could last into the next)."""
+        self._every.add(session_id)
+
+    def drop_session(self, session_id: str) -> None:
+        """``session_id`` was closed: forget what is kept of it in memory here."""
+        self._every.discard(session_id)
+
     def enabled(self, session_id: str, agent: str, toolbox: str) -> frozenset[str]:
         """The skills enabled in ``session_id`` (a session of ``agent``) for ``agent``'s ``toolbox``."""
+        if session_id in self._every:
+            return frozenset(self._listed.get((agent, toolbox), ()))
         kept = self._store.enabled_skills(session_id, toolbox)
         return kept if kept is not None else self._auto.get((agent, toolbox), frozenset())
 

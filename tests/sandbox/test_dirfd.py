@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from sandbox._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, open_rule_path, reown_tree
+from sandbox._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, reown_tree
+from sandbox._path_walk import open_rule_path
 from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import python_runtime_paths
 from supervisor.config._policy import DEFAULT_SYSTEM_PATHS

@@ -63,11 +63,13 @@ SPECS = [
             ("pic.png", png_bytes()),
             ("fake.png", b"GIF89a" + b"\x00" * 32),
             ("big.png", png_bytes(padding=MAX_IMAGE * 2)),
+            ("logo.svg", b'<svg xmlns="http://www.w3.org/2000/svg"><rect/></svg>'),
         ],
         attachments=[
             ("image/png", "fake.png"),
             ("image/png", "big.png"),
             ("image/png", "link.png"),
+            ("image/svg+xml", "logo.svg"),  # seed 000: attachments are png, jpeg, gif or webp
             ("image/png", "pic.png"),
         ],
     ),
@@ -209,7 +211,11 @@ async def test_bad_attachments_are_refused_with_notes_and_status_unchanged(polic
     images = [c for c in result.content if isinstance(c, mcp_types.ImageContent)]
     assert [base64.b64decode(i.data) for i in images] == [png_bytes()]  # only pic.png
     notes = {line.split("'")[1]: line for line in _text(result).splitlines() if line.startswith("[attachment ")}
-    assert set(notes) == {"fake.png", "big.png", "link.png"}
+    assert set(notes) == {"fake.png", "big.png", "link.png", "logo.svg"}
+    assert (
+        "the murmur:tool world's attachments are images: image/png, image/jpeg, image/gif, image/webp"
+        in (notes["logo.svg"])
+    )
     assert "not image/png" in notes["fake.png"] and "image/gif" in notes["fake.png"]
     assert (
         f"it is {len(png_bytes(padding=MAX_IMAGE * 2))} bytes, more than the limit of {MAX_IMAGE}" in notes["big.png"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolboxes._hints import DESTRUCTIVE, READ_ONLY
 from toolboxes._journal import JournalReport, recover, write_in_place
-from toolboxes._names import tool_name
+from toolboxes._names import CAPABILITY_PROPERTY, capability_refusal, tool_name
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["CAPABILITIES", "DeveloperToolbox", "open_toolbox"]
 
 _PATH = {"type": "string", "description": "Path of the file (absolute, or relative to the agent file's folder)."}
-_CAP = {"type": "string", "description": "Optional; the capability this tool is."}
 CAPABILITIES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "read-file-range": (
         "Read lines of a text file as 'N<TAB>line' with a snapshotRef (MD5) for later writes.",
@@ -152,7 +151,7 @@ class DeveloperToolbox:
             text, props, required = CAPABILITIES[cap]
             schema = {
                 "type": "object",
-                "properties": {**props, "capability": _CAP},
+                "properties": {**props, "capability": CAPABILITY_PROPERTY},
                 "required": required,
                 "additionalProperties": False,
             }
@@ -192,8 +191,9 @@ class DeveloperToolbox:
         cap = self.by_tool.get(tool)
         if cap is None:
             return ToolResult.error(f"unknown tool {tool!r}: this toolbox offers {', '.join(self.by_tool)}")
-        if "capability" in args and args["capability"] != cap:
-            return ToolResult.error(f"capability {args['capability']!r} does not match tool {tool} ({cap})")
+        refused = capability_refusal(args.get("capability"), cap, {c: t for t, c in self.by_tool.items()})
+        if refused is not None:
+            return ToolResult.error(refused)
         op = "op_" + cap.replace("-", "_")
         handler = getattr(_ops, op, None) or getattr(_ops_meta, op)
         try:

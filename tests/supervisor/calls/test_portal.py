@@ -15,6 +15,7 @@ def test_large_arguments_are_not_copied_into_the_trace() -> None:
 def test_a_nested_origin_keeps_every_field_but_the_ones_a_call_changes() -> None:
     import dataclasses
 
+    from supervisor.calls._budget import BudgetLimits, CallTreeBudget
     from supervisor.calls._portal import CallOrigin, StackEntry, nested_origin
 
     def report(update: object) -> None:
@@ -33,6 +34,7 @@ def test_a_nested_origin_keeps_every_field_but_the_ones_a_call_changes() -> None
         caller="worker",
         agent_scope="scope",
         progress=report,
+        budget=CallTreeBudget(BudgetLimits(tool_calls=3), "ten", 0.0),
     )
     # every field differs from its default, so a field the function forgot would show as the default
     for f in dataclasses.fields(CallOrigin):
@@ -43,3 +45,6 @@ def test_a_nested_origin_keeps_every_field_but_the_ones_a_call_changes() -> None
     changed = {"depth": 2, "stack": (*origin.stack, entry), "parent_call_id": "c2", "agent_id": "b"}
     assert inner == dataclasses.replace(origin, **changed)
     assert inner.progress is report  # compare=False: checked on its own
+    assert inner.budget is origin.budget  # the tree's one budget, not a copy
+    other = CallTreeBudget(BudgetLimits(), "ten", 0.0)
+    assert nested_origin(origin, entry, "b", other).budget is other  # a root call's own, opened by the portal

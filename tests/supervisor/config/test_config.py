@@ -81,6 +81,9 @@ def test_seed_coder_agent_resolves_sandbox_refs() -> None:
     assert boxes["system"].file_sandbox.max_file_size == 50 * 2**20
     cfg = boxes["lua"].worker_config()
     assert cfg["FileSandbox"]["fsbPredicate"] == {"tag": "DirectoryRecursive", "contents": project}
+    # entries without fsbName are named by their keys, so refusals say "the file sandbox 'project'"
+    assert cfg["FileSandbox"]["fsbName"] == "project"
+    assert boxes["system"].file_sandbox.name == "scratch"
     assert cfg["MaxMemoryMB"] == 256
     assert cfg["tag"] == "LuaToolbox"
 

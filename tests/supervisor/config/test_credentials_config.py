@@ -282,7 +282,7 @@ def test_check_shows_credentials_and_never_their_values(tmp_path: Path, spec: Pa
     )
     env = {**os.environ, "GITHUB_TOKEN": SECRET, "PYTHONPATH": repo}
     text = subprocess.run(
-        [sys.executable, "-m", "supervisor", "check", "--policy", str(path)],
+        [sys.executable, "-m", "supervisor", "check", "--detail", "--policy", str(path)],
         env=env,
         cwd=repo,
         capture_output=True,

@@ -167,21 +167,27 @@ async def _exchange(stream: trio.SocketStream, request: bytes) -> bytes:
     return data
 
 
-_METADATA = b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nhost: x\r\n\r\n"
+_METADATA = b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
+#: a request with the tenant's token (400: no session named): its connection is the tenant's from then on
+_AUTHENTICATED = (
+    f"DELETE /agents/alpha/mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {TOKEN}\r\n\r\n".encode()
+)
 
 
 async def test_connections_past_the_cap_are_refused_with_a_reason(sandbox_tmp: Path) -> None:
     async for server in _start(_policy(sandbox_tmp, http={"max_connections": 2})):
-        held = [await _connect(server) for _ in range(2)]
-        for stream in held:  # both are served (and stay open: keep-alive)
+        held = []
+        for _ in range(2):  # both are the tenant's and served (and stay open: keep-alive)
+            held.append(stream := await _connect(server))
+            assert b"Mcp-Session-Id" in (await _exchange(stream, _AUTHENTICATED))
             assert (await _exchange(stream, _METADATA)).startswith(b"HTTP/1.1 200 ")
         extra = await _connect(server)
         answer = await _exchange(extra, _METADATA)
         assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 5" in answer
         assert b"holds 2 open connections, its limit (frontends.http.max_connections)" in answer
         await extra.aclose()
-        refused = server.records("http_refused")
-        assert refused and refused[0]["status"] == 503 and "max_connections" in refused[0]["why"]
+        refused = [r for r in server.records("http_refused") if r["status"] == 503]
+        assert refused and "max_connections" in refused[0]["why"]
         await held.pop().aclose()
 
         async def served_again() -> bool:

@@ -171,17 +171,20 @@ async def _open_stream(session: CurlSession) -> trio.Process:
     return process
 
 
-async def _held_connection(base: str) -> trio.SocketStream:
-    """A connection the server admitted and holds open (keep-alive): a request on it answered 200. Connections of
-    curls that just ended may still count for a moment; tried until one is admitted."""
+async def _held_connection(base: str, token: str) -> trio.SocketStream:
+    """A connection the server admitted and holds open (keep-alive) for a tenant: a request with the tenant's token
+    answered on it (400: no session named). Connections of curls that just ended may still count for a moment;
+    tried until one is admitted."""
     host, port = base.removeprefix("http://").rsplit(":", 1)
     while True:
         stream = await trio.open_tcp_stream(host, int(port))
-        await stream.send_all(b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nhost: x\r\n\r\n")
+        await stream.send_all(
+            f"DELETE /agents/alpha/mcp HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {token}\r\n\r\n".encode()
+        )
         answer = b""
         while b"\r\n\r\n" not in answer and (chunk := await stream.receive_some(65536)):
             answer += chunk
-        if answer.startswith(b"HTTP/1.1 200 "):
+        if answer.startswith(b"HTTP/1.1 400 "):
             return stream
         await stream.aclose()
         await trio.sleep(0.05)
@@ -367,7 +370,7 @@ async def test_sighup_moves_the_listener_and_the_trace_or_refuses_whole(sandbox_
         _edit(sandbox_tmp, lambda data: data["frontends"]["http"].update(max_connections=1, keepalive_s=2))
         line = await service.wait_line("the policy was", service.hup())
         assert "frontends.http: max_connections, keepalive_s changed" in line, line
-        held = await _held_connection(new_base)
+        held = await _held_connection(new_base, ACME)
         status, _, body = await _curl(f"{new_base}/.well-known/oauth-protected-resource")
         assert status == 503 and "holds 1 open connections, its limit" in body, body
         with trio.fail_after(20):  # closed after keepalive_s: 2 (the 30 s it was would not end before this)

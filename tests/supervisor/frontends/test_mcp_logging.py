@@ -4,6 +4,8 @@ another tenant's; plus the pure choice of what a trace record tells a session.""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -125,33 +127,117 @@ async def test_over_http_each_tenant_hears_only_its_own(sandbox_tmp: Path) -> No
 
 
 def test_what_a_record_tells_a_session() -> None:
-    mine = frozenset({"system"})
+    mine = "alpha"
     assert log_entry(
-        "load_error", {"toolbox": "system", "message": "m"}, toolboxes=mine, own_session=False, own_call=False
+        "load_error",
+        {"toolbox": "system", "agent": "alpha", "message": "m"},
+        agent=mine,
+        own_session=False,
+        own_call=False,
     ) == ("error", {"event": "load_error", "toolbox": "system", "message": "m"})
-    assert log_entry("load_error", {"toolbox": "other"}, toolboxes=mine, own_session=False, own_call=False) is None
+    # a toolbox of the same name of another agent, and a record naming no agent, are not this session's
+    for fields in ({"toolbox": "system", "agent": "beta"}, {"toolbox": "system"}):
+        assert log_entry("load_error", fields, agent=mine, own_session=False, own_call=False) is None
+        assert log_entry("worker_restart", fields, agent=mine, own_session=False, own_call=False) is None
     assert log_entry(
         "worker_restart",
-        {"toolbox": "system", "restarts": 2, "pid": 9},
-        toolboxes=mine,
+        {"toolbox": "system", "agent": "alpha", "restarts": 2, "pid": 9},
+        agent=mine,
         own_session=False,
         own_call=False,
     ) == ("warning", {"event": "worker_restart", "toolbox": "system", "restarts": 2})
-    hit = {"toolbox": "system", "limit": "pids_max", "value": 64, "call_id": 3}
-    assert log_entry("limit_hit", hit, toolboxes=mine, own_session=False, own_call=False) is None  # not its call
-    assert log_entry("limit_hit", hit, toolboxes=mine, own_session=False, own_call=True)[0] == "warning"
+    hit = {"toolbox": "system", "agent": "alpha", "limit": "pids_max", "value": 64, "call_id": 3}
+    assert log_entry("limit_hit", hit, agent=mine, own_session=False, own_call=False) is None  # not its call
+    assert log_entry("limit_hit", hit, agent=mine, own_session=False, own_call=True)[0] == "warning"
     refusal = {"tool": "t", "kind": "SessionLimit", "reason": "r", "session": "s"}
-    assert log_entry("portal_refusal", refusal, toolboxes=mine, own_session=False, own_call=False) is None
+    assert log_entry("portal_refusal", refusal, agent=mine, own_session=False, own_call=False) is None
     assert (
         log_entry(
             "portal_refusal",
             {**refusal, "kind": "PortalToolNotFound"},
-            toolboxes=mine,
+            agent=mine,
             own_session=True,
             own_call=False,
         )
         is None
     )  # answered already; not a limit
+
+
+def _failing_store(why: str) -> dict[str, Any]:
+    return {
+        "tag": "McpSimpleBinary",
+        "contents": {"name": "store", "executable": sys.executable, "args": ["-c", f"import sys; sys.exit({why!r})"]},
+    }
+
+
+@pytest.mark.root
+async def test_two_agents_toolboxes_of_one_name_are_told_to_their_own_tenants_only(sandbox_tmp: Path) -> None:
+    """Agents alpha and beta each have a ``store`` (that fails to start, with a host path in its error) and a
+    ``system``; tenant acme may use alpha only, globex beta only. Each hears its own agent's load error and worker
+    restart, never the other's (the toolbox name alone matched both before)."""
+    policy = write_policy(
+        sandbox_tmp,
+        {
+            "alpha": agent(
+                "alpha",
+                mcpServers=[_failing_store("/srv/alpha-secret/store.conf missing")],
+                builtinToolboxes=[system_toolbox("system", ["date"])],
+            ),
+            "beta": agent(
+                "beta",
+                mcpServers=[_failing_store("/srv/beta-secret/store.conf missing")],
+                builtinToolboxes=[system_toolbox("system", ["date"])],
+            ),
+        },
+        frontends={"http": {"listen": "127.0.0.1:0"}},
+        tenants={
+            "acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]},
+            "globex": {"tokens": [hash_token(GLOBEX)], "agents": ["beta"]},
+        },
+    )
+    async for server in _start(policy):
+        logs = {ACME: _Log(), GLOBEX: _Log()}
+
+        def kill_system_worker(of_agent: str, server: Any = server) -> None:
+            [spawn] = [
+                r
+                for r in server.records("worker_spawn")
+                if r["agent"] == of_agent and r["toolbox"] == "system" and not r.get("restart")
+            ]
+            os.kill(spawn["pid"], signal.SIGKILL)
+
+        with trio.fail_after(120):
+            async with (
+                create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as acme_http,
+                create_mcp_http_client(headers={"Authorization": f"Bearer {GLOBEX}"}) as globex_http,
+                Client(
+                    streamable_http_client(server.url("alpha"), http_client=acme_http),
+                    mode="legacy",
+                    logging_callback=logs[ACME].callback,
+                ) as acme,
+                Client(
+                    streamable_http_client(server.url("beta"), http_client=globex_http),
+                    mode="legacy",
+                    logging_callback=logs[GLOBEX].callback,
+                ) as globex,
+            ):
+                await acme.set_logging_level("debug")
+                await globex.set_logging_level("debug")
+                _, data = await logs[ACME].wait_for("load_error", toolbox="store")
+                assert "alpha-secret" in data["message"]
+                _, data = await logs[GLOBEX].wait_for("load_error", toolbox="store")
+                assert "beta-secret" in data["message"]
+                kill_system_worker("beta")  # beta's restart first, then alpha's: acme's stream is in order
+                await logs[GLOBEX].wait_for("worker_restart", toolbox="system")
+                kill_system_worker("alpha")
+                await logs[ACME].wait_for("worker_restart", toolbox="system")
+                assert not (await acme.call_tool("system_system_date", {})).is_error
+        for token, other in ((ACME, "beta-secret"), (GLOBEX, "alpha-secret")):
+            told = logs[token].messages
+            assert not [d for _, d in told if other in str(d)], (token, told)
+            assert len([d for _, d in told if d["event"] == "load_error"]) == 1, (token, told)
+        # acme heard alpha's restart only, though beta's (a toolbox of the same name) came first
+        assert len([d for _, d in logs[ACME].messages if d["event"] == "worker_restart"]) == 1, logs[ACME].messages
 
 
 @pytest.mark.root

@@ -254,7 +254,7 @@ def test_check_shows_each_workers_host_wide_uid(
     from supervisor.frontends._cli import main
 
     policy = _tenant(sandbox_tmp / "one", "alpha", sandbox_tmp, sandbox_tmp / "state")
-    assert main(["check", "--policy", str(policy)]) == 0
+    assert main(["check", "--detail", "--policy", str(policy)]) == 0
     uid = FIRST + _slot("alpha/tools", COUNT)
     assert (
         f"uid/gid: {uid}/{uid} (held on the whole host: uid registry {fresh_uid_registry})" in capsys.readouterr().out

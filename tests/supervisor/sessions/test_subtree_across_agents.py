@@ -24,7 +24,7 @@ import yaml
 
 from supervisor._supervisor import Supervisor
 from supervisor.sessions._ids import Owner, root_session_id
-from tests._policies import agent
+from tests._policies import agent, shipped_policy
 from tests.supervisor._model_server import answer, model_server
 from tests.supervisor.config.test_seed_examples import SEED, _stand_ins
 
@@ -43,18 +43,8 @@ def _policy(root: Path, model_url: str) -> Path:
     (folder / "file-agent.json").write_text(json.dumps(seed))
     helper = agent("helper", modelUrl=model_url, announce="Helps the file agent.")
     (folder / "helper.json").write_text(json.dumps(helper))
-    strict = yaml.safe_load(STRICT.read_text())
-    assert strict["sessions"]["introspection"]["other_agents"] is False
-    policy = {
-        **{k: v for k, v in strict.items() if k not in ("agents", "state_dir")},
-        "agents": [str(folder / "file-agent.json")],
-        "state_dir": str(root / "state"),
-        "worker_uids": None,  # the stand-in folders are handed to the one sandbox uid (tests/_policies.py)
-        "model_keys": {"test": "AGENTS_TEST_KEY"},
-    }
-    path = root / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy, sort_keys=False))
-    return path
+    assert yaml.safe_load(STRICT.read_text())["sessions"]["introspection"]["other_agents"] is False
+    return shipped_policy(root, STRICT, [folder / "file-agent.json"], model_keys={"test": "AGENTS_TEST_KEY"})
 
 
 def _sessions(result: Any) -> dict[str, str]:
