@@ -46,6 +46,7 @@ import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from sandbox._egress_decide import OwnListeners
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
@@ -211,6 +212,8 @@ class Supervisor:
             validation=self._validation,
         )
         self.runners: list[ToolboxRunner] = []
+        #: the ports the supervisor itself listens on (its HTTP frontend sets them): never dialled by an egress proxy
+        self.own_listeners = OwnListeners()
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
         self.sessions = sessions
         #: frontends' session names -> root sessions of the store, per agent
@@ -401,7 +404,7 @@ class Supervisor:
                 self.trace.record("stale_cgroups_removed", groups=removed)
         for error in [*self.agent_load_errors, *self.toolbox_load_errors]:
             self.trace.record("load_error", **error)
-        self.source_errors = await prepare_git_sources(self.compiled, self.trace)
+        self.source_errors = await prepare_git_sources(self.compiled, self.trace, self.own_listeners.ports)
         self.set_auto_enabled()
         self.runners = [self.new_runner(spec) for spec in self.compiled.specs]
         await self.start_runners(nursery, self.runners)
@@ -450,7 +453,13 @@ class Supervisor:
     def _make_worker(self, spec: WorkerSpec, *, reuse: Sequence[CompiledSchema] = (), **kwargs: Any) -> Worker:
         """A worker of ``spec`` made by :attr:`spawner`, reusing ``reuse`` (its toolbox's last list) and every schema
         the other toolboxes' lists compiled (:attr:`schema_pool`)."""
-        return Worker(spec, reuse=[*reuse, *self.schema_pool.schemas()], spawner=self.spawner, **kwargs)
+        return Worker(
+            spec,
+            reuse=[*reuse, *self.schema_pool.schemas()],
+            spawner=self.spawner,
+            own_ports=self.own_listeners.ports,
+            **kwargs,
+        )
 
     # -- reloading ---------------------------------------------------------------------------------------------
     async def reload(self) -> ReloadOutcome:

@@ -253,9 +253,16 @@ def test_check_shows_each_workers_host_wide_uid(
 ) -> None:
     from supervisor.frontends._cli import main
 
-    policy = _tenant(sandbox_tmp / "one", "alpha", sandbox_tmp, sandbox_tmp / "state")
-    assert main(["check", "--detail", "--policy", str(policy)]) == 0
+    (sandbox_tmp / "shared").mkdir()
+    policy = _tenant(sandbox_tmp / "one", "alpha", sandbox_tmp / "shared", sandbox_tmp / "state")
+    assert main(["check", "--policy", str(policy)]) == 0
     uid = FIRST + _slot("alpha/tools", COUNT)
+    summary = capsys.readouterr().out
+    assert f"alpha/tools (system): uid {uid} (host-wide);" in summary, summary
+    assert (
+        f"held in the registry {fresh_uid_registry}: no other state dir or supervisor on the host gets them" in summary
+    )
+    assert main(["check", "--detail", "--policy", str(policy)]) == 0
     assert (
         f"uid/gid: {uid}/{uid} (held on the whole host: uid registry {fresh_uid_registry})" in capsys.readouterr().out
     )
