@@ -127,6 +127,7 @@ def _load_errors(policy: Path) -> dict[str, str]:
     return {e["toolbox"]: e["message"] for e in compiled.load_errors}
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_the_seed_file_agent_under_strict_yaml_names_the_key_that_opens_its_localhost(sandbox_tmp: Path) -> None:
     agents = {"file-agent": agent("file-agent", builtinToolboxes=[_seed_lua(sandbox_tmp), system_toolbox()])}
     errors = _load_errors(_shipped(STRICT, sandbox_tmp, agents))
@@ -175,6 +176,7 @@ def test_openapi_base_urls_and_policy_hosts_open_no_address_class_either(sandbox
     assert "toolboxes.tenant/system.allow_loopback: true" in errors["system"]
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_a_ceiling_is_a_load_error_of_the_toolbox_past_it_whatever_strict_says(sandbox_tmp: Path) -> None:
     boxes = [
         system_toolbox("shell", capabilities=["date", "execute-command"]),
@@ -198,6 +200,7 @@ def test_a_ceiling_is_a_load_error_of_the_toolbox_past_it_whatever_strict_says(s
         assert "'localhost', past the policy's ceiling ceilings.coder.allowed_hosts (*.example.com)" in errors["lua"]
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_check_shows_what_the_policy_caps_for_each_toolbox(
     sandbox_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -227,6 +230,7 @@ def test_check_shows_what_the_policy_caps_for_each_toolbox(
     assert tb["caps"]["hosts"] == [{"key": "ceilings.coder.allowed_hosts", "patterns": ["*.example.com"]}]
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_a_policy_file_a_worker_can_write_stops_a_strict_start(sandbox_tmp: Path) -> None:
     from supervisor._errors import PolicyRefused
 
@@ -242,3 +246,20 @@ def test_a_policy_file_a_worker_can_write_stops_a_strict_start(sandbox_tmp: Path
     compiled = compile_policy(load_config(str(loose)), prepare=False)
     assert any("policy file" in w and "not refused" in w for w in compiled.warnings)
     assert any(w.startswith("agent coder: the agent file") for w in compiled.warnings)
+
+
+def test_a_tenants_ceiling_bounds_the_sub_agents_its_agents_reach(sandbox_tmp: Path) -> None:
+    from supervisor.config import expand_agents
+
+    (sandbox_tmp / "helper.json").write_text(
+        json.dumps(agent("helper", builtinToolboxes=[system_toolbox("info", capabilities=["date", "hostname"])]))
+    )
+    policy = write_policy(
+        sandbox_tmp,
+        {"front": agent("front", extraAgents=[{"slug": "helper", "path": "helper.json"}])},
+        tenants={"acme": {"agents": ["front"], "ceiling": {"forbidden_capabilities": ["hostname"]}}},
+    )
+    compiled = compile_policy(expand_agents(load_config(str(policy))).config, prepare=False)
+    [error] = compiled.load_errors
+    assert (error["agent"], error["toolbox"]) == ("helper", "info")
+    assert "'hostname', which the policy forbids (tenants.acme.ceiling.forbidden_capabilities)" in error["message"]
