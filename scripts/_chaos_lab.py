@@ -319,6 +319,8 @@ def lab(
             "landlock_min_abi": 6,
             "limits": {"wall_time_s": wall_time_s, "memory_bytes": "256MiB"},
             "supervision": {"crash_loop_cooldown_s": cooldown_s},
+            # the OpenAPI/PostgREST stand-in listens on the host's loopback, which only the policy opens
+            "network": {"allow_loopback": True},
         }
         if sessions:
             policy["sessions"] = sessions

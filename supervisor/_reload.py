@@ -344,7 +344,7 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
         git_sources=[g for g in compiled.git_sources if (g.agent, g.toolbox) in fresh],
     )
     sup.source_errors = [e for e in sup.source_errors if (e.get("agent"), e.get("toolbox")) in plan.kept]
-    sup.source_errors += await prepare_git_sources(starting, sup.trace)
+    sup.source_errors += await prepare_git_sources(starting, sup.trace, sup.own_listeners.ports)
     runners: list[ToolboxRunner] = []
     for spec in compiled.specs:
         key = (spec.agent, spec.toolbox)

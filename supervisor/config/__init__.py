@@ -2,7 +2,8 @@
 
 from ._agent_schema import agent_json_schema
 from ._agent_toolboxes import ToolboxConfig
-from ._agent_tree import AgentTree, expand_agents
+from ._agent_tree import AgentTree, expand_agents, subagent_files
+from ._ceilings import ANY_HOST, Ceiling
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._http_address import host_is_served, normalise_origin, parse_listen, public_url_for, served_host_names
@@ -21,9 +22,11 @@ from ._policy import (
 )
 
 __all__ = [
+    "ANY_HOST",
     "DEFAULT_SYSTEM_PATHS",
     "AgentLoop",
     "AgentTree",
+    "Ceiling",
     "ConfigError",
     "ConfigProblem",
     "CredentialPolicy",
@@ -50,4 +53,5 @@ __all__ = [
     "public_url_for",
     "reference_environ",
     "served_host_names",
+    "subagent_files",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._check_summary import load_error_owner
+from ._check_summary import caps_line, load_error_owner
 
 __all__ = ["render_detail"]
 
@@ -43,6 +43,8 @@ def render_detail(report: dict[str, Any]) -> list[str]:
         emit("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
         if tb.get("cname_targets"):
             emit("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
+        if tb.get("caps"):
+            emit("  " + caps_line(tb["caps"]))
         for cred in tb.get("credentials") or []:  # names and bindings only: values never leave the proxy
             where = "; ".join(
                 ", ".join(b["hosts"])

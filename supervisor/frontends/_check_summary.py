@@ -18,6 +18,7 @@ __all__ = [
     "CheckSection",
     "CheckSummary",
     "WorkerLine",
+    "caps_line",
     "load_error_owner",
     "render_summary",
     "summarize",
@@ -78,7 +79,7 @@ def _size(n: Any) -> str:
 def _worker_facts(tb: dict[str, Any]) -> list[str]:
     """The short facts of one worker's report entry (``_compile.plan_worker``'s ``report``)."""
     groups = f" + groups {', '.join(map(str, tb['groups']))}" if tb.get("groups") else ""
-    facts = [f"uid {tb['uid']}{groups}"]
+    facts = [f"uid {tb['uid']}{' (host-wide)' if tb.get('uid_registry') else ''}{groups}"]
     hosts = list(tb.get("allowed_hosts") or ())
     more = f" (+{len(hosts) - 3})" if len(hosts) > 3 else ""
     facts.append("hosts " + ", ".join(hosts[:3]) + more if hosts else "no network")
@@ -93,6 +94,47 @@ def _worker_facts(tb: dict[str, Any]) -> list[str]:
     if tb.get("start") == "lazy":
         facts.append("starts on its first call")
     return facts
+
+
+def caps_line(caps: dict[str, Any], *, title: str = "the policy caps it: ") -> str:
+    """What the policy caps for a toolbox (``plan/_ceilings.caps_report``), on one line, each with its key."""
+    key = caps["opened_by"]
+    parts = [f"hosts within {', '.join(h['patterns']) or 'none'} ({h['key']})" for h in caps["hosts"]]
+    parts += [f"{', '.join(c['capabilities'])} forbidden ({c['key']})" for c in caps["forbidden_capabilities"]]
+    parts.append("host loopback open" if caps["loopback"] else f"host loopback closed ({key}.allow_loopback)")
+    ranges = ", ".join(caps["private_ranges"])
+    parts.append(f"private ranges {ranges}" if ranges else f"no private range ({key}.allow_private_ranges)")
+    return title + "; ".join(parts)
+
+
+def _ceiling_sections(toolboxes: list[dict[str, Any]]) -> list[CheckSection]:
+    """The host-wide uid registry, and what the policy caps for each agent (its ceilings, once) and where it opens
+    the host's loopback or private ranges (per toolbox)."""
+    sections = []
+    registries = sorted({tb["uid_registry"] for tb in toolboxes if tb.get("uid_registry")})
+    if registries:
+        lines = [
+            f"held in the registry {r}: no other state dir or supervisor on the host gets them" for r in registries
+        ]
+        sections.append(CheckSection("worker uids, unique on the host", lines))
+    per_agent: dict[str, list[str]] = {}
+    for tb in toolboxes:
+        caps = tb.get("caps")
+        if not caps:
+            continue
+        if tb["agent"] not in per_agent:
+            bounds = [f"hosts within {', '.join(h['patterns']) or 'none'} ({h['key']})" for h in caps["hosts"]]
+            bounds += [f"{', '.join(c['capabilities'])} forbidden ({c['key']})" for c in caps["forbidden_capabilities"]]
+            per_agent[tb["agent"]] = [f"{tb['agent']}: " + ("; ".join(bounds) or "no ceiling")]
+        opened = (["host loopback"] if caps["loopback"] else []) + list(caps["private_ranges"])
+        if opened:
+            per_agent[tb["agent"]].append(f"  {tb['toolbox']} reaches {', '.join(opened)} ({caps['opened_by']})")
+    if per_agent:
+        lines = [line for agent_lines in per_agent.values() for line in agent_lines]
+        sections.append(
+            CheckSection("what the policy caps, per agent (loopback and private ranges: closed unless named)", lines)
+        )
+    return sections
 
 
 def load_error_owner(error: dict[str, Any]) -> str:
@@ -120,6 +162,7 @@ def summarize(report: dict[str, Any]) -> CheckSummary:
         for w in tb.get("warnings") or ():
             own = f"{tb['toolbox']}: "  # most say whose they are already: the subject says it once
             summary.warn(f"{tb['agent']}/{tb['toolbox']}", w[len(own) :] if w.startswith(own) else w)
+    summary.sections += _ceiling_sections(toolboxes)
     shown = {w for tb in toolboxes for w in tb.get("warnings") or ()}
     for w in report.get("warnings") or ():
         if w not in shown:  # the loader's (allowedPaths ...) and the policy's

@@ -389,8 +389,9 @@ async def _call(args: argparse.Namespace) -> int:
     config = _config_for(args)
     if isinstance(config, int):
         return config
-    async with Supervisor.open(config, state_dir=args.state_dir) as sup:
-        _print_load_errors(sup)  # a tool of a toolbox that did not load is "not found": say why on stderr
+    # Only the toolbox of the tool starts (and what it calls through the portal, as it calls it): a call of one
+    # tool never waits for a whole policy's workers.
+    async with Supervisor.open(config, state_dir=args.state_dir, start="on_demand") as sup:
         result = await sup.call(
             args.tool,
             arguments,
@@ -399,6 +400,7 @@ async def _call(args: argparse.Namespace) -> int:
             conversation_id=args.conversation,
             turn_id=args.turn,
         )
+        _print_load_errors(sup)  # of what started: a tool of a toolbox that did not load is "not found": say why
     print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))
     return {"passed": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_ERROR)
 

@@ -91,7 +91,9 @@ def _hostname(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _working_directory(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    return {"path": os.getcwd()}
+    """Where relative paths start and ``execute-command`` runs: the agent file's folder (docs/FILES.md)."""
+    base = (config.get("policy") or {}).get("base_dir")
+    return {"path": base if isinstance(base, str) and os.path.isabs(base) else os.getcwd()}
 
 
 def _env_vars(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +144,10 @@ INFO_CAPABILITIES = {
     "operating-system": ("The operating system, kernel and distribution.", _operating_system),
     "running-user": ("The user the tools run as (the sandbox's uid).", _running_user),
     "hostname": ("The host name.", _hostname),
-    "working-directory": ("The tools' working directory.", _working_directory),
+    "working-directory": (
+        "The tools' working directory: the agent file's folder, where relative paths start and commands run.",
+        _working_directory,
+    ),
     "env-vars": ("The environment variables the tools see, filtered by EnvVarFilter.", _env_vars),
     "process-info": ("Facts about the tool process: pid, memory, CPU time, privileges.", _process_info),
     "uptime": ("How long the host has been up.", _uptime),

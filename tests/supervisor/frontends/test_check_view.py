@@ -6,6 +6,8 @@ import json
 import socket
 from typing import TYPE_CHECKING
 
+import pytest
+
 from tests._policies import agent, system_toolbox, write_policy
 
 from .test_frontends import _cli
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_check_lists_the_mounts_of_each_workers_view(sandbox_tmp: Path) -> None:
     toolboxes = [system_toolbox("plain", capabilities=["date"]), system_toolbox("named", capabilities=["hostname"])]
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=toolboxes)})
