@@ -9,12 +9,13 @@ that would open it; the egress proxy only ever holds entries that passed.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field
 
 from ._agent_file import DEVELOPER_CAPABILITIES, SYSTEM_CAPABILITIES
-from ._errors import check_known_keys, problem
+from ._errors import problem
+from ._model import StrictModel as _Model
 from ._types import check_host
 
 __all__ = ["ANY_HOST", "Ceiling"]
@@ -35,15 +36,6 @@ def _capability(value: str) -> str:
             f"unknown capability {value!r}", "a SystemToolbox or DeveloperToolbox capability: " + ", ".join(known)
         )
     return value
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
 
 
 class Ceiling(_Model):

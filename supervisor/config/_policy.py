@@ -627,6 +627,17 @@ class HttpFrontend(_Model):
         default=[], description="Origin values of browser clients let in (a request with another Origin gets 403)"
     )
     max_body_bytes: Size = Field(default=4 * 1024**2, ge=1024, description="largest request body")
+    max_body_bytes_in_flight: Size = Field(
+        default=64 * 1024**2,
+        ge=1024,
+        description="request-body bytes held at once, all tenants together (never less than max_body_bytes)",
+    )
+    max_requests_in_flight: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="requests being answered at once, all tenants together; one more is answered 503 + Retry-After",
+    )
     max_sessions: int = Field(default=10000, ge=1, description="MCP sessions held at once, all tenants together")
     session_idle_s: float = Field(default=900.0, gt=0, description="a session unused this long is ended")
     sse_keepalive_s: float = Field(default=15.0, gt=0, description="comment line sent on an idle SSE stream")
@@ -658,7 +669,7 @@ class HttpFrontend(_Model):
         description="the share of max_connections that connections which have not authenticated may hold",
     )
     max_unauthenticated_per_peer: int = Field(
-        default=64, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
+        default=256, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
     )
     server_names: list[Annotated[str, AfterValidator(_server_name)]] = Field(
         default=[],
@@ -712,6 +723,11 @@ class TenantLimits(_Model):
     concurrent_calls: int = Field(default=16, ge=1, description="tool calls in flight at once")
     sessions: int = Field(default=64, ge=1, description="MCP sessions held at once")
     sse_streams: int = Field(default=16, ge=1, description="open SSE streams at once")
+    body_bytes_in_flight: Size = Field(
+        default=16 * 1024**2,
+        ge=1024,
+        description="request-body bytes the tenant's requests hold at once (never less than max_body_bytes)",
+    )
 
 
 class Tenant(_Model):

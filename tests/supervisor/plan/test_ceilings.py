@@ -246,3 +246,20 @@ def test_a_policy_file_a_worker_can_write_stops_a_strict_start(sandbox_tmp: Path
     compiled = compile_policy(load_config(str(loose)), prepare=False)
     assert any("policy file" in w and "not refused" in w for w in compiled.warnings)
     assert any(w.startswith("agent coder: the agent file") for w in compiled.warnings)
+
+
+def test_a_tenants_ceiling_bounds_the_sub_agents_its_agents_reach(sandbox_tmp: Path) -> None:
+    from supervisor.config import expand_agents
+
+    (sandbox_tmp / "helper.json").write_text(
+        json.dumps(agent("helper", builtinToolboxes=[system_toolbox("info", capabilities=["date", "hostname"])]))
+    )
+    policy = write_policy(
+        sandbox_tmp,
+        {"front": agent("front", extraAgents=[{"slug": "helper", "path": "helper.json"}])},
+        tenants={"acme": {"agents": ["front"], "ceiling": {"forbidden_capabilities": ["hostname"]}}},
+    )
+    compiled = compile_policy(expand_agents(load_config(str(policy))).config, prepare=False)
+    [error] = compiled.load_errors
+    assert (error["agent"], error["toolbox"]) == ("helper", "info")
+    assert "'hostname', which the policy forbids (tenants.acme.ceiling.forbidden_capabilities)" in error["message"]
