@@ -13,6 +13,8 @@ the worker's root. What the view holds, and nothing else:
   A rule reached through a symlink inside a tree the plan grants read-write is left out (the link was planted).
 - the symlinks met on the way to a rule's path (``/bin -> usr/bin``, ``/lib64``, ``/etc/localtime``), recreated
   with the same text where they lie outside every bind, so programs find what they found on the host;
+- the spec's ``directories`` (the agent file's folder) as folders of the view's own where no bind shows them, so a
+  process can stand in them (``execute-command`` runs there) without seeing anything the rules do not grant;
 - a fresh tmpfs on ``/tmp``, a tmpfs ``/dev`` holding only the device nodes the rules grant (bind-mounted from
   the host's) and the ``fd``/``stdin``/``stdout``/``stderr`` links, a fresh tmpfs on ``/dev/shm``, and ``/proc``
   (the worker's own procfs, masked as :mod:`sandbox._procfs` says). Rules under ``/proc`` are covered by it, rules
@@ -335,6 +337,10 @@ def plan_view(
             continue
         b.ensure_parent(location)
         b.add(ViewOp("symlink", location, source=text), "symlink")
+
+    for folder in spec.directories:  # canonical (resolved at load): no symlink on the way
+        if posixpath.isabs(folder) and not _under(folder, "/proc") and not _under(folder, "/dev"):
+            b.ensure_dir(posixpath.normpath(folder))  # nothing when a bind shows it already
 
     for path in GENERATED:
         if path not in files:

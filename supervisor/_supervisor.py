@@ -40,12 +40,13 @@ import sys
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from sandbox._egress_decide import OwnListeners
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
@@ -59,6 +60,7 @@ from supervisor.calls import (
     ToolRegistry,
     capped_output,
     checked_output,
+    could_serve,
     get_prompt,
     list_entries,
     output_limit,
@@ -83,7 +85,6 @@ from supervisor.workers import (
     LauncherSpawner,
     LimitWatch,
     Spawner,
-    SupervisionPolicy,
     ToolboxRunner,
     Worker,
     WorkerSpec,
@@ -212,6 +213,8 @@ class Supervisor:
             validation=self._validation,
         )
         self.runners: list[ToolboxRunner] = []
+        #: the ports the supervisor itself listens on (its HTTP frontend sets them): never dialled by an egress proxy
+        self.own_listeners = OwnListeners()
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
         self.sessions = sessions
         #: frontends' session names -> root sessions of the store, per agent
@@ -258,6 +261,11 @@ class Supervisor:
             (s.agent, s.toolbox): spec_fingerprint(s) for s in compiled.specs
         }
         self._nursery: trio.Nursery | None = None
+        #: ``open(start=...)``: "all" starts every worker at once; "on_demand" only those the calls need
+        self.start_mode: Literal["all", "on_demand"] = "all"
+        #: (agent, toolbox) of the runners not started yet (``start_mode`` "on_demand"), and of those starting
+        self._unstarted: set[tuple[str, str]] = set()
+        self._starting: dict[tuple[str, str], trio.Event] = {}
         self._reloading = trio.Lock()
         self._next_prune = 0.0
         #: who makes workers' processes (``supervision.spawn``; :meth:`open` starts the zygote)
@@ -274,11 +282,16 @@ class Supervisor:
         *,
         agents: Sequence[str] = (),
         state_dir: str | None = None,
+        start: Literal["all", "on_demand"] = "all",
     ) -> AsyncIterator[Supervisor]:
         """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
 
         ``agents`` adds agent files to the policy's list; ``state_dir`` overrides the policy's state directory
-        (tests use it).
+        (tests use it). ``start="on_demand"`` starts no worker at first: a call of a tool not yet listed starts the
+        toolboxes that could serve it (by the naming rule, SPEC.md section 2; every toolbox of the caller's agent
+        when the rule cannot tell), and so does each call made through the portal in turn (a Lua toolbox's
+        ``tools.call``, a sub-agent's tools): what one call needs, not the whole policy (``agents-supervise call``).
+        Tools listings then show only the started toolboxes' tools.
 
         Raises, before any worker starts:
             ConfigError: the policy or an agent file does not load (``load_config``, ``expand_agents``), a bare
@@ -317,6 +330,7 @@ class Supervisor:
             raise
         http = _ModelHttp()
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
+        sup.start_mode = start
         sup.otel = otel
         sup.reload_source = (config.policy_file, list(agents), state_dir)
         trace.record(
@@ -402,11 +416,36 @@ class Supervisor:
                 self.trace.record("stale_cgroups_removed", groups=removed)
         for error in [*self.agent_load_errors, *self.toolbox_load_errors]:
             self.trace.record("load_error", **error)
-        self.source_errors = await prepare_git_sources(self.compiled, self.trace)
+        self.source_errors = await prepare_git_sources(self.compiled, self.trace, self.own_listeners.ports)
         self.set_auto_enabled()
         self.runners = [self.new_runner(spec) for spec in self.compiled.specs]
-        await self.start_runners(nursery, self.runners)
+        if self.start_mode == "on_demand":
+            self._unstarted = {r.key for r in self.runners}
+            self.portal.starter = self._start_on_demand
+        else:
+            await self.start_runners(nursery, self.runners)
         self._rebuild()
+
+    async def _start_on_demand(self, name: str, scope: str | None) -> None:
+        """Start the toolboxes of agent ``scope`` (any agent's when ``None``) not started yet that could serve the
+        tool ``name`` (:func:`~supervisor.calls.could_serve`; all of them when the rule names none), and wait until
+        they and those another call began starting for it are up; then the registry knows their tools."""
+        in_scope = [r for r in self.runners if scope in (None, r.spec.agent)]
+        serving = [r for r in in_scope if could_serve(r.spec.kind, r.spec.toolbox, name)] or in_scope
+        mine = [r for r in serving if r.key in self._unstarted]
+        others = [self._starting[r.key] for r in serving if r.key in self._starting]
+        for runner in mine:
+            self._unstarted.discard(runner.key)
+            self._starting[runner.key] = trio.Event()
+        try:
+            if mine and self._nursery is not None:
+                await self.start_runners(self._nursery, mine)
+                self._rebuild()
+        finally:
+            for runner in mine:
+                self._starting.pop(runner.key).set()
+        for event in others:
+            await event.wait()
 
     async def start_runners(self, nursery: trio.Nursery, runners: list[ToolboxRunner]) -> None:
         """Start ``runners`` in ``nursery`` at once, up to ``parallel_starts`` of them (more when the zygote forks
@@ -437,22 +476,11 @@ class Supervisor:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
 
-    def supervision_policy(self) -> SupervisionPolicy:
-        """The restart settings of the policy's ``supervision`` section."""
-        c = self.compiled
-        return SupervisionPolicy(
-            c.restart_backoff_initial_s,
-            c.restart_backoff_max_s,
-            c.crash_loop_max_restarts,
-            c.crash_loop_window_s,
-            c.crash_loop_cooldown_s,
-        )
-
     def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
         """A runner for ``spec`` under the policy's supervision settings (not started)."""
         return ToolboxRunner(
             spec,
-            self.supervision_policy(),
+            self.compiled.supervision,
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,
@@ -462,7 +490,13 @@ class Supervisor:
     def _make_worker(self, spec: WorkerSpec, *, reuse: Sequence[CompiledSchema] = (), **kwargs: Any) -> Worker:
         """A worker of ``spec`` made by :attr:`spawner`, reusing ``reuse`` (its toolbox's last list) and every schema
         the other toolboxes' lists compiled (:attr:`schema_pool`)."""
-        return Worker(spec, reuse=[*reuse, *self.schema_pool.schemas()], spawner=self.spawner, **kwargs)
+        return Worker(
+            spec,
+            reuse=[*reuse, *self.schema_pool.schemas()],
+            spawner=self.spawner,
+            own_ports=self.own_listeners.ports,
+            **kwargs,
+        )
 
     # -- reloading ---------------------------------------------------------------------------------------------
     async def reload(self) -> ReloadOutcome:
@@ -567,7 +601,9 @@ class Supervisor:
                 agent=runner.spec.agent,
                 **{k: str(v) for k, v in err.items() if k in ("source", "message")},
             )
-        if len(self.runners) and all(r.worker is not None or r.failed_reason for r in self.runners):
+        if len(self.runners) and all(
+            r.worker is not None or r.failed_reason or r.key in self._unstarted for r in self.runners
+        ):
             self._rebuild()
 
     def _registered(self) -> dict[tuple[str, str], tuple[Any, ...]]:
@@ -805,6 +841,8 @@ class Supervisor:
         (it never runs in whichever agent happens to be first). ``progress``: called (on the trio loop, without
         blocking) with each progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
+        if self.portal.starter is not None and self.registry.get(name, agent_scope) is None:
+            await self.portal.starter(name, agent_scope)  # started on demand: the name's agent is known after
         if agent_scope is None and len(owners := self.registry.agents_with(name)) > 1:
             return ToolResult.error(
                 f"Tool '{name}' is ambiguous: the agents {', '.join(owners)} each have a tool of that name. Name "

@@ -7,6 +7,7 @@ from ._group_commit import GroupCommit
 from ._portal import CallOrigin, Portal, SessionLimits
 from ._registry import RegisteredTool, ToolRegistry
 from ._tool_output import capped_output, checked_output, output_limit
+from ._unloaded import could_serve
 
 __all__ = [
     "AttachmentStore",
@@ -23,6 +24,7 @@ __all__ = [
     "budget_result",
     "capped_output",
     "checked_output",
+    "could_serve",
     "get_prompt",
     "list_entries",
     "media_response",

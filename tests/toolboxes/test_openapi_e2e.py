@@ -123,8 +123,14 @@ async def env(api: ApiServer, sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
             "contents": {"Name": "nospec", "SpecUrl": f"http://127.0.0.2:{api.port}/x.json", "BaseUrl": api.url},
         },
     ]
+    # The API listens on the host's loopback: the policy opens it to the toolboxes that use it (an agent file's
+    # BaseUrl alone does not); "elsewhere" stays closed.
+    opened = {"allow_loopback": True}
     policy = write_policy(
-        sandbox_tmp, {"tester": agent(openApiToolboxes=toolboxes)}, limits={"output_bytes": 100_000, "wall_time_s": 20}
+        sandbox_tmp,
+        {"tester": agent(openApiToolboxes=toolboxes)},
+        limits={"output_bytes": 100_000, "wall_time_s": 20},
+        toolboxes={k: dict(opened) for k in ("tester/pets", "tester/files", "tester/nospec")},
     )
     async with Supervisor.open(policy) as sup:
         yield Env(sup, api)

@@ -380,7 +380,7 @@ async def test_the_python_api_finds_a_name_in_its_one_agent_or_the_one_asked(san
         }
         assert [t.namespace for t in sup.list_tools() if t.name == "system_system_date"] == ["one", "two"]
         cwd = await sup.call("system_system_working_directory", {})  # only agent one has it
-        assert cwd.status == "passed" and cwd.structured["data"]["path"], cwd.data
+        assert cwd.status == "passed" and cwd.structured["data"]["path"] == str(sandbox_tmp), cwd.data  # one.json's
         ambiguous = await sup.call("system_system_date", {})  # both have it: never whichever comes first
         assert ambiguous.status == "error" and ambiguous.meta("ambiguous_tool") == "one, two"
         assert ambiguous.data.startswith(

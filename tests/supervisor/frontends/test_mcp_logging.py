@@ -245,17 +245,30 @@ async def test_two_agents_toolboxes_of_one_name_are_told_to_their_own_tenants_on
 # SSE stream (its own resource warnings at garbage collection, after the assertions); not the server's.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_stateless_requests_opt_in_per_request(sandbox_tmp: Path) -> None:
-    """2026-07-28: the SDK client stamps ``_meta`` logLevel on every request; a call refused by the tenant's rate
-    hears why on its SSE answer, before the answer."""
+    """2026-07-28: the SDK client stamps ``_meta`` logLevel on every request; a call hears, on its SSE answer and
+    before the answer, a worker of its agent restarting while it ran. A request past the tenant's rate is refused
+    before any answer is written (429: the reason and when to retry are in the error)."""
     root = sandbox_tmp
     policy = write_policy(
         root,
-        {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
+        {
+            "alpha": agent(
+                "alpha",
+                builtinToolboxes=[system_toolbox("system", ["execute-command"]), system_toolbox("sys2", ["date"])],
+            )
+        },
         frontends={"http": {"listen": "127.0.0.1:0"}},
-        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"], "limits": {"calls_per_second": 0.01}}},
+        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"], "limits": {"calls_per_second": 3}}},
     )
     async for server in _start(policy):
         log = _Log()
+
+        async def kill_sys2_once_the_call_runs(server: Any = server) -> None:
+            while not server.records("call_start"):  # noqa: ASYNC110 (the trace is the sign the call runs)
+                await trio.sleep(0.05)
+            [spawn] = [r for r in server.records("worker_spawn") if r["toolbox"] == "sys2"]
+            os.kill(spawn["pid"], signal.SIGKILL)
+
         with trio.fail_after(60):
             async with (
                 create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http,
@@ -266,8 +279,20 @@ async def test_stateless_requests_opt_in_per_request(sandbox_tmp: Path) -> None:
                     logging_callback=log.callback,
                 ) as client,
             ):
-                assert client.protocol_version == "2026-07-28"  # server/discover spent the one token
-                with pytest.raises(Exception, match="calls per second is spent"):
-                    await client.call_tool("system_system_date", {})
-                level, data = await log.wait_for("tenant_limit", method="tools/call")
-                assert level == "warning" and "calls per second is spent" in data["reason"]
+                assert client.protocol_version == "2026-07-28"
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(kill_sys2_once_the_call_runs)
+                    result = await client.call_tool("system_system_execute_command", {"command": "sleep 3"})
+                assert not result.is_error, result
+                level, _ = await log.wait_for("worker_restart", toolbox="sys2")
+                assert level == "warning"
+
+                async def past_the_rate(client: Any = client) -> None:
+                    for _ in range(10):  # past 3 a second
+                        await client.call_tool("system_sys2_date", {})
+
+                # the SDK raises the JSON-RPC error of the 429 answer
+                with pytest.raises(Exception, match=r"calls per second is spent .*; retry in \d+ s"):
+                    await past_the_rate()
+        refused = [r for r in server.records("http_refused") if r["status"] == 429]
+        assert refused and refused[0]["tenant"] == "acme" and "calls per second" in refused[0]["why"], refused

@@ -330,6 +330,7 @@ def test_prune_deletes_old_records_of_a_session_still_in_use_but_not_of_a_runnin
     assert set(store.parents()) == {"root", "a", "b"}
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 async def test_the_supervisor_prunes_sessions_past_keep_days_when_it_starts(sandbox_tmp: Path) -> None:
     import time
 

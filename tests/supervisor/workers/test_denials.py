@@ -479,6 +479,7 @@ def test_a_supervisor_in_a_network_namespace_of_its_own_explains_from_the_text_w
         assert all("the supervisor runs in a PID namespace of its own" in line for line in explained), explained
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_check_lists_which_explanations_this_host_gives(sandbox_tmp: Path) -> None:
     from tests.supervisor.frontends.test_frontends import _cli
 
