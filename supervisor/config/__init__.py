@@ -1,6 +1,6 @@
 """The policy and agent files: their models, loading with bounds, and the errors they raise."""
 
-from ._agent_file import agent_json_schema
+from ._agent_schema import agent_json_schema
 from ._agent_toolboxes import ToolboxConfig
 from ._agent_tree import AgentTree, expand_agents, subagent_files
 from ._ceilings import ANY_HOST, Ceiling

@@ -29,7 +29,9 @@ from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 
 from . import _ops, _ops_meta
 from ._access import Access, Gate
+from ._agent_check import load_agent_schema
 from ._files import TextFile, load_text, refusal
+from ._specs import SPEC_NAMES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -73,7 +75,7 @@ CAPABILITIES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     ),
     "show-spec": (
         "Show a specification: bash-tools, agent or policy.",
-        {"spec_name": {"type": "string", "enum": ["bash-tools", "agent", "policy"]}},
+        {"spec_name": {"type": "string", "enum": list(SPEC_NAMES)}},
         ["spec_name"],
     ),
     "validate-tool": ("Run a bash tool's describe and check its output.", {"path": _PATH}, ["path"]),
@@ -144,6 +146,13 @@ class DeveloperToolbox:
         self.clock = clock
         self.lock = threading.Lock()
         self.by_tool = {tool_name("developer", name, c): c for c in caps}
+        #: the agent file's JSON Schema (show-spec agent, validate-agent), read when one of them is listed
+        self.agent_schema: dict[str, Any] = {}
+        if {"show-spec", "validate-agent"} & set(caps):
+            try:
+                self.agent_schema = load_agent_schema()
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"DeveloperToolbox {name}: the agent file's schema cannot be read: {exc}") from exc
 
     def tools(self) -> list[ToolSpec]:
         out = []
