@@ -122,6 +122,9 @@ def _parser() -> argparse.ArgumentParser:
         "policy's first agent); over HTTP "
         "the endpoint /agents/<slug>/mcp picks the agent",
     )
+    init = sub.add_parser("init", help="write a starting policy and the example agents into a new folder")
+    init.add_argument("folder", help="a new or empty folder (made when missing)")
+    init.set_defaults(policy=None)
     hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
     hash_token.set_defaults(policy=None)
     tools = sub.add_parser("tools", help="list the tools")
@@ -211,6 +214,23 @@ def _rebind_agent(args: argparse.Namespace) -> int:
         + (f" (was {before})" if before else "")
         + "; its toolboxes keep their uids, work folders and HOME"
     )
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from ._cli_init import InitRefused, init_folder
+
+    try:
+        written = init_folder(args.folder)
+    except InitRefused as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"{exc.strerror or exc}: {exc.filename or args.folder}; nothing more was written")
+    width = max(len(path) for path, _ in written)
+    for path, what in written:
+        print(f"wrote {path.ljust(width)}  {what}")
+    policy = written[0][0]
+    print(f"next: agents-supervise tools --policy {policy} --agent coder")
     return 0
 
 
@@ -463,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("hash-token reads the token on its standard input (one line)")
         print(hash_token(token))
         return 0
+    if command == "init":
+        return _init(args)
     if command == "check-tool-call":
         try:
             return _check_tool_call(args)

@@ -26,7 +26,7 @@ from supervisor._supervisor import Supervisor
 from supervisor.sessions._ids import Owner, root_session_id
 from tests._policies import agent, shipped_policy
 from tests.supervisor._model_server import answer, model_server
-from tests.supervisor.config.test_seed_examples import SEED, _stand_ins
+from tests.supervisor.config.test_seed_examples import _stand_ins, seed_file
 
 pytestmark = pytest.mark.root
 
@@ -37,7 +37,7 @@ def _policy(root: Path, model_url: str) -> Path:
     folder = root / "file-agent"
     folder.mkdir()
     _stand_ins(folder)
-    seed = json.loads((SEED / "file-agent.json").read_text())
+    seed = json.loads(seed_file("file-agent.json").read_text())
     assert seed["extraAgents"] == [{"slug": "helper", "path": "./helper.json"}]
     del seed["openApiToolboxes"]
     (folder / "file-agent.json").write_text(json.dumps(seed))
