@@ -51,6 +51,7 @@ from supervisor.config import ConfigError
 
 from ._cli_agents import acting_agent, split_agents
 from ._cli_agents import check_slug as _check_slug
+from ._sd_notify import notify_or_warn, reloading_message
 
 __all__ = ["main"]
 
@@ -217,23 +218,6 @@ def _rebind_agent(args: argparse.Namespace) -> int:
     return 0
 
 
-def _init(args: argparse.Namespace) -> int:
-    from ._cli_init import InitRefused, init_folder
-
-    try:
-        written = init_folder(args.folder)
-    except InitRefused as exc:
-        return _fail(str(exc))
-    except OSError as exc:
-        return _fail(f"{exc.strerror or exc}: {exc.filename or args.folder}; nothing more was written")
-    width = max(len(path) for path, _ in written)
-    for path, what in written:
-        print(f"wrote {path.ljust(width)}  {what}")
-    policy = written[0][0]
-    print(f"next: agents-supervise tools --policy {policy} --agent coder")
-    return 0
-
-
 def _fail(message: str, code: int = EXIT_ERROR) -> int:
     print(f"agents-supervise: error: {message}", file=sys.stderr)
     return code
@@ -274,6 +258,7 @@ async def _serve(args: argparse.Namespace) -> int:
             if service is not None:
                 address = await nursery.start(service.run)
                 print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
+                notify_or_warn(f"READY=1\nSTATUS=serving MCP over HTTP at {address}")  # workers started, listening
                 return 0  # serves until a signal ends the nursery
 
             async def serve() -> None:
@@ -283,6 +268,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 nursery.cancel_scope.cancel()  # EOF from the frontend: shut down cleanly
 
             nursery.start_soon(serve)
+            notify_or_warn(f"READY=1\nSTATUS=serving MCP over stdio to agent {agent}")
     return 0
 
 
@@ -301,6 +287,7 @@ async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None
             if signum == signal.SIGHUP:
                 nursery.start_soon(_reload, sup)
                 continue
+            notify_or_warn("STOPPING=1\nSTATUS=stopping: " + signal.Signals(signum).name)
             if http is not None and not http.app.draining and http.settings.drain_s > 0:
                 nursery.start_soon(drain_then_stop)
                 continue
@@ -309,7 +296,9 @@ async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None
 
 
 async def _reload(sup: Any) -> None:
+    notify_or_warn(reloading_message())
     outcome = await sup.reload()
+    notify_or_warn("READY=1\nSTATUS=" + outcome.describe()[:500])
     print(f"agents-supervise: {outcome.describe()}", file=sys.stderr, flush=True)
     if outcome.refused is None:
         for w in outcome.warnings:
@@ -484,7 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         print(hash_token(token))
         return 0
     if command == "init":
-        return _init(args)
+        from ._cli_init import run_init
+
+        return run_init(args.folder)
     if command == "check-tool-call":
         try:
             return _check_tool_call(args)

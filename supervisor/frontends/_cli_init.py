@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 
 from ._http_auth import hash_token
 
-__all__ = ["InitRefused", "init_folder", "shipped_dir"]
+__all__ = ["InitRefused", "init_folder", "run_init", "shipped_dir"]
 
 #: what the written policy's agents list holds instead of strict.yaml's
 _AGENTS = """agents:
@@ -112,3 +113,20 @@ def init_folder(folder: str) -> list[tuple[str, str]]:
         (f"{target}/file-agent/", "the seed's file-agent (commented out in policy.yaml: it needs services)"),
         (f"{target}/token", "the bearer token of tenant local (mode 0600)"),
     ]
+
+
+def run_init(folder: str) -> int:
+    """``agents-supervise init FOLDER``: write, say what was written and what to run next; the exit status."""
+    try:
+        written = init_folder(folder)
+    except InitRefused as exc:
+        print(f"agents-supervise: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"agents-supervise: error: {exc.strerror or exc}: {exc.filename or folder}", file=sys.stderr)
+        return 2
+    width = max(len(path) for path, _ in written)
+    for path, what in written:
+        print(f"wrote {path.ljust(width)}  {what}")
+    print(f"next: agents-supervise tools --policy {written[0][0]} --agent coder")
+    return 0

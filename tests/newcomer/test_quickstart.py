@@ -14,9 +14,12 @@ so the machine's own venv and state are untouched. pip reaches the package index
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
+import signal
+import socket
 import subprocess
 import threading
 import time
@@ -41,7 +44,13 @@ class Shell:
 
     def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
         self.process = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its process group holds what it left running (a server started with &)
         )
         self._chunks: queue.Queue[bytes] = queue.Queue()
         self.buffer = ""
@@ -83,18 +92,20 @@ class Shell:
 
     def wait_output(self, expected: list[str]) -> list[str]:
         """The output of a command left running (``&``) once it shows ``expected``; the lines are consumed."""
-        self._wait_for(None, until=lambda: output_matches(expected, _lines(self.buffer)))
+        self._wait_for(None, until=lambda: output_matches(expected, _lines(self.buffer)), timeout=180)
         lines, self.buffer = _lines(self.buffer), ""
         return lines
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self._send("exit\n")
+        """End the shell and whatever it left running (its process group: SIGTERM, then SIGKILL)."""
+        for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
             try:
-                self.process.wait(timeout=60)
+                self.process.wait(timeout=grace)
+                break
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                continue
 
 
 def _lines(text: str) -> list[str]:
@@ -116,6 +127,9 @@ def test_the_prerequisites_the_quickstart_names_are_what_it_needs() -> None:
 
 
 def test_the_quickstart_runs_as_the_readme_shows(sandbox_tmp: Path) -> None:
+    with socket.socket() as probe:  # the quickstart serves on the README's address, in this machine's namespace
+        if probe.connect_ex(("127.0.0.1", 8765)) == 0:
+            pytest.fail("127.0.0.1:8765 is taken by another process: the quickstart's server cannot listen there")
     commands = console_commands("## Quickstart")
     assert commands[0][0].startswith("/usr/bin/python3 -m venv") and commands[-1][0] == "kill %1"
     clone = sandbox_tmp / "agents-supervise"
