@@ -54,7 +54,8 @@ class Shell:
         )
         self._chunks: queue.Queue[bytes] = queue.Queue()
         self.buffer = ""
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self._send("exec 2>&1\n")
 
     def _read(self) -> None:
@@ -106,6 +107,11 @@ class Shell:
                 break
             except subprocess.TimeoutExpired:
                 continue
+        assert self.process.stdin is not None and self.process.stdout is not None
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.close()
+        self._reader.join(timeout=30)
+        self.process.stdout.close()
 
 
 def _lines(text: str) -> list[str]:
