@@ -51,6 +51,17 @@ world plain {
   export murmur:tool/run@0.2.0;
 }
 
+world sleeper {
+  import wasi:filesystem/preopens@0.2.0;
+  import wasi:filesystem/types@0.2.0;
+  import wasi:sockets/instance-network@0.2.0;
+  import wasi:sockets/tcp-create-socket@0.2.0;
+  import wasi:sockets/tcp@0.2.0;
+  import wasi:cli/environment@0.2.0;
+  import wasi:clocks/monotonic-clock@0.2.0;
+  export murmur:tool/run@0.2.0;
+}
+
 world http {
   import wasi:http/outgoing-handler@0.2.0;
   export murmur:tool/run@0.2.0;
@@ -72,6 +83,22 @@ package murmur:tool@0.2.0 {
 package wasi:http@0.2.0 {
   interface outgoing-handler {
     handle: func() -> u32;
+  }
+}
+
+package wasi:io@0.2.0 {
+  interface poll {
+    resource pollable {
+      block: func();
+    }
+  }
+}
+
+package wasi:clocks@0.2.0 {
+  interface monotonic-clock {
+    use wasi:io/poll@0.2.0.{pollable};
+    type duration = u64;
+    subscribe-duration: func(when: duration) -> pollable;
   }
 }
 
@@ -154,6 +181,13 @@ _IMPORTS = f"""
   (import "cm32p2|wasi:cli/environment@0.2" "get-environment" (func $get_env (param i32)))
 """
 
+#: the clock imports of the ``sleeper`` world (besides the probe's)
+_CLOCK_IMPORTS = """
+  (import "cm32p2|wasi:clocks/monotonic-clock@0.2" "subscribe-duration" (func $subscribe (param i64) (result i32)))
+  (import "cm32p2|wasi:io/poll@0.2" "[method]pollable.block" (func $block (param i32)))
+  (import "cm32p2|wasi:io/poll@0.2" "pollable_drop" (func $pollable_drop (param i32)))
+"""
+
 #: Not the real wasi:http signature: the toolbox links no wasi:http at all, so any import of it is refused at load.
 _HTTP_IMPORT = '(import "cm32p2|wasi:http/outgoing-handler@0.2" "handle" (func (result i32)))'
 
@@ -205,6 +239,10 @@ class Spec:
     open_path: str = ""
     #: filler functions that make the component slow to compile (for the benchmark of the compile cache)
     bulk: int = 0
+    #: ``huge``: how many bytes of data it returns
+    size: int = 0
+    #: ``sleep``: how long it blocks in the host, in milliseconds
+    sleep_ms: int = 0
 
 
 class _Blob:
@@ -283,6 +321,13 @@ BEHAVIOURS = {
     "bigwrite": "(call $write_big)",
     # metadata := the component's whole environment
     "env": f"(call $get_env (i32.const {_RESULT + _METADATA}))",
+    # data := the spec's ``size`` bytes of 'x' (allocated on the heap: give it the memory)
+    "huge": "(call $huge (i32.const {size}))",
+    # block in the host for the spec's ``sleep_ms`` (wasi:clocks subscribe-duration, pollable.block: no guest code
+    # runs meanwhile), then write ``after-sleep.txt`` into the work folder (sleeper world only)
+    "sleep": """(call $sleep (i64.const {sleep_ns}))
+        (call $write_file (call $first_dir) (i32.const {after_at}) (i32.const {after_len})
+                          (i32.const {after_at}) (i32.const {after_len}))""",
 }
 
 _HELPERS = f"""
@@ -306,6 +351,12 @@ _HELPERS = f"""
     (i32.store8 (local.get $at) (local.get $some))
     (i32.store (i32.add (local.get $at) (i32.const 4)) (local.get $ptr))
     (i32.store (i32.add (local.get $at) (i32.const 8)) (local.get $len)))
+  ;; data := $size bytes of 'x'
+  (func $huge (param $size i32)
+    (local $p i32)
+    (local.set $p (call $realloc (i32.const 0) (i32.const 0) (i32.const 1) (local.get $size)))
+    (memory.fill (local.get $p) (i32.const 120) (local.get $size))
+    (call $set_opt (i32.const {_RESULT + _DATA}) (i32.const 1) (local.get $p) (local.get $size)))
   ;; option<string> at $at := Some(decimal of $n)
   (func $set_number (param $at i32) (param $n i32)
     (local $p i32) (local $end i32)
@@ -430,14 +481,22 @@ def component_wat(spec: Spec) -> str:
         "log": "a line from the component's log\n",
         "big": "big.bin",
         "wrote": "wrote",
+        "after": "after-sleep.txt",
     }
     where = {k: blob.string(v) for k, v in consts.items()}
-    body = BEHAVIOURS[spec.behaviour].format(log_at=where["log"][0], log_len=where["log"][1])
+    body = BEHAVIOURS[spec.behaviour].format(
+        log_at=where["log"][0],
+        log_len=where["log"][1],
+        size=spec.size,
+        sleep_ns=spec.sleep_ms * 1_000_000,
+        after_at=where["after"][0],
+        after_len=where["after"][1],
+    )
     writes = "".join(
         f"(call $write_file (call $first_dir) (i32.const {n}) (i32.const {nl}) (i32.const {c}) (i32.const {cl}))\n"
         for n, nl, c, cl in files.values()
     )
-    probe = spec.world == "probe"
+    probe = spec.world in ("probe", "sleeper")
     helpers = _HELPERS + (
         _PROBE_HELPERS.format(
             preopen_at=where["preopen"][0],
@@ -460,12 +519,23 @@ def component_wat(spec: Spec) -> str:
     assert blob.start + len(blob.data) < _HEAP, "static data overflows into the heap"
     filler = "".join(_filler(i) for i in range(spec.bulk))
     imports = _IMPORTS if probe else _HTTP_IMPORT if spec.world == "http" else ""
+    sleeper = ""
+    if spec.world == "sleeper":
+        imports += _CLOCK_IMPORTS
+        sleeper = """
+  (func $sleep (param $ns i64)
+    (local $p i32)
+    (local.set $p (call $subscribe (local.get $ns)))
+    (call $block (local.get $p))
+    (call $pollable_drop (local.get $p)))
+"""
     return f"""(module
   {imports}
   (memory (export "cm32p2_memory") 2)
   (data (i32.const {_RESULT}) "{_wat_bytes(record)}")
   (data (i32.const {blob.start}) "{_wat_bytes(bytes(blob.data))}")
   {helpers}
+  {sleeper}
   {filler}
   (func (export "cm32p2|murmur:tool/run@0.2|run") (param $dd i32) (param $dp i32) (param $dl i32)
       (param $ld i32) (param $lp i32) (param $ll i32) (result i32)

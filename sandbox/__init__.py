@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import ConfinementError, SandboxError
+from ._errors import ConfinementError, SandboxError, exception_leaves, first_leaf
 from ._plan import ConfinementPlan, FsRule, Rlimits
 from ._predicates import PathPredicate, PredicateError, parse_predicate, predicate_to_json
 
@@ -24,6 +24,8 @@ __all__ = [
     "check_path",
     "compile_predicate",
     "evaluate",
+    "exception_leaves",
+    "first_leaf",
     "landlock_abi",
     "parse_predicate",
     "predicate_to_json",

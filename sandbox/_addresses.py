@@ -5,10 +5,11 @@
 1. **Cloud metadata first** (:mod:`sandbox._metadata`): the address itself, and every IPv4 an IPv6 form carries
    (IPv4-mapped, -compatible, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``, 6to4, Teredo). Never dialled,
    whatever its class and whatever the policy opens (``private_networks``, an IP-literal entry, ``localhost``).
-2. Loopback only for the entries ``localhost``/``127.0.0.1``/``::1``; never the host's own non-loopback
-   addresses, link-local, multicast, unspecified, broadcast or reserved; private ranges only when the policy
-   opens them (or the entry is that very IP literal). IPv6 forms that carry an IPv4 are judged by every IPv4
-   they carry as well.
+2. Loopback only when the policy opens it to the toolbox (``AllowedHosts.loopback``) and only for the entries
+   ``localhost``/``127.0.0.1``/``::1``; never the host's own non-loopback addresses, link-local, multicast,
+   unspecified, broadcast or reserved; private ranges only when the policy opens them (``private_networks``; an
+   agent file's IP literal opens nothing). IPv6 forms that carry an IPv4 are judged by every IPv4 they carry as
+   well. A refusal names the policy key that would open it.
 
 Documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32) count as public: they
 never route on the internet, and the tests use them as "the internet".
@@ -26,7 +27,7 @@ from sandbox._metadata import metadata_address
 if TYPE_CHECKING:
     from sandbox._hosts import AllowedHosts, HostRule
 
-__all__ = ["address_verdict", "embedded_ipv4", "is_loopback_entry", "metadata_refusal"]
+__all__ = ["address_class", "address_verdict", "embedded_ipv4", "is_loopback_entry", "metadata_refusal"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -114,7 +115,9 @@ def embedded_ipv4(ip: IPAddress) -> list[tuple[str, ipaddress.IPv4Address]]:
     return found
 
 
-def _address_class(ip: IPAddress) -> str | None:
+def address_class(ip: IPAddress) -> str | None:
+    """The class of ``ip`` itself (``loopback``, ``private``, ``link-local``, ...; ``None``: public), not of the
+    IPv4 it may carry."""
     classes = _V4_CLASSES if isinstance(ip, ipaddress.IPv4Address) else _V6_CLASSES
     for name, nets in classes:
         if any(ip in net for net in nets):
@@ -150,8 +153,8 @@ def address_verdict(
     ``reason`` is empty when ``ok``; otherwise it names the address class in words an agent can act on.
     A cloud metadata address (or an IPv6 form carrying one) is refused first, whatever the rest says.
     IPv6 forms that carry IPv4 addresses are judged by every IPv4 they carry (all must pass) as well as by
-    their own class. Loopback passes only when ``entry`` is a loopback entry (localhost, 127.0.0.1, ::1); a
-    private address only when it lies in ``rules.private_networks`` or ``entry`` is that very IP literal;
+    their own class. Loopback passes only when the policy opens it (``rules.loopback``) and ``entry`` is a
+    loopback entry (localhost, 127.0.0.1, ::1); a private address only when it lies in ``rules.private_networks``;
     ``own_addresses`` (the host's non-loopback addresses) never pass. Link-local, multicast, unspecified,
     broadcast and reserved never pass.
     """
@@ -163,7 +166,7 @@ def address_verdict(
         judged: list[tuple[str, IPAddress]] = [(f"{carried[0][0]} {carried[0][1]}", carried[0][1])]
     else:
         judged = [("", ip)] + [(f"{form} {v4}", v4) for form, v4 in carried]
-        if carried and _address_class(ip) == "reserved":
+        if carried and address_class(ip) == "reserved":
             judged = judged[1:]  # 6to4/Teredo/compat live in reserved-looking blocks; their IPv4 decides
     for via, addr in judged:
         ok, reason = _single_verdict(addr, rules, entry, own_addresses)
@@ -175,13 +178,21 @@ def address_verdict(
 def _single_verdict(
     ip: IPAddress, rules: AllowedHosts, entry: HostRule | None, own_addresses: frozenset[IPAddress]
 ) -> tuple[bool, str]:
-    kind = _address_class(ip)
+    kind = address_class(ip)
     if kind == "loopback":
-        if is_loopback_entry(entry):
-            return True, ""
-        return False, f"{ip} is a loopback address; only the entries localhost, 127.0.0.1 or ::1 reach it"
+        if not is_loopback_entry(entry):
+            return False, f"{ip} is a loopback address; only the entries localhost, 127.0.0.1 or ::1 reach it"
+        if not rules.loopback:
+            return False, (
+                f"{ip} is the host's loopback, which the policy does not open to this toolbox (an agent file "
+                f"cannot open it); the operator's key that opens it: {rules.opener('allow_loopback')}: true"
+            )
+        return True, ""
     if ip in own_addresses:
-        return False, f"{ip} is an address of the supervisor's own host; use 'localhost' for local services"
+        return False, (
+            f"{ip} is an address of the supervisor's own host; use 'localhost' for local services, which the "
+            f"policy opens with {rules.opener('allow_loopback')}: true"
+        )
     if kind == "link-local":
         return False, f"{ip} is a link-local address and is never reachable"
     if kind in ("unspecified", "multicast", "broadcast", "reserved"):
@@ -189,9 +200,9 @@ def _single_verdict(
     if kind == "private":
         if any(ip in net for net in rules.private_networks if net.version == ip.version):
             return True, ""
-        if entry is not None and entry.kind == "ip" and entry.value == ip:
-            return True, ""
         return False, (
-            f"{ip} is in a private range; the policy must open that range (private_networks) or list the address itself"
+            f"{ip} is in a private range, which the policy does not open to this toolbox (an agent file, even "
+            f"naming the address, cannot open it); the operator's key that opens it: "
+            f"{rules.opener('allow_private_ranges')}: [{ipaddress.ip_network(ip)}] (or network.allow_private_ranges)"
         )
     return True, ""

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
 import stat
 from contextlib import contextmanager
@@ -62,11 +61,6 @@ MAX_DEPTH = 256
 
 
 _AT_EMPTY_PATH = 0x1000
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return LIBC
 
 
 class UnsafeTreeError(SandboxError):
@@ -269,7 +263,7 @@ def _reown_entries(dfd: int, old: int, uid: int, gid: int, dev: int, depth: int,
 
 def _fchown_path_fd(fd: int, uid: int, gid: int) -> None:
     """``fchownat(fd, "", uid, gid, AT_EMPTY_PATH)``: change the inode an ``O_PATH`` fd holds (a link itself)."""
-    if _libc().fchownat(fd, b"", uid, gid, _AT_EMPTY_PATH) != 0:
+    if LIBC.fchownat(fd, b"", uid, gid, _AT_EMPTY_PATH) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 

@@ -58,10 +58,12 @@ from sandbox._egress_decide import (
     default_resolve,
     limited_resolver,
     local_addresses,
+    no_own_ports,
     shown_host,
 )
 from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES
 from sandbox._egress_relay import RELAY_CHUNK_BYTES, tunnel
+from sandbox._errors import exception_leaves
 from sandbox._hosts import AllowedHosts, HostError, IPAddress, split_host_port
 
 __all__ = [
@@ -230,6 +232,7 @@ class _Connection:
             self.server.rules,
             resolve=self.server.resolve,
             own_addresses=self.server.own_addresses,
+            own_ports=self.server.own_ports,
         )
         if decision.verdict == "refused":
             raise _Refusal(403, decision.reason)
@@ -429,17 +432,8 @@ _EXPECTED = (_Refusal, _Quiet, trio.BrokenResourceError, trio.ClosedResourceErro
 
 def _single(group: BaseExceptionGroup) -> BaseException:
     """The one exception to handle for a group of expected connection errors (a refusal first); else the group."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        else:
-            leaves.append(exc)
-
-    walk(group)
-    if not leaves or not all(isinstance(e, _EXPECTED) for e in leaves):
+    leaves = exception_leaves(group)
+    if not all(isinstance(e, _EXPECTED) for e in leaves):
         return group
     refusals = [e for e in leaves if isinstance(e, _Refusal)]
     return refusals[0] if refusals else leaves[0]
@@ -456,6 +450,7 @@ class _Server:
     credentials: tuple[Credential, ...] = ()
     upstream_tls: ssl.SSLContext = field(default_factory=lambda: default_upstream_tls())
     terminator: Terminator | None = None
+    own_ports: Callable[[], frozenset[int]] = no_own_ports
 
 
 async def serve_egress(
@@ -469,6 +464,7 @@ async def serve_egress(
     credentials: tuple[Credential, ...] = (),
     upstream_tls: ssl.SSLContext | None = None,
     terminator: Terminator | None = None,
+    own_ports: Callable[[], frozenset[int]] = no_own_ports,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the proxy on ``listener_sock`` (a listening trio TCP socket) until cancelled.
@@ -481,7 +477,8 @@ async def serve_egress(
     bindings match (``on_decision`` records then name them, never their values); ``upstream_tls`` verifies the
     upstreams of ``https://`` requests (default: :func:`default_upstream_tls`, the system store; tests pass a
     context trusting their own CA, never one that skips verification). ``terminator`` (the supervisor's CA,
-    :class:`sandbox._tls_ca.SupervisorCA`) turns on the TLS-terminating mode for CONNECT.
+    :class:`sandbox._tls_ca.SupervisorCA`) turns on the TLS-terminating mode for CONNECT. ``own_ports``: the
+    supervisor's own listening ports (:class:`sandbox._egress_decide.OwnListeners`), never dialled on loopback.
     """
     server = _Server(
         rules,
@@ -493,6 +490,7 @@ async def serve_egress(
         tuple(credentials),
         upstream_tls or default_upstream_tls(),
         terminator,
+        own_ports,
     )
     listener = trio.SocketListener(listener_sock)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import psutil
@@ -22,6 +22,7 @@ from sandbox._metadata import metadata_name
 
 __all__ = [
     "Decision",
+    "OwnListeners",
     "Resolution",
     "ResolveError",
     "Resolver",
@@ -30,6 +31,7 @@ __all__ = [
     "default_resolve",
     "limited_resolver",
     "local_addresses",
+    "no_own_ports",
     "shown_host",
 ]
 
@@ -149,6 +151,29 @@ def shown_host(host: str | IPAddress) -> str:
     return f"[{host}]" if isinstance(host, ipaddress.IPv6Address) else str(host)
 
 
+def no_own_ports() -> frozenset[int]:
+    """The default of :func:`decide`'s ``own_ports``: the process serving the proxy listens on nothing."""
+    return frozenset()
+
+
+class OwnListeners:
+    """The TCP ports the supervisor itself listens on (its HTTP frontend), kept by their owners (``set``) and
+    asked by every egress decision that would dial the host's loopback (:meth:`ports`): no worker reaches them,
+    whatever the policy opens. The egress bridges are not among them: their sockets live in each worker's own
+    network namespace, never on the host's loopback."""
+
+    def __init__(self) -> None:
+        self._ports: dict[str, frozenset[int]] = {}
+
+    def set(self, owner: str, ports: Iterable[int]) -> None:
+        """Record the ports ``owner`` (a frontend) listens on now, replacing what it listened on before."""
+        self._ports[owner] = frozenset(ports)
+
+    def ports(self) -> frozenset[int]:
+        """Every port recorded."""
+        return frozenset(p for ports in self._ports.values() for p in ports)
+
+
 async def decide(
     host_text: str,
     port: int | None,
@@ -156,13 +181,15 @@ async def decide(
     *,
     resolve: Resolver = default_resolve,
     own_addresses: Callable[[], frozenset[IPAddress]] = local_addresses,
+    own_ports: Callable[[], frozenset[int]] = no_own_ports,
 ) -> Decision:
     """Normalise, match, resolve and filter ``host_text``:``port`` (``port=None``: any port, for DNS).
 
     A checkpoint when it resolves. The resolver is called only for names that matched a rule, so a refused
     name never leaves the supervisor; IP literals, ``localhost`` and metadata names are never looked up. A name
     whose CNAME chain leads to a name the rules do not allow (:meth:`AllowedHosts.cname_refusal`) is refused;
-    the addresses it resolves to are judged as always.
+    the addresses it resolves to are judged as always. A loopback address on a port of ``own_ports()`` (the
+    supervisor's own listening sockets) is refused whatever the policy opens.
     """
     try:
         host = normalize_host(host_text)
@@ -194,6 +221,12 @@ async def decide(
     reasons: list[str] = []
     for ip in candidates:
         ok, why = address_verdict(ip, rules, entry=entry, own_addresses=own)
+        if ok and ip.is_loopback and port is not None and port in own_ports():
+            ok = False
+            why = (
+                f"{shown_host(ip)}:{port} is a socket of the supervisor itself (its HTTP frontend): never "
+                "reachable from a worker, whatever the policy opens"
+            )
         if ok:
             allowed.append(ip)
         else:

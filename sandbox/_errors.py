@@ -6,12 +6,13 @@ The tree::
      └── SandboxError            anything this package raises on purpose
           └── ConfinementError   one confinement step could not be enforced; the worker never runs
 
-This module imports nothing from the package, so every other module can import it.
+This module imports nothing from the package, so every other module can import it. It also holds the one way to
+take an exception group apart (:func:`exception_leaves`, :func:`first_leaf`), used on both sides.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfinementError", "SandboxError"]
+__all__ = ["ConfinementError", "SandboxError", "exception_leaves", "first_leaf"]
 
 
 class SandboxError(Exception):
@@ -41,3 +42,15 @@ class ConfinementError(SandboxError):
         super().__init__(message)
         self.step = step
         self.errno = errno
+
+
+def exception_leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions that are not groups inside ``exc`` (nested groups walked depth first), or ``[exc]``."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return [exc]
+    return [leaf for inner in exc.exceptions for leaf in exception_leaves(inner)]
+
+
+def first_leaf(exc: BaseException) -> BaseException:
+    """``exc`` itself, or the first exception inside it when it is a (nested) exception group."""
+    return exception_leaves(exc)[0]

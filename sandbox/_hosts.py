@@ -282,6 +282,19 @@ class HostRule:
         """Whether ``port`` is in this rule's ports (``None``: any port is asked, which every rule allows)."""
         return port is None or self.ports is None or self.ports[0] <= port <= self.ports[1]
 
+    def covers(self, other: HostRule) -> bool:
+        """Whether every host and port ``other`` allows, this rule allows too (a policy's ceiling entry over an
+        agent file's entry): the same IP or name, or a name or ``*.``-pattern under this ``*.suffix``; ports within
+        this rule's (an entry without ports is covered only by a rule without ports)."""
+        if self.ports is not None and (
+            other.ports is None or not self.ports[0] <= other.ports[0] <= other.ports[1] <= self.ports[1]
+        ):
+            return False
+        if self.kind != "suffix" or other.kind == "ip":
+            return (self.kind, self.value) == (other.kind, other.value)
+        name = str(other.value)
+        return name.endswith("." + str(self.value)) or (other.kind == "suffix" and name == self.value)
+
     def matches(self, host: Host, port: int | None) -> bool:
         """Whether ``host`` (normalised) on ``port`` matches this rule; ``port=None`` ignores the rule's
         ports."""
@@ -316,25 +329,38 @@ def parse_cname_targets(entries: Iterable[str]) -> tuple[tuple[HostRule, ...], b
 
 @dataclass(frozen=True)
 class AllowedHosts:
-    """A toolbox's egress policy: its host rules, the private networks and the CNAME targets the policy opens.
+    """A toolbox's egress policy: its host rules, the address classes and the CNAME targets the policy opens.
 
     Attributes:
         rules: the parsed entries; empty means no network at all.
         private_networks: private/shared ranges (RFC 1918, CGNAT, ULA...) the policy lets the proxy dial for
-            any matching name. Only private ranges can be opened this way: cloud metadata, link-local, multicast,
-            reserved, unspecified and broadcast stay refused whatever the policy says.
+            any matching entry. Only private ranges can be opened this way: cloud metadata, link-local, multicast,
+            reserved, unspecified and broadcast stay refused whatever the policy says. No entry opens a range by
+            itself, not even that very IP literal: an agent file cannot reach past the policy.
         cname_rules: names an allowed name may be an alias (CNAME) of without being allowed themselves.
         cname_any: every CNAME target is accepted (the policy said ``*``); the addresses are still judged.
+        loopback: the policy opens the host's loopback to this toolbox: the entries ``localhost``, ``127.0.0.1``
+            and ``::1`` reach it (never a name that resolves there). Without it they reach nothing.
+        policy_key: where the policy opens this toolbox's address classes (``toolboxes.<agent>/<name>``), for
+            the refusals to name.
     """
 
     rules: tuple[HostRule, ...] = ()
     private_networks: tuple[IPNetwork, ...] = field(default=())
     cname_rules: tuple[HostRule, ...] = ()
     cname_any: bool = False
+    loopback: bool = False
+    policy_key: str = ""
 
     @classmethod
     def parse(
-        cls, entries: Iterable[str], *, private_networks: Iterable[str] = (), cname_targets: Iterable[str] = ()
+        cls,
+        entries: Iterable[str],
+        *,
+        private_networks: Iterable[str] = (),
+        cname_targets: Iterable[str] = (),
+        loopback: bool = False,
+        policy_key: str = "",
     ) -> AllowedHosts:
         """Parse ``AllowedHosts`` entries, CIDR strings and CNAME targets (:func:`parse_cname_targets`); raises
         :class:`HostError` naming the bad entry."""
@@ -346,7 +372,11 @@ class AllowedHosts:
             except ValueError:
                 raise HostError(f"{text!r} is not a network in CIDR form (like 10.0.0.0/8)") from None
         cname_rules, cname_any = parse_cname_targets(cname_targets)
-        return cls(rules, tuple(nets), cname_rules, cname_any)
+        return cls(rules, tuple(nets), cname_rules, cname_any, loopback, policy_key)
+
+    def opener(self, key: str) -> str:
+        """The policy key ``key`` of this toolbox (``toolboxes.<agent>/<name>.<key>``), for messages."""
+        return f"{self.policy_key or 'toolboxes.<agent>/<name>'}.{key}"
 
     def cname_refusal(self, target: str, port: int | None) -> str:
         """Why an allowed name may not be an alias of ``target`` on ``port``; empty when it may.

@@ -265,14 +265,10 @@ def _syscall_numbers() -> tuple[int, int, int] | None:
     return _SYSCALLS.get(os.uname().machine)
 
 
-def _libc() -> ctypes.CDLL:
-    return LIBC
-
-
-def _call(libc: ctypes.CDLL, nr: int, *args: object) -> tuple[int, int]:
+def _call(nr: int, *args: object) -> tuple[int, int]:
     """Make one system call; return ``(result, errno)`` where errno is that call's own (0 on success)."""
     ctypes.set_errno(0)
-    result = libc.syscall(ctypes.c_long(nr), *args)
+    result = LIBC.syscall(ctypes.c_long(nr), *args)
     return result, (ctypes.get_errno() if result == -1 else 0)
 
 
@@ -282,7 +278,7 @@ def landlock_abi() -> int:
     if numbers is None:
         return 0
     version = ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)
-    result, _ = _call(_libc(), numbers[0], None, ctypes.c_size_t(0), version)
+    result, _ = _call(numbers[0], None, ctypes.c_size_t(0), version)
     return max(result, 0)
 
 
@@ -331,10 +327,9 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
     if plan.abi < 1 or numbers is None:
         raise ConfinementError("Landlock is not available on this kernel", step="landlock")
     nr_create, nr_add, nr_restrict = numbers
-    libc = _libc()
     attr = _RulesetAttr(plan.handled_fs, plan.handled_net, plan.scoped)
     size = 24 if plan.abi >= 6 else 16 if plan.abi >= 4 else 8
-    ruleset_fd, err = _call(libc, nr_create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    ruleset_fd, err = _call(nr_create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset_fd < 0:
         raise _fail("create_ruleset", err)
     skipped: list[str] = []
@@ -358,7 +353,6 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
                     continue
                 rule = _PathBeneathAttr(access, fd)
                 result, err = _call(
-                    libc,
                     nr_add,
                     ctypes.c_int(ruleset_fd),
                     ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
@@ -372,7 +366,6 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
         for port in plan.connect_ports:
             net_rule = _NetPortAttr(NET_CONNECT_TCP, port)
             result, err = _call(
-                libc,
                 nr_add,
                 ctypes.c_int(ruleset_fd),
                 ctypes.c_int(LANDLOCK_RULE_NET_PORT),
@@ -381,7 +374,7 @@ def apply_ruleset(plan: RulesetPlan) -> list[str]:
             )
             if result < 0:
                 raise _fail(f"add_rule tcp port {port}", err)
-        result, err = _call(libc, nr_restrict, ctypes.c_int(ruleset_fd), ctypes.c_uint32(plan.restrict_flags))
+        result, err = _call(nr_restrict, ctypes.c_int(ruleset_fd), ctypes.c_uint32(plan.restrict_flags))
         if result < 0:
             raise _fail("restrict_self", err)
     finally:

@@ -26,6 +26,7 @@ __all__ = [
     "ATTR_NOEXEC",
     "ATTR_NOSUID",
     "ATTR_RDONLY",
+    "RESOLVE_BENEATH",
     "RESOLVE_NO_SYMLINKS",
     "attach",
     "attach_at",
@@ -48,13 +49,12 @@ _OPEN_TREE_CLONE, _AT_SYMLINK_NOFOLLOW, _AT_EMPTY_PATH, _AT_RECURSIVE = 1, 0x100
 _MOVE_MOUNT_F_EMPTY_PATH, _MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
 _FSCONFIG_SET_STRING, _FSCONFIG_SET_FD, _FSCONFIG_CMD_CREATE = 1, 5, 6
 ATTR_RDONLY, ATTR_NOSUID, ATTR_NODEV, ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
-_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x2, 0x4, 0x8
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x2, 0x4, 0x8
+#: no symlink and no magic link (``/proc/PID/fd/N``) anywhere on the path
 RESOLVE_NO_SYMLINKS = _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
 #: Overlay options that keep it a plain read-only window on its lowest layer: no redirects or metadata-only copies
 #: are followed (they would come from xattrs of the host's files), no index.
 _OVERLAY_OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"), ("index", "off"))
-
-_libc = LIBC
 
 
 def fail(what: str, err: int) -> ConfinementError:
@@ -64,7 +64,7 @@ def fail(what: str, err: int) -> ConfinementError:
 def syscall(what: str, number: int, *args: object) -> int:
     """``syscall(number, *args)``; a negative result raises :func:`fail` naming ``what``."""
     ctypes.set_errno(0)
-    result = _libc.syscall(ctypes.c_long(number), *args)
+    result = LIBC.syscall(ctypes.c_long(number), *args)
     if result < 0:
         raise fail(what, ctypes.get_errno())
     return int(result)
@@ -74,7 +74,7 @@ def openat2(dirfd: int, path: str, resolve: int, flags: int = os.O_PATH) -> int:
     """``openat2``; raises ``OSError`` (so callers can tell ``ENOENT`` apart)."""
     how = struct.pack("QQQ", flags | os.O_CLOEXEC, 0, resolve)
     ctypes.set_errno(0)
-    fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), path.encode(), how, ctypes.c_size_t(24))
+    fd = LIBC.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), path.encode(), how, ctypes.c_size_t(24))
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
@@ -83,7 +83,7 @@ def openat2(dirfd: int, path: str, resolve: int, flags: int = os.O_PATH) -> int:
 
 def open_beneath(root: int, path: str, flags: int = os.O_PATH) -> int:
     """Open ``path`` (absolute in the view) beneath ``root``, following no symlink."""
-    return openat2(root, path.lstrip("/") or ".", _RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, flags)
+    return openat2(root, path.lstrip("/") or ".", RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, flags)
 
 
 def set_attrs(fd: int, attrs: int, what: str, *, recursive: bool = True) -> None:

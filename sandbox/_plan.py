@@ -66,6 +66,9 @@ class ViewSpec:
     tmp_bytes: int = 64 << 20
     shm_bytes: int = 16 << 20
     system_paths: tuple[str, ...] = ()
+    #: folders shown at their own paths even when no rule shows them (then empty but for what rules put in them), so
+    #: a process can stand in them: the agent file's folder, where ``execute-command`` runs (docs/FILES.md)
+    directories: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class ConfinementPlan:
         if data.get("view") is not None:
             view = dict(data["view"])
             view["system_paths"] = tuple(view.get("system_paths", ()))
+            view["directories"] = tuple(view.get("directories", ()))
             data["view"] = ViewSpec(**view)
         return cls(**data)
 

@@ -34,10 +34,6 @@ MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 
 
-def _libc() -> ctypes.CDLL:
-    return LIBC
-
-
 def _check(result: int, what: str, step: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
@@ -48,9 +44,8 @@ def mount(
     source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None, *, step: str
 ) -> None:
     """``mount(2)``; :class:`ConfinementError` naming ``target`` when it fails."""
-    libc = _libc()
     ctypes.set_errno(0)
-    result = libc.mount(
+    result = LIBC.mount(
         source.encode() if source is not None else None,
         target.encode(),
         fstype.encode() if fstype is not None else None,
@@ -62,9 +57,8 @@ def mount(
 
 def enter_private_mounts(*, step: str) -> None:
     """Enter a new mount namespace and make every mount in it private (nothing propagates to the host)."""
-    libc = _libc()
     ctypes.set_errno(0)
-    _check(libc.unshare(ctypes.c_int(CLONE_NEWNS)), "unshare(CLONE_NEWNS)", step)
+    _check(LIBC.unshare(ctypes.c_int(CLONE_NEWNS)), "unshare(CLONE_NEWNS)", step)
     mount(None, "/", None, MS_REC | MS_PRIVATE, step=step)
 
 

@@ -17,6 +17,10 @@ import os
 import stat
 import sys
 import sysconfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 __all__ = ["python_runtime_paths", "uid_can_read", "uid_write_problem"]
 
@@ -56,11 +60,13 @@ def _runtime_paths() -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _allows(st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int]) -> bool:
+def _allows(st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int], groups: Collection[int] = ()) -> bool:
+    """The kernel's rule: the owner bits for the owner, else the group bits for a member of the file's group (its
+    primary ``gid`` or a supplementary one of ``groups``), else the other bits."""
     user_bit, group_bit, other_bit = bits
     if st.st_uid == uid:
         return bool(st.st_mode & user_bit)
-    if st.st_gid == gid:
+    if st.st_gid == gid or st.st_gid in groups:
         return bool(st.st_mode & group_bit)
     return bool(st.st_mode & other_bit)
 
@@ -69,7 +75,7 @@ _X = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
 _R = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
 
 
-def _ancestors_traversable(path: str, uid: int, gid: int) -> bool:
+def _ancestors_traversable(path: str, uid: int, gid: int, groups: Collection[int] = ()) -> bool:
     parts = path.split("/")[1:-1]
     current = "/"
     for name in ["", *parts]:
@@ -78,7 +84,7 @@ def _ancestors_traversable(path: str, uid: int, gid: int) -> bool:
             st = os.stat(current)
         except OSError:
             return False
-        if not stat.S_ISDIR(st.st_mode) or not _allows(st, uid, gid, _X):
+        if not stat.S_ISDIR(st.st_mode) or not _allows(st, uid, gid, _X, groups):
             return False
     return True
 
@@ -113,17 +119,20 @@ def _who(st: os.stat_result) -> str:
     return f"owner {st.st_uid}:{st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o}"
 
 
-def uid_write_problem(path: str, uid: int, gid: int, *, folder_too: bool = True) -> str | None:
-    """Why the classic permissions keep ``uid``/``gid`` (no supplementary groups) from writing ``path``, or
-    ``None`` when they do not. Mode bits only, like :func:`uid_can_read`; a missing ``path`` is fine when its
-    folder lets the uid create it. ``folder_too``: the folder must also let the uid create and remove files there
-    (SQLite's journal beside the database). uid 0 is never kept out.
+def uid_write_problem(
+    path: str, uid: int, gid: int, *, folder_too: bool = True, groups: Collection[int] = ()
+) -> str | None:
+    """Why the classic permissions keep ``uid``/``gid`` with the supplementary ``groups`` (the policy's
+    ``shared_groups`` of the worker) from writing ``path``, or ``None`` when they do not. Mode bits only, like
+    :func:`uid_can_read`; a missing ``path`` is fine when its folder lets the uid create it. ``folder_too``: the
+    folder must also let the uid create and remove files there (SQLite's journal beside the database). uid 0 is
+    never kept out.
     """
     if uid == 0:
         return None
     path = os.path.realpath(path)
     folder = os.path.dirname(path)
-    if not _ancestors_traversable(path, uid, gid):
+    if not _ancestors_traversable(path, uid, gid, groups):
         return f"a folder on the way to {path} does not let uid {uid} through (no search permission)"
     try:
         st = os.stat(path)
@@ -131,10 +140,10 @@ def uid_write_problem(path: str, uid: int, gid: int, *, folder_too: bool = True)
         st = None
     except OSError as exc:
         return f"{path} cannot be looked at: {exc.strerror}"
-    if st is not None and not (_allows(st, uid, gid, _R) and _allows(st, uid, gid, _W)):
+    if st is not None and not (_allows(st, uid, gid, _R, groups) and _allows(st, uid, gid, _W, groups)):
         return f"{path} is not readable and writable by uid {uid} ({_who(st)})"
     if folder_too or st is None:
         fst = os.stat(folder)
-        if not (_allows(fst, uid, gid, _W) and _allows(fst, uid, gid, _X)):
+        if not (_allows(fst, uid, gid, _W, groups) and _allows(fst, uid, gid, _X, groups)):
             return f"its folder {folder} does not let uid {uid} create files ({_who(fst)})"
     return None

@@ -30,6 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from labkit import Spec, build_components, describe_json, make_skill, skill_md, write_script  # noqa: E402
+from toolboxes._kinds import KINDS  # noqa: E402
 
 if TYPE_CHECKING:
     import random
@@ -115,19 +116,8 @@ API_SERVER = textwrap.dedent("""
     sys.stdin.read()
 """)
 
-#: (kind, weight) of the call mix.
-MIX = [
-    ("system", 2),
-    ("lua", 1),
-    ("sqlite", 1),
-    ("mcp", 1),
-    ("developer", 1),
-    ("bash", 1),
-    ("skill", 1),
-    ("openapi", 1),
-    ("postgrest", 1),
-    ("wasm", 1),
-]
+#: (kind, weight) of the call mix: every toolbox kind, System twice as often.
+MIX = [(kind, 2 if kind == "system" else 1) for kind in KINDS]
 
 
 @dataclass
@@ -164,7 +154,7 @@ class Lab:
             return kind, "developer_dev_patch_file", {"path": str(self.project / f"{nonce}.txt"), "patch": patch}, nonce
         if kind == "bash":
             return kind, "bash_echo", {"v": nonce}, nonce
-        if kind == "skill":
+        if kind == "skills":
             return kind, "skill_chaos-utils_echo", {"file": nonce}, nonce
         if kind == "openapi":
             return kind, "openapi_api_echo", {"text": nonce}, nonce
@@ -250,7 +240,7 @@ def _toolboxes(root: Path, api_port: int, kinds: frozenset[str]) -> dict[str, An
         ]
     if "bash" in kinds:
         sections["bashToolboxes"] = [{"tag": "FileSystemDirectory", "contents": {"Path": "./tools"}}]
-    if "skill" in kinds:
+    if "skills" in kinds:
         sections["skillSources"] = [{"tag": "SkillDirectory", "contents": "./skills"}]
         sections["autoEnableSkills"] = ["chaos-utils"]
     if "openapi" in kinds:
@@ -329,6 +319,8 @@ def lab(
             "landlock_min_abi": 6,
             "limits": {"wall_time_s": wall_time_s, "memory_bytes": "256MiB"},
             "supervision": {"crash_loop_cooldown_s": cooldown_s},
+            # the OpenAPI/PostgREST stand-in listens on the host's loopback, which only the policy opens
+            "network": {"allow_loopback": True},
         }
         if sessions:
             policy["sessions"] = sessions

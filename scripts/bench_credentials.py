@@ -83,7 +83,7 @@ def _proxy(port_out: multiprocessing.connection.Connection, server_port: int, ca
         port_out.send(sock.getsockname()[1])
         await serve_egress(
             sock,
-            AllowedHosts.parse(["127.0.0.1"]),
+            AllowedHosts.parse(["127.0.0.1"], loopback=True),
             on_decision=lambda record: None,
             own_addresses=frozenset,
             credentials=(cred,),

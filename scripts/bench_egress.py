@@ -59,7 +59,10 @@ def _proxy(port_out: multiprocessing.connection.Connection) -> None:
         sock.listen(512)
         port_out.send(sock.getsockname()[1])
         await serve_egress(
-            sock, AllowedHosts.parse(["127.0.0.1"]), on_decision=lambda record: None, own_addresses=frozenset
+            sock,
+            AllowedHosts.parse(["127.0.0.1"], loopback=True),
+            on_decision=lambda record: None,
+            own_addresses=frozenset,
         )
 
     trio.run(main)

@@ -15,6 +15,7 @@ raise into the supervisor.
 
 from __future__ import annotations
 
+from sandbox import first_leaf
 from toolboxes._result import ToolResult
 
 __all__ = ["PolicyRefused", "SupervisorError", "WorkerStartError", "execution_error", "first_leaf"]
@@ -25,13 +26,6 @@ def execution_error(message: str) -> ToolResult:
     the call ran past its wall time): the seed's ``PortalExecutionError`` kind in metadata ``portal_error``, as the
     portal's refusals carry theirs. A toolbox's own refusal is not one."""
     return ToolResult.error(message).with_meta("portal_error", "PortalExecutionError")
-
-
-def first_leaf(exc: BaseException) -> BaseException:
-    """``exc`` itself, or the first exception inside it when it is a (nested) exception group."""
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
 
 
 class SupervisorError(Exception):

@@ -335,7 +335,7 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
         sup.prune_sessions_now()
         keep_days = compiled.config.policy.sessions.keep_days
         outcome.applied.append(f"sessions kept {keep_days} days" if keep_days is not None else "sessions kept")
-    supervision = sup.supervision_policy()
+    supervision = compiled.supervision
     for key in plan.kept:  # kept workers restart (after a crash) under the new supervision settings
         by_key[key].supervision = supervision
     starting = replace(
@@ -344,7 +344,7 @@ async def reload_supervisor(sup: Any, nursery: trio.Nursery) -> ReloadOutcome:
         git_sources=[g for g in compiled.git_sources if (g.agent, g.toolbox) in fresh],
     )
     sup.source_errors = [e for e in sup.source_errors if (e.get("agent"), e.get("toolbox")) in plan.kept]
-    sup.source_errors += await prepare_git_sources(starting, sup.trace)
+    sup.source_errors += await prepare_git_sources(starting, sup.trace, sup.own_listeners.ports)
     runners: list[ToolboxRunner] = []
     for spec in compiled.specs:
         key = (spec.agent, spec.toolbox)

@@ -40,12 +40,13 @@ import sys
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
+from sandbox._egress_decide import OwnListeners
 from supervisor.agents import AgentRunner, AgentService
 from supervisor.calls import (
     AttachmentStore,
@@ -57,9 +58,12 @@ from supervisor.calls import (
     RegisteredTool,
     SessionLimits,
     ToolRegistry,
+    capped_output,
     checked_output,
+    could_serve,
     get_prompt,
     list_entries,
+    output_limit,
     read_resource,
 )
 from supervisor.config import AgentTree, LoadedConfig, expand_agents, load_config
@@ -81,7 +85,6 @@ from supervisor.workers import (
     LauncherSpawner,
     LimitWatch,
     Spawner,
-    SupervisionPolicy,
     ToolboxRunner,
     Worker,
     WorkerSpec,
@@ -92,6 +95,7 @@ from supervisor.workers import (
     preload_modules,
 )
 from toolboxes._catalog import KINDS
+from toolboxes._media import IMAGE_TYPES
 from toolboxes._result import ToolResult
 
 from ._errors import WorkerStartError, first_leaf
@@ -209,6 +213,8 @@ class Supervisor:
             validation=self._validation,
         )
         self.runners: list[ToolboxRunner] = []
+        #: the ports the supervisor itself listens on (its HTTP frontend sets them): never dialled by an egress proxy
+        self.own_listeners = OwnListeners()
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
         self.sessions = sessions
         #: frontends' session names -> root sessions of the store, per agent
@@ -255,6 +261,11 @@ class Supervisor:
             (s.agent, s.toolbox): spec_fingerprint(s) for s in compiled.specs
         }
         self._nursery: trio.Nursery | None = None
+        #: ``open(start=...)``: "all" starts every worker at once; "on_demand" only those the calls need
+        self.start_mode: Literal["all", "on_demand"] = "all"
+        #: (agent, toolbox) of the runners not started yet (``start_mode`` "on_demand"), and of those starting
+        self._unstarted: set[tuple[str, str]] = set()
+        self._starting: dict[tuple[str, str], trio.Event] = {}
         self._reloading = trio.Lock()
         self._next_prune = 0.0
         #: who makes workers' processes (``supervision.spawn``; :meth:`open` starts the zygote)
@@ -271,11 +282,16 @@ class Supervisor:
         *,
         agents: Sequence[str] = (),
         state_dir: str | None = None,
+        start: Literal["all", "on_demand"] = "all",
     ) -> AsyncIterator[Supervisor]:
         """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
 
         ``agents`` adds agent files to the policy's list; ``state_dir`` overrides the policy's state directory
-        (tests use it).
+        (tests use it). ``start="on_demand"`` starts no worker at first: a call of a tool not yet listed starts the
+        toolboxes that could serve it (by the naming rule, SPEC.md section 2; every toolbox of the caller's agent
+        when the rule cannot tell), and so does each call made through the portal in turn (a Lua toolbox's
+        ``tools.call``, a sub-agent's tools): what one call needs, not the whole policy (``agents-supervise call``).
+        Tools listings then show only the started toolboxes' tools.
 
         Raises, before any worker starts:
             ConfigError: the policy or an agent file does not load (``load_config``, ``expand_agents``), a bare
@@ -314,6 +330,7 @@ class Supervisor:
             raise
         http = _ModelHttp()
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
+        sup.start_mode = start
         sup.otel = otel
         sup.reload_source = (config.policy_file, list(agents), state_dir)
         trace.record(
@@ -399,11 +416,36 @@ class Supervisor:
                 self.trace.record("stale_cgroups_removed", groups=removed)
         for error in [*self.agent_load_errors, *self.toolbox_load_errors]:
             self.trace.record("load_error", **error)
-        self.source_errors = await prepare_git_sources(self.compiled, self.trace)
+        self.source_errors = await prepare_git_sources(self.compiled, self.trace, self.own_listeners.ports)
         self.set_auto_enabled()
         self.runners = [self.new_runner(spec) for spec in self.compiled.specs]
-        await self.start_runners(nursery, self.runners)
+        if self.start_mode == "on_demand":
+            self._unstarted = {r.key for r in self.runners}
+            self.portal.starter = self._start_on_demand
+        else:
+            await self.start_runners(nursery, self.runners)
         self._rebuild()
+
+    async def _start_on_demand(self, name: str, scope: str | None) -> None:
+        """Start the toolboxes of agent ``scope`` (any agent's when ``None``) not started yet that could serve the
+        tool ``name`` (:func:`~supervisor.calls.could_serve`; all of them when the rule names none), and wait until
+        they and those another call began starting for it are up; then the registry knows their tools."""
+        in_scope = [r for r in self.runners if scope in (None, r.spec.agent)]
+        serving = [r for r in in_scope if could_serve(r.spec.kind, r.spec.toolbox, name)] or in_scope
+        mine = [r for r in serving if r.key in self._unstarted]
+        others = [self._starting[r.key] for r in serving if r.key in self._starting]
+        for runner in mine:
+            self._unstarted.discard(runner.key)
+            self._starting[runner.key] = trio.Event()
+        try:
+            if mine and self._nursery is not None:
+                await self.start_runners(self._nursery, mine)
+                self._rebuild()
+        finally:
+            for runner in mine:
+                self._starting.pop(runner.key).set()
+        for event in others:
+            await event.wait()
 
     async def start_runners(self, nursery: trio.Nursery, runners: list[ToolboxRunner]) -> None:
         """Start ``runners`` in ``nursery`` at once, up to ``parallel_starts`` of them (more when the zygote forks
@@ -434,22 +476,11 @@ class Supervisor:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 self.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
 
-    def supervision_policy(self) -> SupervisionPolicy:
-        """The restart settings of the policy's ``supervision`` section."""
-        c = self.compiled
-        return SupervisionPolicy(
-            c.restart_backoff_initial_s,
-            c.restart_backoff_max_s,
-            c.crash_loop_max_restarts,
-            c.crash_loop_window_s,
-            c.crash_loop_cooldown_s,
-        )
-
     def new_runner(self, spec: WorkerSpec) -> ToolboxRunner:
         """A runner for ``spec`` under the policy's supervision settings (not started)."""
         return ToolboxRunner(
             spec,
-            self.supervision_policy(),
+            self.compiled.supervision,
             on_request=self._on_request,
             on_event=self._on_event,
             on_tools=self._on_tools,
@@ -459,7 +490,13 @@ class Supervisor:
     def _make_worker(self, spec: WorkerSpec, *, reuse: Sequence[CompiledSchema] = (), **kwargs: Any) -> Worker:
         """A worker of ``spec`` made by :attr:`spawner`, reusing ``reuse`` (its toolbox's last list) and every schema
         the other toolboxes' lists compiled (:attr:`schema_pool`)."""
-        return Worker(spec, reuse=[*reuse, *self.schema_pool.schemas()], spawner=self.spawner, **kwargs)
+        return Worker(
+            spec,
+            reuse=[*reuse, *self.schema_pool.schemas()],
+            spawner=self.spawner,
+            own_ports=self.own_listeners.ports,
+            **kwargs,
+        )
 
     # -- reloading ---------------------------------------------------------------------------------------------
     async def reload(self) -> ReloadOutcome:
@@ -564,7 +601,9 @@ class Supervisor:
                 agent=runner.spec.agent,
                 **{k: str(v) for k, v in err.items() if k in ("source", "message")},
             )
-        if len(self.runners) and all(r.worker is not None or r.failed_reason for r in self.runners):
+        if len(self.runners) and all(
+            r.worker is not None or r.failed_reason or r.key in self._unstarted for r in self.runners
+        ):
             self._rebuild()
 
     def _registered(self) -> dict[tuple[str, str], tuple[Any, ...]]:
@@ -611,7 +650,12 @@ class Supervisor:
 
     async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
         return await answer_worker_request(
-            self.portal, self.sessions, self.config.policy.sessions.introspection, worker, message
+            self.portal,
+            self.sessions,
+            self.config.policy.sessions.introspection,
+            worker,
+            message,
+            self.attachments.read,
         )
 
     def _record_call(
@@ -664,9 +708,12 @@ class Supervisor:
         return ValidationConfig(allow_extra_properties=v.allow_extra_properties, strict_mode=v.strict_mode)
 
     def _postprocess(self, tool: RegisteredTool, result: ToolResult) -> ToolResult:
+        result = capped_output(result, output_limit(tool, self.config.policy.limits.output_bytes))
         result = checked_output(tool, result)
         if result.attachments:
-            return self.attachments.store(tool.runner.spec.plan.workdir, result)
+            # seed 000's murmur:tool world: a component's attachments are images of the four types it lists
+            only = IMAGE_TYPES if tool.runner.spec.kind == "wasm" else None
+            return self.attachments.store(tool.runner.spec.plan.workdir, result, only=only)
         return result
 
     # -- the API frontends use ---------------------------------------------------------------------------------
@@ -789,10 +836,20 @@ class Supervisor:
         runs in that name's session with the agent whose tool it is (see :mod:`supervisor._frontend_sessions`).
         ``conversation_id`` and ``turn_id`` are the client's ids for this call; without them the call gets the
         session's conversation and a new turn. ``agent_scope``: the agent whose tool ``name`` is (a frontend session
-        bound to one agent); only that agent's tools exist for this caller. ``None``: the first agent (load order)
-        that has a tool of that name. ``progress``: called (on the trio loop, without blocking) with each
-        progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
+        bound to one agent); only that agent's tools exist for this caller. ``None``: the agent that has a tool of
+        that name; when several have one the call is refused, saying the name is ambiguous and which agents have it
+        (it never runs in whichever agent happens to be first). ``progress``: called (on the trio loop, without
+        blocking) with each progress update of the call (an MCP toolbox server's progress, a sub-agent's steps).
         """
+        if self.portal.starter is not None and self.registry.get(name, agent_scope) is None:
+            await self.portal.starter(name, agent_scope)  # started on demand: the name's agent is known after
+        if agent_scope is None and len(owners := self.registry.agents_with(name)) > 1:
+            return ToolResult.error(
+                f"Tool '{name}' is ambiguous: the agents {', '.join(owners)} each have a tool of that name. Name "
+                "the agent: a session bound to one (stdio --serve-agent SLUG, HTTP /agents/SLUG/mcp), "
+                "call --agent SLUG, or Supervisor.call(..., agent_scope=SLUG).",
+                summary="ambiguous tool name",
+            ).with_meta("ambiguous_tool", ", ".join(owners))
         try:
             tool = self.registry.get(name, agent_scope)
             agent = tool.namespace if tool is not None else (agent_scope or "")

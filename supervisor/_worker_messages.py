@@ -12,18 +12,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from supervisor.calls import CallOrigin
+from supervisor.calls import CallOrigin, media_response
 from supervisor.plan import kind_plan
 from supervisor.sessions import answer_host_request
 from supervisor.traces import strict_json
 from toolboxes._progress import parse_progress_event
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from supervisor.calls import Portal
     from supervisor.config import Introspection
     from supervisor.sessions import SessionStore
     from supervisor.traces import TraceRecorder
     from supervisor.workers import Worker
+    from toolboxes._result import Attachment
 
 __all__ = ["answer_worker_request", "record_worker_event"]
 
@@ -67,9 +70,11 @@ async def answer_worker_request(
     introspection: Introspection,
     worker: Worker,
     message: dict[str, Any],
+    read_attachment: Callable[[Attachment], bytes] | None = None,
 ) -> dict[str, Any]:
     """The answer to a portal or host request ``worker`` made from one of its calls in flight (``{"result": ...}``
-    or ``{"error": why}``); never raises for a malformed request."""
+    or ``{"error": why}``); never raises for a malformed request. A portal call's attachments reach the worker
+    with their bytes (``calls.media_response``) when ``read_attachment`` reads the store."""
     origin = worker.origins.get(message.get("call"))  # type: ignore[arg-type]
     if not isinstance(origin, CallOrigin):
         return {"error": "request names no call in flight; portal and host requests are made from a call"}
@@ -90,6 +95,8 @@ async def answer_worker_request(
         result, trace_id = await portal.call_traced(tool, args if args is not None else {}, inner)
         if trace_id:  # the seed's ToolResult.resultTraceId (Lua's tools.call result), first of its key
             result = replace(result, metadata=[("trace_id", trace_id), *result.metadata])
+        if read_attachment is not None and result.attachments:
+            result = media_response(result, read_attachment)
         return {"result": result.to_wire()}
     if kind_plan(worker.spec.kind).host_requests:
         # The scope and limits come from the supervisor's copy of the toolbox's config, never the worker's.

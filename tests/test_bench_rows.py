@@ -203,6 +203,7 @@ async def test_the_stdio_floor_relay_answers_both_clients() -> None:
     assert figures["relay"]["calls_per_s"] > 0
 
 
+@pytest.mark.root
 def test_the_folders_a_benchmark_made_are_removed_and_no_others() -> None:
     from _bench_common import BENCH_ROOT, bench_folder, remove_bench_folders
 

@@ -22,7 +22,17 @@ import json
 import re
 from typing import Literal
 
-__all__ = ["IMAGE_TYPES", "MediaClass", "canonical", "class_of", "is_textual", "mismatch", "sniff", "sniff_file"]
+__all__ = [
+    "IMAGE_TYPES",
+    "MediaClass",
+    "canonical",
+    "class_of",
+    "file_media_type",
+    "is_textual",
+    "mismatch",
+    "sniff",
+    "sniff_file",
+]
 
 MediaClass = Literal["images", "audio", "files"]
 
@@ -40,8 +50,9 @@ _ALIASES = {
     "audio/x-m4a": "audio/mp4",
     "application/x-zip-compressed": "application/zip",
 }
-#: Images that reach a model or a client as image content.
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml")
+#: Images that reach a model or a client as image content: seed 000's attachment types (the ``murmur:tool`` world's
+#: ``attachment.media-type``). An SVG is passed as what it is, a text document (``image/svg+xml``), never as an image.
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _TEXT_TYPES = ("application/json", "application/xml", "image/svg+xml")
 _SVG_ACTIVE = re.compile(
     rb"<\s*script|<\s*foreignobject|\son[a-z]+\s*=|javascript\s*:|<!doctype|<!entity", re.IGNORECASE
@@ -189,16 +200,60 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+#: Text types a file's name tells apart when its content is text (the seed's ``TextSubtype``, JSON, XML).
+_TEXT_BY_EXTENSION = {
+    "csv": "text/csv",
+    "html": "text/html",
+    "htm": "text/html",
+    "css": "text/css",
+    "md": "text/markdown",
+    "markdown": "text/markdown",
+    "xml": "application/xml",
+    "json": "application/json",
+    "txt": "text/plain",
+}
+
+
+def _extension(name: str) -> str:
+    base = name.rsplit("/", 1)[-1]
+    stem, dot, ext = base.rpartition(".")
+    return ext.lower() if dot and stem else ""
+
+
 def sniff_file(data: bytes) -> str:
-    """The type of a whole file's content: a signature, else SVG, JSON or plain text when it reads as such, else
-    ``application/octet-stream``."""
+    """The type of a whole file's content alone: :func:`file_media_type` without a name, and
+    ``application/octet-stream`` for content of no known type."""
+    return file_media_type(data, "") or "application/octet-stream"
+
+
+def file_media_type(data: bytes, name: str) -> str | None:
+    """The type a user expects of a file named ``name`` holding ``data`` (``None``: none of the seed's types).
+
+    The content decides: a signature (a ``.png`` holding a GIF is a GIF; the name never overrides the bytes), else
+    SVG, else text. The name refines only what the content cannot tell: an ISO media file is QuickTime
+    (``video/quicktime``) by its ``qt`` brand or a ``.mov`` name, audio by a ``.m4a`` name, else ``video/mp4``; text
+    is ``text/csv``, ``text/html``, ``text/css``, ``text/markdown``, ``application/xml`` or ``application/json`` by
+    its extension when it is that (XML starts like XML, JSON parses), else JSON when it parses as an object or
+    array, else ``text/plain``. Binary content without a known signature is ``None`` (attach-file's
+    ``UnsupportedFileTypeError``)."""
+    ext = _extension(name)
     found = sniff(data[:64])
+    if found is None and _SIGNATURES["video/quicktime"](data[:64]):
+        found = "video/quicktime"  # a QuickTime file from before the ftyp box
+    if found == "video/mp4":
+        if data[8:12] == b"qt  " or ext == "mov":
+            return "video/quicktime"
+        if data[8:12] in (b"M4A ", b"M4B ") or ext == "m4a":
+            return "audio/mp4"
     if found is not None:
         return found
     if _text(data) is None:
-        return "application/octet-stream"
+        return None
     if re.match(rb"<svg[\s>/]", data[_XML_PROLOG.match(data).end() :]):  # type: ignore[union-attr]
         return "image/svg+xml"  # active content or not: mismatch() then refuses what must be refused
+    by_name = _TEXT_BY_EXTENSION.get(ext)
+    if by_name is not None and mismatch(by_name, data) is None:
+        return by_name
     if mismatch("application/json", data) is None and data.strip()[:1] in (b"{", b"["):
         return "application/json"
     return "text/plain"

@@ -32,7 +32,6 @@ launcher; they are not this module's concern.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
 import signal
@@ -40,6 +39,8 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+
+from sandbox._libc import LIBC
 
 __all__ = ["KILL_WAIT_S", "Reaper", "Spawned"]
 
@@ -115,10 +116,8 @@ class Reaper:
         self._closed = False
         self._devnull_fd: int | None = None
         self._proc_ok = _proc_is_ours()
-        if subreaper:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-                self._subreaper = False
+        if subreaper and LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            self._subreaper = False
         #: PID 1 of a PID namespace: every other process of the namespace descends from this one, so whenever no
         #: script runs, every other process is a leftover to wipe (no /proc needed).
         self.wipe_when_idle = subreaper and os.getpid() == 1

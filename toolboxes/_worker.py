@@ -8,7 +8,8 @@ The launcher calls :func:`main` with the payload of the plan once the process is
    that read it, which first hands the reading to another thread (tools marked ``inline`` run without that hand-off,
    while reading waits); ``cancel`` cancels a call's context and answers it at once with an ``error`` result,
    ``reply`` answers a pending portal/host request, ``shutdown`` or EOF ends the loop; at most
-   ``max_concurrent_calls`` calls run at once, later ones wait in order;
+   ``max_concurrent_calls`` calls run at once, later ones wait in order; every result is held to the policy's
+   ``limits.output_bytes`` before it is sent (``toolboxes._output_cap``);
 3. on exit closes the toolbox (which kills its child processes) and exits.
 
 Frames are written whole under a lock, so results from several threads never interleave. A protocol violation from
@@ -27,6 +28,7 @@ from typing import Any
 
 from ._atomic import sweep_temporaries
 from ._kinds import KINDS
+from ._output_cap import cap_output
 from ._protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode
 from ._result import ToolResult
 from ._serving import LeaderFollowers
@@ -155,7 +157,11 @@ _CATALOG_METHODS = {"resources": "resources", "resource_templates": "resource_te
 _OPS = {"read_resource": "read_resource", "get_prompt": "get_prompt"}
 
 
-def _run_call(toolbox: Toolbox, channel: _Channel, ctx: CallContext, args: dict[str, Any]) -> None:
+def _run_call(
+    toolbox: Toolbox, channel: _Channel, ctx: CallContext, args: dict[str, Any], output_bytes: int | None
+) -> None:
+    """Run one call and send its result, held to ``output_bytes`` (``limits.output_bytes``: every kind's result,
+    :mod:`toolboxes._output_cap`)."""
     op = ctx.extra.get("op")
     try:
         if op is None:
@@ -169,6 +175,10 @@ def _run_call(toolbox: Toolbox, channel: _Channel, ctx: CallContext, args: dict[
     except Exception as exc:  # a bug in a toolbox ends one call, not the worker
         traceback.print_exc(file=sys.stderr)
         result = ToolResult.error(f"internal error in tool {ctx.tool}: {type(exc).__name__}: {exc}")
+    try:
+        result = cap_output(result, output_bytes)
+    except (TypeError, ValueError) as exc:  # a structured value JSON cannot carry: the call fails, not the worker
+        result = ToolResult.error(f"tool {ctx.tool} returned a result that cannot be sent: {exc}")
     channel.send_result(ctx.call_id, result)
 
 
@@ -221,6 +231,8 @@ def main(payload: dict[str, Any]) -> None:
     channel._tools_changed_cb = lambda: announce("tools_changed")
     announce("hello")
 
+    raw_limit = (payload.get("limits") or {}).get("output_bytes")
+    output_bytes = raw_limit if isinstance(raw_limit, int) and raw_limit > 0 else None
     decoder = FrameDecoder("to_worker")
     Job = tuple[CallContext, dict[str, Any]]
 
@@ -257,7 +269,7 @@ def main(payload: dict[str, Any]) -> None:
                 with channel.calls_lock:
                     channel.calls[ctx.call_id] = ctx
                 if spec is not None and spec.inline:
-                    _run_call(toolbox, channel, ctx, args)
+                    _run_call(toolbox, channel, ctx, args, output_bytes)
                 else:
                     jobs.append((ctx, args))
             elif kind == "cancel":
@@ -275,7 +287,7 @@ def main(payload: dict[str, Any]) -> None:
     def run(job: Job) -> None:
         ctx, args = job
         if not ctx.cancelled.is_set():  # a call cancelled while it waited in the queue was answered already
-            _run_call(toolbox, channel, ctx, args)
+            _run_call(toolbox, channel, ctx, args, output_bytes)
 
     # The thread that reads a call runs it (toolboxes/_serving.py); this thread only waits for the end, so that
     # SIGTERM/SIGINT (delivered to the main thread) end the worker at once whatever the others are doing.

@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
+from toolboxes._media import IMAGE_TYPES
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -20,8 +22,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MODEL_IMAGE_TYPES", "attachment_label", "image_parts"]
 
-#: The image types OpenAI-compatible chat endpoints take as ``image_url`` data URLs.
-MODEL_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+#: The image types OpenAI-compatible chat endpoints take as ``image_url`` data URLs: seed 000's image types.
+MODEL_IMAGE_TYPES = IMAGE_TYPES
 
 
 def attachment_label(a: Attachment) -> str:

@@ -5,41 +5,46 @@ The worker is untrusted, so the supervisor opens the file itself, beneath the wo
 climbs out and any absolute path, and ``O_NOFOLLOW | O_NONBLOCK`` plus an ``fstat`` refuse anything but a regular
 file (a FIFO cannot stall the supervisor). It then checks the content against the declared media type
 (``toolboxes/_media.mismatch``: leading bytes of binary types, UTF-8/JSON/SVG rules for text types) and the size
-against the limit of the type's class (``context.images``, ``context.audio``, ``context.files`` ``.max_bytes``), and
-stores the bytes once, by sha256, under ``<state_dir>/attachments/``. A refused attachment is dropped and a note
-saying why is added to the result; the result's status never changes because of an attachment. Temporary files of
-a store interrupted by a kill are removed when the store opens again.
+against the limit of the type's class (``context.images``, ``context.audio``, ``context.files`` ``.max_bytes``) and
+what is left of ``context.max_total_bytes`` for the result (all its attachments together: what a client gets inline
+from one call is bounded, whatever the kind; ``limits.output_bytes`` bounds the text), and stores the bytes once, by
+sha256, under ``<state_dir>/attachments/``. A refused attachment is dropped and a note saying why is added to the
+result; the result's status never changes because of an attachment. Temporary files of a store interrupted by a kill
+are removed when the store opens again.
 """
 
 from __future__ import annotations
 
-import ctypes
+import base64
 import errno
 import hashlib
+import json
 import os
 import stat
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sandbox._mount_api import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, openat2
 from toolboxes._atomic import atomic_write, sweep_temporaries
 from toolboxes._media import canonical, class_of, mismatch, sniff
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from toolboxes._result import Attachment, ToolResult
 
-__all__ = ["AttachmentRefused", "AttachmentStore", "media_type_of", "open_beneath"]
+__all__ = [
+    "MAX_WORKER_MEDIA_BYTES",
+    "AttachmentRefused",
+    "AttachmentStore",
+    "media_response",
+    "media_type_of",
+    "open_beneath",
+]
 
-_SYS_OPENAT2 = 437  # same number on x86-64 and aarch64
-_RESOLVE_NO_MAGICLINKS = 0x02
-_RESOLVE_NO_SYMLINKS = 0x04
-_RESOLVE_BENEATH = 0x08
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
+#: The most attachment bytes one portal reply to a worker carries (as base64, a third more); an attachment past
+#: it comes without ``mediaBase64Data`` and with a ``note`` saying so.
+MAX_WORKER_MEDIA_BYTES = 16 << 20
 
 
 class AttachmentRefused(Exception):
@@ -54,22 +59,17 @@ def open_beneath(root: str, relpath: str) -> int:
         raise AttachmentRefused("the path must be relative to the work folder, not absolute")
     dirfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        how = _OpenHow(
-            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-            0,
-            _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
+        return openat2(
+            dirfd, relpath, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
         )
-        fd = _libc.syscall(_SYS_OPENAT2, dirfd, relpath.encode(), ctypes.byref(how), ctypes.sizeof(how))
-        if fd < 0:
-            err = ctypes.get_errno()
-            if err == errno.EXDEV:
-                raise AttachmentRefused("the path leaves the work folder")
-            if err == errno.ELOOP:
-                raise AttachmentRefused("the path goes through a symbolic link")
-            if err == errno.ENOENT:
-                raise AttachmentRefused("the file does not exist in the work folder")
-            raise AttachmentRefused(f"the file cannot be opened: {os.strerror(err)}")
-        return fd
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            raise AttachmentRefused("the path leaves the work folder") from exc
+        if exc.errno == errno.ELOOP:
+            raise AttachmentRefused("the path goes through a symbolic link") from exc
+        if exc.errno == errno.ENOENT:
+            raise AttachmentRefused("the file does not exist in the work folder") from exc
+        raise AttachmentRefused(f"the file cannot be opened: {exc.strerror}") from exc
     finally:
         os.close(dirfd)
 
@@ -98,32 +98,42 @@ class AttachmentStore:
         with open(self.path_of(attachment.sha256), "rb") as f:
             return f.read()
 
-    def accept(self, workdir: str, attachment: Attachment) -> Attachment:
-        """Check and store one attachment; raises :class:`AttachmentRefused`."""
+    def accept(
+        self, workdir: str, attachment: Attachment, only: tuple[str, ...] | None = None, room: int | None = None
+    ) -> Attachment:
+        """Check and store one attachment (``only``: the media types the toolbox may attach; ``None``: any; ``room``:
+        what is left of the result's ``context.max_total_bytes``, ``None``: no total); raises
+        :class:`AttachmentRefused`."""
         media_type = canonical(attachment.media_type)
         if not media_type or "/" not in media_type:
             raise AttachmentRefused(f"{attachment.media_type!r} is not a media type")
+        if only is not None and media_type not in only:
+            raise AttachmentRefused(
+                f"{attachment.media_type!r} is not an attachment type of this toolbox (the murmur:tool world's "
+                f"attachments are images: {', '.join(only)})"
+            )
         media_class = class_of(media_type)
         limit = self.limits[media_class]
+        limit_name = f"the limit of {limit} for {media_class} (context.{media_class}.max_bytes)"
+        if room is not None and room < limit:
+            limit = room
+            limit_name = (
+                f"the {room} bytes left of the result's limit of {self.limits.get('total')} for all its "
+                "attachments together (context.max_total_bytes)"
+            )
         fd = open_beneath(workdir, attachment.path)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise AttachmentRefused("it is not a regular file")
             if st.st_size > limit:
-                raise AttachmentRefused(
-                    f"it is {st.st_size} bytes, more than the limit of {limit} for "
-                    f"{media_class} (context.{media_class}.max_bytes)"
-                )
+                raise AttachmentRefused(f"it is {st.st_size} bytes, more than {limit_name}")
             chunks = []
             size = 0
             while chunk := os.read(fd, 1 << 20):
                 size += len(chunk)
                 if size > limit:
-                    raise AttachmentRefused(
-                        f"it is more than the limit of {limit} bytes for {media_class} "
-                        f"(context.{media_class}.max_bytes)"
-                    )
+                    raise AttachmentRefused(f"it is more than {limit_name}")
                 chunks.append(chunk)
         finally:
             os.close(fd)
@@ -139,13 +149,16 @@ class AttachmentStore:
             atomic_write(target, data, 0o600, fsync=False)
         return replace(attachment, media_type=media_type, sha256=digest, size=len(data))
 
-    def store(self, workdir: str, result: ToolResult) -> ToolResult:
-        """Accept every attachment of ``result``; refused ones are replaced by a note. Status is unchanged."""
+    def store(self, workdir: str, result: ToolResult, *, only: tuple[str, ...] | None = None) -> ToolResult:
+        """Accept every attachment of ``result`` (``only``: the media types the toolbox may attach); refused ones
+        are replaced by a note. Status is unchanged."""
         kept: list[Attachment] = []
         notes: list[str] = []
+        total = self.limits.get("total")
         for a in result.attachments:
             try:
-                kept.append(self.accept(workdir, a))
+                room = None if total is None else total - sum(k.size or 0 for k in kept)
+                kept.append(self.accept(workdir, a, only, room))
             except AttachmentRefused as exc:
                 notes.append(f"[attachment {a.path!r} refused: {exc}]")
             except OSError as exc:
@@ -156,3 +169,43 @@ class AttachmentStore:
             for n in notes:
                 result.metadata.append(("attachment_refused", n))
         return result
+
+
+def _media_attachment(a: Attachment, read: Callable[[Attachment], bytes], budget: list[int]) -> dict[str, Any]:
+    part: dict[str, Any] = {"mediaMimeType": a.media_type}
+    size = a.size if a.size is not None else 0
+    if size > budget[0]:
+        part["note"] = f"its {size} bytes are past what one reply to a worker carries ({MAX_WORKER_MEDIA_BYTES})"
+    else:
+        try:
+            part["mediaBase64Data"] = base64.b64encode(read(a)).decode("ascii")
+            budget[0] -= size
+        except (OSError, KeyError):
+            part["note"] = "its stored bytes are no longer available"
+    part["mediaFilename"] = a.name or a.path.rsplit("/", 1)[-1]
+    return part
+
+
+def media_response(result: ToolResult, read: Callable[[Attachment], bytes]) -> ToolResult:
+    """``result`` as a worker that called the tool through the portal gets it (a Lua ``tools.call``).
+
+    With stored attachments and no structured value of its own, its data is the seed's ``UserToolResponse``
+    carrying the bytes: a ``MediaResponse`` when the tool said nothing besides (no ``data``: the seed's
+    ``MediaAttachment`` object ``{"mediaMimeType", "mediaBase64Data", "mediaFilename"}``, as the seed's attach-file
+    returns), else a ``MixedResponse`` (a list of ``{"text": ...}`` and ``MediaAttachment`` parts). ``structured``
+    holds the same value, so Lua sees a table. Any other result is returned unchanged. Frontends never get this
+    form: their clients get the attachments as media content (``frontends/_mcp_content.py``)."""
+    stored = [a for a in result.attachments if a.sha256]
+    if not stored or result.structured is not None:
+        return result
+    budget = [MAX_WORKER_MEDIA_BYTES]
+    parts = [_media_attachment(a, read, budget) for a in stored]
+    value: Any = (
+        parts[0]
+        if result.data is None and len(parts) == 1
+        else [
+            *([{"text": result.data}] if result.data else []),
+            *parts,
+        ]
+    )
+    return replace(result, data=json.dumps(value), structured=value)

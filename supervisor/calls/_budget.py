@@ -180,10 +180,11 @@ class BudgetPolicy:
         default = BudgetLimits(base.model_requests, base.tool_calls, base.wall_time_s, "budget")
         tenants: dict[str, BudgetLimits] = {}
         for name, tenant in policy.tenants.items():
-            written = tenant.budget.model_fields_set
-            if written:
-                values = {k: getattr(tenant.budget if k in written else base, k) for k in _UNITS}
-                tenants[name] = BudgetLimits(**values, source=f"tenants.{name}.budget")
+            if tenant.budget.model_fields_set:
+                own = tenant.budget.applied_to(base)
+                tenants[name] = BudgetLimits(
+                    own.model_requests, own.tool_calls, own.wall_time_s, source=f"tenants.{name}.budget"
+                )
         return cls(default, tenants)
 
     def limits(self, tenant: str) -> BudgetLimits:

@@ -220,6 +220,10 @@ class Portal:
     #: the seed's ``ValidationConfig`` of a tool (the policy's ``validation``), asked only for arguments that
     #: failed the strict check; ``None``: strict for every tool
     validation: Callable[[RegisteredTool], ValidationConfig] | None = None
+    #: awaited with (tool name, the caller's agent scope) before a call of a name the registry does not know: a
+    #: supervisor that starts toolboxes only as calls need them (``Supervisor.open(start="on_demand")``) starts
+    #: those that could serve it; ``None``: every toolbox runs already
+    starter: Callable[[str, str | None], Awaitable[None]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     #: sessions with a call running; the call counts of idle ones only matter under ``max_calls`` and are kept
     #: until the session is closed (:meth:`forget_session`), at most for the most recent
@@ -349,7 +353,10 @@ class Portal:
 
     async def call_traced(self, name: str, args: Any, origin: CallOrigin) -> tuple[ToolResult, str]:
         """:meth:`call`, also answering the call's trace id (its ``call_id`` in the trace; ``""`` when the call
-        was refused before it was dispatched, which only a ``portal_refusal`` record shows)."""
+        was refused before it was dispatched, which only a ``portal_refusal`` record shows). With a
+        :attr:`starter`, a name the registry does not know first has the toolboxes that could serve it started."""
+        if self.starter is not None and self.registry.get(name, origin.agent_scope) is None:
+            await self.starter(name, origin.agent_scope)
         checked = self.check(name, args, origin)
         if isinstance(checked, ToolResult):
             return checked, ""

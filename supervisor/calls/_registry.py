@@ -217,6 +217,11 @@ class ToolRegistry:
             return self.tools.get(name)
         return self.namespaces.get(agent, {}).get(name)
 
+    def agents_with(self, name: str) -> list[str]:
+        """The agents (load order) whose space holds a tool ``name``: more than one makes the name ambiguous for a
+        caller that names no agent."""
+        return [agent for agent, tools in self.namespaces.items() if name in tools]
+
     def names(self, agent: str | None = None) -> list[str]:
         """The names served in ``agent``'s space (``None``: what a caller bound to no agent finds)."""
         return list(self.tools if agent is None else self.namespaces.get(agent, {}))

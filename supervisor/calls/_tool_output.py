@@ -1,4 +1,7 @@
-"""A tool result checked against the tool's output schema, without I/O.
+"""A tool result held to the output limit and checked against the tool's output schema, without I/O.
+
+:func:`capped_output` is the supervisor's backstop of ``limits.output_bytes`` (``toolboxes._output_cap``): every
+result the portal hands back, from any kind of toolbox and from sub-agents, is cut there, whatever its worker did.
 
 A tool whose toolbox declares an ``output_schema`` (an MCP server's own ``outputSchema``) promises that every
 result that passed carries a ``structured`` value matching it: MCP clients rely on that (the official SDK client
@@ -12,12 +15,31 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from toolboxes._output_cap import OUTPUT_LIMIT_KEY, TRUNCATED_KEY, cap_output
 from toolboxes._result import ToolResult
 
 if TYPE_CHECKING:
     from ._registry import RegisteredTool
 
-__all__ = ["checked_output"]
+__all__ = ["capped_output", "checked_output", "output_limit"]
+
+
+def output_limit(tool: RegisteredTool, default: int | None) -> int | None:
+    """The ``limits.output_bytes`` of ``tool``'s toolbox (its worker's plan), else ``default`` (the policy's, for
+    a sub-agent's tool)."""
+    plan = getattr(tool.runner.spec, "plan", None)
+    limits = plan.payload.get("limits") if plan is not None else None
+    value = limits.get("output_bytes") if isinstance(limits, dict) else None
+    return value if isinstance(value, int) and value > 0 else default
+
+
+def capped_output(result: ToolResult, max_bytes: int | None) -> ToolResult:
+    """``result`` held to ``max_bytes`` (:func:`toolboxes._output_cap.cap_output`); a structured value JSON cannot
+    carry makes the call an ``error`` saying so."""
+    try:
+        return cap_output(result, max_bytes)
+    except (TypeError, ValueError) as exc:
+        return ToolResult.error(f"the tool's result cannot be sent: its structured value is not JSON ({exc})"[:2000])
 
 
 def checked_output(tool: RegisteredTool, result: ToolResult) -> ToolResult:
@@ -28,6 +50,9 @@ def checked_output(tool: RegisteredTool, result: ToolResult) -> ToolResult:
         return result
     if result.structured is None:
         why = f"Tool '{tool.name}' declares an output schema but its result carries no structured value."
+        cut = result.meta(TRUNCATED_KEY)
+        if cut is not None and "structured" in cut:
+            why += f" It was larger than {OUTPUT_LIMIT_KEY} and was dropped: {cut}."
     else:
         errors = validator.errors(result.structured)
         if not errors:

@@ -15,16 +15,23 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["unloaded_note"]
+__all__ = ["could_serve", "unloaded_note"]
 
-#: kinds whose tool names do not carry the toolbox's Name (``bash_<slug>``, ``skill_...``)
-_NAMELESS_PREFIX = {"bash": "bash_", "skills": "skill_"}
+#: kinds whose tool names do not carry the toolbox's Name (``bash_<slug>``, ``skill_...``, ``skills_list``)
+_NAMELESS_PREFIX = {"bash": ("bash_",), "skills": ("skill_", "skills_")}
 _MAX_NOTE = 2000
 
 
-def _prefix(kind: str, toolbox: str) -> str:
-    """The start every tool name of a toolbox of ``kind`` named ``toolbox`` has (SPEC section 2)."""
-    return _NAMELESS_PREFIX.get(kind) or f"{kind}_{toolbox.replace('-', '_')}_"
+def _prefixes(kind: str, toolbox: str) -> tuple[str, ...]:
+    """The starts a tool name of a toolbox of ``kind`` named ``toolbox`` may have (SPEC section 2)."""
+    return _NAMELESS_PREFIX.get(kind) or (f"{kind}_{toolbox.replace('-', '_')}_",)
+
+
+def could_serve(kind: str, toolbox: str, name: str) -> bool:
+    """Whether a toolbox of ``kind`` named ``toolbox`` may serve the tool ``name``, by the naming rule alone (pure):
+    its kind and Name start the name, or, for the kinds whose names do not carry it (bash, skills), the kind does.
+    A name shortened past 64 characters may keep too little of its start to tell: the caller decides then."""
+    return name.startswith(_prefixes(kind, toolbox))
 
 
 def _script_match(name: str, kind: str, error: dict[str, Any]) -> bool:
@@ -69,7 +76,7 @@ def unloaded_note(name: str, runners: Iterable[Any], scope: str | None, unloaded
         return note if note.endswith(".") else note + "."
     if not failed:
         return ""
-    matching = [(kind, tb, why) for kind, tb, why in failed if name.startswith(_prefix(kind, tb))]
+    matching = [(kind, tb, why) for kind, tb, why in failed if could_serve(kind, tb, name)]
     if len(matching) == 1:
         _, toolbox, why = matching[0]
         note = f"Its toolbox {toolbox} did not load: {why}"

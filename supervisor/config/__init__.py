@@ -1,8 +1,9 @@
 """The policy and agent files: their models, loading with bounds, and the errors they raise."""
 
-from ._agent_file import agent_json_schema
+from ._agent_schema import agent_json_schema
 from ._agent_toolboxes import ToolboxConfig
-from ._agent_tree import AgentTree, expand_agents
+from ._agent_tree import AgentTree, expand_agents, subagent_files
+from ._ceilings import ANY_HOST, Ceiling
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._http_address import host_is_served, normalise_origin, parse_listen, public_url_for, served_host_names
@@ -15,14 +16,17 @@ from ._policy import (
     OAuthResourceServer,
     OtelExport,
     Policy,
+    Supervision,
     Tenant,
     policy_json_schema,
 )
 
 __all__ = [
+    "ANY_HOST",
     "DEFAULT_SYSTEM_PATHS",
     "AgentLoop",
     "AgentTree",
+    "Ceiling",
     "ConfigError",
     "ConfigProblem",
     "CredentialPolicy",
@@ -33,6 +37,7 @@ __all__ = [
     "OAuthResourceServer",
     "OtelExport",
     "Policy",
+    "Supervision",
     "Tenant",
     "ToolboxConfig",
     "agent_json_schema",
@@ -48,4 +53,5 @@ __all__ = [
     "public_url_for",
     "reference_environ",
     "served_host_names",
+    "subagent_files",
 ]

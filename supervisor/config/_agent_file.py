@@ -21,12 +21,12 @@ loads).
 
 from __future__ import annotations
 
+import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     ModelWrapValidatorHandler,
@@ -39,9 +39,10 @@ from pydantic import (
 from sandbox._file_sandbox import DEFAULT_MAX_FILE_SIZE
 from sandbox._predicates import AlwaysDeny, predicate_to_json
 
-from ._errors import check_known_keys
+from ._model import StrictModel as _Model
 from ._types import (
     UNSET_ENV_KEY,
+    CapabilityList,
     ConfigPath,
     EnvText,
     Executable,
@@ -52,7 +53,6 @@ from ._types import (
     SkillName,
     SpecLocation,
     ToolboxName,
-    capability_list,
     check_regex,
     check_subdir,
     validation_context,
@@ -66,7 +66,6 @@ __all__ = [
     "AgentDescription",
     "FileSandboxConfig",
     "FileSandboxRef",
-    "agent_json_schema",
     "validation_context",
 ]
 
@@ -104,17 +103,6 @@ DEVELOPER_CAPABILITIES = (
     "create-agent",
     "create-tool",
 )
-
-
-class _Model(BaseModel):
-    """Strict, frozen, refuses unknown keys and names the known ones."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=False, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
 
 
 # --------------------------------------------------------------------------------------------- file sandboxes
@@ -177,8 +165,8 @@ class McpSimpleBinary(_Model):
 
 
 class OpenApiContents(_Model):
-    """An OpenAPI toolbox. ``${VAR}`` in ``Token`` and ``Headers`` that is not set does not refuse the agent file:
-    :attr:`unset_env` names it, and that toolbox alone does not load (issue 25)."""
+    """An OpenAPI toolbox. A ${VAR} in Token or Headers that is not set does not refuse the agent file: that
+    toolbox alone does not load, and its load error names the variable (:attr:`unset_env`)."""
 
     spec_url: SpecLocation = Field(alias="SpecUrl")
     base_url: HttpUrl = Field(alias="BaseUrl")
@@ -270,7 +258,7 @@ class SqliteContents(_Model):
 class SystemContents(_Model):
     name: ToolboxName = Field(alias="Name")
     description: str = Field(alias="Description")
-    capabilities: Annotated[list[str], capability_list(SYSTEM_CAPABILITIES)] = Field(alias="Capabilities")
+    capabilities: Annotated[list[str], CapabilityList(SYSTEM_CAPABILITIES)] = Field(alias="Capabilities")
     env_var_filter: Annotated[str | None, AfterValidator(check_regex)] = Field(default=None, alias="EnvVarFilter")
     file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
     command_filter: ConfigPath | None = Field(default=None, alias="CommandFilter")
@@ -284,7 +272,7 @@ class SystemContents(_Model):
 class DeveloperContents(_Model):
     name: ToolboxName = Field(alias="Name")
     description: str = Field(alias="Description")
-    capabilities: Annotated[list[str], capability_list(DEVELOPER_CAPABILITIES)] = Field(alias="Capabilities")
+    capabilities: Annotated[list[str], CapabilityList(DEVELOPER_CAPABILITIES)] = Field(alias="Capabilities")
     file_sandbox: FileSandbox | None = Field(default=None, alias="FileSandbox")
 
 
@@ -403,53 +391,54 @@ class ExtraAgent(_Model):
 class AgentDescription(_Model):
     """The contents of ``OpenAIAgentDescription``. Only ``slug`` is required; model keys matter to sub-agents."""
 
-    slug: ToolboxName
-    api_key_id: str | None = Field(default=None, alias="apiKeyId")
-    flavor: str | None = None
-    model_url: str | None = Field(default=None, alias="modelUrl")
+    slug: ToolboxName = Field(description="the agent's name (its tools and sessions are its own)")
+    api_key_id: str | None = Field(default=None, alias="apiKeyId", description="the policy's model_keys entry")
+    flavor: str | None = Field(default=None, description="the model API's flavour (OpenAIv1)")
+    model_url: str | None = Field(default=None, alias="modelUrl", description="the model endpoint (sub-agents)")
     model_name: str | None = Field(default=None, alias="modelName")
-    announce: str | None = None
-    system_prompt: list[str] = Field(default=[], alias="systemPrompt")
-    tool_directory: ConfigPath | None = Field(default=None, alias="toolDirectory")
+    announce: str | None = Field(default=None, description="what the agent is for (its sub-agent tool's description)")
+    system_prompt: list[str] = Field(default=[], alias="systemPrompt", description="lines of the system prompt")
+    tool_directory: ConfigPath | None = Field(
+        default=None, alias="toolDirectory", description="a folder of bash tools (as a FileSystemDirectory)"
+    )
     bash_toolboxes: list[BashToolbox] = Field(default=[], alias="bashToolboxes")
     mcp_servers: list[McpSimpleBinary] = Field(default=[], alias="mcpServers")
     open_api_toolboxes: list[OpenAPIServer] = Field(default=[], alias="openApiToolboxes")
     postgrest_toolboxes: list[PostgRESTServer] = Field(default=[], alias="postgrestToolboxes")
     builtin_toolboxes: list[BuiltinToolbox] = Field(default=[], alias="builtinToolboxes")
     skill_sources: list[SkillSource] = Field(default=[], alias="skillSources")
-    auto_enable_skills: list[SkillName] = Field(default=[], alias="autoEnableSkills")
-    extra_agents: list[ExtraAgent] = Field(default=[], alias="extraAgents")
-    file_sandboxes: dict[str, FileSandboxConfig] = Field(default={}, alias="fileSandboxes")
+    auto_enable_skills: list[SkillName] = Field(
+        default=[], alias="autoEnableSkills", description="skills enabled in every session"
+    )
+    extra_agents: list[ExtraAgent] = Field(default=[], alias="extraAgents", description="sub-agents it may call")
+    file_sandboxes: dict[str, FileSandboxConfig] = Field(
+        default={}, alias="fileSandboxes", description='named sandboxes a FileSandbox {"ref": NAME} uses'
+    )
+
+
+def _union_tags(model: type[BaseModel]) -> frozenset[str]:
+    """The tags of the tagged unions below ``model``: each ``tag`` field's literal, each discriminator ``Tag``."""
+    tags: set[str] = set()
+    seen: set[type[BaseModel]] = set()
+
+    def walk(annotation: Any, name: str = "") -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation not in seen:
+                seen.add(annotation)
+                for field_name, info in annotation.model_fields.items():
+                    walk(info.annotation, field_name)
+            return
+        if typing.get_origin(annotation) is Literal and name == "tag":
+            tags.update(str(value) for value in typing.get_args(annotation))
+        for part in (*typing.get_args(annotation), *getattr(annotation, "__metadata__", ())):
+            if isinstance(part, Tag):
+                tags.add(part.tag)
+            else:
+                walk(part)
+
+    walk(model)
+    return frozenset(tags)
 
 
 #: Location parts pydantic inserts for tagged unions (dropped from JSON paths in messages).
-TAGS = frozenset(
-    {
-        "FileSystemDirectory",
-        "SingleTool",
-        "McpSimpleBinary",
-        "OpenAPIServer",
-        "PostgRESTServer",
-        "SqliteToolbox",
-        "SystemToolbox",
-        "DeveloperToolbox",
-        "LuaToolbox",
-        "WasmToolbox",
-        "SqliteReadOnly",
-        "SqliteReadWrite",
-        "SqliteNoVersioning",
-        "SqliteVersioned",
-        "SkillDirectory",
-        "SkillGitRepo",
-        "FileSandboxInline",
-        "FileSandboxRef",
-    }
-)
-
-
-def agent_json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of the contents of an agent file (``OpenAIAgentDescription``)."""
-    schema = AgentDescription.model_json_schema(mode="validation", by_alias=True)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "agents-supervise agent file (the contents of OpenAIAgentDescription)"
-    return schema
+TAGS = _union_tags(AgentDescription)

@@ -21,10 +21,8 @@ import copy
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-from toolboxes._kinds import KINDS
 
 from ._agent_file import (
     AgentDescription,
@@ -46,13 +44,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from sandbox._predicates import PathPredicate
+    from toolboxes._kinds import ToolboxKind
 
-__all__ = ["TOOLBOX_KINDS", "LoadedAgent", "ToolboxConfig", "build_toolboxes"]
-
-ToolboxKind = Literal["bash", "skills", "mcp", "openapi", "postgrest", "sqlite", "system", "developer", "lua", "wasm"]
-#: The kinds the loader produces: ``toolboxes._kinds.KINDS``, the one list (``ToolboxKind`` is its type for the
-#: checker, which cannot take a Literal from a runtime tuple; a test holds the two equal).
-TOOLBOX_KINDS: tuple[str, ...] = KINDS
+__all__ = ["LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 
 
 @dataclass(frozen=True)
@@ -324,7 +318,8 @@ def _resolve_sandbox(agent: AgentDescription, e: _Entry, file: str) -> FileSandb
             if known
             else "a key of fileSandboxes (this agent defines none)",
         )
-    return found
+    # An entry without fsbName is named by its key, so refusals name the sandbox the agent file calls it by.
+    return found if found.name is not None else found.model_copy(update={"name": e.sandbox.ref})
 
 
 def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tuple[ToolboxConfig, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ._model import StrictModel
+from ._model import Override, StrictModel, overrides
 
 __all__ = ["Budget", "BudgetOverride"]
 
@@ -37,9 +37,6 @@ class Budget(StrictModel):
     )
 
 
-class BudgetOverride(StrictModel):
+@overrides(Budget)
+class BudgetOverride(Override):
     """A tenant's own budgets: only the keys written replace the policy's ``budget`` (``null``: no bound)."""
-
-    model_requests: int | None = Field(default=None, ge=1, le=MAX_COUNT)
-    tool_calls: int | None = Field(default=None, ge=1, le=MAX_COUNT)
-    wall_time_s: float | None = Field(default=None, gt=0)

@@ -30,8 +30,10 @@ from pydantic import (
 )
 
 from ._budget import Budget, BudgetOverride
+from ._ceilings import Ceiling
 from ._credentials import CredentialName, CredentialPolicy, EnvName
 from ._errors import problem
+from ._model import Override, overrides
 from ._model import StrictModel as _Model
 from ._types import check_cname_target, check_host
 from ._validation_settings import Validation, ValidationOverride
@@ -45,6 +47,7 @@ __all__ = [
     "OtelExport",
     "Policy",
     "SharedGroup",
+    "Supervision",
     "ToolboxPolicy",
     "parse_size",
     "policy_json_schema",
@@ -252,19 +255,9 @@ class Limits(_Model):
     max_concurrent_calls: int = Field(default=8, ge=1, le=4096, description="calls in flight in one worker")
 
 
-class LimitsOverride(_Model):
+@overrides(Limits)
+class LimitsOverride(Override):
     """Per-toolbox overrides: only the keys written replace the defaults (``null`` = no limit)."""
-
-    address_space_bytes: Size | None = None
-    cpu_seconds: int | None = Field(default=None, ge=1, le=MAX_SIZE)
-    wall_time_s: float | None = Field(default=None, gt=0)
-    open_files: int | None = Field(default=None, ge=16, le=1 << 20)
-    file_size_bytes: Size | None = None
-    processes: int | None = Field(default=None, ge=1, le=1 << 22)
-    memory_bytes: Size | None = Field(default=None, ge=1)
-    cpus: float | None = Field(default=None, ge=0.01, le=4096)
-    output_bytes: Size | None = Field(default=None, ge=1)
-    max_concurrent_calls: int | None = Field(default=None, ge=1, le=4096)
 
 
 class ToolboxPolicy(_Model):
@@ -316,10 +309,27 @@ class ToolboxPolicy(_Model):
     validation: ValidationOverride = Field(
         default=ValidationOverride(), description="this toolbox's own argument checks (the policy's validation)"
     )
+    allow_loopback: bool = Field(
+        default=False,
+        description="the host's loopback is reachable by this toolbox's entries localhost, 127.0.0.1 and ::1 "
+        "(never the supervisor's own listening ports); false: an agent file's localhost reaches nothing",
+    )
+    allow_private_ranges: list[Cidr] = Field(
+        default=[],
+        description="private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, ...) this toolbox's proxy "
+        "may dial, besides network.allow_private_ranges; an agent file's IP literal opens none",
+    )
 
 
 class Network(_Model):
-    allow_private_ranges: list[Cidr] = Field(default=[], description="private ranges the egress proxy may dial")
+    allow_private_ranges: list[Cidr] = Field(
+        default=[], description="private ranges the egress proxy may dial, for every toolbox"
+    )
+    allow_loopback: bool = Field(
+        default=False,
+        description="the host's loopback is reachable by every toolbox's entries localhost, 127.0.0.1 and ::1 "
+        "(never the supervisor's own listening ports); per toolbox: toolboxes.<agent>/<name>.allow_loopback",
+    )
 
 
 SessionScope = Literal["parents-only", "children-only", "subtree", "all"]
@@ -371,6 +381,8 @@ class AgentLoop(_Model):
 
 
 class Supervision(_Model):
+    """How workers are started and restarted (the policy's ``supervision``; the restarts: ``workers/_runner.py``)."""
+
     restart_backoff_initial_s: float = Field(default=0.1, gt=0)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     crash_loop_max_restarts: int = Field(default=5, ge=0)
@@ -470,9 +482,21 @@ class Context(_Model):
     images: Images = Images()
     audio: Audio = Audio()
     files: Files = Files()
+    max_total_bytes: Size = Field(
+        default=32 * 1024**2,
+        ge=1,
+        description="all media of one result together; attachments past it are refused with a note (each is also "
+        "held to its class's max_bytes)",
+    )
 
     def media_limits(self) -> dict[str, int]:
-        return {"images": self.images.max_bytes, "audio": self.audio.max_bytes, "files": self.files.max_bytes}
+        """Each class's limit, and ``total``: all of one result's media together."""
+        return {
+            "images": self.images.max_bytes,
+            "audio": self.audio.max_bytes,
+            "files": self.files.max_bytes,
+            "total": self.max_total_bytes,
+        }
 
 
 def _model_key(value: str, info: ValidationInfo) -> str:
@@ -578,6 +602,10 @@ def _slug(value: str) -> str:
     return value
 
 
+def _ceiling_key(value: str) -> str:
+    return value if value == "*" else _slug(value)
+
+
 class TlsFiles(_Model):
     """A certificate chain and its private key (PEM files), for HTTPS."""
 
@@ -599,6 +627,17 @@ class HttpFrontend(_Model):
         default=[], description="Origin values of browser clients let in (a request with another Origin gets 403)"
     )
     max_body_bytes: Size = Field(default=4 * 1024**2, ge=1024, description="largest request body")
+    max_body_bytes_in_flight: Size = Field(
+        default=64 * 1024**2,
+        ge=1024,
+        description="request-body bytes held at once, all tenants together (never less than max_body_bytes)",
+    )
+    max_requests_in_flight: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="requests being answered at once, all tenants together; one more is answered 503 + Retry-After",
+    )
     max_sessions: int = Field(default=10000, ge=1, description="MCP sessions held at once, all tenants together")
     session_idle_s: float = Field(default=900.0, gt=0, description="a session unused this long is ended")
     sse_keepalive_s: float = Field(default=15.0, gt=0, description="comment line sent on an idle SSE stream")
@@ -630,7 +669,7 @@ class HttpFrontend(_Model):
         description="the share of max_connections that connections which have not authenticated may hold",
     )
     max_unauthenticated_per_peer: int = Field(
-        default=64, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
+        default=256, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
     )
     server_names: list[Annotated[str, AfterValidator(_server_name)]] = Field(
         default=[],
@@ -684,6 +723,11 @@ class TenantLimits(_Model):
     concurrent_calls: int = Field(default=16, ge=1, description="tool calls in flight at once")
     sessions: int = Field(default=64, ge=1, description="MCP sessions held at once")
     sse_streams: int = Field(default=16, ge=1, description="open SSE streams at once")
+    body_bytes_in_flight: Size = Field(
+        default=16 * 1024**2,
+        ge=1024,
+        description="request-body bytes the tenant's requests hold at once (never less than max_body_bytes)",
+    )
 
 
 class Tenant(_Model):
@@ -699,6 +743,11 @@ class Tenant(_Model):
     budget: BudgetOverride = Field(
         default=BudgetOverride(),
         description="this tenant's own call-tree budgets: the keys written replace the policy's budget",
+    )
+    ceiling: Ceiling | None = Field(
+        default=None,
+        description="the most the agent files of this tenant's agents (and their sub-agents) may grant: hosts, "
+        "capabilities",
     )
 
 
@@ -769,6 +818,11 @@ class Policy(_Model):
     tenants: dict[Annotated[str, AfterValidator(_slug)], Tenant] = Field(
         default={}, description="who may use the HTTP frontend"
     )
+    ceilings: dict[Annotated[str, AfterValidator(_ceiling_key)], Ceiling] = Field(
+        default={},
+        description="the most an agent file may grant its toolboxes, per agent slug ('*': every agent): hosts its "
+        "AllowedHosts may name, capabilities it may not enable; past it is a load error naming the key",
+    )
     credentials: dict[CredentialName, CredentialPolicy] = Field(
         default={},
         description="secrets the egress proxy adds to toolboxes' requests to the hosts each is bound "
@@ -810,20 +864,26 @@ class Policy(_Model):
 
     def effective_limits(self, name: str, agent_slug: str | None = None) -> Limits:
         """``limits`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).limits
-        changes = {k: getattr(override, k) for k in override.model_fields_set}
-        return self.limits.model_copy(update=changes)
+        return self.toolbox_policy(name, agent_slug).limits.applied_to(self.limits)
 
     def effective_validation(self, name: str, agent_slug: str | None = None) -> Validation:
         """``validation`` with the toolbox's overrides applied (only the keys the override wrote)."""
-        override = self.toolbox_policy(name, agent_slug).validation
-        changes = {k: getattr(override, k) for k in override.model_fields_set if getattr(override, k) is not None}
-        return self.validation.model_copy(update=changes) if changes else self.validation
+        return self.toolbox_policy(name, agent_slug).validation.applied_to(self.validation)
 
     def shared_gids(self, name: str, agent_slug: str) -> tuple[int, ...]:
         """The ``shared_groups`` the toolbox is in (by ``slug/name``, or by bare ``name``)."""
         keys = {f"{agent_slug}/{name}", name}
         return tuple(sorted({g.gid for g in self.shared_groups if keys & set(g.toolboxes)}))
+
+    def loopback_for(self, name: str, agent_slug: str | None = None) -> bool:
+        """Whether the policy opens the host's loopback to the toolbox (``network`` or its own
+        ``allow_loopback``)."""
+        return self.network.allow_loopback or self.toolbox_policy(name, agent_slug).allow_loopback
+
+    def private_ranges_for(self, name: str, agent_slug: str | None = None) -> tuple[str, ...]:
+        """The private ranges the toolbox's proxy may dial: ``network``'s and its own."""
+        own = self.toolbox_policy(name, agent_slug).allow_private_ranges
+        return tuple(dict.fromkeys([*self.network.allow_private_ranges, *own]))
 
     def worker_env_for(self, name: str, agent_slug: str | None = None) -> dict[str, str]:
         """``worker_env`` plus the toolbox's ``env`` extras."""

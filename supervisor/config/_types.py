@@ -12,18 +12,33 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, PlainSerializer, PlainValidator, ValidationInfo
+from pydantic import (
+    AfterValidator,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    PlainSerializer,
+    PlainValidator,
+    ValidationInfo,
+    WithJsonSchema,
+)
+from pydantic_core import CoreSchema, core_schema
 
 from sandbox._hosts import HostError, HostRule, parse_cname_targets
+from sandbox._predicates import TAGS as PREDICATE_TAGS
 from sandbox._predicates import PathPredicate, PredicateError, parse_predicate, predicate_to_json
 
 from ._errors import problem
 
+if TYPE_CHECKING:
+    from pydantic.json_schema import JsonSchemaValue
+
 __all__ = [
     "UNSET_ENV_KEY",
+    "CapabilityList",
     "ConfigPath",
     "EnvText",
     "Executable",
@@ -34,7 +49,6 @@ __all__ = [
     "SkillName",
     "SpecLocation",
     "ToolboxName",
-    "capability_list",
     "check_cname_target",
     "check_host",
     "check_regex",
@@ -180,18 +194,28 @@ def _spec_location(value: str, info: ValidationInfo) -> str:
     return _resolve_path(value, info)
 
 
-def capability_list(known: tuple[str, ...]) -> Any:
-    def check(values: list[str]) -> list[str]:
+@dataclass(frozen=True)
+class CapabilityList:
+    """``Annotated`` metadata of a ``Capabilities`` list: each of ``known`` at most once (checked after the list is
+    validated); its JSON Schema says the same (an array of unique items among ``known``)."""
+
+    known: tuple[str, ...]
+
+    def check(self, values: list[str]) -> list[str]:
         seen: set[str] = set()
         for i, cap in enumerate(values):
-            if cap not in known:
-                raise _problem(f"unknown capability {cap!r}", "one of " + ", ".join(known), (i,))
+            if cap not in self.known:
+                raise _problem(f"unknown capability {cap!r}", "one of " + ", ".join(self.known), (i,))
             if cap in seen:
                 raise _problem(f"capability {cap!r} is listed twice", "each capability once", (i,))
             seen.add(cap)
         return values
 
-    return AfterValidator(check)
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {"type": "array", "items": {"enum": list(self.known)}, "uniqueItems": True}
 
 
 def _split_predicate_path(path: str) -> tuple[str | int, ...]:
@@ -226,13 +250,59 @@ def _check_skill_name(value: str) -> str:
     return value
 
 
-ConfigPath = Annotated[str, AfterValidator(_resolve_path)]
-SkillName = Annotated[str, AfterValidator(_check_skill_name)]
-Executable = Annotated[str, AfterValidator(_resolve_executable)]
-ToolboxName = Annotated[str, AfterValidator(_check_name)]
-Host = Annotated[str, AfterValidator(check_host)]
-EnvText = Annotated[str, AfterValidator(_expand_env)]
-HttpUrl = Annotated[str, AfterValidator(_check_http_url)]
-GitUrl = Annotated[str, AfterValidator(_git_url)]
-SpecLocation = Annotated[str, AfterValidator(_spec_location)]
-Predicate = Annotated[Any, PlainValidator(_parse_predicate), PlainSerializer(predicate_to_json)]
+def _string(description: str, **schema: Any) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "minLength": 1, **schema, "description": description})
+
+
+#: The JSON Schema of a predicate: its tag and the shape of the object (what each tag's contents hold is the
+#: parser's, ``sandbox/_predicates.py``, and the loader reports it).
+_PREDICATE_SCHEMA = {
+    "type": "object",
+    "properties": {"tag": {"enum": list(PREDICATE_TAGS)}, "contents": {}},
+    "required": ["tag"],
+    "additionalProperties": False,
+    "description": "a PathPredicate {tag, contents}: FileExactly, DirectoryExactly, DirectoryRecursive, "
+    "DirectoryShallow, ChildOf (a path); FilePattern (a glob on the file name); FileExtension (a list of extensions "
+    "without the dot); FileSizeLessThan (bytes); And, Or (two or more predicates); Not (one); Any, All (a list); "
+    "AlwaysAllow, AlwaysDeny (no contents; AlwaysDeny is the default). Relative paths resolve against the agent "
+    "file's folder",
+}
+
+ConfigPath = Annotated[
+    str, AfterValidator(_resolve_path), _string("a path; a relative one resolves against the agent file's folder")
+]
+SkillName = Annotated[
+    str,
+    AfterValidator(_check_skill_name),
+    _string("a skill name: a-z, 0-9 and single '-' inside", pattern=_SKILL_RE.pattern, maxLength=64),
+]
+Executable = Annotated[
+    str,
+    AfterValidator(_resolve_executable),
+    _string("a program: a path (relative to the agent file's folder) or a bare name looked up in PATH"),
+]
+ToolboxName = Annotated[
+    str, AfterValidator(_check_name), _string("1 to 64 of A-Z, a-z, 0-9, '_' and '-'", pattern=_NAME_RE.pattern)
+]
+Host = Annotated[
+    str,
+    AfterValidator(check_host),
+    _string("a host name, '*.suffix' or IP address, with an optional ':port' or ':first-last' range"),
+]
+EnvText = Annotated[
+    str,
+    AfterValidator(_expand_env),
+    WithJsonSchema({"type": "string", "description": "text; ${VAR} is replaced by the supervisor's variable VAR"}),
+]
+HttpUrl = Annotated[str, AfterValidator(_check_http_url), _string("an http:// or https:// URL", pattern="^https?://")]
+GitUrl = Annotated[
+    str,
+    AfterValidator(_git_url),
+    _string("an http(s) URL of a git repository, or file:///absolute/path", pattern="^(https?|file)://"),
+]
+SpecLocation = Annotated[
+    str, AfterValidator(_spec_location), _string("an http(s) URL, a file:// URL or a path of an OpenAPI document")
+]
+Predicate = Annotated[
+    Any, PlainValidator(_parse_predicate), PlainSerializer(predicate_to_json), WithJsonSchema(_PREDICATE_SCHEMA)
+]

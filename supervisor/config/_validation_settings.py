@@ -5,25 +5,14 @@ or booleans are refused)."""
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from ._errors import check_known_keys
+from ._model import Override, StrictModel, overrides
 
 __all__ = ["Validation", "ValidationOverride"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return check_known_keys(cls, data)
-
-
-class Validation(_Model):
+class Validation(StrictModel):
     """How tool-call arguments are checked (the seed's ``ValidationConfig``)."""
 
     allow_extra_properties: bool = Field(
@@ -38,8 +27,6 @@ class Validation(_Model):
     )
 
 
-class ValidationOverride(_Model):
+@overrides(Validation)
+class ValidationOverride(Override):
     """A toolbox's own ``validation`` (only the keys written change the policy's)."""
-
-    allow_extra_properties: bool | None = None
-    strict_mode: bool | None = None

@@ -11,7 +11,7 @@
                                                         call one tool (agent S's; default: the first agent's
                                                         tool of that name); prints the tool-result as JSON;
                                                         exit 0 passed, 1 failed, 2 error
-    agents-supervise check --policy P [--agent S] [--json]
+    agents-supervise check --policy P [--agent S] [--detail|--json]
                                                         what each toolbox's worker will get (nothing starts)
     agents-supervise schema [--agent-file]              the policy's (or the agent file's) JSON Schema
     agents-supervise run --policy P --agent SLUG 'PROMPT'
@@ -138,7 +138,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_ids(call)
     check = sub.add_parser("check", help="show what each toolbox's worker will get")
     _add_common(check)
-    check.add_argument("--json", action="store_true")
+    check.add_argument("--json", action="store_true", help="the whole report as JSON")
+    check.add_argument(
+        "--detail", action="store_true", help="every worker in full (paths, limits, mounts, credentials)"
+    )
     schema = sub.add_parser("schema", help="print the policy's JSON Schema")
     schema.add_argument(
         "--agent-file",
@@ -377,10 +380,10 @@ def _print_load_errors(sup: Any) -> None:
 
 
 def _load_error_owner(error: dict[str, Any]) -> str:
-    """Whose load error it is: an agent's toolbox, or an agent (a sub-agent file it names is missing)."""
-    if not error.get("toolbox"):
-        return f"agent {error.get('agent')}"
-    return f"{error['agent']}/{error['toolbox']}" if error.get("agent") else str(error["toolbox"])
+    """Whose load error it is (``_check_summary.load_error_owner``, the one rule)."""
+    from ._check_summary import load_error_owner
+
+    return load_error_owner(error)
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -395,8 +398,9 @@ async def _call(args: argparse.Namespace) -> int:
     config = _config_for(args)
     if isinstance(config, int):
         return config
-    async with Supervisor.open(config, state_dir=args.state_dir) as sup:
-        _print_load_errors(sup)  # a tool of a toolbox that did not load is "not found": say why on stderr
+    # Only the toolbox of the tool starts (and what it calls through the portal, as it calls it): a call of one
+    # tool never waits for a whole policy's workers.
+    async with Supervisor.open(config, state_dir=args.state_dir, start="on_demand") as sup:
         result = await sup.call(
             args.tool,
             arguments,
@@ -405,6 +409,7 @@ async def _call(args: argparse.Namespace) -> int:
             conversation_id=args.conversation,
             turn_id=args.turn,
         )
+        _print_load_errors(sup)  # of what started: a tool of a toolbox that did not load is "not found": say why
     print(json.dumps(result.to_wire(), indent=2, ensure_ascii=False))
     return {"passed": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_ERROR)
 

@@ -1,120 +1,72 @@
-"""``agents-supervise check``: the compiled policy shown, per toolbox (text or ``--json``); nothing starts."""
+"""``agents-supervise check``: the compiled policy shown (a summary, ``--detail`` or ``--json``); nothing starts.
+
+Nothing starts and nothing changes: the policy is compiled without preparing anything (no folder made, no worker
+code staged, no identity or uid recorded, no CA written: ``compile_policy(prepare=False)``), a credential's
+``command:`` source is not run (its ``env`` and ``file`` sources are read, which changes nothing), and the kernel
+is only asked (Landlock's ABI, the audit status, the rule paths opened ``O_PATH`` as the launcher will open them).
+"""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
 
-from ._cli import _check_slug, _fail, _load_error_owner
+from ._check_detail import render_detail
+from ._check_summary import render_summary, summarize
+from ._cli import _check_slug, _fail
 
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["check"]
+__all__ = ["check", "check_report"]
 
 
-def check(args: argparse.Namespace) -> int:
-    """``agents-supervise check``: what each toolbox's worker will get (of ``args.slug``'s toolboxes only, when
-    given); nothing starts. Returns the exit status."""
+def check_report(args: argparse.Namespace) -> dict[str, Any]:
+    """What each toolbox's worker will get (of ``args.slug``'s toolboxes only, when given), as plain data: what
+    ``--json`` prints and both printers read. Raises ``ValueError`` for a slug no loaded agent has, and what
+    loading and compiling raise (``ConfigError``, ``PolicyRefused``)."""
     from supervisor.config import expand_agents, load_config
-    from supervisor.plan import compile_policy
+    from supervisor.plan import compile_policy, launcher_refusals
     from supervisor.workers import host_explanations
 
     tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
     config = tree.config
     compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
-    try:
-        _check_slug(args.slug, [a.slug for a in config.agents])
-    except ValueError as exc:
-        return _fail(str(exc))
+    _check_slug(args.slug, [a.slug for a in config.agents])
     specs = [s for s in compiled.specs if args.slug in (None, s.agent)]
-    report: dict[str, Any] = {
+    toolboxes = []
+    for s in specs:
+        entry = {"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report}
+        entry["warnings"] = [*entry.get("warnings", ()), *launcher_refusals(s.plan)]
+        toolboxes.append(entry)
+    return {
         "policy": config.policy_file,
         "state_dir": compiled.state_dir,
         "landlock_abi": compiled.landlock_abi,
+        "landlock_min_abi": config.policy.landlock_min_abi,
         "strict": config.policy.strict,
         "max_call_depth": compiled.max_call_depth,
         "kernel_audit": config.policy.kernel_audit,
         "denial_explanations": host_explanations(config.policy.kernel_audit),
-        "toolboxes": [{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in specs],
+        "toolboxes": toolboxes,
         "warnings": compiled.warnings,
         "load_errors": [
             dict(e) for e in (*tree.load_errors, *compiled.load_errors) if args.slug in (None, e.get("agent"))
         ],
     }
+
+
+def check(args: argparse.Namespace) -> int:
+    """``agents-supervise check``: the summary (one line per worker, then the warnings and load errors), every
+    worker in full with ``--detail``, or the report as JSON with ``--json``; nothing starts. Returns the exit
+    status."""
+    try:
+        report = check_report(args)
+    except ValueError as exc:
+        return _fail(str(exc))
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0
-    print(
-        f"policy {report['policy']}  (strict: {report['strict']}, kernel Landlock ABI {report['landlock_abi']}, "
-        f"max call depth {report['max_call_depth']})"
-    )
-    print(f"a call refused by the kernel is explained (kernel_audit: {report['kernel_audit']}):")
-    for line in report["denial_explanations"]:
-        print(f"  {line}")
-    for tb in report["toolboxes"]:
-        print(f"\ntoolbox {tb['toolbox']} ({tb['kind']}, agent {tb['agent']})")
-        groups = f" (+ groups {', '.join(str(g) for g in tb['groups'])})" if tb.get("groups") else ""
-        host_wide = f" (held on the whole host: uid registry {tb['uid_registry']})" if tb.get("uid_registry") else ""
-        print(f"  uid/gid: {tb['uid']}/{tb['gid']}{groups}{host_wide}   network: {tb['network']}")
-        limits = tb["limits"]
-        print("  limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
-        if limits.get("address_space_bytes") is not None and tb.get("rlimit_as") is None:
-            print(
-                "  address space: no RLIMIT_AS (the cgroup's memory limit bounds memory; address_space_bytes "
-                "applies only without one)"
-            )
-        print("  read-only: " + ", ".join(tb["read_only"]))
-        print("  read-write: " + ", ".join(tb["read_write"]))
-        print("  allowed hosts: " + (", ".join(tb["allowed_hosts"]) or "none (no network)"))
-        if tb.get("cname_targets"):
-            print("  CNAME targets also accepted: " + ", ".join(tb["cname_targets"]))
-        for cred in tb.get("credentials") or []:  # names and bindings only: values never leave the proxy
-            where = "; ".join(
-                ", ".join(b["hosts"])
-                + (f" ports {b['ports']}" if b["ports"] else "")
-                + f" ({'/'.join(b['schemes'])})"
-                + (f" under {', '.join(b['path_prefixes'])}" if b["path_prefixes"] else "")
-                for b in cred["bindings"]
-            )
-            how = (
-                f"header {cred['header']}"
-                if cred["header"]
-                else f"query {cred['query']}"
-                if cred["query"]
-                else "placeholder only"
-            )
-            print(f"  credential {cred['name']}: added by the egress proxy for {where}, as {how}")
-        if tb.get("tls_termination"):
-            print("  TLS: terminated by the egress proxy (the worker trusts the supervisor's CA only)")
-        print("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
-        print("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
-        print("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))
-        view = tb.get("view")
-        print(
-            "  filesystem view: "
-            + (
-                "private root, only these mounts:"
-                if view
-                else "the host's tree (private_view: false); Landlock alone refuses"
-            )
-        )
-        for line in view or ():
-            print(f"    {line}")
-        fs = tb.get("file_sandbox")
-        if fs:
-            exact = "exact" if fs["exact"] else f"inexact ({fs['residual']})"
-            print(f"  FileSandbox ({fs['mode']}): {exact}")
-            for line in fs["lines"]:
-                print(f"    {line}")
-        for w in tb["warnings"]:
-            print(f"  warning: {w}")
-    shown = {w for tb in report["toolboxes"] for w in tb["warnings"]}
-    general = [w for w in report["warnings"] if w not in shown]  # the loader's (allowedPaths ...) and the policy's
-    if general or report["load_errors"]:
-        print("\nwarnings:")
-        for w in general:
-            print(f"  warning: {w}")
-        for e in report["load_errors"]:
-            print(f"  load error: {_load_error_owner(e)}: {e['source']}: {e['message']}")
+    else:
+        lines = render_detail(report) if getattr(args, "detail", False) else render_summary(summarize(report))
+        print("\n".join(lines))
     return 0

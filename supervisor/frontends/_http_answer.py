@@ -4,17 +4,17 @@ or an SSE stream (its progress notifications, then the response)."""
 from __future__ import annotations
 
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ._http_load import admit_request
 from ._http_wire import HttpRefused, Receive, Send, cancel_on_disconnect, rpc_status, send_json, send_start, sse_event
-from ._mcp_wire import INVALID_REQUEST, valid_id
+from ._mcp_logging import LEVELS
+from ._mcp_wire import INVALID_REQUEST, META_LOG_LEVEL, valid_id
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
+    from ._http_load import ServerLoad
     from ._http_sessions import HttpSession, StatelessExchange
     from ._http_tenants import TenantState
     from ._mcp_session import McpSession
@@ -33,19 +33,22 @@ async def answer_request(
     holder: HttpSession | StatelessExchange,
     mcp: McpSession,
     tenant: TenantState,
+    load: ServerLoad,
     message: dict[str, Any],
     headers: dict[str, str],
     send: Send,
     extra_headers: list[tuple[str, str]] | None = None,
     cancel_on: Receive | None = None,
 ) -> None:
-    """Run one request and write its answer: JSON, or an SSE stream when it reports progress and the client
-    accepts SSE.
+    """Run one request within the tenant's and the server's bounds (``_http_load.admit_request``) and write its
+    answer: JSON, or an SSE stream when it reports progress and the client accepts SSE.
 
     ``cancel_on``: the request's receive channel; the client going away cancels the request.
 
     Raises:
-        HttpRefused: 400 for an id that is not a string or number, or one already running in this session.
+        HttpRefused: 400 for an id that is not a string or number, or one already running in this session; 429 or
+            503 with ``Retry-After`` past a bound (before anything of the answer is written; the session's log is
+            told at level warning).
     """
     req_id = message.get("id")
     if not valid_id(req_id):
@@ -58,16 +61,39 @@ async def answer_request(
             req_id=req_id,
         )
     params = message.get("params")
-    token = (
-        (params.get("_meta") or {}).get("progressToken")
-        if isinstance(params, dict) and isinstance(params.get("_meta"), dict)
-        else None
-    )
+    found = params.get("_meta") if isinstance(params, dict) else None
+    meta: dict[str, Any] = found if isinstance(found, dict) else {}
+    token = meta.get("progressToken")
     # Progress, or (stateless revision) log messages the request asked for: an SSE answer when the client takes one.
-    stream = (token is not None or (mcp.modern and mcp.log.level is not None)) and "text/event-stream" in headers.get(
-        "accept", ""
-    )
-    counted = None if message.get("method") in _UNCOUNTED else tenant
+    logs = mcp.modern and meta.get(META_LOG_LEVEL) in LEVELS
+    stream = (token is not None or logs) and "text/event-stream" in headers.get("accept", "")
+    slot = None
+    if message.get("method") not in _UNCOUNTED:
+        try:
+            slot = admit_request(tenant, load, req_id)
+        except HttpRefused as refused:
+            event = "tenant_limit" if refused.status == 429 else "server_busy"
+            mcp.log.tell("warning", {"event": event, "method": message.get("method"), "reason": refused.message})
+            raise
+    try:
+        await _answer(holder, mcp, message, headers, send, extra_headers, cancel_on, req_id, token, stream)
+    finally:
+        if slot is not None:
+            slot.release()
+
+
+async def _answer(
+    holder: HttpSession | StatelessExchange,
+    mcp: McpSession,
+    message: dict[str, Any],
+    headers: dict[str, str],
+    send: Send,
+    extra_headers: list[tuple[str, str]] | None,
+    cancel_on: Receive | None,
+    req_id: Any,
+    token: Any,
+    stream: bool,
+) -> None:
     if token is None and cancel_on is None:
         # No progress, no disconnect to watch: the job runs in this task and leaves its one reply in a slot.
         slot = _ReplySlot()
@@ -75,14 +101,14 @@ async def answer_request(
         try:
             job = mcp.handle_message(message)
             if job is not None:
-                await _run_limited(job, counted, holder, mcp, req_id, message.get("method"))
+                await job()
         finally:
             holder.pending.pop(req_id, None)
         for reply in slot.messages:
             if "method" not in reply:
                 await send_json(send, rpc_status(reply) if mcp.modern else 200, reply, extra_headers)
                 return
-        return  # cancelled by the client (notifications/cancelled): MCP sends no response
+        return  # answered nothing (a job that sends no reply): the response is closed without one
     out_send, out_receive = trio.open_memory_channel[dict[str, Any]](STREAM_QUEUE)
     holder.pending[req_id] = out_send
     if token is not None:
@@ -93,7 +119,7 @@ async def answer_request(
             if cancel_on is not None:
                 nursery.start_soon(cancel_on_disconnect, cancel_on, nursery.cancel_scope)
             if job is not None:
-                nursery.start_soon(_run_limited, job, counted, holder, mcp, req_id, message.get("method"))
+                nursery.start_soon(job)
             if stream:
                 await send_start(send, 200, "text/event-stream", extra_headers)
                 async for reply in out_receive:
@@ -126,39 +152,3 @@ class _ReplySlot:
 
     async def send(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
-
-
-async def _run_limited(
-    job: Callable[[], Awaitable[None]],
-    tenant: TenantState | None,
-    holder: HttpSession | StatelessExchange,
-    mcp: McpSession,
-    req_id: Any,
-    method: Any,
-) -> None:
-    """Run a request's job within the tenant's rate and in-flight limits; past one, answer an error naming it."""
-    if tenant is None:
-        await job()
-        return
-    wait = tenant.take_call_token()
-    if wait > 0 or tenant.calls.available_tokens == 0:
-        why = (
-            (
-                f"the tenant's rate of {tenant.limits.limits.calls_per_second} calls per second is spent (every "
-                f"request but initialize counts); retry in {math.ceil(wait)} s"
-            )
-            if wait > 0
-            else (
-                f"the tenant has {tenant.limits.limits.concurrent_calls} requests in flight, its limit "
-                "(tenants.<name>.limits.concurrent_calls); retry once one has been answered"
-            )
-        )
-        mcp.log.tell("warning", {"event": "tenant_limit", "method": method, "reason": why})
-        await holder.deliver({"jsonrpc": "2.0", "id": req_id, "error": {"code": -32000, "message": why}})
-        return
-    calls = tenant.calls  # the limiter this call holds a token of (a reload may give the tenant a new one)
-    calls.acquire_nowait()  # a token is free (just checked) and nothing ran since: taken without a yield
-    try:
-        await job()
-    finally:
-        calls.release()

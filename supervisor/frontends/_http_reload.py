@@ -154,6 +154,7 @@ async def prepare_http_reload(service: HttpService, config: LoadedConfig) -> Pre
         app.auth, app.oauth = auth, policy.oauth
         service.settings = app.settings = settings
         app.sessions.max_sessions = settings.max_sessions
+        app.load.configure(settings)
         service.gate.configure(settings)
         service.ssl_context = ssl_context
         tls_renewed = tls_files != service.tls_files and old.tls == settings.tls

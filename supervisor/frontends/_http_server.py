@@ -162,6 +162,8 @@ class HttpService:
             scope = trio.CancelScope()
             self.listening.append((listener, scope))
             self._nursery.start_soon(self._accept, listener, scope)
+        # no worker's egress proxy dials these ports on loopback, whatever the policy opens (docs/NETWORK.md)
+        self.sup.own_listeners.set("http", (lst.socket.getsockname()[1] for lst in listeners))
         self.refresh_url(settings)
 
     def refresh_url(self, settings: HttpFrontend) -> None:

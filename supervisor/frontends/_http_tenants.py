@@ -1,4 +1,5 @@
-"""What each tenant of the HTTP frontend holds at once (sessions, streams, calls in flight) and its call rate."""
+"""What each tenant of the HTTP frontend holds at once (sessions, streams, calls in flight, body bytes) and its call
+rate."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ class TenantState:
     limits: Tenant
     sessions: int = 0
     streams: int = 0
+    #: request-body bytes its requests hold now (``_http_load.BodyBytes``)
+    body_bytes: int = 0
     calls: trio.CapacityLimiter = field(init=False)
     tokens: float = 0.0
     refilled: float = field(default_factory=time.monotonic)

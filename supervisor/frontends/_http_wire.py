@@ -18,6 +18,7 @@ __all__ = [
     "Scope",
     "Send",
     "cancel_on_disconnect",
+    "drop_body",
     "lifespan",
     "read_body",
     "request_headers",
@@ -27,6 +28,7 @@ __all__ = [
     "send_refusal",
     "send_start",
     "sse_event",
+    "too_large",
 ]
 
 HEADER_MISMATCH = -32020
@@ -53,13 +55,19 @@ class HttpRefused(Exception):
         headers: list[tuple[str, str]] | None = None,
         rpc_code: int | None = None,
         req_id: Any = None,
+        data: Any = None,
+        flood: bool = False,
     ) -> None:
+        """``data``: the JSON-RPC error's ``data``; ``flood``: a refusal that can come in floods (load), traced at
+        most once a second per status and tenant (``_http_load.RefusalLog``)."""
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or []
         self.rpc_code = rpc_code
         self.req_id = req_id
+        self.data = data
+        self.flood = flood
         self.tenant: str | None = None  # set once the caller is known
 
 
@@ -72,7 +80,10 @@ def request_headers(scope: Scope) -> dict[str, str]:
     return out
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
+async def read_body(receive: Receive, limit: int, take: Callable[[int], None] | None = None) -> bytes:
+    """The request's body, at most ``limit`` bytes; ``take(n)`` is told of each ``n`` bytes before they are kept
+    (it raises :class:`HttpRefused` to refuse them: the rest of the body is then read and dropped, so that the
+    client, still sending, reads the refusal instead of a reset)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -82,10 +93,34 @@ async def read_body(receive: Receive, limit: int) -> bytes:
         chunk = event.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise HttpRefused(413, f"the body is larger than {limit} bytes, the limit (frontends.http.max_body_bytes)")
+            raise too_large(limit)
+        if take is not None and chunk:
+            try:
+                take(len(chunk))
+            except HttpRefused:
+                if event.get("more_body", False):
+                    await drop_body(receive, limit - size)
+                raise
         chunks.append(chunk)
         if not event.get("more_body", False):
             return b"".join(chunks)
+
+
+def too_large(limit: int) -> HttpRefused:
+    """The refusal of a body past ``limit`` bytes."""
+    return HttpRefused(413, f"the body is larger than {limit} bytes, the limit (frontends.http.max_body_bytes)")
+
+
+async def drop_body(receive: Receive, limit: int) -> None:
+    """Read and drop the rest of the request's body, at most ``limit`` more bytes (past them, or when the client
+    goes away, the connection closes after the answer)."""
+    while limit >= 0:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            return
+        limit -= len(event.get("body", b""))
+        if not event.get("more_body", False):
+            return
 
 
 async def cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
@@ -134,7 +169,10 @@ async def send_empty(send: Send, status: int) -> None:
 
 async def send_refusal(send: Send, refused: HttpRefused) -> None:
     code = refused.rpc_code if refused.rpc_code is not None else INVALID_REQUEST
-    body = {"jsonrpc": "2.0", "id": refused.req_id, "error": {"code": code, "message": refused.message}}
+    error: dict[str, Any] = {"code": code, "message": refused.message}
+    if refused.data is not None:
+        error["data"] = refused.data
+    body = {"jsonrpc": "2.0", "id": refused.req_id, "error": error}
     try:
         await send_json(send, refused.status, body, refused.headers)
     except Exception:  # the response had started or the client is gone: nothing more can be said

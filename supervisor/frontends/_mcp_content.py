@@ -4,9 +4,9 @@
   (an object; other JSON values are wrapped as ``{"result": value}``); status ``failed``/``error`` ->
   ``isError: true``; ``truncated`` -> a closing text block saying so.
 - Each stored attachment, by the class of its media type (``toolboxes/_media.class_of``):
-  images (png, jpeg, gif, webp, svg) -> ``image`` blocks; audio -> ``audio`` blocks; anything else (PDF, video,
-  binary, text files) -> an embedded ``resource``: ``text`` for text types (UTF-8, checked at store time), else
-  ``blob`` (base64), always with ``mimeType``. The resource's ``uri`` is the one an MCP server gave it, else
+  images (seed 000's: png, jpeg, gif, webp) -> ``image`` blocks; audio -> ``audio`` blocks; anything else (SVG,
+  PDF, video, binary, text files) -> an embedded ``resource``: ``text`` for text types (UTF-8, checked at store
+  time), else ``blob`` (base64), always with ``mimeType``. The resource's ``uri`` is the one an MCP server gave it, else
   ``attachment:///<sha256>/<name>`` (the store's key; the name when the tool gave one).
 - Resource links -> ``resource_link`` blocks, passed on as the tool (an MCP server) sent them.
 

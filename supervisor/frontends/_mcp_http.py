@@ -19,12 +19,13 @@ Served as an ASGI app, :class:`McpHttpApp`, by our HTTP/1.1 server on h11 (``_ht
 - ``GET /healthz``, ``GET /readyz``: liveness and readiness probes, unauthenticated (``_http_health``).
 
 Before anything is served: the ``Host`` header must name this server (421: DNS rebinding), the ``Origin`` header, when
-sent, must be one the policy allows or this server's own (403); the body at most ``max_body_bytes`` (413); ``Content-
-Type`` JSON (415); then the bearer token (:mod:`._http_auth`: 401/403 with ``WWW-Authenticate``). Every refusal is
-traced (``http_refused``) with the tenant when known. Bounded: sessions in all and per tenant, SSE streams per tenant,
-calls in flight and calls per second per tenant (429 with ``Retry-After``), idle sessions ended after
-``session_idle_s``. A client that stops reading costs its own session only: writes to its stream wait for it, nothing
-else does.
+sent, must be one the policy allows or this server's own (403); the body at most ``max_body_bytes`` (413) and within
+the tenant's and the server's body-byte budgets; ``Content-Type`` JSON (415); then the bearer token
+(:mod:`._http_auth`: 401/403 with ``WWW-Authenticate``). Every refusal is traced (``http_refused``) with the tenant
+when known. Bounded: sessions in all and per tenant, SSE streams per tenant, requests in flight server-wide (503) and
+calls in flight and calls per second per tenant (429), each with ``Retry-After`` (``_http_load``), idle sessions ended
+after ``session_idle_s``. A client that stops reading costs its own session only: writes to its stream wait for it,
+nothing else does.
 
 This module routes; the jobs are elsewhere: the session table (``_http_sessions``), answering a request
 (``_http_answer``), a session's GET stream (``_http_stream``), the server (``_http_server``), the ASGI plumbing
@@ -53,6 +54,7 @@ from ._http_answer import answer_request
 from ._http_auth import Authenticator, AuthRefusal, Principal
 from ._http_conn import CONNECTION_EXTENSION
 from ._http_health import HEALTH_PATHS, health_answer
+from ._http_load import BodyBytes, RefusalLog, ServerLoad
 from ._http_sessions import SessionTable, StatelessExchange, check_stateless_envelope
 from ._http_stream import serve_event_stream
 from ._http_tenants import TenantState
@@ -61,6 +63,7 @@ from ._http_wire import (
     Receive,
     Scope,
     Send,
+    drop_body,
     lifespan,
     read_body,
     request_headers,
@@ -68,9 +71,8 @@ from ._http_wire import (
     send_json,
     send_refusal,
 )
-from ._mcp_logging import LEVELS
 from ._mcp_session import McpSession
-from ._mcp_wire import INVALID_REQUEST, META_LOG_LEVEL, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_VERSIONS
+from ._mcp_wire import INVALID_REQUEST, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_VERSIONS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -105,6 +107,9 @@ class McpHttpApp:
         self.host_names = served_host_names(settings.listen, settings.public_url, settings.server_names)
         self.tenants = {name: TenantState(t) for name, t in tenants.items()}
         self.sessions = SessionTable(sup, self.tenants, settings.max_sessions)
+        #: work and body bytes in flight, all tenants together (``_http_load``), and how their refusals are traced
+        self.load = ServerLoad.of(settings)
+        self.refusals = RefusalLog(sup.trace)
         #: the supervisor's workers are started and the server listens (``/readyz``; set by the server)
         self.started = False
         #: a SIGTERM came: ``/readyz`` says not ready while the server drains (``HttpService.drain``)
@@ -150,6 +155,11 @@ class McpHttpApp:
         try:
             await self._route(scope, headers, receive, send)
         except HttpRefused as refused:
+            if refused.flood:
+                path, method = scope.get("path", ""), scope.get("method", "")
+                self.refusals.record(refused.status, refused.message, tenant=refused.tenant, path=path, method=method)
+                await send_refusal(send, refused)
+                return
             self.sup.trace.record(
                 "http_refused",
                 status=refused.status,
@@ -262,17 +272,49 @@ class McpHttpApp:
     ) -> None:
         if not headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
             raise HttpRefused(415, "the body must be one JSON-RPC message with Content-Type: application/json")
-        body = await read_body(receive, self.settings.max_body_bytes)
+        limit = self.settings.max_body_bytes
+        held = BodyBytes(self._tenant(principal), self.load)  # the body's bytes, until the request is answered
         try:
-            message = json.loads(body)
-        except RecursionError:
-            raise HttpRefused(400, "parse error: the JSON is nested too deeply", rpc_code=PARSE_ERROR) from None
-        except ValueError as exc:
-            raise HttpRefused(400, f"parse error: {str(exc)[:200]}", rpc_code=PARSE_ERROR) from None
-        if not isinstance(message, dict):
-            raise HttpRefused(
-                400, "expected one JSON-RPC object (batches are not part of this transport)", rpc_code=INVALID_REQUEST
-            )
+            length = headers.get("content-length", "")
+            if length.isdigit():  # known: held (or refused) whole before a byte is read
+                if int(length) > limit:
+                    raise HttpRefused(
+                        413, f"the body is larger than {limit} bytes, the limit (frontends.http.max_body_bytes)"
+                    )
+                try:
+                    held.take(int(length))
+                except HttpRefused:
+                    await drop_body(receive, limit)
+                    raise
+                body = await read_body(receive, limit)
+            else:  # chunked: held as it comes
+                body = await read_body(receive, limit, held.take)
+            try:
+                message = json.loads(body)
+            except RecursionError:
+                raise HttpRefused(400, "parse error: the JSON is nested too deeply", rpc_code=PARSE_ERROR) from None
+            except ValueError as exc:
+                raise HttpRefused(400, f"parse error: {str(exc)[:200]}", rpc_code=PARSE_ERROR) from None
+            del body
+            if not isinstance(message, dict):
+                raise HttpRefused(
+                    400,
+                    "expected one JSON-RPC object (batches are not part of this transport)",
+                    rpc_code=INVALID_REQUEST,
+                )
+            await self._post_message(principal, agent, headers, message, receive, send)
+        finally:
+            held.release()
+
+    async def _post_message(
+        self,
+        principal: Principal,
+        agent: str,
+        headers: dict[str, str],
+        message: dict[str, Any],
+        receive: Receive,
+        send: Send,
+    ) -> None:
         version = headers.get("mcp-protocol-version")
         if version in MODERN_VERSIONS:
             await self._post_modern(principal, agent, headers, message, receive, send)
@@ -296,6 +338,7 @@ class McpHttpApp:
                 session,
                 session.mcp,
                 self._tenant(principal),
+                self.load,
                 message,
                 headers,
                 send,
@@ -309,7 +352,7 @@ class McpHttpApp:
                 await job()  # an invalid message: its error has nowhere to go on this wire but the log
             await send_empty(send, 202)
             return
-        await answer_request(session, session.mcp, self._tenant(principal), message, headers, send)
+        await answer_request(session, session.mcp, self._tenant(principal), self.load, message, headers, send)
 
     async def _post_modern(
         self,
@@ -335,12 +378,11 @@ class McpHttpApp:
             tenant=principal.tenant,
             every_skill=True,  # a session of one request: skills it enabled could not last into the next
         )
-        level = message["params"]["_meta"].get(META_LOG_LEVEL)  # the envelope was checked: params._meta is a dict
-        if level in LEVELS:
-            mcp.log.set_level(level, announce=False)
-        # On this wire closing the response is how a client cancels.
+        # Its _meta logLevel opts it in to log messages (the session's revision gate sees to it). On this wire
+        # closing the response is how a client cancels.
         try:
-            await answer_request(exchange, mcp, self._tenant(principal), message, headers, send, cancel_on=receive)
+            tenant = self._tenant(principal)
+            await answer_request(exchange, mcp, tenant, self.load, message, headers, send, cancel_on=receive)
         finally:
             mcp.close()  # a logging/setLevel of this request's session must not outlive it, nor its state
 

@@ -3,6 +3,7 @@
 from ._compile import WORKER_PROCESS_ENV, CompiledPolicy, StagedCode, compile_policy, stage_code, worker_modules
 from ._identities import rebind_agent
 from ._kinds import KIND_PLANS, KindPlan, kind_plan
+from ._launcher_links import launcher_refusals
 from ._skill_sources import prepare_git_sources
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "StagedCode",
     "compile_policy",
     "kind_plan",
+    "launcher_refusals",
     "prepare_git_sources",
     "rebind_agent",
     "stage_code",

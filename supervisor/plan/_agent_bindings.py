@@ -18,7 +18,7 @@ from supervisor.config import ConfigProblem, display_path
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["AgentFile", "agent_file_identity", "bind_agents"]
+__all__ = ["AgentFile", "agent_file_identity", "agent_file_or_path", "bind_agents"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,15 @@ def agent_file_identity(path: str) -> AgentFile:
     canonical = os.path.realpath(path)
     st = os.stat(canonical, follow_symlinks=False)
     return AgentFile(canonical, st.st_uid, st.st_dev, st.st_ino)
+
+
+def agent_file_or_path(path: str) -> AgentFile:
+    """:func:`agent_file_identity`, or the path alone when the file cannot be read now (it was read a moment ago:
+    the binding is not changed for a passing error)."""
+    try:
+        return agent_file_identity(path)
+    except OSError:
+        return AgentFile(path)
 
 
 def bind_agents(

@@ -28,7 +28,7 @@ from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule
 from sandbox._syspaths import python_runtime_paths, uid_can_read
 from sandbox._tls_ca import supervisor_ca
 from supervisor._errors import PolicyRefused
-from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, ToolboxConfig, display_path
+from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, Supervision, ToolboxConfig, display_path
 from supervisor.workers import (
     WorkerSpec,
     explained_limits,
@@ -38,22 +38,34 @@ from supervisor.workers import (
     tool_cache_path,
 )
 
-from ._agent_bindings import AgentFile, agent_file_identity
+from ._agent_bindings import agent_file_or_path
+from ._ceilings import (
+    Bound,
+    ToolboxRefused,
+    agent_bounds,
+    caps_report,
+    ceiling_refusals,
+    class_refusals,
+    subagent_slugs,
+    tenant_reach,
+)
 from ._credential_grants import grant_credentials
 from ._credential_values import load_credentials
 from ._host_view import HostView
 from ._identities import WorkerIdentity, assign_identities
 from ._kinds import kind_plan
 from ._tls_termination import ca_file_path, termination_env, write_ca_file
+from ._writable_agents import file_writers, writers_text
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from sandbox._credentials import Credential
 
     from ._skill_sources import GitSource
 
 __all__ = [
+    "ROOTLESS_WARNING",
     "WORKER_ENTRY",
     "WORKER_PROCESS_ENV",
     "CompiledPolicy",
@@ -79,6 +91,13 @@ STARTS_PER_CPU = 4
 #: 32 a CPU than with 4. At this many a start is still well within its ``start_timeout_s`` on a loaded machine
 #: (docs/DECISIONS.md, "Start to ready (issue 18)").
 ZYGOTE_STARTS_PER_CPU = 32
+#: Said at every start and by ``check`` when the supervisor is not root (docs/CONFINEMENT.md, "Without root").
+ROOTLESS_WARNING = (
+    "the supervisor is not root: every worker runs as its uid {uid} in a user namespace of its own (Landlock, the "
+    "private view, the network namespace and seccomp hold as with root); what needs root is off: a uid per worker "
+    "(workers' files are apart only by Landlock, not by file modes), shared_groups, cgroup limits (memory_bytes, "
+    "cpus; processes is only RLIMIT_NPROC), the kernel's audit records, and inodes of a worker's own for /dev nodes"
+)
 #: What every worker's process runs after its confinement (``module:function``)
 WORKER_ENTRY = "toolboxes._worker:main"
 #: The environment of every worker's launcher (or zygote) process; the worker's own is its plan's ``env``
@@ -97,11 +116,8 @@ class CompiledPolicy:
     session_max_calls: int | None
     session_max_concurrent: int | None
     media_limits: dict[str, int]
-    restart_backoff_initial_s: float
-    restart_backoff_max_s: float
-    crash_loop_max_restarts: int
-    crash_loop_window_s: float
-    crash_loop_cooldown_s: float
+    #: the policy's ``supervision`` (the runners' restart settings)
+    supervision: Supervision
     landlock_abi: int
     #: workers started at once by the launcher (``supervision.parallel_starts``, default :data:`STARTS_PER_CPU` a CPU)
     parallel_starts: int = 8
@@ -141,14 +157,16 @@ def plan_worker(
     identity: WorkerIdentity | None = None,
     credentials: Mapping[str, Credential] | None = None,
     host: HostView | None = None,
+    bounds: Sequence[Bound] = (),
 ) -> WorkerSpec:
-    """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`.
+    """Decide what the worker of ``tb`` gets (pure: no file is touched). Raises :class:`PolicyRefused`, or its
+    :class:`ToolboxRefused` for what only this toolbox asks past the policy (``_ceilings.py``).
 
     ``identity``: the uid and gid of its own this worker runs as (the policy's ``worker_uids``, from the state
     dir's identity table, ``_identities.py``); ``None``: the policy's ``sandbox_uid`` and ``sandbox_gid``.
     ``credentials``: the policy's credentials with their values (``_credential_values.load_credentials``).
     ``host``: what the host says of the rules' paths, shared by every toolbox of one compile (``_host_view.py``;
-    ``None``: asked afresh).
+    ``None``: asked afresh). ``bounds``: the ceilings that bound its agent (``_ceilings.agent_bounds``).
     """
     host = host if host is not None else HostView()
     policy = config.policy
@@ -234,12 +252,27 @@ def plan_worker(
 
     tb_hosts = tb.allowed_hosts if kind.worker_hosts else ()
     hosts = tuple(dict.fromkeys([*tb_hosts, *overrides.allowed_hosts]))
-    private = tuple(str(n) for n in policy.network.allow_private_ranges)
+    private = policy.private_ranges_for(tb.name, tb.agent_slug)
+    loopback = policy.loopback_for(tb.name, tb.agent_slug)
+    policy_key = f"toolboxes.{tb.agent_slug}/{tb.name}"
     cname_targets = tuple(overrides.cname_targets)
     try:
         AllowedHosts.parse(hosts, private_networks=private, cname_targets=cname_targets)
     except HostError as exc:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
+    capabilities = cfg.get("Capabilities") or () if tb.kind in ("system", "developer") else ()
+    past = ceiling_refusals(tb.allowed_hosts, capabilities, bounds)
+    if past:
+        raise ToolboxRefused("; ".join(past))
+    closed = class_refusals(
+        dict.fromkeys([*tb.allowed_hosts, *overrides.allowed_hosts]),
+        loopback=loopback,
+        private_ranges=private,
+        policy_key=policy_key,
+    )
+    if closed and policy.strict:
+        raise ToolboxRefused("; ".join(closed) + ". A strict policy refuses a setting that cannot hold.")
+    warnings += [f"{tb.name}: {c}; it reaches nothing" for c in closed]
     if kind.no_network is not None and hosts:
         message = f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts gives {kind.no_network}"
         if policy.strict:
@@ -377,6 +410,7 @@ def plan_worker(
         "read_write": sorted(r.path for r in rules if r.mode == WRITE),
         "allowed_hosts": list(hosts),
         "cname_targets": list(cname_targets),
+        "caps": caps_report(bounds, loopback=loopback, private_ranges=private, policy_key=policy_key),
         "credentials": grant.describe(),
         "tls_termination": terminator is not None,
         "xattrs": overrides.xattrs,
@@ -427,6 +461,8 @@ def plan_worker(
         allowed_tools=allowed_tools,
         allowed_hosts=hosts,
         private_networks=private,
+        loopback=loopback,
+        policy_key=policy_key,
         cname_targets=cname_targets,
         credentials=grant.credentials,
         terminator=terminator,
@@ -473,10 +509,11 @@ def _plan_view(
     spec = ViewSpec(
         hostname=(socket.gethostname() or NEUTRAL_HOSTNAME)[:64] if own_hostname else NEUTRAL_HOSTNAME,
         system_paths=tuple(dict.fromkeys(system)),
+        directories=(os.path.dirname(tb.agent_file),),  # where execute-command runs (docs/FILES.md)
     )
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
-        lines = plan_view(rules, spec, files, probe, host.mount_points()).describe()
+        lines = plan_view(rules, spec, files, probe, host.mount_points(), locked=os.geteuid() != 0).describe()
     except ViewError as exc:
         message = f"toolbox {tb.name} (agent {tb.agent_slug}): {exc}"
         if strict:
@@ -527,13 +564,34 @@ def _prepare_worker_dirs(anchor: int, state_dir: str, spec: WorkerSpec) -> None:
             os.close(parent)
 
 
-def _agent_file(path: str) -> AgentFile:
-    """The agent file at ``path`` with its owner and inode as the identity table binds it (by path alone when it
-    cannot be read now: it was read a moment ago, so the table is not changed for a passing error)."""
-    try:
-        return agent_file_identity(path)
-    except OSError:
-        return AgentFile(path)
+def _refuse_writable_agent_files(
+    config: LoadedConfig,
+    specs: list[WorkerSpec],
+    origins: Mapping[tuple[str, str], ToolboxConfig],
+    load_errors: list[dict[str, str]],
+) -> list[str]:
+    """The policy file and agent files some worker of ``specs`` can write (``_writable_agents.py``): under a strict
+    policy the policy file refuses the start and an agent file every toolbox of its agent (removed from ``specs``,
+    a load error each); otherwise each is a warning (returned)."""
+    warnings: list[str] = []
+    strict = config.policy.strict
+    policy_writers = file_writers({"policy": config.policy_file}, specs).get("policy")
+    if policy_writers:
+        text = writers_text(config.policy_file, policy_writers, "policy file")
+        if strict:
+            raise PolicyRefused(text + ". A strict policy does not start while a worker can write it.")
+        warnings.append(text + " (not refused: the policy is not strict)")
+    files = {a.slug: a.file for a in config.agents}
+    for slug, writers in file_writers(files, specs).items():
+        text = writers_text(files[slug], writers)
+        if not strict:
+            warnings.append(f"agent {slug}: {text} (not refused: the policy is not strict)")
+            continue
+        refused = ToolboxRefused(text + ". A strict policy refuses every toolbox of the agent until then.")
+        for spec in [s for s in specs if s.agent == slug]:
+            specs.remove(spec)
+            load_errors.append(_load_error(origins[(spec.agent, spec.toolbox)], "its agent file", refused))
+    return warnings
 
 
 def _check_toolbox_keys(config: LoadedConfig) -> None:
@@ -633,13 +691,22 @@ def compile_policy(
     git_sources: list[GitSource] = []
     host = HostView()  # one set of answers about the host's paths for every toolbox (nothing is made until after)
     _check_toolbox_keys(config)
-    credentials = load_credentials(policy.credentials)
+    if not root and config.toolboxes():
+        warnings.append(ROOTLESS_WARNING.format(uid=os.geteuid()))
+    credentials = load_credentials(policy.credentials, run_commands=prepare)  # check runs no program
+    if not prepare:
+        warnings += [
+            f"credentials.{name}: its command source is not run by check (nothing starts); the supervisor runs it "
+            "at start"
+            for name, spec in policy.credentials.items()
+            if spec.source.command is not None
+        ]
     if prepare and any(t.tls_termination for t in policy.toolboxes.values()):
         write_ca_file(state_dir, supervisor_ca())  # before planning: the workers are granted the file
     ranged = root and policy.worker_uids is not None
     assigned = assign_identities(
         state_dir,
-        {a.slug: _agent_file(a.file) for a in config.agents},
+        {a.slug: agent_file_or_path(a.file) for a in config.agents},
         [f"{tb.agent_slug}/{tb.name}" for tb in config.toolboxes()],
         first=policy.worker_uids.first if ranged and policy.worker_uids else None,
         count=policy.worker_uids.count if policy.worker_uids else 1,
@@ -649,6 +716,7 @@ def compile_policy(
     )
     identities = assigned.workers
     warnings += assigned.notes
+    reach = tenant_reach(policy, subagent_slugs(config))
     for agent in config.agents:
         for tb in agent.toolboxes():
             if tb.load_problem is not None:  # found in its agent file (an unset ${VAR}): no worker, the rest loads
@@ -680,7 +748,11 @@ def compile_policy(
                     identity=identities.get(f"{tb.agent_slug}/{tb.name}"),
                     credentials=credentials,
                     host=host,
+                    bounds=agent_bounds(policy, tb.agent_slug, reach),
                 )
+            except ToolboxRefused as exc:  # what only this toolbox asks past the policy: its load error
+                load_errors.append(_load_error(tb, "the policy's ceiling", exc))
+                continue
             except PolicyRefused:
                 raise
             except Exception as exc:  # a bug or a surprise of this machine: this toolbox's load error only
@@ -694,10 +766,12 @@ def compile_policy(
                 tb,
                 spec.plan.uid if spec.plan.uid is not None else os.geteuid(),
                 spec.plan.gid if spec.plan.gid is not None else os.getegid(),
+                spec.plan.groups,
             )
             specs.append(spec)
             warnings += spec.warnings
             git_sources += kind.git_sources(tb, state_dir)
+    warnings += _refuse_writable_agent_files(config, specs, origins, load_errors)
     if root and specs:
         uid, gid = specs[0].plan.uid or policy.sandbox_uid, specs[0].plan.gid or policy.sandbox_gid
         for path in (os.path.realpath(python), runtime_dir if prepare else None):
@@ -720,7 +794,7 @@ def compile_policy(
                     specs.remove(spec)
         finally:
             os.close(anchor)
-        git_sources = [g for g in git_sources if (g.agent, g.toolbox) in {(s.agent, s.toolbox) for s in specs}]
+    git_sources = [g for g in git_sources if (g.agent, g.toolbox) in {(s.agent, s.toolbox) for s in specs}]
     trace_path = policy.trace.path or os.path.join(state_dir, "trace.jsonl")
     if trace_path == os.path.join(policy.state_dir, "trace.jsonl"):
         trace_path = os.path.join(state_dir, "trace.jsonl")  # follows a state_dir override
@@ -733,11 +807,7 @@ def compile_policy(
         session_max_calls=policy.sessions.max_calls,
         session_max_concurrent=policy.sessions.max_concurrent_calls,
         media_limits=policy.context.media_limits(),
-        restart_backoff_initial_s=policy.supervision.restart_backoff_initial_s,
-        restart_backoff_max_s=policy.supervision.restart_backoff_max_s,
-        crash_loop_max_restarts=policy.supervision.crash_loop_max_restarts,
-        crash_loop_window_s=policy.supervision.crash_loop_window_s,
-        crash_loop_cooldown_s=policy.supervision.crash_loop_cooldown_s,
+        supervision=policy.supervision,
         landlock_abi=abi,
         parallel_starts=policy.supervision.parallel_starts or STARTS_PER_CPU * (os.cpu_count() or 1),
         zygote_parallel_starts=policy.supervision.parallel_starts or ZYGOTE_STARTS_PER_CPU * (os.cpu_count() or 1),

@@ -27,7 +27,7 @@ from sandbox._credentials import Credential, credential_value_problem
 from supervisor._errors import PolicyRefused
 from supervisor.config import CredentialPolicy, CredentialSource, binding_of
 
-__all__ = ["MAX_FILE_BYTES", "load_credentials", "read_root_only_file"]
+__all__ = ["MAX_FILE_BYTES", "NOT_RUN", "load_credentials", "read_root_only_file"]
 
 MAX_FILE_BYTES = 64 * 1024
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -126,10 +126,21 @@ def _text(data: bytes, where: str) -> str:
         raise _Unreadable(f"{where} is not ASCII text") from None
 
 
+#: The value of a ``command:`` credential that :func:`load_credentials` was told not to run (``check``): never
+#: sent anywhere, since nothing starts.
+NOT_RUN = "(command not run)"
+
+
 def load_credentials(
-    specs: Mapping[str, CredentialPolicy], environ: Mapping[str, str] | None = None, *, run: Runner = subprocess.run
+    specs: Mapping[str, CredentialPolicy],
+    environ: Mapping[str, str] | None = None,
+    *,
+    run: Runner = subprocess.run,
+    run_commands: bool = True,
 ) -> dict[str, Credential]:
     """Read every credential's value now; the proxy's :class:`~sandbox._credentials.Credential` for each.
+    ``run_commands`` false (``check``: nothing starts): a ``command:`` source is not run, its value is
+    :data:`NOT_RUN`; ``env`` and ``file`` sources are still read (that has no effect) so their problems show.
 
     Raises:
         PolicyRefused: a value cannot be read or is not a valid header value (the message names the credential
@@ -138,6 +149,11 @@ def load_credentials(
     env = os.environ if environ is None else environ
     out: dict[str, Credential] = {}
     for name, spec in specs.items():
+        if spec.source.command is not None and not run_commands:
+            out[name] = Credential(
+                name, NOT_RUN, tuple(binding_of(b) for b in spec.bindings), spec.header_pair(), spec.query
+            )
+            continue
         try:
             value = _read(name, spec.source, env, run).strip()
         except _Unreadable as exc:

@@ -35,9 +35,7 @@ under the registry's lock; each file is written whole to a temporary file and re
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import os
 import secrets
 from contextlib import contextmanager
@@ -49,6 +47,7 @@ from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError, ConfigProblem
 
 from ._agent_bindings import AgentFile, agent_file_identity, bind_agents
+from ._locked_json import flocked, read_json, write_json
 from ._uid_registry import Holder, HostRegistry, locked_registry, read_registry, registry_dir, write_registry
 
 if TYPE_CHECKING:
@@ -236,46 +235,25 @@ def plan_identities(
 def _locked(state_dir: str) -> Iterator[int]:
     anchor = open_anchor(state_dir)
     try:
-        lock = os.open(_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=anchor)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with flocked(anchor, _LOCK_FILE):
             yield anchor
-        finally:
-            os.close(lock)  # releases the lock
     finally:
         os.close(anchor)
 
 
 def _read(anchor: int | None, state_dir: str) -> IdentityTable:
     where = os.path.join(state_dir, TABLE_FILE)
+    fd = anchor if anchor is not None else os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        data = read_json(fd, TABLE_FILE, what=f"the identity table {where}")
+    finally:
         if anchor is None:
-            fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        else:
-            fd = os.open(TABLE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=anchor)
-    except FileNotFoundError:
-        return IdentityTable()
-    with os.fdopen(fd, "rb") as f:
-        raw = f.read()
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyRefused(
-            f"the identity table {where} is not JSON ({exc}); nothing was started. Restore it from a backup"
-        ) from exc
-    return IdentityTable.from_json(data, where)
+            os.close(fd)
+    return IdentityTable() if data is None else IdentityTable.from_json(data, where)
 
 
 def _write(anchor: int, table: IdentityTable) -> None:
-    tmp = f".{TABLE_FILE}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=anchor)
-    with os.fdopen(fd, "w") as f:
-        json.dump(table.to_json(), f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, TABLE_FILE, src_dir_fd=anchor, dst_dir_fd=anchor)
-    os.fsync(anchor)
+    write_json(anchor, TABLE_FILE, table.to_json(), mode=0o644)
 
 
 def _check_not_a_copy(host: HostRegistry, state_id: str, state_dir: str, registry: str) -> None:

@@ -92,7 +92,7 @@ class KindPlan:
         no_network: what AllowedHosts give this kind when they cannot hold, ``"<whom> nothing in this build: <why>"``
             (refused under strict, warned otherwise); ``None``: they work.
         allowed_tools: the worker config key listing the tools its code may call through the portal (Lua).
-        check_warnings: ``check``'s warnings once its worker's uid and gid are known.
+        check_warnings: ``check``'s warnings once its worker's uid, gid and supplementary groups are known.
         git_sources: the git sources the supervisor clones for it before it starts.
         session_skills: the supervisor keeps the skills each session enabled for it.
         host_requests: it answers host requests about sessions (System's introspection).
@@ -107,7 +107,7 @@ class KindPlan:
     worker_hosts: bool = True
     no_network: str | None = None
     allowed_tools: str | None = None
-    check_warnings: Callable[[ToolboxConfig, int, int], list[str]] = lambda tb, uid, gid: []
+    check_warnings: Callable[[ToolboxConfig, int, int, tuple[int, ...]], list[str]] = lambda tb, uid, gid, groups: []
     git_sources: Callable[[ToolboxConfig, str], list[GitSource]] = lambda tb, state_dir: []
     session_skills: bool = False
     host_requests: bool = False
@@ -160,9 +160,9 @@ def _sqlite_grants(
     return KindGrants(cfg, sqlite_fs_rules(cfg.get("Versioning") or {}))
 
 
-def _sqlite_warnings(tb: ToolboxConfig, uid: int, gid: int) -> list[str]:
-    """File modes that keep the worker's uid out of a database it must write."""
-    return sqlite_access_warnings(tb.name, tb.worker_config().get("Versioning") or {}, uid, gid)
+def _sqlite_warnings(tb: ToolboxConfig, uid: int, gid: int, groups: tuple[int, ...]) -> list[str]:
+    """File modes that keep the worker's uid (with its shared groups) out of a database it must write."""
+    return sqlite_access_warnings(tb.name, tb.worker_config().get("Versioning") or {}, uid, gid, groups)
 
 
 def _mcp_grants(

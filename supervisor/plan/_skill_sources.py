@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from sandbox._dirfd import open_anchor, open_dir, seal_tree
+from sandbox._egress_decide import no_own_ports
 from sandbox._hosts import HostError, normalize_host
 from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import python_runtime_paths
@@ -295,6 +296,8 @@ async def fetch_git_source(
     timeout_s: float = CLONE_TIMEOUT_S,
     cname_targets: tuple[str, ...] = (),
     credentials: Sequence[Credential] = (),
+    opened: tuple[tuple[str, ...], bool, str] = ((), False, ""),
+    own_ports: Callable[[], frozenset[int]] = no_own_ports,
 ) -> tuple[str | None, bool]:
     """Clone ``git`` unless its folder exists. Returns ``(error message or None, cloned now)``; the ``subdir`` is
     not checked here.
@@ -302,7 +305,9 @@ async def fetch_git_source(
     Never raises for what git or the repository does; ``OSError`` only when the state directory cannot be
     written. ``policy`` is the loaded :class:`~supervisor.config._policy.Policy` (system paths, environment, strictness,
     private ranges); ``launcher``, ``rlimits``, ``uid``, ``gid`` and ``cname_targets`` are those of the skills
-    toolbox's worker; ``credentials`` the ones the policy grants it (see the module docstring).
+    toolbox's worker; ``credentials`` the ones the policy grants it (see the module docstring); ``opened`` its
+    address classes the policy opens (private ranges, loopback, its policy key: as for its worker's bridge);
+    ``own_ports`` the supervisor's own listening ports, never dialled.
     """
     if _exists(git):
         if uid is not None:
@@ -324,8 +329,11 @@ async def fetch_git_source(
             min_landlock_abi=policy.landlock_min_abi if policy.strict else 0,
             rlimits=rlimits,
             allowed_hosts=clone.hosts,
-            private_networks=tuple(str(n) for n in policy.network.allow_private_ranges),
+            private_networks=opened[0],
             cname_targets=cname_targets,
+            loopback=opened[1],
+            policy_key=opened[2],
+            own_ports=own_ports,
             on_egress=on_egress,
             credentials=clone.credentials,
             terminator=clone.terminator,
@@ -348,10 +356,13 @@ def _check_subdir(git: GitSource) -> str | None:
     return None
 
 
-async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]:
+async def prepare_git_sources(
+    compiled: Any, trace: Any, own_ports: Callable[[], frozenset[int]] = no_own_ports
+) -> list[dict[str, str]]:
     """Clone every git source of ``compiled`` (a ``CompiledPolicy``) that is not cloned yet; drop the failed ones
     from their workers' configs and rules. Returns the load errors (``{"toolbox", "agent", "source", "message"}``), each
-    also traced as ``load_error``. Call before any worker starts."""
+    also traced as ``load_error``. Call before any worker starts. ``own_ports``: the supervisor's own listening
+    ports, which no clone reaches."""
     errors: list[dict[str, str]] = []
     done: dict[str, str | None] = {}
     failed: dict[tuple[str, str], list[GitSource]] = {}
@@ -375,6 +386,8 @@ async def prepare_git_sources(compiled: Any, trace: Any) -> list[dict[str, str]]
                     on_egress=on_egress,
                     cname_targets=spec.cname_targets,
                     credentials=spec.credentials,
+                    opened=(spec.private_networks, spec.loopback, spec.policy_key),
+                    own_ports=own_ports,
                 )
             except OSError as exc:
                 error, cloned = f"git source {git.url}: cannot write its clone: {exc}", False

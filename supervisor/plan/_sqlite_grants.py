@@ -44,7 +44,7 @@ from sandbox._plan import READ, WRITE, FsRule
 from sandbox._syspaths import uid_write_problem
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
 __all__ = ["sqlite_access_warnings", "sqlite_fs_rules"]
 
@@ -96,13 +96,16 @@ def sqlite_fs_rules(versioning: dict[str, Any], exists: Callable[[str], bool] = 
     return rules
 
 
-def sqlite_access_warnings(toolbox: str, versioning: dict[str, Any], uid: int, gid: int) -> list[str]:
+def sqlite_access_warnings(
+    toolbox: str, versioning: dict[str, Any], uid: int, gid: int, groups: Collection[int] = ()
+) -> list[str]:
     """``check``'s warnings for a database the worker must write but whose file modes keep its uid out.
 
     Landlock grants the worker the database's folder, but the kernel's classic permissions still apply: a
     ``SqliteReadWrite`` database owned by another user with mode 0644 answers every write with "this database is
-    read-only". Each warning names the path, the uid and the fix. Looks at mode bits only (see
-    :func:`sandbox._syspaths.uid_write_problem`).
+    read-only". The worker's supplementary ``groups`` (the policy's ``shared_groups`` it is in) count, as they do
+    for the kernel. Each warning names the path, the uid and the fix the README gives: a folder several toolboxes
+    write belongs to a shared group. Looks at mode bits only (see :func:`sandbox._syspaths.uid_write_problem`).
     """
     tag = versioning.get("tag")
     body = _body(versioning)
@@ -116,13 +119,15 @@ def sqlite_access_warnings(toolbox: str, versioning: dict[str, Any], uid: int, g
     for path in paths:
         if not isinstance(path, str) or not os.path.isabs(path):
             continue
-        problem = uid_write_problem(path, uid, gid)
+        problem = uid_write_problem(path, uid, gid, groups=groups)
         if problem is not None:
             folder = os.path.dirname(os.path.realpath(path))
             out.append(
-                f"{toolbox}: the read-write database {path} cannot be written by the worker (uid {uid}): "
-                f"{problem}, so every write would answer 'this database is read-only'. Fix: "
-                f"chown {uid}:{gid} {folder} {path} (or give group {gid} write access with chmod g+rw), "
-                "or declare it SqliteReadOnly"
+                f"{toolbox}: the read-write database {path} cannot be written by the worker (uid {uid}"
+                f"{', groups ' + ', '.join(map(str, groups)) if groups else ''}): {problem}, so every write would "
+                f"answer 'this database is read-only'. Fix: give the folder to a group (chgrp -R GID {folder} && "
+                f"chmod -R g+rwX {folder} && chmod g+s {folder}) and name the toolbox in the policy's "
+                f"shared_groups: [{{gid: GID, toolboxes: [<agent>/{toolbox}]}}] (README, 'Landlock decides which "
+                "paths'); or declare it SqliteReadOnly"
             )
     return out

@@ -26,8 +26,6 @@ checked, the file read, locked, written.
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import stat
 from contextlib import contextmanager
@@ -36,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox._dirfd import open_anchor
 from supervisor._errors import PolicyRefused
+
+from ._locked_json import flocked, read_json, write_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -138,17 +138,8 @@ def _open_dir(path: str, *, create: bool) -> int | None:
 
 
 def _read_at(fd: int, where: str) -> HostRegistry:
-    try:
-        file = os.open(REGISTRY_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-    except FileNotFoundError:
-        return HostRegistry()
-    with os.fdopen(file, "rb") as f:
-        raw = f.read()
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyRefused(f"the host's uid registry {where} is not JSON ({exc}); restore it from a backup") from exc
-    return HostRegistry.from_json(data, where)
+    data = read_json(fd, REGISTRY_FILE, what=f"the host's uid registry {where}")
+    return HostRegistry() if data is None else HostRegistry.from_json(data, where)
 
 
 def read_registry(path: str) -> HostRegistry:
@@ -169,24 +160,12 @@ def locked_registry(path: str) -> Iterator[tuple[int, HostRegistry]]:
     fd = _open_dir(path, create=True)
     assert fd is not None
     try:
-        lock = os.open(_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with flocked(fd, _LOCK_FILE):
             yield fd, _read_at(fd, os.path.join(path, REGISTRY_FILE))
-        finally:
-            os.close(lock)  # releases the lock
     finally:
         os.close(fd)
 
 
 def write_registry(fd: int, registry: HostRegistry) -> None:
     """Replace the registry file in the directory ``fd`` (held locked) with ``registry``."""
-    tmp = f".{REGISTRY_FILE}.{os.getpid()}.tmp"
-    file = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
-    with os.fdopen(file, "w") as f:
-        json.dump(registry.to_json(), f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, REGISTRY_FILE, src_dir_fd=fd, dst_dir_fd=fd)
-    os.fsync(fd)
+    write_json(fd, REGISTRY_FILE, registry.to_json(), mode=0o600)

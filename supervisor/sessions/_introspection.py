@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from supervisor.config import Introspection
@@ -86,6 +87,16 @@ def visible_sessions(
 
 class _Refused(Exception):
     pass
+
+
+def _id_shaped(value: str) -> bool:
+    """Whether ``value`` has the form of the ids the supervisor makes (a UUID, with or without dashes): an id of
+    another form names no session (``InvalidSessionIdError``), one of this form may name another's (not found)."""
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _preview(text: str, index: int, length: int) -> str:
@@ -211,6 +222,11 @@ def _answer(
         target = args.get("session_id")
         if not isinstance(target, str) or not target or len(target) > 200:
             raise _Refused("InvalidSessionIdError: read-session needs 'session_id', a session id from list-sessions")
+        if target not in parents and not _id_shaped(target):
+            raise _Refused(
+                f"InvalidSessionIdError: {target!r} is not a session id (session ids are UUIDs, as list-sessions "
+                "gives them in sessionId)"
+            )
         if target not in parents or target not in visible:
             # Another agent's or tenant's session is reported as absent: its existence is not the caller's business.
             raise _Refused(f"SessionNotFoundError: no session {target!r}")

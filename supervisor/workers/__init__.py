@@ -1,12 +1,13 @@
 """Worker processes: spawning, the protocol connection, restarts, limit notes and kernel denials explained,
 one-shot confined runs."""
 
+from ._audit_reach import host_explanations
 from ._confined_exec import ConfinedOutcome, run_confined
-from ._kernel_audit import KernelAudit, combine_watches, host_explanations
+from ._kernel_audit import KernelAudit, combine_watches
 from ._launch import launcher_argv
 from ._limit_notes import LimitWatch, explained_limits
 from ._pipes import ChunkReader, send_whole
-from ._runner import SupervisionPolicy, ToolboxRunner
+from ._runner import ToolboxRunner
 from ._spawner import LauncherSpawner, Spawner, ZygoteSpawner, preload_modules
 from ._staging import stage_worker_code
 from ._tool_cache import tool_cache_path
@@ -20,7 +21,6 @@ __all__ = [
     "LauncherSpawner",
     "LimitWatch",
     "Spawner",
-    "SupervisionPolicy",
     "ToolboxRunner",
     "Worker",
     "WorkerSpec",

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from sandbox._bridge import BridgeError, BridgePorts, receive_bridge, worker_network_env
+from sandbox._egress_decide import no_own_ports
 from sandbox._hosts import AllowedHosts
 from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
 
@@ -93,6 +94,9 @@ async def run_confined(
     on_egress: Callable[[dict[str, Any]], None] | None = None,
     credentials: Sequence[Credential] = (),
     terminator: Terminator | None = None,
+    loopback: bool = False,
+    policy_key: str = "",
+    own_ports: Callable[[], frozenset[int]] = no_own_ports,
     launcher: Sequence[str] | None = None,
     view: bool = True,
     system_paths: Sequence[str] = (),
@@ -106,7 +110,8 @@ async def run_confined(
     Raises ``OSError`` only when the launcher itself cannot be spawned; everything the program or the
     confinement does is in the outcome. Cancellation kills the program. ``credentials`` and ``terminator`` are
     given to the bridge's proxy (``sandbox._egress.serve_egress``): the program's requests to the credentials'
-    hosts carry them (a terminator: its TLS tunnels are terminated; the program must trust that CA).
+    hosts carry them (a terminator: its TLS tunnels are terminated; the program must trust that CA). ``loopback``,
+    ``policy_key`` and ``own_ports`` as in a worker's bridge (``sandbox._hosts.AllowedHosts``, ``serve_egress``).
     ``view``: the private filesystem view (module docstring); ``system_paths`` are the rules' paths no worker or
     agent file writes, shown with inodes of the program's own (``ViewSpec.system_paths``). ``workdir`` is always
     granted read-only (more if a rule says so): the program starts in it.
@@ -159,6 +164,7 @@ async def run_confined(
                         on_egress,
                         tuple(credentials),
                         terminator,
+                        (loopback, policy_key, own_ports),
                     )
                     carrier = None  # owned by the task now
                 await proc.wait()
@@ -185,15 +191,24 @@ async def _serve_bridge(
     on_egress: Callable[[dict[str, Any]], None] | None,
     credentials: tuple[Credential, ...] = (),
     terminator: Terminator | None = None,
+    opened: tuple[bool, str, Callable[[], frozenset[int]]] = (False, "", no_own_ports),
 ) -> None:
-    """Receive the bridge sockets from the launcher and serve them until the program exits."""
+    """Receive the bridge sockets from the launcher and serve them until the program exits. ``opened``: the
+    loopback flag, policy key and the supervisor's own ports (:func:`run_confined`)."""
     try:
         bridge = await receive_bridge(trio.socket.from_stdlib_socket(carrier))
     except (BridgeError, OSError):
         return  # the launcher failed before the bridge: its exit status and stderr say why
     finally:
         carrier.close()
-    rules = AllowedHosts.parse(tuple(hosts), private_networks=tuple(private), cname_targets=tuple(cname_targets))
+    loopback, policy_key, own_ports = opened
+    rules = AllowedHosts.parse(
+        tuple(hosts),
+        private_networks=tuple(private),
+        cname_targets=tuple(cname_targets),
+        loopback=loopback,
+        policy_key=policy_key,
+    )
     await serve_bridge(
         bridge,
         rules,
@@ -202,4 +217,5 @@ async def _serve_bridge(
         on_decision=on_egress or (lambda _d: None),
         credentials=credentials,
         terminator=terminator,
+        own_ports=own_ports,
     )

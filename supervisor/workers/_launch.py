@@ -30,6 +30,7 @@ import trio
 import sandbox
 from sandbox._dns_stub import serve_dns_stub
 from sandbox._egress import Terminator, default_resolve, limited_resolver, serve_egress
+from sandbox._egress_decide import no_own_ports
 
 from ._spawn import spawn_child
 
@@ -152,9 +153,11 @@ async def serve_bridge(
     on_decision: Callable[[dict[str, Any]], None],
     credentials: Sequence[Credential] = (),
     terminator: Terminator | None = None,
+    own_ports: Callable[[], frozenset[int]] = no_own_ports,
 ) -> None:
     """Serve the egress proxy and DNS stub of one confined process until ``until()`` returns; then close the
-    sockets. At most :data:`LOOKUPS_PER_BRIDGE` name lookups of the two are in flight at once."""
+    sockets. At most :data:`LOOKUPS_PER_BRIDGE` name lookups of the two are in flight at once. ``own_ports``: the
+    supervisor's own listening ports, which the proxy never dials on loopback."""
     proxy, dns_udp, dns_tcp = bridge.to_trio()
     try:
         async with trio.open_nursery() as nursery:
@@ -168,6 +171,7 @@ async def serve_bridge(
                     resolve=resolve,
                     credentials=tuple(credentials),
                     terminator=terminator,
+                    own_ports=own_ports,
                     task_status=task_status,
                 )
             )

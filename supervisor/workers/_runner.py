@@ -35,28 +35,11 @@ from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerSta
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from supervisor.config import Supervision
     from supervisor.tools import CompiledSchema
     from toolboxes._result import ToolResult
 
-__all__ = ["SupervisionPolicy", "ToolboxRunner"]
-
-
-class SupervisionPolicy:
-    """Restart parameters (from the policy's ``supervision`` section)."""
-
-    def __init__(
-        self,
-        backoff_initial_s: float = 0.1,
-        backoff_max_s: float = 30.0,
-        max_restarts: int = 5,
-        window_s: float = 60.0,
-        cooldown_s: float = 300.0,
-    ) -> None:
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
-        self.max_restarts = max_restarts
-        self.window_s = window_s
-        self.cooldown_s = cooldown_s
+__all__ = ["ToolboxRunner"]
 
 
 class ToolboxRunner:
@@ -65,7 +48,7 @@ class ToolboxRunner:
     def __init__(
         self,
         spec: WorkerSpec,
-        supervision: SupervisionPolicy,
+        supervision: Supervision,
         *,
         on_request: RequestHandler,
         on_event: EventHandler,
@@ -147,7 +130,7 @@ class ToolboxRunner:
                 task_status.started()
                 await self._wanted.wait()  # the first call
                 first = False  # a failed start now counts as a death (the supervisor runs already)
-            backoff = self.supervision.backoff_initial_s
+            backoff = self.supervision.restart_backoff_initial_s
             while not self._stopping:
                 worker = self._make_worker(
                     self.spec, on_request=self._on_request, on_event=self._on_event_wrapper, reuse=self.schemas
@@ -189,23 +172,23 @@ class ToolboxRunner:
                         "worker_exit",
                         {"reason": worker.death_reason, "stderr_tail": worker.stderr_tail()[-500:]},
                     )
-                    if trio.current_time() - started > self.supervision.window_s:
-                        backoff = self.supervision.backoff_initial_s
+                    if trio.current_time() - started > self.supervision.crash_loop_window_s:
+                        backoff = self.supervision.restart_backoff_initial_s
                 if self._stopping:
                     break
                 now = trio.current_time()
                 self._deaths.append(now)
-                while self._deaths and now - self._deaths[0] > self.supervision.window_s:
+                while self._deaths and now - self._deaths[0] > self.supervision.crash_loop_window_s:
                     self._deaths.popleft()
-                if len(self._deaths) > self.supervision.max_restarts:
+                if len(self._deaths) > self.supervision.crash_loop_max_restarts:
                     await self._rest(worker)
-                    backoff = self.supervision.backoff_initial_s
+                    backoff = self.supervision.restart_backoff_initial_s
                     continue
                 with trio.move_on_after(backoff):
                     await self._stopped.wait()
                 if self._stopping:
                     break
-                backoff = min(backoff * 2, self.supervision.backoff_max_s)
+                backoff = min(backoff * 2, self.supervision.restart_backoff_max_s)
                 self.restarts += 1
                 self._on_event(worker, "worker_restart", {"restarts": self.restarts})
 
@@ -241,13 +224,13 @@ class ToolboxRunner:
     async def _rest(self, worker: Worker) -> None:
         """Keep the toolbox down for the cool-down after a crash loop (calls and its tools' descriptions get the
         reason and the time it is tried again), then clear it. A stop ends the rest at once."""
-        cooldown = self.supervision.cooldown_s
-        deaths = len(self._deaths)
+        cooldown = self.supervision.crash_loop_cooldown_s
+        deaths, window = len(self._deaths), self.supervision.crash_loop_window_s
         self.resting_until = time.time() + cooldown
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.resting_until))
         self.failed_reason = (
             f"toolbox {self.name} is disabled for {cooldown:g} s, until {until}: its worker died {deaths} times "
-            f"within {self.supervision.window_s:g} s (last: {worker.death_reason}). It is started again after the "
+            f"within {window:g} s (last: {worker.death_reason}). It is started again after the "
             "cool-down, or at once by a policy reload (SIGHUP) once the cause is fixed."
         )
         self._on_event(worker, "crash_loop", {"reason": self.failed_reason, "deaths": deaths, "cooldown_s": cooldown})

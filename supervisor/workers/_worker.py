@@ -34,6 +34,7 @@ from sandbox._cgroups import (
     open_procs_files,
     remove_cgroup,
 )
+from sandbox._egress_decide import no_own_ports
 from sandbox._errors import ConfinementError
 from sandbox._hosts import AllowedHosts
 from supervisor._errors import WorkerStartError, execution_error, first_leaf
@@ -93,8 +94,13 @@ class WorkerSpec:
     allowed_tools: tuple[str, ...] = ()
     #: AllowedHosts of the egress bridge (empty: the worker gets no bridge and no network at all)
     allowed_hosts: tuple[str, ...] = ()
-    #: private ranges the egress proxy may dial for this worker (the policy's network.allow_private_ranges)
+    #: private ranges the egress proxy may dial for this worker (the policy's network.allow_private_ranges and the
+    #: toolbox's allow_private_ranges)
     private_networks: tuple[str, ...] = ()
+    #: the policy opens the host's loopback to this worker's loopback entries (allow_loopback)
+    loopback: bool = False
+    #: where the policy opens this toolbox's address classes (``toolboxes.<agent>/<name>``), for refusals to name
+    policy_key: str = ""
     #: names an allowed host may be a CNAME of without being allowed itself (the policy's cname_targets)
     cname_targets: tuple[str, ...] = ()
     #: credentials its egress proxy adds to requests their bindings match (values: never sent to the worker)
@@ -145,9 +151,11 @@ class Worker:
         on_event: EventHandler,
         reuse: Sequence[CompiledSchema] = (),
         spawner: Spawner | None = None,
+        own_ports: Callable[[], frozenset[int]] = no_own_ports,
     ) -> None:
         self.spec = spec
         self._spawner = spawner
+        self._own_ports = own_ports
         self._reuse = reuse
         self._on_request = on_request
         self._on_event = on_event
@@ -387,7 +395,11 @@ class Worker:
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
         rules = AllowedHosts.parse(
-            self.spec.allowed_hosts, private_networks=self.spec.private_networks, cname_targets=self.spec.cname_targets
+            self.spec.allowed_hosts,
+            private_networks=self.spec.private_networks,
+            cname_targets=self.spec.cname_targets,
+            loopback=self.spec.loopback,
+            policy_key=self.spec.policy_key,
         )
 
         def on_decision(decision: dict[str, Any]) -> None:
@@ -402,6 +414,7 @@ class Worker:
                 on_decision=on_decision,
                 credentials=self.spec.credentials,
                 terminator=self.spec.terminator,
+                own_ports=self._own_ports,
             )
         except Exception as exc:  # a bug in the bridge ends this worker (it restarts), never the supervisor
             leaf = first_leaf(exc)

@@ -226,13 +226,16 @@ class Lab:
         cname_targets: tuple[str, ...] = (),
         credentials: list[dict[str, Any]] | None = None,
         terminate: bool = False,
+        loopback: bool = False,
+        own_ports: tuple[int, ...] = (),
     ) -> Bridge:
         """A client namespace with only ``lo`` whose bridge is served by a proxy in the supervisor namespace.
         ``credentials``: what the proxy injects (``{name, value, bindings: [{hosts, ports, schemes,
         path_prefixes}], header: [name, template] | None, query}``); the proxy trusts the lab's CA upstream.
         ``terminate``: the TLS-terminating mode, with a CA of the proxy's own (its certificate in
-        ``Bridge.terminating_ca``)."""
-        return Bridge(self, rules, private, toolbox, cname_targets, credentials or [], terminate)
+        ``Bridge.terminating_ca``). ``loopback``: the policy opens the host's loopback to the toolbox;
+        ``own_ports``: the ports the proxy takes for the supervisor's own listening sockets."""
+        return Bridge(self, rules, private, toolbox, cname_targets, credentials or [], terminate, (loopback, own_ports))
 
     def requests(self) -> list[dict[str, Any]]:
         """Every request the lab's HTTP(S) servers received so far: ``{tag, host, path, headers}``."""
@@ -265,6 +268,7 @@ class Bridge:
         cname_targets: tuple[str, ...] = (),
         credentials: list[dict[str, Any]] | None = None,
         terminate: bool = False,
+        opened: tuple[bool, tuple[int, ...]] = (False, ()),
     ) -> None:
         self.lab = lab
         self.ns = f"asv-c-{secrets.token_hex(3)}"
@@ -295,6 +299,9 @@ class Bridge:
                     json.dumps(list(cname_targets)),
                     "--toolbox",
                     toolbox,
+                    *(["--loopback"] if opened[0] else []),
+                    "--own-ports",
+                    json.dumps(list(opened[1])),
                     "--credentials",
                     str(creds_file),
                     "--upstream-ca",
@@ -544,8 +551,13 @@ def _main_proxy(args: argparse.Namespace) -> None:
     with socket.socket(fileno=args.bridge_fd) as carrier:
         bridge = receive_bridge_nowait(carrier)
     rules = AllowedHosts.parse(
-        json.loads(args.rules), private_networks=json.loads(args.private), cname_targets=json.loads(args.cname_targets)
+        json.loads(args.rules),
+        private_networks=json.loads(args.private),
+        cname_targets=json.loads(args.cname_targets),
+        loopback=args.loopback,
+        policy_key=f"toolboxes.lab/{args.toolbox}",
     )
+    own_ports = frozenset(json.loads(args.own_ports))
     credentials = _credentials(args.credentials) if args.credentials else ()
     upstream_tls = ssl.create_default_context(cafile=args.upstream_ca) if args.upstream_ca else None
     terminator = None
@@ -570,6 +582,7 @@ def _main_proxy(args: argparse.Namespace) -> None:
                     credentials=credentials,
                     upstream_tls=upstream_tls,
                     terminator=terminator,
+                    own_ports=lambda: own_ports,
                     task_status=task_status,
                 )
             )
@@ -589,6 +602,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--private", default="[]")
     parser.add_argument("--cname-targets", default="[]")
     parser.add_argument("--toolbox", default="lab")
+    parser.add_argument("--loopback", action="store_true")
+    parser.add_argument("--own-ports", default="[]")
     parser.add_argument("--request-log")
     parser.add_argument("--credentials")
     parser.add_argument("--upstream-ca")

@@ -201,6 +201,7 @@ def test_python_runtime_paths_cover_interpreter_and_stdlib_without_nesting() -> 
         assert not any(a != b and a.startswith(b + "/") for b in paths)
 
 
+@pytest.mark.root
 def test_uid_can_read_follows_the_mode_bits_of_every_component(sandbox_tmp: Path) -> None:
     d = sandbox_tmp / "d"
     d.mkdir()

@@ -28,7 +28,8 @@ RULES = AllowedHosts.parse(
         "meta.example.test",
         "many.example.test",
         "localhost",
-    ]
+    ],
+    loopback=True,
 )
 
 
@@ -104,6 +105,11 @@ async def test_localhost_is_answered_without_any_lookup() -> None:
     reply = await ask("localhost", "AAAA", recorder)
     assert [r.to_text() for s in reply.answer for r in s] == ["::1"]
     assert recorder.asked == []
+    # Where the policy does not open the loopback, localhost is not answered at all.
+    closed = await answer_query(
+        dns.message.make_query("localhost", "A").to_wire(), AllowedHosts.parse(["localhost"]), resolve=recorder
+    )
+    assert closed is not None and dns.message.from_wire(closed).rcode() == dns.rcode.REFUSED
 
 
 async def test_malformed_and_odd_queries() -> None:

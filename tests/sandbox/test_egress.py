@@ -286,11 +286,28 @@ def test_ip_literals_that_are_not_listed_are_refused(make_bridge, url: str) -> N
     assert "SECRET" not in body
 
 
-def test_localhost_entry_reaches_the_supervisors_loopback(make_bridge) -> None:
-    bridge = make_bridge(["localhost"])
+def test_localhost_entry_reaches_the_supervisors_loopback_only_where_the_policy_opens_it(make_bridge) -> None:
+    closed = make_bridge(["localhost", "127.0.0.1", "::1"], toolbox="lua")
+    for url in ("http://localhost:8080/lo", "http://127.0.0.1:8080/lo", "http://[::1]:8080/lo"):
+        status, body = closed.curl(url)
+        assert status == 403 and "toolboxes.lab/lua.allow_loopback: true" in body, (url, body)
+    bridge = make_bridge(["localhost"], loopback=True)
     status, body = bridge.curl("http://localhost:8080/lo")
     assert (status, body) == (200, "loopback-service host=localhost:8080 path=/lo")
     assert bridge.decision()["address"] == "127.0.0.1"
+    # Opened or not, the supervisor's own listening sockets are never reached.
+    own = make_bridge(["localhost"], loopback=True, own_ports=(8080,))
+    status, body = own.curl("http://localhost:8080/lo")
+    assert status == 403 and "a socket of the supervisor itself" in body, body
+
+
+def test_an_ip_literal_of_a_private_range_opens_nothing_without_the_policy(make_bridge) -> None:
+    bridge = make_bridge(["10.1.2.3", "[::ffff:10.1.2.3]"], toolbox="db")
+    for url in ("http://10.1.2.3/", "http://[::ffff:10.1.2.3]/"):
+        status, body = bridge.curl(url)
+        assert status == 403 and "toolboxes.lab/db.allow_private_ranges: [10.1.2.3/32]" in body, (url, body)
+    opened = make_bridge(["10.1.2.3"], private=("10.1.2.3/32",))
+    assert opened.curl("http://10.1.2.3/")[0] == 502  # allowed and dialled: nothing lives at 10.1.2.3 in the lab
 
 
 def test_uppercase_and_trailing_dot_spellings_match_the_same_rules(make_bridge) -> None:

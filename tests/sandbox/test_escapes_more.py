@@ -234,7 +234,7 @@ async def test_tiocsti_has_no_terminal_to_push_into(sup: Supervisor) -> None:
 
 async def test_another_workers_folder_is_out_of_reach(sup: Supervisor, sandbox_tmp: Path) -> None:
     beta_work = sup.runner("beta").spec.plan.workdir
-    out = await _run(sup, "echo beta-private > note.txt && mkdir -p d && echo x > d/y && pwd", "beta")
+    out = await _run(sup, 'cd "$HOME" && echo beta-private > note.txt && mkdir -p d && echo x > d/y && pwd', "beta")
     assert out["exitCode"] == 0 and out["stdout"].strip() == beta_work, out
     (sandbox_tmp / "beta" / "shared.txt").write_text("beta project")
     for command in (

@@ -275,7 +275,7 @@ def test_bad_private_networks_are_refused() -> None:
 # --- address classes
 # -------------------------------------------------------------------------------------------
 
-PUBLIC = AllowedHosts.parse(["example.com", "localhost", "127.0.0.1", "::1", "10.9.9.9"])
+PUBLIC = AllowedHosts.parse(["example.com", "localhost", "127.0.0.1", "::1", "10.9.9.9"], loopback=True)
 NAME = PUBLIC.match("example.com", 80)
 LOCALHOST = PUBLIC.match("localhost", 80)
 LITERAL_LOOPBACK = PUBLIC.match(V4("127.0.0.1"), 80)
@@ -350,10 +350,18 @@ def test_loopback_only_through_loopback_entries() -> None:
     assert not address_verdict(V4("10.0.0.1"), PUBLIC, entry=LOCALHOST)[0]
 
 
+def test_loopback_entries_reach_nothing_unless_the_policy_opens_the_loopback() -> None:
+    closed = AllowedHosts.parse(["localhost", "127.0.0.1", "::1"], policy_key="toolboxes.file-agent/lua")
+    for entry, ip in (("localhost", "127.0.0.1"), ("localhost", "::1"), ("127.0.0.1", "127.0.0.1"), ("::1", "::1")):
+        ok, reason = address_verdict(ipaddress.ip_address(ip), closed, entry=closed.match(normalize_host(entry), 80))
+        assert not ok and "toolboxes.file-agent/lua.allow_loopback: true" in reason, reason
+
+
 def test_private_ranges_open_only_when_the_policy_lists_them() -> None:
     ip = V4("10.9.9.9")
     assert not address_verdict(ip, PUBLIC, entry=NAME)[0]
-    assert address_verdict(ip, PUBLIC, entry=LITERAL_PRIVATE)[0]
+    ok, reason = address_verdict(ip, PUBLIC, entry=LITERAL_PRIVATE)  # naming the address opens nothing
+    assert not ok and "allow_private_ranges: [10.9.9.9/32]" in reason, reason
     opened = AllowedHosts.parse(["db.internal"], private_networks=["10.0.0.0/8"])
     assert address_verdict(ip, opened, entry=opened.match("db.internal", 5432))[0]
     assert address_verdict(V6("::ffff:10.9.9.9"), opened, entry=None)[0]
@@ -368,7 +376,9 @@ def test_own_addresses_are_refused_even_when_listed() -> None:
     ok, reason = address_verdict(V4("203.0.113.1"), PUBLIC, entry=NAME, own_addresses=own)
     assert not ok
     assert "own host" in reason
-    assert not address_verdict(V4("10.9.9.9"), PUBLIC, entry=LITERAL_PRIVATE, own_addresses=own)[0]
+    opened = AllowedHosts.parse(["10.9.9.9"], private_networks=["10.9.9.9/32"])
+    assert address_verdict(V4("10.9.9.9"), opened, entry=opened.match(V4("10.9.9.9"), 80))[0]
+    assert not address_verdict(V4("10.9.9.9"), opened, entry=opened.match(V4("10.9.9.9"), 80), own_addresses=own)[0]
     assert not address_verdict(V6("::ffff:203.0.113.1"), PUBLIC, entry=NAME, own_addresses=own)[0]
 
 
@@ -488,3 +498,28 @@ def test_every_ipv4_metadata_address_is_refused_in_every_form_that_carries_it() 
         for form in forms:
             ok, reason = address_verdict(form, wide, entry=entry)
             assert not ok and "cloud metadata address" in reason, (ip, form, reason)
+
+
+@pytest.mark.parametrize(
+    ("ceiling", "entry", "covered"),
+    [
+        ("*.example.com", "api.example.com", True),
+        ("*.example.com", "*.eu.example.com", True),
+        ("*.example.com", "*.example.com", True),
+        ("*.example.com", "example.com", False),  # *.suffix holds strict subdomains only
+        ("*.example.com", "evilexample.com", False),
+        ("*.example.com:443", "api.example.com:443", True),
+        ("*.example.com:443", "api.example.com", False),  # no port: every port, past :443
+        ("*.example.com:443", "api.example.com:80", False),
+        ("*.example.com:8000-8100", "api.example.com:8010-8020", True),
+        ("*.example.com:8000-8100", "api.example.com:8010-8200", False),
+        ("api.example.com", "api.example.com:443", True),
+        ("api.example.com", "*.api.example.com", False),
+        ("10.1.2.3", "10.1.2.3:5432", True),
+        ("10.1.2.3", "10.1.2.4", False),
+        ("*.example.com", "10.1.2.3", False),
+        ("localhost", "127.0.0.1", False),
+    ],
+)
+def test_a_ceiling_entry_covers_only_what_it_allows(ceiling: str, entry: str, covered: bool) -> None:
+    assert HostRule.parse(ceiling).covers(HostRule.parse(entry)) is covered

@@ -39,7 +39,6 @@ WAIT_S = 15.0
 
 pytestmark = [
     pytest.mark.root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the launcher tests drop to uid 65534 and need root"),
     pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock"),
 ]
 needs_abi_4 = pytest.mark.skipif(landlock_abi() < 4, reason="TCP rules need Landlock ABI 4")

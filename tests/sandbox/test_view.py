@@ -135,8 +135,10 @@ async def test_host_paths_and_other_tenants_do_not_exist(sup: Supervisor, sandbo
         assert "No such file or directory" in out["stderr"], (path, out)
     # What the worker is granted is at the host's own paths.
     workdir = state / "work" / "tester" / "alpha"
-    ok = await _run(sup, f"pwd; cd {sandbox_tmp / 'alpha'} && echo hi > f && cat f")
-    assert ok["stdout"] == f"{workdir}\nhi\n", ok
+    # a command runs in the agent file's folder (shown at its own path, holding only what is granted in it);
+    # HOME is the work folder
+    ok = await _run(sup, f'pwd; echo "$HOME"; cd {sandbox_tmp / "alpha"} && echo hi > f && cat f')
+    assert ok["stdout"] == f"{sandbox_tmp}\n{workdir}\nhi\n", ok
     assert (sandbox_tmp / "alpha" / "f").read_text() == "hi\n"
 
 

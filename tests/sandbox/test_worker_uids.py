@@ -119,13 +119,15 @@ async def test_one_toolbox_cannot_use_up_a_per_user_count_of_another(sandbox_tmp
 async def test_a_worker_whose_uid_changed_gets_its_files_back(sandbox_tmp: Path) -> None:
     policy, _ = _policy(sandbox_tmp)
     async with Supervisor.open(policy) as sup:
-        out = await sup.call("system_alpha_execute_command", {"command": "mkdir -p keep && echo one > keep/file"})
+        keep = 'cd "$HOME" && mkdir -p keep && echo one > keep/file'  # the work folder
+        out = await sup.call("system_alpha_execute_command", {"command": keep})
         assert out.structured["exitCode"] == 0, out.data
     kept = sandbox_tmp / "state" / "work" / "tester" / "alpha" / "keep" / "file"
     assert kept.stat().st_uid == 65534
     policy, _ = _policy(sandbox_tmp, worker_uids={"first": FIRST, "count": 1000})
     async with Supervisor.open(policy) as sup:
-        out = await sup.call("system_alpha_execute_command", {"command": "echo two >> keep/file && cat keep/file"})
+        more = 'cd "$HOME" && echo two >> keep/file && cat keep/file'
+        out = await sup.call("system_alpha_execute_command", {"command": more})
         assert (out.structured["exitCode"], out.structured["stdout"]) == (0, "one\ntwo\n"), out.data
     assert FIRST <= kept.stat().st_uid < FIRST + 1000
 
@@ -143,8 +145,8 @@ async def test_by_default_one_worker_cannot_chmod_another_workers_folder(sandbox
     async with Supervisor.open(policy) as sup:
         shared = await _run(sup, "alpha", attack, projects["alpha"])
         assert shared["stdout"] == "BREACH\n", shared  # the problem this solves
-        broken = await sup.call("system_beta_execute_command", {"command": "echo hi"})
-        assert broken.status == "error" and "Permission denied" in (broken.data or ""), broken.data
+        broken = await sup.call("system_beta_execute_command", {"command": 'cd "$HOME" && echo hi'})
+        assert broken.status == "failed" and "can't cd to" in broken.structured["stderr"], broken.data
     data = yaml.safe_load(policy.read_text())
     del data["private_view"]  # the default: a view per worker, even with one shared uid
     policy.write_text(yaml.safe_dump(data))
@@ -157,7 +159,7 @@ async def test_by_default_one_worker_cannot_chmod_another_workers_folder(sandbox
     async with Supervisor.open(policy) as sup:
         out = await _run(sup, "alpha", attack, projects["alpha"])
         assert out["exitCode"] != 0 and "Operation not permitted" in out["stderr"], out
-        ok = await sup.call("system_beta_execute_command", {"command": "echo hi"})
+        ok = await sup.call("system_beta_execute_command", {"command": 'cd "$HOME" && echo hi'})
         assert ok.structured is not None and ok.structured["stdout"] == "hi\n", ok.data
 
 

@@ -34,7 +34,16 @@ pytestmark = pytest.mark.root
 
 NOBODY = 65534
 SECRET = "top-secret-value\n"
-CAPS = ["read-file-range", "write-file-range", "patch-file", "restore-file", "create-tool", "validate-tool"]
+CAPS = [
+    "read-file-range",
+    "write-file-range",
+    "patch-file",
+    "restore-file",
+    "create-tool",
+    "validate-tool",
+    "show-spec",
+    "validate-agent",
+]
 
 
 def _worker_pid(sup: Supervisor, toolbox: str) -> int:
@@ -139,6 +148,24 @@ async def test_read_write_patch_restore_through_the_worker(sup: Supervisor, proj
     assert _v(checked)["valid"] is True, checked.data
     # Nothing was left beside the files: edits rewrite them in place (through a journal in the state folder).
     assert sorted(os.listdir(project / "src")) == ["f.txt", "hello.sh", "planted-link"]
+
+
+async def test_show_spec_and_validate_agent_read_the_shipped_schema_in_the_worker(
+    sup: Supervisor, project: Path
+) -> None:
+    """The agent file's schema is staged with the worker code and read there (issue 26: one schema): show-spec
+    agent is written from it, and validate-agent checks a file against it (jsonschema in the confined worker)."""
+    spec = await dev(sup, "show-spec", spec_name="agent")
+    assert spec.status == "passed" and "\nPostgrestContents:\n" in (spec.data or "")
+    assert "- AllowedMethods: " in (spec.data or "")
+    good, bad = project / "src" / "good.json", project / "src" / "bad.json"
+    good.write_text(json.dumps({"tag": "OpenAIAgentDescription", "contents": {"slug": "helper"}}))
+    bad.write_text(json.dumps({"slug": "helper", "builtinToolboxes": [{"tag": "Nope", "contents": {}}]}))
+    assert _v(await dev(sup, "validate-agent", path=str(good)))["valid"] is True
+    refused = await dev(sup, "validate-agent", path=str(bad))
+    assert refused.status == "failed"
+    [error] = refused.structured["errors"]
+    assert error["path"] == "builtinToolboxes[0].tag" and 'unknown tag "Nope"' in error["message"]
 
 
 # --- outside the sandbox: the in-worker check ------------------------------------------------------------------

@@ -9,6 +9,7 @@ it is world-readable, so only the sandbox (the in-worker check, then Landlock) s
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import json
@@ -341,3 +342,43 @@ async def test_http_to_a_host_not_allowed_is_refused_and_sends_nothing(sandbox_t
     records = [json.loads(line) for line in (sandbox_tmp / "state" / "trace.jsonl").read_text().splitlines()]
     assert [r for r in records if r["event"] == "call_end"], "the trace was written"
     assert [r for r in records if r["event"] == "egress"] == []  # refused before any packet reached the proxy
+
+
+async def test_a_lua_orchestrator_that_calls_attach_file_gets_the_bytes(sandbox_tmp: Path, team: Path) -> None:
+    """The seed's file-agent lets its Lua toolbox call ``system_system_attach_file``; the seed's attach-file returns
+    a MediaAttachment with base64-encoded content, and that is what ``tools.call`` gives the script."""
+    from tests.sandbox.test_escapes import _png
+
+    charts = team / "charts"
+    charts.mkdir()
+    (charts / "chart.png").write_bytes(_png(3, 2))
+    (charts / "notes.md").write_text("# Notes\n")
+    system = {
+        "tag": "SystemToolbox",
+        "contents": {
+            "Name": "system",
+            "Description": "files",
+            "Capabilities": ["attach-file"],
+            "FileSandbox": {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./charts"}},
+        },
+    }
+    lua = _lua(AllowedTools=["system_system_attach_file"], AllowedHosts=[])
+    policy = write_policy(sandbox_tmp, {"team/tester": agent(builtinToolboxes=[lua, system])}, landlock_min_abi=6)
+    async with Supervisor.open(policy) as sup:
+        [chart, notes] = _values(
+            await _run(
+                sup,
+                """
+            local png = tools.call("system_system_attach_file", {filepath = "./charts/chart.png"})
+            local md = tools.call("system_system_attach_file", {filepath = "./charts/notes.md"})
+            return png.data, md.data
+        """,
+            )
+        )
+        # the MCP frontend's view of the same call is unchanged: an image, with the summary as its text
+        direct = await sup.call("system_system_attach_file", {"filepath": "./charts/chart.png"})
+    assert chart["mediaMimeType"] == "image/png" and chart["mediaFilename"] == "chart.png"
+    assert base64.b64decode(chart["mediaBase64Data"]) == _png(3, 2)
+    assert notes["mediaMimeType"] == "text/markdown" and base64.b64decode(notes["mediaBase64Data"]) == b"# Notes\n"
+    assert direct.data is None and direct.summary.startswith("attached chart.png (image/png, ")
+    assert [a.media_type for a in direct.attachments] == ["image/png"]

@@ -9,7 +9,7 @@ The agent file is ``<tmp>/tester.json``; its FileSandboxes are the seed's, with 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -36,6 +36,22 @@ SANDBOX = {
 }
 
 
+def _lua(sandbox: dict[str, Any]) -> dict[str, Any]:
+    """A Lua toolbox (no tools, no hosts) under ``sandbox``."""
+    return {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "Lua",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 10,
+            "AllowedTools": [],
+            "AllowedHosts": [],
+            "FileSandbox": sandbox,
+        },
+    }
+
+
 @pytest.fixture
 async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
     (sandbox_tmp / "src" / "Utils").mkdir(parents=True)
@@ -50,18 +66,7 @@ async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
         "tag": "DeveloperToolbox",
         "contents": {"Name": "dev", "Description": "d", "Capabilities": ["read-file-range"], "FileSandbox": SANDBOX},
     }
-    lua = {
-        "tag": "LuaToolbox",
-        "contents": {
-            "Name": "lua",
-            "Description": "Lua",
-            "MaxMemoryMB": 64,
-            "MaxExecutionTimeSeconds": 10,
-            "AllowedTools": [],
-            "AllowedHosts": [],
-            "FileSandbox": SANDBOX,
-        },
-    }
+    lua = _lua(SANDBOX)
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system, dev, lua])}, landlock_min_abi=6)
     async with Supervisor.open(policy) as s:
         yield s
@@ -133,18 +138,7 @@ async def test_directory_shallow_and_directory_exactly_as_the_seed_means_them(sa
         "fsbName": "dirs",
     }
     system = system_toolbox(capabilities=["attach-file", "list-directory"], FileSandbox=sandbox)
-    lua = {
-        "tag": "LuaToolbox",
-        "contents": {
-            "Name": "lua",
-            "Description": "Lua",
-            "MaxMemoryMB": 64,
-            "MaxExecutionTimeSeconds": 10,
-            "AllowedTools": [],
-            "AllowedHosts": [],
-            "FileSandbox": sandbox,
-        },
-    }
+    lua = _lua(sandbox)
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system, lua])}, landlock_min_abi=6)
     async with Supervisor.open(policy) as sup:
         shallow = await sup.call("system_system_list_directory", {"path": "./shallow", "recursive": True})
@@ -165,3 +159,68 @@ async def test_directory_shallow_and_directory_exactly_as_the_seed_means_them(sa
         assert listed.structured["values"] == [["held.txt"]]
         contents = await sup.call("system_system_attach_file", {"filepath": "./dirx/held.txt"})
         assert contents.status == "error" and "(rule Any[" in (contents.data or ""), contents.data
+
+
+#: The seed's generate_chart (seed 004, "Bash tools"), verbatim but for its ``"args": [...]`` placeholder, which is
+#: not JSON: ``[]``. It runs ``./generate-chart`` beside it.
+GENERATE_CHART = """#!/bin/bash
+
+if [ "$1" == "describe" ]; then
+    echo '{
+        "slug": "generate_chart",
+        "description": "Generates a chart image",
+        "args": [],
+        "output-media-type": "image/png"
+    }'
+    exit 0
+fi
+
+# Generate and output PNG image to stdout
+./generate-chart "$@"
+"""
+
+
+async def test_one_rule_for_relative_paths_commands_and_scripts(sandbox_tmp: Path) -> None:
+    """Path arguments and commands start at the agent file's folder (``execute-command "ls ./project"`` lists what
+    ``list-directory ./project`` lists; ``working-directory`` says so); a bash tool runs in its own folder, so the
+    seed's ``./generate-chart "$@"`` finds the program beside it."""
+    (sandbox_tmp / "project").mkdir()
+    (sandbox_tmp / "project" / "notes.txt").write_text("n\n")
+    (sandbox_tmp / "secret.txt").write_text("no\n")
+    tools = sandbox_tmp / "tools"
+    tools.mkdir()
+    (tools / "generate_chart").write_text(GENERATE_CHART)
+    (tools / "generate-chart").write_text(f"#!/bin/sh\nbase64 -d <<'EOF'\n{_b64(_png(3, 2))}\nEOF\n")
+    for script in ("generate_chart", "generate-chart"):
+        (tools / script).chmod(0o755)
+    sandbox = {
+        "fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./project"},
+        "fsbMaxFileSize": 52428800,
+        "fsbName": "system-sandbox",
+    }
+    system = system_toolbox(
+        capabilities=["working-directory", "list-directory", "execute-command"], FileSandbox=sandbox
+    )
+    policy = write_policy(
+        sandbox_tmp, {"tester": agent(toolDirectory="tools", builtinToolboxes=[system])}, landlock_min_abi=6
+    )
+    async with Supervisor.open(policy) as sup:
+        where = await sup.call("system_system_working_directory", {})
+        assert where.structured["data"] == {"path": str(sandbox_tmp)}, where.data
+        listed = await sup.call("system_system_list_directory", {"path": "./project"})
+        assert [e["name"] for e in listed.structured["entries"]] == ["notes.txt"]
+        ls = await sup.call("system_system_execute_command", {"command": "ls ./project && pwd"})
+        assert ls.status == "passed" and ls.structured["stdout"] == f"notes.txt\n{sandbox_tmp}\n", ls.data
+        # the folder is shown at its own path with only what the sandbox grants in it
+        outside = await sup.call("system_system_execute_command", {"command": "cat ./secret.txt"})
+        assert outside.status == "failed" and "No such file or directory" in outside.structured["stderr"]
+        chart = await sup.call("bash_generate_chart", {})
+        assert chart.status == "passed", chart
+        [image] = chart.attachments
+        assert image.media_type == "image/png" and sup.attachments.read(image) == _png(3, 2)
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 pytestmark = [
     pytest.mark.root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="workers drop to uid 65534 and need root"),
     pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock"),
 ]
 

@@ -86,12 +86,19 @@ async def test_unknown_tool_and_bad_arguments_are_error_results(policy: Path) ->
         assert missing.status == "error"
         assert "Tool not found: 'system_system_nope'" in missing.data
         assert "system_system_date" in missing.data
-        bad = await sup.call("system_system_date", {"capability": "hostname", "extra": 1})
+        bad = await sup.call("system_system_date", {"capability": 7, "extra": 1})
         assert bad.status == "error"
         assert bad.data.startswith("Tool call validation failed for 'system_system_date' with 2 errors:")
-        assert "1. capability: Invalid enum value: hostname. Allowed: date" in bad.data
+        assert "1. capability: Expected string but got integer" in bad.data
         assert "2. extra: Unknown property" in bad.data
         assert bad.data.endswith("Please correct these issues and try again.")
+        # the seed's QueryError kind for a capability the toolbox does not list; another listed one: its tool
+        unlisted = await sup.call("system_system_date", {"capability": "execute-command"})
+        assert unlisted.status == "error" and unlisted.data.startswith(
+            "CapabilityNotEnabledError: 'execute-command' is not among this toolbox's Capabilities (date, "
+        )
+        other = await sup.call("system_system_date", {"capability": "hostname"})
+        assert other.data == "capability 'hostname' is not this tool's (date): call system_system_hostname for it"
         not_object = await sup.call("system_system_date", ["x"])
         assert not_object.status == "error" and "Expected object but got array" in not_object.data
 

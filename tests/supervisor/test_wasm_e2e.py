@@ -63,16 +63,19 @@ SPECS = [
             ("pic.png", png_bytes()),
             ("fake.png", b"GIF89a" + b"\x00" * 32),
             ("big.png", png_bytes(padding=MAX_IMAGE * 2)),
+            ("logo.svg", b'<svg xmlns="http://www.w3.org/2000/svg"><rect/></svg>'),
         ],
         attachments=[
             ("image/png", "fake.png"),
             ("image/png", "big.png"),
             ("image/png", "link.png"),
+            ("image/svg+xml", "logo.svg"),  # seed 000: attachments are png, jpeg, gif or webp
             ("image/png", "pic.png"),
         ],
     ),
     Spec("logs", summary="logged", behaviour="log"),
     Spec("loops", behaviour="loop"),
+    Spec("sleeps", behaviour="sleep", sleep_ms=25_000, world="sleeper"),
     Spec("allocates", behaviour="alloc"),
     Spec("measures", behaviour="measure"),
     Spec("opens", behaviour="open"),
@@ -209,7 +212,11 @@ async def test_bad_attachments_are_refused_with_notes_and_status_unchanged(polic
     images = [c for c in result.content if isinstance(c, mcp_types.ImageContent)]
     assert [base64.b64decode(i.data) for i in images] == [png_bytes()]  # only pic.png
     notes = {line.split("'")[1]: line for line in _text(result).splitlines() if line.startswith("[attachment ")}
-    assert set(notes) == {"fake.png", "big.png", "link.png"}
+    assert set(notes) == {"fake.png", "big.png", "link.png", "logo.svg"}
+    assert (
+        "the murmur:tool world's attachments are images: image/png, image/jpeg, image/gif, image/webp"
+        in (notes["logo.svg"])
+    )
     assert "not image/png" in notes["fake.png"] and "image/gif" in notes["fake.png"]
     assert (
         f"it is {len(png_bytes(padding=MAX_IMAGE * 2))} bytes, more than the limit of {MAX_IMAGE}" in notes["big.png"]
@@ -244,6 +251,40 @@ async def test_a_component_that_loops_forever_is_stopped_and_the_worker_keeps_se
     assert not after.is_error and json.loads(_text(after)) == {"q": "still here"}
     spawns = [r for r in _trace(policy) if r["event"] == "worker_spawn" and r["toolbox"] == "probe"]
     assert len(spawns) == 1  # the same worker answered both calls
+
+
+async def test_a_component_blocked_in_a_host_call_is_stopped_at_its_limit_and_the_next_call_does_not_wait(
+    policy: Path,
+) -> None:
+    """Issue 24 item 5: ``sleeps`` blocks 25 s in wasi:clocks (subscribe-duration, then pollable.block), host code
+    the epoch deadline never reaches. Four of them at once under a 1 s limit: each ends ``error`` near the limit
+    (its executor process killed), and the next call is answered at once, by the same worker."""
+    durations: list[float] = []
+    answers: list[Any] = []
+    with trio.fail_after(90):
+        async with _session(policy) as s:
+            await s.call_tool("wasm_probe_echo", {"q": "warm"})
+
+            async def sleeper() -> None:
+                start = trio.current_time()
+                answers.append(await s.call_tool("wasm_probe_sleeps", {}))
+                durations.append(trio.current_time() - start)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(sleeper)
+            start = trio.current_time()
+            after = await s.call_tool("wasm_probe_echo", {"q": "next"})
+            next_took = trio.current_time() - start
+    for answer in answers:
+        assert answer.is_error
+        assert "ran longer than its time limit of 1 s" in _text(answer) and "waiting in a host call" in _text(answer)
+    # 1 s and the grace of 0.5 s; executors started for the calls that found none ready add their start (under a
+    # second here, a few on a loaded machine): far from the 25 s the component asked for
+    assert all(1.0 <= d < 8.0 for d in durations), durations
+    assert not after.is_error and json.loads(_text(after)) == {"q": "next"}
+    assert next_took < 2.0, next_took  # a spare executor was ready
+    assert len([r for r in _trace(policy) if r["event"] == "worker_spawn" and r["toolbox"] == "probe"]) == 1
 
 
 async def test_memory_is_capped_by_the_store_limit(policy: Path) -> None:

@@ -428,6 +428,7 @@ def test_timeout_kills_the_script_and_all_its_children(boxes: Boxes, tools_dir: 
         "slow",
         describe_json("slow"),
         (
+            f"cd {workdir}\n"  # a script runs in its own folder; the pids go to the work folder
             "sleep 300 & echo $! >> pids\n"
             "setsid sleep 300 & echo $! >> pids\n"
             "(setsid sleep 300 & echo $! >> pids)\n"
@@ -462,6 +463,7 @@ def test_children_that_outlive_the_script_are_killed(boxes: Boxes, tools_dir: Pa
         "fork",
         describe_json("fork"),
         (
+            f"cd {workdir}\n"
             "sleep 300 & echo $! >> pids\n"
             "(setsid sleep 300 & echo $! >> pids) \n"
             "nohup sleep 300 >/dev/null 2>&1 & echo $! >> pids\n"

@@ -136,7 +136,9 @@ async def test_one_calls_leftovers_die_while_another_call_runs_on(sandbox_tmp: P
     """With two scripts running, the end of one kills only what it left behind (not the wipe of the idle worker)."""
     path = bash_policy(sandbox_tmp)
     tools = sandbox_tmp / "tools"
-    write_script(tools, "waiter", describe_json("waiter"), "while [ ! -e gate ]; do sleep 0.01; done; echo waited")
+    write_script(
+        tools, "waiter", describe_json("waiter"), 'while [ ! -e "$HOME/gate" ]; do sleep 0.01; done; echo waited'
+    )
     write_script(tools, "leaver", describe_json("leaver"), "setsid sleep 300 & sleep 301 & echo left")
     gate = sandbox_tmp / "state" / "work" / "tester" / "tools" / "gate"
     async with Supervisor.open(path) as sup:
@@ -171,9 +173,9 @@ async def test_calls_past_max_concurrent_calls_wait_for_a_free_slot(sandbox_tmp:
         tools,
         "waiter",
         describe_json("waiter"),
-        "for i in $(seq 100); do [ -e gate ] && { echo waited; exit 0; }; sleep 0.01; done; echo gave up",
+        'for i in $(seq 100); do [ -e "$HOME/gate" ] && { echo waited; exit 0; }; sleep 0.01; done; echo gave up',
     )
-    write_script(tools, "opener", describe_json("opener"), "touch gate; echo opened")
+    write_script(tools, "opener", describe_json("opener"), 'touch "$HOME/gate" && echo opened')
     async with Supervisor.open(path) as sup:
         results: dict[str, Any] = {}
         async with trio.open_nursery() as nursery:

@@ -462,7 +462,7 @@ def test_create_and_validate_agent(root: Path) -> None:
     path.write_text(json.dumps(data))
     res = call(tb, "validate-agent", path=str(path))
     assert res.status == "failed"
-    assert {e["path"] for e in res.structured["errors"]} == {"colour", "slug"}
+    assert {e["path"] for e in res.structured["errors"]} == {"contents.colour", "contents.slug"}
     assert call(tb, "create-agent", path=str(root / "outside.json"), slug="x").status == "error"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolboxes._media import canonical, class_of, is_textual, mismatch, sniff, sniff_file
+from toolboxes._media import IMAGE_TYPES, canonical, class_of, file_media_type, is_textual, mismatch, sniff, sniff_file
 
 SVG = b'<?xml version="1.0"?>\n<!-- a logo -->\n<svg xmlns="http://www.w3.org/2000/svg"><rect/></svg>'
 
@@ -79,7 +79,7 @@ def test_classes_aliases_and_sniffing() -> None:
             "image/bmp",
             "audio/x-unknown",
         )
-    ] == ["images", "images", "audio", "files", "files", "files", "files"]
+    ] == ["images", "files", "audio", "files", "files", "files", "files"]  # an SVG is a (text) file: seed 000
     assert canonical("Audio/MP3; rate=44100") == "audio/mpeg" and canonical("image/jpg") == "image/jpeg"
     assert is_textual("text/csv") and is_textual("application/ld+json") and not is_textual("application/pdf")
     assert sniff(b"%PDF-1.4") == "application/pdf" and sniff(b"plain") is None
@@ -90,3 +90,33 @@ def test_classes_aliases_and_sniffing() -> None:
         "text/plain",
         "application/octet-stream",
     ]
+
+
+def test_a_files_type_is_what_a_user_expects_of_its_content_and_name() -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 20
+    mov = b"\x00\x00\x00\x14ftypqt  \x00\x00\x02\x00qt  " + b"\x00" * 16
+    mp4 = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + b"\x00" * 16
+    cases = [
+        (b"a,b\n1,2\n", "data.csv", "text/csv"),
+        (b"<p>hi</p>", "page.HTML", "text/html"),
+        (b"p { color: red }", "style.css", "text/css"),
+        (b"# Title\n", "notes.md", "text/markdown"),
+        (b'<?xml version="1.0"?><a/>', "feed.xml", "application/xml"),
+        (b"not xml at all", "feed.xml", "text/plain"),  # the name never makes content what it is not
+        (b'{"a": 1}', "data.json", "application/json"),
+        (b'{"a": 1}', "data", "application/json"),
+        (b"words", "readme", "text/plain"),
+        (mov, "clip.bin", "video/quicktime"),  # QuickTime by its brand
+        (mp4, "clip.mov", "video/quicktime"),  # ... or by its name
+        (mp4, "clip.mp4", "video/mp4"),
+        (png, "photo.txt", "image/png"),  # the bytes decide
+        (b"\x7fELF\x02\x01\x01\x00\xff\xfe", "a.out", None),  # binary of no known type: unsupported
+    ]
+    for data, name, expected in cases:
+        assert file_media_type(data, name) == expected, (name, expected)
+    assert sniff_file(b"\x7fELF\x02\x01\x01\x00\xff\xfe") == "application/octet-stream"
+
+
+def test_only_seed_000s_image_types_are_images() -> None:
+    assert IMAGE_TYPES == ("image/png", "image/jpeg", "image/gif", "image/webp")
+    assert class_of("image/svg+xml") == "files" and is_textual("image/svg+xml")

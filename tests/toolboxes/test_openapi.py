@@ -35,17 +35,48 @@ def test_every_fixture_loads_with_valid_schemas(path: Path) -> None:
         assert op.input_schema["additionalProperties"] is False
 
 
-def test_names_follow_the_spec_rule() -> None:
+def test_names_follow_the_seeds_normalisation() -> None:
+    """The seed: ``pets.getById`` -> ``pets_getById``, ``/users/{id}/posts`` -> ``_users__id__posts``; the method in
+    front only where path-derived names would collide."""
     assert operation_name("get", "/pets/{id}", "pets.getById") == "pets_getById"
-    assert operation_name("get", "/users/{id}/posts", None) == "get__users__id__posts"
+    assert operation_name("get", "/users/{id}/posts", None) == "_users__id__posts"
+    assert operation_name("get", "/users/{id}/posts", None, with_method=True) == "get__users__id__posts"
     ops, _, _ = _ops(FIXTURES / "v3.0-petstore.yaml")
     assert sorted(ops) == ["openapi_tb_createPets", "openapi_tb_listPets", "openapi_tb_showPetById"]
     ops, _, _ = _ops(FIXTURES / "v2-circular" / "circular.yaml")
     assert sorted(ops) == [
-        "openapi_tb_get__parent",
-        "openapi_tb_get__person",
-        "openapi_tb_get__pet",
-        "openapi_tb_get__thing",
+        "openapi_tb__parent",
+        "openapi_tb__person",
+        "openapi_tb__pet",
+        "openapi_tb__thing",
+    ]
+    ok = {"responses": {"200": {"description": "ok"}}}
+    doc = {
+        "openapi": "3.0.0",
+        "info": {"title": "t", "version": "1"},
+        "paths": {
+            "/users/{id}/posts": {
+                "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "get": ok,
+                "post": ok,
+            },
+            "/pets/{id}": {
+                "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "get": {**ok, "operationId": "pets.getById"},
+            },
+            "/a.b": {"get": ok},
+            "/a_b": {"get": ok},
+            "/health": {"get": ok},
+        },
+    }
+    names, _ = build_operations(Resolver(doc, "http://h/spec.json"), "tb")
+    assert [o.tool for o in names] == [
+        "openapi_tb_get__users__id__posts",  # GET and POST of one path: the seed's names would collide
+        "openapi_tb_post__users__id__posts",
+        "openapi_tb_pets_getById",
+        "openapi_tb_get__a_b",  # /a.b and /a_b normalise alike
+        "openapi_tb_get__a_b_2",
+        "openapi_tb__health",
     ]
 
 

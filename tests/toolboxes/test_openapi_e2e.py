@@ -123,8 +123,14 @@ async def env(api: ApiServer, sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch
             "contents": {"Name": "nospec", "SpecUrl": f"http://127.0.0.2:{api.port}/x.json", "BaseUrl": api.url},
         },
     ]
+    # The API listens on the host's loopback: the policy opens it to the toolboxes that use it (an agent file's
+    # BaseUrl alone does not); "elsewhere" stays closed.
+    opened = {"allow_loopback": True}
     policy = write_policy(
-        sandbox_tmp, {"tester": agent(openApiToolboxes=toolboxes)}, limits={"output_bytes": 100_000, "wall_time_s": 20}
+        sandbox_tmp,
+        {"tester": agent(openApiToolboxes=toolboxes)},
+        limits={"output_bytes": 100_000, "wall_time_s": 20},
+        toolboxes={k: dict(opened) for k in ("tester/pets", "tester/files", "tester/nospec")},
     )
     async with Supervisor.open(policy) as sup:
         yield Env(sup, api)
@@ -138,7 +144,7 @@ async def test_tools_are_named_from_the_spec(env: Env) -> None:
         "openapi_pets_find_pet_by_id",
         "openapi_pets_deletePet",
     } <= names
-    assert {"openapi_files_files_get", "openapi_files_post__forms", "openapi_files_big"} <= names
+    assert {"openapi_files_files_get", "openapi_files__forms", "openapi_files_big"} <= names
     tool = next(t for t in env.sup.list_tools() if t.name == "openapi_files_files_get")
     # "name" is both a path and a query parameter: prefixed with the location only for that clash
     assert set(tool.input_schema["properties"]) == {"path_name", "query_name", "q", "tags", "X-Trace"}
@@ -184,7 +190,7 @@ async def test_bodies_and_failed_statuses(env: Env) -> None:
     assert result.summary == "HTTP 404"
     assert result.structured == {"code": 404, "message": "no pet 999"}
 
-    result = await env.sup.call("openapi_files_post__forms", {"body": {"a": "x&y", "n": 3}})
+    result = await env.sup.call("openapi_files__forms", {"body": {"a": "x&y", "n": 3}})
     assert result.status == "passed", result
     seen = env.api.api_requests()[-1]
     assert seen.body == b"a=x%26y&n=3"

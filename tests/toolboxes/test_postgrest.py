@@ -300,7 +300,10 @@ async def sup(api: ApiServer, sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
             },
         },
     ]
-    policy = write_policy(sandbox_tmp, {"tester": agent(postgrestToolboxes=toolboxes)}, strict=True)
+    # The PostgREST stand-in listens on the host's loopback, which the policy opens (its BaseUrl alone does not).
+    policy = write_policy(
+        sandbox_tmp, {"tester": agent(postgrestToolboxes=toolboxes)}, strict=True, network={"allow_loopback": True}
+    )
     async with Supervisor.open(policy) as s:
         yield s
 

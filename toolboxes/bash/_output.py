@@ -137,8 +137,9 @@ def _media_result(tool: str, media_type: str, outcome: ProcessOutcome, save: Sav
         return _text_media_result(tool, media_type, outcome)
     media = _decode_media(outcome.stdout, media_type)
     path = save(media, media_type)
-    return ToolResult.passed(
-        f"{media_type}, {len(media)} bytes, attached",
+    return ToolResult.passed(  # no data: the attachment is the answer (the seed's MediaResponse)
+        None,
+        summary=f"{media_type}, {len(media)} bytes, attached",
         attachments=[Attachment(media_type, path, name=f"{tool}{_suffix(path)}")],
         metadata=[("media_type", media_type)],
     )

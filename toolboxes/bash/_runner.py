@@ -1,7 +1,8 @@
 """Describe and run scripts of the bash protocol; shared by the bash and skills toolboxes.
 
 A :class:`ScriptRunner` owns the :class:`Reaper` of its toolbox, the limits and environment from the policy, and the
-work folder (the scripts' current directory, where media outputs are written).
+work folder (where media outputs are written; ``HOME`` and ``TMPDIR`` are in it). A script runs in **its own folder**
+(docs/FILES.md "One rule for relative paths"), so the seed's ``./generate-chart "$@"`` finds the program beside it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class ScriptRunner:
 
     Args:
         settings: limits and environment (from the policy).
-        workdir: the worker's work folder: current directory of every script and home of media outputs.
+        workdir: the worker's work folder: home of media outputs (a script runs in its own folder).
         reaper: spawns and kills processes; closed by :meth:`close`.
     """
 
@@ -70,7 +71,7 @@ class ScriptRunner:
             self.reaper,
             [path, "describe"],
             env=dict(s.env),
-            cwd=self.workdir,
+            cwd=os.path.dirname(os.path.abspath(path)),
             stdin=None,
             deadline=time.monotonic() + s.describe_timeout_s,
             stdout_cap=s.describe_output_bytes,
@@ -122,7 +123,7 @@ class ScriptRunner:
             self.reaper,
             [path, "run", *invocation.argv],
             env=env,
-            cwd=self.workdir,
+            cwd=os.path.dirname(os.path.abspath(path)),
             stdin=invocation.stdin,
             deadline=time.monotonic() + limit,
             stdout_cap=s.output_bytes,

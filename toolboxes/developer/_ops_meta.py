@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from toolboxes._result import ToolResult
 
+from ._agent_check import check_agent
+from ._agent_spec import agent_spec
 from ._files import refusal
-from ._specs import SPECS, agent_template, tool_template
+from ._specs import SPEC_NAMES, SPECS, agent_template, tool_template
 from ._store import snapshot_ref
-from ._validate import check_agent, check_describe, run_describe
+from ._validate import check_describe, run_describe
 
 if TYPE_CHECKING:
     from toolboxes._toolbox import CallContext
@@ -24,14 +26,15 @@ __all__ = ["op_create_agent", "op_create_tool", "op_show_spec", "op_validate_age
 
 def op_show_spec(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContext) -> ToolResult:
     name = args.get("spec_name")
-    if name not in SPECS:
+    if name not in SPEC_NAMES:
         return (
-            ToolResult.error(f"unknown spec {name!r}; choose one of {', '.join(SPECS)}")
+            ToolResult.error(f"unknown spec {name!r}; choose one of {', '.join(SPEC_NAMES)}")
             .with_meta("state_effect", "read")
             .with_meta("resource_id", "spec:?")
         )
+    text = agent_spec(tb.agent_schema) if name == "agent" else SPECS[str(name)]
     return (
-        ToolResult.passed(SPECS[name], summary=f"spec {name}")
+        ToolResult.passed(text, summary=f"spec {name}")
         .with_meta("state_effect", "read")
         .with_meta("resource_id", f"spec:{name}")
     )
@@ -61,7 +64,7 @@ def op_validate_agent(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallConte
     except ValueError as exc:
         errors, warnings, data = [{"path": "", "message": f"not JSON: {exc}"}], [], None
     else:
-        errors, warnings = check_agent(data)
+        errors, warnings = check_agent(data, tb.agent_schema)
     contents = data.get("contents", data) if isinstance(data, dict) else {}
     out = {
         "path": path,

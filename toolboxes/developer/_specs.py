@@ -1,5 +1,5 @@
-"""Texts of show-spec, the create-tool templates (seed's bash and python templates) and the create-agent
-template. Pure data and string building."""
+"""Texts of show-spec (but ``agent``'s, :mod:`._agent_spec`), the create-tool templates (seed's bash and python
+templates) and the create-agent template. Pure data and string building."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["SLUG_RE", "SPECS", "agent_template", "tool_template"]
+__all__ = ["SLUG_RE", "SPECS", "SPEC_NAMES", "agent_template", "tool_template"]
 
 SLUG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -35,27 +35,6 @@ of its
 toolbox) with a wall-time limit; the whole process group is killed at the limit.
 """
 
-_AGENT = """\
-# Agent files
-
-JSON, either {"tag": "OpenAIAgentDescription", "contents": {...}} or the bare object. Keys:
-
-- slug (required), apiKeyId, flavor, modelUrl, modelName, announce, systemPrompt (list of strings)
-- toolDirectory, bashToolboxes [{"tag": "FileSystemDirectory"|"SingleTool", "contents": {"Path": ...}}]
-- mcpServers [{"tag": "McpSimpleBinary", "contents": {"name", "executable", "args"}}]
-- openApiToolboxes [{"tag": "OpenAPIServer", "contents": {"SpecUrl", "BaseUrl", "Headers", "Token"}}]
-- postgrestToolboxes [{"tag": "PostgRESTServer", "contents": {"SpecUrl", "BaseUrl"}}]
-- builtinToolboxes: SqliteToolbox {Name, Description, Versioning}, SystemToolbox {Name, Description,
-  Capabilities, ...}, DeveloperToolbox {Name, Description, Capabilities, FileSandbox}, LuaToolbox {...},
-  WasmToolbox {Name, Description, Path, FileSandbox, MaxMemoryMB, MaxExecutionTimeSeconds, AllowedHosts}
-- skillSources, autoEnableSkills, extraAgents [{"slug", "path"}], fileSandboxes {name: FileSandbox}
-
-FileSandbox: {"fsbPredicate": PathPredicate, "fsbMaxFileSize": bytes|null, "fsbName": text} or {"ref": NAME}.
-PathPredicate tags: FileExactly, DirectoryExactly, DirectoryRecursive, DirectoryShallow, FilePattern,
-FileExtension, FileSizeLessThan, ChildOf, And, Or, Not, Any, All, AlwaysAllow, AlwaysDeny (the default).
-Relative paths resolve against the agent file's directory.
-"""
-
 _POLICY = """\
 # Policy
 
@@ -70,7 +49,10 @@ sinks
 and frontends. `agents-supervise schema` prints its JSON Schema; policies/strict.yaml is deny-by-default.
 """
 
-SPECS = {"bash-tools": _BASH_TOOLS, "agent": _AGENT, "policy": _POLICY}
+#: The texts show-spec has as they are; ``agent`` is written from the agent file's schema (:mod:`._agent_spec`).
+SPECS = {"bash-tools": _BASH_TOOLS, "policy": _POLICY}
+#: What show-spec shows.
+SPEC_NAMES = ("bash-tools", "agent", "policy")
 
 _BASH_TEMPLATE = """\
 #!/bin/bash

@@ -23,13 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from toolboxes._hints import DESTRUCTIVE, READ_ONLY
 from toolboxes._journal import JournalReport, recover, write_in_place
-from toolboxes._names import tool_name
+from toolboxes._names import CAPABILITY_PROPERTY, capability_refusal, tool_name
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 
 from . import _ops, _ops_meta
 from ._access import Access, Gate
+from ._agent_check import load_agent_schema
 from ._files import TextFile, load_text, refusal
+from ._specs import SPEC_NAMES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["CAPABILITIES", "DeveloperToolbox", "open_toolbox"]
 
 _PATH = {"type": "string", "description": "Path of the file (absolute, or relative to the agent file's folder)."}
-_CAP = {"type": "string", "description": "Optional; the capability this tool is."}
 CAPABILITIES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "read-file-range": (
         "Read lines of a text file as 'N<TAB>line' with a snapshotRef (MD5) for later writes.",
@@ -74,7 +75,7 @@ CAPABILITIES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     ),
     "show-spec": (
         "Show a specification: bash-tools, agent or policy.",
-        {"spec_name": {"type": "string", "enum": ["bash-tools", "agent", "policy"]}},
+        {"spec_name": {"type": "string", "enum": list(SPEC_NAMES)}},
         ["spec_name"],
     ),
     "validate-tool": ("Run a bash tool's describe and check its output.", {"path": _PATH}, ["path"]),
@@ -145,6 +146,13 @@ class DeveloperToolbox:
         self.clock = clock
         self.lock = threading.Lock()
         self.by_tool = {tool_name("developer", name, c): c for c in caps}
+        #: the agent file's JSON Schema (show-spec agent, validate-agent), read when one of them is listed
+        self.agent_schema: dict[str, Any] = {}
+        if {"show-spec", "validate-agent"} & set(caps):
+            try:
+                self.agent_schema = load_agent_schema()
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"DeveloperToolbox {name}: the agent file's schema cannot be read: {exc}") from exc
 
     def tools(self) -> list[ToolSpec]:
         out = []
@@ -152,7 +160,7 @@ class DeveloperToolbox:
             text, props, required = CAPABILITIES[cap]
             schema = {
                 "type": "object",
-                "properties": {**props, "capability": _CAP},
+                "properties": {**props, "capability": CAPABILITY_PROPERTY},
                 "required": required,
                 "additionalProperties": False,
             }
@@ -192,8 +200,9 @@ class DeveloperToolbox:
         cap = self.by_tool.get(tool)
         if cap is None:
             return ToolResult.error(f"unknown tool {tool!r}: this toolbox offers {', '.join(self.by_tool)}")
-        if "capability" in args and args["capability"] != cap:
-            return ToolResult.error(f"capability {args['capability']!r} does not match tool {tool} ({cap})")
+        refused = capability_refusal(args.get("capability"), cap, {c: t for t, c in self.by_tool.items()})
+        if refused is not None:
+            return ToolResult.error(refused)
         op = "op_" + cap.replace("-", "_")
         handler = getattr(_ops, op, None) or getattr(_ops_meta, op)
         try:

@@ -1,4 +1,4 @@
-"""validate-tool and validate-agent: check a bash tool's ``describe`` output and an agent file's shape.
+"""validate-tool: check a bash tool's ``describe`` output (validate-agent is :mod:`._agent_check`).
 
 :func:`run_describe` is the one place a script runs. It runs as a child of the worker, so it inherits the
 worker's
@@ -6,7 +6,7 @@ confinement (Landlock, network namespace, rlimits, uid, no_new_privs): that *is*
 minimal
 environment, its own process group (killed whole at the time limit) and no stdin. A supervisor that wants a
 stricter sandbox for describe (read-only, no network) passes ``runner``: any callable with the same contract.
-The checks themselves (:func:`check_describe`, the bash toolbox's validator, and :func:`check_agent`) are pure.
+The check itself (:func:`check_describe`, the bash toolbox's validator) is pure.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from ..bash import describe_problems
 
-__all__ = ["check_agent", "check_describe", "run_describe"]
+__all__ = ["check_describe", "run_describe"]
 
 
 Runner = Callable[[str, float], tuple[int, str, str]]
@@ -65,70 +65,3 @@ def check_describe(value: Any) -> list[dict[str, str]]:
     """Errors (``{path, message}``) in a describe object; empty when it is valid. The bash toolbox's own validator
     (:func:`toolboxes.bash.describe_problems`): a tool validates exactly when the bash and skills toolboxes load it."""
     return [{"path": p.path, "message": p.message} for p in describe_problems(value)]
-
-
-_AGENT_KEYS = {
-    "slug",
-    "apiKeyId",
-    "flavor",
-    "modelUrl",
-    "modelName",
-    "announce",
-    "systemPrompt",
-    "toolDirectory",
-    "bashToolboxes",
-    "mcpServers",
-    "openApiToolboxes",
-    "postgrestToolboxes",
-    "builtinToolboxes",
-    "skillSources",
-    "autoEnableSkills",
-    "extraAgents",
-    "fileSandboxes",
-    "allowedPaths",
-}
-_BUILTIN = {"SqliteToolbox", "SystemToolbox", "DeveloperToolbox", "LuaToolbox", "WasmToolbox"}
-_LISTS = (
-    "bashToolboxes",
-    "mcpServers",
-    "openApiToolboxes",
-    "postgrestToolboxes",
-    "builtinToolboxes",
-    "skillSources",
-    "autoEnableSkills",
-    "extraAgents",
-)
-
-
-def check_agent(data: Any) -> tuple[list[dict[str, str]], list[str]]:
-    """Errors and warnings in an agent file's JSON (the seed's keys). The supervisor's loader is
-    authoritative;
-    this check catches what an agent writing a file gets wrong most often."""
-    errors: list[dict[str, str]] = []
-    warnings: list[str] = []
-    if isinstance(data, dict) and data.get("tag") == "OpenAIAgentDescription":
-        data = data.get("contents")
-    if not isinstance(data, dict):
-        return [{"path": "", "message": 'an agent file is a JSON object (or {"tag": ..., "contents": {...}})'}], []
-    for key in sorted(set(data) - _AGENT_KEYS):
-        errors.append({"path": key, "message": f"unknown key {key!r}"})
-    if not isinstance(data.get("slug"), str) or not data.get("slug"):
-        errors.append({"path": "slug", "message": "slug is required (a non-empty string)"})
-    for key in ("apiKeyId", "flavor", "modelUrl", "modelName", "announce"):
-        if key in data and not isinstance(data[key], str):
-            errors.append({"path": key, "message": f"{key} must be a string"})
-    prompt = data.get("systemPrompt")
-    if prompt is not None and not (isinstance(prompt, list) and all(isinstance(p, str) for p in prompt)):
-        errors.append({"path": "systemPrompt", "message": "systemPrompt is a list of strings"})
-    for key in _LISTS:
-        if key in data and not isinstance(data[key], list):
-            errors.append({"path": key, "message": f"{key} must be a list"})
-    for i, tb in enumerate(data.get("builtinToolboxes") or []):
-        where = f"builtinToolboxes[{i}]"
-        if not isinstance(tb, dict) or tb.get("tag") not in _BUILTIN:
-            errors.append({"path": f"{where}.tag", "message": f"expected one of {', '.join(sorted(_BUILTIN))}"})
-        elif not isinstance(tb.get("contents"), dict) or not isinstance(tb["contents"].get("Name"), str):
-            errors.append({"path": f"{where}.contents.Name", "message": "a builtin toolbox needs a Name"})
-    if "allowedPaths" in data:
-        warnings.append("allowedPaths was removed and is ignored: write a FileSandbox with an fsbPredicate")
-    return errors, warnings

@@ -1,12 +1,14 @@
 """From an OpenAPI document to tools: one :class:`Operation` per path and method (pure: no I/O but ref files).
 
-Names (SPEC.md section 4): ``openapi_<toolbox>_<operation>``, the operation from ``operationId``, else
-``<method>_<path>``, every character outside ``[A-Za-z0-9_]`` replaced by ``_`` without collapsing
-(``pets.getById`` -> ``pets_getById``; ``get`` ``/users/{id}/posts`` -> ``get__users__id__posts``); a second
-operation with the same name gets ``_2``. Arguments: one property per parameter (path, query, header, cookie), named
-by the parameter, prefixed with its location (``path_id``, ``query_id``) only when two locations share a name (or a
-name is ``body``); the request body under ``body``. Header parameters ``Accept``, ``Content-Type`` and
-``Authorization`` are ignored (OpenAPI 3's rule; the toolbox's ``Headers`` and ``Token`` set them).
+Names (SPEC.md section 4): ``openapi_<toolbox>_<operation>``, the operation as the seed normalises it: its
+``operationId``, else its path, every character outside ``[A-Za-z0-9_]`` replaced by ``_`` without collapsing
+(``pets.getById`` -> ``pets_getById``; ``/users/{id}/posts`` -> ``_users__id__posts``). Where path-derived names would
+collide (``GET`` and ``POST`` of one path without ``operationId``, or a path that normalises to another operation's
+name), those operations keep the method in front (``get__users__id__posts``, ``post__users__id__posts``); a second
+operation with the same name after that gets ``_2``. Arguments: one property per parameter (path, query, header,
+cookie), named by the parameter, prefixed with its location (``path_id``, ``query_id``) only when two locations
+share a name (or a name is ``body``); the request body under ``body``. Header parameters ``Accept``,
+``Content-Type`` and ``Authorization`` are ignored (OpenAPI 3's rule; the toolbox's ``Headers`` and ``Token`` set them).
 
 An operation that cannot be built (a parameter ref that dangles, a path placeholder no parameter describes) is left
 out with a load error; a dangling ref inside a schema only opens that part of the schema (and is a load error too).
@@ -15,7 +17,7 @@ out with a load error; a dangling ref inside a schema only opens that part of th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._names import tool_name
@@ -78,10 +80,37 @@ def spec_version(doc: Any) -> str:
     raise SpecError("not a Swagger 2.0 or OpenAPI 3.0/3.1 document (no 'swagger: 2.0' or 'openapi: 3.x' key)")
 
 
-def operation_name(method: str, path: str, operation_id: Any) -> str:
-    """The operation part of a tool name (see the module docstring)."""
-    raw = operation_id if isinstance(operation_id, str) and operation_id else f"{method}_{path}"
+def operation_name(method: str, path: str, operation_id: Any, *, with_method: bool = False) -> str:
+    """The operation part of a tool name (see the module docstring): the seed's normalised ``operationId`` or path;
+    ``with_method``: the path with the method in front, for path-derived names that would collide."""
+    if isinstance(operation_id, str) and operation_id:
+        raw = operation_id
+    else:
+        raw = f"{method}_{path}" if with_method else path
     return re.sub(r"[^A-Za-z0-9_]", "_", raw)
+
+
+def _named(ops: list[tuple[Operation, Any]], toolbox: str) -> list[Operation]:
+    """The operations with their tool names: the seed's, the method in front of path-derived names that collide,
+    then ``_2``, ``_3`` for what still collides (in the spec's order)."""
+    plain = [operation_name(o.method.lower(), o.path, oid) for o, oid in ops]
+    counts: dict[str, int] = {}
+    for name in plain:
+        counts[name] = counts.get(name, 0) + 1
+    out: list[Operation] = []
+    seen: set[str] = set()
+    for (o, oid), name in zip(ops, plain, strict=True):
+        derived = not (isinstance(oid, str) and oid)
+        if derived and counts[name] > 1:
+            name = operation_name(o.method.lower(), o.path, oid, with_method=True)
+        tool = tool_name("openapi", toolbox, name)
+        unique, n = tool, 1
+        while unique in seen:
+            n += 1
+            unique = f"{tool}_{n}"
+        seen.add(unique)
+        out.append(replace(o, tool=unique))
+    return out
 
 
 def _describe(method: str, path: str, op: dict[str, Any], item: dict[str, Any]) -> str:
@@ -187,8 +216,7 @@ class _Builder:
         schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
         if required:
             schema["required"] = required
-        tool = tool_name("openapi", self.toolbox, operation_name(method, path, op.get("operationId")))
-        return Operation(tool, method.upper(), path, _describe(method, path, op, item), tuple(out_params), body, schema)
+        return Operation("", method.upper(), path, _describe(method, path, op, item), tuple(out_params), body, schema)
 
     def style(self, p: dict[str, Any]) -> tuple[str, bool]:
         if self.version == "2.0":
@@ -280,8 +308,7 @@ def build_operations(resolver: Resolver, toolbox: str) -> tuple[list[Operation],
     if not isinstance(paths, dict):
         raise SpecError("'paths' is not an object")
     consumes_root = listed if isinstance(listed := doc.get("consumes"), list) else []
-    ops: list[Operation] = []
-    seen: set[str] = set()
+    built: list[tuple[Operation, Any]] = []  # each with its operationId: named once all are known
     for path, raw_item in paths.items():
         if not isinstance(path, str) or path.startswith("x-"):
             continue
@@ -303,20 +330,8 @@ def build_operations(resolver: Resolver, toolbox: str) -> tuple[list[Operation],
             except RefError as exc:
                 b.errors.append({"source": f"paths.{path}.{method}", "message": f"left out: {exc}"})
                 continue
-            name, n = operation.tool, 1
-            while name in seen:
-                n += 1
-                name = f"{operation.tool}_{n}"
-            seen.add(name)
-            if name != operation.tool:
-                operation = Operation(
-                    name,
-                    *[
-                        getattr(operation, f)
-                        for f in ("method", "path", "description", "params", "body", "input_schema")
-                    ],
-                )
-            ops.append(operation)
+            built.append((operation, op.get("operationId")))
+    ops = _named(built, toolbox)
     reported: set[str] = set()
     for where, message in resolver.dangling_refs():
         reported.add(message)

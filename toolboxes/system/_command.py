@@ -5,6 +5,11 @@ plus the system paths read-only and the work folder), its network namespace (no 
 rlimits, its uid and no_new_privs. It runs in its own process group with the policy's wall-time limit (the whole
 tree is killed at the limit) and output caps.
 
+A command runs in the **agent file's folder** (``policy.base_dir``), where relative paths in every tool argument
+start (docs/FILES.md "One rule for relative paths"): ``ls ./project`` lists what ``list-directory ./project``
+lists. The worker's view shows that folder at its own path (``ViewSpec.directories``) holding only what the rules
+grant in it; ``HOME`` and ``TMPDIR`` stay in the worker's work folder, the place to write scratch files.
+
 ``CommandFilter`` (a path in the agent file, trusted) is asked first: it gets the command on stdin and must print
 ``{"acceptance": "allowed"|"refused", "note": ...}``. It runs under one more Landlock layer that makes it read-only
 and network-less (``sandbox._readonly_exec``), with a 10 s limit. Anything but a well-formed ``allowed`` refuses the
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
     from .._reaper import Reaper
     from .._toolbox import CallContext
 
-__all__ = ["FILTER_TIMEOUT_S", "execute_command", "run_command_filter"]
+__all__ = ["FILTER_TIMEOUT_S", "command_folder", "execute_command", "run_command_filter"]
 
 FILTER_TIMEOUT_S = 10.0
 _FILTER_OUTPUT_CAP = 64 * 1024
@@ -36,6 +41,13 @@ _FILTER_OUTPUT_CAP = 64 * 1024
 
 def _runtime_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
+
+
+def command_folder(config: dict[str, Any], workdir: str) -> str:
+    """Where commands run: the agent file's folder (``policy.base_dir``); the work folder only for a config that
+    names none (a toolbox started without an agent file, as in unit tests)."""
+    base = (config.get("policy") or {}).get("base_dir")
+    return base if isinstance(base, str) and os.path.isabs(base) else workdir
 
 
 def run_command_filter(
@@ -84,9 +96,10 @@ def execute_command(
     limits = policy.get("limits") or {}
     env = dict(policy.get("env") or os.environ)
     env.setdefault("PATH", "/usr/bin:/bin")
+    cwd = command_folder(config, workdir)
     filter_path = config.get("CommandFilter")
     if filter_path:
-        allowed, note = run_command_filter(filter_path, command, env, workdir, reaper, ctx)
+        allowed, note = run_command_filter(filter_path, command, env, cwd, reaper, ctx)
         if not allowed:
             return ToolResult.error(
                 f"command refused by the command filter: {note or 'no reason given'}", summary="command refused"
@@ -98,7 +111,7 @@ def execute_command(
         reaper,
         ["/bin/sh", "-c", command],
         env=env,
-        cwd=workdir,
+        cwd=cwd,
         stdin=None,
         deadline=deadline,
         stdout_cap=cap,
@@ -106,7 +119,9 @@ def execute_command(
         on_cancel=ctx.on_cancel,
     )
     if outcome.spawn_error:
-        return ToolResult.error(f"execute-command: the shell could not be started: {outcome.spawn_error}")
+        return ToolResult.error(
+            f"execute-command: the shell could not be started in the agent file's folder {cwd}: {outcome.spawn_error}"
+        )
     data = {
         "command": command,
         "exitCode": outcome.exit_code if outcome.exit_code is not None else -(outcome.signal or 0),

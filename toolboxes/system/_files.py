@@ -5,11 +5,14 @@ which gives the predicate exactly, including what Landlock cannot say) and the k
 Relative paths start at the agent file's folder (the rule every toolbox that takes a path shares), and messages
 show a path as resolved. A refused path gets the same answer whether or not it exists.
 
-``attach-file`` reads at most ``fsbMaxFileSize`` bytes, decides the media type from the file's content (never its
-name: ``toolboxes/_media.sniff_file``: a signature, else SVG, JSON or plain text, else ``application/octet-stream``),
-copies the file into the work folder and returns it as an attachment of that type, named by the file's name (the
-supervisor then checks it again, caps it by its class's ``context.*.max_bytes`` and delivers it as what it is:
-image, audio or embedded resource).
+``attach-file`` reads at most ``fsbMaxFileSize`` bytes, decides the media type as a user expects
+(``toolboxes/_media.file_media_type``: the content's signature, refined by the name only where content cannot tell:
+QuickTime, ``text/csv``, ``text/html``, ``text/css``, ``text/markdown``, ``application/xml``, JSON), copies the file
+into the work folder and returns it as an attachment of that type, named by the file's name (the supervisor then
+checks it again, caps it by its class's ``context.*.max_bytes`` and delivers it as what it is: image, audio or
+embedded resource). Binary content of no known type is refused with the seed's ``UnsupportedFileTypeError``. The
+result has no data of its own (its summary says what was attached): a worker calling it through the portal (Lua's
+``tools.call``) gets the seed's ``MediaAttachment`` with the bytes in base64 (``supervisor.calls.media_response``).
 
 ``list-directory`` lists the entries the predicate allows, and every entry of a directory a ``DirectoryExactly``
 names (its entries' names are what it grants: ``PathGate.lists_all``), at most ``MAX_ENTRIES``
@@ -27,7 +30,7 @@ from typing import Any
 from sandbox._predicate_eval import evaluate
 
 from .._atomic import atomic_write
-from .._media import sniff_file
+from .._media import file_media_type, sniff_file
 from .._paths import PathGate
 from .._result import Attachment, ToolResult
 
@@ -76,7 +79,13 @@ def attach_file(args: dict[str, Any], gate: PathGate, workdir: str) -> ToolResul
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    media_type = sniff_file(data)
+    found = file_media_type(data, os.path.basename(check.path))
+    if found is None:
+        return ToolResult.error(
+            f"UnsupportedFileTypeError: {shown} is none of the media types attach-file supports (images, audio, "
+            "video, PDF, ZIP, JSON, XML, text: its content shows no known signature and is not text)"
+        )
+    media_type = found
     digest = hashlib.sha256(data).hexdigest()
     rel = os.path.join("attachments", digest)
     target = os.path.join(workdir, rel)
@@ -84,8 +93,8 @@ def attach_file(args: dict[str, Any], gate: PathGate, workdir: str) -> ToolResul
     atomic_write(target, data, 0o644)
     summary = f"attached {os.path.basename(check.path)} ({media_type}, {len(data)} bytes)"
     attachment = Attachment(media_type, rel, name=os.path.basename(check.path))
-    return (
-        ToolResult.passed(summary, summary=summary, attachments=[attachment])
+    return (  # no data: the attachment is the answer (the seed's MediaResponse); the summary says what it is
+        ToolResult.passed(None, summary=summary, attachments=[attachment])
         .with_meta("state_effect", "read")
         .with_meta("resource_id", f"file:{check.path}")
     )

@@ -18,6 +18,8 @@ import socket
 import time
 from typing import Any
 
+from ._command import command_folder
+
 __all__ = ["INFO_CAPABILITIES"]
 
 
@@ -91,7 +93,8 @@ def _hostname(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _working_directory(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    return {"path": os.getcwd()}
+    """Where relative paths start and ``execute-command`` runs: the agent file's folder (docs/FILES.md)."""
+    return {"path": command_folder(config, os.getcwd())}
 
 
 def _env_vars(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +145,10 @@ INFO_CAPABILITIES = {
     "operating-system": ("The operating system, kernel and distribution.", _operating_system),
     "running-user": ("The user the tools run as (the sandbox's uid).", _running_user),
     "hostname": ("The host name.", _hostname),
-    "working-directory": ("The tools' working directory.", _working_directory),
+    "working-directory": (
+        "The tools' working directory: the agent file's folder, where relative paths start and commands run.",
+        _working_directory,
+    ),
     "env-vars": ("The environment variables the tools see, filtered by EnvVarFilter.", _env_vars),
     "process-info": ("Facts about the tool process: pid, memory, CPU time, privileges.", _process_info),
     "uptime": ("How long the host has been up.", _uptime),

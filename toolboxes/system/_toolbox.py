@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._hints import READ_ONLY
-from .._names import tool_name
+from .._names import CAPABILITY_PROPERTY, capability_refusal, tool_name
 from .._reaper import Reaper
 from .._result import ToolResult
 from .._toolbox import CallContext, ToolSpec, WorkerEnv
@@ -115,6 +115,8 @@ class SystemToolbox:
         self.reaper: Reaper = Reaper(subreaper=True)
         name = config.get("Name") or env.toolbox_name
         self._tools: dict[str, tuple[str, _Capability]] = {}
+        #: capability -> its tool (for the refusal of a call naming another capability)
+        self._enabled: dict[str, str] = {}
         self._specs: list[ToolSpec] = []
         self._errors: list[dict[str, str]] = []
         for cap in config.get("Capabilities", []):
@@ -124,7 +126,7 @@ class SystemToolbox:
                 continue
             schema = {
                 "type": "object",
-                "properties": {"capability": {"type": "string", "enum": [cap]}, **entry.properties},
+                "properties": {"capability": CAPABILITY_PROPERTY, **entry.properties},
                 "required": list(entry.required),
                 "additionalProperties": False,
             }
@@ -134,6 +136,7 @@ class SystemToolbox:
                 tool_name("system", name, cap), entry.description, schema, inline=entry.inline, hints=dict(entry.hints)
             )
             self._tools[spec.name] = (cap, entry)
+            self._enabled[cap] = spec.name
             self._specs.append(spec)
 
     def tools(self) -> list[ToolSpec]:
@@ -143,7 +146,10 @@ class SystemToolbox:
         return list(self._errors)
 
     def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
-        _cap, entry = self._tools[tool]
+        cap, entry = self._tools[tool]
+        refused = capability_refusal(args.get("capability"), cap, self._enabled)
+        if refused is not None:
+            return ToolResult.error(refused)
         return entry.run(self, args, ctx)
 
     def close(self) -> None:

@@ -2,9 +2,11 @@
 client talks to ``python -m supervisor`` over stdio, and the tools run in real confined workers.
 
 - bash tools with ``output-media-type`` (the seed's ``generate_chart`` among them): JSON and text as the result's
-  data; PNG and SVG as image content; WAV as audio content; MP4, PDF and an octet-stream blob as embedded resources
-  with their ``mimeType``;
-- ``attach-file`` of non-images (a PDF, an MP3, a text file);
+  data; PNG as image content (seed 000's image types: png, jpeg, gif, webp), an SVG as what it is, an embedded
+  text resource; WAV as audio content; MP4, PDF and an octet-stream blob as embedded resources with their
+  ``mimeType``;
+- ``attach-file`` of non-images (a PDF, an MP3, a text file, CSV, HTML, CSS, Markdown, XML, a QuickTime movie),
+  each with the type a user expects, and an opaque binary refused (``UnsupportedFileTypeError``);
 - an MCP toolbox server (a Python server made with the SDK, inside a real confined MCP toolbox) returning audio, an
   embedded blob and text resource and a resource link: passed on as such;
 - refusals: content that is not what it claims, an SVG with a script, audio past ``context.audio.max_bytes``: each
@@ -39,6 +41,16 @@ MP4 = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + b"\x00" * 16
 PDF = b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
 BLOB = bytes(range(256))
 MP3 = b"ID3\x03\x00\x00\x00\x00\x00\x0f" + b"\x00" * 40
+MOV = b"\x00\x00\x00\x14ftypqt  \x00\x00\x02\x00qt  " + b"\x00" * 16
+#: attach-file: file name -> (its bytes, the type a user expects, delivered as text)
+ATTACHED = {
+    "data.csv": (b"a,b\n1,2\n", "text/csv", True),
+    "page.html": (b"<!doctype html><p>hi</p>\n", "text/html", True),
+    "style.css": (b"p { color: red }\n", "text/css", True),
+    "notes.md": (b"# Notes\n", "text/markdown", True),
+    "feed.xml": (b'<?xml version="1.0"?><feed/>\n', "application/xml", True),
+    "movie.mov": (MOV, "video/quicktime", False),
+}
 
 MEDIA_SERVER = textwrap.dedent("""
     import base64
@@ -106,7 +118,9 @@ def _policy(root: Path) -> Path:
     _script(tools, "big", "audio/wav", "cat big.wav")
     files = root / "files"
     files.mkdir()
-    for name, data in (("paper.pdf", PDF), ("song.mp3", MP3), ("readme.txt", b"plain words\n")):
+    for name, data in (("paper.pdf", PDF), ("song.mp3", MP3), ("readme.txt", b"plain words\n"), ("a.out", BLOB)):
+        (files / name).write_bytes(data)
+    for name, (data, _, _) in ATTACHED.items():
         (files / name).write_bytes(data)
     server = root / "media_server.py"
     server.write_text(MEDIA_SERVER.format(wav=base64.b64encode(WAV).decode(), pdf=base64.b64encode(PDF).decode()))
@@ -151,12 +165,14 @@ async def test_every_media_kind_reaches_the_sdk_client_as_what_it_is(sandbox_tmp
         "song": ("system_system_attach_file", {"filepath": "./files/song.mp3"}),
         "readme": ("system_system_attach_file", {"filepath": "./files/readme.txt"}),
         "mcp": ("mcp_media_kinds", {}),
+        **{name: ("system_system_attach_file", {"filepath": f"./files/{name}"}) for name in ATTACHED},
     }
     with trio.fail_after(120):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             for key, (tool, args) in calls.items():
                 results[key] = await session.call_tool(tool, args)
+            opaque = await session.call_tool("system_system_attach_file", {"filepath": "./files/a.out"})
     for key, result in results.items():
         assert not result.is_error, (key, _blocks(result))
 
@@ -170,11 +186,18 @@ async def test_every_media_kind_reaches_the_sdk_client_as_what_it_is(sandbox_tmp
     assert json.loads(results["report"].content[0].text) == {"total": 3, "rows": [1, 2, 3]}
     assert results["report"].structured_content == {"total": 3, "rows": [1, 2, 3]}
     assert text("table") == "a,b\n1,2\n" and media("table") == []
-    # Images, SVG included.
+    # Images: seed 000's image types; an SVG is passed as what it is, a text document.
     [chart] = media("chart")
     assert (chart["type"], chart["mimeType"], base64.b64decode(chart["data"])) == ("image", "image/png", _png(3, 2))
     [logo] = media("logo")
-    assert (logo["type"], logo["mimeType"], base64.b64decode(logo["data"])) == ("image", "image/svg+xml", SVG)
+    assert logo["type"] == "resource" and logo["resource"]["mimeType"] == "image/svg+xml"
+    assert logo["resource"]["text"] == SVG.decode()
+    # attach-file: each type as a user expects it, from the content and the name; an opaque binary refused
+    for name, (data, media_type, textual) in ATTACHED.items():
+        [block] = media(name)
+        assert block["type"] == "resource" and block["resource"]["mimeType"] == media_type, (name, block)
+        assert (block["resource"]["text"].encode() if textual else base64.b64decode(block["resource"]["blob"])) == data
+    assert opaque.is_error and "UnsupportedFileTypeError: './files/a.out'" in _blocks(opaque)[0]["text"]
     # Audio.
     [tone] = media("tone")
     assert (tone["type"], tone["mimeType"], base64.b64decode(tone["data"])) == ("audio", "audio/wav", WAV)

@@ -13,6 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sandbox._predicate_eval import check_path
 from sandbox._predicates import Any_, DirectoryRecursive, FileExactly
 from supervisor.config._loader import (
     ConfigError,
@@ -81,6 +82,11 @@ def test_seed_coder_agent_resolves_sandbox_refs() -> None:
     assert boxes["system"].file_sandbox.max_file_size == 50 * 2**20
     cfg = boxes["lua"].worker_config()
     assert cfg["FileSandbox"]["fsbPredicate"] == {"tag": "DirectoryRecursive", "contents": project}
+    # entries without fsbName are named by their keys, so refusals say "the file sandbox 'project'"
+    assert cfg["FileSandbox"]["fsbName"] == "project"
+    assert boxes["system"].file_sandbox.name == "scratch"
+    refused = check_path(cfg["FileSandbox"], "/etc/passwd", for_write=False)
+    assert "is not allowed by the file sandbox 'project'" in refused.message
     assert cfg["MaxMemoryMB"] == 256
     assert cfg["tag"] == "LuaToolbox"
 

@@ -170,6 +170,7 @@ def _check(policy_path: str, extra: tuple[str, ...] = ()) -> str:
     return ""
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_the_base_files_pass(sandbox_tmp: Path) -> None:
     policy, agent_file = _base(sandbox_tmp)
     (sandbox_tmp / "a.json").write_text(json.dumps(agent_file))

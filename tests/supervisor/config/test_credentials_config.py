@@ -90,6 +90,7 @@ def test_a_toolbox_naming_an_unknown_credential_is_an_error(tmp_path: Path) -> N
     assert "names the credential 'gitlab', which credentials does not define" in text and "gh" in text
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(
     tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,6 +111,7 @@ def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(
     assert SECRET not in repr(spec_)
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_other_variables_still_expand_and_ungranted_toolboxes_get_nothing(
     tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -125,6 +127,7 @@ def test_other_variables_still_expand_and_ungranted_toolboxes_get_nothing(
     assert specs["gh"].credentials == () and specs["system"].credentials == ()
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_policy_grant_and_credential_env_placeholder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An MCP server or a bash tool that insists on an environment variable gets the placeholder in it; the
     toolbox is granted the credential; a grant its AllowedHosts cannot use is a warning."""
@@ -167,7 +170,7 @@ def test_env_value_is_stripped_and_checked() -> None:
     assert "control character" in str(caught.value) and "Injected" not in str(caught.value)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="root-owned files need root")
+@pytest.mark.root  # root-owned files need root
 def test_root_only_file_source(tmp_path: Path) -> None:
     """A 0600 root file is read; a file others may read, a file of another owner and a symbolic link (to the
     good file, or on the path) are refused with what is wrong."""
@@ -222,6 +225,7 @@ def test_command_source(tmp_path: Path) -> None:
         load_credentials(_spec({"command": [str(tmp_path / "missing")]}))
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
     """The worker gets the CA's file read-only and the variables that point its TLS clients at it; the file holds
     the certificate only; a leaf names exactly its host and is signed by the CA; without hosts it is a warning."""
@@ -264,6 +268,7 @@ def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
     assert ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length == 0
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_check_shows_credentials_and_never_their_values(tmp_path: Path, spec: Path) -> None:
     import subprocess
 
@@ -277,7 +282,7 @@ def test_check_shows_credentials_and_never_their_values(tmp_path: Path, spec: Pa
     )
     env = {**os.environ, "GITHUB_TOKEN": SECRET, "PYTHONPATH": repo}
     text = subprocess.run(
-        [sys.executable, "-m", "supervisor", "check", "--policy", str(path)],
+        [sys.executable, "-m", "supervisor", "check", "--detail", "--policy", str(path)],
         env=env,
         cwd=repo,
         capture_output=True,

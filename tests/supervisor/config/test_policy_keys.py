@@ -33,6 +33,7 @@ def test_a_bare_key_matching_two_agents_toolboxes_is_an_error(tmp_path: Path) ->
     assert "alpha/tools, beta/tools" in text
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_a_bare_key_matching_one_toolbox_and_qualified_keys_keep_working(tmp_path: Path) -> None:
     boxes = [system_toolbox("one", capabilities=["date"]), system_toolbox("two", capabilities=["date"])]
     path = write_policy(

@@ -7,7 +7,9 @@ the skills config) goes, unchanged, into the smallest agent that holds it. Aroun
 stand-ins for what it references: folders, the SQLite databases, the bash tool, the sub-agent file, a skill for
 ``autoEnableSkills``. What cannot be stood in for stays missing and must be a load error or a warning, never a
 refusal: ``/usr/bin/mcp-filesystem``, the approval script ``/path/to/approval-script.sh``, and the remote servers
-(``api.github.com``, ``github.com``, a PostgREST on ``localhost:3000``).
+(``api.github.com``, ``api.example.com``, ``github.com``, a PostgREST on ``localhost:3000``). The seed's other
+JSON examples (tool inputs and outputs, scripts, verdicts) are run in ``tests/supervisor/test_seed004_examples_e2e.py``,
+which also checks that every JSON example of the seed is one of the two modules' fixtures.
 
 ``tools`` starts real confined workers, and the OpenAPI, PostgREST and git toolboxes try their hosts: so it runs in
 the lab's supervisor network namespace (``tests/sandbox/_netlab.py``), where no name resolves to anything outside
@@ -56,6 +58,7 @@ SOURCES = {
     "coder.json": "247-276",
     "local_lrmlua.json": "781-845",
     "file-agent.json": "1334-1446",
+    "openapi-toolboxes.json": "146-159",
     "postgrest-toolboxes.json": "187-197",
     "sqlite-analytics.json": "217-228",
     "system-toolbox.json": "337-355",
@@ -120,6 +123,7 @@ AGENTS: dict[str, tuple[Callable[[Any], Any], set[str]]] = {
             "bash_extra_tool",
         },
     ),
+    "openapi-toolboxes.json": (lambda f: _shell("api", **f), set()),
     "postgrest-toolboxes.json": (lambda f: _shell("pg", **f), set()),
     "sqlite-analytics.json": (lambda f: _shell("analyst", **f), {"sqlite_analytics_query"}),
     "system-toolbox.json": (lambda f: _shell("sys", **f), {"system_system_date", "system_system_list_directory"}),
@@ -268,13 +272,14 @@ def _supervisor(lab: Lab, *command: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": REPO, "GITHUB_TOKEN": "stand-in-token"},
-    )  # file-agent's ${GITHUB_TOKEN}
+        env={**os.environ, "PYTHONPATH": REPO, "GITHUB_TOKEN": "stand-in-token", "API_TOKEN": "stand-in-token"},
+    )  # file-agent's ${GITHUB_TOKEN}, the OpenAPI example's ${API_TOKEN}
 
 
 def test_the_fixtures_are_the_seeds_text() -> None:
     seed = Path(REPO).parent / "shared" / "seeds" / "004_bef637d7703902f1.txt"
-    assert set(SOURCES) == {p.name for p in SEED.iterdir()} | set(SHIPPED) == set(AGENTS)
+    # blocks.json: the seed's other examples, run by test_seed004_examples_e2e.py
+    assert set(SOURCES) == ({p.name for p in SEED.iterdir()} - {"blocks.json"}) | set(SHIPPED) == set(AGENTS)
     if not seed.exists():  # a checkout outside the project's workspace: the fixtures are the record
         return
     lines = seed.read_text().split("\n")
@@ -283,13 +288,23 @@ def test_the_fixtures_are_the_seeds_text() -> None:
         assert seed_file(name).read_text() == "\n".join(lines[first - 1 : last]) + "\n", name
 
 
+#: The seed's placeholders that are not JSON, and what stands in for them (``"mcpServers": [...]``: none).
+PLACEHOLDERS = {"[...]": "[]"}
+
+
+def _filled(text: str) -> str:
+    for placeholder, value in PLACEHOLDERS.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
 def _prepare(example: str, root: Path) -> Path:
     """The example's agent file among its stand-ins, and a policy of its own; returns the policy."""
     build, _ = AGENTS[example]
     folder = root / "agent"
     folder.mkdir(parents=True)
     _stand_ins(folder)
-    data = json.loads((seed_file(example)).read_text())
+    data = json.loads(_filled(seed_file(example).read_text()))
     agent_file = folder / "agent.json"
     contents = build(data)
     if contents is data:

@@ -6,6 +6,8 @@ import json
 import socket
 from typing import TYPE_CHECKING
 
+import pytest
+
 from tests._policies import agent, system_toolbox, write_policy
 
 from .test_frontends import _cli
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_check_lists_the_mounts_of_each_workers_view(sandbox_tmp: Path) -> None:
     toolboxes = [system_toolbox("plain", capabilities=["date"]), system_toolbox("named", capabilities=["hostname"])]
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=toolboxes)})
@@ -25,10 +28,11 @@ def test_check_lists_the_mounts_of_each_workers_view(sandbox_tmp: Path) -> None:
     assert "/bin -> usr/bin" in views["plain"]
     assert "/tmp: fresh tmpfs of 64 MiB" in views["plain"] and "/etc/passwd: generated" in views["plain"]
     assert views["plain"][-1] == "host name: sandbox" and views["named"][-1] == f"host name: {socket.gethostname()}"
-    human = _cli("check", "--policy", str(policy)).stdout
+    human = _cli("check", "--detail", "--policy", str(policy)).stdout
     assert "filesystem view: private root, only these mounts:" in human and f"    {workdir}: read-write" in human
 
     off = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=toolboxes)}, private_view=False)
     report = json.loads(_cli("check", "--policy", str(off), "--json").stdout)
     assert [tb["view"] for tb in report["toolboxes"]] == [None, None]
-    assert "filesystem view: the host's tree (private_view: false)" in _cli("check", "--policy", str(off)).stdout
+    detail = _cli("check", "--detail", "--policy", str(off)).stdout
+    assert "filesystem view: the host's tree (private_view: false)" in detail

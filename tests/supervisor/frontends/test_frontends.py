@@ -165,7 +165,10 @@ def test_cli_tools_and_check(policy: Path) -> None:
     (tb,) = report["toolboxes"]
     assert tb["uid"] == 65534 and tb["network"].startswith("own namespace")
     assert any(p.endswith("/work/tester/system") for p in tb["read_write"])
-    human = _cli("check", "--policy", str(policy))
+    summary = _cli("check", "--policy", str(policy)).stdout  # the default: one line per worker
+    assert "1 worker(s) of 1 agent(s):\n  tester/system (system): uid 65534; no network; " in summary, summary
+    assert "check --detail" in summary and "read-only:" not in summary
+    human = _cli("check", "--detail", "--policy", str(policy))
     assert "toolbox system (system, agent tester)" in human.stdout and "uid/gid: 65534/65534" in human.stdout
     assert "cgroup v1 (pids.max=" in human.stdout or "cgroup v2 (pids.max=" in human.stdout
     assert tb["xattrs"] is False and "extended attributes: refused (EOPNOTSUPP)" in human.stdout

@@ -275,12 +275,12 @@ async def test_two_agents_with_a_system_toolbox_over_http(setup: Setup) -> None:
                 async with Client(
                     streamable_http_client(f"{base}/agents/file-agent/mcp", http_client=http), mode="legacy"
                 ) as client:
-                    script = (
+                    script = (  # the seed's attach-file answer: a MediaAttachment, its bytes in base64
                         f'local r = tools.call("system_system_attach_file", {{filepath = '
-                        f'"{setup.project_file}"}})\nreturn r.result_txt'
+                        f'"{setup.project_file}"}})\nreturn r.data.mediaFilename'
                     )
                     result = await client.call_tool("lua_lua_execute", {"script": script})
-                    assert not result.is_error and f"attached {setup.project_file.name}" in _text(result), _text(result)
+                    assert not result.is_error and f'["{setup.project_file.name}"]' in _text(result), _text(result)
                 _assert_two_system_workers(setup.trace())
     records = setup.trace()  # the server stopped: every call record is written
     assert _calls(records, "system_system_attach_file") == [
@@ -356,9 +356,10 @@ def test_tools_check_and_call_take_the_agent(setup: Setup) -> None:
     assert "coder, file-agent" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
-async def test_the_python_api_finds_a_name_in_the_first_agent_or_the_one_asked(sandbox_tmp: Path) -> None:
-    """Two small agents with a ``system`` toolbox each: without ``agent_scope`` a name is the first agent's, with it
-    that agent's; each lists its own; each toolbox is its own runner and worker."""
+async def test_the_python_api_finds_a_name_in_its_one_agent_or_the_one_asked(sandbox_tmp: Path) -> None:
+    """Two small agents with a ``system`` toolbox each: without ``agent_scope`` a name one agent has is that agent's,
+    a name both have is refused as ambiguous (naming them); with it that agent's; each lists its own; each toolbox is
+    its own runner and worker."""
     from supervisor import Supervisor
     from tests._policies import agent, system_toolbox, write_policy
 
@@ -378,8 +379,13 @@ async def test_the_python_api_finds_a_name_in_the_first_agent_or_the_one_asked(s
             "system_system_working_directory",
         }
         assert [t.namespace for t in sup.list_tools() if t.name == "system_system_date"] == ["one", "two"]
-        cwd = await sup.call("system_system_working_directory", {})  # the first agent's
-        assert cwd.status == "passed" and "work/one/system" in cwd.data
+        cwd = await sup.call("system_system_working_directory", {})  # only agent one has it
+        assert cwd.status == "passed" and cwd.structured["data"]["path"] == str(sandbox_tmp), cwd.data  # one.json's
+        ambiguous = await sup.call("system_system_date", {})  # both have it: never whichever comes first
+        assert ambiguous.status == "error" and ambiguous.meta("ambiguous_tool") == "one, two"
+        assert ambiguous.data.startswith(
+            "Tool 'system_system_date' is ambiguous: the agents one, two each have a tool of that name."
+        )
         refused = await sup.call("system_system_working_directory", {}, agent_scope="two")
         assert refused.status == "error" and "Tool not found" in refused.data
         for slug in ("one", "two"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,6 +24,7 @@ from tests.supervisor.frontends.test_frontends import REPO, _env
 from tests.supervisor.frontends.test_mcp_http import _start
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 # The SDK marks logging deprecated as of 2026-07-28 (SEP-2577); the handshake revisions served here still have it.
@@ -69,6 +71,18 @@ def _policy(root: Path) -> Path:
     )
 
 
+@asynccontextmanager
+async def _client(url: str, token: str, logs: dict[str, _Log]) -> AsyncIterator[Client]:
+    """The SDK client of the tenant of ``token`` on a 2025-11-25 session at ``url``, its log in ``logs[token]``."""
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+        Client(
+            streamable_http_client(url, http_client=http), mode="legacy", logging_callback=logs[token].callback
+        ) as client,
+    ):
+        yield client
+
+
 async def _use(client: Any, log: _Log) -> None:
     """Set the level, learn the load error, make one call and one past the session's limit, learn that."""
     await client.set_logging_level("warning")
@@ -103,18 +117,8 @@ async def test_over_http_each_tenant_hears_only_its_own(sandbox_tmp: Path) -> No
         logs = {ACME: _Log(), GLOBEX: _Log()}
         with trio.fail_after(120):
             async with (
-                create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as acme_http,
-                create_mcp_http_client(headers={"Authorization": f"Bearer {GLOBEX}"}) as globex_http,
-                Client(
-                    streamable_http_client(server.url("alpha"), http_client=acme_http),
-                    mode="legacy",
-                    logging_callback=logs[ACME].callback,
-                ) as acme,
-                Client(
-                    streamable_http_client(server.url("alpha"), http_client=globex_http),
-                    mode="legacy",
-                    logging_callback=logs[GLOBEX].callback,
-                ) as globex,
+                _client(server.url("alpha"), ACME, logs) as acme,
+                _client(server.url("alpha"), GLOBEX, logs) as globex,
             ):
                 await globex.set_logging_level("warning")
                 await logs[GLOBEX].wait_for("load_error", toolbox="store")
@@ -208,18 +212,8 @@ async def test_two_agents_toolboxes_of_one_name_are_told_to_their_own_tenants_on
 
         with trio.fail_after(120):
             async with (
-                create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as acme_http,
-                create_mcp_http_client(headers={"Authorization": f"Bearer {GLOBEX}"}) as globex_http,
-                Client(
-                    streamable_http_client(server.url("alpha"), http_client=acme_http),
-                    mode="legacy",
-                    logging_callback=logs[ACME].callback,
-                ) as acme,
-                Client(
-                    streamable_http_client(server.url("beta"), http_client=globex_http),
-                    mode="legacy",
-                    logging_callback=logs[GLOBEX].callback,
-                ) as globex,
+                _client(server.url("alpha"), ACME, logs) as acme,
+                _client(server.url("beta"), GLOBEX, logs) as globex,
             ):
                 await acme.set_logging_level("debug")
                 await globex.set_logging_level("debug")
@@ -245,17 +239,30 @@ async def test_two_agents_toolboxes_of_one_name_are_told_to_their_own_tenants_on
 # SSE stream (its own resource warnings at garbage collection, after the assertions); not the server's.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_stateless_requests_opt_in_per_request(sandbox_tmp: Path) -> None:
-    """2026-07-28: the SDK client stamps ``_meta`` logLevel on every request; a call refused by the tenant's rate
-    hears why on its SSE answer, before the answer."""
+    """2026-07-28: the SDK client stamps ``_meta`` logLevel on every request; a call hears, on its SSE answer and
+    before the answer, a worker of its agent restarting while it ran. A request past the tenant's rate is refused
+    before any answer is written (429: the reason and when to retry are in the error)."""
     root = sandbox_tmp
     policy = write_policy(
         root,
-        {"alpha": agent("alpha", builtinToolboxes=[system_toolbox("system", ["date"])])},
+        {
+            "alpha": agent(
+                "alpha",
+                builtinToolboxes=[system_toolbox("system", ["execute-command"]), system_toolbox("sys2", ["date"])],
+            )
+        },
         frontends={"http": {"listen": "127.0.0.1:0"}},
-        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"], "limits": {"calls_per_second": 0.01}}},
+        tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"], "limits": {"calls_per_second": 3}}},
     )
     async for server in _start(policy):
         log = _Log()
+
+        async def kill_sys2_once_the_call_runs(server: Any = server) -> None:
+            while not server.records("call_start"):  # noqa: ASYNC110 (the trace is the sign the call runs)
+                await trio.sleep(0.05)
+            [spawn] = [r for r in server.records("worker_spawn") if r["toolbox"] == "sys2"]
+            os.kill(spawn["pid"], signal.SIGKILL)
+
         with trio.fail_after(60):
             async with (
                 create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http,
@@ -266,8 +273,20 @@ async def test_stateless_requests_opt_in_per_request(sandbox_tmp: Path) -> None:
                     logging_callback=log.callback,
                 ) as client,
             ):
-                assert client.protocol_version == "2026-07-28"  # server/discover spent the one token
-                with pytest.raises(Exception, match="calls per second is spent"):
-                    await client.call_tool("system_system_date", {})
-                level, data = await log.wait_for("tenant_limit", method="tools/call")
-                assert level == "warning" and "calls per second is spent" in data["reason"]
+                assert client.protocol_version == "2026-07-28"
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(kill_sys2_once_the_call_runs)
+                    result = await client.call_tool("system_system_execute_command", {"command": "sleep 3"})
+                assert not result.is_error, result
+                level, _ = await log.wait_for("worker_restart", toolbox="sys2")
+                assert level == "warning"
+
+                async def past_the_rate(client: Any = client) -> None:
+                    for _ in range(10):  # past 3 a second
+                        await client.call_tool("system_sys2_date", {})
+
+                # the SDK raises the JSON-RPC error of the 429 answer
+                with pytest.raises(Exception, match=r"calls per second is spent .*; retry in \d+ s"):
+                    await past_the_rate()
+        refused = [r for r in server.records("http_refused") if r["status"] == 429]
+        assert refused and refused[0]["tenant"] == "acme" and "calls per second" in refused[0]["why"], refused

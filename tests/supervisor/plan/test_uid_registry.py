@@ -104,6 +104,16 @@ def test_a_registry_another_user_may_write_is_refused(tmp_path: Path, monkeypatc
         assign_identities(str(tmp_path / "state"), {}, ["a/x"], first=FIRST, count=10, persist=True)
 
 
+def test_a_damaged_registry_is_refused_not_reset(sandbox_tmp: Path, fresh_uid_registry: Path) -> None:
+    (sandbox_tmp / "state").mkdir()
+    for text, word in (("{not json", "is not JSON"), ('{"version": 1, "numbers": {}}', "is damaged")):
+        (fresh_uid_registry / "uids.json").write_text(text)
+        with pytest.raises(PolicyRefused, match=rf"the host's uid registry {fresh_uid_registry}/uids.json {word}"):
+            assign_identities(str(sandbox_tmp / "state"), {}, ["a/x"], first=FIRST, count=10, persist=True)
+        assert (fresh_uid_registry / "uids.json").read_text() == text
+    assert not (sandbox_tmp / "state" / "identities.json").exists()
+
+
 def test_a_copied_state_dir_is_refused_and_a_moved_one_keeps_its_uids(
     sandbox_tmp: Path, fresh_uid_registry: Path
 ) -> None:
@@ -253,9 +263,16 @@ def test_check_shows_each_workers_host_wide_uid(
 ) -> None:
     from supervisor.frontends._cli import main
 
-    policy = _tenant(sandbox_tmp / "one", "alpha", sandbox_tmp, sandbox_tmp / "state")
+    (sandbox_tmp / "shared").mkdir()
+    policy = _tenant(sandbox_tmp / "one", "alpha", sandbox_tmp / "shared", sandbox_tmp / "state")
     assert main(["check", "--policy", str(policy)]) == 0
     uid = FIRST + _slot("alpha/tools", COUNT)
+    summary = capsys.readouterr().out
+    assert f"alpha/tools (system): uid {uid} (host-wide);" in summary, summary
+    assert (
+        f"held in the registry {fresh_uid_registry}: no other state dir or supervisor on the host gets them" in summary
+    )
+    assert main(["check", "--detail", "--policy", str(policy)]) == 0
     assert (
         f"uid/gid: {uid}/{uid} (held on the whole host: uid registry {fresh_uid_registry})" in capsys.readouterr().out
     )

@@ -128,7 +128,11 @@ def test_refusals_say_why() -> None:
     store.ensure_session("other", agent="main")
     denied = _ask(store, "b", "read-session", {"session_id": "a"})
     assert denied == {"error": "SessionAccessDeniedError: session 'a' is outside this toolbox's scope (subtree)"}
-    assert _ask(store, "root", "read-session", {"session_id": "zzz"})["error"].startswith("SessionNotFoundError")
+    unknown = "5f0c1d1e-0000-4000-8000-000000000000"
+    assert _ask(store, "root", "read-session", {"session_id": unknown})["error"].startswith("SessionNotFoundError")
+    # the seed's own example id is not of the form session ids have: InvalidSessionIdError, not "not found"
+    malformed = _ask(store, "root", "read-session", {"session_id": "target-session-uuid"})["error"]
+    assert malformed.startswith("InvalidSessionIdError: 'target-session-uuid' is not a session id")
     assert _ask(store, "root", "read-session", {})["error"].startswith("InvalidSessionIdError")
     assert _ask(store, "root", "search-sessions", {"query": " "})["error"].startswith("MissingParameterError")
     not_enabled = answer_host_request(
@@ -326,6 +330,7 @@ def test_prune_deletes_old_records_of_a_session_still_in_use_but_not_of_a_runnin
     assert set(store.parents()) == {"root", "a", "b"}
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 async def test_the_supervisor_prunes_sessions_past_keep_days_when_it_starts(sandbox_tmp: Path) -> None:
     import time
 

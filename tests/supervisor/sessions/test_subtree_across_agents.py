@@ -1,6 +1,6 @@
 """``SessionIntrospectionScope: subtree`` is the caller's own call tree, whatever the agents in it.
 
-The seed's ``file-agent`` (``tests/fixtures/seed004/file-agent.json``, the seed's text) asks its sub-agent ``helper``
+The seed's ``file-agent`` (``examples/file-agent/agent.json``, the seed's text) asks its sub-agent ``helper``
 (``extraAgents``), then lists and searches sessions with its own ``system`` toolbox (the seed's entry: ``subtree``,
 ``list-sessions``, ``search-sessions``), under the shipped ``strict.yaml``'s settings, whose
 ``sessions.introspection.other_agents`` is false. It sees the helper's run it asked for, and not the helper's runs

@@ -17,8 +17,9 @@ from sandbox._plan import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.traces import TraceRecorder
 from supervisor.traces._report import load_trace, render_text, report
+from supervisor.workers._audit_reach import NOT_INITIAL_NETNS
 from supervisor.workers._denials import FsContext, explain_landlock, explain_seccomp, explain_text_paths, notes
-from supervisor.workers._kernel_audit import NOT_INITIAL_NETNS, KernelAudit, combine_watches
+from supervisor.workers._kernel_audit import KernelAudit, combine_watches
 from tests._policies import agent, system_toolbox, write_policy
 
 if TYPE_CHECKING:
@@ -479,6 +480,7 @@ def test_a_supervisor_in_a_network_namespace_of_its_own_explains_from_the_text_w
         assert all("the supervisor runs in a PID namespace of its own" in line for line in explained), explained
 
 
+@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_check_lists_which_explanations_this_host_gives(sandbox_tmp: Path) -> None:
     from tests.supervisor.frontends.test_frontends import _cli
 

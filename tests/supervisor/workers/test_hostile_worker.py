@@ -305,3 +305,44 @@ async def test_a_failed_egress_bridge_costs_its_own_worker_only(
     failures = [r for r in records if r["event"] == "internal_error" and r.get("where") == "egress bridge"]
     assert failures and failures[0]["toolbox"] == "net" and "planted bridge bug" in failures[0]["error"]
     assert any(r["event"] == "worker_exit" and r.get("toolbox") == "net" for r in records)
+
+
+async def test_a_result_past_the_output_limit_is_cut_by_the_supervisor(sandbox_tmp: Path) -> None:
+    """The supervisor's backstop of ``limits.output_bytes`` (issue 24 item 6): a worker that ignores the limit sends
+    56 MiB for a call in flight; what the caller gets is at most the limit in each part, marked truncated, with words
+    saying what was cut."""
+    cap = 64 * 1024
+    policy = write_policy(
+        sandbox_tmp,
+        {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["execute-command"])])},
+        limits={"output_bytes": cap},
+    )
+    hostile = {
+        "status": "passed",
+        "summary": "s" * (2 * cap),
+        "data": "x" * (48 << 20),
+        "structured": {"blob": "y" * (8 << 20)},
+    }
+    async with Supervisor.open(policy) as sup:
+        worker = sup.runner("system").worker
+        assert worker is not None
+        results: list[ToolResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def slow_call() -> None:
+                results.append(await sup.call("system_system_execute_command", {"command": "sleep 20"}))
+
+            nursery.start_soon(slow_call)
+            with trio.fail_after(10):
+                while not worker._pending:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await _inject(worker, encode({"t": "result", "id": next(iter(worker._pending)), "result": hostile}))
+    (result,) = results
+    assert result.status == "passed" and result.truncated
+    assert result.data is not None and len(result.data.encode()) <= cap
+    assert result.data.startswith("xxxx") and "by limits.output_bytes" in result.data
+    assert result.summary == "s" * cap and result.structured is None
+    cut = result.meta("output_truncated") or ""
+    assert f"data was {48 << 20} bytes" in cut and "structured value was" in cut and f"limit {cap}" in cut
+    mcp = result_to_mcp(result, lambda a: b"")
+    assert "structuredContent" not in mcp and sum(len(c["text"]) for c in mcp["content"]) <= cap + 100

@@ -231,5 +231,5 @@ def test_check_lists_the_limits_a_result_will_explain(sandbox_tmp: Path) -> None
         "limits.memory_bytes (OOM kills in the group)",
         "limits.cpu_seconds (SIGXCPU)",
     ]
-    human = _cli("check", "--policy", str(policy)).stdout
+    human = _cli("check", "--detail", "--policy", str(policy)).stdout
     assert "a call stopped by a limit is explained for: limits.processes (pids.events)" in human

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 import trio.testing
 
+from supervisor.config import Supervision
 from supervisor.workers._connection import WorkerConnection
-from supervisor.workers._runner import SupervisionPolicy, ToolboxRunner
+from supervisor.workers._runner import ToolboxRunner
 from toolboxes._protocol import PROTOCOL_VERSION, FrameDecoder, encode
 
 if TYPE_CHECKING:
@@ -126,7 +127,13 @@ async def test_a_crash_loop_rests_the_toolbox_for_its_cool_down_then_it_serves_a
     spec = types.SimpleNamespace(toolbox="fake", wall_time_s=5.0, agent="a")
     runner = ToolboxRunner(
         spec,
-        SupervisionPolicy(backoff_initial_s=0.1, backoff_max_s=1.0, max_restarts=2, window_s=60.0, cooldown_s=30.0),  # type: ignore[arg-type]
+        Supervision(
+            restart_backoff_initial_s=0.1,
+            restart_backoff_max_s=1.0,
+            crash_loop_max_restarts=2,
+            crash_loop_window_s=60.0,
+            crash_loop_cooldown_s=30.0,
+        ),  # type: ignore[arg-type]
         on_request=no_requests,
         on_event=lambda w, kind, data: events.append((kind, data)),
         on_tools=lambda r: listed.append((r.crash_looped, r.failed_reason)),
@@ -183,7 +190,7 @@ async def test_every_death_is_traced_and_the_restart_answers_calls_waiting_for_i
     spec = types.SimpleNamespace(toolbox="fake", wall_time_s=5.0, agent="a")
     runner = ToolboxRunner(
         spec,
-        SupervisionPolicy(backoff_initial_s=0.5, max_restarts=100),  # type: ignore[arg-type]
+        Supervision(restart_backoff_initial_s=0.5, crash_loop_max_restarts=100),  # type: ignore[arg-type]
         on_request=no_requests,
         on_event=lambda w, kind, data: events.append(kind),
         on_tools=lambda r: None,
@@ -230,7 +237,7 @@ async def test_a_worker_starting_when_the_supervisor_stops_is_ended_not_left_run
     spec = types.SimpleNamespace(toolbox="fake", wall_time_s=5.0, agent="a")
     runner = ToolboxRunner(
         spec,
-        SupervisionPolicy(backoff_initial_s=0.1),
+        Supervision(restart_backoff_initial_s=0.1),
         on_request=no_requests,  # type: ignore[arg-type]
         on_event=lambda w, kind, data: None,
         on_tools=lambda r: None,

@@ -1,0 +1,56 @@
+"""Policy ceilings: the most an agent file may grant its toolboxes, per agent (``ceilings.<slug>``, ``ceilings."*"``
+for every agent) or per tenant (``tenants.<name>.ceiling``, for the agents it may use and their sub-agents).
+
+A ceiling bounds what the tenant's side (the agent file) asks for; the operator's own per-toolbox grants
+(``toolboxes.<agent>/<name>.allowed_hosts``) are not bounded by it. Enforced at load by
+``supervisor/plan/_ceilings.py``: an agent file asking past a ceiling is a load error of that toolbox naming the key
+that would open it; the egress proxy only ever holds entries that passed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from ._agent_file import DEVELOPER_CAPABILITIES, SYSTEM_CAPABILITIES
+from ._errors import problem
+from ._model import StrictModel as _Model
+from ._types import check_host
+
+__all__ = ["ANY_HOST", "Ceiling"]
+
+#: A ceiling's ``allowed_hosts`` entry for any name (addresses are judged as always: loopback and private ranges
+#: stay closed unless the policy opens them to the toolbox)
+ANY_HOST = "*"
+
+
+def _ceiling_host(value: str) -> str:
+    return ANY_HOST if value.strip() == ANY_HOST else check_host(value)
+
+
+def _capability(value: str) -> str:
+    known = (*SYSTEM_CAPABILITIES, *DEVELOPER_CAPABILITIES)
+    if value not in known:
+        raise problem(
+            f"unknown capability {value!r}", "a SystemToolbox or DeveloperToolbox capability: " + ", ".join(known)
+        )
+    return value
+
+
+class Ceiling(_Model):
+    """The most an agent file may grant: hosts its toolboxes' ``AllowedHosts`` (and OpenAPI/PostgREST and git
+    source hosts) may name, and System/Developer capabilities it may not enable."""
+
+    allowed_hosts: list[Annotated[str, AfterValidator(_ceiling_host)]] | None = Field(
+        default=None,
+        description="patterns every AllowedHosts entry of the agent file must fall within: a name, '*.suffix' or IP "
+        "with an optional ':port' or ':first-last' ('*.example.com:443' covers 'api.example.com:443' and "
+        "'*.eu.example.com:443'); '*': any name or address (the address rules still apply); [] = no network; "
+        "null = no bound on hosts",
+    )
+    forbidden_capabilities: list[Annotated[str, AfterValidator(_capability)]] = Field(
+        default=[],
+        description="SystemToolbox and DeveloperToolbox capabilities the agent file may not enable "
+        "(execute-command, hostname, write-file-range, ...)",
+    )

@@ -1,0 +1,198 @@
+"""What the HTTP frontend lets in once a request is authenticated: work in flight (server-wide and per tenant), the
+tenant's call rate, and request-body bytes in flight (per tenant and server-wide); how a refusal is answered and
+traced.
+
+A request past one of these bounds is answered at once, before any of its answer is written, with an HTTP status a
+proxy, a load balancer or a retrying client understands, ``Retry-After`` (seconds), and a JSON-RPC error whose
+message names the limit and whose ``data`` says ``{"retryAfterSeconds": n, "limit": ...}`` (the official SDK
+client hands the JSON-RPC error of a non-2xx answer to its caller as it is):
+
+- ``429``: the tenant's own limits (``calls_per_second``, ``concurrent_calls``, ``body_bytes_in_flight``);
+- ``503``: the server's (``frontends.http.max_requests_in_flight``, ``max_body_bytes_in_flight``): load shedding,
+  so that what is admitted keeps a bounded latency and the server's throughput holds past saturation.
+
+Every request but ``initialize`` counts against the work bounds; body bytes are held from the moment they are
+accepted to the end of the request's answer. Refusals are ``http_refused`` records, at most one a second per status
+and tenant with the number since the last (:class:`RefusalLog`), so that shedding a flood does not cost a trace
+write per request.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._http_wire import HttpRefused
+
+if TYPE_CHECKING:
+    from supervisor.config import HttpFrontend
+    from supervisor.traces import TraceRecorder
+
+    from ._http_tenants import TenantState
+
+__all__ = ["BodyBytes", "RefusalLog", "RequestSlot", "ServerLoad", "admit_request"]
+
+#: the JSON-RPC code of a load refusal (implementation-defined server error)
+LOAD_REFUSED = -32000
+
+
+class RefusalLog:
+    """``http_refused`` records for refusals that can come in floods: at most one a second per key, each with the
+    number refused since the last record of its key (``refused``)."""
+
+    def __init__(self, trace: TraceRecorder) -> None:
+        self.trace = trace
+        self._unreported: dict[tuple[int, str | None], int] = {}
+        self._reported_at: dict[tuple[int, str | None], float] = {}
+
+    def record(self, status: int, why: str, *, tenant: str | None = None, path: str = "", method: str = "") -> None:
+        key = (status, tenant)
+        self._unreported[key] = self._unreported.get(key, 0) + 1
+        now = trio.current_time()
+        if now - self._reported_at.get(key, -1e9) >= 1.0:
+            refused = self._unreported.pop(key)
+            self._reported_at[key] = now
+            self.trace.record(
+                "http_refused", status=status, path=path, method=method, tenant=tenant, why=why, refused=refused
+            )
+
+
+@dataclass
+class ServerLoad:
+    """What all tenants hold at once: requests being answered and request-body bytes."""
+
+    max_requests: int
+    max_body_bytes: int
+    #: the largest one body may be (``frontends.http.max_body_bytes``): no budget is smaller
+    max_body: int
+    requests: int = 0
+    body_bytes: int = 0
+
+    def configure(self, settings: HttpFrontend) -> None:
+        """Take the bounds of ``settings`` (at a reload: what is held stays counted)."""
+        self.max_requests = settings.max_requests_in_flight
+        self.max_body_bytes = max(settings.max_body_bytes_in_flight, settings.max_body_bytes)
+        self.max_body = settings.max_body_bytes
+
+    @classmethod
+    def of(cls, settings: HttpFrontend) -> ServerLoad:
+        load = cls(0, 0, 0)
+        load.configure(settings)
+        return load
+
+
+def _refused(status: int, why: str, retry_s: float, limit: str, req_id: Any) -> HttpRefused:
+    wait = max(1, math.ceil(retry_s))
+    return HttpRefused(
+        status,
+        f"{why}; retry in {wait} s",
+        headers=[("retry-after", str(wait))],
+        rpc_code=LOAD_REFUSED,
+        req_id=req_id,
+        data={"retryAfterSeconds": wait, "limit": limit},
+        flood=True,
+    )
+
+
+class RequestSlot:
+    """A request's place in the tenant's and the server's work in flight; :meth:`release` gives it back (once)."""
+
+    def __init__(self, tenant: TenantState, server: ServerLoad) -> None:
+        self._calls = tenant.calls  # the limiter the slot is of (a reload may give the tenant a new one)
+        self._server = server
+        self._held = True
+        self._calls.acquire_nowait()
+        server.requests += 1
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._calls.release()
+            self._server.requests -= 1
+
+
+def admit_request(tenant: TenantState, server: ServerLoad, req_id: Any) -> RequestSlot:
+    """A place for one request, or the refusal that says which bound is reached (checked in this order: the
+    server's work in flight, the tenant's rate, the tenant's requests in flight; a refused request spends nothing).
+
+    Raises:
+        HttpRefused: 503 past ``max_requests_in_flight``, 429 past the tenant's rate or ``concurrent_calls``.
+    """
+    if server.requests >= server.max_requests:
+        raise _refused(
+            503,
+            f"this server is answering {server.requests} requests, its limit (frontends.http.max_requests_in_flight)",
+            1,
+            "max_requests_in_flight",
+            req_id,
+        )
+    if tenant.calls.available_tokens == 0:
+        raise _refused(
+            429,
+            f"the tenant has {tenant.limits.limits.concurrent_calls} requests in flight, its limit "
+            "(tenants.<name>.limits.concurrent_calls; every request but initialize counts)",
+            1,
+            "concurrent_calls",
+            req_id,
+        )
+    wait = tenant.take_call_token()
+    if wait > 0:
+        raise _refused(
+            429,
+            f"the tenant's rate of {tenant.limits.limits.calls_per_second} calls per second is spent (every request "
+            "but initialize counts)",
+            wait,
+            "calls_per_second",
+            req_id,
+        )
+    return RequestSlot(tenant, server)
+
+
+class BodyBytes:
+    """The request-body bytes one request holds, counted against its tenant's and the server's bounds until
+    :meth:`release`."""
+
+    def __init__(self, tenant: TenantState, server: ServerLoad) -> None:
+        self.tenant = tenant
+        self.server = server
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        """Hold ``size`` more bytes.
+
+        Raises:
+            HttpRefused: 429 past the tenant's ``body_bytes_in_flight``, 503 past the server's
+                ``max_body_bytes_in_flight`` (nothing taken).
+        """
+        tenant_cap = max(self.tenant.limits.limits.body_bytes_in_flight, self.server.max_body)
+        if self.tenant.body_bytes + size > tenant_cap:
+            raise _refused(
+                429,
+                f"the tenant's request bodies being received and answered hold {self.tenant.body_bytes} bytes; this "
+                f"one's {self.held + size} would pass its limit of {tenant_cap} "
+                "(tenants.<name>.limits.body_bytes_in_flight)",
+                1,
+                "body_bytes_in_flight",
+                None,
+            )
+        if self.server.body_bytes + size > self.server.max_body_bytes:
+            raise _refused(
+                503,
+                f"this server holds {self.server.body_bytes} bytes of request bodies; this one's {self.held + size} "
+                f"would pass its limit of {self.server.max_body_bytes} (frontends.http.max_body_bytes_in_flight)",
+                1,
+                "max_body_bytes_in_flight",
+                None,
+            )
+        self.tenant.body_bytes += size
+        self.server.body_bytes += size
+        self.held += size
+
+    def release(self) -> None:
+        """Give every held byte back (safe to call twice)."""
+        self.tenant.body_bytes -= self.held
+        self.server.body_bytes -= self.held
+        self.held = 0
