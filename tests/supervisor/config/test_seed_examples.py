@@ -51,6 +51,8 @@ SHIPPED = {"coder.json": EXAMPLES / "coder" / "agent.json", "file-agent.json": E
 def seed_file(name: str) -> Path:
     """The file holding the seed's example ``name`` (``SOURCES``): a fixture, or a shipped example."""
     return SHIPPED.get(name, SEED / name)
+
+
 PERMISSIVE = Path(REPO) / "policies" / "permissive.yaml"
 ASK_USER = Path(REPO) / "policies" / "examples" / "kimi" / "tools" / "askuser" / "ask-user.bash"
 #: where each fixture was cut from (lines of ../shared/seeds/004_bef637d7703902f1.txt)
