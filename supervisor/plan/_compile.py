@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from ._skill_sources import GitSource
 
 __all__ = [
+    "ROOTLESS_WARNING",
     "WORKER_ENTRY",
     "WORKER_PROCESS_ENV",
     "CompiledPolicy",
@@ -90,6 +91,13 @@ STARTS_PER_CPU = 4
 #: 32 a CPU than with 4. At this many a start is still well within its ``start_timeout_s`` on a loaded machine
 #: (docs/DECISIONS.md, "Start to ready (issue 18)").
 ZYGOTE_STARTS_PER_CPU = 32
+#: Said at every start and by ``check`` when the supervisor is not root (docs/CONFINEMENT.md, "Without root").
+ROOTLESS_WARNING = (
+    "the supervisor is not root: every worker runs as its uid {uid} in a user namespace of its own (Landlock, the "
+    "private view, the network namespace and seccomp hold as with root); what needs root is off: a uid per worker "
+    "(workers' files are apart only by Landlock, not by file modes), shared_groups, cgroup limits (memory_bytes, "
+    "cpus; processes is only RLIMIT_NPROC), the kernel's audit records, and inodes of a worker's own for /dev nodes"
+)
 #: What every worker's process runs after its confinement (``module:function``)
 WORKER_ENTRY = "toolboxes._worker:main"
 #: The environment of every worker's launcher (or zygote) process; the worker's own is its plan's ``env``
@@ -505,7 +513,7 @@ def _plan_view(
     )
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
-        lines = plan_view(rules, spec, files, probe, host.mount_points()).describe()
+        lines = plan_view(rules, spec, files, probe, host.mount_points(), locked=os.geteuid() != 0).describe()
     except ViewError as exc:
         message = f"toolbox {tb.name} (agent {tb.agent_slug}): {exc}"
         if strict:
@@ -687,6 +695,8 @@ def compile_policy(
     git_sources: list[GitSource] = []
     host = HostView()  # one set of answers about the host's paths for every toolbox (nothing is made until after)
     _check_toolbox_keys(config)
+    if not root and config.toolboxes():
+        warnings.append(ROOTLESS_WARNING.format(uid=os.geteuid()))
     credentials = load_credentials(policy.credentials, command_values=command_values)  # runs no program
     if not prepare:
         warnings += [

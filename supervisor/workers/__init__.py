@@ -1,8 +1,9 @@
 """Worker processes: spawning, the protocol connection, restarts, limit notes and kernel denials explained,
 one-shot children (confined runs, and the supervisor's own programs)."""
 
+from ._audit_reach import host_explanations
 from ._confined_exec import ConfinedOutcome, run_confined
-from ._kernel_audit import KernelAudit, combine_watches, host_explanations
+from ._kernel_audit import KernelAudit, combine_watches
 from ._launch import launcher_argv
 from ._limit_notes import LimitWatch, explained_limits
 from ._one_shot import ChildOutcome, run_child

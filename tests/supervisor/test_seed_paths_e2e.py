@@ -9,7 +9,7 @@ The agent file is ``<tmp>/tester.json``; its FileSandboxes are the seed's, with 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -36,6 +36,22 @@ SANDBOX = {
 }
 
 
+def _lua(sandbox: dict[str, Any]) -> dict[str, Any]:
+    """A Lua toolbox (no tools, no hosts) under ``sandbox``."""
+    return {
+        "tag": "LuaToolbox",
+        "contents": {
+            "Name": "lua",
+            "Description": "Lua",
+            "MaxMemoryMB": 64,
+            "MaxExecutionTimeSeconds": 10,
+            "AllowedTools": [],
+            "AllowedHosts": [],
+            "FileSandbox": sandbox,
+        },
+    }
+
+
 @pytest.fixture
 async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
     (sandbox_tmp / "src" / "Utils").mkdir(parents=True)
@@ -50,18 +66,7 @@ async def sup(sandbox_tmp: Path) -> AsyncIterator[Supervisor]:
         "tag": "DeveloperToolbox",
         "contents": {"Name": "dev", "Description": "d", "Capabilities": ["read-file-range"], "FileSandbox": SANDBOX},
     }
-    lua = {
-        "tag": "LuaToolbox",
-        "contents": {
-            "Name": "lua",
-            "Description": "Lua",
-            "MaxMemoryMB": 64,
-            "MaxExecutionTimeSeconds": 10,
-            "AllowedTools": [],
-            "AllowedHosts": [],
-            "FileSandbox": SANDBOX,
-        },
-    }
+    lua = _lua(SANDBOX)
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system, dev, lua])}, landlock_min_abi=6)
     async with Supervisor.open(policy) as s:
         yield s
@@ -133,18 +138,7 @@ async def test_directory_shallow_and_directory_exactly_as_the_seed_means_them(sa
         "fsbName": "dirs",
     }
     system = system_toolbox(capabilities=["attach-file", "list-directory"], FileSandbox=sandbox)
-    lua = {
-        "tag": "LuaToolbox",
-        "contents": {
-            "Name": "lua",
-            "Description": "Lua",
-            "MaxMemoryMB": 64,
-            "MaxExecutionTimeSeconds": 10,
-            "AllowedTools": [],
-            "AllowedHosts": [],
-            "FileSandbox": sandbox,
-        },
-    }
+    lua = _lua(sandbox)
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system, lua])}, landlock_min_abi=6)
     async with Supervisor.open(policy) as sup:
         shallow = await sup.call("system_system_list_directory", {"path": "./shallow", "recursive": True})

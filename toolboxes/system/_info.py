@@ -18,6 +18,8 @@ import socket
 import time
 from typing import Any
 
+from ._command import command_folder
+
 __all__ = ["INFO_CAPABILITIES"]
 
 
@@ -92,8 +94,7 @@ def _hostname(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
 
 def _working_directory(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """Where relative paths start and ``execute-command`` runs: the agent file's folder (docs/FILES.md)."""
-    base = (config.get("policy") or {}).get("base_dir")
-    return {"path": base if isinstance(base, str) and os.path.isabs(base) else os.getcwd()}
+    return {"path": command_folder(config, os.getcwd())}
 
 
 def _env_vars(args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
