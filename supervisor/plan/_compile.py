@@ -432,6 +432,7 @@ def plan_worker(
         "rlimit_nproc": nproc,
         "rlimit_as": address_space,
         "start": overrides.start,
+        "spawn": overrides.spawn or policy.supervision.spawn,
     }
     view = _plan_view(
         policy.private_view,
@@ -470,6 +471,7 @@ def plan_worker(
         address_space_fallback=address_space_fallback,
         lazy=overrides.start == "lazy",
         tool_cache=tool_cache_path(state_dir, tb.agent_slug, tb.name) if overrides.start == "lazy" else None,
+        fresh_exec=overrides.spawn == "launcher",
         warnings=warnings,
         report={**report, "warnings": warnings},
     )
