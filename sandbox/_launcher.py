@@ -451,7 +451,7 @@ def _enter_view(plan: ConfinementPlan, view: ViewSpec, resolv_conf: str | None) 
     )
     refuse_planted_links(plan.fs_rules)  # before the view copies the links it meets as root's
     try:
-        planned = plan_view(plan.fs_rules, view, files, probe_host, host_mount_points())
+        planned = plan_view(plan.fs_rules, view, files, probe_host, host_mount_points(), locked=os.geteuid() != 0)
     except ViewError as exc:
         raise ConfinementError(str(exc), step="view") from exc
     enter_private_mounts(step="view")

@@ -21,8 +21,10 @@
 5. the root tmpfs is made read-only.
 
 Needs Linux 6.15 (overlayfs layers given as ``O_PATH`` fds; the rest needs 5.12) and ``CAP_SYS_ADMIN`` over the
-mount namespace. Failures are :class:`~sandbox._errors.ConfinementError` with step ``view``; the worker then never
-runs.
+mount namespace. A launcher that is not root (its own user namespace, where the host's mounts are locked) cannot
+overlay a folder with a mount beneath it: the plan (``ViewPlan.locked``) binds such entries plainly, and the
+``/proc`` masks use a read-only bind of the host's ``/dev/null``. Failures are
+:class:`~sandbox._errors.ConfinementError` with step ``view``; the worker then never runs.
 """
 
 from __future__ import annotations
@@ -163,7 +165,8 @@ class _OwnInodes:
                 raise ConfinementError(
                     f"{exc}; a private view shows system paths through read-only overlays of the worker's own "
                     "(so locks on them are not shared), which needs overlayfs with layers given as O_PATH fds "
-                    "(Linux 6.15). Use a newer kernel or private_view: false",
+                    "(Linux 6.15) and no locked mount beneath the folder (a user namespace locks the host's). Use "
+                    "a newer kernel, run as root, or private_view: false",
                     step=_STEP,
                     errno=exc.errno,
                 ) from exc
@@ -336,14 +339,20 @@ def _pivot(root: int) -> None:
     os.chdir("/")
 
 
-def _own_null(own: _OwnInodes) -> int:
-    """A detached mount of the worker's own ``/dev/null`` (cloned out of its overlay of ``/dev``)."""
+def _own_null(own: _OwnInodes, *, locked: bool) -> int:
+    """A detached mount of the worker's own ``/dev/null`` (cloned out of its overlay of ``/dev``); ``locked`` (a
+    launcher that is not root, whose user namespace cannot overlay ``/dev``: its mounts beneath are locked): a
+    read-only clone of the host's device node itself."""
     try:
         host = openat2(-100, "/dev/null", RESOLVE_NO_SYMLINKS)
     except OSError as exc:
         raise fail("cannot open /dev/null", exc.errno or errno.EINVAL) from exc
     try:
-        return own.entry("/dev/null", host, device=True)
+        if not locked:
+            return own.entry("/dev/null", host, device=True)
+        clone = clone_tree(host, "/dev/null")
+        set_attrs(clone, ATTR_RDONLY | ATTR_NOSUID | ATTR_NOEXEC, "/dev/null")
+        return clone
     finally:
         os.close(host)
 
@@ -356,7 +365,7 @@ def apply_view(plan: ViewPlan) -> None:
     null = -1
     try:
         own = _OwnInodes()
-        null = _own_null(own)
+        null = _own_null(own, locked=plan.locked)
         prepared = _prepare_private(plan, sources, own)
         base = tmpfs(1 << 20, 0o755, ATTR_NOSUID | ATTR_NODEV, "the root")
         try:

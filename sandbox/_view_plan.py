@@ -152,6 +152,9 @@ class ViewPlan:
 
     ops: tuple[ViewOp, ...]
     hostname: str
+    #: built by a launcher that is not root (see :func:`plan_view`): the worker's ``/dev/null`` (the mask of
+    #: ``/proc`` files) is a plain bind of the host's, as no overlay of ``/dev`` can be made there
+    locked: bool = False
 
     def describe(self) -> list[str]:
         """What ``check`` shows: every mount and generated file (plain folders left out), then the host name."""
@@ -196,13 +199,18 @@ def resolve(path: str, probe: Probe) -> tuple[str, PathInfo, list[tuple[str, str
     return done, probe(done), links
 
 
-def _private(real: str, kind: str, writable: bool, system: list[str], mounts: Collection[str]) -> bool:
+def _private(
+    real: str, kind: str, writable: bool, system: list[str], mounts: Collection[str], *, locked: bool = False
+) -> bool:
     """Whether the bind of ``real`` gets inodes of the worker's own: a device node, or a read-only path within a
-    system path; not where the overlay would hide a mount."""
+    system path; not where the overlay would hide a mount. ``locked``: the view is built in a user namespace of
+    the launcher's own (not root), where the host's mounts are locked and the kernel cannot overlay a folder with a
+    mount beneath it ("overlayfs: failed to clone lowerpath"): a file or device, overlaid through its folder, is
+    then a plain bind when that folder has a mount beneath it (``/dev`` has ``/dev/pts``, ``/dev/shm``)."""
     if kind == "dir":
         if any(m != real and _under(m, real) for m in mounts):
             return False
-    elif real in mounts:
+    elif real in mounts or (locked and any(m != real and _under(m, posixpath.dirname(real)) for m in mounts)):
         return False
     return kind == "device" or (not writable and any(_under(real, top) for top in system))
 
@@ -255,10 +263,17 @@ def _probe_once(probe: Probe) -> Probe:
 
 
 def plan_view(
-    rules: Iterable[FsRule], spec: ViewSpec, files: dict[str, str], probe: Probe, mounts: Collection[str] = ()
+    rules: Iterable[FsRule],
+    spec: ViewSpec,
+    files: dict[str, str],
+    probe: Probe,
+    mounts: Collection[str] = (),
+    *,
+    locked: bool = False,
 ) -> ViewPlan:
     """Build the view of ``rules`` (see the module docstring). ``files`` maps each path of :data:`GENERATED` the
-    view should hold to its content; ``mounts`` are the host's mount points. Raises :class:`ViewError` for a rule
+    view should hold to its content; ``mounts`` are the host's mount points; ``locked``: the launcher is not root
+    (its user namespace locks the host's mounts, see :func:`_private`). Raises :class:`ViewError` for a rule
     on ``/``. Each path is probed once (the host's answer within one planning is taken as one snapshot; the view
     opens every source again, without following a link, when it mounts it)."""
     probe = _probe_once(probe)
@@ -326,7 +341,7 @@ def plan_view(
             source=real,
             kind=info.kind,
             writable=writable,
-            private=_private(real, info.kind, writable, system, mounts),
+            private=_private(real, info.kind, writable, system, mounts, locked=locked),
         )
         b.add(op, "bind-dir" if info.kind == "dir" else "bind-file")
         if info.kind == "dir":
@@ -355,4 +370,4 @@ def plan_view(
         if found is None or found[1].kind != "file" or b.in_bind(found[0]) is None:
             continue
         b.ops.append(ViewOp("file", found[0], content=files[path], overlay=True, mode=0o644))
-    return ViewPlan(tuple(b.ops), spec.hostname)
+    return ViewPlan(tuple(b.ops), spec.hostname, locked)

@@ -290,9 +290,11 @@ def lab(
     sessions: dict[str, Any] | None = None,
     trace: dict[str, Any] | None = None,
     kinds: frozenset[str] | None = None,
+    policy_extra: dict[str, Any] | None = None,
 ) -> Iterator[Lab]:
     """Write the lab into ``root`` (world-traversable; the workers read it), start its HTTP server, yield it.
-    ``kinds``: the toolbox kinds of :data:`MIX` to have (default: all)."""
+    ``kinds``: the toolbox kinds of :data:`MIX` to have (default: all); ``policy_extra``: more policy keys (the
+    HTTP frontend and its tenants, for ``scripts/chaos http``)."""
     kinds = frozenset(k for k, _ in MIX) if kinds is None else kinds
     _files(root, kinds)
     server = subprocess.Popen(
@@ -326,6 +328,7 @@ def lab(
             policy["sessions"] = sessions
         if trace:
             policy["trace"] = trace
+        policy.update(policy_extra or {})
         (root / "policy.yaml").write_text(yaml.safe_dump(policy))
         yield Lab(root, root / "policy.yaml", root / "store" / "chaos.db", root / "project", server.pid, kinds)
     finally:

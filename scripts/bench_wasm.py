@@ -8,8 +8,9 @@ Warm calls: the ``echo`` test component (``tests/_wasm_components.py``: returns 
 with wasm-tools, called ``--calls`` times each way after ``--warmup`` rounds, the two ways interleaved round by round
 with their order alternating:
 
-- ``in-process``: what the worker does for one call, in this process: a fresh ``Store`` with the toolbox's limits and
-  WASI config, instantiate, call ``run``, map the result (``WasmToolbox.call``, no worker, no pipe);
+- ``in-process``: what the worker does for one call, in this process: ``WasmToolbox.call`` (no worker, no
+  supervisor pipe), which sends the call to one of the toolbox's executor processes (a fresh ``Store`` with the
+  toolbox's limits and WASI config, instantiate, call ``run``) and maps the result;
 - ``supervisor``: ``Supervisor.call("wasm_bench_echo", {"q": "hello"})`` through the Python API: portal (schema
   validation, trace), msgpack pipe, the confined worker (strict.yaml: Landlock, seccomp, namespaces, cgroup, a uid of
   its own), which does the same.

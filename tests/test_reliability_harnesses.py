@@ -64,3 +64,23 @@ def test_a_short_soak_answers_everything_and_keeps_the_trace_within_its_rotation
     classes = sum(s[f"end_{c}_mb"] for c in ("heap", "malloc_arenas", "stacks", "anon", "file"))
     assert s["end_heap_mb"] > 0 and s["end_anon_mb"] > 0 and s["end_file_mb"] > 0
     assert abs(classes - s["end_rss_mb"]) < 0.05 * s["end_rss_mb"], (classes, s["end_rss_mb"])
+
+
+def test_the_http_service_under_every_fault_at_once_answers_every_call_and_stops_cleanly() -> None:
+    """``scripts/chaos http`` (issue 27): a tenant's calls beside a load past the server's work bound, a slowloris,
+    mid-call disconnects, a stream reopened, oversized bodies and worker kills."""
+    f = _run("chaos", "http", "--seconds", "15", "--sessions", "8", "--flood", "48", "--max-in-flight", "16")
+    assert f["calls"] > 0 and f.get("lost", 0) == 0 and f.get("cross_wired", 0) == 0
+    assert f.get("server_errors", 0) == f.get("flood_server_errors", 0) == f.get("client_errors", 0) == 0
+    assert f.get("passed", 0) > 0 and f.get("flood_answered", 0) > 0
+    shed = sum(v for k, v in f.items() if k.endswith("_refused_503"))
+    assert shed > 0 and f.get("refused_without_retry_after", 0) == 0  # past the bound: 503 with Retry-After
+    assert f["slowloris_closed_by_server"] > 0 and f["slowloris_longest_s"] < 3 + 5  # head_timeout_s 3, and slack
+    assert f.get("streams_opened", 0) >= 2 and f.get("stream_errors", 0) == 0
+    assert not [k for k in f if k.startswith("stream_http_")]  # every reopened stream answered 200
+    assert f.get("oversized_413", 0) + f.get("oversized_closed", 0) > 0
+    assert not [k for k in f if k.startswith("oversized_") and k not in ("oversized_413", "oversized_closed")]
+    assert f.get("disconnects", 0) > 0 and f.get("chaos_kill", 0) + f.get("chaos_stop", 0) > 0
+    assert f["served_after"] == 1 and f["healthz_after"] == 200
+    assert f["unanswered_calls"] == 0 and f["duplicated"] == 0
+    assert f["exit_status"] == 0 and f["left"] == 0

@@ -134,7 +134,7 @@ def _line_finder(lines: Mapping[Loc, int]) -> Any:
     return line_of
 
 
-def load_policy(policy_path: str) -> tuple[Policy, str, dict[Loc, int]]:
+def load_policy(policy_path: str | os.PathLike[str]) -> tuple[Policy, str, dict[Loc, int]]:
     """Read and validate the policy file; returns the policy, its canonical path and the line of each key.
 
     Raises:
@@ -162,7 +162,9 @@ def parse_policy_data(data: Any, file: str, lines: Mapping[Loc, int] | None = No
 
 
 def load_config(
-    policy_path: str, extra_agent_files: Iterable[str] = (), environ: Mapping[str, str] | None = None
+    policy_path: str | os.PathLike[str],
+    extra_agent_files: Iterable[str | os.PathLike[str]] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> LoadedConfig:
     """Load the policy at ``policy_path`` and every agent file it lists, then ``extra_agent_files``.
 

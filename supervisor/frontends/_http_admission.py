@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ._http_load import RefusalLog
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
@@ -152,8 +154,7 @@ class ConnectionGate:
         self.refusing = 0
         self.unauthenticated: dict[str, list[ConnectionState]] = {}
         self.unauthenticated_count = 0
-        self._unreported = 0
-        self._reported_at = -1e9
+        self.refusals = RefusalLog(trace)
         self.configure(settings)
 
     def configure(self, settings: HttpFrontend) -> None:
@@ -208,13 +209,5 @@ class ConnectionGate:
         self._drop_unauthenticated(state)
 
     def traced(self, status: int, why: str) -> None:
-        """An ``http_refused`` record for a connection refused or closed, at most one a second (the others
-        counted in the next, ``refused``)."""
-        self._unreported += 1
-        now = trio.current_time()
-        if now - self._reported_at >= 1.0:
-            self.trace.record(
-                "http_refused", status=status, path="", method="", tenant=None, why=why, refused=self._unreported
-            )
-            self._unreported = 0
-            self._reported_at = now
+        """An ``http_refused`` record for a connection refused or closed (throttled: :class:`RefusalLog`)."""
+        self.refusals.record(status, why)

@@ -2,6 +2,7 @@
 
 from ._ceilings import agent_bounds, model_host_refusals, tenant_reach
 from ._compile import WORKER_PROCESS_ENV, CompiledPolicy, StagedCode, compile_policy, stage_code, worker_modules
+from ._credential_values import run_credential_commands
 from ._identities import rebind_agent
 from ._kinds import KIND_PLANS, KindPlan, kind_plan
 from ._launcher_links import launcher_refusals
@@ -20,6 +21,7 @@ __all__ = [
     "model_host_refusals",
     "prepare_git_sources",
     "rebind_agent",
+    "run_credential_commands",
     "stage_code",
     "tenant_reach",
     "worker_modules",

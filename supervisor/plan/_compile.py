@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from ._skill_sources import GitSource
 
 __all__ = [
+    "ROOTLESS_WARNING",
     "WORKER_ENTRY",
     "WORKER_PROCESS_ENV",
     "CompiledPolicy",
@@ -90,6 +91,13 @@ STARTS_PER_CPU = 4
 #: 32 a CPU than with 4. At this many a start is still well within its ``start_timeout_s`` on a loaded machine
 #: (docs/DECISIONS.md, "Start to ready (issue 18)").
 ZYGOTE_STARTS_PER_CPU = 32
+#: Said at every start and by ``check`` when the supervisor is not root (docs/CONFINEMENT.md, "Without root").
+ROOTLESS_WARNING = (
+    "the supervisor is not root: every worker runs as its uid {uid} in a user namespace of its own (Landlock, the "
+    "private view, the network namespace and seccomp hold as with root); what needs root is off: a uid per worker "
+    "(workers' files are apart only by Landlock, not by file modes), shared_groups, cgroup limits (memory_bytes, "
+    "cpus; processes is only RLIMIT_NPROC), the kernel's audit records, and inodes of a worker's own for /dev nodes"
+)
 #: What every worker's process runs after its confinement (``module:function``)
 WORKER_ENTRY = "toolboxes._worker:main"
 #: The environment of every worker's launcher (or zygote) process; the worker's own is its plan's ``env``
@@ -424,6 +432,7 @@ def plan_worker(
         "rlimit_nproc": nproc,
         "rlimit_as": address_space,
         "start": overrides.start,
+        "spawn": overrides.spawn or policy.supervision.spawn,
     }
     view = _plan_view(
         policy.private_view,
@@ -462,6 +471,7 @@ def plan_worker(
         address_space_fallback=address_space_fallback,
         lazy=overrides.start == "lazy",
         tool_cache=tool_cache_path(state_dir, tb.agent_slug, tb.name) if overrides.start == "lazy" else None,
+        fresh_exec=overrides.spawn == "launcher",
         warnings=warnings,
         report={**report, "warnings": warnings},
     )
@@ -505,7 +515,7 @@ def _plan_view(
     )
     files = view_files(uid=0, gid=0, account="", home="", hostname=spec.hostname, resolv_conf=None)
     try:
-        lines = plan_view(rules, spec, files, probe, host.mount_points()).describe()
+        lines = plan_view(rules, spec, files, probe, host.mount_points(), locked=os.geteuid() != 0).describe()
     except ViewError as exc:
         message = f"toolbox {tb.name} (agent {tb.agent_slug}): {exc}"
         if strict:
@@ -655,12 +665,16 @@ def compile_policy(
     state_dir: str | None = None,
     prepare: bool = True,
     staged: StagedCode | None = None,
+    command_values: Mapping[str, str] | None = None,
 ) -> CompiledPolicy:
     """Compile ``config``; with ``prepare`` also stage code (unless ``staged`` says where :func:`stage_code` staged
     it, for the same state directory), create folders and record new identities in the state dir's table. Raises
     :class:`PolicyRefused`, or ``ConfigError`` (a bare toolbox key of two agents, an agent slug bound to another
-    file)."""
+    file). ``command_values``: the outputs of the policy's credential commands (``run_credential_commands``, awaited
+    first: this function runs no program); ``None`` without ``prepare`` (``check``) leaves them unrun."""
     policy = config.policy
+    if prepare and command_values is None and any(c.source.command for c in policy.credentials.values()):
+        raise ValueError("compile_policy(prepare=True) needs the credential commands' values (command_values)")
     python = python or sys.executable
     state_dir = os.path.abspath(state_dir or policy.state_dir)
     root = os.geteuid() == 0
@@ -683,7 +697,9 @@ def compile_policy(
     git_sources: list[GitSource] = []
     host = HostView()  # one set of answers about the host's paths for every toolbox (nothing is made until after)
     _check_toolbox_keys(config)
-    credentials = load_credentials(policy.credentials, run_commands=prepare)  # check runs no program
+    if not root and config.toolboxes():
+        warnings.append(ROOTLESS_WARNING.format(uid=os.geteuid()))
+    credentials = load_credentials(policy.credentials, command_values=command_values)  # runs no program
     if not prepare:
         warnings += [
             f"credentials.{name}: its command source is not run by check (nothing starts); the supervisor runs it "

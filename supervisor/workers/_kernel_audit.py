@@ -40,10 +40,10 @@ import trio
 
 from sandbox import _audit_netlink as netlink
 from sandbox._audit_session import read_session
-from sandbox._landlock import landlock_abi
 from sandbox._seccomp import REFUSAL_REASONS, syscall_name
 from toolboxes._result import ToolResult
 
+from ._audit_reach import BARRIER_TIMEOUT_S, NOT_INITIAL_NETNS, PID_NAMESPACE_NOTE
 from ._denials import (
     Denial,
     FsContext,
@@ -58,20 +58,8 @@ from ._denials import (
 if TYPE_CHECKING:
     from supervisor.traces import TraceRecorder
 
-__all__ = ["BARRIER_TIMEOUT_S", "NOT_INITIAL_NETNS", "KernelAudit", "combine_watches", "host_explanations"]
+__all__ = ["KernelAudit", "combine_watches"]
 
-#: how long a failed call waits for its barrier record before it is answered anyway
-BARRIER_TIMEOUT_S = 1.0
-#: why no record can come: the supervisor is outside the one network namespace the kernel sends them to
-NOT_INITIAL_NETNS = (
-    "the supervisor is not in the host's initial network namespace (a container, unshare -n, ip netns exec), "
-    "and the kernel delivers audit records only there"
-)
-#: added to a refused audit request where no kernel thread is visible: why the kernel refuses it
-_PID_NAMESPACE = (
-    "; no kernel thread is visible: the supervisor runs in a PID namespace of its own, as in a container, and the "
-    "kernel serves audit only to the host's initial namespaces"
-)
 _ARCHES = {"c000003e": "x86_64", "c00000b7": "aarch64"}
 _MAX_PER_CALL = 64
 _MAX_DOMAINS = 4096
@@ -93,50 +81,6 @@ class _Call:
     tool: str
     toolbox: str
     denials: list[Denial] = field(default_factory=list)
-
-
-def host_explanations(mode: str, *, euid: int | None = None) -> list[str]:
-    """What this host can explain, for ``check``: one line per kind of refusal. Changes nothing (``AUDIT_GET``)."""
-    euid = os.geteuid() if euid is None else euid
-    reason = ""
-    status = netlink.AuditStatus(0, 0, 0, 0)
-    netns = netlink.in_initial_netns()
-    if mode == "off":
-        reason = "kernel_audit: off in the policy"
-    elif euid != 0:
-        reason = "the supervisor is not root (reading audit records needs CAP_AUDIT_READ)"
-    elif netns is False:
-        reason = NOT_INITIAL_NETNS
-    else:
-        try:
-            status = netlink.audit_status()
-        except netlink.AuditUnavailable as exc:
-            reason = f"no kernel audit here ({exc}{_PID_NAMESPACE if netns is None else ''})"
-        else:
-            if status.enabled == 0 and mode != "enable":
-                reason = "the host's audit is off and the policy says kernel_audit: use (enable turns it on)"
-    if reason:
-        return [
-            f"Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
-            f"toolbox's rules ({reason})",
-            f"seccomp refusals: not named ({reason})",
-        ]
-    when = " (turned on at start)" if mode == "enable" and status.enabled == 0 else ""
-    landlock = (
-        f"Landlock denials: from the kernel's audit records{when}: path or port, access, and the rule"
-        if landlock_abi() >= 7
-        else "Landlock denials: guessed from the 'Permission denied' paths in a failed call's text and the "
-        "toolbox's rules (Landlock below ABI 7 writes no audit records)"
-    )
-    lines = [landlock, f"seccomp refusals: from the kernel's audit records{when}: the system call"]
-    if netns is None:  # a PID namespace of its own (a container): whether records arrive is known only at start
-        lines.append(
-            "whether audit records reach this supervisor cannot be told from here (no kernel thread is visible: a "
-            "PID namespace of its own, as in a container, where they reach only the host's initial network "
-            "namespace); the supervisor checks at start with a barrier record and, if none comes back within "
-            f"{BARRIER_TIMEOUT_S:g} s, explains from the error text and says so"
-        )
-    return lines
 
 
 class KernelAudit:
@@ -191,7 +135,7 @@ class KernelAudit:
             self._control = netlink.open_control()
         except netlink.AuditUnavailable as exc:
             self.close()
-            return f"{exc}{_PID_NAMESPACE if netns is None else ''}"
+            return f"{exc}{PID_NAMESPACE_NOTE if netns is None else ''}"
         return None
 
     def close(self) -> None:

@@ -88,7 +88,8 @@ print(json.dumps({p: probe(p) for p in json.loads(sys.argv[1])}))
 
 
 def _command(script: str) -> str:
-    return f"python3 - '{json.dumps(PATHS)}' <<'PY'\n{script}\nPY"
+    """The script as a command, run in the work folder (``$HOME``), where it leaves ``ready`` for the test."""
+    return f"cd \"$HOME\" && python3 - '{json.dumps(PATHS)}' <<'PY'\n{script}\nPY"
 
 
 def _host_probe(path: str) -> list[str]:

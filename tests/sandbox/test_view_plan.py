@@ -248,6 +248,24 @@ def test_an_overlay_that_would_hide_a_mount_is_a_plain_bind() -> None:
     assert private == {"/usr": False, "/etc/ld.so.cache": False, "/dev/null": True}
 
 
+def test_without_root_a_file_in_a_folder_with_mounts_beneath_is_a_plain_bind() -> None:
+    """A launcher that is not root builds the view in a user namespace of its own, where the host's mounts are
+    locked and the kernel cannot overlay a folder with a mount beneath it ("overlayfs: failed to clone
+    lowerpath"): ``/dev/null``, overlaid through ``/dev`` (which holds ``/dev/pts``), is then a plain bind; a file
+    whose folder has no mount beneath keeps its own inodes."""
+    spec = ViewSpec(system_paths=("/etc/ld.so.cache", "/dev/null"))
+    rules = [FsRule("/etc/ld.so.cache"), FsRule("/dev/null")]
+    mounts = {"/", "/dev", "/dev/pts", "/dev/shm", "/proc"}
+
+    def private(*, locked: bool) -> dict[str, bool]:
+        plan = plan_view(rules, spec, FILES, probe, mounts, locked=locked)
+        assert plan.locked is locked
+        return {op.path: op.private for op in plan.ops if op.op == "bind"}
+
+    assert private(locked=False) == {"/etc/ld.so.cache": True, "/dev/null": True}
+    assert private(locked=True) == {"/etc/ld.so.cache": True, "/dev/null": False}
+
+
 def test_host_mount_points_unescape_mountinfo(tmp_path: Path) -> None:
     """The mount points of a mountinfo text, its octal escapes (a space is ``\\040``) turned back into characters."""
     from sandbox._view import host_mount_points

@@ -75,6 +75,7 @@ SPECS = [
     ),
     Spec("logs", summary="logged", behaviour="log"),
     Spec("loops", behaviour="loop"),
+    Spec("sleeps", behaviour="sleep", sleep_ms=25_000, world="sleeper"),
     Spec("allocates", behaviour="alloc"),
     Spec("measures", behaviour="measure"),
     Spec("opens", behaviour="open"),
@@ -250,6 +251,40 @@ async def test_a_component_that_loops_forever_is_stopped_and_the_worker_keeps_se
     assert not after.is_error and json.loads(_text(after)) == {"q": "still here"}
     spawns = [r for r in _trace(policy) if r["event"] == "worker_spawn" and r["toolbox"] == "probe"]
     assert len(spawns) == 1  # the same worker answered both calls
+
+
+async def test_a_component_blocked_in_a_host_call_is_stopped_at_its_limit_and_the_next_call_does_not_wait(
+    policy: Path,
+) -> None:
+    """Issue 24 item 5: ``sleeps`` blocks 25 s in wasi:clocks (subscribe-duration, then pollable.block), host code
+    the epoch deadline never reaches. Four of them at once under a 1 s limit: each ends ``error`` near the limit
+    (its executor process killed), and the next call is answered at once, by the same worker."""
+    durations: list[float] = []
+    answers: list[Any] = []
+    with trio.fail_after(90):
+        async with _session(policy) as s:
+            await s.call_tool("wasm_probe_echo", {"q": "warm"})
+
+            async def sleeper() -> None:
+                start = trio.current_time()
+                answers.append(await s.call_tool("wasm_probe_sleeps", {}))
+                durations.append(trio.current_time() - start)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(sleeper)
+            start = trio.current_time()
+            after = await s.call_tool("wasm_probe_echo", {"q": "next"})
+            next_took = trio.current_time() - start
+    for answer in answers:
+        assert answer.is_error
+        assert "ran longer than its time limit of 1 s" in _text(answer) and "waiting in a host call" in _text(answer)
+    # 1 s and the grace of 0.5 s; executors started for the calls that found none ready add their start (under a
+    # second here, a few on a loaded machine): far from the 25 s the component asked for
+    assert all(1.0 <= d < 8.0 for d in durations), durations
+    assert not after.is_error and json.loads(_text(after)) == {"q": "next"}
+    assert next_took < 2.0, next_took  # a spare executor was ready
+    assert len([r for r in _trace(policy) if r["event"] == "worker_spawn" and r["toolbox"] == "probe"]) == 1
 
 
 async def test_memory_is_capped_by_the_store_limit(policy: Path) -> None:

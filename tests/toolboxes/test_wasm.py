@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+#: how long the ``sleeps`` component blocks in wasi:clocks (no guest code runs meanwhile)
+SLEEP_MS = 4000
+
+
 class _Channel:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
@@ -48,7 +52,15 @@ def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
     work, state, components = tmp_path / "work", tmp_path / "state", tmp_path / "components"
     work.mkdir()
     state.mkdir()
-    build_components([Spec("echo", summary="echoed", behaviour="echo"), Spec("loops", behaviour="loop")], components)
+    build_components(
+        [
+            Spec("echo", summary="echoed", behaviour="echo"),
+            Spec("loops", behaviour="loop"),
+            Spec("bigwrite", behaviour="bigwrite"),
+            Spec("sleeps", behaviour="sleep", sleep_ms=SLEEP_MS, world="sleeper"),
+        ],
+        components,
+    )
     return work, state, components
 
 
@@ -168,7 +180,7 @@ def test_a_restart_takes_the_compiled_component_from_the_cache(dirs: tuple[Path,
     assert first.loaded("wasm_t_echo").from_cache is False
     first.close()
     cached = sorted((dirs[1] / "wasm-cache").iterdir())
-    assert len(cached) == 2 and all(f"-{WASMTIME_VERSION}-" in p.name for p in cached)
+    assert len(cached) == 4 and all(f"-{WASMTIME_VERSION}-" in p.name for p in cached)  # one per component
     second = _open(dirs)
     try:
         assert second.loaded("wasm_t_echo").from_cache is True
@@ -244,24 +256,65 @@ def test_a_compiled_file_past_the_file_size_limit_is_not_written(dirs: tuple[Pat
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
-def test_a_file_size_limit_that_cannot_be_watched_is_a_load_error_and_changes_nothing(
-    dirs: tuple[Path, Path, Path],
-) -> None:
-    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+def test_the_file_size_limit_holds_in_the_executor_and_leaves_the_worker_alone(dirs: tuple[Path, Path, Path]) -> None:
+    """The limit lives in the executors (each applies it to itself and counts SIGXFSZ on its main thread), so the
+    toolbox may be opened on any thread, and the process that opened it keeps its own limit and signal handling."""
+    before = resource.getrlimit(resource.RLIMIT_FSIZE), signal.getsignal(signal.SIGXFSZ)
     opened: list[Any] = []
     fsb = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(dirs[0])}, "fsbMaxFileSize": 4096}
     thread = threading.Thread(target=lambda: opened.append(_open(dirs, FileSandbox=fsb)))
     thread.start()
     thread.join()
+    tb = opened[0]
     try:
-        errors = opened[0].load_errors()
-        assert any(
-            "the file size limit is not enforced here" in e["message"] and "main thread" in e["message"] for e in errors
-        )
-        assert resource.getrlimit(resource.RLIMIT_FSIZE) == before
-        assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN
+        assert tb.load_errors() == []
+        result = tb.call("wasm_t_bigwrite", {}, CallContext(1, "wasm_t_bigwrite"))
+        assert result.status == "error" and "file size limit of 4096 bytes (FileSandbox.fsbMaxFileSize)" in result.data
+        assert (dirs[0] / "big.bin").stat().st_size == 4096
+        assert tb.call("wasm_t_echo", {}, CallContext(2, "wasm_t_echo")).status == "passed"  # its own call only
+        assert (resource.getrlimit(resource.RLIMIT_FSIZE), signal.getsignal(signal.SIGXFSZ)) == before
     finally:
-        opened[0].close()
+        tb.close()
+
+
+# -- stopping a call whatever the component does -------------------------------------------------------------------
+def test_a_component_blocked_in_a_host_call_is_stopped_at_its_limit_and_the_next_call_runs_at_once(
+    dirs: tuple[Path, Path, Path],
+) -> None:
+    """``sleeps`` blocks 4 s in wasi:clocks (subscribe-duration, pollable.block): host code, where the epoch deadline
+    cannot reach it. Under a 1 s limit its executor is killed at the limit (plus the grace), the call ends
+    ``error`` saying so, and the component never gets to write the file it would write after its sleep; the next
+    call finds a spare executor ready."""
+    tb = _open(dirs, MaxExecutionTimeSeconds=1)
+    try:
+        assert tb.load_errors() == []
+        assert tb.call("wasm_t_echo", {}, CallContext(1, "wasm_t_echo")).status == "passed"  # warm
+        start = time.monotonic()
+        result = tb.call("wasm_t_sleeps", {}, CallContext(2, "wasm_t_sleeps"))
+        took = time.monotonic() - start
+        assert result.status == "error" and "ran longer than its time limit of 1 s" in result.data
+        assert "waiting in a host call" in result.data
+        assert 1.0 <= took < 3.0, took  # the limit, plus the grace of 0.5 s, plus a loaded machine
+        start = time.monotonic()
+        assert tb.call("wasm_t_echo", {}, CallContext(3, "wasm_t_echo")).status == "passed"
+        assert time.monotonic() - start < 1.0  # a spare was ready: no executor start on this call's path
+        time.sleep(SLEEP_MS / 1000)  # as long as the component would have slept: it must not wake up and write
+        assert not (dirs[0] / "after-sleep.txt").exists()
+    finally:
+        tb.close()
+
+
+def test_a_cancelled_call_stops_its_component(dirs: tuple[Path, Path, Path]) -> None:
+    tb = _open(dirs, MaxExecutionTimeSeconds=30)
+    try:
+        ctx = CallContext(1, "wasm_t_sleeps")
+        threading.Timer(0.3, ctx.cancel).start()
+        start = time.monotonic()
+        result = tb.call("wasm_t_sleeps", {}, ctx)
+        assert result.status == "error" and "cancelled" in result.data
+        assert time.monotonic() - start < 2.0
+    finally:
+        tb.close()
 
 
 # -- the network (the behaviour from inside a worker: tests/supervisor/test_wasm_e2e.py) ---------------------------

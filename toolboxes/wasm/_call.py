@@ -1,4 +1,5 @@
 """One call of a component: a fresh store with the toolbox's limits and the WASI the policy grants, then ``run``.
+Runs in an executor process (:mod:`._executor`), which the toolbox kills when the call outlives its time limit.
 
 Per call: a new ``Store`` (nothing survives between calls), its memory limit (``MaxMemoryMB``, counted over every
 linear memory and table of the store: a ``memory.grow`` past it fails, and an allocator that then aborts traps), its
@@ -14,8 +15,8 @@ context holding only:
   ``create-tcp-socket`` answers ``access-denied`` either way (docs/WASM.md "Network"). Were it ever allowed, the
   worker's network namespace, whose only way out is the egress proxy for the allowed hosts, would hold it.
 
-A trap ends the call with ``error`` naming it (the time limit, ``unreachable``, an out-of-bounds access); the worker
-and its other calls go on.
+A trap ends the call with ``error`` naming it (the time limit, ``unreachable``, an out-of-bounds access); the
+executor, the worker and its other calls go on.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ the worker's ``RLIMIT_AS`` (wasmtime's default reserves 4 GiB plus guards per me
 (``Store.set_limits``) is what caps memory; the reservation only keeps the address space small.
 
 :class:`EpochClock` advances the engine's epoch every :data:`TICK_S` while at least one call runs (idle, its thread
-sleeps), so a call's deadline of ``n`` ticks traps the component with ``interrupt`` about ``n * TICK_S`` later.
+sleeps), so a call's deadline of ``n`` ticks traps the component with ``interrupt`` about ``n * TICK_S`` later (in
+guest code only: :mod:`._executors` stops a component blocked in a host call). The engine compiles in the worker
+and runs in each executor (:mod:`._executor`), with the same settings, so the compiled form moves between them.
 
 :class:`CompileCache`: compiled components are kept in the toolbox's state folder as
 ``wasm-cache/<sha256 of the component>-<wasmtime version>-<settings>.cwasm`` and deserialized on the next load, so a
@@ -115,27 +117,27 @@ class CompileCache:
     def _file(self, digest: str) -> str:
         return os.path.join(self._folder, f"{digest}-{WASMTIME_VERSION}-{self._settings}.cwasm")
 
-    def load(self, wasm: bytes) -> tuple[wc.Component, bool]:
-        """The component of the bytes ``wasm`` and whether it came from the cache. Raises ``WasmtimeError`` when
-        the bytes are not a valid component."""
+    def load(self, wasm: bytes) -> tuple[wc.Component, bytes, bool]:
+        """The component of the bytes ``wasm``, its serialized form (what an executor deserializes) and whether it
+        came from the cache. Raises ``WasmtimeError`` when the bytes are not a valid component."""
         path = self._file(hashlib.sha256(wasm).hexdigest())
         try:
             with open(path, "rb") as f:
-                compiled = f.read()
+                compiled: bytes | None = f.read()
         except OSError:
             compiled = None
         if compiled is not None:
             try:
-                return wc.Component.deserialize(self._engine, compiled), True
+                return wc.Component.deserialize(self._engine, compiled), compiled, True
             except wasmtime.WasmtimeError:
                 pass  # another version or settings after all: compile again and replace it
         component = wc.Component(self._engine, wasm)
         compiled = bytes(component.serialize())
         if not fits(len(compiled)):
-            return component, False  # past the worker's file size limit: the next start compiles it again
+            return component, compiled, False  # past the worker's file size limit: the next start compiles it again
         try:
             os.makedirs(self._folder, mode=0o700, exist_ok=True)
             atomic_write(path, compiled, 0o600)
         except OSError:
             pass  # a full or read-only state folder costs the next start a compile, nothing else
-        return component, False
+        return component, compiled, False

@@ -1,7 +1,7 @@
-"""The largest file a component may write, held by the kernel: the worker's ``RLIMIT_FSIZE``.
+"""The largest file a component may write, held by the kernel: the ``RLIMIT_FSIZE`` of the executor running it.
 
-wasmtime's WASI writes files itself (on its own threads, by ``pwrite``/``write``), so no check of the worker sees
-the writes. The kernel does: a write that would take a file past ``RLIMIT_FSIZE`` writes up to the limit, and the
+wasmtime's WASI writes files itself (on its own threads, by ``pwrite``/``write``), so no check in Python sees the
+writes. The kernel does: a write that would take a file past ``RLIMIT_FSIZE`` writes up to the limit, and the
 next one fails with ``EFBIG`` (the component gets ``file-too-large``) and raises ``SIGXFSZ`` in the writing thread.
 
 The limit is the smaller of the FileSandbox's ``fsbMaxFileSize`` and the ``RLIMIT_FSIZE`` the worker already has
@@ -12,12 +12,12 @@ thread the signal hit, so a call can ask whether a write past the limit happened
 (:meth:`FileSizeWatch.mark`, :meth:`FileSizeWatch.hit_since`). The process-wide limit covers every file the
 process writes, and files wasmtime makes for itself: the memfd images it initialises linear memories from count
 (``ftruncate`` of a memfd checks ``RLIMIT_FSIZE``), so a toolbox with a limit runs its engine without them (each
-instance copies its data segments; :func:`~._engine.make_engine`). The toolbox's own writes after the limit is
-applied are the compile cache's (a compiled file larger than the limit is not written: :func:`fits`), so every
-``SIGXFSZ`` counted comes from a component.
+instance copies its data segments; :func:`~._engine.make_engine`). An executor writes nothing of its own, so every
+``SIGXFSZ`` it counts comes from the component; the worker's compile cache is bounded by the worker's own limit
+(a compiled file larger than it is not written: :func:`fits`).
 
-Attribution: the signal carries no call, so a hit is reported to every call that was running when it was counted
-(with calls of one toolbox running at once, a call beside the one that wrote gets the error too).
+Where: each executor process (:mod:`._executor`) applies the limit to itself and runs one call at a time, so a hit
+is that call's own; the worker that opened the toolbox keeps its own limit and signal handling.
 """
 
 from __future__ import annotations

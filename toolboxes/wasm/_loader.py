@@ -2,27 +2,29 @@
 
 A component is a tool when it exports ``murmur:tool/run@0.2.0`` with ``run`` and instantiates with what this
 toolbox links (WASI p2 only; a component that imports anything else, such as ``wasi:http``, is refused at load with
-wasmtime's message naming the import). The check instantiates it once in a store with no folder, no environment and
-no network, under the toolbox's memory and time limits.
+wasmtime's message naming the import). The check instantiates it once, in an executor (:mod:`._executors`: start
+functions are guest code, and may block in a host call), in a store with no folder, no environment and no network,
+under the toolbox's memory and time limits.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import wasmtime
-from wasmtime import component as wc
 
 from .._toolbox import ToolSpec
 from ._discover import sidecar_path
 from ._errors import ComponentLoadError
+from ._executors import ExecutorStopped
 from ._sidecar import parse_sidecar
 
 if TYPE_CHECKING:
-    from ._call import ComponentRun
-    from ._engine import CompileCache, EpochClock
+    from ._engine import CompileCache
+    from ._executors import ExecutorPool
 
 __all__ = ["EXPORT", "LoadedComponent", "load_component"]
 
@@ -31,14 +33,20 @@ EXPORT = "murmur:tool/run@0.2.0"
 MAX_COMPONENT_BYTES = 256 * 1024 * 1024
 
 
+#: How much longer than the time limit a request waits for an executor's answer before it kills the executor: the
+#: epoch deadline traps guest code within a tick or two; only a component blocked in a host call needs the kill.
+GRACE_S = 0.5
+
+
 @dataclass(frozen=True)
 class LoadedComponent:
-    """A component ready to call, and the tool it is."""
+    """A component ready to call, and the tool it is. ``key``: the digest of its compiled form, which executors
+    deserialize (``compiled``) the first time they run it."""
 
     path: str
     spec: ToolSpec
-    component: wc.Component
-    run_export: wc.ExportIndex
+    key: str
+    compiled: bytes
     from_cache: bool
 
 
@@ -54,27 +62,32 @@ def _read(path: str, limit: int, what: str) -> bytes:
     return data
 
 
-def _check_instantiates(run: ComponentRun, component: wc.Component, path: str, clock: EpochClock, ticks: int) -> None:
-    store = wasmtime.Store(run.engine)
-    store.set_wasi(wasmtime.WasiConfig())
-    store.set_limits(memory_size=run.max_memory_bytes, table_elements=1_000_000)
-    store.set_epoch_deadline(ticks)  # start functions run guest code: the call's time limit holds for them too
+def _check_instantiates(pool: ExecutorPool, key: str, compiled: bytes, path: str, seconds: float, ticks: int) -> None:
+    message = {"op": "check", "key": key, "ticks": ticks}
     try:
-        with clock.running():
-            run.linker.instantiate(store, component)
-    except wasmtime.WasmtimeError as exc:
+        answer = pool.request(message, compiled, timeout_s=seconds + GRACE_S)
+    except ExecutorStopped as exc:
+        why = (
+            f"it was still instantiating after MaxExecutionTimeSeconds ({seconds:g} s) and was stopped"
+            if exc.reason == "deadline"
+            else f"its check could not run: {exc}"
+        )
+        raise ComponentLoadError(f"{path}: the component does not instantiate here: {why}") from exc
+    problem = answer.get("error") or answer.get("trap")
+    if problem:
         raise ComponentLoadError(
             f"{path}: the component does not instantiate here (this toolbox links WASI p2 "
             "only, within MaxMemoryMB and MaxExecutionTimeSeconds): "
-            f"{str(exc).strip()}"
-        ) from exc
+            f"{str(problem).strip()}"
+        )
 
 
 def load_component(
-    path: str, tool_name: str, run: ComponentRun, cache: CompileCache, clock: EpochClock, ticks: int
+    path: str, tool_name: str, cache: CompileCache, pool: ExecutorPool, seconds: float, ticks: int
 ) -> LoadedComponent:
-    """Load the component at ``path`` as the tool ``tool_name`` (the instantiation check gets ``ticks`` of
-    ``clock``); raises :class:`ComponentLoadError`."""
+    """Load the component at ``path`` as the tool ``tool_name``: compiled here (or taken from ``cache``), checked
+    in an executor of ``pool`` (``ticks`` of epoch deadline, ``seconds`` before the executor is killed); raises
+    :class:`ComponentLoadError`."""
     side = sidecar_path(path)
     if not os.path.exists(side):
         raise ComponentLoadError(
@@ -84,7 +97,7 @@ def load_component(
     sidecar = parse_sidecar(_read(side, 1 << 20, "sidecar"), side)
     wasm = _read(path, MAX_COMPONENT_BYTES, "component")
     try:
-        component, cached = cache.load(wasm)
+        component, compiled, cached = cache.load(wasm)
     except wasmtime.WasmtimeError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid"
         raise ComponentLoadError(f"{path}: not a WebAssembly component wasmtime can compile: {first}") from exc
@@ -94,7 +107,6 @@ def load_component(
         raise ComponentLoadError(
             f"{path}: the component does not export {EXPORT} with a function run (the world of seed 000)"
         )
-    _check_instantiates(run, component, path, clock, ticks)
-    return LoadedComponent(
-        path, ToolSpec(tool_name, sidecar.description, sidecar.input_schema), component, run_export, cached
-    )
+    key = hashlib.sha256(compiled).hexdigest()
+    _check_instantiates(pool, key, compiled, path, seconds, ticks)
+    return LoadedComponent(path, ToolSpec(tool_name, sidecar.description, sidecar.input_schema), key, compiled, cached)

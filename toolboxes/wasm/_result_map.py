@@ -44,9 +44,15 @@ def _relative(path: str, workdir: str) -> str:
     return path
 
 
+def _field(item: Any, name: str) -> Any:
+    """A record's field, from the plain map an executor sends or from wasmtime's ``Record`` (attributes)."""
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
 def to_tool_result(value: Any, workdir: str, tool: str) -> ToolResult:
-    """Map the record the component returned (wasmtime's ``Record``: attributes named as in WIT)."""
-    fields = vars(value) if hasattr(value, "__dict__") else {}
+    """Map the record the component returned: a map of its WIT field names (as an executor sends it, see
+    ``._executor.plain``) or wasmtime's ``Record``."""
+    fields = value if isinstance(value, dict) else vars(value) if hasattr(value, "__dict__") else {}
     status = fields.get("status")
     if status not in STATUSES:
         return ToolResult.error(f"{tool}: the component returned a status {status!r}, not one of {STATUSES}")
@@ -59,7 +65,7 @@ def to_tool_result(value: Any, workdir: str, tool: str) -> ToolResult:
     attachments: list[Attachment] = []
     notes: list[str] = []
     for i, item in enumerate(fields.get("attachments") or []):
-        media_type, path = str(getattr(item, "media-type", "")), str(getattr(item, "path", ""))
+        media_type, path = str(_field(item, "media-type") or ""), str(_field(item, "path") or "")
         path = _relative(path, workdir)
         if i >= MAX_ATTACHMENTS:
             notes.append(f"[attachment {path[:200]!r} refused: more than {MAX_ATTACHMENTS} attachments]")

@@ -9,6 +9,10 @@ changed; when the tools or the load errors change it calls ``env.channel.tools_c
 A call gives the component its arguments as JSON text (``tool-input.data``) and a fresh log file
 (``tool-input.log-path``, beneath the work folder); after the call the log's first :data:`MAX_LOG_CHARS` characters
 (with stdout and stderr, as much of each) go to the trace as a ``worker_event`` ``wasm_log``, and the file is removed.
+
+Components are compiled here and run in executor processes (:mod:`._executors`): a call that outlives its time
+limit, even blocked in a WASI host call where the epoch deadline cannot reach it, has its executor killed at the
+limit (plus :data:`~._loader.GRACE_S`) and ends ``error``; a spare executor is started at once for the next call.
 """
 
 from __future__ import annotations
@@ -22,21 +26,20 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wasmtime import component as wc
-
 from sandbox._fs_compile import compile_predicate
 from sandbox._plan import WRITE
 
 from .._names import tool_name
 from .._result import ToolResult
 from .._watch import Watcher
-from ._call import CallOutcome, ComponentRun, Preopen, run_once
+from ._call import CallOutcome, Preopen
 from ._config import WasmConfig, parse_config
 from ._discover import list_components, stem_of
 from ._engine import CompileCache, EpochClock, make_engine
 from ._errors import ComponentLoadError
-from ._file_size import FileSizeWatch, current_limit
-from ._loader import LoadedComponent, load_component
+from ._executors import ExecutorPool, ExecutorSetup, ExecutorStopped
+from ._file_size import current_limit
+from ._loader import GRACE_S, LoadedComponent, load_component
 from ._result_map import to_tool_result
 
 if TYPE_CHECKING:
@@ -119,34 +122,32 @@ class WasmToolbox:
         self.config = config
         self.env = env
         self._channel: HostChannel | None = env.channel
-        file_size = current_limit(config.file_sandbox.max_file_size if config.file_sandbox is not None else None)
-        engine, settings = make_engine(config.max_memory_bytes, copy_on_write=file_size is None)
-        self._clock = EpochClock(engine)
+        #: the file size limit every executor applies to itself (docs/WASM.md "File size")
+        self.file_size = current_limit(config.file_sandbox.max_file_size if config.file_sandbox is not None else None)
+        engine, settings = make_engine(config.max_memory_bytes, copy_on_write=self.file_size is None)
         self._cache = CompileCache(engine, settings, os.path.join(env.state_dir, "wasm-cache"))
-        linker = wc.Linker(engine)
-        linker.add_wasip2()
         preopens, self._preopen_errors = _preopens(config, env.workdir)
         if config.allowed_hosts:
             self._preopen_errors.append({"source": "AllowedHosts", "message": NO_NETWORK})
         _remove_stale_logs(env.workdir)
-        self.run = ComponentRun(
-            engine, linker, preopens, config.env, bool(config.allowed_hosts), config.max_memory_bytes
+        setup = ExecutorSetup(
+            config.max_memory_bytes,
+            self.file_size is None,
+            self.file_size,
+            preopens,
+            config.env,
+            bool(config.allowed_hosts),
         )
+        concurrent = env.limits.get("max_concurrent_calls") if isinstance(env.limits, dict) else None
+        self.executors = ExecutorPool(setup, (concurrent if isinstance(concurrent, int) else 8) + 1)
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._loaded: dict[str, _Loaded] = {}
         self._tools: dict[str, LoadedComponent] = {}
         self._errors: list[dict[str, str]] = []
         self._watch_errors: list[dict[str, str]] = []
-        self.refresh()  # the first compiles write the cache before the file size limit applies
-        self._file_size: FileSizeWatch | None = None
-        try:
-            self._file_size = FileSizeWatch.install(file_size) if file_size is not None else None
-        except RuntimeError as exc:
-            self._preopen_errors.append(
-                {"source": "FileSandbox", "message": f"the file size limit is not enforced here: {exc}"}
-            )
-            self.refresh()
+        self.executors.warm()  # the first executor starts while the components compile; the checks wait for it
+        self.refresh()
         self._watcher: Watcher | None = None
         if config.watch_interval_s > 0:
             self._watcher = Watcher(
@@ -163,10 +164,10 @@ class WasmToolbox:
             loaded = load_component(
                 path,
                 self._tool_name(path),
-                self.run,
                 self._cache,
-                self._clock,
-                self._clock.ticks(self.config.max_seconds),
+                self.executors,
+                self.config.max_seconds,
+                EpochClock.ticks(self.config.max_seconds),
             )
             return _Loaded(fp, loaded, None)
         except ComponentLoadError as exc:
@@ -245,25 +246,37 @@ class WasmToolbox:
         except OSError as exc:
             return ToolResult.error(f"{tool}: the log folder cannot be made in the work folder: {exc.strerror}")
         limit = self.time_limit(ctx)
-        mark = self._file_size.mark() if self._file_size is not None else 0
-        with self._clock.running():
-            outcome = run_once(
-                self.run,
-                loaded.component,
-                loaded.run_export,
-                data=json.dumps(args, ensure_ascii=False),
-                log_path=os.path.join(log_dir, log_name),
-                ticks=self._clock.ticks(limit),
-            )
+        message = {
+            "op": "call",
+            "key": loaded.key,
+            "data": json.dumps(args, ensure_ascii=False),
+            "log_path": os.path.join(log_dir, log_name),
+            "ticks": EpochClock.ticks(limit),
+        }
+        try:
+            answer = self.executors.request(message, loaded.compiled, limit + GRACE_S, ctx.cancelled)
+        except ExecutorStopped as exc:
+            self._trace_log(tool, ctx, log_name, b"", b"")
+            return _stopped(tool, exc, limit)
+        if "error" in answer:
+            self._trace_log(tool, ctx, log_name, b"", b"")
+            return ToolResult.error(f"{tool}: the component could not be run: {answer['error']}")
+        outcome = CallOutcome(
+            value=answer.get("value"),
+            trap=answer.get("trap"),
+            interrupted=bool(answer.get("interrupted")),
+            stdout=bytes(answer.get("stdout") or b""),
+            stderr=bytes(answer.get("stderr") or b""),
+        )
         self._trace_log(tool, ctx, log_name, outcome.stdout, outcome.stderr)
         result = self._result(tool, outcome, limit)
-        if self._file_size is not None and self._file_size.hit_since(mark):
+        if answer.get("file_size_hit") and self.file_size is not None:
             own = (
                 f"status {result.status}"
                 + (f", summary {result.summary!r}" if result.summary else "")
                 + (f", data {result.data[:200]!r}" if result.data else "")
             )
-            return ToolResult.error(f"{self._file_size.limit.message(tool)}. The component's own result: {own}")
+            return ToolResult.error(f"{self.file_size.message(tool)}. The component's own result: {own}")
         return result
 
     def _result(self, tool: str, outcome: CallOutcome, limit: float) -> ToolResult:
@@ -325,12 +338,28 @@ class WasmToolbox:
         self._channel.event(event)
 
     def close(self) -> None:
-        """Stop watching and the epoch clock. Safe to call twice."""
+        """Stop watching and kill the executors. Safe to call twice."""
         if self._watcher is not None:
             self._watcher.stop()
-        self._clock.close()
-        if self._file_size is not None:
-            self._file_size.close()
+        self.executors.close()
+
+
+def _stopped(tool: str, exc: ExecutorStopped, limit: float) -> ToolResult:
+    """The result of a call whose executor was killed (or died, or could not start)."""
+    if exc.reason == "deadline":
+        return ToolResult.error(
+            f"{tool}: the component ran longer than its time limit of {limit:g} s (MaxExecutionTimeSeconds, or the "
+            "call's deadline) and was stopped; it was waiting in a host call (a sleep, a poll), so its process "
+            "was killed"
+        )
+    if exc.reason == "cancelled":
+        return ToolResult.error(f"{tool}: the call was cancelled and the component was stopped")
+    if exc.reason == "died":
+        return ToolResult.error(
+            f"{tool}: the process running the component ended during the call ({exc.detail}); the worker's "
+            "memory or process limit may have stopped it"
+        )
+    return ToolResult.error(f"{tool}: the component could not be run: {exc.detail or exc.reason}")
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> WasmToolbox:

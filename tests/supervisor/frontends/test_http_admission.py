@@ -12,7 +12,7 @@ import httpx
 import pytest
 import trio
 
-from labkit import RawSession
+from labkit import RawSession, Slowloris
 from supervisor.config import host_is_served, served_host_names
 from supervisor.frontends._http_admission import (
     Admit,
@@ -48,43 +48,6 @@ def _port(server: _Server) -> int:
     return int(server.base.rsplit(":", 1)[1])
 
 
-class _Slowloris:
-    """Connections from :data:`ATTACKER` that each send a request head one byte at a time, never finishing it, and
-    open a new one whenever the server closes one; how long each was held is kept."""
-
-    def __init__(self, port: int, connections: int, every_s: float) -> None:
-        self.port, self.connections, self.every_s = port, connections, every_s
-        self.lifetimes: list[float] = []
-        self.opened = 0
-
-    async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.connections):
-                nursery.start_soon(self._one)
-
-    async def _one(self) -> None:
-        head = b"GET /agents/alpha/mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nx-pad: " + b"a" * 4096
-        while True:  # bounded by the caller's cancel scope
-            try:
-                stream = await trio.open_tcp_stream("127.0.0.1", self.port, local_address=ATTACKER)
-            except OSError:
-                await trio.sleep(self.every_s)
-                continue
-            self.opened += 1
-            start = time.monotonic()
-            try:
-                for byte in head:  # a byte at a time; the head is never finished
-                    await stream.send_all(bytes([byte]))
-                    with trio.move_on_after(self.every_s):
-                        if not await stream.receive_some(65536):
-                            break  # the server closed it
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            finally:
-                self.lifetimes.append(time.monotonic() - start)
-                await trio.aclose_forcefully(stream)
-
-
 @pytest.mark.root
 async def test_a_slowloris_beside_a_tenant_whose_calls_go_on(sandbox_tmp: Path) -> None:
     """24 connections trickling a byte every 0.2 s against a server of 16 connections (the attack that took every
@@ -92,7 +55,7 @@ async def test_a_slowloris_beside_a_tenant_whose_calls_go_on(sandbox_tmp: Path) 
     trickling connection is closed within the whole-head bound however steadily it sends."""
     policy = _policy(sandbox_tmp, max_connections=16, head_timeout_s=3)
     async for server in _start(policy):
-        loris = _Slowloris(_port(server), connections=24, every_s=0.2)
+        loris = Slowloris(_port(server), connections=24, every_s=0.2, source=ATTACKER, path="/agents/alpha/mcp")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(loris.run)
             with trio.fail_after(60):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,6 +24,7 @@ from tests.supervisor.frontends.test_frontends import REPO, _env
 from tests.supervisor.frontends.test_mcp_http import _start
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 # The SDK marks logging deprecated as of 2026-07-28 (SEP-2577); the handshake revisions served here still have it.
@@ -69,6 +71,18 @@ def _policy(root: Path) -> Path:
     )
 
 
+@asynccontextmanager
+async def _client(url: str, token: str, logs: dict[str, _Log]) -> AsyncIterator[Client]:
+    """The SDK client of the tenant of ``token`` on a 2025-11-25 session at ``url``, its log in ``logs[token]``."""
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+        Client(
+            streamable_http_client(url, http_client=http), mode="legacy", logging_callback=logs[token].callback
+        ) as client,
+    ):
+        yield client
+
+
 async def _use(client: Any, log: _Log) -> None:
     """Set the level, learn the load error, make one call and one past the session's limit, learn that."""
     await client.set_logging_level("warning")
@@ -103,18 +117,8 @@ async def test_over_http_each_tenant_hears_only_its_own(sandbox_tmp: Path) -> No
         logs = {ACME: _Log(), GLOBEX: _Log()}
         with trio.fail_after(120):
             async with (
-                create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as acme_http,
-                create_mcp_http_client(headers={"Authorization": f"Bearer {GLOBEX}"}) as globex_http,
-                Client(
-                    streamable_http_client(server.url("alpha"), http_client=acme_http),
-                    mode="legacy",
-                    logging_callback=logs[ACME].callback,
-                ) as acme,
-                Client(
-                    streamable_http_client(server.url("alpha"), http_client=globex_http),
-                    mode="legacy",
-                    logging_callback=logs[GLOBEX].callback,
-                ) as globex,
+                _client(server.url("alpha"), ACME, logs) as acme,
+                _client(server.url("alpha"), GLOBEX, logs) as globex,
             ):
                 await globex.set_logging_level("warning")
                 await logs[GLOBEX].wait_for("load_error", toolbox="store")
@@ -208,18 +212,8 @@ async def test_two_agents_toolboxes_of_one_name_are_told_to_their_own_tenants_on
 
         with trio.fail_after(120):
             async with (
-                create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as acme_http,
-                create_mcp_http_client(headers={"Authorization": f"Bearer {GLOBEX}"}) as globex_http,
-                Client(
-                    streamable_http_client(server.url("alpha"), http_client=acme_http),
-                    mode="legacy",
-                    logging_callback=logs[ACME].callback,
-                ) as acme,
-                Client(
-                    streamable_http_client(server.url("beta"), http_client=globex_http),
-                    mode="legacy",
-                    logging_callback=logs[GLOBEX].callback,
-                ) as globex,
+                _client(server.url("alpha"), ACME, logs) as acme,
+                _client(server.url("beta"), GLOBEX, logs) as globex,
             ):
                 await acme.set_logging_level("debug")
                 await globex.set_logging_level("debug")

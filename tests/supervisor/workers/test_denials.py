@@ -17,8 +17,9 @@ from sandbox._plan import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.traces import TraceRecorder
 from supervisor.traces._report import load_trace, render_text, report
+from supervisor.workers._audit_reach import NOT_INITIAL_NETNS
 from supervisor.workers._denials import FsContext, explain_landlock, explain_seccomp, explain_text_paths, notes
-from supervisor.workers._kernel_audit import NOT_INITIAL_NETNS, KernelAudit, combine_watches
+from supervisor.workers._kernel_audit import KernelAudit, combine_watches
 from tests._policies import agent, system_toolbox, write_policy
 
 if TYPE_CHECKING:
