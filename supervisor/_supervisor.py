@@ -74,6 +74,7 @@ from supervisor.plan import (
     compile_policy,
     kind_plan,
     prepare_git_sources,
+    run_credential_commands,
     stage_code,
     worker_modules,
 )
@@ -311,7 +312,10 @@ class Supervisor:
         # CPU) while this process compiles the policy and opens the trace and the store.
         zygote = _launch_zygote(tree.config, staged)
         try:
-            compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir, staged=staged)
+            commands = await run_credential_commands(tree.config.policy.credentials)
+            compiled = compile_policy(
+                tree.config, python=sys.executable, state_dir=state_dir, staged=staged, command_values=commands
+            )
             trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
         except BaseException:
             await _discard(zygote)
