@@ -70,6 +70,7 @@ from supervisor.plan import (
     WORKER_PROCESS_ENV,
     CompiledPolicy,
     StagedCode,
+    UidHold,
     compile_policy,
     kind_plan,
     prepare_git_sources,
@@ -317,6 +318,13 @@ class Supervisor:
             trace.close()
             await _discard(zygote)
             raise
+        try:  # while it runs, its state dir's uids are marked in use: `uids release` refuses them
+            hold = UidHold(*compiled.uid_claim) if compiled.uid_claim is not None else None
+        except BaseException:
+            sessions.close()
+            trace.close()
+            await _discard(zygote)
+            raise
         own_listeners = OwnListeners()
         http = ModelHttp(own_listeners.ports, model_resolve)
         sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http, own_listeners=own_listeners)
@@ -364,6 +372,8 @@ class Supervisor:
                     await trio.to_thread.run_sync(sup.otel.close)
                     sup.otel.poll()
             sessions.close()
+            if hold is not None:
+                hold.close()
             trace.record("supervisor_stop", pid=os.getpid())
             trace.close()
 

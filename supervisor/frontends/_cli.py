@@ -51,6 +51,7 @@ from supervisor.config import ConfigError
 
 from ._cli_agents import acting_agent, split_agents
 from ._cli_agents import check_slug as _check_slug
+from ._cli_uids import add_uids_parser
 from ._sd_notify import notify_or_warn, reloading_message
 
 __all__ = ["main"]
@@ -171,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     rebind.add_argument("--state-dir", default=None, help="override the policy's state directory")
     rebind.add_argument("slug")
     rebind.add_argument("file", help="the agent file that owns the slug from now on")
+    add_uids_parser(sub)
     ctc = sub.add_parser("check-tool-call", help="validate a tool call payload (stdin) against a bash tool")
     ctc.add_argument("--tool", required=True, metavar="PATH", help="the bash tool (describe/run script)")
     ctc.add_argument("--policy", default=None, help="take system paths, environment and uid from this policy")
@@ -485,6 +487,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _check_tool_call(args)
         except ConfigError as exc:
+            return _fail(str(exc))
+        except OSError as exc:
+            return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+    if command == "uids":
+        from ._cli_uids import run_uids
+
+        try:
+            return run_uids(args)
+        except (ConfigError, SupervisorError) as exc:
             return _fail(str(exc))
         except OSError as exc:
             return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
