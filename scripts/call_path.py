@@ -62,7 +62,8 @@ async def measure() -> dict[tuple[str, str], int]:
             server = McpStdioServer(sup, theirs, theirs)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(server.serve)
-                init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "n", "version": "1"}}
+                client = {"name": "call-path", "version": "1"}
+                init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
                 await _exchange(None, ours, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
                 await ours.send_all(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
                 tools = json.loads(await _exchange(None, ours, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
