@@ -74,6 +74,7 @@ from supervisor.plan import (
     compile_policy,
     kind_plan,
     prepare_git_sources,
+    run_credential_commands,
     stage_code,
     worker_modules,
 )
@@ -337,7 +338,10 @@ class Supervisor:
             # of CPU) while this process compiles the policy and opens the trace and the store.
             zygote = _launch_zygote(tree.config, staged)
             stack.push_async_callback(_shielded, _discard, zygote)  # (the spawner's, if it took it: closed already)
-            compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir, staged=staged)
+            commands = await run_credential_commands(tree.config.policy.credentials)
+            compiled = compile_policy(
+                tree.config, python=sys.executable, state_dir=state_dir, staged=staged, command_values=commands
+            )
             trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
             stack.callback(trace.close)
             otel = open_otel(config.policy.trace.otel, trace)
@@ -386,9 +390,10 @@ class Supervisor:
         launcher chosen as the fallback, when this returns); it lives as long as ``nursery``. ``launched``: the
         zygote :meth:`open` launched before compiling (:func:`_launch_zygote`), which this waits for."""
         c = self.compiled
-        if self.config.policy.supervision.spawn != "zygote" or not c.specs or c.runtime_dir is None:
+        forked = [spec for spec in c.specs if not spec.fresh_exec]  # (toolboxes.<name>.spawn: launcher are not)
+        if self.config.policy.supervision.spawn != "zygote" or not forked or c.runtime_dir is None:
             return
-        modules = preload_modules((spec.plan.entry, spec.kind) for spec in c.specs)
+        modules = preload_modules((spec.plan.entry, spec.kind) for spec in forked)
         if launched is not None and (launched.code_root, launched.python) != (c.runtime_dir, c.python):
             launched = None  # (never: the same staged code and interpreter) open() closes it
         spawner = ZygoteSpawner(
@@ -469,7 +474,9 @@ class Supervisor:
         per CPU for launchers and more when the zygote would fork every one of them now (a fork costs a tenth of a
         launcher's CPU)."""
         c = self.compiled
-        if all(self.spawner.forks(r.spec.argv, env=r.spec.env, cwd=r.spec.cwd) for r in runners):
+        if all(
+            not r.spec.fresh_exec and self.spawner.forks(r.spec.argv, env=r.spec.env, cwd=r.spec.cwd) for r in runners
+        ):
             return c.zygote_parallel_starts
         return c.parallel_starts
 

@@ -290,6 +290,12 @@ class ToolboxPolicy(_Model):
         description="eager: the worker starts with the supervisor; lazy: on its first call, its "
         "tools listed until then from the supervisor's cache of its last list (or one start, then stopped)",
     )
+    spawn: Literal["launcher"] | None = Field(
+        default=None,
+        description="launcher: this toolbox's worker is a fresh exec (its own address layout, stack-canary seed "
+        "and Python hash seed; a zygote's forks share the zygote's), at the cost of an interpreter start at each "
+        "worker start; null: supervision.spawn",
+    )
     credentials: list[CredentialName] = Field(
         default=[],
         description="credentials (policy's credentials) the egress proxy adds to this toolbox's "

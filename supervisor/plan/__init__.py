@@ -1,6 +1,7 @@
 """Compiling a loaded policy into one worker spec per toolbox (identities, grants, skill sources)."""
 
 from ._compile import WORKER_PROCESS_ENV, CompiledPolicy, StagedCode, compile_policy, stage_code, worker_modules
+from ._credential_values import run_credential_commands
 from ._identities import rebind_agent
 from ._kinds import KIND_PLANS, KindPlan, kind_plan
 from ._launcher_links import launcher_refusals
@@ -17,6 +18,7 @@ __all__ = [
     "launcher_refusals",
     "prepare_git_sources",
     "rebind_agent",
+    "run_credential_commands",
     "stage_code",
     "worker_modules",
 ]
