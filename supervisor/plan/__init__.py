@@ -1,5 +1,6 @@
 """Compiling a loaded policy into one worker spec per toolbox (identities, grants, skill sources)."""
 
+from ._ceilings import agent_bounds, model_host_refusals, tenant_reach
 from ._compile import WORKER_PROCESS_ENV, CompiledPolicy, StagedCode, compile_policy, stage_code, worker_modules
 from ._credential_values import run_credential_commands
 from ._identities import rebind_agent
@@ -13,12 +14,15 @@ __all__ = [
     "CompiledPolicy",
     "KindPlan",
     "StagedCode",
+    "agent_bounds",
     "compile_policy",
     "kind_plan",
     "launcher_refusals",
+    "model_host_refusals",
     "prepare_git_sources",
     "rebind_agent",
     "run_credential_commands",
     "stage_code",
+    "tenant_reach",
     "worker_modules",
 ]
