@@ -42,7 +42,7 @@ def _documents() -> list[dict[str, Any]]:
 
 def _daemonset_container() -> dict[str, Any]:
     [daemonset] = [d for d in _documents() if d["kind"] == "DaemonSet"]
-    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    [container] = [c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "supervisor"]
     return container
 
 
@@ -77,7 +77,7 @@ def test_the_kubernetes_schemas_accept_the_manifests() -> None:
     broken = copy.deepcopy(_daemonset_container())  # the validator is live: a misspelt key is refused
     broken["securityContext"]["capabilties"] = broken["securityContext"].pop("capabilities")
     [daemonset] = [copy.deepcopy(d) for d in documents if d["kind"] == "DaemonSet"]
-    daemonset["spec"]["template"]["spec"]["containers"] = [broken]
+    daemonset["spec"]["template"]["spec"]["containers"][0] = broken
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(daemonset, KUBERNETES_VERSION, strict=True)
 
