@@ -133,6 +133,9 @@ class CompiledPolicy:
     runtime_dir: str | None = None
     #: the interpreter of every spec's launcher command
     python: str = ""
+    #: ``(registry directory, state id)`` where this state dir's uids are claimed host-wide (``None``: no uids, or
+    #: not prepared): a running supervisor holds it (``_uid_registry.UidHold``) so ``uids release`` refuses
+    uid_claim: tuple[str, str] | None = None
 
 
 def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str, str]:
@@ -822,4 +825,7 @@ def compile_policy(
         load_errors=load_errors,
         runtime_dir=runtime_dir if prepare and staging_error is None else None,
         python=python,
+        uid_claim=(assigned.registry, assigned.state_id)
+        if prepare and assigned.registry is not None and assigned.state_id is not None
+        else None,
     )
