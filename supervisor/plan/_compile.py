@@ -54,6 +54,7 @@ from ._credential_values import load_credentials
 from ._host_view import HostView
 from ._identities import WorkerIdentity, assign_identities
 from ._kinds import kind_plan
+from ._mcp_args import canonical_rule_path, outside_message, paths_outside
 from ._tls_termination import ca_file_path, termination_env, write_ca_file
 from ._writable_agents import file_writers, writers_text
 
@@ -246,6 +247,12 @@ def plan_worker(
     for r in rules:
         merged[r.path] = WRITE if WRITE in (merged.get(r.path), r.mode) else READ
     rules = [FsRule(p, m) for p, m in merged.items()]
+    outside = paths_outside(grants.read_within, rules, canonical_rule_path)
+    if outside:
+        text = outside_message(outside, toolbox=tb.name, agent=tb.agent_slug, source=tb.source)
+        if policy.strict:
+            raise ToolboxRefused(text + ". A strict policy refuses a setting that cannot hold.")
+        warnings.append(text + "; it is passed to the server without a grant")
 
     env = policy.worker_env_for(tb.name, tb.agent_slug)
     env.update({"HOME": workdir, "TMPDIR": os.path.join(workdir, "tmp")})
