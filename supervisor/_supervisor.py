@@ -38,16 +38,15 @@ import gc
 import os
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
-from sandbox._egress_decide import OwnListeners
-from supervisor.agents import AgentRunner, AgentService
+from sandbox._egress_decide import OwnListeners, Resolver, default_resolve
+from supervisor.agents import AgentRunner, AgentService, ModelHttp
 from supervisor.calls import (
     AttachmentStore,
     BudgetPolicy,
@@ -71,9 +70,11 @@ from supervisor.plan import (
     WORKER_PROCESS_ENV,
     CompiledPolicy,
     StagedCode,
+    UidHold,
     compile_policy,
     kind_plan,
     prepare_git_sources,
+    run_credential_commands,
     stage_code,
     worker_modules,
 )
@@ -149,23 +150,21 @@ def _launch_zygote(config: LoadedConfig, staged: StagedCode) -> Zygote | None:
     return zygote
 
 
-class _ModelHttp:
-    """The agent loops' HTTP client, made at the first model request (its TLS context, the CA bundle parsed, and
-    httpx's transport imports are 50-150 ms of CPU, which a supervisor whose loops never run need not pay at
-    start), closed with the supervisor."""
+async def _shielded(close: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Await ``close(*args)`` shielded from cancellation (a cleanup of :meth:`Supervisor.open`'s exit stack runs
+    to its end whatever cancelled the block)."""
+    with trio.CancelScope(shield=True):
+        await close(*args)
 
-    def __init__(self) -> None:
-        self._client: httpx.AsyncClient | None = None
 
-    def __call__(self) -> httpx.AsyncClient:
-        if self._client is None:
-            # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
-            self._client = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+async def _close_otel(trace: TraceRecorder, export: Callable[[], OtelExport | None]) -> None:
+    """Close the OpenTelemetry export ``export()`` gives: the last spans sent (bounded by ``trace.otel.timeout_s``)
+    off the trio thread, its thread and logging filters gone."""
+    otel = export()
+    if otel is not None:
+        trace.sink = None
+        await trio.to_thread.run_sync(otel.close)
+        otel.poll()
 
 
 async def _discard(zygote: Zygote | None) -> None:
@@ -184,7 +183,8 @@ class Supervisor:
         *,
         tree: AgentTree | None = None,
         sessions: SessionStore | None = None,
-        http: Callable[[], httpx.AsyncClient] | None = None,
+        http: ModelHttp | None = None,
+        own_listeners: OwnListeners | None = None,
     ) -> None:
         self.compiled = compiled
         self.config: LoadedConfig = compiled.config
@@ -214,7 +214,8 @@ class Supervisor:
         )
         self.runners: list[ToolboxRunner] = []
         #: the ports the supervisor itself listens on (its HTTP frontend sets them): never dialled by an egress proxy
-        self.own_listeners = OwnListeners()
+        #: or a model request
+        self.own_listeners = own_listeners if own_listeners is not None else OwnListeners()
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
         self.sessions = sessions
         #: frontends' session names -> root sessions of the store, per agent
@@ -283,6 +284,7 @@ class Supervisor:
         agents: Sequence[str] = (),
         state_dir: str | None = None,
         start: Literal["all", "on_demand"] = "all",
+        model_resolve: Resolver = default_resolve,
     ) -> AsyncIterator[Supervisor]:
         """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
 
@@ -291,7 +293,9 @@ class Supervisor:
         toolboxes that could serve it (by the naming rule, SPEC.md section 2; every toolbox of the caller's agent
         when the rule cannot tell), and so does each call made through the portal in turn (a Lua toolbox's
         ``tools.call``, a sub-agent's tools): what one call needs, not the whole policy (``agents-supervise call``).
-        Tools listings then show only the started toolboxes' tools.
+        Tools listings then show only the started toolboxes' tools. ``model_resolve`` resolves the names of model
+        endpoints (default: the system's resolver, each name as an absolute name); the addresses it answers are
+        judged by the address rules as always (``supervisor/agents/_model_network.py``).
 
         Raises, before any worker starts:
             ConfigError: the policy or an agent file does not load (``load_config``, ``expand_agents``), a bare
@@ -299,92 +303,86 @@ class Supervisor:
                 (``compile_policy``).
             PolicyRefused: the policy cannot be enforced here (``compile_policy``), or its OTel export cannot be
                 set up (``open_otel``).
-            OSError: the state directory, the trace file or the session store cannot be made or opened.
+            SessionStoreUnavailable: the session store cannot be opened (not a database, damaged).
+            OSError: the state directory or the trace file cannot be made or opened.
+
+        Whatever step raises, what the steps before it made is given back (one exit stack): no zygote, OTel
+        exporter thread or logging filter, no open file outlives a failed start.
 
         A toolbox that cannot load (its planning, folders, staged code, worker start or tool list fail) is a load
         error (:meth:`load_errors`), not an exception; so is a git skill source that cannot be cloned.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
-        staged = stage_code(tree.config, state_dir=state_dir)
-        # The zygote needs only the staged code: it imports the worker code (its own start, a few hundred ms of
-        # CPU) while this process compiles the policy and opens the trace and the store.
-        zygote = _launch_zygote(tree.config, staged)
-        try:
-            compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir, staged=staged)
+        sup: Supervisor | None = None
+        # One exit stack holds everything the start makes, in order: whatever step fails (the store, the OTel
+        # export, a worker), what was made before it is given back, nothing is left running (a zygote, the
+        # exporter's thread, its logging filters, open files).
+        async with AsyncExitStack() as stack:
+            staged = stage_code(tree.config, state_dir=state_dir)
+            # The zygote needs only the staged code: it imports the worker code (its own start, a few hundred ms
+            # of CPU) while this process compiles the policy and opens the trace and the store.
+            zygote = _launch_zygote(tree.config, staged)
+            stack.push_async_callback(_shielded, _discard, zygote)  # (the spawner's, if it took it: closed already)
+            commands = await run_credential_commands(tree.config.policy.credentials)
+            compiled = compile_policy(
+                tree.config, python=sys.executable, state_dir=state_dir, staged=staged, command_values=commands
+            )
             trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
-        except BaseException:
-            await _discard(zygote)
-            raise
-        try:
+            stack.callback(trace.close)
             otel = open_otel(config.policy.trace.otel, trace)
-        except BaseException:
-            trace.close()
-            await _discard(zygote)
-            raise
-        try:
+            # A reload may replace the export: the one running at the end is closed.
+            stack.push_async_callback(_shielded, _close_otel, trace, lambda: sup.otel if sup is not None else otel)
             sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
-        except BaseException:
-            trace.close()
-            await _discard(zygote)
-            raise
-        http = _ModelHttp()
-        sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
-        sup.start_mode = start
-        sup.otel = otel
-        sup.reload_source = (config.policy_file, list(agents), state_dir)
-        trace.record(
-            "supervisor_start",
-            pid=os.getpid(),
-            policy=config.policy_file,
-            toolboxes=[f"{s.agent}/{s.toolbox}" for s in compiled.specs],
-        )
-        trace.record(
-            "policy_compiled",
-            workers=[{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
-            warnings=compiled.warnings,
-        )
-        try:
+            stack.callback(sessions.close)
+            if compiled.uid_claim is not None:  # while it runs, its state dir's uids are in use: `uids release` waits
+                stack.callback(UidHold(*compiled.uid_claim).close)
+            own_listeners = OwnListeners()
+            http = ModelHttp(own_listeners.ports, model_resolve)
+            stack.push_async_callback(_shielded, http.aclose)
+            sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http, own_listeners=own_listeners)
+            sup.start_mode = start
+            sup.otel = otel
+            sup.reload_source = (config.policy_file, list(agents), state_dir)
+            trace.record(
+                "supervisor_start",
+                pid=os.getpid(),
+                policy=config.policy_file,
+                toolboxes=[f"{s.agent}/{s.toolbox}" for s in compiled.specs],
+            )
+            stack.callback(trace.record, "supervisor_stop", pid=os.getpid())
+            trace.record(
+                "policy_compiled",
+                workers=[{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
+                warnings=compiled.warnings,
+            )
             sup._prune_sessions()
-            async with trio.open_nursery() as nursery:
-                sup._nursery = nursery
-                nursery.start_soon(sup._flush_trace)
-                await nursery.start(sup.kernel_audit.run)
-                await sup._start_spawner(nursery, zygote)
-                await sup._start(nursery)
-                # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
-                # costs what was made since (it stalls every task and thread while it runs). The young generations
-                # are collected first (the start's garbage is there: a few dozen objects); a full collection would
-                # walk every object of the process, imports included (30-60 ms, part of every start).
-                gc.collect(1)
-                gc.freeze()
-                try:
-                    yield sup
-                finally:
-                    gc.unfreeze()
-                    with trio.CancelScope(shield=True):
-                        await sup._stop()
-                    nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await _discard(zygote)  # (the spawner's, if it took it: closed already)
-                await http.aclose()
-                if sup.otel is not None:  # send the last spans (bounded by trace.otel.timeout_s), off the trio thread
-                    trace.sink = None
-                    await trio.to_thread.run_sync(sup.otel.close)
-                    sup.otel.poll()
-            sessions.close()
-            trace.record("supervisor_stop", pid=os.getpid())
-            trace.close()
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            sup._nursery = nursery
+            stack.callback(nursery.cancel_scope.cancel)  # (after the workers stopped, below)
+            stack.push_async_callback(_shielded, sup._stop)
+            nursery.start_soon(sup._flush_trace)
+            await nursery.start(sup.kernel_audit.run)
+            await sup._start_spawner(nursery, zygote)
+            await sup._start(nursery)
+            # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
+            # costs what was made since (it stalls every task and thread while it runs). The young generations
+            # are collected first (the start's garbage is there: a few dozen objects); a full collection would
+            # walk every object of the process, imports included (30-60 ms, part of every start).
+            gc.collect(1)
+            gc.freeze()
+            stack.callback(gc.unfreeze)
+            yield sup
 
     async def _start_spawner(self, nursery: trio.Nursery, launched: Zygote | None = None) -> None:
         """With ``supervision.spawn: zygote``, start the zygote for the staged worker code (it is ready, or the
         launcher chosen as the fallback, when this returns); it lives as long as ``nursery``. ``launched``: the
         zygote :meth:`open` launched before compiling (:func:`_launch_zygote`), which this waits for."""
         c = self.compiled
-        if self.config.policy.supervision.spawn != "zygote" or not c.specs or c.runtime_dir is None:
+        forked = [spec for spec in c.specs if not spec.fresh_exec]  # (toolboxes.<name>.spawn: launcher are not)
+        if self.config.policy.supervision.spawn != "zygote" or not forked or c.runtime_dir is None:
             return
-        modules = preload_modules((spec.plan.entry, spec.kind) for spec in c.specs)
+        modules = preload_modules((spec.plan.entry, spec.kind) for spec in forked)
         if launched is not None and (launched.code_root, launched.python) != (c.runtime_dir, c.python):
             launched = None  # (never: the same staged code and interpreter) open() closes it
         spawner = ZygoteSpawner(
@@ -465,7 +463,9 @@ class Supervisor:
         per CPU for launchers and more when the zygote would fork every one of them now (a fork costs a tenth of a
         launcher's CPU)."""
         c = self.compiled
-        if all(self.spawner.forks(r.spec.argv, env=r.spec.env, cwd=r.spec.cwd) for r in runners):
+        if all(
+            not r.spec.fresh_exec and self.spawner.forks(r.spec.argv, env=r.spec.env, cwd=r.spec.cwd) for r in runners
+        ):
             return c.zygote_parallel_starts
         return c.parallel_starts
 

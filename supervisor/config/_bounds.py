@@ -45,10 +45,11 @@ MAX_DEPTH = 64
 MAX_VALUES = 500_000
 
 
-def config_file_path(name: str, what: str) -> str:
-    """``name`` made absolute and canonical (``os.path.realpath``). Raises :class:`ConfigError` naming ``what``
-    (``"policy file"``, ``"agent file (given with --agent)"``) when the name holds a NUL byte or a lone surrogate:
-    no file has such a name, and the OS calls would raise ``ValueError``."""
+def config_file_path(name: str | os.PathLike[str], what: str) -> str:
+    """``name`` (a string or a path object) made absolute and canonical (``os.path.realpath``). Raises
+    :class:`ConfigError` naming ``what`` (``"policy file"``, ``"agent file (given with --agent)"``) when the name
+    holds a NUL byte or a lone surrogate: no file has such a name, and the OS calls would raise ``ValueError``."""
+    name = os.fspath(name)
     problem = _string_problem(name)
     if problem:
         raise ConfigError.one(repr(name)[1:-1], None, f"the name of the {what} {problem}", "a file name")

@@ -31,8 +31,9 @@ file (:mod:`._cli_agents`). ``init DIR`` writes a starting policy and the exampl
 ``call`` and ``run`` take ``--session NAME`` (continue that session; without it every run is a session of its own),
 ``--conversation ID`` and ``--turn ID`` (the call's ids; default: the session's conversation and a new turn).
 
-Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker that cannot start) is
-printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback.
+Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker or the session store that
+cannot start) is printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback; anything
+else (a bug) as one such line with exit status 70 (:func:`error_status`, the one boundary).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from supervisor.config import ConfigError
 
 from ._cli_agents import acting_agent, split_agents
 from ._cli_agents import check_slug as _check_slug
+from ._cli_uids import add_uids_parser
+from ._sd_notify import notify_or_warn, reloading_message
 
 __all__ = ["main"]
 
@@ -122,6 +125,9 @@ def _parser() -> argparse.ArgumentParser:
         "policy's first agent); over HTTP "
         "the endpoint /agents/<slug>/mcp picks the agent",
     )
+    init = sub.add_parser("init", help="write a starting policy and the example agents into a new folder")
+    init.add_argument("folder", help="a new or empty folder (made when missing)")
+    init.set_defaults(policy=None)
     hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
     hash_token.set_defaults(policy=None)
     tools = sub.add_parser("tools", help="list the tools")
@@ -167,6 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     rebind.add_argument("--state-dir", default=None, help="override the policy's state directory")
     rebind.add_argument("slug")
     rebind.add_argument("file", help="the agent file that owns the slug from now on")
+    add_uids_parser(sub)
     ctc = sub.add_parser("check-tool-call", help="validate a tool call payload (stdin) against a bash tool")
     ctc.add_argument("--tool", required=True, metavar="PATH", help="the bash tool (describe/run script)")
     ctc.add_argument("--policy", default=None, help="take system paths, environment and uid from this policy")
@@ -257,6 +264,7 @@ async def _serve(args: argparse.Namespace) -> int:
             if service is not None:
                 address = await nursery.start(service.run)
                 print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
+                notify_or_warn(f"READY=1\nSTATUS=serving MCP over HTTP at {address}")  # workers started, listening
                 return 0  # serves until a signal ends the nursery
 
             async def serve() -> None:
@@ -266,6 +274,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 nursery.cancel_scope.cancel()  # EOF from the frontend: shut down cleanly
 
             nursery.start_soon(serve)
+            notify_or_warn(f"READY=1\nSTATUS=serving MCP over stdio to agent {agent}")
     return 0
 
 
@@ -284,6 +293,7 @@ async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None
             if signum == signal.SIGHUP:
                 nursery.start_soon(_reload, sup)
                 continue
+            notify_or_warn("STOPPING=1\nSTATUS=stopping: " + signal.Signals(signum).name)
             if http is not None and not http.app.draining and http.settings.drain_s > 0:
                 nursery.start_soon(drain_then_stop)
                 continue
@@ -292,7 +302,9 @@ async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None
 
 
 async def _reload(sup: Any) -> None:
+    notify_or_warn(reloading_message())
     outcome = await sup.reload()
+    notify_or_warn("READY=1\nSTATUS=" + outcome.describe()[:500])
     print(f"agents-supervise: {outcome.describe()}", file=sys.stderr, flush=True)
     if outcome.refused is None:
         for w in outcome.warnings:
@@ -452,9 +464,8 @@ def _pick_agent(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
-    args = _parser().parse_args(argv)
+def _command(args: argparse.Namespace) -> int:
+    """Run the command ``args`` names; its exit status."""
     command = args.command or "serve"
     if command == "schema":
         return _schema(args)
@@ -468,39 +479,61 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("hash-token reads the token on its standard input (one line)")
         print(hash_token(token))
         return 0
+    if command == "init":
+        from ._cli_init import run_init
+
+        return run_init(args.folder)
     if command == "check-tool-call":
-        try:
-            return _check_tool_call(args)
-        except ConfigError as exc:
-            return _fail(str(exc))
-        except OSError as exc:
-            return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+        return _check_tool_call(args)
+    if command == "uids":
+        from ._cli_uids import run_uids
+
+        return run_uids(args)
     if not args.policy:
         return _fail("--policy is required (for example: --policy policies/strict.yaml)")
-    try:
-        if command in ("serve", "tools", "call", "check") and (refused := _pick_agent(args, command)):
-            return refused
-        if command == "check":
-            from ._cli_check import check
+    if command in ("serve", "tools", "call", "check") and (refused := _pick_agent(args, command)):
+        return refused
+    if command == "check":
+        from ._cli_check import check
 
-            return check(args)
-        if command == "rebind-agent":
-            return _rebind_agent(args)
-        runner = {"serve": _serve, "tools": _tools, "call": _call, "run": _run}[command]
-        return trio.run(runner, args)
-    except ConfigError as exc:
-        return _fail(str(exc))
-    except SupervisorError as exc:
-        return _fail(str(exc))
-    except KeyboardInterrupt:
+        return check(args)
+    if command == "rebind-agent":
+        return _rebind_agent(args)
+    runner = {"serve": _serve, "tools": _tools, "call": _call, "run": _run}[command]
+    return trio.run(runner, args)
+
+
+def error_status(exc: BaseException) -> int:
+    """The CLI's one error boundary: print what ended a command as one ``agents-supervise: error: ...`` line and
+    return its exit status; never a traceback. An exception group is judged by its first leaf.
+
+    - 2 (:data:`EXIT_ERROR`): what a person can fix: a policy or agent file that does not load (``ConfigError``:
+      one line per problem), a policy this machine cannot enforce, a worker or the session store that cannot
+      start (``SupervisorError``), a file that cannot be read or made (``OSError``);
+    - 130: interrupted (Ctrl-C);
+    - 70 (:data:`EXIT_INTERNAL`): anything else, a bug: its type and message on the line.
+
+    ``call``'s own statuses (0 passed, 1 the tool failed, 2 error) come from the result, never from here: an
+    exception is never a tool's failure.
+    """
+    leaf = first_leaf(exc) if isinstance(exc, BaseExceptionGroup) else exc
+    if isinstance(leaf, KeyboardInterrupt):
         return 130
-    except BaseExceptionGroup as group:
-        leaf = first_leaf(group)
-        if isinstance(leaf, ConfigError | SupervisorError):
-            return _fail(str(leaf))
-        return _fail(f"internal error: {type(leaf).__name__}: {leaf}", EXIT_INTERNAL)
-    except OSError as exc:
-        return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+    if isinstance(leaf, ConfigError | SupervisorError):
+        return _fail(str(leaf))
+    if isinstance(leaf, OSError):
+        return _fail(f"{leaf.strerror or leaf}: {leaf.filename or ''}".rstrip(": "))
+    first = (str(leaf).splitlines() or [""])[0][:2000]
+    return _fail(f"internal error: {type(leaf).__name__}: {first} (a bug: please report it)", EXIT_INTERNAL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status (a usage error: 2, from argparse)."""
+    args = _parser().parse_args(argv)
+    try:
+        return _command(args)
+    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:  # the one boundary: one line, its status
+        return error_status(exc)
 
 
 if __name__ == "__main__":

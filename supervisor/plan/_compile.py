@@ -54,6 +54,7 @@ from ._credential_values import load_credentials
 from ._host_view import HostView
 from ._identities import WorkerIdentity, assign_identities
 from ._kinds import kind_plan
+from ._mcp_args import canonical_rule_path, outside_message, paths_outside
 from ._tls_termination import ca_file_path, termination_env, write_ca_file
 from ._writable_agents import file_writers, writers_text
 
@@ -133,6 +134,9 @@ class CompiledPolicy:
     runtime_dir: str | None = None
     #: the interpreter of every spec's launcher command
     python: str = ""
+    #: ``(registry directory, state id)`` where this state dir's uids are claimed host-wide (``None``: no uids, or
+    #: not prepared): a running supervisor holds it (``_uid_registry.UidHold``) so ``uids release`` refuses
+    uid_claim: tuple[str, str] | None = None
 
 
 def _load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str, str]:
@@ -243,6 +247,12 @@ def plan_worker(
     for r in rules:
         merged[r.path] = WRITE if WRITE in (merged.get(r.path), r.mode) else READ
     rules = [FsRule(p, m) for p, m in merged.items()]
+    outside = paths_outside(grants.read_within, rules, canonical_rule_path)
+    if outside:
+        text = outside_message(outside, toolbox=tb.name, agent=tb.agent_slug, source=tb.source)
+        if policy.strict:
+            raise ToolboxRefused(text + ". A strict policy refuses a setting that cannot hold.")
+        warnings.append(text + "; it is passed to the server without a grant")
 
     env = policy.worker_env_for(tb.name, tb.agent_slug)
     env.update({"HOME": workdir, "TMPDIR": os.path.join(workdir, "tmp")})
@@ -432,6 +442,7 @@ def plan_worker(
         "rlimit_nproc": nproc,
         "rlimit_as": address_space,
         "start": overrides.start,
+        "spawn": overrides.spawn or policy.supervision.spawn,
     }
     view = _plan_view(
         policy.private_view,
@@ -470,6 +481,7 @@ def plan_worker(
         address_space_fallback=address_space_fallback,
         lazy=overrides.start == "lazy",
         tool_cache=tool_cache_path(state_dir, tb.agent_slug, tb.name) if overrides.start == "lazy" else None,
+        fresh_exec=overrides.spawn == "launcher",
         warnings=warnings,
         report={**report, "warnings": warnings},
     )
@@ -663,12 +675,16 @@ def compile_policy(
     state_dir: str | None = None,
     prepare: bool = True,
     staged: StagedCode | None = None,
+    command_values: Mapping[str, str] | None = None,
 ) -> CompiledPolicy:
     """Compile ``config``; with ``prepare`` also stage code (unless ``staged`` says where :func:`stage_code` staged
     it, for the same state directory), create folders and record new identities in the state dir's table. Raises
     :class:`PolicyRefused`, or ``ConfigError`` (a bare toolbox key of two agents, an agent slug bound to another
-    file)."""
+    file). ``command_values``: the outputs of the policy's credential commands (``run_credential_commands``, awaited
+    first: this function runs no program); ``None`` without ``prepare`` (``check``) leaves them unrun."""
     policy = config.policy
+    if prepare and command_values is None and any(c.source.command for c in policy.credentials.values()):
+        raise ValueError("compile_policy(prepare=True) needs the credential commands' values (command_values)")
     python = python or sys.executable
     state_dir = os.path.abspath(state_dir or policy.state_dir)
     root = os.geteuid() == 0
@@ -693,7 +709,7 @@ def compile_policy(
     _check_toolbox_keys(config)
     if not root and config.toolboxes():
         warnings.append(ROOTLESS_WARNING.format(uid=os.geteuid()))
-    credentials = load_credentials(policy.credentials, run_commands=prepare)  # check runs no program
+    credentials = load_credentials(policy.credentials, command_values=command_values)  # runs no program
     if not prepare:
         warnings += [
             f"credentials.{name}: its command source is not run by check (nothing starts); the supervisor runs it "
@@ -816,4 +832,7 @@ def compile_policy(
         load_errors=load_errors,
         runtime_dir=runtime_dir if prepare and staging_error is None else None,
         python=python,
+        uid_claim=(assigned.registry, assigned.state_id)
+        if prepare and assigned.registry is not None and assigned.state_id is not None
+        else None,
     )
