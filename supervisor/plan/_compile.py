@@ -46,6 +46,8 @@ from ._ceilings import (
     caps_report,
     ceiling_refusals,
     class_refusals,
+    method_cap,
+    method_refusals,
     subagent_slugs,
     tenant_reach,
 )
@@ -272,6 +274,8 @@ def plan_worker(
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
     capabilities = cfg.get("Capabilities") or () if tb.kind in ("system", "developer") else ()
     past = ceiling_refusals(tb.allowed_hosts, capabilities, bounds)
+    http_methods = method_cap(bounds) if tb.kind in ("openapi", "postgrest") else None
+    past += method_refusals(cfg.get("AllowedMethods") or (), bounds) if tb.kind == "postgrest" else []
     if past:
         raise ToolboxRefused("; ".join(past))
     closed = class_refusals(
@@ -376,6 +380,8 @@ def plan_worker(
                 "env": env,
                 "allowed_hosts": list(hosts),
                 "base_dir": os.path.dirname(tb.agent_file),
+                # the ceilings' HTTP methods (OpenAPI, PostgREST): tools of other methods are not offered
+                "http_methods": http_methods,
             },
         },
         "workdir": workdir,
