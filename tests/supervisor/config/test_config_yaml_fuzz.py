@@ -153,6 +153,7 @@ def test_the_base_files_pass(sandbox_tmp: Path) -> None:
     assert _check(sandbox_tmp / "policy.yaml") == ""
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_raw_yaml_scalars_anywhere_are_accepted_or_refused_with_a_message(sandbox_tmp: Path, data: Any) -> None:
