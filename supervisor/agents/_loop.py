@@ -56,8 +56,7 @@ from supervisor.calls import (
     trace_exhaustion,
 )
 from supervisor.plan import agent_bounds, model_host_refusals, tenant_reach
-from toolboxes._progress import ProgressUpdate
-from toolboxes._result import Attachment, ToolResult
+from toolboxes import Attachment, ProgressUpdate, ToolResult
 
 from ._llm import (
     ChatClient,

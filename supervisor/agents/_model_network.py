@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from sandbox._egress_decide import Resolver, default_resolve, shown_host
-from sandbox._hosts import AllowedHosts, HostError, HostRule, normalize_host
+from sandbox import AllowedHosts, HostError, HostRule, Resolver, default_resolve, normalize_host, shown_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sandbox._hosts import Host
+    from sandbox import Host
     from supervisor.config import AgentLoop
 
 __all__ = ["ModelAccess", "ModelEndpointRefused", "ModelHttp", "model_endpoint"]

@@ -43,8 +43,8 @@ from ._errors import ConfigError, ConfigProblem
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from sandbox._predicates import PathPredicate
-    from toolboxes._kinds import ToolboxKind
+    from sandbox import PathPredicate
+    from toolboxes import ToolboxKind
 
 __all__ = ["LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 

@@ -27,9 +27,16 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
-from sandbox._hosts import HostError, HostRule, parse_cname_targets
-from sandbox._predicates import TAGS as PREDICATE_TAGS
-from sandbox._predicates import PathPredicate, PredicateError, parse_predicate, predicate_to_json
+from sandbox import (
+    PREDICATE_TAGS,
+    HostError,
+    HostRule,
+    PathPredicate,
+    PredicateError,
+    parse_cname_targets,
+    parse_predicate,
+    predicate_to_json,
+)
 
 from ._errors import problem
 

@@ -19,14 +19,31 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._bridge import BridgePorts, worker_network_env
-from sandbox._cgroups import CgroupLayout, CgroupPlan, plan_cgroup, read_layout
-from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, reown_tree
-from sandbox._hosts import AllowedHosts, HostError
-from sandbox._landlock import landlock_abi
-from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, ConfinementPlan, FsRule, Rlimits, ViewSpec
-from sandbox._syspaths import python_runtime_paths, uid_can_read
-from sandbox._tls_ca import supervisor_ca
+from sandbox import (
+    NEUTRAL_HOSTNAME,
+    READ,
+    WRITE,
+    AllowedHosts,
+    BridgePorts,
+    CgroupLayout,
+    CgroupPlan,
+    ConfinementPlan,
+    FsRule,
+    HostError,
+    Rlimits,
+    ViewSpec,
+    ensure_dir,
+    ensure_path,
+    landlock_abi,
+    open_anchor,
+    plan_cgroup,
+    python_runtime_paths,
+    read_layout,
+    reown_tree,
+    supervisor_ca,
+    uid_can_read,
+    worker_network_env,
+)
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError, ConfigProblem, LoadedConfig, Supervision, ToolboxConfig, display_path
 from supervisor.workers import (
@@ -60,7 +77,7 @@ from ._writable_agents import file_writers, writers_text
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from sandbox._credentials import Credential
+    from sandbox import Credential
 
     from ._skill_sources import GitSource
 
@@ -195,7 +212,7 @@ def plan_worker(
 
     fs_report: dict[str, Any] | None = None
     if tb.file_sandbox is not None:
-        from sandbox._fs_compile import compile_predicate
+        from sandbox import compile_predicate
 
         mode = WRITE if kind.writes_files(cfg) else READ
         comp = compile_predicate(tb.file_sandbox.predicate, mode)
@@ -503,7 +520,7 @@ def _plan_view(
     """
     if not enabled:
         return None
-    from sandbox._view_plan import PathInfo, ViewError, plan_view, view_files
+    from sandbox import PathInfo, ViewError, plan_view, view_files
 
     def probe(path: str) -> PathInfo:
         found = host.probe(path)

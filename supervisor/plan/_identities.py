@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._dirfd import open_anchor
+from sandbox import open_anchor
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError, ConfigProblem
 

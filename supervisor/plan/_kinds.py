@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._plan import READ, FsRule
+from sandbox import READ, FsRule
 from supervisor._errors import PolicyRefused
 from supervisor.config import Policy, ToolboxConfig
 from supervisor.sessions import introspection_problem
 
 if TYPE_CHECKING:
-    from sandbox._path_walk import Judge
+    from sandbox import Judge
 
 from ._mcp_executable import plan_server_files, worker_writable_judge
 from ._skill_sources import GitSource, plan_git_sources

@@ -36,18 +36,26 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from sandbox._dirfd import open_anchor, open_dir, seal_tree
-from sandbox._egress_decide import no_own_ports
-from sandbox._hosts import HostError, normalize_host
-from sandbox._plan import READ, WRITE, FsRule
-from sandbox._syspaths import python_runtime_paths
-from sandbox._tls_ca import SupervisorCA, supervisor_ca
+from sandbox import (
+    READ,
+    WRITE,
+    FsRule,
+    HostError,
+    SupervisorCA,
+    no_own_ports,
+    normalize_host,
+    open_anchor,
+    open_dir,
+    python_runtime_paths,
+    seal_tree,
+    supervisor_ca,
+)
 from supervisor.workers import ConfinedOutcome, run_confined
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from sandbox._credentials import Credential
+    from sandbox import Credential
 
 __all__ = [
     "CLONE_TIMEOUT_S",
