@@ -21,9 +21,9 @@ from supervisor.plan._identities import (
     TooManyWorkers,
     WorkerIdentity,
     _slot,
-    assign_identities,
     plan_identities,
 )
+from supervisor.plan._identity_store import assign_identities
 from tests._policies import agent, system_toolbox, write_policy
 
 FIRST = 3_000_000_000
@@ -68,7 +68,7 @@ def test_a_slug_belongs_to_the_file_that_claimed_it_first() -> None:
 
 def test_two_processes_allocating_at_once_get_distinct_numbers(tmp_path: Path) -> None:
     code = (
-        "import sys, json; from supervisor.plan._identities import assign_identities; "
+        "import sys, json; from supervisor.plan._identity_store import assign_identities; "
         "ids = assign_identities(sys.argv[1], {}, [f'{sys.argv[2]}/tb{i}' for i in range(40)], first=7000, "
         "count=200, persist=True).workers; print(json.dumps({k: v.uid for k, v in ids.items()}))"
     )
