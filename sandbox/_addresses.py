@@ -184,7 +184,7 @@ def _single_verdict(
             return False, f"{ip} is a loopback address; only the entries localhost, 127.0.0.1 or ::1 reach it"
         if not rules.loopback:
             return False, (
-                f"{ip} is the host's loopback, which the policy does not open to this toolbox (an agent file "
+                f"{ip} is the host's loopback, which the policy does not open to {rules.subject} (an agent file "
                 f"cannot open it); the operator's key that opens it: {rules.opener('allow_loopback')}: true"
             )
         return True, ""
@@ -200,9 +200,10 @@ def _single_verdict(
     if kind == "private":
         if any(ip in net for net in rules.private_networks if net.version == ip.version):
             return True, ""
+        shared = f" (or {rules.shared_key}.allow_private_ranges)" if rules.shared_key else ""
         return False, (
-            f"{ip} is in a private range, which the policy does not open to this toolbox (an agent file, even "
+            f"{ip} is in a private range, which the policy does not open to {rules.subject} (an agent file, even "
             f"naming the address, cannot open it); the operator's key that opens it: "
-            f"{rules.opener('allow_private_ranges')}: [{ipaddress.ip_network(ip)}] (or network.allow_private_ranges)"
+            f"{rules.opener('allow_private_ranges')}: [{ipaddress.ip_network(ip)}]{shared}"
         )
     return True, ""

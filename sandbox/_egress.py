@@ -59,6 +59,7 @@ from sandbox._egress_decide import (
     limited_resolver,
     local_addresses,
     no_own_ports,
+    own_host_refusal,
     shown_host,
 )
 from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES
@@ -273,9 +274,8 @@ class _Connection:
                     await sock.connect((str(ip), port))
                 if scope.cancelled_caught:
                     raise OSError(errno.ETIMEDOUT, "connect timed out")
-                local, peer = sock.getsockname()[0], sock.getpeername()[0]
-                if local == peer and not ip.is_loopback:
-                    raise _Refusal(403, f"{ip} is an address of the supervisor's own host")
+                if refused := own_host_refusal(sock, ip):
+                    raise _Refusal(403, refused)
             except OSError as exc:
                 sock.close()
                 errors.append(f"{ip}: {exc.strerror or exc}")

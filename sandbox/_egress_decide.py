@@ -12,6 +12,7 @@ import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 import trio
@@ -32,6 +33,7 @@ __all__ = [
     "limited_resolver",
     "local_addresses",
     "no_own_ports",
+    "own_host_refusal",
     "shown_host",
 ]
 
@@ -146,6 +148,15 @@ class Decision:
     not_found: bool = False
 
 
+def own_host_refusal(sock: Any, ip: IPAddress) -> str:
+    """Why a connection just made to ``ip`` must be dropped: it reached the supervisor's own host (local and remote
+    address are one) through an address that is not loopback (a route the address rules could not see); empty when
+    it may be used. ``sock``: the connected socket (``getsockname``/``getpeername``)."""
+    if not ip.is_loopback and sock.getsockname()[0] == sock.getpeername()[0]:
+        return f"{ip} is an address of the supervisor's own host"
+    return ""
+
+
 def shown_host(host: str | IPAddress) -> str:
     """``host`` as written in a URL: an IPv6 address in brackets."""
     return f"[{host}]" if isinstance(host, ipaddress.IPv6Address) else str(host)
@@ -225,7 +236,7 @@ async def decide(
             ok = False
             why = (
                 f"{shown_host(ip)}:{port} is a socket of the supervisor itself (its HTTP frontend): never "
-                "reachable from a worker, whatever the policy opens"
+                "dialled for a worker or a model request, whatever the policy opens"
             )
         if ok:
             allowed.append(ip)

@@ -343,6 +343,10 @@ class AllowedHosts:
             and ``::1`` reach it (never a name that resolves there). Without it they reach nothing.
         policy_key: where the policy opens this toolbox's address classes (``toolboxes.<agent>/<name>``), for
             the refusals to name.
+        subject: what these rules are for, as the refusals name it (``this toolbox``; ``model endpoints`` for the
+            agent loops' model requests, ``supervisor/agents/_model_network.py``).
+        shared_key: the policy section that opens an address class for every toolbox too (``network``), named
+            beside ``policy_key`` in a refusal; empty when there is none.
     """
 
     rules: tuple[HostRule, ...] = ()
@@ -351,6 +355,8 @@ class AllowedHosts:
     cname_any: bool = False
     loopback: bool = False
     policy_key: str = ""
+    subject: str = "this toolbox"
+    shared_key: str = "network"
 
     @classmethod
     def parse(

@@ -12,11 +12,12 @@
    supervisor's own.
 
 Every policy is ``policies/strict.yaml`` (every protection on) with bounds the benchmark does not run into
-(:func:`policy`). Rows 0, 1 and 3 are measured for each ``--spawn`` mode (``supervision.spawn``: zygote, launcher)
-side by side in the same run, alternating. ``scripts/bench`` calls these functions for issue 18's rows 5, 7, 8 and 9
-and for the scaling curves. Prints markdown tables (with the load average before and after, since the machine may be
-shared) that BENCHMARKS.md copies. Usage: ``scripts/bench_scale.py [--calls N] [--idle 10,100,1000]
-[--starts 8,32,100] [--spawn zygote,launcher] [--spawns 20] [--toolboxes 1,10,100 | --toolboxes ""]``.
+(:func:`policy`). Rows 0, 1 and 3 are measured for each ``--spawn`` mode (``supervision.spawn``: zygote, launcher;
+or ``fresh``: the zygote serving, every toolbox's ``spawn: launcher``) side by side in the same run, alternating.
+``scripts/bench`` calls these functions for issue 18's rows 5, 7, 8 and 9 and for the scaling curves. Prints
+markdown tables (with the load average before and after, since the machine may be shared) that BENCHMARKS.md copies.
+Usage: ``scripts/bench_scale.py [--calls N] [--idle 10,100,1000] [--starts 8,32,100] [--spawn zygote,launcher]
+[--spawns 20] [--toolboxes 1,10,100 | --toolboxes ""]``.
 """
 
 from __future__ import annotations
@@ -44,15 +45,19 @@ from supervisor.workers import Worker  # noqa: E402
 def policy(n: int, spawn: str = "zygote") -> Path:
     """strict.yaml (every protection on) with ``n`` System toolboxes ``s0`` ... (tools ``system_s<i>_date``) in a
     fresh folder, and bounds a benchmark does not run into: 256 calls in flight per worker (256 callers may all be on
-    one toolbox; strict's default is 4) and per session, no bound on calls per session."""
+    one toolbox; strict's default is 4) and per session, no bound on calls per session. ``spawn``: the policy's
+    ``supervision.spawn``, or ``fresh``: ``zygote`` with every toolbox's ``spawn: launcher`` (a fresh exec each,
+    the per-toolbox override)."""
     root = bench_folder()
     agent = agent_file(root, builtinToolboxes=[system_toolbox(f"s{i}") for i in range(n)])
+    fresh = {"toolboxes": {f"s{i}": {"spawn": "launcher"} for i in range(n)}} if spawn == "fresh" else {}
     return write_policy(
         root,
         [agent],
         limits={"max_concurrent_calls": 256},
         sessions={"max_calls": None, "max_concurrent_calls": 256},
-        supervision={"spawn": spawn},
+        supervision={"spawn": "zygote" if spawn == "fresh" else spawn},
+        **fresh,
     )
 
 
@@ -168,7 +173,7 @@ async def main() -> None:
     parser.add_argument("--idle", default="10,100")
     parser.add_argument("--toolboxes", default="1,10,100")
     parser.add_argument("--callers", default="1,16,256")
-    parser.add_argument("--spawn", default="zygote,launcher", help="supervision.spawn modes, side by side")
+    parser.add_argument("--spawn", default="zygote,launcher", help="supervision.spawn modes (or fresh), side by side")
     parser.add_argument("--spawns", type=int, default=20, help="starts for the spawn-until-it-answers median")
     args = parser.parse_args()
     modes = args.spawn.split(",")

@@ -29,6 +29,7 @@ listed in :data:`RESTART_ONLY`: a reload that changes them says so and leaves th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -38,7 +39,7 @@ import trio
 
 from supervisor.calls import BudgetPolicy, SessionLimits
 from supervisor.config import expand_agents, load_config
-from supervisor.plan import compile_policy, prepare_git_sources
+from supervisor.plan import compile_policy, prepare_git_sources, run_credential_commands
 from supervisor.traces import TraceRecorder, open_otel
 
 from ._errors import first_leaf
@@ -93,8 +94,10 @@ class ReloadParticipant(Protocol):
 
 def spec_fingerprint(spec: WorkerSpec) -> str:
     """What decides whether a toolbox's worker can be kept: its whole compiled spec (as compiled, before the
-    supervisor drops failed git sources from it)."""
-    return repr(spec)
+    supervisor drops failed git sources from it), its credentials' values too (a digest: ``repr`` leaves them out),
+    so a rotated secret restarts the workers granted it."""
+    values = hashlib.sha256("\0".join(c.value for c in spec.credentials).encode()).hexdigest()
+    return f"{spec!r} credential values {values}"
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,8 @@ def _compile(source: tuple[str, list[str], str | None], running_state_dir: str) 
     if problem is not None:
         raise ReloadRefused(problem)
     tree = expand_agents(config)
-    compiled = compile_policy(tree.config, python=sys.executable, state_dir=running_state_dir)
+    commands = trio.from_thread.run(run_credential_commands, tree.config.policy.credentials)  # on the loop
+    compiled = compile_policy(tree.config, python=sys.executable, state_dir=running_state_dir, command_values=commands)
     return tree, compiled
 
 

@@ -42,12 +42,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 import trio
 
 from sandbox._cgroups import sweep_stale_cgroups
-from sandbox._egress_decide import OwnListeners
-from supervisor.agents import AgentRunner, AgentService
+from sandbox._egress_decide import OwnListeners, Resolver, default_resolve
+from supervisor.agents import AgentRunner, AgentService, ModelHttp
 from supervisor.calls import (
     AttachmentStore,
     BudgetPolicy,
@@ -74,6 +73,7 @@ from supervisor.plan import (
     compile_policy,
     kind_plan,
     prepare_git_sources,
+    run_credential_commands,
     stage_code,
     worker_modules,
 )
@@ -149,25 +149,6 @@ def _launch_zygote(config: LoadedConfig, staged: StagedCode) -> Zygote | None:
     return zygote
 
 
-class _ModelHttp:
-    """The agent loops' HTTP client, made at the first model request (its TLS context, the CA bundle parsed, and
-    httpx's transport imports are 50-150 ms of CPU, which a supervisor whose loops never run need not pay at
-    start), closed with the supervisor."""
-
-    def __init__(self) -> None:
-        self._client: httpx.AsyncClient | None = None
-
-    def __call__(self) -> httpx.AsyncClient:
-        if self._client is None:
-            # No proxies from the environment, no httpx timeouts (the agent loop bounds each request itself).
-            self._client = httpx.AsyncClient(timeout=None, trust_env=False, follow_redirects=False)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-
-
 async def _discard(zygote: Zygote | None) -> None:
     """Stop a zygote :func:`_launch_zygote` launched (a no-op once its spawner closed it)."""
     if zygote is not None:
@@ -184,7 +165,8 @@ class Supervisor:
         *,
         tree: AgentTree | None = None,
         sessions: SessionStore | None = None,
-        http: Callable[[], httpx.AsyncClient] | None = None,
+        http: ModelHttp | None = None,
+        own_listeners: OwnListeners | None = None,
     ) -> None:
         self.compiled = compiled
         self.config: LoadedConfig = compiled.config
@@ -214,7 +196,8 @@ class Supervisor:
         )
         self.runners: list[ToolboxRunner] = []
         #: the ports the supervisor itself listens on (its HTTP frontend sets them): never dialled by an egress proxy
-        self.own_listeners = OwnListeners()
+        #: or a model request
+        self.own_listeners = own_listeners if own_listeners is not None else OwnListeners()
         #: the session store (``<state_dir>/sessions.sqlite3``); ``None``: sessions are not kept
         self.sessions = sessions
         #: frontends' session names -> root sessions of the store, per agent
@@ -283,6 +266,7 @@ class Supervisor:
         agents: Sequence[str] = (),
         state_dir: str | None = None,
         start: Literal["all", "on_demand"] = "all",
+        model_resolve: Resolver = default_resolve,
     ) -> AsyncIterator[Supervisor]:
         """Load ``policy`` (a path or an already loaded config), start every worker, yield the supervisor.
 
@@ -291,7 +275,9 @@ class Supervisor:
         toolboxes that could serve it (by the naming rule, SPEC.md section 2; every toolbox of the caller's agent
         when the rule cannot tell), and so does each call made through the portal in turn (a Lua toolbox's
         ``tools.call``, a sub-agent's tools): what one call needs, not the whole policy (``agents-supervise call``).
-        Tools listings then show only the started toolboxes' tools.
+        Tools listings then show only the started toolboxes' tools. ``model_resolve`` resolves the names of model
+        endpoints (default: the system's resolver, each name as an absolute name); the addresses it answers are
+        judged by the address rules as always (``supervisor/agents/_model_network.py``).
 
         Raises, before any worker starts:
             ConfigError: the policy or an agent file does not load (``load_config``, ``expand_agents``), a bare
@@ -311,7 +297,10 @@ class Supervisor:
         # CPU) while this process compiles the policy and opens the trace and the store.
         zygote = _launch_zygote(tree.config, staged)
         try:
-            compiled = compile_policy(tree.config, python=sys.executable, state_dir=state_dir, staged=staged)
+            commands = await run_credential_commands(tree.config.policy.credentials)
+            compiled = compile_policy(
+                tree.config, python=sys.executable, state_dir=state_dir, staged=staged, command_values=commands
+            )
             trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
         except BaseException:
             await _discard(zygote)
@@ -328,8 +317,9 @@ class Supervisor:
             trace.close()
             await _discard(zygote)
             raise
-        http = _ModelHttp()
-        sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http)
+        own_listeners = OwnListeners()
+        http = ModelHttp(own_listeners.ports, model_resolve)
+        sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http, own_listeners=own_listeners)
         sup.start_mode = start
         sup.otel = otel
         sup.reload_source = (config.policy_file, list(agents), state_dir)
@@ -382,9 +372,10 @@ class Supervisor:
         launcher chosen as the fallback, when this returns); it lives as long as ``nursery``. ``launched``: the
         zygote :meth:`open` launched before compiling (:func:`_launch_zygote`), which this waits for."""
         c = self.compiled
-        if self.config.policy.supervision.spawn != "zygote" or not c.specs or c.runtime_dir is None:
+        forked = [spec for spec in c.specs if not spec.fresh_exec]  # (toolboxes.<name>.spawn: launcher are not)
+        if self.config.policy.supervision.spawn != "zygote" or not forked or c.runtime_dir is None:
             return
-        modules = preload_modules((spec.plan.entry, spec.kind) for spec in c.specs)
+        modules = preload_modules((spec.plan.entry, spec.kind) for spec in forked)
         if launched is not None and (launched.code_root, launched.python) != (c.runtime_dir, c.python):
             launched = None  # (never: the same staged code and interpreter) open() closes it
         spawner = ZygoteSpawner(
@@ -465,7 +456,9 @@ class Supervisor:
         per CPU for launchers and more when the zygote would fork every one of them now (a fork costs a tenth of a
         launcher's CPU)."""
         c = self.compiled
-        if all(self.spawner.forks(r.spec.argv, env=r.spec.env, cwd=r.spec.cwd) for r in runners):
+        if all(
+            not r.spec.fresh_exec and self.spawner.forks(r.spec.argv, env=r.spec.env, cwd=r.spec.cwd) for r in runners
+        ):
             return c.zygote_parallel_starts
         return c.parallel_starts
 

@@ -50,6 +50,13 @@ def agent(slug: str = "tester", **keys: Any) -> dict[str, Any]:
     return {"tag": "OpenAIAgentDescription", "contents": contents}
 
 
+def local_model(loop: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An ``agent_loop`` section (``loop``'s keys) that opens the host's loopback to model endpoints: the tests' model
+    is a scripted server on 127.0.0.1 (``tests/supervisor/_model_server.py``: the model is the one part that cannot
+    be real here), which the address rules refuse unless the policy opens it, as an operator's local model is."""
+    return {**(loop or {}), "allow_loopback": True}
+
+
 def write_policy(root: Path, agents: dict[str, dict[str, Any]], **policy: Any) -> Path:
     """Write agent files ``<root>/<name>.json`` and ``<root>/policy.yaml`` naming them; return the policy path.
 

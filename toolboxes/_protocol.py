@@ -13,6 +13,11 @@ worker -> supervisor:
     the worker wants made on behalf of call ``call``), ``host {id, call, op, args}``, ``event {event}``,
     ``tools_changed {tools, load_errors}``.
 
+A WASM toolbox and its executor processes (``toolboxes/wasm/_executor.py``) speak the same frames, directions
+``to_executor`` (``setup {...}`` once, then ``check {key, ticks}`` and ``call {key, ticks, data, log_path}``, each
+with ``compiled`` the first time an executor needs that component) and ``from_executor`` (``ready {}`` after the
+setup, ``answer {...}`` per request, ``failed {error}`` when the setup or a request cannot be done).
+
 A ``tool`` entry is ``{name, description, input_schema}`` plus optional ``annotations``, ``hints`` (MCP tool
 annotations) and ``output_schema``. Names are the toolbox's own;
 the supervisor maps them to public names.
@@ -61,7 +66,18 @@ _TO_SUPERVISOR: dict[str, tuple[str, ...]] = {
     "event": ("event",),
     "tools_changed": ("tools",),
 }
-DIRECTIONS = {"to_worker": _TO_WORKER, "to_supervisor": _TO_SUPERVISOR}
+_TO_EXECUTOR: dict[str, tuple[str, ...]] = {
+    "setup": ("max_memory", "copy_on_write", "file_size", "preopens", "env", "network"),
+    "check": ("key", "ticks"),
+    "call": ("key", "ticks"),
+}
+_FROM_EXECUTOR: dict[str, tuple[str, ...]] = {"ready": (), "answer": (), "failed": ("error",)}
+DIRECTIONS = {
+    "to_worker": _TO_WORKER,
+    "to_supervisor": _TO_SUPERVISOR,
+    "to_executor": _TO_EXECUTOR,
+    "from_executor": _FROM_EXECUTOR,
+}
 
 
 class ProtocolError(Exception):
@@ -141,7 +157,8 @@ READ_SIZE = 64 * 1024
 
 
 class FrameDecoder:
-    """Incremental decoder of frames for one direction (``"to_worker"`` or ``"to_supervisor"``).
+    """Incremental decoder of frames for one direction (``"to_worker"``, ``"to_supervisor"``, ``"to_executor"`` or
+    ``"from_executor"``).
 
     Its buffer starts at :data:`READ_SIZE` and grows for a larger frame (up to ``max_frame_bytes``); once it has
     taken more than that since it was made and holds no partial frame, it is made again, so one large frame does

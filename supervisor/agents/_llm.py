@@ -17,7 +17,9 @@ An answer may carry the seed's ``continuation_id`` metadata key (the endpoint ho
 returned in :attr:`ChatReply.continuation_id`, and :meth:`ChatClient.complete` sends it back as the request's
 ``continuation_id`` field with only the new messages (the agent loop decides which, ``supervisor/agents/_loop.py``).
 The API key is sent only in the ``Authorization`` header; it is never part of an error message, a trace record or
-anything a worker sees. Timeouts are trio cancel scopes (the httpx client is built without its own timeouts).
+anything a worker sees. Redirects are never followed (a ``3xx`` is an HTTP error of the endpoint), and a connection
+the address rules refuse (:mod:`supervisor.agents._model_network`) is an error that is not transient, naming the
+policy key that would open it. Timeouts are trio cancel scopes (the httpx client is built without its own timeouts).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import trio
+
+from ._model_network import ModelEndpointRefused
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -379,7 +383,9 @@ class ChatClient:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         try:
-            async with self._http.stream("POST", self.url, json=payload, headers=headers) as response:
+            async with self._http.stream(
+                "POST", self.url, json=payload, headers=headers, follow_redirects=False
+            ) as response:
                 ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if response.status_code != 200:
                     raw = await _read_capped(response)
@@ -406,6 +412,8 @@ class ChatClient:
                         status=200,
                     )
                 return parse_completion(body)
+        except ModelEndpointRefused as exc:
+            raise ModelError(f"the policy refuses the model endpoint {self.url}: {exc}", transient=False) from exc
         except httpx.UnsupportedProtocol as exc:
             raise ModelError(
                 f"the model endpoint's URL cannot be used: {exc}; check modelUrl", transient=False

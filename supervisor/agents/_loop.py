@@ -24,6 +24,11 @@ Images a tool returns reach the model: after the step's tool messages, one ``use
 ``image_url`` parts with data URLs (:mod:`supervisor.agents._model_media`), each within ``context.images.max_bytes``;
 the tool message itself lists every attachment.
 
+Model endpoints are reached under the egress proxy's address rules (:mod:`supervisor.agents._model_network`):
+before its first request a loop checks its ``modelUrl`` against the ceilings' ``model_hosts`` (a refusal is its
+``error`` result, naming the key), and every connection is decided when it is made (loopback and private ranges
+only where ``agent_loop`` opens them, metadata and the supervisor's own ports never).
+
 Each loop is a session of its own in the session store, child of the caller's session, with its turns; the API key
 is resolved here, per loop, and goes nowhere but the request header (not into traces, sessions or workers).
 
@@ -50,6 +55,7 @@ from supervisor.calls import (
     budget_result,
     trace_exhaustion,
 )
+from supervisor.plan import agent_bounds, model_host_refusals, tenant_reach
 from toolboxes._progress import ProgressUpdate
 from toolboxes._result import Attachment, ToolResult
 
@@ -64,12 +70,11 @@ from ._llm import (
     resolve_api_key,
 )
 from ._model_media import attachment_label, image_parts
+from ._model_network import ModelAccess, ModelEndpointRefused, ModelHttp, model_endpoint
 from ._subagent_tool import subagent_tool
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-
-    import httpx
 
     from supervisor.calls import CallTreeBudget
     from supervisor.config import AgentLoop, AgentTree
@@ -146,7 +151,7 @@ class AgentService:
         registry: ToolRegistry,
         trace: TraceRecorder,
         sessions: SessionStore | None,
-        http: Callable[[], httpx.AsyncClient],
+        http: ModelHttp,
         bounds: AgentLoop,
         model_keys: Mapping[str, str],
         environ: Mapping[str, str] | None = None,
@@ -159,7 +164,7 @@ class AgentService:
         self.registry = registry
         self.trace = trace
         self.sessions = sessions
-        #: the HTTP client of model requests (called at each run: the supervisor makes it at the first)
+        #: the HTTP clients of model requests (each run takes the one of what the policy opens now)
         self.http = http
         self.bounds = bounds
         self.model_keys = model_keys
@@ -205,11 +210,16 @@ class AgentService:
         desc = agent.description
         if not desc.model_url or not desc.model_name:
             return ToolResult.error(f"agent {slug} cannot run: its file ({agent.file}) sets no modelUrl/modelName")
+        refused = self._endpoint_refusal(slug, desc.model_url)
+        if refused:
+            self.trace.record("model_refused", agent=slug, reason=refused[:500])
+            return ToolResult.error(f"agent {slug} cannot run: {refused}")
         try:
             key = resolve_api_key(desc.api_key_id, self.model_keys, self.environ)
         except ModelError as exc:
             return ToolResult.error(f"agent {slug} cannot run: {exc}")
-        client = ChatClient(self.http(), completion_url(desc.model_url), desc.model_name, key)
+        http = self.http.client(ModelAccess.from_policy(self.bounds))
+        client = ChatClient(http, completion_url(desc.model_url), desc.model_name, key)
         budget = origin.budget
         if budget is None:  # agents-supervise run: a root call of its own, its tree's budget starts now
             budget = self.portal.budgets.open(origin.tenant, trio.current_time())
@@ -259,6 +269,18 @@ class AgentService:
                 self.sessions.finish(session_id, status)
             self.portal.forget_session(session_id)  # a run's session is never used again: nothing kept of it
             self.trace.record("agent_end", agent=slug, session=session_id, status=status)
+
+    def _endpoint_refusal(self, slug: str, model_url: str) -> str:
+        """Why agent ``slug`` may not send requests to ``model_url`` at all: not an http(s) URL with a host, or past
+        a ceiling's ``model_hosts`` (``ceilings.<slug>``, ``ceilings."*"``, the ceiling of each tenant that
+        reaches it); empty when it may (the address rules then decide each connection)."""
+        try:
+            endpoint = model_endpoint(model_url)
+        except ModelEndpointRefused as exc:
+            return str(exc)
+        policy = self.tree.config.policy
+        bounds = agent_bounds(policy, slug, tenant_reach(policy, self.tree.subagents))
+        return "; ".join(model_host_refusals(endpoint, bounds))
 
     async def _loop(
         self,

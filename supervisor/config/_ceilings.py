@@ -40,7 +40,8 @@ def _capability(value: str) -> str:
 
 class Ceiling(_Model):
     """The most an agent file may grant: hosts its toolboxes' ``AllowedHosts`` (and OpenAPI/PostgREST and git
-    source hosts) may name, and System/Developer capabilities it may not enable."""
+    source hosts) may name, the model endpoint its ``modelUrl`` may name, and System/Developer capabilities it may
+    not enable."""
 
     allowed_hosts: list[Annotated[str, AfterValidator(_ceiling_host)]] | None = Field(
         default=None,
@@ -48,6 +49,12 @@ class Ceiling(_Model):
         "with an optional ':port' or ':first-last' ('*.example.com:443' covers 'api.example.com:443' and "
         "'*.eu.example.com:443'); '*': any name or address (the address rules still apply); [] = no network; "
         "null = no bound on hosts",
+    )
+    model_hosts: list[Annotated[str, AfterValidator(_ceiling_host)]] | None = Field(
+        default=None,
+        description="patterns the host and port of the agent file's modelUrl must fall within (the same syntax as "
+        "allowed_hosts: 'api.openai.com:443', 'localhost:11434', '*.example.com'; '*': any); [] = no model; null = no "
+        "bound. The address rules still apply: loopback and private ranges only where agent_loop opens them",
     )
     forbidden_capabilities: list[Annotated[str, AfterValidator(_capability)]] = Field(
         default=[],

@@ -290,6 +290,12 @@ class ToolboxPolicy(_Model):
         description="eager: the worker starts with the supervisor; lazy: on its first call, its "
         "tools listed until then from the supervisor's cache of its last list (or one start, then stopped)",
     )
+    spawn: Literal["launcher"] | None = Field(
+        default=None,
+        description="launcher: this toolbox's worker is a fresh exec (its own address layout, stack-canary seed "
+        "and Python hash seed; a zygote's forks share the zygote's), at the cost of an interpreter start at each "
+        "worker start; null: supervision.spawn",
+    )
     credentials: list[CredentialName] = Field(
         default=[],
         description="credentials (policy's credentials) the egress proxy adds to this toolbox's "
@@ -372,6 +378,19 @@ class AgentLoop(_Model):
     backoff_initial_s: float = Field(default=0.5, ge=0, description="wait before the first retry; doubles")
     backoff_max_s: float = Field(default=10.0, ge=0, description="longest wait between retries")
     request_timeout_s: float = Field(default=120.0, gt=0, description="wall time of one model request")
+    # What the policy opens to model endpoints (an agent file's modelUrl opens no address class): the same address
+    # rules as the egress proxy's (supervisor/agents/_model_network.py, docs/NETWORK.md "Model requests").
+    allow_loopback: bool = Field(
+        default=False,
+        description="model endpoints on the host's loopback (modelUrl host localhost, 127.0.0.1 or ::1: a local "
+        "model such as ollama) are reachable, for every agent; never the supervisor's own listening ports; bound "
+        "which agents may name them with ceilings.<slug>.model_hosts",
+    )
+    allow_private_ranges: list[Cidr] = Field(
+        default=[],
+        description="private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, ...) model endpoints may be "
+        "in, for every agent; an agent file's modelUrl opens none",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> AgentLoop:

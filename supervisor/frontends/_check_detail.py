@@ -64,6 +64,13 @@ def render_detail(report: dict[str, Any]) -> list[str]:
         if tb.get("tls_termination"):
             emit("  TLS: terminated by the egress proxy (the worker trusts the supervisor's CA only)")
         emit("  extended attributes: " + ("allowed (xattrs: true)" if tb.get("xattrs") else "refused (EOPNOTSUPP)"))
+        if tb.get("spawn") == "launcher":
+            emit("  process: a fresh exec by the launcher (its own address layout, stack-canary and hash seeds)")
+        elif tb.get("spawn") == "zygote":
+            emit(
+                "  process: forked by the zygote (address layout, stack-canary and hash seeds shared with the other "
+                "forked workers; toolboxes.<name>.spawn: launcher for a fresh exec)"
+            )
         emit("  " + (tb.get("cgroup") or "no cgroup (process and memory limits are the rlimits only)"))
         emit("  a call stopped by a limit is explained for: " + (", ".join(tb.get("limit_notes") or ()) or "none"))
         view = tb.get("view")

@@ -51,6 +51,7 @@ from supervisor.config import ConfigError
 
 from ._cli_agents import acting_agent, split_agents
 from ._cli_agents import check_slug as _check_slug
+from ._sd_notify import notify_or_warn, reloading_message
 
 __all__ = ["main"]
 
@@ -122,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
         "policy's first agent); over HTTP "
         "the endpoint /agents/<slug>/mcp picks the agent",
     )
+    init = sub.add_parser("init", help="write a starting policy and the example agents into a new folder")
+    init.add_argument("folder", help="a new or empty folder (made when missing)")
+    init.set_defaults(policy=None)
     hash_token = sub.add_parser("hash-token", help="print the policy form (sha256:...) of a token read on stdin")
     hash_token.set_defaults(policy=None)
     tools = sub.add_parser("tools", help="list the tools")
@@ -257,6 +261,7 @@ async def _serve(args: argparse.Namespace) -> int:
             if service is not None:
                 address = await nursery.start(service.run)
                 print(f"agents-supervise: serving MCP over HTTP at {address}/agents/<slug>/mcp", file=sys.stderr)
+                notify_or_warn(f"READY=1\nSTATUS=serving MCP over HTTP at {address}")  # workers started, listening
                 return 0  # serves until a signal ends the nursery
 
             async def serve() -> None:
@@ -266,6 +271,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 nursery.cancel_scope.cancel()  # EOF from the frontend: shut down cleanly
 
             nursery.start_soon(serve)
+            notify_or_warn(f"READY=1\nSTATUS=serving MCP over stdio to agent {agent}")
     return 0
 
 
@@ -284,6 +290,7 @@ async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None
             if signum == signal.SIGHUP:
                 nursery.start_soon(_reload, sup)
                 continue
+            notify_or_warn("STOPPING=1\nSTATUS=stopping: " + signal.Signals(signum).name)
             if http is not None and not http.app.draining and http.settings.drain_s > 0:
                 nursery.start_soon(drain_then_stop)
                 continue
@@ -292,7 +299,9 @@ async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None
 
 
 async def _reload(sup: Any) -> None:
+    notify_or_warn(reloading_message())
     outcome = await sup.reload()
+    notify_or_warn("READY=1\nSTATUS=" + outcome.describe()[:500])
     print(f"agents-supervise: {outcome.describe()}", file=sys.stderr, flush=True)
     if outcome.refused is None:
         for w in outcome.warnings:
@@ -468,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("hash-token reads the token on its standard input (one line)")
         print(hash_token(token))
         return 0
+    if command == "init":
+        from ._cli_init import run_init
+
+        return run_init(args.folder)
     if command == "check-tool-call":
         try:
             return _check_tool_call(args)

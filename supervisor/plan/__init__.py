@@ -4,10 +4,12 @@ The interface, in the order a start or a reload calls it:
 
 - ``stage_code(config, state_dir=...) -> StagedCode`` (an effect: the state dir made, the worker code copied into
   it; a zygote can start on it at once). Its failure is not raised: every toolbox's load error.
-- ``read_host_facts(config, state_dir=..., run_commands=...) -> HostFacts``: everything planning needs of the host,
-  read once (the supervisor's uid, Landlock ABI, cgroup layout, agent files' owners, the identity table and uid
-  registry as they are, the credentials' values, the supervisor's CA); nothing is made, changed or run unless
-  ``run_commands`` (the credentials' ``command:`` sources). ``check`` never sets it.
+- ``await run_credential_commands(policy.credentials) -> command_values``: the credentials' ``command:`` sources
+  run through the supervisor's one child runner (the trio loop serves meanwhile). ``check`` never calls it.
+- ``read_host_facts(config, state_dir=..., command_values=...) -> HostFacts``: everything planning needs of the
+  host, read once (the supervisor's uid, Landlock ABI, cgroup layout, agent files' owners, the identity table and
+  uid registry as they are, the credentials' values, the supervisor's CA); nothing is made, changed or run
+  (``command_values`` ``None``: the command sources' values stay unresolved, as ``check`` shows them).
 - ``plan_policy(config, facts, python=..., staged=...) -> PolicyPlan`` (pure): ``PolicyPlan.compiled`` is the
   ``CompiledPolicy`` (specs, warnings, load errors) the supervisor runs; raises ``ConfigError`` or
   ``PolicyRefused`` for what cannot start. Tests make facts of their own (``dataclasses.replace``) and plan
@@ -18,15 +20,18 @@ The interface, in the order a start or a reload calls it:
   ``AppliedPlan.rollback()`` takes back the folders and CA file it made (identity records stay: a number is never
   given twice). Raises ``IdentitiesChanged`` (read the facts and plan again; nothing recorded) when another
   supervisor recorded identities since the facts were read.
-- ``plan_and_apply(config, python=..., staged=...) -> AppliedPlan``: the three above with the retry;
+- ``plan_and_apply(config, python=..., staged=..., command_values=...) -> AppliedPlan``: facts, plan and apply
+  with the retry;
   ``compile_policy(config, prepare=...)`` returns its ``compiled`` (``prepare=False``: facts and plan only, what
   ``check`` shows).
 - Then ``prepare_git_sources`` clones the skills' git sources of the started supervisor (async).
 """
 
 from ._apply import AppliedPlan, apply_plan
+from ._ceilings import agent_bounds, model_host_refusals, tenant_reach
 from ._compile import compile_policy, plan_and_apply, stage_code, worker_modules
 from ._compiled import CompiledPolicy, StagedCode
+from ._credential_values import run_credential_commands
 from ._host_facts import HostFacts, read_host_facts
 from ._identities import IdentitiesChanged
 from ._identity_store import rebind_agent
@@ -46,15 +51,19 @@ __all__ = [
     "KindPlan",
     "PolicyPlan",
     "StagedCode",
+    "agent_bounds",
     "apply_plan",
     "compile_policy",
     "kind_plan",
     "launcher_refusals",
+    "model_host_refusals",
     "plan_and_apply",
     "plan_policy",
     "prepare_git_sources",
     "read_host_facts",
     "rebind_agent",
+    "run_credential_commands",
     "stage_code",
+    "tenant_reach",
     "worker_modules",
 ]

@@ -11,8 +11,10 @@ refusals of what an agent file asks past it (pure: no file, no socket).
 - **Ceilings** (``ceilings.<slug>``, ``ceilings."*"``, ``tenants.<name>.ceiling``, ``config/_ceilings.py``):
   every host an agent file grants a toolbox must fall within each ceiling's ``allowed_hosts``, and no capability it
   enables may be in a ``forbidden_capabilities``; otherwise the toolbox does not load (whatever ``strict`` says: the
-  operator wrote the ceiling), and the load error names the key. A tenant's ceiling bounds the agents it may use and
-  every sub-agent they reach (a sub-agent's tools are the tenant's reach too).
+  operator wrote the ceiling), and the load error names the key. The agent file's ``modelUrl`` must fall within
+  each ``model_hosts`` (:func:`model_host_refusals`, checked by the agent loop before its first model request). A
+  tenant's ceiling bounds the agents it may use and every sub-agent they reach (a sub-agent's tools are the
+  tenant's reach too).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "caps_report",
     "ceiling_refusals",
     "class_refusals",
+    "model_host_refusals",
     "subagent_slugs",
     "tenant_reach",
 ]
@@ -165,6 +168,28 @@ def ceiling_refusals(entries: Iterable[str], capabilities: Iterable[str], bounds
                     f"({bound.key}.forbidden_capabilities); remove it from the agent file's Capabilities, or from "
                     "that list"
                 )
+    return out
+
+
+def model_host_refusals(endpoint: str, bounds: Sequence[Bound]) -> list[str]:
+    """Why the model endpoint ``endpoint`` (``host:port`` of an agent file's ``modelUrl``, IPv6 in brackets) is past
+    the ``model_hosts`` of ``bounds``: each names the key that would open it. Empty when every bound covers it."""
+    bounding = [b for b in bounds if b.ceiling.model_hosts is not None]
+    if not bounding:
+        return []
+    try:
+        rule = HostRule.parse(endpoint)
+    except HostError as exc:
+        return [f"its modelUrl names the model endpoint {endpoint}, which no ceiling can cover: {exc}"]
+    out: list[str] = []
+    for bound in bounding:
+        allowed = bound.ceiling.model_hosts or []
+        if not _within(rule, allowed):
+            out.append(
+                f"its modelUrl names the model endpoint {endpoint}, past the policy's ceiling {bound.key}.model_hosts "
+                f"({', '.join(allowed) or 'none: no model'}); the key that would open it: add a pattern covering it "
+                f"to {bound.key}.model_hosts"
+            )
     return out
 
 

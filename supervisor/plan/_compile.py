@@ -31,6 +31,8 @@ from ._policy_plan import plan_policy
 from ._worker_plan import WORKER_ENTRY
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from supervisor.config import LoadedConfig
 
     from ._apply import AppliedPlan
@@ -62,16 +64,19 @@ def worker_modules(config: LoadedConfig) -> list[str]:
     return preload_modules([(WORKER_ENTRY, tb.kind) for tb in config.toolboxes()])
 
 
-def plan_and_apply(config: LoadedConfig, *, python: str, staged: StagedCode) -> AppliedPlan:
+def plan_and_apply(
+    config: LoadedConfig, *, python: str, staged: StagedCode, command_values: Mapping[str, str]
+) -> AppliedPlan:
     """Steps 2 to 4 for the state dir ``staged`` is in: read the facts, plan, apply; planned again (facts read
-    again) when :class:`IdentitiesChanged`, at most :data:`PLAN_ATTEMPTS` times. The caller keeps
-    ``AppliedPlan.rollback`` for a start or reload that fails later.
+    again) when :class:`IdentitiesChanged`, at most :data:`PLAN_ATTEMPTS` times. ``command_values``: the outputs of
+    the credentials' ``command:`` sources (``run_credential_commands``, awaited first: nothing here runs a program).
+    The caller keeps ``AppliedPlan.rollback`` for a start or reload that fails later.
 
     Raises:
         ConfigError, PolicyRefused: what planning or applying raise (``IdentitiesChanged`` after the last attempt).
     """
     for attempt in range(1, PLAN_ATTEMPTS + 1):
-        facts = read_host_facts(config, state_dir=staged.state_dir, run_commands=True)
+        facts = read_host_facts(config, state_dir=staged.state_dir, command_values=command_values)
         plan = plan_policy(config, facts, python=python, staged=staged)
         try:
             return apply_plan(plan)
@@ -88,10 +93,12 @@ def compile_policy(
     state_dir: str | None = None,
     prepare: bool = True,
     staged: StagedCode | None = None,
+    command_values: Mapping[str, str] | None = None,
 ) -> CompiledPolicy:
     """Compile ``config`` (module docstring); without ``prepare`` (``check``) only read and plan: nothing is
     staged, made, recorded, written or run. With ``prepare``, ``staged`` says where :func:`stage_code` staged the
-    code (for the same state directory; ``None``: staged now).
+    code (for the same state directory; ``None``: staged now) and ``command_values`` gives the outputs of the
+    credentials' ``command:`` sources (``run_credential_commands``, awaited first: this function runs no program).
 
     Raises:
         ConfigError: a bare toolbox key of two agents, an agent slug bound to another file.
@@ -99,10 +106,13 @@ def compile_policy(
     """
     python = python or sys.executable
     state_dir = os.path.abspath(state_dir or config.policy.state_dir)
+    commands = [n for n, c in config.policy.credentials.items() if c.source.command]
+    if prepare and command_values is None and commands:
+        raise ValueError("compile_policy(prepare=True) needs the credential commands' values (command_values)")
     if not prepare:
         return plan_policy(config, read_host_facts(config, state_dir=state_dir), python=python).compiled
     if staged is None:
         staged = stage_code(config, state_dir=state_dir)
     elif staged.state_dir != state_dir:
         raise ValueError(f"the code was staged for {staged.state_dir}, not {state_dir}")
-    return plan_and_apply(config, python=python, staged=staged).compiled
+    return plan_and_apply(config, python=python, staged=staged, command_values=command_values or {}).compiled

@@ -5,9 +5,12 @@
   never followed), the file itself ``O_NOFOLLOW | O_NONBLOCK``; then ``fstat`` of that very descriptor: a regular
   file, owned by root (by the supervisor's own uid when it does not run as root) and readable by no group or other
   (mode 0600 or 0400). At most 64 KiB.
-- ``command``: an argv (no shell) the supervisor runs with its own environment, stdin from ``/dev/null``, bounded
-  by ``timeout_s``; its standard output is the value. A failure names the exit status, never the output, which may
-  hold the secret.
+- ``command``: an argv (no shell) the supervisor runs with its own environment, stdin empty, in a session of its
+  own, bounded by ``timeout_s`` (then its process group is killed) and by :data:`MAX_FILE_BYTES` of output; its
+  standard output is the value. It runs through the supervisor's one child runner (``workers.run_child``), so the
+  trio loop keeps serving meanwhile: :func:`run_credential_commands` (async) runs them before the compile, and
+  :func:`load_credentials` takes their values. A failure names the exit status, never the output, which may hold the
+  secret.
 
 Each value is stripped of surrounding white space (the final line break of a file or a command's output) and must
 be a valid header value (:func:`sandbox._credentials.credential_value_problem`). A problem is a
@@ -20,20 +23,21 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from sandbox._credentials import Credential, credential_value_problem
 from supervisor._errors import PolicyRefused
 from supervisor.config import CredentialPolicy, CredentialSource, binding_of
+from supervisor.workers import ChildOutcome, run_child
 
-__all__ = ["MAX_FILE_BYTES", "NOT_RUN", "load_credentials", "read_root_only_file"]
+__all__ = ["MAX_FILE_BYTES", "NOT_RUN", "load_credentials", "read_root_only_file", "run_credential_commands"]
 
 MAX_FILE_BYTES = 64 * 1024
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
-Runner = Callable[..., "subprocess.CompletedProcess[bytes]"]
+#: How a command source is run: ``workers.run_child``'s contract.
+Runner = Callable[..., Awaitable[ChildOutcome]]
 
 
 class _Unreadable(Exception):
@@ -82,7 +86,7 @@ def read_root_only_file(path: str, *, owner: int | None = None) -> bytes:
         os.close(file_fd)
 
 
-def _read(name: str, source: CredentialSource, environ: Mapping[str, str], run: Runner) -> str:
+def _read(name: str, source: CredentialSource, environ: Mapping[str, str], commands: Mapping[str, str]) -> str:
     if source.env is not None:
         if source.env not in environ:
             raise _Unreadable(f"the environment variable {source.env} is not set in the supervisor's environment")
@@ -97,26 +101,55 @@ def _read(name: str, source: CredentialSource, environ: Mapping[str, str], run: 
             raise _Unreadable(f"the file {source.file} is refused: {exc}") from None
         return _text(data, f"the file {source.file}")
     assert source.command is not None
-    shown = " ".join(source.command)[:200]
+    if name not in commands:  # a bug of the caller: run_credential_commands was not awaited first
+        raise _Unreadable(f"the command {_shown(source)} was not run")
+    return commands[name]
+
+
+async def _run_command(source: CredentialSource, environ: Mapping[str, str], run: Runner) -> str:
+    assert source.command is not None
+    shown = _shown(source)
     try:
-        proc = run(
-            source.command,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=source.timeout_s,
-            env=dict(environ),
-            check=False,
+        outcome = await run(
+            source.command, env=dict(environ), timeout_s=source.timeout_s, stdout_cap=MAX_FILE_BYTES + 1
         )
-    except subprocess.TimeoutExpired:
-        raise _Unreadable(f"the command {shown} did not finish within {source.timeout_s:g} s") from None
     except OSError as exc:
         raise _Unreadable(f"the command {shown} cannot be run: {exc.strerror or exc}") from None
-    if proc.returncode != 0:
+    if outcome.timed_out:
+        raise _Unreadable(f"the command {shown} did not finish within {source.timeout_s:g} s") from None
+    if outcome.returncode != 0:
         raise _Unreadable(
-            f"the command {shown} failed with exit status {proc.returncode} (its output is not "
+            f"the command {shown} failed with exit status {outcome.returncode} (its output is not "
             "shown: it may hold the secret; run it yourself to see why)"
         )
-    return _text(proc.stdout[: MAX_FILE_BYTES + 1], f"the output of {shown}")
+    if outcome.stdout_truncated:
+        raise _Unreadable(f"the output of {shown} is larger than {MAX_FILE_BYTES} bytes")
+    return _text(outcome.stdout, f"the output of {shown}")
+
+
+def _shown(source: CredentialSource) -> str:
+    return " ".join(source.command or [])[:200]
+
+
+async def run_credential_commands(
+    specs: Mapping[str, CredentialPolicy], environ: Mapping[str, str] | None = None, *, run: Runner = run_child
+) -> dict[str, str]:
+    """Run the ``command:`` source of every credential that has one (one after another); their outputs, by
+    credential name, for :func:`load_credentials`. A checkpoint: the trio loop serves meanwhile.
+
+    Raises:
+        PolicyRefused: a command cannot be run, fails, runs past its ``timeout_s`` or prints what is no text
+            (the message names the credential and the command, never the output).
+    """
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for name, spec in specs.items():
+        if spec.source.command is not None:
+            try:
+                out[name] = await _run_command(spec.source, env, run)
+            except _Unreadable as exc:
+                raise PolicyRefused(f"credentials.{name}: {exc}") from None
+    return out
 
 
 def _text(data: bytes, where: str) -> str:
@@ -135,12 +168,12 @@ def load_credentials(
     specs: Mapping[str, CredentialPolicy],
     environ: Mapping[str, str] | None = None,
     *,
-    run: Runner = subprocess.run,
-    run_commands: bool = True,
+    command_values: Mapping[str, str] | None = None,
 ) -> dict[str, Credential]:
     """Read every credential's value now; the proxy's :class:`~sandbox._credentials.Credential` for each.
-    ``run_commands`` false (``check``: nothing starts): a ``command:`` source is not run, its value is
-    :data:`NOT_RUN`; ``env`` and ``file`` sources are still read (that has no effect) so their problems show.
+    ``command_values``: what :func:`run_credential_commands` gave; ``None`` (``check``: nothing starts, no command
+    runs): a ``command:`` source's value is :data:`NOT_RUN`; ``env`` and ``file`` sources are still read (that has
+    no effect) so their problems show.
 
     Raises:
         PolicyRefused: a value cannot be read or is not a valid header value (the message names the credential
@@ -149,13 +182,13 @@ def load_credentials(
     env = os.environ if environ is None else environ
     out: dict[str, Credential] = {}
     for name, spec in specs.items():
-        if spec.source.command is not None and not run_commands:
+        if spec.source.command is not None and command_values is None:
             out[name] = Credential(
                 name, NOT_RUN, tuple(binding_of(b) for b in spec.bindings), spec.header_pair(), spec.query
             )
             continue
         try:
-            value = _read(name, spec.source, env, run).strip()
+            value = _read(name, spec.source, env, command_values or {}).strip()
         except _Unreadable as exc:
             raise PolicyRefused(f"credentials.{name}: {exc}") from None
         problem = credential_value_problem(value)

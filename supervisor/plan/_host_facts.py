@@ -5,7 +5,8 @@ answers, each question once): who the supervisor runs as, the kernel's Landlock 
 the CPUs, the host name, the interpreter's trees, each agent file's owner and inode, the state dir's identity table
 and the host-wide uid registry as they are now, the credentials' values, and the supervisor's CA when a toolbox
 terminates TLS. It makes, changes and runs nothing: a state dir or registry that does not exist reads as empty, a
-credential's ``command:`` source is not run (its value is supplied by the caller, or stays unresolved).
+credential's ``command:`` source is not run: its value is supplied by the caller (``run_credential_commands``,
+awaited first through the supervisor's child runner) or stays unresolved (``check``).
 
 The planning functions (``_policy_plan.plan_policy`` and the steps it calls) take a :class:`HostFacts` and touch
 nothing else, so a test builds one (``dataclasses.replace`` of a real one: "as root", another cgroup layout, another
@@ -68,7 +69,7 @@ class HostFacts:
     identities: IdentitySnapshot
     #: every credential with its value; a ``command:`` source not run has the value ``NOT_RUN``
     credentials: Mapping[str, Credential] = field(default_factory=dict)
-    #: whether the ``command:`` sources were run (their values are real)
+    #: whether the ``command:`` sources' values were supplied (they were run; otherwise their values are unresolved)
     commands_run: bool = False
     #: the supervisor's CA (``None``: no toolbox terminates TLS)
     ca: SupervisorCA | None = None
@@ -78,10 +79,12 @@ class HostFacts:
         return self.euid == 0
 
 
-def read_host_facts(config: LoadedConfig, *, state_dir: str | None = None, run_commands: bool = False) -> HostFacts:
+def read_host_facts(
+    config: LoadedConfig, *, state_dir: str | None = None, command_values: Mapping[str, str] | None = None
+) -> HostFacts:
     """Read what a plan of ``config`` for ``state_dir`` (default the policy's) needs of the host (module
-    docstring). ``run_commands``: run the credentials' ``command:`` sources (a starting supervisor); otherwise
-    (``check``, planning) their values stay unresolved.
+    docstring). ``command_values``: the outputs of the credentials' ``command:`` sources
+    (``_credential_values.run_credential_commands``); ``None`` (``check``): unresolved, never run.
 
     Raises:
         PolicyRefused: a credential's value cannot be read, the identity table or the registry is damaged, or the
@@ -108,7 +111,7 @@ def read_host_facts(config: LoadedConfig, *, state_dir: str | None = None, run_c
         agent_files={a.slug: agent_file_or_path(a.file) for a in config.agents},
         registry=registry,
         identities=read_identities(state_dir, registry),
-        credentials=load_credentials(policy.credentials, run_commands=run_commands),
-        commands_run=run_commands,
+        credentials=load_credentials(policy.credentials, command_values=command_values),
+        commands_run=command_values is not None,
         ca=supervisor_ca() if terminates else None,
     )

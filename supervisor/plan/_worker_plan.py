@@ -146,6 +146,7 @@ def _report(
         "rlimit_nproc": limits.nproc,
         "rlimit_as": limits.address_space,
         "start": policy.toolbox_policy(tb.name, tb.agent_slug).start,
+        "spawn": policy.toolbox_policy(tb.name, tb.agent_slug).spawn or policy.supervision.spawn,
     }
 
 
@@ -271,6 +272,7 @@ def plan_worker(
         address_space_fallback=limits.address_space_fallback,
         lazy=overrides.start == "lazy",
         tool_cache=tool_cache_path(facts.state_dir, tb.agent_slug, tb.name) if overrides.start == "lazy" else None,
+        fresh_exec=overrides.spawn == "launcher",
         warnings=warnings,
         report={**report, "warnings": warnings},
     )

@@ -1,11 +1,12 @@
 """Worker processes: spawning, the protocol connection, restarts, limit notes and kernel denials explained,
-one-shot confined runs."""
+one-shot children (confined runs, and the supervisor's own programs)."""
 
 from ._audit_reach import host_explanations
 from ._confined_exec import ConfinedOutcome, run_confined
 from ._kernel_audit import KernelAudit, combine_watches
 from ._launch import launcher_argv
 from ._limit_notes import LimitWatch, explained_limits
+from ._one_shot import ChildOutcome, run_child
 from ._pipes import ChunkReader, send_whole
 from ._runner import ToolboxRunner
 from ._spawner import LauncherSpawner, Spawner, ZygoteSpawner, preload_modules
@@ -15,6 +16,7 @@ from ._worker import Worker, WorkerSpec
 from ._zygote_client import Zygote, ZygoteGone
 
 __all__ = [
+    "ChildOutcome",
     "ChunkReader",
     "ConfinedOutcome",
     "KernelAudit",
@@ -32,6 +34,7 @@ __all__ = [
     "host_explanations",
     "launcher_argv",
     "preload_modules",
+    "run_child",
     "run_confined",
     "send_whole",
     "stage_worker_code",

@@ -31,6 +31,7 @@ from sandbox._hosts import AllowedHosts
 from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
 
 from ._launch import launch, launcher_argv, plan_frame, serve_bridge
+from ._one_shot import ChildOutcome, collect
 
 if TYPE_CHECKING:
     import socket
@@ -46,34 +47,13 @@ EXIT_CONFINEMENT_FAILED = 78
 
 
 @dataclass(frozen=True)
-class ConfinedOutcome:
-    """How a confined program ended. ``returncode`` is negative for a signal, ``None`` when it was killed at
-    the time limit (``timed_out``). Output past the caps is dropped (``*_total`` counts every byte)."""
-
-    returncode: int | None
-    stdout: bytes
-    stderr: bytes
-    stdout_total: int
-    timed_out: bool
+class ConfinedOutcome(ChildOutcome):
+    """How a confined program ended (:class:`~supervisor.workers._one_shot.ChildOutcome`), and whether the launcher
+    refused it (a confinement step failed: nothing of it ran)."""
 
     @property
     def confinement_failed(self) -> bool:
         return self.returncode == EXIT_CONFINEMENT_FAILED and b"agents-supervise launcher" in self.stderr
-
-    def stderr_text(self, limit: int = 2000) -> str:
-        return self.stderr.decode("utf-8", "replace").strip()[-limit:]
-
-
-async def _read_capped(stream: Any, cap: int, into: list[bytes], total: list[int]) -> None:
-    kept = 0
-    try:
-        while chunk := await stream.receive_some(65536):
-            total[0] += len(chunk)
-            if kept < cap:
-                into.append(chunk[: cap - kept])
-                kept += len(into[-1])
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
 
 
 async def run_confined(
@@ -137,48 +117,39 @@ async def run_confined(
         view=ViewSpec(system_paths=tuple(system_paths)) if view else None,
     )
     launched = await launch(launcher or launcher_argv(), plan, env={"LANG": "C.UTF-8"})
-    proc, carrier = launched.proc, launched.carrier
-    out: list[bytes] = []
-    err: list[bytes] = []
-    out_total, err_total = [0], [0]
-    timed_out = False
+    carrier = launched.carrier
+
+    def serve(nursery: trio.Nursery) -> None:
+        nonlocal carrier
+        if carrier is not None:
+            nursery.start_soon(
+                _serve_bridge,
+                carrier,
+                launched.proc,
+                toolbox,
+                allowed_hosts,
+                private_networks,
+                cname_targets,
+                on_egress,
+                tuple(credentials),
+                terminator,
+                (loopback, policy_key, own_ports),
+            )
+            carrier = None  # owned by the task now
+
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_capped, proc.stdout, stdout_cap, out, out_total)
-            nursery.start_soon(_read_capped, proc.stderr, stderr_cap, err, err_total)
-            try:
-                await proc.stdin.send_all(plan_frame(launched.plan))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            await proc.stdin.aclose()  # the program's stdin: empty
-            with trio.move_on_after(timeout_s) as scope:
-                if carrier is not None:
-                    nursery.start_soon(
-                        _serve_bridge,
-                        carrier,
-                        proc,
-                        toolbox,
-                        allowed_hosts,
-                        private_networks,
-                        cname_targets,
-                        on_egress,
-                        tuple(credentials),
-                        terminator,
-                        (loopback, policy_key, own_ports),
-                    )
-                    carrier = None  # owned by the task now
-                await proc.wait()
-            if scope.cancelled_caught:
-                timed_out = True
-                await proc.kill()
-            nursery.cancel_scope.deadline = trio.current_time() + 2.0  # readers end at EOF; never hang
+        outcome = await collect(
+            launched.proc,
+            timeout_s=timeout_s,
+            stdout_cap=stdout_cap,
+            stderr_cap=stderr_cap,
+            stdin=plan_frame(launched.plan),  # then the program's stdin: empty
+            beside=serve,
+        )
     finally:
         if carrier is not None:
             carrier.close()
-        await proc.aclose(grace_s=0.0)
-    return ConfinedOutcome(
-        None if timed_out else proc.returncode, b"".join(out), b"".join(err), out_total[0], timed_out
-    )
+    return ConfinedOutcome(**vars(outcome))
 
 
 async def _serve_bridge(

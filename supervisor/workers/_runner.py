@@ -157,7 +157,9 @@ class ToolboxRunner:
                         break
                     self.worker = worker
                     self._ready.set()
-                    self._on_event(worker, "worker_spawn", {"pid": worker.pid, "restart": spawned})
+                    self._on_event(
+                        worker, "worker_spawn", {"pid": worker.pid, "restart": spawned, "spawned_by": worker.spawned_by}
+                    )
                     spawned = True
                     self._cached = None
                     self._on_tools(self)

@@ -126,8 +126,10 @@ def spawn_child(
     env: Mapping[str, str],
     cwd: str,
     pass_fds: Sequence[int] = (),
+    new_session: bool = False,
 ) -> ChildProcess:
-    """Start ``argv`` with pipes on stdin/stdout/stderr and exactly ``env``. Synchronous (no checkpoint).
+    """Start ``argv`` with pipes on stdin/stdout/stderr and exactly ``env``; ``new_session``: in a session (and
+    process group) of its own. Synchronous (no checkpoint).
 
     Raises ``OSError`` when the program cannot be started.
     """
@@ -140,6 +142,6 @@ def spawn_child(
         cwd=cwd,
         close_fds=True,
         pass_fds=tuple(pass_fds),
-        start_new_session=False,
+        start_new_session=new_session,
     )
     return ChildProcess(popen)

@@ -48,6 +48,7 @@ from ._connection import (
     WorkerConnection,
 )
 from ._launch import launch, serve_bridge
+from ._zygote_client import ZygoteChild
 
 if TYPE_CHECKING:
     from sandbox._credentials import Credential
@@ -117,6 +118,9 @@ class WorkerSpec:
     lazy: bool = False
     #: the supervisor's own file with the last tool list of a lazy toolbox
     tool_cache: str | None = None
+    #: always spawned by the launcher, a fresh exec (the policy's ``toolboxes.<name>.spawn: launcher``), never
+    #: forked by the zygote: the worker gets its own address layout, stack-canary seed and Python hash seed
+    fresh_exec: bool = False
     warnings: list[str] = field(default_factory=list)
     #: what ``agents-supervise check`` shows about this worker (rules, exactness, hosts)
     report: dict[str, Any] = field(default_factory=dict)
@@ -175,6 +179,14 @@ class Worker:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    @property
+    def spawned_by(self) -> str | None:
+        """``"zygote"`` (a fork of it: its address layout and seeds) or ``"launcher"`` (a fresh exec), once
+        spawned."""
+        if self._proc is None:
+            return None
+        return "zygote" if isinstance(self._proc, ZygoteChild) else "launcher"
 
     @property
     def state(self) -> WorkerState:
@@ -253,7 +265,7 @@ class Worker:
                 env=spec.env,
                 cwd=spec.cwd,
                 pass_fds=spec.pass_fds,
-                spawner=self._spawner,
+                spawner=None if spec.fresh_exec else self._spawner,  # None: the launcher, a fresh exec
                 cgroup_procs=procs_fds,
                 prewrite_plan=True,
             )

@@ -58,3 +58,37 @@ def newcomer_env(**extra: str) -> dict[str, str]:
         "PYTHONPATH": str(REPO),
         **extra,
     }
+
+
+def console_commands(heading: str) -> list[tuple[str, list[str]]]:
+    """The ``$ command`` lines of every ```` ```console ```` block of the README section ``heading`` (up to the next
+    ``## `` heading), each with the output lines shown below it."""
+    text = readme()
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end >= 0 else len(text)]
+    commands: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"^```console\n(.*?)^```$", section, re.M | re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                commands.append((line[2:], []))
+            else:
+                assert commands, f"output before any command in {heading}: {line!r}"
+                commands[-1][1].append(line)
+    return commands
+
+
+def _line_matches(expected: str, actual: str) -> bool:
+    parts = [re.escape(p) for p in expected.rstrip().split("...")]
+    return re.fullmatch(".*".join(parts), actual.rstrip(), re.S) is not None
+
+
+def output_matches(expected: list[str], actual: list[str]) -> bool:
+    """``actual`` lines as ``expected`` shows them: a line ``...`` stands for any lines (none too), ``...`` within
+    a line for any text."""
+    if not expected:
+        return not actual
+    head, rest = expected[0], expected[1:]
+    if head.strip() == "...":
+        return any(output_matches(rest, actual[i:]) for i in range(len(actual) + 1))
+    return bool(actual) and _line_matches(head, actual[0]) and output_matches(rest, actual[1:])

@@ -6,8 +6,10 @@ MY agent over stdio to the official MCP SDK client: its tools, not the policy's 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
+import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,7 +17,7 @@ import trio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.newcomer._readme import REPO, code_block_after, command_line, newcomer_env, private_paths_argv
+from tests.newcomer._readme import REPO, code_block_after, command_line, newcomer_env, private_paths_argv, readme
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,6 +33,9 @@ def _clone(root: Path) -> Path:
     clone = root / "clone"
     shutil.copytree(REPO / "policies", clone / "policies", symlinks=True)
     (clone / "my-agent.json").write_text(code_block_after("this `my-agent.json`", "json"))
+    folders = re.search(r"with the folders it names made \(`mkdir ([^`]+)`\)", " ".join(readme().split()))
+    assert folders is not None, "README.md no longer says which folders to make"
+    subprocess.run(["mkdir", *folders.group(1).split()], cwd=clone, check=True)
     clone.chmod(0o755)
     return clone
 

@@ -3,7 +3,7 @@
 The server runs ``http.server`` in a thread on ``127.0.0.1`` (an ephemeral port). Each POST to
 ``/v1/chat/completions`` is recorded (JSON body and headers) and answered by the test's ``script(request)``, which
 returns a :class:`Reply`: a JSON completion, a streamed one (server-sent events), an HTTP error, an HTML page, a
-stream or body that breaks off, or a hang (held until the server closes, never a sleep).
+stream or body that breaks off, a redirect, or a hang (held until the server closes, never a sleep).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Reply:
-    """What the server answers. ``kind``: json | sse | status | html | broken_json | broken_sse | hang."""
+    """What the server answers. ``kind``: json | sse | status | html | broken_json | broken_sse | hang | redirect
+    (``status``, ``body`` the ``Location``)."""
 
     kind: str
     body: Any = None
@@ -150,6 +151,11 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                 if reply.kind == "sse":
                     self.wfile.write(b"data: [DONE]\n\n")
+            elif reply.kind == "redirect":
+                self.send_response(reply.status)
+                self.send_header("Location", str(reply.body))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
             elif reply.kind == "hang":
                 server.released.wait()
             self.close_connection = True

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from supervisor._supervisor import Supervisor
-from tests._policies import agent, shipped_policy, system_toolbox, write_policy
+from tests._policies import agent, local_model, shipped_policy, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, call, model_server
 from tests.supervisor.calls.test_portal_depth import _lua
 from tests.supervisor.config.test_seed_examples import SEED, _stand_ins
@@ -48,7 +48,14 @@ def _kimi_policy(root: Path, model_url: str) -> Path:
     seed = json.loads((SEED / "local_lrmlua.json").read_text())
     seed["contents"].update(modelUrl=model_url, apiKeyId="test")
     (folder / "kimi.json").write_text(json.dumps(seed))
-    return shipped_policy(root, STRICT, [folder / "kimi.json"], model_keys={"test": "AGENTS_TEST_KEY"})
+    strict = yaml.safe_load(STRICT.read_text())
+    return shipped_policy(
+        root,
+        STRICT,
+        [folder / "kimi.json"],
+        model_keys={"test": "AGENTS_TEST_KEY"},
+        agent_loop=local_model(strict["agent_loop"]),  # strict.yaml's bounds, its model on this host's loopback
+    )
 
 
 def _every_loop_ended(sup: Supervisor, records: list[dict[str, Any]]) -> None:
@@ -148,7 +155,7 @@ async def test_wall_time_holds_across_a_tree_of_agents(sandbox_tmp: Path) -> Non
             sandbox_tmp,
             {"rec": rec},
             model_keys={"test": "AGENTS_TEST_KEY"},
-            agent_loop={"max_steps": 10, "retries": 0, "request_timeout_s": 60},
+            agent_loop=local_model({"max_steps": 10, "retries": 0, "request_timeout_s": 60}),
             budget={"wall_time_s": 3},
         )
         async with Supervisor.open(policy) as sup:

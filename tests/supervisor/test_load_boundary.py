@@ -190,7 +190,7 @@ async def test_an_unset_variable_of_one_openapi_toolbox_is_its_load_error_only(
     def api(name: str, token: str) -> dict[str, Any]:
         return {
             "tag": "OpenAPIServer",
-            "contents": {"Name": name, "SpecUrl": "./spec.json", "BaseUrl": "http://127.0.0.1:9", "Token": token},
+            "contents": {"Name": name, "SpecUrl": "./spec.json", "BaseUrl": "https://203.0.113.9", "Token": token},
         }
 
     policy = write_policy(

@@ -26,7 +26,7 @@ from supervisor._supervisor import Supervisor
 from supervisor.workers import ZygoteSpawner
 from supervisor.workers._launch import launcher_argv
 from supervisor.workers._zygote_client import Zygote
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, local_model, system_toolbox, write_policy
 from tests.supervisor._model_server import answer, model_server
 
 if TYPE_CHECKING:
@@ -172,6 +172,7 @@ async def test_the_model_http_client_is_made_at_the_first_model_request_not_at_s
             sandbox_tmp,
             {"tester": agent(modelUrl=server.url, builtinToolboxes=[system_toolbox(capabilities=["date"])])},
             model_keys={"test": "AGENTS_TEST_KEY"},
+            agent_loop=local_model(),
         )
         async with Supervisor.open(policy) as sup:
             assert made == []

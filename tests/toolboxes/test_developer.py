@@ -419,6 +419,29 @@ def test_create_tool_then_validate_it_for_real(root: Path, language: str) -> Non
     assert {"description", "args[0].arity", "args[0].mode"} <= paths
 
 
+def test_validate_tool_runs_describe_as_the_bash_toolbox_does(root: Path) -> None:
+    """One worker-side child runner: describe runs through the bash toolbox's runner (``_bounded_run``), so its
+    output is capped and it is killed, with its children, at the time limit of the same policy keys."""
+    tb = make(root, describe_timeout_s=1, describe_output_bytes=1000)
+    loud, slow = root / "src" / "loud.sh", root / "src" / "slow.sh"
+    loud.write_text("#!/bin/sh\nhead -c 5000 /dev/zero | tr '\\0' x\n")
+    slow.write_text("#!/bin/sh\nsleep 30 &\necho $! > child.pid\nsleep 30\n")
+    for script in (loud, slow):
+        script.chmod(0o755)
+    res = call(tb, "validate-tool", path=str(loud))
+    assert res.status == "failed" and "printed 5000 bytes, more than the limit of 1000" in res.data, res.data
+    res = call(tb, "validate-tool", path=str(slow))
+    assert res.status == "failed" and "did not finish within 1 s; it was killed with its children" in res.data
+    child = int((root / "src" / "child.pid").read_text())
+    try:
+        with open(f"/proc/{child}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        state = "gone"
+    assert state in ("gone", "Z"), state  # killed with the script, not left running
+    tb.close()
+
+
 def test_validate_tool_judges_a_describe_as_the_bash_toolbox_loads_it() -> None:
     """One validator: the spellings bash loads (``str``, ``double``) validate; what it refuses is an error with the
     path bash names."""

@@ -64,8 +64,14 @@ class ScriptRunner:
         self.reaper = reaper
 
     def describe(self, path: str) -> ScriptSpec:
-        """Run ``path describe`` (time limit ``describe_timeout_s``, output cap ``describe_output_bytes``) and
-        validate what it prints. Raises :class:`DescribeError` with a message for the script's author."""
+        """Run ``path describe`` (:meth:`describe_output`) and validate what it prints. Raises
+        :class:`DescribeError` with a message for the script's author."""
+        return parse_describe(self.describe_output(path))
+
+    def describe_output(self, path: str) -> bytes:
+        """What ``path describe`` prints (time limit ``describe_timeout_s``, output cap ``describe_output_bytes``,
+        its tree killed after). Raises :class:`DescribeError` when it cannot start, runs too long, fails or prints
+        too much."""
         s = self.settings
         outcome = run_bounded(
             self.reaper,
@@ -95,7 +101,7 @@ class ScriptRunner:
             raise DescribeError(
                 f"describe printed {outcome.stdout_total} bytes, more than the limit of {s.describe_output_bytes}"
             )
-        return parse_describe(outcome.stdout)
+        return outcome.stdout
 
     def run(self, tool: str, path: str, spec: ScriptSpec, args: dict[str, Any], ctx: CallContext) -> ToolResult:
         """Run ``path run ARGS...`` for one call and map the outcome to a result (never raises for what the script

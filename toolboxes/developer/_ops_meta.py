@@ -46,7 +46,8 @@ def op_validate_tool(tb: DeveloperToolbox, args: dict[str, Any], ctx: CallContex
         return refusal(acc.message, acc.path)
     if not os.path.isfile(acc.path):
         return refusal(f"{acc.path} is not a file", acc.path)
-    value, problem = run_describe(acc.path, tb.describe_timeout_s)
+    assert tb.describe_runner is not None  # made when validate-tool is listed
+    value, problem = run_describe(tb.describe_runner, acc.path)
     errors = [{"path": "", "message": problem}] if problem else check_describe(value)
     out = {"path": acc.path, "valid": not errors, "errors": errors, "describe": value}
     summary = "valid" if not errors else f"{len(errors)} problem(s): {errors[0]['path']} {errors[0]['message']}"

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 from toolboxes._hints import DESTRUCTIVE, READ_ONLY
 from toolboxes._journal import JournalReport, recover, write_in_place
 from toolboxes._names import CAPABILITY_PROPERTY, capability_refusal, tool_name
+from toolboxes._reaper import Reaper
 from toolboxes._result import ToolResult
 from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
 
+from ..bash import BashSettings, ScriptRunner
 from . import _ops, _ops_meta
 from ._access import Access, Gate
 from ._agent_check import load_agent_schema
@@ -140,12 +142,16 @@ class DeveloperToolbox:
         self.gate = Gate(config.get("FileSandbox"), policy.get("base_dir"))
         limits = policy.get("limits") or {}
         self.output_bytes = int(policy.get("output_bytes", limits.get("output_bytes") or 1024 * 1024))
-        self.describe_timeout_s = float(policy.get("describe_timeout_s", 10.0))
         self.state_dir = env.state_dir
         self.journal_dir = os.path.join(env.state_dir, "write-journal")
         self.clock = clock
         self.lock = threading.Lock()
         self.by_tool = {tool_name("developer", name, c): c for c in caps}
+        #: validate-tool runs describe as the bash toolbox does (settings from the same policy keys; its reaper
+        #: makes this worker a child subreaper, as the bash toolbox's does)
+        self.describe_runner: ScriptRunner | None = None
+        if "validate-tool" in caps:
+            self.describe_runner = ScriptRunner(BashSettings.from_policy(policy), env.workdir, Reaper(subreaper=True))
         #: the agent file's JSON Schema (show-spec agent, validate-agent), read when one of them is listed
         self.agent_schema: dict[str, Any] = {}
         if {"show-spec", "validate-agent"} & set(caps):
@@ -171,7 +177,8 @@ class DeveloperToolbox:
         return []
 
     def close(self) -> None:
-        pass
+        if self.describe_runner is not None:
+            self.describe_runner.reaper.close()
 
     def write_file(self, path: str, content: bytes, *, create_mode: int | None = None) -> None:
         """Give the allowed file ``path`` the content ``content`` in place, crash-safely (``toolboxes._journal``:

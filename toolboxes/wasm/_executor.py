@@ -7,16 +7,17 @@ never looks at the epoch, and no thread can interrupt it. So the toolbox (:mod:`
 executor process of its own worker (same uid, same Landlock domain, seccomp filter, namespaces and cgroup: a child
 of the worker inherits them all) and, when the call outlives its time limit, kills the process and starts another.
 
-Started as ``python -I -B -c <bootstrap>`` by the toolbox with pipes on stdin and stdout (frames of
-:mod:`._executor_wire`); stderr is the worker's. It reads one ``setup`` frame (the engine's memory limit and
-copy-on-write setting, the file size limit, the preopens, the environment, the network switch), answers ``ok``, then
-serves requests until end of file:
+Started as ``python -I -B -c <bootstrap>`` by the toolbox with pipes on stdin and stdout (the worker protocol's
+frames, directions ``to_executor`` and ``from_executor``: ``toolboxes._protocol``, read by :mod:`._executor_wire`);
+stderr is the worker's. It reads one ``setup`` frame (the engine's memory limit and copy-on-write setting, the file
+size limit, the preopens, the environment, the network switch), answers ``ready``, then serves requests until end of
+file, each answered ``answer`` (or ``failed {error}``):
 
-- ``{"op": "check", "key", "compiled"?, "ticks"}``: instantiate the component in a store with no folder, no
-  environment and no network (start functions are guest code: the epoch deadline holds) -> ``{"trap"}``;
-- ``{"op": "call", "key", "compiled"?, "data", "log_path", "ticks"}``: one call in a fresh store
-  (:func:`._call.run_once`) -> ``{"value", "trap", "interrupted", "stdout", "stderr", "file_size_hit"}``, the
-  returned record as plain data (:func:`plain`).
+- ``check {key, compiled?, ticks}``: instantiate the component in a store with no folder, no environment and no
+  network (start functions are guest code: the epoch deadline holds) -> ``answer {trap}``;
+- ``call {key, compiled?, data, log_path, ticks}``: one call in a fresh store (:func:`._call.run_once`) ->
+  ``answer {value, trap, interrupted, stdout, stderr, file_size_hit}``, the returned record as plain data
+  (:func:`plain`).
 
 ``compiled`` (the serialized component, made by the toolbox's compile cache with the same engine settings) comes
 with the first request for a ``key`` (the component's digest); the executor keeps what it deserialized. The file
@@ -35,7 +36,7 @@ from wasmtime import component as wc
 
 from ._call import ComponentRun, Preopen, run_once
 from ._engine import EpochClock, make_engine
-from ._executor_wire import PeerGone, read_frame_blocking, write_frame
+from ._executor_wire import PeerGone, read_blocking, write_frame
 from ._file_size import FileSizeLimit, FileSizeWatch
 
 __all__ = ["main", "plain"]
@@ -97,10 +98,10 @@ class _Executor:
             with self.clock.running():
                 self.run.linker.instantiate(store, component)
         except wasmtime.WasmtimeError as exc:
-            return {"trap": str(exc).strip()}
+            return {"t": "answer", "trap": str(exc).strip()}
         finally:
             del store
-        return {"trap": None}
+        return {"t": "answer", "trap": None}
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
         component, export = self._component(request)
@@ -115,6 +116,7 @@ class _Executor:
                 ticks=int(request["ticks"]),
             )
         return {
+            "t": "answer",
             "value": plain(outcome.value),
             "trap": outcome.trap,
             "interrupted": outcome.interrupted,
@@ -130,25 +132,27 @@ def main() -> None:
     os.dup2(2, 1)  # stdout is the channel: nothing a library prints may reach it
     sys.stdout = sys.stderr
     try:
-        setup = read_frame_blocking(in_fd)
+        setup, frames = read_blocking(in_fd)
         if setup is None:
             os._exit(0)
+        if setup["t"] != "setup":
+            raise ValueError(f"the first frame is {setup['t']!r}, not setup")
         executor = _Executor(setup)
     except Exception as exc:  # the toolbox reads this reply and reports it; the process ends
-        write_frame(out_fd, {"error": f"the executor could not start: {type(exc).__name__}: {exc}"})
+        write_frame(out_fd, {"t": "failed", "error": f"the executor could not start: {type(exc).__name__}: {exc}"})
         os._exit(1)
-    write_frame(out_fd, {"ok": True})
+    write_frame(out_fd, {"t": "ready"})
     while True:
         try:
-            request = read_frame_blocking(in_fd)
+            request, frames = read_blocking(in_fd, frames)
         except PeerGone:
             os._exit(1)
         if request is None:
             os._exit(0)
         try:
-            reply = executor.check(request) if request.get("op") == "check" else executor.call(request)
+            reply = executor.check(request) if request["t"] == "check" else executor.call(request)
         except Exception as exc:  # a component the executor cannot use: that request's answer, not the end
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
+            reply = {"t": "failed", "error": f"{type(exc).__name__}: {exc}"}
         try:
             write_frame(out_fd, reply)
         except OSError:

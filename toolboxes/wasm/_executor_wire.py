@@ -1,35 +1,36 @@
-"""The frames between the WASM toolbox and its executor processes (:mod:`._executor`): a 4-byte big-endian length,
-then that many bytes of msgpack (a map). Both ends are this toolbox's own code in one worker; the bound on a frame
-only keeps a broken peer from making the other allocate without end.
+"""Reading the frames between the WASM toolbox and its executor processes (:mod:`._executor`): the worker protocol's
+frames (``toolboxes._protocol``: :func:`~toolboxes._protocol.encode`, :class:`~toolboxes._protocol.FrameDecoder`,
+directions ``to_executor`` and ``from_executor``), read here with what each end needs around them.
 
-:func:`write_frame` writes a whole frame; :class:`FrameReader` collects one from a non-blocking read side, with a
-deadline and a cancel flag, so a worker thread waiting for an executor can give up on it at the time limit.
+:class:`FrameReader` waits for the next frame on a non-blocking pipe with a deadline and a cancel flag, so a worker
+thread waiting for an executor can give up on it at the time limit; :func:`read_blocking` is the executor's plain
+blocking read of its next request; :func:`write_frame` writes one whole frame.
 """
 
 from __future__ import annotations
 
 import os
 import select
-import struct
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import msgpack
+from .._protocol import FrameDecoder, ProtocolError, encode
 
 if TYPE_CHECKING:
     import threading
 
-__all__ = ["MAX_FRAME_BYTES", "FrameReader", "PeerGone", "WaitEnded", "read_frame_blocking", "write_frame"]
+__all__ = ["MAX_EXECUTOR_FRAME_BYTES", "FrameReader", "PeerGone", "WaitEnded", "read_blocking", "write_frame"]
 
-#: The largest frame either end reads (a component's data may be as large as its memory: up to 4 GiB of
-#: MaxMemoryMB, but the worker cuts results at limits.output_bytes anyway; a larger reply is a broken executor).
-MAX_FRAME_BYTES = 1 << 30
+#: The largest frame either end reads: a component's data may be as large as its memory (MaxMemoryMB, up to 4 GiB;
+#: the worker cuts results at limits.output_bytes after); past this the executor is broken.
+MAX_EXECUTOR_FRAME_BYTES = 1 << 30
 #: How often a waiting reader looks at its cancel flag.
 _POLL_S = 0.05
 
 
 class PeerGone(Exception):
-    """The other end closed its pipe (or died) before a whole frame came."""
+    """The other end closed its pipe (or died), or sent what is not a frame of its direction."""
 
 
 class WaitEnded(Exception):
@@ -43,44 +44,42 @@ class WaitEnded(Exception):
 def write_frame(fd: int, message: dict[str, Any]) -> None:
     """Write ``message`` as one frame on the blocking fd ``fd``. Raises ``OSError`` (``BrokenPipeError``: the
     reader is gone)."""
-    body = msgpack.packb(message, use_bin_type=True)
-    view = memoryview(struct.pack(">I", len(body)) + body)
+    view = memoryview(encode(message))
     while view:
         view = view[os.write(fd, view) :]
 
 
-def _decode(body: bytes) -> dict[str, Any]:
-    message = msgpack.unpackb(body, raw=False, strict_map_key=True)
-    if not isinstance(message, dict):
-        raise PeerGone("a frame that is not a map")
-    return message
+class _Frames:
+    """Frames of one direction decoded from what is fed, kept in order."""
+
+    def __init__(self, direction: str) -> None:
+        self._decoder = FrameDecoder(direction, MAX_EXECUTOR_FRAME_BYTES)
+        self._ready: deque[dict[str, Any]] = deque()
+
+    def feed(self, data: bytes) -> None:
+        try:
+            self._ready.extend(self._decoder.feed(data))
+        except ProtocolError as exc:
+            raise PeerGone(f"a broken frame: {exc}") from exc
+
+    def next(self) -> dict[str, Any] | None:
+        return self._ready.popleft() if self._ready else None
 
 
 class FrameReader:
-    """Reads frames from ``fd`` (set non-blocking here)."""
+    """Reads the ``direction`` frames of ``fd`` (set non-blocking here)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, direction: str = "from_executor") -> None:
         os.set_blocking(fd, False)
         self._fd = fd
-        self._buffer = bytearray()
+        self._frames = _Frames(direction)
 
     def read(self, deadline: float | None = None, cancelled: threading.Event | None = None) -> dict[str, Any]:
         """The next frame. Raises :class:`WaitEnded` at ``deadline`` (a ``time.monotonic()`` value) or once
-        ``cancelled`` is set, :class:`PeerGone` at end of file or on a malformed frame."""
+        ``cancelled`` is set, :class:`PeerGone` at end of file or on a broken frame."""
         poller = select.poll()
         poller.register(self._fd, select.POLLIN)
-        while True:
-            if len(self._buffer) >= 4:
-                size = struct.unpack(">I", self._buffer[:4])[0]
-                if size > MAX_FRAME_BYTES:
-                    raise PeerGone(f"a frame of {size} bytes, more than {MAX_FRAME_BYTES}")
-                if len(self._buffer) >= 4 + size:
-                    body = bytes(self._buffer[4 : 4 + size])
-                    del self._buffer[: 4 + size]
-                    try:
-                        return _decode(body)
-                    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-                        raise PeerGone(f"an undecodable frame: {exc}") from exc
+        while (frame := self._frames.next()) is None:
             if cancelled is not None and cancelled.is_set():
                 raise WaitEnded("cancelled")
             wait = _POLL_S if cancelled is not None else None
@@ -97,34 +96,21 @@ class FrameReader:
                 continue
             if not chunk:
                 raise PeerGone("end of file")
-            self._buffer += chunk
+            self._frames.feed(chunk)
+        return frame
 
 
-def read_frame_blocking(fd: int) -> dict[str, Any] | None:
-    """The next frame from the blocking fd ``fd`` (the executor's stdin), or ``None`` at end of file. Raises
-    :class:`PeerGone` for a truncated or malformed frame."""
-    head = _read_exactly(fd, 4)
-    if head is None:
-        return None
-    size = struct.unpack(">I", head)[0]
-    if size > MAX_FRAME_BYTES:
-        raise PeerGone(f"a frame of {size} bytes, more than {MAX_FRAME_BYTES}")
-    body = _read_exactly(fd, size) if size else b""
-    if body is None:
-        raise PeerGone("end of file inside a frame")
-    try:
-        return _decode(body)
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-        raise PeerGone(f"an undecodable frame: {exc}") from exc
-
-
-def _read_exactly(fd: int, size: int) -> bytes | None:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = os.read(fd, min(size - len(chunks), 1 << 20))
+def read_blocking(fd: int, frames: _Frames | None = None) -> tuple[dict[str, Any] | None, _Frames]:
+    """The next ``to_executor`` frame from the blocking fd ``fd`` (``None`` at end of file between frames) and the
+    decoder state to pass to the next read. Raises :class:`PeerGone` for a broken frame or an end inside one."""
+    frames = frames if frames is not None else _Frames("to_executor")
+    pending = False
+    while (frame := frames.next()) is None:
+        chunk = os.read(fd, 1 << 20)
         if not chunk:
-            if not chunks and size == 4:
-                return None  # a clean end between frames
-            raise PeerGone("end of file inside a frame")
-        chunks += chunk
-    return bytes(chunks)
+            if pending:
+                raise PeerGone("end of file inside a frame")
+            return None, frames
+        pending = True
+        frames.feed(chunk)
+    return frame, frames

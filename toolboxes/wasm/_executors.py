@@ -66,6 +66,7 @@ class ExecutorSetup:
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            "t": "setup",
             "max_memory": self.max_memory_bytes,
             "copy_on_write": self.copy_on_write,
             "file_size": [self.file_size.bytes, self.file_size.key] if self.file_size is not None else None,

@@ -63,7 +63,7 @@ def _read(path: str, limit: int, what: str) -> bytes:
 
 
 def _check_instantiates(pool: ExecutorPool, key: str, compiled: bytes, path: str, seconds: float, ticks: int) -> None:
-    message = {"op": "check", "key": key, "ticks": ticks}
+    message = {"t": "check", "key": key, "ticks": ticks}
     try:
         answer = pool.request(message, compiled, timeout_s=seconds + GRACE_S)
     except ExecutorStopped as exc:

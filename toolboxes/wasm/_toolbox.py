@@ -247,7 +247,7 @@ class WasmToolbox:
             return ToolResult.error(f"{tool}: the log folder cannot be made in the work folder: {exc.strerror}")
         limit = self.time_limit(ctx)
         message = {
-            "op": "call",
+            "t": "call",
             "key": loaded.key,
             "data": json.dumps(args, ensure_ascii=False),
             "log_path": os.path.join(log_dir, log_name),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from supervisor._supervisor import Supervisor
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, local_model, system_toolbox, write_policy
 from tests.sandbox.test_escapes import _png
 from tests.supervisor._model_server import Reply, answer, call, model_server
 
@@ -55,7 +55,7 @@ def _policy(root: Path, url: str, **policy: Any) -> Path:
         root,
         {"boss": boss},
         model_keys={"test": "AGENTS_TEST_KEY"},
-        agent_loop={"max_steps": 4, "retries": 0, "request_timeout_s": 10},
+        agent_loop=local_model({"max_steps": 4, "retries": 0, "request_timeout_s": 10}),
         **policy,
     )
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from supervisor._supervisor import Supervisor
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, local_model, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, message, model_server, streamed
 
 pytestmark = pytest.mark.root
@@ -50,14 +50,16 @@ def _policy(root: Path, url: str, *, loop: dict[str, Any] | None = None, **polic
         root,
         {"main": main},
         model_keys={"test": "AGENTS_TEST_KEY"},
-        agent_loop={
-            "max_steps": 4,
-            "retries": 2,
-            "backoff_initial_s": 0.01,
-            "backoff_max_s": 0.05,
-            "request_timeout_s": 5,
-            **(loop or {}),
-        },
+        agent_loop=local_model(
+            {
+                "max_steps": 4,
+                "retries": 2,
+                "backoff_initial_s": 0.01,
+                "backoff_max_s": 0.05,
+                "request_timeout_s": 5,
+                **(loop or {}),
+            }
+        ),
         **policy,
     )
 
@@ -250,7 +252,13 @@ async def test_nested_agents_stop_at_the_depth_limit_with_the_stack(sandbox_tmp:
             extraAgents=[{"slug": "alpha", "path": "alpha.json"}],
         )
         (sandbox_tmp / "beta.json").write_text(json.dumps(beta))
-        policy = write_policy(sandbox_tmp, {"alpha": alpha}, model_keys={"test": "AGENTS_TEST_KEY"}, max_call_depth=4)
+        policy = write_policy(
+            sandbox_tmp,
+            {"alpha": alpha},
+            model_keys={"test": "AGENTS_TEST_KEY"},
+            max_call_depth=4,
+            agent_loop=local_model(),
+        )
         async with Supervisor.open(policy) as sup:
             result = await sup.call("io_prompt_agent_alpha", {"what": "start"})
     assert result.status == "passed", result.data

@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from supervisor._errors import PolicyRefused
 from supervisor.config._credentials import CredentialPolicy
 from supervisor.config._errors import ConfigError
 from supervisor.config._loader import load_config
 from supervisor.plan._compile import compile_policy
-from supervisor.plan._credential_values import load_credentials, read_root_only_file
+from supervisor.plan._credential_values import load_credentials, read_root_only_file, run_credential_commands
 from tests._policies import agent, system_toolbox, write_policy
 
 SECRET = "ghp_" + os.urandom(8).hex()
@@ -200,11 +201,16 @@ def test_root_only_file_source(tmp_path: Path) -> None:
         read_root_only_file(str(tmp_path))
 
 
-def test_command_source(tmp_path: Path) -> None:
+async def _command_value(spec: dict[str, CredentialPolicy], env: dict[str, str] | None = None) -> str:
+    values = await run_credential_commands(spec, env or {})
+    return load_credentials(spec, env or {}, command_values=values)["gh"].value
+
+
+async def test_command_source(tmp_path: Path) -> None:
     """The command's output is the value; a failure names its exit status but never its output."""
     env = {"FROM_VAULT": SECRET}  # the command runs with the supervisor's environment
     ok = _spec({"command": [sys.executable, "-c", "import os; print(os.environ['FROM_VAULT'])"]})
-    assert load_credentials(ok, env)["gh"].value == SECRET
+    assert await _command_value(ok, env) == SECRET
     failing = _spec(
         {
             "command": [
@@ -216,13 +222,48 @@ def test_command_source(tmp_path: Path) -> None:
         }
     )
     with pytest.raises(PolicyRefused) as caught:
-        load_credentials(failing, env)
+        await _command_value(failing, env)
     assert "exit status 3" in str(caught.value) and SECRET not in str(caught.value)
-    slow = _spec({"command": [sys.executable, "-c", "import time; time.sleep(30)"], "timeout_s": 0.5})
-    with pytest.raises(PolicyRefused, match=r"did not finish within 0\.5 s"):
-        load_credentials(slow)
     with pytest.raises(PolicyRefused, match="cannot be run"):
-        load_credentials(_spec({"command": [str(tmp_path / "missing")]}))
+        await _command_value(_spec({"command": [str(tmp_path / "missing")]}))
+    loud = _spec({"command": [sys.executable, "-c", "print('x' * 70000)"]})
+    with pytest.raises(PolicyRefused, match="larger than 65536 bytes"):
+        await _command_value(loud)
+
+
+async def test_a_slow_command_is_killed_with_its_children(tmp_path: Path) -> None:
+    """At its time limit the command's whole process group is killed: a child it started (holding its output
+    pipe) does not outlive it, and the refusal comes at once."""
+    marker = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(marker)!r}, 'w').write(str(c.pid)); time.sleep(60)"
+    )
+    slow = _spec({"command": [sys.executable, "-c", script], "timeout_s": 2})
+    with trio.fail_after(30), pytest.raises(PolicyRefused, match=r"did not finish within 2 s"):
+        await _command_value(slow)
+    child = int(marker.read_text())
+    with trio.fail_after(10):  # SIGKILL is delivered at once; the orphan's reaping by init is not ours to wait on
+        while _running(child):  # noqa: ASYNC110 (another process's state: nothing to wait on but polling)
+            await trio.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+async def test_the_loop_serves_while_a_command_runs(tmp_path: Path) -> None:
+    """Commands run off the trio thread: the command waits for a file that a task of the same loop writes."""
+    flag = tmp_path / "go"
+    script = f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.01)\nprint({SECRET!r})"
+    waiting = _spec({"command": [sys.executable, "-c", script], "timeout_s": 60})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, flag.write_text, "now")
+        assert await _command_value(waiting) == SECRET
 
 
 @pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
@@ -303,3 +344,29 @@ def test_check_shows_credentials_and_never_their_values(tmp_path: Path, spec: Pa
     )
     assert '"placeholder": "AGENTS_SUPERVISE_CREDENTIAL_gh"' in as_json.stdout
     assert SECRET not in text.stdout + text.stderr + as_json.stdout + as_json.stderr
+
+
+@pytest.mark.root  # starts a real supervisor with a worker
+async def test_the_supervisor_runs_command_sources_at_start_and_at_each_reload(sandbox_tmp: Path) -> None:
+    """``Supervisor.open`` and a reload read a ``command:`` credential through the one child runner (the reload
+    from its compile thread, on the loop): the toolbox granted it has the command's output, the new output after a
+    reload."""
+    from supervisor._supervisor import Supervisor
+
+    vault = sandbox_tmp / "vault.txt"
+    vault.write_text("first-" + SECRET)
+    command = {"command": [sys.executable, "-c", f"print(open({str(vault)!r}).read())"]}
+    path = write_policy(
+        sandbox_tmp,
+        {"a": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])},
+        credentials={"gh": {**GITHUB, "source": command}},
+        toolboxes={"system": {"credentials": ["gh"]}},
+    )
+    async with Supervisor.open(path) as sup:
+        assert [c.value for c in sup.runner("system").spec.credentials] == ["first-" + SECRET]
+        vault.write_text("second-" + SECRET)
+        outcome = await sup.reload()
+        assert outcome.refused is None, outcome
+        assert outcome.plan.restarted == (("tester", "system"),)  # a rotated secret restarts the workers granted it
+        assert [c.value for c in sup.runner("system").spec.credentials] == ["second-" + SECRET]
+        assert (await sup.reload()).plan.kept == (("tester", "system"),)  # the same value: kept

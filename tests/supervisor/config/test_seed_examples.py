@@ -1,6 +1,7 @@
 """Every JSON agent example of seed 004 loads unchanged with ``agents-supervise check`` and ``tools``.
 
-The examples are in ``tests/fixtures/seed004/``, cut verbatim from the seed (line ranges in ``SOURCES``). A full agent
+The examples are in ``tests/fixtures/seed004/`` (the two full agents, ``coder`` and ``file-agent``, ship as
+``examples/<slug>/agent.json``), cut verbatim from the seed (line ranges in ``SOURCES``). A full agent
 file is written as it is; a fragment (a ``builtinToolboxes`` list, a toolbox entry, a ``FileSandbox``, a predicate,
 the skills config) goes, unchanged, into the smallest agent that holds it. Around each agent file the test makes
 stand-ins for what it references: folders, the SQLite databases, the bash tool, the sub-agent file, a skill for
@@ -42,6 +43,16 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.root
 
 SEED = Path(REPO) / "tests" / "fixtures" / "seed004"
+#: the seed's two full agents ship as the project's examples (examples/<slug>/agent.json), byte for byte
+EXAMPLES = Path(REPO) / "examples"
+SHIPPED = {"coder.json": EXAMPLES / "coder" / "agent.json", "file-agent.json": EXAMPLES / "file-agent" / "agent.json"}
+
+
+def seed_file(name: str) -> Path:
+    """The file holding the seed's example ``name`` (``SOURCES``): a fixture, or a shipped example."""
+    return SHIPPED.get(name, SEED / name)
+
+
 PERMISSIVE = Path(REPO) / "policies" / "permissive.yaml"
 ASK_USER = Path(REPO) / "policies" / "examples" / "kimi" / "tools" / "askuser" / "ask-user.bash"
 #: where each fixture was cut from (lines of ../shared/seeds/004_bef637d7703902f1.txt)
@@ -270,13 +281,13 @@ def _supervisor(lab: Lab, *command: str) -> subprocess.CompletedProcess[str]:
 def test_the_fixtures_are_the_seeds_text() -> None:
     seed = Path(REPO).parent / "shared" / "seeds" / "004_bef637d7703902f1.txt"
     # blocks.json: the seed's other examples, run by test_seed004_examples_e2e.py
-    assert set(SOURCES) == {p.name for p in SEED.iterdir()} - {"blocks.json"} == set(AGENTS)
+    assert set(SOURCES) == ({p.name for p in SEED.iterdir()} - {"blocks.json"}) | set(SHIPPED) == set(AGENTS)
     if not seed.exists():  # a checkout outside the project's workspace: the fixtures are the record
         return
     lines = seed.read_text().split("\n")
     for name, span in SOURCES.items():
         first, last = (int(n) for n in span.split("-"))
-        assert (SEED / name).read_text() == "\n".join(lines[first - 1 : last]) + "\n", name
+        assert seed_file(name).read_text() == "\n".join(lines[first - 1 : last]) + "\n", name
 
 
 #: The seed's placeholders that are not JSON, and what stands in for them (``"mcpServers": [...]``: none).
@@ -295,11 +306,11 @@ def _prepare(example: str, root: Path) -> Path:
     folder = root / "agent"
     folder.mkdir(parents=True)
     _stand_ins(folder)
-    data = json.loads(_filled((SEED / example).read_text()))
+    data = json.loads(_filled(seed_file(example).read_text()))
     agent_file = folder / "agent.json"
     contents = build(data)
     if contents is data:
-        shutil.copy(SEED / example, agent_file)  # byte for byte
+        shutil.copy(seed_file(example), agent_file)  # byte for byte
     else:
         agent_file.write_text(json.dumps(contents, indent=2))
     settings = {k: v for k, v in yaml.safe_load(PERMISSIVE.read_text()).items() if k not in ("agents", "state_dir")}

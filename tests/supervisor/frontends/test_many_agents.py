@@ -1,7 +1,7 @@
 """Many agents in one supervisor: the seed's ``coder`` and ``file-agent`` examples, both with a ``system`` toolbox
 (and a ``dev`` and a ``lua`` one), load in ONE policy and are served side by side.
 
-The agent files are the seed's text byte for byte (``tests/fixtures/seed004``, as ``test_seed_examples.py`` checks)
+The agent files are the seed's text byte for byte (``examples/<slug>/agent.json``, as ``test_seed_examples.py`` checks)
 among their stand-ins. Each agent's ``system`` toolbox is its own: its own worker (pid), its own uid (the policy
 gives each worker a uid of its own), its own FileSandbox (coder's ``/tmp/scratch``, file-agent's ``./project``). A
 frontend session is bound to one agent and sees that agent's names: over stdio one ``serve --agent SLUG`` process
@@ -34,7 +34,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from supervisor.frontends._http_auth import hash_token
-from tests.supervisor.config.test_seed_examples import PERMISSIVE, SEED, _stand_ins
+from tests.supervisor.config.test_seed_examples import PERMISSIVE, _stand_ins, seed_file
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -60,7 +60,7 @@ class Setup:
             folder = root / slug
             folder.mkdir()
             _stand_ins(folder)
-            shutil.copy(SEED / fixture, folder / "agent.json")  # byte for byte
+            shutil.copy(seed_file(fixture), folder / "agent.json")  # byte for byte
             files.append(str(folder / "agent.json"))
         self.project_file = root / "file-agent" / "project" / "plan.txt"
         self.project_file.write_text("file-agent's plan\n")

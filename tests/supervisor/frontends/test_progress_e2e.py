@@ -21,7 +21,7 @@ import trio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, local_model, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, model_server
 
 pytestmark = pytest.mark.root
@@ -58,7 +58,7 @@ def _policy(root: Path, url: str) -> Path:
         root,
         {"main": main},
         model_keys={"test": "AGENTS_TEST_KEY"},
-        agent_loop={"max_steps": 5, "retries": 0, "request_timeout_s": 10},
+        agent_loop=local_model({"max_steps": 5, "retries": 0, "request_timeout_s": 10}),
     )
 
 

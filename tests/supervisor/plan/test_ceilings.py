@@ -20,7 +20,7 @@ from tests._policies import agent, system_toolbox, write_policy
 REPO = Path(__file__).resolve().parents[3]
 STRICT = REPO / "policies" / "strict.yaml"
 PERMISSIVE = REPO / "policies" / "permissive.yaml"
-SEED_FILE_AGENT = REPO / "tests" / "fixtures" / "seed004" / "file-agent.json"
+SEED_FILE_AGENT = REPO / "examples" / "file-agent" / "agent.json"  # the seed's text, shipped as an example
 KEY = "toolboxes.file-agent/lua"
 
 

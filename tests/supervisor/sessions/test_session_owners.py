@@ -27,7 +27,7 @@ from supervisor.config._policy import Introspection
 from supervisor.sessions._ids import LOCAL_TENANT, Owner, client_id, ids_from_meta, root_session_id
 from supervisor.sessions._introspection import answer_host_request, introspection_problem, visible_sessions
 from supervisor.sessions._store import SessionStore
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, local_model, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, model_server
 
 SESSION_CAPS = ["list-sessions", "search-sessions", "read-session", "get-session-stats"]
@@ -426,7 +426,9 @@ async def test_by_default_a_sub_agent_does_not_see_its_callers_session_but_the_c
             builtinToolboxes=[system_toolbox("main_sys", SESSION_CAPS)],
         )
         (sandbox_tmp / "helper.json").write_text(json.dumps(helper))
-        policy = write_policy(sandbox_tmp, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"})
+        policy = write_policy(
+            sandbox_tmp, {"main": main}, model_keys={"test": "AGENTS_TEST_KEY"}, agent_loop=local_model()
+        )
         async with Supervisor.open(policy) as sup:
             asked = await sup.call("io_prompt_agent_helper", {"what": "which sessions are above me?"}, session_id="s1")
             assert asked.status == "passed", asked.data
@@ -446,7 +448,10 @@ async def test_run_agent_runs_in_the_named_session_of_that_agent(
     monkeypatch.setenv("AGENTS_TEST_KEY", "k")
     with model_server(lambda req: answer("done")) as server:
         policy = write_policy(
-            sandbox_tmp, {"solo": agent("solo", modelUrl=server.url)}, model_keys={"test": "AGENTS_TEST_KEY"}
+            sandbox_tmp,
+            {"solo": agent("solo", modelUrl=server.url)},
+            model_keys={"test": "AGENTS_TEST_KEY"},
+            agent_loop=local_model(),
         )
         async with Supervisor.open(policy) as sup:
             for _ in range(2):

@@ -12,7 +12,7 @@ from supervisor._supervisor import Supervisor
 from supervisor.sessions._ids import Owner, root_session_id
 from supervisor.sessions._introspection import answer_host_request
 from supervisor.sessions._store import SessionStore, scope_members
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, local_model, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, model_server
 
 if TYPE_CHECKING:
@@ -199,6 +199,7 @@ async def test_introspection_through_real_workers_and_a_subagent(
             {"main": main},
             model_keys={"test": "AGENTS_TEST_KEY"},
             sessions={"introspection": {"other_agents": True}},
+            agent_loop=local_model(),
         )
         s1, s2 = (root_session_id(Owner("main"), name) for name in ("s1", "s2"))  # the frontend acts as main
         async with Supervisor.open(policy) as sup:

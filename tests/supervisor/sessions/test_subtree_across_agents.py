@@ -1,6 +1,6 @@
 """``SessionIntrospectionScope: subtree`` is the caller's own call tree, whatever the agents in it.
 
-The seed's ``file-agent`` (``tests/fixtures/seed004/file-agent.json``, the seed's text) asks its sub-agent ``helper``
+The seed's ``file-agent`` (``examples/file-agent/agent.json``, the seed's text) asks its sub-agent ``helper``
 (``extraAgents``), then lists and searches sessions with its own ``system`` toolbox (the seed's entry: ``subtree``,
 ``list-sessions``, ``search-sessions``), under the shipped ``strict.yaml``'s settings, whose
 ``sessions.introspection.other_agents`` is false. It sees the helper's run it asked for, and not the helper's runs
@@ -24,9 +24,9 @@ import yaml
 
 from supervisor._supervisor import Supervisor
 from supervisor.sessions._ids import Owner, root_session_id
-from tests._policies import agent, shipped_policy
+from tests._policies import agent, local_model, shipped_policy
 from tests.supervisor._model_server import answer, model_server
-from tests.supervisor.config.test_seed_examples import SEED, _stand_ins
+from tests.supervisor.config.test_seed_examples import _stand_ins, seed_file
 
 pytestmark = pytest.mark.root
 
@@ -37,14 +37,21 @@ def _policy(root: Path, model_url: str) -> Path:
     folder = root / "file-agent"
     folder.mkdir()
     _stand_ins(folder)
-    seed = json.loads((SEED / "file-agent.json").read_text())
+    seed = json.loads(seed_file("file-agent.json").read_text())
     assert seed["extraAgents"] == [{"slug": "helper", "path": "./helper.json"}]
     del seed["openApiToolboxes"]
     (folder / "file-agent.json").write_text(json.dumps(seed))
     helper = agent("helper", modelUrl=model_url, announce="Helps the file agent.")
     (folder / "helper.json").write_text(json.dumps(helper))
     assert yaml.safe_load(STRICT.read_text())["sessions"]["introspection"]["other_agents"] is False
-    return shipped_policy(root, STRICT, [folder / "file-agent.json"], model_keys={"test": "AGENTS_TEST_KEY"})
+    strict = yaml.safe_load(STRICT.read_text())
+    return shipped_policy(
+        root,
+        STRICT,
+        [folder / "file-agent.json"],
+        model_keys={"test": "AGENTS_TEST_KEY"},
+        agent_loop=local_model(strict["agent_loop"]),  # strict.yaml's bounds, its model on this host's loopback
+    )
 
 
 def _sessions(result: Any) -> dict[str, str]:

@@ -1,0 +1,2 @@
+-- the lua toolbox may read this folder (its FileSandbox)
+return 1

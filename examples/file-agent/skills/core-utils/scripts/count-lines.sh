@@ -1,0 +1,3 @@
+#!/bin/sh
+# count-lines FILE: the number of lines of FILE
+wc -l < "$1"

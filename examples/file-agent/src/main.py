@@ -1,0 +1,1 @@
+print("the dev toolbox may read src/ and test/")
