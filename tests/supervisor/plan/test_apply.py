@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import subprocess
-import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -29,6 +27,7 @@ from supervisor.plan._identities import TABLE_FILE, _slot
 from supervisor.plan._identity_store import assign_identities, record_identities
 from supervisor.plan._tls_termination import ca_file_path
 from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor.frontends.test_check_summary import _check
 from tests.supervisor.plan._facts import facts_as
 
 if TYPE_CHECKING:
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 
     from supervisor.plan import HostFacts
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 FIRST = 3_500_000_000
 
 
@@ -165,17 +163,6 @@ def test_identities_another_supervisor_recorded_meanwhile_are_found_and_nothing_
     assert again.compiled.specs[0].plan.uid == again.planned_identities["tester/one"].uid
     recorded = record_identities(again.identities, expected=again.planned_identities)
     assert recorded.workers["tester/one"] == again.planned_identities["tester/one"]
-
-
-def _check(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor", "check", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPO},
-        cwd=REPO,
-        timeout=120,
-    )
 
 
 def test_check_only_plans_a_state_dir_in_use_is_byte_identical_and_no_credential_program_runs(
