@@ -38,7 +38,7 @@ import gc
 import os
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -70,6 +70,7 @@ from supervisor.plan import (
     WORKER_PROCESS_ENV,
     CompiledPolicy,
     StagedCode,
+    UidHold,
     compile_policy,
     kind_plan,
     prepare_git_sources,
@@ -147,6 +148,23 @@ def _launch_zygote(config: LoadedConfig, staged: StagedCode) -> Zygote | None:
     except ZygoteGone:
         return None
     return zygote
+
+
+async def _shielded(close: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Await ``close(*args)`` shielded from cancellation (a cleanup of :meth:`Supervisor.open`'s exit stack runs
+    to its end whatever cancelled the block)."""
+    with trio.CancelScope(shield=True):
+        await close(*args)
+
+
+async def _close_otel(trace: TraceRecorder, export: Callable[[], OtelExport | None]) -> None:
+    """Close the OpenTelemetry export ``export()`` gives: the last spans sent (bounded by ``trace.otel.timeout_s``)
+    off the trio thread, its thread and logging filters gone."""
+    otel = export()
+    if otel is not None:
+        trace.sink = None
+        await trio.to_thread.run_sync(otel.close)
+        otel.poll()
 
 
 async def _discard(zygote: Zygote | None) -> None:
@@ -285,87 +303,76 @@ class Supervisor:
                 (``compile_policy``).
             PolicyRefused: the policy cannot be enforced here (``compile_policy``), or its OTel export cannot be
                 set up (``open_otel``).
-            OSError: the state directory, the trace file or the session store cannot be made or opened.
+            SessionStoreUnavailable: the session store cannot be opened (not a database, damaged).
+            OSError: the state directory or the trace file cannot be made or opened.
+
+        Whatever step raises, what the steps before it made is given back (one exit stack): no zygote, OTel
+        exporter thread or logging filter, no open file outlives a failed start.
 
         A toolbox that cannot load (its planning, folders, staged code, worker start or tool list fail) is a load
         error (:meth:`load_errors`), not an exception; so is a git skill source that cannot be cloned.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = expand_agents(config)
-        staged = stage_code(tree.config, state_dir=state_dir)
-        # The zygote needs only the staged code: it imports the worker code (its own start, a few hundred ms of
-        # CPU) while this process compiles the policy and opens the trace and the store.
-        zygote = _launch_zygote(tree.config, staged)
-        try:
+        sup: Supervisor | None = None
+        # One exit stack holds everything the start makes, in order: whatever step fails (the store, the OTel
+        # export, a worker), what was made before it is given back, nothing is left running (a zygote, the
+        # exporter's thread, its logging filters, open files).
+        async with AsyncExitStack() as stack:
+            staged = stage_code(tree.config, state_dir=state_dir)
+            # The zygote needs only the staged code: it imports the worker code (its own start, a few hundred ms
+            # of CPU) while this process compiles the policy and opens the trace and the store.
+            zygote = _launch_zygote(tree.config, staged)
+            stack.push_async_callback(_shielded, _discard, zygote)  # (the spawner's, if it took it: closed already)
             commands = await run_credential_commands(tree.config.policy.credentials)
             compiled = compile_policy(
                 tree.config, python=sys.executable, state_dir=state_dir, staged=staged, command_values=commands
             )
             trace = TraceRecorder(compiled.trace_path, max_bytes=compiled.config.policy.trace.max_bytes)
-        except BaseException:
-            await _discard(zygote)
-            raise
-        try:
+            stack.callback(trace.close)
             otel = open_otel(config.policy.trace.otel, trace)
-        except BaseException:
-            trace.close()
-            await _discard(zygote)
-            raise
-        try:
+            # A reload may replace the export: the one running at the end is closed.
+            stack.push_async_callback(_shielded, _close_otel, trace, lambda: sup.otel if sup is not None else otel)
             sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
-        except BaseException:
-            trace.close()
-            await _discard(zygote)
-            raise
-        own_listeners = OwnListeners()
-        http = ModelHttp(own_listeners.ports, model_resolve)
-        sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http, own_listeners=own_listeners)
-        sup.start_mode = start
-        sup.otel = otel
-        sup.reload_source = (config.policy_file, list(agents), state_dir)
-        trace.record(
-            "supervisor_start",
-            pid=os.getpid(),
-            policy=config.policy_file,
-            toolboxes=[f"{s.agent}/{s.toolbox}" for s in compiled.specs],
-        )
-        trace.record(
-            "policy_compiled",
-            workers=[{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
-            warnings=compiled.warnings,
-        )
-        try:
+            stack.callback(sessions.close)
+            if compiled.uid_claim is not None:  # while it runs, its state dir's uids are in use: `uids release` waits
+                stack.callback(UidHold(*compiled.uid_claim).close)
+            own_listeners = OwnListeners()
+            http = ModelHttp(own_listeners.ports, model_resolve)
+            stack.push_async_callback(_shielded, http.aclose)
+            sup = cls(compiled, trace, tree=tree, sessions=sessions, http=http, own_listeners=own_listeners)
+            sup.start_mode = start
+            sup.otel = otel
+            sup.reload_source = (config.policy_file, list(agents), state_dir)
+            trace.record(
+                "supervisor_start",
+                pid=os.getpid(),
+                policy=config.policy_file,
+                toolboxes=[f"{s.agent}/{s.toolbox}" for s in compiled.specs],
+            )
+            stack.callback(trace.record, "supervisor_stop", pid=os.getpid())
+            trace.record(
+                "policy_compiled",
+                workers=[{"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report} for s in compiled.specs],
+                warnings=compiled.warnings,
+            )
             sup._prune_sessions()
-            async with trio.open_nursery() as nursery:
-                sup._nursery = nursery
-                nursery.start_soon(sup._flush_trace)
-                await nursery.start(sup.kernel_audit.run)
-                await sup._start_spawner(nursery, zygote)
-                await sup._start(nursery)
-                # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
-                # costs what was made since (it stalls every task and thread while it runs). The young generations
-                # are collected first (the start's garbage is there: a few dozen objects); a full collection would
-                # walk every object of the process, imports included (30-60 ms, part of every start).
-                gc.collect(1)
-                gc.freeze()
-                try:
-                    yield sup
-                finally:
-                    gc.unfreeze()
-                    with trio.CancelScope(shield=True):
-                        await sup._stop()
-                    nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await _discard(zygote)  # (the spawner's, if it took it: closed already)
-                await http.aclose()
-                if sup.otel is not None:  # send the last spans (bounded by trace.otel.timeout_s), off the trio thread
-                    trace.sink = None
-                    await trio.to_thread.run_sync(sup.otel.close)
-                    sup.otel.poll()
-            sessions.close()
-            trace.record("supervisor_stop", pid=os.getpid())
-            trace.close()
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            sup._nursery = nursery
+            stack.callback(nursery.cancel_scope.cancel)  # (after the workers stopped, below)
+            stack.push_async_callback(_shielded, sup._stop)
+            nursery.start_soon(sup._flush_trace)
+            await nursery.start(sup.kernel_audit.run)
+            await sup._start_spawner(nursery, zygote)
+            await sup._start(nursery)
+            # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
+            # costs what was made since (it stalls every task and thread while it runs). The young generations
+            # are collected first (the start's garbage is there: a few dozen objects); a full collection would
+            # walk every object of the process, imports included (30-60 ms, part of every start).
+            gc.collect(1)
+            gc.freeze()
+            stack.callback(gc.unfreeze)
+            yield sup
 
     async def _start_spawner(self, nursery: trio.Nursery, launched: Zygote | None = None) -> None:
         """With ``supervision.spawn: zygote``, start the zygote for the staged worker code (it is ready, or the

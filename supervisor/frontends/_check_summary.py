@@ -137,6 +137,39 @@ def _ceiling_sections(toolboxes: list[dict[str, Any]]) -> list[CheckSection]:
     return sections
 
 
+def _call_tree_sections(report: dict[str, Any]) -> list[CheckSection]:
+    """The call-tree budgets (``budget``, each ``tenants.<name>.budget``) and what sub-agent loops' model requests
+    may reach (``agent_loop``)."""
+    sections = []
+    budgets = report.get("budgets") or []
+    if budgets:
+        sections.append(
+            CheckSection(
+                "call-tree budgets (one root call's whole tree: sub-agents, tools.call, every portal request)",
+                [f"{b['key']}: {b['text']}" for b in budgets],
+            )
+        )
+    models = report.get("model_requests")
+    if models and models.get("agents"):
+        ranges = ", ".join(models["allow_private_ranges"])
+        reach = [
+            "host loopback open (agent_loop.allow_loopback)"
+            if models["allow_loopback"]
+            else "host loopback closed (agent_loop.allow_loopback)",
+            f"private ranges {ranges} (agent_loop.allow_private_ranges)"
+            if ranges
+            else "no private range (agent_loop.allow_private_ranges)",
+        ]
+        lines = [
+            f"at most {models['max_steps']} a loop, {models['request_timeout_s']:g} s each, {models['retries']} "
+            f"retries; endpoints on public addresses, {'; '.join(reach)}; never cloud metadata or the supervisor's "
+            "own ports",
+            *(f"{a['agent']}: {a['model_url']}{' (refused)' if a['refused'] else ''}" for a in models["agents"]),
+        ]
+        sections.append(CheckSection("model requests of sub-agent loops", lines))
+    return sections
+
+
 def load_error_owner(error: dict[str, Any]) -> str:
     """Whose load error it is: an agent's toolbox (``agent/toolbox``), or an agent (a sub-agent file it names is
     missing)."""
@@ -163,6 +196,10 @@ def summarize(report: dict[str, Any]) -> CheckSummary:
             own = f"{tb['toolbox']}: "  # most say whose they are already: the subject says it once
             summary.warn(f"{tb['agent']}/{tb['toolbox']}", w[len(own) :] if w.startswith(own) else w)
     summary.sections += _ceiling_sections(toolboxes)
+    summary.sections += _call_tree_sections(report)
+    for agent in (report.get("model_requests") or {}).get("agents") or ():
+        if agent["refused"]:
+            summary.warn(f"agent {agent['agent']}", f"its model requests will be refused: {agent['refused']}")
     shown = {w for tb in toolboxes for w in tb.get("warnings") or ()}
     for w in report.get("warnings") or ():
         if w not in shown:  # the loader's (allowedPaths ...) and the policy's

@@ -31,8 +31,9 @@ file (:mod:`._cli_agents`). ``init DIR`` writes a starting policy and the exampl
 ``call`` and ``run`` take ``--session NAME`` (continue that session; without it every run is a session of its own),
 ``--conversation ID`` and ``--turn ID`` (the call's ids; default: the session's conversation and a new turn).
 
-Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker that cannot start) is
-printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback.
+Every error a person can fix (a bad file, a policy this machine cannot enforce, a worker or the session store that
+cannot start) is printed as ``agents-supervise: error: ...`` with exit status 2, never as a traceback; anything
+else (a bug) as one such line with exit status 70 (:func:`error_status`, the one boundary).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from supervisor.config import ConfigError
 
 from ._cli_agents import acting_agent, split_agents
 from ._cli_agents import check_slug as _check_slug
+from ._cli_uids import add_uids_parser
 from ._sd_notify import notify_or_warn, reloading_message
 
 __all__ = ["main"]
@@ -171,6 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     rebind.add_argument("--state-dir", default=None, help="override the policy's state directory")
     rebind.add_argument("slug")
     rebind.add_argument("file", help="the agent file that owns the slug from now on")
+    add_uids_parser(sub)
     ctc = sub.add_parser("check-tool-call", help="validate a tool call payload (stdin) against a bash tool")
     ctc.add_argument("--tool", required=True, metavar="PATH", help="the bash tool (describe/run script)")
     ctc.add_argument("--policy", default=None, help="take system paths, environment and uid from this policy")
@@ -461,9 +464,8 @@ def _pick_agent(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
-    args = _parser().parse_args(argv)
+def _command(args: argparse.Namespace) -> int:
+    """Run the command ``args`` names; its exit status."""
     command = args.command or "serve"
     if command == "schema":
         return _schema(args)
@@ -482,38 +484,56 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_init(args.folder)
     if command == "check-tool-call":
-        try:
-            return _check_tool_call(args)
-        except ConfigError as exc:
-            return _fail(str(exc))
-        except OSError as exc:
-            return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+        return _check_tool_call(args)
+    if command == "uids":
+        from ._cli_uids import run_uids
+
+        return run_uids(args)
     if not args.policy:
         return _fail("--policy is required (for example: --policy policies/strict.yaml)")
-    try:
-        if command in ("serve", "tools", "call", "check") and (refused := _pick_agent(args, command)):
-            return refused
-        if command == "check":
-            from ._cli_check import check
+    if command in ("serve", "tools", "call", "check") and (refused := _pick_agent(args, command)):
+        return refused
+    if command == "check":
+        from ._cli_check import check
 
-            return check(args)
-        if command == "rebind-agent":
-            return _rebind_agent(args)
-        runner = {"serve": _serve, "tools": _tools, "call": _call, "run": _run}[command]
-        return trio.run(runner, args)
-    except ConfigError as exc:
-        return _fail(str(exc))
-    except SupervisorError as exc:
-        return _fail(str(exc))
-    except KeyboardInterrupt:
+        return check(args)
+    if command == "rebind-agent":
+        return _rebind_agent(args)
+    runner = {"serve": _serve, "tools": _tools, "call": _call, "run": _run}[command]
+    return trio.run(runner, args)
+
+
+def error_status(exc: BaseException) -> int:
+    """The CLI's one error boundary: print what ended a command as one ``agents-supervise: error: ...`` line and
+    return its exit status; never a traceback. An exception group is judged by its first leaf.
+
+    - 2 (:data:`EXIT_ERROR`): what a person can fix: a policy or agent file that does not load (``ConfigError``:
+      one line per problem), a policy this machine cannot enforce, a worker or the session store that cannot
+      start (``SupervisorError``), a file that cannot be read or made (``OSError``);
+    - 130: interrupted (Ctrl-C);
+    - 70 (:data:`EXIT_INTERNAL`): anything else, a bug: its type and message on the line.
+
+    ``call``'s own statuses (0 passed, 1 the tool failed, 2 error) come from the result, never from here: an
+    exception is never a tool's failure.
+    """
+    leaf = first_leaf(exc) if isinstance(exc, BaseExceptionGroup) else exc
+    if isinstance(leaf, KeyboardInterrupt):
         return 130
-    except BaseExceptionGroup as group:
-        leaf = first_leaf(group)
-        if isinstance(leaf, ConfigError | SupervisorError):
-            return _fail(str(leaf))
-        return _fail(f"internal error: {type(leaf).__name__}: {leaf}", EXIT_INTERNAL)
-    except OSError as exc:
-        return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+    if isinstance(leaf, ConfigError | SupervisorError):
+        return _fail(str(leaf))
+    if isinstance(leaf, OSError):
+        return _fail(f"{leaf.strerror or leaf}: {leaf.filename or ''}".rstrip(": "))
+    first = (str(leaf).splitlines() or [""])[0][:2000]
+    return _fail(f"internal error: {type(leaf).__name__}: {first} (a bug: please report it)", EXIT_INTERNAL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status (a usage error: 2, from argparse)."""
+    args = _parser().parse_args(argv)
+    try:
+        return _command(args)
+    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:  # the one boundary: one line, its status
+        return error_status(exc)
 
 
 if __name__ == "__main__":

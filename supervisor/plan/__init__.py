@@ -24,7 +24,8 @@ The interface, in the order a start or a reload calls it:
   with the retry;
   ``compile_policy(config, prepare=...)`` returns its ``compiled`` (``prepare=False``: facts and plan only, what
   ``check`` shows).
-- Then ``prepare_git_sources`` clones the skills' git sources of the started supervisor (async).
+- Then ``prepare_git_sources`` clones the skills' git sources of the started supervisor (async), and a running
+  supervisor holds ``UidHold(*compiled.uid_claim)`` while its state dir's uids are in use.
 """
 
 from ._apply import AppliedPlan, apply_plan
@@ -39,6 +40,8 @@ from ._kinds import KIND_PLANS, KindPlan, kind_plan
 from ._launcher_links import launcher_refusals
 from ._policy_plan import PolicyPlan, plan_policy
 from ._skill_sources import prepare_git_sources
+from ._uid_registry import UidHold, registry_dir
+from ._uid_release import ReleaseRefused, files_warning, list_state_dirs, release_state_dir, uid_ranges
 from ._worker_plan import WORKER_PROCESS_ENV
 
 __all__ = [
@@ -50,20 +53,27 @@ __all__ = [
     "IdentitiesChanged",
     "KindPlan",
     "PolicyPlan",
+    "ReleaseRefused",
     "StagedCode",
+    "UidHold",
     "agent_bounds",
     "apply_plan",
     "compile_policy",
+    "files_warning",
     "kind_plan",
     "launcher_refusals",
+    "list_state_dirs",
     "model_host_refusals",
     "plan_and_apply",
     "plan_policy",
     "prepare_git_sources",
     "read_host_facts",
     "rebind_agent",
+    "registry_dir",
+    "release_state_dir",
     "run_credential_commands",
     "stage_code",
     "tenant_reach",
+    "uid_ranges",
     "worker_modules",
 ]

@@ -143,9 +143,15 @@ def apply_plan(plan: PolicyPlan) -> AppliedPlan:
     """
     compiled = plan.compiled
     os.close(open_anchor(compiled.state_dir, mode=0o711))  # made by stage_code already, unless staging was skipped
-    record_identities(plan.identities, expected=plan.planned_identities)
+    recorded = record_identities(plan.identities, expected=plan.planned_identities)
+    registry, state_id = plan.identities.registry, recorded.table.state_id
     applied = AppliedPlan(
-        dataclasses.replace(compiled, specs=list(compiled.specs), load_errors=list(compiled.load_errors))
+        dataclasses.replace(
+            compiled,
+            specs=list(compiled.specs),
+            load_errors=list(compiled.load_errors),
+            uid_claim=(registry, state_id) if registry is not None and state_id is not None else None,
+        )
     )
     try:
         ca = plan.ca

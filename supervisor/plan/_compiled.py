@@ -70,6 +70,9 @@ class CompiledPolicy:
     runtime_dir: str | None = None
     #: the interpreter of every spec's launcher command
     python: str = ""
+    #: ``(registry directory, state id)`` where this state dir's uids are claimed host-wide (``None``: no uids, or
+    #: not applied): a running supervisor holds it (``_uid_registry.UidHold``) so ``uids release`` refuses
+    uid_claim: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ __all__ = [
     "read_identities",
     "rebind_agent",
     "record_identities",
+    "state_id_at",
 ]
 
 _LOCK_FILE = "identities.lock"
@@ -82,17 +83,24 @@ def _write(anchor: int, table: IdentityTable) -> None:
     write_json(anchor, TABLE_FILE, table.to_json(), mode=0o644)
 
 
+def state_id_at(path: str) -> str | None:
+    """The state id the identity table of the state dir at ``path`` holds (``None``: no state dir there, no table,
+    a table without one, or one that cannot be read). Only reads."""
+    if not os.path.isdir(path):
+        return None
+    try:
+        return _read(None, path).state_id
+    except (OSError, PolicyRefused):
+        return None
+
+
 def _check_not_a_copy(host: HostRegistry, state_id: str, state_dir: str, registry: str) -> None:
     """Refuse a state dir whose id the registry knows at another path that still holds it: a copy, whose toolboxes
     would run as the original's uids. A state dir that moved (nothing of it left at the old path) keeps its id."""
     seen = host.states.get(state_id)
-    if seen is None or seen == state_dir or not os.path.isdir(seen):
+    if seen is None or seen == state_dir:
         return
-    try:
-        other = _read(None, seen)
-    except (OSError, PolicyRefused):
-        return
-    if other.state_id == state_id:
+    if state_id_at(seen) == state_id:
         raise PolicyRefused(
             f"the state dir {state_dir} has the identity of the state dir {seen} (state_id {state_id} in both "
             f"identity tables; uid registry {registry}): a copy, whose toolboxes would run as the other's uids. "
@@ -165,6 +173,8 @@ class Assignment:
     notes: list[str] = field(default_factory=list)
     #: the host-wide uid registry's directory (``None``: no uids were assigned)
     registry: str | None = None
+    #: the state dir's id in that registry (``None``: none kept yet, as in ``check`` of a new state dir)
+    state_id: str | None = None
 
 
 def assign_identities(
@@ -204,7 +214,9 @@ def assign_identities(
         result = request.plan(seen.table, seen.registry)
         if result.conflicts:
             raise ConfigError(result.conflicts)
-    return Assignment(result.workers, result.notes, request.registry)
+    return Assignment(
+        result.workers, result.notes, request.registry, result.table.state_id if request.registry is not None else None
+    )
 
 
 def rebind_agent(state_dir: str, slug: str, agent_file: str) -> str | None:

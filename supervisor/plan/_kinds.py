@@ -23,6 +23,7 @@ from supervisor.sessions import introspection_problem
 if TYPE_CHECKING:
     from sandbox._path_walk import Judge
 
+from ._mcp_args import NamedPath, plan_server_args
 from ._mcp_executable import plan_server_files, worker_writable_judge
 from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
@@ -49,6 +50,9 @@ class KindGrants:
     cfg: dict[str, Any]
     rules: list[FsRule] = field(default_factory=list)
     made_at_start: tuple[str, ...] = ()
+    #: paths the agent file names that grant nothing: they must lie within the worker's other rules (an MCP
+    #: server's path arguments, ``_mcp_args.py``); one outside is refused under a strict policy, warned otherwise
+    read_within: tuple[NamedPath, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,10 +173,10 @@ def _sqlite_warnings(tb: ToolboxConfig, uid: int, gid: int, groups: tuple[int, .
 def _mcp_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warnings: list[str]) -> KindGrants:
     """What an MCP server needs besides the system paths, read-only: its executable, resolved by the supervisor
     with the package tree it belongs to (``_mcp_executable.py``: an npm ``.bin`` link, a venv script; the worker
-    then runs the path that plan says), and every argument that is an absolute path of something that exists (the
-    script it runs, the folder it serves). ``/`` is never granted this way (a FileSandbox cannot be widened to
-    everything through an argument). Raises ``UnsafeTreeError`` (this toolbox's load error) for an executable a
-    worker could change."""
+    then runs the path that plan says). Its arguments that name existing paths grant nothing: they are resolved
+    and must lie within the worker's other rules (``_mcp_args.py``; its FileSandbox grants what it serves). Raises
+    ``UnsafeTreeError`` (this toolbox's load error) for an executable a worker could change, or a link on an
+    argument's way that neither root nor the agent file's owner made."""
     out: list[FsRule] = []
     exe = str(cfg.get("executable") or "")
     if "/" in exe:
@@ -187,15 +191,9 @@ def _mcp_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warn
         else:
             out += files.rules
             cfg = {**cfg, "executable": files.run}
-    for arg in cfg.get("args") or []:
-        if not (isinstance(arg, str) and arg.startswith("/") and os.path.exists(arg)):
-            continue
-        real = os.path.realpath(arg)
-        if real == "/":
-            warnings.append(f"MCP server {cfg.get('name')}: argument {arg!r} is the whole filesystem; not granted")
-            continue
-        out.append(FsRule(real, READ))
-    return KindGrants(cfg, out)
+    trusted = None if not given.root else {0} if tb.agent_owner is None else {0, tb.agent_owner}
+    args = plan_server_args(cfg.get("args") or [], trusted)
+    return KindGrants({**cfg, "args": args.args}, out, read_within=args.named)
 
 
 def _worker_judge(policy: Policy) -> Judge:

@@ -6,7 +6,8 @@ read-write, the agent file's and the policy's read grants for this toolbox, what
 MCP server's package tree, a skills toolbox's clones, a spec's folder, a database), its agent file's write grants,
 then its FileSandbox compiled to rules (``sandbox._fs_compile``: the predicate over-approximated by folders, checked
 exactly in the worker). A path the host says does not exist is left out with a warning, except the folders the
-supervisor makes before the worker starts; one rule per path remains, the widest mode winning.
+supervisor makes before the worker starts; one rule per path remains, the widest mode winning. A path the agent
+file names that grants nothing by itself (an MCP server's argument, ``_mcp_args.py``) must lie within those rules.
 
 What the kernel enforces is the launcher's (it opens every rule's path again, ``sandbox._path_walk``); what the
 host says of a path here comes from :class:`~._host_view.HostView` (one compile's answers) and decides only what is
@@ -22,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 from sandbox._plan import READ, WRITE, FsRule
 from supervisor._errors import PolicyRefused
 
+from ._ceilings import ToolboxRefused
 from ._kinds import GrantInputs
+from ._mcp_args import canonical_rule_path, outside_message, paths_outside
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -143,6 +146,8 @@ def plan_files(
 
     Raises:
         PolicyRefused: what :func:`plan_file_sandbox` or the kind's grants refuse.
+        ToolboxRefused: (strict) a path the agent file names that grants nothing by itself (an MCP server's
+            argument, ``_mcp_args.py``) lies outside every rule.
     """
     warnings: list[str] = []
     workdir, state = worker_folders(state_dir, tb)
@@ -159,4 +164,11 @@ def plan_files(
     )
     made_at_start = (workdir, state, runtime_dir, *grants.made_at_start)
     kept, missing = keep_existing([*rules, *sandboxed], host, made_at_start, tb.name)
-    return WorkerFiles(grants.cfg, kept, workdir, state, made_at_start, report, [*warnings, *missing])
+    warnings += missing
+    outside = paths_outside(grants.read_within, kept, lambda p: canonical_rule_path(p, root=root))
+    if outside:
+        text = outside_message(outside, toolbox=tb.name, agent=tb.agent_slug, source=tb.source)
+        if policy.strict:
+            raise ToolboxRefused(text + ". A strict policy refuses a setting that cannot hold.")
+        warnings.append(text + "; it is passed to the server without a grant")
+    return WorkerFiles(grants.cfg, kept, workdir, state, made_at_start, report, warnings)

@@ -1,6 +1,7 @@
 """Sessions: their owners and ids, the session store, per-session tool views, introspection."""
 
 from ._bounded import remember
+from ._errors import SessionStoreUnavailable
 from ._ids import LOCAL_TENANT, Owner, client_id, ids_from_meta, new_id, root_session_id
 from ._introspection import answer_host_request, introspection_problem
 from ._store import SessionStore
@@ -10,6 +11,7 @@ __all__ = [
     "LOCAL_TENANT",
     "Owner",
     "SessionStore",
+    "SessionStoreUnavailable",
     "SessionToolViews",
     "answer_host_request",
     "client_id",

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._bounded import remember
+from ._errors import SessionStoreUnavailable
 from ._ids import LOCAL_TENANT, Owner, new_id, root_session_id
 
 if TYPE_CHECKING:
@@ -132,27 +133,43 @@ def scope_members(scope: str, current: str, parents: Mapping[str, str | None]) -
     return seen
 
 
+def _open_database(path: str) -> sqlite3.Connection:
+    """The store's connection, its schema made or brought up to date, sessions a dead supervisor left ``running``
+    marked ``interrupted``; closed again when any of it fails."""
+    if path != ":memory:":
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        if path != ":memory:":
+            os.chmod(path, 0o600)
+            db.execute("PRAGMA journal_mode=WAL")
+            # SQLite's own checkpoint runs on the committing thread (the trio thread) and fsyncs twice: only a
+            # backstop now; :meth:`SessionStore.checkpoint` does it, off that thread, when it is due.
+            db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        for table, column, declaration in _ADDED_COLUMNS:
+            present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        db.execute("UPDATE sessions SET status='interrupted' WHERE status='running'")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 class SessionStore:
     """Sessions, turns and tool calls in ``<state_dir>/sessions.sqlite3`` (``path`` ``":memory:"`` in tests)."""
 
     def __init__(self, path: str) -> None:
-        if path != ":memory:":
-            os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+        """Open (or create) the store at ``path``. Raises :class:`SessionStoreUnavailable` (naming the file and
+        the cause) when it cannot: the file is not a database or is damaged, or its folder cannot be made."""
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        if path != ":memory:":
-            os.chmod(path, 0o600)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # SQLite's own checkpoint runs on the committing thread (the trio thread) and fsyncs twice: only a
-            # backstop now; :meth:`checkpoint` does it, off that thread, when :meth:`checkpoint_due` says so.
-            self._db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        for table, column, declaration in _ADDED_COLUMNS:
-            present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-            if column not in present:
-                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-        self._db.execute("UPDATE sessions SET status='interrupted' WHERE status='running'")
+        try:
+            self._db = _open_database(path)
+        except (sqlite3.Error, OSError) as exc:
+            raise SessionStoreUnavailable(path, exc) from exc
         self.write_errors = 0
         self.last_write_error: str | None = None
         self.pruned_records = 0  # records of kept sessions the last prune deleted

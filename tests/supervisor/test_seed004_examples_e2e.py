@@ -351,6 +351,8 @@ def _stand_ins(root: Path) -> dict[str, Any]:
                     "name": "filesystem",
                     "executable": sys.executable,
                     "args": [str(root / "mcp_server.py"), json.dumps(response)],
+                    # an argument grants nothing: the server's script is granted read-only here
+                    "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": "./mcp_server.py"}},
                 },
             }
         ],

@@ -26,6 +26,7 @@ from mcp.client.stdio import stdio_client
 
 from labkit import Spec, build_components, png_bytes
 from tests._policies import agent, write_policy
+from tests._workers import pid_one
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -264,6 +265,12 @@ async def test_a_component_blocked_in_a_host_call_is_stopped_at_its_limit_and_th
     with trio.fail_after(90):
         async with _session(policy) as s:
             await s.call_tool("wasm_probe_echo", {"q": "warm"})
+            worker = pid_one(next(r["pid"] for r in _trace(policy) if r["event"] == "worker_spawn"))
+            own = Path(f"/proc/{worker}/cmdline").read_bytes()
+            executors = Path(f"/proc/{worker}/task/{worker}/children").read_text().split()
+            # the first executors were forked from the worker as it opened the toolbox (one thread then): the
+            # worker's own command line, no interpreter start on the path of its first answer
+            assert executors and all(Path(f"/proc/{e}/cmdline").read_bytes() == own for e in executors)
 
             async def sleeper() -> None:
                 start = trio.current_time()

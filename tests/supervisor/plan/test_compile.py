@@ -101,24 +101,77 @@ def test_allowed_hosts_give_a_bridge_and_proxy_environment(sandbox_tmp: Path) ->
     assert spec.report["allowed_hosts"] == ["api.example.com"]
 
 
-def test_an_mcp_server_may_read_its_executable_and_path_arguments(sandbox_tmp: Path) -> None:
+def _mcp_agent(sandbox_tmp: Path, args: list[str], **contents: object) -> dict[str, object]:
+    entry = {"name": "files", "executable": "/bin/sh", "args": args, **contents}
+    return agent(mcpServers=[{"tag": "McpSimpleBinary", "contents": entry}])
+
+
+def test_an_mcp_servers_path_arguments_grant_nothing_and_must_lie_within_its_rules(sandbox_tmp: Path) -> None:
+    """The executable is granted; an argument naming an existing path outside the server's rules is, under a strict
+    policy, the toolbox's load error naming the keys that would grant it; a relative, option or missing path is
+    not judged."""
     script = sandbox_tmp / "server.py"
     script.write_text("")
-    mcp = {
-        "tag": "McpSimpleBinary",
-        "contents": {
-            "name": "files",
-            "executable": "/bin/sh",
-            "args": [str(script), "--flag", "/", str(sandbox_tmp / "nope")],
-        },
+    args = [str(script), "--flag", "--root=/etc", "/", str(sandbox_tmp / "nope"), "/usr/bin/env"]
+    compiled = _plan_file(write_policy(sandbox_tmp, {"tester": _mcp_agent(sandbox_tmp, args)}), sandbox_tmp)
+    assert compiled.specs == []
+    [error] = compiled.load_errors
+    assert f"argument {str(script)!r}" in error["message"] and "argument '/'" in error["message"]
+    assert "/usr/bin/env" not in error["message"] and "nope" not in error["message"]  # within /usr; missing
+    assert "$.contents.mcpServers[0].contents.FileSandbox" in error["message"]
+    assert "toolboxes.tester/files.read_paths" in error["message"]
+
+
+def test_an_mcp_servers_file_sandbox_grants_what_its_arguments_name_read_only(sandbox_tmp: Path) -> None:
+    script = sandbox_tmp / "server.py"
+    script.write_text("")
+    (sandbox_tmp / "data").mkdir()
+    sandbox = {
+        "fsbPredicate": {
+            "tag": "Or",
+            "contents": [
+                {"tag": "FileExactly", "contents": "./server.py"},
+                {"tag": "DirectoryRecursive", "contents": "./data"},
+            ],
+        }
     }
-    compiled = _plan_file(write_policy(sandbox_tmp, {"tester": agent(mcpServers=[mcp])}), sandbox_tmp)
+    args = [str(script), str(sandbox_tmp / "data")]
+    path = write_policy(sandbox_tmp, {"tester": _mcp_agent(sandbox_tmp, args, FileSandbox=sandbox)})
+    compiled = _plan_file(path, sandbox_tmp)
+    assert compiled.load_errors == []
     (spec,) = compiled.specs
     rules = {r.path: r.mode for r in spec.plan.fs_rules}
-    assert rules[str(script)] == READ
+    assert rules[str(script)] == READ and rules[str(sandbox_tmp / "data")] == READ  # never written by the server
     assert rules[os.path.realpath("/bin/sh")] == READ
-    assert "/" not in rules and str(sandbox_tmp / "nope") not in rules
-    assert any("whole filesystem; not granted" in w for w in compiled.warnings)
+
+
+def test_a_permissive_policy_warns_and_passes_the_argument_without_a_grant(sandbox_tmp: Path) -> None:
+    script = sandbox_tmp / "server.py"
+    script.write_text("")
+    path = write_policy(sandbox_tmp, {"tester": _mcp_agent(sandbox_tmp, [str(script)])}, strict=False)
+    compiled = _plan_file(path, sandbox_tmp)
+    (spec,) = compiled.specs
+    assert str(script) not in {r.path for r in spec.plan.fs_rules}
+    assert any(f"argument {str(script)!r}" in w and "without a grant" in w for w in compiled.warnings)
+
+
+@pytest.mark.root  # chowns the link to another uid (the plan itself needs no root)
+def test_a_link_on_an_arguments_way_that_another_uid_made_is_the_toolboxs_load_error(sandbox_tmp: Path) -> None:
+    """A worker (uid 65534) that can write a folder on an argument's way plants a link there to what it wants the
+    server to be granted: the supervisor does not follow it (no realpath as root) and the toolbox does not load."""
+    shared = sandbox_tmp / "shared"
+    shared.mkdir()
+    os.chown(shared, 65534, 65534)
+    secret = sandbox_tmp / "secret"
+    secret.mkdir()
+    link = shared / "data"
+    link.symlink_to(secret)
+    os.lchown(link, 65534, 65534)
+    sandbox = {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": str(secret)}}
+    path = write_policy(sandbox_tmp, {"tester": _mcp_agent(sandbox_tmp, [str(link)], FileSandbox=sandbox)})
+    compiled = _plan_file(path, sandbox_tmp)
+    [error] = compiled.load_errors
+    assert f"{link} is a symbolic link owned by uid 65534" in error["message"], error
 
 
 def test_an_unreadable_interpreter_is_refused(sandbox_tmp: Path) -> None:
