@@ -3,7 +3,8 @@ step of ``_worker_plan.plan_worker``).
 
 The hosts are the agent file's AllowedHosts (for kinds whose hosts reach the worker) and the policy's grant to the
 toolbox; each must parse, lie within every ceiling that bounds its agent (``_ceilings.py``: past one, the toolbox
-does not load) and within the address classes the policy opens (loopback, private ranges: a strict policy refuses an
+does not load; so must a PostgREST toolbox's HTTP methods, and the ceilings' methods bound an OpenAPI or PostgREST
+toolbox's tools) and within the address classes the policy opens (loopback, private ranges: a strict policy refuses an
 entry that can reach nothing). A worker with hosts gets the bridge to its proxy and DNS stub and the proxy variables;
 its credentials are granted by ``_credential_grants.py``; with ``tls_termination`` it trusts the supervisor's CA
 alone (``_tls_termination.py``), read from one file the worker is granted. What the proxy enforces at each
@@ -20,7 +21,7 @@ from sandbox._hosts import AllowedHosts, HostError
 from sandbox._plan import READ, FsRule
 from supervisor._errors import PolicyRefused
 
-from ._ceilings import ToolboxRefused, caps_report, ceiling_refusals, class_refusals
+from ._ceilings import ToolboxRefused, caps_report, ceiling_refusals, class_refusals, method_cap, method_refusals
 from ._credential_grants import CredentialGrant, grant_credentials
 from ._tls_termination import ca_file_path, termination_env
 
@@ -57,6 +58,9 @@ class WorkerNetwork:
     rules: list[FsRule] = field(default_factory=list)
     #: ``check``'s account of what the policy caps for this toolbox
     caps: dict[str, Any] = field(default_factory=dict)
+    #: the HTTP methods the ceilings leave its tools (OpenAPI, PostgREST; ``None``: not bounded): tools of other
+    #: methods are not offered
+    http_methods: list[str] | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -71,7 +75,8 @@ def _checked_hosts(
     """The worker's hosts and the warnings on them, after every check of the module docstring.
 
     Raises:
-        ToolboxRefused: a host past a ceiling, or (strict) an entry its address class keeps from reaching anything.
+        ToolboxRefused: a host, capability or (PostgREST) HTTP method past a ceiling, or (strict) an entry its
+            address class keeps from reaching anything.
         PolicyRefused: a host that does not parse, or (strict) hosts for a kind that has no network.
     """
     overrides = policy.toolbox_policy(tb.name, tb.agent_slug)
@@ -84,6 +89,7 @@ def _checked_hosts(
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): AllowedHosts: {exc}") from exc
     capabilities = cfg.get("Capabilities") or () if tb.kind in ("system", "developer") else ()
     past = ceiling_refusals(tb.allowed_hosts, capabilities, bounds)
+    past += method_refusals(cfg.get("AllowedMethods") or (), bounds) if tb.kind == "postgrest" else []
     if past:
         raise ToolboxRefused("; ".join(past))
     closed = class_refusals(
@@ -164,5 +170,6 @@ def plan_network(
         env=env,
         rules=rules,
         caps=caps_report(bounds, loopback=loopback, private_ranges=private, policy_key=policy_key),
+        http_methods=method_cap(bounds) if tb.kind in ("openapi", "postgrest") else None,
         warnings=warnings,
     )

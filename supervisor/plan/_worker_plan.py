@@ -75,7 +75,7 @@ def worker_env(policy: Policy, tb: ToolboxConfig, workdir: str, network_env: Map
 
 
 def _payload(
-    tb: ToolboxConfig, policy: Policy, files: WorkerFiles, env: dict[str, str], hosts: Sequence[str]
+    tb: ToolboxConfig, policy: Policy, files: WorkerFiles, env: dict[str, str], net: WorkerNetwork
 ) -> dict[str, Any]:
     """What the worker's own code reads (``toolboxes._worker``): its kind, config with the policy's extras, folders
     and limits."""
@@ -90,8 +90,10 @@ def _payload(
             "policy": {
                 "limits": limits.model_dump(),
                 "env": env,
-                "allowed_hosts": list(hosts),
+                "allowed_hosts": list(net.hosts),
                 "base_dir": os.path.dirname(tb.agent_file),
+                # the ceilings' HTTP methods (OpenAPI, PostgREST): tools of other methods are not offered
+                "http_methods": net.http_methods,
             },
         },
         "workdir": files.workdir,
@@ -205,7 +207,7 @@ def plan_worker(
         toolbox=tb.name,
         workdir=files.workdir,
         entry=WORKER_ENTRY,
-        payload=_payload(tb, policy, files, env, network.hosts),
+        payload=_payload(tb, policy, files, env, network),
         uid=account.uid,
         gid=account.gid,
         groups=account.groups,

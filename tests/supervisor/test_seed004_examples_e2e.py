@@ -444,6 +444,7 @@ def _ok(result: ToolResult) -> Any:
     return result.structured
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_system_examples_run(sup: Supervisor, seeded: Path) -> None:
     root = seeded.parent
 
@@ -493,6 +494,7 @@ async def test_the_system_examples_run(sup: Supervisor, seeded: Path) -> None:
     assert where["data"]["path"] == str(root)
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_developer_examples_run(sup: Supervisor, seeded: Path) -> None:
     async def call(tool: str, args: Any) -> ToolResult:
         return await sup.call(tool, args, session_id="dev", agent_scope="seeded")
@@ -550,6 +552,7 @@ async def test_the_developer_examples_run(sup: Supervisor, seeded: Path) -> None
     assert (patched["hunksApplied"], patched["hunksRejected"]) == (1, 0)
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_query_script_and_protocol_examples_run(sup: Supervisor) -> None:
     async def call(tool: str, args: Any) -> ToolResult:
         return await sup.call(tool, args, agent_scope="seeded")

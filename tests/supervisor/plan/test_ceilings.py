@@ -14,7 +14,14 @@ import yaml
 
 from supervisor.config import Policy, load_config
 from supervisor.plan import compile_policy, plan_policy
-from supervisor.plan._ceilings import agent_bounds, ceiling_refusals, class_refusals, tenant_reach
+from supervisor.plan._ceilings import (
+    agent_bounds,
+    ceiling_refusals,
+    class_refusals,
+    method_cap,
+    method_refusals,
+    tenant_reach,
+)
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.plan._facts import facts_as
 
@@ -87,12 +94,28 @@ def test_ceilings_bound_an_agents_hosts_and_capabilities_and_name_their_key() ->
     assert agent_bounds(policy, "other", reach)[0].key == 'ceilings."*"'
 
 
+def test_http_methods_ceilings_intersect_and_an_asked_method_past_one_names_its_key() -> None:
+    policy = Policy.model_validate(
+        {
+            "ceilings": {"*": {"http_methods": ["get", "HEAD", "POST"]}, "coder": {"http_methods": ["POST", "GET"]}},
+            "tenants": {"acme": {"agents": ["coder"], "ceiling": {"allowed_hosts": ["*"]}}},
+        }
+    )
+    bounds = agent_bounds(policy, "coder", {"acme": {"coder"}})
+    assert method_cap(bounds) == ["GET", "POST"]
+    assert method_cap(agent_bounds(policy, "coder", {})[2:]) is None  # no ceiling names methods: no bound
+    assert method_refusals(["get", "post"], bounds) == []
+    [refused] = method_refusals(["HEAD"], bounds)
+    assert "HEAD (AllowedMethods), past the policy's ceiling ceilings.coder.http_methods (POST, GET)" in refused
+
+
 @pytest.mark.parametrize(
     ("ceiling", "where", "word"),
     [
         ({"forbidden_capabilities": ["exec"]}, "$.ceilings.coder.forbidden_capabilities[0]", "unknown capability"),
         ({"allowed_hosts": ["https://x/y"]}, "$.ceilings.coder.allowed_hosts[0]", "invalid host"),
         ({"allowed_hostz": []}, "$.ceilings.coder", "allowed_hostz"),
+        ({"http_methods": ["FETCH"]}, "$.ceilings.coder.http_methods[0]", "unknown HTTP method 'FETCH'"),
     ],
 )
 def test_a_ceiling_that_does_not_parse_is_a_config_error(
