@@ -131,7 +131,8 @@ def _host_of(url: str) -> str | None:
 
 
 def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json")
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json")
+    return dumped
 
 
 @dataclass
