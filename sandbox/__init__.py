@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from ._egress import CONNECT_TIMEOUT_S, Terminator, limited_resolver, serve_egress
     from ._egress_decide import (
         OwnListeners,
+        Resolution,
+        ResolveError,
         Resolver,
         decide,
         default_resolve,
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
     from ._landlock import landlock_abi
     from ._libc import LIBC
     from ._mount_api import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, openat2
-    from ._path_walk import Judge, open_rule_path, resolve_path
+    from ._path_walk import Judge, open_rule_path, resolve_named_path, resolve_path
     from ._predicate_eval import check_path, evaluate, lists_entries
     from ._seccomp import REFUSAL_REASONS, syscall_name
     from ._syspaths import python_runtime_paths, uid_can_read, uid_write_problem
@@ -109,6 +111,8 @@ __all__ = [
     "PathInfo",
     "PathPredicate",
     "PredicateError",
+    "Resolution",
+    "ResolveError",
     "Resolver",
     "Rlimits",
     "SandboxError",
@@ -164,6 +168,7 @@ __all__ = [
     "receive_bridge",
     "remove_cgroup",
     "reown_tree",
+    "resolve_named_path",
     "resolve_path",
     "rises",
     "seal_tree",
@@ -211,6 +216,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "_egress": ("CONNECT_TIMEOUT_S", "Terminator", "limited_resolver", "serve_egress"),
     "_egress_decide": (
         "OwnListeners",
+        "Resolution",
+        "ResolveError",
         "Resolver",
         "decide",
         "default_resolve",
@@ -225,7 +232,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "_landlock": ("landlock_abi",),
     "_libc": ("LIBC",),
     "_mount_api": ("RESOLVE_BENEATH", "RESOLVE_NO_SYMLINKS", "openat2"),
-    "_path_walk": ("Judge", "open_rule_path", "resolve_path"),
+    "_path_walk": ("Judge", "open_rule_path", "resolve_named_path", "resolve_path"),
     "_predicate_eval": ("check_path", "evaluate", "lists_entries"),
     "_seccomp": ("REFUSAL_REASONS", "syscall_name"),
     "_syspaths": ("python_runtime_paths", "uid_can_read", "uid_write_problem"),

@@ -235,7 +235,13 @@ def _toolboxes(root: Path, api_port: int, kinds: frozenset[str]) -> dict[str, An
         sections["mcpServers"] = [
             {
                 "tag": "McpSimpleBinary",
-                "contents": {"name": "echo", "executable": sys.executable, "args": [str(root / "echo.py")]},
+                "contents": {
+                    "name": "echo",
+                    "executable": sys.executable,
+                    "args": [str(root / "echo.py")],
+                    # an argument grants nothing (docs/MCP.md): the server's script is granted read-only here
+                    "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": "./echo.py"}},
+                },
             }
         ]
     if "bash" in kinds:

@@ -67,6 +67,8 @@ class ToolboxConfig:
         load_problem: why it cannot load, found when the agent file loaded (an OpenAPI ``Token`` or ``Headers``
             value names a ``${VAR}`` that is not set); ``None``: nothing. Such a toolbox gets no worker: the
             plan makes this its load error, and every other toolbox loads.
+        agent_owner: the uid that owns the agent file (``None``: not known, the file was not read from disk): with
+            root, the only ones whose symbolic links the supervisor follows in a path the file names.
     """
 
     kind: ToolboxKind
@@ -80,6 +82,7 @@ class ToolboxConfig:
     source: str
     _config: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     load_problem: str | None = None
+    agent_owner: int | None = None
 
     @property
     def predicate(self) -> PathPredicate | None:
@@ -128,7 +131,8 @@ def _host_of(url: str) -> str | None:
 
 
 def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json")
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json")
+    return dumped
 
 
 @dataclass
@@ -230,13 +234,17 @@ def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
         )
     for i, mcp in enumerate(agent.mcp_servers):
         c = mcp.contents
+        source = f"{prefix}.mcpServers[{i}]"
         entries.append(
             _Entry(
                 "mcp",
                 c.name,
                 c.name,
-                f"{prefix}.mcpServers[{i}]",
-                {"tag": mcp.tag, **_dump(c)},  # its executable: granted by the plan, which resolves it
+                source,
+                # its executable and arguments: judged by the plan, which resolves them
+                {"tag": mcp.tag, **c.model_dump(by_alias=True, mode="json", exclude={"file_sandbox"})},
+                sandbox=c.file_sandbox,
+                sandbox_path=f"{source}.contents.FileSandbox",
             )
         )
     http_kinds: tuple[tuple[ToolboxKind, Sequence[Any], str], ...] = (
@@ -322,8 +330,11 @@ def _resolve_sandbox(agent: AgentDescription, e: _Entry, file: str) -> FileSandb
     return found if found.name is not None else found.model_copy(update={"name": e.sandbox.ref})
 
 
-def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tuple[ToolboxConfig, ...]:
-    """The agent's worker configs (pure: no file access). Raises ``ConfigError`` on name clashes, bad refs."""
+def build_toolboxes(
+    agent: AgentDescription, file: str, prefix: str = "$", *, owner: int | None = None
+) -> tuple[ToolboxConfig, ...]:
+    """The agent's worker configs (pure: no file access); ``owner``: the uid owning the agent file. Raises
+    ``ConfigError`` on name clashes, bad refs."""
     entries = _entries(agent, prefix)
     names = _assign_names(entries, file)
     out: list[ToolboxConfig] = []
@@ -334,7 +345,18 @@ def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tu
             config["FileSandbox"] = sandbox.to_json()
         out.append(
             ToolboxConfig(
-                e.kind, name, agent.slug, sandbox, e.hosts, e.read, e.write, file, e.source, config, e.problem
+                e.kind,
+                name,
+                agent.slug,
+                sandbox,
+                e.hosts,
+                e.read,
+                e.write,
+                file,
+                e.source,
+                config,
+                e.problem,
+                agent_owner=owner,
             )
         )
     return tuple(out)

@@ -234,7 +234,8 @@ def _split_predicate_path(path: str) -> tuple[str | int, ...]:
 
 def _parse_predicate(value: Any, info: ValidationInfo) -> PathPredicate:
     if not isinstance(value, dict | list | str | int | float | bool | type(None)):
-        return value  # already parsed (model_construct / copy)
+        parsed: PathPredicate = value  # already parsed (model_construct / copy)
+        return parsed
     try:
         return parse_predicate(value, _base_dir(info))
     except PredicateError as exc:

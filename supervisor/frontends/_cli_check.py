@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._check_detail import render_detail
 from ._check_summary import render_summary, summarize
-from ._cli import _check_slug, _fail
+from ._cli import _fail
+from ._cli_agents import check_slug as _check_slug
 
 if TYPE_CHECKING:
     import argparse
@@ -25,6 +26,10 @@ def check_report(args: argparse.Namespace) -> dict[str, Any]:
     """What each toolbox's worker will get (of ``args.slug``'s toolboxes only, when given), as plain data: what
     ``--json`` prints and both printers read. Raises ``ValueError`` for a slug no loaded agent has, and what
     loading and compiling raise (``ConfigError``, ``PolicyRefused``)."""
+    import trio
+
+    from supervisor.agents import model_report
+    from supervisor.calls import BudgetPolicy
     from supervisor.config import expand_agents, load_config
     from supervisor.plan import compile_policy, launcher_refusals
     from supervisor.workers import host_explanations
@@ -50,6 +55,17 @@ def check_report(args: argparse.Namespace) -> dict[str, Any]:
         "denial_explanations": host_explanations(config.policy.kernel_audit),
         "toolboxes": toolboxes,
         "warnings": compiled.warnings,
+        "budgets": BudgetPolicy.from_policy(config.policy).report(),
+        "model_requests": trio.run(
+            model_report,
+            config.policy,
+            tree.subagents,
+            [
+                (a.slug, a.description.model_url)
+                for a in config.agents
+                if a.description.model_url and args.slug in (None, a.slug)
+            ],
+        ),
         "load_errors": [
             dict(e) for e in (*tree.load_errors, *compiled.load_errors) if args.slug in (None, e.get("agent"))
         ],

@@ -62,7 +62,7 @@ def launcher_argv(python: str | None = None, code_root: str | None = None) -> li
 
 def plan_frame(plan: ConfinementPlan) -> bytes:
     """The plan as the launcher reads it from stdin (``sandbox._launcher.decode_plan``)."""
-    frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
+    frame: bytes = msgpack.packb(plan.to_wire(), use_bin_type=True)
     return struct.pack(">I", len(frame)) + frame
 
 

@@ -15,9 +15,8 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from sandbox import AllowedHosts, HostError, IPAddress, decide, serve_dns_stub
+from sandbox import AllowedHosts, HostError, IPAddress, Resolution, ResolveError, decide, serve_dns_stub
 from sandbox._dns_stub import answer_query
-from sandbox._egress import Resolution, ResolveError
 
 RULES = AllowedHosts.parse(
     [

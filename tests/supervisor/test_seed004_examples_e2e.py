@@ -350,6 +350,8 @@ def _stand_ins(root: Path) -> dict[str, Any]:
                     "name": "filesystem",
                     "executable": sys.executable,
                     "args": [str(root / "mcp_server.py"), json.dumps(response)],
+                    # an argument grants nothing: the server's script is granted read-only here
+                    "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": "./mcp_server.py"}},
                 },
             }
         ],
@@ -441,6 +443,7 @@ def _ok(result: ToolResult) -> Any:
     return result.structured
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_system_examples_run(sup: Supervisor, seeded: Path) -> None:
     root = seeded.parent
 
@@ -490,6 +493,7 @@ async def test_the_system_examples_run(sup: Supervisor, seeded: Path) -> None:
     assert where["data"]["path"] == str(root)
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_developer_examples_run(sup: Supervisor, seeded: Path) -> None:
     async def call(tool: str, args: Any) -> ToolResult:
         return await sup.call(tool, args, session_id="dev", agent_scope="seeded")
@@ -547,6 +551,7 @@ async def test_the_developer_examples_run(sup: Supervisor, seeded: Path) -> None
     assert (patched["hunksApplied"], patched["hunksRejected"]) == (1, 0)
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_query_script_and_protocol_examples_run(sup: Supervisor) -> None:
     async def call(tool: str, args: Any) -> ToolResult:
         return await sup.call(tool, args, agent_scope="seeded")

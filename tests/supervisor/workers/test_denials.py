@@ -164,6 +164,17 @@ def test_records_are_matched_to_a_worker_by_domain_then_session(
     assert [(r["toolbox"], r["target"]) for r in traced if r["event"] == "denial"] == [("tools", "/x")]
 
 
+def test_records_of_domains_never_allocated_here_are_held_for_a_few_domains_only(tmp_path: Path) -> None:
+    """Every process's Landlock denials on the host reach the reader; a domain allocated before it started never
+    sends its "allocated" record, so its records would wait for ever: only the most recent 64 domains' are held."""
+    audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
+    for serial in range(10_000):
+        fields = {"domain": f"f{serial}", "blockers": "fs.read_file", "path": f"/other/{serial}"}
+        audit.handle(AuditRecord(AUDIT_LANDLOCK_ACCESS, serial, fields))
+    assert len(audit._pending) == 64 and "f9999" in audit._pending and "f0" not in audit._pending
+    audit.trace.close()
+
+
 async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

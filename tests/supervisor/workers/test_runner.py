@@ -31,6 +31,8 @@ class ServingWorker:
     """What ``ToolboxRunner`` needs of a worker, over a connection to an in-process fake that answers every call."""
 
     made: list[ServingWorker] = []
+    #: who made the process (the worker_spawn record says; a fake is made by no spawner)
+    spawned_by: str | None = None
 
     def __init__(self, spec: Any, *, on_request: Any, on_event: Any, reuse: Any = ()) -> None:
         self.spec = spec
