@@ -39,7 +39,7 @@ from ._identity_store import rebind_agent
 from ._kinds import KIND_PLANS, KindPlan, kind_plan
 from ._launcher_links import launcher_refusals
 from ._policy_plan import PolicyPlan, plan_policy
-from ._skill_sources import prepare_git_sources
+from ._skill_clones import prepare_git_sources
 from ._uid_registry import UidHold, registry_dir
 from ._uid_release import ReleaseRefused, files_warning, list_state_dirs, release_state_dir, uid_ranges
 from ._worker_plan import WORKER_PROCESS_ENV

@@ -1,7 +1,7 @@
 """Run one program to completion under the launcher's confinement (the confined command runner).
 
 The supervisor uses it for work it must do before any worker exists, on untrusted input: cloning a git skill
-source (``_skill_sources.py``) and running a script's ``describe`` for ``agents-supervise check-tool-call``.
+source (``plan/_skill_clones.py``) and running a script's ``describe`` for ``agents-supervise check-tool-call``.
 The program runs through ``sandbox._launcher``, started, given its plan and served its bridge as a worker is
 (``_launch.py``), with the built-in entry ``sandbox._launcher:exec_argv``: the launcher confines itself from a
 :class:`~sandbox._plan.ConfinementPlan` (own network and PID namespaces, Landlock rules given here, rlimits,

@@ -18,7 +18,7 @@ import supervisor.calls._registry as registry_module
 import supervisor.plan._apply as apply_module
 import supervisor.plan._compile as compile_module
 import supervisor.plan._policy_plan as policy_plan_module
-import supervisor.plan._skill_sources as sources_module
+import supervisor.plan._skill_clones as sources_module
 from supervisor._supervisor import Supervisor
 from supervisor.workers._worker import Worker
 from tests._policies import agent, system_toolbox, write_policy

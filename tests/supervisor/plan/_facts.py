@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from supervisor.plan import HostFacts, read_host_facts
+from supervisor.plan import HostFacts, plan_policy, read_host_facts
 
 if TYPE_CHECKING:
     from sandbox import CgroupLayout
     from supervisor.config import LoadedConfig
+    from supervisor.plan import CompiledPolicy
 
 #: A cgroup v2 layout (pids, memory and cpu controllers), as a root supervisor on a systemd host sees it; the plan
 #: only names it (nothing is made from a plan).
@@ -37,3 +38,9 @@ def facts_as(config: LoadedConfig, state_dir: str, *, root: bool = True, **chang
             cgroup_problem="",
         )
     return dataclasses.replace(facts, **changes)
+
+
+def plan_as_root(config: LoadedConfig, state_dir: str | None = None, **changes: Any) -> CompiledPolicy:
+    """``config`` planned as a root supervisor on this host plans it (:func:`facts_as`), in ``state_dir`` (default
+    the policy's): what ``check`` shows as root, without root."""
+    return plan_policy(config, facts_as(config, state_dir or config.policy.state_dir, **changes)).compiled
