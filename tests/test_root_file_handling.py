@@ -55,6 +55,12 @@ ALLOWED = {
     ("supervisor/plan/_skill_clones.py", "os.makedirs"): "the clones' parent under the state dir: root's",
     ("supervisor/plan/_skill_clones.py", "os.chmod"): "that parent and the git config root writes there",
     ("supervisor/plan/_skill_clones.py", "os.rename"): "a finished clone into place inside that root-owned parent",
+    (
+        "supervisor/frontends/_cli_init.py",
+        "os.mkdir",
+    ): "`init DIR`: the new or empty folder the operator names, before any policy (so any worker) exists; files "
+    "in it are made O_EXCL|O_NOFOLLOW",
+    ("supervisor/frontends/_cli_init.py", "os.chmod"): "the same new folder and the ones init makes in it",
 }
 
 
