@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "PREDICATE_TAGS",
     "All",
     "AlwaysAllow",
     "AlwaysDeny",
@@ -151,7 +152,7 @@ _PATH_TAGS: dict[str, type[FileExactly | DirectoryExactly | DirectoryRecursive |
     "DirectoryShallow": DirectoryShallow,
     "ChildOf": ChildOf,
 }
-TAGS = (
+PREDICATE_TAGS = (
     *_PATH_TAGS,
     "FilePattern",
     "FileExtension",
@@ -224,7 +225,7 @@ def parse_predicate(data: Any, base_dir: str, where: str = "") -> PathPredicate:
         if contents not in (None, []):
             raise PredicateError(f"{tag} takes no contents", here)
         return AlwaysAllow() if tag == "AlwaysAllow" else AlwaysDeny()
-    raise PredicateError(f"unknown predicate tag {tag!r}; expected one of {', '.join(TAGS)}", where)
+    raise PredicateError(f"unknown predicate tag {tag!r}; expected one of {', '.join(PREDICATE_TAGS)}", where)
 
 
 def predicate_to_json(p: PathPredicate) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from .._toolbox import ToolSpec
 from ._refs import SpecError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from .._http import HttpRequest
     from .._toolbox import CallContext, WorkerEnv
@@ -60,6 +60,14 @@ class SpecToolSet(Generic[T]):
             [{"source": f"{spec_url}: {e['source']}", "message": e["message"]} for e in errors],
         )
 
+    def narrowed(self, methods: Iterable[str] | None) -> SpecToolSet[T]:
+        """The set with only the tools whose HTTP method is among ``methods`` (the policy's ceilings,
+        ``config["policy"]["http_methods"]``); ``None``: unchanged. Names stay what the whole spec gave them."""
+        if methods is None:
+            return self
+        allowed = {m.upper() for m in methods}
+        return SpecToolSet({n: t for n, t in self.by_name.items() if t.method.upper() in allowed}, self.errors)
+
     def specs(self) -> list[ToolSpec]:
         """The tools as the worker lists them, with the hints their HTTP method implies."""
         return [
@@ -76,7 +84,7 @@ class SpecToolbox(Generic[T]):
     def __init__(self, config: dict[str, Any], env: WorkerEnv, tools: SpecToolSet[T]) -> None:
         self.env = env
         self.max_bytes = output_cap(config, env.limits)
-        self._tools = tools
+        self._tools = tools.narrowed((config.get("policy") or {}).get("http_methods"))
 
     def tools(self) -> list[ToolSpec]:
         return self._tools.specs()
