@@ -197,6 +197,7 @@ def test_a_benchmark_over_strict_yaml_may_raise_call_bounds_but_not_change_a_pro
     assert written["limits"]["cpus"] == 1 and written["limits"]["memory_bytes"] == "1GiB"  # strict's, kept
     assert written["sessions"]["max_calls"] is None and written["sessions"]["keep_days"] == 30
     assert written["private_view"] is True and written["kernel_audit"] == "enable" and written["strict"] is True
+    assert "toolboxes" not in written  # strict.yaml's own agent's settings: they would apply to nothing, warned
     with pytest.raises(ValueError, match="private_view"):
         write_policy(tmp_path, [], private_view=False)
     with pytest.raises(ValueError, match=r"limits\.cpus"):
