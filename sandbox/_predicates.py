@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
+    "PREDICATE_TAGS",
     "All",
     "AlwaysAllow",
     "AlwaysDeny",
@@ -154,7 +155,7 @@ _PATH_TAGS: dict[str, type[FileExactly | DirectoryExactly | DirectoryRecursive |
     "DirectoryShallow": DirectoryShallow,
     "ChildOf": ChildOf,
 }
-TAGS = (
+PREDICATE_TAGS = (
     *_PATH_TAGS,
     "FilePattern",
     "FileExtension",
@@ -231,7 +232,7 @@ def parse_predicate(
         if contents not in (None, []):
             raise PredicateError(f"{tag} takes no contents", here)
         return AlwaysAllow() if tag == "AlwaysAllow" else AlwaysDeny()
-    raise PredicateError(f"unknown predicate tag {tag!r}; expected one of {', '.join(TAGS)}", where)
+    raise PredicateError(f"unknown predicate tag {tag!r}; expected one of {', '.join(PREDICATE_TAGS)}", where)
 
 
 def predicate_to_json(p: PathPredicate) -> dict[str, Any]:

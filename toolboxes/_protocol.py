@@ -148,7 +148,8 @@ def json_problem(value: Any, *, max_depth: int, max_nodes: int, finite: bool = T
 
 def encode(message: dict[str, Any]) -> bytes:
     """Serialise one message to a frame."""
-    return msgpack.packb(message, use_bin_type=True)
+    frame: bytes = msgpack.packb(message, use_bin_type=True)
+    return frame
 
 
 #: The decoder's buffer to begin with (msgpack's default is 1 MiB per decoder, and its fill pointer sweeps all of

@@ -55,8 +55,7 @@ from supervisor.calls import (
     budget_result,
     trace_exhaustion,
 )
-from toolboxes._progress import ProgressUpdate
-from toolboxes._result import Attachment, ToolResult
+from toolboxes import Attachment, ProgressUpdate, ToolResult
 
 from ._llm import (
     ChatClient,
@@ -384,7 +383,12 @@ class AgentService:
                 # The chat format has no images in tool messages: they follow them, in one user message.
                 messages.append({"role": "user", "content": images})
         self.trace.record(
-            "limit_hit", limit="agent_loop.max_steps", value=self.bounds.max_steps, agent=slug, session=inner.session_id
+            "limit_hit",
+            limit="agent_loop.max_steps",
+            value=self.bounds.max_steps,
+            agent=slug,
+            session=inner.session_id,
+            root_call_id=budget.root or None,
         )
         return ToolResult.error(
             f"agent {slug} reached its step limit of {self.bounds.max_steps} model requests "

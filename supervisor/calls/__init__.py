@@ -1,7 +1,7 @@
 """One call through the portal: the checks every call passes, the tool registry, attachments, results."""
 
 from ._attachments import AttachmentStore, media_response
-from ._budget import BudgetExhausted, BudgetPolicy, CallTreeBudget, budget_result, trace_exhaustion
+from ._budget import BUDGET_KIND, BudgetExhausted, BudgetPolicy, CallTreeBudget, budget_result, trace_exhaustion
 from ._catalog import CatalogError, get_prompt, list_entries, read_resource
 from ._group_commit import GroupCommit
 from ._portal import CallOrigin, Portal, SessionLimits
@@ -10,6 +10,7 @@ from ._tool_output import capped_output, checked_output, output_limit
 from ._unloaded import could_serve
 
 __all__ = [
+    "BUDGET_KIND",
     "AttachmentStore",
     "BudgetExhausted",
     "BudgetPolicy",

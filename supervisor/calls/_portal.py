@@ -34,8 +34,7 @@ import trio
 from supervisor._errors import execution_error
 from supervisor.sessions import LOCAL_TENANT, remember
 from supervisor.tools import ValidationConfig, format_validation_errors, relax
-from toolboxes._protocol import encode, json_problem
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult, encode, json_problem
 
 from ._budget import BUDGET_KIND, BudgetPolicy, budget_result, trace_exhaustion
 from ._unloaded import unloaded_note
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from supervisor.traces import TraceRecorder
-    from toolboxes._progress import ProgressUpdate
+    from toolboxes import ProgressUpdate
 
     from ._budget import CallTreeBudget, Exhaustion
     from ._registry import RegisteredTool, ToolRegistry
@@ -271,6 +270,8 @@ class Portal:
             session=origin.session_id,
             depth=origin.depth + 1,
             parent_call_id=origin.parent_call_id,
+            # the frontend call whose tree this is (none for a root call): its session hears a limit's refusal
+            root_call_id=(origin.budget.root or None) if origin.budget is not None else None,
         )
         return ToolResult("error", summary=kind, data=message).with_meta("portal_error", kind)
 

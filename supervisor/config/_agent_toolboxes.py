@@ -43,8 +43,8 @@ from ._errors import ConfigError, ConfigProblem
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
-    from sandbox._predicates import PathPredicate
-    from toolboxes._kinds import ToolboxKind
+    from sandbox import PathPredicate
+    from toolboxes import ToolboxKind
 
 __all__ = ["LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 
@@ -136,7 +136,8 @@ def _host_of(url: str) -> str | None:
 
 
 def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json")
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json")
+    return dumped
 
 
 @dataclass

@@ -25,8 +25,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import UnsafeTreeError
-from sandbox._path_walk import resolve_named_path
+from sandbox import UnsafeTreeError, resolve_named_path
 
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path

@@ -33,11 +33,18 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
-from sandbox._dirfd import UnsafeTreeError
-from sandbox._hosts import HostError, HostRule, parse_cname_targets
-from sandbox._path_walk import resolve_named_path
-from sandbox._predicates import TAGS as PREDICATE_TAGS
-from sandbox._predicates import PathPredicate, PredicateError, parse_predicate, predicate_to_json
+from sandbox import (
+    PREDICATE_TAGS,
+    HostError,
+    HostRule,
+    PathPredicate,
+    PredicateError,
+    UnsafeTreeError,
+    parse_cname_targets,
+    parse_predicate,
+    predicate_to_json,
+    resolve_named_path,
+)
 
 from ._errors import problem
 
@@ -261,7 +268,8 @@ def _split_predicate_path(path: str) -> tuple[str | int, ...]:
 
 def _parse_predicate(value: Any, info: ValidationInfo) -> PathPredicate:
     if not isinstance(value, dict | list | str | int | float | bool | type(None)):
-        return value  # already parsed (model_construct / copy)
+        parsed: PathPredicate = value  # already parsed (model_construct / copy)
+        return parsed
     try:
         return parse_predicate(value, _base_dir(info), resolve=lambda path: _named_path(path, info))
     except PredicateError as exc:

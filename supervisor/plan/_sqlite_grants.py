@@ -40,8 +40,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from sandbox._plan import READ, WRITE, FsRule
-from sandbox._syspaths import uid_write_problem
+from sandbox import READ, WRITE, FsRule, uid_write_problem
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
