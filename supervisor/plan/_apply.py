@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import ensure_dir, ensure_path, open_anchor, open_dir, reown_tree
+from sandbox import ensure_dir, ensure_path, open_anchor, open_dir, reown_tree
 
 from ._compiled import load_error
 from ._identities import IdentitiesChanged

@@ -25,8 +25,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._addresses import address_class, embedded_ipv4, is_loopback_entry
-from sandbox._hosts import HostError, HostRule
+from sandbox import HostError, HostRule, address_class, embedded_ipv4, is_loopback_entry
 from supervisor._errors import PolicyRefused
 from supervisor.config import ANY_HOST, HTTP_METHODS, subagent_files
 

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import open_anchor
+from sandbox import open_anchor
 from supervisor.workers import preload_modules, stage_worker_code
 
 from ._apply import apply_plan

@@ -20,10 +20,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sandbox._cgroups import CgroupLayout, read_layout
-from sandbox._landlock import landlock_abi
-from sandbox._syspaths import python_runtime_paths
-from sandbox._tls_ca import supervisor_ca
+from sandbox import CgroupLayout, landlock_abi, python_runtime_paths, read_layout, supervisor_ca
 
 from ._agent_bindings import AgentFile, agent_file_or_path
 from ._credential_values import load_credentials
@@ -34,8 +31,7 @@ from ._uid_registry import registry_dir
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sandbox._credentials import Credential
-    from sandbox._tls_ca import SupervisorCA
+    from sandbox import Credential, SupervisorCA
     from supervisor.config import LoadedConfig
 
 __all__ = ["HostFacts", "read_host_facts"]

@@ -20,7 +20,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sandbox._view_plan import PathInfo
+    from sandbox import PathInfo
 
 __all__ = ["HostView"]
 
@@ -38,7 +38,7 @@ class HostView:
         """``sandbox._view.probe_host(path)``: what ``lstat`` says of ``path`` (a link is not followed)."""
         found = self._probes.get(path)
         if found is None:
-            from sandbox._view import probe_host  # (as the private view's planning: loaded when a view is planned)
+            from sandbox import probe_host  # (as the private view's planning: loaded when a view is planned)
 
             found = self._probes[path] = probe_host(path)
         return found
@@ -53,7 +53,7 @@ class HostView:
     def mount_points(self) -> frozenset[str]:
         """``sandbox._view.host_mount_points()``: every mount point of this mount namespace."""
         if self._mounts is None:
-            from sandbox._view import host_mount_points
+            from sandbox import host_mount_points
 
             self._mounts = host_mount_points()
         return self._mounts
@@ -64,7 +64,7 @@ class HostView:
         key = (path, uid, gid)
         found = self._readable.get(key)
         if found is None:
-            from sandbox._syspaths import uid_can_read
+            from sandbox import uid_can_read
 
             found = self._readable[key] = uid_can_read(path, uid, gid)
         return found

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import open_anchor
+from sandbox import open_anchor
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError
 

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._plan import READ, FsRule
+from sandbox import READ, FsRule, resolve_named_path
 from supervisor._errors import PolicyRefused
 from supervisor.config import Policy, ToolboxConfig
 from supervisor.sessions import introspection_problem
 
 if TYPE_CHECKING:
-    from sandbox._path_walk import Judge
+    from sandbox import Judge
 
 from ._mcp_args import NamedPath, plan_server_args
 from ._mcp_executable import plan_server_files, worker_writable_judge
@@ -191,9 +191,16 @@ def _mcp_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warn
         else:
             out += files.rules
             cfg = {**cfg, "executable": files.run}
-    trusted = None if not given.root else {0} if tb.agent_owner is None else {0, tb.agent_owner}
-    args = plan_server_args(cfg.get("args") or [], trusted)
+    args = plan_server_args(cfg.get("args") or [], _trusted(tb, given.root))
     return KindGrants({**cfg, "args": args.args}, out, read_within=args.named)
+
+
+def _trusted(tb: ToolboxConfig, root: bool) -> frozenset[int] | None:
+    """Whose links a path ``tb``'s agent file names may follow when the supervisor walks it: root and the agent
+    file's owner (``None`` when the supervisor is not ``root``: it lends nothing, every link is followed)."""
+    if not root:
+        return None
+    return frozenset({0} if tb.agent_owner is None else {0, tb.agent_owner})
 
 
 def _worker_judge(policy: Policy) -> Judge:
@@ -218,9 +225,9 @@ def _wasm_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, war
     if path and not os.path.isdir(path):
         stem = os.path.basename(path)
         stem = stem[: -len(".wasm")] if stem.endswith(".wasm") else stem
-        sidecar = os.path.join(os.path.dirname(path), stem + ".json")
-        if os.path.exists(sidecar):
-            out.append(FsRule(sidecar, READ))
+        sidecar = resolve_named_path(os.path.join(os.path.dirname(path), stem + ".json"), _trusted(tb, given.root))
+        if sidecar.exists:  # a link on its way nobody trusted made: UnsafeTreeError, this toolbox's load error
+            out.append(FsRule(sidecar.canonical, READ))
     return KindGrants(cfg, out)
 
 

@@ -21,12 +21,12 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._path_walk import resolve_named_path
+from sandbox import resolve_named_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
 
-    from sandbox._plan import FsRule
+    from sandbox import FsRule
 
 __all__ = ["NamedPath", "ServerArgs", "canonical_rule_path", "outside_message", "paths_outside", "plan_server_args"]
 

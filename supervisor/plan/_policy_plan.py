@@ -28,7 +28,7 @@ from ._worker_plan import PlanInputs, plan_worker
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sandbox._tls_ca import SupervisorCA
+    from sandbox import SupervisorCA
     from supervisor.config import LoadedConfig, ToolboxConfig
     from supervisor.workers import WorkerSpec
 

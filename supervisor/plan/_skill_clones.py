@@ -32,12 +32,20 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from sandbox._dirfd import open_anchor, open_dir, seal_tree
-from sandbox._egress_decide import no_own_ports
-from sandbox._hosts import HostError, normalize_host
-from sandbox._plan import READ, WRITE, FsRule
-from sandbox._syspaths import python_runtime_paths
-from sandbox._tls_ca import SupervisorCA, supervisor_ca
+from sandbox import (
+    READ,
+    WRITE,
+    FsRule,
+    HostError,
+    SupervisorCA,
+    no_own_ports,
+    normalize_host,
+    open_anchor,
+    open_dir,
+    python_runtime_paths,
+    seal_tree,
+    supervisor_ca,
+)
 from supervisor.workers import ConfinedOutcome, run_confined
 
 from ._skill_sources import CLONE_TIMEOUT_S, GitSource, drop_git_sources
@@ -45,7 +53,7 @@ from ._skill_sources import CLONE_TIMEOUT_S, GitSource, drop_git_sources
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from sandbox._credentials import Credential
+    from sandbox import Credential
 
 __all__ = ["fetch_git_source", "prepare_git_sources", "seal_clone"]
 
@@ -112,8 +120,10 @@ def _prepare(
     repo_path: str | None = None
     hosts: tuple[str, ...] = ()
     if parts.scheme == "file":
-        repo_path = os.path.realpath(unquote(parts.path))
-        if not os.path.exists(repo_path):
+        # canonical already (the agent file's paths are resolved at load without following a link a worker could
+        # have planted); never resolved again here as root: the clone's launcher follows root's links only
+        repo_path = os.path.normpath(unquote(parts.path))
+        if not os.path.lexists(repo_path):
             return f"git source {git.url}: the repository {repo_path} does not exist"
     elif git.host:
         hosts = (git.host,)

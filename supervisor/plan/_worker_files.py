@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._plan import READ, WRITE, FsRule
+from sandbox import READ, WRITE, FsRule
 from supervisor._errors import PolicyRefused
 
 from ._ceilings import ToolboxRefused
@@ -77,7 +77,7 @@ def plan_file_sandbox(
     """
     if tb.file_sandbox is None:
         return [], None
-    from sandbox._fs_compile import compile_predicate
+    from sandbox import compile_predicate
 
     mode = WRITE if writes else READ
     comp = compile_predicate(tb.file_sandbox.predicate, mode)

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sandbox._cgroups import plan_cgroup
+from sandbox import plan_cgroup
 from supervisor._errors import PolicyRefused
 
 if TYPE_CHECKING:
-    from sandbox._cgroups import CgroupLayout, CgroupPlan
+    from sandbox import CgroupLayout, CgroupPlan
     from supervisor.config import Policy, ToolboxConfig
 
     from ._identities import WorkerIdentity

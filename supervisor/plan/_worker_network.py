@@ -16,9 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._bridge import BridgePorts, worker_network_env
-from sandbox._hosts import AllowedHosts, HostError
-from sandbox._plan import READ, FsRule
+from sandbox import READ, AllowedHosts, BridgePorts, FsRule, HostError, worker_network_env
 from supervisor._errors import PolicyRefused
 
 from ._ceilings import ToolboxRefused, caps_report, ceiling_refusals, class_refusals, method_cap, method_refusals
@@ -28,8 +26,7 @@ from ._tls_termination import ca_file_path, termination_env
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from sandbox._credentials import Credential
-    from sandbox._tls_ca import SupervisorCA
+    from sandbox import Credential, SupervisorCA
     from supervisor.config import Policy, ToolboxConfig
 
     from ._ceilings import Bound

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._plan import READ, WRITE, ConfinementPlan, Rlimits
+from sandbox import READ, WRITE, ConfinementPlan, Rlimits
 from supervisor.workers import WorkerSpec, explained_limits, launcher_argv, tool_cache_path
 
 from ._kinds import kind_plan

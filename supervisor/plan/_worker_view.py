@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from sandbox._plan import NEUTRAL_HOSTNAME, ViewSpec
+from sandbox import NEUTRAL_HOSTNAME, ViewSpec
 from supervisor._errors import PolicyRefused
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sandbox._plan import FsRule
+    from sandbox import FsRule
     from supervisor.config import ToolboxConfig
 
     from ._host_view import HostView
@@ -50,7 +50,7 @@ def plan_worker_view(
     Raises:
         PolicyRefused: a strict policy and rules that cannot be shown as a view (a rule on ``/``).
     """
-    from sandbox._view_plan import PathInfo, ViewError, plan_view, view_files
+    from sandbox import PathInfo, ViewError, plan_view, view_files
 
     def probe(path: str) -> PathInfo:
         found = host.probe(path)

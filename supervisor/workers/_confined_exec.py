@@ -25,10 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from sandbox._bridge import BridgeError, BridgePorts, receive_bridge, worker_network_env
-from sandbox._egress_decide import no_own_ports
-from sandbox._hosts import AllowedHosts
-from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
+from sandbox import (
+    READ,
+    AllowedHosts,
+    BridgeError,
+    BridgePorts,
+    ConfinementPlan,
+    FsRule,
+    Rlimits,
+    ViewSpec,
+    no_own_ports,
+    receive_bridge,
+    worker_network_env,
+)
 
 from ._launch import launch, launcher_argv, plan_frame, serve_bridge
 from ._one_shot import ChildOutcome, collect
@@ -37,8 +46,7 @@ if TYPE_CHECKING:
     import socket
     from collections.abc import Callable, Sequence
 
-    from sandbox._credentials import Credential
-    from sandbox._egress import Terminator
+    from sandbox import Credential, Terminator
 
 __all__ = ["ConfinedOutcome", "run_confined"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from sandbox._cgroups import CGROUP_DIR, CgroupLayout, detect_layout, plan_cgroup, read_layout
-from sandbox._errors import ConfinementError
+from sandbox import CgroupLayout, ConfinementError, plan_cgroup, read_layout
+from sandbox._cgroups import CGROUP_DIR, detect_layout
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
 from supervisor.config._loader import load_config
@@ -356,7 +356,8 @@ async def test_the_worker_cannot_leave_or_loosen_its_group(sandbox_tmp: Path) ->
 
 
 def test_stale_groups_are_the_empty_ones_whose_launcher_is_gone() -> None:
-    from sandbox._cgroups import CgroupLayout, stale_groups
+    from sandbox import CgroupLayout
+    from sandbox._cgroups import stale_groups
 
     layout = CgroupLayout("v1", "/cg/pids/agents-supervise", "/cg/memory/agents-supervise")
     procs = {

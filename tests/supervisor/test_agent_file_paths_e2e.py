@@ -138,3 +138,55 @@ async def test_a_link_a_worker_plants_on_an_arguments_way_does_not_redirect_the_
         assert all(str(secret.parent) not in {r.path for r in s.plan.fs_rules} for s in sup.compiled.specs)
         listed = await sup.call("system_sh_execute_command", {"command": f"cat {shared / 'data' / 'secret.txt'}"})
         assert listed.structured is not None and "secret" not in listed.structured["stdout"]  # the planter neither
+
+
+async def test_links_a_worker_plants_redirect_no_other_path_an_agent_file_names(sandbox_tmp: Path) -> None:
+    """The same worker plants links where another agent file names a FileSandbox folder (``./shared/data``), a bash
+    folder (``./shared/tools``) and a sub-agent file (``./shared/sub.json``, to a third agent's file). At the next
+    start none is followed as root: the two toolboxes do not load and the sub-agent is left out, each naming the
+    link; the victim's other toolbox and every other agent load (one worker's link stops no one else)."""
+    secret = _other_tenants_secret(sandbox_tmp)
+    other_agent = _write_agent(sandbox_tmp / "other-tenant", "other", builtinToolboxes=[system_toolbox("o")])
+    shared = sandbox_tmp / "shared"
+    shared.mkdir(mode=0o755)
+    os.chown(shared, 65534, 65534)
+    sh = system_toolbox(
+        "sh",
+        capabilities=["execute-command"],
+        FileSandbox={"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./shared"}},
+    )
+    planter = _write_agent(sandbox_tmp, "planter", builtinToolboxes=[sh])
+    victim = _write_agent(
+        sandbox_tmp,
+        "victim",
+        builtinToolboxes=[
+            system_toolbox("info", capabilities=["date"]),
+            {
+                "tag": "DeveloperToolbox",
+                "contents": {
+                    "Name": "dev",
+                    "Description": "reads the data",
+                    "Capabilities": ["read-file-range"],
+                    "FileSandbox": {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./shared/data"}},
+                },
+            },
+        ],
+        bashToolboxes=[{"tag": "FileSystemDirectory", "contents": {"Path": "./shared/tools"}}],
+        extraAgents=[{"slug": "other", "path": "./shared/sub.json"}],
+    )
+    policy = shipped_policy(sandbox_tmp, STRICT, [planter])
+    async with Supervisor.open(policy) as sup:
+        command = f"ln -s {secret.parent} data && ln -s {secret.parent} tools && ln -s {other_agent} sub.json"
+        planted = await sup.call("system_sh_execute_command", {"command": f"cd {shared} && {command} && echo ok"})
+        assert planted.structured is not None and "ok" in planted.structured["stdout"], planted.data
+    policy = shipped_policy(sandbox_tmp, STRICT, [planter, victim])
+    async with Supervisor.open(policy) as sup:
+        errors = {(e["agent"], e.get("toolbox")): e["message"] for e in sup.load_errors()}
+        for toolbox, link in (("dev", "data"), ("tools", "tools")):
+            message = errors[("victim", toolbox)]
+            assert f"{shared / link} is a symbolic link owned by uid 65534" in message, errors
+        assert f"{shared / 'sub.json'} is a symbolic link owned by uid 65534" in errors[("victim", None)], errors
+        assert set(errors) == {("victim", "dev"), ("victim", "tools"), ("victim", None)}, errors
+        assert "system_info_date" in {t.name for t in sup.list_tools(agent="victim")}
+        assert "other" not in {s.agent for s in sup.compiled.specs}
+        assert all(str(secret.parent) not in {r.path for r in s.plan.fs_rules} for s in sup.compiled.specs)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from sandbox._plan import READ, WRITE, FsRule
+from sandbox import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
@@ -30,7 +30,7 @@ from tests._policies import agent, write_policy
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 pytestmark = pytest.mark.root
 

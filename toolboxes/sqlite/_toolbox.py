@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from typing import Any
 
-from sandbox._syspaths import uid_write_problem
+from sandbox import uid_write_problem
 from toolboxes._hints import ADDITIVE, DESTRUCTIVE, READ_ONLY
 from toolboxes._names import tool_name
 from toolboxes._result import ToolResult

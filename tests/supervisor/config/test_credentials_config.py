@@ -269,8 +269,7 @@ def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
     the certificate only; a leaf names exactly its host and is signed by the CA; without hosts it is a warning."""
     from cryptography import x509
 
-    from sandbox._plan import READ
-    from sandbox._tls_ca import supervisor_ca
+    from sandbox import READ, supervisor_ca
     from supervisor.plan._tls_termination import CA_ENV_VARS, write_ca_file
 
     path = write_policy(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from supervisor.plan import HostFacts, plan_policy, read_host_facts
 
 if TYPE_CHECKING:
-    from sandbox._cgroups import CgroupLayout
+    from sandbox import CgroupLayout
     from supervisor.config import LoadedConfig
     from supervisor.plan import CompiledPolicy
 
@@ -19,7 +19,7 @@ V2_LAYOUT_BASE = "/sys/fs/cgroup/agents-supervise.test"
 
 
 def v2_layout() -> CgroupLayout:
-    from sandbox._cgroups import CgroupLayout
+    from sandbox import CgroupLayout
 
     return CgroupLayout("v2", V2_LAYOUT_BASE, V2_LAYOUT_BASE, "/sys/fs/cgroup", V2_LAYOUT_BASE)
 

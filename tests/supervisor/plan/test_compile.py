@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import sandbox._view
-from sandbox._plan import READ, WRITE
+from sandbox import READ, WRITE
 from supervisor._errors import PolicyRefused
 from supervisor.config._loader import load_config
 from supervisor.plan import _compiled as compiled_module
@@ -192,7 +192,7 @@ def test_every_toolbox_kind_the_loader_produces_is_implemented(sandbox_tmp: Path
     """Every kind of the loader runs (nothing is left out); an OpenAPI toolbox compiles to a worker with its hosts
     and, for a spec given by path, the spec and its folder (relative $ref files) readable."""
     from supervisor.plan._kinds import KIND_PLANS
-    from toolboxes._kinds import KINDS
+    from toolboxes import KINDS
 
     assert list(KIND_PLANS) == list(KINDS)  # one plan entry per kind, in the same order
     for kind in KINDS:
@@ -217,7 +217,7 @@ def test_every_toolbox_kind_the_loader_produces_is_implemented(sandbox_tmp: Path
 
 # -- RLIMIT_AS only where no cgroup bounds memory (issue 13 item 11) ------------------------------------------------
 def test_address_space_rlimit_is_the_memory_bound_only_without_a_cgroup_memory_limit() -> None:
-    from sandbox._cgroups import CgroupLayout, CgroupPlan
+    from sandbox import CgroupLayout, CgroupPlan
     from supervisor.plan._worker_limits import plan_address_space
 
     layout = CgroupLayout("v2", "/sys/fs/cgroup/x", "/sys/fs/cgroup/x", "/sys/fs/cgroup", "/sys/fs/cgroup/x")

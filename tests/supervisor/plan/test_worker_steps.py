@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sandbox._plan import NEUTRAL_HOSTNAME, READ, WRITE, FsRule
-from sandbox._tls_ca import SupervisorCA
-from sandbox._view_plan import PathInfo
+from sandbox import NEUTRAL_HOSTNAME, READ, WRITE, FsRule, PathInfo, SupervisorCA
 from supervisor._errors import PolicyRefused
 from supervisor.config._loader import load_config
 from supervisor.plan._ceilings import ToolboxRefused
