@@ -12,7 +12,15 @@ from ._kinds import KINDS, ToolboxKind
 from ._media import IMAGE_TYPES, canonical, class_of, is_textual, mismatch, sniff
 from ._output_cap import OUTPUT_LIMIT_KEY, TRUNCATED_KEY, cap_output
 from ._progress import ProgressUpdate, parse_progress_event
-from ._protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode, json_problem
+from ._protocol import (
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    ProtocolError,
+    encode,
+    json_problem,
+    json_type_name,
+)
 from ._result import Attachment, ResourceLink, ToolResult
 from ._toolbox import CallContext, HostChannel, Toolbox, ToolSpec, WorkerEnv
 
@@ -45,6 +53,7 @@ __all__ = [
     "is_temporary",
     "is_textual",
     "json_problem",
+    "json_type_name",
     "mismatch",
     "parse_progress_event",
     "prompt_problem",

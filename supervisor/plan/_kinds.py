@@ -14,8 +14,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
-from sandbox import READ, FsRule
+from sandbox import READ, FsRule, resolve_named_path
 from supervisor._errors import PolicyRefused
 from supervisor.config import Policy, ToolboxConfig
 from supervisor.sessions import introspection_problem
@@ -53,6 +54,9 @@ class KindGrants:
     #: paths the agent file names that grant nothing: they must lie within the worker's other rules (an MCP
     #: server's path arguments, ``_mcp_args.py``); one outside is refused under a strict policy, warned otherwise
     read_within: tuple[NamedPath, ...] = ()
+    #: paths the agent file names that the supervisor reads for the worker outside its rules (a ``file://`` git
+    #: source it clones): bounded by a ceiling's ``paths`` like the rules
+    reads_for_it: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,8 @@ def _skills_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, w
     """Git sources: read the clones, which exist once the supervisor made them."""
     cfg, git = plan_git_sources(cfg, state_dir=given.state_dir, toolbox=tb.name, agent=tb.agent_slug)
     targets = sorted({g.target for g in git})
-    return KindGrants(cfg, [FsRule(t, READ) for t in targets], tuple(targets))
+    local = tuple(os.path.normpath(unquote(urlsplit(g.url).path)) for g in git if g.url.startswith("file://"))
+    return KindGrants(cfg, [FsRule(t, READ) for t in targets], tuple(targets), reads_for_it=local)
 
 
 def _skills_git_sources(tb: ToolboxConfig, state_dir: str) -> list[GitSource]:
@@ -191,9 +196,16 @@ def _mcp_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warn
         else:
             out += files.rules
             cfg = {**cfg, "executable": files.run}
-    trusted = None if not given.root else {0} if tb.agent_owner is None else {0, tb.agent_owner}
-    args = plan_server_args(cfg.get("args") or [], trusted)
+    args = plan_server_args(cfg.get("args") or [], _trusted(tb, given.root))
     return KindGrants({**cfg, "args": args.args}, out, read_within=args.named)
+
+
+def _trusted(tb: ToolboxConfig, root: bool) -> frozenset[int] | None:
+    """Whose links a path ``tb``'s agent file names may follow when the supervisor walks it: root and the agent
+    file's owner (``None`` when the supervisor is not ``root``: it lends nothing, every link is followed)."""
+    if not root:
+        return None
+    return frozenset({0} if tb.agent_owner is None else {0, tb.agent_owner})
 
 
 def _worker_judge(policy: Policy) -> Judge:
@@ -218,9 +230,9 @@ def _wasm_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, war
     if path and not os.path.isdir(path):
         stem = os.path.basename(path)
         stem = stem[: -len(".wasm")] if stem.endswith(".wasm") else stem
-        sidecar = os.path.join(os.path.dirname(path), stem + ".json")
-        if os.path.exists(sidecar):
-            out.append(FsRule(sidecar, READ))
+        sidecar = resolve_named_path(os.path.join(os.path.dirname(path), stem + ".json"), _trusted(tb, given.root))
+        if sidecar.exists:  # a link on its way nobody trusted made: UnsafeTreeError, this toolbox's load error
+            out.append(FsRule(sidecar.canonical, READ))
     return KindGrants(cfg, out)
 
 

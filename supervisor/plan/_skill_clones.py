@@ -120,8 +120,10 @@ def _prepare(
     repo_path: str | None = None
     hosts: tuple[str, ...] = ()
     if parts.scheme == "file":
-        repo_path = os.path.realpath(unquote(parts.path))
-        if not os.path.exists(repo_path):
+        # canonical already (the agent file's paths are resolved at load without following a link a worker could
+        # have planted); never resolved again here as root: the clone's launcher follows root's links only
+        repo_path = os.path.normpath(unquote(parts.path))
+        if not os.path.lexists(repo_path):
             return f"git source {git.url}: the repository {repo_path} does not exist"
     elif git.host:
         hosts = (git.host,)
