@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from labkit import Spec, build_components, describe_json, make_skill, skill_md, write_script  # noqa: E402
-from toolboxes._kinds import KINDS  # noqa: E402
+from toolboxes import KINDS  # noqa: E402
 
 if TYPE_CHECKING:
     import random

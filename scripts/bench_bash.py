@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _bench_common import agent_file, percentile, write_policy
 from floor_exec import ExecHop
 
-from supervisor._supervisor import Supervisor
+from supervisor import Supervisor
 
 SCRIPT = """#!/bin/bash
 if [ "$1" = describe ]; then
@@ -64,6 +64,8 @@ echo "$1"
 """
 BWRAP = ["bwrap", "--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
 FIREJAIL = ["firejail", "--quiet", "--noprofile", "--net=none"]
+#: The peers' names in a table, by the key ``measure`` files their times under.
+PEER_NAMES = {"bwrap": "bubblewrap", "firejail": "firejail", "codex": "codex sandbox", "srt": "srt"}
 #: Peers whose every command starts a runtime of their own: timed in the first ``--peer-calls`` rounds only.
 SLOW_PEERS = ("codex", "srt")
 

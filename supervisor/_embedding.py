@@ -34,8 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from supervisor.config import LoadedConfig
-    from toolboxes._progress import ProgressUpdate
-    from toolboxes._result import ToolResult
+    from toolboxes import ProgressUpdate, ToolResult
 
     from ._supervisor import ToolInfo
 

@@ -44,8 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from sandbox._cgroups import sweep_stale_cgroups
-from sandbox._egress_decide import OwnListeners, Resolver, default_resolve
+from sandbox import OwnListeners, Resolver, default_resolve, sweep_stale_cgroups
 from supervisor.agents import AgentRunner, AgentService, ModelHttp
 from supervisor.calls import (
     AttachmentStore,
@@ -95,9 +94,7 @@ from supervisor.workers import (
     combine_watches,
     preload_modules,
 )
-from toolboxes._catalog import KINDS
-from toolboxes._media import IMAGE_TYPES
-from toolboxes._result import ToolResult
+from toolboxes import CATALOG_KINDS, IMAGE_TYPES, ToolResult
 
 from ._errors import WorkerStartError, first_leaf
 from ._frontend_sessions import FrontendSessions
@@ -108,7 +105,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from supervisor.tools import CompiledSchema
-    from toolboxes._progress import ProgressUpdate
+    from toolboxes import ProgressUpdate
 
 #: How often sessions older than the policy's ``sessions.keep_days`` are deleted (also once at start, and when a
 #: reload changes it); a quarter of ``keep_days`` when that is shorter, so the store holds at most 1.25 times the
@@ -637,7 +634,7 @@ class Supervisor:
             self.registry.rebuild(runners, guests=guests)
         after = self._registered()
         self.schema_pool.retain(s for r in self.runners for s in [*r.schemas, *r.output_schemas])
-        catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in KINDS]) for r in self.runners])
+        catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in CATALOG_KINDS]) for r in self.runners])
         catalog_changed = catalog != self._catalog_seen  # resources or prompts: the same wake-up as for tools
         self._catalog_seen = catalog
         if before != after or catalog_changed:

@@ -55,8 +55,7 @@ from supervisor.calls import (
     budget_result,
     trace_exhaustion,
 )
-from toolboxes._progress import ProgressUpdate
-from toolboxes._result import Attachment, ToolResult
+from toolboxes import Attachment, ProgressUpdate, ToolResult
 
 from ._llm import (
     ChatClient,

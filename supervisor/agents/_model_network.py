@@ -30,14 +30,24 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandbox._egress_decide import Resolution, ResolveError, Resolver, decide, default_resolve, shown_host
-from sandbox._hosts import AllowedHosts, HostError, HostRule, normalize_host
+from sandbox import (
+    AllowedHosts,
+    HostError,
+    HostRule,
+    Resolution,
+    ResolveError,
+    Resolver,
+    decide,
+    default_resolve,
+    normalize_host,
+    shown_host,
+)
 from supervisor.plan import agent_bounds, model_host_refusals, tenant_reach
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from sandbox._hosts import Host
+    from sandbox import Host
     from supervisor.config import AgentLoop, Policy
 
 __all__ = [

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -34,8 +34,7 @@ import trio
 from supervisor._errors import execution_error
 from supervisor.sessions import LOCAL_TENANT, remember
 from supervisor.tools import ValidationConfig, format_validation_errors, relax
-from toolboxes._protocol import encode, json_problem
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult, encode, json_problem
 
 from ._budget import BUDGET_KIND, BudgetPolicy, budget_result, trace_exhaustion
 from ._unloaded import unloaded_note
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from supervisor.traces import TraceRecorder
-    from toolboxes._progress import ProgressUpdate
+    from toolboxes import ProgressUpdate
 
     from ._budget import CallTreeBudget, Exhaustion
     from ._registry import RegisteredTool, ToolRegistry

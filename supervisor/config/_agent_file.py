@@ -36,8 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from sandbox._file_sandbox import DEFAULT_MAX_FILE_SIZE
-from sandbox._predicates import AlwaysDeny, predicate_to_json
+from sandbox import DEFAULT_MAX_FILE_SIZE, AlwaysDeny, predicate_to_json
 
 from ._model import StrictModel as _Model
 from ._types import (

@@ -324,12 +324,14 @@ def parse_agent_data(
     warnings: list[str] = []
     data = copy.deepcopy(data)
     _pop_allowed_paths(data, (), prefix, file, warnings)
-    context = validation_context(os.path.dirname(file), environ)
+    context = validation_context(os.path.dirname(file), environ, owner=owner)
     try:
         agent = AgentDescription.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(problems_from_validation_error(exc, file, prefix, TAGS)) from exc
-    return LoadedAgent(file, agent, prefix, tuple(warnings), build_toolboxes(agent, file, prefix, owner=owner))
+    refused = dict(context["refused_paths"])
+    toolboxes = build_toolboxes(agent, file, prefix, owner=owner, refused=refused)
+    return LoadedAgent(file, agent, prefix, tuple(warnings), toolboxes, refused, owner)
 
 
 def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> LoadedAgent:

@@ -690,6 +690,16 @@ class HttpFrontend(_Model):
     max_unauthenticated_per_peer: int = Field(
         default=256, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
     )
+    max_connections_per_tenant: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "connections one tenant holds at once (a connection is the tenant's whose request came last on it); past "
+            "it the tenant's idle keep-alive connections are closed first, else its request is answered 429; "
+            "null = max_connections / max(2, number of tenants); tenants.<name>.limits.connections overrides it"
+        ),
+    )
     server_names: list[Annotated[str, AfterValidator(_server_name)]] = Field(
         default=[],
         description=(
@@ -742,6 +752,12 @@ class TenantLimits(_Model):
     concurrent_calls: int = Field(default=16, ge=1, description="tool calls in flight at once")
     sessions: int = Field(default=64, ge=1, description="MCP sessions held at once")
     sse_streams: int = Field(default=16, ge=1, description="open SSE streams at once")
+    connections: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="TCP connections held at once; null = frontends.http.max_connections_per_tenant",
+    )
     body_bytes_in_flight: Size = Field(
         default=16 * 1024**2,
         ge=1024,

@@ -12,11 +12,11 @@ refusals of what an agent file asks past it (pure: no file, no socket).
   every host an agent file grants a toolbox must fall within each ceiling's ``allowed_hosts``, and no capability it
   enables may be in a ``forbidden_capabilities`` (nor a method its PostgREST ``AllowedMethods`` names outside an
   ``http_methods``; OpenAPI and PostgREST tools of other methods are not offered: :func:`method_cap`, applied in
-  the worker); otherwise the toolbox does not load (whatever ``strict`` says: the
-  operator wrote the ceiling), and the load error names the key. The agent file's ``modelUrl`` must fall within
-  each ``model_hosts`` (:func:`model_host_refusals`, checked by the agent loop before its first model request). A
-  tenant's ceiling bounds the agents it may use and every sub-agent they reach (a sub-agent's tools are the
-  tenant's reach too).
+  the worker; nor a path it names outside a ``paths``: :func:`path_refusals`); otherwise the toolbox does not
+  load (whatever ``strict`` says: the operator wrote the ceiling), and the load error names the key. The agent
+  file's ``modelUrl`` must fall within each ``model_hosts`` (:func:`model_host_refusals`, checked by the agent
+  loop before its first model request). A tenant's ceiling bounds the agents it may use and every sub-agent they
+  reach (a sub-agent's tools are the tenant's reach too).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._addresses import address_class, embedded_ipv4, is_loopback_entry
-from sandbox._hosts import HostError, HostRule
+from sandbox import HostError, HostRule, address_class, embedded_ipv4, is_loopback_entry
 from supervisor._errors import PolicyRefused
 from supervisor.config import ANY_HOST, HTTP_METHODS, subagent_files
 
@@ -45,6 +44,7 @@ __all__ = [
     "method_cap",
     "method_refusals",
     "model_host_refusals",
+    "path_refusals",
     "subagent_slugs",
     "tenant_reach",
 ]
@@ -200,6 +200,29 @@ def method_refusals(asked: Iterable[str], bounds: Sequence[Bound]) -> list[str]:
     return out
 
 
+def _beneath(path: str, top: str) -> bool:
+    return path == top or top == "/" or path.startswith(top.rstrip("/") + "/")
+
+
+def path_refusals(named: Iterable[tuple[str, str]], bounds: Sequence[Bound], granted: Sequence[str] = ()) -> list[str]:
+    """Why the paths the agent file names (``(canonical path, what names it)``) are past the ``paths`` of
+    ``bounds``: each names the path and the key that would open it. A path within ``granted`` (what the policy
+    gives the worker anyway: its system paths, its ``read_paths``) grants nothing new and is never past."""
+    out: list[str] = []
+    for path, what in dict.fromkeys(named):
+        if any(_beneath(path, top) for top in granted):
+            continue
+        for bound in bounds:
+            trees = bound.ceiling.paths
+            if trees is not None and not any(_beneath(path, top) for top in trees):
+                out.append(
+                    f"the agent file names the path {path} ({what}), past the policy's ceiling {bound.key}.paths "
+                    f"({', '.join(trees) or 'none'}); the key that would open it: add a folder holding it to "
+                    f"{bound.key}.paths"
+                )
+    return out
+
+
 def model_host_refusals(endpoint: str, bounds: Sequence[Bound]) -> list[str]:
     """Why the model endpoint ``endpoint`` (``host:port`` of an agent file's ``modelUrl``, IPv6 in brackets) is past
     the ``model_hosts`` of ``bounds``: each names the key that would open it. Empty when every bound covers it."""
@@ -234,6 +257,7 @@ def caps_report(
             for b in bounds
             if b.ceiling.forbidden_capabilities
         ],
+        "paths": [{"key": f"{b.key}.paths", "trees": b.ceiling.paths} for b in bounds if b.ceiling.paths is not None],
         "http_methods": [
             {"key": f"{b.key}.http_methods", "methods": b.ceiling.http_methods}
             for b in bounds

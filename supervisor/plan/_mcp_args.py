@@ -21,12 +21,12 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._path_walk import resolve_named_path
+from sandbox import resolve_named_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
 
-    from sandbox._plan import FsRule
+    from sandbox import FsRule
 
 __all__ = ["NamedPath", "ServerArgs", "canonical_rule_path", "outside_message", "paths_outside", "plan_server_args"]
 
@@ -72,12 +72,14 @@ def plan_server_args(args: Sequence[Any], trusted: Collection[int] | None) -> Se
     return ServerArgs(out, tuple(named))
 
 
-def canonical_rule_path(path: str) -> str:
+def canonical_rule_path(path: str, *, root: bool | None = None) -> str:
     """Where a rule path of the policy or the plan leads, following root's links only (as the launcher does; every
-    link when the supervisor is not root); the path as written when it cannot be walked (a link of another owner,
-    a loop). ``os.path.realpath`` is never asked: a path is never resolved as root through a link not root's."""
+    link when the supervisor is not root; ``root``: whether it is, default as this process is); the path as written
+    when it cannot be walked (a link of another owner, a loop). ``os.path.realpath`` is never asked: a path is never
+    resolved as root through a link not root's."""
+    root = os.geteuid() == 0 if root is None else root
     try:
-        return resolve_named_path(path, {0} if os.geteuid() == 0 else None).canonical
+        return resolve_named_path(path, {0} if root else None).canonical
     except OSError:
         return path
 

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._dirfd import open_anchor
+from sandbox import open_anchor
 from supervisor._errors import PolicyRefused
 
 from ._locked_json import flocked, read_json, write_json

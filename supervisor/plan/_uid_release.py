@@ -25,7 +25,7 @@ import psutil
 
 from supervisor._errors import PolicyRefused
 
-from ._identities import state_id_at
+from ._identity_store import state_id_at
 from ._uid_registry import (
     HostRegistry,
     held_by_supervisor,

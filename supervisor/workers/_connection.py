@@ -35,8 +35,7 @@ import trio
 
 from supervisor._errors import execution_error, first_leaf
 from supervisor.tools import CompiledSchema, ToolList, prepare_tool_list
-from toolboxes._protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode, json_problem
-from toolboxes._result import ToolResult
+from toolboxes import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameDecoder, ProtocolError, ToolResult, encode, json_problem
 
 from ._pipes import ChunkReader, FrameWriter
 

@@ -38,10 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from sandbox import REFUSAL_REASONS, read_session, syscall_name
 from sandbox import _audit_netlink as netlink
-from sandbox._audit_session import read_session
-from sandbox._seccomp import REFUSAL_REASONS, syscall_name
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 from ._audit_reach import BARRIER_TIMEOUT_S, NOT_INITIAL_NETNS, PID_NAMESPACE_NOTE
 from ._denials import (

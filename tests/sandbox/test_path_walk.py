@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandbox._dirfd import UnsafeTreeError
-from sandbox._path_walk import resolve_named_path
+from sandbox import UnsafeTreeError, resolve_named_path
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sandbox._predicate_eval import check_path
-from sandbox._predicates import parse_predicate
+from sandbox import check_path, parse_predicate
 from supervisor._supervisor import Supervisor
 from supervisor.tools import ArgumentValidator, format_validation_errors
 from tests._policies import agent, write_policy
@@ -44,7 +43,7 @@ from toolboxes.postgrest import build_request, build_tools
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 SEED_FILE = Path(REPO).parent / "shared" / "seeds" / "004_bef637d7703902f1.txt"
 FIXTURES = Path(REPO) / "tests" / "fixtures" / "seed004"

@@ -390,7 +390,7 @@ async def test_allowed_hosts_give_components_no_sockets_in_this_build(sandbox_tm
     """wasmtime-py's WASI p2 refuses sockets even with the network inherited (docs/WASM.md): the check says so and
     a component aiming at the worker's own egress proxy still gets no socket. Should a wasmtime release change
     this, this test fails and the docs and the compile warning must change with it."""
-    from sandbox._bridge import BridgePorts
+    from sandbox import BridgePorts
 
     build_components(
         [Spec("proxy", behaviour="net", connect=((127, 0, 0, 1), BridgePorts().proxy))], sandbox_tmp / "components"

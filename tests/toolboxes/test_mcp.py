@@ -23,7 +23,7 @@ from toolboxes.mcp._jsonrpc import Garbage, LineSplitter, Notification, Request,
 from toolboxes.mcp._toolbox import CRASH_LOOP_MAX
 
 if TYPE_CHECKING:
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 

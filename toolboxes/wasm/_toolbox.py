@@ -26,8 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._fs_compile import compile_predicate
-from sandbox._plan import WRITE
+from sandbox import WRITE, compile_predicate
 
 from .._names import tool_name
 from .._result import ToolResult

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from typing import TYPE_CHECKING, Any
 
 from supervisor.frontends._check_summary import render_summary, summarize
 from tests._policies import agent, write_policy
+from tests.supervisor.frontends.test_check_summary import _check
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -19,18 +18,6 @@ if TYPE_CHECKING:
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUDGET_TITLE = "call-tree budgets (one root call's whole tree: sub-agents, tools.call, every portal request):"
 MODEL_TITLE = "model requests of sub-agent loops:"
-
-
-def _check(policy: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor", "check", "--policy", str(policy), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPO},
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
 
 
 def _section(lines: list[str], title: str) -> list[str]:
@@ -60,7 +47,7 @@ def _policy(root: Path, **policy: Any) -> Path:
 
 
 def test_check_shows_the_budgets_and_where_model_requests_may_go(sandbox_tmp: Path) -> None:
-    out = _check(_policy(sandbox_tmp))
+    out = _check("--policy", str(_policy(sandbox_tmp)))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert _section(lines, BUDGET_TITLE) == [
@@ -92,7 +79,7 @@ def test_check_shows_the_budgets_and_where_model_requests_may_go(sandbox_tmp: Pa
     assert "past the policy's ceiling ceilings.capped.model_hosts (api.openai.com:443)" in warnings
     assert "agent cloud" not in warnings
 
-    report = json.loads(_check(_policy(sandbox_tmp), "--json").stdout)
+    report = json.loads(_check("--policy", str(_policy(sandbox_tmp)), "--json").stdout)
     assert report["budgets"][1] == {
         "key": "tenants.acme.budget",
         "model_requests": 100,
@@ -104,7 +91,8 @@ def test_check_shows_the_budgets_and_where_model_requests_may_go(sandbox_tmp: Pa
 
 
 def test_the_key_that_opens_the_loopback_is_shown_and_the_warning_goes(sandbox_tmp: Path) -> None:
-    out = _check(_policy(sandbox_tmp, agent_loop={"allow_loopback": True, "allow_private_ranges": ["10.0.0.0/8"]}))
+    opened = {"allow_loopback": True, "allow_private_ranges": ["10.0.0.0/8"]}
+    out = _check("--policy", str(_policy(sandbox_tmp, agent_loop=opened)))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     models = _section(lines, MODEL_TITLE)

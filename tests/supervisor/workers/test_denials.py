@@ -11,9 +11,8 @@ import pytest
 import trio.lowlevel
 
 from labkit import describe_json, write_script
+from sandbox import READ, WRITE, FsRule, landlock_abi
 from sandbox._audit_netlink import AUDIT_LANDLOCK_ACCESS, AUDIT_LANDLOCK_DOMAIN, AuditRecord, is_kernel_thread
-from sandbox._landlock import landlock_abi
-from sandbox._plan import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.traces import TraceRecorder
 from supervisor.traces._report import load_trace, render_text, report
@@ -181,7 +180,7 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(
 ) -> None:
     from types import SimpleNamespace
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
     # a stand-in tool whose worker has pid 42 in session 7 (the real path runs in the root tests below)
     monkeypatch.setattr("supervisor.workers._kernel_audit.read_session", lambda pid: 7 if pid == 42 else None)
@@ -225,7 +224,7 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(
 
 
 async def test_combined_watches_answer_at_once_unless_one_must_wait() -> None:
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
     order: list[str] = []
 
@@ -575,7 +574,7 @@ async def test_a_refusal_in_one_worker_never_shows_in_another_workers_result(san
 async def test_a_worker_cannot_leave_its_audit_session_or_speak_to_the_audit_socket(sandbox_tmp: Path) -> None:
     import os
 
-    from sandbox._audit_session import read_session
+    from sandbox import read_session
 
     probe = (
         "cat /proc/self/sessionid; echo; (echo 0 > /proc/self/loginuid) 2>/dev/null && echo LEFT; "

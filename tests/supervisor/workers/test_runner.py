@@ -17,10 +17,10 @@ import trio.testing
 from supervisor.config import Supervision
 from supervisor.workers._connection import WorkerConnection
 from supervisor.workers._runner import ToolboxRunner
-from toolboxes._protocol import PROTOCOL_VERSION, FrameDecoder, encode
+from toolboxes import PROTOCOL_VERSION, FrameDecoder, encode
 
 if TYPE_CHECKING:
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 
 async def inline(fn: Any, *args: Any) -> Any:
