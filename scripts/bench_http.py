@@ -220,9 +220,11 @@ def start_supervisor(root: Path, sessions: int) -> Server:
         stderr=subprocess.PIPE,
     )
     assert process.stderr is not None
-    line = process.stderr.readline().decode()
-    if "serving MCP over HTTP at " not in line:
-        raise SystemExit(f"agents-supervise did not start: {line}{process.stderr.read().decode()[:2000]}")
+    said: list[str] = []  # warnings may come first
+    while "serving MCP over HTTP at " not in (line := process.stderr.readline().decode()):
+        said.append(line)
+        if not line:  # it ended without serving
+            raise SystemExit(f"agents-supervise did not start: {''.join(said)[:2000]}")
     url = line.split(" at ", 1)[1].strip().replace("<slug>", "bench")
     return Server("agents-supervise", process, url, "system_system_date", {"authorization": f"Bearer {TOKEN}"})
 
