@@ -123,7 +123,7 @@ async def spawns_of(sup: Supervisor, count: int) -> list[float]:
 
     for _ in range(count):
         async with trio.open_nursery() as nursery:
-            worker = Worker(spec, on_request=request, on_event=lambda *_: None, spawner=sup.spawner)
+            worker = Worker(spec, on_request=request, on_event=lambda *_: None, spawner=sup.services.spawner)
             start = time.perf_counter()
             await worker.start(nursery)
             samples.append(time.perf_counter() - start)

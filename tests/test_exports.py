@@ -15,10 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SUPERVISOR_ROOMS = ["config", "traces", "tools", "workers", "sessions", "calls", "plan", "agents"]
 #: The root modules that compose the rooms (``Supervisor``), then the frontends that reach it.
 SUPERVISOR_TOP = [
-    "_frontend_sessions",
-    "_reload",
     "_worker_messages",
+    "_generation",
+    "_services",
+    "_runners",
+    "_tool_lists",
+    "_running",
+    "_reload",
+    "_check_report",
+    "_check_tool",
     "_supervisor",
+    "_face",
     "_asyncio_guest",
     "_embedding",
     "frontends",
@@ -165,3 +172,26 @@ def test_no_toolbox_kind_imports_another_kinds_private_module() -> None:
                 if parts[0] in kinds and parts[0] != kind and len(parts) > 1 and parts[1].startswith("_"):
                     offenders.setdefault(str(path.relative_to(ROOT)), []).append(".".join(parts))
     assert offenders == {}
+
+
+#: What frontends may import of ``supervisor``: its face (``_face``: the running supervisor's protocol, how to open
+#: one, the values and helpers they share), its errors and the policy's models. Never the workers, the plan, the
+#: runners, the portal, the traces' or the attachments' internals: what they need of those is a face method.
+FRONTEND_FACE = {"_face", "_errors", "config"}
+
+
+def test_frontends_import_only_the_face() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(f"supervisor.{target}" for target in bad)
+        for path in (ROOT / "supervisor" / "frontends").rglob("*.py")
+        if (bad := {target for target, _ in _supervisor_imports(path)} - FRONTEND_FACE - {"frontends"})
+    }
+    assert offenders == {}
+
+
+def test_the_embedding_uses_the_face() -> None:
+    """The Python API (``EmbeddedSupervisor``) sits on the frontends' face, not on the supervisor's internals."""
+    assert {target for target, _ in _supervisor_imports(ROOT / "supervisor" / "_embedding.py")} <= {
+        *FRONTEND_FACE,
+        "_asyncio_guest",
+    }

@@ -35,8 +35,8 @@ from ._http_load import RefusalLog
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from supervisor._face import TraceRecorder
     from supervisor.config import HttpFrontend
-    from supervisor.traces import TraceRecorder
 
 __all__ = ["Admit", "ConnectionGate", "ConnectionState", "Refuse", "head_deadline", "plan_admission"]
 
