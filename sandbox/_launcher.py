@@ -495,7 +495,8 @@ def load_entry(entry: str) -> Callable[[dict[str, Any]], Any]:
         raise ConfinementError(f"cannot load entry {entry!r}: {type(exc).__name__}: {exc}", step="entry") from exc
     if not callable(func):
         raise ConfinementError(f"entry {entry!r} is not callable", step="entry")
-    return func
+    loaded: Callable[[dict[str, Any]], Any] = func
+    return loaded
 
 
 def exec_argv(payload: dict[str, Any]) -> NoReturn:

@@ -134,7 +134,8 @@ class ConfinementPlan:
         """Return the plan as plain msgpack-able data: what ``dataclasses.asdict`` gives, except that the mappings
         (``payload``, ``env``) are the plan's own, not deep copies (encode it before changing them). A toolbox's
         payload holds its whole config; copying it cost about a millisecond of the supervisor's loop a start."""
-        return _plain(self)
+        wire: dict[str, Any] = _plain(self)
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> ConfinementPlan:

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
+    "PREDICATE_TAGS",
     "All",
     "AlwaysAllow",
     "AlwaysDeny",
@@ -151,7 +155,7 @@ _PATH_TAGS: dict[str, type[FileExactly | DirectoryExactly | DirectoryRecursive |
     "DirectoryShallow": DirectoryShallow,
     "ChildOf": ChildOf,
 }
-TAGS = (
+PREDICATE_TAGS = (
     *_PATH_TAGS,
     "FilePattern",
     "FileExtension",
@@ -166,8 +170,9 @@ TAGS = (
 )
 
 
-def resolve_config_path(raw: Any, base_dir: str, where: str) -> str:
-    """Resolve a path from a config file against ``base_dir`` and canonicalise it.
+def resolve_config_path(raw: Any, base_dir: str, where: str, resolve: Callable[[str], str] = os.path.realpath) -> str:
+    """Resolve a path from a config file against ``base_dir`` and canonicalise it with ``resolve`` (the supervisor
+    passes a walk that follows no link a worker could have planted; a worker's own copy is already canonical).
 
     Raises :class:`PredicateError` for a non-string, an empty string or one with a NUL byte.
     """
@@ -176,11 +181,14 @@ def resolve_config_path(raw: Any, base_dir: str, where: str) -> str:
     if "\x00" in raw:
         raise PredicateError("a path must not contain NUL bytes", where)
     joined = raw if os.path.isabs(raw) else os.path.join(base_dir, raw)
-    return os.path.realpath(joined)
+    return resolve(joined)
 
 
-def parse_predicate(data: Any, base_dir: str, where: str = "") -> PathPredicate:
-    """Parse the seed's JSON form of a predicate, resolving its paths against ``base_dir``."""
+def parse_predicate(
+    data: Any, base_dir: str, where: str = "", *, resolve: Callable[[str], str] = os.path.realpath
+) -> PathPredicate:
+    """Parse the seed's JSON form of a predicate, resolving its paths against ``base_dir`` and canonicalising them
+    with ``resolve`` (:func:`resolve_config_path`)."""
     if not isinstance(data, dict) or not isinstance(data.get("tag"), str):
         raise PredicateError('expected a predicate object {"tag": ..., "contents": ...}', where)
     unknown = set(data) - {"tag", "contents"}
@@ -190,7 +198,7 @@ def parse_predicate(data: Any, base_dir: str, where: str = "") -> PathPredicate:
     contents = data.get("contents")
     here = f"{where}.contents" if where else "contents"
     if tag in _PATH_TAGS:
-        return _PATH_TAGS[tag](resolve_config_path(contents, base_dir, here))
+        return _PATH_TAGS[tag](resolve_config_path(contents, base_dir, here, resolve))
     if tag == "FilePattern":
         if not isinstance(contents, str) or not contents or "/" in contents or "\x00" in contents:
             raise PredicateError("FilePattern takes a glob on the file name (no '/'), such as \"*.md\"", here)
@@ -209,22 +217,22 @@ def parse_predicate(data: Any, base_dir: str, where: str = "") -> PathPredicate:
     if tag in ("And", "Or"):
         if not isinstance(contents, list) or len(contents) < 2:
             raise PredicateError(f"{tag} takes an array of two or more predicates", here)
-        operands = tuple(parse_predicate(c, base_dir, f"{here}[{i}]") for i, c in enumerate(contents))
+        operands = tuple(parse_predicate(c, base_dir, f"{here}[{i}]", resolve=resolve) for i, c in enumerate(contents))
         if len(operands) > 2:
             return All(operands) if tag == "And" else Any_(operands)
         return And(*operands) if tag == "And" else Or(*operands)
     if tag == "Not":
-        return Not(parse_predicate(contents, base_dir, here))
+        return Not(parse_predicate(contents, base_dir, here, resolve=resolve))
     if tag in ("Any", "All"):
         if not isinstance(contents, list):
             raise PredicateError(f"{tag} takes an array of predicates", here)
-        items = tuple(parse_predicate(c, base_dir, f"{here}[{i}]") for i, c in enumerate(contents))
+        items = tuple(parse_predicate(c, base_dir, f"{here}[{i}]", resolve=resolve) for i, c in enumerate(contents))
         return Any_(items) if tag == "Any" else All(items)
     if tag in ("AlwaysAllow", "AlwaysDeny"):
         if contents not in (None, []):
             raise PredicateError(f"{tag} takes no contents", here)
         return AlwaysAllow() if tag == "AlwaysAllow" else AlwaysDeny()
-    raise PredicateError(f"unknown predicate tag {tag!r}; expected one of {', '.join(TAGS)}", where)
+    raise PredicateError(f"unknown predicate tag {tag!r}; expected one of {', '.join(PREDICATE_TAGS)}", where)
 
 
 def predicate_to_json(p: PathPredicate) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import errno
 import os
 import re
 import stat
+from typing import TYPE_CHECKING
 
 from sandbox._errors import ConfinementError
 from sandbox._libc import LIBC
@@ -58,6 +59,9 @@ from sandbox._mount_api import (
 )
 from sandbox._procfs import MASKED_DIRS, MASKED_FILES
 from sandbox._view_plan import PathInfo, ViewOp, ViewPlan
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["apply_view", "host_mount_points", "probe_host", "set_hostname"]
 
@@ -115,7 +119,11 @@ def host_mount_points(mountinfo: str = "/proc/self/mountinfo") -> frozenset[str]
 def _open_sources(plan: ViewPlan) -> dict[str, int]:
     """Open every bind source before anything is mounted; a source gone since planning is left out."""
     sources: dict[str, int] = {}
-    want = {"dir": stat.S_ISDIR, "file": stat.S_ISREG, "device": lambda m: stat.S_ISCHR(m) or stat.S_ISBLK(m)}
+    want: dict[str, Callable[[int], bool]] = {
+        "dir": stat.S_ISDIR,
+        "file": stat.S_ISREG,
+        "device": lambda m: stat.S_ISCHR(m) or stat.S_ISBLK(m),
+    }
     for op in plan.ops:
         if op.op != "bind" or op.source in sources:
             continue
@@ -131,7 +139,8 @@ def _open_sources(plan: ViewPlan) -> dict[str, int]:
                     f"{op.source} now passes through a symlink; it is not followed", step=_STEP, errno=exc.errno
                 ) from exc
             raise fail(f"cannot open {op.source}", exc.errno or errno.EINVAL) from exc
-        if not want.get(op.kind, lambda m: False)(os.fstat(fd).st_mode):
+        kind_of = want.get(op.kind)
+        if kind_of is None or not kind_of(os.fstat(fd).st_mode):
             os.close(fd)
             for fd in sources.values():
                 os.close(fd)

@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from labkit import Spec, build_components, describe_json, make_skill, skill_md, write_script  # noqa: E402
-from toolboxes._kinds import KINDS  # noqa: E402
+from toolboxes import KINDS  # noqa: E402
 
 if TYPE_CHECKING:
     import random
@@ -235,7 +235,13 @@ def _toolboxes(root: Path, api_port: int, kinds: frozenset[str]) -> dict[str, An
         sections["mcpServers"] = [
             {
                 "tag": "McpSimpleBinary",
-                "contents": {"name": "echo", "executable": sys.executable, "args": [str(root / "echo.py")]},
+                "contents": {
+                    "name": "echo",
+                    "executable": sys.executable,
+                    "args": [str(root / "echo.py")],
+                    # an argument grants nothing (docs/MCP.md): the server's script is granted read-only here
+                    "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": "./echo.py"}},
+                },
             }
         ]
     if "bash" in kinds:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from _chaos_lab import REPO, Lab
 
-from toolboxes._atomic import is_temporary
+from toolboxes import is_temporary
 
 if TYPE_CHECKING:
     from pathlib import Path

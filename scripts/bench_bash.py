@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _bench_common import agent_file, percentile, write_policy
 from floor_exec import ExecHop
 
-from supervisor._supervisor import Supervisor
+from supervisor import Supervisor
 
 SCRIPT = """#!/bin/bash
 if [ "$1" = describe ]; then

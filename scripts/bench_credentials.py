@@ -65,9 +65,7 @@ def _server(port_out: multiprocessing.connection.Connection, ca_dir: str) -> Non
 def _proxy(port_out: multiprocessing.connection.Connection, server_port: int, ca_file: str) -> None:
     import trio
 
-    from sandbox._credentials import Credential, CredentialBinding
-    from sandbox._egress import serve_egress
-    from sandbox._hosts import AllowedHosts
+    from sandbox import AllowedHosts, Credential, CredentialBinding, serve_egress
 
     cred = Credential(
         "bench",

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _bench_common import agent_file, system_toolbox, write_policy
 
-from supervisor._supervisor import Supervisor
+from supervisor import Supervisor
 
 TOOL = """#!/bin/bash
 if [ "$1" = describe ]; then

@@ -50,8 +50,7 @@ def _server(port_out: multiprocessing.connection.Connection, total: int) -> None
 def _proxy(port_out: multiprocessing.connection.Connection) -> None:
     import trio
 
-    from sandbox._egress import serve_egress
-    from sandbox._hosts import AllowedHosts
+    from sandbox import AllowedHosts, serve_egress
 
     async def main() -> None:
         sock = trio.socket.socket()

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from _bench_common import agent_file, bench_folder, system_toolbox, write_policy  # noqa: E402
 
-from supervisor._supervisor import Supervisor  # noqa: E402
+from supervisor import Supervisor  # noqa: E402
 from supervisor.workers import Worker  # noqa: E402
 
 

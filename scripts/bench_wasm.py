@@ -41,8 +41,8 @@ from _bench_common import agent_file, percentile
 from _bench_common import write_policy as bench_policy
 
 from labkit import Spec, build_components
-from supervisor._supervisor import Supervisor
-from toolboxes._toolbox import CallContext, WorkerEnv
+from supervisor import Supervisor
+from toolboxes import CallContext, WorkerEnv
 from toolboxes.wasm import open_toolbox
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from _bench_common import bench_folder, remove_bench_folders  # noqa: E402
 from bench_bash import setup  # noqa: E402
 
-from supervisor._supervisor import Supervisor  # noqa: E402
+from supervisor import Supervisor  # noqa: E402
 from supervisor.frontends._mcp_stdio import McpStdioServer  # noqa: E402
 
 __all__ = ["measure"]

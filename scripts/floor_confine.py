@@ -42,8 +42,19 @@ def _spawns(count: int) -> list[float]:
     import grp
     import pwd
 
-    from sandbox._cgroups import create_cgroup, remove_cgroup
-    from sandbox._landlock import RESTRICT_SELF_LOG_NEW_EXEC_ON, apply_ruleset, landlock_abi, plan_ruleset
+    from sandbox import (
+        READ,
+        WRITE,
+        FsRule,
+        create_cgroup,
+        host_mount_points,
+        landlock_abi,
+        plan_view,
+        probe_host,
+        remove_cgroup,
+        view_files,
+    )
+    from sandbox._landlock import RESTRICT_SELF_LOG_NEW_EXEC_ON, apply_ruleset, plan_ruleset
     from sandbox._launcher import read_plan
     from sandbox._netns import (
         enter_namespaces,
@@ -51,12 +62,10 @@ def _spawns(count: int) -> list[float]:
         restore_pid_namespace_for_children,
         unshare_pid_namespace_for_children,
     )
-    from sandbox._plan import READ, WRITE, FsRule
     from sandbox._private_files import enter_private_mounts
     from sandbox._privileges import drop_privileges, set_no_new_privs
     from sandbox._seccomp import apply_seccomp, plan_seccomp, plan_seccomp_log
-    from sandbox._view import apply_view, host_mount_points, probe_host, set_hostname
-    from sandbox._view_plan import plan_view, view_files
+    from sandbox._view import apply_view, set_hostname
 
     plan = read_plan(0)
     rest = b""

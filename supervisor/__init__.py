@@ -10,7 +10,7 @@ uses :func:`open_supervisor` and :class:`EmbeddedSupervisor`, whose methods are 
 """
 
 from supervisor.config import ConfigError, LoadedConfig, load_config
-from toolboxes._result import Attachment, ToolResult
+from toolboxes import Attachment, ToolResult
 
 from ._asyncio_guest import GuestRunTaken
 from ._embedding import EmbeddedSupervisor, open_supervisor

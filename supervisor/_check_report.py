@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import trio
+
+from supervisor.agents import model_report
+from supervisor.calls import BudgetPolicy
 from supervisor.plan import compile_policy, launcher_refusals
 from supervisor.workers import host_explanations
 
@@ -22,7 +26,8 @@ __all__ = ["check_report"]
 
 def check_report(tree: AgentTree, *, state_dir: str | None = None, slug: str | None = None) -> dict[str, Any]:
     """What each toolbox's worker of ``tree``'s policy will get (of agent ``slug``'s toolboxes only, when given),
-    as plain data: what ``--json`` prints and both printers read. Raises what compiling raises (``ConfigError``,
+    as plain data: what ``--json`` prints and both printers read (where model requests may go is asked of the
+    resolver in a trio run of its own: not from inside one). Raises what compiling raises (``ConfigError``,
     ``PolicyRefused``)."""
     config = tree.config
     compiled = compile_policy(config, state_dir=state_dir, prepare=False)
@@ -44,5 +49,16 @@ def check_report(tree: AgentTree, *, state_dir: str | None = None, slug: str | N
         "denial_explanations": host_explanations(config.policy.kernel_audit),
         "toolboxes": toolboxes,
         "warnings": compiled.warnings,
+        "budgets": BudgetPolicy.from_policy(config.policy).report(),
+        "model_requests": trio.run(
+            model_report,
+            config.policy,
+            tree.subagents,
+            [
+                (a.slug, a.description.model_url)
+                for a in config.agents
+                if a.description.model_url and slug in (None, a.slug)
+            ],
+        ),
         "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors) if slug in (None, e.get("agent"))],
     }

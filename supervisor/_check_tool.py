@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from sandbox._plan import READ, FsRule
+from sandbox import READ, FsRule
 from supervisor.config import DEFAULT_SYSTEM_PATHS
 from supervisor.tools import ArgumentValidator, FieldError, format_validation_errors
 from supervisor.workers import run_confined

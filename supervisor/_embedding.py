@@ -35,8 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from supervisor.config import LoadedConfig
-    from toolboxes._progress import ProgressUpdate
-    from toolboxes._result import ToolResult
+    from toolboxes import ProgressUpdate, ToolResult
 
     from ._face import ToolInfo, ToolService
 
@@ -57,7 +56,8 @@ class EmbeddedSupervisor:
 
     async def agents(self) -> list[str]:
         """The slugs of the agents served, in the policy's order."""
-        return await self._run(self._agents)
+        slugs: list[str] = await self._run(self._agents)
+        return slugs
 
     async def _agents(self) -> list[str]:
         return self._sup.agent_slugs()
@@ -70,7 +70,8 @@ class EmbeddedSupervisor:
         async def tools() -> list[ToolInfo]:
             return self._sup.list_tools(session_id, agent=agent)
 
-        return await self._run(tools)
+        listed: list[ToolInfo] = await self._run(tools)
+        return listed
 
     async def call(
         self,
@@ -138,7 +139,8 @@ class EmbeddedSupervisor:
         async def errors() -> list[dict[str, Any]]:
             return self._sup.load_errors()
 
-        return await self._run(errors)
+        found: list[dict[str, Any]] = await self._run(errors)
+        return found
 
     async def reload(self) -> str:
         """Load the policy again and apply it (as SIGHUP does); returns the one-line account of what changed, or
@@ -147,7 +149,8 @@ class EmbeddedSupervisor:
         async def reload() -> str:
             return (await self._sup.reload()).describe()
 
-        return await self._run(reload)
+        line: str = await self._run(reload)
+        return line
 
 
 @asynccontextmanager

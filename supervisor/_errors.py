@@ -16,7 +16,7 @@ raise into the supervisor.
 from __future__ import annotations
 
 from sandbox import first_leaf
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 __all__ = ["PolicyRefused", "SupervisorError", "WorkerStartError", "execution_error", "first_leaf"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from supervisor.calls import CatalogError
-from supervisor.plan import rebind_agent
+from supervisor.calls import BUDGET_KIND, CatalogError
+from supervisor.plan import files_warning, list_state_dirs, rebind_agent, registry_dir, release_state_dir, uid_ranges
 from supervisor.sessions import LOCAL_TENANT, ids_from_meta, new_id
 from supervisor.traces import TraceRecorder, load_trace, render_text, report
 from supervisor.workers import ChunkReader, send_whole
@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from supervisor.config import LoadedConfig, Policy
-    from toolboxes._progress import ProgressUpdate
-    from toolboxes._result import Attachment, ToolResult
+    from toolboxes import Attachment, ProgressUpdate, ToolResult
 
 __all__ = [
+    "BUDGET_KIND",
     "LOCAL_TENANT",
     "CatalogError",
     "CheckOutcome",
@@ -47,14 +47,19 @@ __all__ = [
     "TraceRecorder",
     "check_report",
     "check_tool_call",
+    "files_warning",
     "ids_from_meta",
+    "list_state_dirs",
     "load_trace",
     "new_id",
     "open_service",
     "rebind_agent",
+    "registry_dir",
+    "release_state_dir",
     "render_text",
     "report",
     "send_whole",
+    "uid_ranges",
 ]
 
 

@@ -20,7 +20,7 @@ from ._errors import WorkerStartError, first_leaf
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from sandbox._egress_decide import OwnListeners
+    from sandbox import OwnListeners
     from supervisor.config import Supervision
     from supervisor.plan import CompiledPolicy
     from supervisor.tools import CompiledSchema, SchemaPool

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from sandbox._cgroups import sweep_stale_cgroups
-from sandbox._egress_decide import OwnListeners
+from sandbox import OwnListeners, sweep_stale_cgroups
 from supervisor.agents import ModelHttp
 from supervisor.calls import CallServices, ToolRegistry
 from supervisor.plan import WORKER_PROCESS_ENV, worker_modules
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from contextlib import AsyncExitStack
 
-    from sandbox._egress_decide import Resolver
+    from sandbox import Resolver
     from supervisor.config import LoadedConfig
     from supervisor.plan import CompiledPolicy, StagedCode
 

@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from sandbox._egress_decide import default_resolve
+from sandbox import default_resolve
 from supervisor.calls import get_prompt, list_entries, read_resource, traced_read
 from supervisor.config import LoadedConfig, expand_agents, load_config
 from supervisor.plan import kind_plan, stage_code
 from supervisor.sessions import LOCAL_TENANT
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 from ._reload import reload_policy
 from ._running import RunningPolicy, compile_generation
@@ -49,15 +49,14 @@ from ._services import PolicySource, discard_zygote, launch_zygote, open_service
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
-    from sandbox._egress_decide import Resolver
+    from sandbox import Resolver
     from supervisor.calls import Portal, ToolRegistry
     from supervisor.config import Policy
     from supervisor.plan import CompiledPolicy
     from supervisor.sessions import SessionStore
     from supervisor.traces import TraceRecorder
     from supervisor.workers import ToolboxRunner
-    from toolboxes._progress import ProgressUpdate
-    from toolboxes._result import Attachment
+    from toolboxes import Attachment, ProgressUpdate
 
     from ._generation import Generation
     from ._reload import ReloadOutcome

@@ -19,7 +19,7 @@ import trio
 from supervisor.calls import ToolRegistry
 from supervisor.plan import kind_plan
 from supervisor.sessions import LOCAL_TENANT
-from toolboxes._catalog import KINDS
+from toolboxes import CATALOG_KINDS
 
 from ._runners import load_failed
 
@@ -115,7 +115,7 @@ class ServedTools:
             self.registry.rebuild(runners, guests=guests)
         after = self._registered()
         self._schema_pool.retain(s for r in generation.runners for s in [*r.schemas, *r.output_schemas])
-        catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in KINDS]) for r in generation.runners])
+        catalog = repr([(r.spec.agent, r.name, [r.catalog(k) for k in CATALOG_KINDS]) for r in generation.runners])
         catalog_changed = catalog != self._catalog_seen  # resources or prompts: the same wake-up as for tools
         self._catalog_seen = catalog
         if before != after or catalog_changed:

@@ -16,7 +16,7 @@ from supervisor.calls import CallOrigin, media_response
 from supervisor.plan import kind_plan
 from supervisor.sessions import answer_host_request
 from supervisor.traces import strict_json
-from toolboxes._progress import parse_progress_event
+from toolboxes import parse_progress_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from supervisor.sessions import SessionStore
     from supervisor.traces import TraceRecorder
     from supervisor.workers import Worker
-    from toolboxes._result import Attachment
+    from toolboxes import Attachment
 
 __all__ = ["answer_worker_request", "record_worker_event"]
 

@@ -57,6 +57,12 @@ def local_model(loop: dict[str, Any] | None = None) -> dict[str, Any]:
     return {**(loop or {}), "allow_loopback": True}
 
 
+def local_model_of(shipped: Path) -> dict[str, Any]:
+    """The ``agent_loop`` of the shipped policy file ``shipped`` as it is, with the loopback opened to model endpoints
+    (:func:`local_model`): the shipped bounds, the tests' scripted model on 127.0.0.1."""
+    return local_model(yaml.safe_load(shipped.read_text())["agent_loop"])
+
+
 def write_policy(root: Path, agents: dict[str, dict[str, Any]], **policy: Any) -> Path:
     """Write agent files ``<root>/<name>.json`` and ``<root>/policy.yaml`` naming them; return the policy path.
 

@@ -174,6 +174,41 @@ def test_no_toolbox_kind_imports_another_kinds_private_module() -> None:
     assert offenders == {}
 
 
+#: The packages whose private modules (``_name``) only they import; others go through the package's face.
+FACED = ("sandbox", "toolboxes", "supervisor")
+
+
+def _private_imports(path: Path) -> list[str]:
+    """The private modules of a :data:`FACED` package that ``path`` imports, other than its own package's."""
+    own = path.relative_to(ROOT).parts[0]
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module]
+        elif isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] in FACED and parts[0] != own and any(p.startswith("_") for p in parts[1:]):
+                found.append(f"{module} (line {node.lineno})")
+    return found
+
+
+def test_no_package_imports_another_packages_private_modules() -> None:
+    """``sandbox``, ``toolboxes`` and ``supervisor`` (and ``labkit``, the test labs' code) reach each other only
+    through the packages' faces (their ``__init__``); the tests and the benchmark scripts may reach further, to
+    measure or probe a module itself, and use the face for what it exports (see the next test)."""
+    offenders = {
+        str(p.relative_to(ROOT)): found
+        for top in (*FACED, "labkit")
+        for p in (ROOT / top).rglob("*.py")
+        if (found := _private_imports(p))
+    }
+    assert offenders == {}
+
+
 #: What frontends may import of ``supervisor``: its face (``_face``: the running supervisor's protocol, how to open
 #: one, the values and helpers they share), its errors and the policy's models. Never the workers, the plan, the
 #: runners, the portal, the traces' or the attachments' internals: what they need of those is a face method.
@@ -186,6 +221,25 @@ def test_frontends_import_only_the_face() -> None:
         for path in (ROOT / "supervisor" / "frontends").rglob("*.py")
         if (bad := {target for target, _ in _supervisor_imports(path)} - FRONTEND_FACE - {"frontends"})
     }
+    assert offenders == {}
+
+
+def test_what_a_face_exports_is_imported_from_the_face() -> None:
+    """Where the tests and scripts import a name a face exports, they import it from the face: a private module is
+    reached only for what the face does not hold."""
+    faces = {name: set(importlib.import_module(name).__all__) for name in ("sandbox", "toolboxes")}
+    offenders: dict[str, list[str]] = {}
+    for path in [*(ROOT / "scripts").iterdir(), *(ROOT / "tests").rglob("*.py")]:
+        if path.suffix != ".py" and not (path.is_file() and b"python" in path.read_bytes().split(b"\n", 1)[0]):
+            continue  # the scripts without .py that are Python (#!...python) count; shell scripts do not
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.module or node.level != 0:
+                continue
+            parts = node.module.split(".")
+            if parts[0] in faces and len(parts) == 2 and parts[1].startswith("_"):
+                exported = [a.name for a in node.names if a.name in faces[parts[0]]]
+                if exported:
+                    offenders.setdefault(str(path.relative_to(ROOT)), []).append(f"{node.module}: {exported}")
     assert offenders == {}
 
 

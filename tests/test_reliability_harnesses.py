@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from toolboxes._kinds import KINDS
+from toolboxes import KINDS
 
 pytestmark = pytest.mark.root
 

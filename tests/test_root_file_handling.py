@@ -52,9 +52,15 @@ ALLOWED = {
     ("supervisor/calls/_attachments.py", "os.replace"): "a file of that store",
     ("supervisor/traces/_recorder.py", "os.makedirs"): "the trace file's folder, never granted to a worker",
     ("supervisor/traces/_recorder.py", "os.replace"): "the trace file, rotated in that folder",
-    ("supervisor/plan/_skill_sources.py", "os.makedirs"): "the clones' parent under the state dir: root's",
-    ("supervisor/plan/_skill_sources.py", "os.chmod"): "that parent and the git config root writes there",
-    ("supervisor/plan/_skill_sources.py", "os.rename"): "a finished clone into place inside that root-owned parent",
+    ("supervisor/plan/_skill_clones.py", "os.makedirs"): "the clones' parent under the state dir: root's",
+    ("supervisor/plan/_skill_clones.py", "os.chmod"): "that parent and the git config root writes there",
+    ("supervisor/plan/_skill_clones.py", "os.rename"): "a finished clone into place inside that root-owned parent",
+    (
+        "supervisor/frontends/_cli_init.py",
+        "os.mkdir",
+    ): "`init DIR`: the new or empty folder the operator names, before any policy (so any worker) exists; files "
+    "in it are made O_EXCL|O_NOFOLLOW",
+    ("supervisor/frontends/_cli_init.py", "os.chmod"): "the same new folder and the ones init makes in it",
 }
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from ._protocol import json_problem
 
 __all__ = [
-    "KINDS",
+    "CATALOG_KINDS",
     "MAX_ENTRIES",
     "MAX_READ_CHARS",
     "catalog_problem",
@@ -55,7 +55,7 @@ _STR = {
     "mimeType": MAX_MIME_CHARS,
 }
 #: kind -> (its key in hello frames, the keys an entry must have, the keys it may have)
-KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+CATALOG_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "resources": (("uri", "name"), ("uri", "name", "title", "description", "mimeType", "size")),
     "resource_templates": (("uriTemplate", "name"), ("uriTemplate", "name", "title", "description", "mimeType")),
     "prompts": (("name",), ("name", "title", "description", "arguments")),
@@ -63,7 +63,7 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 def _entry_problem(kind: str, entry: Any) -> str | None:
-    required, allowed = KINDS[kind]
+    required, allowed = CATALOG_KINDS[kind]
     if not isinstance(entry, dict):
         return "an entry is not a map"
     for key in required:
@@ -117,7 +117,7 @@ def clean_entries(kind: str, entries: Any) -> tuple[list[dict[str, Any]], list[s
     kept, at most :data:`MAX_ENTRIES`), and a note on each one left out."""
     if not isinstance(entries, list):
         return [], [f"{kind}: not a list"]
-    _required, allowed = KINDS[kind]
+    _required, allowed = CATALOG_KINDS[kind]
     key = "uriTemplate" if kind == "resource_templates" else "uri" if kind == "resources" else "name"
     out: list[dict[str, Any]] = []
     notes: list[str] = []

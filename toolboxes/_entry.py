@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox._file_sandbox import FileSandbox, parse_file_sandbox
-from sandbox._predicates import PredicateError
+from sandbox import FileSandbox, PredicateError, parse_file_sandbox
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",

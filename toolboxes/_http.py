@@ -140,7 +140,7 @@ def fetch_bytes(
 
 
 def _media_type(response: httpx.Response) -> str:
-    return response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return str(response.headers.get("content-type", "")).split(";")[0].strip().lower()
 
 
 def _is_json(media: str) -> bool:

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "IMAGE_TYPES",
@@ -78,7 +81,7 @@ def _ftyp(data: bytes) -> bool:
     return len(data) >= 12 and data[4:8] == b"ftyp"
 
 
-_SIGNATURES = {
+_SIGNATURES: dict[str, Callable[[bytes], bool]] = {
     "image/png": lambda b: b.startswith(b"\x89PNG\r\n\x1a\n"),
     "image/jpeg": lambda b: b.startswith(b"\xff\xd8\xff"),
     "image/gif": lambda b: b.startswith((b"GIF87a", b"GIF89a")),

@@ -18,9 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._file_sandbox import FileSandbox, parse_file_sandbox
-from sandbox._predicate_eval import check_path, lists_entries
-from sandbox._predicates import PredicateError
+from sandbox import FileSandbox, PredicateError, check_path, lists_entries, parse_file_sandbox
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -45,6 +45,7 @@ __all__ = [
     "ProtocolError",
     "encode",
     "json_problem",
+    "json_type_name",
 ]
 
 PROTOCOL_VERSION = 1
@@ -148,7 +149,8 @@ def json_problem(value: Any, *, max_depth: int, max_nodes: int, finite: bool = T
 
 def encode(message: dict[str, Any]) -> bytes:
     """Serialise one message to a frame."""
-    return msgpack.packb(message, use_bin_type=True)
+    frame: bytes = msgpack.packb(message, use_bin_type=True)
+    return frame
 
 
 #: The decoder's buffer to begin with (msgpack's default is 1 MiB per decoder, and its fill pointer sweeps all of
@@ -217,3 +219,22 @@ class FrameDecoder:
         if "id" in obj and not (isinstance(obj["id"], int) and not isinstance(obj["id"], bool)):
             raise ProtocolError(f"{kind} message id must be an integer")
         return obj
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON/YAML name of a Python value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__

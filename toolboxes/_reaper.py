@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sandbox._libc import LIBC
+from sandbox import LIBC
 
 __all__ = ["KILL_WAIT_S", "Reaper", "Spawned"]
 

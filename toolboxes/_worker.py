@@ -56,8 +56,9 @@ class _Channel:
         self._next_id = 1
         self._id_lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
+        #: the calls read and not answered yet: a result is sent only for a call still here (once), so a call a
+        #: cancel answered is not answered again when it ends; nothing of a call is kept once it is answered
         self.calls: dict[int, CallContext] = {}
-        self.answered: set[int] = set()
         self.calls_lock = threading.Lock()
         self.closed = threading.Event()
 
@@ -75,12 +76,11 @@ class _Channel:
                 view = view[n:]
 
     def send_result(self, call_id: int, result: ToolResult) -> None:
-        """Send a call's result exactly once (a cancelled call was already answered)."""
+        """Send a call's result exactly once: only while the call is in :attr:`calls` (a cancelled call was
+        answered already)."""
         with self.calls_lock:
-            if call_id in self.answered:
+            if self.calls.pop(call_id, None) is None:
                 return
-            self.answered.add(call_id)
-            self.calls.pop(call_id, None)
         self.send({"t": "result", "id": call_id, "result": result.to_wire()})
 
     # -- requests up the pipe (HostChannel) ------------------------------------------------------------------
@@ -258,6 +258,8 @@ def main(payload: dict[str, Any]) -> None:
                 ctx = CallContext.from_wire(msg["id"], msg["tool"], msg["ctx"] or {})
                 op = msg.get("op")
                 spec = specs.get(ctx.tool) if op is None else None
+                with channel.calls_lock:
+                    channel.calls[ctx.call_id] = ctx
                 if op is not None:
                     if op not in _OPS or not hasattr(toolbox, _OPS[op]) or not isinstance(ctx.tool, str):
                         channel.send_result(ctx.call_id, ToolResult.error(f"this toolbox cannot {op!r}"))
@@ -266,8 +268,6 @@ def main(payload: dict[str, Any]) -> None:
                 elif spec is None:
                     channel.send_result(ctx.call_id, ToolResult.error(f"unknown tool {ctx.tool!r}"))
                     continue
-                with channel.calls_lock:
-                    channel.calls[ctx.call_id] = ctx
                 if spec is not None and spec.inline:
                     _run_call(toolbox, channel, ctx, args, output_bytes)
                 else:

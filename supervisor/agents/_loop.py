@@ -55,9 +55,7 @@ from supervisor.calls import (
     budget_result,
     trace_exhaustion,
 )
-from supervisor.plan import agent_bounds, model_host_refusals, tenant_reach
-from toolboxes._progress import ProgressUpdate
-from toolboxes._result import Attachment, ToolResult
+from toolboxes import Attachment, ProgressUpdate, ToolResult
 
 from ._llm import (
     ChatClient,
@@ -70,7 +68,7 @@ from ._llm import (
     resolve_api_key,
 )
 from ._model_media import attachment_label, image_parts
-from ._model_network import ModelAccess, ModelEndpointRefused, ModelHttp, model_endpoint
+from ._model_network import ModelAccess, ModelHttp, ceiling_refusal
 from ._subagent_tool import subagent_tool
 
 if TYPE_CHECKING:
@@ -271,16 +269,8 @@ class AgentService:
             self.trace.record("agent_end", agent=slug, session=session_id, status=status)
 
     def _endpoint_refusal(self, slug: str, model_url: str) -> str:
-        """Why agent ``slug`` may not send requests to ``model_url`` at all: not an http(s) URL with a host, or past
-        a ceiling's ``model_hosts`` (``ceilings.<slug>``, ``ceilings."*"``, the ceiling of each tenant that
-        reaches it); empty when it may (the address rules then decide each connection)."""
-        try:
-            endpoint = model_endpoint(model_url)
-        except ModelEndpointRefused as exc:
-            return str(exc)
-        policy = self.tree.config.policy
-        bounds = agent_bounds(policy, slug, tenant_reach(policy, self.tree.subagents))
-        return "; ".join(model_host_refusals(endpoint, bounds))
+        """Why agent ``slug`` may not send requests to ``model_url`` at all (:func:`ceiling_refusal`)."""
+        return ceiling_refusal(self.tree.config.policy, self.tree.subagents, slug, model_url)
 
     async def _loop(
         self,
@@ -393,7 +383,12 @@ class AgentService:
                 # The chat format has no images in tool messages: they follow them, in one user message.
                 messages.append({"role": "user", "content": images})
         self.trace.record(
-            "limit_hit", limit="agent_loop.max_steps", value=self.bounds.max_steps, agent=slug, session=inner.session_id
+            "limit_hit",
+            limit="agent_loop.max_steps",
+            value=self.bounds.max_steps,
+            agent=slug,
+            session=inner.session_id,
+            root_call_id=budget.root or None,
         )
         return ToolResult.error(
             f"agent {slug} reached its step limit of {self.bounds.max_steps} model requests "

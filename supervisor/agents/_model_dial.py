@@ -18,17 +18,14 @@ from typing import TYPE_CHECKING, Any
 import httpcore
 import httpx
 
-from sandbox._egress import CONNECT_TIMEOUT_S
-from sandbox._egress_decide import decide, local_addresses, own_host_refusal
-from sandbox._hosts import HostError, normalize_host
+from sandbox import CONNECT_TIMEOUT_S, HostError, decide, local_addresses, normalize_host, own_host_refusal
 
 from ._model_network import ModelEndpointRefused
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from sandbox._egress_decide import Resolver
-    from sandbox._hosts import IPAddress
+    from sandbox import IPAddress, Resolver
 
     from ._model_network import ModelAccess
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
-from toolboxes._media import IMAGE_TYPES
+from toolboxes import IMAGE_TYPES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from toolboxes._result import Attachment
+    from toolboxes import Attachment
 
 __all__ = ["MODEL_IMAGE_TYPES", "attachment_label", "image_parts"]
 

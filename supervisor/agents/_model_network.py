@@ -26,20 +26,39 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandbox._egress_decide import Resolver, default_resolve, shown_host
-from sandbox._hosts import AllowedHosts, HostError, HostRule, normalize_host
+from sandbox import (
+    AllowedHosts,
+    HostError,
+    HostRule,
+    Resolution,
+    ResolveError,
+    Resolver,
+    decide,
+    default_resolve,
+    normalize_host,
+    shown_host,
+)
+from supervisor.plan import agent_bounds, model_host_refusals, tenant_reach
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from sandbox._hosts import Host
-    from supervisor.config import AgentLoop
+    from sandbox import Host
+    from supervisor.config import AgentLoop, Policy
 
-__all__ = ["ModelAccess", "ModelEndpointRefused", "ModelHttp", "model_endpoint"]
+__all__ = [
+    "ModelAccess",
+    "ModelEndpointRefused",
+    "ModelHttp",
+    "ceiling_refusal",
+    "literal_refusal",
+    "model_endpoint",
+    "model_report",
+]
 
 #: The policy section whose keys open address classes to model endpoints (for refusals to name).
 POLICY_KEY = "agent_loop"
@@ -99,6 +118,60 @@ class ModelAccess:
             subject="model endpoints",
             shared_key="",
         )
+
+
+def ceiling_refusal(policy: Policy, subagents: Mapping[str, Sequence[str]], slug: str, url: str) -> str:
+    """Why agent ``slug`` may not send model requests to ``url`` at all: not an http(s) URL with a host, or past a
+    ceiling's ``model_hosts`` (``ceilings.<slug>``, ``ceilings."*"``, the ceiling of each tenant that reaches it,
+    ``subagents``: slug -> the slugs it names); empty when it may (the address rules then decide each
+    connection)."""
+    try:
+        endpoint = model_endpoint(url)
+    except ModelEndpointRefused as exc:
+        return str(exc)
+    bounds = agent_bounds(policy, slug, tenant_reach(policy, subagents))
+    return "; ".join(model_host_refusals(endpoint, bounds))
+
+
+async def literal_refusal(url: str, access: ModelAccess) -> str:
+    """Why a model request to ``url`` will be refused whatever a resolver answers, found without any lookup
+    (``check`` warns with it): not an http(s) URL, a metadata name, or a literal address (``localhost`` included)
+    of a class ``access`` does not open; the words name the key. Empty for a name (judged when its request
+    connects) and for what passes. The supervisor's own ports are not known here (the connection refuses them)."""
+    try:
+        endpoint = model_endpoint(url)
+    except ModelEndpointRefused as exc:
+        return str(exc)
+    shown, port = endpoint.rsplit(":", 1)
+    host = normalize_host(shown)
+    decision = await decide(shown, int(port), access.rules(host), resolve=_no_lookup)
+    return decision.reason if decision.verdict == "refused" else ""
+
+
+async def model_report(
+    policy: Policy, subagents: Mapping[str, Sequence[str]], endpoints: Iterable[tuple[str, str]]
+) -> dict[str, Any]:
+    """What ``check`` shows of model requests (plain data): the loop's bounds, what ``agent_loop`` opens, and per
+    agent (``endpoints``: slug, modelUrl) its endpoint and why it will be refused, if that is known without a lookup
+    (:func:`ceiling_refusal`, :func:`literal_refusal`; ``""``: not refused so far)."""
+    loop = policy.agent_loop
+    access = ModelAccess.from_policy(loop)
+    agents = []
+    for slug, url in endpoints:
+        refused = ceiling_refusal(policy, subagents, slug, url) or await literal_refusal(url, access)
+        agents.append({"agent": slug, "model_url": url, "refused": refused})
+    return {
+        "max_steps": loop.max_steps,
+        "request_timeout_s": loop.request_timeout_s,
+        "retries": loop.retries,
+        "allow_loopback": loop.allow_loopback,
+        "allow_private_ranges": list(loop.allow_private_ranges),
+        "agents": agents,
+    }
+
+
+async def _no_lookup(host: str) -> Resolution:
+    raise ResolveError(f"{host} is looked up when its request connects, not before")
 
 
 class ModelHttp:

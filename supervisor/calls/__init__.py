@@ -1,7 +1,7 @@
 """One call through the portal: the checks every call passes, the tool registry, attachments, results."""
 
 from ._attachments import AttachmentStore, media_response
-from ._budget import BudgetExhausted, BudgetPolicy, CallTreeBudget, budget_result, trace_exhaustion
+from ._budget import BUDGET_KIND, BudgetExhausted, BudgetPolicy, CallTreeBudget, budget_result, trace_exhaustion
 from ._call_records import CallRecords
 from ._catalog import CatalogError, get_prompt, list_entries, read_resource, traced_read
 from ._checks import CallPolicy
@@ -15,6 +15,7 @@ from ._tool_output import capped_output, checked_output, output_limit
 from ._unloaded import could_serve
 
 __all__ = [
+    "BUDGET_KIND",
     "AttachmentStore",
     "BudgetExhausted",
     "BudgetPolicy",

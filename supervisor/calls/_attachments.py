@@ -24,14 +24,13 @@ import stat
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sandbox._mount_api import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, openat2
-from toolboxes._atomic import atomic_write, sweep_temporaries
-from toolboxes._media import canonical, class_of, mismatch, sniff
+from sandbox import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, openat2
+from toolboxes import atomic_write, canonical, class_of, mismatch, sniff, sweep_temporaries
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from toolboxes._result import Attachment, ToolResult
+    from toolboxes import Attachment, ToolResult
 
 __all__ = [
     "MAX_WORKER_MEDIA_BYTES",

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from supervisor.traces import TraceRecorder
 
 __all__ = [
+    "BUDGET_KEYS",
     "BUDGET_KIND",
     "BudgetExhausted",
     "BudgetLimits",
@@ -52,6 +53,8 @@ __all__ = [
 BUDGET_KIND = "CallTreeBudget"
 
 _UNITS = {"model_requests": "model requests", "tool_calls": "tool calls", "wall_time_s": "s of wall time"}
+#: The budgets of a tree, as the policy names them.
+BUDGET_KEYS: tuple[str, ...] = tuple(_UNITS)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class BudgetLimits:
     tool_calls: int | None = None
     wall_time_s: float | None = None
     source: str = "budget"
+    #: the keys ``source`` writes itself (a tenant's; the others are the policy's ``budget``)
+    own: frozenset[str] = field(default=frozenset(BUDGET_KEYS), compare=False)
 
 
 @dataclass(frozen=True)
@@ -183,9 +188,32 @@ class BudgetPolicy:
             if tenant.budget.model_fields_set:
                 own = tenant.budget.applied_to(base)
                 tenants[name] = BudgetLimits(
-                    own.model_requests, own.tool_calls, own.wall_time_s, source=f"tenants.{name}.budget"
+                    own.model_requests,
+                    own.tool_calls,
+                    own.wall_time_s,
+                    source=f"tenants.{name}.budget",
+                    own=frozenset(tenant.budget.model_fields_set),
                 )
         return cls(default, tenants)
+
+    def report(self) -> list[dict[str, Any]]:
+        """Every budget as plain data (``check --json``'s ``budgets``): the policy's, then each tenant's own, with
+        the keys it writes itself (``own``); ``None``: no bound."""
+        out = []
+        for limits in (self.default, *self.tenants.values()):
+            values = {key: getattr(limits, key) for key in BUDGET_KEYS}
+            own = [k for k in BUDGET_KEYS if k in limits.own]
+            words = []
+            for key, value in values.items():
+                number = f"{value:g}" if isinstance(value, float) else str(value)
+                said = (
+                    f"{number} {_UNITS[key]}"
+                    if value is not None
+                    else f"no bound on {_UNITS[key].removeprefix('s of ')}"
+                )
+                words.append(said + (" (its own)" if limits.source != "budget" and key in own else ""))
+            out.append({"key": limits.source, **values, "own": own, "text": ", ".join(words)})
+        return out
 
     def limits(self, tenant: str) -> BudgetLimits:
         """The budgets of a root call of ``tenant``."""

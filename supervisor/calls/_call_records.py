@@ -20,7 +20,7 @@ from ._group_commit import GroupCommit
 if TYPE_CHECKING:
     from supervisor.sessions import SessionStore, SessionToolViews
     from supervisor.traces import TraceRecorder
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
     from ._frontend_sessions import FrontendSessions
     from ._origin import CallOrigin

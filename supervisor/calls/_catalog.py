@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-from toolboxes._catalog import prompt_problem, read_problem
+from toolboxes import prompt_problem, read_problem
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from supervisor.traces import TraceRecorder
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 __all__ = [
     "SCHEME",

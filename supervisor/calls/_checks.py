@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from supervisor.tools import ValidationConfig, format_validation_errors, relax
-from toolboxes._protocol import encode, json_problem
+from toolboxes import encode, json_problem
 
 from ._budget import BudgetPolicy
 from ._ledger import SessionLimits

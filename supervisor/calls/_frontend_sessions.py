@@ -22,7 +22,7 @@ from ._origin import CallOrigin
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from toolboxes._progress import ProgressUpdate
+    from toolboxes import ProgressUpdate
 
 __all__ = ["FrontendSessions"]
 

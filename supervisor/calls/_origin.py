@@ -16,7 +16,7 @@ from supervisor.sessions import LOCAL_TENANT
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from toolboxes._progress import ProgressUpdate
+    from toolboxes import ProgressUpdate
 
     from ._budget import CallTreeBudget
 

@@ -36,7 +36,7 @@ import trio
 
 from supervisor._errors import execution_error
 from supervisor.sessions import SessionStore, SessionToolViews
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 from ._attachments import AttachmentStore
 from ._budget import BUDGET_KIND, budget_result, trace_exhaustion

@@ -15,9 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from toolboxes._media import IMAGE_TYPES
-from toolboxes._output_cap import OUTPUT_LIMIT_KEY, TRUNCATED_KEY, cap_output
-from toolboxes._result import ToolResult
+from toolboxes import IMAGE_TYPES, OUTPUT_LIMIT_KEY, TRUNCATED_KEY, ToolResult, cap_output
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

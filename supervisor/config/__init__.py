@@ -3,7 +3,7 @@
 from ._agent_schema import agent_json_schema
 from ._agent_toolboxes import ToolboxConfig
 from ._agent_tree import AgentTree, expand_agents, subagent_files
-from ._ceilings import ANY_HOST, Ceiling
+from ._ceilings import ANY_HOST, HTTP_METHODS, Ceiling
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._http_address import host_is_served, normalise_origin, parse_listen, public_url_for, served_host_names
@@ -24,6 +24,7 @@ from ._policy import (
 __all__ = [
     "ANY_HOST",
     "DEFAULT_SYSTEM_PATHS",
+    "HTTP_METHODS",
     "AgentLoop",
     "AgentTree",
     "Ceiling",

@@ -36,8 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from sandbox._file_sandbox import DEFAULT_MAX_FILE_SIZE
-from sandbox._predicates import AlwaysDeny, predicate_to_json
+from sandbox import DEFAULT_MAX_FILE_SIZE, AlwaysDeny, predicate_to_json
 
 from ._model import StrictModel as _Model
 from ._types import (
@@ -157,6 +156,16 @@ class McpContents(_Model):
     name: ToolboxName
     executable: Executable
     args: list[str] = []
+    file_sandbox: FileSandbox | None = Field(
+        default=None,
+        alias="FileSandbox",
+        description=(
+            "what the server may read besides the system paths and its own package: granted read-only and checked "
+            "by the kernel only (the server is code of its own, so a predicate the kernel cannot say exactly is "
+            "refused under inexact_predicates: refuse). An argument that names a path grants nothing by itself: it "
+            "must lie within this or the policy's toolboxes.<agent>/<name>.read_paths"
+        ),
+    )
 
 
 class McpSimpleBinary(_Model):

@@ -41,10 +41,10 @@ from ._agent_file import (
 from ._errors import ConfigError, ConfigProblem
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
-    from sandbox._predicates import PathPredicate
-    from toolboxes._kinds import ToolboxKind
+    from sandbox import PathPredicate
+    from toolboxes import ToolboxKind
 
 __all__ = ["LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 
@@ -67,6 +67,8 @@ class ToolboxConfig:
         load_problem: why it cannot load, found when the agent file loaded (an OpenAPI ``Token`` or ``Headers``
             value names a ``${VAR}`` that is not set); ``None``: nothing. Such a toolbox gets no worker: the
             plan makes this its load error, and every other toolbox loads.
+        agent_owner: the uid that owns the agent file (``None``: not known, the file was not read from disk): with
+            root, the only ones whose symbolic links the supervisor follows in a path the file names.
     """
 
     kind: ToolboxKind
@@ -80,6 +82,7 @@ class ToolboxConfig:
     source: str
     _config: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     load_problem: str | None = None
+    agent_owner: int | None = None
 
     @property
     def predicate(self) -> PathPredicate | None:
@@ -106,6 +109,11 @@ class LoadedAgent:
     prefix: str
     warnings: tuple[str, ...]
     _toolboxes: tuple[ToolboxConfig, ...] = field(repr=False, compare=False, default=())
+    #: paths of the file kept as written because a link on their way is not followed (path -> why): the toolbox
+    #: or sub-agent naming one does not load
+    refused_paths: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: the uid owning the file (``None``: not read from disk): with root, whose links its paths may follow
+    owner: int | None = None
 
     @property
     def slug(self) -> str:
@@ -128,7 +136,8 @@ def _host_of(url: str) -> str | None:
 
 
 def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json")
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json")
+    return dumped
 
 
 @dataclass
@@ -230,13 +239,17 @@ def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
         )
     for i, mcp in enumerate(agent.mcp_servers):
         c = mcp.contents
+        source = f"{prefix}.mcpServers[{i}]"
         entries.append(
             _Entry(
                 "mcp",
                 c.name,
                 c.name,
-                f"{prefix}.mcpServers[{i}]",
-                {"tag": mcp.tag, **_dump(c)},  # its executable: granted by the plan, which resolves it
+                source,
+                # its executable and arguments: judged by the plan, which resolves them
+                {"tag": mcp.tag, **c.model_dump(by_alias=True, mode="json", exclude={"file_sandbox"})},
+                sandbox=c.file_sandbox,
+                sandbox_path=f"{source}.contents.FileSandbox",
             )
         )
     http_kinds: tuple[tuple[ToolboxKind, Sequence[Any], str], ...] = (
@@ -322,8 +335,38 @@ def _resolve_sandbox(agent: AgentDescription, e: _Entry, file: str) -> FileSandb
     return found if found.name is not None else found.model_copy(update={"name": e.sandbox.ref})
 
 
-def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tuple[ToolboxConfig, ...]:
-    """The agent's worker configs (pure: no file access). Raises ``ConfigError`` on name clashes, bad refs."""
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value (the paths of a worker config among them)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _refused_problem(config: Mapping[str, Any], paths: Sequence[str], refused: Mapping[str, str]) -> str | None:
+    """Why a toolbox whose config or grants name a path in ``refused`` (kept as written: a link on its way the
+    supervisor does not follow, ``_types.py``) does not load; ``None``: it names none."""
+    hit = next((p for p in (*paths, *_strings(config)) if p in refused), None)
+    if hit is None:
+        return None
+    return f"a path its agent file names is not resolved: {refused[hit]}"
+
+
+def build_toolboxes(
+    agent: AgentDescription,
+    file: str,
+    prefix: str = "$",
+    *,
+    owner: int | None = None,
+    refused: Mapping[str, str] | None = None,
+) -> tuple[ToolboxConfig, ...]:
+    """The agent's worker configs (pure: no file access); ``owner``: the uid owning the agent file; ``refused``: the
+    paths validation kept as written because a link on their way is not followed (path -> why): a toolbox naming
+    one gets that as its load problem. Raises ``ConfigError`` on name clashes, bad refs."""
     entries = _entries(agent, prefix)
     names = _assign_names(entries, file)
     out: list[ToolboxConfig] = []
@@ -332,9 +375,22 @@ def build_toolboxes(agent: AgentDescription, file: str, prefix: str = "$") -> tu
         config = dict(e.config)
         if sandbox is not None:
             config["FileSandbox"] = sandbox.to_json()
+        if refused:
+            e.problem = e.problem or _refused_problem(config, (*e.read, *e.write), refused)
         out.append(
             ToolboxConfig(
-                e.kind, name, agent.slug, sandbox, e.hosts, e.read, e.write, file, e.source, config, e.problem
+                e.kind,
+                name,
+                agent.slug,
+                sandbox,
+                e.hosts,
+                e.read,
+                e.write,
+                file,
+                e.source,
+                config,
+                e.problem,
+                agent_owner=owner,
             )
         )
     return tuple(out)

@@ -25,6 +25,8 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING
 
+from sandbox import UnsafeTreeError, resolve_named_path
+
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._loader import LoadedConfig, load_agent_file
@@ -52,19 +54,38 @@ class AgentTree:
         return list(dict.fromkeys(s for subs in self.subagents.values() for s in subs))
 
 
-def subagent_files(agent: LoadedAgent) -> list[tuple[str | None, str, str]]:
-    """``(declared slug or None, canonical path, JSON path for messages)`` of the agent's sub-agent files."""
-    out: list[tuple[str | None, str, str]] = []
+def _subagent_entries(agent: LoadedAgent) -> list[tuple[str | None, str, str, str | None]]:
+    """``(declared slug or None, canonical path, JSON path for messages, why it is refused or None)`` of the
+    agent's sub-agent files. Paths are resolved as the agent file's own are (``_types.py``): a link on the way
+    that neither root nor the file's owner made is not followed, and that sub-agent is refused."""
+    out: list[tuple[str | None, str, str, str | None]] = []
     desc = agent.description
-    for i, extra in enumerate(desc.extra_agents):
-        out.append((extra.slug, os.path.realpath(extra.path), f"{agent.prefix}.extraAgents[{i}]"))
+    for i, extra in enumerate(desc.extra_agents):  # resolved when the agent file was validated
+        out.append((extra.slug, extra.path, f"{agent.prefix}.extraAgents[{i}]", agent.refused_paths.get(extra.path)))
     directory = desc.tool_directory
-    if directory is not None and os.path.isdir(directory):
-        for name in sorted(os.listdir(directory)):
-            path = os.path.join(directory, name)
-            if name.endswith(".json") and os.path.isfile(path):
-                out.append((None, os.path.realpath(path), f"{agent.prefix}.toolDirectory ({name})"))
+    if directory is None or directory in agent.refused_paths or not os.path.isdir(directory):
+        return out
+    trusted = None if os.geteuid() != 0 else frozenset({0} if agent.owner is None else {0, agent.owner})
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".json"):
+            continue
+        where = f"{agent.prefix}.toolDirectory ({name})"
+        try:
+            resolved = resolve_named_path(os.path.join(directory, name), trusted)
+        except UnsafeTreeError as exc:
+            out.append((None, os.path.join(directory, name), where, str(exc)))
+            continue
+        except OSError:
+            continue
+        if resolved.exists and os.path.isfile(resolved.canonical):
+            out.append((None, resolved.canonical, where, None))
     return out
+
+
+def subagent_files(agent: LoadedAgent) -> list[tuple[str | None, str, str]]:
+    """``(declared slug or None, canonical path, JSON path for messages)`` of the agent's sub-agent files (those
+    whose path is resolved: a refused one is a load error of :func:`expand_agents`)."""
+    return [(declared, path, where) for declared, path, where, why in _subagent_entries(agent) if why is None]
 
 
 def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None) -> AgentTree:
@@ -84,7 +105,16 @@ def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None
     while queue:
         agent = queue.pop(0)
         slugs: list[str] = []
-        for declared, path, where in subagent_files(agent):
+        for declared, path, where, refused in _subagent_entries(agent):
+            if refused is not None:
+                load_errors.append(
+                    {
+                        "agent": agent.slug,
+                        "source": f"{display_path(agent.file)} {where}",
+                        "message": f"sub-agent file not resolved: {refused}; that sub-agent is left out",
+                    }
+                )
+                continue
             sub = by_file.get(path)
             if sub is None and declared == agent.slug:
                 warnings.append(

@@ -92,7 +92,7 @@ class BoundedYamlLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in the stubs
             raise yaml.composer.ComposerError(
                 None,
                 None,
@@ -103,7 +103,7 @@ class BoundedYamlLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                event = self.peek_event()
+                event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in the stubs
                 raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} deep", event.start_mark)
             return super().compose_node(parent, index)
         finally:

@@ -18,7 +18,7 @@ from ._errors import problem
 from ._model import StrictModel as _Model
 from ._types import check_host
 
-__all__ = ["ANY_HOST", "Ceiling"]
+__all__ = ["ANY_HOST", "HTTP_METHODS", "Ceiling"]
 
 #: A ceiling's ``allowed_hosts`` entry for any name (addresses are judged as always: loopback and private ranges
 #: stay closed unless the policy opens them to the toolbox)
@@ -27,6 +27,17 @@ ANY_HOST = "*"
 
 def _ceiling_host(value: str) -> str:
     return ANY_HOST if value.strip() == ANY_HOST else check_host(value)
+
+
+#: The HTTP methods an OpenAPI or PostgREST tool may have (a ceiling's ``http_methods`` names some of them)
+HTTP_METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE", "TRACE")
+
+
+def _http_method(value: str) -> str:
+    method = value.strip().upper()
+    if method not in HTTP_METHODS:
+        raise problem(f"unknown HTTP method {value!r}", "one of " + ", ".join(HTTP_METHODS))
+    return method
 
 
 def _capability(value: str) -> str:
@@ -60,4 +71,10 @@ class Ceiling(_Model):
         default=[],
         description="SystemToolbox and DeveloperToolbox capabilities the agent file may not enable "
         "(execute-command, hostname, write-file-range, ...)",
+    )
+    http_methods: list[Annotated[str, AfterValidator(_http_method)]] | None = Field(
+        default=None,
+        description="HTTP methods the agent's OpenAPI and PostgREST toolboxes may call ([GET, HEAD]: reads only): a "
+        "tool of another method is not offered (a PostgREST AllowedMethods naming one is a load error of that "
+        "toolbox); [] = no such tools; null = no bound",
     )

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from sandbox._credentials import NAME_RE, CredentialBinding, placeholder
-from sandbox._hosts import HostError
+from sandbox import NAME_RE, CredentialBinding, HostError, placeholder
 
 from ._errors import problem
 from ._model import StrictModel as _Model

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import PydanticCustomError
 
 from supervisor._errors import SupervisorError
+from toolboxes import json_type_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -174,25 +175,6 @@ _TYPE_WORDS = {
     "dataclass_type": "an object (mapping)",
     "none_required": "null",
 }
-
-
-def json_type_name(value: Any) -> str:
-    """The JSON/YAML name of a Python value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def _yaml_boolean_note(value: Any) -> str:

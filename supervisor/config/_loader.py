@@ -297,8 +297,11 @@ def _pop_allowed_paths(data: Any, loc: tuple[int | str, ...], prefix: str, file:
             _pop_allowed_paths(value, (*loc, i), prefix, file, out)
 
 
-def parse_agent_data(data: Any, file: str, environ: Mapping[str, str] | None = None) -> LoadedAgent:
-    """Validate decoded agent-file data (the wrapped or bare form) that came from ``file``.
+def parse_agent_data(
+    data: Any, file: str, environ: Mapping[str, str] | None = None, *, owner: int | None = None
+) -> LoadedAgent:
+    """Validate decoded agent-file data (the wrapped or bare form) that came from ``file`` (owned by ``owner``:
+    with root, the only uid besides root whose symbolic links are followed in the paths it names).
 
     Raises:
         ConfigError: every problem pydantic found, or the first name clash / bad ref.
@@ -321,12 +324,14 @@ def parse_agent_data(data: Any, file: str, environ: Mapping[str, str] | None = N
     warnings: list[str] = []
     data = copy.deepcopy(data)
     _pop_allowed_paths(data, (), prefix, file, warnings)
-    context = validation_context(os.path.dirname(file), environ)
+    context = validation_context(os.path.dirname(file), environ, owner=owner)
     try:
         agent = AgentDescription.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(problems_from_validation_error(exc, file, prefix, TAGS)) from exc
-    return LoadedAgent(file, agent, prefix, tuple(warnings), build_toolboxes(agent, file, prefix))
+    refused = dict(context["refused_paths"])
+    toolboxes = build_toolboxes(agent, file, prefix, owner=owner, refused=refused)
+    return LoadedAgent(file, agent, prefix, tuple(warnings), toolboxes, refused, owner)
 
 
 def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> LoadedAgent:
@@ -337,6 +342,10 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
     """
     file = config_file_path(path, "agent file")
     text = read_bounded(file, "agent file")
+    try:
+        owner: int | None = os.stat(file).st_uid
+    except OSError:  # gone since it was read: the links it names are then followed only when root's
+        owner = None
     try:
         data = json.loads(text, object_pairs_hook=_JsonObject, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
@@ -356,7 +365,7 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
     data = _plain(data, (), file, duplicates)
     if duplicates:
         raise ConfigError(duplicates)
-    return parse_agent_data(data, file, environ)
+    return parse_agent_data(data, file, environ, owner=owner)
 
 
 class _NotJson(ValueError):

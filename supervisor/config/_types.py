@@ -3,8 +3,14 @@
 Each is an ``Annotated`` type whose validator raises a config error (:func:`supervisor.config._errors.problem`) that
 says what was expected. Validators that need to know where the file is or what the environment holds read the
 validation context (:func:`validation_context`): ``base_dir`` (relative paths resolve against it, once, and are
-canonicalised with ``os.path.realpath``) and ``environ`` (for ``${VAR}``). Without a context they use the current
-directory and ``os.environ``.
+canonicalised), ``environ`` (for ``${VAR}``) and who may have made the links on a path's way. Without a context they
+use the current directory and ``os.environ``.
+
+A path is canonicalised as ``os.path.realpath`` would, but walked through directory fds
+(``sandbox._path_walk.resolve_named_path``): as root, a symbolic link is followed only when root or the agent file's
+owner made it, in a folder only they can change. Another link (one a worker could have planted) is not followed: the
+path is kept as written and recorded in the context's ``refused_paths`` (path -> why), so the toolbox naming it does
+not load (``_agent_toolboxes.build_toolboxes``) while every other toolbox and agent does.
 """
 
 from __future__ import annotations
@@ -27,9 +33,18 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
-from sandbox._hosts import HostError, HostRule, parse_cname_targets
-from sandbox._predicates import TAGS as PREDICATE_TAGS
-from sandbox._predicates import PathPredicate, PredicateError, parse_predicate, predicate_to_json
+from sandbox import (
+    PREDICATE_TAGS,
+    HostError,
+    HostRule,
+    PathPredicate,
+    PredicateError,
+    UnsafeTreeError,
+    parse_cname_targets,
+    parse_predicate,
+    predicate_to_json,
+    resolve_named_path,
+)
 
 from ._errors import problem
 
@@ -62,9 +77,19 @@ _ENV_RE = re.compile(r"\$\{([^}]*)\}")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def validation_context(base_dir: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The context ``AgentDescription.model_validate`` needs: the agent file's directory and the environment."""
-    return {"base_dir": os.path.realpath(base_dir), "environ": os.environ if environ is None else environ}
+def validation_context(
+    base_dir: str, environ: Mapping[str, str] | None = None, *, owner: int | None = None
+) -> dict[str, Any]:
+    """The context ``AgentDescription.model_validate`` needs: the agent file's directory, the environment, the uids
+    whose links its paths may follow (as root: root and ``owner``, the file's owner; not root: any, since nothing
+    is lent) and ``refused_paths``, filled by validation (module docstring)."""
+    trusted = None if os.geteuid() != 0 else frozenset({0} if owner is None else {0, owner})
+    return {
+        "base_dir": os.path.realpath(base_dir),
+        "environ": os.environ if environ is None else environ,
+        "trusted_uids": trusted,
+        "refused_paths": {},
+    }
 
 
 _problem = problem
@@ -85,9 +110,25 @@ def _check_path_text(value: str) -> None:
         raise _problem("a path must not contain NUL bytes")
 
 
+def _named_path(path: str, info: ValidationInfo) -> str:
+    """``path`` (absolute) canonicalised without following a link the context does not trust (module docstring)."""
+    ctx = _ctx(info)
+    trusted = ctx.get("trusted_uids", None if os.geteuid() != 0 else frozenset({0}))
+    try:
+        return resolve_named_path(path, trusted).canonical
+    except UnsafeTreeError as exc:
+        kept = os.path.normpath(path)
+        refused = ctx.get("refused_paths")
+        if isinstance(refused, dict):
+            refused[kept] = str(exc)
+        return kept
+    except OSError:  # a loop of links: nothing is there to grant, the path as written reaches nothing
+        return os.path.normpath(path)
+
+
 def _resolve_path(value: str, info: ValidationInfo) -> str:
     _check_path_text(value)
-    return os.path.realpath(os.path.join(_base_dir(info), os.path.expanduser(value)))
+    return _named_path(os.path.join(_base_dir(info), os.path.expanduser(value)), info)
 
 
 def _resolve_executable(value: str, info: ValidationInfo) -> str:
@@ -227,9 +268,10 @@ def _split_predicate_path(path: str) -> tuple[str | int, ...]:
 
 def _parse_predicate(value: Any, info: ValidationInfo) -> PathPredicate:
     if not isinstance(value, dict | list | str | int | float | bool | type(None)):
-        return value  # already parsed (model_construct / copy)
+        parsed: PathPredicate = value  # already parsed (model_construct / copy)
+        return parsed
     try:
-        return parse_predicate(value, _base_dir(info))
+        return parse_predicate(value, _base_dir(info), resolve=lambda path: _named_path(path, info))
     except PredicateError as exc:
         raise _problem(exc.message, None, _split_predicate_path(exc.path)) from exc
 

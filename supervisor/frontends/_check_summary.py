@@ -101,6 +101,7 @@ def caps_line(caps: dict[str, Any], *, title: str = "the policy caps it: ") -> s
     key = caps["opened_by"]
     parts = [f"hosts within {', '.join(h['patterns']) or 'none'} ({h['key']})" for h in caps["hosts"]]
     parts += [f"{', '.join(c['capabilities'])} forbidden ({c['key']})" for c in caps["forbidden_capabilities"]]
+    parts += [f"HTTP methods {', '.join(m['methods']) or 'none'} ({m['key']})" for m in caps.get("http_methods", [])]
     parts.append("host loopback open" if caps["loopback"] else f"host loopback closed ({key}.allow_loopback)")
     ranges = ", ".join(caps["private_ranges"])
     parts.append(f"private ranges {ranges}" if ranges else f"no private range ({key}.allow_private_ranges)")
@@ -125,6 +126,9 @@ def _ceiling_sections(toolboxes: list[dict[str, Any]]) -> list[CheckSection]:
         if tb["agent"] not in per_agent:
             bounds = [f"hosts within {', '.join(h['patterns']) or 'none'} ({h['key']})" for h in caps["hosts"]]
             bounds += [f"{', '.join(c['capabilities'])} forbidden ({c['key']})" for c in caps["forbidden_capabilities"]]
+            bounds += [
+                f"HTTP methods {', '.join(m['methods']) or 'none'} ({m['key']})" for m in caps.get("http_methods", [])
+            ]
             per_agent[tb["agent"]] = [f"{tb['agent']}: " + ("; ".join(bounds) or "no ceiling")]
         opened = (["host loopback"] if caps["loopback"] else []) + list(caps["private_ranges"])
         if opened:
@@ -134,6 +138,39 @@ def _ceiling_sections(toolboxes: list[dict[str, Any]]) -> list[CheckSection]:
         sections.append(
             CheckSection("what the policy caps, per agent (loopback and private ranges: closed unless named)", lines)
         )
+    return sections
+
+
+def _call_tree_sections(report: dict[str, Any]) -> list[CheckSection]:
+    """The call-tree budgets (``budget``, each ``tenants.<name>.budget``) and what sub-agent loops' model requests
+    may reach (``agent_loop``)."""
+    sections = []
+    budgets = report.get("budgets") or []
+    if budgets:
+        sections.append(
+            CheckSection(
+                "call-tree budgets (one root call's whole tree: sub-agents, tools.call, every portal request)",
+                [f"{b['key']}: {b['text']}" for b in budgets],
+            )
+        )
+    models = report.get("model_requests")
+    if models and models.get("agents"):
+        ranges = ", ".join(models["allow_private_ranges"])
+        reach = [
+            "host loopback open (agent_loop.allow_loopback)"
+            if models["allow_loopback"]
+            else "host loopback closed (agent_loop.allow_loopback)",
+            f"private ranges {ranges} (agent_loop.allow_private_ranges)"
+            if ranges
+            else "no private range (agent_loop.allow_private_ranges)",
+        ]
+        lines = [
+            f"at most {models['max_steps']} a loop, {models['request_timeout_s']:g} s each, {models['retries']} "
+            f"retries; endpoints on public addresses, {'; '.join(reach)}; never cloud metadata or the supervisor's "
+            "own ports",
+            *(f"{a['agent']}: {a['model_url']}{' (refused)' if a['refused'] else ''}" for a in models["agents"]),
+        ]
+        sections.append(CheckSection("model requests of sub-agent loops", lines))
     return sections
 
 
@@ -163,6 +200,10 @@ def summarize(report: dict[str, Any]) -> CheckSummary:
             own = f"{tb['toolbox']}: "  # most say whose they are already: the subject says it once
             summary.warn(f"{tb['agent']}/{tb['toolbox']}", w[len(own) :] if w.startswith(own) else w)
     summary.sections += _ceiling_sections(toolboxes)
+    summary.sections += _call_tree_sections(report)
+    for agent in (report.get("model_requests") or {}).get("agents") or ():
+        if agent["refused"]:
+            summary.warn(f"agent {agent['agent']}", f"its model requests will be refused: {agent['refused']}")
     shown = {w for tb in toolboxes for w in tb.get("warnings") or ()}
     for w in report.get("warnings") or ():
         if w not in shown:  # the loader's (allowedPaths ...) and the policy's

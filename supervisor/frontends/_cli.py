@@ -52,12 +52,13 @@ from supervisor.config import ConfigError
 
 from ._cli_agents import acting_agent, split_agents
 from ._cli_agents import check_slug as _check_slug
+from ._cli_uids import add_uids_parser
+from ._sd_notify import notify_or_warn, reloading_message
 
 if TYPE_CHECKING:
     from supervisor._face import ToolService
 
     from ._http_server import HttpService
-from ._sd_notify import notify_or_warn, reloading_message
 
 __all__ = ["main"]
 
@@ -177,6 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     rebind.add_argument("--state-dir", default=None, help="override the policy's state directory")
     rebind.add_argument("slug")
     rebind.add_argument("file", help="the agent file that owns the slug from now on")
+    add_uids_parser(sub)
     ctc = sub.add_parser("check-tool-call", help="validate a tool call payload (stdin) against a bash tool")
     ctc.add_argument("--tool", required=True, metavar="PATH", help="the bash tool (describe/run script)")
     ctc.add_argument("--policy", default=None, help="take system paths, environment and uid from this policy")
@@ -490,6 +492,10 @@ def _command(args: argparse.Namespace) -> int:
         return run_init(args.folder)
     if command == "check-tool-call":
         return _check_tool_call(args)
+    if command == "uids":
+        from ._cli_uids import run_uids
+
+        return run_uids(args)
     if not args.policy:
         return _fail("--policy is required (for example: --policy policies/strict.yaml)")
     if command in ("serve", "tools", "call", "check") and (refused := _pick_agent(args, command)):

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._check_detail import render_detail
 from ._check_summary import render_summary, summarize
-from ._cli import _check_slug, _fail
+from ._cli import _fail
+from ._cli_agents import check_slug as _check_slug
 
 if TYPE_CHECKING:
     import argparse

@@ -19,12 +19,12 @@ import base64
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from toolboxes._media import class_of, is_textual
+from toolboxes import class_of, is_textual
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from toolboxes._result import Attachment, ResourceLink, ToolResult
+    from toolboxes import Attachment, ResourceLink, ToolResult
 
 __all__ = ["attachment_block", "attachment_uri", "link_block", "result_to_mcp"]
 

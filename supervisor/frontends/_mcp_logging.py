@@ -4,9 +4,11 @@ What a session is told (a view of the trace records, :func:`log_entry`, pure):
 
 - ``error``: a load error of a toolbox of the session's agent (also every one present when the level is first set,
   so a client that connects after the start learns them), a worker that could not start, a crash loop;
-- ``warning``: a worker of the agent's toolboxes restarted; a resource limit hit by one of this session's own calls
-  (``limit_hit``), a session limit or depth limit that refused one of its calls; the HTTP tenant's rate or in-flight
-  limit refusing one of its requests;
+- ``warning``: a worker of the agent's toolboxes restarted; a limit hit by one of this session's own calls or
+  anywhere in their call trees (``limit_hit``: a resource limit, a call-tree budget spent, a sub-agent's step
+  limit), a call refused by a limit (:data:`LIMIT_REFUSALS`: the session's call limits, the call depth, the call
+  tree's budget) in this session or in the tree of one of its calls (a sub-agent's loop, a Lua ``tools.call``);
+  the HTTP tenant's rate or in-flight limit refusing one of its requests;
 - ``notice``: a toolbox back after its crash-loop cool-down.
 
 On the stateless revision (2026-07-28) a request opts in with ``_meta["io.modelcontextprotocol/logLevel"]`` and
@@ -25,12 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from supervisor._face import BUDGET_KIND
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from supervisor._face import ToolService
 
-__all__ = ["LEVELS", "QUEUE", "SessionLog", "log_entry"]
+__all__ = ["LEVELS", "LIMIT_REFUSALS", "QUEUE", "SessionLog", "log_entry"]
 
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 QUEUE = 64
@@ -41,7 +45,9 @@ _WORKER = {
     "crash_loop": "error",
     "crash_loop_recovered": "notice",
 }
-_LIMIT_REFUSALS = frozenset({"SessionLimit", "PortalDepthExceeded"})
+#: The portal's refusals that are limits (the others, an unknown tool or bad arguments, are answered and not
+#: logged): the session's call limits, the call depth, the call tree's budget.
+LIMIT_REFUSALS = frozenset({"SessionLimit", "PortalDepthExceeded", BUDGET_KIND})
 _TOLD = frozenset({"load_error", "limit_hit", "portal_refusal", *_WORKER})
 _KEEP = (
     "toolbox",
@@ -56,6 +62,8 @@ _KEEP = (
     "tool",
     "kind",
     "error",
+    "budget",
+    "used",
 )
 
 
@@ -67,13 +75,13 @@ def log_entry(
     ``agent``: the session's agent (``None``: a session bound to none hears every agent's); a toolbox's record is
     matched by the agent it names, never by the toolbox's name alone (two agents may each have a ``system``), and a
     record that names no agent is told to no bound session. ``own_session``: the record names this session;
-    ``own_call``: it names a call of this session."""
+    ``own_call``: it names a call of this session, or the root call of the tree it happened in is one."""
     level = None
     if event == "load_error" or event in _WORKER:
         if agent is None or fields.get("agent") == agent:
             level = _WORKER.get(event, "error")
     elif (event == "limit_hit" and own_call) or (
-        event == "portal_refusal" and own_session and fields.get("kind") in _LIMIT_REFUSALS
+        event == "portal_refusal" and (own_session or own_call) and fields.get("kind") in LIMIT_REFUSALS
     ):
         level = "warning"
     if level is None:
@@ -145,7 +153,7 @@ class SessionLog:
             fields,
             agent=self.agent,
             own_session=self._own(fields),
-            own_call=fields.get("call_id") in self._calls,
+            own_call=fields.get("call_id") in self._calls or fields.get("root_call_id") in self._calls,
         )
         if entry is not None:
             self.tell(*entry)

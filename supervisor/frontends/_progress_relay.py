@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from toolboxes._progress import ProgressUpdate
+from toolboxes import ProgressUpdate
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -10,7 +10,9 @@ refusals of what an agent file asks past it (pure: no file, no socket).
   key that opens it. The supervisor's own listening sockets stay closed whatever is opened (the proxy refuses them).
 - **Ceilings** (``ceilings.<slug>``, ``ceilings."*"``, ``tenants.<name>.ceiling``, ``config/_ceilings.py``):
   every host an agent file grants a toolbox must fall within each ceiling's ``allowed_hosts``, and no capability it
-  enables may be in a ``forbidden_capabilities``; otherwise the toolbox does not load (whatever ``strict`` says: the
+  enables may be in a ``forbidden_capabilities`` (nor a method its PostgREST ``AllowedMethods`` names outside an
+  ``http_methods``; OpenAPI and PostgREST tools of other methods are not offered: :func:`method_cap`, applied in
+  the worker); otherwise the toolbox does not load (whatever ``strict`` says: the
   operator wrote the ceiling), and the load error names the key. The agent file's ``modelUrl`` must fall within
   each ``model_hosts`` (:func:`model_host_refusals`, checked by the agent loop before its first model request). A
   tenant's ceiling bounds the agents it may use and every sub-agent they reach (a sub-agent's tools are the
@@ -23,10 +25,9 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._addresses import address_class, embedded_ipv4, is_loopback_entry
-from sandbox._hosts import HostError, HostRule
+from sandbox import HostError, HostRule, address_class, embedded_ipv4, is_loopback_entry
 from supervisor._errors import PolicyRefused
-from supervisor.config import ANY_HOST, subagent_files
+from supervisor.config import ANY_HOST, HTTP_METHODS, subagent_files
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +41,8 @@ __all__ = [
     "caps_report",
     "ceiling_refusals",
     "class_refusals",
+    "method_cap",
+    "method_refusals",
     "model_host_refusals",
     "subagent_slugs",
     "tenant_reach",
@@ -171,6 +174,31 @@ def ceiling_refusals(entries: Iterable[str], capabilities: Iterable[str], bounds
     return out
 
 
+def method_cap(bounds: Sequence[Bound]) -> list[str] | None:
+    """The HTTP methods every ceiling of ``bounds`` lets the agent's OpenAPI and PostgREST tools have (in
+    :data:`HTTP_METHODS` order); ``None`` when none bounds them."""
+    caps = [set(b.ceiling.http_methods) for b in bounds if b.ceiling.http_methods is not None]
+    if not caps:
+        return None
+    return [m for m in HTTP_METHODS if all(m in cap for cap in caps)]
+
+
+def method_refusals(asked: Iterable[str], bounds: Sequence[Bound]) -> list[str]:
+    """Why the methods the agent file asks for (a PostgREST ``AllowedMethods``) are past ``bounds``: each names the
+    method and the key that would open it."""
+    out: list[str] = []
+    for method in dict.fromkeys(str(m).upper() for m in asked):
+        for bound in bounds:
+            allowed = bound.ceiling.http_methods
+            if allowed is not None and method not in allowed:
+                out.append(
+                    f"the agent file allows the HTTP method {method} (AllowedMethods), past the policy's ceiling "
+                    f"{bound.key}.http_methods ({', '.join(allowed) or 'none'}); remove it from AllowedMethods, or add "
+                    f"it to {bound.key}.http_methods"
+                )
+    return out
+
+
 def model_host_refusals(endpoint: str, bounds: Sequence[Bound]) -> list[str]:
     """Why the model endpoint ``endpoint`` (``host:port`` of an agent file's ``modelUrl``, IPv6 in brackets) is past
     the ``model_hosts`` of ``bounds``: each names the key that would open it. Empty when every bound covers it."""
@@ -204,6 +232,11 @@ def caps_report(
             {"key": f"{b.key}.forbidden_capabilities", "capabilities": b.ceiling.forbidden_capabilities}
             for b in bounds
             if b.ceiling.forbidden_capabilities
+        ],
+        "http_methods": [
+            {"key": f"{b.key}.http_methods", "methods": b.ceiling.http_methods}
+            for b in bounds
+            if b.ceiling.http_methods is not None
         ],
         "loopback": loopback,
         "private_ranges": list(private_ranges),

@@ -14,8 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._credentials import DEFAULT_PORTS, PLACEHOLDER_PREFIX, Credential
-from sandbox._hosts import AllowedHosts, HostError, normalize_host
+from sandbox import DEFAULT_PORTS, PLACEHOLDER_PREFIX, AllowedHosts, Credential, HostError, normalize_host
 from supervisor._errors import PolicyRefused
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ import os
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 
-from sandbox._credentials import Credential, credential_value_problem
+from sandbox import Credential, credential_value_problem
 from supervisor._errors import PolicyRefused
 from supervisor.config import CredentialPolicy, CredentialSource, binding_of
 from supervisor.workers import ChildOutcome, run_child

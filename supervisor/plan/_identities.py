@@ -27,51 +27,51 @@ was known only by its slug, so any file with slug X got X's folders. The table f
   way to re-bind (``agents-supervise rebind-agent SLUG FILE``, which hands the slug, with its uids and folders,
   over).
 
-Allocation happens under ``flock`` on ``<state_dir>/identities.lock`` (an open file description lock, so two
-supervisors in one process exclude each other too), opened through the state dir's fd with ``O_NOFOLLOW``, then
-under the registry's lock; each file is written whole to a temporary file and renamed into place.
-:func:`plan_identities` is the pure part.
+This module is the pure part: the table's contents, :func:`plan_identities` (which number for which toolbox) and
+:class:`IdentityRequest` (what one plan asks). Reading and recording are ``_identity_store.py``'s: allocation is
+recorded under ``flock`` on ``<state_dir>/identities.lock``, then under the registry's lock.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import secrets
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._dirfd import open_anchor
 from supervisor._errors import PolicyRefused
-from supervisor.config import ConfigError, ConfigProblem
 
-from ._agent_bindings import AgentFile, agent_file_identity, bind_agents
-from ._locked_json import flocked, read_json, write_json
-from ._uid_registry import Holder, HostRegistry, locked_registry, read_registry, registry_dir, write_registry
+from ._agent_bindings import AgentFile, bind_agents
+from ._uid_registry import Holder, HostRegistry
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Mapping
+
+    from supervisor.config import ConfigProblem
 
 __all__ = [
     "TABLE_FILE",
-    "Assignment",
+    "IdentitiesChanged",
     "IdentityPlan",
+    "IdentityRequest",
     "IdentityTable",
     "TooManyWorkers",
     "WorkerIdentity",
-    "assign_identities",
     "plan_identities",
-    "rebind_agent",
 ]
 
 TABLE_FILE = "identities.json"
-_LOCK_FILE = "identities.lock"
 _VERSION = 1
 
 
 class TooManyWorkers(PolicyRefused):
     """The ``worker_uids`` range holds no free uid for a new toolbox."""
+
+
+class IdentitiesChanged(PolicyRefused):
+    """The identity table or the registry gave other identities when a plan was applied than when it was made
+    (another supervisor recorded numbers meanwhile); nothing was recorded. Read the facts and plan again. Unlike
+    :class:`TooManyWorkers` it says nothing about the policy: a second plan normally succeeds."""
 
 
 @dataclass(frozen=True)
@@ -231,131 +231,43 @@ def plan_identities(
     return IdentityPlan(new, out, conflicts, changed, reg, host_changed, notes)
 
 
-@contextmanager
-def _locked(state_dir: str) -> Iterator[int]:
-    anchor = open_anchor(state_dir)
-    try:
-        with flocked(anchor, _LOCK_FILE):
-            yield anchor
-    finally:
-        os.close(anchor)
-
-
-def _read(anchor: int | None, state_dir: str) -> IdentityTable:
-    where = os.path.join(state_dir, TABLE_FILE)
-    fd = anchor if anchor is not None else os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        data = read_json(fd, TABLE_FILE, what=f"the identity table {where}")
-    finally:
-        if anchor is None:
-            os.close(fd)
-    return IdentityTable() if data is None else IdentityTable.from_json(data, where)
-
-
-def _write(anchor: int, table: IdentityTable) -> None:
-    write_json(anchor, TABLE_FILE, table.to_json(), mode=0o644)
-
-
-def _check_not_a_copy(host: HostRegistry, state_id: str, state_dir: str, registry: str) -> None:
-    """Refuse a state dir whose id the registry knows at another path that still holds it: a copy, whose toolboxes
-    would run as the original's uids. A state dir that moved (nothing of it left at the old path) keeps its id."""
-    seen = host.states.get(state_id)
-    if seen is None or seen == state_dir or not os.path.isdir(seen):
-        return
-    try:
-        other = _read(None, seen)
-    except (OSError, PolicyRefused):
-        return
-    if other.state_id == state_id:
-        raise PolicyRefused(
-            f"the state dir {state_dir} has the identity of the state dir {seen} (state_id {state_id} in both "
-            f"identity tables; uid registry {registry}): a copy, whose toolboxes would run as the other's uids. "
-            f"Give the copy its own: remove state_id from {os.path.join(state_dir, TABLE_FILE)} (its toolboxes get "
-            "new uids and their folders are handed over at the next start)"
-        )
-
-
 @dataclass(frozen=True)
-class Assignment:
-    """What :func:`assign_identities` gave: each worker's identity, notes for the operator, the registry asked."""
+class IdentityRequest:
+    """What one plan asks of the identity table and the host-wide registry (everything :func:`plan_identities`
+    takes besides those two): made by planning from the policy and the host's facts, answered from the tables as
+    read (``check``, planning) and again under their locks when the plan is applied (``_identity_store.py``).
 
-    workers: dict[str, WorkerIdentity]
-    notes: list[str] = field(default_factory=list)
-    #: the host-wide uid registry's directory (``None``: no uids were assigned)
+    ``first`` ``None``: no uids (``worker_uids: null``, or not root), agent bindings only; ``registry``: the
+    host-wide registry's directory (``None`` exactly when ``first`` is).
+    """
+
+    state_dir: str
+    agents: Mapping[str, AgentFile | str]
+    workers: tuple[str, ...]
+    first: int | None
+    count: int
+    agent_prefix: Mapping[str, str] = field(default_factory=dict)
     registry: str | None = None
 
+    @property
+    def table_path(self) -> str:
+        return os.path.join(self.state_dir, TABLE_FILE)
 
-def assign_identities(
-    state_dir: str,
-    agents: Mapping[str, AgentFile | str],
-    workers: Iterable[str],
-    *,
-    first: int | None,
-    count: int,
-    persist: bool,
-    agent_prefix: Mapping[str, str] | None = None,
-    registry: str | None = None,
-) -> Assignment:
-    """Bind ``agents`` and give ``workers`` their identities from the table in ``state_dir`` and the host-wide
-    registry (``registry``: its directory; ``None``: the environment's or the default, ``_uid_registry.py``); with
-    ``persist`` (a starting supervisor) under both locks and written back, without (``check``) only read, nothing
-    created.
+    def plan(self, table: IdentityTable, host: HostRegistry | None) -> IdentityPlan:
+        """:func:`plan_identities` of this request on ``table`` and ``host`` (pure).
 
-    Raises:
-        ConfigError: a slug is bound to another agent file or another owner's file (every such slug is named).
-        TooManyWorkers: the range is full.
-        PolicyRefused: a table or the registry is damaged, the registry is not root's, the state dir is a copy.
-    """
-    table_path = os.path.join(state_dir, TABLE_FILE)
-    workers = list(workers)
-    where = registry_dir(registry, os.environ) if first is not None else None
-
-    def plan(table: IdentityTable, host: HostRegistry | None) -> IdentityPlan:
+        Raises:
+            TooManyWorkers: the range has no free number left for a new toolbox.
+        """
         return plan_identities(
             table,
-            agents,
-            workers,
-            first=first,
-            count=count,
-            table_path=table_path,
-            agent_prefix=agent_prefix,
+            self.agents,
+            self.workers,
+            first=self.first,
+            count=self.count,
+            table_path=self.table_path,
+            agent_prefix=self.agent_prefix,
             host=host,
-            state_dir=state_dir,
-            registry_path=where or "",
+            state_dir=self.state_dir,
+            registry_path=self.registry or "",
         )
-
-    if not persist:
-        table = _read(None, state_dir) if os.path.isdir(state_dir) else IdentityTable()
-        result = plan(table, read_registry(where) if where is not None else None)
-    else:
-        with _locked(state_dir) as anchor:
-            table = _read(anchor, state_dir)
-            fresh_id = where is not None and table.state_id is None
-            if where is None:
-                result = plan(table, None)
-            else:
-                if table.state_id is None:
-                    table.state_id = secrets.token_hex(16)
-                with locked_registry(where) as (reg_fd, host):
-                    _check_not_a_copy(host, table.state_id, state_dir, where)
-                    result = plan(table, host)
-                    if not result.conflicts and result.host_changed and result.host is not None:
-                        write_registry(reg_fd, result.host)  # the host's record first: a crash leaves it claimed
-            if not result.conflicts and (result.changed or fresh_id):
-                _write(anchor, result.table)
-    if result.conflicts:
-        raise ConfigError(result.conflicts)
-    return Assignment(result.workers, result.notes, where)
-
-
-def rebind_agent(state_dir: str, slug: str, agent_file: str) -> str | None:
-    """Bind ``slug`` to ``agent_file`` (canonical path, its owner and inode as they are now) in the table of
-    ``state_dir``, keeping the slug's workers (uids, folders). Returns the file it was bound to before (``None``: it
-    was not bound)."""
-    claim = agent_file_identity(agent_file)
-    with _locked(state_dir) as anchor:
-        table = _read(anchor, state_dir)
-        before = table.agents.get(slug)
-        table.agents[slug] = claim
-        _write(anchor, table)
-    return before.file if before is not None else None

@@ -15,19 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._plan import READ, FsRule
+from sandbox import READ, FsRule, resolve_named_path
 from supervisor._errors import PolicyRefused
 from supervisor.config import Policy, ToolboxConfig
 from supervisor.sessions import introspection_problem
 
 if TYPE_CHECKING:
-    from sandbox._path_walk import Judge
+    from sandbox import Judge
 
+from ._mcp_args import NamedPath, plan_server_args
 from ._mcp_executable import plan_server_files, worker_writable_judge
 from ._skill_sources import GitSource, plan_git_sources
 from ._sqlite_grants import sqlite_access_warnings, sqlite_fs_rules
 
-__all__ = ["KIND_PLANS", "WASM_NO_NETWORK", "KindGrants", "KindPlan", "kind_plan"]
+__all__ = ["KIND_PLANS", "WASM_NO_NETWORK", "GrantInputs", "KindGrants", "KindPlan", "kind_plan"]
 
 #: Why a WASM toolbox's AllowedHosts cannot hold, and what to do (docs/WASM.md "Network", DECISIONS "WASM network").
 WASM_NO_NETWORK = (
@@ -49,16 +50,28 @@ class KindGrants:
     cfg: dict[str, Any]
     rules: list[FsRule] = field(default_factory=list)
     made_at_start: tuple[str, ...] = ()
+    #: paths the agent file names that grant nothing: they must lie within the worker's other rules (an MCP
+    #: server's path arguments, ``_mcp_args.py``); one outside is refused under a strict policy, warned otherwise
+    read_within: tuple[NamedPath, ...] = ()
 
 
-#: ``(toolbox, its worker config, state dir, the policy, warnings) -> grants``; may raise :class:`PolicyRefused`
-#: (the policy refused) or anything else (that toolbox's load error).
-GrantsHook = Callable[[ToolboxConfig, dict[str, Any], str, Policy, list[str]], KindGrants]
+@dataclass(frozen=True)
+class GrantInputs:
+    """What a kind's grants are planned from besides its toolbox: the state dir, the policy, and whether the
+    supervisor runs as root (``_host_facts.HostFacts.root``: an MCP server's executable is then judged against the
+    workers' uids)."""
+
+    state_dir: str
+    policy: Policy
+    root: bool
 
 
-def _no_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
-) -> KindGrants:
+#: ``(toolbox, its worker config, inputs, warnings) -> grants``; may raise :class:`PolicyRefused` (the policy
+#: refused) or anything else (that toolbox's load error). It reads only the files it grants (never makes any).
+GrantsHook = Callable[[ToolboxConfig, dict[str, Any], GrantInputs, list[str]], KindGrants]
+
+
+def _no_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warnings: list[str]) -> KindGrants:
     return KindGrants(cfg)
 
 
@@ -122,11 +135,9 @@ def _skills_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"skillSources": cfg.get("Sources", []), "autoEnableSkills": cfg.get("AutoEnable", [])}
 
 
-def _skills_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
-) -> KindGrants:
+def _skills_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warnings: list[str]) -> KindGrants:
     """Git sources: read the clones, which exist once the supervisor made them."""
-    cfg, git = plan_git_sources(cfg, state_dir=state_dir, toolbox=tb.name, agent=tb.agent_slug)
+    cfg, git = plan_git_sources(cfg, state_dir=given.state_dir, toolbox=tb.name, agent=tb.agent_slug)
     targets = sorted({g.target for g in git})
     return KindGrants(cfg, [FsRule(t, READ) for t in targets], tuple(targets))
 
@@ -137,26 +148,20 @@ def _skills_git_sources(tb: ToolboxConfig, state_dir: str) -> list[GitSource]:
     )[1]
 
 
-def _spec_folder_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
-) -> KindGrants:
+def _spec_folder_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warnings: list[str]) -> KindGrants:
     """A spec given by path: its folder too (relative ``$ref`` files)."""
     return KindGrants(cfg, [FsRule(os.path.dirname(p), READ) for p in tb.read_paths])
 
 
-def _system_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
-) -> KindGrants:
+def _system_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warnings: list[str]) -> KindGrants:
     """Session introspection: an agent file only narrows what the policy allows."""
-    too_wide = introspection_problem(cfg, policy.sessions.introspection)
+    too_wide = introspection_problem(cfg, given.policy.sessions.introspection)
     if too_wide:
         raise PolicyRefused(f"toolbox {tb.name} (agent {tb.agent_slug}): {too_wide}")
     return KindGrants(cfg)
 
 
-def _sqlite_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
-) -> KindGrants:
+def _sqlite_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warnings: list[str]) -> KindGrants:
     return KindGrants(cfg, sqlite_fs_rules(cfg.get("Versioning") or {}))
 
 
@@ -165,38 +170,37 @@ def _sqlite_warnings(tb: ToolboxConfig, uid: int, gid: int, groups: tuple[int, .
     return sqlite_access_warnings(tb.name, tb.worker_config().get("Versioning") or {}, uid, gid, groups)
 
 
-def _mcp_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
-) -> KindGrants:
+def _mcp_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warnings: list[str]) -> KindGrants:
     """What an MCP server needs besides the system paths, read-only: its executable, resolved by the supervisor
     with the package tree it belongs to (``_mcp_executable.py``: an npm ``.bin`` link, a venv script; the worker
-    then runs the path that plan says), and every argument that is an absolute path of something that exists (the
-    script it runs, the folder it serves). ``/`` is never granted this way (a FileSandbox cannot be widened to
-    everything through an argument). Raises ``UnsafeTreeError`` (this toolbox's load error) for an executable a
-    worker could change."""
+    then runs the path that plan says). Its arguments that name existing paths grant nothing: they are resolved
+    and must lie within the worker's other rules (``_mcp_args.py``; its FileSandbox grants what it serves). Raises
+    ``UnsafeTreeError`` (this toolbox's load error) for an executable a worker could change, or a link on an
+    argument's way that neither root nor the agent file's owner made."""
     out: list[FsRule] = []
     exe = str(cfg.get("executable") or "")
     if "/" in exe:
         try:
             files = plan_server_files(
                 exe,
-                judge=_worker_judge(policy) if os.geteuid() == 0 else None,
-                system_paths=policy.system_paths,
+                judge=_worker_judge(given.policy) if given.root else None,
+                system_paths=given.policy.system_paths,
             )
         except FileNotFoundError:  # granted as written: check and the load error say it does not exist
             out += [FsRule(exe, READ)]
         else:
             out += files.rules
             cfg = {**cfg, "executable": files.run}
-    for arg in cfg.get("args") or []:
-        if not (isinstance(arg, str) and arg.startswith("/") and os.path.exists(arg)):
-            continue
-        real = os.path.realpath(arg)
-        if real == "/":
-            warnings.append(f"MCP server {cfg.get('name')}: argument {arg!r} is the whole filesystem; not granted")
-            continue
-        out.append(FsRule(real, READ))
-    return KindGrants(cfg, out)
+    args = plan_server_args(cfg.get("args") or [], _trusted(tb, given.root))
+    return KindGrants({**cfg, "args": args.args}, out, read_within=args.named)
+
+
+def _trusted(tb: ToolboxConfig, root: bool) -> frozenset[int] | None:
+    """Whose links a path ``tb``'s agent file names may follow when the supervisor walks it: root and the agent
+    file's owner (``None`` when the supervisor is not ``root``: it lends nothing, every link is followed)."""
+    if not root:
+        return None
+    return frozenset({0} if tb.agent_owner is None else {0, tb.agent_owner})
 
 
 def _worker_judge(policy: Policy) -> Judge:
@@ -213,9 +217,7 @@ def _worker_judge(policy: Policy) -> Judge:
     )
 
 
-def _wasm_grants(
-    tb: ToolboxConfig, cfg: dict[str, Any], state_dir: str, policy: Policy, warnings: list[str]
-) -> KindGrants:
+def _wasm_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, warnings: list[str]) -> KindGrants:
     """A single component's sidecar (``<stem>.json`` beside it; a folder ``Path`` is granted whole already).
     ``fsbMaxFileSize`` is held in the worker (its RLIMIT_FSIZE, ``toolboxes/wasm/_file_size.py``)."""
     out: list[FsRule] = []
@@ -223,9 +225,9 @@ def _wasm_grants(
     if path and not os.path.isdir(path):
         stem = os.path.basename(path)
         stem = stem[: -len(".wasm")] if stem.endswith(".wasm") else stem
-        sidecar = os.path.join(os.path.dirname(path), stem + ".json")
-        if os.path.exists(sidecar):
-            out.append(FsRule(sidecar, READ))
+        sidecar = resolve_named_path(os.path.join(os.path.dirname(path), stem + ".json"), _trusted(tb, given.root))
+        if sidecar.exists:  # a link on its way nobody trusted made: UnsafeTreeError, this toolbox's load error
+            out.append(FsRule(sidecar.canonical, READ))
     return KindGrants(cfg, out)
 
 

@@ -12,12 +12,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import UnsafeTreeError
-from sandbox._path_walk import open_rule_path
-from sandbox._plan import WRITE
+from sandbox import WRITE, UnsafeTreeError, open_rule_path
 
 if TYPE_CHECKING:
-    from sandbox._plan import ConfinementPlan
+    from sandbox import ConfinementPlan
 
 __all__ = ["launcher_refusals"]
 

@@ -28,14 +28,12 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import UnsafeTreeError
-from sandbox._path_walk import resolve_path
-from sandbox._plan import READ, FsRule
+from sandbox import READ, FsRule, UnsafeTreeError, resolve_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable
 
-    from sandbox._path_walk import Judge
+    from sandbox import Judge
 
 __all__ = ["ServerFiles", "package_trees", "plan_server_files", "worker_writable_judge"]
 

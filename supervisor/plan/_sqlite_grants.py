@@ -40,8 +40,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from sandbox._plan import READ, WRITE, FsRule
-from sandbox._syspaths import uid_write_problem
+from sandbox import READ, WRITE, FsRule, uid_write_problem
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -121,7 +120,7 @@ def sqlite_access_warnings(
             continue
         problem = uid_write_problem(path, uid, gid, groups=groups)
         if problem is not None:
-            folder = os.path.dirname(os.path.realpath(path))
+            folder = os.path.dirname(path)  # canonical: resolved at load
             out.append(
                 f"{toolbox}: the read-write database {path} cannot be written by the worker (uid {uid}"
                 f"{', groups ' + ', '.join(map(str, groups)) if groups else ''}): {problem}, so every write would "

@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from sandbox._dirfd import ensure_dir, open_anchor
+from sandbox import ensure_dir, open_anchor
 
 if TYPE_CHECKING:
-    from sandbox._tls_ca import SupervisorCA
+    from sandbox import SupervisorCA
 
 __all__ = ["CA_ENV_VARS", "ca_file_path", "termination_env", "write_ca_file"]
 

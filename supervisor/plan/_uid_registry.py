@@ -15,10 +15,15 @@ the whole host, whatever state dir or supervisor asks next.
 - **Who holds a number**: ``(state id, "slug/toolbox")``. The state id is a random name kept in the state dir's
   identity table, made with it: a state dir moved elsewhere keeps its uids (the registry follows its path); a state
   dir deleted and made again is a new state dir and gets new uids. Two state dirs with one id (a copy) are refused.
-- **Never reused**: numbers are never freed, not even when their state dir is gone. A toolbox's files can outlive
-  its state dir (in FileSandbox trees, in folders shared with others), and a new tenant given that uid would own
-  them. A range is used up only by toolboxes ever created; a test or benchmark that makes state dirs by the
-  thousand uses a registry of its own (:data:`REGISTRY_ENV`) or ``worker_uids: null``.
+- **Never reused on their own**: numbers are not freed when their state dir is gone. A toolbox's files can
+  outlive its state dir (in FileSandbox trees, in folders shared with others), and a new tenant given that uid
+  would own them. Only the operator frees them, for a state dir that no longer exists and that no running
+  supervisor holds (``agents-supervise uids release``, ``_uid_release.py``), after a warning about such files. A
+  test or benchmark that makes state dirs by the thousand uses a registry of its own (:data:`REGISTRY_ENV`) or
+  ``worker_uids: null``.
+- **Held while running**: a supervisor holds a shared ``flock`` on ``held-<state id>.lock`` in the registry for as
+  long as it runs (:class:`UidHold`), so a release can tell that a state dir's uids are in use even after the
+  folder itself was removed under it.
 
 The pure part (which number for which toolbox) is ``_identities.plan_identities``; here is the I/O: the directory
 checked, the file read, locked, written.
@@ -26,13 +31,15 @@ checked, the file read, locked, written.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox._dirfd import open_anchor
+from sandbox import open_anchor
 from supervisor._errors import PolicyRefused
 
 from ._locked_json import flocked, read_json, write_json
@@ -46,6 +53,8 @@ __all__ = [
     "REGISTRY_FILE",
     "Holder",
     "HostRegistry",
+    "UidHold",
+    "held_by_supervisor",
     "locked_registry",
     "read_registry",
     "registry_dir",
@@ -169,3 +178,56 @@ def locked_registry(path: str) -> Iterator[tuple[int, HostRegistry]]:
 def write_registry(fd: int, registry: HostRegistry) -> None:
     """Replace the registry file in the directory ``fd`` (held locked) with ``registry``."""
     write_json(fd, REGISTRY_FILE, registry.to_json(), mode=0o600)
+
+
+_STATE_ID = re.compile(r"[0-9a-f]{1,64}")
+
+
+def held_lock_name(state_id: str) -> str:
+    """The file a running supervisor holds for ``state_id`` (a state id is hex, as the identity table makes it).
+
+    Raises:
+        PolicyRefused: ``state_id`` is not one (it names a file of the registry: nothing else may reach there).
+    """
+    if not _STATE_ID.fullmatch(state_id):
+        raise PolicyRefused(f"{state_id!r} is not a state dir id (hex digits, as 'agents-supervise uids list' shows)")
+    return f"held-{state_id}.lock"
+
+
+class UidHold:
+    """A running supervisor's mark that the uids of its state dir (``state_id``) are in use: a shared ``flock`` on
+    ``held-<state_id>.lock`` in the registry ``path``, kept until :meth:`close` (or the process ends). Several
+    supervisors on one state dir each hold it; ``uids release`` refuses while any does."""
+
+    def __init__(self, path: str, state_id: str) -> None:
+        name = held_lock_name(state_id)
+        fd = _open_dir(path, create=True)
+        assert fd is not None
+        try:
+            self._lock: int | None = os.open(
+                name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd
+            )
+        finally:
+            os.close(fd)
+        fcntl.flock(self._lock, fcntl.LOCK_SH)
+
+    def close(self) -> None:
+        """Let go (closing the file releases the lock)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+def held_by_supervisor(dir_fd: int, state_id: str) -> bool:
+    """Whether a running supervisor holds ``state_id`` (:class:`UidHold`), asked without waiting."""
+    try:
+        lock = os.open(held_lock_name(state_id), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(lock)
+    return False

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandbox._plan import WRITE
+from sandbox import WRITE
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

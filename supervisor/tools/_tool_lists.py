@@ -20,8 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolboxes._catalog import KINDS, catalog_problem
-from toolboxes._protocol import ProtocolError, json_problem
+from toolboxes import CATALOG_KINDS, ProtocolError, catalog_problem, json_problem
 
 from ._validation import ArgumentValidator, SchemaError
 
@@ -174,7 +173,7 @@ def prepare_tool_list(
     """
     tools, load_errors = checked_tool_list(message)
     catalog: dict[str, list[dict[str, Any]]] = {}
-    for kind in KINDS:
+    for kind in CATALOG_KINDS:
         problem = catalog_problem(kind, message.get(kind))
         if problem:
             raise ProtocolError(problem)

@@ -113,7 +113,7 @@ def _bounded(cls: Any) -> Any:
     """``cls`` with the time-bounded keywords (made once per draft: ``extend`` builds a class, about 1.5 ms)."""
     extended = _EXTENDED.get(cls)
     if extended is None:
-        extended = _EXTENDED.setdefault(cls, extend(cls, _BOUNDED))
+        extended = _EXTENDED.setdefault(cls, extend(cls, _BOUNDED))  # type: ignore[no-untyped-call]  # no stubs
     return extended
 
 

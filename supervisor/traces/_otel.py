@@ -165,7 +165,7 @@ class OtelExport:
                 return result
 
             def shutdown(self) -> None:
-                inner.shutdown()
+                inner.shutdown()  # type: ignore[no-untyped-call]  # untyped in the SDK
 
             def force_flush(self, timeout_millis: int = 30000) -> bool:
                 return True
@@ -309,7 +309,7 @@ class OtelExport:
         self._spans.clear()
         self._by_toolbox.clear()
         try:
-            self._processor.shutdown()  # each queued batch is one export, bounded by timeout_s
+            self._processor.shutdown()  # type: ignore[no-untyped-call]  # one export a queued batch, bounded
         except Exception:
             _log.exception("stopping the OpenTelemetry export failed")
         finally:

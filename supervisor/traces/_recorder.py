@@ -181,8 +181,12 @@ class TraceRecorder:
     def record_raw(self, event: str, raw: dict[str, str], **fields: Any) -> None:
         """:meth:`record` with the fields of ``raw`` given as JSON text already (valid JSON, encodable as UTF-8, at
         most a few KiB each: the caller vouches for that); they are copied into the line as they are."""
-        if self.sink is not None:
-            self.sink(event, {**fields, **raw})
+        if self.sink is not None or self.listeners:
+            merged = {**fields, **raw}
+            if self.sink is not None:
+                self.sink(event, merged)
+            for listener in tuple(self.listeners):  # (a session's log learns its own calls from call_start)
+                listener(event, merged)
         if self._fd is None:
             return
         line = self._line({"ts": round(time.time(), 6), "event": event, **fields})

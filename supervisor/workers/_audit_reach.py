@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from sandbox import _audit_netlink as netlink
-from sandbox._landlock import landlock_abi
+from sandbox import landlock_abi
 
 __all__ = ["BARRIER_TIMEOUT_S", "NOT_INITIAL_NETNS", "PID_NAMESPACE_NOTE", "host_explanations"]
 

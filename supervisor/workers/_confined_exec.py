@@ -1,7 +1,7 @@
 """Run one program to completion under the launcher's confinement (the confined command runner).
 
 The supervisor uses it for work it must do before any worker exists, on untrusted input: cloning a git skill
-source (``_skill_sources.py``) and running a script's ``describe`` for ``agents-supervise check-tool-call``.
+source (``plan/_skill_clones.py``) and running a script's ``describe`` for ``agents-supervise check-tool-call``.
 The program runs through ``sandbox._launcher``, started, given its plan and served its bridge as a worker is
 (``_launch.py``), with the built-in entry ``sandbox._launcher:exec_argv``: the launcher confines itself from a
 :class:`~sandbox._plan.ConfinementPlan` (own network and PID namespaces, Landlock rules given here, rlimits,
@@ -25,10 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from sandbox._bridge import BridgeError, BridgePorts, receive_bridge, worker_network_env
-from sandbox._egress_decide import no_own_ports
-from sandbox._hosts import AllowedHosts
-from sandbox._plan import READ, ConfinementPlan, FsRule, Rlimits, ViewSpec
+from sandbox import (
+    READ,
+    AllowedHosts,
+    BridgeError,
+    BridgePorts,
+    ConfinementPlan,
+    FsRule,
+    Rlimits,
+    ViewSpec,
+    no_own_ports,
+    receive_bridge,
+    worker_network_env,
+)
 
 from ._launch import launch, launcher_argv, plan_frame, serve_bridge
 from ._one_shot import ChildOutcome, collect
@@ -37,8 +46,7 @@ if TYPE_CHECKING:
     import socket
     from collections.abc import Callable, Sequence
 
-    from sandbox._credentials import Credential
-    from sandbox._egress import Terminator
+    from sandbox import Credential, Terminator
 
 __all__ = ["ConfinedOutcome", "run_confined"]
 

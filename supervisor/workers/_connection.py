@@ -35,8 +35,7 @@ import trio
 
 from supervisor._errors import execution_error, first_leaf
 from supervisor.tools import CompiledSchema, ToolList, prepare_tool_list
-from toolboxes._protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode, json_problem
-from toolboxes._result import ToolResult
+from toolboxes import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameDecoder, ProtocolError, ToolResult, encode, json_problem
 
 from ._pipes import ChunkReader, FrameWriter
 
@@ -545,5 +544,5 @@ class WorkerConnection:
                 if not await self._send_or_kill(encode({"t": "cancel", "id": call_id}), "a cancel"):
                     return
                 await pending.done.wait()
-            if not pending.done.is_set() and self.state is not ConnectionState.DEAD:
+            if not pending.done.is_set() and not self.dead.is_set():  # (the state may have changed meanwhile)
                 await self.kill(f"did not stop call {call_id} within {CANCEL_GRACE_S:g} s of its cancel and was killed")

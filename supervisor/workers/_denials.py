@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandbox._plan import READ, WRITE, FsRule
+from sandbox import READ, WRITE, FsRule
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -28,19 +28,14 @@ import msgpack
 import trio
 
 import sandbox
-from sandbox._dns_stub import serve_dns_stub
-from sandbox._egress import Terminator, default_resolve, limited_resolver, serve_egress
-from sandbox._egress_decide import no_own_ports
+from sandbox import Terminator, default_resolve, limited_resolver, no_own_ports, serve_dns_stub, serve_egress
 
 from ._spawn import spawn_child
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    from sandbox._bridge import BridgeSockets
-    from sandbox._credentials import Credential
-    from sandbox._hosts import AllowedHosts
-    from sandbox._plan import ConfinementPlan
+    from sandbox import AllowedHosts, BridgeSockets, ConfinementPlan, Credential
 
     from ._spawner import SpawnedChild, Spawner
 
@@ -67,7 +62,7 @@ def launcher_argv(python: str | None = None, code_root: str | None = None) -> li
 
 def plan_frame(plan: ConfinementPlan) -> bytes:
     """The plan as the launcher reads it from stdin (``sandbox._launcher.decode_plan``)."""
-    frame = msgpack.packb(plan.to_wire(), use_bin_type=True)
+    frame: bytes = msgpack.packb(plan.to_wire(), use_bin_type=True)
     return struct.pack(">I", len(frame)) + frame
 
 

@@ -26,13 +26,13 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._cgroup_events import CounterFiles, LimitCounters, counter_files, read_counters, rises
+from sandbox import CounterFiles, LimitCounters, counter_files, read_counters, rises
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from supervisor.traces import TraceRecorder
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 __all__ = ["LimitHit", "LimitWatch", "explained_limits", "limit_hits", "note", "signal_of"]
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from supervisor.config import Supervision
     from supervisor.tools import CompiledSchema
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 __all__ = ["ToolboxRunner"]
 

@@ -25,7 +25,7 @@ _PACKAGES = (sandbox, toolboxes)
 
 
 def _package_dir(module: object) -> str:
-    return os.path.dirname(os.path.realpath(module.__file__))  # type: ignore[attr-defined]
+    return os.path.dirname(os.path.realpath(str(module.__file__)))  # type: ignore[attr-defined]
 
 
 def _files(root: str) -> list[str]:

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from toolboxes._atomic import atomic_write
+from toolboxes import atomic_write
 
 __all__ = ["CachedTools", "payload_fingerprint", "read_tool_cache", "tool_cache_path", "write_tool_cache"]
 

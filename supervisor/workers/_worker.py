@@ -25,18 +25,20 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from sandbox._bridge import BridgeError, BridgeSockets, receive_bridge
-from sandbox._cgroups import (
+from sandbox import (
+    AllowedHosts,
+    BridgeError,
+    BridgeSockets,
     CgroupInstance,
     CgroupPlan,
+    ConfinementError,
     create_cgroup,
     enter_cgroup,
+    no_own_ports,
     open_procs_files,
+    receive_bridge,
     remove_cgroup,
 )
-from sandbox._egress_decide import no_own_ports
-from sandbox._errors import ConfinementError
-from sandbox._hosts import AllowedHosts
 from supervisor._errors import WorkerStartError, execution_error, first_leaf
 
 from ._connection import (
@@ -51,11 +53,9 @@ from ._launch import launch, serve_bridge
 from ._zygote_client import ZygoteChild
 
 if TYPE_CHECKING:
-    from sandbox._credentials import Credential
-    from sandbox._egress import Terminator
-    from sandbox._plan import ConfinementPlan
+    from sandbox import ConfinementPlan, Credential, Terminator
     from supervisor.tools import CompiledSchema
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
     from ._spawner import SpawnedChild, Spawner
 

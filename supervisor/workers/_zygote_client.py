@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from sandbox._zygote_wire import MAX_MESSAGE, ZygoteWireError, decode_message, encode_message
+from sandbox import MAX_MESSAGE, ZygoteWireError, decode_message, encode_message
 
 from ._spawn import ChildProcess, PidfdChild, spawn_child
 

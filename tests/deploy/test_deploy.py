@@ -42,7 +42,7 @@ def _documents() -> list[dict[str, Any]]:
 
 def _daemonset_container() -> dict[str, Any]:
     [daemonset] = [d for d in _documents() if d["kind"] == "DaemonSet"]
-    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    [container] = [c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "supervisor"]
     return container
 
 
@@ -50,9 +50,23 @@ def _unit_caps() -> list[str]:
     return [c.removeprefix("CAP_").lower() for c in _unit_value("CapabilityBoundingSet").split()]
 
 
-def test_systemd_accepts_the_unit() -> None:
-    done = subprocess.run(["systemd-analyze", "verify", str(UNIT)], capture_output=True, text=True)
+#: where the unit expects the installed venv (docs/DEPLOY.md)
+UNIT_VENV = "/opt/agents-supervise/venv"
+
+
+def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
+    """``systemd-analyze verify`` (which also checks that ExecStart's program exists) accepts the unit, with its
+    venv being the one these tests run from, wherever that is."""
+    unit = tmp_path / UNIT.name
+    unit.write_text(UNIT.read_text().replace(UNIT_VENV, sys.prefix))
+    assert os.access(Path(sys.prefix) / "bin" / "agents-supervise", os.X_OK), "the project is not installed here"
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr.strip() == "", done.stderr  # warnings count as failures too
+
+
+def test_the_unit_waits_for_readiness() -> None:
+    """``Type=notify``: systemd counts the service started at its READY=1 (tests/deploy/test_sd_notify.py)."""
+    assert (_unit_value("Type"), _unit_value("NotifyAccess")) == ("notify", "main")
 
 
 def test_the_kubernetes_schemas_accept_the_manifests() -> None:
@@ -63,7 +77,7 @@ def test_the_kubernetes_schemas_accept_the_manifests() -> None:
     broken = copy.deepcopy(_daemonset_container())  # the validator is live: a misspelt key is refused
     broken["securityContext"]["capabilties"] = broken["securityContext"].pop("capabilities")
     [daemonset] = [copy.deepcopy(d) for d in documents if d["kind"] == "DaemonSet"]
-    daemonset["spec"]["template"]["spec"]["containers"] = [broken]
+    daemonset["spec"]["template"]["spec"]["containers"][0] = broken
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(daemonset, KUBERNETES_VERSION, strict=True)
 
@@ -78,7 +92,7 @@ def _containerfile_command() -> list[str]:
 
 def test_every_command_line_is_one_the_cli_accepts() -> None:
     unit = shlex.split(_unit_value("ExecStart"))
-    assert unit[0] == "/opt/agents-supervise/venv/bin/agents-supervise"
+    assert unit[0] == f"{UNIT_VENV}/bin/agents-supervise"
     for argv in (unit[1:], _daemonset_container()["args"], _containerfile_command()):
         args = _parser().parse_args(argv)
         assert (args.command, args.policy) == ("serve", "/etc/agents-supervise/policy.yaml")

@@ -332,7 +332,7 @@ class Bridge:
             if opened.returncode != 0:
                 raise RuntimeError(f"open_bridge failed: {opened.stderr}")
         self.lines.next("ready")
-        from sandbox._bridge import BridgePorts, worker_network_env
+        from sandbox import BridgePorts, worker_network_env
 
         self.env = {"PATH": "/usr/bin:/bin", **worker_network_env(BridgePorts())}
 
@@ -517,7 +517,7 @@ def _main_inet(args: argparse.Namespace) -> None:
 
 
 def _credentials(path: str) -> tuple[Any, ...]:
-    from sandbox._credentials import Credential, CredentialBinding
+    from sandbox import Credential, CredentialBinding
 
     out = []
     for c in json.loads(Path(path).read_text()):
@@ -538,10 +538,8 @@ def _credentials(path: str) -> tuple[Any, ...]:
 def _main_proxy(args: argparse.Namespace) -> None:
     import trio
 
+    from sandbox import AllowedHosts, serve_dns_stub, serve_egress
     from sandbox._bridge import receive_bridge_nowait
-    from sandbox._dns_stub import serve_dns_stub
-    from sandbox._egress import serve_egress
-    from sandbox._hosts import AllowedHosts
 
     try:
         _serve_http("127.0.0.1", LOOPBACK_PORT, "loopback-service")
@@ -562,7 +560,7 @@ def _main_proxy(args: argparse.Namespace) -> None:
     upstream_tls = ssl.create_default_context(cafile=args.upstream_ca) if args.upstream_ca else None
     terminator = None
     if args.terminating_ca:
-        from sandbox._tls_ca import supervisor_ca
+        from sandbox import supervisor_ca
 
         terminator = supervisor_ca()
         Path(args.terminating_ca).write_bytes(terminator.cert_pem)

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
+from sandbox import FsRule, landlock_abi, read_session, syscall_name
 from sandbox import _audit_netlink as netlink
-from sandbox._audit_session import read_session, set_audit_session
-from sandbox._landlock import RESTRICT_SELF_LOG_NEW_EXEC_ON, apply_ruleset, landlock_abi, plan_ruleset
-from sandbox._plan import FsRule
-from sandbox._seccomp import apply_seccomp, plan_seccomp, plan_seccomp_log, syscall_name
+from sandbox._audit_session import set_audit_session
+from sandbox._landlock import RESTRICT_SELF_LOG_NEW_EXEC_ON, apply_ruleset, plan_ruleset
+from sandbox._seccomp import apply_seccomp, plan_seccomp, plan_seccomp_log
 
 MACHINE = os.uname().machine
 

@@ -8,17 +8,8 @@ import socket
 import pytest
 import trio
 
-from sandbox._bridge import (
-    BridgeError,
-    BridgePorts,
-    decode_bridge_message,
-    encode_bridge_message,
-    open_bridge,
-    receive_bridge,
-    receive_bridge_nowait,
-    worker_network_env,
-)
-from sandbox._errors import ConfinementError
+from sandbox import BridgeError, BridgePorts, ConfinementError, receive_bridge, worker_network_env
+from sandbox._bridge import decode_bridge_message, encode_bridge_message, open_bridge, receive_bridge_nowait
 from sandbox._resolver import plan_resolv_conf
 
 

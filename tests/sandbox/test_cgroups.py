@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from sandbox._cgroups import CGROUP_DIR, CgroupLayout, detect_layout, plan_cgroup, read_layout
-from sandbox._errors import ConfinementError
+from sandbox import CgroupLayout, ConfinementError, plan_cgroup, read_layout
+from sandbox._cgroups import CGROUP_DIR, detect_layout
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
 from supervisor.config._loader import load_config
-from supervisor.plan._compile import NPROC_BACKSTOP_FACTOR, plan_worker
+from supervisor.plan._worker_limits import NPROC_BACKSTOP_FACTOR
+from supervisor.plan._worker_plan import PlanInputs, plan_worker
 from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor.plan._facts import facts_as
 
 V1_MOUNTINFO = """\
 30 25 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755
@@ -127,17 +129,8 @@ def _config(tmp: Path, **policy: object) -> object:
 
 def _plan(config: object, layout: CgroupLayout | None) -> object:
     (tb,) = config.toolboxes()  # type: ignore[attr-defined]
-    return plan_worker(
-        config,
-        tb,
-        python="/usr/bin/python3",
-        runtime_dir="/rt",
-        state_dir="/st",  # type: ignore
-        running_as_root=True,
-        kernel_abi=7,
-        cgroup_layout=layout,
-        cgroup_problem="no controllers",
-    )
+    facts = facts_as(config, "/st", landlock_abi=7, cgroup_layout=layout, cgroup_problem="no controllers")  # type: ignore[arg-type]
+    return plan_worker(config, tb, PlanInputs(facts, "/usr/bin/python3", "/rt"))  # type: ignore[arg-type]
 
 
 def test_strict_refuses_without_cgroups_permissive_warns(sandbox_tmp: Path) -> None:
@@ -363,7 +356,8 @@ async def test_the_worker_cannot_leave_or_loosen_its_group(sandbox_tmp: Path) ->
 
 
 def test_stale_groups_are_the_empty_ones_whose_launcher_is_gone() -> None:
-    from sandbox._cgroups import CgroupLayout, stale_groups
+    from sandbox import CgroupLayout
+    from sandbox._cgroups import stale_groups
 
     layout = CgroupLayout("v1", "/cg/pids/agents-supervise", "/cg/memory/agents-supervise")
     procs = {

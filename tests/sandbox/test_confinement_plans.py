@@ -11,13 +11,20 @@ from typing import TYPE_CHECKING
 import msgpack
 import pytest
 
-from sandbox._errors import ConfinementError, SandboxError
+from sandbox import (
+    ConfinementError,
+    ConfinementPlan,
+    FsRule,
+    Rlimits,
+    SandboxError,
+    ViewSpec,
+    python_runtime_paths,
+    uid_can_read,
+)
 from sandbox._launcher import decode_plan
 from sandbox._netns import CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER, plan_namespaces
-from sandbox._plan import ConfinementPlan, FsRule, Rlimits, ViewSpec
 from sandbox._privileges import check_status
 from sandbox._rlimits import RlimitSetting, plan_rlimits
-from sandbox._syspaths import python_runtime_paths, uid_can_read
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -52,7 +59,7 @@ def test_non_root_adds_a_user_namespace_only_when_another_namespace_is_asked_for
 
 
 def test_a_plan_asks_for_an_ipc_namespace_by_default() -> None:
-    from sandbox._plan import ConfinementPlan
+    from sandbox import ConfinementPlan
 
     plan = ConfinementPlan(toolbox="t", workdir="/w", entry="m:f")
     assert plan.new_ipcns is True

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox import Credential, CredentialBinding, HostError, credential_value_problem, placeholder
 from sandbox._credentials import (
-    Credential,
-    CredentialBinding,
     apply_credentials,
-    credential_value_problem,
     is_forwarding_header,
     matching_credentials,
     path_ambiguity,
     path_refusal,
-    placeholder,
 )
-from sandbox._hosts import HostError
 
 API = CredentialBinding(("api.example.test",))
 

@@ -12,10 +12,18 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from sandbox._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, reown_tree
-from sandbox._path_walk import open_rule_path
-from sandbox._plan import READ, WRITE, FsRule
-from sandbox._syspaths import python_runtime_paths
+from sandbox import (
+    READ,
+    WRITE,
+    FsRule,
+    UnsafeTreeError,
+    ensure_dir,
+    ensure_path,
+    open_anchor,
+    open_rule_path,
+    python_runtime_paths,
+    reown_tree,
+)
 from supervisor.config._policy import DEFAULT_SYSTEM_PATHS
 from supervisor.workers._confined_exec import run_confined
 

@@ -15,9 +15,8 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from sandbox._dns_stub import answer_query, serve_dns_stub
-from sandbox._egress import Resolution, ResolveError, decide
-from sandbox._hosts import AllowedHosts, HostError, IPAddress
+from sandbox import AllowedHosts, HostError, IPAddress, Resolution, ResolveError, decide, serve_dns_stub
+from sandbox._dns_stub import answer_query
 
 RULES = AllowedHosts.parse(
     [
@@ -277,7 +276,7 @@ async def test_tcp_connections_past_the_limit_wait_in_the_backlog_not_as_descrip
 async def test_a_bridge_has_at_most_its_share_of_lookups_in_flight() -> None:
     """Slow names asked through the stub (or the proxy) hold at most ``limit`` lookups, so one worker cannot take
     trio's whole thread pool (shared by the supervisor) away from the others."""
-    from sandbox._egress import limited_resolver
+    from sandbox import limited_resolver
 
     release = trio.Event()
     in_flight, most = 0, 0

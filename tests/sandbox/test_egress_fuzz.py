@@ -14,10 +14,10 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox import _egress
+from sandbox import AllowedHosts, HostError, Resolution, _egress, serve_egress
 from sandbox._dns_stub import answer_query
-from sandbox._egress import Resolution, _Refusal, _split_absolute, serve_egress
-from sandbox._hosts import AllowedHosts, HostError, split_host_port
+from sandbox._egress import _Refusal, _split_absolute
+from sandbox._hosts import split_host_port
 
 RULES = AllowedHosts.parse(["api.example.com"])
 

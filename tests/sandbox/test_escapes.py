@@ -219,7 +219,7 @@ async def test_attach_file_and_list_directory(sup: Supervisor, sandbox_tmp: Path
 
 
 async def test_attachment_refusals(sup: Supervisor, sandbox_tmp: Path) -> None:
-    from toolboxes._result import Attachment, ToolResult
+    from toolboxes import Attachment, ToolResult
 
     worker = sup.runner("system").spec.plan.workdir
     Path(worker, "ok.png").write_bytes(_png())

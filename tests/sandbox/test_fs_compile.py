@@ -21,17 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox._fs_compile import (
-    FsCompilation,
-    PathKind,
-    UnboundedPredicateError,
-    compile_predicate,
-    probe_path,
-)
+from sandbox import READ, WRITE, FsRule, PathPredicate, compile_predicate, evaluate, landlock_abi, parse_predicate
+from sandbox._fs_compile import FsCompilation, PathKind, UnboundedPredicateError, probe_path
 from sandbox._fs_regions import TOP, Region, bounds, contains, covered, intersect
-from sandbox._landlock import apply_ruleset, landlock_abi, plan_ruleset
-from sandbox._plan import READ, WRITE, FsRule
-from sandbox._predicate_eval import evaluate
+from sandbox._landlock import apply_ruleset, plan_ruleset
 from sandbox._predicates import (
     AlwaysAllow,
     And,
@@ -41,8 +34,6 @@ from sandbox._predicates import (
     DirectoryShallow,
     FileExactly,
     Not,
-    PathPredicate,
-    parse_predicate,
 )
 from sandbox._privileges import set_no_new_privs
 

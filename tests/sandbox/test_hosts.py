@@ -9,16 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandbox._addresses import address_verdict, embedded_ipv4
-from sandbox._hosts import (
-    AllowedHosts,
-    HostError,
-    HostRule,
-    IPAddress,
-    normalize_host,
-    parse_ipv4_number,
-    split_host_port,
-)
+from sandbox import AllowedHosts, HostError, HostRule, IPAddress, embedded_ipv4, normalize_host
+from sandbox._addresses import address_verdict
+from sandbox._hosts import parse_ipv4_number, split_host_port
 
 V4 = ipaddress.IPv4Address
 V6 = ipaddress.IPv6Address

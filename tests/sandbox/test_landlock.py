@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandbox._errors import ConfinementError
+from sandbox import ConfinementError, FsRule, landlock_abi
 from sandbox._landlock import (
     FILE_RIGHTS,
     FS_EXECUTE,
@@ -31,10 +31,8 @@ from sandbox._landlock import (
     RulesetPlan,
     apply_ruleset,
     fs_rights_for_abi,
-    landlock_abi,
     plan_ruleset,
 )
-from sandbox._plan import FsRule
 from sandbox._privileges import set_no_new_privs
 
 if TYPE_CHECKING:

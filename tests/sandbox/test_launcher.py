@@ -25,9 +25,7 @@ import msgpack
 import pytest
 
 import sandbox
-from sandbox._landlock import landlock_abi
-from sandbox._plan import ConfinementPlan, FsRule, Rlimits
-from sandbox._syspaths import python_runtime_paths
+from sandbox import ConfinementPlan, FsRule, Rlimits, landlock_abi, python_runtime_paths
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

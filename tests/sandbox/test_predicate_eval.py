@@ -8,12 +8,23 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import sandbox._predicate_eval as pe
-from sandbox._file_sandbox import DEFAULT_MAX_FILE_SIZE, FileSandbox, parse_file_sandbox, parse_file_sandboxes
-from sandbox._predicate_eval import canonicalise, check_path, describe_predicate, evaluate, lists_entries
+from sandbox import (
+    DEFAULT_MAX_FILE_SIZE,
+    AlwaysDeny,
+    FileSandbox,
+    PathPredicate,
+    PredicateError,
+    check_path,
+    evaluate,
+    lists_entries,
+    parse_file_sandbox,
+    parse_predicate,
+)
+from sandbox._file_sandbox import parse_file_sandboxes
+from sandbox._predicate_eval import canonicalise, describe_predicate
 from sandbox._predicates import (
     All,
     AlwaysAllow,
-    AlwaysDeny,
     And,
     Any_,
     ChildOf,
@@ -26,9 +37,6 @@ from sandbox._predicates import (
     FileSizeLessThan,
     Not,
     Or,
-    PathPredicate,
-    PredicateError,
-    parse_predicate,
 )
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from sandbox._errors import ConfinementError
-from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp, plan_seccomp_log, syscall_name
+from sandbox import ConfinementError, syscall_name
+from sandbox._seccomp import CLONE_NEWUSER, plan_seccomp, plan_seccomp_log
 
 ALLOW, EPERM, ENOSYS, EAFNOSUPPORT, EPROTONOSUPPORT = "allow", "EPERM", "ENOSYS", "EAFNOSUPPORT", "EPROTONOSUPPORT"
 EOPNOTSUPP = "EOPNOTSUPP"

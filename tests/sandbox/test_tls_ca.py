@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 from cryptography import x509
 
-from sandbox import _tls_ca
-from sandbox._tls_ca import SupervisorCA
+from sandbox import SupervisorCA, _tls_ca
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sandbox import FsRule, PathInfo, ViewError, ViewSpec, plan_view, view_files
 from sandbox._accounts import plan_view_accounts
-from sandbox._plan import FsRule, ViewSpec
-from sandbox._view_plan import NO_NETWORK_RESOLV_CONF, PathInfo, ViewError, ViewPlan, plan_view, view_files
+from sandbox._view_plan import NO_NETWORK_RESOLV_CONF, ViewPlan
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -268,7 +268,7 @@ def test_without_root_a_file_in_a_folder_with_mounts_beneath_is_a_plain_bind() -
 
 def test_host_mount_points_unescape_mountinfo(tmp_path: Path) -> None:
     """The mount points of a mountinfo text, its octal escapes (a space is ``\\040``) turned back into characters."""
-    from sandbox._view import host_mount_points
+    from sandbox import host_mount_points
 
     mountinfo = tmp_path / "mountinfo"
     mountinfo.write_text(

@@ -5,15 +5,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from sandbox._zygote_wire import (
-    MAX_MESSAGE,
-    ZygoteWireError,
-    check_fd_targets,
-    check_modules,
-    check_spawn,
-    decode_message,
-    encode_message,
-)
+from sandbox import MAX_MESSAGE, ZygoteWireError, decode_message, encode_message
+from sandbox._zygote_wire import check_fd_targets, check_modules, check_spawn
 
 
 def test_a_message_round_trips() -> None:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from supervisor._supervisor import Supervisor
-from tests._policies import agent, local_model, shipped_policy, system_toolbox, write_policy
+from tests._policies import agent, local_model, local_model_of, shipped_policy, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, call, model_server
 from tests.supervisor.calls.test_portal_depth import _lua
 from tests.supervisor.config.test_seed_examples import SEED, _stand_ins
@@ -48,13 +48,8 @@ def _kimi_policy(root: Path, model_url: str) -> Path:
     seed = json.loads((SEED / "local_lrmlua.json").read_text())
     seed["contents"].update(modelUrl=model_url, apiKeyId="test")
     (folder / "kimi.json").write_text(json.dumps(seed))
-    strict = yaml.safe_load(STRICT.read_text())
     return shipped_policy(
-        root,
-        STRICT,
-        [folder / "kimi.json"],
-        model_keys={"test": "AGENTS_TEST_KEY"},
-        agent_loop=local_model(strict["agent_loop"]),  # strict.yaml's bounds, its model on this host's loopback
+        root, STRICT, [folder / "kimi.json"], model_keys={"test": "AGENTS_TEST_KEY"}, agent_loop=local_model_of(STRICT)
     )
 
 

@@ -373,7 +373,15 @@ def test_an_mcp_server_with_a_placeholder_token_in_terminating_mode(lab: Lab, sa
     script = sandbox_tmp / "gh_mcp.py"
     script.write_text(MCP_SERVER)
     script.chmod(0o644)
-    server = {"tag": "McpSimpleBinary", "contents": {"name": "gh", "executable": sys.executable, "args": [str(script)]}}
+    server = {
+        "tag": "McpSimpleBinary",
+        "contents": {
+            "name": "gh",
+            "executable": sys.executable,
+            "args": [str(script)],
+            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(script)}},
+        },
+    }
     policy = write_policy(
         sandbox_tmp,
         {"tester": agent(mcpServers=[server])},

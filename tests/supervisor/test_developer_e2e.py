@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from sandbox._plan import WRITE, FsRule
+from sandbox import WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 pytestmark = pytest.mark.root
 

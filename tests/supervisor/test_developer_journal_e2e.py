@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 pytestmark = pytest.mark.root
 

@@ -66,7 +66,12 @@ def _policy(root: Path) -> Path:
     script.chmod(0o644)
     server = {
         "tag": "McpSimpleBinary",
-        "contents": {"name": "evil", "executable": sys.executable, "args": [str(script)]},
+        "contents": {
+            "name": "evil",
+            "executable": sys.executable,
+            "args": [str(script)],
+            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(script)}},
+        },
     }
     return write_policy(root, {"tester": agent(mcpServers=[server], builtinToolboxes=[system_toolbox()])})
 

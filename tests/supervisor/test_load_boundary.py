@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import supervisor.calls._registry as registry_module
+import supervisor.plan._apply as apply_module
 import supervisor.plan._compile as compile_module
-import supervisor.plan._skill_sources as sources_module
+import supervisor.plan._policy_plan as policy_plan_module
+import supervisor.plan._skill_clones as sources_module
 from supervisor._supervisor import Supervisor
 from supervisor._tool_lists import ServedTools
 from supervisor.workers._worker import Worker
@@ -40,25 +42,25 @@ def _trace(root: Path) -> list[dict[str, Any]]:
 
 
 def _plant_compile(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = compile_module.plan_worker
+    real = policy_plan_module.plan_worker
 
-    def plan_worker(config: Any, tb: Any, **kw: Any) -> Any:
+    def plan_worker(config: Any, tb: Any, inputs: Any, **kw: Any) -> Any:
         if tb.name == "broken":
             raise RuntimeError("planted in compile")
-        return real(config, tb, **kw)
+        return real(config, tb, inputs, **kw)
 
-    monkeypatch.setattr(compile_module, "plan_worker", plan_worker)
+    monkeypatch.setattr(policy_plan_module, "plan_worker", plan_worker)
 
 
 def _plant_folders(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = compile_module._prepare_worker_dirs
+    real = apply_module.prepare_worker_folders
 
-    def prepare(anchor: int, state_dir: str, spec: Any) -> None:
+    def prepare(anchor: int, state_dir: str, spec: Any) -> list[str]:
         if spec.toolbox == "broken":
             raise PermissionError("planted in the folders")
-        real(anchor, state_dir, spec)
+        return real(anchor, state_dir, spec)
 
-    monkeypatch.setattr(compile_module, "_prepare_worker_dirs", prepare)
+    monkeypatch.setattr(apply_module, "prepare_worker_folders", prepare)
 
 
 def _plant_worker_start(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ from tests._workers import pid_one
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 pytestmark = pytest.mark.root
 

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sandbox._predicate_eval import check_path
-from sandbox._predicates import parse_predicate
+from sandbox import check_path, parse_predicate
 from supervisor._supervisor import Supervisor
 from supervisor.tools import ArgumentValidator, format_validation_errors
 from tests._policies import agent, write_policy
@@ -44,7 +43,7 @@ from toolboxes.postgrest import build_request, build_tools
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 SEED_FILE = Path(REPO).parent / "shared" / "seeds" / "004_bef637d7703902f1.txt"
 FIXTURES = Path(REPO) / "tests" / "fixtures" / "seed004"
@@ -351,6 +350,8 @@ def _stand_ins(root: Path) -> dict[str, Any]:
                     "name": "filesystem",
                     "executable": sys.executable,
                     "args": [str(root / "mcp_server.py"), json.dumps(response)],
+                    # an argument grants nothing: the server's script is granted read-only here
+                    "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": "./mcp_server.py"}},
                 },
             }
         ],
@@ -442,6 +443,7 @@ def _ok(result: ToolResult) -> Any:
     return result.structured
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_system_examples_run(sup: Supervisor, seeded: Path) -> None:
     root = seeded.parent
 
@@ -491,6 +493,7 @@ async def test_the_system_examples_run(sup: Supervisor, seeded: Path) -> None:
     assert where["data"]["path"] == str(root)
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_developer_examples_run(sup: Supervisor, seeded: Path) -> None:
     async def call(tool: str, args: Any) -> ToolResult:
         return await sup.call(tool, args, session_id="dev", agent_scope="seeded")
@@ -548,6 +551,7 @@ async def test_the_developer_examples_run(sup: Supervisor, seeded: Path) -> None
     assert (patched["hunksApplied"], patched["hunksRejected"]) == (1, 0)
 
 
+@pytest.mark.root  # a real supervisor: confined workers
 async def test_the_query_script_and_protocol_examples_run(sup: Supervisor) -> None:
     async def call(tool: str, args: Any) -> ToolResult:
         return await sup.call(tool, args, agent_scope="seeded")

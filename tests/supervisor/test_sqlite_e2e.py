@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from sandbox._plan import READ, WRITE, FsRule
+from sandbox import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import plan_frame
 from tests._policies import agent, write_policy
@@ -30,7 +30,7 @@ from tests._policies import agent, write_policy
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 pytestmark = pytest.mark.root
 
@@ -327,17 +327,19 @@ async def test_a_read_write_database_the_workers_uid_cannot_write_is_named_with_
     )
     assert check.returncode == 0, check.stderr
     assert (
-        f"warning: memory: the read-write database {db} cannot be written by the worker (uid {NOBODY}): "
+        f"memory: the read-write database {db} cannot be written by the worker (uid {NOBODY}): "
         f"{db} is not readable and writable by uid {NOBODY} (owner 0:0, mode 0644)"
-    ) in check.stdout
-    assert f"Fix: chown {NOBODY}:{NOBODY} {folder} {db}" in check.stdout
+    ) in check.stdout.split("\nwarnings (", 1)[1]
+    # the fix the README gives (a shared group), in check and in the refused write alike
+    fix = f"chgrp -R GID {folder} && chmod -R g+rwX {folder} && chmod g+s {folder}"
+    assert fix in check.stdout
     async with Supervisor.open(policy) as sup:
         read = await sup.call("sqlite_memory_query", {"sql": "SELECT name FROM users"})
         assert read.status == "passed", read.data  # reading is allowed by the modes
         wrote = await sup.call("sqlite_memory_query", {"sql": "INSERT INTO users (name) VALUES ('eve')"})
     assert wrote.status == "error"
     assert wrote.data.startswith(f"the database {db} cannot be written by this worker (uid {NOBODY}): ")
-    assert f"chown {NOBODY}:{NOBODY} {folder} {db}" in wrote.data and "SqliteReadOnly" in wrote.data
+    assert fix in wrote.data and "shared_groups" in wrote.data and "SqliteReadOnly" in wrote.data
     assert names(db) == ["ada", "brian"]
     os.chown(folder, NOBODY, NOBODY)  # the fix: no warning any more
     os.chown(db, NOBODY, NOBODY)

@@ -21,7 +21,7 @@ import trio
 import supervisor._running as running_module
 import supervisor._supervisor as supervisor_module
 import supervisor.tools._tool_lists as tool_lists
-from sandbox._landlock import landlock_abi
+from sandbox import landlock_abi
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
 from supervisor.workers import ZygoteSpawner

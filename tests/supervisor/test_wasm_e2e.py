@@ -26,6 +26,7 @@ from mcp.client.stdio import stdio_client
 
 from labkit import Spec, build_components, png_bytes
 from tests._policies import agent, write_policy
+from tests._workers import pid_one
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -264,6 +265,12 @@ async def test_a_component_blocked_in_a_host_call_is_stopped_at_its_limit_and_th
     with trio.fail_after(90):
         async with _session(policy) as s:
             await s.call_tool("wasm_probe_echo", {"q": "warm"})
+            worker = pid_one(next(r["pid"] for r in _trace(policy) if r["event"] == "worker_spawn"))
+            own = Path(f"/proc/{worker}/cmdline").read_bytes()
+            executors = Path(f"/proc/{worker}/task/{worker}/children").read_text().split()
+            # the first executors were forked from the worker as it opened the toolbox (one thread then): the
+            # worker's own command line, no interpreter start on the path of its first answer
+            assert executors and all(Path(f"/proc/{e}/cmdline").read_bytes() == own for e in executors)
 
             async def sleeper() -> None:
                 start = trio.current_time()
@@ -382,7 +389,7 @@ async def test_allowed_hosts_give_components_no_sockets_in_this_build(sandbox_tm
     """wasmtime-py's WASI p2 refuses sockets even with the network inherited (docs/WASM.md): the check says so and
     a component aiming at the worker's own egress proxy still gets no socket. Should a wasmtime release change
     this, this test fails and the docs and the compile warning must change with it."""
-    from sandbox._bridge import BridgePorts
+    from sandbox import BridgePorts
 
     build_components(
         [Spec("proxy", behaviour="net", connect=((127, 0, 0, 1), BridgePorts().proxy))], sandbox_tmp / "components"

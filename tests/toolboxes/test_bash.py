@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from labkit import describe_json, write_script
-from toolboxes._toolbox import CallContext, ToolSpec, WorkerEnv
+from toolboxes import CallContext, ToolSpec, WorkerEnv
 from toolboxes.bash import (
     ArgumentError,
     BashToolbox,
@@ -30,7 +30,7 @@ from toolboxes.bash import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "policies" / "examples"

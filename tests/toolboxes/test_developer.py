@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from toolboxes import CallContext, WorkerEnv
 from toolboxes._test_pause import PAUSE_ENV
-from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.developer import CAPABILITIES, DeveloperToolbox, open_toolbox
 from toolboxes.developer._validate import check_describe
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 ALL = list(CAPABILITIES)
 

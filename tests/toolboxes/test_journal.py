@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from toolboxes._atomic import atomic_write, is_temporary, make_temporary, sweep_temporaries
+from toolboxes import atomic_write, is_temporary, sweep_temporaries
+from toolboxes._atomic import make_temporary
 from toolboxes._journal import recover, write_in_place
 
 if TYPE_CHECKING:

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from toolboxes._result import ToolResult
-from toolboxes._toolbox import CallContext, WorkerEnv
+from toolboxes import CallContext, ToolResult, WorkerEnv
 from toolboxes._unified_diff import PatchError, apply_patch
 from toolboxes.lua import KINDS, LuaConfigError, LuaToolbox, open_toolbox
 

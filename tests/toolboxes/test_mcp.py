@@ -23,7 +23,7 @@ from toolboxes.mcp._jsonrpc import Garbage, LineSplitter, Notification, Request,
 from toolboxes.mcp._toolbox import CRASH_LOOP_MAX
 
 if TYPE_CHECKING:
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
@@ -163,10 +163,20 @@ RAW_SERVER = textwrap.dedent("""
 """)
 
 
+def reads(path: Path, tag: str = "FileExactly") -> dict[str, Any]:
+    """A FileSandbox granting ``path`` read-only to an MCP server: an argument naming a path grants nothing."""
+    return {"fsbPredicate": {"tag": tag, "contents": str(path)}}
+
+
 def mcp_server(name: str, script: Path, *args: str) -> dict[str, Any]:
     return {
         "tag": "McpSimpleBinary",
-        "contents": {"name": name, "executable": sys.executable, "args": [str(script), *args]},
+        "contents": {
+            "name": name,
+            "executable": sys.executable,
+            "args": [str(script), *args],
+            "FileSandbox": reads(script),
+        },
     }
 
 
@@ -501,7 +511,12 @@ async def test_the_npm_filesystem_server_serves_only_what_it_is_granted(sandbox_
     secret.chmod(0o644)
     server = {
         "tag": "McpSimpleBinary",
-        "contents": {"name": "files", "executable": FILESYSTEM_SERVER, "args": [str(project)]},
+        "contents": {
+            "name": "files",
+            "executable": FILESYSTEM_SERVER,
+            "args": [str(project)],
+            "FileSandbox": reads(project, "DirectoryRecursive"),
+        },
     }
     # The default limits, unchanged: the worker's cgroup bounds its memory, so Node gets no RLIMIT_AS to trip on.
     path = write_policy(sandbox_tmp, {"tester": agent(mcpServers=[server])})

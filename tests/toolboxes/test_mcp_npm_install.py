@@ -84,9 +84,21 @@ def user_install(npm_install: Path, sandbox_tmp: Path) -> Path:
     return copy
 
 
-def _agent_file(root: Path, servers: dict[str, tuple[str, list[str]]]) -> Path:
+def _agent_file(
+    root: Path, servers: dict[str, tuple[str, list[str]]], sandboxes: dict[str, dict[str, object]] | None = None
+) -> Path:
+    """The agent file ``npm-user.json`` naming ``servers`` (name: executable, args), each with its FileSandbox of
+    ``sandboxes`` if any (what the server may read: an argument that names a folder grants nothing by itself)."""
     entries = [
-        {"tag": "McpSimpleBinary", "contents": {"name": name, "executable": exe, "args": args}}
+        {
+            "tag": "McpSimpleBinary",
+            "contents": {
+                "name": name,
+                "executable": exe,
+                "args": args,
+                **({"FileSandbox": sandboxes[name]} if name in (sandboxes or {}) else {}),
+            },
+        }
         for name, (exe, args) in servers.items()
     ]
     path = root / "npm-user.json"
@@ -111,6 +123,8 @@ async def test_npm_installed_servers_serve_an_sdk_client_under_the_unchanged_str
             "files": ("./mcp-servers/node_modules/.bin/mcp-server-filesystem", [str(project)]),
             "everything": ("./mcp-servers/node_modules/.bin/mcp-server-everything", ["stdio"]),
         },
+        # the folder the server serves, granted the way an agent file grants paths: read-only, checked by the kernel
+        {"files": {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./project"}}},
     )
     argv = ["-m", "supervisor", "serve", "--policy", str(STRICT), "--agent", str(agent_file)]
     argv += ["--serve-agent", "npm-user", "--state-dir", str(sandbox_tmp / "state")]

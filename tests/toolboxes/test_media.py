@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolboxes._media import IMAGE_TYPES, canonical, class_of, file_media_type, is_textual, mismatch, sniff, sniff_file
+from toolboxes import IMAGE_TYPES, canonical, class_of, is_textual, mismatch, sniff
+from toolboxes._media import file_media_type, sniff_file
 
 SVG = b'<?xml version="1.0"?>\n<!-- a logo -->\n<svg xmlns="http://www.w3.org/2000/svg"><rect/></svg>'
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from toolboxes._output_cap import ENVELOPE_BYTES, TRUNCATED_KEY, cap_output, json_bytes
-from toolboxes._result import ToolResult
+from toolboxes import TRUNCATED_KEY, ToolResult, cap_output
+from toolboxes._output_cap import ENVELOPE_BYTES, json_bytes
 
 
 def test_a_result_within_the_limit_and_its_envelope_is_returned_as_it_is() -> None:

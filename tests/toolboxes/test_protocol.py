@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolboxes._protocol import READ_SIZE, FrameDecoder, ProtocolError, encode
-from toolboxes._result import Attachment, ToolResult
+from toolboxes import Attachment, FrameDecoder, ProtocolError, ToolResult, encode
+from toolboxes._protocol import READ_SIZE
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from labkit import describe_json, make_skill, skill_md, write_script
-from toolboxes._toolbox import CallContext, WorkerEnv
+from toolboxes import CallContext, WorkerEnv
 from toolboxes.skills import (
     ConfigError,
     FrontmatterError,

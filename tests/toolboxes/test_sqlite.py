@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sandbox._plan import READ, WRITE, FsRule
+from sandbox import READ, WRITE, FsRule
 from supervisor.plan._sqlite_grants import sqlite_fs_rules
-from toolboxes._toolbox import CallContext, WorkerEnv
+from toolboxes import CallContext, WorkerEnv
 from toolboxes.sqlite import open_toolbox, parse_versioning
 from toolboxes.sqlite._authorizer import classify
 from toolboxes.sqlite._versions import scope_handle
 
 if TYPE_CHECKING:
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 
 def make_db(path: Path, wal: bool = False) -> None:
@@ -350,7 +350,8 @@ def test_grants_state_each_mode() -> None:
 
 def _confined_child(rules: list[FsRule], sql_calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Fork; in the child apply Landlock (system paths read-only + ``rules``) and run toolbox calls."""
-    from sandbox._landlock import apply_ruleset, landlock_abi, plan_ruleset
+    from sandbox import landlock_abi
+    from sandbox._landlock import apply_ruleset, plan_ruleset
 
     abi = landlock_abi()
     if abi < 1:

@@ -17,8 +17,8 @@ from wasmtime import _ffi as ffi
 from wasmtime import component as wc
 
 from labkit import Spec, build_components
+from toolboxes import CallContext, WorkerEnv
 from toolboxes._result import MAX_ATTACHMENTS, MAX_METADATA_PAIRS
-from toolboxes._toolbox import CallContext, WorkerEnv
 from toolboxes.wasm import ComponentLoadError, WasmConfigError, open_toolbox
 from toolboxes.wasm._config import parse_config
 from toolboxes.wasm._engine import WASMTIME_VERSION, EpochClock

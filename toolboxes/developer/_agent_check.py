@@ -18,6 +18,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._protocol import json_type_name
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -96,7 +98,7 @@ def _problems(error: ValidationError, path: tuple[Any, ...]) -> Iterator[Problem
     elif kind == "enum":
         yield path, f"{json.dumps(instance)} is not one of {', '.join(json.dumps(v) for v in value)}", False
     elif kind == "type":
-        yield path, f"wrong type: expected {_types(value)}, got {_json_type(instance)}", False
+        yield path, f"wrong type: expected {_types(value)}, got {json_type_name(instance)}", False
     else:
         yield path, error.message, False
 
@@ -142,24 +144,26 @@ def _union_problem(error: ValidationError, path: tuple[Any, ...]) -> Problem:
     types = [e.validator_value for e in error.context or () if not e.relative_path and e.validator == "type"]
     if types:
         expected = " or ".join(dict.fromkeys(_types(t) for t in types))
-        return path, f"wrong type: expected {expected}, got {_json_type(instance)}", False
+        return path, f"wrong type: expected {expected}, got {json_type_name(instance)}", False
     return path, error.message, False
 
 
+#: JSON Schema's type names in the words of :func:`toolboxes.json_type_name` (what a value was), so that a message
+#: says "expected a list, got an object" in one vocabulary.
+_TYPE_WORDS = {
+    "null": "null",
+    "boolean": "a boolean",
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "array": "a list",
+    "object": "an object",
+}
+
+
 def _types(value: Any) -> str:
-    return " or ".join(value) if isinstance(value, list) else str(value)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object" if isinstance(value, dict) else type(value).__name__
+    names = value if isinstance(value, list) else [value]
+    return " or ".join(_TYPE_WORDS.get(str(n), str(n)) for n in names)
 
 
 def _render(path: tuple[Any, ...]) -> str:

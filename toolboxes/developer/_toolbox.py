@@ -213,7 +213,8 @@ class DeveloperToolbox:
         op = "op_" + cap.replace("-", "_")
         handler = getattr(_ops, op, None) or getattr(_ops_meta, op)
         try:
-            return handler(self, args, ctx)
+            result: ToolResult = handler(self, args, ctx)
+            return result
         except OSError as exc:
             path = str(args.get("path", ""))
             return refusal(f"{cap} on {path}: {exc.strerror or exc} (the system refused)", path, status="failed")

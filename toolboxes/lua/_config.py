@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox._file_sandbox import FileSandbox
+from sandbox import FileSandbox
 
 from .._entry import file_sandbox, limits, name_and_description, policy_extras, strings
 from ._errors import LuaConfigError

@@ -21,6 +21,8 @@ from ._fs import FileOps
 from ._http import DEFAULT_HTTP_TIMEOUT_S, HttpClient
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._toolbox import CallContext, HostChannel
     from ._config import LuaConfig
     from ._paths import PathGate
@@ -110,11 +112,13 @@ class Host:
     def _fs(self, op: str, args: tuple[Any, ...]) -> Answer:
         path = _text(args[0], "the path")
         if op in ("read", "exists", "isdir", "isfile", "list", "mkdir"):
-            return getattr(self.fs, op)(path)
+            read: Callable[[str], Answer] = getattr(self.fs, op)
+            return read(path)
         if op in ("write", "patch"):
             if not isinstance(args[1], bytes):
                 raise TypeError("the content must be a string")
-            return getattr(self.fs, op)(path, args[1])
+            write: Callable[[str, bytes], Answer] = getattr(self.fs, op)
+            return write(path, args[1])
         raise ValueError(f"unknown fs operation {op!r}")
 
     def _tool_call(self, tool: str, args_json: str) -> Answer:

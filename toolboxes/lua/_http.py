@@ -16,7 +16,7 @@ import json
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from sandbox._hosts import AllowedHosts, HostError, normalize_host
+from sandbox import AllowedHosts, HostError, normalize_host
 
 from .._proxy_http import proxy_for
 

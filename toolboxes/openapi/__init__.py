@@ -10,7 +10,7 @@ from ._refs import RefError, Resolver, SpecError, parse_document
 from ._request import build_request, scalar_text
 from ._schema import SchemaBudget
 from ._source import load_spec
-from ._tool_set import SpecTool, SpecToolSet
+from ._tool_set import SpecTool, SpecToolbox, SpecToolSet
 from ._toolbox import OpenApiToolbox, open_toolbox
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "SpecError",
     "SpecTool",
     "SpecToolSet",
+    "SpecToolbox",
     "build_operations",
     "build_request",
     "load_spec",

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._names import tool_name
 from ._refs import RefError, Resolver, SpecError
 from ._schema import SchemaBudget
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["METHODS", "Body", "Operation", "Param", "build_operations", "operation_name", "spec_version"]
 
@@ -127,12 +130,13 @@ def _describe(method: str, path: str, op: dict[str, Any], item: dict[str, Any]) 
 
 def _pick_media(content: dict[str, Any]) -> str | None:
     types = [t for t in content if isinstance(t, str)]
-    for pred in (
+    preds: tuple[Callable[[str], bool], ...] = (
         lambda t: t.split(";")[0].strip() == "application/json",
         lambda t: t.split(";")[0].strip().endswith("+json"),
         lambda t: t.startswith("application/x-www-form-urlencoded"),
         lambda t: t.startswith("multipart/form-data"),
-    ):
+    )
+    for pred in preds:
         for t in types:
             if pred(t):
                 return t

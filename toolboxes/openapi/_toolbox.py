@@ -12,20 +12,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .._entry import output_cap
-from .._http import DEFAULT_TIMEOUT_S, send_request
-from .._result import ToolResult
+from .._http import DEFAULT_TIMEOUT_S
 from ._operations import Operation, build_operations
 from ._request import build_request
 from ._source import load_spec
-from ._tool_set import SpecToolSet
+from ._tool_set import SpecToolbox, SpecToolSet
 
 if TYPE_CHECKING:
-    from .._toolbox import CallContext, ToolSpec, WorkerEnv
+    from .._http import HttpRequest
+    from .._toolbox import WorkerEnv
 
 __all__ = ["OpenApiToolbox", "auth_headers", "open_toolbox"]
-
-_READ_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
 def auth_headers(config: dict[str, Any]) -> dict[str, str]:
@@ -46,46 +43,25 @@ def spec_headers(config: dict[str, Any]) -> dict[str, str]:
     return auth_headers(config) if same else {}
 
 
-class OpenApiToolbox:
+class OpenApiToolbox(SpecToolbox[Operation]):
     """The tools of one OpenAPI spec, inside its worker."""
 
     def __init__(self, config: dict[str, Any], env: WorkerEnv) -> None:
-        self.env = env
-        self.base_url = str(config.get("BaseUrl") or "")
-        self.headers = {str(k): str(v) for k, v in (config.get("Headers") or {}).items()}
-        self.token = config.get("Token") or None
-        self.max_bytes = output_cap(config, env.limits)
         spec_url = str(config.get("SpecUrl") or "")
-        self._ops: SpecToolSet[Operation] = SpecToolSet.read(
+        tools: SpecToolSet[Operation] = SpecToolSet.read(
             spec_url,
             lambda: build_operations(
                 load_spec(spec_url, headers=spec_headers(config), timeout_s=DEFAULT_TIMEOUT_S), env.toolbox_name
             ),
         )
+        super().__init__(config, env, tools)
+        self.base_url = str(config.get("BaseUrl") or "")
+        self.headers = {str(k): str(v) for k, v in (config.get("Headers") or {}).items()}
+        self.token = config.get("Token") or None
 
-    def tools(self) -> list[ToolSpec]:
-        return self._ops.specs()
-
-    def load_errors(self) -> list[dict[str, str]]:
-        return list(self._ops.errors)
-
-    def call(self, tool: str, args: dict[str, Any], ctx: CallContext) -> ToolResult:
-        op = self._ops.by_name.get(tool)
-        if op is None:
-            return ToolResult.error(f"unknown tool {tool!r}")
-        request = build_request(op, args, self.base_url, self.headers, self.token)
-        effect = "read" if op.method in _READ_METHODS else "mutate"
-        return send_request(
-            request,
-            ctx,
-            max_bytes=self.max_bytes,
-            workdir=self.env.workdir,
-            state_effect=effect,
-            resource_id=f"openapi:{request.url}",
-        )
-
-    def close(self) -> None:
-        pass
+    def request(self, tool: Operation, args: dict[str, Any]) -> tuple[HttpRequest, str]:
+        request = build_request(tool, args, self.base_url, self.headers, self.token)
+        return request, f"openapi:{request.url}"
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> OpenApiToolbox:

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from typing import Any
 
-from sandbox._syspaths import uid_write_problem
+from sandbox import uid_write_problem
 from toolboxes._hints import ADDITIVE, DESTRUCTIVE, READ_ONLY
 from toolboxes._names import tool_name
 from toolboxes._result import ToolResult
@@ -257,14 +257,15 @@ def _modes_problem(path: str) -> str | None:
     """Why this worker's uid cannot write the read-write database ``path`` by its file modes, with the fix; or
     ``None`` (then SQLite's own message stands)."""
     uid, gid = os.getuid(), os.getgid()
-    problem = uid_write_problem(path, uid, gid)
+    problem = uid_write_problem(path, uid, gid, groups=os.getgroups())
     if problem is None:
         return None
     folder = os.path.dirname(os.path.realpath(path))
     return (
-        f"the database {path} cannot be written by this worker (uid {uid}): {problem}. An operator must give "
-        f"uid {uid} write access to it and its folder (chown {uid}:{gid} {folder} {path}), or declare the "
-        "database SqliteReadOnly; `agents-supervise check` warns about it"
+        f"the database {path} cannot be written by this worker (uid {uid}): {problem}. An operator must give its "
+        f"folder to a group (chgrp -R GID {folder} && chmod -R g+rwX {folder} && chmod g+s {folder}) and name "
+        "this toolbox in the policy's shared_groups, or declare the database SqliteReadOnly; `agents-supervise "
+        "check` warns about it with the same fix"
     )
 
 

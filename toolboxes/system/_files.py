@@ -27,7 +27,7 @@ import os
 import stat
 from typing import Any
 
-from sandbox._predicate_eval import evaluate
+from sandbox import evaluate
 
 from .._atomic import atomic_write
 from .._media import file_media_type, sniff_file

@@ -19,7 +19,7 @@ from .._entry import file_sandbox, limits, name_and_description, policy_extras, 
 from ._errors import WasmConfigError
 
 if TYPE_CHECKING:
-    from sandbox._file_sandbox import FileSandbox
+    from sandbox import FileSandbox
 
 __all__ = ["DEFAULT_WATCH_INTERVAL_S", "WasmConfig", "parse_config"]
 

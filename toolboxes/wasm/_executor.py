@@ -7,7 +7,8 @@ never looks at the epoch, and no thread can interrupt it. So the toolbox (:mod:`
 executor process of its own worker (same uid, same Landlock domain, seccomp filter, namespaces and cgroup: a child
 of the worker inherits them all) and, when the call outlives its time limit, kills the process and starts another.
 
-Started as ``python -I -B -c <bootstrap>`` by the toolbox with pipes on stdin and stdout (the worker protocol's
+Forked from the worker as it opens the toolbox (:mod:`._executor_fork`), or started as ``python -I -B -c
+<bootstrap>``, with pipes on stdin and stdout (the worker protocol's
 frames, directions ``to_executor`` and ``from_executor``: ``toolboxes._protocol``, read by :mod:`._executor_wire`);
 stderr is the worker's. It reads one ``setup`` frame (the engine's memory limit and copy-on-write setting, the file
 size limit, the preopens, the environment, the network switch), answers ``ready``, then serves requests until end of

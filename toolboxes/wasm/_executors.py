@@ -1,8 +1,9 @@
 """The WASM toolbox's executor processes (:mod:`._executor`): where its calls run, and how a call that outlives its
 time limit is stopped whatever the component is doing.
 
-:class:`ExecutorPool` keeps up to ``size`` executors, started on demand (``python -I -B`` running
-:func:`._executor.main`, stdin and stdout on pipes, the worker's stderr, no other fd, an environment of its own).
+:class:`ExecutorPool` keeps up to ``size`` executors: the first ones forked from the worker while it opens the
+toolbox (:mod:`._executor_fork`), the others started on demand (``python -I -B`` running :func:`._executor.main`,
+stdin and stdout on pipes, the worker's stderr, no other fd, an environment of its own).
 :meth:`ExecutorPool.request` takes an idle executor (or starts one), sends the request (with the serialized
 component the first time that executor needs it) and waits for the answer until the deadline; at the deadline, or
 when the call is cancelled, or if the executor dies, it kills the process (``SIGKILL``, then reaps it), forgets it
@@ -28,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._executor_fork import ForkedProcess, fork_executors
 from ._executor_wire import FrameReader, PeerGone, WaitEnded, write_frame
 
 if TYPE_CHECKING:
@@ -77,11 +79,11 @@ class ExecutorSetup:
 
 
 class _Executor:
-    """One executor process and the components it holds."""
+    """One executor process and the components it holds: ``forked`` (:mod:`._executor_fork`) or a new exec."""
 
-    def __init__(self, setup: ExecutorSetup) -> None:
+    def __init__(self, setup: ExecutorSetup, forked: ForkedProcess | None = None) -> None:
         env = {"TOKIO_WORKER_THREADS": "1", "LANG": os.environ.get("LANG", "C.UTF-8")}
-        self.proc = subprocess.Popen(
+        self.proc: subprocess.Popen[bytes] | ForkedProcess = forked or subprocess.Popen(
             [sys.executable, "-I", "-B", "-c", _BOOTSTRAP],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -134,10 +136,13 @@ class _Executor:
 
 
 class ExecutorPool:
-    """Up to ``size`` executors started with ``setup`` (see the module docstring). Thread-safe."""
+    """Up to ``size`` executors started with ``setup`` (see the module docstring). Thread-safe. ``prefork``: how
+    many to fork from this process at once, while it runs one thread (:mod:`._executor_fork`: they start in
+    milliseconds); the others are exec'd when needed."""
 
-    def __init__(self, setup: ExecutorSetup, size: int) -> None:
+    def __init__(self, setup: ExecutorSetup, size: int, prefork: int = 0) -> None:
         self._setup = setup
+        self._forked = fork_executors(min(prefork, max(1, size)))
         self._size = max(1, size)
         self._cond = threading.Condition()
         self._idle: list[_Executor] = []
@@ -196,7 +201,7 @@ class ExecutorPool:
                 self.warm()  # the next call, or this one's replacement if it must be killed, finds one ready
             return executor
         try:
-            executor = _Executor(self._setup)
+            executor = _Executor(self._setup, self._pop_forked())
         except ExecutorStopped:
             with self._cond:
                 self._count -= 1
@@ -236,9 +241,13 @@ class ExecutorPool:
             self._starting += 1
         threading.Thread(target=self._start_spare, name="wasm-executor-start", daemon=True).start()
 
+    def _pop_forked(self) -> ForkedProcess | None:
+        with self._cond:
+            return self._forked.pop() if self._forked else None
+
     def _start_spare(self) -> None:
         try:
-            executor = _Executor(self._setup)
+            executor = _Executor(self._setup, self._pop_forked())
         except ExecutorStopped:
             with self._cond:
                 self._count -= 1
@@ -266,6 +275,7 @@ class ExecutorPool:
         with self._cond:
             self._closed = True
             idle, self._idle = self._idle, []
+            unused, self._forked = self._forked, []
             busy = [e for e in self._alive if e not in idle]
             self._alive.clear()
             self._cond.notify_all()
@@ -273,3 +283,8 @@ class ExecutorPool:
             executor.release()
         for executor in busy:
             executor.kill()
+        for process in unused:
+            process.kill()
+            process.wait()
+            process.stdin.close()
+            process.stdout.close()

@@ -26,8 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox._fs_compile import compile_predicate
-from sandbox._plan import WRITE
+from sandbox import WRITE, compile_predicate
 
 from .._names import tool_name
 from .._result import ToolResult
@@ -124,8 +123,6 @@ class WasmToolbox:
         self._channel: HostChannel | None = env.channel
         #: the file size limit every executor applies to itself (docs/WASM.md "File size")
         self.file_size = current_limit(config.file_sandbox.max_file_size if config.file_sandbox is not None else None)
-        engine, settings = make_engine(config.max_memory_bytes, copy_on_write=self.file_size is None)
-        self._cache = CompileCache(engine, settings, os.path.join(env.state_dir, "wasm-cache"))
         preopens, self._preopen_errors = _preopens(config, env.workdir)
         if config.allowed_hosts:
             self._preopen_errors.append({"source": "AllowedHosts", "message": NO_NETWORK})
@@ -139,7 +136,10 @@ class WasmToolbox:
             bool(config.allowed_hosts),
         )
         concurrent = env.limits.get("max_concurrent_calls") if isinstance(env.limits, dict) else None
-        self.executors = ExecutorPool(setup, (concurrent if isinstance(concurrent, int) else 8) + 1)
+        # first, before this process makes an engine or a thread: two executors forked now start in milliseconds
+        self.executors = ExecutorPool(setup, (concurrent if isinstance(concurrent, int) else 8) + 1, prefork=2)
+        engine, settings = make_engine(config.max_memory_bytes, copy_on_write=self.file_size is None)
+        self._cache = CompileCache(engine, settings, os.path.join(env.state_dir, "wasm-cache"))
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._loaded: dict[str, _Loaded] = {}

@@ -360,7 +360,9 @@ def test_a_missing_subagent_file_is_a_load_error_of_its_agent(sandbox_tmp: Path)
             timeout=120,
         )
         assert done.returncode == 0, done.stderr
-        assert f"load error: agent main: {sandbox_tmp / 'main.json'} $.contents.extraAgents[0]: " in done.stdout
+        # `tools` prints "load error: <whose>: ...", `check`'s summary lists them under "load errors (N):"
+        heading = "load errors (1):\n  " if command == "check" else "load error: "
+        assert f"{heading}agent main: {sandbox_tmp / 'main.json'} $.contents.extraAgents[0]: " in done.stdout
         assert f"sub-agent file not found: {sandbox_tmp / 'gone.json'}; that sub-agent is left out" in done.stdout
     done = subprocess.run(
         [sys.executable, "-m", "supervisor", "tools", "--policy", str(policy)],

@@ -21,7 +21,7 @@ import pytest
 import trio
 import yaml
 
-from sandbox._egress_decide import Resolution, ResolveError
+from sandbox import Resolution, ResolveError
 from supervisor._supervisor import Supervisor
 from supervisor.agents._model_network import ModelAccess, ModelEndpointRefused, model_endpoint
 from supervisor.config import AgentLoop, load_config

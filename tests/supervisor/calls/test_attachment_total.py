@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from labkit import png_bytes
 from supervisor.calls import AttachmentStore
 from supervisor.config._policy import Context
-from toolboxes._result import Attachment, ToolResult
+from toolboxes import Attachment, ToolResult
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -21,7 +21,7 @@ from supervisor.calls import CallOrigin, CallPolicy, CallServices, Portal, ToolR
 from supervisor.calls._budget import BudgetLimits, BudgetPolicy, CallTreeBudget
 from supervisor.config import Policy
 from supervisor.traces import TraceRecorder
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 
 # -- pure ------------------------------------------------------------------------------------------------------------

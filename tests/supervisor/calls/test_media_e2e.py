@@ -128,7 +128,15 @@ def _policy(root: Path) -> Path:
     system = system_toolbox(
         capabilities=["attach-file"], FileSandbox={"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./files"}}
     )
-    mcp = {"tag": "McpSimpleBinary", "contents": {"name": "media", "executable": sys.executable, "args": [str(server)]}}
+    mcp = {
+        "tag": "McpSimpleBinary",
+        "contents": {
+            "name": "media",
+            "executable": sys.executable,
+            "args": [str(server)],
+            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(server)}},
+        },
+    }
     return write_policy(
         root,
         {"tester": agent(toolDirectory="tools", builtinToolboxes=[system], mcpServers=[mcp])},

@@ -7,7 +7,7 @@ import base64
 
 from supervisor.calls import media_response
 from supervisor.calls._attachments import MAX_WORKER_MEDIA_BYTES
-from toolboxes._result import Attachment, ToolResult
+from toolboxes import Attachment, ToolResult
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
 stored = {"png": PNG, "csv": b"a,b\n"}

@@ -9,7 +9,7 @@ import trio
 
 from supervisor.calls import CallOrigin, CallServices, Portal, ToolRegistry
 from supervisor.traces import TraceRecorder
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

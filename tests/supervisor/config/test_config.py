@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox._predicate_eval import check_path
+from sandbox import check_path
 from sandbox._predicates import Any_, DirectoryRecursive, FileExactly
 from supervisor.config._loader import (
     ConfigError,

@@ -18,6 +18,7 @@ from supervisor.config._loader import load_config
 from supervisor.plan._compile import compile_policy
 from supervisor.plan._credential_values import load_credentials, read_root_only_file, run_credential_commands
 from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor.plan._facts import plan_as_root
 
 SECRET = "ghp_" + os.urandom(8).hex()
 GITHUB = {
@@ -91,7 +92,6 @@ def test_a_toolbox_naming_an_unknown_credential_is_an_error(tmp_path: Path) -> N
     assert "names the credential 'gitlab', which credentials does not define" in text and "gh" in text
 
 
-@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(
     tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -100,7 +100,7 @@ def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(
     monkeypatch.setenv("GITHUB_TOKEN", SECRET)
     tb = _openapi(spec, Token="${GITHUB_TOKEN}", Headers={"X-Also": "token ${gh}"})
     path = write_policy(tmp_path, {"a": agent(openApiToolboxes=[tb])}, credentials={"gh": GITHUB})
-    compiled = compile_policy(load_config(str(path)), prepare=False)
+    compiled = plan_as_root(load_config(str(path)))  # (planned as a root supervisor would: no root needed)
     (spec_,) = compiled.specs
     worker_config = json.dumps(spec_.plan.payload)
     assert SECRET not in worker_config and SECRET not in json.dumps(spec_.report)
@@ -112,7 +112,6 @@ def test_token_reference_is_a_placeholder_and_the_grant_carries_the_value(
     assert SECRET not in repr(spec_)
 
 
-@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_other_variables_still_expand_and_ungranted_toolboxes_get_nothing(
     tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -123,12 +122,11 @@ def test_other_variables_still_expand_and_ungranted_toolboxes_get_nothing(
     path = write_policy(
         tmp_path, {"a": agent(openApiToolboxes=[tb], builtinToolboxes=[other])}, credentials={"gh": GITHUB}
     )
-    specs = {s.toolbox: s for s in compile_policy(load_config(str(path)), prepare=False).specs}
+    specs = {s.toolbox: s for s in plan_as_root(load_config(str(path))).specs}
     assert specs["gh"].plan.payload["config"]["Headers"] == {"X-Plain": "plain-value"}
     assert specs["gh"].credentials == () and specs["system"].credentials == ()
 
 
-@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_policy_grant_and_credential_env_placeholder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An MCP server or a bash tool that insists on an environment variable gets the placeholder in it; the
     toolbox is granted the credential; a grant its AllowedHosts cannot use is a warning."""
@@ -141,7 +139,7 @@ def test_policy_grant_and_credential_env_placeholder(tmp_path: Path, monkeypatch
             "system": {"credential_env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "gh"}, "allowed_hosts": ["other.example.com"]}
         },
     )
-    compiled = compile_policy(load_config(str(path)), prepare=False)
+    compiled = plan_as_root(load_config(str(path)))  # (planned as a root supervisor would: no root needed)
     (spec_,) = compiled.specs
     assert spec_.plan.env["GITHUB_PERSONAL_ACCESS_TOKEN"] == "AGENTS_SUPERVISE_CREDENTIAL_gh"
     assert SECRET not in json.dumps(spec_.plan.env)
@@ -266,14 +264,12 @@ async def test_the_loop_serves_while_a_command_runs(tmp_path: Path) -> None:
         assert await _command_value(waiting) == SECRET
 
 
-@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
     """The worker gets the CA's file read-only and the variables that point its TLS clients at it; the file holds
     the certificate only; a leaf names exactly its host and is signed by the CA; without hosts it is a warning."""
     from cryptography import x509
 
-    from sandbox._plan import READ
-    from sandbox._tls_ca import supervisor_ca
+    from sandbox import READ, supervisor_ca
     from supervisor.plan._tls_termination import CA_ENV_VARS, write_ca_file
 
     path = write_policy(
@@ -288,7 +284,7 @@ def test_tls_termination_plan_and_the_ca(tmp_path: Path) -> None:
             "quiet": {"tls_termination": True},
         },
     )
-    specs = {s.toolbox: s for s in compile_policy(load_config(str(path)), prepare=False).specs}
+    specs = {s.toolbox: s for s in plan_as_root(load_config(str(path))).specs}
     ca = supervisor_ca()
     ca_path = str(tmp_path / "state" / "tls" / f"ca-{ca.fingerprint}.pem")
     system = specs["system"]

@@ -4,6 +4,7 @@ another tenant's; plus the pure choice of what a trace record tells a session.""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -18,8 +19,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from supervisor.frontends._http_auth import hash_token
-from supervisor.frontends._mcp_logging import log_entry
-from tests._policies import agent, system_toolbox, write_policy
+from supervisor.frontends._mcp_logging import LIMIT_REFUSALS, log_entry
+from tests._policies import agent, local_model, system_toolbox, write_policy
+from tests.supervisor._model_server import call, model_server
+from tests.supervisor.calls.test_portal_depth import _lua
 from tests.supervisor.frontends.test_frontends import REPO, _env
 from tests.supervisor.frontends.test_mcp_http import _start
 
@@ -290,3 +293,80 @@ async def test_stateless_requests_opt_in_per_request(sandbox_tmp: Path) -> None:
                     await past_the_rate()
         refused = [r for r in server.records("http_refused") if r["status"] == 429]
         assert refused and refused[0]["tenant"] == "acme" and "calls per second" in refused[0]["why"], refused
+
+
+def test_a_call_trees_limits_are_told_to_the_session_whose_call_it_is() -> None:
+    """A budget's refusal (``CallTreeBudget``) is a limit, as the session's and the depth's are; a refusal or a
+    limit in a call's tree (a sub-agent's own session) is this session's when its root call is one of its calls."""
+    assert {"SessionLimit", "PortalDepthExceeded", "CallTreeBudget"} <= LIMIT_REFUSALS
+    refusal = {"tool": "t", "kind": "CallTreeBudget", "reason": "r", "session": "child", "root_call_id": "c1"}
+    assert log_entry("portal_refusal", refusal, agent="alpha", own_session=True, own_call=False) == (
+        "warning",
+        {"event": "portal_refusal", "tool": "t", "kind": "CallTreeBudget", "reason": "r"},
+    )
+    assert log_entry("portal_refusal", refusal, agent="alpha", own_session=False, own_call=True) is not None
+    assert log_entry("portal_refusal", refusal, agent="alpha", own_session=False, own_call=False) is None
+    not_a_limit = {**refusal, "kind": "PortalInvalidArguments"}
+    assert log_entry("portal_refusal", not_a_limit, agent="alpha", own_session=False, own_call=True) is None
+    spent = {"limit": "budget.tool_calls", "value": 5, "used": {"tool_calls": 5}, "root_call_id": "c1"}
+    assert log_entry("limit_hit", spent, agent="alpha", own_session=False, own_call=True) == (
+        "warning",
+        {"event": "limit_hit", "limit": "budget.tool_calls", "value": 5, "used": {"tool_calls": 5}},
+    )
+
+
+LOOP = """
+for i = 1, 100000 do
+  local r = tools.call("system_sys_date", {})
+  if r.status ~= "ok" then return i, r.error end
+end
+return 0
+"""
+
+
+@pytest.mark.root
+async def test_a_spent_call_tree_budget_is_heard_over_stdio(sandbox_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The official SDK client over stdio: a Lua ``tools.call`` loop runs its call's tree out of tool calls (the
+    refusal is in the session's own calls), then a sub-agent's loop does (its refusal is in the sub-agent's own
+    session, heard through its root call). The model is the one part that cannot be real: a scripted server on
+    loopback, which the policy opens to model endpoints."""
+    monkeypatch.setenv("AGENTS_TEST_KEY", "k")
+    with model_server(lambda req: call("system_helper_sys_date", {})) as server:
+        helper = agent("helper", modelUrl=server.url, builtinToolboxes=[system_toolbox("helper_sys", ["date"])])
+        (sandbox_tmp / "helper.json").write_text(json.dumps(helper))
+        alpha = agent(
+            "alpha",
+            builtinToolboxes=[system_toolbox("sys", ["date"]), _lua(["system_sys_date"])],
+            extraAgents=[{"slug": "helper", "path": "helper.json"}],
+        )
+        policy = write_policy(
+            sandbox_tmp,
+            {"alpha": alpha},
+            model_keys={"test": "AGENTS_TEST_KEY"},
+            agent_loop=local_model({"max_steps": 50, "retries": 0, "request_timeout_s": 10}),
+            budget={"tool_calls": 6, "model_requests": None, "wall_time_s": None},
+        )
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "supervisor", "--policy", str(policy)], env=_env(), cwd=REPO
+        )
+        log = _Log()
+        with trio.fail_after(120):
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write, logging_callback=log.callback) as session,
+            ):
+                await session.initialize()
+                await session.set_logging_level("warning")
+                looped = await session.call_tool("lua_lua_execute", {"script": LOOP})
+                assert looped.structured_content is not None, looped
+                assert looped.structured_content["values"] == [6, "CallTreeBudget"]  # the root and 5 dates
+                level, data = await log.wait_for("portal_refusal", kind="CallTreeBudget", tool="system_sys_date")
+                assert level == "warning" and "of 6 tool calls (budget.tool_calls in the policy)" in data["reason"]
+                level, data = await log.wait_for("limit_hit", limit="budget.tool_calls")
+                assert level == "warning" and data["used"]["tool_calls"] == 6
+                asked = await session.call_tool("io_prompt_agent_helper", {"what": "what day is it?"})
+                assert asked.is_error  # its loop ran the tree out of tool calls, then of nothing else: it failed
+                level, data = await log.wait_for("portal_refusal", kind="CallTreeBudget", tool="system_helper_sys_date")
+                assert level == "warning"
+    budget_hits = [d for _, d in log.messages if d["event"] == "limit_hit" and d["limit"] == "budget.tool_calls"]
+    assert len(budget_hits) == 2  # once per tree

@@ -49,7 +49,12 @@ def _policy(root: Path, url: str) -> Path:
     script.chmod(0o644)
     mcp = {
         "tag": "McpSimpleBinary",
-        "contents": {"name": "render", "executable": sys.executable, "args": [str(script)]},
+        "contents": {
+            "name": "render",
+            "executable": sys.executable,
+            "args": [str(script)],
+            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(script)}},
+        },
     }
     helper = agent("helper", modelUrl=url, builtinToolboxes=[system_toolbox("helper_sys", ["hostname"])])
     (root / "helper.json").write_text(json.dumps(helper))

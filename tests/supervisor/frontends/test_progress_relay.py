@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from supervisor.frontends._progress_relay import QUEUE, ProgressRelay, progress_token
-from toolboxes._progress import ProgressUpdate, parse_progress_event, progress_event
+from toolboxes import ProgressUpdate, parse_progress_event
+from toolboxes._progress import progress_event
 
 
 async def test_updates_are_written_in_order_and_only_while_they_increase() -> None:

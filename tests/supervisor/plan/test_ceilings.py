@@ -13,9 +13,17 @@ import pytest
 import yaml
 
 from supervisor.config import Policy, load_config
-from supervisor.plan._ceilings import agent_bounds, ceiling_refusals, class_refusals, tenant_reach
-from supervisor.plan._compile import compile_policy
+from supervisor.plan import compile_policy, plan_policy
+from supervisor.plan._ceilings import (
+    agent_bounds,
+    ceiling_refusals,
+    class_refusals,
+    method_cap,
+    method_refusals,
+    tenant_reach,
+)
 from tests._policies import agent, system_toolbox, write_policy
+from tests.supervisor.plan._facts import facts_as
 
 REPO = Path(__file__).resolve().parents[3]
 STRICT = REPO / "policies" / "strict.yaml"
@@ -86,12 +94,28 @@ def test_ceilings_bound_an_agents_hosts_and_capabilities_and_name_their_key() ->
     assert agent_bounds(policy, "other", reach)[0].key == 'ceilings."*"'
 
 
+def test_http_methods_ceilings_intersect_and_an_asked_method_past_one_names_its_key() -> None:
+    policy = Policy.model_validate(
+        {
+            "ceilings": {"*": {"http_methods": ["get", "HEAD", "POST"]}, "coder": {"http_methods": ["POST", "GET"]}},
+            "tenants": {"acme": {"agents": ["coder"], "ceiling": {"allowed_hosts": ["*"]}}},
+        }
+    )
+    bounds = agent_bounds(policy, "coder", {"acme": {"coder"}})
+    assert method_cap(bounds) == ["GET", "POST"]
+    assert method_cap(agent_bounds(policy, "coder", {})[2:]) is None  # no ceiling names methods: no bound
+    assert method_refusals(["get", "post"], bounds) == []
+    [refused] = method_refusals(["HEAD"], bounds)
+    assert "HEAD (AllowedMethods), past the policy's ceiling ceilings.coder.http_methods (POST, GET)" in refused
+
+
 @pytest.mark.parametrize(
     ("ceiling", "where", "word"),
     [
         ({"forbidden_capabilities": ["exec"]}, "$.ceilings.coder.forbidden_capabilities[0]", "unknown capability"),
         ({"allowed_hosts": ["https://x/y"]}, "$.ceilings.coder.allowed_hosts[0]", "invalid host"),
         ({"allowed_hostz": []}, "$.ceilings.coder", "allowed_hostz"),
+        ({"http_methods": ["FETCH"]}, "$.ceilings.coder.http_methods[0]", "unknown HTTP method 'FETCH'"),
     ],
 )
 def test_a_ceiling_that_does_not_parse_is_a_config_error(
@@ -122,12 +146,16 @@ def _shipped(name: Path, root: Path, agents: dict[str, dict[str, Any]], **extra:
     return write_policy(root, agents, **{**settings, **extra})
 
 
+def _plan(policy: Path) -> Any:
+    """The policy planned on this host as a root supervisor sees it (``_facts.facts_as``): no root needed."""
+    config = load_config(str(policy))
+    return plan_policy(config, facts_as(config, config.policy.state_dir)).compiled
+
+
 def _load_errors(policy: Path) -> dict[str, str]:
-    compiled = compile_policy(load_config(str(policy)), prepare=False)
-    return {e["toolbox"]: e["message"] for e in compiled.load_errors}
+    return {e["toolbox"]: e["message"] for e in _plan(policy).load_errors}
 
 
-@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_the_seed_file_agent_under_strict_yaml_names_the_key_that_opens_its_localhost(sandbox_tmp: Path) -> None:
     agents = {"file-agent": agent("file-agent", builtinToolboxes=[_seed_lua(sandbox_tmp), system_toolbox()])}
     errors = _load_errors(_shipped(STRICT, sandbox_tmp, agents))
@@ -136,7 +164,7 @@ def test_the_seed_file_agent_under_strict_yaml_names_the_key_that_opens_its_loca
     assert "toolboxes.file-agent/lua.allow_loopback: true" in errors["lua"]
     # The operator opens it for that toolbox: it loads, and its worker's proxy is told so.
     opened = _shipped(STRICT, sandbox_tmp, agents, toolboxes={"file-agent/lua": {"allow_loopback": True}})
-    compiled = compile_policy(load_config(str(opened)), prepare=False)
+    compiled = _plan(opened)
     assert compiled.load_errors == []
     spec = next(s for s in compiled.specs if s.toolbox == "lua")
     assert (spec.loopback, spec.policy_key) == (True, "toolboxes.file-agent/lua")
@@ -176,7 +204,6 @@ def test_openapi_base_urls_and_policy_hosts_open_no_address_class_either(sandbox
     assert "toolboxes.tenant/system.allow_loopback: true" in errors["system"]
 
 
-@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_a_ceiling_is_a_load_error_of_the_toolbox_past_it_whatever_strict_says(sandbox_tmp: Path) -> None:
     boxes = [
         system_toolbox("shell", capabilities=["date", "execute-command"]),
@@ -230,7 +257,6 @@ def test_check_shows_what_the_policy_caps_for_each_toolbox(
     assert tb["caps"]["hosts"] == [{"key": "ceilings.coder.allowed_hosts", "patterns": ["*.example.com"]}]
 
 
-@pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_a_policy_file_a_worker_can_write_stops_a_strict_start(sandbox_tmp: Path) -> None:
     from supervisor._errors import PolicyRefused
 
@@ -241,9 +267,8 @@ def test_a_policy_file_a_worker_can_write_stops_a_strict_start(sandbox_tmp: Path
         )
     }
     with pytest.raises(PolicyRefused, match=r"the policy file .*policy\.yaml can be written by the worker of coder/sh"):
-        compile_policy(load_config(str(write_policy(sandbox_tmp, agents))), prepare=False)
-    loose = write_policy(sandbox_tmp, agents, strict=False, landlock_min_abi=0)
-    compiled = compile_policy(load_config(str(loose)), prepare=False)
+        _plan(write_policy(sandbox_tmp, agents))
+    compiled = _plan(write_policy(sandbox_tmp, agents, strict=False, landlock_min_abi=0))
     assert any("policy file" in w and "not refused" in w for w in compiled.warnings)
     assert any(w.startswith("agent coder: the agent file") for w in compiled.warnings)
 

@@ -21,9 +21,9 @@ from supervisor.plan._identities import (
     TooManyWorkers,
     WorkerIdentity,
     _slot,
-    assign_identities,
     plan_identities,
 )
+from supervisor.plan._identity_store import assign_identities
 from tests._policies import agent, system_toolbox, write_policy
 
 FIRST = 3_000_000_000
@@ -68,7 +68,7 @@ def test_a_slug_belongs_to_the_file_that_claimed_it_first() -> None:
 
 def test_two_processes_allocating_at_once_get_distinct_numbers(tmp_path: Path) -> None:
     code = (
-        "import sys, json; from supervisor.plan._identities import assign_identities; "
+        "import sys, json; from supervisor.plan._identity_store import assign_identities; "
         "ids = assign_identities(sys.argv[1], {}, [f'{sys.argv[2]}/tb{i}' for i in range(40)], first=7000, "
         "count=200, persist=True).workers; print(json.dumps({k: v.uid for k, v in ids.items()}))"
     )
@@ -169,13 +169,16 @@ async def test_another_agent_file_claiming_a_bound_slug_is_refused_until_rebound
             pass
 
 
-@pytest.mark.root
 async def test_identities_are_only_read_by_check(sandbox_tmp: Path, fresh_uid_registry: Path) -> None:
+    """What ``check`` plans as a root supervisor (``_facts.facts_as``): the uid is given in the plan, nothing is
+    recorded."""
     from supervisor.config._loader import load_config
-    from supervisor.plan._compile import compile_policy
+    from supervisor.plan import plan_policy
+    from tests.supervisor.plan._facts import facts_as
 
     policy = _ids_policy(sandbox_tmp, "coder", "tools", sandbox_tmp / "state")
-    compiled = compile_policy(load_config(str(policy)), prepare=False)
+    config = load_config(str(policy))
+    compiled = plan_policy(config, facts_as(config, str(sandbox_tmp / "state"))).compiled
     assert compiled.specs[0].plan.uid == FIRST + _slot("coder/tools", 1000)
     assert not (sandbox_tmp / "state").exists()
     assigned = assign_identities(str(sandbox_tmp / "missing"), {}, ["a/b"], first=FIRST, count=10, persist=False)

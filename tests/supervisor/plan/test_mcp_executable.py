@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandbox._dirfd import UnsafeTreeError
-from sandbox._plan import READ, FsRule
+from sandbox import READ, FsRule, UnsafeTreeError
 from supervisor.plan._mcp_executable import package_trees, plan_server_files, worker_writable_judge
 
 if TYPE_CHECKING:

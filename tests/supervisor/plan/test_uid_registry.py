@@ -19,7 +19,8 @@ from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
 from supervisor.config._errors import ConfigError
 from supervisor.plan._agent_bindings import AgentFile
-from supervisor.plan._identities import IdentityTable, WorkerIdentity, _slot, assign_identities, plan_identities
+from supervisor.plan._identities import IdentityTable, WorkerIdentity, _slot, plan_identities
+from supervisor.plan._identity_store import assign_identities
 from supervisor.plan._uid_registry import REGISTRY_ENV, Holder, HostRegistry, read_registry
 from tests._policies import agent, system_toolbox, write_policy
 
@@ -70,7 +71,7 @@ def test_without_a_state_id_every_registered_number_is_anothers() -> None:
 
 def test_state_dirs_allocating_at_once_get_distinct_numbers(sandbox_tmp: Path, fresh_uid_registry: Path) -> None:
     code = (
-        "import sys, json; from supervisor.plan._identities import assign_identities; "
+        "import sys, json; from supervisor.plan._identity_store import assign_identities; "
         "ids = assign_identities(sys.argv[1], {}, [f'same/tb{i}' for i in range(40)], first=7000, "
         "count=150, persist=True).workers; print(json.dumps({k: v.uid for k, v in ids.items()}))"
     )

@@ -3,7 +3,7 @@ gets: ``test_identities.py``; handing folders over: ``tests/sandbox/test_dirfd.p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -37,12 +37,16 @@ def test_account_files_name_a_uid_the_host_does_not_know() -> None:
     assert taken.passwd is not None and "\nagent-x2:x:7000:" in taken.passwd
 
 
-@pytest.mark.root
 def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path, fresh_uid_registry: Path) -> None:
+    """Planned as a root supervisor plans them (``_facts.facts_as``: the uids are data of the plan, no root)."""
     from supervisor._errors import PolicyRefused
     from supervisor.config._loader import load_config
-    from supervisor.plan._compile import compile_policy
+    from supervisor.plan import plan_policy
     from tests._policies import agent, system_toolbox, write_policy
+    from tests.supervisor.plan._facts import facts_as
+
+    def planned(config: Any) -> Any:
+        return plan_policy(config, facts_as(config, config.policy.state_dir)).compiled
 
     boxes = [system_toolbox("one"), system_toolbox("two")]
     config = load_config(
@@ -52,7 +56,7 @@ def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path, fresh
             )
         )
     )
-    plans = {s.toolbox: s.plan for s in compile_policy(config, prepare=False).specs}
+    plans = {s.toolbox: s.plan for s in planned(config).specs}
     expected = {n: 3_000_000_000 + _slot(f"tester/{n}", 100) for n in ("one", "two")}  # a fresh table: hash slots
     if expected["one"] == expected["two"]:
         expected["two"] = 3_000_000_000 + (expected["two"] - 3_000_000_000 + 1) % 100
@@ -60,7 +64,7 @@ def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path, fresh
     assert {n: p.gid for n, p in plans.items()} == expected  # a group of its own each
     assert (plans["one"].account_name, plans["one"].umask) == ("agent-one", 0o002)
     shared = load_config(str(write_policy(tmp_path, {"tester": agent(builtinToolboxes=boxes)})))
-    one = compile_policy(shared, prepare=False).specs[0].plan
+    one = planned(shared).specs[0].plan
     assert (one.uid, one.account_name, one.umask) == (65534, "", 0o077)
     small = load_config(
         str(
@@ -70,4 +74,4 @@ def test_the_compiled_plans_carry_the_uids_names_and_umask(tmp_path: Path, fresh
         )
     )
     with pytest.raises(PolicyRefused, match="make the range larger"):
-        compile_policy(small, prepare=False)
+        planned(small)

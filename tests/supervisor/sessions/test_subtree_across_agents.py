@@ -24,7 +24,7 @@ import yaml
 
 from supervisor._supervisor import Supervisor
 from supervisor.sessions._ids import Owner, root_session_id
-from tests._policies import agent, local_model, shipped_policy
+from tests._policies import agent, local_model_of, shipped_policy
 from tests.supervisor._model_server import answer, model_server
 from tests.supervisor.config.test_seed_examples import _stand_ins, seed_file
 
@@ -44,13 +44,12 @@ def _policy(root: Path, model_url: str) -> Path:
     helper = agent("helper", modelUrl=model_url, announce="Helps the file agent.")
     (folder / "helper.json").write_text(json.dumps(helper))
     assert yaml.safe_load(STRICT.read_text())["sessions"]["introspection"]["other_agents"] is False
-    strict = yaml.safe_load(STRICT.read_text())
     return shipped_policy(
         root,
         STRICT,
         [folder / "file-agent.json"],
         model_keys={"test": "AGENTS_TEST_KEY"},
-        agent_loop=local_model(strict["agent_loop"]),  # strict.yaml's bounds, its model on this host's loopback
+        agent_loop=local_model_of(STRICT),
     )
 
 

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from labkit import describe_json, write_script
+from sandbox import READ, WRITE, FsRule, landlock_abi
 from sandbox._audit_netlink import AUDIT_LANDLOCK_ACCESS, AUDIT_LANDLOCK_DOMAIN, AuditRecord, is_kernel_thread
-from sandbox._landlock import landlock_abi
-from sandbox._plan import READ, WRITE, FsRule
 from supervisor._supervisor import Supervisor
 from supervisor.traces import TraceRecorder
 from supervisor.traces._report import load_trace, render_text, report
@@ -166,12 +165,23 @@ def test_records_are_matched_to_a_worker_by_domain_then_session(
     assert [(r["toolbox"], r["target"]) for r in traced if r["event"] == "denial"] == [("tools", "/x")]
 
 
+def test_records_of_domains_never_allocated_here_are_held_for_a_few_domains_only(tmp_path: Path) -> None:
+    """Every process's Landlock denials on the host reach the reader; a domain allocated before it started never
+    sends its "allocated" record, so its records would wait for ever: only the most recent 64 domains' are held."""
+    audit = KernelAudit(TraceRecorder(str(tmp_path / "t.jsonl")))
+    for serial in range(10_000):
+        fields = {"domain": f"f{serial}", "blockers": "fs.read_file", "path": f"/other/{serial}"}
+        audit.handle(AuditRecord(AUDIT_LANDLOCK_ACCESS, serial, fields))
+    assert len(audit._pending) == 64 and "f9999" in audit._pending and "f0" not in audit._pending
+    audit.trace.close()
+
+
 async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from types import SimpleNamespace
 
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
     # a stand-in tool whose worker has pid 42 in session 7 (the real path runs in the root tests below)
     monkeypatch.setattr("supervisor.workers._kernel_audit.read_session", lambda pid: 7 if pid == 42 else None)
@@ -527,7 +537,7 @@ async def test_a_refusal_in_one_worker_never_shows_in_another_workers_result(san
 async def test_a_worker_cannot_leave_its_audit_session_or_speak_to_the_audit_socket(sandbox_tmp: Path) -> None:
     import os
 
-    from sandbox._audit_session import read_session
+    from sandbox import read_session
 
     probe = (
         "cat /proc/self/sessionid; echo; (echo 0 > /proc/self/loginuid) 2>/dev/null && echo LEFT; "

@@ -26,8 +26,7 @@ from supervisor.tools._validation import ArgumentValidator
 from supervisor.workers._worker import MAX_REQUESTS_IN_FLIGHT, MAX_TOOLS_CHANGED, Worker
 from tests._policies import agent, system_toolbox, write_policy
 from tests._workers import pid_one
-from toolboxes._protocol import encode
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult, encode
 
 if TYPE_CHECKING:
     from pathlib import Path

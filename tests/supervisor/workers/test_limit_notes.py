@@ -9,14 +9,23 @@ from typing import TYPE_CHECKING
 import pytest
 
 from labkit import describe_json, write_script
-from sandbox._cgroup_events import CounterFiles, LimitCounters, counter_files, parse_counters, read_counters, rises
-from sandbox._cgroups import CgroupLayout, plan_cgroup, read_layout
+from sandbox import (
+    CgroupLayout,
+    CounterFiles,
+    LimitCounters,
+    counter_files,
+    plan_cgroup,
+    read_counters,
+    read_layout,
+    rises,
+)
+from sandbox._cgroup_events import parse_counters
 from supervisor._supervisor import Supervisor
 from supervisor.traces._report import load_trace, render_text, report
 from supervisor.workers import _limit_notes
 from supervisor.workers._limit_notes import limit_hits, note, signal_of
 from tests._policies import agent, system_toolbox, write_policy
-from toolboxes._result import ToolResult
+from toolboxes import ToolResult
 
 if TYPE_CHECKING:
     from pathlib import Path

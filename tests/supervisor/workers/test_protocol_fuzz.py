@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from supervisor.calls._registry import ToolRegistry
 from supervisor.workers._connection import ConnectionState
 from tests.supervisor.workers.test_worker_connection import FakeWorker, call_in_background, running
-from toolboxes._protocol import encode
+from toolboxes import encode
 
 EXAMPLES = int(os.environ.get("AGENTS_SUPERVISE_FUZZ_EXAMPLES", "100"))
 

@@ -17,10 +17,10 @@ import trio.testing
 from supervisor.config import Supervision
 from supervisor.workers._connection import WorkerConnection
 from supervisor.workers._runner import ToolboxRunner
-from toolboxes._protocol import PROTOCOL_VERSION, FrameDecoder, encode
+from toolboxes import PROTOCOL_VERSION, FrameDecoder, encode
 
 if TYPE_CHECKING:
-    from toolboxes._result import ToolResult
+    from toolboxes import ToolResult
 
 
 async def inline(fn: Any, *args: Any) -> Any:
@@ -31,6 +31,8 @@ class ServingWorker:
     """What ``ToolboxRunner`` needs of a worker, over a connection to an in-process fake that answers every call."""
 
     made: list[ServingWorker] = []
+    #: who made the process (the worker_spawn record says; a fake is made by no spawner)
+    spawned_by: str | None = None
 
     def __init__(self, spec: Any, *, on_request: Any, on_event: Any, reuse: Any = ()) -> None:
         self.spec = spec

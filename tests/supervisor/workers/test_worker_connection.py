@@ -35,7 +35,7 @@ from supervisor.workers._connection import (
     ConnectionState,
     WorkerConnection,
 )
-from toolboxes._protocol import PROTOCOL_VERSION, FrameDecoder, encode
+from toolboxes import PROTOCOL_VERSION, FrameDecoder, encode
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

@@ -25,7 +25,7 @@ import trio
 from supervisor._supervisor import Supervisor
 from tests._policies import agent, system_toolbox, write_policy
 from tests._workers import pid_one
-from toolboxes._protocol import encode
+from toolboxes import encode
 
 if TYPE_CHECKING:
     from supervisor.workers._worker import Worker

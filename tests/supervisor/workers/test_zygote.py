@@ -23,10 +23,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from sandbox._cgroups import create_cgroup, open_procs_files, plan_cgroup, read_layout, remove_cgroup
-from sandbox._landlock import landlock_abi
-from sandbox._plan import ConfinementPlan, FsRule
-from sandbox._syspaths import python_runtime_paths
+from sandbox import (
+    ConfinementPlan,
+    FsRule,
+    create_cgroup,
+    landlock_abi,
+    open_procs_files,
+    plan_cgroup,
+    python_runtime_paths,
+    read_layout,
+    remove_cgroup,
+)
 from supervisor._supervisor import Supervisor
 from supervisor.workers._launch import launch, launcher_argv, plan_frame
 from supervisor.workers._spawner import LauncherSpawner, Spawner, ZygoteSpawner

@@ -1,0 +1,255 @@
+"""The HTTP service's load curve past saturation (``scripts/load_http curve``): throughput and latency against the
+number of sessions calling at once, with the server's work bound (``frontends.http.max_requests_in_flight``) and
+without one.
+
+One ``agents-supervise serve --http`` (strict.yaml's protections, one tenant whose own limits stay out of the way, a
+System toolbox whose ``date`` is the call) per bound. For each number of sessions N: N sessions are opened, each
+gets a keep-alive connection (the lean lane of ``scripts/bench_http.py``: the request encoded once, the answer read by
+its ``content-length``, so that the client costs little CPU) and calls in a loop for ``--seconds`` after a warm-up.
+A refused call (503 or 429) is counted and its lane waits what ``Retry-After`` says (at most ``--max-wait``), as a
+client that honours it does. Per N: admitted calls per second, their p50 and p99, refusals per second, errors
+(any other answer, a closed connection). The sessions are ended (``DELETE``) before the next N.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench_common import agent_file, system_toolbox, write_policy
+
+from labkit import REVISION, RawSession
+from supervisor.frontends._http_auth import hash_token
+
+__all__ = ["curve"]
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "load-curve-token"
+TOOL = "system_system_date"
+
+
+def _policy(root: Path, bound: int, sessions: int) -> Path:
+    return write_policy(
+        root,
+        [agent_file(root, builtinToolboxes=[system_toolbox()])],
+        sessions={"max_calls": None, "max_concurrent_calls": 64},
+        frontends={
+            "http": {
+                "listen": "127.0.0.1:0",
+                "max_sessions": sessions + 100,
+                "max_connections": 2 * sessions + 200,
+                "max_requests_in_flight": bound,
+            }
+        },
+        tenants={
+            "load": {
+                "tokens": [hash_token(TOKEN)],
+                "agents": ["bench"],
+                "limits": {"sessions": sessions + 100, "concurrent_calls": 1_000_000},
+            }
+        },
+    )
+
+
+@dataclass
+class Point:
+    """What N sessions calling at once got."""
+
+    sessions: int
+    seconds: float
+    latencies: list[float] = field(default_factory=list)
+    refused: dict[int, int] = field(default_factory=dict)
+    errors: int = 0
+
+    def row(self) -> dict[str, Any]:
+        ordered = sorted(self.latencies)
+        return {
+            "sessions": self.sessions,
+            "calls_s": len(ordered) / self.seconds,
+            "p50_ms": 1000 * statistics.median(ordered) if ordered else 0.0,
+            "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0,
+            "refused_s": sum(self.refused.values()) / self.seconds,
+            "refused": {str(k): v for k, v in sorted(self.refused.items())},
+            "errors": self.errors,
+        }
+
+
+class Lane:
+    """One keep-alive connection calling the tool again and again on one session (bench_http's lean lane, but a
+    refusal is an answer too: its status and ``Retry-After`` are read)."""
+
+    def __init__(self, host: str, port: int, path: str, session_id: str) -> None:
+        self.host, self.port = host, port
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": TOOL, "arguments": {}}}
+        )
+        head = {
+            "host": f"{host}:{port}",
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+            "authorization": f"Bearer {TOKEN}",
+            "mcp-protocol-version": REVISION,
+            "mcp-session-id": session_id,
+            "content-length": str(len(body)),
+        }
+        lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+        self.request = f"POST {path} HTTP/1.1\r\n{lines}\r\n{body}".encode()
+        self.buffer = b""
+        self.stream: trio.SocketStream | None = None
+
+    async def call(self) -> tuple[int, float | None]:
+        """One call: ``(status, Retry-After or None)``; raises ``OSError`` when the connection broke."""
+        if self.stream is None:
+            self.stream = await trio.open_tcp_stream(self.host, self.port)
+            self.buffer = b""
+        try:
+            await self.stream.send_all(self.request)
+            while True:
+                end = self.buffer.find(b"\r\n\r\n")
+                if end >= 0:
+                    head = self.buffer[:end].lower()
+                    at = head.find(b"content-length:")
+                    length = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
+                    if len(self.buffer) >= end + 4 + length:
+                        body = self.buffer[end + 4 : end + 4 + length]
+                        self.buffer = self.buffer[end + 4 + length :]
+                        break
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    raise OSError("the server closed the connection")
+                self.buffer += data
+        except (OSError, trio.BrokenResourceError):
+            await self.close()
+            raise OSError("the connection broke") from None
+        status = int(head.split(b" ", 2)[1])
+        retry = None
+        at = head.find(b"retry-after:")
+        if at >= 0:
+            retry = float(head[at + 12 :].split(b"\r\n", 1)[0])
+        if status == 200 and json.loads(body).get("result", {}).get("isError"):
+            return 0, None  # a tool error: counted as an error
+        if b"connection: close" in head:
+            await self.close()
+        return status, retry
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            await trio.aclose_forcefully(self.stream)
+            self.stream = None
+
+
+async def _point(url: str, n: int, seconds: float, warmup: float, max_wait: float) -> Point:
+    parsed = httpx.URL(url)
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as opener:
+        sessions = [RawSession(opener, url, headers) for _ in range(n)]
+        limiter = trio.CapacityLimiter(32)
+
+        async def open_one(s: RawSession) -> None:
+            async with limiter:
+                await s.open()
+
+        async with trio.open_nursery() as nursery:
+            for s in sessions:
+                nursery.start_soon(open_one, s)
+    lanes = [Lane(parsed.host, parsed.port or 80, parsed.raw_path.decode(), s.session_id or "") for s in sessions]
+    point = Point(n, seconds)
+    measuring = False
+    stop = trio.Event()
+
+    async def loop(lane: Lane) -> None:
+        while not stop.is_set():
+            began = time.perf_counter()
+            try:
+                status, retry = await lane.call()
+            except OSError:
+                point.errors += measuring
+                continue
+            if status == 200:
+                if measuring:
+                    point.latencies.append(time.perf_counter() - began)
+            elif status in (429, 503):
+                if measuring:
+                    point.refused[status] = point.refused.get(status, 0) + 1
+                await trio.sleep(min(retry if retry is not None else 1.0, max_wait))
+            else:
+                point.errors += measuring
+
+    async with trio.open_nursery() as nursery:
+        for lane in lanes:
+            nursery.start_soon(loop, lane)
+        await trio.sleep(warmup)
+        measuring = True
+        await trio.sleep(seconds)
+        measuring = False
+        stop.set()
+    for lane in lanes:
+        await lane.close()
+    async with httpx.AsyncClient(timeout=60) as closer:
+        for s in sessions:
+            await closer.delete(url, headers={**headers, "mcp-session-id": s.session_id or ""})
+    return point
+
+
+def _start(root: Path, bound: int, sessions: int) -> tuple[subprocess.Popen[bytes], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(_policy(root, bound, sessions))],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    seen = []
+    while "serving MCP over HTTP at " not in (line := process.stderr.readline().decode()):
+        seen.append(line)  # warnings come first
+        if not line:
+            raise SystemExit(f"agents-supervise did not start: {''.join(seen)[-2000:]}")
+    # its later lines are read and dropped: a full pipe would stall the service
+    threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True).start()
+    return process, line.split(" at ", 1)[1].strip().replace("<slug>", "bench")
+
+
+def curve(
+    root: Path, bounds: list[int], sessions: list[int], seconds: float, warmup: float, max_wait: float
+) -> list[dict[str, Any]]:
+    """Every (bound, N): its row (see :meth:`Point.row`), with ``bound`` and the load average."""
+    rows = []
+    for bound in bounds:
+        folder = root / f"bound-{bound}"
+        folder.mkdir()
+        folder.chmod(0o755)
+        process, url = _start(folder, bound, max(sessions))
+        try:
+            for n in sessions:
+                point = trio.run(_point, url, n, seconds, warmup, max_wait)
+                row = {"bound": bound, **point.row(), "load": os.getloadavg()[0]}
+                rows.append(row)
+                print(
+                    f"  bound {bound:>7}  sessions {n:>5}  {row['calls_s']:7.0f} calls/s  p50 {row['p50_ms']:7.1f} ms  "
+                    f"p99 {row['p99_ms']:7.1f} ms  refused {row['refused_s']:7.0f}/s {row['refused']}  errors "
+                    f"{row['errors']}  load {row['load']:.1f}",
+                    flush=True,
+                )
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    return rows
