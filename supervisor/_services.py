@@ -23,7 +23,7 @@ import trio
 from sandbox import OwnListeners, sweep_stale_cgroups
 from supervisor.agents import ModelHttp
 from supervisor.calls import CallServices, ToolRegistry
-from supervisor.plan import WORKER_PROCESS_ENV, worker_modules
+from supervisor.plan import WORKER_PROCESS_ENV, UidHold, worker_modules
 from supervisor.sessions import SessionStore
 from supervisor.tools import SchemaPool
 from supervisor.traces import FLUSH_INTERVAL_S, OtelExport, TraceRecorder, open_otel
@@ -225,6 +225,8 @@ async def open_services(
     stack.push_async_callback(otel.aclose)
     sessions = SessionStore(os.path.join(compiled.state_dir, "sessions.sqlite3"))
     stack.callback(sessions.close)
+    if compiled.uid_claim is not None:  # while it runs, its state dir's uids are in use: `uids release` waits
+        stack.callback(UidHold(*compiled.uid_claim).close)
     own_listeners = OwnListeners()
     http = ModelHttp(own_listeners.ports, model_resolve)
     stack.push_async_callback(_shielded, http.aclose)

@@ -262,6 +262,8 @@ class Portal:
             session=origin.session_id,
             depth=origin.depth + 1,
             parent_call_id=origin.parent_call_id,
+            # the frontend call whose tree this is (none for a root call): its session hears a limit's refusal
+            root_call_id=(origin.budget.root or None) if origin.budget is not None else None,
         )
         result = ToolResult("error", summary=refusal.kind, data=refusal.message).with_meta("portal_error", refusal.kind)
         for key, value in refusal.meta:

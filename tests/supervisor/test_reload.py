@@ -49,6 +49,9 @@ def test_plan_switch_keeps_only_what_compiled_the_same() -> None:
         started=(("a", "new"),),
     )
     assert plan_switch(running, set(), running) == SwitchPlan(kept=tuple(running))
+    # start-up is the switch from no generation: every toolbox is started, in the policy's order
+    assert plan_switch({}, set(), new) == SwitchPlan(started=tuple(new))
+    assert plan_switch(running, {("b", "broken")}, new).fresh == {("a", "change"), ("b", "broken"), ("a", "new")}
 
 
 def _policy(root: Path) -> Path:
