@@ -64,8 +64,8 @@ def _capability(value: str) -> str:
 
 class Ceiling(_Model):
     """The most an agent file may grant: hosts its toolboxes' ``AllowedHosts`` (and OpenAPI/PostgREST and git
-    source hosts) may name, the model endpoint its ``modelUrl`` may name, and System/Developer capabilities it may
-    not enable."""
+    source hosts) may name, the model endpoint its ``modelUrl`` may name, System/Developer capabilities it may not
+    enable, the folders the paths it names must lie in, and the HTTP methods of its OpenAPI/PostgREST tools."""
 
     allowed_hosts: list[Annotated[str, AfterValidator(_ceiling_host)]] | None = Field(
         default=None,

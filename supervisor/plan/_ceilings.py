@@ -45,6 +45,7 @@ __all__ = [
     "method_refusals",
     "model_host_refusals",
     "path_refusals",
+    "path_within",
     "subagent_slugs",
     "tenant_reach",
 ]
@@ -200,7 +201,8 @@ def method_refusals(asked: Iterable[str], bounds: Sequence[Bound]) -> list[str]:
     return out
 
 
-def _beneath(path: str, top: str) -> bool:
+def path_within(path: str, top: str) -> bool:
+    """``path`` is ``top`` or lies beneath it (both canonical)."""
     return path == top or top == "/" or path.startswith(top.rstrip("/") + "/")
 
 
@@ -210,11 +212,11 @@ def path_refusals(named: Iterable[tuple[str, str]], bounds: Sequence[Bound], gra
     gives the worker anyway: its system paths, its ``read_paths``) grants nothing new and is never past."""
     out: list[str] = []
     for path, what in dict.fromkeys(named):
-        if any(_beneath(path, top) for top in granted):
+        if any(path_within(path, top) for top in granted):
             continue
         for bound in bounds:
             trees = bound.ceiling.paths
-            if trees is not None and not any(_beneath(path, top) for top in trees):
+            if trees is not None and not any(path_within(path, top) for top in trees):
                 out.append(
                     f"the agent file names the path {path} ({what}), past the policy's ceiling {bound.key}.paths "
                     f"({', '.join(trees) or 'none'}); the key that would open it: add a folder holding it to "
