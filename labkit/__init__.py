@@ -3,6 +3,7 @@
 minimal MCP Streamable HTTP client, a slowloris. Not shipped (neither code of the supervisor nor of
 a worker); scripts must not import ``tests``, so what both need lives here."""
 
+from ._lean_lane import LeanLane
 from ._mcp_raw_http import REVISION, RawSession, answer_of
 from ._slowloris import Slowloris
 from ._tool_files import describe_json, make_skill, skill_md, write_script
@@ -12,6 +13,7 @@ __all__ = [
     "BEHAVIOURS",
     "REVISION",
     "WASM_TOOLS",
+    "LeanLane",
     "RawSession",
     "Slowloris",
     "Spec",

@@ -5,6 +5,7 @@ A benchmark's policy is ``policies/strict.yaml`` (every protection on: Landlock 
 namespaces, cgroups, a uid per worker, kernel-denial auditing) with the agent file, the state folder and the
 benchmark's own keys put over it (a key given as a mapping is merged one level deep, so ``sessions={"max_calls":
 None}`` keeps strict's other session bounds); ``base=None`` starts from an empty policy (the defaults) instead.
+strict.yaml's ``toolboxes`` settings (of its own agent's toolboxes, which a benchmark does not load) are left out.
 Over strict.yaml a benchmark may raise bounds on calls, never change a protection: :func:`write_policy` refuses the
 keys of :data:`PROTECTIONS` and strict's resource limits (issue 18: every protection of strict.yaml in every row).
 """
@@ -160,6 +161,8 @@ def write_policy(
         if changed:
             raise ValueError(f"a benchmark over strict.yaml may not change its protections: {', '.join(changed)}")
     policy: dict[str, Any] = yaml.safe_load(base.read_text()) if base is not None else {}
+    if base == STRICT:
+        policy.pop("toolboxes", None)  # strict.yaml's settings of its own agent's toolboxes: not the benchmark's
     policy["agents"] = [str(a) for a in agents]
     policy["state_dir"] = str(state or root / "state")
     for key, value in keys.items():

@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 from _chaos_lab import NONCE_RE, Lab  # noqa: E402
 
-from labkit import REVISION, RawSession, Slowloris  # noqa: E402
+from labkit import REVISION, RawSession, Slowloris, answer_of  # noqa: E402
 from supervisor.frontends._http_auth import hash_token  # noqa: E402
 
 __all__ = ["KINDS", "http_chaos", "http_policy"]
@@ -163,18 +163,11 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def _answer(response: httpx.Response, req_id: int) -> dict[str, Any] | None:
-    """The JSON-RPC answer to ``req_id`` in a 200 (a JSON body or SSE events), or ``None``."""
-    kind = response.headers.get("content-type", "").split(";")[0].strip()
-    with contextlib.suppress(ValueError):
-        if kind == "application/json":
-            return response.json()
-        for event in response.text.split("\n\n"):
-            data = "".join(line[5:].strip() for line in event.splitlines() if line.startswith("data:"))
-            if data:
-                message = json.loads(data)
-                if message.get("id") == req_id:
-                    return message
-    return None
+    """The JSON-RPC answer to ``req_id`` in a 200 (``labkit.answer_of``), or ``None`` when it holds none."""
+    try:
+        return answer_of(response, req_id)
+    except (RuntimeError, ValueError):
+        return None
 
 
 class Run:

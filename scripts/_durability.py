@@ -3,7 +3,8 @@ acknowledged write, many rounds, then what survived.
 
 Each round starts ``python -m supervisor --policy <lab>`` (the MCP frontend on stdio), creates a Developer file and
 inserts a SQLite row through it, and SIGKILLs the supervisor the moment the second answer arrives. Afterwards:
-every acknowledged write must be present, so must the session store's record of every answered call, the SQLite
+every acknowledged write must be present, so must the session store's record of every answered call (as the next
+start sees it: the killed supervisor's journal applied), the SQLite
 stores (the toolbox's and the sessions database) must pass
 ``PRAGMA integrity_check``, the trace must end on a complete line, the supervisor's processes (launchers, workers,
 the MCP server) must be gone, and after the next start no temporary file of an interrupted atomic write may be
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from _chaos_lab import REPO, Lab
 
+from supervisor.sessions import SessionStore
 from toolboxes import is_temporary
 
 if TYPE_CHECKING:
@@ -102,9 +104,11 @@ def _integrity(path: Path) -> str:
 
 
 def _recorded_calls(db: Path, nonce: str) -> int:
-    """How many tool calls whose arguments name ``nonce`` the sessions database holds."""
+    """How many tool calls whose arguments name ``nonce`` the sessions database holds once opened again: the store's
+    journal of the killed supervisor (its commits before each answer) applied, as the next start applies it."""
     if not db.exists():
         return 0
+    SessionStore(str(db)).close()
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         return int(conn.execute("SELECT COUNT(*) FROM tool_calls WHERE instr(args, ?) > 0", (nonce,)).fetchone()[0])
 

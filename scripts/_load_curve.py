@@ -13,7 +13,6 @@ client that honours it does. Per N: admitted calls per second, their p50 and p99
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -31,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_common import agent_file, system_toolbox, write_policy
 
-from labkit import REVISION, RawSession
+from labkit import LeanLane, RawSession
 from supervisor.frontends._http_auth import hash_token
 
 __all__ = ["curve"]
@@ -87,72 +86,7 @@ class Point:
         }
 
 
-class Lane:
-    """One keep-alive connection calling the tool again and again on one session (bench_http's lean lane, but a
-    refusal is an answer too: its status and ``Retry-After`` are read)."""
-
-    def __init__(self, host: str, port: int, path: str, session_id: str) -> None:
-        self.host, self.port = host, port
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": TOOL, "arguments": {}}}
-        )
-        head = {
-            "host": f"{host}:{port}",
-            "accept": "application/json, text/event-stream",
-            "content-type": "application/json",
-            "authorization": f"Bearer {TOKEN}",
-            "mcp-protocol-version": REVISION,
-            "mcp-session-id": session_id,
-            "content-length": str(len(body)),
-        }
-        lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
-        self.request = f"POST {path} HTTP/1.1\r\n{lines}\r\n{body}".encode()
-        self.buffer = b""
-        self.stream: trio.SocketStream | None = None
-
-    async def call(self) -> tuple[int, float | None]:
-        """One call: ``(status, Retry-After or None)``; raises ``OSError`` when the connection broke."""
-        if self.stream is None:
-            self.stream = await trio.open_tcp_stream(self.host, self.port)
-            self.buffer = b""
-        try:
-            await self.stream.send_all(self.request)
-            while True:
-                end = self.buffer.find(b"\r\n\r\n")
-                if end >= 0:
-                    head = self.buffer[:end].lower()
-                    at = head.find(b"content-length:")
-                    length = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
-                    if len(self.buffer) >= end + 4 + length:
-                        body = self.buffer[end + 4 : end + 4 + length]
-                        self.buffer = self.buffer[end + 4 + length :]
-                        break
-                data = await self.stream.receive_some(65536)
-                if not data:
-                    raise OSError("the server closed the connection")
-                self.buffer += data
-        except (OSError, trio.BrokenResourceError):
-            await self.close()
-            raise OSError("the connection broke") from None
-        status = int(head.split(b" ", 2)[1])
-        retry = None
-        at = head.find(b"retry-after:")
-        if at >= 0:
-            retry = float(head[at + 12 :].split(b"\r\n", 1)[0])
-        if status == 200 and json.loads(body).get("result", {}).get("isError"):
-            return 0, None  # a tool error: counted as an error
-        if b"connection: close" in head:
-            await self.close()
-        return status, retry
-
-    async def close(self) -> None:
-        if self.stream is not None:
-            await trio.aclose_forcefully(self.stream)
-            self.stream = None
-
-
 async def _point(url: str, n: int, seconds: float, warmup: float, max_wait: float) -> Point:
-    parsed = httpx.URL(url)
     headers = {"authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as opener:
         sessions = [RawSession(opener, url, headers) for _ in range(n)]
@@ -165,17 +99,17 @@ async def _point(url: str, n: int, seconds: float, warmup: float, max_wait: floa
         async with trio.open_nursery() as nursery:
             for s in sessions:
                 nursery.start_soon(open_one, s)
-    lanes = [Lane(parsed.host, parsed.port or 80, parsed.raw_path.decode(), s.session_id or "") for s in sessions]
+    lanes = [LeanLane(url, headers, s.session_id, TOOL) for s in sessions]
     point = Point(n, seconds)
     measuring = False
     stop = trio.Event()
 
-    async def loop(lane: Lane) -> None:
+    async def loop(lane: LeanLane) -> None:
         while not stop.is_set():
             began = time.perf_counter()
             try:
-                status, retry = await lane.call()
-            except OSError:
+                status, retry = await lane.answer()
+            except (RuntimeError, OSError, trio.BrokenResourceError):
                 point.errors += measuring
                 continue
             if status == 200:
@@ -197,7 +131,7 @@ async def _point(url: str, n: int, seconds: float, warmup: float, max_wait: floa
         measuring = False
         stop.set()
     for lane in lanes:
-        await lane.close()
+        await lane.aclose()
     async with httpx.AsyncClient(timeout=60) as closer:
         for s in sessions:
             await closer.delete(url, headers={**headers, "mcp-session-id": s.session_id or ""})

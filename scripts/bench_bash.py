@@ -64,6 +64,8 @@ echo "$1"
 """
 BWRAP = ["bwrap", "--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
 FIREJAIL = ["firejail", "--quiet", "--noprofile", "--net=none"]
+#: The peers' names in a table, by the key ``measure`` files their times under.
+PEER_NAMES = {"bwrap": "bubblewrap", "firejail": "firejail", "codex": "codex sandbox", "srt": "srt"}
 #: Peers whose every command starts a runtime of their own: timed in the first ``--peer-calls`` rounds only.
 SLOW_PEERS = ("codex", "srt")
 

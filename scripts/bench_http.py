@@ -24,7 +24,6 @@ encoded once, so that on two cores the servers set the pace; ``httpx`` is the he
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import socket
@@ -46,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from _bench_common import agent_file, system_toolbox, write_policy  # noqa: E402
 from floor_pipes import ECHO_WORKER  # noqa: E402
 
+from labkit import LeanLane as _LeanLane  # noqa: E402
 from labkit import RawSession  # noqa: E402
 from supervisor.frontends._http_auth import hash_token  # noqa: E402
 
@@ -220,9 +220,11 @@ def start_supervisor(root: Path, sessions: int) -> Server:
         stderr=subprocess.PIPE,
     )
     assert process.stderr is not None
-    line = process.stderr.readline().decode()
-    if "serving MCP over HTTP at " not in line:
-        raise SystemExit(f"agents-supervise did not start: {line}{process.stderr.read().decode()[:2000]}")
+    said: list[str] = []  # warnings may come first
+    while "serving MCP over HTTP at " not in (line := process.stderr.readline().decode()):
+        said.append(line)
+        if not line:  # it ended without serving
+            raise SystemExit(f"agents-supervise did not start: {''.join(said)[:2000]}")
     url = line.split(" at ", 1)[1].strip().replace("<slug>", "bench")
     return Server("agents-supervise", process, url, "system_system_date", {"authorization": f"Bearer {TOKEN}"})
 
@@ -304,52 +306,6 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-class _LeanLane:
-    """One keep-alive connection sending the same ``tools/call`` POST again and again (encoded once), reading each
-    answer by its ``content-length``: a client that costs little CPU, so that on two cores the servers, not the
-    client, set the pace. Checks every answer is HTTP 200 with a result that is not an error."""
-
-    def __init__(self, url: str, headers: dict[str, str], session_id: str | None, tool: str) -> None:
-        parsed = httpx.URL(url)
-        self.host, self.port = parsed.host, parsed.port or 80
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
-        )
-        head = {
-            "host": f"{self.host}:{self.port}",
-            "accept": "application/json, text/event-stream",
-            "content-type": "application/json",
-            "mcp-protocol-version": "2025-11-25",
-            **({"mcp-session-id": session_id} if session_id else {}),
-            **headers,
-            "content-length": str(len(body)),
-        }
-        lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
-        self.request = f"POST {parsed.raw_path.decode()} HTTP/1.1\r\n{lines}\r\n{body}".encode()
-        self.buffer = b""
-
-    async def open(self) -> None:
-        self.stream = await trio.open_tcp_stream(self.host, self.port)
-
-    async def call(self) -> None:
-        await self.stream.send_all(self.request)
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end >= 0:
-                head = self.buffer[:end].lower()
-                at = head.find(b"content-length:")
-                length = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else -1
-                if length >= 0 and len(self.buffer) >= end + 4 + length:
-                    body, self.buffer = self.buffer[end + 4 : end + 4 + length], self.buffer[end + 4 + length :]
-                    break
-            data = await self.stream.receive_some(65536)
-            if not data:
-                raise RuntimeError(f"the server closed the connection ({self.buffer[:200]!r})")
-            self.buffer += data
-        if not head.startswith(b"http/1.1 200") or json.loads(body).get("result", {}).get("isError"):
-            raise RuntimeError(f"the call failed: {head[:80]!r} {body[:300]!r}")
-
-
 class _Lanes:
     """``inflight`` sessions on ``server``, opened and warmed once (:meth:`open`); :meth:`run` times calls over them,
     as often as asked; :meth:`aclose` closes their connections."""
@@ -383,8 +339,7 @@ class _Lanes:
         server, lean = self.server, self.lean
         if lean:
             for lane in self.lanes:
-                await lane.stream.aclose()
-                lane.buffer = b""
+                await lane.aclose()
                 await lane.open()
         latencies: list[float] = []
         per_session = max(1, calls // len(self.lanes))
@@ -423,7 +378,7 @@ class _Lanes:
     async def aclose(self) -> None:
         if self.lean:
             for lane in self.lanes:
-                await lane.stream.aclose()
+                await lane.aclose()
 
 
 async def _sessions_per_gib(server: Server, count: int) -> float:

@@ -42,15 +42,19 @@ from supervisor import Supervisor  # noqa: E402
 from supervisor.workers import Worker  # noqa: E402
 
 
-def policy(n: int, spawn: str = "zygote") -> Path:
+def policy(n: int, spawn: str = "zygote", tenants: int = 0) -> Path:
     """strict.yaml (every protection on) with ``n`` System toolboxes ``s0`` ... (tools ``system_s<i>_date``) in a
     fresh folder, and bounds a benchmark does not run into: 256 calls in flight per worker (256 callers may all be on
     one toolbox; strict's default is 4) and per session, no bound on calls per session. ``spawn``: the policy's
     ``supervision.spawn``, or ``fresh``: ``zygote`` with every toolbox's ``spawn: launcher`` (a fresh exec each,
-    the per-toolbox override)."""
+    the per-toolbox override). ``tenants``: that many tenants ``t0`` ... in the policy, each allowed the agent."""
     root = bench_folder()
     agent = agent_file(root, builtinToolboxes=[system_toolbox(f"s{i}") for i in range(n)])
-    fresh = {"toolboxes": {f"s{i}": {"spawn": "launcher"} for i in range(n)}} if spawn == "fresh" else {}
+    fresh: dict[str, Any] = (
+        {"toolboxes": {f"s{i}": {"spawn": "launcher"} for i in range(n)}} if spawn == "fresh" else {}
+    )
+    if tenants:
+        fresh["tenants"] = {f"t{i}": {"agents": ["bench"]} for i in range(tenants)}
     return write_policy(
         root,
         [agent],
@@ -242,6 +246,58 @@ async def idle_row(n: int, mode: str = "zygote") -> str:
         assert not sup.load_errors(), sup.load_errors()
         m = await idle_memory(sup, n)
     return f"| {n} | {mode} | {m['workers']:.0f} | {m['per_toolbox']:.2f} | {m['own']:.0f} | {m['processes']:.0f} |"
+
+
+def breadth_header(load: str) -> str:
+    """The heading and column names of the breadth table (markdown)."""
+    return (
+        f"\n## A call's cost as sessions and tenants grow (Python API, one toolbox; load average before: {load})\n\n"
+        "Before each row, that many sessions (or tenants, each with a session) made one call each and stay open; "
+        "then 16 callers call, caller i in the i-th of them (mod their count). Function calls per call: "
+        "`cProfile` over 320 sequential calls spread the same way (exact, whatever the load).\n\n"
+        "| sessions open | tenants | functions per call | p50 us | calls/s (16 callers) | load average after |"
+        "\n|---|---|---|---|---|---|"
+    )
+
+
+async def breadth_row(sessions: int, tenants: int, total: int) -> str:
+    """One row of the breadth table: ``sessions`` sessions open over ``tenants`` tenants (``tenants`` 0: the
+    local tenant only, not in the policy)."""
+    import cProfile
+
+    async with Supervisor.open(policy(1, tenants=tenants)) as sup:
+        assert not sup.load_errors(), sup.load_errors()
+        names = [(f"s{i}", f"t{i % tenants}" if tenants else "local") for i in range(sessions)]
+        for name, tenant in names:
+            assert (await sup.call("system_s0_date", {}, session_id=name, tenant=tenant)).status == "passed"
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for i in range(320):
+            name, tenant = names[(i * 7919) % len(names)]
+            await sup.call("system_s0_date", {}, session_id=name, tenant=tenant)
+        profiler.disable()
+        profiler.create_stats()
+        functions = sum(entry[1] for entry in profiler.stats.values()) / 320  # type: ignore[attr-defined]
+        samples: list[float] = []
+        per = max(1, total // 16)
+
+        async def caller(i: int) -> None:
+            name, tenant = names[i % len(names)]
+            for _ in range(per):
+                t = time.perf_counter()
+                result = await sup.call("system_s0_date", {}, session_id=name, tenant=tenant)
+                samples.append(time.perf_counter() - t)
+                assert result.status == "passed", result.data
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(16):
+                nursery.start_soon(caller, i)
+        wall = time.perf_counter() - start
+    return (
+        f"| {sessions} | {tenants or 1} | {functions:.0f} | {statistics.median(samples) * 1e6:.0f} "
+        f"| {len(samples) / wall:.0f} | {_load()} |"
+    )
 
 
 if __name__ == "__main__":

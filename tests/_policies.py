@@ -35,6 +35,23 @@ def system_toolbox(name: str = "system", capabilities: list[str] | None = None, 
     }
 
 
+def mcp_script_server(name: str, script: Path, *args: str, **contents: Any) -> dict[str, Any]:
+    """An ``McpSimpleBinary`` entry running ``python script args...`` with a FileSandbox granting the script
+    read-only: an argument naming a path grants nothing by itself (docs/MCP.md)."""
+    import sys
+
+    return {
+        "tag": "McpSimpleBinary",
+        "contents": {
+            "name": name,
+            "executable": sys.executable,
+            "args": [str(script), *args],
+            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(script)}},
+            **contents,
+        },
+    }
+
+
 def agent(slug: str = "tester", **keys: Any) -> dict[str, Any]:
     """An agent file's contents in the seed's tagged form."""
     contents = {

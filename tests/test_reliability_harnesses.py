@@ -35,6 +35,7 @@ def _run(script: str, *args: str, timeout: float = 600) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_chaos_mix_answers_every_call_once_with_its_own_answer() -> None:
     f = _run("chaos", "chaos", "--calls", "400", "--concurrency", "32", "--seed", "7")
     assert f["calls"] == f["answered"] == 400
@@ -54,6 +55,7 @@ def test_kill_9_right_after_an_acknowledged_write_loses_nothing() -> None:
     assert d["corrupt"] == 0 and d["torn_trace_ends"] == 0 and d["survivors"] == 0 and d["temporaries"] == 0
 
 
+@pytest.mark.slow
 def test_a_short_soak_answers_everything_and_keeps_the_trace_within_its_rotation() -> None:
     s = _run("soak", "--minutes", "0.25", "--sample", "2", "--keep-minutes", "0.1", "--trace-max-mb", "0.5")
     assert s["calls"] == s["answered"] > 100
@@ -66,6 +68,7 @@ def test_a_short_soak_answers_everything_and_keeps_the_trace_within_its_rotation
     assert abs(classes - s["end_rss_mb"]) < 0.05 * s["end_rss_mb"], (classes, s["end_rss_mb"])
 
 
+@pytest.mark.slow
 def test_the_http_service_under_every_fault_at_once_answers_every_call_and_stops_cleanly() -> None:
     """``scripts/chaos http`` (issue 27): a tenant's calls beside a load past the server's work bound, a slowloris,
     mid-call disconnects, a stream reopened, oversized bodies and worker kills."""

@@ -50,9 +50,14 @@ def _cut(text: str, max_bytes: int) -> str:
     return text.encode("utf-8", "surrogatepass")[: max(0, max_bytes)].decode("utf-8", "ignore")
 
 
+#: one encoder for every size asked (``json.dumps`` with options builds a new encoder per call)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def json_bytes(value: Any) -> int:
     """The size of ``value`` as compact JSON text (what a frontend sends as structured content)."""
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    text = _ENCODER.encode(value)
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def cap_output(result: ToolResult, max_bytes: int | None) -> ToolResult:

@@ -12,6 +12,8 @@ Guarantees:
   ``max_jobs`` jobs run (a cancel or a reply still gets through);
 - at most ``max_jobs + 1`` threads, started only when needed;
 - jobs start in the order they were read;
+- a read that gives no job to run (a reply, a cancel, a call run inline by ``read`` itself) leaves the reader leading:
+  no other thread is woken for it;
 - after ``read()`` returns ``None`` no further job starts; :attr:`stopped` is set.
 """
 
@@ -110,30 +112,36 @@ class LeaderFollowers(Generic[Job]):
                 self._idle -= 1
 
     def _lead(self) -> Job | None:
-        """Read once; queue what was read, pass the lead on, and return the job this thread runs (if any)."""
-        jobs: list[Job] | None = None
-        try:
-            jobs = self._read()
-        finally:
-            if jobs is None:  # the end, or read() raised
-                with self._cond:
-                    self._leading = False
-                    self.stopped.set()
-                    self._cond.notify_all()
-        if jobs is None:
-            return None
-        with self._cond:
-            self._leading = False
-            self._queue.extend(jobs)
-            mine: Job | None = None
-            if self._queue and self._running < self._max_jobs:
-                self._running += 1
-                mine = self._queue.popleft()
-            # Someone must lead now, and queued jobs that may run want threads of their own.
-            wanted = 1 + min(len(self._queue), self._max_jobs - self._running)
-            woken = min(wanted, self._idle)
-            if woken:
-                self._cond.notify(woken)
-            if wanted > woken:
-                self._spawn_locked(wanted - woken)
-        return mine
+        """Read until a read yields a job; queue what was read, pass the lead on, and return the job this thread
+        runs (if any). A read that yields nothing to run (a reply, a cancel, an inline call already answered)
+        keeps this thread leading: handing the lead to another thread then would only cost a wake-up and a thread
+        switch for the same next read."""
+        while True:
+            jobs: list[Job] | None = None
+            try:
+                jobs = self._read()
+            finally:
+                if jobs is None:  # the end, or read() raised
+                    with self._cond:
+                        self._leading = False
+                        self.stopped.set()
+                        self._cond.notify_all()
+            if jobs is None:
+                return None
+            if not jobs:
+                continue
+            with self._cond:
+                self._leading = False
+                self._queue.extend(jobs)
+                mine: Job | None = None
+                if self._queue and self._running < self._max_jobs:
+                    self._running += 1
+                    mine = self._queue.popleft()
+                # Someone must lead now, and queued jobs that may run want threads of their own.
+                wanted = 1 + min(len(self._queue), self._max_jobs - self._running)
+                woken = min(wanted, self._idle)
+                if woken:
+                    self._cond.notify(woken)
+                if wanted > woken:
+                    self._spawn_locked(wanted - woken)
+            return mine

@@ -161,8 +161,8 @@ class CallRecords:
         )
 
     def flush(self) -> None:
-        """Write the buffered trace records and commit the session store's queued writes (the sessions' modified
-        times are left to the flusher, within its interval)."""
+        """Write the buffered trace records and make the session store's queued writes durable (its journal; the
+        sessions' modified times are left to the flusher, within its interval)."""
         self.trace.flush()
         if self.sessions is not None:
-            self.sessions.flush(touch=False)
+            self.sessions.commit()

@@ -139,11 +139,17 @@ def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None
                         }
                     )
                     continue
+                # a sibling in the agent's Kubernetes volume is named there too (``_volume_folders``)
+                name = path
+                if agent.folder is not None and os.path.dirname(path) == os.path.dirname(agent.file):
+                    name = os.path.join(agent.folder, os.path.basename(path))
                 try:
-                    sub = load_agent_file(path, environ)
+                    sub = load_agent_file(name, environ)
                 except ConfigError as exc:
                     problems.extend(exc.problems)
                     continue
+                if sub.folder is not None:
+                    sub = dataclasses.replace(sub, named=name)
                 other = by_slug.get(sub.slug)
                 if other is not None:
                     problems.append(

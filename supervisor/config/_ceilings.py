@@ -9,9 +9,12 @@ that would open it; the egress proxy only ever holds entries that passed.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
+
+from sandbox import resolve_named_path
 
 from ._agent_file import DEVELOPER_CAPABILITIES, SYSTEM_CAPABILITIES
 from ._errors import problem
@@ -40,6 +43,16 @@ def _http_method(value: str) -> str:
     return method
 
 
+def _tree(value: str) -> str:
+    """A ceiling's ``paths`` entry: an absolute path, canonical (root's links followed, as the launcher does)."""
+    if not value.startswith("/") or "\x00" in value:
+        raise problem(f"not an absolute path: {value!r}", "an absolute path such as /srv/tenants/acme")
+    try:
+        return resolve_named_path(os.path.normpath(value), frozenset({0}) if os.geteuid() == 0 else None).canonical
+    except OSError:  # a link not root's, a loop: the tree as written (it then holds nothing a walk reaches)
+        return os.path.normpath(value)
+
+
 def _capability(value: str) -> str:
     known = (*SYSTEM_CAPABILITIES, *DEVELOPER_CAPABILITIES)
     if value not in known:
@@ -51,8 +64,8 @@ def _capability(value: str) -> str:
 
 class Ceiling(_Model):
     """The most an agent file may grant: hosts its toolboxes' ``AllowedHosts`` (and OpenAPI/PostgREST and git
-    source hosts) may name, the model endpoint its ``modelUrl`` may name, and System/Developer capabilities it may
-    not enable."""
+    source hosts) may name, the model endpoint its ``modelUrl`` may name, System/Developer capabilities it may not
+    enable, the folders the paths it names must lie in, and the HTTP methods of its OpenAPI/PostgREST tools."""
 
     allowed_hosts: list[Annotated[str, AfterValidator(_ceiling_host)]] | None = Field(
         default=None,
@@ -71,6 +84,13 @@ class Ceiling(_Model):
         default=[],
         description="SystemToolbox and DeveloperToolbox capabilities the agent file may not enable "
         "(execute-command, hostname, write-file-range, ...)",
+    )
+    paths: list[Annotated[str, AfterValidator(_tree)]] | None = Field(
+        default=None,
+        description="trees every path the agent file names must lie within: FileSandbox paths, bash Path and "
+        "toolDirectory, skill folders and file:// git sources, SQLite paths, WASM Path, CommandFilter, spec files, an "
+        "MCP server's executable with its package tree (paths the policy grants anyway, system_paths and the "
+        "toolbox's read_paths, are always fine); a toolbox naming another does not load; [] = none; null = no bound",
     )
     http_methods: list[Annotated[str, AfterValidator(_http_method)]] | None = Field(
         default=None,

@@ -209,7 +209,18 @@ def _toolbox_key(value: str) -> str:
 ToolboxKey = Annotated[
     str, AfterValidator(_toolbox_key), WithJsonSchema({"type": "string", "pattern": _TOOLBOX_KEY_RE.pattern})
 ]
+
+
+def _named(value: str, info: ValidationInfo) -> str:
+    """An agent file's path as the policy names it, made absolute but not resolved (a slug may be bound to the
+    name: ``plan/_agent_bindings.py``)."""
+    if not value or "\x00" in value:
+        raise _problem("empty path or NUL byte in path", "a file path")
+    return os.path.join(_base_dir(info), os.path.expanduser(value))
+
+
 PolicyPath = Annotated[str, AfterValidator(_resolve)]
+NamedPath = Annotated[str, AfterValidator(_named)]
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
@@ -690,6 +701,16 @@ class HttpFrontend(_Model):
     max_unauthenticated_per_peer: int = Field(
         default=256, ge=1, le=1_000_000, description="connections that have not authenticated, from one address"
     )
+    max_connections_per_tenant: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "connections one tenant holds at once (a connection is the tenant's whose request came last on it); past "
+            "it the tenant's idle keep-alive connections are closed first, else its request is answered 429; "
+            "null = max_connections / max(2, number of tenants); tenants.<name>.limits.connections overrides it"
+        ),
+    )
     server_names: list[Annotated[str, AfterValidator(_server_name)]] = Field(
         default=[],
         description=(
@@ -742,6 +763,12 @@ class TenantLimits(_Model):
     concurrent_calls: int = Field(default=16, ge=1, description="tool calls in flight at once")
     sessions: int = Field(default=64, ge=1, description="MCP sessions held at once")
     sse_streams: int = Field(default=16, ge=1, description="open SSE streams at once")
+    connections: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="TCP connections held at once; null = frontends.http.max_connections_per_tenant",
+    )
     body_bytes_in_flight: Size = Field(
         default=16 * 1024**2,
         ge=1024,
@@ -773,7 +800,7 @@ class Tenant(_Model):
 class Policy(_Model):
     """The policy file. See ``policies/strict.yaml`` for every key, commented."""
 
-    agents: list[PolicyPath] = Field(default=[], description="agent files, relative to the policy file")
+    agents: list[NamedPath] = Field(default=[], description="agent files, relative to the policy file")
     state_dir: PolicyPath = DEFAULT_STATE_DIR
     sandbox_uid: int = Field(default=65534, ge=1, le=MAX_ID, description="uid workers run as (never root)")
     sandbox_gid: int = Field(

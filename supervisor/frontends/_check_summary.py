@@ -101,6 +101,7 @@ def caps_line(caps: dict[str, Any], *, title: str = "the policy caps it: ") -> s
     key = caps["opened_by"]
     parts = [f"hosts within {', '.join(h['patterns']) or 'none'} ({h['key']})" for h in caps["hosts"]]
     parts += [f"{', '.join(c['capabilities'])} forbidden ({c['key']})" for c in caps["forbidden_capabilities"]]
+    parts += [f"paths within {', '.join(p['trees']) or 'none'} ({p['key']})" for p in caps.get("paths", [])]
     parts += [f"HTTP methods {', '.join(m['methods']) or 'none'} ({m['key']})" for m in caps.get("http_methods", [])]
     parts.append("host loopback open" if caps["loopback"] else f"host loopback closed ({key}.allow_loopback)")
     ranges = ", ".join(caps["private_ranges"])
@@ -126,6 +127,7 @@ def _ceiling_sections(toolboxes: list[dict[str, Any]]) -> list[CheckSection]:
         if tb["agent"] not in per_agent:
             bounds = [f"hosts within {', '.join(h['patterns']) or 'none'} ({h['key']})" for h in caps["hosts"]]
             bounds += [f"{', '.join(c['capabilities'])} forbidden ({c['key']})" for c in caps["forbidden_capabilities"]]
+            bounds += [f"paths within {', '.join(p['trees']) or 'none'} ({p['key']})" for p in caps.get("paths", [])]
             bounds += [
                 f"HTTP methods {', '.join(m['methods']) or 'none'} ({m['key']})" for m in caps.get("http_methods", [])
             ]

@@ -325,7 +325,6 @@ async def serve_connection(
     # tenth of h11's parsing of a call does): its deadline is set before each such read and lifted after it, so it
     # ends nothing but a read. The deadline is the whole head's, never moved by the bytes that trickle in.
     timer = trio.CancelScope()
-    first_byte_at: float | None = None
     try:
         with timer:
             while True:
@@ -335,12 +334,12 @@ async def serve_connection(
                     await _simple(stream, exc.error_status_hint, f"bad request: {exc}")
                     return
                 if event is h11.NEED_DATA:
-                    if first_byte_at is None and conn.trailing_data[0]:
-                        first_byte_at = trio.current_time()
+                    if state.head_begun_at is None and conn.trailing_data[0]:
+                        state.head_begun_at = trio.current_time()
                     timer.deadline = head_deadline(
                         authenticated=state.authenticated,
                         waiting_since=state.waiting_since,
-                        first_byte_at=first_byte_at,
+                        first_byte_at=state.head_begun_at,
                         keepalive_s=read_timeout_s,
                         head_timeout_s=head_s,
                     )
@@ -348,8 +347,8 @@ async def serve_connection(
                     if timer.cancel_called:  # the deadline came as the bytes did: late all the same
                         break
                     timer.deadline = math.inf
-                    if data and first_byte_at is None:
-                        first_byte_at = trio.current_time()
+                    if data and state.head_begun_at is None:
+                        state.head_begun_at = trio.current_time()
                     conn.receive_data(bytes(data))
                     continue
                 if not isinstance(event, h11.Request):
@@ -363,7 +362,7 @@ async def serve_connection(
                     if exchange.started is None:
                         await _simple(stream, 500, "internal error; see the trace")
                     return
-                state.reading_head, state.waiting_since, first_byte_at = True, trio.current_time(), None
+                state.reading_head, state.waiting_since, state.head_begun_at = True, trio.current_time(), None
                 if exchange.raw:  # answered past h11: the next request is a fresh h11 connection's first
                     if exchange.gone or not _rest_read(conn):
                         return

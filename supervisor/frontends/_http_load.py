@@ -7,7 +7,8 @@ proxy, a load balancer or a retrying client understands, ``Retry-After`` (second
 message names the limit and whose ``data`` says ``{"retryAfterSeconds": n, "limit": ...}`` (the official SDK
 client hands the JSON-RPC error of a non-2xx answer to its caller as it is):
 
-- ``429``: the tenant's own limits (``calls_per_second``, ``concurrent_calls``, ``body_bytes_in_flight``);
+- ``429``: the tenant's own limits (``calls_per_second``, ``concurrent_calls``, ``body_bytes_in_flight``, and its
+  connections: :func:`connection_refused`);
 - ``503``: the server's (``frontends.http.max_requests_in_flight``, ``max_body_bytes_in_flight``): load shedding,
   so that what is admitted keeps a bounded latency and the server's throughput holds past saturation.
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
     from ._http_tenants import TenantState
 
-__all__ = ["BodyBytes", "RefusalLog", "RequestSlot", "ServerLoad", "admit_request"]
+__all__ = ["BodyBytes", "RefusalLog", "RequestSlot", "ServerLoad", "admit_request", "connection_refused"]
 
 #: the JSON-RPC code of a load refusal (implementation-defined server error)
 LOAD_REFUSED = -32000
@@ -95,6 +96,15 @@ def _refused(status: int, why: str, retry_s: float, limit: str, req_id: Any) -> 
         data={"retryAfterSeconds": wait, "limit": limit},
         flood=True,
     )
+
+
+def connection_refused(why: str) -> HttpRefused:
+    """The refusal of a request that would make its connection one more of a tenant at its connection cap
+    (``_http_admission.plan_tenant_connection``): 429 with ``Retry-After``, and the connection closed after the
+    answer (it stays no tenant's)."""
+    refused = _refused(429, why, 1, "connections", None)
+    refused.headers.append(("connection", "close"))
+    return refused
 
 
 class RequestSlot:

@@ -155,7 +155,7 @@ async def prepare_http_reload(service: HttpService, config: LoadedConfig) -> Pre
         service.settings = app.settings = settings
         app.sessions.max_sessions = settings.max_sessions
         app.load.configure(settings)
-        service.gate.configure(settings)
+        service.gate.configure(settings, policy.tenants)
         service.ssl_context = ssl_context
         tls_renewed = tls_files != service.tls_files and old.tls == settings.tls
         service.tls_files = tls_files

@@ -3,10 +3,10 @@ connections it holds.
 
 HTTP/1.1 on trio with h11 (``_http_conn.py``), optionally TLS from ``frontends.http.tls`` (ALPN ``http/1.1``). Which
 connections are held is ``_http_admission.py``'s (``max_connections`` in all, a bounded share of them and a cap per
-peer address for connections that have not authenticated, TLS handshakes included, each request head bounded as a
-whole): a refused one is answered ``503`` (``429`` past the per-peer cap) with ``Retry-After`` and a reason, then
-closed, and the refusal is traced (``http_refused``, at most one record a second, with the number refused since the
-last). An idle connection is closed after ``keepalive_s``.
+peer address for connections that have not authenticated, TLS handshakes included, a cap per tenant, each request
+head bounded as a whole): a refused one is answered ``503`` (``429`` past the per-peer cap) with ``Retry-After``
+and a reason, then closed, and the refusal is traced (``http_refused``, at most one record a second, with the number
+refused since the last). An idle connection is closed after ``keepalive_s``.
 
 A policy reload (:meth:`HttpService.prepare_reload`, ``_http_reload.py``) changes it in place: the settings and
 the TLS files (read again) apply to connections accepted from then on; a new ``listen`` address is bound while
@@ -117,7 +117,7 @@ class HttpService:
         #: ``--http HOST:PORT`` (it wins over the policy's ``listen``, at start and at every reload)
         self.listen_override = listen
         self.app = McpHttpApp(sup, settings, dict(policy.tenants), policy.oauth, auth)
-        self.gate = ConnectionGate(settings, sup.trace)
+        self.gate = ConnectionGate(settings, policy.tenants, sup.trace)
         self.ssl_context = ssl_context_for(settings)
         #: a digest of the TLS files as last loaded (a reload tells a renewed certificate by it)
         self.tls_files = tls_digest(settings)

@@ -54,7 +54,7 @@ from ._http_answer import answer_request
 from ._http_auth import Authenticator, AuthRefusal, Principal
 from ._http_conn import CONNECTION_EXTENSION
 from ._http_health import HEALTH_PATHS, health_answer
-from ._http_load import BodyBytes, RefusalLog, ServerLoad
+from ._http_load import BodyBytes, RefusalLog, ServerLoad, connection_refused
 from ._http_sessions import SessionTable, StatelessExchange, check_stateless_envelope
 from ._http_stream import serve_event_stream
 from ._http_tenants import TenantState
@@ -200,8 +200,13 @@ class McpHttpApp:
             raise HttpRefused(404, f"no MCP endpoint at {path}")
         principal = self._authenticate(headers, agent, path)
         connection = scope.get("extensions", {}).get(CONNECTION_EXTENSION)
-        if connection is not None:
-            connection.mark_authenticated()  # the connection is the tenant's now (``_http_admission``)
+        if connection is not None:  # the connection is the tenant's now, within its cap (``_http_admission``)
+            over_cap = connection.bind_tenant(principal.tenant)
+            if over_cap is not None:
+                await drop_body(receive, self.settings.max_body_bytes)
+                refused = connection_refused(over_cap.reason)
+                refused.tenant = principal.tenant
+                raise refused
         try:
             await self._serve(principal, agent, method, headers, receive, send)
         except HttpRefused as refused:

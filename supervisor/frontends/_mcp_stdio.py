@@ -81,9 +81,13 @@ class McpStdioServer:
                         buffer += chunk[start:end]
                         job = self._handle_line(bytes(buffer)) if buffer.strip() else None
                         if job is not None:
-                            # A slot per answer in progress: no more lines are read while all are taken.
+                            # A slot per answer in progress: no more lines are read while all are taken. A free
+                            # slot is taken without a yield (the reader yields once per chunk already).
                             token = object()
-                            await self._in_flight.acquire_on_behalf_of(token)
+                            try:
+                                self._in_flight.acquire_on_behalf_of_nowait(token)
+                            except trio.WouldBlock:
+                                await self._in_flight.acquire_on_behalf_of(token)
                             nursery.start_soon(self._run_job, job, token)
                     buffer.clear()
                     start = end + 1

@@ -50,6 +50,10 @@ META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 REQUEST_CANCELLED = -32800
 
 
+#: one encoder for every message (``json.dumps`` with options builds a new encoder per call)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def encode_message(message: dict[str, Any]) -> bytes:
     """One JSON line for ``message``; strict JSON even when a worker's structured value is not.
 
@@ -57,7 +61,7 @@ def encode_message(message: dict[str, Any]) -> bytes:
     content, which says the same, stays. Anything else that cannot be written becomes a JSON-RPC error.
     """
     try:
-        return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        return _ENCODER.encode(message).encode() + b"\n"
     except UnicodeEncodeError:  # a lone surrogate (from a client's own string): escaped, it is valid JSON
         return _encode_line_ascii(message)
     except (ValueError, TypeError, RecursionError) as exc:

@@ -12,11 +12,11 @@ refusals of what an agent file asks past it (pure: no file, no socket).
   every host an agent file grants a toolbox must fall within each ceiling's ``allowed_hosts``, and no capability it
   enables may be in a ``forbidden_capabilities`` (nor a method its PostgREST ``AllowedMethods`` names outside an
   ``http_methods``; OpenAPI and PostgREST tools of other methods are not offered: :func:`method_cap`, applied in
-  the worker); otherwise the toolbox does not load (whatever ``strict`` says: the
-  operator wrote the ceiling), and the load error names the key. The agent file's ``modelUrl`` must fall within
-  each ``model_hosts`` (:func:`model_host_refusals`, checked by the agent loop before its first model request). A
-  tenant's ceiling bounds the agents it may use and every sub-agent they reach (a sub-agent's tools are the
-  tenant's reach too).
+  the worker; nor a path it names outside a ``paths``: :func:`path_refusals`); otherwise the toolbox does not
+  load (whatever ``strict`` says: the operator wrote the ceiling), and the load error names the key. The agent
+  file's ``modelUrl`` must fall within each ``model_hosts`` (:func:`model_host_refusals`, checked by the agent
+  loop before its first model request). A tenant's ceiling bounds the agents it may use and every sub-agent they
+  reach (a sub-agent's tools are the tenant's reach too).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ __all__ = [
     "method_cap",
     "method_refusals",
     "model_host_refusals",
+    "path_refusals",
+    "path_within",
     "subagent_slugs",
     "tenant_reach",
 ]
@@ -199,6 +201,30 @@ def method_refusals(asked: Iterable[str], bounds: Sequence[Bound]) -> list[str]:
     return out
 
 
+def path_within(path: str, top: str) -> bool:
+    """``path`` is ``top`` or lies beneath it (both canonical)."""
+    return path == top or top == "/" or path.startswith(top.rstrip("/") + "/")
+
+
+def path_refusals(named: Iterable[tuple[str, str]], bounds: Sequence[Bound], granted: Sequence[str] = ()) -> list[str]:
+    """Why the paths the agent file names (``(canonical path, what names it)``) are past the ``paths`` of
+    ``bounds``: each names the path and the key that would open it. A path within ``granted`` (what the policy
+    gives the worker anyway: its system paths, its ``read_paths``) grants nothing new and is never past."""
+    out: list[str] = []
+    for path, what in dict.fromkeys(named):
+        if any(path_within(path, top) for top in granted):
+            continue
+        for bound in bounds:
+            trees = bound.ceiling.paths
+            if trees is not None and not any(path_within(path, top) for top in trees):
+                out.append(
+                    f"the agent file names the path {path} ({what}), past the policy's ceiling {bound.key}.paths "
+                    f"({', '.join(trees) or 'none'}); the key that would open it: add a folder holding it to "
+                    f"{bound.key}.paths"
+                )
+    return out
+
+
 def model_host_refusals(endpoint: str, bounds: Sequence[Bound]) -> list[str]:
     """Why the model endpoint ``endpoint`` (``host:port`` of an agent file's ``modelUrl``, IPv6 in brackets) is past
     the ``model_hosts`` of ``bounds``: each names the key that would open it. Empty when every bound covers it."""
@@ -233,6 +259,7 @@ def caps_report(
             for b in bounds
             if b.ceiling.forbidden_capabilities
         ],
+        "paths": [{"key": f"{b.key}.paths", "trees": b.ceiling.paths} for b in bounds if b.ceiling.paths is not None],
         "http_methods": [
             {"key": f"{b.key}.http_methods", "methods": b.ceiling.http_methods}
             for b in bounds

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from sandbox import READ, FsRule, resolve_named_path
 from supervisor._errors import PolicyRefused
@@ -53,6 +54,9 @@ class KindGrants:
     #: paths the agent file names that grant nothing: they must lie within the worker's other rules (an MCP
     #: server's path arguments, ``_mcp_args.py``); one outside is refused under a strict policy, warned otherwise
     read_within: tuple[NamedPath, ...] = ()
+    #: paths the agent file names that the supervisor reads for the worker outside its rules (a ``file://`` git
+    #: source it clones): bounded by a ceiling's ``paths`` like the rules
+    reads_for_it: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,8 @@ def _skills_grants(tb: ToolboxConfig, cfg: dict[str, Any], given: GrantInputs, w
     """Git sources: read the clones, which exist once the supervisor made them."""
     cfg, git = plan_git_sources(cfg, state_dir=given.state_dir, toolbox=tb.name, agent=tb.agent_slug)
     targets = sorted({g.target for g in git})
-    return KindGrants(cfg, [FsRule(t, READ) for t in targets], tuple(targets))
+    local = tuple(os.path.normpath(unquote(urlsplit(g.url).path)) for g in git if g.url.startswith("file://"))
+    return KindGrants(cfg, [FsRule(t, READ) for t in targets], tuple(targets), reads_for_it=local)
 
 
 def _skills_git_sources(tb: ToolboxConfig, state_dir: str) -> list[GitSource]:

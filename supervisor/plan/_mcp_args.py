@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox import resolve_named_path
 
+from ._ceilings import path_within
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
 
@@ -84,10 +86,6 @@ def canonical_rule_path(path: str, *, root: bool | None = None) -> str:
         return path
 
 
-def _beneath(path: str, top: str) -> bool:
-    return path == top or top == "/" or path.startswith(top.rstrip("/") + "/")
-
-
 def paths_outside(
     named: Iterable[NamedPath], rules: Sequence[FsRule], canonical: Callable[[str], str] = os.path.normpath
 ) -> list[NamedPath]:
@@ -97,12 +95,12 @@ def paths_outside(
     out: list[NamedPath] = []
     seen: dict[str, str] = {}
     for item in named:
-        if any(_beneath(item.path, r.path) for r in rules):
+        if any(path_within(item.path, r.path) for r in rules):
             continue
         for r in rules:
             if r.path not in seen:
                 seen[r.path] = canonical(r.path)
-        if not any(_beneath(item.path, top) for top in seen.values()):
+        if not any(path_within(item.path, top) for top in seen.values()):
             out.append(item)
     return out
 

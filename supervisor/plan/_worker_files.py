@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox import READ, WRITE, FsRule
 from supervisor._errors import PolicyRefused
 
-from ._ceilings import ToolboxRefused
+from ._ceilings import ToolboxRefused, path_refusals
 from ._kinds import GrantInputs
 from ._mcp_args import canonical_rule_path, outside_message, paths_outside
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from supervisor.config import Policy, ToolboxConfig
 
+    from ._ceilings import Bound
     from ._host_view import HostView
     from ._kinds import KindPlan
 
@@ -140,12 +141,15 @@ def plan_files(
     runtime_paths: Sequence[str],
     host: HostView,
     root: bool,
+    bounds: Sequence[Bound] = (),
 ) -> WorkerFiles:
     """The rules and folders of ``tb``'s worker (module docstring). ``runtime_dir``: the staged worker code;
-    ``runtime_paths``: the interpreter's trees; ``root``: the supervisor runs as root (``_kinds.GrantInputs``).
+    ``runtime_paths``: the interpreter's trees; ``root``: the supervisor runs as root (``_kinds.GrantInputs``);
+    ``bounds``: the ceilings of its agent (their ``paths`` bound every path its agent file names).
 
     Raises:
         PolicyRefused: what :func:`plan_file_sandbox` or the kind's grants refuse.
+        ToolboxRefused: a path the agent file names past a ceiling's ``paths``.
         ToolboxRefused: (strict) a path the agent file names that grants nothing by itself (an MCP server's
             argument, ``_mcp_args.py``) lies outside every rule.
     """
@@ -163,6 +167,15 @@ def plan_files(
         tb, writes=kind.writes_files(grants.cfg), runs_code=kind.runs_code(grants.cfg), policy=policy, warnings=warnings
     )
     made_at_start = (workdir, state, runtime_dir, *grants.made_at_start)
+    named = [(p, "a path it reads") for p in tb.read_paths] + [(p, "a path it writes") for p in tb.write_paths]
+    named += [(r.path, f"granted {r.mode} for it") for r in grants.rules if r.path not in grants.made_at_start]
+    named += [(p, "a git source it clones") for p in grants.reads_for_it]
+    named += [(r.path, f"its FileSandbox, {r.mode}") for r in sandboxed]
+    if any(b.ceiling.paths is not None for b in bounds):
+        anyway = (*policy.system_paths, *runtime_paths, *policy.device_paths, *overrides.read_paths)
+        past = path_refusals(named, bounds, granted=[canonical_rule_path(p, root=root) for p in anyway])
+        if past:
+            raise ToolboxRefused("; ".join(past))
     kept, missing = keep_existing([*rules, *sandboxed], host, made_at_start, tb.name)
     warnings += missing
     outside = paths_outside(grants.read_within, kept, lambda p: canonical_rule_path(p, root=root))

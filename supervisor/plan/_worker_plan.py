@@ -181,6 +181,7 @@ def plan_worker(
         runtime_paths=facts.runtime_paths,
         host=facts.paths,
         root=facts.root,
+        bounds=bounds,
     )
     network = plan_network(
         policy,

@@ -32,7 +32,6 @@ them.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -41,44 +40,20 @@ from typing import TYPE_CHECKING, Any
 from ._bounded import remember
 from ._errors import SessionStoreUnavailable
 from ._ids import LOCAL_TENANT, Owner, new_id, root_session_id
+from ._journal import Journal
+from ._store_schema import STATEMENTS, apply_dead_journals, open_database
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Iterable, Mapping
 
 __all__ = ["SCOPES", "SessionRow", "SessionStore", "scope_members"]
 
 SCOPES = ("parents-only", "children-only", "subtree", "all")
 #: Longest text kept per turn or tool output (more is cut with a note).
 MAX_TEXT = 64 * 1024
-#: Commits after which :meth:`SessionStore.checkpoint_due` (a frontend call's commit writes about four pages, so
-#: about SQLite's own 1,000-page default).
+#: Commits after which :meth:`SessionStore.checkpoint_due` (a commit of one call wrote about four pages, so about
+#: SQLite's own 1,000-page default); a commit of many writes counts one more for every four of them.
 CHECKPOINT_COMMITS = 256
-#: SQLite's automatic checkpoint (on the committing thread) only past this many WAL pages: when nobody checkpoints.
-BACKSTOP_CHECKPOINT_PAGES = 16_384
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, parent_id TEXT, agent TEXT NOT NULL DEFAULT '',
-    parent_call_id TEXT, created REAL NOT NULL, modified REAL NOT NULL, status TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id);
-CREATE TABLE IF NOT EXISTS turns (
-    session_id TEXT NOT NULL, n INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL,
-    tool TEXT, ts REAL NOT NULL, PRIMARY KEY (session_id, n));
-CREATE TABLE IF NOT EXISTS tool_calls (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, call_id TEXT, parent_call_id TEXT,
-    tool TEXT NOT NULL, args TEXT NOT NULL, status TEXT NOT NULL, summary TEXT, output TEXT,
-    started REAL NOT NULL, duration_s REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS tool_calls_session ON tool_calls(session_id);
-CREATE TABLE IF NOT EXISTS session_skills (
-    session_id TEXT NOT NULL, toolbox TEXT NOT NULL, skills TEXT NOT NULL, PRIMARY KEY (session_id, toolbox));
-"""
-#: Columns added since the first version of the store: (table, column, declaration).
-_ADDED_COLUMNS = (
-    ("sessions", "tenant", f"TEXT NOT NULL DEFAULT '{LOCAL_TENANT}'"),
-    ("sessions", "name", "TEXT"),
-    ("tool_calls", "conversation_id", "TEXT"),
-    ("tool_calls", "turn_id", "TEXT"),
-)
 
 
 @dataclass(frozen=True)
@@ -133,32 +108,6 @@ def scope_members(scope: str, current: str, parents: Mapping[str, str | None]) -
     return seen
 
 
-def _open_database(path: str) -> sqlite3.Connection:
-    """The store's connection, its schema made or brought up to date, sessions a dead supervisor left ``running``
-    marked ``interrupted``; closed again when any of it fails."""
-    if path != ":memory:":
-        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    try:
-        if path != ":memory:":
-            os.chmod(path, 0o600)
-            db.execute("PRAGMA journal_mode=WAL")
-            # SQLite's own checkpoint runs on the committing thread (the trio thread) and fsyncs twice: only a
-            # backstop now; :meth:`SessionStore.checkpoint` does it, off that thread, when it is due.
-            db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(_SCHEMA)
-        for table, column, declaration in _ADDED_COLUMNS:
-            present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-            if column not in present:
-                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-        db.execute("UPDATE sessions SET status='interrupted' WHERE status='running'")
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
 class SessionStore:
     """Sessions, turns and tool calls in ``<state_dir>/sessions.sqlite3`` (``path`` ``":memory:"`` in tests)."""
 
@@ -167,13 +116,16 @@ class SessionStore:
         the cause) when it cannot: the file is not a database or is damaged, or its folder cannot be made."""
         self.path = path
         try:
-            self._db = _open_database(path)
+            self._db = open_database(path)
         except (sqlite3.Error, OSError) as exc:
             raise SessionStoreUnavailable(path, exc) from exc
         self.write_errors = 0
         self.last_write_error: str | None = None
         self.pruned_records = 0  # records of kept sessions the last prune deleted
-        self._pending: list[Callable[[], object]] = []
+        self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        self._journaled = 0  # how many of the pending writes are in the journal already
+        self._journal: Journal | None = None
+        self._journal_whole = True  # every line of the journal was applied when it is closed: it may go
         #: sessions a queued write touched: their ``modified`` is set once per :meth:`flush`, not once per write
         self._touched: dict[str, None] = {}
         self._commits = 0  # transactions committed since the last checkpoint was due
@@ -183,47 +135,93 @@ class SessionStore:
         #: root session id -> its conversation id, for the sessions this process opened most recently (a bounded
         #: cache: :meth:`open_root` reads a forgotten one back from the database)
         self._roots: dict[str, str] = {}
+        if path != ":memory:":
+            try:
+                for error in apply_dead_journals(self._db, path):
+                    self.write_errors += 1
+                    self.last_write_error = error
+                self._journal = Journal(path)
+            except (sqlite3.Error, OSError) as exc:  # no journal: commits go to the database, as without one
+                self.write_errors += 1
+                self.last_write_error = f"journal: {type(exc).__name__}: {exc}"
 
-    def _write(self, action: Callable[[], object]) -> None:
-        """Queue a write; :meth:`flush` runs queued writes in one transaction (the supervisor flushes every
-        0.2 s and once a frontend's call is recorded, before its answer goes; every read flushes first, so readers
-        always see every write made before them)."""
-        self._pending.append(action)
+    def _write(self, statement: str, params: tuple[Any, ...]) -> None:
+        """Queue a write (a statement of :data:`STATEMENTS` and its parameters); :meth:`flush` applies queued writes
+        in one transaction (the supervisor flushes every 0.2 s; every read flushes first, so readers always see
+        every write made before them), :meth:`commit` makes them durable before a frontend's answer."""
+        self._pending.append((statement, params))
         if len(self._pending) >= 512:
             self.flush()
 
-    def flush(self, *, touch: bool = True) -> None:
-        """Run the queued writes in one transaction. A failing write is counted and skipped, never raised.
+    def commit(self) -> None:
+        """Make every queued write durable (a frontend's call is answered after this): appended to this store's
+        journal with one ``write`` (``supervisor/sessions/_journal.py``), applied to the database by the next
+        :meth:`flush` (a read flushes first), or by the next open of the store after a crash. Without a journal
+        (``":memory:"``, or one that failed) the writes are committed to the database at once, without setting
+        the sessions' ``modified`` times (left to the next flush). Never raises."""
+        if self._journal is not None and self._journaled < len(self._pending):
+            try:
+                self._journal.append(self._pending[self._journaled :])
+                self._journaled = len(self._pending)
+                return
+            except OSError as exc:  # a full disk: into SQLite now, and without a journal from now on
+                self.write_errors += 1
+                self.last_write_error = f"journal: {type(exc).__name__}: {exc}"
+                self._journal.close(remove=False)  # what it holds is applied by the flush below or the next open
+                self._journal = None
+        if self._journal is None:
+            self._apply(touch=False)
 
-        ``touch=False`` (a frontend call's commit, before its answer): the ``modified`` time of the sessions whose
-        calls were recorded is left to the next flush that touches (the supervisor's flusher, within
-        ``FLUSH_INTERVAL_S``; every read flushes with it), so that the commit writes one page less."""
+    def flush(self, *, touch: bool = True) -> None:
+        """Apply the queued writes to the database in one transaction, and set the ``modified`` time of the
+        sessions whose calls were recorded. A failing write is counted and skipped, never raised.
+
+        ``touch=False``: a frontend call's commit before its answer, which is :meth:`commit`."""
+        if touch:
+            self._apply(touch=True)
+        else:
+            self.commit()
+
+    def _apply(self, *, touch: bool) -> None:
         if not self._pending and not (touch and self._touched):
             return
         pending, self._pending = self._pending, []
+        journaled, self._journaled = self._journaled, 0
         self._db.execute("BEGIN")
-        for action in pending:
+        for statement, params in pending:
             try:
-                action()
-            except sqlite3.Error as exc:
+                self._db.execute(STATEMENTS[statement], params)
+            except (sqlite3.Error, UnicodeEncodeError) as exc:  # a lone surrogate SQLite cannot store, too
                 self.write_errors += 1
                 self.last_write_error = f"{type(exc).__name__}: {exc}"
         if touch and self._touched:
             touched, self._touched = self._touched, {}
             now = time.time()
             try:
-                self._db.executemany(
-                    "UPDATE sessions SET modified = ? WHERE id = ?", [(now, session_id) for session_id in touched]
+                self._db.executemany(STATEMENTS["modified"], [(now, session_id) for session_id in touched])
+            except sqlite3.Error as exc:
+                self.write_errors += 1
+                self.last_write_error = f"{type(exc).__name__}: {exc}"
+        journal = self._journal
+        if journal is not None and journaled:
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO journal_applied (name, generation, applied, ts) VALUES (?, ?, ?, ?)",
+                    (journal.name, journal.generation, journal.offset, time.time()),
                 )
             except sqlite3.Error as exc:
                 self.write_errors += 1
                 self.last_write_error = f"{type(exc).__name__}: {exc}"
         try:
             self._db.execute("COMMIT")
-            self._commits += 1
+            self._commits += 1 + len(pending) // 4
         except sqlite3.Error as exc:
             self.write_errors += len(pending)
             self.last_write_error = f"{type(exc).__name__}: {exc}"
+            self._journal_whole = False  # its lines were not applied: the journal stays for the next open
+            return
+        if journal is not None and journaled:
+            journal.applied()
 
     def checkpoint_due(self) -> bool:
         """Whether enough was committed since the last checkpoint for another (never for ``":memory:"``); a
@@ -258,6 +256,9 @@ class SessionStore:
             self.flush()
         except sqlite3.ProgrammingError:
             pass  # already closed
+        if self._journal is not None:
+            self._journal.close(remove=self._journal_whole and not self._pending)
+            self._journal = None
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
@@ -307,13 +308,7 @@ class SessionStore:
             return
         remember(self._known, session_id, None)  # a cache of rows written: one forgotten costs an INSERT OR IGNORE
         now = time.time()
-        self._write(
-            lambda: self._db.execute(
-                "INSERT OR IGNORE INTO sessions (id, conversation_id, parent_id, agent, tenant, name, created, "
-                "modified, status) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 'idle')",
-                (session_id, conversation_id or session_id, agent, tenant, name, now, now),
-            )
-        )
+        self._write("session", (session_id, conversation_id or session_id, agent, tenant, name, now, now))
 
     def forget(self, session_ids: Iterable[str]) -> None:
         """The sessions ``session_ids`` were closed: drop what this process caches of them (their records stay in
@@ -335,35 +330,17 @@ class SessionStore:
         first if unknown)."""
         self.ensure_session(parent_id)
         now = time.time()
-        self._write(
-            lambda: self._db.execute(
-                "INSERT INTO sessions (id, conversation_id, parent_id, agent, tenant, parent_call_id, created, "
-                "modified, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')",
-                (session_id, conversation_id, parent_id, agent, tenant, parent_call_id, now, now),
-            )
-        )
+        self._write("child", (session_id, conversation_id, parent_id, agent, tenant, parent_call_id, now, now))
 
     def add_turn(self, session_id: str, role: str, content: str, tool: str | None = None) -> None:
         """Append a turn (``user``, ``assistant``, ``thinking`` (a model's reasoning) or ``tool``) to a session."""
         now = time.time()
-
-        def write() -> None:
-            self._db.execute(
-                "INSERT INTO turns (session_id, n, role, content, tool, ts) VALUES (?, (SELECT "
-                "COALESCE(MAX(n), 0) + 1 FROM turns WHERE session_id = ?), ?, ?, ?, ?)",
-                (session_id, session_id, role, _cut(content), tool, now),
-            )
-            self._db.execute("UPDATE sessions SET modified = ? WHERE id = ?", (now, session_id))
-
-        self._write(write)
+        self._write("turn", (session_id, session_id, role, _cut(content), tool, now))
+        self._touched[session_id] = None  # its modified time is set by the flush that touches
 
     def finish(self, session_id: str, status: str) -> None:
         """Mark a session ``idle`` (answered) or ``failed``."""
-        self._write(
-            lambda: self._db.execute(
-                "UPDATE sessions SET status = ?, modified = ? WHERE id = ?", (status, time.time(), session_id)
-            )
-        )
+        self._write("status", (status, time.time(), session_id))
 
     def record_call(
         self,
@@ -386,30 +363,24 @@ class SessionStore:
         ``args`` already encoded as JSON (the portal's), else they are encoded here."""
         self.ensure_session(session_id)
         args_text = args_json if args_json is not None else json.dumps(args, default=repr)
-
-        def write() -> None:
-            self._db.execute(
-                "INSERT INTO tool_calls (session_id, call_id, parent_call_id, tool, args, status, "
-                "summary, output, started, duration_s, conversation_id, turn_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    session_id,
-                    call_id,
-                    parent_call_id,
-                    tool,
-                    _cut(args_text),
-                    status,
-                    summary,
-                    _cut(output or ""),
-                    started,
-                    duration_s,
-                    conversation_id,
-                    turn_id,
-                ),
-            )
-            self._touched[session_id] = None  # its modified time is set as the flush commits
-
-        self._write(write)
+        self._write(
+            "call",
+            (
+                session_id,
+                call_id,
+                parent_call_id,
+                tool,
+                _cut(args_text),
+                status,
+                summary,
+                _cut(output or ""),
+                started,
+                duration_s,
+                conversation_id,
+                turn_id,
+            ),
+        )
+        self._touched[session_id] = None  # its modified time is set by the flush that touches
 
     # -- enabled skills -----------------------------------------------------------------------------------------
     def enabled_skills(self, session_id: str, toolbox: str) -> frozenset[str] | None:
@@ -431,13 +402,7 @@ class SessionStore:
         """Keep ``skills`` as the skills enabled in ``session_id`` for ``toolbox`` (written at once)."""
         self.ensure_session(session_id)
         value = json.dumps(sorted(skills))
-        self._write(
-            lambda: self._db.execute(
-                "INSERT INTO session_skills (session_id, toolbox, skills) VALUES (?, ?, ?) "
-                "ON CONFLICT (session_id, toolbox) DO UPDATE SET skills = excluded.skills",
-                (session_id, toolbox, value),
-            )
-        )
+        self._write("skills", (session_id, toolbox, value))
         self.flush()
 
     def forget_skills(self, toolbox: str, skills: set[str], *, agent: str | None = None) -> None:

@@ -207,6 +207,7 @@ def _load(caps: list[str], policy: Path) -> tuple[int, list[Any], str]:
     return done.returncode, errors, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("missing", [None, *_unit_caps()])
 def test_each_granted_capability_is_needed(sandbox_tmp: Path, missing: str | None) -> None:

@@ -190,3 +190,63 @@ async def test_links_a_worker_plants_redirect_no_other_path_an_agent_file_names(
         assert "system_info_date" in {t.name for t in sup.list_tools(agent="victim")}
         assert "other" not in {s.agent for s in sup.compiled.specs}
         assert all(str(secret.parent) not in {r.path for r in s.plan.fs_rules} for s in sup.compiled.specs)
+
+
+def _developer(name: str, folder: str) -> dict[str, Any]:
+    return {
+        "tag": "DeveloperToolbox",
+        "contents": {
+            "Name": name,
+            "Description": "reads files",
+            "Capabilities": ["read-file-range"],
+            "FileSandbox": {"fsbPredicate": {"tag": "DirectoryRecursive", "contents": folder}},
+        },
+    }
+
+
+def _acme(root: Path) -> tuple[Path, Path, Path]:
+    """Tenant acme's agent file in its folder (``ceiling.paths``: that folder) naming toolboxes inside and outside
+    it; returns ``(policy, acme's folder, the other tenant's secret)``."""
+    secret = _other_tenants_secret(root)
+    home = root / "acme"
+    (home / "project").mkdir(parents=True)
+    (home / "project" / "notes.txt").write_text("acme's notes")
+    reader = _server(home, "reader", [], _only({"tag": "FileExactly", "contents": "./reader.py"}))
+    stray = _server(root, "stray", [], _only({"tag": "FileExactly", "contents": str(root / "reader.py")}))
+    (secret.parent / "db.sqlite").write_bytes(b"")
+    database = {"tag": "SqliteReadOnly", "path": str(secret.parent / "db.sqlite")}
+    sqlite = {"tag": "SqliteToolbox", "contents": {"Name": "db", "Description": "a database", "Versioning": database}}
+    agent_file = _write_agent(
+        home,
+        "acme",
+        builtinToolboxes=[_developer("inside", "./project"), _developer("outside", str(secret.parent)), sqlite],
+        mcpServers=[reader, stray],
+    )
+    tenants = {"acme": {"agents": ["acme"], "ceiling": {"paths": [str(home)]}}}
+    return shipped_policy(root, STRICT, [agent_file], tenants=tenants), home, secret
+
+
+async def test_a_tenants_path_ceiling_bounds_every_path_its_agent_files_name(sandbox_tmp: Path) -> None:
+    """``tenants.acme.ceiling.paths: [<acme's folder>]``: a FileSandbox, a database or a server script outside it
+    is that toolbox's load error naming the key; what lies inside (and the interpreter the policy grants every
+    worker anyway) loads, and a real worker reads there."""
+    policy, home, secret = _acme(sandbox_tmp)
+    async with Supervisor.open(policy) as sup:
+        errors = {e["toolbox"]: e["message"] for e in sup.load_errors()}
+        assert set(errors) == {"outside", "db", "stray"}, errors
+        key = f"past the policy's ceiling tenants.acme.ceiling.paths ({home})"
+        assert f"the agent file names the path {secret.parent} (its FileSandbox, write)" in errors["outside"]
+        assert key in errors["outside"] and "add a folder holding it to tenants.acme.ceiling.paths" in errors["outside"]
+        assert f"{secret.parent / 'db.sqlite'} (a path it reads), {key}" in errors["db"], errors["db"]
+        assert f"{sandbox_tmp / 'reader.py'} (its FileSandbox, read), {key}" in errors["stray"], errors["stray"]
+        read = await sup.call("developer_inside_read_file_range", {"path": str(home / "project" / "notes.txt")})
+        assert read.status == "passed" and "acme's notes" in (read.data or ""), read.data
+        assert "mcp_reader_read" in {t.name for t in sup.list_tools()}  # its interpreter: granted to every worker
+
+
+def test_check_shows_a_path_ceiling(sandbox_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from supervisor.frontends._cli import main
+
+    policy, home, _ = _acme(sandbox_tmp)
+    assert main(["check", "--policy", str(policy)]) == 0
+    assert f"acme: paths within {home} (tenants.acme.ceiling.paths)" in capsys.readouterr().out

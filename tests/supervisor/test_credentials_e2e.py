@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, mcp_script_server, system_toolbox, write_policy
 from tests.sandbox._netlab import REPO, Lab
 
 if TYPE_CHECKING:
@@ -373,15 +373,7 @@ def test_an_mcp_server_with_a_placeholder_token_in_terminating_mode(lab: Lab, sa
     script = sandbox_tmp / "gh_mcp.py"
     script.write_text(MCP_SERVER)
     script.chmod(0o644)
-    server = {
-        "tag": "McpSimpleBinary",
-        "contents": {
-            "name": "gh",
-            "executable": sys.executable,
-            "args": [str(script)],
-            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(script)}},
-        },
-    }
+    server = mcp_script_server("gh", script)
     policy = write_policy(
         sandbox_tmp,
         {"tester": agent(mcpServers=[server])},

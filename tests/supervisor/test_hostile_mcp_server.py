@@ -9,7 +9,6 @@ a load error naming it, the server's good tools serve, and so does another toolb
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ import pytest
 import trio
 
 from supervisor._supervisor import Supervisor
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, mcp_script_server, system_toolbox, write_policy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -64,15 +63,7 @@ def _policy(root: Path) -> Path:
     script = root / "hostile.py"
     script.write_text(HOSTILE_SERVER)
     script.chmod(0o644)
-    server = {
-        "tag": "McpSimpleBinary",
-        "contents": {
-            "name": "evil",
-            "executable": sys.executable,
-            "args": [str(script)],
-            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(script)}},
-        },
-    }
+    server = mcp_script_server("evil", script)
     return write_policy(root, {"tester": agent(mcpServers=[server], builtinToolboxes=[system_toolbox()])})
 
 

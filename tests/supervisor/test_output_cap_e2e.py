@@ -47,6 +47,7 @@ async def _call_all(policy: Path, tools: Sequence[str]) -> dict[str, mcp_types.C
     return out
 
 
+@pytest.mark.slow
 async def test_a_64_mib_result_of_any_kind_reaches_the_client_cut_to_the_limit(sandbox_tmp: Path) -> None:
     build_components([Spec("huge", behaviour="huge", size=HUGE)], sandbox_tmp / "components")
     tools = sandbox_tmp / "tools"

@@ -190,6 +190,14 @@ class StdioClient:
             message = await self.message()
             self.notifications.append(message.get("method", ""))
 
+    async def initialize(self) -> None:
+        """The MCP handshake (initialize, then initialized)."""
+        await self.request(
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+        )
+        await self.send({"method": "notifications/initialized"})
+
     async def names(self) -> set[str]:
         return {t["name"] for t in (await self.request("tools/list"))["tools"]}
 
@@ -202,11 +210,7 @@ async def test_sighup_reloads_a_stdio_service_and_keeps_its_session(sandbox_tmp:
     service = await start("--agent", "alpha")
     client = StdioClient(service.process)
     with trio.fail_after(180):
-        await client.request(
-            "initialize",
-            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-        )
-        await client.send({"method": "notifications/initialized"})
+        await client.initialize()
         assert await client.names() == {"system_keep_date", "system_change_date"}
         [keep_pid], [change_pid] = service.spawns("keep"), service.spawns("change")
 
@@ -252,11 +256,7 @@ async def test_sighup_starts_a_crash_looped_toolbox_at_once_once_fixed(sandbox_t
     service = await start("--agent", "tester")
     client = StdioClient(service.process)
     with trio.fail_after(180):
-        await client.request(
-            "initialize",
-            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-        )
-        await client.send({"method": "notifications/initialized"})
+        await client.initialize()
         assert await client.names() == {"bash_flaky"}
         for _ in range(10):  # each call ends the worker; the third death within the window is a crash loop
             answer = await client.call("bash_flaky")

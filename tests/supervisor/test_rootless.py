@@ -46,6 +46,7 @@ def user_home(sandbox_tmp: Path) -> Path:
     return sandbox_tmp
 
 
+@pytest.mark.slow
 def test_permissive_yaml_serves_calls_rootless(user_home: Path) -> None:
     permissive = str(REPO / "policies" / "permissive.yaml")
     state = str(user_home / "state")

@@ -354,6 +354,7 @@ async def test_a_read_write_database_the_workers_uid_cannot_write_is_named_with_
     assert "cannot be written by the worker" not in fixed.stdout
 
 
+@pytest.mark.slow
 async def test_locked_database_fails_with_a_retry_hint(sup: Supervisor, lab: Lab) -> None:
     holder = sqlite3.connect(lab.rw_db, isolation_level=None, timeout=0)
     try:

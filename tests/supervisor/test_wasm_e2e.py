@@ -254,6 +254,7 @@ async def test_a_component_that_loops_forever_is_stopped_and_the_worker_keeps_se
     assert len(spawns) == 1  # the same worker answered both calls
 
 
+@pytest.mark.slow
 async def test_a_component_blocked_in_a_host_call_is_stopped_at_its_limit_and_the_next_call_does_not_wait(
     policy: Path,
 ) -> None:

@@ -7,7 +7,6 @@ what the SDK would never do (pagination, requests from the server, garbage on st
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,7 @@ import pytest
 import trio
 
 from supervisor._supervisor import Supervisor
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, mcp_script_server, system_toolbox, write_policy
 from toolboxes._names import tool_name
 from toolboxes.mcp._content import AttachmentSink, to_result
 from toolboxes.mcp._jsonrpc import Garbage, LineSplitter, Notification, Request, Response, parse_line
@@ -168,16 +167,7 @@ def reads(path: Path, tag: str = "FileExactly") -> dict[str, Any]:
     return {"fsbPredicate": {"tag": tag, "contents": str(path)}}
 
 
-def mcp_server(name: str, script: Path, *args: str) -> dict[str, Any]:
-    return {
-        "tag": "McpSimpleBinary",
-        "contents": {
-            "name": name,
-            "executable": sys.executable,
-            "args": [str(script), *args],
-            "FileSandbox": reads(script),
-        },
-    }
+mcp_server = mcp_script_server
 
 
 def write_server(root: Path, name: str, text: str) -> Path:

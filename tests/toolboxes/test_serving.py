@@ -67,6 +67,28 @@ def test_a_job_runs_on_the_thread_that_read_it() -> None:
     assert h.serving.stopped.wait(WAIT_S)
 
 
+def test_reads_that_give_no_job_leave_the_same_thread_reading_and_wake_none() -> None:
+    """A reply, a cancel or an inline call (a read that gives no job to run) keeps the reader leading: the next read
+    is made on the same thread, and no second thread is started or woken for it (a hand-off per call was a futex
+    wake and a thread switch)."""
+    h = Harness(max_jobs=4, name="keep")
+    h.serving.start()
+    for _ in range(20):
+        h.inputs.put([])
+    readers = {h.reads.get(timeout=WAIT_S) for _ in range(20)}
+    assert len(readers) == 1
+    assert len(h.threads()) == 1
+    h.inputs.put(["a"])  # a job: the reader runs it and hands the lead on
+    assert h.next_started() == "a"
+    assert h.ran_by["a"] in readers
+    assert h.reads.get(timeout=WAIT_S) == h.ran_by["a"]  # the read that gave "a"
+    h.inputs.put([])
+    assert h.reads.get(timeout=WAIT_S) != h.ran_by["a"]  # the new leader reads while "a" runs
+    h.release["a"].set()
+    h.inputs.put(None)
+    assert h.serving.stopped.wait(WAIT_S)
+
+
 def test_reading_goes_on_while_max_jobs_run_and_the_rest_wait_in_order() -> None:
     h = Harness(max_jobs=2, name="bound")
     h.serving.start()

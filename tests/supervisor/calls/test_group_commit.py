@@ -14,10 +14,26 @@ import trio.testing
 
 from supervisor._supervisor import Supervisor
 from supervisor.calls import GroupCommit
+from supervisor.sessions._journal import parse
 from tests._policies import agent, system_toolbox, write_policy
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+
+def _durable_calls(state: Path, session: str) -> int:
+    """The call records of ``session`` a SIGKILL right now would leave: the rows the database committed and the lines
+    of the store's journals it has not applied yet (``supervisor/sessions/_journal.py``; the next open applies them)."""
+    db = sqlite3.connect(state / "sessions.sqlite3")
+    try:
+        [(rows,)] = db.execute("SELECT count(*) FROM tool_calls WHERE session_id = ?", (session,))
+        applied = {name: (g, a) for name, g, a in db.execute("SELECT name, generation, applied FROM journal_applied")}
+    finally:
+        db.close()
+    for journal in state.glob("sessions.sqlite3.pending-*"):
+        tail = parse(journal.read_bytes(), *applied.get(journal.name, (None, 0)))
+        rows += sum(1 for name, params in tail.entries if name == "call" and params[0] == session)
+    return rows
 
 
 async def test_callers_of_one_round_share_one_flush_that_holds_all_they_queued() -> None:
@@ -104,18 +120,14 @@ async def test_every_answer_of_many_in_flight_comes_after_its_records_are_durabl
             for _ in range(5):
                 result = await sup.call("system_system_date", {}, session_id=f"caller-{i}")
                 assert result.status == "passed", result.data
-                # What a SIGKILL right now would leave: the trace file as written, the database as committed (a
-                # connection of its own sees committed rows only).
+                # What a SIGKILL right now would leave: the trace file as written, the session store's records as
+                # committed (the database's rows and its journals' lines not yet applied: the next open applies them).
                 ends = sum(
                     1
                     for line in trace.read_text().splitlines()
                     if (r := json.loads(line))["event"] == "call_end" and r["session"] == session
                 )
-                db = sqlite3.connect(sandbox_tmp / "state" / "sessions.sqlite3")
-                try:
-                    [(rows,)] = db.execute("SELECT count(*) FROM tool_calls WHERE session_id = ?", (session,))
-                finally:
-                    db.close()
+                rows = _durable_calls(sandbox_tmp / "state", session)
                 if ends < 1 or rows < 1:
                     late.append(f"caller {i}: {ends} call_end records, {rows} rows")
                 assert ends == rows  # each of this caller's calls so far is in both
@@ -162,7 +174,7 @@ async def test_the_session_stores_checkpoints_run_off_the_trio_thread(
 
     from supervisor.sessions import _store
 
-    monkeypatch.setattr(_store, "CHECKPOINT_COMMITS", 20)
+    monkeypatch.setattr(_store, "CHECKPOINT_COMMITS", 2)
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])})
     ran_on: list[int] = []
     checkpointed = trio.Event()
@@ -179,6 +191,8 @@ async def test_the_session_stores_checkpoints_run_off_the_trio_thread(
         monkeypatch.setattr(store, "checkpoint", watched)
         for _ in range(25):
             assert (await sup.call("system_system_date", {})).status == "passed"
+        store.flush()  # every call applied (the calls' commits went to the journal): a checkpoint is due
+        checkpointed = trio.Event()  # a checkpoint after that flush
         with trio.fail_after(30):
             await checkpointed.wait()  # the flusher's next round (every FLUSH_INTERVAL_S) runs it
         db = sqlite3.connect(f"file:{sandbox_tmp / 'state' / 'sessions.sqlite3'}?immutable=1", uri=True)

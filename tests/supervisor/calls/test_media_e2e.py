@@ -28,7 +28,7 @@ import trio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests._policies import agent, system_toolbox, write_policy
+from tests._policies import agent, mcp_script_server, system_toolbox, write_policy
 from tests.sandbox.test_escapes import _png
 
 pytestmark = pytest.mark.root
@@ -128,15 +128,7 @@ def _policy(root: Path) -> Path:
     system = system_toolbox(
         capabilities=["attach-file"], FileSandbox={"fsbPredicate": {"tag": "DirectoryRecursive", "contents": "./files"}}
     )
-    mcp = {
-        "tag": "McpSimpleBinary",
-        "contents": {
-            "name": "media",
-            "executable": sys.executable,
-            "args": [str(server)],
-            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(server)}},
-        },
-    }
+    mcp = mcp_script_server("media", server)
     return write_policy(
         root,
         {"tester": agent(toolDirectory="tools", builtinToolboxes=[system], mcpServers=[mcp])},

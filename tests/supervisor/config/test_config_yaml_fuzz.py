@@ -22,12 +22,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor._errors import SupervisorError
 from supervisor.config import ConfigError
-from supervisor.config._agent_tree import expand_agents
 from supervisor.config._loader import load_config, load_policy
-from supervisor.plan._compile import compile_policy
 from tests._policies import agent, system_toolbox
+from tests.supervisor.config.test_config_fuzz import _check, _paths
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -127,17 +125,6 @@ def _base(root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return policy, agent("a", builtinToolboxes=tools, bashToolboxes=bash)
 
 
-def _paths(value: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [here]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*here, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*here, i))
-    return out
-
-
 PLACEHOLDER = "__raw_yaml_value__"
 
 
@@ -158,26 +145,15 @@ def _with_raw(policy: dict[str, Any], path: tuple[Any, ...], raw: str, as_key: b
     return text.replace(PLACEHOLDER, raw.replace("\n", " "))
 
 
-def _check(policy_path: str, extra: tuple[str, ...] = ()) -> str:
-    """What ``check`` does; the error text when the files are refused, ``""`` when they pass."""
-    try:
-        config = expand_agents(load_config(policy_path, list(extra))).config
-        compile_policy(config, prepare=False)
-    except SupervisorError as exc:
-        text = str(exc)
-        assert text.strip(), "an error without a message"
-        return text
-    return ""
-
-
 @pytest.mark.root  # compiles a policy with cgroup limits: making a cgroup needs root
 def test_the_base_files_pass(sandbox_tmp: Path) -> None:
     policy, agent_file = _base(sandbox_tmp)
     (sandbox_tmp / "a.json").write_text(json.dumps(agent_file))
     (sandbox_tmp / "policy.yaml").write_text(yaml.safe_dump(policy))
-    assert _check(str(sandbox_tmp / "policy.yaml")) == ""
+    assert _check(sandbox_tmp / "policy.yaml") == ""
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_raw_yaml_scalars_anywhere_are_accepted_or_refused_with_a_message(sandbox_tmp: Path, data: Any) -> None:
@@ -187,7 +163,7 @@ def test_raw_yaml_scalars_anywhere_are_accepted_or_refused_with_a_message(sandbo
     as_key = isinstance(path[-1], str) and data.draw(st.booleans())
     (sandbox_tmp / "a.json").write_text(json.dumps(agent_file))
     (sandbox_tmp / "policy.yaml").write_text(_with_raw(policy, path, raw, as_key), encoding="utf-8", errors="replace")
-    _check(str(sandbox_tmp / "policy.yaml"))
+    _check(sandbox_tmp / "policy.yaml")
 
 
 HOSTILE_NAMES = st.sampled_from(
@@ -204,7 +180,7 @@ def test_hostile_file_names_get_a_config_error(sandbox_tmp: Path, policy_name: s
     cwd = os.getcwd()
     os.chdir(sandbox_tmp)
     try:
-        _check(policy_name, tuple(extra))
+        _check(Path(policy_name), tuple(extra))
     finally:
         os.chdir(cwd)
 

@@ -346,6 +346,7 @@ def outcomes(
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", list(AGENTS))
 def test_each_seed_example_loads_with_check_and_tools(example: str, outcomes: dict[str, Any]) -> None:
     _, expected = AGENTS[example]

@@ -205,6 +205,7 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.slow
 async def test_a_client_that_never_reads_is_slowed_down_not_buffered(policy: Path) -> None:
     """Requests are read only while fewer than MAX_IN_FLIGHT are being handled or answered: a client that floods
     without reading the replies ends up blocked on its own writes, and the server's memory stays bounded (without

@@ -48,6 +48,7 @@ def _port(server: _Server) -> int:
     return int(server.base.rsplit(":", 1)[1])
 
 
+@pytest.mark.slow
 @pytest.mark.root
 async def test_a_slowloris_beside_a_tenant_whose_calls_go_on(sandbox_tmp: Path) -> None:
     """24 connections trickling a byte every 0.2 s against a server of 16 connections (the attack that took every

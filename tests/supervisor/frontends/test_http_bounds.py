@@ -167,6 +167,8 @@ async def _exchange(stream: trio.SocketStream, request: bytes) -> bytes:
     return data
 
 
+#: the end of a request head announcing a body that is never sent
+_BODY_PENDING = b"\r\ncontent-type: application/json\r\ncontent-length: 64\r\n\r\n"
 _METADATA = b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
 #: a request with the tenant's token (400: no session named): its connection is the tenant's from then on
 _AUTHENTICATED = (
@@ -175,12 +177,16 @@ _AUTHENTICATED = (
 
 
 async def test_connections_past_the_cap_are_refused_with_a_reason(sandbox_tmp: Path) -> None:
-    async for server in _start(_policy(sandbox_tmp, http={"max_connections": 2})):
+    # both places may be the one tenant's (by default a tenant holds max_connections / 2)
+    async for server in _start(_policy(sandbox_tmp, http={"max_connections": 2, "max_connections_per_tenant": 2})):
         held = []
         for _ in range(2):  # both are the tenant's and served (and stay open: keep-alive)
             held.append(stream := await _connect(server))
             assert b"Mcp-Session-Id" in (await _exchange(stream, _AUTHENTICATED))
             assert (await _exchange(stream, _METADATA)).startswith(b"HTTP/1.1 200 ")
+            # then busy with a request whose body is awaited: idle, the tenant's connections past its fair share
+            # (one of two) would give way to a new connection of a full server (test_http_tenant_connections.py)
+            await stream.send_all(_AUTHENTICATED.replace(b"DELETE", b"POST").replace(b"\r\n\r\n", _BODY_PENDING))
         extra = await _connect(server)
         answer = await _exchange(extra, _METADATA)
         assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 5" in answer
@@ -198,7 +204,9 @@ async def test_connections_past_the_cap_are_refused_with_a_reason(sandbox_tmp: P
                 await stream.aclose()
 
         await _until(served_again, "a connection is served once one has closed")
-        assert (await _exchange(held[0], _METADATA)).startswith(b"HTTP/1.1 200 ")  # the held one still serves
+        # the held one still serves: its pending request (a body that is no JSON) answered, then the next
+        assert (await _exchange(held[0], b" " * 64)).startswith(b"HTTP/1.1 400 ")
+        assert (await _exchange(held[0], _METADATA)).startswith(b"HTTP/1.1 200 ")
         await held[0].aclose()
 
 

@@ -61,6 +61,7 @@ def _most_at_once(records: list[dict[str, Any]]) -> int:
     return most
 
 
+@pytest.mark.slow
 async def test_past_the_servers_work_bound_requests_are_shed_and_admitted_ones_complete(sandbox_tmp: Path) -> None:
     """24 sessions calling a 0.3 s tool in a loop against a server that answers 4 requests at once."""
     policy = _policy(sandbox_tmp, {"max_requests_in_flight": 4}, {"concurrent_calls": 64})

@@ -305,6 +305,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_tools_check_and_call_take_the_agent(setup: Setup) -> None:
     """``tools``, ``check`` and ``call`` take ``--agent SLUG``: that agent's tools, toolboxes and tool."""
     policy = ["--policy", str(setup.policy)]

@@ -21,7 +21,7 @@ import trio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests._policies import agent, local_model, system_toolbox, write_policy
+from tests._policies import agent, local_model, mcp_script_server, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, model_server
 
 pytestmark = pytest.mark.root
@@ -47,15 +47,7 @@ def _policy(root: Path, url: str) -> Path:
     script = root / "render_server.py"
     script.write_text(PROGRESS_SERVER)
     script.chmod(0o644)
-    mcp = {
-        "tag": "McpSimpleBinary",
-        "contents": {
-            "name": "render",
-            "executable": sys.executable,
-            "args": [str(script)],
-            "FileSandbox": {"fsbPredicate": {"tag": "FileExactly", "contents": str(script)}},
-        },
-    }
+    mcp = mcp_script_server("render", script)
     helper = agent("helper", modelUrl=url, builtinToolboxes=[system_toolbox("helper_sys", ["hostname"])])
     (root / "helper.json").write_text(json.dumps(helper))
     main = agent("main", modelUrl=url, mcpServers=[mcp], extraAgents=[{"slug": "helper", "path": "helper.json"}])

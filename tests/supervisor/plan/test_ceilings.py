@@ -20,6 +20,7 @@ from supervisor.plan._ceilings import (
     class_refusals,
     method_cap,
     method_refusals,
+    path_refusals,
     tenant_reach,
 )
 from tests._policies import agent, system_toolbox, write_policy
@@ -109,6 +110,16 @@ def test_http_methods_ceilings_intersect_and_an_asked_method_past_one_names_its_
     assert "HEAD (AllowedMethods), past the policy's ceiling ceilings.coder.http_methods (POST, GET)" in refused
 
 
+def test_a_path_past_every_ceilings_paths_names_the_key_unless_the_policy_grants_it_anyway() -> None:
+    policy = Policy.model_validate({"ceilings": {"*": {"paths": ["/srv/acme"]}, "coder": {"paths": ["/srv"]}}})
+    bounds = agent_bounds(policy, "coder", {})
+    named = [("/srv/acme/project", "its FileSandbox, read"), ("/srv/acmeish", "a path it reads"), ("/usr/bin/x", "")]
+    [refused] = path_refusals(named, bounds, granted=["/usr"])
+    assert refused.startswith("the agent file names the path /srv/acmeish (a path it reads), past the policy's ")
+    assert 'ceiling ceilings."*".paths (/srv/acme); the key that would open it: add a folder holding it' in refused
+    assert path_refusals(named, agent_bounds(Policy.model_validate({}), "coder", {})) == []  # no ceiling: no bound
+
+
 @pytest.mark.parametrize(
     ("ceiling", "where", "word"),
     [
@@ -116,6 +127,7 @@ def test_http_methods_ceilings_intersect_and_an_asked_method_past_one_names_its_
         ({"allowed_hosts": ["https://x/y"]}, "$.ceilings.coder.allowed_hosts[0]", "invalid host"),
         ({"allowed_hostz": []}, "$.ceilings.coder", "allowed_hostz"),
         ({"http_methods": ["FETCH"]}, "$.ceilings.coder.http_methods[0]", "unknown HTTP method 'FETCH'"),
+        ({"paths": ["srv/acme"]}, "$.ceilings.coder.paths[0]", "not an absolute path"),
     ],
 )
 def test_a_ceiling_that_does_not_parse_is_a_config_error(

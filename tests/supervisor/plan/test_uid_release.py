@@ -112,6 +112,7 @@ def _listed(registry: Path) -> dict[str, Any]:
     return {row["state_id"]: row for row in json.loads(done.stdout)["state_dirs"]}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 async def test_the_uids_of_a_state_dir_that_is_gone_are_released_by_the_operator(
     sandbox_tmp: Path, fresh_uid_registry: Path

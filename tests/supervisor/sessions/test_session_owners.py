@@ -323,6 +323,7 @@ def _cli_call(policy: Path, *extra: str) -> dict[str, str]:
     return _ids(json.loads(done.stdout)["data"])
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_cli_calls_get_a_session_each_unless_session_names_one(sandbox_tmp: Path) -> None:
     policy = _ids_policy(sandbox_tmp)

@@ -272,7 +272,8 @@ def test_a_failing_write_is_counted_never_raised() -> None:
         duration_s=0.0,
     )
     store.flush()  # writes are batched; the supervisor flushes every 0.2 s and before every read
-    assert store.write_errors == 3 and "readonly" in (store.last_write_error or "")
+    # the turn, a's row (made by start_child, unknown to ensure_session), the call, and a's modified time
+    assert store.write_errors == 4 and "readonly" in (store.last_write_error or "")
     assert _ask(store, "root", "get-session-stats")["result"]["totalTurnsAcrossAllSessions"] == 4
 
 

@@ -1,5 +1,6 @@
 """The session store's commits (``supervisor/sessions/_store.py``): a session's ``modified`` is set once per flush
-however many of its calls the flush holds (a frontend call's commit leaves it to the next flush), and the WAL is
+however many of its calls the flush holds (a frontend call's commit goes to the journal and leaves it to the next
+flush), and the WAL is
 checkpointed by :meth:`SessionStore.checkpoint` (meant for a thread of its own) once
 :meth:`SessionStore.checkpoint_due`, SQLite's own checkpoint on the committing thread only a backstop far past
 that."""
@@ -11,7 +12,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from supervisor.sessions._store import BACKSTOP_CHECKPOINT_PAGES, CHECKPOINT_COMMITS, SessionStore
+from supervisor.sessions._store import CHECKPOINT_COMMITS, SessionStore
+from supervisor.sessions._store_schema import BACKSTOP_CHECKPOINT_PAGES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -64,25 +66,31 @@ def test_a_flush_sets_each_sessions_modified_time_once(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_commit_that_does_not_touch_leaves_modified_to_the_next_flush(tmp_path: Path) -> None:
+def test_a_commit_goes_to_the_journal_and_the_next_flush_applies_it_and_sets_modified(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     store = SessionStore(str(path))
     store.ensure_session("a")
     store.flush()
     [created] = store.rows({"a"})
     _call(store, "a", 1)
-    store.flush(touch=False)  # a frontend call's commit: the row, one page less
-    other = sqlite3.connect(path)  # what another reader (or a kill -9 now) sees
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    store.flush(touch=False)  # a frontend call's commit, before its answer: durable in the journal
+    assert store.commit is not None and statements == []  # nothing asked of SQLite
+    [journal] = tmp_path.glob("s.sqlite3.pending-*")
+    assert b'"call",["a","c1"' in journal.read_bytes()
+    other = sqlite3.connect(path)  # another reader sees it once applied
     try:
         [(calls,)] = other.execute("SELECT count(*) FROM tool_calls WHERE session_id = 'a'")
-        [(modified,)] = other.execute("SELECT modified FROM sessions WHERE id = 'a'")
-        assert calls == 1 and modified == created.modified
-        store.flush()  # the flusher's next round (or any read) sets it
+        assert calls == 0
+        store.flush()  # the flusher's next round (or any read) applies it and sets modified
+        [(calls,)] = other.execute("SELECT count(*) FROM tool_calls WHERE session_id = 'a'")
         [(modified,)] = other.execute("SELECT modified FROM sessions WHERE id = 'a'")
     finally:
         other.close()
-    assert modified > created.modified
+    assert calls == 1 and modified > created.modified
     store.close()
+    assert not list(tmp_path.glob("s.sqlite3.pending-*"))  # all applied: a clean close leaves no journal
 
 
 def test_the_wal_is_checkpointed_by_checkpoint_not_by_the_commits(tmp_path: Path) -> None:

@@ -82,6 +82,7 @@ SCHEMAS = st.dictionaries(st.sampled_from(_KEYWORDS), _json(_SCALARS), max_size=
 ARGS = st.dictionaries(st.text(max_size=4), _json(_SCALARS), max_size=4)
 
 
+@pytest.mark.slow
 @settings(max_examples=_examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=SCHEMAS, args=st.lists(ARGS, max_size=3))
 def test_any_schema_compiles_or_is_refused_and_checking_never_raises(

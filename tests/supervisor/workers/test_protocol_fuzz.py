@@ -15,6 +15,7 @@ import types
 from typing import Any
 
 import msgpack
+import pytest
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
@@ -173,6 +174,7 @@ def _a_result_of_the_call(frames: list[bytes]) -> bool:
     return False
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(frames=_frames(1), args=st.lists(st.dictionaries(st.text(max_size=4), VALUES, max_size=3), max_size=3))
 def test_random_frames_never_raise_and_always_answer_the_call(frames: list[bytes], args: list[Any]) -> None:

@@ -67,6 +67,7 @@ def _last_const(tools: list[dict[str, Any]]) -> Any:
     return tools[-1]["input_schema"]["properties"].get("g", {}).get("const") if tools else None
 
 
+@pytest.mark.slow
 async def test_a_worker_relisting_huge_tool_lists_does_not_slow_another_toolbox(sandbox_tmp: Path) -> None:
     tools = [system_toolbox("hostile", ["date"]), system_toolbox("calm", ["date"])]
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=tools)})
