@@ -23,6 +23,7 @@ from supervisor._supervisor import Supervisor
 from supervisor.config._errors import ConfigError
 from supervisor.plan._agent_bindings import AgentFile, agent_file_identity, bind_agents
 from tests._policies import agent, system_toolbox, write_policy
+from tests.deploy.test_reloader import _projected
 
 FIRST, COUNT = 3_000_000_000, 65536
 NOBODY = 65534
@@ -54,20 +55,6 @@ async def _refused(policy: Path) -> str:
         async with Supervisor.open(policy):
             pass
     return str(caught.value)
-
-
-def _projected(folder: Path, files: dict[str, str], version: str, *, mode: int = 0o755) -> None:
-    """``folder`` as the kubelet keeps a ConfigMap volume: the files under ``..<version>``, the link ``..data``
-    to it (swapped atomically), each name a link through ``..data``; all root's."""
-    data = folder / f"..{version}"
-    data.mkdir(parents=True)
-    data.chmod(mode)
-    for name, text in files.items():
-        (data / name).write_text(text)
-        if not (folder / name).is_symlink():
-            (folder / name).symlink_to(f"..data/{name}")
-    (folder / "..data_tmp").symlink_to(f"..{version}")
-    os.replace(folder / "..data_tmp", folder / "..data")
 
 
 def _as_nobody(code: str) -> None:
