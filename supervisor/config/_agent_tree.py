@@ -136,10 +136,17 @@ def _follow(top: tuple[LoadedAgent, ...], parts: Mapping[str, LoadedAgent], envi
                 if not os.path.exists(path):
                     found.links.append(link.refuse(f"sub-agent file not found: {display_path(path)}"))
                     continue
+                # a sibling in the agent's Kubernetes volume is named there too (``_volume_folders``)
+                name = path
+                if agent.folder is not None and os.path.dirname(path) == os.path.dirname(agent.file):
+                    name = os.path.join(agent.folder, os.path.basename(path))
                 try:
-                    sub = load_agent_file(path, environ)
+                    sub = load_agent_file(name, environ)
                 except ConfigError as exc:
                     sub = _load_problem(exc)
+                else:
+                    if sub.folder is not None:
+                        sub = dataclasses.replace(sub, named=name)
                 found.files[path] = sub
             if not isinstance(sub, str) and sub.file not in followed:
                 followed.add(sub.file)

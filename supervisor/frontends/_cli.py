@@ -215,9 +215,9 @@ def _rebind_agent(args: argparse.Namespace) -> int:
         return _fail(f"{args.file} is the agent file of slug {agent.slug!r}, not {args.slug!r}; nothing changed")
     if not os.path.isdir(state_dir):
         return _fail(f"the state directory {state_dir} does not exist; nothing is bound yet")
-    before = rebind_agent(state_dir, args.slug, agent.file)
+    bound, before = rebind_agent(state_dir, args.slug, os.path.join(os.getcwd(), args.file))
     print(
-        f"agent slug {args.slug}: bound to {agent.file}"
+        f"agent slug {args.slug}: bound to {bound}"
         + (f" (was {before})" if before else "")
         + "; its toolboxes keep their uids, work folders and HOME"
     )

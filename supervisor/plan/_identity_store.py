@@ -219,14 +219,14 @@ def assign_identities(
     )
 
 
-def rebind_agent(state_dir: str, slug: str, agent_file: str) -> str | None:
-    """Bind ``slug`` to ``agent_file`` (canonical path, its owner and inode as they are now) in the table of
-    ``state_dir``, keeping the slug's workers (uids, folders). Returns the file it was bound to before (``None``: it
-    was not bound)."""
+def rebind_agent(state_dir: str, slug: str, agent_file: str) -> tuple[str, str | None]:
+    """Bind ``slug`` to ``agent_file`` (absolute, as named: bound as :func:`agent_file_identity` says, with its
+    owner and inode as they are now) in the table of ``state_dir``, keeping the slug's workers (uids, folders).
+    Returns the path bound and the one bound before (``None``: it was not bound)."""
     claim = agent_file_identity(agent_file)
     with _locked(state_dir) as anchor:
         table = _read(anchor, state_dir)
         before = table.agents.get(slug)
         table.agents[slug] = claim
         _write(anchor, table)
-    return before.file if before is not None else None
+    return claim.file, before.file if before is not None else None
