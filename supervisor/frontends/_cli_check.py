@@ -66,6 +66,18 @@ def check_report(args: argparse.Namespace) -> dict[str, Any]:
                 if a.description.model_url and args.slug in (None, a.slug)
             ],
         ),
+        "subagents": [
+            {
+                "agent": link.agent,
+                "subagent": link.slug,
+                "file": link.file,
+                "source": link.source,
+                "allowed": link.allowed,
+                "why": link.why,
+            }
+            for link in tree.links
+            if args.slug in (None, link.agent)
+        ],
         "load_errors": [
             dict(e) for e in (*tree.load_errors, *compiled.load_errors) if args.slug in (None, e.get("agent"))
         ],
