@@ -39,7 +39,7 @@ import trio
 
 from supervisor.calls import BudgetPolicy, SessionLimits
 from supervisor.config import expand_agents, load_config
-from supervisor.plan import compile_policy, prepare_git_sources, run_credential_commands
+from supervisor.plan import bound_elsewhere, compile_policy, prepare_git_sources, run_credential_commands
 from supervisor.traces import TraceRecorder, open_otel
 
 from ._errors import first_leaf
@@ -211,7 +211,7 @@ def _compile(source: tuple[str, list[str], str | None], running_state_dir: str) 
     problem = state_dir_problem(running_state_dir, override, config.policy.state_dir)
     if problem is not None:
         raise ReloadRefused(problem)
-    tree = expand_agents(config)
+    tree = expand_agents(config, bound_elsewhere=bound_elsewhere(running_state_dir))
     commands = trio.from_thread.run(run_credential_commands, tree.config.policy.credentials)  # on the loop
     compiled = compile_policy(tree.config, python=sys.executable, state_dir=running_state_dir, command_values=commands)
     return tree, compiled

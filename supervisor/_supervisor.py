@@ -70,6 +70,7 @@ from supervisor.plan import (
     CompiledPolicy,
     StagedCode,
     UidHold,
+    bound_elsewhere,
     compile_policy,
     kind_plan,
     prepare_git_sources,
@@ -310,7 +311,7 @@ class Supervisor:
         error (:meth:`load_errors`), not an exception; so is a git skill source that cannot be cloned.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
-        tree = expand_agents(config)
+        tree = expand_agents(config, bound_elsewhere=bound_elsewhere(state_dir or config.policy.state_dir))
         sup: Supervisor | None = None
         # One exit stack holds everything the start makes, in order: whatever step fails (the store, the OTel
         # export, a worker), what was made before it is given back, nothing is left running (a zygote, the

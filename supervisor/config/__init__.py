@@ -1,7 +1,7 @@
 """The policy and agent files: their models, loading with bounds, and the errors they raise."""
 
 from ._agent_schema import agent_json_schema
-from ._agent_toolboxes import ToolboxConfig
+from ._agent_toolboxes import LoadedAgent, ToolboxConfig
 from ._agent_tree import AgentTree, expand_agents
 from ._ceilings import ANY_HOST, HTTP_METHODS, Ceiling
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
@@ -35,6 +35,7 @@ __all__ = [
     "CredentialSource",
     "HttpFrontend",
     "Introspection",
+    "LoadedAgent",
     "LoadedConfig",
     "OAuthResourceServer",
     "OtelExport",

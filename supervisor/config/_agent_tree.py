@@ -35,7 +35,7 @@ from ._loader import LoadedConfig, load_agent_file
 from ._subagent_rules import AgentFileFacts, SubagentLink, judge_links
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from ._agent_toolboxes import LoadedAgent
 
@@ -188,17 +188,27 @@ def _clashes(top: tuple[LoadedAgent, ...], parts: list[LoadedAgent]) -> dict[str
     return out
 
 
-def expand_agents(config: LoadedConfig, environ: Mapping[str, str] | None = None) -> AgentTree:
+def expand_agents(
+    config: LoadedConfig,
+    environ: Mapping[str, str] | None = None,
+    *,
+    bound_elsewhere: Callable[[LoadedAgent], str | None] | None = None,
+) -> AgentTree:
     """The config with every allowed sub-agent loaded, and the sub-agent slugs of each agent (module docstring).
 
-    Idempotent: expanding an expanded config gives the same tree. Raises nothing of its own: what an agent file
-    names as a sub-agent is at most a load problem of that agent.
+    ``bound_elsewhere`` (the plan's, from the state dir's identity table) says why a sub-agent file cannot have its
+    slug there (bound to another file): that sub-agent is left out as a load error of the agents naming it, where the
+    plan's binding would stop the whole start. Idempotent: expanding an expanded config gives the same tree. Raises
+    nothing of its own: what an agent file names as a sub-agent is at most a load problem of that agent.
     """
     environ = reference_environ(config.policy.credentials, os.environ if environ is None else environ)
     top = tuple(a for a in config.agents if a.slug not in config.parts)
     found = _follow(top, {a.file: a for a in config.agents if a.slug in config.parts}, environ)
     parts = [a for a in found.files.values() if not isinstance(a, str)]
     clashes = _clashes(top, parts)
+    for part in parts:
+        if bound_elsewhere is not None and part.file not in clashes and (why := bound_elsewhere(part)) is not None:
+            clashes[part.file] = why
     links = [
         link.refuse(f"sub-agent file {display_path(link.file)}: {clashes[link.file]}")
         if link.allowed and link.file in clashes

@@ -31,10 +31,11 @@ def check_report(args: argparse.Namespace) -> dict[str, Any]:
     from supervisor.agents import model_report
     from supervisor.calls import BudgetPolicy
     from supervisor.config import expand_agents, load_config
-    from supervisor.plan import compile_policy, launcher_refusals
+    from supervisor.plan import bound_elsewhere, compile_policy, launcher_refusals
     from supervisor.workers import host_explanations
 
-    tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
+    loaded = load_config(args.policy, args.agent)  # sub-agents' toolboxes get workers too
+    tree = expand_agents(loaded, bound_elsewhere=bound_elsewhere(args.state_dir or loaded.policy.state_dir))
     config = tree.config
     compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
     _check_slug(args.slug, [a.slug for a in config.agents])

@@ -139,3 +139,52 @@ async def test_a_tenants_agent_file_cannot_drive_another_tenants_agent(
                     own = await globex.call_tool("developer_dev_read_file_range", {"path": str(secret)})
                     assert not own.is_error and SECRET in _text(own), _text(own)  # globex's agent is whole
     assert server.records("agent_start") == []
+
+
+async def test_a_sub_agent_claiming_a_slug_bound_to_another_file_does_not_stop_the_others(sandbox_tmp: Path) -> None:
+    """A slug names its uids and folders, so the state dir binds it to its file (``plan/_agent_bindings.py``); a
+    policy's own agent file claiming a bound slug stops the start (the operator lists those). A *sub-agent* file
+    doing so is globex's agent file's to write: it used to stop every tenant's start (a ``ConfigError`` of the
+    binding); now it is a load error of globex's agent, naming ``rebind-agent``, and everything else starts.
+    Through the Python API, as an embedding application starts it."""
+    from supervisor._supervisor import Supervisor
+
+    acme, globex = sandbox_tmp / "acme", sandbox_tmp / "globex"
+    for folder in (acme, globex):
+        folder.mkdir()
+    (acme / "helper.json").write_text(json.dumps(agent("helper", builtinToolboxes=[system_toolbox("h", ["date"])])))
+    (globex / "helper.json").write_text(json.dumps(agent("helper", builtinToolboxes=[system_toolbox("h", ["date"])])))
+    box = [system_toolbox("sys", ["date"])]
+
+    def policy(a_names_helper: bool, b_names_helper: bool) -> Path:
+        extra_a = [{"slug": "helper", "path": "helper.json"}] if a_names_helper else []
+        extra_b = [{"slug": "helper", "path": "helper.json"}] if b_names_helper else []
+        (acme / "a.json").write_text(json.dumps(agent("a", builtinToolboxes=box, extraAgents=extra_a)))
+        (globex / "b.json").write_text(json.dumps(agent("b", builtinToolboxes=box, extraAgents=extra_b)))
+        path = sandbox_tmp / "policy.yaml"
+        data = {
+            "agents": [str(acme / "a.json"), str(globex / "b.json")],
+            "state_dir": str(sandbox_tmp / "state"),
+            "worker_uids": None,
+            "tenants": {"acme": {"agents": ["a"]}, "globex": {"agents": ["b"]}},
+        }
+        path.write_text(json.dumps(data))
+        return path
+
+    async with Supervisor.open(policy(True, False)) as sup:  # helper is acme's: bound to acme/helper.json
+        assert sup.load_errors() == []
+        assert (await sup.call("system_h_date", {}, agent_scope="helper", tenant="acme")).status == "passed"
+    async with Supervisor.open(policy(True, False)) as sup:  # a reload reads the files again: the same verdict
+        policy(False, True)
+        outcome = await sup.reload()
+        assert outcome.refused is None, outcome.describe()
+        assert [e["agent"] for e in sup.load_errors()] == ["b"]
+        assert (await sup.call("system_sys_date", {}, agent_scope="a", tenant="acme")).status == "passed"
+    async with Supervisor.open(policy(False, True)) as sup:  # acme no longer names it; globex's file claims it
+        [error] = sup.load_errors()
+        assert error["agent"] == "b" and "$.contents.extraAgents[0]" in error["source"]
+        assert f"agent slug 'helper' belongs to {acme / 'helper.json'}" in error["message"]
+        assert "agents-supervise rebind-agent helper" in error["message"]
+        assert {a.slug for a in sup.config.agents} == {"a", "b"}  # globex's helper: no worker, no uid of acme's
+        for slug, tenant in (("a", "acme"), ("b", "globex")):
+            assert (await sup.call("system_sys_date", {}, agent_scope=slug, tenant=tenant)).status == "passed"
