@@ -60,5 +60,17 @@ def check_report(tree: AgentTree, *, state_dir: str | None = None, slug: str | N
                 if a.description.model_url and slug in (None, a.slug)
             ],
         ),
+        "subagents": [
+            {
+                "agent": link.agent,
+                "subagent": link.slug,
+                "file": link.file,
+                "source": link.source,
+                "allowed": link.allowed,
+                "why": link.why,
+            }
+            for link in tree.links
+            if slug in (None, link.agent)
+        ],
         "load_errors": [dict(e) for e in (*tree.load_errors, *compiled.load_errors) if slug in (None, e.get("agent"))],
     }

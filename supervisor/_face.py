@@ -20,6 +20,7 @@ from supervisor.workers import ChunkReader, send_whole
 from ._check_report import check_report
 from ._check_tool import CheckOutcome, check_tool_call
 from ._reload import ReloadOutcome
+from ._running import agent_tree
 from ._services import PreparedChange, ReloadParticipant, ReloadRefused
 from ._supervisor import Supervisor
 from ._tool_lists import ToolInfo
@@ -45,6 +46,7 @@ __all__ = [
     "ToolInfo",
     "ToolService",
     "TraceRecorder",
+    "agent_tree",
     "check_report",
     "check_tool_call",
     "files_warning",

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor.config import expand_agents, load_config
+from supervisor.config import load_config
 from supervisor.traces import TraceRecorder, open_otel
 
 from ._errors import first_leaf
 from ._generation import SwitchPlan
-from ._running import compile_generation
+from ._running import agent_tree, compile_generation
 from ._services import PreparedChange, ReloadRefused
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ async def _load(source: PolicySource, running_state_dir: str) -> tuple[AgentTree
         problem = state_dir_problem(running_state_dir, source.state_dir, config.policy.state_dir)
         if problem is not None:
             raise ReloadRefused(problem)
-        return expand_agents(config)
+        return agent_tree(config, running_state_dir)
 
     tree = await trio.to_thread.run_sync(load)
     return tree, await compile_generation(tree, state_dir=running_state_dir)

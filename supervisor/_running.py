@@ -13,8 +13,8 @@ compiled policy to the next generation, taken at start-up (from none) and at eve
    runners start (at once, or as calls need them: ``start="on_demand"``) and the tool registry is rebuilt
    (sessions whose list changed are told).
 
-:func:`compile_generation` (load, then compile off the trio thread) is shared the same way. What a reload changes
-besides (the trace file, the OTel export, the HTTP frontend) is :mod:`supervisor._reload`'s.
+:func:`agent_tree` and :func:`compile_generation` (the compile off the trio thread) are shared the same way. What a
+reload changes besides (the trace file, the OTel export, the HTTP frontend) is :mod:`supervisor._reload`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import trio
 
 from supervisor.agents import AgentService
 from supervisor.calls import CallPolicy, Portal, could_serve
-from supervisor.plan import compile_policy, kind_plan, prepare_git_sources, run_credential_commands
+from supervisor.config import expand_agents
+from supervisor.plan import bound_elsewhere, compile_policy, kind_plan, prepare_git_sources, run_credential_commands
 
 from ._generation import Generation, Key, SwitchPlan, plan_switch, spec_fingerprint
 from ._runners import RunnerStarts
@@ -35,13 +36,20 @@ from ._tool_lists import ServedTools
 from ._worker_messages import answer_worker_request, record_worker_event
 
 if TYPE_CHECKING:
-    from supervisor.config import AgentTree
+    from supervisor.config import AgentTree, LoadedConfig
     from supervisor.plan import CompiledPolicy, StagedCode
     from supervisor.workers import ToolboxRunner, Worker
 
     from ._services import Services
 
-__all__ = ["RunningPolicy", "compile_generation"]
+__all__ = ["RunningPolicy", "agent_tree", "compile_generation"]
+
+
+def agent_tree(config: LoadedConfig, state_dir: str | None) -> AgentTree:
+    """``config``'s agents with the sub-agents they name (:func:`~supervisor.config.expand_agents`), judged by the
+    identity table of ``state_dir`` (``None``: the policy's): a sub-agent file claiming a slug bound to another
+    file is its naming agent's load error. What start-up, every reload and ``check`` load."""
+    return expand_agents(config, bound_elsewhere=bound_elsewhere(state_dir or config.policy.state_dir))
 
 
 async def compile_generation(

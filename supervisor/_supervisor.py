@@ -37,13 +37,13 @@ import trio
 
 from sandbox import default_resolve
 from supervisor.calls import get_prompt, list_entries, read_resource, traced_read
-from supervisor.config import LoadedConfig, expand_agents, load_config
+from supervisor.config import LoadedConfig, load_config
 from supervisor.plan import kind_plan, stage_code
 from supervisor.sessions import LOCAL_TENANT
 from toolboxes import ToolResult
 
 from ._reload import reload_policy
-from ._running import RunningPolicy, compile_generation
+from ._running import RunningPolicy, agent_tree, compile_generation
 from ._services import PolicySource, discard_zygote, launch_zygote, open_services, sweep_stale_groups
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ class Supervisor:
         load error (:meth:`load_errors`), not an exception; so is a git skill source that cannot be cloned.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
-        tree = expand_agents(config)
+        tree = agent_tree(config, state_dir)
         async with AsyncExitStack() as stack:
             staged = stage_code(tree.config, state_dir=state_dir)
             # The zygote needs only the staged code: it imports the worker code (its own start, a few hundred ms

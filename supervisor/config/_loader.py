@@ -54,6 +54,11 @@ class LoadedConfig:
     policy_file: str
     agents: tuple[LoadedAgent, ...]
     warnings: tuple[str, ...]
+    #: once expanded (``_agent_tree.expand_agents``): per agent, the slugs of the sub-agents it may prompt
+    #: (``None``: not expanded, only the policy's own agents are loaded)
+    subagents: Mapping[str, tuple[str, ...]] | None = None
+    #: the slugs of ``agents`` loaded as sub-agents (parts of the agents naming them), not named by the policy
+    parts: frozenset[str] = frozenset()
 
     def toolboxes(self) -> list[ToolboxConfig]:
         """Every agent's toolboxes, agents in load order."""

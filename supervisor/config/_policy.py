@@ -783,7 +783,9 @@ class Tenant(_Model):
         default=[], description="static bearer tokens, each stored as sha256:<hex>"
     )
     agents: list[Annotated[str, AfterValidator(_slug)]] = Field(
-        min_length=1, description="the agent slugs this tenant may use"
+        min_length=1,
+        description="the agent slugs this tenant may use: its endpoints, and the agents the policy names that its "
+        "agents may prompt as sub-agents",
     )
     limits: TenantLimits = TenantLimits()
     budget: BudgetOverride = Field(

@@ -23,10 +23,11 @@ def check_report(args: argparse.Namespace) -> dict[str, Any]:
     """What each toolbox's worker will get (of ``args.slug``'s toolboxes only, when given), as plain data
     (:func:`supervisor._face.check_report`). Raises ``ValueError`` for a slug no loaded agent has, and what
     loading and compiling raise (``ConfigError``, ``PolicyRefused``)."""
+    from supervisor._face import agent_tree
     from supervisor._face import check_report as report_of
-    from supervisor.config import expand_agents, load_config
+    from supervisor.config import load_config
 
-    tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
+    tree = agent_tree(load_config(args.policy, args.agent), args.state_dir)  # sub-agents' toolboxes get workers too
     _check_slug(args.slug, [a.slug for a in tree.config.agents])
     return report_of(tree, state_dir=args.state_dir, slug=args.slug)
 
