@@ -41,6 +41,18 @@ class ResolvedPath:
     #: the path leads to something that exists (``False`` only with ``missing_ok``: ``canonical`` is then the
     #: folder reached with the rest of the path applied to it as text, as ``os.path.realpath`` does)
     exists: bool = True
+    #: every link followed is root's and lies in a folder only root can change (root's, writable by neither its
+    #: group nor others unless sticky; or on a read-only mount, as a Kubernetes ConfigMap volume): where the path
+    #: leads is root's choice alone (true when no link was followed)
+    links_fixed: bool = True
+
+
+def _only_root_changes(folder: int) -> bool:
+    """Whether nobody but root can add, remove or rename entries of the folder open at ``folder``."""
+    if os.fstatvfs(folder).f_flag & os.ST_RDONLY:
+        return True
+    st = os.fstat(folder)
+    return st.st_uid == 0 and (not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or bool(st.st_mode & stat.S_ISVTX))
 
 
 def _walk(path: str, judge: Judge, *, missing_ok: bool = False) -> tuple[int, ResolvedPath]:
@@ -54,6 +66,7 @@ def _walk(path: str, judge: Judge, *, missing_ok: bool = False) -> tuple[int, Re
     fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     done, pending = "/", [p for p in path.split("/") if p]
     links: list[tuple[str, int]] = []
+    fixed = True
     try:
         while pending:
             name = pending.pop(0)
@@ -66,7 +79,7 @@ def _walk(path: str, judge: Judge, *, missing_ok: bool = False) -> tuple[int, Re
                 if not missing_ok:
                     raise
                 rest = os.path.normpath(os.path.join(done, name, *pending))
-                return fd, ResolvedPath(rest, tuple(links), exists=False)
+                return fd, ResolvedPath(rest, tuple(links), exists=False, links_fixed=fixed)
             location = os.path.dirname(done) if name == ".." else os.path.join(done, name)
             st = os.fstat(child)
             if stat.S_ISLNK(st.st_mode):
@@ -76,6 +89,7 @@ def _walk(path: str, judge: Judge, *, missing_ok: bool = False) -> tuple[int, Re
                 finally:
                     os.close(child)
                 links.append((location, st.st_uid))
+                fixed = fixed and st.st_uid == 0 and _only_root_changes(fd)
                 if len(links) > _MAX_LINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
                 if text.startswith("/"):
@@ -88,7 +102,7 @@ def _walk(path: str, judge: Judge, *, missing_ok: bool = False) -> tuple[int, Re
                 os.close(child)
                 if missing_ok:
                     rest = os.path.normpath(os.path.join(location, *pending))
-                    return fd, ResolvedPath(rest, tuple(links), exists=False)
+                    return fd, ResolvedPath(rest, tuple(links), exists=False, links_fixed=fixed)
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), location)
             try:
                 judge(path, location, st)
@@ -97,7 +111,7 @@ def _walk(path: str, judge: Judge, *, missing_ok: bool = False) -> tuple[int, Re
                 raise
             os.close(fd)
             fd, done = child, location
-        return fd, ResolvedPath(done, tuple(links))
+        return fd, ResolvedPath(done, tuple(links), links_fixed=fixed)
     except BaseException:
         os.close(fd)
         raise

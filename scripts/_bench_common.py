@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ __all__ = [
     "percentile",
     "remove_bench_folders",
     "settle",
+    "start_http_service",
     "system_toolbox",
     "write_policy",
 ]
@@ -179,3 +183,25 @@ def percentile(values: list[float], q: float) -> float:
     """The ``q`` quantile (0..1) of ``values``, nearest rank."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def start_http_service(policy: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``agents-supervise serve --http`` on ``policy`` (this checkout's code), once it serves: the process and its
+    MCP URL for the agent ``bench``. Warnings it prints first are passed over; its later lines are read and dropped
+    (a full pipe would stall the service). Raises ``SystemExit`` with what it said when it ends without serving."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(policy)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    said: list[str] = []
+    while "serving MCP over HTTP at " not in (line := process.stderr.readline().decode()):
+        said.append(line)
+        if not line:  # it ended without serving
+            raise SystemExit(f"agents-supervise did not start: {''.join(said)[-2000:]}")
+    threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True).start()
+    return process, line.split(" at ", 1)[1].strip().replace("<slug>", "bench")

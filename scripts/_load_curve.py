@@ -17,7 +17,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench_common import agent_file, system_toolbox, write_policy
+from _bench_common import agent_file, start_http_service, system_toolbox, write_policy
 
 from labkit import LeanLane, RawSession
 from supervisor.frontends._http_auth import hash_token
@@ -139,23 +138,7 @@ async def _point(url: str, n: int, seconds: float, warmup: float, max_wait: floa
 
 
 def _start(root: Path, bound: int, sessions: int) -> tuple[subprocess.Popen[bytes], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(_policy(root, bound, sessions))],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    seen = []
-    while "serving MCP over HTTP at " not in (line := process.stderr.readline().decode()):
-        seen.append(line)  # warnings come first
-        if not line:
-            raise SystemExit(f"agents-supervise did not start: {''.join(seen)[-2000:]}")
-    # its later lines are read and dropped: a full pipe would stall the service
-    threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True).start()
-    return process, line.split(" at ", 1)[1].strip().replace("<slug>", "bench")
+    return start_http_service(_policy(root, bound, sessions))
 
 
 def curve(

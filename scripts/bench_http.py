@@ -42,7 +42,7 @@ import trio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _bench_common import agent_file, system_toolbox, write_policy  # noqa: E402
+from _bench_common import agent_file, start_http_service, system_toolbox, write_policy  # noqa: E402
 from floor_pipes import ECHO_WORKER  # noqa: E402
 
 from labkit import LeanLane as _LeanLane  # noqa: E402
@@ -211,21 +211,7 @@ class Server:
 
 
 def start_supervisor(root: Path, sessions: int) -> Server:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(_policy(root, sessions))],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    said: list[str] = []  # warnings may come first
-    while "serving MCP over HTTP at " not in (line := process.stderr.readline().decode()):
-        said.append(line)
-        if not line:  # it ended without serving
-            raise SystemExit(f"agents-supervise did not start: {''.join(said)[:2000]}")
-    url = line.split(" at ", 1)[1].strip().replace("<slug>", "bench")
+    process, url = start_http_service(_policy(root, sessions))
     return Server("agents-supervise", process, url, "system_system_date", {"authorization": f"Bearer {TOKEN}"})
 
 

@@ -127,7 +127,7 @@ async def spawns_of(sup: Supervisor, count: int) -> list[float]:
 
     for _ in range(count):
         async with trio.open_nursery() as nursery:
-            worker = Worker(spec, on_request=request, on_event=lambda *_: None, spawner=sup.spawner)
+            worker = Worker(spec, on_request=request, on_event=lambda *_: None, spawner=sup.services.spawner)
             start = time.perf_counter()
             await worker.start(nursery)
             samples.append(time.perf_counter() - start)
@@ -213,7 +213,10 @@ def curves_header(load: str) -> str:
     """The heading and column names of the calls table (markdown)."""
     return (
         f"\n## Calls as toolboxes and callers grow (Python API; load average before: {load})\n\n"
-        "| toolboxes | callers | p50 us | p99 us | calls/s | load average after |\n|---|---|---|---|---|---|"
+        "Functions per call: the Python functions this process entered per call (`cProfile` over 320 sequential calls "
+        "spread over the toolboxes; exact, whatever the load).\n\n"
+        "| toolboxes | callers | functions per call | p50 us | p99 us | calls/s | load average after |"
+        "\n|---|---|---|---|---|---|---|"
     )
 
 
@@ -222,13 +225,31 @@ async def curve_rows(toolboxes: int, callers: list[int], total: int) -> list[str
     rows = []
     async with Supervisor.open(policy(toolboxes)) as sup:
         assert not sup.load_errors(), sup.load_errors()
+        for i in range(toolboxes):  # each worker warm
+            assert (await sup.call(f"system_s{i}_date", {})).status == "passed"
+        functions = await functions_per_call(sup, [(f"system_s{i % toolboxes}_date", "c", "local") for i in range(64)])
         for c in callers:
             row = await calls(sup, toolboxes, c, total)
             rows.append(
-                f"| {toolboxes} | {c} | {row['p50_us']:.0f} | {row['p99_us']:.0f} | {row['calls_per_s']:.0f} "
-                f"| {_load()} |"
+                f"| {toolboxes} | {c} | {functions:.0f} | {row['p50_us']:.0f} | {row['p99_us']:.0f} "
+                f"| {row['calls_per_s']:.0f} | {_load()} |"
             )
     return rows
+
+
+async def functions_per_call(sup: Supervisor, ways: list[tuple[str, str, str]], calls: int = 320) -> float:
+    """The Python functions this process enters per call (``cProfile``, exact whatever the load) over ``calls``
+    sequential calls, the ``i``-th of them as ``ways[i * 7919 % len(ways)]`` (tool, session name, tenant)."""
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for i in range(calls):
+        tool, session, tenant = ways[(i * 7919) % len(ways)]
+        await sup.call(tool, {}, session_id=session, tenant=tenant)
+    profiler.disable()
+    profiler.create_stats()
+    return sum(entry[1] for entry in profiler.stats.values()) / calls  # type: ignore[attr-defined]
 
 
 def idle_header(load: str) -> str:
@@ -263,21 +284,12 @@ def breadth_header(load: str) -> str:
 async def breadth_row(sessions: int, tenants: int, total: int) -> str:
     """One row of the breadth table: ``sessions`` sessions open over ``tenants`` tenants (``tenants`` 0: the
     local tenant only, not in the policy)."""
-    import cProfile
-
     async with Supervisor.open(policy(1, tenants=tenants)) as sup:
         assert not sup.load_errors(), sup.load_errors()
         names = [(f"s{i}", f"t{i % tenants}" if tenants else "local") for i in range(sessions)]
         for name, tenant in names:
             assert (await sup.call("system_s0_date", {}, session_id=name, tenant=tenant)).status == "passed"
-        profiler = cProfile.Profile()
-        profiler.enable()
-        for i in range(320):
-            name, tenant = names[(i * 7919) % len(names)]
-            await sup.call("system_s0_date", {}, session_id=name, tenant=tenant)
-        profiler.disable()
-        profiler.create_stats()
-        functions = sum(entry[1] for entry in profiler.stats.values()) / 320  # type: ignore[attr-defined]
+        functions = await functions_per_call(sup, [("system_s0_date", name, tenant) for name, tenant in names])
         samples: list[float] = []
         per = max(1, total // 16)
 

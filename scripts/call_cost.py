@@ -14,7 +14,10 @@ benchmark):
   answer back, nothing checked or recorded), sequential, for scale;
 - ``stdio``: the real MCP stdio frontend (:class:`~supervisor.frontends._mcp_stdio.McpStdioServer`) on a pair of
   pipes, its client a thread of this process writing one request line and reading its answer (a thread that
-  ``cProfile`` does not see: only the supervisor's side is counted), sequential.
+  ``cProfile`` does not see: only the supervisor's side is counted), sequential;
+- ``http``: the real Streamable HTTP service (:class:`~supervisor.frontends._http_server.HttpService`, the
+  2025-11-25 revision, one session, a bearer token) on a loopback port, its client such a thread on one keep-alive
+  connection, sequential.
 
 The pure parts (:func:`area_of`, :func:`summarize`, :func:`render`) are tested in ``tests/test_bench_rows.py``.
 
@@ -31,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -46,11 +50,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 
+import bench_http  # noqa: E402
 import bench_mcp  # noqa: E402
 import floor_pipes  # noqa: E402
 from _bench_common import bench_folder, remove_bench_folders  # noqa: E402
 
 from supervisor._supervisor import Supervisor  # noqa: E402
+from supervisor.config import load_config  # noqa: E402
+from supervisor.frontends._http_auth import http_frontend_from_policy  # noqa: E402
+from supervisor.frontends._http_server import HttpService  # noqa: E402
 from supervisor.frontends._mcp_stdio import McpStdioServer  # noqa: E402
 
 if TYPE_CHECKING:
@@ -74,6 +82,7 @@ AREAS = (
     "json",
     "sqlite3",
     "msgpack",
+    "h11",
     "system calls (os, select)",
     "other (stdlib, builtins)",
 )
@@ -121,6 +130,8 @@ def area_of(filename: str, function: str) -> str:
         return "sqlite3"
     if "/msgpack/" in path:
         return "msgpack"
+    if "/h11/" in path:
+        return "h11"
     return "other (stdlib, builtins)"
 
 
@@ -286,6 +297,61 @@ async def _profiled(
     return cost
 
 
+class _HttpClient:
+    """A client of the HTTP service in a thread of its own: one keep-alive connection, one POST at a time, each
+    answer read by its ``content-length``."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.removeprefix("http://").rsplit(":", 1)
+        self.host = f"{host}:{port}"
+        self.sock = socket.create_connection((host.strip("[]"), int(port)))
+        self.buffer = b""
+        self.session: str | None = None
+
+    def post(self, message: dict[str, Any]) -> tuple[bytes, bytes]:
+        body = json.dumps(message).encode()
+        head = {
+            "host": self.host,
+            "authorization": f"Bearer {bench_http.TOKEN}",
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+            "mcp-protocol-version": "2025-11-25",
+            **({"mcp-session-id": self.session} if self.session else {}),
+            "content-length": str(len(body)),
+        }
+        lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+        self.sock.sendall(f"POST /agents/bench/mcp HTTP/1.1\r\n{lines}\r\n".encode() + body)
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                top = self.buffer[:end]
+                at = top.lower().find(b"content-length:")
+                length = int(top[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
+                if len(self.buffer) >= end + 4 + length:
+                    answer, self.buffer = self.buffer[end + 4 : end + 4 + length], self.buffer[end + 4 + length :]
+                    return top, answer
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError("the server closed the connection")
+            self.buffer += chunk
+
+    def open(self) -> None:
+        client = {"name": "cost", "version": "1"}
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client}
+        top, _ = self.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+        at = top.lower().find(b"mcp-session-id:")
+        self.session = top[at + 15 :].split(b"\r\n", 1)[0].strip().decode()
+        self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def calls(self, n: int) -> None:
+        for _ in range(n):
+            top, answer = self.post(
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": TOOL, "arguments": {}}}
+            )
+            assert top.startswith(b"HTTP/1.1 200"), top
+            assert not json.loads(answer)["result"]["isError"], answer
+
+
 class _StdioClient:
     """A client of the stdio frontend in a thread of its own: writes one request line, reads its answer."""
 
@@ -323,7 +389,7 @@ class _StdioClient:
 
 
 async def measure(calls: int = 2000, *, syscalls: bool = False, top: int = 12, warmup: int = 300) -> list[CallCost]:
-    """The four ways' :class:`CallCost` over ``calls`` calls each, after ``warmup`` calls of each."""
+    """The five ways' :class:`CallCost` over ``calls`` calls each, after ``warmup`` calls of each."""
     root = bench_folder()
     out: list[CallCost] = []
     async with Supervisor.open(bench_mcp.mcp_policy(root)) as sup:
@@ -390,7 +456,28 @@ async def measure(calls: int = 2000, *, syscalls: bool = False, top: int = 12, w
             os.close(to_server_w)  # EOF: the server ends
             nursery.cancel_scope.deadline = trio.current_time() + 10
         os.close(from_server_r)
+    out.append(await _http_way(calls, syscalls, top, warmup))
     return out
+
+
+async def _http_way(calls: int, syscalls: bool, top: int, warmup: int) -> CallCost:
+    policy = bench_http._policy(bench_folder(), 1)
+    settings, auth = await http_frontend_from_policy(load_config(str(policy)).policy, None)
+    async with Supervisor.open(policy) as sup, trio.open_nursery() as nursery:
+        if sup.load_errors():
+            raise RuntimeError(f"load errors: {sup.load_errors()}")
+        address = await nursery.start(HttpService(sup, settings, auth, None).run)
+        client = await trio.to_thread.run_sync(_HttpClient, address)
+
+        def opened() -> None:
+            client.open()
+            client.calls(warmup)
+
+        await trio.to_thread.run_sync(opened)
+        cost = await _profiled("http", lambda n: trio.to_thread.run_sync(client.calls, n), calls, syscalls, top)
+        client.sock.close()
+        nursery.cancel_scope.cancel()
+    return cost
 
 
 def main() -> None:

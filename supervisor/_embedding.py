@@ -13,8 +13,9 @@ caller's run. Under asyncio it runs the supervisor in a trio guest run on the ca
 supervisor, and an exception of the supervisor is raised unchanged.
 
 :class:`EmbeddedSupervisor` is the whole public surface of a running supervisor (docs/EMBEDDING.md): every method
-is a coroutine in both libraries. Everything else of :class:`~supervisor._supervisor.Supervisor` (runners, the
-registry, the portal, reload internals) is the implementation and may change.
+is a coroutine in both libraries, on top of the frontends' face (:class:`~supervisor._face.ToolService`). Everything
+else of :class:`~supervisor._supervisor.Supervisor` (runners, the registry, the portal, reload internals) is the
+implementation and may change.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sniffio
 import trio
 
 from ._asyncio_guest import GuestBridge
-from ._supervisor import Supervisor
+from ._face import open_service
 
 if TYPE_CHECKING:
     import os
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from supervisor.config import LoadedConfig
     from toolboxes import ProgressUpdate, ToolResult
 
-    from ._supervisor import ToolInfo
+    from ._face import ToolInfo, ToolService
 
 __all__ = ["EmbeddedSupervisor", "open_supervisor"]
 
@@ -49,7 +50,7 @@ class EmbeddedSupervisor:
     """A running supervisor, as an embedding program sees it. Made by :func:`open_supervisor`; valid inside its
     ``async with`` block only. Every method is a coroutine, under trio as under asyncio."""
 
-    def __init__(self, sup: Supervisor, run: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]) -> None:
+    def __init__(self, sup: ToolService, run: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]) -> None:
         self._sup = sup
         self._run = run
 
@@ -166,7 +167,7 @@ async def open_supervisor(
     toolbox that cannot load is a load error (:meth:`EmbeddedSupervisor.load_errors`), not an exception.
     """
     if sniffio.current_async_library() == "trio":
-        async with Supervisor.open(policy, agents=agents, state_dir=state_dir) as sup:
+        async with open_service(policy, agents=agents, state_dir=state_dir) as sup:
             yield EmbeddedSupervisor(sup, _direct)
         return
     bridge = GuestBridge()
@@ -199,14 +200,14 @@ class _Held:
         self._args = (policy, agents, state_dir)
         self._scope = trio.CancelScope()
         self._ready, self._stop, self._closed = trio.Event(), trio.Event(), trio.Event()
-        self._sup: Supervisor | None = None
+        self._sup: ToolService | None = None
         self._error: BaseException | None = None
 
     async def _hold(self) -> None:
         policy, agents, state_dir = self._args
         try:
             with self._scope:
-                async with Supervisor.open(policy, agents=agents, state_dir=state_dir) as sup:
+                async with open_service(policy, agents=agents, state_dir=state_dir) as sup:
                     self._sup = sup
                     self._ready.set()
                     await self._stop.wait()
@@ -218,7 +219,7 @@ class _Held:
             self._ready.set()
             self._closed.set()
 
-    async def open(self, bridge: GuestBridge) -> Supervisor:
+    async def open(self, bridge: GuestBridge) -> ToolService:
         """Start the holding task and wait until the supervisor is open; raises what opening it raised. Cancelled,
         it cancels the opening and waits until everything it started stopped."""
         bridge.start_soon(self._hold)

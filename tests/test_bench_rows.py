@@ -328,6 +328,7 @@ def test_the_call_cost_sums_functions_by_room_and_counts_builtins_for_their_call
     assert area_of("~", "<built-in method posix.write>") == "system calls (os, select)"
     assert area_of("~", "<method 'poll' of 'select.epoll' objects>") == "system calls (os, select)"
     assert area_of("~", "<built-in method builtins.len>") == "other (stdlib, builtins)"
+    assert area_of("/venv/lib/python3.11/site-packages/h11/_readers.py", "_decode_header_lines") == "h11"
     portal = ("/r/supervisor/calls/_portal.py", 10, "call")
     trace = ("/r/supervisor/traces/_recorder.py", 5, "record")
     stats = {

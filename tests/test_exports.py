@@ -15,10 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SUPERVISOR_ROOMS = ["config", "traces", "tools", "workers", "sessions", "calls", "plan", "agents"]
 #: The root modules that compose the rooms (``Supervisor``), then the frontends that reach it.
 SUPERVISOR_TOP = [
-    "_frontend_sessions",
-    "_reload",
     "_worker_messages",
+    "_generation",
+    "_services",
+    "_runners",
+    "_tool_lists",
+    "_running",
+    "_reload",
+    "_check_report",
+    "_check_tool",
     "_supervisor",
+    "_face",
     "_asyncio_guest",
     "_embedding",
     "frontends",
@@ -202,6 +209,21 @@ def test_no_package_imports_another_packages_private_modules() -> None:
     assert offenders == {}
 
 
+#: What frontends may import of ``supervisor``: its face (``_face``: the running supervisor's protocol, how to open
+#: one, the values and helpers they share), its errors and the policy's models. Never the workers, the plan, the
+#: runners, the portal, the traces' or the attachments' internals: what they need of those is a face method.
+FRONTEND_FACE = {"_face", "_errors", "config"}
+
+
+def test_frontends_import_only_the_face() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(f"supervisor.{target}" for target in bad)
+        for path in (ROOT / "supervisor" / "frontends").rglob("*.py")
+        if (bad := {target for target, _ in _supervisor_imports(path)} - FRONTEND_FACE - {"frontends"})
+    }
+    assert offenders == {}
+
+
 def test_what_a_face_exports_is_imported_from_the_face() -> None:
     """Where the tests and scripts import a name a face exports, they import it from the face: a private module is
     reached only for what the face does not hold."""
@@ -219,3 +241,11 @@ def test_what_a_face_exports_is_imported_from_the_face() -> None:
                 if exported:
                     offenders.setdefault(str(path.relative_to(ROOT)), []).append(f"{node.module}: {exported}")
     assert offenders == {}
+
+
+def test_the_embedding_uses_the_face() -> None:
+    """The Python API (``EmbeddedSupervisor``) sits on the frontends' face, not on the supervisor's internals."""
+    assert {target for target, _ in _supervisor_imports(ROOT / "supervisor" / "_embedding.py")} <= {
+        *FRONTEND_FACE,
+        "_asyncio_guest",
+    }

@@ -41,7 +41,7 @@ ALLOWED = {
     ("supervisor/workers/_staging.py", "os.chmod"): "the same runtime folder",
     ("supervisor/workers/_staging.py", "shutil.copyfile"): "copies the supervisor's own code into that folder",
     ("supervisor/workers/_staging.py", "os.rename"): "the same runtime folder",
-    ("supervisor/frontends/_check_tool.py", "os.chmod"): "the fresh mkdtemp folder root made, before anything runs",
+    ("supervisor/_check_tool.py", "os.chmod"): "the fresh mkdtemp folder root made, before anything runs",
     (
         "supervisor/workers/_tool_cache.py",
         "os.makedirs",

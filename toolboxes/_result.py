@@ -25,6 +25,8 @@ MAX_METADATA_CHARS = 64 * 1024
 MAX_ATTACHMENTS = 64
 MAX_LINKS = 256
 _LINK_FIELDS = ("uri", "name", "title", "description", "mime_type")
+#: the text of :meth:`ToolResult.json` (one encoder: ``json.dumps`` with an option builds a new one per call)
+_TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False)
 MAX_STRUCTURED_DEPTH = 128
 MAX_STRUCTURED_NODES = 1_000_000
 
@@ -107,7 +109,7 @@ class ToolResult:
     @classmethod
     def json(cls, value: Any, status: Status = "passed", summary: str | None = None, **kw: Any) -> ToolResult:
         """A result whose data is the JSON value ``value`` (text in ``data``, the value in ``structured``)."""
-        return cls(status, summary=summary, data=json.dumps(value, ensure_ascii=False), structured=value, **kw)
+        return cls(status, summary=summary, data=_TEXT_ENCODER.encode(value), structured=value, **kw)
 
     # -- metadata -------------------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:

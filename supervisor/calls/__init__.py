@@ -2,9 +2,14 @@
 
 from ._attachments import AttachmentStore, media_response
 from ._budget import BUDGET_KIND, BudgetExhausted, BudgetPolicy, CallTreeBudget, budget_result, trace_exhaustion
-from ._catalog import CatalogError, get_prompt, list_entries, read_resource
+from ._call_records import CallRecords
+from ._catalog import CatalogError, get_prompt, list_entries, read_resource, traced_read
+from ._checks import CallPolicy
+from ._frontend_sessions import FrontendSessions
 from ._group_commit import GroupCommit
-from ._portal import CallOrigin, Portal, SessionLimits
+from ._ledger import CallLedger, SessionLimits
+from ._origin import CallOrigin
+from ._portal import CallServices, Portal, Starter, Watch
 from ._registry import RegisteredTool, ToolRegistry
 from ._tool_output import capped_output, checked_output, output_limit
 from ._unloaded import could_serve
@@ -14,14 +19,21 @@ __all__ = [
     "AttachmentStore",
     "BudgetExhausted",
     "BudgetPolicy",
+    "CallLedger",
     "CallOrigin",
+    "CallPolicy",
+    "CallRecords",
+    "CallServices",
     "CallTreeBudget",
     "CatalogError",
+    "FrontendSessions",
     "GroupCommit",
     "Portal",
     "RegisteredTool",
     "SessionLimits",
+    "Starter",
     "ToolRegistry",
+    "Watch",
     "budget_result",
     "capped_output",
     "checked_output",
@@ -32,4 +44,5 @@ __all__ = [
     "output_limit",
     "read_resource",
     "trace_exhaustion",
+    "traced_read",
 ]

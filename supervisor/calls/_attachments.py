@@ -28,7 +28,7 @@ from sandbox import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, openat2
 from toolboxes import atomic_write, canonical, class_of, mismatch, sniff, sweep_temporaries
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from toolboxes import Attachment, ToolResult
 
@@ -98,11 +98,17 @@ class AttachmentStore:
             return f.read()
 
     def accept(
-        self, workdir: str, attachment: Attachment, only: tuple[str, ...] | None = None, room: int | None = None
+        self,
+        workdir: str,
+        attachment: Attachment,
+        only: tuple[str, ...] | None = None,
+        room: int | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> Attachment:
         """Check and store one attachment (``only``: the media types the toolbox may attach; ``None``: any; ``room``:
-        what is left of the result's ``context.max_total_bytes``, ``None``: no total); raises
-        :class:`AttachmentRefused`."""
+        what is left of the result's ``context.max_total_bytes``, ``None``: no total; ``limits``: the running
+        policy's, default the store's); raises :class:`AttachmentRefused`."""
+        limits = self.limits if limits is None else limits
         media_type = canonical(attachment.media_type)
         if not media_type or "/" not in media_type:
             raise AttachmentRefused(f"{attachment.media_type!r} is not a media type")
@@ -112,12 +118,12 @@ class AttachmentStore:
                 f"attachments are images: {', '.join(only)})"
             )
         media_class = class_of(media_type)
-        limit = self.limits[media_class]
+        limit = limits[media_class]
         limit_name = f"the limit of {limit} for {media_class} (context.{media_class}.max_bytes)"
         if room is not None and room < limit:
             limit = room
             limit_name = (
-                f"the {room} bytes left of the result's limit of {self.limits.get('total')} for all its "
+                f"the {room} bytes left of the result's limit of {limits.get('total')} for all its "
                 "attachments together (context.max_total_bytes)"
             )
         fd = open_beneath(workdir, attachment.path)
@@ -148,16 +154,24 @@ class AttachmentStore:
             atomic_write(target, data, 0o600, fsync=False)
         return replace(attachment, media_type=media_type, sha256=digest, size=len(data))
 
-    def store(self, workdir: str, result: ToolResult, *, only: tuple[str, ...] | None = None) -> ToolResult:
-        """Accept every attachment of ``result`` (``only``: the media types the toolbox may attach); refused ones
-        are replaced by a note. Status is unchanged."""
+    def store(
+        self,
+        workdir: str,
+        result: ToolResult,
+        *,
+        only: tuple[str, ...] | None = None,
+        limits: Mapping[str, int] | None = None,
+    ) -> ToolResult:
+        """Accept every attachment of ``result`` (``only``: the media types the toolbox may attach; ``limits``: the
+        running policy's, default the store's); refused ones are replaced by a note. Status is unchanged."""
+        limits = self.limits if limits is None else limits
         kept: list[Attachment] = []
         notes: list[str] = []
-        total = self.limits.get("total")
+        total = limits.get("total")
         for a in result.attachments:
             try:
                 room = None if total is None else total - sum(k.size or 0 for k in kept)
-                kept.append(self.accept(workdir, a, only, room))
+                kept.append(self.accept(workdir, a, only, room, limits))
             except AttachmentRefused as exc:
                 notes.append(f"[attachment {a.path!r} refused: {exc}]")
             except OSError as exc:

@@ -24,8 +24,9 @@ from urllib.parse import quote, unquote
 from toolboxes import prompt_problem, read_problem
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
+    from supervisor.traces import TraceRecorder
     from toolboxes import ToolResult
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "public_uri",
     "read_resource",
     "signature",
+    "traced_read",
 ]
 
 SCHEME = "agents-supervise"
@@ -161,3 +163,22 @@ async def get_prompt(
     if problem:
         raise CatalogError(f"toolbox {entry.runner.name!r} answered prompt {name[:200]!r} wrongly: {problem}")
     return dict(result.structured)
+
+
+async def traced_read(
+    trace: TraceRecorder,
+    event: str,
+    fields: dict[str, Any],
+    read: Awaitable[dict[str, Any]],
+    passed: Callable[[dict[str, Any]], dict[str, Any]] = lambda _result: {},
+) -> dict[str, Any]:
+    """Await ``read`` (a :func:`read_resource` or :func:`get_prompt`) and trace it as ``event`` with ``fields``:
+    ``status`` passed (with what ``passed`` makes of the result) or error (with the :class:`CatalogError`'s
+    message; the error is raised on)."""
+    try:
+        result = await read
+    except CatalogError as exc:
+        trace.record(event, **fields, status="error", message=str(exc)[:500])
+        raise
+    trace.record(event, **fields, status="passed", **passed(result))
+    return result

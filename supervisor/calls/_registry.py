@@ -65,15 +65,15 @@ class RegisteredTool:
     #: the agent whose name space holds this name (the agent a frontend acts as when it calls it); for a
     #: sub-agent's tool the agent that names the sub-agent, for every other tool its toolbox's agent
     namespace: str = ""
+    #: its toolbox's name (its runner's, which a reload keeps), looked up once: every call asks
+    toolbox: str = field(init=False)
+    #: the agent whose toolbox (or, for ``io_prompt_agent_<slug>``, whose loop) runs the tool (its runner's, which
+    #: a reload keeps), looked up once
+    agent: str = field(init=False)
 
-    @property
-    def toolbox(self) -> str:
-        return self.runner.name
-
-    @property
-    def agent(self) -> str:
-        """The agent whose toolbox (or, for ``io_prompt_agent_<slug>``, whose loop) runs the tool."""
-        return self.runner.spec.agent
+    def __post_init__(self) -> None:
+        self.toolbox = self.runner.name
+        self.agent = self.runner.spec.agent
 
 
 def served_hints(runner: Any, hints: Any) -> dict[str, Any]:

@@ -15,12 +15,38 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from toolboxes import OUTPUT_LIMIT_KEY, TRUNCATED_KEY, ToolResult, cap_output
+from toolboxes import IMAGE_TYPES, OUTPUT_LIMIT_KEY, TRUNCATED_KEY, ToolResult, cap_output
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._attachments import AttachmentStore
     from ._registry import RegisteredTool
 
-__all__ = ["capped_output", "checked_output", "output_limit"]
+__all__ = ["capped_output", "checked_output", "finished_output", "output_limit"]
+
+
+def finished_output(
+    tool: RegisteredTool,
+    result: ToolResult,
+    notes: tuple[str, ...],
+    *,
+    output_bytes: int | None,
+    attachments: AttachmentStore,
+    media_limits: Mapping[str, int],
+) -> ToolResult:
+    """The portal's output stage: ``result`` of ``tool`` with a ``validation_warning`` per note (what its
+    ``ValidationConfig`` mended in the arguments), held to its output limit (``output_bytes``: the policy's),
+    checked against its output schema, its attachments stored (refused ones noted; a WASM component's are images
+    of the four types its world lists)."""
+    for note in notes:
+        result = result.with_meta("validation_warning", note)
+    result = capped_output(result, output_limit(tool, output_bytes))
+    result = checked_output(tool, result)
+    if result.attachments:
+        only = IMAGE_TYPES if tool.runner.spec.kind == "wasm" else None
+        return attachments.store(tool.runner.spec.plan.workdir, result, only=only, limits=media_limits)
+    return result
 
 
 def output_limit(tool: RegisteredTool, default: int | None) -> int | None:

@@ -1,8 +1,8 @@
 """The policy and agent files: their models, loading with bounds, and the errors they raise."""
 
 from ._agent_schema import agent_json_schema
-from ._agent_toolboxes import ToolboxConfig
-from ._agent_tree import AgentTree, expand_agents, subagent_files
+from ._agent_toolboxes import LoadedAgent, ToolboxConfig
+from ._agent_tree import AgentTree, expand_agents
 from ._ceilings import ANY_HOST, HTTP_METHODS, Ceiling
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
@@ -20,6 +20,7 @@ from ._policy import (
     Tenant,
     policy_json_schema,
 )
+from ._subagent_rules import SubagentLink, path_within
 
 __all__ = [
     "ANY_HOST",
@@ -34,10 +35,12 @@ __all__ = [
     "CredentialSource",
     "HttpFrontend",
     "Introspection",
+    "LoadedAgent",
     "LoadedConfig",
     "OAuthResourceServer",
     "OtelExport",
     "Policy",
+    "SubagentLink",
     "Supervision",
     "Tenant",
     "ToolboxConfig",
@@ -50,9 +53,9 @@ __all__ = [
     "load_config",
     "normalise_origin",
     "parse_listen",
+    "path_within",
     "policy_json_schema",
     "public_url_for",
     "reference_environ",
     "served_host_names",
-    "subagent_files",
 ]

@@ -90,7 +90,9 @@ class Ceiling(_Model):
         description="trees every path the agent file names must lie within: FileSandbox paths, bash Path and "
         "toolDirectory, skill folders and file:// git sources, SQLite paths, WASM Path, CommandFilter, spec files, an "
         "MCP server's executable with its package tree (paths the policy grants anyway, system_paths and the "
-        "toolbox's read_paths, are always fine); a toolbox naming another does not load; [] = none; null = no bound",
+        "toolbox's read_paths, are always fine), and sub-agent files (extraAgents, toolDirectory's *.json: always "
+        "within); a toolbox naming another does not load, a sub-agent file outside is left out; [] = none; null = "
+        "no bound",
     )
     http_methods: list[Annotated[str, AfterValidator(_http_method)]] | None = Field(
         default=None,

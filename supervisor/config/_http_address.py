@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import urllib.parse
 
 __all__ = [
@@ -87,6 +88,10 @@ def public_url_for(listen: str, *, tls: bool, public_url: str | None) -> str:
     return f"{scheme}://{host}" if port == _DEFAULT_PORTS[scheme] else f"{scheme}://{host}:{port}"
 
 
+#: what a host name may hold: letters and digits (``str.isalnum``'s, which ``\w`` is, with ``_``), ``-``, ``.``, ``:``
+_HOST_CHARS = re.compile(r"[\w.:-]+")
+
+
 def normalise_host_name(value: str) -> str:
     """A host name as a ``Host`` header is compared: lower case, no trailing dot, no port, no brackets.
 
@@ -99,7 +104,7 @@ def normalise_host_name(value: str) -> str:
     elif name.count(":") == 1:
         name = name.partition(":")[0]
     name = name.rstrip(".")
-    if not name or not all(c.isalnum() or c in "-._:" for c in name):
+    if not _HOST_CHARS.fullmatch(name):
         raise ValueError(f"invalid host name {value!r}")
     return name
 

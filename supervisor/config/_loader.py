@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -25,6 +25,7 @@ from ._bounds import MAX_DEPTH, BoundedYamlLoader, config_file_path, plain_value
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path, format_json_path, problems_from_validation_error
 from ._policy import Policy
+from ._volume_folders import volume_folder
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -53,6 +54,11 @@ class LoadedConfig:
     policy_file: str
     agents: tuple[LoadedAgent, ...]
     warnings: tuple[str, ...]
+    #: once expanded (``_agent_tree.expand_agents``): per agent, the slugs of the sub-agents it may prompt
+    #: (``None``: not expanded, only the policy's own agents are loaded)
+    subagents: Mapping[str, tuple[str, ...]] | None = None
+    #: the slugs of ``agents`` loaded as sub-agents (parts of the agents naming them), not named by the policy
+    parts: frozenset[str] = frozenset()
 
     def toolboxes(self) -> list[ToolboxConfig]:
         """Every agent's toolboxes, agents in load order."""
@@ -204,11 +210,13 @@ def load_config(
         except ConfigError as exc:
             problems.extend(exc.problems)
             continue
-        wanted.append((path, ConfigProblem(path, None, "agent file not found (given with --agent)")))
+        named = os.path.join(os.getcwd(), os.fspath(extra))
+        wanted.append((named, ConfigProblem(path, None, "agent file not found (given with --agent)")))
     agents: list[LoadedAgent] = []
     seen_files: set[str] = set()
     slugs: dict[str, str] = {}
-    for path, missing in wanted:
+    for named, missing in wanted:
+        path = os.path.realpath(named)
         if path in seen_files:
             continue
         seen_files.add(path)
@@ -216,7 +224,7 @@ def load_config(
             problems.append(missing)
             continue
         try:
-            agent = load_agent_file(path, environ)
+            agent = replace(load_agent_file(named, environ), named=named)
         except ConfigError as exc:
             problems.extend(exc.problems)
             continue
@@ -298,10 +306,16 @@ def _pop_allowed_paths(data: Any, loc: tuple[int | str, ...], prefix: str, file:
 
 
 def parse_agent_data(
-    data: Any, file: str, environ: Mapping[str, str] | None = None, *, owner: int | None = None
+    data: Any,
+    file: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    owner: int | None = None,
+    folder: str | None = None,
 ) -> LoadedAgent:
     """Validate decoded agent-file data (the wrapped or bare form) that came from ``file`` (owned by ``owner``:
-    with root, the only uid besides root whose symbolic links are followed in the paths it names).
+    with root, the only uid besides root whose symbolic links are followed in the paths it names). ``folder``: the
+    Kubernetes volume folder it belongs to (``_volume_folders``; ``None``: the folder of ``file``).
 
     Raises:
         ConfigError: every problem pydantic found, or the first name clash / bad ref.
@@ -324,23 +338,27 @@ def parse_agent_data(
     warnings: list[str] = []
     data = copy.deepcopy(data)
     _pop_allowed_paths(data, (), prefix, file, warnings)
-    context = validation_context(os.path.dirname(file), environ, owner=owner)
+    context = validation_context(folder or os.path.dirname(file), environ, owner=owner)
     try:
         agent = AgentDescription.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(problems_from_validation_error(exc, file, prefix, TAGS)) from exc
     refused = dict(context["refused_paths"])
-    toolboxes = build_toolboxes(agent, file, prefix, owner=owner, refused=refused)
-    return LoadedAgent(file, agent, prefix, tuple(warnings), toolboxes, refused, owner)
+    # a toolbox's agent file (its folder: where tools run) is the file's name in its volume folder, if it has one
+    shown = file if folder is None else os.path.join(folder, os.path.basename(file))
+    toolboxes = build_toolboxes(agent, shown, prefix, owner=owner, refused=refused)
+    return LoadedAgent(file, agent, prefix, tuple(warnings), toolboxes, refused, owner, folder=folder)
 
 
 def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> LoadedAgent:
-    """Read, parse and validate the agent file at ``path`` (made absolute and canonical first).
+    """Read, parse and validate the agent file at ``path`` (made absolute and canonical first; a file named in a
+    Kubernetes volume belongs to the volume's folder: ``_volume_folders``).
 
     Raises:
         ConfigError: unreadable file, malformed JSON (with line and column), or any validation problem.
     """
     file = config_file_path(path, "agent file")
+    folder = volume_folder(os.path.join(os.getcwd(), os.fspath(path)))
     text = read_bounded(file, "agent file")
     try:
         owner: int | None = os.stat(file).st_uid
@@ -365,7 +383,7 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
     data = _plain(data, (), file, duplicates)
     if duplicates:
         raise ConfigError(duplicates)
-    return parse_agent_data(data, file, environ, owner=owner)
+    return parse_agent_data(data, file, environ, owner=owner, folder=folder)
 
 
 class _NotJson(ValueError):

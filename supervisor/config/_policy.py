@@ -209,7 +209,18 @@ def _toolbox_key(value: str) -> str:
 ToolboxKey = Annotated[
     str, AfterValidator(_toolbox_key), WithJsonSchema({"type": "string", "pattern": _TOOLBOX_KEY_RE.pattern})
 ]
+
+
+def _named(value: str, info: ValidationInfo) -> str:
+    """An agent file's path as the policy names it, made absolute but not resolved (a slug may be bound to the
+    name: ``plan/_agent_bindings.py``)."""
+    if not value or "\x00" in value:
+        raise _problem("empty path or NUL byte in path", "a file path")
+    return os.path.join(_base_dir(info), os.path.expanduser(value))
+
+
 PolicyPath = Annotated[str, AfterValidator(_resolve)]
+NamedPath = Annotated[str, AfterValidator(_named)]
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
@@ -772,7 +783,9 @@ class Tenant(_Model):
         default=[], description="static bearer tokens, each stored as sha256:<hex>"
     )
     agents: list[Annotated[str, AfterValidator(_slug)]] = Field(
-        min_length=1, description="the agent slugs this tenant may use"
+        min_length=1,
+        description="the agent slugs this tenant may use: its endpoints, and the agents the policy names that its "
+        "agents may prompt as sub-agents",
     )
     limits: TenantLimits = TenantLimits()
     budget: BudgetOverride = Field(
@@ -789,7 +802,7 @@ class Tenant(_Model):
 class Policy(_Model):
     """The policy file. See ``policies/strict.yaml`` for every key, commented."""
 
-    agents: list[PolicyPath] = Field(default=[], description="agent files, relative to the policy file")
+    agents: list[NamedPath] = Field(default=[], description="agent files, relative to the policy file")
     state_dir: PolicyPath = DEFAULT_STATE_DIR
     sandbox_uid: int = Field(default=65534, ge=1, le=MAX_ID, description="uid workers run as (never root)")
     sandbox_gid: int = Field(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._check_summary import caps_line, load_error_owner
+from ._check_summary import caps_line, load_error_owner, subagent_line
 
 __all__ = ["render_detail"]
 
@@ -92,6 +92,10 @@ def render_detail(report: dict[str, Any]) -> list[str]:
                 emit(f"    {line}")
         for w in tb["warnings"]:
             emit(f"  warning: {w}")
+    if report.get("subagents"):
+        emit("\nsub-agents (what each agent may prompt as io_prompt_agent_<slug>, and why):")
+        for link in report["subagents"]:
+            emit(f"  {subagent_line(link)}  [{link['source']}]")
     shown = {w for tb in report["toolboxes"] for w in tb["warnings"]}
     general = [w for w in report["warnings"] if w not in shown]  # the loader's (allowedPaths ...) and the policy's
     if general or report["load_errors"]:

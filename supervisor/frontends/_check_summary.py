@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from supervisor.config import display_path
+
 __all__ = [
     "CheckNote",
     "CheckSection",
@@ -21,6 +23,7 @@ __all__ = [
     "caps_line",
     "load_error_owner",
     "render_summary",
+    "subagent_line",
     "summarize",
 ]
 
@@ -176,6 +179,26 @@ def _call_tree_sections(report: dict[str, Any]) -> list[CheckSection]:
     return sections
 
 
+def subagent_line(link: dict[str, Any]) -> str:
+    """One sub-agent link of check's report (``subagents``): who names what, allowed or refused, and why."""
+    named = link["subagent"] or "?"
+    verdict = "allowed" if link["allowed"] else "refused"
+    return f"{link['agent']} -> {named} ({display_path(link['file'])}): {verdict}: {link['why']}"
+
+
+def _subagent_sections(report: dict[str, Any]) -> list[CheckSection]:
+    """Each agent's sub-agents (``extraAgents``, ``toolDirectory``) and why the policy allows or refuses each."""
+    links = report.get("subagents") or []
+    if not links:
+        return []
+    return [
+        CheckSection(
+            "sub-agents (what each agent may prompt as io_prompt_agent_<slug>, and why)",
+            [subagent_line(link) for link in links],
+        )
+    ]
+
+
 def load_error_owner(error: dict[str, Any]) -> str:
     """Whose load error it is: an agent's toolbox (``agent/toolbox``), or an agent (a sub-agent file it names is
     missing)."""
@@ -202,6 +225,7 @@ def summarize(report: dict[str, Any]) -> CheckSummary:
             own = f"{tb['toolbox']}: "  # most say whose they are already: the subject says it once
             summary.warn(f"{tb['agent']}/{tb['toolbox']}", w[len(own) :] if w.startswith(own) else w)
     summary.sections += _ceiling_sections(toolboxes)
+    summary.sections += _subagent_sections(report)
     summary.sections += _call_tree_sections(report)
     for agent in (report.get("model_requests") or {}).get("agents") or ():
         if agent["refused"]:

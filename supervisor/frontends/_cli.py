@@ -43,7 +43,7 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -54,6 +54,11 @@ from ._cli_agents import acting_agent, split_agents
 from ._cli_agents import check_slug as _check_slug
 from ._cli_uids import add_uids_parser
 from ._sd_notify import notify_or_warn, reloading_message
+
+if TYPE_CHECKING:
+    from supervisor._face import ToolService
+
+    from ._http_server import HttpService
 
 __all__ = ["main"]
 
@@ -96,7 +101,7 @@ def _add_ids(p: argparse.ArgumentParser) -> None:
 
 def _session_name(args: argparse.Namespace) -> str:
     """The session name of a ``call`` or ``run``: ``--session``, else one unique to this run."""
-    from supervisor.sessions import new_id
+    from supervisor._face import new_id
 
     return args.session if args.session is not None else f"cli-{new_id()}"
 
@@ -181,7 +186,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_tool_call(args: argparse.Namespace) -> int:
-    from ._check_tool import check_tool_call
+    from supervisor._face import check_tool_call
 
     extra: dict[str, Any] = {}
     if args.policy:
@@ -205,8 +210,8 @@ def _check_tool_call(args: argparse.Namespace) -> int:
 def _rebind_agent(args: argparse.Namespace) -> int:
     """Bind ``args.slug`` to ``args.file`` in the state dir's identity table (the file must be an agent file with
     that slug); the slug's toolboxes keep their uids and folders."""
+    from supervisor._face import rebind_agent
     from supervisor.config import load_agent_file, load_config, reference_environ
-    from supervisor.plan import rebind_agent
 
     policy = load_config(args.policy, []).policy
     state_dir = os.path.abspath(args.state_dir or policy.state_dir)
@@ -215,9 +220,9 @@ def _rebind_agent(args: argparse.Namespace) -> int:
         return _fail(f"{args.file} is the agent file of slug {agent.slug!r}, not {args.slug!r}; nothing changed")
     if not os.path.isdir(state_dir):
         return _fail(f"the state directory {state_dir} does not exist; nothing is bound yet")
-    before = rebind_agent(state_dir, args.slug, agent.file)
+    bound, before = rebind_agent(state_dir, args.slug, os.path.join(os.getcwd(), args.file))
     print(
-        f"agent slug {args.slug}: bound to {agent.file}"
+        f"agent slug {args.slug}: bound to {bound}"
         + (f" (was {before})" if before else "")
         + "; its toolboxes keep their uids, work folders and HOME"
     )
@@ -230,7 +235,7 @@ def _fail(message: str, code: int = EXIT_ERROR) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import open_service
 
     http = getattr(args, "http", None)
     if http is not None and args.slug is not None:
@@ -247,8 +252,8 @@ async def _serve(args: argparse.Namespace) -> int:
         settings, auth = await http_frontend_from_policy(load_config(args.policy, args.agent).policy, http or None)
     elif args.slug is not None and isinstance(checked := _config_for(args), int):
         return checked  # the agent to bind is not loaded: said before any worker starts
-    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
-        for w in sup.compiled.warnings:
+    async with open_service(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+        for w in sup.warnings():
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
         _print_load_errors(sup)
         if http is None:
@@ -278,12 +283,13 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None:
+async def _on_signals(nursery: trio.Nursery, sup: ToolService, http: HttpService | None = None) -> None:
     """SIGTERM or SIGINT: leave the serving loop so that every worker is stopped and the trace closed (an HTTP
     service first drains for ``frontends.http.drain_s``, its ``/readyz`` saying not ready; a second signal stops at
     once). SIGHUP: reload the policy (:meth:`Supervisor.reload`), saying on stderr what changed or why nothing did."""
 
     async def drain_then_stop() -> None:
+        assert http is not None
         await http.drain()
         nursery.cancel_scope.cancel()
 
@@ -301,7 +307,7 @@ async def _on_signals(nursery: trio.Nursery, sup: Any, http: Any = None) -> None
             return
 
 
-async def _reload(sup: Any) -> None:
+async def _reload(sup: ToolService) -> None:
     notify_or_warn(reloading_message())
     outcome = await sup.reload()
     notify_or_warn("READY=1\nSTATUS=" + outcome.describe()[:500])
@@ -313,16 +319,17 @@ async def _reload(sup: Any) -> None:
 
 
 async def _tools(args: argparse.Namespace) -> int:
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import open_service
 
     config = _config_for(args)
     if isinstance(config, int):
         return config
-    async with Supervisor.open(config, state_dir=args.state_dir) as sup:
+    async with open_service(config, state_dir=args.state_dir) as sup:
         tools = sup.list_tools(agent=args.slug)
-        renamed = sup.registry.renamed
+        renamed = sup.renamed()
         errors = sup.load_errors()
-        for w in sup.compiled.warnings:  # on stderr, as serve shows them (removed allowedPaths, missing paths ...)
+        warnings = sup.warnings()
+        for w in warnings:  # on stderr, as serve shows them (removed allowedPaths, missing paths ...)
             print(f"agents-supervise: warning: {w}", file=sys.stderr)
         if args.json:
             print(
@@ -342,7 +349,7 @@ async def _tools(args: argparse.Namespace) -> int:
                         ],
                         "renamed": renamed,
                         "load_errors": errors,
-                        "warnings": sup.compiled.warnings,
+                        "warnings": warnings,
                     },
                     indent=2,
                 )
@@ -372,7 +379,7 @@ def _config_for(args: argparse.Namespace) -> Any:
     return config
 
 
-def _print_load_errors(sup: Any) -> None:
+def _print_load_errors(sup: ToolService) -> None:
     """Each load error as one ``agents-supervise: load error: ...`` line on stderr."""
     for e in sup.load_errors():
         print(
@@ -390,7 +397,7 @@ def _load_error_owner(error: dict[str, Any]) -> str:
 
 
 async def _call(args: argparse.Namespace) -> int:
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import open_service
 
     try:
         arguments = json.loads(args.arguments)
@@ -403,7 +410,7 @@ async def _call(args: argparse.Namespace) -> int:
         return config
     # Only the toolbox of the tool starts (and what it calls through the portal, as it calls it): a call of one
     # tool never waits for a whole policy's workers.
-    async with Supervisor.open(config, state_dir=args.state_dir, start="on_demand") as sup:
+    async with open_service(config, state_dir=args.state_dir, start="on_demand") as sup:
         result = await sup.call(
             args.tool,
             arguments,
@@ -418,9 +425,9 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import open_service
 
-    async with Supervisor.open(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
+    async with open_service(args.policy, agents=args.agent, state_dir=args.state_dir) as sup:
         result = await sup.run_agent(
             args.slug, args.prompt, session_id=_session_name(args), conversation_id=args.conversation, turn_id=args.turn
         )
@@ -431,7 +438,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from supervisor.traces import load_trace, render_text, report
+    from supervisor._face import load_trace, render_text, report
 
     try:
         data = report(load_trace(args.file))

@@ -1,9 +1,6 @@
 """``agents-supervise check``: the compiled policy shown (a summary, ``--detail`` or ``--json``); nothing starts.
 
-Nothing starts and nothing changes: the policy is compiled without preparing anything (no folder made, no worker
-code staged, no identity or uid recorded, no CA written: ``compile_policy(prepare=False)``), a credential's
-``command:`` source is not run (its ``env`` and ``file`` sources are read, which changes nothing), and the kernel
-is only asked (Landlock's ABI, the audit status, the rule paths opened ``O_PATH`` as the launcher will open them).
+Nothing starts and nothing changes (what the report holds and how it is made: :mod:`supervisor._check_report`).
 """
 
 from __future__ import annotations
@@ -23,53 +20,16 @@ __all__ = ["check", "check_report"]
 
 
 def check_report(args: argparse.Namespace) -> dict[str, Any]:
-    """What each toolbox's worker will get (of ``args.slug``'s toolboxes only, when given), as plain data: what
-    ``--json`` prints and both printers read. Raises ``ValueError`` for a slug no loaded agent has, and what
+    """What each toolbox's worker will get (of ``args.slug``'s toolboxes only, when given), as plain data
+    (:func:`supervisor._face.check_report`). Raises ``ValueError`` for a slug no loaded agent has, and what
     loading and compiling raise (``ConfigError``, ``PolicyRefused``)."""
-    import trio
+    from supervisor._face import agent_tree
+    from supervisor._face import check_report as report_of
+    from supervisor.config import load_config
 
-    from supervisor.agents import model_report
-    from supervisor.calls import BudgetPolicy
-    from supervisor.config import expand_agents, load_config
-    from supervisor.plan import compile_policy, launcher_refusals
-    from supervisor.workers import host_explanations
-
-    tree = expand_agents(load_config(args.policy, args.agent))  # sub-agents' toolboxes get workers too
-    config = tree.config
-    compiled = compile_policy(config, state_dir=args.state_dir, prepare=False)
-    _check_slug(args.slug, [a.slug for a in config.agents])
-    specs = [s for s in compiled.specs if args.slug in (None, s.agent)]
-    toolboxes = []
-    for s in specs:
-        entry = {"toolbox": s.toolbox, "kind": s.kind, "agent": s.agent, **s.report}
-        entry["warnings"] = [*entry.get("warnings", ()), *launcher_refusals(s.plan)]
-        toolboxes.append(entry)
-    return {
-        "policy": config.policy_file,
-        "state_dir": compiled.state_dir,
-        "landlock_abi": compiled.landlock_abi,
-        "landlock_min_abi": config.policy.landlock_min_abi,
-        "strict": config.policy.strict,
-        "max_call_depth": compiled.max_call_depth,
-        "kernel_audit": config.policy.kernel_audit,
-        "denial_explanations": host_explanations(config.policy.kernel_audit),
-        "toolboxes": toolboxes,
-        "warnings": compiled.warnings,
-        "budgets": BudgetPolicy.from_policy(config.policy).report(),
-        "model_requests": trio.run(
-            model_report,
-            config.policy,
-            tree.subagents,
-            [
-                (a.slug, a.description.model_url)
-                for a in config.agents
-                if a.description.model_url and args.slug in (None, a.slug)
-            ],
-        ),
-        "load_errors": [
-            dict(e) for e in (*tree.load_errors, *compiled.load_errors) if args.slug in (None, e.get("agent"))
-        ],
-    }
+    tree = agent_tree(load_config(args.policy, args.agent), args.state_dir)  # sub-agents' toolboxes get workers too
+    _check_slug(args.slug, [a.slug for a in tree.config.agents])
+    return report_of(tree, state_dir=args.state_dir, slug=args.slug)
 
 
 def check(args: argparse.Namespace) -> int:

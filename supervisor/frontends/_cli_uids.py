@@ -34,7 +34,7 @@ def add_uids_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _registry(args: argparse.Namespace) -> str:
-    from supervisor.plan import registry_dir
+    from supervisor._face import registry_dir
 
     chosen = args.registry
     if args.policy:
@@ -48,7 +48,7 @@ def _registry(args: argparse.Namespace) -> str:
 def run_uids(args: argparse.Namespace) -> int:
     """Run ``uids list`` or ``uids release``; 0 when done, ``EXIT_ERROR`` when refused (the reason on stderr)."""
     from supervisor._errors import PolicyRefused
-    from supervisor.plan import files_warning, list_state_dirs, release_state_dir, uid_ranges
+    from supervisor._face import files_warning, list_state_dirs, release_state_dir, uid_ranges
 
     from ._cli import _fail
 

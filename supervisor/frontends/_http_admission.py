@@ -44,8 +44,8 @@ from ._http_load import RefusalLog
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from supervisor._face import TraceRecorder
     from supervisor.config import HttpFrontend, Tenant
-    from supervisor.traces import TraceRecorder
 
 __all__ = [
     "Admit",

@@ -29,8 +29,8 @@ import trio
 from ._http_wire import HttpRefused
 
 if TYPE_CHECKING:
+    from supervisor._face import TraceRecorder
     from supervisor.config import HttpFrontend
-    from supervisor.traces import TraceRecorder
 
     from ._http_tenants import TenantState
 

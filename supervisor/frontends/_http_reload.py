@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from supervisor._errors import PolicyRefused
-from supervisor._reload import PreparedChange, ReloadRefused
+from supervisor._face import PreparedChange, ReloadRefused
 
 from ._http_auth import http_frontend_from_policy
 from ._http_server import bind, ssl_context_for, tls_digest

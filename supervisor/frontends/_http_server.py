@@ -30,10 +30,8 @@ from ._http_conn import App, serve_connection, simple_response
 from ._mcp_http import McpHttpApp
 
 if TYPE_CHECKING:
-    from supervisor._reload import PreparedChange
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import PreparedChange, ToolService, TraceRecorder
     from supervisor.config import LoadedConfig
-    from supervisor.traces import TraceRecorder
 
     from ._http_auth import Authenticator
 
@@ -112,8 +110,8 @@ async def _connection(
 class HttpService:
     """The HTTP frontend of one supervisor: its listeners, connection gate, TLS context and app (:meth:`run`)."""
 
-    def __init__(self, sup: Supervisor, settings: HttpFrontend, auth: Authenticator, listen: str | None) -> None:
-        policy = sup.compiled.config.policy
+    def __init__(self, sup: ToolService, settings: HttpFrontend, auth: Authenticator, listen: str | None) -> None:
+        policy = sup.policy
         self.sup = sup
         self.settings = settings
         #: ``--http HOST:PORT`` (it wins over the policy's ``listen``, at start and at every reload)
@@ -135,12 +133,11 @@ class HttpService:
                 self._nursery = nursery
                 await nursery.start(self.app.run)
                 self.listen_on(listeners, self.settings)
-                self.sup.reload_participants.append(self)
+                self.sup.join_reloads(self)
                 self.app.started = True  # Supervisor.open started the workers before the server was made
                 task_status.started(self.app.base_url)
         finally:
-            if self in self.sup.reload_participants:
-                self.sup.reload_participants.remove(self)
+            self.sup.leave_reloads(self)
 
     async def drain(self) -> None:
         """The start of a shutdown (SIGTERM): ``/readyz`` answers 503 from now on while everything else is served
@@ -163,7 +160,7 @@ class HttpService:
             self.listening.append((listener, scope))
             self._nursery.start_soon(self._accept, listener, scope)
         # no worker's egress proxy dials these ports on loopback, whatever the policy opens (docs/NETWORK.md)
-        self.sup.own_listeners.set("http", (lst.socket.getsockname()[1] for lst in listeners))
+        self.sup.set_own_ports("http", [lst.socket.getsockname()[1] for lst in listeners])
         self.refresh_url(settings)
 
     def refresh_url(self, settings: HttpFrontend) -> None:
@@ -255,7 +252,7 @@ def tls_digest(settings: HttpFrontend) -> str | None:
 
 
 async def serve_mcp_http(
-    sup: Supervisor,
+    sup: ToolService,
     settings: HttpFrontend,
     auth: Authenticator,
     *,

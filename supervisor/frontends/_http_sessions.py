@@ -14,7 +14,7 @@ from ._mcp_session import McpSession
 from ._mcp_wire import INVALID_REQUEST, META_VERSION, UNSUPPORTED_VERSION, modern_envelope_problem
 
 if TYPE_CHECKING:
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import ToolService
 
     from ._http_auth import Principal
     from ._http_tenants import TenantState
@@ -29,7 +29,7 @@ MAX_CLOSED = 10_000
 class HttpSession:
     """One MCP session of the handshake revisions, bound to the tenant and agent that made it."""
 
-    def __init__(self, sup: Supervisor, principal: Principal, agent: str, version: str) -> None:
+    def __init__(self, sup: ToolService, principal: Principal, agent: str, version: str) -> None:
         self.id = secrets.token_urlsafe(24)
         self.principal = principal
         self.agent = agent
@@ -74,7 +74,7 @@ class HttpSession:
 class SessionTable:
     """Every live session of the handshake revisions, bounded in all (``max_sessions``) and per tenant."""
 
-    def __init__(self, sup: Supervisor, tenants: dict[str, TenantState], max_sessions: int) -> None:
+    def __init__(self, sup: ToolService, tenants: dict[str, TenantState], max_sessions: int) -> None:
         self.sup = sup
         self.tenants = tenants
         self.max_sessions = max_sessions

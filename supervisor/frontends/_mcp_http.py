@@ -77,7 +77,7 @@ from ._mcp_wire import INVALID_REQUEST, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import ToolService
 
 __all__ = ["McpHttpApp"]
 
@@ -91,7 +91,7 @@ class McpHttpApp:
 
     def __init__(
         self,
-        sup: Supervisor,
+        sup: ToolService,
         settings: HttpFrontend,
         tenants: dict[str, Tenant],
         oauth: OAuthResourceServer | None,

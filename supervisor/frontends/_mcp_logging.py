@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor.calls import BUDGET_KIND
+from supervisor._face import BUDGET_KIND
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import ToolService
 
 __all__ = ["LEVELS", "LIMIT_REFUSALS", "QUEUE", "SessionLog", "log_entry"]
 
@@ -93,7 +93,7 @@ def log_entry(
 class SessionLog:
     """The log of one MCP session: its level, its queue, its view of the trace."""
 
-    def __init__(self, sup: Supervisor, session_name: str, agent: str | None) -> None:
+    def __init__(self, sup: ToolService, session_name: str, agent: str | None) -> None:
         self.sup = sup
         self.session_name = session_name
         self.agent = agent
@@ -103,7 +103,7 @@ class SessionLog:
 
     def _own(self, fields: dict[str, Any]) -> bool:
         session = fields.get("session")
-        return isinstance(session, str) and self.sup.frontends.name_of(session) == self.session_name
+        return isinstance(session, str) and self.sup.session_name(session) == self.session_name
 
     def set_level(self, level: str, *, announce: bool = True) -> None:
         """Send messages of ``level`` and above from now on (a level in :data:`LEVELS`). The first time, the

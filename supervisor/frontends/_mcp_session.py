@@ -26,9 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor.calls import CatalogError
-from supervisor.plan import kind_plan
-from supervisor.sessions import LOCAL_TENANT, ids_from_meta
+from supervisor._face import LOCAL_TENANT, CatalogError, ToolService, ids_from_meta
 
 from ._mcp_content import result_to_mcp
 from ._mcp_logging import LEVELS, SessionLog
@@ -51,7 +49,6 @@ from ._progress_relay import ProgressRelay, progress_token
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from supervisor._supervisor import Supervisor
 
 __all__ = ["SERVER_INFO", "McpSession"]
 
@@ -72,7 +69,7 @@ class McpSession:
 
     def __init__(
         self,
-        sup: Supervisor,
+        sup: ToolService,
         send: Callable[[dict[str, Any]], Awaitable[None]],
         *,
         session_id: str | None = None,
@@ -144,7 +141,7 @@ class McpSession:
     def _enable_every_skill(self) -> None:  # only a request that lists or calls pays for its store session
         if self._every_skill and self.agent is not None:
             self._every_skill = False
-            if any(kind_plan(r.spec.kind).session_skills for r in self.sup.runners if r.spec.agent == self.agent):
+            if self.sup.has_session_skills(self.agent):
                 self.sup.enable_every_skill(self.session_id, agent=self.agent, tenant=self.tenant)
 
     def visible_tools(self) -> list[Any]:
@@ -195,12 +192,7 @@ class McpSession:
     def capabilities(self) -> dict[str, Any]:
         """What this session serves: tools always; resources when a toolbox of its agent can have any (skills,
         MCP servers), prompts when one can have prompts (MCP servers); each list announces its changes."""
-        catalogs = {
-            c
-            for r in self.sup.runners
-            if self.agent is None or r.spec.agent == self.agent
-            for c in kind_plan(r.spec.kind).catalogs
-        }
+        catalogs = self.sup.catalogs(self.agent)
         out: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
         for catalog in sorted(catalogs):
             out[catalog] = {"listChanged": True}
@@ -382,7 +374,7 @@ class McpSession:
                                 result = await call()
                             finally:
                                 relay.close()  # the nursery waits for the queued updates: none after the reply
-                    reply = result_to_mcp(result, self.sup.attachments.read)
+                    reply = result_to_mcp(result, self.sup.read_attachment)
                     if self.version < "2025-06-18":  # structuredContent came with that revision
                         reply.pop("structuredContent", None)
                 except Exception as exc:  # a bug of ours ends this call, never the session

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from supervisor.workers import ChunkReader, send_whole
+from supervisor._face import ChunkReader, send_whole
 
 from ._mcp_session import McpSession
 from ._mcp_wire import INVALID_REQUEST, encode_message
@@ -25,7 +25,7 @@ from ._mcp_wire import INVALID_REQUEST, encode_message
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from supervisor._supervisor import Supervisor
+    from supervisor._face import ToolService
 
 __all__ = ["McpStdioServer", "bound_agent", "serve_mcp_stdio"]
 
@@ -39,7 +39,7 @@ class McpStdioServer:
     """One MCP session over a pair of byte streams (newline-delimited JSON)."""
 
     def __init__(
-        self, sup: Supervisor, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, agent: str | None = None
+        self, sup: ToolService, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, agent: str | None = None
     ) -> None:
         """``agent``: the agent the session is bound to (its tools, under its names); ``None``: the policy's first
         agent. Raises ``ValueError`` for an agent the supervisor does not serve."""
@@ -120,7 +120,7 @@ class McpStdioServer:
         return self.session.handle_message(msg)
 
 
-def bound_agent(sup: Supervisor, agent: str | None) -> str | None:
+def bound_agent(sup: ToolService, agent: str | None) -> str | None:
     """The agent a stdio session serves: ``agent``, else the policy's first (``None`` when none is loaded).
 
     Raises:
@@ -134,7 +134,7 @@ def bound_agent(sup: Supervisor, agent: str | None) -> str | None:
     return agent
 
 
-async def serve_mcp_stdio(sup: Supervisor, agent: str | None = None) -> None:
+async def serve_mcp_stdio(sup: ToolService, agent: str | None = None) -> None:
     """Serve MCP on this process's stdin/stdout until stdin closes, bound to ``agent`` (``None``: the first)."""
     import os
 

@@ -35,7 +35,7 @@ from ._compiled import CompiledPolicy, StagedCode
 from ._credential_values import run_credential_commands
 from ._host_facts import HostFacts, read_host_facts
 from ._identities import IdentitiesChanged
-from ._identity_store import rebind_agent
+from ._identity_store import bound_elsewhere, rebind_agent
 from ._kinds import KIND_PLANS, KindPlan, kind_plan
 from ._launcher_links import launcher_refusals
 from ._policy_plan import PolicyPlan, plan_policy
@@ -58,6 +58,7 @@ __all__ = [
     "UidHold",
     "agent_bounds",
     "apply_plan",
+    "bound_elsewhere",
     "compile_policy",
     "files_warning",
     "kind_plan",

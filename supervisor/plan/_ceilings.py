@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox import HostError, HostRule, address_class, embedded_ipv4, is_loopback_entry
 from supervisor._errors import PolicyRefused
-from supervisor.config import ANY_HOST, HTTP_METHODS, subagent_files
+from supervisor.config import ANY_HOST, HTTP_METHODS, path_within
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -45,7 +45,6 @@ __all__ = [
     "method_refusals",
     "model_host_refusals",
     "path_refusals",
-    "path_within",
     "subagent_slugs",
     "tenant_reach",
 ]
@@ -67,12 +66,9 @@ class Bound:
 
 
 def subagent_slugs(config: LoadedConfig) -> dict[str, list[str]]:
-    """Per agent of ``config`` (its tree expanded), the slugs of the agents it names as sub-agents."""
-    by_file = {a.file: a.slug for a in config.agents}
-    return {
-        agent.slug: [s for declared, path, _ in subagent_files(agent) if (s := declared or by_file.get(path, ""))]
-        for agent in config.agents
-    }
+    """Per agent of ``config``, the slugs of the sub-agents the policy lets it prompt (as its tree was expanded,
+    ``config/_subagent_rules.py``; none when it was not)."""
+    return {slug: list(subs) for slug, subs in (config.subagents or {}).items()}
 
 
 def tenant_reach(policy: Policy, subagents: Mapping[str, Sequence[str]]) -> dict[str, set[str]]:
@@ -199,11 +195,6 @@ def method_refusals(asked: Iterable[str], bounds: Sequence[Bound]) -> list[str]:
                     f"it to {bound.key}.http_methods"
                 )
     return out
-
-
-def path_within(path: str, top: str) -> bool:
-    """``path`` is ``top`` or lies beneath it (both canonical)."""
-    return path == top or top == "/" or path.startswith(top.rstrip("/") + "/")
 
 
 def path_refusals(named: Iterable[tuple[str, str]], bounds: Sequence[Bound], granted: Sequence[str] = ()) -> list[str]:

@@ -104,7 +104,7 @@ def read_host_facts(
         hostname=socket.gethostname(),
         runtime_paths=tuple(python_runtime_paths()),
         paths=HostView(),
-        agent_files={a.slug: agent_file_or_path(a.file) for a in config.agents},
+        agent_files={a.slug: agent_file_or_path(a.named or a.file) for a in config.agents},
         registry=registry,
         identities=read_identities(state_dir, registry),
         credentials=load_credentials(policy.credentials, command_values=command_values),

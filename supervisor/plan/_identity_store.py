@@ -26,13 +26,15 @@ from sandbox import open_anchor
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError
 
-from ._agent_bindings import agent_file_identity
+from ._agent_bindings import agent_file_identity, agent_file_or_path, bind_agents
 from ._identities import TABLE_FILE, IdentitiesChanged, IdentityPlan, IdentityRequest, IdentityTable
 from ._locked_json import flocked, read_json, write_json
 from ._uid_registry import HostRegistry, locked_registry, read_registry, registry_dir, write_registry
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+
+    from supervisor.config import LoadedAgent
 
     from ._agent_bindings import AgentFile
     from ._identities import WorkerIdentity
@@ -41,6 +43,7 @@ __all__ = [
     "Assignment",
     "IdentitySnapshot",
     "assign_identities",
+    "bound_elsewhere",
     "read_identities",
     "rebind_agent",
     "record_identities",
@@ -116,6 +119,28 @@ def _same(result: IdentityPlan, expected: Mapping[str, WorkerIdentity] | None) -
             f"the identity table or the uid registry changed since the plan was made (another supervisor recorded "
             f"uids meanwhile): {', '.join(changed[:5])} would get other uids; plan again"
         )
+
+
+def bound_elsewhere(state_dir: str) -> Callable[[LoadedAgent], str | None]:
+    """For ``expand_agents``: why a sub-agent file cannot have its slug in ``state_dir`` (bound in the identity
+    table to another file, or to this path as another owner's file), or ``None``. Such a sub-agent is then the naming
+    agent's load error instead of a ``ConfigError`` that would stop every tenant when the plan binds the slugs. A
+    table that cannot be read judges nothing here (the plan reports it)."""
+    state_dir = os.path.abspath(state_dir)
+    try:
+        bound = read_identities(state_dir, None).table.agents
+    except (OSError, PolicyRefused):
+        bound = {}
+    table = os.path.join(state_dir, TABLE_FILE)
+
+    def refusal(agent: LoadedAgent) -> str | None:
+        if agent.slug not in bound:
+            return None
+        claim = {agent.slug: agent_file_or_path(agent.named or agent.file)}
+        conflicts = bind_agents({agent.slug: bound[agent.slug]}, claim, table, {})
+        return f"{conflicts[0].message}; {conflicts[0].expected}" if conflicts else None
+
+    return refusal
 
 
 def read_identities(state_dir: str, registry: str | None) -> IdentitySnapshot:
@@ -219,14 +244,14 @@ def assign_identities(
     )
 
 
-def rebind_agent(state_dir: str, slug: str, agent_file: str) -> str | None:
-    """Bind ``slug`` to ``agent_file`` (canonical path, its owner and inode as they are now) in the table of
-    ``state_dir``, keeping the slug's workers (uids, folders). Returns the file it was bound to before (``None``: it
-    was not bound)."""
+def rebind_agent(state_dir: str, slug: str, agent_file: str) -> tuple[str, str | None]:
+    """Bind ``slug`` to ``agent_file`` (absolute, as named: bound as :func:`agent_file_identity` says, with its
+    owner and inode as they are now) in the table of ``state_dir``, keeping the slug's workers (uids, folders).
+    Returns the path bound and the one bound before (``None``: it was not bound)."""
     claim = agent_file_identity(agent_file)
     with _locked(state_dir) as anchor:
         table = _read(anchor, state_dir)
         before = table.agents.get(slug)
         table.agents[slug] = claim
         _write(anchor, table)
-    return before.file if before is not None else None
+    return claim.file, before.file if before is not None else None

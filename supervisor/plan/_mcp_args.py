@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox import resolve_named_path
-
-from ._ceilings import path_within
+from supervisor.config import path_within
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence

@@ -24,6 +24,8 @@ from jsonschema import _keywords
 from jsonschema import exceptions as js_exceptions
 from jsonschema.validators import extend, validator_for
 
+from ._fast_schema import compile_fast
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -304,6 +306,7 @@ class ArgumentValidator:
         #: the errors of ``{}`` (the arguments of most calls of a tool without required ones), found once: the
         #: answer depends on the schema only (no string to match, nothing to time out)
         self._empty: list[FieldError] | None = None
+        self._fast = compile_fast(schema)  # the common shape in plain Python, for arguments that pass
 
     def _unusable(self, args: Any) -> str | None:
         """Why the schema cannot be applied to ``args`` at all (``None``: it can)."""
@@ -331,6 +334,8 @@ class ArgumentValidator:
             if self._empty is None:
                 self._empty = self._errors(args)
             return list(self._empty)
+        if self._fast is not None and self._fast(args):
+            return []
         return self._errors(args)
 
     def raw_errors(self, args: Any) -> list[js_exceptions.ValidationError] | None:

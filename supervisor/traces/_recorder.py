@@ -119,6 +119,7 @@ class TraceRecorder:
         self._size = 0
         self._oldest = 0.0
         self._encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr, separators=(",", ":"))
+        self._raw_keys: dict[str, str] = {}  # a raw field's name -> ``,"name":`` (record_raw)
         #: also told of every record (``trace.otel``, ``supervisor/traces/_otel.py``); must not raise
         self.sink: Callable[[str, dict[str, Any]], None] | None = None
         #: also told of every record while registered (MCP sessions' logging, ``frontends/_mcp_logging.py``);
@@ -190,8 +191,14 @@ class TraceRecorder:
         if self._fd is None:
             return
         line = self._line({"ts": round(time.time(), 6), "event": event, **fields})
-        line = line[:-1] + "".join(f",{self._encoder.encode(k)}:{v}" for k, v in raw.items()) + "}\n"
-        self._add(event, line)
+        spliced = [line[:-1]]
+        for key, value in raw.items():
+            prefix = self._raw_keys.get(key)
+            if prefix is None:  # the portal's few key names: each encoded once
+                prefix = self._raw_keys[key] = f",{self._encoder.encode(key)}:"
+            spliced += (prefix, value)
+        spliced.append("}\n")
+        self._add(event, "".join(spliced))
 
     def _add(self, event: str, line: str, *, buffered: bool = False) -> None:
         if not self._buffer:

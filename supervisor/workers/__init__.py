@@ -3,7 +3,7 @@ one-shot children (confined runs, and the supervisor's own programs)."""
 
 from ._audit_reach import host_explanations
 from ._confined_exec import ConfinedOutcome, run_confined
-from ._kernel_audit import KernelAudit, combine_watches
+from ._kernel_audit import KernelAudit
 from ._launch import launcher_argv
 from ._limit_notes import LimitWatch, explained_limits
 from ._one_shot import ChildOutcome, run_child
@@ -12,16 +12,18 @@ from ._runner import ToolboxRunner
 from ._spawner import LauncherSpawner, Spawner, ZygoteSpawner, preload_modules
 from ._staging import stage_worker_code
 from ._tool_cache import tool_cache_path
-from ._worker import Worker, WorkerSpec
+from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec
 from ._zygote_client import Zygote, ZygoteGone
 
 __all__ = [
     "ChildOutcome",
     "ChunkReader",
     "ConfinedOutcome",
+    "EventHandler",
     "KernelAudit",
     "LauncherSpawner",
     "LimitWatch",
+    "RequestHandler",
     "Spawner",
     "ToolboxRunner",
     "Worker",
@@ -29,7 +31,6 @@ __all__ = [
     "Zygote",
     "ZygoteGone",
     "ZygoteSpawner",
-    "combine_watches",
     "explained_limits",
     "host_explanations",
     "launcher_argv",

@@ -57,7 +57,7 @@ from ._denials import (
 if TYPE_CHECKING:
     from supervisor.traces import TraceRecorder
 
-__all__ = ["KernelAudit", "combine_watches"]
+__all__ = ["KernelAudit"]
 
 _ARCHES = {"c000003e": "x86_64", "c00000b7": "aarch64"}
 _MAX_PER_CALL = 64
@@ -441,31 +441,3 @@ class KernelAudit:
 def _bound(mapping: OrderedDict[Any, Any], limit: int) -> None:
     while len(mapping) > limit:
         mapping.popitem(last=False)
-
-
-def combine_watches(*watches: Callable[[Any, str], Finish]) -> Callable[[Any, str], Finish]:
-    """One portal watch made of several: each begins in order, their finishers run in order. The combined finisher
-    answers the result at once while every finisher does (a passed call: nothing to wait for), else an awaitable
-    that runs the rest in order."""
-
-    def begin(tool: Any, call_id: str) -> Finish:
-        finishers = [w(tool, call_id) for w in watches]
-
-        async def rest(pending: Awaitable[ToolResult], later: list[Finish]) -> ToolResult:
-            result = await pending
-            for f in later:
-                out = f(result)
-                result = out if isinstance(out, ToolResult) else await out
-            return result
-
-        def finish(result: ToolResult) -> ToolResult | Awaitable[ToolResult]:
-            for i, f in enumerate(finishers):
-                out = f(result)
-                if not isinstance(out, ToolResult):
-                    return rest(out, finishers[i + 1 :])
-                result = out
-            return result
-
-        return finish
-
-    return begin

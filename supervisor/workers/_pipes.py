@@ -13,6 +13,8 @@ next one), so every later send raises ``trio.BrokenResourceError`` and the owner
 :class:`ChunkReader` reads for one task: ``trio.lowlevel.FdStream.receive_some`` checkpoints before every read,
 even when it then parks until the pipe is readable; the reader yields only once per chunk: by parking when
 nothing waits, else right after the read, so a peer writing without pause still cannot keep the loop to itself.
+After a read that emptied a pipe or socket (it returned less than asked) the next one parks first instead of
+asking the kernel for data that is not there: one ``read`` a chunk, not two.
 """
 
 from __future__ import annotations
@@ -60,6 +62,14 @@ def _is_pipe(fileno: int) -> bool:
         return stat.S_ISFIFO(os.fstat(fileno).st_mode)
     except (OSError, ValueError):
         return False
+
+
+def _is_pipe_or_socket(fileno: int) -> bool:
+    try:
+        mode = os.fstat(fileno).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 class FrameWriter:
@@ -148,6 +158,11 @@ class ChunkReader:
         self.size = size
         #: the stream's fd, asked each time (a closed ``FdStream`` answers -1, never a reused number)
         self._fileno_of = getattr(stream, "fileno", None)
+        #: a pipe or socket: a read shorter than asked emptied it (a regular file, which epoll cannot wait on, is
+        #: never waited for)
+        self._waitable = self._fileno_of is not None and _is_pipe_or_socket(self._fileno_of())
+        #: the last read emptied the stream: the next waits for it to be readable instead of reading nothing
+        self._drained = False
 
     async def receive(self) -> bytes:
         """The next chunk. A checkpoint: cancellation is looked at first, and it yields at least once, parking until
@@ -160,12 +175,23 @@ class ChunkReader:
                 return b""
         await trio.lowlevel.checkpoint_if_cancelled()
         parked = False
+        if self._drained:  # one read system call a chunk, not two (the second would find nothing)
+            self._drained = False
+            fileno = self._fileno_of()
+            if fileno < 0:
+                return b""
+            try:
+                await trio.lowlevel.wait_readable(fileno)
+            except trio.ClosedResourceError:
+                return b""
+            parked = True
         while True:
             fileno = self._fileno_of()
             if fileno < 0:
                 return b""
             try:
                 data = os.read(fileno, self.size)
+                self._drained = self._waitable and 0 < len(data) < self.size
             except BlockingIOError:
                 try:
                     await trio.lowlevel.wait_readable(fileno)

@@ -59,6 +59,9 @@ class ToolboxRunner:
         self.supervision = supervision
         self.worker: Worker | None = None
         self.failed_reason: str | None = None
+        #: why this toolbox did not load (its worker's first start, its tool list), as a load error
+        #: ``{"toolbox", "agent", "source", "message"}``; ``None``: it loaded (or has not tried yet)
+        self.load_failure: dict[str, str] | None = None
         #: the end of a crash loop's cool-down (wall clock, ``time.time()``); ``None`` when not resting
         self.resting_until: float | None = None
         self.restarts = 0
@@ -249,9 +252,13 @@ class ToolboxRunner:
         self._on_event(worker, "crash_loop_recovered", {"cooldown_s": cooldown, "deaths": deaths})
         self._on_tools(self)
 
-    def fail_to_load(self, message: str) -> None:
-        """Disable this toolbox for good because it could not load: its calls answer with ``message``."""
+    def fail_to_load(self, message: str, source: str | None = None) -> None:
+        """Disable this toolbox for good: its calls answer with ``message``. ``source``: where it could not load
+        (``worker start``, ``tool list``): the message is then its load error (:attr:`load_failure`); ``None``: it
+        is being stopped or restarted (a policy reload)."""
         self.failed_reason = message
+        if source is not None:
+            self.load_failure = {"toolbox": self.name, "agent": self.spec.agent, "source": source, "message": message}
         self._ready.set()  # wake waiters so they get the failure
 
     def _on_event_wrapper(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:

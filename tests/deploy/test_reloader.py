@@ -1,13 +1,15 @@
-"""How agent files and reloads reach a Kubernetes pod (docs/DEPLOY.md): the DaemonSet's ``agent-files`` init
-container copies the agent files of the ConfigMap to stable paths, and its ``reloader`` container (the same script,
-taken from the manifest with Kubernetes' ``$$`` escaping applied) watches the mounted Secret and ConfigMap the way
-the kubelet updates them (a new ``..data`` link swapped in), copies again and sends the supervisor SIGHUP, which
-reloads the changed agent. (Without the copy the reload is refused: the kubelet's swap moves the real path of
-every file, and a slug belongs to its agent file's real path.)
+"""How agent files and reloads reach a Kubernetes pod (docs/DEPLOY.md): the supervisor reads the agent files of
+the ConfigMap where it is mounted, and the DaemonSet's ``reloader`` container (its script taken from the manifest,
+with Kubernetes' ``$$`` escaping applied) watches the mounted Secret and ConfigMap the way the kubelet updates them
+(a new ``..data`` link swapped in) and sends the supervisor SIGHUP, which reloads the changed agent and keeps the
+other. The slugs stay: each is bound to its agent file's name in the volume, whose links are root's on a read-only
+mount (``plan/_agent_bindings.py``), although the swap moves every file's canonical path.
 
-Both run in a PID namespace of their own (``unshare --pid --mount-proc``), as in a pod with
+The pod runs in a PID and mount namespace of its own (``unshare --pid --mount --mount-proc``), as in a pod with
 ``shareProcessNamespace``: the script signals what it finds in ``/proc``, which then holds only this pod's
-processes, never another supervisor of this machine. No kubelet runs here: the test swaps the links as it does."""
+processes, never another supervisor of this machine; the "ConfigMap" is a folder of mode 0777 (as the kubelet makes
+it) bind-mounted read-only where the policy names it, as the container sees its volume. No kubelet runs here: the
+test swaps the links as it does, in the folder behind the mount."""
 
 from __future__ import annotations
 
@@ -32,16 +34,17 @@ MANIFESTS = REPO / "deploy" / "kubernetes" / "agents-supervise.yaml"
 ENTRYPOINT = Path(sys.prefix) / "bin" / "agents-supervise"  # the image's ENTRYPOINT, from this venv
 
 
-def _helper_script() -> str:
-    """The script of the init container and the reloader (one script: ``ONCE`` set or not)."""
+def _reloader_script() -> str:
+    """The script of the reloader container, as Kubernetes hands it to the container (``$$`` escapes ``$``)."""
     [daemonset] = [d for d in yaml.safe_load_all(MANIFESTS.read_text()) if d["kind"] == "DaemonSet"]
     pod = daemonset["spec"]["template"]["spec"]
-    assert pod["shareProcessNamespace"] is True
-    [init] = [c for c in pod["initContainers"] if c["name"] == "agent-files"]
+    assert pod["shareProcessNamespace"] is True and "initContainers" not in pod  # nothing is copied any more
+    [supervisor] = [c for c in pod["containers"] if c["name"] == "supervisor"]
     [reloader] = [c for c in pod["containers"] if c["name"] == "reloader"]
-    assert init["command"] == reloader["command"] == ["/bin/sh", "-c"] and init["args"] == reloader["args"]
-    assert (init["env"], reloader["env"]) == ([{"name": "ONCE", "value": "1"}], [{"name": "ONCE", "value": ""}])
-    return str(reloader["args"][0]).replace("$$", "$")  # what Kubernetes hands the container ($$ escapes $)
+    agents = {"name": "agents", "mountPath": "/etc/agents-supervise-agents", "readOnly": True}
+    assert agents in supervisor["volumeMounts"] and agents in reloader["volumeMounts"]
+    assert reloader["command"] == ["/bin/sh", "-c"]
+    return str(reloader["args"][0]).replace("$$", "$")
 
 
 def _projected(folder: Path, files: dict[str, str], version: str) -> None:
@@ -65,59 +68,68 @@ def _wait(path: Path, text: str, timeout: float = 120) -> str:
 
 
 def test_a_changed_agent_file_reaches_the_supervisor(sandbox_tmp: Path) -> None:
-    etc, agents = sandbox_tmp / "etc-agents-supervise", sandbox_tmp / "etc-agents-supervise-agents"
-    files = sandbox_tmp / "run-agents-supervise-agents"  # the emptyDir
-    files.mkdir(mode=0o777)
+    etc, volume = sandbox_tmp / "etc-agents-supervise", sandbox_tmp / "configmap-volume"
+    agents = sandbox_tmp / "etc-agents-supervise-agents"  # where the pod sees the volume: read-only
+    agents.mkdir()
 
-    def alpha(capabilities: list[str]) -> str:
-        return json.dumps(agent("alpha", builtinToolboxes=[system_toolbox("system", capabilities)]))
+    def agent_file(slug: str, capabilities: list[str]) -> str:
+        return json.dumps(agent(slug, builtinToolboxes=[system_toolbox("system", capabilities)]))
 
+    state = sandbox_tmp / "state"
     policy: dict[str, Any] = {
-        "agents": [f"{files}/alpha.json"],
-        "state_dir": str(sandbox_tmp / "state"),
+        "agents": [f"{agents}/alpha.json", f"{agents}/beta.json"],
+        "state_dir": str(state),
         "worker_uids": None,
         "frontends": {"http": {"listen": "127.0.0.1:0"}},
-        "tenants": {"ops": {"tokens": [hash_token("ops-token")], "agents": ["alpha"]}},
+        "tenants": {"ops": {"tokens": [hash_token("ops-token")], "agents": ["alpha", "beta"]}},
     }
     _projected(etc, {"policy.yaml": yaml.safe_dump(policy)}, "v1")
-    _projected(agents, {"alpha.json": alpha(["date"])}, "v1")
+    beta = agent_file("beta", ["date"])
+    _projected(volume, {"alpha.json": agent_file("alpha", ["date"]), "beta.json": beta}, "v1")
+    volume.chmod(0o777)  # as the kubelet makes a volume's folder: only the read-only mount keeps others out
     script = (
-        _helper_script()
+        _reloader_script()
         .replace("/etc/agents-supervise-agents", str(agents))
         .replace("/etc/agents-supervise/", f"{etc}/")
-        .replace("/run/agents-supervise/agents", str(files))
         .replace("sleep 5", "sleep 0.2")
     )
-    subprocess.run(["sh", "-c", script], env={**os.environ, "ONCE": "1"}, check=True, timeout=60)  # init container
-    assert json.loads((files / "alpha.json").read_text())["contents"]["slug"] == "alpha"
-    assert not (files / "alpha.json").is_symlink() and (files.stat().st_mode & 0o777) == 0o755
     log, reloader_log = sandbox_tmp / "serve.log", sandbox_tmp / "reloader.log"
     pod = subprocess.Popen(
         [
             "unshare",
             "--pid",
             "--fork",
+            "--mount",
             "--mount-proc",
             "sh",
             "-c",
-            '"$1" serve --http --policy "$2" 2>"$3" & exec sh -c "$4" >"$5" 2>&1',
+            'mount --bind "$6" "$7" && mount -o remount,bind,ro "$7" && '
+            '{ "$1" serve --http --policy "$2" 2>"$3" & exec sh -c "$4" >"$5" 2>&1; }',
             "pod",
             str(ENTRYPOINT),
             str(etc / "policy.yaml"),
             str(log),
             script,
             str(reloader_log),
+            str(volume),
+            str(agents),
         ],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "ONCE": ""},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         stdin=subprocess.DEVNULL,
     )
     try:
         _wait(log, "serving MCP over HTTP at ")
-        _projected(agents, {"alpha.json": alpha(["date", "uptime"])}, "v2")  # kubectl edit configmap ...
+        bound = json.loads((state / "identities.json").read_text())["agents"]
+        assert bound["alpha"]["file"] == f"{agents}/alpha.json", bound  # the name, not the ..v1 path
+        # kubectl edit configmap ...: alpha changed, beta the same (its canonical path moves all the same)
+        _projected(volume, {"alpha.json": agent_file("alpha", ["date", "uptime"]), "beta.json": beta}, "v2")
         reloaded = _wait(log, "the policy was reloaded")
-        assert "restarted alpha/system" in reloaded, reloaded
+        assert "restarted alpha/system" in reloaded and "kept beta/system" in reloaded, reloaded
         assert "SIGHUP to" in _wait(reloader_log, "SIGHUP to")
+        after = json.loads((state / "identities.json").read_text())
+        assert after["agents"]["alpha"]["file"] == f"{agents}/alpha.json"
+        assert after["agents"]["alpha"]["inode"] != bound["alpha"]["inode"]  # the new file, same slug
     finally:
         pod.kill()  # the namespace's first process: every process of the "pod" ends with it
         pod.wait()

@@ -52,7 +52,7 @@ async def sup(sandbox_tmp: Path, request: pytest.FixtureRequest) -> AsyncIterato
         supervision={"spawn": request.param},
     )
     async with Supervisor.open(policy) as s:
-        assert (getattr(s.spawner, "serving", None) is not None) == (request.param == "zygote")
+        assert (getattr(s.services.spawner, "serving", None) is not None) == (request.param == "zygote")
         yield s
 
 
@@ -150,7 +150,8 @@ async def test_signalling_the_supervisor_fails(sup: Supervisor) -> None:
     count, cmdline = procs["stdout"].splitlines()[:2]
     assert int(count) <= 5, procs  # only the worker's own processes are visible
     # PID 1 is the worker: a launcher, or a fork of the zygote (whose command line it keeps)
-    assert ("sandbox._zygote" if getattr(sup.spawner, "serving", None) else "sandbox._launcher") in cmdline, cmdline
+    forked = getattr(sup.services.spawner, "serving", None)
+    assert ("sandbox._zygote" if forked else "sandbox._launcher") in cmdline, cmdline
 
 
 async def test_abstract_unix_socket_of_the_supervisor_is_unreachable(sup: Supervisor) -> None:
@@ -204,7 +205,7 @@ async def test_attach_file_and_list_directory(sup: Supervisor, sandbox_tmp: Path
     assert ok.status == "passed", ok.data
     (att,) = ok.attachments
     assert att.media_type == "image/png" and att.sha256 and att.size == len(_png())
-    assert sup.attachments.read(att) == _png()
+    assert sup.services.calls.attachments.read(att) == _png()
     refused = await sup.call("system_system_attach_file", {"filepath": str(sandbox_tmp / "secret.txt")})
     assert refused.status == "error" and "not allowed by the file sandbox 'project'" in refused.data
     ghost = await sup.call("system_system_attach_file", {"filepath": str(sandbox_tmp / "no-such-file.png")})
@@ -223,7 +224,7 @@ async def test_attachment_refusals(sup: Supervisor, sandbox_tmp: Path) -> None:
     worker = sup.runner("system").spec.plan.workdir
     Path(worker, "ok.png").write_bytes(_png())
     Path(worker, "fake.png").write_bytes(b"GIF89a" + b"\x00" * 20)
-    Path(worker, "big.png").write_bytes(_png() + b"\x00" * (sup.attachments.limits["images"] + 1))
+    Path(worker, "big.png").write_bytes(_png() + b"\x00" * (sup.services.calls.attachments.limits["images"] + 1))
     os.symlink(worker + "/ok.png", worker + "/link.png")
     cases = {
         "link.png": "symbolic link",
@@ -234,7 +235,7 @@ async def test_attachment_refusals(sup: Supervisor, sandbox_tmp: Path) -> None:
         "ok.png": None,
     }
     result = ToolResult.passed("x", attachments=[Attachment("image/png", p) for p in cases])
-    stored = sup.attachments.store(worker, result)
+    stored = sup.services.calls.attachments.store(worker, result)
     assert stored.status == "passed"
     assert [a.path for a in stored.attachments] == ["ok.png"]
     for path, reason in cases.items():

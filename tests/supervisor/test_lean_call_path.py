@@ -53,10 +53,13 @@ def test_raw_fields_are_spliced_into_a_strict_line(tmp_path: Path) -> None:
     text = json.dumps({"path": "/tmp/ü", "n": [1, 2.5, None]}, ensure_ascii=False, separators=(",", ":"))
     trace.record_raw("call_start", {"args": text}, call_id="c1", tool="t")
     trace.record("call_end", call_id="c1", status="passed")  # written at once, with the buffered start
-    [start, end] = _records(path)
+    trace.record_raw("call_start", {"args": "{}", 'other "key"': "[1]"}, call_id="c2")  # a key's prefix is kept
+    trace.record("call_end", call_id="c2", status="passed")
+    [start, end, again, _] = _records(path)
     trace.close()
     assert start["args"] == {"path": "/tmp/ü", "n": [1, 2.5, None]} and start["call_id"] == "c1"
     assert end["status"] == "passed"
+    assert again["args"] == {} and again['other "key"'] == [1] and again["call_id"] == "c2"
 
 
 def test_the_errors_of_empty_arguments_are_those_of_a_full_check() -> None:

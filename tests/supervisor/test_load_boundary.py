@@ -20,6 +20,7 @@ import supervisor.plan._compile as compile_module
 import supervisor.plan._policy_plan as policy_plan_module
 import supervisor.plan._skill_clones as sources_module
 from supervisor._supervisor import Supervisor
+from supervisor._tool_lists import ServedTools
 from supervisor.workers._worker import Worker
 from tests._policies import agent, system_toolbox, write_policy
 
@@ -74,14 +75,14 @@ def _plant_worker_start(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _plant_tool_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = Supervisor._take_tools
+    real = ServedTools._take
 
-    def take(self: Supervisor, runner: Any) -> None:
+    def take(self: ServedTools, runner: Any, *args: Any) -> None:
         if runner.name == "broken":
             raise RuntimeError("planted in the tool list")
-        real(self, runner)
+        real(self, runner, *args)
 
-    monkeypatch.setattr(Supervisor, "_take_tools", take)
+    monkeypatch.setattr(ServedTools, "_take", take)
 
 
 def _plant_registry(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -189,4 +189,5 @@ async def test_a_worker_that_can_rewrite_its_own_agent_file_is_warned_then_refus
         assert not [t for t in sup.list_tools() if t.name.startswith("system_sh_")]
         [error] = sup.load_errors()
         assert error["toolbox"] == "sh" and warned in error["message"] and "A strict policy refuses" in error["message"]
-    assert main(["check", "--policy", str(strict)]) == 0  # check says the same, nothing started
+    # the CLI runs its own trio loop: in a thread of its own, as from a shell
+    assert await trio.to_thread.run_sync(main, ["check", "--policy", str(strict)]) == 0  # says the same, starts nothing

@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from labkit import describe_json, write_script
-from supervisor._reload import ReloadPlan, plan_reload
+from supervisor._generation import SwitchPlan, plan_switch
 from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor._service import Service, serve_processes
@@ -39,16 +39,19 @@ REPO = str(Path(__file__).resolve().parents[2])
 TOKEN = "reload-test-token"
 
 
-def test_plan_reload_keeps_only_what_compiled_the_same() -> None:
+def test_plan_switch_keeps_only_what_compiled_the_same() -> None:
     running = {("a", "keep"): "1", ("a", "change"): "2", ("a", "gone"): "3", ("b", "broken"): "4"}
     new = {("a", "keep"): "1", ("a", "change"): "2'", ("b", "broken"): "4", ("a", "new"): "5"}
-    assert plan_reload(running, {("b", "broken")}, new) == ReloadPlan(
+    assert plan_switch(running, {("b", "broken")}, new) == SwitchPlan(
         kept=(("a", "keep"),),
         restarted=(("a", "change"), ("b", "broken")),
         stopped=(("a", "gone"),),
         started=(("a", "new"),),
     )
-    assert plan_reload(running, set(), running) == ReloadPlan(kept=tuple(running))
+    assert plan_switch(running, set(), running) == SwitchPlan(kept=tuple(running))
+    # start-up is the switch from no generation: every toolbox is started, in the policy's order
+    assert plan_switch({}, set(), new) == SwitchPlan(started=tuple(new))
+    assert plan_switch(running, {("b", "broken")}, new).fresh == {("a", "change"), ("b", "broken"), ("a", "new")}
 
 
 def _policy(root: Path) -> Path:

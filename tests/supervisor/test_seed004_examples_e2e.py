@@ -458,7 +458,7 @@ async def test_the_system_examples_run(sup: Supervisor, seeded: Path) -> None:
     assert refused.status == "error" and "not allowed by the file sandbox 'system-sandbox'" in (refused.data or "")
     attached = await call("system_system_attach_file", {**example, "filepath": "./src/chart.png"})
     [image] = attached.attachments
-    assert image.media_type == "image/png" and sup.attachments.read(image) == _png(3, 2)
+    assert image.media_type == "image/png" and sup.services.calls.attachments.read(image) == _png(3, 2)
     # list-directory, as written
     listed = _ok(await call("system_system_list_directory", _json("367-372")))
     _covers(listed, _json("375-382"))

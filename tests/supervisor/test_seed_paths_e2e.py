@@ -91,7 +91,7 @@ async def test_the_seeds_attach_file_of_a_relative_path(sup: Supervisor) -> None
     attached = await sup.call("system_system_attach_file", {"capability": "attach-file", "filepath": "./project/x.png"})
     assert attached.status == "passed", attached.data
     [image] = attached.attachments
-    assert image.media_type == "image/png" and sup.attachments.read(image) == _png()
+    assert image.media_type == "image/png" and sup.services.calls.attachments.read(image) == _png()
 
 
 async def test_one_rule_for_system_developer_and_lua(sup: Supervisor, sandbox_tmp: Path) -> None:
@@ -217,7 +217,7 @@ async def test_one_rule_for_relative_paths_commands_and_scripts(sandbox_tmp: Pat
         chart = await sup.call("bash_generate_chart", {})
         assert chart.status == "passed", chart
         [image] = chart.attachments
-        assert image.media_type == "image/png" and sup.attachments.read(image) == _png(3, 2)
+        assert image.media_type == "image/png" and sup.services.calls.attachments.read(image) == _png(3, 2)
 
 
 def _b64(data: bytes) -> str:

@@ -18,6 +18,7 @@ import psutil
 import pytest
 import trio
 
+import supervisor._running as running_module
 import supervisor._supervisor as supervisor_module
 import supervisor.tools._tool_lists as tool_lists
 from sandbox import landlock_abi
@@ -54,13 +55,13 @@ def _zygotes() -> list[int]:
 def seen_while_compiling(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     """The zygotes that run while each ``compile_policy`` of ``Supervisor.open`` runs (one list per compile)."""
     seen: list[list[int]] = []
-    real = supervisor_module.compile_policy
+    real = running_module.compile_policy
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(_zygotes())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(supervisor_module, "compile_policy", spy)
+    monkeypatch.setattr(running_module, "compile_policy", spy)
     return seen
 
 
@@ -79,7 +80,7 @@ async def test_the_zygote_imports_while_the_policy_compiles_and_is_the_one_that_
     async with Supervisor.open(policy) as sup:
         assert sup.load_errors() == []
         ((launched,),) = seen_while_compiling  # one compile, one zygote running during it
-        serving = sup.spawner.serving  # type: ignore[attr-defined]
+        serving = sup.services.spawner.serving  # type: ignore[attr-defined]
         assert serving is not None and serving.pid == launched  # that zygote serves: no second one was started
         assert _zygotes() == [launched]
         for runner in sup.runners:
@@ -88,7 +89,8 @@ async def test_the_zygote_imports_while_the_policy_compiles_and_is_the_one_that_
         assert [e for e in _events(sup) if e.startswith("zygote_")] == ["zygote_started"]
         assert (await sup.call("system_one_date", {})).status == "passed"
         # forks are cheap: more of them start at once by default than launchers would
-        assert sup.parallel_starts(sup.runners) == sup.compiled.zygote_parallel_starts > sup.compiled.parallel_starts
+        starts = sup.running.starts.parallel_starts(sup.runners, sup.compiled)
+        assert starts == sup.compiled.zygote_parallel_starts > sup.compiled.parallel_starts
     assert not psutil.pid_exists(launched) or psutil.Process(launched).status() == psutil.STATUS_ZOMBIE
 
 
@@ -99,7 +101,8 @@ async def test_the_launcher_mode_launches_no_zygote(sandbox_tmp: Path, seen_whil
     async with Supervisor.open(policy) as sup:
         assert seen_while_compiling == [[]] and _zygotes() == []
         assert (await sup.call("system_system_date", {})).status == "passed"
-        assert sup.parallel_starts(sup.runners) == sup.compiled.parallel_starts == 4 * (os.cpu_count() or 1)
+        starts = sup.running.starts.parallel_starts(sup.runners, sup.compiled)
+        assert starts == sup.compiled.parallel_starts == 4 * (os.cpu_count() or 1)
 
 
 async def test_a_policy_refused_at_compile_leaves_no_zygote(

@@ -325,19 +325,39 @@ def test_subagents_come_from_extra_agents_and_tool_directory_json(sandbox_tmp: P
     assert expand_agents(tree.config).subagents == tree.subagents  # idempotent
 
 
-def test_duplicate_and_mismatched_subagent_slugs_are_refused(sandbox_tmp: Path) -> None:
+def test_duplicate_mismatched_and_broken_subagent_files_are_load_errors_of_the_naming_agent(sandbox_tmp: Path) -> None:
+    """What an agent file names as a sub-agent never stops the supervisor (other tenants' agents load): each
+    problem is the naming agent's load error and that sub-agent is left out."""
     from supervisor.config._agent_tree import expand_agents
-    from supervisor.config._errors import ConfigError
     from supervisor.config._loader import load_config
 
     (sandbox_tmp / "one.json").write_text(json.dumps(agent("twin")))
     (sandbox_tmp / "two.json").write_text(json.dumps(agent("twin")))
-    main = agent("main", extraAgents=[{"slug": "twin", "path": "one.json"}, {"slug": "twin", "path": "two.json"}])
-    with pytest.raises(ConfigError, match=r"agent slug 'twin' is already used by .*one\.json"):
-        expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
-    main = agent("main", extraAgents=[{"slug": "other", "path": "one.json"}])
-    with pytest.raises(ConfigError, match=r"extraAgents\[0\]\.slug: extraAgents names slug 'other' but .* says 'twin'"):
-        expand_agents(load_config(str(write_policy(sandbox_tmp, {"main": main}))))
+    (sandbox_tmp / "bad.json").write_text('{"slug": "bad", ')
+    (sandbox_tmp / "taken.json").write_text(json.dumps(agent("other")))  # the slug of one of the policy's agents
+    extra = [
+        {"slug": "twin", "path": "one.json"},
+        {"slug": "twin", "path": "two.json"},
+        {"slug": "bad", "path": "bad.json"},
+        {"slug": "other", "path": "taken.json"},
+        {"slug": "wrong", "path": "one.json"},
+    ]
+    policy = write_policy(sandbox_tmp, {"main": agent("main", extraAgents=extra), "other": agent("other")})
+    tree = expand_agents(load_config(str(policy)))
+    assert [a.slug for a in tree.config.agents] == ["main", "other"]
+    assert dict(tree.subagents) == {"main": (), "other": ()}
+    errors = [(e["agent"], e["source"].split(" ", 1)[1], e["message"]) for e in tree.load_errors]
+    assert [e[:2] for e in errors] == [("main", f"$.contents.extraAgents[{i}]") for i in range(5)]
+    one, two = str(sandbox_tmp / "one.json"), str(sandbox_tmp / "two.json")
+    assert f"{one}: its slug 'twin' is claimed by another sub-agent file too ({two}, left out as well" in errors[0][2]
+    assert f"{two}: its slug 'twin' is claimed by another sub-agent file too ({one}, left out as well" in errors[1][2]
+    assert errors[2][2].startswith(f"sub-agent file {sandbox_tmp / 'bad.json'} does not load: ")
+    assert "malformed JSON" in errors[2][2]
+    assert (
+        f"its slug 'other' is already used by {sandbox_tmp / 'other.json'}, one of the policy's agents" in errors[3][2]
+    )
+    assert f"extraAgents names slug 'wrong' but {one} says 'twin'" in errors[4][2]
+    assert all(m.endswith("; that sub-agent is left out") for *_, m in errors)
 
 
 def test_a_missing_subagent_file_is_a_load_error_of_its_agent(sandbox_tmp: Path) -> None:

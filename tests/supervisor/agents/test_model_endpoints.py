@@ -140,7 +140,7 @@ async def test_the_supervisors_own_http_port_is_refused_even_when_the_loopback_i
             tenants={"acme": {"tokens": [hash_token("t0ken")], "agents": ["main"]}},
         )
         async with _serving(policy) as sup:
-            assert sup.own_listeners.ports() == {own}  # the frontend recorded where it listens
+            assert sup.services.own_listeners.ports() == {own}  # the frontend recorded where it listens
             for slug in ("own", "ownname"):
                 result = await sup.call(f"io_prompt_agent_{slug}", {"what": "hi"})
                 assert result.status == "error" and result.data is not None

@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.calls import CallOrigin, Portal, ToolRegistry
+from supervisor.calls import CallOrigin, CallPolicy, CallServices, Portal, ToolRegistry
 from supervisor.calls._budget import BudgetLimits, BudgetPolicy, CallTreeBudget
 from supervisor.config import Policy
 from supervisor.traces import TraceRecorder
@@ -149,7 +149,8 @@ def _portal(limits: BudgetLimits) -> tuple[Portal, _FanOut, list[tuple[str, dict
     trace = TraceRecorder(None)
     records: list[tuple[str, dict[str, Any]]] = []
     trace.listeners.add(lambda event, fields: records.append((event, fields)))
-    portal = Portal(registry=registry, trace=trace, budgets=BudgetPolicy(limits))
+    services = CallServices.make(registry, trace, state_dir="/nonexistent-attachments")  # nothing is attached
+    portal = Portal(services, CallPolicy(budgets=BudgetPolicy(limits)))
     runner.portal = portal
     return portal, runner, records
 

@@ -116,7 +116,7 @@ async def test_every_answer_of_many_in_flight_comes_after_its_records_are_durabl
     async with Supervisor.open(policy) as sup:
 
         async def caller(i: int) -> None:
-            session = sup.frontends.open(f"caller-{i}", "tester")[0]
+            session = sup.services.calls.frontends.open(f"caller-{i}", "tester")[0]
             for _ in range(5):
                 result = await sup.call("system_system_date", {}, session_id=f"caller-{i}")
                 assert result.status == "passed", result.data
@@ -147,15 +147,15 @@ async def test_sequential_calls_commit_alone_and_calls_in_flight_share(sandbox_t
         sessions={"max_concurrent_calls": 64},
     )
     async with Supervisor.open(policy) as sup:
-        commit = sup.portal.commit
-        assert commit is not None
+        group = sup.services.calls.records.group
+        commit = group.commit
         seen: list[bool] = []
 
-        async def watched(*, alone: bool = False) -> None:
+        async def watched(*, alone: bool) -> None:
             seen.append(alone)
             await commit(alone=alone)
 
-        sup.portal.commit = watched
+        group.commit = watched  # type: ignore[method-assign]
         for _ in range(3):
             assert (await sup.call("system_system_date", {})).status == "passed"
         assert seen == [True, True, True]  # nobody else running: each flushes at once

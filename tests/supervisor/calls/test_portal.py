@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import types
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from supervisor.calls import CallOrigin, CallServices, Portal, ToolRegistry
+from supervisor.traces import TraceRecorder
+from toolboxes import ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
 
 def test_large_arguments_are_not_copied_into_the_trace() -> None:
-    from supervisor.calls._portal import MAX_TRACED_ARGS_CHARS, _traced_args
+    from supervisor.calls._call_records import MAX_TRACED_ARGS_CHARS, traced_args
 
     small = {"path": "/tmp/x", "n": 1}
-    assert _traced_args(small) == small
+    assert traced_args(small) == small
     big = {"content": "x" * (MAX_TRACED_ARGS_CHARS + 1)}
-    assert "_omitted" in _traced_args(big) and "more than" in _traced_args(big)["_omitted"]
+    assert "_omitted" in traced_args(big) and "more than" in traced_args(big)["_omitted"]
 
 
 def test_a_nested_origin_keeps_every_field_but_the_ones_a_call_changes() -> None:
     import dataclasses
 
     from supervisor.calls._budget import BudgetLimits, CallTreeBudget
-    from supervisor.calls._portal import CallOrigin, StackEntry, nested_origin
+    from supervisor.calls._origin import CallOrigin, StackEntry, nested_origin
 
     def report(update: object) -> None:
         pass
@@ -48,3 +60,59 @@ def test_a_nested_origin_keeps_every_field_but_the_ones_a_call_changes() -> None
     assert inner.budget is origin.budget  # the tree's one budget, not a copy
     other = CallTreeBudget(BudgetLimits(), "ten", 0.0)
     assert nested_origin(origin, entry, "b", other).budget is other  # a root call's own, opened by the portal
+
+
+class _Answers:
+    """A toolbox runner standing in for a worker (what is tested is the portal's stages, which never reach one):
+    ``say {status}`` answers with that status."""
+
+    def __init__(self) -> None:
+        self.name = "box"
+        self.spec = types.SimpleNamespace(agent="a", toolbox="box", kind="system", plan=None)
+        self.tools = [{"name": "say", "input_schema": {"type": "object"}}]
+        self.load_errors: list[dict[str, str]] = []
+        self.failed_reason = None
+
+    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any], origin: object = None) -> ToolResult:
+        return ToolResult(status=args["status"], data=tool)
+
+
+async def test_the_watches_explain_a_result_in_order_waiting_only_where_one_must() -> None:
+    order: list[str] = []
+
+    class Sync:
+        def begin(self, tool: object, call_id: str) -> Callable[[ToolResult], ToolResult]:
+            def finish(result: ToolResult) -> ToolResult:
+                order.append(f"sync {result.status}")
+                return result.with_meta("sync", call_id)
+
+            return finish
+
+    class Waiting:
+        def begin(self, tool: object, call_id: str) -> Callable[[ToolResult], ToolResult | Awaitable[ToolResult]]:
+            def finish(result: ToolResult) -> ToolResult | Awaitable[ToolResult]:
+                if result.status == "passed":
+                    order.append("at once")
+                    return result
+
+                async def later() -> ToolResult:
+                    await trio.lowlevel.checkpoint()
+                    order.append("waited")
+                    return result.with_meta("waited", call_id)
+
+                return later()
+
+            return finish
+
+    registry = ToolRegistry()
+    registry.rebuild([_Answers()])  # type: ignore[list-item]
+    services = CallServices.make(
+        registry, TraceRecorder(None), state_dir="/nonexistent", watches=(Sync(), Waiting(), Sync())
+    )
+    portal = Portal(services)
+    passed = await portal.call("say", {"status": "passed"}, CallOrigin(session_id="s"))
+    assert order == ["sync passed", "at once", "sync passed"] and [k for k, _ in passed.metadata] == ["sync", "sync"]
+    order.clear()
+    failed = await portal.call("say", {"status": "failed"}, CallOrigin(session_id="s"))
+    assert order == ["sync failed", "waited", "sync failed"]
+    assert [k for k, _ in failed.metadata] == ["sync", "waited", "sync"]

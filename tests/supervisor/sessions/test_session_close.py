@@ -44,14 +44,14 @@ def per_session_state(sup: Supervisor) -> dict[str, int]:
     """The size of every map the supervisor keeps per session."""
     assert sup.sessions is not None
     return {
-        "frontend names": len(sup.frontends._names),
-        "frontend sessions": len(sup.frontends._opened),
-        "portal busy": len(sup.portal._busy),
-        "portal idle": len(sup.portal._idle),
+        "frontend names": len(sup.services.calls.frontends._names),
+        "frontend sessions": len(sup.services.calls.frontends._opened),
+        "portal busy": sup.services.calls.ledger.busy,
+        "portal idle": sup.services.calls.ledger.idle,
         "store roots": len(sup.sessions._roots),
         "store known": len(sup.sessions._known),
-        "tool-list events": len(sup.session_tools._events),
-        "tool-list waiters": len(sup.session_tools._waiters),
+        "tool-list events": len(sup.services.calls.session_tools._events),
+        "tool-list waiters": len(sup.services.calls.session_tools._waiters),
     }
 
 
@@ -77,7 +77,7 @@ async def test_closing_sessions_returns_every_per_session_map_to_its_size_before
         assert (await sup.call(DATE, {}, session_id="s0")).status == "passed"
         calls = sup.sessions.tool_calls(first.id)
         assert len(calls) == 2 and calls[0]["conversation_id"] == calls[1]["conversation_id"] == first.conversation_id
-        assert sup.portal._idle[first.id].calls == 1
+        assert sup.services.calls.ledger.calls_of(first.id) == 1
 
 
 async def test_a_session_closed_during_a_call_is_forgotten_when_the_call_ends(sandbox_tmp: Path) -> None:
@@ -91,10 +91,10 @@ async def test_a_session_closed_during_a_call_is_forgotten_when_the_call_ends(sa
         async with trio.open_nursery() as nursery:
             nursery.start_soon(slow)
             with trio.fail_after(30):
-                while not sup.portal._busy:  # noqa: ASYNC110 - the call is in a real worker: no event to wait on
+                while not sup.services.calls.ledger.busy:  # noqa: ASYNC110 - the call is in a real worker: no event to wait on
                     await trio.sleep(0.01)
             sup.close_session("x")
-            assert len(sup.portal._busy) == 1  # the running call keeps its count until it ends
+            assert sup.services.calls.ledger.busy == 1  # the running call keeps its count until it ends
         assert results[0].status == "passed", results[0]
         assert per_session_state(sup) == before
 

@@ -44,8 +44,8 @@ def _policy(root: Path, **sessions: object) -> Path:
 def _sizes(sup: Supervisor) -> dict[str, int]:
     assert sup.sessions is not None
     return {
-        "busy": len(sup.portal._busy),
-        "idle": len(sup.portal._idle),
+        "busy": sup.services.calls.ledger.busy,
+        "idle": sup.services.calls.ledger.idle,
         "roots": len(sup.sessions._roots),
         "known": len(sup.sessions._known),
     }

@@ -8,7 +8,6 @@ import json
 from typing import TYPE_CHECKING
 
 import pytest
-import trio.lowlevel
 
 from labkit import describe_json, write_script
 from sandbox import READ, WRITE, FsRule, landlock_abi
@@ -18,11 +17,13 @@ from supervisor.traces import TraceRecorder
 from supervisor.traces._report import load_trace, render_text, report
 from supervisor.workers._audit_reach import NOT_INITIAL_NETNS
 from supervisor.workers._denials import FsContext, explain_landlock, explain_seccomp, explain_text_paths, notes
-from supervisor.workers._kernel_audit import KernelAudit, combine_watches
+from supervisor.workers._kernel_audit import KernelAudit
 from tests._policies import agent, system_toolbox, write_policy
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import trio.testing
 
 BASH = FsContext(
     "tools",
@@ -223,44 +224,6 @@ async def test_a_call_gets_each_refusal_once_and_a_passed_call_gets_no_note(
     assert not audit._in_flight
 
 
-async def test_combined_watches_answer_at_once_unless_one_must_wait() -> None:
-    from toolboxes import ToolResult
-
-    order: list[str] = []
-
-    def sync_watch(tool: object, call_id: str):
-        def finish(result: ToolResult) -> ToolResult:
-            order.append(f"sync {call_id}")
-            return result.with_meta("sync", call_id)
-
-        return finish
-
-    def waiting_watch(tool: object, call_id: str):
-        def finish(result: ToolResult):
-            if result.status == "passed":
-                order.append(f"at once {call_id}")
-                return result
-
-            async def later() -> ToolResult:
-                await trio.lowlevel.checkpoint()
-                order.append(f"waited {call_id}")
-                return result.with_meta("waited", call_id)
-
-            return later()
-
-        return finish
-
-    begin = combine_watches(sync_watch, waiting_watch, sync_watch)
-    passed = begin(None, "p")(ToolResult(status="passed", data=""))
-    assert isinstance(passed, ToolResult) and order == ["sync p", "at once p", "sync p"]
-    order.clear()
-    pending = begin(None, "f")(ToolResult(status="failed", data=""))
-    assert not isinstance(pending, ToolResult) and order == ["sync f"]  # the rest runs once it is awaited
-    failed = await pending
-    assert order == ["sync f", "waited f", "sync f"]
-    assert [k for k, _ in failed.metadata] == ["sync", "waited", "sync"]
-
-
 def test_the_reader_handles_a_bounded_batch_per_wake_up_and_survives_garbage(tmp_path: Path) -> None:
     import struct
 
@@ -340,7 +303,7 @@ async def test_a_bash_tool_writing_outside_its_sandbox_is_told_the_path_and_the_
         private_view=False,
     )
     async with Supervisor.open(policy) as sup:
-        assert sup.load_errors() == [] and sup.kernel_audit.unavailable is None
+        assert sup.load_errors() == [] and sup.services.kernel_audit.unavailable is None
         escape = await sup.call("bash_escape", {})
         fine = await sup.call("bash_fine", {})
     assert escape.status == "failed" and "BREACH" not in escape.data, escape.data
@@ -400,7 +363,7 @@ async def test_without_audit_a_failed_calls_paths_are_explained_from_the_rules(s
         sandbox_tmp, {"escape": 'echo hi > "/tmp/escaped-$$"; exit 1'}, private_view=False, kernel_audit="off"
     )
     async with Supervisor.open(policy) as sup:
-        assert sup.kernel_audit.unavailable == "kernel_audit: off in the policy"
+        assert sup.services.kernel_audit.unavailable == "kernel_audit: off in the policy"
         escape = await sup.call("bash_escape", {})
     assert "was probably refused by Landlock (this host gives no audit records" in escape.data, escape.data
     assert "/tmp/escaped-" in escape.data and "no rule of toolbox 'tools' reaches it" in escape.data
@@ -415,9 +378,9 @@ from supervisor._supervisor import Supervisor
 async def main():
     async with Supervisor.open(sys.argv[1]) as sup:
         result = await sup.call(sys.argv[2], {})
-        finish = sup.kernel_audit.begin(sup.registry.get(sys.argv[2]), "probe")
+        finish = sup.services.kernel_audit.begin(sup.registry.get(sys.argv[2]), "probe")
         answered_at_once = finish(result) is result
-        print(json.dumps({"unavailable": sup.kernel_audit.unavailable, "data": result.data,
+        print(json.dumps({"unavailable": sup.services.kernel_audit.unavailable, "data": result.data,
                           "metadata": result.metadata, "at_once": answered_at_once}))
 
 trio.run(main)

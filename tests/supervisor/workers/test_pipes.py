@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import os
 import select
+from typing import TYPE_CHECKING
 
 import trio
 import trio.testing
 
 from supervisor.workers._pipes import ChunkReader, FrameWriter
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
 
 
 def _pipe() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
@@ -98,3 +104,44 @@ async def test_a_cancelled_read_takes_nothing() -> None:
             await reader.receive()
         assert scope.cancelled_caught
         assert await reader.receive() == b"kept"  # still there for the next read
+
+
+async def test_after_a_read_that_emptied_the_pipe_the_next_waits_without_reading_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One ``read`` a chunk, not two: a read shorter than asked emptied the pipe, so the next receive parks until the
+    pipe is readable instead of asking the kernel first (and getting EAGAIN); what comes after still arrives, and a
+    regular file (which epoll cannot wait on) is read as before."""
+    from supervisor.workers import _pipes
+
+    reads: list[int] = []
+    real_read = os.read
+
+    def counted(fd: int, n: int) -> bytes:
+        reads.append(fd)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(_pipes.os, "read", counted)
+    receive, send = _pipe()
+    async with receive, send:
+        reader = ChunkReader(receive, 1 << 16)
+        for i in range(3):  # a call's answer comes after the reader went back to waiting, as on the call path
+
+            async def answer(i: int = i) -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                os.write(send.fileno(), b"answer%d" % i)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(answer)
+                assert await reader.receive() == b"answer%d" % i
+        assert len(reads) == 4  # the first receive read and found nothing; then one read per answer
+        os.write(send.fileno(), b"x" * 10)
+        await send.aclose()
+        assert await reader.receive() == b"x" * 10  # drained, and data waiting already: no read lost
+        assert await reader.receive() == b""  # the end
+    path = tmp_path / "file"
+    path.write_bytes(b"abc")
+    fd = os.open(path, os.O_RDONLY)
+    async with trio.lowlevel.FdStream(fd) as stream:
+        reader = ChunkReader(stream, 2)
+        assert [await reader.receive() for _ in range(3)] == [b"ab", b"c", b""]

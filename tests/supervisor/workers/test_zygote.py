@@ -353,7 +353,7 @@ async def test_workers_are_forked_by_the_zygote_and_cannot_reach_it(sup: Supervi
     """Each worker's outer process is a child of the zygote; no process of a worker holds either end of the
     zygote's socket (checked on every fd of every process of its tree, as root), and from inside, the worker's
     shell finds no socket among its fds and no process of the host in its /proc."""
-    zygote = sup.spawner.serving  # type: ignore[attr-defined]
+    zygote = sup.services.spawner.serving  # type: ignore[attr-defined]
     assert zygote is not None
     zygote_sockets = {os.readlink(f"/proc/{zygote.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{zygote.pid}/fd")}
     zygote_sockets = {link for link in zygote_sockets if link.startswith("socket:")}
@@ -384,7 +384,7 @@ async def test_a_zygote_worker_is_pid_1_of_its_namespace_with_no_keeper(sup: Sup
     """The zygote's child is the worker itself, PID 1 of a PID namespace of its own: no outer process stands
     between them (the zygote made the namespace when it forked and went back to its own); the zygote's children
     are exactly the workers, and from inside the worker's shell is PID 1's child, PID 1 being the worker."""
-    zygote = sup.spawner.serving  # type: ignore[attr-defined]
+    zygote = sup.services.spawner.serving  # type: ignore[attr-defined]
     assert zygote is not None and zygote.pid is not None
     workers = []
     for runner in sup.runners:
@@ -412,7 +412,7 @@ async def test_a_zygote_worker_is_pid_1_of_its_namespace_with_no_keeper(sup: Sup
 async def test_a_killed_zygote_is_restarted_and_the_supervisor_keeps_serving(sup: Supervisor) -> None:
     """SIGKILL the zygote mid-run: its workers die with it, the supervisor notes the death, starts a new zygote and
     its workers come back (through the new zygote, or the launcher while it starts); calls are served again."""
-    spawner: ZygoteSpawner = sup.spawner  # type: ignore[assignment]
+    spawner: ZygoteSpawner = sup.services.spawner  # type: ignore[assignment]
     first = spawner.serving
     assert first is not None and first.pid is not None
     workers = [runner.worker for runner in sup.runners]
@@ -434,7 +434,7 @@ async def test_a_killed_zygote_is_restarted_and_the_supervisor_keeps_serving(sup
 
 async def test_a_worker_crash_leaves_the_zygote_alone(sup: Supervisor) -> None:
     """SIGKILL a worker: the same zygote forks its replacement and the other toolbox's worker is untouched."""
-    zygote = sup.spawner.serving  # type: ignore[attr-defined]
+    zygote = sup.services.spawner.serving  # type: ignore[attr-defined]
     one, two = sup.runners
     assert one.worker is not None and two.worker is not None
     victim, bystander = one.worker, two.worker.pid
@@ -444,7 +444,7 @@ async def test_a_worker_crash_leaves_the_zygote_alone(sup: Supervisor) -> None:
         await victim.dead.wait()
         result = await sup.call("system_one_execute_command", {"command": "echo back"})  # waits for the restart
     assert result.structured is not None and result.structured["stdout"] == "back\n", result.data
-    assert sup.spawner.serving is zygote  # type: ignore[attr-defined]
+    assert sup.services.spawner.serving is zygote  # type: ignore[attr-defined]
     assert one.worker is not victim and one.worker is not None and one.worker.pid is not None
     assert _ppid(one.worker.pid) == zygote.pid
     assert two.worker is not None and two.worker.pid == bystander
@@ -456,7 +456,7 @@ async def test_the_launcher_mode_spawns_fresh_interpreters(sandbox_tmp: Path) ->
         sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox()])}, supervision={"spawn": "launcher"}
     )
     async with Supervisor.open(policy) as s:
-        assert isinstance(s.spawner, LauncherSpawner)
+        assert isinstance(s.services.spawner, LauncherSpawner)
         (runner,) = s.runners
         assert runner.worker is not None and runner.worker.pid is not None
         assert _ppid(runner.worker.pid) == os.getpid()

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from supervisor.calls import CallOrigin
 from supervisor.sessions import LOCAL_TENANT, Owner, SessionStore, client_id, new_id, root_session_id
+
+from ._origin import CallOrigin
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from supervisor.config import AgentTree
+    from toolboxes import ProgressUpdate
 
 __all__ = ["FrontendSessions"]
 
@@ -50,9 +51,8 @@ class FrontendSessions:
     leaves at most :data:`MAX_FRONTEND_NAMES` of them here, the oldest forgotten first (a forgotten one is
     resolved again from the store, with the same session and conversation ids)."""
 
-    def __init__(self, store: SessionStore | None, tree: AgentTree | None) -> None:
+    def __init__(self, store: SessionStore | None) -> None:
         self.store = store
-        self.tree = tree
         #: the session name of calls that name none (Python API): unique to this supervisor
         self.default_name = f"api-{new_id()}"
         self._names: dict[str, str] = {}  # root session id -> the frontend's name for it
@@ -109,7 +109,7 @@ class FrontendSessions:
         agent_id: str = "",
         agent_scope: str | None = None,
         caller: str = "frontend",
-        progress: Callable[[Any], None] | None = None,
+        progress: Callable[[ProgressUpdate], None] | None = None,
     ) -> CallOrigin:
         """The origin of a frontend's call as ``agent`` (depth 0; ``agent_id``, ``agent_scope``, ``caller`` and
         ``progress`` as :class:`~supervisor.calls.CallOrigin` has them); raises ``ValueError`` for an id a client
