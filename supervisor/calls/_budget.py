@@ -121,12 +121,12 @@ class CallTreeBudget:
     tool_calls: int = 0
     #: the budgets whose exhaustion was traced already (each once per tree)
     reported: set[str] = field(default_factory=set)
+    #: when the tree's wall time ends (``inf``: no wall-time budget); set once, as ``started`` and the limits are
+    deadline: float = field(init=False)
 
-    @property
-    def deadline(self) -> float:
-        """When the tree's wall time ends (``inf``: no wall-time budget)."""
+    def __post_init__(self) -> None:
         limit = self.limits.wall_time_s
-        return self.started + limit if limit is not None else math.inf
+        self.deadline = self.started + limit if limit is not None else math.inf
 
     def _exhausted(self, budget: str, limit: float) -> Exhaustion:
         return Exhaustion(budget, limit, self.limits.source, self.tenant, self.root)
