@@ -26,10 +26,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from supervisor.agents import AgentService
-    from supervisor.calls import Portal
+    from supervisor.calls import CallRunner, Portal
     from supervisor.config import AgentTree, LoadedConfig, Policy
     from supervisor.plan import CompiledPolicy
-    from supervisor.workers import ToolboxRunner, WorkerSpec
+    from supervisor.workers import WorkerSpec
 
 __all__ = ["Generation", "Key", "SwitchPlan", "plan_switch", "spec_fingerprint"]
 
@@ -78,7 +78,7 @@ class Generation:
     compiled: CompiledPolicy
     tree: AgentTree
     #: one per toolbox that compiled, in the policy's order
-    runners: tuple[ToolboxRunner, ...]
+    runners: tuple[CallRunner, ...]
     #: this policy's call path (its rules over the supervisor's call services)
     portal: Portal
     #: its sub-agent loops (``None``: the supervisor runs no agent loop)
@@ -96,7 +96,7 @@ class Generation:
     def policy(self) -> Policy:
         return self.compiled.config.policy
 
-    def runner_of(self, key: Key) -> ToolboxRunner | None:
+    def runner_of(self, key: Key) -> CallRunner | None:
         """The runner of the toolbox ``key`` (``None``: not in this policy, or it did not compile)."""
         for runner in self.runners:
             if runner.key == key:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from sandbox import OwnListeners
+    from supervisor.calls import CallOrigin, CallRunner, CallWorker
     from supervisor.config import Supervision
     from supervisor.plan import CompiledPolicy
     from supervisor.tools import CompiledSchema, SchemaPool
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["RunnerStarts", "load_failed"]
 
 
-def load_failed(trace: TraceRecorder, runner: ToolboxRunner, source: str, exc: BaseException) -> None:
+def load_failed(trace: TraceRecorder, runner: CallRunner, source: str, exc: BaseException) -> None:
     """``runner``'s toolbox could not load at ``source`` (``worker start``, ``tool list``): disable it, its load
     error naming the cause (traced ``load_error``)."""
     leaf = first_leaf(exc)
@@ -55,9 +56,9 @@ class RunnerStarts:
         schema_pool: SchemaPool,
         own_listeners: OwnListeners,
         nursery: trio.Nursery,
-        on_request: RequestHandler,
-        on_event: EventHandler,
-        on_tools: Callable[[ToolboxRunner], None],
+        on_request: RequestHandler[CallOrigin],
+        on_event: EventHandler[CallOrigin],
+        on_tools: Callable[[CallRunner], None],
     ) -> None:
         self._trace = trace
         self._spawner = spawner
@@ -68,7 +69,7 @@ class RunnerStarts:
         self._on_event = on_event
         self._on_tools = on_tools
 
-    def new_runner(self, spec: WorkerSpec, supervision: Supervision) -> ToolboxRunner:
+    def new_runner(self, spec: WorkerSpec, supervision: Supervision) -> CallRunner:
         """A runner for ``spec`` under the policy's ``supervision`` settings (not started)."""
         return ToolboxRunner(
             spec,
@@ -79,7 +80,7 @@ class RunnerStarts:
             make_worker=self._make_worker,
         )
 
-    def _make_worker(self, spec: WorkerSpec, *, reuse: Sequence[CompiledSchema] = (), **kwargs: Any) -> Worker:
+    def _make_worker(self, spec: WorkerSpec, *, reuse: Sequence[CompiledSchema] = (), **kwargs: Any) -> CallWorker:
         """A worker of ``spec`` made by the spawner, reusing ``reuse`` (its toolbox's last list) and every schema the
         other toolboxes' lists compiled (the schema pool)."""
         return Worker(
@@ -90,7 +91,7 @@ class RunnerStarts:
             **kwargs,
         )
 
-    def parallel_starts(self, runners: Sequence[ToolboxRunner], compiled: CompiledPolicy) -> int:
+    def parallel_starts(self, runners: Sequence[CallRunner], compiled: CompiledPolicy) -> int:
         """How many of ``runners`` start at once: the policy's ``supervision.parallel_starts``, or by default a few
         per CPU for launchers and more when the zygote would fork every one of them now."""
         if all(
@@ -99,7 +100,7 @@ class RunnerStarts:
             return compiled.zygote_parallel_starts
         return compiled.parallel_starts
 
-    async def start(self, runners: Sequence[ToolboxRunner], compiled: CompiledPolicy) -> None:
+    async def start(self, runners: Sequence[CallRunner], compiled: CompiledPolicy) -> None:
         """Start ``runners`` (of the policy ``compiled``) in the supervisor's nursery, up to
         :meth:`parallel_starts` at once; return once each said hello or failed to load (its load error)."""
         places = trio.CapacityLimiter(self.parallel_starts(runners, compiled))
@@ -107,7 +108,7 @@ class RunnerStarts:
             for runner in runners:
                 starting.start_soon(self._start_one, runner, places)
 
-    async def _start_one(self, runner: ToolboxRunner, places: trio.CapacityLimiter) -> None:
+    async def _start_one(self, runner: CallRunner, places: trio.CapacityLimiter) -> None:
         """Start ``runner`` (holding one of ``places`` until its worker said hello); a failed first start is its
         toolbox's load error."""
         try:
@@ -117,7 +118,7 @@ class RunnerStarts:
             load_failed(self._trace, runner, "worker start", exc)
 
     @staticmethod
-    async def stop(runners: Sequence[ToolboxRunner]) -> None:
+    async def stop(runners: Sequence[CallRunner]) -> None:
         """Stop ``runners`` at once (each graceful, then SIGKILL), shielded: a stop always ends."""
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as stopping:

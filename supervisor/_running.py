@@ -36,9 +36,9 @@ from ._tool_lists import ServedTools
 from ._worker_messages import answer_worker_request, record_worker_event
 
 if TYPE_CHECKING:
+    from supervisor.calls import CallRunner, CallWorker
     from supervisor.config import AgentTree, LoadedConfig
     from supervisor.plan import CompiledPolicy, StagedCode
-    from supervisor.workers import ToolboxRunner, Worker
 
     from ._services import Services
 
@@ -220,14 +220,14 @@ class RunningPolicy:
             await event.wait()
 
     # -- what workers send -------------------------------------------------------------------------------------
-    def _on_tools(self, runner: ToolboxRunner) -> None:
+    def _on_tools(self, runner: CallRunner) -> None:
         if self.generation is not None:
             self.tools.take(runner, self.generation, self._unstarted)
 
-    def _on_event(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
+    def _on_event(self, worker: CallWorker, kind: str, data: dict[str, Any]) -> None:
         record_worker_event(self._services.trace, worker, kind, data)
 
-    async def _on_request(self, worker: Worker, message: dict[str, Any]) -> dict[str, Any]:
+    async def _on_request(self, worker: CallWorker, message: dict[str, Any]) -> dict[str, Any]:
         """A portal or host request of a call in flight, answered by the running generation (a kept worker's
         request after a reload gets the new policy's rules)."""
         generation = self.generation

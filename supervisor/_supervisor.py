@@ -50,12 +50,11 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
     from sandbox import Resolver
-    from supervisor.calls import Portal, ToolRegistry
+    from supervisor.calls import CallRunner, Portal, ToolRegistry
     from supervisor.config import Policy
     from supervisor.plan import CompiledPolicy
     from supervisor.sessions import SessionStore
     from supervisor.traces import TraceRecorder
-    from supervisor.workers import ToolboxRunner
     from toolboxes import Attachment, ProgressUpdate
 
     from ._generation import Generation
@@ -154,7 +153,7 @@ class Supervisor:
         return self.generation.compiled
 
     @property
-    def runners(self) -> tuple[ToolboxRunner, ...]:
+    def runners(self) -> tuple[CallRunner, ...]:
         return self.generation.runners
 
     @property
@@ -169,7 +168,7 @@ class Supervisor:
     def sessions(self) -> SessionStore:
         return self.services.sessions
 
-    def runner(self, toolbox: str, agent: str | None = None) -> ToolboxRunner:
+    def runner(self, toolbox: str, agent: str | None = None) -> CallRunner:
         """The runner of ``agent``'s ``toolbox`` (``None``: of the first agent that has one of that name)."""
         for r in self.generation.runners:
             if r.name == toolbox and agent in (None, r.spec.agent):
@@ -226,7 +225,7 @@ class Supervisor:
     def list_catalog(self, kind: str, agent: str | None = None) -> list[dict[str, Any]]:
         return [e.public for e in list_entries(self._live_runners(), kind, agent)]
 
-    def _live_runners(self) -> list[ToolboxRunner]:
+    def _live_runners(self) -> list[CallRunner]:
         return [r for r in self.generation.runners if not r.failed_reason]
 
     async def read_resource(

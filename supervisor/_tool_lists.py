@@ -26,11 +26,10 @@ from ._runners import load_failed
 if TYPE_CHECKING:
     from collections.abc import Set
 
-    from supervisor.calls import FrontendSessions
+    from supervisor.calls import CallRunner, FrontendSessions
     from supervisor.sessions import SessionToolViews
     from supervisor.tools import SchemaPool
     from supervisor.traces import TraceRecorder
-    from supervisor.workers import ToolboxRunner
 
     from ._generation import Generation, Key
 
@@ -72,7 +71,7 @@ class ServedTools:
         """Return the next time what is served changes (names, descriptions, schemas, resources, prompts)."""
         await self._changed.wait()
 
-    def take(self, runner: ToolboxRunner, generation: Generation, unstarted: Set[Key]) -> None:
+    def take(self, runner: CallRunner, generation: Generation, unstarted: Set[Key]) -> None:
         """``runner``'s tool list arrived (or changed); rebuild once every runner of ``generation`` has answered,
         failed or is ``unstarted``. A list that cannot be handled is that toolbox's load error."""
         try:
@@ -81,7 +80,7 @@ class ServedTools:
             load_failed(self._trace, runner, "tool list", exc)
             self.rebuild(generation)
 
-    def _take(self, runner: ToolboxRunner, generation: Generation, unstarted: Set[Key]) -> None:
+    def _take(self, runner: CallRunner, generation: Generation, unstarted: Set[Key]) -> None:
         self._schema_pool.add([*runner.schemas, *runner.output_schemas])
         if kind_plan(runner.spec.kind).session_skills:  # skills that left the list are forgotten by its agent's
             self._session_tools.tools_listed(runner.spec.agent, runner.name, runner.tools)  # sessions

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from supervisor.calls import CallOrigin, media_response
+from supervisor.calls import media_response
 from supervisor.plan import kind_plan
 from supervisor.sessions import answer_host_request
 from supervisor.traces import strict_json
@@ -21,11 +21,10 @@ from toolboxes import parse_progress_event
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from supervisor.calls import Portal
+    from supervisor.calls import CallWorker, Portal
     from supervisor.config import Introspection
     from supervisor.sessions import SessionStore
     from supervisor.traces import TraceRecorder
-    from supervisor.workers import Worker
     from toolboxes import Attachment
 
 __all__ = ["answer_worker_request", "record_worker_event"]
@@ -39,13 +38,13 @@ def _short_repr(value: Any) -> str:
         return f"<{type(value).__name__} nested too deeply>"
 
 
-def record_worker_event(trace: TraceRecorder, worker: Worker, kind: str, data: dict[str, Any]) -> None:
+def record_worker_event(trace: TraceRecorder, worker: CallWorker, kind: str, data: dict[str, Any]) -> None:
     """Handle an event of ``worker``: a progress update goes to its call's frontend (dropped once the call ended);
     a ``worker_event`` is traced bounded; a lifecycle event is traced as it is; ``tools_changed`` is the runner's."""
     if kind == "worker_event" and (progress := parse_progress_event(data)) is not None:
         call, update = progress
         origin = worker.origins.get(call)  # a call that ended has no origin: its late updates are dropped
-        if isinstance(origin, CallOrigin) and origin.progress is not None:
+        if origin is not None and origin.progress is not None:
             origin.progress(update)
         return
     if kind == "worker_event":
@@ -68,15 +67,16 @@ async def answer_worker_request(
     portal: Portal,
     sessions: SessionStore | None,
     introspection: Introspection,
-    worker: Worker,
+    worker: CallWorker,
     message: dict[str, Any],
     read_attachment: Callable[[Attachment], bytes] | None = None,
 ) -> dict[str, Any]:
     """The answer to a portal or host request ``worker`` made from one of its calls in flight (``{"result": ...}``
     or ``{"error": why}``); never raises for a malformed request. A portal call's attachments reach the worker
     with their bytes (``calls.media_response``) when ``read_attachment`` reads the store."""
-    origin = worker.origins.get(message.get("call"))  # type: ignore[arg-type]
-    if not isinstance(origin, CallOrigin):
+    call = message.get("call")
+    origin = worker.origins.get(call) if isinstance(call, int) else None
+    if origin is None:
         return {"error": "request names no call in flight; portal and host requests are made from a call"}
     if message["t"] == "portal":
         args = message.get("args")

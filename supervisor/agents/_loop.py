@@ -130,10 +130,15 @@ class AgentRunner:
         self.tools = [subagent_tool(slug, service.tree.config.agent(slug).description.announce)]
 
     async def call(
-        self, tool: str, args: dict[str, Any], ctx: dict[str, Any], wall_time_s: float | None = None, origin: Any = None
+        self,
+        tool: str,
+        args: dict[str, Any],
+        ctx: dict[str, Any],
+        wall_time_s: float | None = None,
+        origin: CallOrigin | None = None,
     ) -> ToolResult:
         """Run the sub-agent on ``args["what"]`` as the portal's call ``origin`` (depth and stack included)."""
-        if not isinstance(origin, CallOrigin):
+        if origin is None:
             origin = CallOrigin(session_id=str(ctx.get("session_id") or "default"))
         return await self.service.run(self.slug, str(args.get("what", "")), origin)
 

@@ -8,7 +8,7 @@ from ._checks import CallPolicy
 from ._frontend_sessions import FrontendSessions
 from ._group_commit import GroupCommit
 from ._ledger import CallLedger, SessionLimits
-from ._origin import CallOrigin
+from ._origin import CallOrigin, CallRunner, CallWorker
 from ._portal import CallServices, Portal, Starter, Watch
 from ._registry import RegisteredTool, ToolRegistry
 from ._tool_output import capped_output, checked_output, output_limit
@@ -23,8 +23,10 @@ __all__ = [
     "CallOrigin",
     "CallPolicy",
     "CallRecords",
+    "CallRunner",
     "CallServices",
     "CallTreeBudget",
+    "CallWorker",
     "CatalogError",
     "FrontendSessions",
     "GroupCommit",

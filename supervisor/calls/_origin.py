@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from supervisor.sessions import LOCAL_TENANT
+from supervisor.workers import ToolboxRunner, Worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
     from ._budget import CallTreeBudget
 
-__all__ = ["CallOrigin", "StackEntry", "nested_origin"]
+__all__ = ["CallOrigin", "CallRunner", "CallWorker", "StackEntry", "nested_origin"]
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,9 @@ def nested_origin(
         progress=origin.progress,
         budget=budget or origin.budget,
     )
+
+
+#: a toolbox's runner and worker as the supervisor holds them: each call they run carries its :class:`CallOrigin`,
+#: which a request or a progress event of the call finds again (typed end to end, never ``Any``)
+CallRunner = ToolboxRunner[CallOrigin]
+CallWorker = Worker[CallOrigin]

@@ -29,7 +29,7 @@ from supervisor.tools import ArgumentValidator, CompiledSchema, compile_schema, 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from supervisor.workers import ToolboxRunner
+    from ._origin import CallRunner
 
 __all__ = ["RegisteredTool", "ToolRegistry", "public_name", "served_hints"]
 
@@ -51,7 +51,7 @@ class RegisteredTool:
 
     name: str
     local_name: str
-    runner: ToolboxRunner
+    runner: CallRunner
     description: str
     input_schema: dict[str, Any]
     validator: ArgumentValidator
@@ -126,14 +126,14 @@ class ToolRegistry:
         self.renamed: dict[str, str] = {}
         self.schema_errors: list[dict[str, str]] = []
         #: the runners of the last rebuild, also those that serve nothing (for why a name is not served)
-        self.runners: list[ToolboxRunner] = []
+        self.runners: list[CallRunner] = []
         #: load errors of the toolboxes that got no runner at all (the plan's, with their ``kind``), kept by the
         #: supervisor: also why a name is not served
         self.unloaded: list[dict[str, str]] = []
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
         self._owners: dict[str, list[str]] = {}  # a name -> the agents whose space holds it (agents_with)
 
-    def rebuild(self, runners: list[ToolboxRunner], *, guests: Mapping[str, Sequence[Any]] | None = None) -> None:
+    def rebuild(self, runners: list[CallRunner], *, guests: Mapping[str, Sequence[Any]] | None = None) -> None:
         """Recompute every name from the runners' current tool lists (in load order).
 
         Each runner serves in its own agent's space (``runner.spec.agent``); ``guests`` adds runners to an agent's

@@ -29,7 +29,7 @@ import math
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import trio
 
@@ -39,7 +39,7 @@ from toolboxes import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameDecoder, ProtocolE
 
 from ._pipes import ChunkReader, FrameWriter
 
-__all__ = ["CANCEL_GRACE_S", "ConnectionState", "WorkerConnection"]
+__all__ = ["CANCEL_GRACE_S", "ConnectionState", "OriginT", "WorkerConnection"]
 
 #: Largest chunk read from a worker's stdout at once: one decoding step on the trio loop costs at most this much
 #: (msgpack decodes incrementally; 64 KiB is a few ms even on a loaded machine).
@@ -128,7 +128,12 @@ ConnectionRequestHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 ConnectionEventHandler = Callable[[str, dict[str, Any]], None]
 
 
-class WorkerConnection:
+#: what a caller says of itself with each call (the supervisor's ``CallOrigin``): kept by call id while the call
+#: runs, so that a request or a progress event of the call finds it; the connection never looks inside it
+OriginT = TypeVar("OriginT")
+
+
+class WorkerConnection(Generic[OriginT]):
     """The protocol with one worker over ``send`` (its stdin) and ``receive`` (its stdout)."""
 
     def __init__(
@@ -163,7 +168,7 @@ class WorkerConnection:
         self.dead = trio.Event()
         self.ready = trio.Event()
         #: call id -> the caller's context object, so that a portal request names the call it comes from
-        self.origins: dict[int, Any] = {}
+        self.origins: dict[int, OriginT | None] = {}
         self.writer = FrameWriter(send)
         self._receive = receive
         self._on_request = on_request
@@ -453,7 +458,7 @@ class WorkerConnection:
         args: dict[str, Any],
         ctx: dict[str, Any],
         wall_time_s: float | None = None,
-        origin: Any = None,
+        origin: OriginT | None = None,
         op: str | None = None,
     ) -> ToolResult:
         """Run ``tool`` (the toolbox's own name) and return its result; never raises for the worker's faults.

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import trio
 
 from supervisor._errors import WorkerStartError, execution_error
 
+from ._connection import OriginT
 from ._tool_cache import CachedTools, payload_fingerprint, read_tool_cache, write_tool_cache
 from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["ToolboxRunner"]
 
 
-class ToolboxRunner:
+class ToolboxRunner(Generic[OriginT]):
     """Keeps one toolbox's worker alive for the supervisor."""
 
     def __init__(
@@ -50,14 +51,14 @@ class ToolboxRunner:
         spec: WorkerSpec,
         supervision: Supervision,
         *,
-        on_request: RequestHandler,
-        on_event: EventHandler,
-        on_tools: Callable[[ToolboxRunner], None],
-        make_worker: Callable[..., Worker] = Worker,
+        on_request: RequestHandler[OriginT],
+        on_event: EventHandler[OriginT],
+        on_tools: Callable[[ToolboxRunner[OriginT]], None],
+        make_worker: Callable[..., Worker[OriginT]] = Worker,
     ) -> None:
         self.spec = spec
         self.supervision = supervision
-        self.worker: Worker | None = None
+        self.worker: Worker[OriginT] | None = None
         self.failed_reason: str | None = None
         #: why this toolbox did not load (its worker's first start, its tool list), as a load error
         #: ``{"toolbox", "agent", "source", "message"}``; ``None``: it loaded (or has not tried yet)
@@ -226,7 +227,7 @@ class ToolboxRunner:
             except OSError as exc:  # the next start describes it again; nothing else is lost
                 self._on_event(worker, "tool_cache_unwritable", {"path": path, "reason": str(exc)})
 
-    async def _rest(self, worker: Worker) -> None:
+    async def _rest(self, worker: Worker[OriginT]) -> None:
         """Keep the toolbox down for the cool-down after a crash loop (calls and its tools' descriptions get the
         reason and the time it is tried again), then clear it. A stop ends the rest at once."""
         cooldown = self.supervision.crash_loop_cooldown_s
@@ -261,7 +262,7 @@ class ToolboxRunner:
             self.load_failure = {"toolbox": self.name, "agent": self.spec.agent, "source": source, "message": message}
         self._ready.set()  # wake waiters so they get the failure
 
-    def _on_event_wrapper(self, worker: Worker, kind: str, data: dict[str, Any]) -> None:
+    def _on_event_wrapper(self, worker: Worker[OriginT], kind: str, data: dict[str, Any]) -> None:
         if kind == "tools_changed":
             self._on_tools(self)
         self._on_event(worker, kind, data)
@@ -272,7 +273,7 @@ class ToolboxRunner:
         args: dict[str, Any],
         ctx: dict[str, Any],
         wall_time_s: float | None = None,
-        origin: Any = None,
+        origin: OriginT | None = None,
         op: str | None = None,
     ) -> ToolResult:
         """Call ``tool`` on the live worker, waiting for a restart in progress if needed."""

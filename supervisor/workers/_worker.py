@@ -21,7 +21,7 @@ import signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import trio
 
@@ -47,6 +47,7 @@ from ._connection import (
     MAX_REQUESTS_IN_FLIGHT,
     MAX_TOOLS_CHANGED,
     ConnectionState,
+    OriginT,
     WorkerConnection,
 )
 from ._launch import launch, serve_bridge
@@ -127,8 +128,8 @@ class WorkerSpec:
 
 
 #: handler(worker, message) -> reply dict ({"result": ...} or {"error": ...})
-RequestHandler = Callable[["Worker", dict[str, Any]], Awaitable[dict[str, Any]]]
-EventHandler = Callable[["Worker", str, dict[str, Any]], None]
+RequestHandler = Callable[["Worker[OriginT]", dict[str, Any]], Awaitable[dict[str, Any]]]
+EventHandler = Callable[["Worker[OriginT]", str, dict[str, Any]], None]
 
 
 def _describe_exit(code: int | None) -> str:
@@ -143,7 +144,7 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-class Worker:
+class Worker(Generic[OriginT]):
     """One confined worker process serving one toolbox: the launch, the process and its cgroup and bridge, over a
     :class:`~supervisor.workers._connection.WorkerConnection` that holds the protocol and the worker's state."""
 
@@ -151,8 +152,8 @@ class Worker:
         self,
         spec: WorkerSpec,
         *,
-        on_request: RequestHandler,
-        on_event: EventHandler,
+        on_request: RequestHandler[OriginT],
+        on_event: EventHandler[OriginT],
         reuse: Sequence[CompiledSchema] = (),
         spawner: Spawner | None = None,
         own_ports: Callable[[], frozenset[int]] = no_own_ports,
@@ -167,7 +168,7 @@ class Worker:
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         #: the protocol over the process's pipes (made at :meth:`start`; until then a worker is ``starting``)
-        self.conn: WorkerConnection | None = None
+        self.conn: WorkerConnection[OriginT] | None = None
         self._not_started = trio.Event()
         self._not_started_reason: str | None = None
         #: this start's cgroup, removed once the worker is reaped
@@ -224,7 +225,8 @@ class Worker:
         return self.conn.catalog if self.conn is not None else {}
 
     @property
-    def origins(self) -> dict[int, Any]:
+    def origins(self) -> dict[int, OriginT | None]:
+        """The origin of each call in flight, by call id (what the caller gave :meth:`call`)."""
         return self.conn.origins if self.conn is not None else {}
 
     @property
@@ -278,7 +280,7 @@ class Worker:
                 os.close(fd)
         proc = launched.proc
         self._proc = proc
-        conn = WorkerConnection(
+        conn: WorkerConnection[OriginT] = WorkerConnection(
             spec.toolbox,
             proc.stdin,
             proc.stdout,
@@ -497,7 +499,7 @@ class Worker:
         args: dict[str, Any],
         ctx: dict[str, Any],
         wall_time_s: float | None = None,
-        origin: Any = None,
+        origin: OriginT | None = None,
         op: str | None = None,
     ) -> ToolResult:
         """Run ``tool`` (see :meth:`WorkerConnection.call`); never raises for the worker's faults."""
