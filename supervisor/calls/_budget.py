@@ -140,9 +140,8 @@ class CallTreeBudget:
         return self.out_of_time() if now >= self.deadline else None
 
     def _charge(self, budget: str, now: float) -> Exhaustion | None:
-        late = self.expired(now)
-        if late is not None:
-            return late
+        if now >= self.deadline:
+            return self.out_of_time()
         limit: int | None = getattr(self.limits, budget)
         used: int = getattr(self, budget)
         if limit is not None and used >= limit:
@@ -221,7 +220,7 @@ class BudgetPolicy:
 
     def open(self, tenant: str, now: float, root: str = "") -> CallTreeBudget:
         """A new budget for a root call of ``tenant`` starting at ``now``."""
-        return CallTreeBudget(self.limits(tenant), tenant, now, root)
+        return CallTreeBudget(self.tenants.get(tenant, self.default), tenant, now, root)  # as limits() says
 
 
 def budget_result(exhaustion: Exhaustion, text: str) -> ToolResult:
