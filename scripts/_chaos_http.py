@@ -32,22 +32,21 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import time
-from collections import Counter, deque
-from pathlib import Path
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
 import trio
+from _bench_common import start_http_service
+from _chaos_lab import NONCE_RE, Lab
 
-REPO = Path(__file__).resolve().parents[1]
+from labkit import REVISION, RawSession, Slowloris, answer_of
+from supervisor.frontends._http_auth import hash_token
 
-from _chaos_lab import NONCE_RE, Lab  # noqa: E402
-
-from labkit import REVISION, RawSession, Slowloris, answer_of  # noqa: E402
-from supervisor.frontends._http_auth import hash_token  # noqa: E402
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["KINDS", "http_chaos", "http_policy"]
 
@@ -82,41 +81,12 @@ def http_policy(max_in_flight: int) -> dict[str, Any]:
 
 
 class Service:
-    """The ``serve --http`` process: its URL, its stderr kept (the last lines), its workers."""
+    """The ``serve --http`` process (``_bench_common.start_http_service``: started, its stderr read): its URL, its
+    workers."""
 
     def __init__(self, policy: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(policy)],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        self.stderr: deque[str] = deque(maxlen=200)
-        self.base = ""
-
-    async def wait_listening(self) -> None:
-        assert self.process.stderr is not None
-        stream = trio.lowlevel.FdStream(os.dup(self.process.stderr.fileno()))
-        buffer = b""
-        with trio.fail_after(120):
-            while b"serving MCP over HTTP at " not in buffer or not buffer.endswith(b"\n"):
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    raise SystemExit(f"scripts/chaos http: the service exited: {buffer.decode()[-2000:]}")
-                buffer += chunk
-        line = buffer.decode().split("serving MCP over HTTP at ", 1)[1].split("\n", 1)[0]
-        self.base = line.split("/agents/")[0]
-        self._stream = stream
-
-    async def drain_stderr(self) -> None:
-        """Keep reading stderr (a full pipe would stall the service's logging)."""
-        rest = b""
-        with contextlib.suppress(trio.ClosedResourceError, OSError):
-            while chunk := await self._stream.receive_some(65536):
-                *lines, rest = (rest + chunk).split(b"\n")
-                self.stderr.extend(line.decode(errors="replace") for line in lines)
+        self.process, url = start_http_service(policy)
+        self.base = url.split("/agents/")[0]
 
     @property
     def url(self) -> str:
@@ -403,17 +373,12 @@ async def http_chaos(the_lab: Lab, args: Any) -> dict[str, Any]:
     service = Service(the_lab.policy)
     figures: dict[str, Any] = {}
     try:
-        await service.wait_listening()
         run = Run(service, the_lab, rng, limit_s=10)
         port = int(service.base.rsplit(":", 1)[1])
         loris = Slowloris(port, args.slowloris, 0.5, path="/agents/chaos/mcp")
         rss_before = psutil.Process(service.process.pid).memory_info().rss
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        async with (
-            httpx.AsyncClient(timeout=httpx.Timeout(60, connect=10), limits=limits) as client,
-            trio.open_nursery() as nursery,
-        ):
-            nursery.start_soon(service.drain_stderr)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=10), limits=limits) as client:
             async with trio.open_nursery() as faults:
                 faults.start_soon(loris.run)
                 faults.start_soon(run.killer)
@@ -433,7 +398,6 @@ async def http_chaos(the_lab: Lab, args: Any) -> dict[str, Any]:
             rss_after = psutil.Process(service.process.pid).memory_info().rss
             tree = service.tree()
             code, took = service.stop()
-            nursery.cancel_scope.cancel()
         await trio.sleep(2)
         left = [p for p in tree if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         records = [json.loads(line) for line in (the_lab.root / "state" / "trace.jsonl").read_text().splitlines()]

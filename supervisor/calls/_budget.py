@@ -121,12 +121,12 @@ class CallTreeBudget:
     tool_calls: int = 0
     #: the budgets whose exhaustion was traced already (each once per tree)
     reported: set[str] = field(default_factory=set)
+    #: when the tree's wall time ends (``inf``: no wall-time budget); set once, as ``started`` and the limits are
+    deadline: float = field(init=False)
 
-    @property
-    def deadline(self) -> float:
-        """When the tree's wall time ends (``inf``: no wall-time budget)."""
+    def __post_init__(self) -> None:
         limit = self.limits.wall_time_s
-        return self.started + limit if limit is not None else math.inf
+        self.deadline = self.started + limit if limit is not None else math.inf
 
     def _exhausted(self, budget: str, limit: float) -> Exhaustion:
         return Exhaustion(budget, limit, self.limits.source, self.tenant, self.root)
@@ -140,9 +140,8 @@ class CallTreeBudget:
         return self.out_of_time() if now >= self.deadline else None
 
     def _charge(self, budget: str, now: float) -> Exhaustion | None:
-        late = self.expired(now)
-        if late is not None:
-            return late
+        if now >= self.deadline:
+            return self.out_of_time()
         limit: int | None = getattr(self.limits, budget)
         used: int = getattr(self, budget)
         if limit is not None and used >= limit:
@@ -221,7 +220,7 @@ class BudgetPolicy:
 
     def open(self, tenant: str, now: float, root: str = "") -> CallTreeBudget:
         """A new budget for a root call of ``tenant`` starting at ``now``."""
-        return CallTreeBudget(self.limits(tenant), tenant, now, root)
+        return CallTreeBudget(self.tenants.get(tenant, self.default), tenant, now, root)  # as limits() says
 
 
 def budget_result(exhaustion: Exhaustion, text: str) -> ToolResult:

@@ -70,10 +70,17 @@ class RegisteredTool:
     #: the agent whose toolbox (or, for ``io_prompt_agent_<slug>``, whose loop) runs the tool (its runner's, which
     #: a reload keeps), looked up once
     agent: str = field(init=False)
+    #: its toolbox's own ``limits.output_bytes`` (its worker's plan; ``None``: it has none, a sub-agent's tool),
+    #: looked up once (a reload that changes it makes a new runner, and the registry is rebuilt)
+    output_bytes: int | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.toolbox = self.runner.name
         self.agent = self.runner.spec.agent
+        plan = getattr(self.runner.spec, "plan", None)
+        limits = plan.payload.get("limits") if plan is not None else None
+        value = limits.get("output_bytes") if isinstance(limits, dict) else None
+        self.output_bytes = value if isinstance(value, int) and value > 0 else None
 
 
 def served_hints(runner: Any, hints: Any) -> dict[str, Any]:
@@ -124,6 +131,7 @@ class ToolRegistry:
         #: supervisor: also why a name is not served
         self.unloaded: list[dict[str, str]] = []
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
+        self._owners: dict[str, list[str]] = {}  # a name -> the agents whose space holds it (agents_with)
 
     def rebuild(self, runners: list[CallRunner], *, guests: Mapping[str, Sequence[Any]] | None = None) -> None:
         """Recompute every name from the runners' current tool lists (in load order).
@@ -146,10 +154,15 @@ class ToolRegistry:
         for tools in namespaces.values():
             for name, tool in tools.items():
                 flat.setdefault(name, tool)
+        owners: dict[str, list[str]] = {}
+        for agent, tools in namespaces.items():
+            for name in tools:
+                owners.setdefault(name, []).append(agent)
         self._compiled = compiled_here
         self.runners = list(runners)
         self.namespaces = namespaces
         self.tools = flat
+        self._owners = owners
         self.renamed = renamed
         self.schema_errors = schema_errors
 
@@ -220,7 +233,7 @@ class ToolRegistry:
     def agents_with(self, name: str) -> list[str]:
         """The agents (load order) whose space holds a tool ``name``: more than one makes the name ambiguous for a
         caller that names no agent."""
-        return [agent for agent, tools in self.namespaces.items() if name in tools]
+        return list(self._owners.get(name, ()))  # found when the registry was built
 
     def names(self, agent: str | None = None) -> list[str]:
         """The names served in ``agent``'s space (``None``: what a caller bound to no agent finds)."""

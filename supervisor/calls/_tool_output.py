@@ -52,10 +52,7 @@ def finished_output(
 def output_limit(tool: RegisteredTool, default: int | None) -> int | None:
     """The ``limits.output_bytes`` of ``tool``'s toolbox (its worker's plan), else ``default`` (the policy's, for
     a sub-agent's tool)."""
-    plan = getattr(tool.runner.spec, "plan", None)
-    limits = plan.payload.get("limits") if plan is not None else None
-    value = limits.get("output_bytes") if isinstance(limits, dict) else None
-    return value if isinstance(value, int) and value > 0 else default
+    return tool.output_bytes if tool.output_bytes is not None else default  # the plan's, read once per tool
 
 
 def capped_output(result: ToolResult, max_bytes: int | None) -> ToolResult:

@@ -114,6 +114,9 @@ class LoadedAgent:
     refused_paths: Mapping[str, str] = field(default_factory=dict, compare=False)
     #: the uid owning the file (``None``: not read from disk): with root, whose links its paths may follow
     owner: int | None = None
+    #: device and inode of the file read (``fstat`` of the descriptor its text came from; ``None``: not from disk)
+    device: int | None = field(default=None, compare=False)
+    inode: int | None = field(default=None, compare=False)
     #: the path the policy or the command line named it by, absolute (``None``: by ``file``)
     named: str | None = field(default=None, compare=False)
     #: the Kubernetes volume folder it belongs to (``_volume_folders``; ``None``: the folder of ``file``)

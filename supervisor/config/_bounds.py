@@ -35,6 +35,7 @@ __all__ = [
     "config_file_path",
     "plain_value_problems",
     "read_bounded",
+    "read_bounded_stat",
 ]
 
 #: Largest policy or agent file read (real ones are a few KiB).
@@ -59,6 +60,12 @@ def config_file_path(name: str | os.PathLike[str], what: str) -> str:
 def read_bounded(file: str, what: str) -> str:
     """The text of ``file`` (UTF-8), at most :data:`MAX_CONFIG_BYTES`. Raises :class:`ConfigError` naming ``what``
     (``"policy file"``, ``"agent file"``) when it is missing, unreadable, too large or not UTF-8."""
+    return read_bounded_stat(file, what)[0]
+
+
+def read_bounded_stat(file: str, what: str) -> tuple[str, os.stat_result]:
+    """:func:`read_bounded`, with the ``fstat`` of the very file read (its owner, device and inode: what an
+    identity is bound to must be what was read, not what a path leads to a moment later)."""
     try:
         fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block the open
     except FileNotFoundError as exc:
@@ -67,6 +74,7 @@ def read_bounded(file: str, what: str) -> str:
         raise ConfigError.one(file, None, f"cannot read {what}: {exc}") from exc
     try:
         with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
             data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError.one(file, None, f"cannot read {what}: {exc}") from exc
@@ -75,7 +83,7 @@ def read_bounded(file: str, what: str) -> str:
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError.one(file, None, f"{what} is larger than {MAX_CONFIG_BYTES >> 20} MiB", "a small text file")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), st
     except UnicodeDecodeError as exc:
         raise ConfigError.one(
             file, None, f"cannot read {what}: it is not UTF-8 text ({exc.reason} at byte {exc.start})"

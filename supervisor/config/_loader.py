@@ -21,7 +21,14 @@ from pydantic import ValidationError
 
 from ._agent_file import TAGS, AgentDescription, validation_context
 from ._agent_toolboxes import LoadedAgent, ToolboxConfig, build_toolboxes
-from ._bounds import MAX_DEPTH, BoundedYamlLoader, config_file_path, plain_value_problems, read_bounded
+from ._bounds import (
+    MAX_DEPTH,
+    BoundedYamlLoader,
+    config_file_path,
+    plain_value_problems,
+    read_bounded,
+    read_bounded_stat,
+)
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path, format_json_path, problems_from_validation_error
 from ._policy import Policy
@@ -359,11 +366,8 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
     """
     file = config_file_path(path, "agent file")
     folder = volume_folder(os.path.join(os.getcwd(), os.fspath(path)))
-    text = read_bounded(file, "agent file")
-    try:
-        owner: int | None = os.stat(file).st_uid
-    except OSError:  # gone since it was read: the links it names are then followed only when root's
-        owner = None
+    # owner, device and inode of the very file read (fstat of its descriptor), not of what the path leads to later
+    text, st = read_bounded_stat(file, "agent file")
     try:
         data = json.loads(text, object_pairs_hook=_JsonObject, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
@@ -383,7 +387,8 @@ def load_agent_file(path: str, environ: Mapping[str, str] | None = None) -> Load
     data = _plain(data, (), file, duplicates)
     if duplicates:
         raise ConfigError(duplicates)
-    return parse_agent_data(data, file, environ, owner=owner, folder=folder)
+    loaded = parse_agent_data(data, file, environ, owner=st.st_uid, folder=folder)
+    return replace(loaded, device=st.st_dev, inode=st.st_ino)
 
 
 class _NotJson(ValueError):

@@ -19,7 +19,7 @@ directly) moves to the name.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sandbox import resolve_path
@@ -28,7 +28,9 @@ from supervisor.config import ConfigProblem, display_path
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["AgentFile", "agent_file_identity", "agent_file_or_path", "bind_agents"]
+    from supervisor.config import LoadedAgent
+
+__all__ = ["AgentFile", "agent_file_identity", "agent_file_or_path", "bind_agents", "loaded_agent_claim"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,16 @@ def agent_file_or_path(path: str) -> AgentFile:
         return agent_file_identity(path)
     except OSError:
         return AgentFile(path, real=os.path.realpath(path))
+
+
+def loaded_agent_claim(agent: LoadedAgent) -> AgentFile:
+    """The claim of a loaded agent file: the path bound as :func:`agent_file_or_path` says, with the owner, device
+    and inode of the file whose text was loaded (``fstat`` of its descriptor), whatever the path leads to now: a
+    file swapped in between the read and this look is not the one whose owner is judged."""
+    claim = agent_file_or_path(agent.named or agent.file)
+    if agent.owner is None or agent.device is None or agent.inode is None:
+        return claim
+    return replace(claim, owner=agent.owner, device=agent.device, inode=agent.inode)
 
 
 def bind_agents(

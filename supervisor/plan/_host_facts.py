@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sandbox import CgroupLayout, landlock_abi, python_runtime_paths, read_layout, supervisor_ca
 
-from ._agent_bindings import AgentFile, agent_file_or_path
+from ._agent_bindings import AgentFile, loaded_agent_claim
 from ._credential_values import load_credentials
 from ._host_view import HostView
 from ._identity_store import IdentitySnapshot, read_identities
@@ -104,7 +104,7 @@ def read_host_facts(
         hostname=socket.gethostname(),
         runtime_paths=tuple(python_runtime_paths()),
         paths=HostView(),
-        agent_files={a.slug: agent_file_or_path(a.named or a.file) for a in config.agents},
+        agent_files={a.slug: loaded_agent_claim(a) for a in config.agents},
         registry=registry,
         identities=read_identities(state_dir, registry),
         credentials=load_credentials(policy.credentials, command_values=command_values),

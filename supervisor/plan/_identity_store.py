@@ -26,7 +26,7 @@ from sandbox import open_anchor
 from supervisor._errors import PolicyRefused
 from supervisor.config import ConfigError
 
-from ._agent_bindings import agent_file_identity, agent_file_or_path, bind_agents
+from ._agent_bindings import agent_file_identity, bind_agents, loaded_agent_claim
 from ._identities import TABLE_FILE, IdentitiesChanged, IdentityPlan, IdentityRequest, IdentityTable
 from ._locked_json import flocked, read_json, write_json
 from ._uid_registry import HostRegistry, locked_registry, read_registry, registry_dir, write_registry
@@ -136,7 +136,7 @@ def bound_elsewhere(state_dir: str) -> Callable[[LoadedAgent], str | None]:
     def refusal(agent: LoadedAgent) -> str | None:
         if agent.slug not in bound:
             return None
-        claim = {agent.slug: agent_file_or_path(agent.named or agent.file)}
+        claim = {agent.slug: loaded_agent_claim(agent)}
         conflicts = bind_agents({agent.slug: bound[agent.slug]}, claim, table, {})
         return f"{conflicts[0].message}; {conflicts[0].expected}" if conflicts else None
 

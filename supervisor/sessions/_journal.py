@@ -55,7 +55,10 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 def encode_lines(entries: Sequence[tuple[str, Sequence[Any]]]) -> bytes:
     """The journal lines of ``entries`` (``(statement, params)`` each), as bytes to write at once."""
-    return "".join(_ENCODER.encode([name, list(params)]) + "\n" for name, params in entries).encode(
+    if len(entries) == 1:  # a sequential caller's commit: one record
+        name, params = entries[0]
+        return (_ENCODER.encode([name, list(params)]) + "\n").encode("utf-8", "surrogatepass")
+    return "".join([_ENCODER.encode([name, list(params)]) + "\n" for name, params in entries]).encode(
         "utf-8", "surrogatepass"
     )
 
@@ -140,7 +143,8 @@ class Journal:
 
     def _write(self, data: bytes) -> None:
         assert self._fd is not None
-        view = memoryview(data)
+        written = os.write(self._fd, data)  # a regular file takes it whole, but for a full disk or a signal
+        view = memoryview(data)[written:]
         while view:
             view = view[os.write(self._fd, view) :]
 

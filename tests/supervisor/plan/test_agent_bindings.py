@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from supervisor._supervisor import Supervisor
+from supervisor.config import load_agent_file
 from supervisor.config._errors import ConfigError
-from supervisor.plan._agent_bindings import AgentFile, agent_file_identity, bind_agents
+from supervisor.plan._agent_bindings import AgentFile, agent_file_identity, bind_agents, loaded_agent_claim
 from tests._policies import agent, system_toolbox, write_policy
 from tests.deploy.test_reloader import _projected
 
@@ -232,3 +233,25 @@ def test_binding_rules() -> None:
         assert bind_agents(table, {"coder": unknown}, "t", {}) == [] and table["coder"] == kept
     table = {}
     assert bind_agents(table, {"coder": unknown}, "t", {}) == [] and table["coder"] == AgentFile("/cm/..v3/coder.json")
+
+
+def test_the_claim_is_the_file_that_was_read_not_what_the_path_leads_to_a_moment_later(sandbox_tmp: Path) -> None:
+    """Another uid's file is read; before the binding looks, root's own file is renamed over it. The claim is the
+    file whose text was loaded (owner, device, inode from the descriptor it was read through), so the slug bound
+    to root's file is refused to it; with a claim taken from the path it would have passed as root's."""
+    named = sandbox_tmp / "coder.json"
+    named.write_text(_agent_text(["date"]))
+    os.chown(named, NOBODY, NOBODY)
+    loaded = load_agent_file(str(named))
+    read = os.stat(named)
+    assert (loaded.owner, loaded.device, loaded.inode) == (NOBODY, read.st_dev, read.st_ino)
+    roots = sandbox_tmp / "roots.json"
+    roots.write_text(_agent_text(["date"]))
+    os.rename(roots, named)  # what the path leads to now: root's file, another inode
+    claim = loaded_agent_claim(loaded)
+    assert (claim.file, claim.owner, claim.inode) == (str(named), NOBODY, read.st_ino)
+    now = os.stat(named)
+    bound = {"coder": AgentFile(str(named), 0, now.st_dev, now.st_ino)}
+    [conflict] = bind_agents(bound, {"coder": claim}, "identities.json", {})
+    assert f"the file there now belongs to uid {NOBODY}" in conflict.message
+    assert bind_agents(dict(bound), {"coder": agent_file_identity(str(named))}, "identities.json", {}) == []
