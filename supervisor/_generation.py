@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from supervisor.agents import AgentService
     from supervisor.calls import CallRunner, Portal
-    from supervisor.config import AgentTree, LoadedConfig, Policy
+    from supervisor.config import AgentTree, LoadedConfig, LoadError, Policy
     from supervisor.plan import CompiledPolicy
     from supervisor.workers import WorkerSpec
 
@@ -109,10 +109,10 @@ class Generation:
         failed = {(e.get("agent", ""), e["toolbox"]) for e in self.compiled.load_errors if e.get("toolbox")}
         return failed | {r.key for r in self.runners if r.load_failure is not None or r.crash_looped}
 
-    def toolbox_load_errors(self) -> list[dict[str, str]]:
+    def toolbox_load_errors(self) -> list[LoadError]:
         """Toolboxes that did not load: those the compile left out first, then those whose worker did not start or
         whose tool list could not be registered, in the policy's order; such a toolbox serves nothing."""
-        return [*map(dict, self.compiled.load_errors), *(r.load_failure for r in self.runners if r.load_failure)]
+        return [*self.compiled.load_errors, *(r.load_failure for r in self.runners if r.load_failure)]
 
     def load_errors(self, schema_errors: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """Every load error of this generation: what each toolbox reported while loading (scripts left out and
@@ -121,7 +121,7 @@ class Generation:
         out: list[dict[str, Any]] = [
             {"toolbox": r.name, "agent": r.spec.agent, **e} for r in self.runners for e in r.load_errors
         ]
-        out += self.toolbox_load_errors()
+        out += [dict(e) for e in self.toolbox_load_errors()]
         out += schema_errors or []
         out += [dict(e) for e in self.source_errors]
         out += [dict(e) for e in self.tree.load_errors]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from supervisor.config import toolbox_not_loaded
 from supervisor.workers import ToolboxRunner, Worker
 
 from ._errors import WorkerStartError, first_leaf
@@ -36,12 +37,9 @@ def load_failed(trace: TraceRecorder, runner: CallRunner, source: str, exc: Base
     error naming the cause (traced ``load_error``)."""
     leaf = first_leaf(exc)
     why = str(leaf) if isinstance(leaf, WorkerStartError) else f"{type(leaf).__name__}: {leaf}"
-    message = (
-        f"toolbox {runner.name} (agent {runner.spec.agent}) did not load ({source}): {why}"[:2000]
-        + ". It serves nothing; fix the cause and restart the supervisor."
-    )
-    runner.fail_to_load(message, source)
-    trace.record("load_error", **(runner.load_failure or {}))
+    error = toolbox_not_loaded(runner.name, runner.spec.agent, source, why)
+    runner.fail_to_load(error["message"], error)
+    trace.record("load_error", **error)
 
 
 class RunnerStarts:

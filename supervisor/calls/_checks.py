@@ -28,7 +28,7 @@ from ._unloaded import unloaded_note
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from supervisor.config import Policy
+    from supervisor.config import LoadError, Policy
 
     from ._origin import CallOrigin
     from ._registry import RegisteredTool, ToolRegistry
@@ -58,10 +58,10 @@ class CallPolicy:
     #: the loaded policy, for each toolbox's ``validation``; ``None``: strict for every tool
     policy: Policy | None = None
     #: toolboxes that could not be compiled (a call of a name of theirs is told why it is not found)
-    unloaded: tuple[dict[str, str], ...] = ()
+    unloaded: tuple[LoadError, ...] = ()
 
     @classmethod
-    def from_policy(cls, policy: Policy, unloaded: tuple[dict[str, str], ...] = ()) -> CallPolicy:
+    def from_policy(cls, policy: Policy, unloaded: tuple[LoadError, ...] = ()) -> CallPolicy:
         """The call rules of ``policy``; ``unloaded``: its compile's load errors."""
         return cls(
             max_call_depth=policy.max_call_depth,

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from supervisor.config import LoadError
+
 __all__ = ["could_serve", "unloaded_note"]
 
 #: kinds whose tool names do not carry the toolbox's Name (``bash_<slug>``, ``skill_...``, ``skills_list``)
@@ -43,7 +45,7 @@ def _script_match(name: str, kind: str, error: dict[str, Any]) -> bool:
     return name == f"bash_{stem}"
 
 
-def unloaded_note(name: str, runners: Iterable[Any], scope: str | None, unloaded: Iterable[dict[str, str]] = ()) -> str:
+def unloaded_note(name: str, runners: Iterable[Any], scope: str | None, unloaded: Iterable[LoadError] = ()) -> str:
     """A sentence about the toolboxes of agent ``scope`` (every agent when ``None``) that did not load and may be
     the reason ``name`` is not served; ``""`` when none did.
 

@@ -7,6 +7,7 @@ from ._ceilings import ANY_HOST, HTTP_METHODS, Ceiling
 from ._credentials import CredentialPolicy, CredentialSource, binding_of, reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._http_address import host_is_served, normalise_origin, parse_listen, public_url_for, served_host_names
+from ._load_errors import LoadError, load_error_line, load_error_owner, load_error_reason, toolbox_not_loaded
 from ._loader import LoadedConfig, load_agent_file, load_config
 from ._policy import (
     DEFAULT_SYSTEM_PATHS,
@@ -35,6 +36,7 @@ __all__ = [
     "CredentialSource",
     "HttpFrontend",
     "Introspection",
+    "LoadError",
     "LoadedAgent",
     "LoadedConfig",
     "OAuthResourceServer",
@@ -51,6 +53,9 @@ __all__ = [
     "host_is_served",
     "load_agent_file",
     "load_config",
+    "load_error_line",
+    "load_error_owner",
+    "load_error_reason",
     "normalise_origin",
     "parse_listen",
     "path_within",
@@ -58,4 +63,5 @@ __all__ = [
     "public_url_for",
     "reference_environ",
     "served_host_names",
+    "toolbox_not_loaded",
 ]

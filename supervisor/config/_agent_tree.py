@@ -31,6 +31,7 @@ from sandbox import UnsafeTreeError, resolve_named_path
 
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
+from ._load_errors import LoadError
 from ._loader import LoadedConfig, load_agent_file
 from ._subagent_rules import AgentFileFacts, SubagentLink, judge_links
 
@@ -49,7 +50,7 @@ class AgentTree:
     config: LoadedConfig
     subagents: Mapping[str, tuple[str, ...]]
     #: sub-agents left out (``{"agent", "source", "message"}``): the naming agent's load problems
-    load_errors: tuple[dict[str, str], ...] = ()
+    load_errors: tuple[LoadError, ...] = ()
     #: every sub-agent file a loaded agent names, with the verdict and why (``check`` shows them)
     links: tuple[SubagentLink, ...] = ()
 
@@ -225,11 +226,7 @@ def expand_agents(
         for a in agents
     }
     load_errors = tuple(
-        {
-            "agent": link.agent,
-            "source": link.source,
-            "message": f"{link.why}; that sub-agent is left out",
-        }
+        LoadError(agent=link.agent, source=link.source, message=f"{link.why}; that sub-agent is left out")
         for link in kept
         if not link.allowed
     )

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._check_summary import caps_line, load_error_owner, subagent_line
+from supervisor.config import load_error_line
+
+from ._check_summary import caps_line, subagent_line
 
 __all__ = ["render_detail"]
 
@@ -103,5 +105,5 @@ def render_detail(report: dict[str, Any]) -> list[str]:
         for w in general:
             emit(f"  warning: {w}")
         for e in report["load_errors"]:
-            emit(f"  load error: {load_error_owner(e)}: {e['source']}: {e['message']}")
+            emit(f"  load error: {load_error_line(e)}")
     return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.config import display_path
+from supervisor.config import display_path, load_error_owner, load_error_reason
 
 __all__ = [
     "CheckNote",
@@ -21,7 +21,6 @@ __all__ = [
     "CheckSummary",
     "WorkerLine",
     "caps_line",
-    "load_error_owner",
     "render_summary",
     "subagent_line",
     "summarize",
@@ -199,14 +198,6 @@ def _subagent_sections(report: dict[str, Any]) -> list[CheckSection]:
     ]
 
 
-def load_error_owner(error: dict[str, Any]) -> str:
-    """Whose load error it is: an agent's toolbox (``agent/toolbox``), or an agent (a sub-agent file it names is
-    missing)."""
-    if not error.get("toolbox"):
-        return f"agent {error.get('agent')}"
-    return f"{error['agent']}/{error['toolbox']}" if error.get("agent") else str(error["toolbox"])
-
-
 def summarize(report: dict[str, Any]) -> CheckSummary:
     """The summary of check's ``report`` (pure)."""
     summary = CheckSummary()
@@ -235,7 +226,7 @@ def summarize(report: dict[str, Any]) -> CheckSummary:
         if w not in shown:  # the loader's (allowedPaths ...) and the policy's
             summary.warn("", w)
     for e in report.get("load_errors") or ():
-        summary.notes.append(CheckNote("load error", load_error_owner(e), f"{e['source']}: {e['message']}"))
+        summary.notes.append(CheckNote("load error", load_error_owner(e), load_error_reason(e)))
     return summary
 
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from supervisor._errors import SupervisorError, first_leaf
-from supervisor.config import ConfigError
+from supervisor.config import ConfigError, load_error_line
 
 from ._cli_agents import acting_agent, split_agents
 from ._cli_agents import check_slug as _check_slug
@@ -362,7 +362,7 @@ async def _tools(args: argparse.Namespace) -> int:
         for public, local in renamed.items():
             print(f"renamed: {local} -> {public}")
         for e in errors:
-            print(f"load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: {e.get('message')}")
+            print(f"load error: {load_error_line(e)}")
     return 0
 
 
@@ -382,18 +382,7 @@ def _config_for(args: argparse.Namespace) -> Any:
 def _print_load_errors(sup: ToolService) -> None:
     """Each load error as one ``agents-supervise: load error: ...`` line on stderr."""
     for e in sup.load_errors():
-        print(
-            f"agents-supervise: load error: {_load_error_owner(e)}: {e.get('source', e.get('tool', ''))}: "
-            f"{e.get('message')}",
-            file=sys.stderr,
-        )
-
-
-def _load_error_owner(error: dict[str, Any]) -> str:
-    """Whose load error it is (``_check_summary.load_error_owner``, the one rule)."""
-    from ._check_summary import load_error_owner
-
-    return load_error_owner(error)
+        print(f"agents-supervise: load error: {load_error_line(e)}", file=sys.stderr)
 
 
 async def _call(args: argparse.Namespace) -> int:

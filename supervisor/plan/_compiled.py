@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from supervisor.config import LoadError, toolbox_not_loaded
+
 if TYPE_CHECKING:
     from supervisor.config import LoadedConfig, Supervision, ToolboxConfig
     from supervisor.workers import WorkerSpec
@@ -65,7 +67,7 @@ class CompiledPolicy:
     #: SkillGitRepo sources to clone at start (their worker configs already name the clones' folders)
     git_sources: list[GitSource] = field(default_factory=list)
     #: toolboxes left out because they could not be compiled (``{"toolbox", "agent", "kind", "source", "message"}``)
-    load_errors: list[dict[str, str]] = field(default_factory=list)
+    load_errors: list[LoadError] = field(default_factory=list)
     #: the staged worker code every spec's launcher command puts first on ``sys.path`` (``None``: not staged)
     runtime_dir: str | None = None
     #: the interpreter of every spec's launcher command
@@ -85,10 +87,6 @@ class StagedCode:
     error: BaseException | None = None
 
 
-def load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> dict[str, str]:
+def load_error(tb: ToolboxConfig, source: str, exc: BaseException) -> LoadError:
     """The load error of ``tb``: it did not load because of ``exc`` while ``source`` (what was being done)."""
-    message = (
-        f"toolbox {tb.name} (agent {tb.agent_slug}) did not load ({source}): {type(exc).__name__}: {exc}"[:2000]
-        + ". It serves nothing; fix the cause and restart the supervisor."
-    )
-    return {"toolbox": tb.name, "agent": tb.agent_slug, "kind": tb.kind, "source": source, "message": message}
+    return toolbox_not_loaded(tb.name, tb.agent_slug, source, f"{type(exc).__name__}: {exc}", kind=tb.kind)

@@ -16,7 +16,7 @@ from ._writable_agents import file_writers, writers_text
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from supervisor.config import LoadedConfig, ToolboxConfig
+    from supervisor.config import LoadedConfig, LoadError, ToolboxConfig
     from supervisor.workers import WorkerSpec
 
     from ._host_view import HostView
@@ -59,7 +59,7 @@ def check_toolbox_keys(config: LoadedConfig) -> None:
 
 def refuse_writable_agent_files(
     config: LoadedConfig, specs: Sequence[WorkerSpec], origins: Mapping[tuple[str, str], ToolboxConfig]
-) -> tuple[list[WorkerSpec], list[dict[str, str]], list[str]]:
+) -> tuple[list[WorkerSpec], list[LoadError], list[str]]:
     """The policy file and agent files some worker of ``specs`` can write (``_writable_agents.py``): under a strict
     policy the policy file refuses the start and an agent file every toolbox of its agent (a load error each);
     otherwise each is a warning. Returns ``(specs kept, load errors, warnings)``.
@@ -77,7 +77,7 @@ def refuse_writable_agent_files(
         warnings.append(text + " (not refused: the policy is not strict)")
     files = {a.slug: a.file for a in config.agents}
     kept = list(specs)
-    errors: list[dict[str, str]] = []
+    errors: list[LoadError] = []
     for slug, writers in file_writers(files, specs).items():
         text = writers_text(files[slug], writers)
         if not strict:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sandbox import SupervisorCA
-    from supervisor.config import LoadedConfig, ToolboxConfig
+    from supervisor.config import LoadedConfig, LoadError, ToolboxConfig
     from supervisor.workers import WorkerSpec
 
     from ._host_facts import HostFacts
@@ -79,12 +79,12 @@ def identity_request(config: LoadedConfig, facts: HostFacts) -> IdentityRequest:
 @dataclass
 class _Toolboxes:
     specs: list[WorkerSpec] = field(default_factory=list)
-    load_errors: list[dict[str, str]] = field(default_factory=list)
+    load_errors: list[LoadError] = field(default_factory=list)
     origins: dict[tuple[str, str], ToolboxConfig] = field(default_factory=dict)
     git_sources: list[GitSource] = field(default_factory=list)
 
 
-def _problem_error(tb: ToolboxConfig) -> dict[str, str]:
+def _problem_error(tb: ToolboxConfig) -> LoadError:
     """The load error of a toolbox its agent file left unloadable (an unset ``${VAR}``)."""
     return {
         "toolbox": tb.name,

@@ -36,7 +36,7 @@ from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerSta
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from supervisor.config import Supervision
+    from supervisor.config import LoadError, Supervision
     from supervisor.tools import CompiledSchema
     from toolboxes import ToolResult
 
@@ -60,9 +60,9 @@ class ToolboxRunner(Generic[OriginT]):
         self.supervision = supervision
         self.worker: Worker[OriginT] | None = None
         self.failed_reason: str | None = None
-        #: why this toolbox did not load (its worker's first start, its tool list), as a load error
-        #: ``{"toolbox", "agent", "source", "message"}``; ``None``: it loaded (or has not tried yet)
-        self.load_failure: dict[str, str] | None = None
+        #: why this toolbox did not load (its worker's first start, its tool list), as its load error; ``None``: it
+        #: loaded (or has not tried yet)
+        self.load_failure: LoadError | None = None
         #: the end of a crash loop's cool-down (wall clock, ``time.time()``); ``None`` when not resting
         self.resting_until: float | None = None
         self.restarts = 0
@@ -253,13 +253,12 @@ class ToolboxRunner(Generic[OriginT]):
         self._on_event(worker, "crash_loop_recovered", {"cooldown_s": cooldown, "deaths": deaths})
         self._on_tools(self)
 
-    def fail_to_load(self, message: str, source: str | None = None) -> None:
-        """Disable this toolbox for good: its calls answer with ``message``. ``source``: where it could not load
-        (``worker start``, ``tool list``): the message is then its load error (:attr:`load_failure`); ``None``: it
-        is being stopped or restarted (a policy reload)."""
+    def fail_to_load(self, message: str, error: LoadError | None = None) -> None:
+        """Disable this toolbox for good: its calls answer with ``message``. ``error``: its load error, when it
+        could not load (:attr:`load_failure`); ``None``: it is being stopped or restarted (a policy reload)."""
         self.failed_reason = message
-        if source is not None:
-            self.load_failure = {"toolbox": self.name, "agent": self.spec.agent, "source": source, "message": message}
+        if error is not None:
+            self.load_failure = error
         self._ready.set()  # wake waiters so they get the failure
 
     def _on_event_wrapper(self, worker: Worker[OriginT], kind: str, data: dict[str, Any]) -> None:
