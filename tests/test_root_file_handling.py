@@ -47,7 +47,10 @@ ALLOWED = {
         "os.makedirs",
     ): "the lazy toolboxes' tool-list cache under the state dir, never granted to a worker",
     ("supervisor/calls/_attachments.py", "os.makedirs"): "the supervisor's attachment store, never granted to a worker",
-    ("supervisor/sessions/_store_schema.py", "os.makedirs"): "the sessions database's folder, never granted to a worker",
+    (
+        "supervisor/sessions/_store_schema.py",
+        "os.makedirs",
+    ): "the sessions database's folder, never granted to a worker",
     ("supervisor/sessions/_store_schema.py", "os.chmod"): "the sessions database, never granted to a worker",
     ("supervisor/calls/_attachments.py", "os.replace"): "a file of that store",
     ("supervisor/traces/_recorder.py", "os.makedirs"): "the trace file's folder, never granted to a worker",

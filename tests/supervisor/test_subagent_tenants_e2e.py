@@ -113,7 +113,7 @@ async def test_a_tenants_agent_file_cannot_drive_another_tenants_agent(
     monkeypatch.setenv("AGENTS_TEST_KEY", "sk-test")  # the supervisor's environment: the agents' apiKeyId
     with model_server(_script(sandbox_tmp / "globex" / "private" / "secret.txt")) as model:
         policy, secret = _setup(sandbox_tmp, model.url)
-        async for server in _start(policy):
+        async with _start(policy) as server:
             [compiled] = server.records("policy_compiled")
             [dev] = [w for w in compiled["workers"] if (w["agent"], w["toolbox"]) == ("b", "dev")]
             os.chown(secret, dev["uid"], dev["uid"])  # b's worker's own file: only b's identity reads it

@@ -55,7 +55,7 @@ async def test_a_slowloris_beside_a_tenant_whose_calls_go_on(sandbox_tmp: Path) 
     place before): the tenant's calls, each on a new connection, and its keep-alive session all succeed, and every
     trickling connection is closed within the whole-head bound however steadily it sends."""
     policy = _policy(sandbox_tmp, max_connections=16, head_timeout_s=3)
-    async for server in _start(policy):
+    async with _start(policy) as server:
         loris = Slowloris(_port(server), connections=24, every_s=0.2, source=ATTACKER, path="/agents/alpha/mcp")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(loris.run)
@@ -98,7 +98,7 @@ async def test_one_address_holds_at_most_its_share_of_unauthenticated_connection
     """Past ``max_unauthenticated_per_peer`` a new connection of an address takes the place of that address's
     longest-waiting one; the other addresses' connections are not touched."""
     policy = _policy(sandbox_tmp, max_unauthenticated_per_peer=3, unauthenticated_share=1.0, head_timeout_s=60)
-    async for server in _start(policy):
+    async with _start(policy) as server:
         port = _port(server)
         bystander = await trio.open_tcp_stream("127.0.0.1", port)
         opened = []
@@ -127,7 +127,7 @@ async def test_a_host_the_server_is_not_known_by_is_refused(sandbox_tmp: Path) -
     """DNS rebinding: a page of ``evil.example`` whose name now resolves to this server sends ``Host:
     evil.example``; refused 421 with the names served. IP addresses, ``localhost`` and ``server_names`` pass."""
     policy = _policy(sandbox_tmp, server_names=["tools.example.test"])
-    async for server in _start(policy):
+    async with _start(policy) as server:
         port = _port(server)
         async with httpx.AsyncClient(timeout=30) as client:
             url = f"{server.base}/healthz"

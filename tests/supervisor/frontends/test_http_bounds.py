@@ -1,7 +1,6 @@
 """The HTTP frontend's bounds for real, against ``agents-supervise serve --http``: a tenant's calls in flight (every
 request counts, not only ``tools/call``), its SSE streams, idle sessions ended, and the server's cap on open
 connections. Waits poll what can be observed (the trace, the server's answers) under a deadline."""
-# ruff: noqa: B023  (``async for server in _start(...)`` runs once: the closures never outlive their iteration)
 
 from __future__ import annotations
 
@@ -52,7 +51,7 @@ async def _raw(session: RawSession, method: str, params: dict[str, Any] | None =
 
 
 async def test_a_tenants_calls_in_flight_count_every_request(sandbox_tmp: Path) -> None:
-    async for server in _start(_policy(sandbox_tmp, limits={"concurrent_calls": 1, "sse_streams": 1})):
+    async with _start(_policy(sandbox_tmp, limits={"concurrent_calls": 1, "sse_streams": 1})) as server:
         url = server.url("alpha")
         async with httpx.AsyncClient(headers=AUTH, timeout=60) as client:
             busy, other = RawSession(client, url), RawSession(client, url)
@@ -125,25 +124,25 @@ async def _stream_opens(client: httpx.AsyncClient, url: str, headers: dict[str, 
 
 
 async def test_an_idle_session_is_ended(sandbox_tmp: Path) -> None:
-    async for server in _start(_policy(sandbox_tmp, http={"session_idle_s": 0.4})):
-        async with httpx.AsyncClient(headers=AUTH, timeout=60) as client:
-            session = RawSession(client, server.url("alpha"))
-            await session.open()
-            ended = await _until(
-                lambda: _async([r for r in server.records("http_session_end") if r["why"] == "idle"]),
-                "the idle session ended",
-            )
-            assert len(ended) == 1 and ended[0]["tenant"] == "acme"
-            late = await client.post(
-                session.url,
-                headers={
-                    **session.headers,
-                    "mcp-session-id": session.session_id or "",
-                    "mcp-protocol-version": REVISION,
-                },
-                content=b'{"jsonrpc":"2.0","id":5,"method":"tools/list"}',
-            )
-            assert late.status_code == 404 and "no such session" in late.text
+    policy = _policy(sandbox_tmp, http={"session_idle_s": 0.4})
+    async with _start(policy) as server, httpx.AsyncClient(headers=AUTH, timeout=60) as client:
+        session = RawSession(client, server.url("alpha"))
+        await session.open()
+        ended = await _until(
+            lambda: _async([r for r in server.records("http_session_end") if r["why"] == "idle"]),
+            "the idle session ended",
+        )
+        assert len(ended) == 1 and ended[0]["tenant"] == "acme"
+        late = await client.post(
+            session.url,
+            headers={
+                **session.headers,
+                "mcp-session-id": session.session_id or "",
+                "mcp-protocol-version": REVISION,
+            },
+            content=b'{"jsonrpc":"2.0","id":5,"method":"tools/list"}',
+        )
+        assert late.status_code == 404 and "no such session" in late.text
 
 
 async def _connect(server: _Server) -> trio.SocketStream:
@@ -167,8 +166,19 @@ async def _exchange(stream: trio.SocketStream, request: bytes) -> bytes:
     return data
 
 
-#: the end of a request head announcing a body that is never sent
-_BODY_PENDING = b"\r\ncontent-type: application/json\r\ncontent-length: 64\r\n\r\n"
+async def _interim(stream: trio.SocketStream) -> bytes:
+    """Read one interim response's head (``100 Continue``: a head and no body)."""
+    data = b""
+    with trio.fail_after(30):
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some(1)  # byte by byte: nothing past the interim head is taken
+            assert chunk, f"the server closed the connection: {data!r}"
+            data += chunk
+    return data
+
+
+#: the end of a request head announcing a body that is sent only once the server asks for it (``100 Continue``)
+_BODY_PENDING = b"\r\ncontent-type: application/json\r\ncontent-length: 64\r\nexpect: 100-continue\r\n\r\n"
 _METADATA = b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
 #: a request with the tenant's token (400: no session named): its connection is the tenant's from then on
 _AUTHENTICATED = (
@@ -178,15 +188,18 @@ _AUTHENTICATED = (
 
 async def test_connections_past_the_cap_are_refused_with_a_reason(sandbox_tmp: Path) -> None:
     # both places may be the one tenant's (by default a tenant holds max_connections / 2)
-    async for server in _start(_policy(sandbox_tmp, http={"max_connections": 2, "max_connections_per_tenant": 2})):
+    async with _start(_policy(sandbox_tmp, http={"max_connections": 2, "max_connections_per_tenant": 2})) as server:
         held = []
         for _ in range(2):  # both are the tenant's and served (and stay open: keep-alive)
             held.append(stream := await _connect(server))
             assert b"Mcp-Session-Id" in (await _exchange(stream, _AUTHENTICATED))
             assert (await _exchange(stream, _METADATA)).startswith(b"HTTP/1.1 200 ")
             # then busy with a request whose body is awaited: idle, the tenant's connections past its fair share
-            # (one of two) would give way to a new connection of a full server (test_http_tenant_connections.py)
+            # (one of two) would give way to a new connection of a full server (test_http_tenant_connections.py).
+            # The server's 100 Continue says it has read the head and waits for the body: busy from then on (the
+            # bytes merely sent could still be unread when the next connection comes, the connection idle then).
             await stream.send_all(_AUTHENTICATED.replace(b"DELETE", b"POST").replace(b"\r\n\r\n", _BODY_PENDING))
+            assert (await _interim(stream)).startswith(b"HTTP/1.1 100 ")
         extra = await _connect(server)
         answer = await _exchange(extra, _METADATA)
         assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 5" in answer
@@ -223,7 +236,7 @@ async def test_https_from_the_policys_files(sandbox_tmp: Path) -> None:
     leaf = ca.issue_cert("127.0.0.1")
     leaf.private_key_and_cert_chain_pem.write_to_path(str(sandbox_tmp / "server.pem"))
     policy = _policy(sandbox_tmp, http={"tls": {"cert": "server.pem", "key": "server.pem"}})
-    async for server in _start(policy):
+    async with _start(policy) as server:
         assert server.base.startswith("https://127.0.0.1:")
         trusted = ssl.create_default_context()
         ca.configure_trust(trusted)

@@ -41,30 +41,29 @@ async def test_probes_answer_without_a_token_and_readiness_turns_off_while_drain
         frontends={"http": {"listen": "127.0.0.1:0", "drain_s": 60}},
         tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}},
     )
-    async for server in _start(policy):
-        async with httpx.AsyncClient(timeout=30) as client:
-            live = await client.get(f"{server.base}/healthz")
-            assert live.status_code == 200 and live.json() == {"status": "ok"}  # no token, no tenant or agent named
-            assert (await client.head(f"{server.base}/healthz")).status_code == 200
-            ready = await client.get(f"{server.base}/readyz")
-            assert ready.status_code == 200 and ready.json() == {"status": "ready"}
-            session = RawSession(client, server.url("alpha"), {"authorization": f"Bearer {TOKEN}"})
-            await session.open()
+    async with _start(policy) as server, httpx.AsyncClient(timeout=30) as client:
+        live = await client.get(f"{server.base}/healthz")
+        assert live.status_code == 200 and live.json() == {"status": "ok"}  # no token, no tenant or agent named
+        assert (await client.head(f"{server.base}/healthz")).status_code == 200
+        ready = await client.get(f"{server.base}/readyz")
+        assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+        session = RawSession(client, server.url("alpha"), {"authorization": f"Bearer {TOKEN}"})
+        await session.open()
 
-            server.process.send_signal(signal.SIGTERM)
-            with trio.fail_after(30):
-                while (await client.get(f"{server.base}/readyz")).status_code == 200:  # noqa: ASYNC110 (another process)
-                    await trio.sleep(0.05)
-            not_ready = await client.get(f"{server.base}/readyz")
-            assert not_ready.status_code == 503 and "shutting down" in not_ready.json()["reason"]
-            assert not_ready.headers["retry-after"]
-            # While it drains it still serves: liveness, and a tenant's calls.
-            assert (await client.get(f"{server.base}/healthz")).status_code == 200
-            result = await session.request("tools/call", {"name": "system_system_date", "arguments": {}})
-            assert not result.get("isError"), result
-            assert server.process.returncode is None
-            assert any(r.get("drain_s") == 60 for r in server.records("http_draining"))
-            # A second signal stops it at once.
-            server.process.send_signal(signal.SIGTERM)
-            with trio.fail_after(30):
-                await server.process.wait()
+        server.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            while (await client.get(f"{server.base}/readyz")).status_code == 200:  # noqa: ASYNC110 (another process)
+                await trio.sleep(0.05)
+        not_ready = await client.get(f"{server.base}/readyz")
+        assert not_ready.status_code == 503 and "shutting down" in not_ready.json()["reason"]
+        assert not_ready.headers["retry-after"]
+        # While it drains it still serves: liveness, and a tenant's calls.
+        assert (await client.get(f"{server.base}/healthz")).status_code == 200
+        result = await session.request("tools/call", {"name": "system_system_date", "arguments": {}})
+        assert not result.get("isError"), result
+        assert server.process.returncode is None
+        assert any(r.get("drain_s") == 60 for r in server.records("http_draining"))
+        # A second signal stops it at once.
+        server.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            await server.process.wait()

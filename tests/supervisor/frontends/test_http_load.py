@@ -1,4 +1,3 @@
-# ruff: noqa: B023  (``async for server in _start(...)`` runs once: the closures never outlive their iteration)
 """The HTTP service past its bounds, for real against ``agents-supervise serve --http``: a load past the server's
 work in flight is shed (503 with ``Retry-After``) while what is admitted completes; one tenant's many large bodies
 are refused past its byte budget (429) while another tenant's calls go on and the server's memory stays bounded.
@@ -65,7 +64,7 @@ def _most_at_once(records: list[dict[str, Any]]) -> int:
 async def test_past_the_servers_work_bound_requests_are_shed_and_admitted_ones_complete(sandbox_tmp: Path) -> None:
     """24 sessions calling a 0.3 s tool in a loop against a server that answers 4 requests at once."""
     policy = _policy(sandbox_tmp, {"max_requests_in_flight": 4}, {"concurrent_calls": 64})
-    async for server in _start(policy):
+    async with _start(policy) as server:
         admitted: list[float] = []
         shed: list[httpx.Response] = []
         async with httpx.AsyncClient(headers={"authorization": f"Bearer {ACME}"}, timeout=60) as client:
@@ -125,7 +124,7 @@ async def test_one_tenants_large_bodies_beside_another_tenants_calls(sandbox_tmp
         {"max_body_bytes": 5 * MiB, "max_body_bytes_in_flight": 16 * MiB},
         {"body_bytes_in_flight": 10 * MiB},
     )
-    async for server in _start(policy):
+    async with _start(policy) as server:
         pid = server.process.pid
         statuses: list[int] = []
         refusals: list[httpx.Response] = []

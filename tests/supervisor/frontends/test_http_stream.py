@@ -69,7 +69,7 @@ async def test_the_stream_reopens_and_its_head_comes_at_once(sandbox_tmp: Path) 
         frontends={"http": {"listen": "127.0.0.1:0", "sse_keepalive_s": 60}},
         tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}},
     )
-    async for server in _start(policy):
+    async with _start(policy) as server:
         async with httpx.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=30) as client:
             session = RawSession(client, server.url("alpha"))
             await session.open()

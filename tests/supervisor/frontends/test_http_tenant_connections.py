@@ -141,7 +141,7 @@ async def test_a_tenants_idle_connections_give_way_to_its_own_new_ones_never_to_
     server of 16 connections shared by two tenants (a's cap by default: 16 / 2 = 8). The server closes a's 12
     longest-idle ones as its newer ones come, keeps its 8 newest serving, never touches b's connection opened
     before the flood, and b's calls (on that connection and on new ones) all succeed."""
-    async for server in _start(_policy(sandbox_tmp, max_connections=16)):
+    async with _start(_policy(sandbox_tmp, max_connections=16)) as server:
         b_kept = await _Conn.open(server)
         status, headers, _ = await b_kept.exchange(_initialize(B_TOKEN))
         assert status == 200, status
@@ -201,7 +201,7 @@ async def test_a_tenant_whose_connections_are_all_busy_is_refused_with_the_key(s
     """Tenant a (``tenants.a.limits.connections: 3``) holds three event streams; its fourth connection's request
     is answered 429 with ``Retry-After``, the key named and the connection closed, while b's calls succeed; once
     one of a's streams ends, a's new connection is served."""
-    async for server in _start(_policy(sandbox_tmp, a_limits={"connections": 3})):
+    async with _start(_policy(sandbox_tmp, a_limits={"connections": 3})) as server:
         streams = [await _open_stream(server, A_TOKEN) for _ in range(3)]
         extra = await _Conn.open(server)
         status, headers, body = await extra.exchange(_initialize(A_TOKEN))
@@ -234,7 +234,7 @@ async def test_a_tenant_past_its_fair_share_gives_way_when_the_server_is_full(sa
     """The policy lets a hold every connection (``tenants.a.limits.connections: 8`` of 8); a does, all idle. A new
     connection of b finds the server full with no stalled unauthenticated one: it takes the place of a's
     longest-idle connection (a is past its fair share of 8 / 2), and b's calls are served."""
-    async for server in _start(_policy(sandbox_tmp, max_connections=8, a_limits={"connections": 8})):
+    async with _start(_policy(sandbox_tmp, max_connections=8, a_limits={"connections": 8})) as server:
         a_conns = []
         for _ in range(8):
             conn = await _Conn.open(server)

@@ -55,7 +55,7 @@ def _check(listed: dict, called: dict) -> None:
 
 
 async def test_over_http(policy: Path) -> None:
-    async for server in _start(policy):
+    async with _start(policy) as server:
         url = server.url("alpha")
         auth = ["--transport", "http", "--header", f"Authorization: Bearer {TOKEN}"]
         listed = await _inspector(policy.parent / "home", url, *auth, "--method", "tools/list")

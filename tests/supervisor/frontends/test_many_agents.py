@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -212,6 +213,7 @@ async def test_two_agents_with_a_system_toolbox_over_stdio(setup: Setup) -> None
         assert _calls(setup.trace(state), "system_system_attach_file") == [(slug, "system")] * 2
 
 
+@asynccontextmanager
 async def _http_server(setup: Setup) -> AsyncIterator[str]:
     """``serve --http`` in a namespace of its own; yields the Unix socket that reaches it."""
     process = await trio.lowlevel.open_process(
@@ -261,7 +263,7 @@ async def _http_server(setup: Setup) -> AsyncIterator[str]:
 async def test_two_agents_with_a_system_toolbox_over_http(setup: Setup) -> None:
     """One supervisor, two endpoints: ``/agents/coder/mcp`` and ``/agents/file-agent/mcp`` each reach their own
     agent's system worker; file-agent's Lua toolbox reaches its own agent's ``system_system_attach_file``."""
-    async for path in _http_server(setup):
+    async with _http_server(setup) as path:
         base = f"http://127.0.0.1:{PORT}"
         with trio.fail_after(180):
             async with httpx2.AsyncClient(

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,10 @@ class _Server:
         return [r for r in map(json.loads, lines) if r.get("event") == kind]
 
 
+@asynccontextmanager
 async def _start(policy: Path) -> AsyncIterator[_Server]:
+    """``serve --http`` of ``policy`` until the block ends (a context manager, not a bare generator: a block that
+    raises still stops the server at once, nothing is left for the garbage collector to finalise in a later test)."""
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(policy)],
         cwd=REPO,
@@ -95,7 +99,7 @@ async def _start(policy: Path) -> AsyncIterator[_Server]:
 
 @pytest.fixture
 async def server(sandbox_tmp: Path) -> AsyncIterator[_Server]:
-    async for s in _start(_policy(sandbox_tmp)):
+    async with _start(_policy(sandbox_tmp)) as s:
         yield s
 
 
@@ -133,7 +137,7 @@ async def test_list_changed_reaches_the_session_stream(sandbox_tmp: Path) -> Non
         tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"]}},
     )
     seen = Notifications()
-    async for server in _start(policy):
+    async with _start(policy) as server:
         with trio.fail_after(60):
             async with (
                 create_mcp_http_client(headers={"Authorization": f"Bearer {ACME}"}) as http,
@@ -323,7 +327,7 @@ def _token(key: ECKey, **claims: Any) -> str:
 async def test_oauth_access_tokens(sandbox_tmp: Path) -> None:
     key = _jwks(sandbox_tmp)
     policy = _policy(sandbox_tmp, oauth={"issuer": ISSUER, "jwks_file": "jwks.json", "required_scopes": ["mcp"]})
-    async for server in _start(policy):
+    async with _start(policy) as server:
         url = server.url("alpha")
         good = _token(key, aud=url, scope="mcp tools")
         status, headers, body = await _curl("-X", "POST", url, *_JSON, *_bearer(good), "-d", _INIT)
@@ -352,7 +356,7 @@ async def test_tenant_call_rate(sandbox_tmp: Path) -> None:
         frontends={"http": {"listen": "127.0.0.1:0"}},
         tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"], "limits": {"calls_per_second": 0.01}}},
     )
-    async for server in _start(policy):
+    async with _start(policy) as server:
         url = server.url("alpha")
         _, headers, _ = await _curl("-X", "POST", url, *_JSON, *_bearer(ACME), "-d", _INIT)
         call = json.dumps(

@@ -56,7 +56,7 @@ async def test_many_sessions_held_each_calling_a_tool(sandbox_tmp: Path) -> None
         },
         sessions={"max_concurrent_calls": 64},
     )
-    async for server in _start(policy):
+    async with _start(policy) as server:
         with trio.fail_after(240):
             before, peak = await _hold_sessions(server.url("alpha"), server.process.pid)
         growth = peak - before

@@ -116,7 +116,7 @@ async def test_over_stdio(sandbox_tmp: Path) -> None:
 
 @pytest.mark.root
 async def test_over_http_each_tenant_hears_only_its_own(sandbox_tmp: Path) -> None:
-    async for server in _start(_policy(sandbox_tmp)):
+    async with _start(_policy(sandbox_tmp)) as server:
         logs = {ACME: _Log(), GLOBEX: _Log()}
         with trio.fail_after(120):
             async with (
@@ -202,7 +202,7 @@ async def test_two_agents_toolboxes_of_one_name_are_told_to_their_own_tenants_on
             "globex": {"tokens": [hash_token(GLOBEX)], "agents": ["beta"]},
         },
     )
-    async for server in _start(policy):
+    async with _start(policy) as server:
         logs = {ACME: _Log(), GLOBEX: _Log()}
 
         def kill_system_worker(of_agent: str, server: Any = server) -> None:
@@ -257,7 +257,7 @@ async def test_stateless_requests_opt_in_per_request(sandbox_tmp: Path) -> None:
         frontends={"http": {"listen": "127.0.0.1:0"}},
         tenants={"acme": {"tokens": [hash_token(ACME)], "agents": ["alpha"], "limits": {"calls_per_second": 3}}},
     )
-    async for server in _start(policy):
+    async with _start(policy) as server:
         log = _Log()
 
         async def kill_sys2_once_the_call_runs(server: Any = server) -> None:

@@ -174,7 +174,7 @@ async def test_annotations_and_output_schemas_on_stdio(sandbox_tmp: Path) -> Non
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_annotations_and_output_schemas_over_http(sandbox_tmp: Path, mode: str) -> None:
-    async for server in _start(_policy(sandbox_tmp)):
+    async with _start(_policy(sandbox_tmp)) as server:
         with trio.fail_after(90):
             async with (
                 create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
@@ -336,7 +336,7 @@ async def test_resources_and_prompts_on_stdio(sandbox_tmp: Path) -> None:
 
 async def test_resources_and_prompts_over_http_are_the_agents_own(sandbox_tmp: Path) -> None:
     changes = _Changes()
-    async for server in _start(_policy(sandbox_tmp)):
+    async with _start(_policy(sandbox_tmp)) as server:
         with trio.fail_after(90):
             async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
                 async with Client(

@@ -72,7 +72,7 @@ async def _cancel_then_call(client: Client, policy: Path) -> None:
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 async def test_a_cancel_over_http_leaves_the_connection_usable(sandbox_tmp: Path, mode: str) -> None:
     policy = _policy(sandbox_tmp)
-    async for server in _start(policy):
+    async with _start(policy) as server:
         with trio.fail_after(90):
             async with (
                 create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
@@ -163,7 +163,7 @@ async def test_skill_scripts_over_each_http_revision(sandbox_tmp: Path, mode: st
         tenants={"acme": {"tokens": [hash_token(TOKEN)], "agents": ["alpha"]}},
     )
     script = "skill_pdf-tools_extract"
-    async for server in _start(policy):
+    async with _start(policy) as server:
         with trio.fail_after(90):
             async with (
                 create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,

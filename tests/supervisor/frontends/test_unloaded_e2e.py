@@ -72,7 +72,7 @@ async def test_over_stdio(sandbox_tmp: Path) -> None:
 
 
 async def test_over_http(sandbox_tmp: Path) -> None:
-    async for server in _start(_policy(sandbox_tmp)):
+    async with _start(_policy(sandbox_tmp)) as server:
         with trio.fail_after(90):
             async with (
                 create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
