@@ -12,12 +12,20 @@ The launcher calls :func:`main` with the payload of the plan once the process is
    ``limits.output_bytes`` before it is sent (``toolboxes._output_cap``);
 3. on exit closes the toolbox (which kills its child processes) and exits.
 
+SIGTERM and SIGINT end the worker at once: calls in flight are cancelled (each answered as cancelled, its script's
+tree killed), the toolbox closed, the process gone. The kernel may deliver such a signal to any thread, and Python
+runs its handler only on the main thread: the main thread therefore waits on the signal wake-up pipe
+(:func:`signal.set_wakeup_fd`), which any thread's delivery writes to, not on a lock that only a signal delivered to
+the main thread itself would interrupt (then a signal taken by a call's thread was handled only when the main thread
+next woke, the call it should have ended reported as passed meanwhile).
+
 Frames are written whole under a lock, so results from several threads never interleave. A protocol violation from
 the supervisor (it should never happen) ends the worker: the supervisor restarts it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -196,6 +204,11 @@ def main(payload: dict[str, Any]) -> None:
 
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
+    # Whichever thread the kernel gives a signal to, its C handler writes here: the main thread, waiting on this
+    # pipe (below), wakes and runs the Python handler at once. The end of serving writes here too.
+    wake_r, wake_w = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
 
     try:
         toolbox, _env = _open_toolbox(payload, channel)
@@ -289,12 +302,26 @@ def main(payload: dict[str, Any]) -> None:
         if not ctx.cancelled.is_set():  # a call cancelled while it waited in the queue was answered already
             _run_call(toolbox, channel, ctx, args, output_bytes)
 
+    def read_until_the_end() -> list[Job] | None:
+        jobs: list[Job] | None = None
+        try:
+            jobs = read()
+        finally:
+            if jobs is None:  # serving ends (EOF, shutdown, a violation, or read raised): wake the main thread
+                with contextlib.suppress(BlockingIOError):
+                    os.write(wake_w, b"\0")
+        return jobs
+
     # The thread that reads a call runs it (toolboxes/_serving.py); this thread only waits for the end, so that
-    # SIGTERM/SIGINT (delivered to the main thread) end the worker at once whatever the others are doing.
-    serving = LeaderFollowers(read, run, max_jobs=int(payload.get("max_concurrent_calls", 16)), name="call")
+    # SIGTERM/SIGINT (their handlers run on this thread, woken by the wake-up pipe) end the worker at once whatever
+    # the others are doing.
+    serving = LeaderFollowers(
+        read_until_the_end, run, max_jobs=int(payload.get("max_concurrent_calls", 16)), name="call"
+    )
     try:
         serving.start()
-        serving.stopped.wait()
+        while not serving.stopped.is_set():
+            os.read(wake_r, 512)  # a signal's byte (its handler runs as this returns) or the end of serving
     finally:
         channel.closed.set()
         with channel.calls_lock:
