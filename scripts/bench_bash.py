@@ -22,8 +22,9 @@ The ways to run ``echo.sh run hello`` are timed, interleaved round by round so t
 A peer runs only where it is installed (firejail on ``PATH``; codex and srt on ``PATH`` or under
 ``$AGENTS_SUPERVISE_PEERS/node_modules/.bin``, default ``/opt/bench-peers``, where
 ``npm install --prefix /opt/bench-peers @openai/codex @anthropic-ai/sandbox-runtime`` puts them; srt also needs
-Debian's ripgrep and socat); the table says which were missing. The peers that start a runtime of their own (codex,
-srt: hundreds of ms a command) take part in the first ``--peer-calls`` rounds only.
+Debian's ripgrep and socat; ``scripts/setup-bench`` installs all of them, pinned); the table says which were
+missing. The peers that start a runtime of their own (codex, srt: hundreds of ms a command) take part in the first
+``--peer-calls`` rounds only.
 
 Prints p50/p90/p99 per way and the ratios of the p50s (``scripts/bench`` calls :func:`measure` for issue 18's row
 6). ``--profile FILE`` also writes a cProfile of the

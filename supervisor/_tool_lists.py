@@ -66,6 +66,9 @@ class ServedTools:
         self._trace = trace
         self._changed = trio.Event()
         self._catalog_seen = ""  # the resources and prompts of every worker, when the lists were last rebuilt
+        #: each agent's tools as listed (``None``: every agent's), made at registry version ``_listed_version``
+        self._listed: dict[str | None, tuple[tuple[ToolInfo, ...], bool]] = {}
+        self._listed_version = -1
 
     async def wait_changed(self) -> None:
         """Return the next time what is served changes (names, descriptions, schemas, resources, prompts)."""
@@ -147,17 +150,35 @@ class ServedTools:
         session-scoped ones (skills' script tools) whose skill is not enabled in that session's session with the
         tool's agent (``frontends`` resolves it). ``session_id`` ``None``: every tool. ``agent``: that agent's name
         space only (``None``: every agent's, so a name two agents have is listed twice, with each
-        ``namespace``)."""
+        ``namespace``).
+
+        The :class:`ToolInfo` of a tool is made once per registry build (the same object in every listing until
+        the registry is rebuilt: a frontend may cache what it derives from a listing by the identity of its
+        entries); only the session-scoped tools are looked at per session."""
+        everything, scoped = self._base(agent)
+        if session_id is None or not scoped:
+            return list(everything)
         out = []
-        for t in self.registry.all(agent):
-            if session_id is not None and t.annotations.get("session_scoped"):
+        for info in everything:
+            if info.annotations.get("session_scoped"):
                 try:
-                    resolved = frontends.open(session_id, t.namespace, tenant=tenant)[0]
+                    resolved = frontends.open(session_id, info.namespace, tenant=tenant)[0]
                 except ValueError:
                     continue
-                if not self._session_tools.visible(resolved, t.agent, t.toolbox, t.annotations):
+                if not self._session_tools.visible(resolved, info.agent, info.toolbox, info.annotations):
                     continue
-            out.append(
+            out.append(info)
+        return out
+
+    def _base(self, agent: str | None) -> tuple[tuple[ToolInfo, ...], bool]:
+        """Every tool of ``agent``'s space (``None``: every space) as :class:`ToolInfo`, and whether any is
+        session-scoped; made once per registry build."""
+        if self._listed_version != self.registry.version:
+            self._listed.clear()
+            self._listed_version = self.registry.version
+        cached = self._listed.get(agent)
+        if cached is None:
+            infos = tuple(
                 ToolInfo(
                     t.name,
                     t.description,
@@ -170,5 +191,9 @@ class ServedTools:
                     t.output_schema,
                     t.namespace,
                 )
+                for t in self.registry.all(agent)
             )
-        return out
+            cached = (infos, any(i.annotations.get("session_scoped") for i in infos))
+            if agent is None or agent in self.registry.namespaces:  # kept for the agents served only: bounded
+                self._listed[agent] = cached
+        return cached

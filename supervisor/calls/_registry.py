@@ -132,6 +132,9 @@ class ToolRegistry:
         self.unloaded: list[dict[str, str]] = []
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
         self._owners: dict[str, list[str]] = {}  # a name -> the agents whose space holds it (agents_with)
+        #: how many times it was rebuilt: what is derived from its tools (the listings of ``ServedTools``) is
+        #: current while this number is the one it was derived at
+        self.version = 0
 
     def rebuild(self, runners: list[CallRunner], *, guests: Mapping[str, Sequence[Any]] | None = None) -> None:
         """Recompute every name from the runners' current tool lists (in load order).
@@ -165,6 +168,7 @@ class ToolRegistry:
         self._owners = owners
         self.renamed = renamed
         self.schema_errors = schema_errors
+        self.version += 1
 
     def _register(
         self,

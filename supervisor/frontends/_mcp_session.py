@@ -30,6 +30,7 @@ from supervisor._face import LOCAL_TENANT, CatalogError, ToolService, ids_from_m
 
 from ._mcp_content import result_to_mcp
 from ._mcp_logging import LEVELS, SessionLog
+from ._mcp_tool_list import tool_list
 from ._mcp_wire import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -42,6 +43,7 @@ from ._mcp_wire import (
     RESOURCE_NOT_FOUND,
     SUPPORTED_VERSIONS,
     RevisionGate,
+    spliced,
     valid_id,
 )
 from ._progress_relay import ProgressRelay, progress_token
@@ -119,12 +121,16 @@ class McpSession:
         self.log.close()
         self.sup.close_session(self.session_id, tenant=self.tenant)
 
-    async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
+    def _typed(self, result: dict[str, Any], method: str = "") -> dict[str, Any]:
+        """``result`` as this session's revision answers it (the stateless revision's result type and caching)."""
         if self.modern:
             result = {**result, "resultType": "complete"}
             if method in _CACHEABLE:
                 result.update(ttlMs=0, cacheScope="private")
-        await self._send({"jsonrpc": "2.0", "id": req_id, "result": result})
+        return result
+
+    async def _reply(self, req_id: Any, result: dict[str, Any], method: str = "") -> None:
+        await self._send({"jsonrpc": "2.0", "id": req_id, "result": self._typed(result, method)})
 
     async def _error(self, req_id: Any, code: int, message: str, data: Any = None) -> None:
         error = {"code": code, "message": message, **({"data": data} if data is not None else {})}
@@ -286,16 +292,13 @@ class McpSession:
             await self._reply(req_id, {})
             self.log.set_level(level)
         elif method == "tools/list":
-            tools = []
-            for t in self.visible_tools():
-                entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
-                if t.hints and self.version >= "2025-03-26":
-                    entry["annotations"] = t.hints
-                if t.output_schema is not None and self.version >= "2025-06-18":
-                    entry["outputSchema"] = t.output_schema
-                tools.append(entry)
-            self.listed = frozenset(t["name"] for t in tools)
-            await self._reply(req_id, {"tools": tools}, method)
+            entries, text, self.listed = tool_list(
+                self.visible_tools(), self.version >= "2025-03-26", self.version >= "2025-06-18"
+            )
+            result = self._typed({}, method)
+            result["tools"] = entries  # last: its cached JSON text is spliced in
+            message = {"jsonrpc": "2.0", "id": req_id, "result": result}
+            await self._send(spliced(message, "tools", text) if text is not None else message)
         elif method in _CATALOG_LISTS and _CATALOG_LISTS[method][1] in self.capabilities():
             kind = _CATALOG_LISTS[method][0]
             key = {"resources": "resources", "resource_templates": "resourceTemplates", "prompts": "prompts"}[kind]

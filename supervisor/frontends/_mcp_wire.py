@@ -22,10 +22,13 @@ __all__ = [
     "RESOURCE_NOT_FOUND",
     "SUPPORTED_VERSIONS",
     "UNSUPPORTED_VERSION",
+    "EncodedMessage",
     "Refusal",
     "RevisionGate",
+    "encode_json",
     "encode_message",
     "modern_envelope_problem",
+    "spliced",
     "valid_id",
 ]
 
@@ -54,12 +57,50 @@ REQUEST_CANCELLED = -32800
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+class EncodedMessage(dict[str, Any]):
+    """A message whose JSON line was made beforehand (a reply with a cached part spliced in: :func:`spliced`):
+    :func:`encode_message` hands out :attr:`line` as it is; the mapping holds the same message for whoever reads
+    it."""
+
+    __slots__ = ("line",)
+
+    line: bytes
+
+
+def encode_json(value: Any) -> bytes:
+    """Compact strict JSON of ``value`` (UTF-8), as messages are written. Raises ``ValueError``/``TypeError``
+    (NaN, a value JSON has no form for) and ``UnicodeEncodeError`` (a lone surrogate)."""
+    return _ENCODER.encode(value).encode()
+
+
+def spliced(message: dict[str, Any], key: str, text: bytes) -> dict[str, Any]:
+    """``message`` (``{"jsonrpc", "id", "result"}``, whose ``result`` has ``key`` last) as an
+    :class:`EncodedMessage` whose line carries ``text`` (``encode_json(message["result"][key])``, made once and
+    cached by the caller) instead of encoding that value again; ``message`` itself when its other parts cannot be
+    written as they are (:func:`encode_message` then handles it)."""
+    result = message["result"]
+    head = {**message, "result": {**result, key: []}}
+    try:
+        line = encode_json(head)
+    except (ValueError, TypeError, UnicodeEncodeError, RecursionError):
+        return message
+    tail = b'"' + key.encode() + b'":[]}}'
+    if not line.endswith(tail):  # the key is not last: nothing spliced
+        return message
+    out = EncodedMessage(message)
+    out.line = line[: -len(tail)] + tail[:-4] + text + b"}}\n"
+    return out
+
+
 def encode_message(message: dict[str, Any]) -> bytes:
     """One JSON line for ``message``; strict JSON even when a worker's structured value is not.
 
     A tool's ``structured`` value may hold NaN or infinities (JSON cannot spell them): it is left out and the text
-    content, which says the same, stays. Anything else that cannot be written becomes a JSON-RPC error.
+    content, which says the same, stays. Anything else that cannot be written becomes a JSON-RPC error. An
+    :class:`EncodedMessage` is its line.
     """
+    if type(message) is EncodedMessage:
+        return message.line
     try:
         return _ENCODER.encode(message).encode() + b"\n"
     except UnicodeEncodeError:  # a lone surrogate (from a client's own string): escaped, it is valid JSON

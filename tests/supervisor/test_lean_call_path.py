@@ -76,3 +76,20 @@ def test_the_errors_of_empty_arguments_are_those_of_a_full_check() -> None:
     assert cached.errors({}) == fresh._errors({}) != []
     assert ArgumentValidator({"type": "object", "properties": {"n": {"type": "integer"}}}).errors({}) == []
     assert cached.errors({"path": 3}) == fresh._errors({"path": 3}) != []
+
+
+@pytest.mark.root
+async def test_a_listing_is_made_once_per_registry_build(sandbox_tmp: Path) -> None:
+    """``ServedTools.listing`` hands out the same tool objects until the registry is rebuilt (what lets a frontend
+    encode a list once), and new ones, with what the rebuild says, after."""
+    policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])})
+    async with Supervisor.open(policy) as sup:
+        first, again = sup.list_tools(), sup.list_tools()
+        assert [t.name for t in first] == ["system_system_date"]
+        assert first is not again and all(a is b for a, b in zip(first, again, strict=True))
+        [runner] = sup.generation.runners
+        runner.failed_reason = "a crash loop, for the test"  # what a rebuild reads into the description
+        sup.running.tools.rebuild(sup.generation)
+        [after] = sup.list_tools()
+        runner.failed_reason = None
+        assert after is not first[0] and after.description.startswith("Not available now: a crash loop, for the test")
