@@ -174,34 +174,12 @@ class ToolResult:
             if chars > MAX_METADATA_CHARS:
                 raise ValueError(f"result metadata holds more than {MAX_METADATA_CHARS} characters")
             metadata.append((pair[0], pair[1]))
-        raw_attachments = data.get("attachments") or []
-        if not isinstance(raw_attachments, list) or len(raw_attachments) > MAX_ATTACHMENTS:
-            raise ValueError(f"result attachments must be a list of at most {MAX_ATTACHMENTS}")
-        attachments: list[Attachment] = []
-        for a in raw_attachments:
-            if not (
-                isinstance(a, dict)
-                and isinstance(a.get("media_type"), str)
-                and isinstance(a.get("path"), str)
-                and len(a["media_type"]) <= 255
-                and len(a["path"]) <= 4096
-            ):
-                raise ValueError("result attachments must be maps with string media_type and path")
-            sha256, size = a.get("sha256"), a.get("size")
-            if not (sha256 is None or (isinstance(sha256, str) and len(sha256) == 64)) or not (
-                size is None or (isinstance(size, int) and not isinstance(size, bool))
-            ):
-                raise ValueError("result attachment sha256 must be 64 hex digits and size an integer")
-            name, uri = a.get("name"), a.get("uri")
-            if not all(v is None or (isinstance(v, str) and len(v) <= 4096) for v in (name, uri)):
-                raise ValueError("result attachment name and uri must be strings of at most 4096 characters")
-            # The supervisor stores each attachment itself and replaces sha256 and size; a worker's claim is
-            # never used to read a file.
-            attachments.append(Attachment(a["media_type"], a["path"], sha256, size, name, uri))
-        raw_links = data.get("links") or []
-        if not isinstance(raw_links, list) or len(raw_links) > MAX_LINKS:
+        raw_attachments = data.get("attachments")
+        attachments: list[Attachment] = _attachments(raw_attachments) if raw_attachments else []
+        raw_links = data.get("links")  # (absent or empty: nothing to check, the common case)
+        if raw_links and (not isinstance(raw_links, list) or len(raw_links) > MAX_LINKS):
             raise ValueError(f"result links must be a list of at most {MAX_LINKS}")
-        links = [ResourceLink.from_wire(link) for link in raw_links]
+        links = [ResourceLink.from_wire(link) for link in raw_links] if raw_links else []
         structured = data.get("structured")
         if structured is not None:
             # NaN and infinities are allowed (a Lua script may return math.huge); frontends spell them.
@@ -224,3 +202,31 @@ class ToolResult:
             structured=structured,
             links=links,
         )
+
+
+def _attachments(raw_attachments: Any) -> list[Attachment]:
+    """A result's ``attachments`` from the wire, checked; raises ``ValueError`` saying what is wrong."""
+    attachments: list[Attachment] = []
+    if not isinstance(raw_attachments, list) or len(raw_attachments) > MAX_ATTACHMENTS:
+        raise ValueError(f"result attachments must be a list of at most {MAX_ATTACHMENTS}")
+    for a in raw_attachments:
+        if not (
+            isinstance(a, dict)
+            and isinstance(a.get("media_type"), str)
+            and isinstance(a.get("path"), str)
+            and len(a["media_type"]) <= 255
+            and len(a["path"]) <= 4096
+        ):
+            raise ValueError("result attachments must be maps with string media_type and path")
+        sha256, size = a.get("sha256"), a.get("size")
+        if not (sha256 is None or (isinstance(sha256, str) and len(sha256) == 64)) or not (
+            size is None or (isinstance(size, int) and not isinstance(size, bool))
+        ):
+            raise ValueError("result attachment sha256 must be 64 hex digits and size an integer")
+        name, uri = a.get("name"), a.get("uri")
+        if not all(v is None or (isinstance(v, str) and len(v) <= 4096) for v in (name, uri)):
+            raise ValueError("result attachment name and uri must be strings of at most 4096 characters")
+        # The supervisor stores each attachment itself and replaces sha256 and size; a worker's claim is
+        # never used to read a file.
+        attachments.append(Attachment(a["media_type"], a["path"], sha256, size, name, uri))
+    return attachments

@@ -90,6 +90,9 @@ class _Call:
 class KernelAudit:
     """The supervisor's reader of audit records, and the per-call watch that turns them into notes."""
 
+    #: the longest a call's finish waits (the barrier of a call that did not pass)
+    longest_wait_s = BARRIER_TIMEOUT_S
+
     def __init__(
         self,
         trace: TraceRecorder,

@@ -157,6 +157,9 @@ class _Baseline:
 class LimitWatch:
     """Explains the limits a call hit, reading a worker's cgroup counters only for calls that did not pass."""
 
+    #: a call's finish never waits (the counters are read at once)
+    longest_wait_s = 0.0
+
     def __init__(self, trace: TraceRecorder) -> None:
         self.trace = trace
         #: per worker (gone with it): its group's files and last reading

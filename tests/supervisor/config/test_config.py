@@ -23,7 +23,8 @@ from supervisor.config._loader import (
     parse_agent_data,
     parse_policy_data,
 )
-from supervisor.config._policy import Policy, parse_size, policy_json_schema
+from supervisor.config._policy import Policy, policy_json_schema
+from supervisor.config._policy_fields import parse_size
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "agents"
