@@ -205,3 +205,34 @@ async def test_a_reload_given_up_while_its_generation_is_prepared_leaves_the_old
         assert _made(state, "news") == {"work": True, "state": True, "ca": True}
         assert sup.runner("clock") is not runner
         await _date(sup, "news")
+
+
+async def test_sighup_to_a_service_whose_reload_is_refused_after_the_apply_leaves_nothing_of_it(
+    sandbox_tmp: Path, fresh_uid_registry: Path
+) -> None:
+    """The operator's way: a stdio ``serve``, its policy edited (``clock`` changed, ``news`` added, the trace moved
+    where no file can be made), SIGHUP. One refusal line; ``news`` has no folder and no tool, the CA file is not
+    there, ``clock``'s worker is the one that ran before (the same pid, alive) and still answers the session."""
+    from tests.supervisor._service import serve_processes
+    from tests.supervisor.test_reload import StdioClient
+
+    _policy(sandbox_tmp, {"clock": ["date"]})
+    state = sandbox_tmp / "state"
+    async with serve_processes(sandbox_tmp) as start:
+        service = await start()
+        client = StdioClient(service.process)
+        with trio.fail_after(180):
+            await client.initialize()
+            names = await client.names()
+            assert names == {"system_clock_date"}
+            [clock_pid] = service.spawns("clock")
+
+            blocked = sandbox_tmp / "a-file"
+            blocked.write_text("")
+            _policy(sandbox_tmp, {"clock": ["date", "uptime"], "news": ["date"]}, trace={"path": str(blocked / "t")})
+            line = await service.wait_line("the policy was not reloaded", service.hup())
+            assert "trace.path" in line and "Traceback" not in line, line
+            assert _made(state, "news") == {"work": False, "state": False, "ca": False}
+            assert await client.names() == names
+            assert not (await client.call("system_clock_date")).get("isError")
+            assert service.spawns("clock") == [clock_pid] and os.path.exists(f"/proc/{clock_pid}")
