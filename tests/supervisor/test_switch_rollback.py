@@ -4,8 +4,9 @@ running policy: the new toolboxes' work and state folders and the CA file go (``
 stay and serve, and the identity records stay (a number is never given twice: applying again gives the same one).
 
 Each case fails a real step that comes after the apply (a session store that is no database, a trace file that
-cannot be opened, a cancellation), checks that nothing of it is left and that the old generation still serves, then
-lets the same policy through and finds it all made (so every check can fail). Workers run with a uid each (a
+cannot be opened, a cancellation while the next generation is prepared or once a start's workers run), checks that
+nothing of it is left (workers and their cgroups included) and that the old generation still serves, then lets the
+same policy through and finds it all made (so every check can fail). Workers run with a uid each (a
 registry of the test's own), so the folders' owners and the identity records are the real ones.
 """
 
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import pytest
 import trio
 import yaml
@@ -70,6 +72,17 @@ def _recorded_uid(state: Path, box: str) -> int:
 
 def _tool_names(sup: RunningSupervisor) -> set[str]:
     return {tool.name for tool in sup.list_tools()}
+
+
+def _own_groups(pid: int) -> list[Path]:
+    """The worker's own cgroups (v1: one per controller, v2: one), as folders under ``/sys/fs/cgroup``."""
+    groups = []
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "agents-supervise" in path:
+            first = controllers.split(",")[0]
+            groups.append(Path("/sys/fs/cgroup", first, path.lstrip("/")) if first else Path("/sys/fs/cgroup", path))
+    return groups
 
 
 async def _date(sup: RunningSupervisor, box: str) -> None:
@@ -236,3 +249,38 @@ async def test_sighup_to_a_service_whose_reload_is_refused_after_the_apply_leave
             assert await client.names() == names
             assert not (await client.call("system_clock_date")).get("isError")
             assert service.spawns("clock") == [clock_pid] and os.path.exists(f"/proc/{clock_pid}")
+
+
+async def test_a_start_up_cancelled_once_its_workers_run_stops_them_and_takes_back_its_folders(
+    sandbox_tmp: Path, fresh_uid_registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancellation comes when the first generation's workers have started but the start has not finished
+    (a stand-in wraps the starts: a real cancellation cannot be aimed at that point). The workers are stopped, their
+    cgroups gone, then the folders the apply made are taken back (a worker that ran leaves them empty)."""
+    from supervisor._runners import RunnerStarts
+
+    policy = _policy(sandbox_tmp, {"clock": ["date"], "news": ["date"]})
+    state = sandbox_tmp / "state"
+    real_start = RunnerStarts.start
+    ran: dict[int, list[Path]] = {}
+
+    with trio.CancelScope() as scope:
+
+        async def start_then_cancel(self: RunnerStarts, runners: Any, compiled: Any) -> None:
+            await real_start(self, runners, compiled)
+            for runner in runners:
+                assert runner.worker is not None and runner.worker.pid is not None
+                pid = runner.worker.pid
+                ran[pid] = _own_groups(pid)
+                assert ran[pid] and all(group.is_dir() for group in ran[pid]), ran
+            scope.cancel()
+            await trio.lowlevel.checkpoint()
+
+        monkeypatch.setattr(RunnerStarts, "start", start_then_cancel)
+        async with Supervisor.open(policy):
+            raise AssertionError("the start was cancelled: never reached")
+    assert scope.cancelled_caught and len(ran) == 2
+    for pid, groups in ran.items():
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # (init reaps it)
+        assert not [group for group in groups if group.exists()]
+    assert _made(state, "clock") == _made(state, "news") == {"work": False, "state": False, "ca": False}
