@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     )
     from ._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, open_dir, reown_tree, seal_tree
     from ._dns_stub import serve_dns_stub
-    from ._egress import CONNECT_TIMEOUT_S, Terminator, limited_resolver, serve_egress
+    from ._egress import Terminator, limited_resolver, serve_egress
     from ._egress_decide import (
         OwnListeners,
         Resolution,
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         own_host_refusal,
         shown_host,
     )
+    from ._egress_upstream import CONNECT_TIMEOUT_S
     from ._file_sandbox import DEFAULT_MAX_FILE_SIZE, FileSandbox, parse_file_sandbox
     from ._fs_compile import compile_predicate
     from ._hosts import AllowedHosts, Host, HostError, HostRule, IPAddress, normalize_host, parse_cname_targets
@@ -213,7 +214,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "_dirfd": ("UnsafeTreeError", "ensure_dir", "ensure_path", "open_anchor", "open_dir", "reown_tree", "seal_tree"),
     "_dns_stub": ("serve_dns_stub",),
-    "_egress": ("CONNECT_TIMEOUT_S", "Terminator", "limited_resolver", "serve_egress"),
+    "_egress": ("Terminator", "limited_resolver", "serve_egress"),
     "_egress_decide": (
         "OwnListeners",
         "Resolution",
@@ -226,6 +227,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "own_host_refusal",
         "shown_host",
     ),
+    "_egress_upstream": ("CONNECT_TIMEOUT_S",),
     "_file_sandbox": ("DEFAULT_MAX_FILE_SIZE", "FileSandbox", "parse_file_sandbox"),
     "_fs_compile": ("compile_predicate",),
     "_hosts": ("AllowedHosts", "Host", "HostError", "HostRule", "IPAddress", "normalize_host", "parse_cname_targets"),
