@@ -20,18 +20,8 @@ if TYPE_CHECKING:
     from ._audit_session import read_session
     from ._bridge import BridgeError, BridgePorts, BridgeSockets, receive_bridge, worker_network_env
     from ._cgroup_events import CounterFiles, LimitCounters, counter_files, read_counters, rises
-    from ._cgroups import (
-        CgroupInstance,
-        CgroupLayout,
-        CgroupPlan,
-        create_cgroup,
-        enter_cgroup,
-        open_procs_files,
-        plan_cgroup,
-        read_layout,
-        remove_cgroup,
-        sweep_stale_cgroups,
-    )
+    from ._cgroup_plan import CgroupInstance, CgroupLayout, CgroupPlan, plan_cgroup, read_layout
+    from ._cgroups import create_cgroup, enter_cgroup, open_procs_files, remove_cgroup, sweep_stale_cgroups
     from ._credentials import (
         DEFAULT_PORTS,
         NAME_RE,
@@ -191,18 +181,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "_audit_session": ("read_session",),
     "_bridge": ("BridgeError", "BridgePorts", "BridgeSockets", "receive_bridge", "worker_network_env"),
     "_cgroup_events": ("CounterFiles", "LimitCounters", "counter_files", "read_counters", "rises"),
-    "_cgroups": (
-        "CgroupInstance",
-        "CgroupLayout",
-        "CgroupPlan",
-        "create_cgroup",
-        "enter_cgroup",
-        "open_procs_files",
-        "plan_cgroup",
-        "read_layout",
-        "remove_cgroup",
-        "sweep_stale_cgroups",
-    ),
+    "_cgroup_plan": ("CgroupInstance", "CgroupLayout", "CgroupPlan", "plan_cgroup", "read_layout"),
+    "_cgroups": ("create_cgroup", "enter_cgroup", "open_procs_files", "remove_cgroup", "sweep_stale_cgroups"),
     "_credentials": (
         "DEFAULT_PORTS",
         "NAME_RE",
