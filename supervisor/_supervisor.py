@@ -308,7 +308,7 @@ class Supervisor:
             )
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await portal.call(name, args, origin)
+        return (await portal.call_traced(name, args, origin))[0]  # (portal.call's own hop left out)
 
     def close_session(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> None:
         for root in self.services.calls.frontends.close(session_id, tenant=tenant):

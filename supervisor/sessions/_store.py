@@ -180,8 +180,10 @@ class SessionStore(QueuedDatabase):
     ) -> None:
         """Record one finished tool call of a session (the session is created as a root if unknown); ``args_json``:
         ``args`` already encoded as JSON (the portal's), else they are encoded here."""
-        self.ensure_session(session_id)
+        if session_id not in self._known:
+            self.ensure_session(session_id)
         args_text = args_json if args_json is not None else json.dumps(args, default=repr)
+        output = output or ""
         self._write(
             "call",
             (
@@ -189,10 +191,10 @@ class SessionStore(QueuedDatabase):
                 call_id,
                 parent_call_id,
                 tool,
-                _cut(args_text),
+                args_text if len(args_text) <= MAX_TEXT else _cut(args_text),
                 status,
                 summary,
-                _cut(output or ""),
+                output if len(output) <= MAX_TEXT else _cut(output),
                 started,
                 duration_s,
                 conversation_id,
