@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from ._egress_upstream import CONNECT_TIMEOUT_S
     from ._file_sandbox import DEFAULT_MAX_FILE_SIZE, FileSandbox, parse_file_sandbox
     from ._fs_compile import compile_predicate
-    from ._hosts import AllowedHosts, Host, HostError, HostRule, IPAddress, normalize_host, parse_cname_targets
+    from ._host_names import Host, HostError, IPAddress, normalize_host
+    from ._hosts import AllowedHosts, HostRule, parse_cname_targets
     from ._landlock import landlock_abi
     from ._libc import LIBC
     from ._mount_api import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, openat2
@@ -210,7 +211,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "_egress_upstream": ("CONNECT_TIMEOUT_S",),
     "_file_sandbox": ("DEFAULT_MAX_FILE_SIZE", "FileSandbox", "parse_file_sandbox"),
     "_fs_compile": ("compile_predicate",),
-    "_hosts": ("AllowedHosts", "Host", "HostError", "HostRule", "IPAddress", "normalize_host", "parse_cname_targets"),
+    "_host_names": ("Host", "HostError", "IPAddress", "normalize_host"),
+    "_hosts": ("AllowedHosts", "HostRule", "parse_cname_targets"),
     "_landlock": ("landlock_abi",),
     "_libc": ("LIBC",),
     "_mount_api": ("RESOLVE_BENEATH", "RESOLVE_NO_SYMLINKS", "openat2"),

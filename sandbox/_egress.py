@@ -62,10 +62,12 @@ from sandbox._egress_headers import MAX_HEAD_BYTES, Refusal, refusal_response
 from sandbox._egress_relay import tunnel
 from sandbox._egress_upstream import default_upstream_tls, dial, upstream_tls
 from sandbox._errors import exception_leaves
-from sandbox._hosts import AllowedHosts, HostError, IPAddress, split_host_port
+from sandbox._host_names import HostError, IPAddress, split_host_port
 
 if TYPE_CHECKING:
     import ssl
+
+    from sandbox._hosts import AllowedHosts
 
 __all__ = [
     "Decision",

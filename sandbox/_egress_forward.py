@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sandbox._credentials import Credential
-    from sandbox._hosts import Host
+    from sandbox._host_names import Host
 
 __all__ = ["forward"]
 

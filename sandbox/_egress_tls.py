@@ -26,7 +26,7 @@ import trio
 
 from sandbox._credentials import Credential, path_refusal
 from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES, upstream_head
-from sandbox._hosts import Host, HostError, normalize_host, split_host_port
+from sandbox._host_names import Host, HostError, normalize_host, split_host_port
 
 __all__ = ["Prefixed", "relay_terminated"]
 

@@ -17,7 +17,7 @@ from sandbox._egress_headers import Refusal
 
 if TYPE_CHECKING:
     from sandbox._egress_decide import Decision
-    from sandbox._hosts import Host
+    from sandbox._host_names import Host
 
 __all__ = ["CONNECT_TIMEOUT_S", "default_upstream_tls", "dial", "upstream_tls"]
 

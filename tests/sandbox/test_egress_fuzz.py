@@ -18,7 +18,7 @@ from sandbox import AllowedHosts, HostError, Resolution, _egress, serve_egress
 from sandbox._dns_stub import answer_query
 from sandbox._egress import _split_absolute
 from sandbox._egress_headers import Refusal
-from sandbox._hosts import split_host_port
+from sandbox._host_names import split_host_port
 
 RULES = AllowedHosts.parse(["api.example.com"])
 
