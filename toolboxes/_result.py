@@ -90,6 +90,13 @@ class ToolResult:
     attachments: list[Attachment] = field(default_factory=list)
     structured: Any = None
     links: list[ResourceLink] = field(default_factory=list)
+    #: the text parts and structured value this result was read with from a frame of how many bytes (``(data,
+    #: summary, structured, frame bytes)``; :meth:`from_wire` sets it when told the frame's size), so that
+    #: :func:`~toolboxes._output_cap.cap_output` can tell without encoding them that parts still the same objects
+    #: fit; never compared, and not copied by ``dataclasses.replace`` (which makes a new result)
+    received: tuple[str | None, str | None, Any, int] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     # -- constructors ---------------------------------------------------------------------------------------
     @classmethod
@@ -147,9 +154,10 @@ class ToolResult:
         return out
 
     @classmethod
-    def from_wire(cls, data: Any) -> ToolResult:
+    def from_wire(cls, data: Any, frame_bytes: int | None = None) -> ToolResult:
         """Validate untrusted wire data into a result; raises ``ValueError`` saying what is wrong (the first
-        problem found)."""
+        problem found). ``frame_bytes``: the size of the msgpack frame ``data`` was decoded from (kept in
+        :attr:`received`)."""
         if not isinstance(data, dict):
             raise ValueError("a result must be a map")
         get = data.get
@@ -180,7 +188,7 @@ class ToolResult:
         if not _WIRE_KEYS.issuperset(data):
             unknown = set(data) - _WIRE_KEYS
             raise ValueError(f"result has unknown keys: {', '.join(sorted(map(str, unknown)))}")
-        return cls(
+        result = cls(
             status=status,
             summary=summary,
             data=text,
@@ -191,6 +199,9 @@ class ToolResult:
             structured=structured,
             links=links,
         )
+        if frame_bytes is not None:
+            result.received = (text, summary, structured, frame_bytes)
+        return result
 
 
 #: the exact types a text field of a result may have without a closer look (a subclass of str takes the long way)
