@@ -204,14 +204,16 @@ def _metadata(raw_metadata: Any) -> list[tuple[str, str]]:
     metadata: list[tuple[str, str]] = []
     chars = 0
     for pair in raw_metadata:
-        if not (
-            isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str)
-        ):
+        # msgpack's pairs are lists of two exact strings: looked up, not asked (anything else takes the long way)
+        if not ((type(pair) is list or isinstance(pair, list | tuple)) and len(pair) == 2):
             raise ValueError("result metadata must be a list of [string, string] pairs")
-        chars += len(pair[0]) + len(pair[1])
+        key, value = pair
+        if not ((type(key) is str or isinstance(key, str)) and (type(value) is str or isinstance(value, str))):
+            raise ValueError("result metadata must be a list of [string, string] pairs")
+        chars += len(key) + len(value)
         if chars > MAX_METADATA_CHARS:
             raise ValueError(f"result metadata holds more than {MAX_METADATA_CHARS} characters")
-        metadata.append((pair[0], pair[1]))
+        metadata.append((key, value))
     return metadata
 
 

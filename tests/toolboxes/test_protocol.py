@@ -241,6 +241,8 @@ def test_a_results_text_fields_are_checked_by_name_and_subclasses_pass() -> None
     taken = ToolResult.from_wire(
         {"status": "failed", "summary": _Text("s"), "data": "d", "metadata": None, "attachments": [], "links": None}
     )
+    paired = ToolResult.from_wire({"status": "passed", "metadata": [("k", _Text("v")), ["a", "b"]]})
+    assert paired.metadata == [("k", "v"), ("a", "b")]
     assert (taken.status, taken.summary, taken.data, taken.metadata, taken.attachments, taken.links) == (
         "failed",
         "s",
@@ -252,6 +254,9 @@ def test_a_results_text_fields_are_checked_by_name_and_subclasses_pass() -> None
     for bad, why in [
         ({"status": "passed", "metadata": (("a", "b"),)}, "metadata must be a list"),
         ({"status": "passed", "metadata": [["a", 1]]}, r"\[string, string\] pairs"),
+        ({"status": "passed", "metadata": [["a", "b", "c"]]}, r"\[string, string\] pairs"),
+        ({"status": "passed", "metadata": ["ab"]}, r"\[string, string\] pairs"),
+        ({"status": "passed", "metadata": [["a", "b" * 70_000]]}, "more than 65536 characters"),
         ({"status": "passed", "links": {"uri": "x"}}, "links must be a list"),
         ({"status": "passed", "structured": {"a": b"x"}}, "structured value holds a bytes"),
         ({"status": "passed", "structured": {1: "x"}}, "map key that is a int"),
