@@ -41,8 +41,8 @@ ENVELOPE_BYTES = 16 * 1024
 #: A value decoded from ``n`` bytes of msgpack is less than this many times ``n`` bytes as compact JSON (UTF-8): a
 #: string's byte becomes at most six (``\u001f``), a one-byte ``false`` or ``null`` five with its comma, a
 #: container's header byte its two brackets, a nine-byte float at most 24 characters; text is UTF-8 in both. So a
-#: result read from a frame of at most ``allowed / 6`` bytes has no part to cut (``tests/toolboxes/test_output_cap.py``
-#: checks the bound on random values).
+#: result read from a frame of ``n`` bytes has no part larger than ``6n`` (``ToolResult.parts_within``;
+#: ``tests/toolboxes/test_output_cap.py`` checks the bound on random values).
 JSON_PER_MSGPACK_BYTE = 6
 
 
@@ -73,15 +73,15 @@ def cap_output(result: ToolResult, max_bytes: int | None) -> ToolResult:
         return result
     cuts: list[str] = []
     allowed = max_bytes + ENVELOPE_BYTES
-    received = result.received
+    within = result.parts_within
     if (
-        received is not None
-        and received[3] * JSON_PER_MSGPACK_BYTE <= allowed
-        and received[0] is result.data
-        and received[1] is result.summary
-        and received[2] is result.structured
+        within is not None
+        and within[3] <= allowed
+        and within[0] is result.data
+        and within[1] is result.summary
+        and within[2] is result.structured
     ):
-        return result  # every part, as it came in a frame this small, fits (JSON_PER_MSGPACK_BYTE says why)
+        return result  # every part is known to fit, without measuring it (ToolResult.parts_within)
     data_size = _size(result.data, allowed) if result.data is not None else 0
     summary_size = _size(result.summary, allowed) if result.summary is not None else 0
     structured_size = json_bytes(result.structured) if result.structured is not None else 0

@@ -86,7 +86,7 @@ def test_a_result_from_a_small_frame_is_not_measured_again_unless_a_part_changed
     wire = {"status": "passed", "data": "d" * 100, "structured": {"k": "v" * 100}}
     frame = msgpack.packb(wire)
     small = ToolResult.from_wire(wire, len(frame))
-    assert small.received is not None and small.received[3] == len(frame)
+    assert small.parts_within is not None and small.parts_within[3] == JSON_PER_MSGPACK_BYTE * len(frame)
     assert cap_output(small, 4096) is small
     small.data = "x" * (4096 + ENVELOPE_BYTES + 1)  # changed in place after it was read: no shortcut
     assert cap_output(small, 4096).truncated
@@ -97,7 +97,7 @@ def test_a_result_from_a_small_frame_is_not_measured_again_unless_a_part_changed
     large = ToolResult.from_wire(wire, 4096)
     assert cap_output(large, 4096) is large
     # dataclasses.replace makes a result that was not read from any frame
-    assert replace(small, data="y").received is None
+    assert replace(small, data="y").parts_within is None
 
 
 def test_the_decoder_says_each_frames_size() -> None:
@@ -107,3 +107,19 @@ def test_the_decoder_says_each_frames_size() -> None:
     for message in decoder.feed(b"".join(frames)):
         sizes.append((message["id"], decoder.last_frame_bytes))
     assert sizes == [(1, len(frames[0])), (300, len(frames[1])), (70, len(frames[2]))]
+
+
+@settings(max_examples=800, deadline=None)
+@given(_JSON_VALUES, st.none() | st.text(max_size=30))
+def test_a_json_results_parts_are_within_its_bound(value: object, summary: str | None) -> None:
+    """ToolResult.json's bound on its parts holds (the compact JSON of its value is no larger than its text), and
+    the cap answers with the bound what it answers by measuring."""
+    result = ToolResult.json(value, summary=summary)
+    assert result.parts_within is not None
+    bound = result.parts_within[3]
+    assert json_bytes(value) <= bound and len((result.data or "").encode()) <= bound
+    assert len((summary or "").encode()) <= bound
+    for limit in (1, 64, bound - ENVELOPE_BYTES, bound):
+        measured = replace(result)  # the same parts, no bound: measured
+        assert measured.parts_within is None
+        assert cap_output(result, max(1, limit)) == cap_output(measured, max(1, limit))
