@@ -20,18 +20,8 @@ if TYPE_CHECKING:
     from ._audit_session import read_session
     from ._bridge import BridgeError, BridgePorts, BridgeSockets, receive_bridge, worker_network_env
     from ._cgroup_events import CounterFiles, LimitCounters, counter_files, read_counters, rises
-    from ._cgroups import (
-        CgroupInstance,
-        CgroupLayout,
-        CgroupPlan,
-        create_cgroup,
-        enter_cgroup,
-        open_procs_files,
-        plan_cgroup,
-        read_layout,
-        remove_cgroup,
-        sweep_stale_cgroups,
-    )
+    from ._cgroup_plan import CgroupInstance, CgroupLayout, CgroupPlan, plan_cgroup, read_layout
+    from ._cgroups import create_cgroup, enter_cgroup, open_procs_files, remove_cgroup, sweep_stale_cgroups
     from ._credentials import (
         DEFAULT_PORTS,
         NAME_RE,
@@ -43,7 +33,7 @@ if TYPE_CHECKING:
     )
     from ._dirfd import UnsafeTreeError, ensure_dir, ensure_path, open_anchor, open_dir, reown_tree, seal_tree
     from ._dns_stub import serve_dns_stub
-    from ._egress import CONNECT_TIMEOUT_S, Terminator, limited_resolver, serve_egress
+    from ._egress import Terminator, limited_resolver, serve_egress
     from ._egress_decide import (
         OwnListeners,
         Resolution,
@@ -56,9 +46,11 @@ if TYPE_CHECKING:
         own_host_refusal,
         shown_host,
     )
+    from ._egress_upstream import CONNECT_TIMEOUT_S
     from ._file_sandbox import DEFAULT_MAX_FILE_SIZE, FileSandbox, parse_file_sandbox
     from ._fs_compile import compile_predicate
-    from ._hosts import AllowedHosts, Host, HostError, HostRule, IPAddress, normalize_host, parse_cname_targets
+    from ._host_names import Host, HostError, IPAddress, normalize_host
+    from ._hosts import AllowedHosts, HostRule, parse_cname_targets
     from ._landlock import landlock_abi
     from ._libc import LIBC
     from ._mount_api import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, openat2
@@ -190,18 +182,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "_audit_session": ("read_session",),
     "_bridge": ("BridgeError", "BridgePorts", "BridgeSockets", "receive_bridge", "worker_network_env"),
     "_cgroup_events": ("CounterFiles", "LimitCounters", "counter_files", "read_counters", "rises"),
-    "_cgroups": (
-        "CgroupInstance",
-        "CgroupLayout",
-        "CgroupPlan",
-        "create_cgroup",
-        "enter_cgroup",
-        "open_procs_files",
-        "plan_cgroup",
-        "read_layout",
-        "remove_cgroup",
-        "sweep_stale_cgroups",
-    ),
+    "_cgroup_plan": ("CgroupInstance", "CgroupLayout", "CgroupPlan", "plan_cgroup", "read_layout"),
+    "_cgroups": ("create_cgroup", "enter_cgroup", "open_procs_files", "remove_cgroup", "sweep_stale_cgroups"),
     "_credentials": (
         "DEFAULT_PORTS",
         "NAME_RE",
@@ -213,7 +195,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "_dirfd": ("UnsafeTreeError", "ensure_dir", "ensure_path", "open_anchor", "open_dir", "reown_tree", "seal_tree"),
     "_dns_stub": ("serve_dns_stub",),
-    "_egress": ("CONNECT_TIMEOUT_S", "Terminator", "limited_resolver", "serve_egress"),
+    "_egress": ("Terminator", "limited_resolver", "serve_egress"),
     "_egress_decide": (
         "OwnListeners",
         "Resolution",
@@ -226,9 +208,11 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "own_host_refusal",
         "shown_host",
     ),
+    "_egress_upstream": ("CONNECT_TIMEOUT_S",),
     "_file_sandbox": ("DEFAULT_MAX_FILE_SIZE", "FileSandbox", "parse_file_sandbox"),
     "_fs_compile": ("compile_predicate",),
-    "_hosts": ("AllowedHosts", "Host", "HostError", "HostRule", "IPAddress", "normalize_host", "parse_cname_targets"),
+    "_host_names": ("Host", "HostError", "IPAddress", "normalize_host"),
+    "_hosts": ("AllowedHosts", "HostRule", "parse_cname_targets"),
     "_landlock": ("landlock_abi",),
     "_libc": ("LIBC",),
     "_mount_api": ("RESOLVE_BENEATH", "RESOLVE_NO_SYMLINKS", "openat2"),

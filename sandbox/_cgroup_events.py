@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandbox._cgroups import V1, V2, CgroupInstance, CgroupLayout
+from sandbox._cgroup_plan import V1, V2, CgroupInstance, CgroupLayout
 
 if TYPE_CHECKING:
     from collections.abc import Callable

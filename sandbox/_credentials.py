@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
-from sandbox._hosts import Host, HostError, normalize_host
+from sandbox._host_names import Host, HostError, normalize_host
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

@@ -30,7 +30,8 @@ from sandbox._egress import Resolver, decide, default_resolve, local_addresses
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sandbox._hosts import AllowedHosts, IPAddress
+    from sandbox._host_names import IPAddress
+    from sandbox._hosts import AllowedHosts
 
 __all__ = ["answer_query", "serve_dns_stub"]
 

@@ -21,6 +21,11 @@ connection ends, to ``on_decision`` with toolbox, method, host, port, verdict, r
   re-framed with h11 as it streams (never buffered whole); the response is relayed as it comes and the
   connection closes when it is complete.
 
+Its parts: the decision :mod:`sandbox._egress_decide`, the upstream's connection and TLS
+:mod:`sandbox._egress_upstream`, an absolute-form request :mod:`sandbox._egress_forward` (its head:
+:mod:`sandbox._egress_headers`), a CONNECT tunnel :mod:`sandbox._egress_relay`, the TLS-terminating mode
+:mod:`sandbox._egress_tls`.
+
 What it does not do: add credentials to a CONNECT tunnel or look inside it (a tunnel's SNI may name another host
 served by the same address), limit
 bandwidth, or cache. The DNS stub (:mod:`sandbox._dns_stub`) uses :func:`decide` so it answers with the very
@@ -30,25 +35,16 @@ addresses this proxy would dial.
 from __future__ import annotations
 
 import errno
-import functools
 import ipaddress
-import socket
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import h11
 import trio
 
-from sandbox._credentials import (
-    Credential,
-    apply_credentials,
-    forwarding_header_names,
-    matching_credentials,
-    path_refusal,
-)
+from sandbox._credentials import Credential, path_refusal
 from sandbox._egress_decide import (
     Decision,
     Resolution,
@@ -59,13 +55,19 @@ from sandbox._egress_decide import (
     limited_resolver,
     local_addresses,
     no_own_ports,
-    own_host_refusal,
     shown_host,
 )
-from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES
-from sandbox._egress_relay import RELAY_CHUNK_BYTES, tunnel
+from sandbox._egress_forward import forward
+from sandbox._egress_headers import MAX_HEAD_BYTES, Refusal, refusal_response
+from sandbox._egress_relay import tunnel
+from sandbox._egress_upstream import default_upstream_tls, dial, upstream_tls
 from sandbox._errors import exception_leaves
-from sandbox._hosts import AllowedHosts, HostError, IPAddress, split_host_port
+from sandbox._host_names import HostError, IPAddress, split_host_port
+
+if TYPE_CHECKING:
+    import ssl
+
+    from sandbox._hosts import AllowedHosts
 
 __all__ = [
     "Decision",
@@ -92,27 +94,7 @@ class Terminator(Protocol):
 OnDecision = Callable[[dict[str, Any]], None]
 
 HEAD_TIMEOUT_S = 30.0
-CONNECT_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 256
-#: Headers that frame a request body; kept even when the client names them in ``Connection``.
-_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
-_REASONS = {400: b"Bad Request", 403: b"Forbidden", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
-
-
-class _Refusal(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-def _response(status: int, reason: str) -> bytes:
-    body = f"agents-supervise egress proxy: {reason}\n".encode()
-    return (
-        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
-        b"Connection: close\r\nX-Agents-Supervise-Egress: refused\r\n\r\n"
-        % (status, _REASONS.get(status, b"Error"), len(body))
-    ) + body
 
 
 def _split_absolute(target: str) -> tuple[str, str, str]:
@@ -120,7 +102,7 @@ def _split_absolute(target: str) -> tuple[str, str, str]:
     scheme, sep, rest = target.partition("://")
     scheme = scheme.lower()
     if not sep or scheme not in ("http", "https"):
-        raise _Refusal(
+        raise Refusal(
             400,
             "this is an HTTP proxy: send absolute-form requests (http://host/path or https://host/path) or "
             "CONNECT host:port",
@@ -130,16 +112,6 @@ def _split_absolute(target: str) -> tuple[str, str, str]:
     if not path.startswith("/"):
         path = "/" + path
     return scheme, authority, path
-
-
-@functools.cache
-def default_upstream_tls() -> ssl.SSLContext:
-    """The context the proxy verifies upstream servers with: the system CA store (``SSL_CERT_FILE`` and
-    ``SSL_CERT_DIR`` as OpenSSL reads them, at the first call), host names checked, TLS 1.2 at least. One
-    context for the whole process (loading the store takes milliseconds)."""
-    ctx = ssl.create_default_context()
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    return ctx
 
 
 class _Connection:
@@ -168,11 +140,11 @@ class _Connection:
                 await self._serve()
             except BaseExceptionGroup as group:  # from the relay nurseries
                 raise _single(group) from None
-        except _Refusal as exc:
+        except Refusal as exc:
             self.record["verdict"] = "failed" if exc.status in (502, 504) else "refused"
             self.record["reason"] = exc.reason
             try:
-                await self.client.send_all(_response(exc.status, exc.reason))
+                await self.client.send_all(refusal_response(exc.status, exc.reason))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -196,7 +168,7 @@ class _Connection:
                 try:
                     event = conn.next_event()
                 except h11.RemoteProtocolError as exc:
-                    raise _Refusal(400, f"malformed request head: {exc}") from None
+                    raise Refusal(400, f"malformed request head: {exc}") from None
                 if isinstance(event, h11.Request):
                     return conn, event
                 if event is h11.NEED_DATA:
@@ -207,7 +179,7 @@ class _Connection:
                 else:
                     raise _Quiet
         assert scope.cancelled_caught
-        raise _Refusal(400, f"no complete request head within {HEAD_TIMEOUT_S:.0f} s")
+        raise Refusal(400, f"no complete request head within {HEAD_TIMEOUT_S:.0f} s")
 
     async def _serve(self) -> None:
         conn, request = await self._read_head()
@@ -225,7 +197,7 @@ class _Connection:
             host, port = split_host_port(authority, default_port=default_port)
         except HostError as exc:
             self.record["host"] = authority[:255]
-            raise _Refusal(400 if not authority else 403, str(exc)) from None
+            raise Refusal(400 if not authority else 403, str(exc)) from None
         self.record["host"], self.record["port"] = shown_host(host), port
         decision = await decide(
             str(host) if not isinstance(host, ipaddress.IPv6Address) else f"[{host}]",
@@ -236,22 +208,22 @@ class _Connection:
             own_ports=self.server.own_ports,
         )
         if decision.verdict == "refused":
-            raise _Refusal(403, decision.reason)
+            raise Refusal(403, decision.reason)
         if decision.verdict == "failed":
-            raise _Refusal(502, decision.reason)
+            raise Refusal(502, decision.reason)
         if method == "CONNECT" and self.server.terminator is not None:
             await self._terminate(conn, decision, host, port)
             return
         if method != "CONNECT" and (refusal := path_refusal(self.server.credentials, scheme, host, port, path)):
-            raise _Refusal(400, refusal)
-        upstream: trio.abc.Stream = await self._dial(decision, port)
+            raise Refusal(400, refusal)
+        upstream: trio.abc.Stream = await dial(decision, port, self.record)
         try:
             if scheme == "https":
-                upstream = await self._tls(upstream, host)
+                upstream = await upstream_tls(upstream, host, self.server.upstream_tls)
             self.record["verdict"] = "allowed"
             if method == "CONNECT":
                 if not isinstance(upstream, trio.SocketStream):  # a tunnel carries the client's own TLS
-                    raise _Refusal(502, "a CONNECT tunnel cannot run over a TLS connection the proxy made")
+                    raise Refusal(502, "a CONNECT tunnel cannot run over a TLS connection the proxy made")
                 await self.client.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 leftover, _closed = conn.trailing_data
                 if leftover:
@@ -259,33 +231,21 @@ class _Connection:
                     self.record["bytes_up"] += len(leftover)
                 await tunnel(self.client, upstream, self.record)
             else:
-                await self._forward(conn, request, upstream, scheme, host, port, path)
+                await forward(
+                    self.client,
+                    conn,
+                    request,
+                    upstream,
+                    scheme=scheme,
+                    host=host,
+                    port=port,
+                    path=path,
+                    credentials=self.server.credentials,
+                    record=self.record,
+                )
         finally:
             with trio.CancelScope(shield=True):
                 await upstream.aclose()
-
-    async def _dial(self, decision: Decision, port: int) -> trio.SocketStream:
-        errors: list[str] = []
-        for ip in decision.addresses:
-            family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
-            sock = trio.socket.socket(family, socket.SOCK_STREAM)
-            try:
-                with trio.move_on_after(CONNECT_TIMEOUT_S) as scope:
-                    await sock.connect((str(ip), port))
-                if scope.cancelled_caught:
-                    raise OSError(errno.ETIMEDOUT, "connect timed out")
-                if refused := own_host_refusal(sock, ip):
-                    raise _Refusal(403, refused)
-            except OSError as exc:
-                sock.close()
-                errors.append(f"{ip}: {exc.strerror or exc}")
-                continue
-            except BaseException:
-                sock.close()
-                raise
-            self.record["address"] = str(ip)
-            return trio.SocketStream(sock)
-        raise _Refusal(502, f"cannot connect to {decision.host} port {port}: {'; '.join(errors)}")
 
     async def _terminate(self, conn: h11.Connection, decision: Decision, host: str | IPAddress, port: int) -> None:
         """TLS-terminating mode (:mod:`sandbox._egress_tls`): a leaf for the allowed host, then each request in
@@ -299,9 +259,9 @@ class _Connection:
         leftover, _closed = conn.trailing_data
 
         async def open_upstream() -> trio.abc.Stream:
-            raw = await self._dial(decision, port)
+            raw = await dial(decision, port, self.record)
             try:
-                return await self._tls(raw, host)
+                return await upstream_tls(raw, host, self.server.upstream_tls)
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await raw.aclose()
@@ -317,117 +277,12 @@ class _Connection:
             record=self.record,
         )
 
-    async def _tls(self, raw: trio.abc.Stream, host: str | IPAddress) -> trio.SSLStream[trio.abc.Stream]:
-        """TLS to the upstream over ``raw``, its certificate verified for ``host`` (name or address)."""
-        stream = trio.SSLStream(raw, self.server.upstream_tls, server_hostname=str(host), https_compatible=True)
-        try:
-            with trio.fail_after(CONNECT_TIMEOUT_S):
-                await stream.do_handshake()
-        except trio.TooSlowError:
-            raise _Refusal(502, f"no TLS handshake with {shown_host(host)} within {CONNECT_TIMEOUT_S:.0f} s") from None
-        except (trio.BrokenResourceError, ssl.SSLError) as exc:
-            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
-            why = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause)
-            raise _Refusal(
-                502,
-                f"TLS with {shown_host(host)} failed ({why}); the proxy verifies upstream "
-                "certificates against the system CA store",
-            ) from None
-        return stream
-
-    async def _forward(
-        self,
-        conn: h11.Connection,
-        request: h11.Request,
-        upstream: trio.abc.Stream,
-        scheme: str,
-        host: str | IPAddress,
-        port: int,
-        path: str,
-    ) -> None:
-        headers = [(n, v) for n, v in request.headers if n.lower() not in HOP_BY_HOP]
-        # Headers the client names in Connection are hop-by-hop too, but never the body's framing: h11 has framed
-        # the request body by it already, and the upstream request must carry the same framing.
-        named = {
-            t.strip().lower() for n, v in request.headers if n.lower() == b"connection" for t in v.split(b",")
-        } - _FRAMING
-        headers = [(n, v) for n, v in headers if n.lower() not in named]
-        if any(n.lower() == b"transfer-encoding" for n, _ in headers):
-            headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]  # RFC 9112 6.3: TE wins
-        creds = matching_credentials(self.server.credentials, scheme, host, port, path)
-        if creds:
-            if dropped := forwarding_header_names(headers):
-                self.record["dropped_headers"] = dropped
-            headers, path = apply_credentials(creds, headers, path)
-            self.record["credentials"] = [c.name for c in creds]
-        shown = shown_host(host)
-        host_header = shown if port == (443 if scheme == "https" else 80) else f"{shown}:{port}"
-        up = h11.Connection(h11.CLIENT)
-        head = up.send(
-            h11.Request(
-                method=request.method,
-                target=path.encode("ascii", "replace"),
-                headers=[(b"Host", host_header.encode()), *headers, (b"Connection", b"close")],
-            )
-        )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._response, up, upstream, nursery.cancel_scope)
-            await upstream.send_all(head or b"")
-            self.record["bytes_up"] += len(head or b"")
-            try:
-                await self._request_body(conn, up, upstream)
-            except h11.ProtocolError as exc:  # a body the upstream framing cannot carry: refuse, never crash
-                raise _Refusal(400, f"request body does not match its framing: {exc}") from None
-
-    async def _request_body(self, conn: h11.Connection, up: h11.Connection, upstream: trio.abc.Stream) -> None:
-        while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise _Refusal(400, f"malformed request body: {exc}") from None
-            if event is h11.NEED_DATA:
-                data = await self.client.receive_some(RELAY_CHUNK_BYTES)
-                if not data:
-                    return
-                conn.receive_data(data)
-                continue
-            if isinstance(event, h11.Data | h11.EndOfMessage):
-                out = up.send(event)
-                if out:
-                    await upstream.send_all(out)
-                    self.record["bytes_up"] += len(out)
-                if isinstance(event, h11.EndOfMessage):
-                    return
-            else:
-                return
-
-    async def _response(self, up: h11.Connection, upstream: trio.abc.Stream, scope: trio.CancelScope) -> None:
-        """Relay the response as it arrives; stop when h11 sees it complete (or the server closes)."""
-        parsing = True
-        try:
-            while True:
-                data = await upstream.receive_some(RELAY_CHUNK_BYTES)
-                if not data:
-                    break
-                await self.client.send_all(data)
-                self.record["bytes_down"] += len(data)
-                if parsing:
-                    try:
-                        up.receive_data(bytes(data))
-                        while (event := up.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
-                            if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                                return
-                    except h11.ProtocolError:
-                        parsing = False
-        finally:
-            scope.cancel()
-
 
 class _Quiet(Exception):
     """The client closed before sending a request: nothing to decide or report."""
 
 
-_EXPECTED = (_Refusal, _Quiet, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_EXPECTED = (Refusal, _Quiet, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:
@@ -435,7 +290,7 @@ def _single(group: BaseExceptionGroup) -> BaseException:
     leaves = exception_leaves(group)
     if not all(isinstance(e, _EXPECTED) for e in leaves):
         return group
-    refusals = [e for e in leaves if isinstance(e, _Refusal)]
+    refusals = [e for e in leaves if isinstance(e, Refusal)]
     return refusals[0] if refusals else leaves[0]
 
 

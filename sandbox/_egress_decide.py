@@ -12,14 +12,17 @@ import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import trio
 
 from sandbox._addresses import address_verdict
-from sandbox._hosts import AllowedHosts, HostError, HostRule, IPAddress, normalize_host
+from sandbox._host_names import HostError, IPAddress, normalize_host
 from sandbox._metadata import metadata_name
+
+if TYPE_CHECKING:
+    from sandbox._hosts import AllowedHosts, HostRule
 
 __all__ = [
     "Decision",

@@ -24,15 +24,9 @@ from typing import Any
 import h11
 import trio
 
-from sandbox._credentials import (
-    Credential,
-    apply_credentials,
-    forwarding_header_names,
-    matching_credentials,
-    path_refusal,
-)
-from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES
-from sandbox._hosts import Host, HostError, normalize_host, split_host_port
+from sandbox._credentials import Credential, path_refusal
+from sandbox._egress_headers import HOP_BY_HOP, MAX_HEAD_BYTES, upstream_head
+from sandbox._host_names import Host, HostError, normalize_host, split_host_port
 
 __all__ = ["Prefixed", "relay_terminated"]
 
@@ -180,24 +174,17 @@ class _Tunnel:
                 raise _End from None
 
     async def _forward(self, request: h11.Request, path: str) -> None:
-        named = {t.strip().lower() for n, v in request.headers if n == b"connection" for t in v.split(b",")}
-        headers = [
-            (n, v)
-            for n, v in request.headers
-            if n not in _HOP and n not in (named - {b"content-length", b"transfer-encoding"})
-        ]
-        if any(n == b"transfer-encoding" for n, _ in headers):
-            headers = [(n, v) for n, v in headers if n != b"content-length"]
-        creds = matching_credentials(self.credentials, "https", self.host, self.port, path)
-        if creds:
-            if dropped := forwarding_header_names(headers):
-                dropped_names = self.record.setdefault("dropped_headers", [])
-                dropped_names += [n for n in dropped if n not in dropped_names]
-            headers, path = apply_credentials(creds, headers, path)
-            used = self.record.setdefault("credentials", [])
-            used += [c.name for c in creds if c.name not in used]
-        shown = self.record["host"]
-        host_header = shown if self.port == 443 else f"{shown}:{self.port}"
+        headers, path = upstream_head(
+            request.headers,
+            scheme="https",
+            host=self.host,
+            port=self.port,
+            path=path,
+            shown=self.record["host"],
+            credentials=self.credentials,
+            record=self.record,
+            drop=_HOP,
+        )
         try:
             upstream = await self.open_upstream()
         except Exception as exc:  # the upstream's refusal or failure, with the proxy's reason
@@ -205,13 +192,7 @@ class _Tunnel:
         try:
             up = h11.Connection(h11.CLIENT)
             await upstream.send_all(
-                up.send(
-                    h11.Request(
-                        method=request.method,
-                        target=path.encode("ascii", "replace"),
-                        headers=[(b"Host", host_header.encode()), *headers, (b"Connection", b"close")],
-                    )
-                )
+                up.send(h11.Request(method=request.method, target=path.encode("ascii", "replace"), headers=headers))
                 or b""
             )
             if self.conn.they_are_waiting_for_100_continue:

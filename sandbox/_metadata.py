@@ -1,10 +1,10 @@
 """Cloud metadata and cloud-internal service endpoints: addresses and names the egress proxy never dials.
 
-These are checked *first*, before any address class or policy (:func:`sandbox._hosts.address_verdict`), so
+These are checked *first*, before any address class or policy (:func:`sandbox._addresses.address_verdict`), so
 no ``private_networks`` range, IP-literal entry or wildcard opens them: a worker that could reach one could read
 the host's cloud credentials (AWS IMDS role keys, GCP service-account tokens, Azure managed identities) or
 talk to the cloud's host agent. An IPv6 form that carries one of the IPv4 addresses (IPv4-mapped, -compatible,
-NAT64, 6to4, Teredo: :func:`sandbox._hosts.embedded_ipv4`) is refused the same way.
+NAT64, 6to4, Teredo: :func:`sandbox._addresses.embedded_ipv4`) is refused the same way.
 
 Each entry names its source (the provider's documentation of the endpoint). Several are link-local or reserved
 and would be refused by their class anyway; they are listed so that the refusal says what they are, and so

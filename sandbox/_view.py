@@ -20,6 +20,9 @@
    the host outside the binds exists for the worker, and its mountinfo lists only the view's mounts;
 5. the root tmpfs is made read-only.
 
+The worker's own inodes (step 2's overlays) are :mod:`sandbox._view_overlays`, its ``/proc`` (step 3)
+:mod:`sandbox._view_proc`.
+
 Needs Linux 6.15 (overlayfs layers given as ``O_PATH`` fds; the rest needs 5.12) and ``CAP_SYS_ADMIN`` over the
 mount namespace. A launcher that is not root (its own user namespace, where the host's mounts are locked) cannot
 overlay a folder with a mount beneath it: the plan (``ViewPlan.locked``) binds such entries plainly, and the
@@ -45,20 +48,18 @@ from sandbox._mount_api import (
     ATTR_RDONLY,
     RESOLVE_NO_SYMLINKS,
     attach,
-    attach_at,
     clone_tree,
     fail,
     move_to_path,
-    new_fs,
     open_beneath,
     openat2,
-    overlay,
     set_attrs,
     syscall,
     tmpfs,
 )
-from sandbox._procfs import MASKED_DIRS, MASKED_FILES
+from sandbox._view_overlays import OwnInodes, own_null, prepare_private
 from sandbox._view_plan import PathInfo, ViewOp, ViewPlan
+from sandbox._view_proc import mount_proc
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -149,63 +150,6 @@ def _open_sources(plan: ViewPlan) -> dict[str, int]:
     return sources
 
 
-class _OwnInodes:
-    """The read-only overlays that give this worker inodes of its own, one per host folder, made on first use."""
-
-    def __init__(self) -> None:
-        # The fsmount fd itself: it keeps the detached mount in its anonymous namespace, which overlayfs requires
-        # of a detached layer (an fd of its root alone would not).
-        self.empty = tmpfs(4096, 0o555, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, "the overlays' top layer")
-        self.overlays: dict[tuple[str, bool], int] = {}
-
-    def close(self) -> None:
-        for fd in (self.empty, *self.overlays.values()):
-            os.close(fd)
-
-    def folder(self, path: str, source: int, *, devices: bool) -> int:
-        """The overlay of the host folder ``path`` (opened as ``source``), detached; ``devices`` lets device nodes
-        in it work (``noexec`` instead of ``nodev``)."""
-        key = (path, devices)
-        if key not in self.overlays:
-            attrs = ATTR_NOSUID | (ATTR_NOEXEC if devices else ATTR_NODEV)
-            try:
-                self.overlays[key] = overlay(source, self.empty, attrs, path)
-            except ConfinementError as exc:
-                raise ConfinementError(
-                    f"{exc}; a private view shows system paths through read-only overlays of the worker's own "
-                    "(so locks on them are not shared), which needs overlayfs with layers given as O_PATH fds "
-                    "(Linux 6.15) and no locked mount beneath the folder (a user namespace locks the host's). Use "
-                    "a newer kernel, run as root, or private_view: false",
-                    step=_STEP,
-                    errno=exc.errno,
-                ) from exc
-        return self.overlays[key]
-
-    def entry(self, path: str, source: int, *, device: bool) -> int:
-        """A detached mount of the file or device ``path`` alone, cloned out of the overlay of its folder, and
-        checked to be what ``source`` (the host's, opened before) is."""
-        parent_path = os.path.dirname(path)
-        try:
-            parent = openat2(-100, parent_path, RESOLVE_NO_SYMLINKS, os.O_PATH | os.O_DIRECTORY)
-        except OSError as exc:
-            raise fail(f"cannot open {parent_path}", exc.errno or errno.EINVAL) from exc
-        try:
-            folder = self.folder(parent_path, parent, devices=device)
-        finally:
-            os.close(parent)
-        clone = clone_tree(folder, path, os.path.basename(path))
-        have, want = os.fstat(clone), os.fstat(source)
-        if (stat.S_IFMT(have.st_mode), have.st_rdev, have.st_size, have.st_mtime_ns) != (
-            stat.S_IFMT(want.st_mode),
-            want.st_rdev,
-            want.st_size,
-            want.st_mtime_ns,
-        ):
-            os.close(clone)
-            raise ConfinementError(f"{path} changed while the view was built", step=_STEP)
-        return clone
-
-
 def _write_file(root: int, op: ViewOp) -> None:
     parent = _target(root, os.path.dirname(op.path))
     try:
@@ -248,26 +192,6 @@ def _overlay_file(root: int, op: ViewOp) -> None:
         os.unlink(staged.path.lstrip("/"), dir_fd=root)
 
 
-def _prepare_private(plan: ViewPlan, sources: dict[str, int], own: _OwnInodes) -> dict[str, int]:
-    """The detached mounts of every ``private`` bind, made from ``sources`` before the view's root is mounted over
-    the staging folder (the folders of file sources are opened by path here, while the host's tree is in place)."""
-    prepared: dict[str, int] = {}
-    try:
-        for op in plan.ops:
-            if op.op != "bind" or not op.private or op.source not in sources or op.source in prepared:
-                continue
-            source = sources[op.source]
-            if op.kind == "dir":  # read-only, nosuid, nodev already
-                prepared[op.source] = clone_tree(own.folder(op.source, source, devices=False), op.source)
-            else:
-                prepared[op.source] = own.entry(op.source, source, device=op.kind == "device")
-    except BaseException:
-        for fd in prepared.values():
-            os.close(fd)
-        raise
-    return prepared
-
-
 def _bind(root: int, op: ViewOp, source: int, prepared: dict[str, int]) -> None:
     device = op.kind == "device"
     if op.private:
@@ -280,53 +204,6 @@ def _bind(root: int, op: ViewOp, source: int, prepared: dict[str, int]) -> None:
         attach(clone, root, op.path)
     finally:
         os.close(clone)
-
-
-def _mount_proc(root: int, null: int) -> None:
-    """The worker's procfs on ``/proc``, host-wide files masked (the worker's own ``/dev/null`` over files, clones of
-    one empty read-only tmpfs over dirs)."""
-    proc = new_fs("proc", (), ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, "/proc")
-    try:
-        attach(proc, root, "/proc")
-    finally:
-        os.close(proc)
-    for name in MASKED_FILES:
-        path = f"/proc/{name}"
-        try:
-            target = open_beneath(root, path)
-        except OSError:
-            continue  # this kernel has no such file
-        try:
-            clone = clone_tree(null, "/dev/null")
-            try:
-                attach_at(clone, target, path)
-            finally:
-                os.close(clone)
-        finally:
-            os.close(target)
-    empty = -1  # one empty read-only tmpfs, a clone of it on each folder: nothing can be written to share
-    try:
-        for name in MASKED_DIRS:
-            path = f"/proc/{name}"
-            try:
-                target = open_beneath(root, path)
-            except OSError:
-                continue
-            try:
-                if not stat.S_ISDIR(os.fstat(target).st_mode):
-                    continue
-                if empty < 0:
-                    empty = tmpfs(4096, 0o555, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, "/proc masks")
-                clone = clone_tree(empty, path)
-                try:
-                    attach_at(clone, target, path)
-                finally:
-                    os.close(clone)
-            finally:
-                os.close(target)
-    finally:
-        if empty >= 0:
-            os.close(empty)
 
 
 def _staging_dir() -> str:
@@ -348,34 +225,16 @@ def _pivot(root: int) -> None:
     os.chdir("/")
 
 
-def _own_null(own: _OwnInodes, *, locked: bool) -> int:
-    """A detached mount of the worker's own ``/dev/null`` (cloned out of its overlay of ``/dev``); ``locked`` (a
-    launcher that is not root, whose user namespace cannot overlay ``/dev``: its mounts beneath are locked): a
-    read-only clone of the host's device node itself."""
-    try:
-        host = openat2(-100, "/dev/null", RESOLVE_NO_SYMLINKS)
-    except OSError as exc:
-        raise fail("cannot open /dev/null", exc.errno or errno.EINVAL) from exc
-    try:
-        if not locked:
-            return own.entry("/dev/null", host, device=True)
-        clone = clone_tree(host, "/dev/null")
-        set_attrs(clone, ATTR_RDONLY | ATTR_NOSUID | ATTR_NOEXEC, "/dev/null")
-        return clone
-    finally:
-        os.close(host)
-
-
 def apply_view(plan: ViewPlan) -> None:
     """Make ``plan`` this process's root (see the module docstring). The mount namespace must be private already."""
     sources = _open_sources(plan)
-    own: _OwnInodes | None = None
+    own: OwnInodes | None = None
     prepared: dict[str, int] = {}
     null = -1
     try:
-        own = _OwnInodes()
-        null = _own_null(own, locked=plan.locked)
-        prepared = _prepare_private(plan, sources, own)
+        own = OwnInodes()
+        null = own_null(own, locked=plan.locked)
+        prepared = prepare_private(plan, sources, own)
         base = tmpfs(1 << 20, 0o755, ATTR_NOSUID | ATTR_NODEV, "the root")
         try:
             move_to_path(base, _staging_dir(), "the root tmpfs")
@@ -432,7 +291,7 @@ def _apply_op(root: int, op: ViewOp, sources: dict[str, int], null: int, prepare
         finally:
             os.close(fs)
     elif op.op == "proc":
-        _mount_proc(root, null)
+        mount_proc(root, null)
     elif op.op == "bind" and op.source in sources:
         _bind(root, op, sources[op.source], prepared)
 

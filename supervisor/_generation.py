@@ -5,8 +5,9 @@ agent tree, one runner per toolbox (policy order), this policy's portal (its cal
 long-lived call services) and sub-agent loops, the fingerprint of each toolbox's spec and the load errors known
 when it was made. The supervisor holds exactly one, replaced whole by one assignment: start-up is the switch from
 no generation to the first, a reload (``SIGHUP``) the switch from the running one to the next
-(:mod:`supervisor._switch`). Nothing in it is rewritten afterwards; what a running toolbox learns later (its
-worker failed to start, its tool list could not be registered) is its runner's state (``load_failure``).
+(:meth:`supervisor._running.RunningPolicy.switch`). Nothing in it is rewritten afterwards; what a running toolbox
+learns later (its worker failed to start, its tool list could not be registered) is its runner's state
+(``load_failure``).
 
 :func:`plan_switch` compares two generations' toolboxes, each identified by (agent, toolbox) and judged by its
 whole compiled spec (rules, limits, env, uid, hosts, credentials, its agent file's settings of it): a toolbox whose
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from supervisor.plan import CompiledPolicy
     from supervisor.workers import WorkerSpec
 
-__all__ = ["Generation", "Key", "SwitchPlan", "plan_switch", "spec_fingerprint"]
+__all__ = ["Generation", "Key", "SwitchPlan", "UpcomingGeneration", "plan_switch", "spec_fingerprint"]
 
 #: ``(agent, toolbox)``: what identifies a toolbox (two agents may each have one of a name)
 Key = tuple[str, str]
@@ -126,3 +127,13 @@ class Generation:
         out += [dict(e) for e in self.source_errors]
         out += [dict(e) for e in self.tree.load_errors]
         return out
+
+
+@dataclass(frozen=True)
+class UpcomingGeneration:
+    """A generation made but not running yet, and the :class:`SwitchPlan` from the running one to it
+    (``RunningPolicy.prepare`` makes it, ``RunningPolicy.commit`` makes it the running one). Until then nothing of
+    it serves and no worker of it runs: dropping it gives nothing back but what applying its policy made."""
+
+    generation: Generation
+    plan: SwitchPlan

@@ -10,12 +10,17 @@ A reload goes in two steps, so that nothing is ever half-applied:
    tenants, tokens, OAuth key set, TLS files, a new listener) prepares its part. Any failure (a syntax error, a
    refused setting, a key set that cannot be fetched, an address that cannot be bound) gives back what was prepared
    (:meth:`PreparedChange.abort`) and refuses the reload: the old policy keeps serving, whole, and the outcome says
-   why. (Compiling makes the work and state folders of new toolboxes, as at start; nothing else is left behind by
-   a refused reload.)
+   why. Last, the next generation is made (:meth:`~supervisor._running.RunningPolicy.prepare`: the new toolboxes'
+   git sources cloned, their runners made, the running generation untouched). Whatever ends the reload before its
+   switch (a refusal, a bug, a cancellation) also takes back what compiling applied
+   (:meth:`~supervisor.plan.AppliedPlan.rollback`: the new toolboxes' work and state folders, the CA file when it
+   was written for this policy; the identity records of new toolboxes stay, so that a number is never given
+   twice). Nothing else is left behind by a reload that did not happen but the git clones, which are kept anyway.
 2. **Switch.** Every prepared part is committed (plain assignments and closes, none of which can fail half way),
    then the running policy switches to the new generation by the one path start-up takes too
-   (:meth:`~supervisor._running.RunningPolicy.switch`: toolboxes kept, restarted, stopped, started as
+   (:meth:`~supervisor._running.RunningPolicy.commit`: toolboxes kept, restarted, stopped, started as
    :func:`~supervisor._generation.plan_switch` says; the tool lists rebuilt, sessions told when theirs changed).
+   What the apply made is the running policy's from then on (:meth:`~supervisor.plan.AppliedPlan.keep`).
 
 Either way one ``policy_reload`` trace record says what happened (``status`` ``applied`` or ``refused``) and the
 caller prints :meth:`ReloadOutcome.describe` as one line. Settings a running supervisor cannot change in place are
@@ -40,8 +45,9 @@ from ._services import PreparedChange, ReloadRefused
 
 if TYPE_CHECKING:
     from supervisor.config import AgentTree, Policy
-    from supervisor.plan import CompiledPolicy
+    from supervisor.plan import AppliedPlan, CompiledPolicy
 
+    from ._generation import UpcomingGeneration
     from ._running import RunningPolicy
     from ._services import PolicySource, Services
 
@@ -102,9 +108,10 @@ class ReloadOutcome:
         return line
 
 
-async def _load(source: PolicySource, running_state_dir: str) -> tuple[AgentTree, CompiledPolicy]:
+async def _load(source: PolicySource, running_state_dir: str) -> tuple[AgentTree, AppliedPlan]:
     """Load the policy again (off the trio thread), check its ``state_dir``, compile it as at start-up in the
-    state directory in use."""
+    state directory in use (planned and applied: the caller takes the apply back when the reload does not
+    happen)."""
 
     def load() -> AgentTree:
         config = load_config(source.policy_file, list(source.agents))
@@ -170,21 +177,26 @@ def _otel_change(services: Services, running: Policy, compiled: CompiledPolicy) 
     return PreparedChange(commit, abort)
 
 
-async def _prepare(services: Services, running: Policy, compiled: CompiledPolicy) -> list[PreparedChange]:
-    """Every part of the reload made ready, or none: on a failure what was prepared is given back."""
+async def _prepare(
+    services: Services, running: RunningPolicy, tree: AgentTree, compiled: CompiledPolicy
+) -> tuple[list[PreparedChange], UpcomingGeneration]:
+    """Every part of the reload made ready, the next generation last (its git clones are the slow part: a reload
+    refused for a cheaper reason does not wait for them), or none: on a failure what was prepared is given back."""
+    assert running.generation is not None
     changes: list[PreparedChange] = []
     try:
         for participant in list(services.reload_participants):  # first: what they bind or fetch leaves nothing
             changes.append(await participant.prepare_reload(compiled.config))
-        otel = _otel_change(services, running, compiled)
+        otel = _otel_change(services, running.generation.policy, compiled)
         if otel is not None:
             changes.append(otel)
-        changes.append(_trace_change(services.trace, compiled))  # last: the only part that makes a file
+        changes.append(_trace_change(services.trace, compiled))  # the only part that makes a file
+        upcoming = await running.prepare(tree, compiled)
     except BaseException:
         for change in reversed(changes):
             change.abort()
         raise
-    return changes
+    return changes, upcoming
 
 
 def _setting(policy: Any, dotted: str) -> Any:
@@ -204,10 +216,15 @@ async def reload_policy(services: Services, running: RunningPolicy) -> ReloadOut
     generation = running.generation
     if generation is None:
         return ReloadOutcome(refused="this supervisor is not running (it was not opened with open())")
+    applied: AppliedPlan | None = None
     try:
-        tree, compiled = await _load(services.source, generation.compiled.state_dir)
-        changes = await _prepare(services, generation.policy, compiled)
-    except Exception as exc:  # ConfigError, PolicyRefused, ReloadRefused, OSError, a bug: the running policy stays
+        tree, applied = await _load(services.source, generation.compiled.state_dir)
+        changes, upcoming = await _prepare(services, running, tree, applied.compiled)
+    except BaseException as exc:  # ConfigError, PolicyRefused, ReloadRefused, OSError, a bug: the running policy stays
+        if applied is not None:
+            applied.rollback()  # what compiling made for this reload (its identity records stay)
+        if not isinstance(exc, Exception):  # a cancellation: taken back, and it goes on
+            raise
         leaf = first_leaf(exc)
         reason = str(leaf) if isinstance(leaf, ReloadRefused) else f"{type(leaf).__name__}: {leaf}"
         outcome = ReloadOutcome(refused=reason[:4000])
@@ -215,6 +232,7 @@ async def reload_policy(services: Services, running: RunningPolicy) -> ReloadOut
             "policy_reload", status="refused", policy=services.source.policy_file, reason=outcome.refused
         )
         return outcome
+    compiled = applied.compiled
     policy = compiled.config.policy
     outcome = ReloadOutcome(
         warnings=list(compiled.warnings),
@@ -222,7 +240,9 @@ async def reload_policy(services: Services, running: RunningPolicy) -> ReloadOut
     )
     for change in changes:  # the switch: nothing here can fail half way
         outcome.applied += change.commit()
-    outcome.plan = plan = await running.switch(tree, compiled)
+    await running.commit(upcoming)
+    applied.keep()
+    outcome.plan = plan = upcoming.plan
     if policy.sessions.keep_days != generation.policy.sessions.keep_days:  # the other sessions settings: per call
         services.upkeep.prune_sessions(policy.sessions.keep_days)
         keep_days = policy.sessions.keep_days

@@ -5,16 +5,23 @@ compiled policy to the next generation, taken at start-up (from none) and at eve
 
 1. **plan** (pure, :func:`~supervisor._generation.plan_switch`): which toolboxes are kept, restarted, stopped,
    started;
-2. **prepare**: the toolboxes that go answer their calls at once (never held) and are stopped; the git skill
-   sources of the new ones are cloned (a failed one is a load error); their runners, the portal of the new policy
-   (its call rules over the supervisor's call services) and its sub-agent loops are made: nothing serves them yet;
-3. **commit**: one assignment makes the new generation the running one (the services' settings of it follow:
-   the audit reader's system paths, the sessions' auto-enabled skills, its load errors traced); then the new
-   runners start (at once, or as calls need them: ``start="on_demand"``) and the tool registry is rebuilt
-   (sessions whose list changed are told).
+2. **prepare** (:meth:`RunningPolicy.prepare`): the git skill sources of the new toolboxes are cloned (a failed one
+   is a load error; a clone is kept either way, ``plan/_skill_clones.py``); their runners, the portal of the new
+   policy (its call rules over the supervisor's call services) and its sub-agent loops are made. Nothing serves
+   them yet and the running generation is not touched: a step that raises here (a bug, a cancellation, a later
+   part of a reload refused) leaves the running policy serving, whole;
+3. **commit** (:meth:`RunningPolicy.commit`): the toolboxes that go answer their calls at once (never held) and are
+   stopped; one assignment makes the new generation the running one (the services' settings of it follow: the
+   audit reader's system paths, the sessions' auto-enabled skills, its load errors traced); then the new runners
+   start (at once, or as calls need them: ``start="on_demand"``) and the tool registry is rebuilt (sessions whose
+   list changed are told).
 
-:func:`agent_tree` and :func:`compile_generation` (the compile off the trio thread) are shared the same way. What a
-reload changes besides (the trace file, the OTel export, the HTTP frontend) is :mod:`supervisor._reload`'s.
+:func:`agent_tree` and :func:`compile_generation` (plan and apply off the trio thread) are shared the same way. The
+:class:`~supervisor.plan.AppliedPlan` the compile returns is its caller's: a start-up that does not finish, a
+reload given up before its commit, takes back what that apply made (:meth:`~supervisor.plan.AppliedPlan.rollback`:
+the new toolboxes' folders, the CA file) and nothing else; once committed, what it made is the running policy's
+(docs/DECISIONS.md, "A failed start or reload takes back its apply"). What a reload changes besides (the trace
+file, the OTel export, the HTTP frontend) is :mod:`supervisor._reload`'s.
 """
 
 from __future__ import annotations
@@ -28,9 +35,16 @@ import trio
 from supervisor.agents import AgentService
 from supervisor.calls import CallPolicy, Portal, could_serve
 from supervisor.config import expand_agents
-from supervisor.plan import bound_elsewhere, compile_policy, kind_plan, prepare_git_sources, run_credential_commands
+from supervisor.plan import (
+    bound_elsewhere,
+    kind_plan,
+    plan_and_apply,
+    prepare_git_sources,
+    run_credential_commands,
+    stage_code,
+)
 
-from ._generation import Generation, Key, SwitchPlan, plan_switch, spec_fingerprint
+from ._generation import Generation, Key, SwitchPlan, UpcomingGeneration, plan_switch, spec_fingerprint
 from ._runners import RunnerStarts
 from ._tool_lists import ServedTools
 from ._worker_messages import answer_worker_request, record_worker_event
@@ -38,7 +52,7 @@ from ._worker_messages import answer_worker_request, record_worker_event
 if TYPE_CHECKING:
     from supervisor.calls import CallRunner, CallWorker
     from supervisor.config import AgentTree, LoadedConfig
-    from supervisor.plan import CompiledPolicy, StagedCode
+    from supervisor.plan import AppliedPlan, CompiledPolicy, StagedCode
 
     from ._services import Services
 
@@ -54,19 +68,21 @@ def agent_tree(config: LoadedConfig, state_dir: str | None) -> AgentTree:
 
 async def compile_generation(
     tree: AgentTree, *, state_dir: str | None, staged: StagedCode | None = None
-) -> CompiledPolicy:
+) -> AppliedPlan:
     """Compile ``tree``'s policy in ``state_dir`` (``None``: the policy's): its credential commands run (on the trio
-    loop, which serves meanwhile), then the compile off the trio thread (files, the identity table, folders).
-    ``staged``: the worker code :func:`~supervisor.plan.stage_code` staged already (start-up).
+    loop, which serves meanwhile), then, off the trio thread, the worker code staged (unless ``staged``: what
+    :func:`~supervisor.plan.stage_code` staged already, at start-up) and the policy planned and applied
+    (:func:`~supervisor.plan.plan_and_apply`: the identity table, the CA file, the workers' folders). The caller
+    keeps the result's :meth:`~supervisor.plan.AppliedPlan.rollback` for a start or reload that fails later.
 
-    Raises ``ConfigError`` or ``PolicyRefused`` as :func:`~supervisor.plan.compile_policy` does.
+    Raises ``ConfigError`` or ``PolicyRefused`` as :func:`~supervisor.plan.plan_and_apply` does (having made
+    nothing it keeps: a failed apply takes back what it made).
     """
     commands = await run_credential_commands(tree.config.policy.credentials)
 
-    def compile_it() -> CompiledPolicy:
-        return compile_policy(
-            tree.config, python=sys.executable, state_dir=state_dir, staged=staged, command_values=commands
-        )
+    def compile_it() -> AppliedPlan:
+        code = staged if staged is not None else stage_code(tree.config, state_dir=state_dir)
+        return plan_and_apply(tree.config, python=sys.executable, staged=code, command_values=commands)
 
     return await trio.to_thread.run_sync(compile_it)
 
@@ -97,27 +113,23 @@ class RunningPolicy:
 
     # -- the one way from a policy to the next ---------------------------------------------------------------------
     async def switch(self, tree: AgentTree, compiled: CompiledPolicy) -> SwitchPlan:
-        """Make ``compiled`` (with its agent ``tree``) the running generation (see the module docstring); return
-        what was done with each toolbox. Never raises for a toolbox that cannot load: it is a load error."""
+        """Make ``compiled`` (with its agent ``tree``) the running generation: :meth:`prepare`, then :meth:`commit`
+        (see the module docstring); return what was done with each toolbox. Never raises for a toolbox that cannot
+        load: it is a load error."""
+        upcoming = await self.prepare(tree, compiled)
+        await self.commit(upcoming)
+        return upcoming.plan
+
+    async def prepare(self, tree: AgentTree, compiled: CompiledPolicy) -> UpcomingGeneration:
+        """Steps 1 and 2 of :meth:`switch`: the plan, and the next generation made. The running generation is not
+        touched (its runners serve on, its settings stay): a caller that gives up now (a refused reload, a
+        cancellation) leaves it as it was, and only needs to roll back what applying ``compiled`` made."""
         services, running = self._services, self.generation
         specs = {(s.agent, s.toolbox): s for s in compiled.specs}
         fingerprints = {key: spec_fingerprint(spec) for key, spec in specs.items()}
         plan = plan_switch(
             running.fingerprints if running else {}, running.failed() if running else set(), fingerprints
         )
-        for error in [*tree.load_errors, *compiled.load_errors]:
-            services.trace.record("load_error", **error)
-        # 2. prepare
-        old = {r.key: r for r in running.runners} if running else {}
-        for key in (*plan.restarted, *plan.stopped):  # a call that comes meanwhile is answered at once, never held
-            if key in old:
-                why = (
-                    "is being restarted by a policy reload" if key in plan.restarted else "was removed from the policy"
-                )
-                old[key].fail_to_load(
-                    f"toolbox {key[1]} of agent {key[0]} {why}; call it again once the tool list changed"
-                )
-        await self.starts.stop([old[key] for key in (*plan.restarted, *plan.stopped) if key in old])
         fresh = plan.fresh
         starting = replace(
             compiled,
@@ -131,8 +143,7 @@ class RunningPolicy:
             *kept_errors,
             *await prepare_git_sources(starting, services.trace, services.own_listeners.ports),
         ]
-        for key in plan.kept:  # kept workers restart (after a crash) under the new supervision settings
-            old[key].supervision = compiled.supervision
+        old = {r.key: r for r in running.runners} if running else {}
         runners = tuple(
             old[key] if key in plan.kept else self.starts.new_runner(spec, compiled.supervision)
             for key, spec in specs.items()
@@ -151,21 +162,38 @@ class RunningPolicy:
             source_errors=tuple(source_errors),
             fingerprints=fingerprints,
         )
-        # 3. commit
+        return UpcomingGeneration(generation, plan)
+
+    async def commit(self, upcoming: UpcomingGeneration) -> None:
+        """Step 3 of :meth:`switch`: the running generation's toolboxes that go are stopped, ``upcoming`` runs from
+        now on (one assignment), its new runners start. Made by :meth:`prepare` from the generation running now
+        (one reload at a time: ``Supervisor.reload`` holds a lock)."""
+        services, generation, plan = self._services, upcoming.generation, upcoming.plan
+        compiled, running = generation.compiled, self.generation
+        old = {r.key: r for r in running.runners} if running else {}
+        going = [old[key] for key in (*plan.restarted, *plan.stopped) if key in old]
+        for runner in going:  # a call that comes meanwhile is answered at once, never held
+            (agent, toolbox), restarted = runner.key, runner.key in plan.restarted
+            why = "is being restarted by a policy reload" if restarted else "was removed from the policy"
+            runner.fail_to_load(f"toolbox {toolbox} of agent {agent} {why}; call it again once the tool list changed")
+        await self.starts.stop(going)
+        for key in plan.kept:  # kept workers restart (after a crash) under the new supervision settings
+            old[key].supervision = compiled.supervision
         self.generation = generation
+        for error in [*generation.tree.load_errors, *compiled.load_errors]:
+            services.trace.record("load_error", **error)
         policy = compiled.config.policy
         services.kernel_audit.system_paths = tuple(policy.system_paths)
         for spec in compiled.specs:
             if kind_plan(spec.kind).session_skills:
                 auto = (spec.plan.payload.get("config") or {}).get("autoEnableSkills") or []
                 services.calls.session_tools.set_auto_enabled(spec.agent, spec.toolbox, auto)
-        new = [r for r in runners if r.key in fresh]
+        new = [r for r in generation.runners if r.key in plan.fresh]
         if self.on_demand:
             self._unstarted = {key for key in self._unstarted if key in plan.kept} | {r.key for r in new}
         else:
             await self.starts.start(new, compiled)
         self.tools.rebuild(generation)
-        return plan
 
     def _agents(self, tree: AgentTree, compiled: CompiledPolicy, portal: Portal) -> AgentService:
         """The sub-agent loops of a generation (``io_prompt_agent_<slug>``, ``agents-supervise run``)."""

@@ -106,8 +106,10 @@ class Supervisor:
             OSError: the state directory or the trace file cannot be made or opened.
 
         Whatever step raises, what the steps before it made is given back (one exit stack): no zygote, OTel
-        exporter thread or logging filter, no open file outlives a failed start. A toolbox that cannot load is a
-        load error (:meth:`load_errors`), not an exception; so is a git skill source that cannot be cloned.
+        exporter thread or logging filter, no open file outlives a failed start, and the workers' folders and the CA
+        file applying the policy made are taken back (``AppliedPlan.rollback``; identity records stay). A toolbox
+        that cannot load is a load error (:meth:`load_errors`), not an exception; so is a git skill source that
+        cannot be cloned.
         """
         config = policy if isinstance(policy, LoadedConfig) else load_config(os.fspath(policy), list(agents))
         tree = agent_tree(config, state_dir)
@@ -117,7 +119,11 @@ class Supervisor:
             # of CPU) while this process compiles the policy and opens the services.
             zygote = launch_zygote(tree.config, staged)
             stack.push_async_callback(discard_zygote, zygote)  # (the spawner's, if it took it: closed already)
-            compiled = await compile_generation(tree, state_dir=state_dir, staged=staged)
+            applied = await compile_generation(tree, state_dir=state_dir, staged=staged)
+            compiled = applied.compiled
+            # A start that does not finish takes back what applying made (its folders, the CA file), once its
+            # workers are stopped: pushed before them, so it runs after. A finished start keeps it (``keep``).
+            stack.callback(applied.rollback)
             source = PolicySource(config.policy_file, tuple(agents), state_dir)
             services = await open_services(stack, source, compiled, zygote=zygote, model_resolve=model_resolve)
             services.trace.record(
@@ -130,6 +136,7 @@ class Supervisor:
             stack.push_async_callback(running.stop)  # before the services' nursery is cancelled
             services.nursery.start_soon(services.upkeep.run, running.keep_days)
             await running.switch(tree, compiled)  # from no generation to the first: the path of every reload
+            applied.keep()
             # What start-up made lives as long as the supervisor: out of the collector's way, a full collection
             # costs what was made since (it stalls every task and thread while it runs). The young generations
             # are collected first (the start's garbage is there: a few dozen objects); a full collection would
@@ -301,7 +308,7 @@ class Supervisor:
             )
         except ValueError as exc:
             return ToolResult.error(f"the call was refused: {exc}")
-        return await portal.call(name, args, origin)
+        return (await portal.call_traced(name, args, origin))[0]  # (portal.call's own hop left out)
 
     def close_session(self, session_id: str | None = None, *, tenant: str = LOCAL_TENANT) -> None:
         for root in self.services.calls.frontends.close(session_id, tenant=tenant):

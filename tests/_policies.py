@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -20,6 +21,13 @@ ALL_INFO_CAPABILITIES = [
     "process-info",
     "uptime",
 ]
+
+
+def own_part_owner() -> str:
+    """How ``check`` names the owner of a sub-agent file this test process wrote beside the naming agent's file:
+    ``root's`` when the tests run as root, else the naming file's owner (the fast lane runs them as ``nobody``)."""
+    uid = os.getuid()
+    return "root's" if uid == 0 else f"the naming file's owner's (uid {uid})"
 
 
 def system_toolbox(name: str = "system", capabilities: list[str] | None = None, **extra: Any) -> dict[str, Any]:

@@ -120,18 +120,18 @@ def json_problem(value: Any, *, max_depth: int, max_nodes: int, finite: bool = T
         kind = type(item)
         if kind in plain:
             continue
-        children: Iterable[Any]
-        if isinstance(item, dict):
-            for k in item:
-                if not isinstance(k, str):
-                    return f"has a map key that is a {type(k).__name__}, not a string", nodes
-            children = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        elif isinstance(item, float):
+        if kind is float or (kind is not dict and kind is not list and isinstance(item, float)):
             if finite and not math.isfinite(item):
                 return f"holds {item!r}, which JSON cannot represent", nodes
             continue
+        children: Iterable[Any]
+        if kind is dict or isinstance(item, dict):  # (the exact types first: no call for what msgpack makes)
+            for k in item:
+                if type(k) is not str and not isinstance(k, str):
+                    return f"has a map key that is a {type(k).__name__}, not a string", nodes
+            children = item.values()
+        elif kind is list or isinstance(item, list | tuple):
+            children = item
         elif isinstance(item, str | int | bool):  # a subclass: checked as its base
             continue
         else:

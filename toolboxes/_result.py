@@ -148,61 +148,28 @@ class ToolResult:
 
     @classmethod
     def from_wire(cls, data: Any) -> ToolResult:
-        """Validate untrusted wire data into a result; raises ``ValueError`` saying what is wrong."""
+        """Validate untrusted wire data into a result; raises ``ValueError`` saying what is wrong (the first
+        problem found)."""
         if not isinstance(data, dict):
             raise ValueError("a result must be a map")
-        status = data.get("status")
+        get = data.get
+        status = get("status")
         if status not in STATUSES:
             raise ValueError(f"result status must be one of {', '.join(STATUSES)}, not {status!r}")
-        for key in ("summary", "data", "data_path"):
-            if data.get(key) is not None and not isinstance(data[key], str):
-                raise ValueError(f"result {key} must be a string")
-        raw_metadata = data.get("metadata") or []
-        if not isinstance(raw_metadata, list) or len(raw_metadata) > MAX_METADATA_PAIRS:
-            raise ValueError(f"result metadata must be a list of at most {MAX_METADATA_PAIRS} pairs")
-        metadata: list[tuple[str, str]] = []
-        chars = 0
-        for pair in raw_metadata:
-            if not (
-                isinstance(pair, list | tuple)
-                and len(pair) == 2
-                and isinstance(pair[0], str)
-                and isinstance(pair[1], str)
-            ):
-                raise ValueError("result metadata must be a list of [string, string] pairs")
-            chars += len(pair[0]) + len(pair[1])
-            if chars > MAX_METADATA_CHARS:
-                raise ValueError(f"result metadata holds more than {MAX_METADATA_CHARS} characters")
-            metadata.append((pair[0], pair[1]))
-        raw_attachments = data.get("attachments") or []
-        if not isinstance(raw_attachments, list) or len(raw_attachments) > MAX_ATTACHMENTS:
-            raise ValueError(f"result attachments must be a list of at most {MAX_ATTACHMENTS}")
-        attachments: list[Attachment] = []
-        for a in raw_attachments:
-            if not (
-                isinstance(a, dict)
-                and isinstance(a.get("media_type"), str)
-                and isinstance(a.get("path"), str)
-                and len(a["media_type"]) <= 255
-                and len(a["path"]) <= 4096
-            ):
-                raise ValueError("result attachments must be maps with string media_type and path")
-            sha256, size = a.get("sha256"), a.get("size")
-            if not (sha256 is None or (isinstance(sha256, str) and len(sha256) == 64)) or not (
-                size is None or (isinstance(size, int) and not isinstance(size, bool))
-            ):
-                raise ValueError("result attachment sha256 must be 64 hex digits and size an integer")
-            name, uri = a.get("name"), a.get("uri")
-            if not all(v is None or (isinstance(v, str) and len(v) <= 4096) for v in (name, uri)):
-                raise ValueError("result attachment name and uri must be strings of at most 4096 characters")
-            # The supervisor stores each attachment itself and replaces sha256 and size; a worker's claim is
-            # never used to read a file.
-            attachments.append(Attachment(a["media_type"], a["path"], sha256, size, name, uri))
-        raw_links = data.get("links") or []
-        if not isinstance(raw_links, list) or len(raw_links) > MAX_LINKS:
+        summary, text, data_path = get("summary"), get("data"), get("data_path")
+        if not (type(summary) in _TEXT_TYPES and type(text) in _TEXT_TYPES and type(data_path) in _TEXT_TYPES):
+            for key, value in (("summary", summary), ("data", text), ("data_path", data_path)):
+                if value is not None and not isinstance(value, str):  # (a subclass of str is a string too)
+                    raise ValueError(f"result {key} must be a string")
+        raw_metadata = get("metadata")  # (absent or empty: nothing to check, the common case; so for the lists below)
+        metadata = _metadata(raw_metadata) if raw_metadata else []
+        raw_attachments = get("attachments")
+        attachments = _attachments(raw_attachments) if raw_attachments else []
+        raw_links = get("links")
+        if raw_links and (not isinstance(raw_links, list) or len(raw_links) > MAX_LINKS):
             raise ValueError(f"result links must be a list of at most {MAX_LINKS}")
-        links = [ResourceLink.from_wire(link) for link in raw_links]
-        structured = data.get("structured")
+        links = [ResourceLink.from_wire(link) for link in raw_links] if raw_links else []
+        structured = get("structured")
         if structured is not None:
             # NaN and infinities are allowed (a Lua script may return math.huge); frontends spell them.
             problem, _ = json_problem(
@@ -215,12 +182,64 @@ class ToolResult:
             raise ValueError(f"result has unknown keys: {', '.join(sorted(map(str, unknown)))}")
         return cls(
             status=status,
-            summary=data.get("summary"),
-            data=data.get("data"),
-            data_path=data.get("data_path"),
-            truncated=bool(data.get("truncated", False)),
+            summary=summary,
+            data=text,
+            data_path=data_path,
+            truncated=bool(get("truncated", False)),
             metadata=metadata,
             attachments=attachments,
             structured=structured,
             links=links,
         )
+
+
+#: the exact types a text field of a result may have without a closer look (a subclass of str takes the long way)
+_TEXT_TYPES = frozenset({str, type(None)})
+
+
+def _metadata(raw_metadata: Any) -> list[tuple[str, str]]:
+    """A result's ``metadata`` from the wire, checked; raises ``ValueError`` saying what is wrong."""
+    if not isinstance(raw_metadata, list) or len(raw_metadata) > MAX_METADATA_PAIRS:
+        raise ValueError(f"result metadata must be a list of at most {MAX_METADATA_PAIRS} pairs")
+    metadata: list[tuple[str, str]] = []
+    chars = 0
+    for pair in raw_metadata:
+        # msgpack's pairs are lists of two exact strings: looked up, not asked (anything else takes the long way)
+        if not ((type(pair) is list or isinstance(pair, list | tuple)) and len(pair) == 2):
+            raise ValueError("result metadata must be a list of [string, string] pairs")
+        key, value = pair
+        if not ((type(key) is str or isinstance(key, str)) and (type(value) is str or isinstance(value, str))):
+            raise ValueError("result metadata must be a list of [string, string] pairs")
+        chars += len(key) + len(value)
+        if chars > MAX_METADATA_CHARS:
+            raise ValueError(f"result metadata holds more than {MAX_METADATA_CHARS} characters")
+        metadata.append((key, value))
+    return metadata
+
+
+def _attachments(raw_attachments: Any) -> list[Attachment]:
+    """A result's ``attachments`` from the wire, checked; raises ``ValueError`` saying what is wrong."""
+    attachments: list[Attachment] = []
+    if not isinstance(raw_attachments, list) or len(raw_attachments) > MAX_ATTACHMENTS:
+        raise ValueError(f"result attachments must be a list of at most {MAX_ATTACHMENTS}")
+    for a in raw_attachments:
+        if not (
+            isinstance(a, dict)
+            and isinstance(a.get("media_type"), str)
+            and isinstance(a.get("path"), str)
+            and len(a["media_type"]) <= 255
+            and len(a["path"]) <= 4096
+        ):
+            raise ValueError("result attachments must be maps with string media_type and path")
+        sha256, size = a.get("sha256"), a.get("size")
+        if not (sha256 is None or (isinstance(sha256, str) and len(sha256) == 64)) or not (
+            size is None or (isinstance(size, int) and not isinstance(size, bool))
+        ):
+            raise ValueError("result attachment sha256 must be 64 hex digits and size an integer")
+        name, uri = a.get("name"), a.get("uri")
+        if not all(v is None or (isinstance(v, str) and len(v) <= 4096) for v in (name, uri)):
+            raise ValueError("result attachment name and uri must be strings of at most 4096 characters")
+        # The supervisor stores each attachment itself and replaces sha256 and size; a worker's claim is
+        # never used to read a file.
+        attachments.append(Attachment(a["media_type"], a["path"], sha256, size, name, uri))
+    return attachments

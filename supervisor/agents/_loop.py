@@ -32,8 +32,9 @@ only where ``agent_loop`` opens them, metadata and the supervisor's own ports ne
 Each loop is a session of its own in the session store, child of the caller's session, with its turns; the API key
 is resolved here, per loop, and goes nowhere but the request header (not into traces, sessions or workers).
 
-:class:`AgentRunner` serves one sub-agent's tool to the registry: it duck-types a toolbox runner (``name``,
-``spec.agent``, ``spec.toolbox``, ``tools``, ``call``) with no worker behind it.
+:class:`~._agent_runner.AgentRunner` serves one sub-agent's tool to the registry: it duck-types a toolbox runner
+(``name``, ``spec.agent``, ``spec.toolbox``, ``tools``, ``call``) with no worker behind it. What the model gets back
+for a tool's result, and a step's progress update, are :mod:`._tool_messages`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -57,19 +58,13 @@ from supervisor.calls import (
 )
 from toolboxes import Attachment, ProgressUpdate, ToolResult
 
-from ._llm import (
-    ChatClient,
-    ChatReply,
-    ModelError,
-    RetryBounds,
-    complete_with_retries,
-    completion_url,
-    function_tool,
-    resolve_api_key,
-)
-from ._model_media import attachment_label, image_parts
+from ._agent_runner import AgentRunner
+from ._chat_reply import ModelError, completion_url, function_tool
+from ._llm import ChatClient, RetryBounds, complete_with_retries
+from ._model_keys import resolve_api_key
+from ._model_media import image_parts
 from ._model_network import ModelAccess, ModelHttp, ceiling_refusal
-from ._subagent_tool import subagent_tool
+from ._tool_messages import step_progress, tool_message
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -80,67 +75,6 @@ if TYPE_CHECKING:
     from supervisor.traces import TraceRecorder
 
 __all__ = ["AgentRunner", "AgentService", "tool_message"]
-
-#: Longest tool output given back to the model in one tool message.
-MAX_TOOL_MESSAGE = 32 * 1024
-
-
-def step_progress(slug: str, step: int, max_steps: int, reply: ChatReply) -> ProgressUpdate:
-    """The progress update of a sub-agent's step: the step (of at most ``max_steps``) and what the model did."""
-    what = ("calls " + ", ".join(c.name for c in reply.tool_calls)) if reply.tool_calls else "answered"
-    return ProgressUpdate(step, max_steps, f"agent {slug}: step {step}: {what}")
-
-
-def tool_message(result: ToolResult) -> str:
-    """The text a model gets for a tool result: status, summary, data (cut to :data:`MAX_TOOL_MESSAGE`)."""
-    data = result.data or ""
-    if len(data) > MAX_TOOL_MESSAGE:
-        data = data[:MAX_TOOL_MESSAGE] + f"\n[... {len(data) - MAX_TOOL_MESSAGE} more characters cut]"
-    head = f"status: {result.status}"
-    if result.summary and result.summary != data:
-        head += f"\nsummary: {result.summary}"
-    if result.truncated:
-        head += "\n(the tool's output was truncated)"
-    if result.data_path:
-        head += f"\ndata_path: {result.data_path}"
-    for a in result.attachments:
-        head += f"\nattachment: {attachment_label(a)}"
-    for link in result.links:
-        head += f"\nresource link: {link.name} <{link.uri}>"
-    return f"{head}\n\n{data}" if data else head
-
-
-@dataclass(frozen=True)
-class _RunnerSpec:
-    agent: str
-    toolbox: str
-
-
-class AgentRunner:
-    """The registry's view of one sub-agent: one tool, ``io_prompt_agent_<slug> {what}``, run by the service."""
-
-    is_agent = True
-
-    def __init__(self, service: AgentService, slug: str) -> None:
-        self.service = service
-        self.slug = slug
-        self.name = f"agent:{slug}"
-        self.spec = _RunnerSpec(agent=slug, toolbox=self.name)
-        self.load_errors: list[dict[str, Any]] = []
-        self.tools = [subagent_tool(slug, service.tree.config.agent(slug).description.announce)]
-
-    async def call(
-        self,
-        tool: str,
-        args: dict[str, Any],
-        ctx: dict[str, Any],
-        wall_time_s: float | None = None,
-        origin: CallOrigin | None = None,
-    ) -> ToolResult:
-        """Run the sub-agent on ``args["what"]`` as the portal's call ``origin`` (depth and stack included)."""
-        if origin is None:
-            origin = CallOrigin(session_id=str(ctx.get("session_id") or "default"))
-        return await self.service.run(self.slug, str(args.get("what", "")), origin)
 
 
 class AgentService:

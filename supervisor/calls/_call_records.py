@@ -37,6 +37,8 @@ _ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators
 def args_json(args: Any) -> str | None:
     """Checked arguments as compact JSON text, encoded once for the trace and the session store; ``None`` when
     they are not JSON or not valid Unicode (the trace's own cleaning handles those)."""
+    if not args and type(args) is dict:  # a call without arguments, the most common: no encoder
+        return "{}"
     try:
         text = _ARGS_ENCODER.encode(args)
         if not text.isascii():  # O(1) for str; only text beyond ASCII can hold a lone surrogate

@@ -29,7 +29,7 @@ reload (the registry, the ledger, the records, the attachments, the watches) is 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -59,8 +59,31 @@ if TYPE_CHECKING:
 __all__ = ["CallServices", "Portal", "Starter", "Watch"]
 
 
+#: how much later than its bound a dispatch may end on a loaded loop before the tree's deadline needs a scope of its
+#: own (both are deadlines on the same clock and loop: the dispatch's own come first)
+_DEADLINE_SLACK_S = 5.0
+
+
+class _NoDeadline:
+    """The cancel scope of a dispatch its tree's deadline cannot reach: nothing to cancel."""
+
+    cancelled_caught = False
+
+    def __enter__(self) -> _NoDeadline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_DEADLINE = _NoDeadline()
+
+
 class Watch(Protocol):
     """Something that explains a call's result from outside the worker (its limits hit, the kernel's denials)."""
+
+    #: the longest the function :meth:`begin` returns may wait before it answers (seconds)
+    longest_wait_s: float
 
     def begin(self, tool: Any, call_id: str) -> Callable[[ToolResult], ToolResult | Awaitable[ToolResult]]:
         """Note the call ``call_id`` of ``tool`` before it is sent; the returned function explains its result."""
@@ -90,6 +113,11 @@ class CallServices:
     attachments: AttachmentStore
     session_tools: SessionToolViews
     watches: tuple[Watch, ...] = ()
+    #: the longest the watches' explanations of one result may wait, together
+    watches_wait_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "watches_wait_s", sum(w.longest_wait_s for w in self.watches))
 
     @classmethod
     def make(
@@ -179,8 +207,14 @@ class Portal:
             services.ledger.uncommitted += 1
         try:
             # The tree's wall time bounds every call of it, also those a worker's portal request runs (they are
-            # not inside the root call's task): each dispatch is cancelled at the tree's deadline.
-            with trio.CancelScope(deadline=budget.deadline) as scope:
+            # not inside the root call's task): each dispatch is cancelled at the tree's deadline. A dispatch
+            # bound to end well before it (a worker's call: its wall time and the cancel's grace, then the
+            # watches' waits) cannot be running then, and gets no cancel scope it would never use.
+            if budget.deadline - now > tool.ends_within_s + services.watches_wait_s + _DEADLINE_SLACK_S:
+                scope: trio.CancelScope | _NoDeadline = _NO_DEADLINE
+            else:
+                scope = trio.CancelScope(deadline=budget.deadline)
+            with scope:
                 try:
                     result = await self._run(tool, args, call_id, depth, checked.notes, origin, inner)
                 except Exception as exc:  # a bug behind the portal: the caller gets an answer, the trace the error

@@ -20,6 +20,7 @@ current lists, never on history.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,9 @@ class RegisteredTool:
     #: its toolbox's own ``limits.output_bytes`` (its worker's plan; ``None``: it has none, a sub-agent's tool),
     #: looked up once (a reload that changes it makes a new runner, and the registry is rebuilt)
     output_bytes: int | None = field(init=False)
+    #: a call dispatched to its runner returns within this many seconds (``inf``: no bound is known, a sub-agent's
+    #: loop), looked up once
+    ends_within_s: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.toolbox = self.runner.name
@@ -81,6 +85,7 @@ class RegisteredTool:
         limits = plan.payload.get("limits") if plan is not None else None
         value = limits.get("output_bytes") if isinstance(limits, dict) else None
         self.output_bytes = value if isinstance(value, int) and value > 0 else None
+        self.ends_within_s = getattr(self.runner, "ends_within_s", math.inf)
 
 
 def served_hints(runner: Any, hints: Any) -> dict[str, Any]:

@@ -18,33 +18,20 @@ without ``Name``: the BaseUrl host with non-name characters as ``_``) never clas
 from __future__ import annotations
 
 import copy
-import os
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from ._agent_file import (
-    AgentDescription,
-    BashToolbox,
-    DeveloperToolbox,
-    FileSandboxConfig,
-    FileSandboxRef,
-    LuaToolbox,
-    SingleTool,
-    SqliteReadOnly,
-    SqliteToolbox,
-    SqliteVersioned,
-    SystemToolbox,
-    WasmToolbox,
-)
+from ._agent_sandboxes import FileSandboxConfig, FileSandboxRef
 from ._errors import ConfigError, ConfigProblem
+from ._toolbox_entries import ToolboxEntry, toolbox_entries
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
     from sandbox import PathPredicate
     from toolboxes import ToolboxKind
+
+    from ._agent_file import AgentDescription
 
 __all__ = ["LoadedAgent", "ToolboxConfig", "build_toolboxes"]
 
@@ -131,166 +118,10 @@ class LoadedAgent:
         return list(self._toolboxes)
 
 
-def _sanitize(text: str) -> str:
-    out = re.sub(r"[^A-Za-z0-9_-]", "_", text).strip("_") or "toolbox"
-    return out[:64]
-
-
-def _host_of(url: str) -> str | None:
-    if "://" not in url:
-        return None
-    return urlsplit(url).hostname
-
-
-def _dump(model: Any) -> dict[str, Any]:
-    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json")
-    return dumped
-
-
-@dataclass
-class _Entry:
-    kind: ToolboxKind
-    explicit: str | None
-    derived: str
-    source: str
-    config: dict[str, Any]
-    sandbox: Any = None
-    sandbox_path: str = ""
-    hosts: tuple[str, ...] = ()
-    read: tuple[str, ...] = ()
-    write: tuple[str, ...] = ()
-    problem: str | None = None
-
-
-def _unset_env_problem(names: Sequence[str]) -> str | None:
-    """The load problem of a toolbox whose ``Token``/``Headers`` name variables that are not set."""
-    if not names:
-        return None
-    listed = ", ".join(names)
-    return (
-        f"the environment variable{'s' if len(names) > 1 else ''} {listed} "
-        f"{'are' if len(names) > 1 else 'is'} not set in the supervisor's environment (its Token or Headers use "
-        f"${{{names[0]}}}). Set {'them' if len(names) > 1 else 'it'} where the supervisor starts and restart it, or "
-        "define a policy credential of that name (docs/CREDENTIALS.md) and reload"
-    )
-
-
-def _bash_entry(tb: BashToolbox, source: str) -> _Entry:
-    path = tb.contents.path
-    name = os.path.splitext(os.path.basename(path))[0] if isinstance(tb, SingleTool) else os.path.basename(path)
-    return _Entry("bash", None, _sanitize(name or "bash"), source, {"tag": tb.tag, "Path": path}, read=(path,))
-
-
-def _builtin_entry(tb: Any, source: str) -> _Entry:
-    contents = tb.contents
-    config = {"tag": tb.tag, **contents.model_dump(by_alias=True, mode="json", exclude={"file_sandbox"})}
-    entry = _Entry("sqlite", contents.name, contents.name, source, config)
-    if isinstance(tb, SqliteToolbox):
-        v = contents.versioning
-        if isinstance(v, SqliteReadOnly):
-            entry.read = (v.path,)
-        elif isinstance(v, SqliteVersioned):
-            entry.read = (v.base_path,)
-            entry.write = (v.storage_root,) if v.storage_root else ()
-        else:  # SQLite writes its journal beside the database
-            entry.write = (os.path.dirname(v.path),)
-        return entry
-    entry.sandbox = contents.file_sandbox
-    entry.sandbox_path = f"{source}.contents.FileSandbox"
-    if isinstance(tb, SystemToolbox):
-        entry.kind = "system"
-        entry.read = (contents.command_filter,) if contents.command_filter else ()
-    elif isinstance(tb, DeveloperToolbox):
-        entry.kind = "developer"
-    elif isinstance(tb, LuaToolbox):
-        entry.kind = "lua"
-        entry.hosts = tuple(contents.allowed_hosts)
-    elif isinstance(tb, WasmToolbox):
-        entry.kind = "wasm"
-        entry.hosts = tuple(contents.allowed_hosts)
-        entry.read = (contents.path,)
-    return entry
-
-
-def _entries(agent: AgentDescription, prefix: str) -> list[_Entry]:
-    entries: list[_Entry] = []
-    if agent.tool_directory is not None:
-        entries.append(
-            _Entry(
-                "bash",
-                None,
-                _sanitize(os.path.basename(agent.tool_directory) or "bash"),
-                f"{prefix}.toolDirectory",
-                {"tag": "FileSystemDirectory", "Path": agent.tool_directory},
-                read=(agent.tool_directory,),
-            )
-        )
-    for i, bash in enumerate(agent.bash_toolboxes):
-        entries.append(_bash_entry(bash, f"{prefix}.bashToolboxes[{i}]"))
-    if agent.skill_sources:
-        sources = [_dump(s) for s in agent.skill_sources]
-        dirs = tuple(s.contents for s in agent.skill_sources if isinstance(s.contents, str))
-        hosts = tuple(
-            h for s in agent.skill_sources if not isinstance(s.contents, str) if (h := _host_of(s.contents.url))
-        )
-        entries.append(
-            _Entry(
-                "skills",
-                None,
-                "skills",
-                f"{prefix}.skillSources",
-                {"tag": "Skills", "Sources": sources, "AutoEnable": list(agent.auto_enable_skills)},
-                hosts=hosts,
-                read=dirs,
-            )
-        )
-    for i, mcp in enumerate(agent.mcp_servers):
-        c = mcp.contents
-        source = f"{prefix}.mcpServers[{i}]"
-        entries.append(
-            _Entry(
-                "mcp",
-                c.name,
-                c.name,
-                source,
-                # its executable and arguments: judged by the plan, which resolves them
-                {"tag": mcp.tag, **c.model_dump(by_alias=True, mode="json", exclude={"file_sandbox"})},
-                sandbox=c.file_sandbox,
-                sandbox_path=f"{source}.contents.FileSandbox",
-            )
-        )
-    http_kinds: tuple[tuple[ToolboxKind, Sequence[Any], str], ...] = (
-        ("openapi", agent.open_api_toolboxes, "openApiToolboxes"),
-        ("postgrest", agent.postgrest_toolboxes, "postgrestToolboxes"),
-    )
-    for kind, items, key in http_kinds:
-        for i, tb in enumerate(items):
-            c = tb.contents
-            host = _host_of(c.base_url) or kind
-            hosts = tuple(dict.fromkeys(h for h in (_host_of(c.base_url), _host_of(c.spec_url)) if h))
-            explicit = getattr(c, "name", None)
-            spec_file = () if _host_of(c.spec_url) else (c.spec_url,)
-            entries.append(
-                _Entry(
-                    kind,
-                    explicit,
-                    explicit or _sanitize(host),
-                    f"{prefix}.{key}[{i}]",
-                    {"tag": tb.tag, **_dump(c)},
-                    hosts=hosts,
-                    read=spec_file,
-                    problem=_unset_env_problem(getattr(c, "unset_env", ())),
-                )
-            )
-    for i, tb in enumerate(agent.builtin_toolboxes):
-        entries.append(_builtin_entry(tb, f"{prefix}.builtinToolboxes[{i}]"))
-    return entries
-
-
-def _assign_names(entries: list[_Entry], file: str) -> list[str]:
+def _assign_names(entries: list[ToolboxEntry], file: str) -> list[str]:
     """Names in entry order: explicit ones must be unique, derived ones avoid every other name."""
     problems: list[ConfigProblem] = []
-    owner: dict[str, _Entry] = {}
+    owner: dict[str, ToolboxEntry] = {}
     for e in entries:
         if e.explicit is None:
             continue
@@ -323,7 +154,7 @@ def _assign_names(entries: list[_Entry], file: str) -> list[str]:
     return names
 
 
-def _resolve_sandbox(agent: AgentDescription, e: _Entry, file: str) -> FileSandboxConfig | None:
+def _resolve_sandbox(agent: AgentDescription, e: ToolboxEntry, file: str) -> FileSandboxConfig | None:
     if e.sandbox is None or isinstance(e.sandbox, FileSandboxConfig):
         return e.sandbox
     assert isinstance(e.sandbox, FileSandboxRef)
@@ -374,7 +205,7 @@ def build_toolboxes(
     """The agent's worker configs (pure: no file access); ``owner``: the uid owning the agent file; ``refused``: the
     paths validation kept as written because a link on their way is not followed (path -> why): a toolbox naming
     one gets that as its load problem. Raises ``ConfigError`` on name clashes, bad refs."""
-    entries = _entries(agent, prefix)
+    entries = toolbox_entries(agent, prefix)
     names = _assign_names(entries, file)
     out: list[ToolboxConfig] = []
     for e, name in zip(entries, names, strict=True):

@@ -29,16 +29,17 @@ from typing import TYPE_CHECKING
 
 from sandbox import UnsafeTreeError, resolve_named_path
 
+from ._agent_loader import load_agent_file
 from ._credentials import reference_environ
 from ._errors import ConfigError, ConfigProblem, display_path
 from ._load_errors import LoadError
-from ._loader import LoadedConfig, load_agent_file
 from ._subagent_rules import AgentFileFacts, SubagentLink, judge_links
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from ._agent_toolboxes import LoadedAgent
+    from ._loader import LoadedConfig
 
 __all__ = ["AgentTree", "expand_agents"]
 

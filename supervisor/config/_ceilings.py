@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field
 
 from sandbox import resolve_named_path
 
-from ._agent_file import DEVELOPER_CAPABILITIES, SYSTEM_CAPABILITIES
+from ._agent_builtins import DEVELOPER_CAPABILITIES, SYSTEM_CAPABILITIES
 from ._errors import problem
 from ._model import StrictModel as _Model
 from ._types import check_host

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from supervisor.config import LoadedConfig
 
-__all__ = ["acting_agent", "check_slug", "split_agents"]
+__all__ = ["acting_agent", "check_slug", "config_for", "split_agents"]
 
 #: what an ``--agent`` value that names an agent (not a file) looks like: a slug (config/_types.py's names)
 SLUG = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -70,3 +70,18 @@ def check_slug(slug: str | None, served: list[str]) -> None:
             f"no agent {slug!r} is loaded; the loaded agents are {', '.join(served) or 'none'} (an "
             "agent file is given by its path, with a '/' or a '.', or with --agent-file)"
         )
+
+
+def config_for(args: argparse.Namespace) -> LoadedConfig | int:
+    """The loaded config of ``tools``/``call`` (and ``serve`` bound to a slug), or the exit status when ``--agent
+    SLUG`` names no loaded agent (said before any worker starts)."""
+    from supervisor.config import expand_agents, load_config
+
+    from ._cli_errors import fail
+
+    config = load_config(args.policy, args.agent)
+    try:
+        check_slug(args.slug, [a.slug for a in expand_agents(config).config.agents])
+    except ValueError as exc:
+        return fail(str(exc))
+    return config

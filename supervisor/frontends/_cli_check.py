@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._check_detail import render_detail
 from ._check_summary import render_summary, summarize
-from ._cli import _fail
 from ._cli_agents import check_slug as _check_slug
+from ._cli_errors import fail
 
 if TYPE_CHECKING:
     import argparse
@@ -39,7 +39,7 @@ def check(args: argparse.Namespace) -> int:
     try:
         report = check_report(args)
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -50,7 +50,7 @@ def run_uids(args: argparse.Namespace) -> int:
     from supervisor._errors import PolicyRefused
     from supervisor._face import files_warning, list_state_dirs, release_state_dir, uid_ranges
 
-    from ._cli import _fail
+    from ._cli_errors import fail
 
     path = _registry(args)
     if args.uids_action == "list":
@@ -85,7 +85,7 @@ def run_uids(args: argparse.Namespace) -> int:
     try:
         record = release_state_dir(path, args.state_dir_id)
     except PolicyRefused as exc:  # refused, or the registry is damaged or not root's: the reason, no traceback
-        return _fail(f"{exc}; nothing was released")
+        return fail(f"{exc}; nothing was released")
     print(
         f"released {len(record.numbers)} uids of the state dir id {args.state_dir_id} (last seen at "
         f"{record.path or 'an unknown path'}): {uid_ranges(record.numbers)}; new toolboxes on this host may get them"

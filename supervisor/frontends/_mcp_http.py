@@ -27,14 +27,13 @@ calls in flight and calls per second per tenant (429), each with ``Retry-After``
 after ``session_idle_s``. A client that stops reading costs its own session only: writes to its stream wait for it,
 nothing else does.
 
-This module routes; the jobs are elsewhere: the session table (``_http_sessions``), answering a request
-(``_http_answer``), a session's GET stream (``_http_stream``), the server (``_http_server``), the ASGI plumbing
-(``_http_wire``), tokens and tenants (``_http_auth``, ``_http_tenants``).
+This module routes; the jobs are elsewhere: the session table (``_http_sessions``), a POST's message read
+(``_http_message``), answering a request (``_http_answer``), a session's GET stream (``_http_stream``), the server
+(``_http_server``), the ASGI plumbing (``_http_wire``), tokens and tenants (``_http_auth``, ``_http_tenants``).
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +54,7 @@ from ._http_auth import Authenticator, AuthRefusal, Principal
 from ._http_conn import CONNECTION_EXTENSION
 from ._http_health import HEALTH_PATHS, health_answer
 from ._http_load import BodyBytes, RefusalLog, ServerLoad, connection_refused
+from ._http_message import read_message
 from ._http_sessions import SessionTable, StatelessExchange, check_stateless_envelope
 from ._http_stream import serve_event_stream
 from ._http_tenants import TenantState
@@ -65,14 +65,13 @@ from ._http_wire import (
     Send,
     drop_body,
     lifespan,
-    read_body,
     request_headers,
     send_empty,
     send_json,
     send_refusal,
 )
 from ._mcp_session import McpSession
-from ._mcp_wire import INVALID_REQUEST, MODERN_VERSIONS, PARSE_ERROR, SUPPORTED_VERSIONS
+from ._mcp_wire import INVALID_REQUEST, MODERN_VERSIONS, SUPPORTED_VERSIONS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -277,36 +276,9 @@ class McpHttpApp:
     ) -> None:
         if not headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
             raise HttpRefused(415, "the body must be one JSON-RPC message with Content-Type: application/json")
-        limit = self.settings.max_body_bytes
         held = BodyBytes(self._tenant(principal), self.load)  # the body's bytes, until the request is answered
         try:
-            length = headers.get("content-length", "")
-            if length.isdigit():  # known: held (or refused) whole before a byte is read
-                if int(length) > limit:
-                    raise HttpRefused(
-                        413, f"the body is larger than {limit} bytes, the limit (frontends.http.max_body_bytes)"
-                    )
-                try:
-                    held.take(int(length))
-                except HttpRefused:
-                    await drop_body(receive, limit)
-                    raise
-                body = await read_body(receive, limit)
-            else:  # chunked: held as it comes
-                body = await read_body(receive, limit, held.take)
-            try:
-                message = json.loads(body)
-            except RecursionError:
-                raise HttpRefused(400, "parse error: the JSON is nested too deeply", rpc_code=PARSE_ERROR) from None
-            except ValueError as exc:
-                raise HttpRefused(400, f"parse error: {str(exc)[:200]}", rpc_code=PARSE_ERROR) from None
-            del body
-            if not isinstance(message, dict):
-                raise HttpRefused(
-                    400,
-                    "expected one JSON-RPC object (batches are not part of this transport)",
-                    rpc_code=INVALID_REQUEST,
-                )
+            message = await read_message(headers, receive, self.settings.max_body_bytes, held)
             await self._post_message(principal, agent, headers, message, receive, send)
         finally:
             held.release()

@@ -18,8 +18,9 @@ The interface, in the order a start or a reload calls it:
   in the state dir's table and the host-wide registry, the CA's certificate written, each worker's folders made;
   ``AppliedPlan.compiled`` is the policy to run (a toolbox whose folders cannot be made is a load error there);
   ``AppliedPlan.rollback()`` takes back the folders and CA file it made (identity records stay: a number is never
-  given twice). Raises ``IdentitiesChanged`` (read the facts and plan again; nothing recorded) when another
-  supervisor recorded identities since the facts were read.
+  given twice), what a start or reload that fails before its switch calls; ``AppliedPlan.keep()`` once it switched.
+  Raises ``IdentitiesChanged`` (read the facts and plan again; nothing recorded) when another supervisor recorded
+  identities since the facts were read.
 - ``plan_and_apply(config, python=..., staged=..., command_values=...) -> AppliedPlan``: facts, plan and apply
   with the retry;
   ``compile_policy(config, prepare=...)`` returns its ``compiled`` (``prepare=False``: facts and plan only, what

@@ -14,9 +14,11 @@
    made safely is that toolbox's load error (its spec is left out), the others go on.
 
 :meth:`AppliedPlan.rollback` takes back what this apply made: the folders it created (deepest first, each only
-while empty) and the CA file it wrote (first). Identity records are kept: a number once given stays its toolbox's
-(``_uid_registry.py``), and planning again gives the same. An exception or cancellation during :func:`apply_plan`
-rolls back what it made so far, then propagates.
+while empty) and the CA file it wrote (first); a start or reload that fails after the apply calls it, one that
+goes through calls :meth:`AppliedPlan.keep` instead (``supervisor/_running.py``). Identity records are kept: a
+number once given stays its toolbox's (``_uid_registry.py``), and planning again gives the same; a worker of
+another supervisor on the same state dir may run under it already (docs/DECISIONS.md). An exception or
+cancellation during :func:`apply_plan` rolls back what it made so far, then propagates.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class AppliedPlan:
         for path in [*([self.ca_file] if self.ca_file else []), *reversed(self.made)]:
             with contextlib.suppress(OSError):
                 _remove(state_dir, path, folder=path != self.ca_file)
+        self.made, self.ca_file = [], None
+
+    def keep(self) -> None:
+        """What this apply made is the running policy's from now on (its generation runs): :meth:`rollback` takes
+        back nothing after this."""
         self.made, self.ca_file = [], None
 
 

@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 from supervisor.config import Introspection
 
 from ._ids import Owner
-from ._store import SessionRow, SessionStore, scope_members
+from ._scopes import scope_members
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from ._store import SessionRow, SessionStore
 
 __all__ = ["SESSION_OPS", "answer_host_request", "introspection_problem", "visible_sessions"]
 

@@ -17,7 +17,8 @@ forgets nothing, and so does a supervisor that restarts (a session named again, 
 
 Introspection (the System toolbox's session capabilities) is answered in :mod:`supervisor.sessions._introspection`.
 
-Writes are small and synchronous on the trio thread (WAL mode). A frontend call's commit (before its answer) holds its
+Writes are small and synchronous on the trio thread (WAL mode), queued by :class:`~._queued_db.QueuedDatabase`, which
+this class builds on. A frontend call's commit (before its answer) holds its
 record; the ``modified`` time of its session is set by the next flush that touches (the supervisor's flusher, at
 most ``FLUSH_INTERVAL_S`` later, or any read), so a ``kill -9`` may leave a session's ``modified`` up to that much
 older than its last call. The WAL's checkpoints (two fsyncs each) are made off that thread
@@ -38,22 +39,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._bounded import remember
-from ._errors import SessionStoreUnavailable
 from ._ids import LOCAL_TENANT, Owner, new_id, root_session_id
-from ._journal import Journal
-from ._store_schema import STATEMENTS, apply_dead_journals, open_database
+from ._queued_db import QueuedDatabase
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["SCOPES", "SessionRow", "SessionStore", "scope_members"]
+__all__ = ["SessionRow", "SessionStore"]
 
-SCOPES = ("parents-only", "children-only", "subtree", "all")
 #: Longest text kept per turn or tool output (more is cut with a note).
 MAX_TEXT = 64 * 1024
-#: Commits after which :meth:`SessionStore.checkpoint_due` (a commit of one call wrote about four pages, so about
-#: SQLite's own 1,000-page default); a commit of many writes counts one more for every four of them.
-CHECKPOINT_COMMITS = 256
 
 
 @dataclass(frozen=True)
@@ -76,193 +71,18 @@ def _cut(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
 
 
-def scope_members(scope: str, current: str, parents: Mapping[str, str | None]) -> set[str]:
-    """The session ids ``scope`` lets the session ``current`` see, given every session's parent (pure).
-
-    Raises ``ValueError`` for an unknown scope. A parent cycle (impossible through the store) is walked once.
-    """
-    if scope == "all":
-        return set(parents)
-    if scope == "parents-only":
-        out: set[str] = set()
-        node = parents.get(current)
-        while node is not None and node not in out and node != current:
-            out.add(node)
-            node = parents.get(node)
-        return out
-    if scope not in ("subtree", "children-only"):
-        raise ValueError(f"unknown session scope {scope!r}; expected one of {', '.join(SCOPES)}")
-    children: dict[str, list[str]] = {}
-    for sid, parent in parents.items():
-        if parent is not None:
-            children.setdefault(parent, []).append(sid)
-    seen = {current}
-    stack = [current]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in seen:
-                seen.add(child)
-                stack.append(child)
-    if scope == "children-only":
-        seen.discard(current)
-    return seen
-
-
-class SessionStore:
+class SessionStore(QueuedDatabase):
     """Sessions, turns and tool calls in ``<state_dir>/sessions.sqlite3`` (``path`` ``":memory:"`` in tests)."""
 
     def __init__(self, path: str) -> None:
         """Open (or create) the store at ``path``. Raises :class:`SessionStoreUnavailable` (naming the file and
         the cause) when it cannot: the file is not a database or is damaged, or its folder cannot be made."""
-        self.path = path
-        try:
-            self._db = open_database(path)
-        except (sqlite3.Error, OSError) as exc:
-            raise SessionStoreUnavailable(path, exc) from exc
-        self.write_errors = 0
-        self.last_write_error: str | None = None
+        super().__init__(path)
         self.pruned_records = 0  # records of kept sessions the last prune deleted
-        self._pending: list[tuple[str, tuple[Any, ...]]] = []
-        self._journaled = 0  # how many of the pending writes are in the journal already
-        self._journal: Journal | None = None
-        self._journal_whole = True  # every line of the journal was applied when it is closed: it may go
-        #: sessions a queued write touched: their ``modified`` is set once per :meth:`flush`, not once per write
-        self._touched: dict[str, None] = {}
-        self._commits = 0  # transactions committed since the last checkpoint was due
-        self._checkpoint_error: str | None = None  # the last checkpoint's failure, counted by checkpoint_due
-        self._checkpointer: sqlite3.Connection | None = None  # the checkpointing thread's own connection
         self._known: dict[str, None] = {}  # sessions whose row this process wrote or read (a bounded cache)
         #: root session id -> its conversation id, for the sessions this process opened most recently (a bounded
         #: cache: :meth:`open_root` reads a forgotten one back from the database)
         self._roots: dict[str, str] = {}
-        if path != ":memory:":
-            try:
-                for error in apply_dead_journals(self._db, path):
-                    self.write_errors += 1
-                    self.last_write_error = error
-                self._journal = Journal(path)
-            except (sqlite3.Error, OSError) as exc:  # no journal: commits go to the database, as without one
-                self.write_errors += 1
-                self.last_write_error = f"journal: {type(exc).__name__}: {exc}"
-
-    def _write(self, statement: str, params: tuple[Any, ...]) -> None:
-        """Queue a write (a statement of :data:`STATEMENTS` and its parameters); :meth:`flush` applies queued writes
-        in one transaction (the supervisor flushes every 0.2 s; every read flushes first, so readers always see
-        every write made before them), :meth:`commit` makes them durable before a frontend's answer."""
-        self._pending.append((statement, params))
-        if len(self._pending) >= 512:
-            self.flush()
-
-    def commit(self) -> None:
-        """Make every queued write durable (a frontend's call is answered after this): appended to this store's
-        journal with one ``write`` (``supervisor/sessions/_journal.py``), applied to the database by the next
-        :meth:`flush` (a read flushes first), or by the next open of the store after a crash. Without a journal
-        (``":memory:"``, or one that failed) the writes are committed to the database at once, without setting
-        the sessions' ``modified`` times (left to the next flush). Never raises."""
-        if self._journal is not None and self._journaled < len(self._pending):
-            try:
-                self._journal.append(self._pending[self._journaled :])
-                self._journaled = len(self._pending)
-                return
-            except OSError as exc:  # a full disk: into SQLite now, and without a journal from now on
-                self.write_errors += 1
-                self.last_write_error = f"journal: {type(exc).__name__}: {exc}"
-                self._journal.close(remove=False)  # what it holds is applied by the flush below or the next open
-                self._journal = None
-        if self._journal is None:
-            self._apply(touch=False)
-
-    def flush(self, *, touch: bool = True) -> None:
-        """Apply the queued writes to the database in one transaction, and set the ``modified`` time of the
-        sessions whose calls were recorded. A failing write is counted and skipped, never raised.
-
-        ``touch=False``: a frontend call's commit before its answer, which is :meth:`commit`."""
-        if touch:
-            self._apply(touch=True)
-        else:
-            self.commit()
-
-    def _apply(self, *, touch: bool) -> None:
-        if not self._pending and not (touch and self._touched):
-            return
-        pending, self._pending = self._pending, []
-        journaled, self._journaled = self._journaled, 0
-        self._db.execute("BEGIN")
-        for statement, params in pending:
-            try:
-                self._db.execute(STATEMENTS[statement], params)
-            except (sqlite3.Error, UnicodeEncodeError) as exc:  # a lone surrogate SQLite cannot store, too
-                self.write_errors += 1
-                self.last_write_error = f"{type(exc).__name__}: {exc}"
-        if touch and self._touched:
-            touched, self._touched = self._touched, {}
-            now = time.time()
-            try:
-                self._db.executemany(STATEMENTS["modified"], [(now, session_id) for session_id in touched])
-            except sqlite3.Error as exc:
-                self.write_errors += 1
-                self.last_write_error = f"{type(exc).__name__}: {exc}"
-        journal = self._journal
-        if journal is not None and journaled:
-            try:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO journal_applied (name, generation, applied, ts) VALUES (?, ?, ?, ?)",
-                    (journal.name, journal.generation, journal.offset, time.time()),
-                )
-            except sqlite3.Error as exc:
-                self.write_errors += 1
-                self.last_write_error = f"{type(exc).__name__}: {exc}"
-        try:
-            self._db.execute("COMMIT")
-            self._commits += 1 + len(pending) // 4
-        except sqlite3.Error as exc:
-            self.write_errors += len(pending)
-            self.last_write_error = f"{type(exc).__name__}: {exc}"
-            self._journal_whole = False  # its lines were not applied: the journal stays for the next open
-            return
-        if journal is not None and journaled:
-            journal.applied()
-
-    def checkpoint_due(self) -> bool:
-        """Whether enough was committed since the last checkpoint for another (never for ``":memory:"``); a
-        ``True`` answer starts the count again, so the caller is expected to run :meth:`checkpoint` then. On the
-        thread that writes (an error of the last checkpoint is counted here)."""
-        if self._checkpoint_error is not None:
-            self.write_errors += 1
-            self.last_write_error, self._checkpoint_error = self._checkpoint_error, None
-        if self._commits < CHECKPOINT_COMMITS or self.path == ":memory:":
-            return False
-        self._commits = 0
-        return True
-
-    def checkpoint(self) -> None:
-        """Copy what the WAL holds into the database file (a passive checkpoint: it never waits for, nor stops, the
-        writer) on a connection of its own. Meant for a thread of its own, one call at a time (the supervisor runs
-        it with ``trio.to_thread`` when :meth:`checkpoint_due`), so that a checkpoint's fsyncs never stall the
-        commits of the thread that writes. Never raises for a database error (the next :meth:`checkpoint_due`
-        counts it as a write error)."""
-        if self.path == ":memory:":
-            return
-        try:
-            if self._checkpointer is None:
-                self._checkpointer = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error as exc:
-            self._checkpoint_error = f"checkpoint: {type(exc).__name__}: {exc}"
-
-    def close(self) -> None:
-        """Flush and close the database; safe to call twice."""
-        try:
-            self.flush()
-        except sqlite3.ProgrammingError:
-            pass  # already closed
-        if self._journal is not None:
-            self._journal.close(remove=self._journal_whole and not self._pending)
-            self._journal = None
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-            self._checkpointer = None
-        self._db.close()
 
     # -- writing ------------------------------------------------------------------------------------------------
     @property
@@ -285,8 +105,7 @@ class SessionStore:
         try:
             row = self._db.execute("SELECT conversation_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
         except sqlite3.Error as exc:
-            self.write_errors += 1
-            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            self._count_error(exc)
             row = None
         conversation = row[0] if row else new_id()
         remember(self._roots, session_id, conversation)
@@ -336,7 +155,7 @@ class SessionStore:
         """Append a turn (``user``, ``assistant``, ``thinking`` (a model's reasoning) or ``tool``) to a session."""
         now = time.time()
         self._write("turn", (session_id, session_id, role, _cut(content), tool, now))
-        self._touched[session_id] = None  # its modified time is set by the flush that touches
+        self._touch(session_id)  # its modified time is set by the flush that touches
 
     def finish(self, session_id: str, status: str) -> None:
         """Mark a session ``idle`` (answered) or ``failed``."""
@@ -361,8 +180,10 @@ class SessionStore:
     ) -> None:
         """Record one finished tool call of a session (the session is created as a root if unknown); ``args_json``:
         ``args`` already encoded as JSON (the portal's), else they are encoded here."""
-        self.ensure_session(session_id)
+        if session_id not in self._known:
+            self.ensure_session(session_id)
         args_text = args_json if args_json is not None else json.dumps(args, default=repr)
+        output = output or ""
         self._write(
             "call",
             (
@@ -370,17 +191,17 @@ class SessionStore:
                 call_id,
                 parent_call_id,
                 tool,
-                _cut(args_text),
+                args_text if len(args_text) <= MAX_TEXT else _cut(args_text),
                 status,
                 summary,
-                _cut(output or ""),
+                output if len(output) <= MAX_TEXT else _cut(output),
                 started,
                 duration_s,
                 conversation_id,
                 turn_id,
             ),
         )
-        self._touched[session_id] = None  # its modified time is set by the flush that touches
+        self._touch(session_id)  # its modified time is set by the flush that touches
 
     # -- enabled skills -----------------------------------------------------------------------------------------
     def enabled_skills(self, session_id: str, toolbox: str) -> frozenset[str] | None:
@@ -393,8 +214,7 @@ class SessionStore:
             ).fetchone()
             skills = json.loads(row[0]) if row else None
         except (sqlite3.Error, ValueError) as exc:
-            self.write_errors += 1
-            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            self._count_error(exc)
             return None
         return frozenset(s for s in skills if isinstance(s, str)) if isinstance(skills, list) else None
 
@@ -424,8 +244,7 @@ class SessionStore:
                     (toolbox, agent),
                 ).fetchall()
         except sqlite3.Error as exc:
-            self.write_errors += 1
-            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            self._count_error(exc)
             return
         for session_id, text in rows:
             try:
@@ -509,8 +328,7 @@ class SessionStore:
             ).rowcount
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            self.write_errors += 1
-            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            self._count_error(exc)
             try:
                 self._db.execute("ROLLBACK")
             except sqlite3.Error:

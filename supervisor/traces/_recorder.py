@@ -201,14 +201,15 @@ class TraceRecorder:
         self._add(event, "".join(spliced))
 
     def _add(self, event: str, line: str, *, buffered: bool = False) -> None:
-        if not self._buffer:
+        first = not self._buffer  # (then it is the oldest record, just now: not old enough to flush)
+        if first:
             self._oldest = time.monotonic()
         self._buffer.append(line)
         self._size += len(line)
         if (
             not (buffered or event in _BUFFERED)
             or self._size >= FLUSH_BYTES
-            or time.monotonic() - self._oldest >= FLUSH_INTERVAL_S
+            or (not first and time.monotonic() - self._oldest >= FLUSH_INTERVAL_S)
         ):
             self.flush()
 

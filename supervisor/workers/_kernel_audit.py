@@ -33,7 +33,6 @@ import os
 import sys
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -77,18 +76,70 @@ _DRAIN_BATCH = 256
 _TEXT_SCANNED = 32 << 10
 
 Finish = Callable[[ToolResult], ToolResult | Awaitable[ToolResult]]
+#: a session not read yet (``None`` is a reading: the worker has no audit session)
+_UNKNOWN = object()
 
 
-@dataclass(eq=False)  # one per call, found by identity (in-flight lists are searched on every call's end)
 class _Call:
-    call_id: str
-    tool: str
-    toolbox: str
-    denials: list[Denial] = field(default_factory=list)
+    """One call in flight on a worker: the denials delivered to it, and its end (:meth:`finish`, what
+    :meth:`KernelAudit.begin` returns). Found by identity (in-flight lists are searched on every call's end)."""
+
+    __slots__ = ("audit", "call_id", "context", "denials", "session", "tool", "toolbox")
+
+    def __init__(
+        self, audit: KernelAudit, call_id: str, tool: str, toolbox: str, session: int | None, context: FsContext
+    ) -> None:
+        self.audit = audit
+        self.call_id = call_id
+        self.tool = tool
+        self.toolbox = toolbox
+        self.session = session
+        self.context = context
+        self.denials: list[Denial] = []
+
+    def finish(self, result: ToolResult) -> ToolResult | Awaitable[ToolResult]:
+        """Explain ``result``: at once for a passed call or one whose records cannot be waited for, else as an
+        awaitable (after the barrier)."""
+        if result.status == "passed":  # a passed call's refusals are in the trace only
+            self._done()
+            return result
+        if self.audit.unavailable is None and self.session is not None:
+            return self._after_barrier(result)
+        self._done()
+        return self._explained(result)
+
+    def _done(self) -> None:
+        session = self.session
+        if session is None:
+            return
+        in_flight = self.audit._in_flight
+        calls = in_flight.get(session)
+        if calls and self in calls:
+            calls.remove(self)
+            if not calls:
+                in_flight.pop(session, None)
+
+    def _explained(self, result: ToolResult) -> ToolResult:
+        audit = self.audit
+        try:
+            audit._explain(result, self, self.context, audited=audit.unavailable is None and self.session is not None)
+        except Exception as exc:  # a bug here must not cost the caller its result: trace it
+            audit.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
+        return result
+
+    async def _after_barrier(self, result: ToolResult) -> ToolResult:
+        try:
+            await self.audit._barrier()
+        finally:
+            self._done()
+        return self._explained(result)
 
 
 class KernelAudit:
     """The supervisor's reader of audit records, and the per-call watch that turns them into notes."""
+
+    #: the longest a call's finish waits (the barrier of a call that did not pass)
+    longest_wait_s = BARRIER_TIMEOUT_S
 
     def __init__(
         self,
@@ -314,10 +365,11 @@ class KernelAudit:
         if pid is None:
             return None
         key = (id(worker), pid)
-        if key not in self._session_of_pid:
-            self._session_of_pid[key] = read_session(pid)
+        known = self._session_of_pid.get(key, _UNKNOWN)
+        if known is _UNKNOWN:
+            known = self._session_of_pid[key] = read_session(pid)
             _bound(self._session_of_pid, _MAX_SESSIONS)
-        return self._session_of_pid[key]
+        return known  # type: ignore[return-value]
 
     def _context(self, tool: Any) -> FsContext:
         spec = getattr(tool.runner, "spec", None)
@@ -346,46 +398,23 @@ class KernelAudit:
         passed call or one whose records cannot be waited for, else as an awaitable (after the barrier)."""
         context = self._context(tool)
         session = self._session(getattr(tool.runner, "worker", None))
-        call = _Call(call_id, tool.name, tool.toolbox)
+        call = _Call(self, call_id, tool.name, tool.toolbox, session, context)
         if session is not None:
-            self._contexts[session] = context
-            self._contexts.move_to_end(session)
-            _bound(self._contexts, _MAX_SESSIONS)
-            calls = self._in_flight.setdefault(session, [])
-            calls.append(call)
-            del calls[:-_MAX_IN_FLIGHT]
-            _bound(self._in_flight, _MAX_SESSIONS)
-
-        def done() -> None:
-            calls = self._in_flight.get(session, []) if session is not None else []
-            if call in calls:
-                calls.remove(call)
-                if not calls and session is not None:
-                    self._in_flight.pop(session, None)
-
-        def explained(result: ToolResult) -> ToolResult:
-            if result.status == "passed":  # a passed call's refusals are in the trace only
-                return result
-            try:
-                self._explain(result, call, context, audited=self.unavailable is None and session is not None)
-            except Exception as exc:  # a bug here must not cost the caller its result: trace it
-                self.trace.record("internal_error", where="kernel_audit", error=f"{type(exc).__name__}: {exc}")
-            return result
-
-        async def after_barrier(result: ToolResult) -> ToolResult:
-            try:
-                await self._barrier()
-            finally:
-                done()
-            return explained(result)
-
-        def finish(result: ToolResult) -> ToolResult | Awaitable[ToolResult]:
-            if result.status != "passed" and self.unavailable is None and session is not None:
-                return after_barrier(result)
-            done()
-            return explained(result)
-
-        return finish
+            contexts, in_flight = self._contexts, self._in_flight
+            contexts[session] = context
+            contexts.move_to_end(session)
+            if len(contexts) > _MAX_SESSIONS:
+                _bound(contexts, _MAX_SESSIONS)
+            calls = in_flight.get(session)
+            if calls is None:
+                calls = in_flight[session] = [call]
+                if len(in_flight) > _MAX_SESSIONS:
+                    _bound(in_flight, _MAX_SESSIONS)
+            else:
+                calls.append(call)
+                if len(calls) > _MAX_IN_FLIGHT:
+                    del calls[:-_MAX_IN_FLIGHT]
+        return call.finish
 
     def _explain(self, result: ToolResult, call: _Call, context: FsContext, *, audited: bool) -> None:
         """Append the notes of a failed call's refusals to ``result`` (and trace those read from its text)."""

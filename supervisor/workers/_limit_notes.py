@@ -24,6 +24,7 @@ from __future__ import annotations
 import signal
 import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sandbox import CounterFiles, LimitCounters, counter_files, read_counters, rises
@@ -157,6 +158,9 @@ class _Baseline:
 class LimitWatch:
     """Explains the limits a call hit, reading a worker's cgroup counters only for calls that did not pass."""
 
+    #: a call's finish never waits (the counters are read at once)
+    longest_wait_s = 0.0
+
     def __init__(self, trace: TraceRecorder) -> None:
         self.trace = trace
         #: per worker (gone with it): its group's files and last reading
@@ -182,12 +186,7 @@ class LimitWatch:
     def begin(self, tool: Any, call_id: str) -> Callable[[ToolResult], ToolResult]:
         """Before ``tool``'s call is sent (no read but a worker's first); the returned function explains its
         result."""
-        baseline = self._baseline(tool.runner)
-
-        def finish(result: ToolResult) -> ToolResult:
-            return self.finish(tool, call_id, baseline, result)
-
-        return finish
+        return partial(self.finish, tool, call_id, self._baseline(tool.runner))
 
     def finish(self, tool: Any, call_id: str, baseline: _Baseline | None, result: ToolResult) -> ToolResult:
         """Annotate ``result`` with the limits it hit (unchanged when it passed or hit none)."""

@@ -29,7 +29,7 @@ import trio
 
 from supervisor._errors import WorkerStartError, execution_error
 
-from ._connection import OriginT
+from ._connection import CANCEL_GRACE_S, OriginT
 from ._tool_cache import CachedTools, payload_fingerprint, read_tool_cache, write_tool_cache
 from ._worker import EventHandler, RequestHandler, Worker, WorkerSpec, WorkerState
 
@@ -85,6 +85,13 @@ class ToolboxRunner(Generic[OriginT]):
     def key(self) -> tuple[str, str]:
         """``(agent, toolbox)``: what identifies the toolbox (two agents may each have one of a name)."""
         return (self.spec.agent, self.spec.toolbox)
+
+    @property
+    def ends_within_s(self) -> float:
+        """A call through :meth:`call` returns within this many seconds of its start, whatever the worker does:
+        a restart's wait and the call share its wall time, and a call past it is cancelled in the worker, which is
+        killed when it does not stop within the cancel's grace (:meth:`WorkerConnection.call`)."""
+        return self.spec.wall_time_s + CANCEL_GRACE_S
 
     @property
     def crash_looped(self) -> bool:
@@ -277,12 +284,14 @@ class ToolboxRunner(Generic[OriginT]):
     ) -> ToolResult:
         """Call ``tool`` on the live worker, waiting for a restart in progress if needed."""
         limit = self.spec.wall_time_s if wall_time_s is None else wall_time_s
-        deadline = trio.current_time() + limit
+        if not limit >= 0.001:  # at least a millisecond, as what a restart's wait leaves
+            limit = 0.001
         self._wanted.set()  # a lazy toolbox's worker starts now
         worker = self.worker
         if self.failed_reason:
             return execution_error(self.failed_reason)
         if worker is None or worker.state is not WorkerState.READY:
+            deadline = trio.current_time() + limit
             with trio.move_on_at(deadline):
                 while not self.failed_reason:
                     await self._ready.wait()
@@ -296,10 +305,10 @@ class ToolboxRunner(Generic[OriginT]):
                 return execution_error(
                     f"toolbox {self.name} is restarting and did not come back within {limit:g} s; try again later"
                 )
-        remaining = max(0.001, deadline - trio.current_time())
+            limit = max(0.001, deadline - trio.current_time())  # what the wait left
         if op is None:  # a tool call, the only kind every worker (and test double) serves
-            return await worker.call(tool, args, ctx, remaining, origin)
-        return await worker.call(tool, args, ctx, remaining, origin, op=op)
+            return await worker.call(tool, args, ctx, limit, origin)
+        return await worker.call(tool, args, ctx, limit, origin, op=op)
 
     async def stop(self) -> None:
         """Stop the worker for good (graceful, bounded); a restart waiting out its backoff or cool-down ends."""

@@ -6,7 +6,8 @@ which is moved into the group and then sent the plan) make the process, serve it
 stopped with :meth:`Worker.stop` (bounded whatever the worker does). Everything said over its pipes - calls,
 wall-time limits, cancels, portal/host requests, events, tool lists, the worker's state - is the business of its
 :class:`~supervisor.workers._connection.WorkerConnection`, which needs no process (its tests run without root).
-Restarting is not the worker's business (see ``_runner.py``).
+Restarting is not the worker's business (see ``_runner.py``). How to start one is a
+:class:`~supervisor.workers._worker_spec.WorkerSpec`; the cgroup of a start is ``_worker_cgroup.py``'s.
 
 Every call ends in exactly one :class:`ToolResult`; a worker that dies or misbehaves fails its in-flight calls with
 status ``error`` and a message naming the cause. Nothing a worker sends can raise into the supervisor.
@@ -16,11 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
-import signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
 import trio
@@ -30,14 +28,9 @@ from sandbox import (
     BridgeError,
     BridgeSockets,
     CgroupInstance,
-    CgroupPlan,
     ConfinementError,
-    create_cgroup,
-    enter_cgroup,
     no_own_ports,
-    open_procs_files,
     receive_bridge,
-    remove_cgroup,
 )
 from supervisor._errors import WorkerStartError, execution_error, first_leaf
 
@@ -50,11 +43,14 @@ from ._connection import (
     OriginT,
     WorkerConnection,
 )
+from ._exit_status import describe_exit
 from ._launch import launch, serve_bridge
+from ._worker_cgroup import StartCgroup
+from ._worker_spec import WorkerSpec
 from ._zygote_client import ZygoteChild
 
 if TYPE_CHECKING:
-    from sandbox import ConfinementPlan, Credential, Terminator
+    from sandbox import ConfinementPlan
     from supervisor.tools import CompiledSchema
     from toolboxes import ToolResult
 
@@ -77,71 +73,9 @@ _STDERR_KEEP = 8192
 WorkerState = ConnectionState
 
 
-@dataclass
-class WorkerSpec:
-    """How to start one toolbox's worker (built by ``_compile.py``)."""
-
-    toolbox: str
-    kind: str
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    plan: ConfinementPlan
-    wall_time_s: float
-    start_timeout_s: float = 30.0
-    shutdown_grace_s: float = 2.0
-    pass_fds: tuple[int, ...] = ()
-    agent: str = ""
-    #: public tool names this toolbox may call through the portal (Lua AllowedTools); empty: none
-    allowed_tools: tuple[str, ...] = ()
-    #: AllowedHosts of the egress bridge (empty: the worker gets no bridge and no network at all)
-    allowed_hosts: tuple[str, ...] = ()
-    #: private ranges the egress proxy may dial for this worker (the policy's network.allow_private_ranges and the
-    #: toolbox's allow_private_ranges)
-    private_networks: tuple[str, ...] = ()
-    #: the policy opens the host's loopback to this worker's loopback entries (allow_loopback)
-    loopback: bool = False
-    #: where the policy opens this toolbox's address classes (``toolboxes.<agent>/<name>``), for refusals to name
-    policy_key: str = ""
-    #: names an allowed host may be a CNAME of without being allowed itself (the policy's cname_targets)
-    cname_targets: tuple[str, ...] = ()
-    #: credentials its egress proxy adds to requests their bindings match (values: never sent to the worker)
-    credentials: tuple[Credential, ...] = ()
-    #: the supervisor's CA when the toolbox's TLS is terminated by its proxy (tls_termination); None: tunnels
-    terminator: Terminator | None = None
-    #: the worker's cgroup (pids.max, memory), made at each start; None: no cgroup
-    cgroup: CgroupPlan | None = None
-    #: RLIMIT_AS to set after all when the (optional) cgroup that was to bound the worker's memory cannot be made
-    #: at a start; the plan carries none while a cgroup memory limit is in force (docs/CONFINEMENT.md)
-    address_space_fallback: int | None = None
-    #: ``start: lazy``: the worker starts on the first call; its tools are listed before from ``tool_cache``
-    #: (``_tool_cache.py``), or from one start at supervisor start when that holds no list for this payload
-    lazy: bool = False
-    #: the supervisor's own file with the last tool list of a lazy toolbox
-    tool_cache: str | None = None
-    #: always spawned by the launcher, a fresh exec (the policy's ``toolboxes.<name>.spawn: launcher``), never
-    #: forked by the zygote: the worker gets its own address layout, stack-canary seed and Python hash seed
-    fresh_exec: bool = False
-    warnings: list[str] = field(default_factory=list)
-    #: what ``agents-supervise check`` shows about this worker (rules, exactness, hosts)
-    report: dict[str, Any] = field(default_factory=dict)
-
-
 #: handler(worker, message) -> reply dict ({"result": ...} or {"error": ...})
 RequestHandler = Callable[["Worker[OriginT]", dict[str, Any]], Awaitable[dict[str, Any]]]
 EventHandler = Callable[["Worker[OriginT]", str, dict[str, Any]], None]
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is gone"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
-    return f"exited with status {code}"
 
 
 class Worker(Generic[OriginT]):
@@ -171,10 +105,16 @@ class Worker(Generic[OriginT]):
         self.conn: WorkerConnection[OriginT] | None = None
         self._not_started = trio.Event()
         self._not_started_reason: str | None = None
-        #: this start's cgroup, removed once the worker is reaped
-        self.cgroup: CgroupInstance | None = None
-        self._cgroup_claimed = False
-        self._cgroup_removed = trio.Event()
+        self._group = StartCgroup(
+            spec.cgroup,
+            f"{spec.agent}.{spec.toolbox}",
+            lambda reason: self._on_event(self, "cgroup_unavailable", {"reason": reason}),
+        )
+
+    @property
+    def cgroup(self) -> CgroupInstance | None:
+        """This start's cgroup (``None``: none, not made yet, or removed once the worker was reaped)."""
+        return self._group.instance
 
     # -- the connection's view ---------------------------------------------------------------------------------
     @property
@@ -254,7 +194,7 @@ class Worker(Generic[OriginT]):
         spec = self.spec
         plan = spec.plan
         try:
-            procs_fds = self._make_cgroup()  # before the spawn: a fork of the zygote joins it before it reads its plan
+            procs_fds = self._group.make()  # before the spawn: a fork of the zygote joins it before it reads its plan
         except ConfinementError as exc:
             self._fail_start(f"could not be put in its cgroup: {exc}")
             raise WorkerStartError(f"toolbox {spec.toolbox}: the worker could not be put in its cgroup: {exc}") from exc
@@ -273,7 +213,7 @@ class Worker(Generic[OriginT]):
             )
         except OSError as exc:
             self._fail_start(f"could not be started: {exc}")
-            self._remove_unused_cgroup()
+            self._group.remove_unused()
             raise WorkerStartError(f"toolbox {spec.toolbox}: cannot start its worker: {exc}") from exc
         finally:
             for fd in procs_fds:
@@ -294,7 +234,7 @@ class Worker(Generic[OriginT]):
         self.conn = conn
         if self.cgroup is not None and not proc.cgroup_joined:  # a launcher: moved in before it is sent its plan
             try:
-                joined = self._enter_cgroup(proc.pid)
+                joined = self._group.enter(proc.pid)
             except ConfinementError as exc:
                 launched.close_carrier()
                 await self.kill(f"could not be put in its cgroup: {exc}")
@@ -341,70 +281,11 @@ class Worker(Generic[OriginT]):
             plan, rlimits=dataclasses.replace(plan.rlimits, address_space_bytes=self.spec.address_space_fallback)
         )
 
-    def _make_cgroup(self) -> list[int]:
-        """Make this start's cgroup (:attr:`cgroup`) and open its ``cgroup.procs`` files (the fds, the caller's to
-        close); raise only when the plan requires the group. An optional group that cannot be made is reported
-        (``cgroup_unavailable``) and the worker runs without (:attr:`cgroup` ``None``, no fds)."""
-        plan = self.spec.cgroup
-        if plan is None:
-            return []
-        # <agent>.<toolbox>-<supervisor pid>-<random>: two agents' toolboxes of one name are told apart, and a group
-        # is stale (sweep_stale_cgroups) only once the supervisor that made it is gone
-        unique = f"{os.getpid()}-{secrets.token_hex(6)}"
-        instance = plan.instance(f"{self.spec.agent}.{self.spec.toolbox}", unique)
-        try:
-            create_cgroup(instance)
-            self.cgroup = instance
-            return open_procs_files(instance)
-        except ConfinementError as exc:
-            self._remove_unused_cgroup()
-            if plan.required:
-                raise
-            self._on_event(self, "cgroup_unavailable", {"reason": str(exc)})
-            return []
-
-    def _enter_cgroup(self, pid: int) -> bool:
-        """Move the launcher ``pid`` into :attr:`cgroup`; raise only when the plan requires it. Returns whether the
-        launcher is in its group (``False``: an optional one failed; the group goes when the launcher is reaped)."""
-        assert self.cgroup is not None
-        assert self.spec.cgroup is not None
-        try:
-            enter_cgroup(self.cgroup, pid)
-        except ConfinementError as exc:
-            if self.spec.cgroup.required:
-                raise
-            self._on_event(self, "cgroup_unavailable", {"reason": str(exc)})
-            return False
-        return True
-
-    def _remove_unused_cgroup(self) -> None:
-        """Remove :attr:`cgroup` when no process of this start ever got into it (it is empty)."""
-        instance, self.cgroup = self.cgroup, None
-        if instance is not None:
-            remove_cgroup(instance)
-
     async def _release_cgroup(self) -> None:
-        """Remove this start's cgroup once the launcher was reaped (its PID namespace is empty by then).
-
-        The kernel may still call the group busy just after the last task was reaped (tasks are released after an
-        RCU grace period; there is nothing to wait on in v1), so the removal is retried for up to 2 s, shielded.
-        """
+        """Remove this start's cgroup once the launcher was reaped (:meth:`StartCgroup.release`)."""
         if self._proc is None or self._proc.poll() is None:
             return
-        with trio.CancelScope(shield=True):
-            if self.cgroup is None:  # none, or another task (reader, kill, stop) is removing it: wait for that
-                if self._cgroup_claimed:
-                    await self._cgroup_removed.wait()
-                return
-            instance, self.cgroup = self.cgroup, None
-            self._cgroup_claimed = True
-            try:
-                for _ in range(200):
-                    if remove_cgroup(instance):
-                        break
-                    await trio.sleep(0.01)
-            finally:
-                self._cgroup_removed.set()
+        await self._group.release()
 
     async def _serve_bridge(self, bridge: BridgeSockets) -> None:
         """Serve the worker's egress proxy and DNS stub until the worker dies; then close the sockets."""
@@ -449,7 +330,7 @@ class Worker(Generic[OriginT]):
         assert self._proc is not None
         reason: str | None = None
         with trio.move_on_after(5):
-            reason = _describe_exit(await self._proc.wait())
+            reason = describe_exit(await self._proc.wait())
         if reason is None:
             await self._proc.kill()
             reason = "closed its pipe and was killed"

@@ -23,6 +23,7 @@ import trio
 
 from sandbox import MAX_MESSAGE, ZygoteWireError, decode_message, encode_message
 
+from ._exit_status import describe_exit
 from ._spawn import ChildProcess, PidfdChild, spawn_child
 
 if TYPE_CHECKING:
@@ -303,12 +304,7 @@ class Zygote:
             else:  # before serve(): read what it wrote ourselves
                 await self._read_stderr()
         lines = self._stderr_tail.decode("utf-8", "replace").strip().splitlines()
-        if code is None:
-            status = "closed its socket while still running"
-        elif code < 0:
-            status = f"was killed by {_signal_name(-code)}"
-        else:
-            status = f"exited with status {code}"
+        status = "closed its socket while still running" if code is None else describe_exit(code)
         return status + (f": {lines[-1][:500]}" if lines else "")
 
     async def _kill_process(self) -> None:
@@ -339,13 +335,6 @@ class Zygote:
                 await self.proc.aclose(grace_s=0.5)
             if not self.dead.is_set():
                 self._die("was stopped")
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _close_all(fds: Sequence[int]) -> None:

@@ -19,7 +19,7 @@ import pytest
 import trio
 import yaml
 
-from supervisor.frontends._cli import _parser
+from supervisor.frontends._cli_parser import build_parser
 from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.test_skills_e2e import make_git_repo
@@ -94,7 +94,7 @@ def test_every_command_line_is_one_the_cli_accepts() -> None:
     unit = shlex.split(_unit_value("ExecStart"))
     assert unit[0] == f"{UNIT_VENV}/bin/agents-supervise"
     for argv in (unit[1:], _daemonset_container()["args"], _containerfile_command()):
-        args = _parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
         assert (args.command, args.policy) == ("serve", "/etc/agents-supervise/policy.yaml")
         assert args.http is not None  # the HTTP service, not stdio
 

@@ -1,7 +1,7 @@
 """Cgroups per worker: the pure layout detection and plan (any machine), then real workers in real groups.
 
 The real tests need root and the pids and memory controllers (v2, or v1 as on the machine these were written on);
-the probe :func:`sandbox._cgroups.read_layout` says which, and the tests skip with its reason when there is none.
+the probe :func:`sandbox._cgroup_plan.read_layout` says which, and the tests skip with its reason when there is none.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from sandbox import CgroupLayout, ConfinementError, plan_cgroup, read_layout
-from sandbox._cgroups import CGROUP_DIR, detect_layout
+from sandbox._cgroup_plan import CGROUP_DIR, detect_layout
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
 from supervisor.config._loader import load_config

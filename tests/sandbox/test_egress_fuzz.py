@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from sandbox import AllowedHosts, HostError, Resolution, _egress, serve_egress
 from sandbox._dns_stub import answer_query
-from sandbox._egress import _Refusal, _split_absolute
-from sandbox._hosts import split_host_port
+from sandbox._egress import _split_absolute
+from sandbox._egress_headers import Refusal
+from sandbox._host_names import split_host_port
 
 RULES = AllowedHosts.parse(["api.example.com"])
 
@@ -81,7 +82,7 @@ def test_dns_stub_mutated_queries(name: str, rdtype: str, flips: list[tuple[int,
 def test_request_targets_parse_or_refuse_cleanly(target: str) -> None:
     try:
         scheme, authority, path = _split_absolute(target)
-    except _Refusal as exc:
+    except Refusal as exc:
         refusal = exc
         assert refusal.status == 400
         assert refusal.reason

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sandbox import AllowedHosts, HostError, HostRule, IPAddress, embedded_ipv4, normalize_host
 from sandbox._addresses import address_verdict
-from sandbox._hosts import parse_ipv4_number, split_host_port
+from sandbox._host_names import parse_ipv4_number, split_host_port
 
 V4 = ipaddress.IPv4Address
 V6 = ipaddress.IPv6Address

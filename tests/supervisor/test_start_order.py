@@ -53,15 +53,16 @@ def _zygotes() -> list[int]:
 
 @pytest.fixture
 def seen_while_compiling(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
-    """The zygotes that run while each ``compile_policy`` of ``Supervisor.open`` runs (one list per compile)."""
+    """The zygotes that run while each compile of ``Supervisor.open`` (``plan_and_apply``) runs (one list per
+    compile)."""
     seen: list[list[int]] = []
-    real = running_module.compile_policy
+    real = running_module.plan_and_apply
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(_zygotes())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(running_module, "compile_policy", spy)
+    monkeypatch.setattr(running_module, "plan_and_apply", spy)
     return seen
 
 

@@ -185,6 +185,7 @@ async def test_a_sub_agent_claiming_a_slug_bound_to_another_file_does_not_stop_t
         assert error["agent"] == "b" and "$.contents.extraAgents[0]" in error["source"]
         assert f"agent slug 'helper' belongs to {acme / 'helper.json'}" in error["message"]
         assert "agents-supervise rebind-agent helper" in error["message"]
-        assert {a.slug for a in sup.config.agents} == {"a", "b"}  # globex's helper: no worker, no uid of acme's
+        # globex's helper: no worker, no uid of acme's
+        assert {a.slug for a in sup.generation.config.agents} == {"a", "b"}
         for slug, tenant in (("a", "acme"), ("b", "globex")):
             assert (await sup.call("system_sys_date", {}, agent_scope=slug, tenant=tenant)).status == "passed"

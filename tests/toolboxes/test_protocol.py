@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tracemalloc
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolboxes import Attachment, FrameDecoder, ProtocolError, ToolResult, encode
+from toolboxes import Attachment, FrameDecoder, ProtocolError, ToolResult, encode, json_problem
 from toolboxes._protocol import READ_SIZE
 
 if TYPE_CHECKING:
@@ -147,3 +148,118 @@ def test_first_metadata_value_wins() -> None:
     result = ToolResult.passed("x").with_meta("resource_id", "a").with_meta("resource_id", "b")
     assert result.meta("resource_id") == "a"
     assert result.meta("missing") is None
+
+
+class _Text(str):
+    pass
+
+
+class _Number(float):
+    pass
+
+
+class _Count(int):
+    pass
+
+
+class _Over(Exception):
+    pass
+
+
+def _json_reference(value: object, max_depth: int, max_nodes: int, finite: bool) -> int | None:
+    """What ``json_problem`` promises, said plainly (recursion): the number of values when ``value`` is plain JSON
+    within the bounds, else ``None``."""
+    nodes = 0
+
+    def walk(v: object, depth: int) -> None:
+        nonlocal nodes
+        nodes += 1
+        if nodes > max_nodes or depth > max_depth:
+            raise _Over
+        if isinstance(v, dict):
+            if not all(isinstance(k, str) for k in v):
+                raise _Over
+            for x in v.values():
+                walk(x, depth + 1)
+        elif isinstance(v, list | tuple):
+            for x in v:
+                walk(x, depth + 1)
+        elif isinstance(v, float):
+            if finite and not math.isfinite(v):
+                raise _Over
+        elif not (v is None or isinstance(v, str | int)):
+            raise _Over
+
+    try:
+        walk(value, 1)
+    except _Over:
+        return None
+    return nodes
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=3)
+    | st.binary(max_size=2)
+    | st.builds(_Text, st.text(max_size=2))
+    | st.builds(_Number, st.floats(allow_nan=True))
+    | st.builds(_Count, st.integers())
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=2) | st.builds(_Text, st.text(max_size=1)), inner, max_size=4)
+        | st.dictionaries(st.integers() | st.text(max_size=1), inner, min_size=1, max_size=2)
+    ),
+    max_leaves=24,
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(_VALUES, st.integers(1, 6), st.integers(1, 30), st.booleans())
+def test_json_problem_answers_as_its_plain_statement(value: object, depth: int, nodes: int, finite: bool) -> None:
+    """The fast checker (exact types first, plain scalars counted in place) refuses exactly what the plain recursive
+    statement of its contract refuses, and counts the same values when it accepts."""
+    problem, counted = json_problem(value, max_depth=depth, max_nodes=nodes, finite=finite)
+    expected = _json_reference(value, depth, nodes, finite)
+    assert (problem is None) == (expected is not None), (problem, expected)
+    if expected is not None:
+        assert counted == expected
+
+
+def test_a_results_text_fields_are_checked_by_name_and_subclasses_pass() -> None:
+    """The result's fast path (exact types looked up, not asked) names each wrong field and still takes what is a
+    string by subclass; absent, empty and ``None`` lists are empty."""
+    for key in ("summary", "data", "data_path"):
+        with pytest.raises(ValueError, match=f"result {key} must be a string"):
+            ToolResult.from_wire({"status": "passed", key: b"x"})
+    taken = ToolResult.from_wire(
+        {"status": "failed", "summary": _Text("s"), "data": "d", "metadata": None, "attachments": [], "links": None}
+    )
+    paired = ToolResult.from_wire({"status": "passed", "metadata": [("k", _Text("v")), ["a", "b"]]})
+    assert paired.metadata == [("k", "v"), ("a", "b")]
+    assert (taken.status, taken.summary, taken.data, taken.metadata, taken.attachments, taken.links) == (
+        "failed",
+        "s",
+        "d",
+        [],
+        [],
+        [],
+    )
+    for bad, why in [
+        ({"status": "passed", "metadata": (("a", "b"),)}, "metadata must be a list"),
+        ({"status": "passed", "metadata": [["a", 1]]}, r"\[string, string\] pairs"),
+        ({"status": "passed", "metadata": [["a", "b", "c"]]}, r"\[string, string\] pairs"),
+        ({"status": "passed", "metadata": ["ab"]}, r"\[string, string\] pairs"),
+        ({"status": "passed", "metadata": [["a", "b" * 70_000]]}, "more than 65536 characters"),
+        ({"status": "passed", "links": {"uri": "x"}}, "links must be a list"),
+        ({"status": "passed", "structured": {"a": b"x"}}, "structured value holds a bytes"),
+        ({"status": "passed", "structured": {1: "x"}}, "map key that is a int"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            ToolResult.from_wire(bad)

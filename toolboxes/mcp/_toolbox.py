@@ -13,7 +13,8 @@ Life of the server:
    Resources, resource templates and prompts are listed the same way when the server has the capability, cleaned
    (``toolboxes/_catalog.py``: malformed entries left out with a load error) and announced with the tools;
    ``notifications/resources/list_changed`` and ``.../prompts/list_changed`` list them again. A read is a
-   ``resources/read``, a prompt a ``prompts/get`` (prompts are named ``mcp_<server>_<prompt>`` like tools).
+   ``resources/read``, a prompt a ``prompts/get`` (prompts are named ``mcp_<server>_<prompt>`` like tools). How a
+   list is read, paged and cleaned is :mod:`._listing`.
 3. A call is a ``tools/call`` bounded by the call's deadline; a cancel or the deadline sends
    ``notifications/cancelled`` for it and the server keeps serving the other calls. When the supervisor asks the
    call for progress, the request carries a ``progressToken`` and the server's ``notifications/progress`` for it
@@ -29,18 +30,28 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._catalog import MAX_ENTRIES, clean_entries
 from .._entry import output_cap
-from .._names import tool_name
 from .._progress import parse_progress_event, progress_event, wants_progress
 from .._result import ToolResult
-from .._toolbox import CallContext, ToolSpec, WorkerEnv
 from ._connection import Connection
 from ._content import AttachmentSink, to_result
 from ._errors import McpError, ServerGone, ServerRefused, ServerTimeout
 from ._jsonrpc import KNOWN_PROTOCOL_VERSIONS, Notification, initialize_params
+from ._listing import (
+    CATALOG_CHANGES,
+    CATALOG_METHODS,
+    MAX_TOOLS,
+    Catalog,
+    clean_catalog,
+    list_catalog,
+    list_pages,
+    tool_specs,
+)
+
+if TYPE_CHECKING:
+    from .._toolbox import CallContext, ToolSpec, WorkerEnv
 
 __all__ = ["CRASH_LOOP_MAX", "CRASH_LOOP_WINDOW_S", "McpToolbox", "open_toolbox"]
 
@@ -48,8 +59,6 @@ CRASH_LOOP_MAX = 5
 CRASH_LOOP_WINDOW_S = 60.0
 #: Bounds of the handshake limit (the toolbox's wall_time_s in between).
 _HANDSHAKE_MIN_S, _HANDSHAKE_MAX_S = 5.0, 25.0
-#: Pagination bounds: a server that keeps sending cursors is cut off with a load error.
-_MAX_PAGES, _MAX_TOOLS = 100, 5000
 
 
 class McpToolbox:
@@ -78,7 +87,7 @@ class McpToolbox:
         self._errors: list[dict[str, str]] = []
         self._list_errors: list[dict[str, str]] = []
         #: the server's resources, resource templates and prompts (toolboxes/_catalog.py), cleaned
-        self._catalog: dict[str, list[dict[str, Any]]] = {k: [] for k in _CATALOG_METHODS}
+        self._catalog: dict[str, list[dict[str, Any]]] = {k: [] for k in CATALOG_METHODS}
         self._catalog_errors: list[dict[str, str]] = []
         self._server_capabilities: dict[str, Any] = {}
         self._prompt_names: dict[str, str] = {}  # public prompt name -> the server's
@@ -249,7 +258,10 @@ class McpToolbox:
             capabilities = init.get("capabilities")
             self._server_capabilities = capabilities if isinstance(capabilities, dict) else {}
             tools = self._list(conn, deadline)
-            catalog = {kind: self._list_catalog(conn, kind, deadline) for kind in _CATALOG_METHODS}
+            catalog: Catalog = {
+                kind: list_catalog(conn, kind, deadline, self.label, self._server_capabilities)
+                for kind in CATALOG_METHODS
+            }
         except ServerTimeout as exc:
             conn.close()
             raise ServerTimeout(f"{exc} (the limit for starting is {self.handshake_s:g} s)") from exc
@@ -273,122 +285,18 @@ class McpToolbox:
 
     def _list(self, conn: Connection, deadline: float) -> list[dict[str, Any]]:
         """Every page of ``tools/list``. Raises :class:`McpError`."""
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _page in range(_MAX_PAGES):
-            page = conn.request("tools/list", {"cursor": cursor} if cursor is not None else {}, deadline=deadline)
-            items = page.get("tools")
-            if not isinstance(items, list):
-                raise ServerRefused(f"{self.label} answered tools/list without a list of tools")
-            tools += [t for t in items if isinstance(t, dict)]
-            if len(tools) > _MAX_TOOLS:
-                raise ServerRefused(f"{self.label} lists more than {_MAX_TOOLS} tools")
-            cursor = page.get("nextCursor")
-            if cursor is None:
-                return tools
-            if not isinstance(cursor, str) or cursor in seen:
-                raise ServerRefused(f"{self.label} sent a nextCursor that is not a new string ({cursor!r})")
-            seen.add(cursor)
-        raise ServerRefused(f"{self.label} sent more than {_MAX_PAGES} pages of tools")
+        items = list_pages(conn, "tools/list", "tools", deadline, self.label, MAX_TOOLS)
+        return [t for t in items if isinstance(t, dict)]
 
-    def _list_catalog(self, conn: Connection, kind: str, deadline: float) -> list[dict[str, Any]] | str:
-        """Every page of the server's list of ``kind`` (empty when it has not the capability), or a note on why
-        it could not be listed (the tools still serve)."""
-        method, key, capability = _CATALOG_METHODS[kind]
-        if capability not in self._server_capabilities:
-            return []
-        items: list[dict[str, Any]] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        try:
-            for _page in range(_MAX_PAGES):
-                page = conn.request(method, {"cursor": cursor} if cursor is not None else {}, deadline=deadline)
-                got = page.get(key)
-                if not isinstance(got, list):
-                    return f"{self.label} answered {method} without a list of {key}"
-                items += got[: MAX_ENTRIES + 1]
-                if len(items) > MAX_ENTRIES:
-                    return f"{self.label} lists more than {MAX_ENTRIES} {key}; none of them are served"
-                cursor = page.get("nextCursor")
-                if cursor is None:
-                    return items
-                if not isinstance(cursor, str) or cursor in seen:
-                    return f"{self.label} sent a nextCursor that is not a new string in {method}"
-                seen.add(cursor)
-        except McpError as exc:  # the tools still serve; the note says why the list is empty
-            return f"{method}: {exc}"
-        return f"{self.label} sent more than {_MAX_PAGES} pages of {key}"
-
-    def _set_catalog(self, catalog: dict[str, list[dict[str, Any]] | str]) -> bool:
+    def _set_catalog(self, catalog: Catalog) -> bool:
         """Replace the resources, templates and prompts (holding ``_lock``); whether any changed."""
         before = repr(self._catalog)
-        errors: list[dict[str, str]] = []
-        out: dict[str, list[dict[str, Any]]] = {}
-        for kind, items in catalog.items():
-            if isinstance(items, str):
-                errors.append({"source": self.label, "message": items})
-                items = []
-            if kind == "prompts":
-                items = [
-                    {**p, "name": tool_name("mcp", self.server, p["name"]), "_remote": p["name"]}
-                    for p in items
-                    if isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]
-                ]
-            remotes = {p["name"]: p.pop("_remote") for p in items if kind == "prompts"}
-            cleaned, notes = clean_entries(kind, items)
-            errors += [{"source": self.label, "message": n} for n in notes[:32]]
-            out[kind] = cleaned
-            if kind == "prompts":
-                self._prompt_names = {p["name"]: remotes[p["name"]] for p in cleaned}
-        self._catalog, self._catalog_errors = out, errors
-        return before != repr(out)
+        self._catalog, self._catalog_errors, self._prompt_names = clean_catalog(self.server, self.label, catalog)
+        return before != repr(self._catalog)
 
     def _set_tools(self, tools: list[dict[str, Any]]) -> bool:
         """Replace the tool list (holding ``_lock``); returns whether the public list changed."""
-        specs: list[ToolSpec] = []
-        public: dict[str, str] = {}
-        errors: list[dict[str, str]] = []
-        for t in tools:
-            remote = t.get("name")
-            if not isinstance(remote, str) or not remote:
-                errors.append({"source": self.label, "message": f"a tool without a name was left out: {t!r:.200}"})
-                continue
-            name = tool_name("mcp", self.server, remote)
-            if name in public:
-                errors.append(
-                    {
-                        "source": remote,
-                        "message": f"left out: its name {name} is the name of tool "
-                        f"{public[name]!r} once characters outside [A-Za-z0-9_-] are replaced",
-                    }
-                )
-                continue
-            schema = t.get("inputSchema")
-            if not isinstance(schema, dict):
-                schema = {"type": "object"}
-            description = t.get("description") or t.get("title") or f"Tool {remote} of {self.label}."
-            public[name] = remote
-            output_schema = t.get("outputSchema")
-            if output_schema is not None and not (
-                isinstance(output_schema, dict) and output_schema.get("type") == "object"
-            ):
-                errors.append(
-                    {
-                        "source": remote,
-                        "message": "its outputSchema was left out: it is not an object schema (type: object)",
-                    }
-                )
-                output_schema = None
-            specs.append(
-                ToolSpec(
-                    name,
-                    str(description),
-                    schema,
-                    hints=server_hints(t.get("annotations")),
-                    output_schema=output_schema,
-                )
-            )
+        specs, public, errors = tool_specs(self.server, self.label, tools)
         before = [s.to_wire() for s in self._specs]
         self._tools, self._public, self._specs = tools, public, specs
         self._list_errors = errors
@@ -401,11 +309,11 @@ class McpToolbox:
         if conn is None or conn.gone_reason is not None:
             return
         try:
-            items = self._list_catalog(conn, kind, time.monotonic() + self.handshake_s)
+            items = list_catalog(conn, kind, time.monotonic() + self.handshake_s, self.label, self._server_capabilities)
         except McpError as exc:
             items = str(exc)
         with self._lock:
-            whole: dict[str, list[dict[str, Any]] | str] = {k: list(v) for k, v in self._catalog.items()}
+            whole: Catalog = {k: list(v) for k, v in self._catalog.items()}
             if kind == "prompts":  # the listed names are public ones: give the server's back
                 whole["prompts"] = [
                     {**p, "name": self._prompt_names.get(p["name"], p["name"])} for p in self._catalog["prompts"]
@@ -416,7 +324,7 @@ class McpToolbox:
             self.env.channel.tools_changed()
 
     def _on_notification(self, note: Notification) -> None:
-        kinds = _CATALOG_CHANGES.get(note.method)
+        kinds = CATALOG_CHANGES.get(note.method)
         if kinds is not None:
             for kind in kinds:
                 self._relist_catalog(kind)
@@ -455,31 +363,6 @@ class McpToolbox:
         )
         if parsed is not None:
             self.env.channel.event(progress_event(call_id, parsed[1]))
-
-
-def server_hints(annotations: Any) -> dict[str, Any]:
-    """The MCP annotations of a server's tool that are well-formed: the four boolean hints and a title of at most
-    200 characters; anything else is left out (a server is untrusted, and the supervisor refuses malformed hints)."""
-    if not isinstance(annotations, dict):
-        return {}
-    out: dict[str, Any] = {k: v for k, v in annotations.items() if k in _HINT_KEYS and isinstance(v, bool)}
-    title = annotations.get("title")
-    if isinstance(title, str) and len(title) <= 200:
-        out["title"] = title
-    return out
-
-
-#: catalog kind -> (the list method, its result key, the server capability that has it)
-_CATALOG_METHODS = {
-    "resources": ("resources/list", "resources", "resources"),
-    "resource_templates": ("resources/templates/list", "resourceTemplates", "resources"),
-    "prompts": ("prompts/list", "prompts", "prompts"),
-}
-_CATALOG_CHANGES = {
-    "notifications/resources/list_changed": ("resources", "resource_templates"),
-    "notifications/prompts/list_changed": ("prompts",),
-}
-_HINT_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 
 def open_toolbox(config: dict[str, Any], env: WorkerEnv) -> McpToolbox:

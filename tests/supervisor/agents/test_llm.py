@@ -9,15 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.agents._llm import (
-    ModelError,
-    StreamAssembler,
-    completion_url,
-    function_tool,
-    parse_completion,
-    resolve_api_key,
-    retry_decision,
-)
+from supervisor.agents._chat_reply import ModelError, completion_url, function_tool, parse_completion, retry_decision
+from supervisor.agents._chat_stream import StreamAssembler
+from supervisor.agents._model_keys import resolve_api_key
 from tests.supervisor._model_server import message, streamed
 
 if TYPE_CHECKING:

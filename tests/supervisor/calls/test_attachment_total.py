@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from labkit import png_bytes
 from supervisor.calls import AttachmentStore
-from supervisor.config._policy import Context
+from supervisor.config._media_limits import Context
 from toolboxes import Attachment, ToolResult
 
 if TYPE_CHECKING:

@@ -172,9 +172,9 @@ async def test_the_session_stores_checkpoints_run_off_the_trio_thread(
 ) -> None:
     import threading
 
-    from supervisor.sessions import _store
+    from supervisor.sessions import _queued_db
 
-    monkeypatch.setattr(_store, "CHECKPOINT_COMMITS", 2)
+    monkeypatch.setattr(_queued_db, "CHECKPOINT_COMMITS", 2)
     policy = write_policy(sandbox_tmp, {"tester": agent(builtinToolboxes=[system_toolbox(capabilities=["date"])])})
     ran_on: list[int] = []
     checkpointed = trio.Event()

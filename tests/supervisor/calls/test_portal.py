@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import trio
 
 from supervisor.calls import CallOrigin, CallServices, Portal, ToolRegistry
@@ -81,6 +82,8 @@ async def test_the_watches_explain_a_result_in_order_waiting_only_where_one_must
     order: list[str] = []
 
     class Sync:
+        longest_wait_s = 0.0
+
         def begin(self, tool: object, call_id: str) -> Callable[[ToolResult], ToolResult]:
             def finish(result: ToolResult) -> ToolResult:
                 order.append(f"sync {result.status}")
@@ -89,6 +92,8 @@ async def test_the_watches_explain_a_result_in_order_waiting_only_where_one_must
             return finish
 
     class Waiting:
+        longest_wait_s = 1.0
+
         def begin(self, tool: object, call_id: str) -> Callable[[ToolResult], ToolResult | Awaitable[ToolResult]]:
             def finish(result: ToolResult) -> ToolResult | Awaitable[ToolResult]:
                 if result.status == "passed":
@@ -116,3 +121,41 @@ async def test_the_watches_explain_a_result_in_order_waiting_only_where_one_must
     failed = await portal.call("say", {"status": "failed"}, CallOrigin(session_id="s"))
     assert order == ["sync failed", "waited", "sync failed"]
     assert [k for k, _ in failed.metadata] == ["sync", "waited", "sync"]
+
+
+class _Sleeps(_Answers):
+    """A runner whose calls sleep ``args["s"]`` seconds, claiming to end within ``ends_within_s``."""
+
+    def __init__(self, ends_within_s: float) -> None:
+        super().__init__()
+        self.ends_within_s = ends_within_s
+
+    async def call(self, tool: str, args: dict[str, Any], ctx: dict[str, Any], origin: object = None) -> ToolResult:
+        await trio.sleep(args["s"])
+        return ToolResult("passed", data="slept")
+
+
+@pytest.mark.parametrize("ends_within_s", [0.01, 3.0, 30.0, float("inf")])
+async def test_the_trees_deadline_stops_a_dispatch_it_can_reach(ends_within_s: float, autojump_clock: Any) -> None:
+    """A dispatch gets no cancel scope only when its runner's bound ends it well before the tree's deadline; a
+    runner whose bound reaches the deadline (or has none) is stopped there with the budget's result. (The 0.01 s
+    runner breaks its promise here, as a test double can: it is then not stopped, which is what skipping means.)"""
+    from supervisor.calls._budget import BudgetLimits, BudgetPolicy
+    from supervisor.calls._checks import CallPolicy
+
+    registry = ToolRegistry()
+    registry.rebuild([_Sleeps(ends_within_s)])  # type: ignore[list-item]
+    assert registry.get("say") is not None and registry.get("say").ends_within_s == ends_within_s  # type: ignore[union-attr]
+    rules = CallPolicy(budgets=BudgetPolicy(default=BudgetLimits(wall_time_s=6.0)))
+    portal = Portal(CallServices.make(registry, TraceRecorder(None), state_dir="/nonexistent"), rules)
+    clock_start = trio.current_time()
+    result = await portal.call("say", {"s": 0.0}, CallOrigin(session_id="s"))
+    assert result.status == "passed"
+    # the tree's deadline (6 s) within the runner's bound and the slack: stopped at it (autojump clock: no wait)
+    if ends_within_s + 5.0 >= 6.0:
+        result = await portal.call("say", {"s": 600.0}, CallOrigin(session_id="s"))
+        assert result.status == "error" and result.meta("portal_error") == "CallTreeBudget", result
+        assert 6.0 <= trio.current_time() - clock_start < 7.0
+    else:
+        result = await portal.call("say", {"s": 0.5}, CallOrigin(session_id="s"))
+        assert result.status == "passed"

@@ -15,7 +15,7 @@ import pytest
 
 from supervisor.config import ConfigError, agent_json_schema
 from supervisor.config._agent_file import AgentDescription
-from supervisor.config._loader import parse_agent_data
+from supervisor.config._agent_loader import parse_agent_data
 from toolboxes.developer._agent_check import SCHEMA_FILE, check_agent, load_agent_schema
 from toolboxes.developer._agent_spec import agent_spec
 

@@ -15,15 +15,11 @@ from hypothesis import strategies as st
 
 from sandbox import check_path
 from sandbox._predicates import Any_, DirectoryRecursive, FileExactly
-from supervisor.config._loader import (
-    ConfigError,
-    LoadedConfig,
-    load_agent_file,
-    load_config,
-    parse_agent_data,
-    parse_policy_data,
-)
-from supervisor.config._policy import Policy, parse_size, policy_json_schema
+from supervisor.config import ConfigError, LoadedConfig, load_agent_file, load_config
+from supervisor.config._agent_loader import parse_agent_data
+from supervisor.config._policy import Policy, policy_json_schema
+from supervisor.config._policy_fields import parse_size
+from supervisor.config._policy_file import parse_policy_data
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "agents"

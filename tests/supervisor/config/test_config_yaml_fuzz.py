@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from supervisor.config import ConfigError
-from supervisor.config._loader import load_config, load_policy
+from supervisor.config._loader import load_config
+from supervisor.config._policy_file import load_policy
 from tests._policies import agent, system_toolbox
 from tests.supervisor.config.test_config_fuzz import _check, _paths
 

@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from supervisor.config._budget import Budget, BudgetOverride
-from supervisor.config._policy import Limits, LimitsOverride, Policy
+from supervisor.config._limits import Limits, LimitsOverride
+from supervisor.config._policy import Policy
 from supervisor.config._validation_settings import Validation, ValidationOverride
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from tests._policies import agent
+from tests._policies import agent, own_part_owner
 from tests.supervisor.frontends.test_check_call_trees import _section
 from tests.supervisor.frontends.test_check_summary import _check
 
@@ -48,8 +48,8 @@ def test_check_shows_each_sub_agent_allowed_or_refused_and_why(sandbox_tmp: Path
     assert _section(lines, TITLE) == [
         f"  a -> a ({acme / 'a.json'}): allowed: the agent itself: io_prompt_agent_a prompts it again (bounded by "
         "max_call_depth)",
-        f"  a -> part ({acme / 'part.json'}): allowed: a part of the agent: its file is root's; reached by tenant "
-        "acme; within tenants.acme.ceiling.paths",
+        f"  a -> part ({acme / 'part.json'}): allowed: a part of the agent: its file is {own_part_owner()}; reached by "
+        "tenant acme; within tenants.acme.ceiling.paths",
         f"  a -> b ({globex / 'b.json'}): refused: sub-agent b ({globex / 'b.json'}) lies outside the policy's "
         f"ceiling tenants.acme.ceiling.paths ({acme}); the key that would allow it: add a folder holding it to "
         "tenants.acme.ceiling.paths",

@@ -20,7 +20,7 @@ import pytest
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
 from supervisor.config import ConfigError
-from supervisor.frontends._cli import EXIT_ERROR, EXIT_INTERNAL, error_status
+from supervisor.frontends._cli_errors import EXIT_ERROR, EXIT_INTERNAL, error_status
 from supervisor.sessions import SessionStore, SessionStoreUnavailable
 from supervisor.traces._otel import _EXPORTER_LOGGERS
 from tests._policies import agent, write_policy

@@ -235,6 +235,7 @@ def test_binding_rules() -> None:
     assert bind_agents(table, {"coder": unknown}, "t", {}) == [] and table["coder"] == AgentFile("/cm/..v3/coder.json")
 
 
+@pytest.mark.root  # root writes the file renamed over the one read (another owner)
 def test_the_claim_is_the_file_that_was_read_not_what_the_path_leads_to_a_moment_later(sandbox_tmp: Path) -> None:
     """Another uid's file is read; before the binding looks, root's own file is renamed over it. The claim is the
     file whose text was loaded (owner, device, inode from the descriptor it was read through), so the slug bound

@@ -102,6 +102,22 @@ def test_planning_makes_nothing_and_applying_makes_what_the_plan_names_and_takes
     assert (state / "work" / "tester" / "one" / "tmp" / "kept").is_file() and os.path.isfile(ca)
 
 
+def test_an_apply_kept_by_its_switch_is_never_taken_back(sandbox_tmp: Path) -> None:
+    """Once its generation runs (``keep``), a later rollback (a start-up's exit stack at shutdown) removes nothing:
+    the folders and the CA file are the running policy's."""
+    config = load_config(str(_policy(sandbox_tmp, "one")))
+    state = sandbox_tmp / "state"
+    applied = apply_plan(plan_policy(config, read_host_facts(config, state_dir=str(state))))
+    assert applied.made and applied.ca_file is not None
+    ca = applied.ca_file
+    applied.keep()
+    applied.rollback()
+    assert (state / "work" / "tester" / "one" / "tmp").is_dir() and (
+        state / "toolbox-state" / "tester" / "one"
+    ).is_dir()
+    assert os.path.isfile(ca)
+
+
 class _Stop(BaseException):
     """Stands in for a cancellation in the middle of applying."""
 

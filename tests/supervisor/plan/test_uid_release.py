@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from supervisor._supervisor import Supervisor
-from supervisor.frontends._cli import EXIT_ERROR
+from supervisor.frontends._cli_errors import EXIT_ERROR
 from supervisor.plan._identities import _slot
 from supervisor.plan._uid_registry import Holder, HostRegistry, read_registry
 from supervisor.plan._uid_release import (

@@ -23,7 +23,7 @@ from mcp.client.stdio import stdio_client
 from labkit import describe_json, write_script
 from supervisor._errors import PolicyRefused
 from supervisor._supervisor import Supervisor
-from supervisor.config._policy import Introspection
+from supervisor.config import Introspection
 from supervisor.sessions._ids import LOCAL_TENANT, Owner, client_id, ids_from_meta, root_session_id
 from supervisor.sessions._introspection import answer_host_request, introspection_problem, visible_sessions
 from supervisor.sessions._store import SessionStore

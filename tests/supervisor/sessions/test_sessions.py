@@ -11,7 +11,8 @@ import pytest
 from supervisor._supervisor import Supervisor
 from supervisor.sessions._ids import Owner, root_session_id
 from supervisor.sessions._introspection import answer_host_request
-from supervisor.sessions._store import SessionStore, scope_members
+from supervisor.sessions._scopes import scope_members
+from supervisor.sessions._store import SessionStore
 from tests._policies import agent, local_model, system_toolbox, write_policy
 from tests.supervisor._model_server import Reply, answer, call, model_server
 

@@ -12,7 +12,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from supervisor.sessions._store import CHECKPOINT_COMMITS, SessionStore
+from supervisor.sessions._queued_db import CHECKPOINT_COMMITS
+from supervisor.sessions._store import SessionStore
 from supervisor.sessions._store_schema import BACKSTOP_CHECKPOINT_PAGES
 
 if TYPE_CHECKING:

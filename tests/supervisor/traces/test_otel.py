@@ -23,9 +23,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from supervisor._supervisor import Supervisor
+from supervisor.config import OtelExport as OtelPolicy
 from supervisor.config._errors import ConfigError
 from supervisor.config._loader import load_config
-from supervisor.config._policy import OtelExport as OtelPolicy
 from supervisor.config._policy import policy_json_schema
 from supervisor.sessions._ids import Owner, root_session_id
 from supervisor.traces._otel import REPORT_INTERVAL_S, OtelExport
