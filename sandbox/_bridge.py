@@ -17,6 +17,7 @@ What this module does not do: decide anything (the proxy and the stub do), or ro
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -128,13 +129,40 @@ def decode_bridge_message(data: bytes) -> BridgePorts:
     return BridgePorts(proxy=ports[0], dns=ports[1])
 
 
+_DNS_PORT_TRIES = 16
+
+
+def _dns_pair(socks: list[socket.socket], port: int) -> tuple[socket.socket, socket.socket | None]:
+    """Bind the DNS port's UDP and listening TCP socket on ``port`` (0: the UDP socket's, chosen by the kernel),
+    appended to ``socks``. A TCP port already taken (possible only for a kernel-chosen number, in a shared
+    namespace) gives ``None`` for TCP, with that UDP socket closed and removed, so the caller may pick again."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    socks.append(udp)
+    udp.bind((BRIDGE_HOST, port))
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    socks.append(tcp)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        tcp.bind((BRIDGE_HOST, udp.getsockname()[1]))
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        for s in (tcp, udp):
+            socks.remove(s)
+            s.close()
+        return udp, None
+    tcp.listen(_BACKLOG)
+    return udp, tcp
+
+
 def open_bridge(unix_fd: int, *, proxy_port: int = DEFAULT_PROXY_PORT, dns_port: int = DEFAULT_DNS_PORT) -> BridgePorts:
     """Open the bridge sockets in the current network namespace, send them over ``unix_fd``, close both ends.
 
     Binds 127.0.0.1:``proxy_port`` (TCP, listening), 127.0.0.1:``dns_port`` (UDP) and 127.0.0.1:``dns_port``
-    (TCP, listening); a port of 0 lets the kernel choose (the message carries the real ports). Ports below
-    1024 need root or ``CAP_NET_BIND_SERVICE`` in the namespace's owner: call this before dropping privileges.
-    Blocking and synchronous (the launcher is single-threaded). ``unix_fd`` is closed in every case.
+    (TCP, listening); a port of 0 lets the kernel choose (the message carries the real ports; for DNS, a number
+    free for both UDP and TCP, tried up to 16 times). Ports below 1024 need root or ``CAP_NET_BIND_SERVICE`` in
+    the namespace's owner: call this before dropping privileges. Blocking and synchronous (the launcher is
+    single-threaded). ``unix_fd`` is closed in every case.
 
     Raises:
         BridgeError: a bind or the send failed; the worker must not run.
@@ -147,15 +175,13 @@ def open_bridge(unix_fd: int, *, proxy_port: int = DEFAULT_PROXY_PORT, dns_port:
             proxy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             proxy.bind((BRIDGE_HOST, proxy_port))
             proxy.listen(_BACKLOG)
-            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            socks.append(udp)
-            udp.bind((BRIDGE_HOST, dns_port))
+            for attempt in range(_DNS_PORT_TRIES if dns_port == 0 else 1):
+                udp, tcp = _dns_pair(socks, dns_port)
+                if tcp is not None:
+                    break
+                if attempt == _DNS_PORT_TRIES - 1 or dns_port != 0:
+                    raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE))
             dns_port = udp.getsockname()[1]
-            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(tcp)
-            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            tcp.bind((BRIDGE_HOST, dns_port))
-            tcp.listen(_BACKLOG)
         except OSError as exc:
             raise BridgeError(f"cannot open the egress bridge sockets: {exc.strerror or exc}") from exc
         ports = BridgePorts(proxy=proxy.getsockname()[1], dns=dns_port)

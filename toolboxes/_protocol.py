@@ -172,6 +172,8 @@ class FrameDecoder:
         self._unpacker = self._new_unpacker()
         self._fed = 0  # bytes fed to this unpacker
         self._decoded = 0  # where the last whole frame it decoded ended
+        #: the size in bytes of the frame of the message :meth:`feed` yielded last
+        self.last_frame_bytes = 0
 
     def _new_unpacker(self) -> msgpack.Unpacker:
         return msgpack.Unpacker(
@@ -202,7 +204,8 @@ class FrameDecoder:
                 return
             except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as exc:
                 raise ProtocolError(f"undecodable frame: {exc}") from exc
-            self._decoded = self._unpacker.tell()
+            start, self._decoded = self._decoded, self._unpacker.tell()
+            self.last_frame_bytes = self._decoded - start
             yield self.validate(obj)
 
     def validate(self, obj: Any) -> dict[str, Any]:

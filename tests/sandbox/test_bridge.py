@@ -36,7 +36,11 @@ def test_message_round_trip_and_refusals() -> None:
 def test_open_bridge_hands_over_listening_sockets_and_closes_its_end() -> None:
     parent, child = socket.socketpair()
     child_fd = child.detach()
-    ports = open_bridge(child_fd, proxy_port=0, dns_port=0)
+    try:
+        ports = open_bridge(child_fd, proxy_port=0, dns_port=0)
+    except BaseException:
+        parent.close()
+        raise
     with pytest.raises(OSError, match="Bad file descriptor"):
         os.fstat(child_fd)  # open_bridge closed the carrier
     bridge = receive_bridge_nowait(parent)
@@ -97,6 +101,27 @@ def test_open_bridge_fails_closed_when_a_port_is_taken() -> None:
         open_bridge(child_fd, proxy_port=taken.getsockname()[1], dns_port=0)
     with pytest.raises(OSError, match="Bad file descriptor"):
         os.fstat(child_fd)
+    taken.close()
+    parent.close()
+
+
+def test_a_dns_port_taken_for_tcp_only_is_given_back_and_refused_when_fixed() -> None:
+    """A kernel-chosen UDP number may be taken for TCP by another process of a shared namespace: the pair is given
+    back (both closed) so that open_bridge picks again; a fixed DNS port taken for TCP is the bridge's error."""
+    from sandbox._bridge import _dns_pair
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    socks: list[socket.socket] = []
+    before = _open_fds()
+    udp, tcp = _dns_pair(socks, port)
+    assert tcp is None and socks == [] and udp.fileno() == -1 and _open_fds() == before
+    parent, child = socket.socketpair()
+    with pytest.raises(BridgeError, match="Address already in use"):
+        open_bridge(child.detach(), proxy_port=0, dns_port=port)
+    assert len(_open_fds()) == len(before) + 1  # the pair's parent end: every bridge socket and the carrier closed
     taken.close()
     parent.close()
 
