@@ -39,13 +39,19 @@ class _Held:
         self.real(batch)
 
 
+def _held_store(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[SessionStore, _Held]:
+    """A store at ``path`` whose flusher's first batch is held in its thread (:class:`_Held`)."""
+    store = SessionStore(str(path))
+    held = _Held(store)
+    monkeypatch.setattr(store, "_apply_batch", held)
+    return store, held
+
+
 async def test_a_read_while_the_flusher_applies_waits_for_its_batch_and_then_applies_what_came_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "sessions.sqlite3"
-    store = SessionStore(str(path))
-    held = _Held(store)
-    monkeypatch.setattr(store, "_apply_batch", held)
+    store, held = _held_store(path, monkeypatch)
     for n in range(3):
         _call(store, "s", n, output=f"first {n}")
     store.commit()
@@ -86,9 +92,7 @@ async def test_the_journal_does_not_start_again_over_lines_the_flushers_batch_di
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "sessions.sqlite3"
-    store = SessionStore(str(path))
-    held = _Held(store)
-    monkeypatch.setattr(store, "_apply_batch", held)
+    store, held = _held_store(path, monkeypatch)
     _call(store, "s", 0)
     store.commit()
     journal = store._journal
