@@ -185,14 +185,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def start_http_service(policy: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``agents-supervise serve --http`` on ``policy`` (this checkout's code), once it serves: the process and its
-    MCP URL for the agent ``bench``. Warnings it prints first are passed over; its later lines are read and dropped
-    (a full pipe would stall the service). Raises ``SystemExit`` with what it said when it ends without serving."""
+def start_http_service(policy: Path, checkout: Path = REPO) -> tuple[subprocess.Popen[bytes], str]:
+    """``agents-supervise serve --http`` on ``policy`` (the code of ``checkout``, by default this one), once it
+    serves: the process and its MCP URL for the agent ``bench``. Warnings it prints first are passed over; its later
+    lines are read and dropped (a full pipe would stall the service). Raises ``SystemExit`` with what it said when it
+    ends without serving."""
     process = subprocess.Popen(
         [sys.executable, "-m", "supervisor", "serve", "--http", "--policy", str(policy)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

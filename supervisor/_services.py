@@ -185,7 +185,7 @@ class Upkeep:
             self._trace.flush()
             if self._otel.export is not None:
                 self._otel.export.poll()
-            self._sessions.flush()
+            await self._sessions.flush_off_thread()  # its SQLite work off the trio thread, which calls meanwhile
             if self._sessions.checkpoint_due():  # its fsyncs off the trio thread, which commits meanwhile
                 await trio.to_thread.run_sync(self._sessions.checkpoint)
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._result import ToolResult
 
-__all__ = ["ENVELOPE_BYTES", "OUTPUT_LIMIT_KEY", "TRUNCATED_KEY", "cap_output", "json_bytes"]
+__all__ = ["ENVELOPE_BYTES", "JSON_PER_MSGPACK_BYTE", "OUTPUT_LIMIT_KEY", "TRUNCATED_KEY", "cap_output", "json_bytes"]
 
 #: The policy key that sets the limit (named in the notes).
 OUTPUT_LIMIT_KEY = "limits.output_bytes"
@@ -38,6 +38,12 @@ OUTPUT_LIMIT_KEY = "limits.output_bytes"
 TRUNCATED_KEY = "output_truncated"
 #: How far past the limit a part may be before it is cut (the envelope a kind adds around content it cut itself).
 ENVELOPE_BYTES = 16 * 1024
+#: A value decoded from ``n`` bytes of msgpack is less than this many times ``n`` bytes as compact JSON (UTF-8): a
+#: string's byte becomes at most six (``\u001f``), a one-byte ``false`` or ``null`` five with its comma, a
+#: container's header byte its two brackets, a nine-byte float at most 24 characters; text is UTF-8 in both. So a
+#: result read from a frame of ``n`` bytes has no part larger than ``6n`` (``ToolResult.parts_within``;
+#: ``tests/toolboxes/test_output_cap.py`` checks the bound on random values).
+JSON_PER_MSGPACK_BYTE = 6
 
 
 def _size(text: str, limit: int) -> int:
@@ -67,6 +73,15 @@ def cap_output(result: ToolResult, max_bytes: int | None) -> ToolResult:
         return result
     cuts: list[str] = []
     allowed = max_bytes + ENVELOPE_BYTES
+    within = result.parts_within
+    if (
+        within is not None
+        and within[3] <= allowed
+        and within[0] is result.data
+        and within[1] is result.summary
+        and within[2] is result.structured
+    ):
+        return result  # every part is known to fit, without measuring it (ToolResult.parts_within)
     data_size = _size(result.data, allowed) if result.data is not None else 0
     summary_size = _size(result.summary, allowed) if result.summary is not None else 0
     structured_size = json_bytes(result.structured) if result.structured is not None else 0

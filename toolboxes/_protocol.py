@@ -172,6 +172,8 @@ class FrameDecoder:
         self._unpacker = self._new_unpacker()
         self._fed = 0  # bytes fed to this unpacker
         self._decoded = 0  # where the last whole frame it decoded ended
+        #: the size in bytes of the frame of the message :meth:`feed` yielded last
+        self.last_frame_bytes = 0
 
     def _new_unpacker(self) -> msgpack.Unpacker:
         return msgpack.Unpacker(
@@ -202,7 +204,8 @@ class FrameDecoder:
                 return
             except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as exc:
                 raise ProtocolError(f"undecodable frame: {exc}") from exc
-            self._decoded = self._unpacker.tell()
+            start, self._decoded = self._decoded, self._unpacker.tell()
+            self.last_frame_bytes = self._decoded - start
             yield self.validate(obj)
 
     def validate(self, obj: Any) -> dict[str, Any]:
@@ -210,13 +213,15 @@ class FrameDecoder:
         if not isinstance(obj, dict):
             raise ProtocolError(f"frame is a {type(obj).__name__}, not a map")
         kind = obj.get("t")
-        required = self._schema.get(kind) if isinstance(kind, str) else None
+        required = self._schema.get(kind) if type(kind) is str or isinstance(kind, str) else None
         if required is None:
             raise ProtocolError(f"unexpected message type {kind!r}")
-        missing = [k for k in required if k not in obj]
-        if missing:
-            raise ProtocolError(f"{kind} message lacks {', '.join(missing)}")
-        if "id" in obj and not (isinstance(obj["id"], int) and not isinstance(obj["id"], bool)):
+        for key in required:
+            if key not in obj:
+                missing = [k for k in required if k not in obj]
+                raise ProtocolError(f"{kind} message lacks {', '.join(missing)}")
+        ident = obj.get("id", 0)  # (absent: nothing to check)
+        if type(ident) is not int and not (isinstance(ident, int) and not isinstance(ident, bool)):
             raise ProtocolError(f"{kind} message id must be an integer")
         return obj
 

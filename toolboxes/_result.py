@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._output_cap import JSON_PER_MSGPACK_BYTE
 from ._protocol import json_problem
 
 __all__ = ["Attachment", "ResourceLink", "Status", "ToolResult"]
@@ -90,6 +91,13 @@ class ToolResult:
     attachments: list[Attachment] = field(default_factory=list)
     structured: Any = None
     links: list[ResourceLink] = field(default_factory=list)
+    #: ``(data, summary, structured, n)``: each of these parts, as :func:`~toolboxes._output_cap.cap_output`
+    #: measures it (the texts' UTF-8, the structured value's compact JSON), is at most ``n`` bytes, known without
+    #: measuring (:meth:`json` and :meth:`from_wire` set it); it speaks only for parts that are still these very
+    #: objects. Never compared, and not copied by ``dataclasses.replace`` (which makes a new result).
+    parts_within: tuple[str | None, str | None, Any, int] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     # -- constructors ---------------------------------------------------------------------------------------
     @classmethod
@@ -109,7 +117,11 @@ class ToolResult:
     @classmethod
     def json(cls, value: Any, status: Status = "passed", summary: str | None = None, **kw: Any) -> ToolResult:
         """A result whose data is the JSON value ``value`` (text in ``data``, the value in ``structured``)."""
-        return cls(status, summary=summary, data=_TEXT_ENCODER.encode(value), structured=value, **kw)
+        text = _TEXT_ENCODER.encode(value)
+        result = cls(status, summary=summary, data=text, structured=value, **kw)
+        # the compact JSON of ``value`` is ``text`` less the spaces after its separators: no larger (4: UTF-8's most)
+        result.parts_within = (text, summary, value, 4 * max(len(text), len(summary) if summary else 0))
+        return result
 
     # -- metadata -------------------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -147,9 +159,10 @@ class ToolResult:
         return out
 
     @classmethod
-    def from_wire(cls, data: Any) -> ToolResult:
+    def from_wire(cls, data: Any, frame_bytes: int | None = None) -> ToolResult:
         """Validate untrusted wire data into a result; raises ``ValueError`` saying what is wrong (the first
-        problem found)."""
+        problem found). ``frame_bytes``: the size of the msgpack frame ``data`` was decoded from (it bounds the
+        parts: :attr:`parts_within`)."""
         if not isinstance(data, dict):
             raise ValueError("a result must be a map")
         get = data.get
@@ -180,7 +193,7 @@ class ToolResult:
         if not _WIRE_KEYS.issuperset(data):
             unknown = set(data) - _WIRE_KEYS
             raise ValueError(f"result has unknown keys: {', '.join(sorted(map(str, unknown)))}")
-        return cls(
+        result = cls(
             status=status,
             summary=summary,
             data=text,
@@ -191,6 +204,9 @@ class ToolResult:
             structured=structured,
             links=links,
         )
+        if frame_bytes is not None:
+            result.parts_within = (text, summary, structured, JSON_PER_MSGPACK_BYTE * frame_bytes)
+        return result
 
 
 #: the exact types a text field of a result may have without a closer look (a subclass of str takes the long way)

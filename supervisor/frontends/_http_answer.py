@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._http_load import admit_request
+from ._http_load import UNCOUNTED, admit_request
 from ._http_wire import HttpRefused, Receive, Send, cancel_on_disconnect, rpc_status, send_json, send_start, sse_event
 from ._mcp_logging import LEVELS
 from ._mcp_wire import INVALID_REQUEST, META_LOG_LEVEL, valid_id
@@ -24,9 +24,6 @@ __all__ = ["STREAM_QUEUE", "answer_request"]
 #: Messages queued for one request's answer or a session's GET stream; past it a GET stream's notifications are
 #: dropped (list_changed is idempotent), a request's progress waits for the client.
 STREAM_QUEUE = 64
-#: Requests that do not count against the tenant's rate and in-flight limits: ``initialize`` is bounded by the
-#: tenant's session limit instead.
-_UNCOUNTED = frozenset({"initialize"})
 
 
 async def answer_request(
@@ -68,7 +65,7 @@ async def answer_request(
     logs = mcp.modern and meta.get(META_LOG_LEVEL) in LEVELS
     stream = (token is not None or logs) and "text/event-stream" in headers.get("accept", "")
     slot = None
-    if message.get("method") not in _UNCOUNTED:
+    if message.get("method") not in UNCOUNTED:
         try:
             slot = admit_request(tenant, load, req_id)
         except HttpRefused as refused:

@@ -11,6 +11,8 @@ that followed; any other response is written by h11.
 The app's ``receive`` gives the request body, then waits for the client to go away (``http.disconnect``): bytes a
 client sends meanwhile (a pipelined request) are kept for the next cycle, at most :data:`MAX_PIPELINED` of them.
 
+A ``screen`` may answer a request at its head instead of the app (``_http_head``: the server's load shedding).
+
 Bounds: the request head at most ``max_head_bytes``; each read of a request waits at most ``read_timeout_s`` (a
 slow client is dropped, its request answered 408 when it has not started one); an idle connection is closed after
 ``read_timeout_s``. An app that raises answers 500 (when nothing was sent yet) and ``on_error`` is told.
@@ -20,9 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
@@ -30,6 +30,8 @@ import h11
 import trio
 
 from ._http_admission import ConnectionState, head_deadline
+from ._http_head import Screen, answer_at_head, keeps_alive, rest_read
+from ._http_response import simple_response, whole_response
 from ._http_wire import Receive, Send
 
 __all__ = ["CONNECTION_EXTENSION", "MAX_PIPELINED", "App", "serve_connection", "simple_response", "whole_response"]
@@ -40,46 +42,6 @@ MAX_PIPELINED = 64 * 1024
 #: the ASGI scope's ``extensions`` key holding the connection's :class:`ConnectionState`
 CONNECTION_EXTENSION = "agents_supervise.connection"
 _READ = 64 * 1024
-
-
-#: RFC 9110 token (a header name) and field value (visible ASCII, inner spaces and tabs): what h11 accepts.
-_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
-_VALUE = re.compile(rb"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
-#: statuses whose responses have no body (h11 writes those)
-_NO_BODY = frozenset({204, 304})
-_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in HTTPStatus}
-
-
-def whole_response(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes | None:
-    """One complete HTTP/1.1 response with ``content-length`` as bytes, or ``None`` when h11 must write it (a
-    status without a body or below 200, a header h11 would refuse or frame differently). Pure."""
-    if status < 200 or status in _NO_BODY or status > 999:
-        return None
-    out = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode()]
-    length = str(len(body)).encode()
-    for name, value in headers:
-        lower = name.lower()
-        if lower == b"content-length":
-            if value.strip() != length:
-                return None
-            continue
-        if lower in (b"transfer-encoding", b"connection") or not _TOKEN.fullmatch(name) or not _VALUE.fullmatch(value):
-            return None
-        out.append(lower + b": " + value + b"\r\n")
-    out.append(b"content-length: " + length + b"\r\n\r\n")
-    out.append(body)
-    return b"".join(out)
-
-
-def _keeps_alive(request: h11.Request) -> bool:
-    """Whether the connection stays open after this request's response (HTTP/1.1 without ``Connection: close``,
-    as h11 decides it)."""
-    if request.http_version != b"1.1":
-        return False
-    for name, value in request.headers:
-        if name == b"connection" and b"close" in (v.strip().lower() for v in value.split(b",")):
-            return False
-    return True
 
 
 async def _receive(stream: trio.abc.Stream) -> bytes:
@@ -112,7 +74,7 @@ class _Exchange:
         #: the response went out whole past h11 (:func:`whole_response`): h11 still waits to send one
         self.raw = False
         #: whether a whole response may go past h11: not for HEAD (no body) or a connection that closes after
-        self._raw_ok = request.method != b"HEAD" and _keeps_alive(request)
+        self._raw_ok = request.method != b"HEAD" and keeps_alive(request)
         self._head = request.method == b"HEAD"  # its response has the head only (h11 refuses body bytes)
         self._done: trio.Event | None = None  # made when a receive() waits for the response to complete
 
@@ -260,42 +222,12 @@ def _scope(
     }
 
 
-def simple_response(status: int, reason: str, headers: list[tuple[str, str]] | None = None) -> bytes:
-    """A whole plain-text response saying ``reason`` that closes the connection, as bytes. Pure."""
-    body = reason.encode() + b"\n"
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "Error"
-    head = [
-        f"HTTP/1.1 {status} {phrase}",
-        "content-type: text/plain; charset=utf-8",
-        f"content-length: {len(body)}",
-        "connection: close",
-        *(f"{k}: {v}" for k, v in headers or []),
-    ]
-    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-
-
 async def _simple(stream: trio.abc.Stream, status: int, reason: str) -> None:
     """Answer ``status`` with a plain-text ``reason`` (a broken or slow request); the connection then closes."""
     try:
         await stream.send_all(simple_response(status, reason))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
-
-
-def _rest_read(conn: h11.Connection) -> bool:
-    """Read what is left of a request the app did not read to its end (a GET's empty body), from what has arrived
-    already; ``False`` when more would have to be waited for (the connection is then closed, not drained)."""
-    while conn.their_state is h11.SEND_BODY:
-        try:
-            event = conn.next_event()
-        except h11.RemoteProtocolError:
-            return False
-        if event is h11.NEED_DATA or not isinstance(event, h11.Data | h11.EndOfMessage):
-            return False
-    return True
 
 
 async def serve_connection(
@@ -310,6 +242,7 @@ async def serve_connection(
     client: tuple[str, int] | None = None,
     head_timeout_s: float | None = None,
     state: ConnectionState | None = None,
+    screen: Screen | None = None,
 ) -> None:
     """Serve requests on ``stream`` until the client closes it, stays idle past ``read_timeout_s``, takes longer
     than :func:`head_deadline` allows for a request head, or a response cannot be followed by another
@@ -317,7 +250,8 @@ async def serve_connection(
 
     ``state``: the gate's record of the connection (``reading_head`` kept up to date; given to the app as the
     scope's ``extensions[CONNECTION_EXTENSION]``); ``head_timeout_s``: the bound on a whole head (default
-    ``read_timeout_s``)."""
+    ``read_timeout_s``); ``screen``: looks at each request head before the app is called, and may answer it
+    instead (``_http_head``: load shedding before a body is read)."""
     state = state if state is not None else ConnectionState(peer=client[0] if client else "", authenticated=True)
     head_s = read_timeout_s if head_timeout_s is None else head_timeout_s
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
@@ -354,6 +288,16 @@ async def serve_connection(
                 if not isinstance(event, h11.Request):
                     return  # ConnectionClosed (or a protocol state we do not continue from)
                 state.reading_head = False
+                early = None
+                if screen is not None and screen.active():
+                    early = await screen.answer(event, conn, stream, read_timeout_s)
+                if early is not None:  # answered at its head: the app never sees it
+                    following = await answer_at_head(stream, conn, event, early, max_head_bytes)
+                    if following is None:
+                        return
+                    conn = following
+                    state.reading_head, state.waiting_since, state.head_begun_at = True, trio.current_time(), None
+                    continue
                 exchange = _Exchange(conn, stream, read_timeout_s, event)
                 try:
                     await app(_scope(event, scheme, server, client, state), exchange.receive, exchange.send)
@@ -364,7 +308,7 @@ async def serve_connection(
                     return
                 state.reading_head, state.waiting_since, state.head_begun_at = True, trio.current_time(), None
                 if exchange.raw:  # answered past h11: the next request is a fresh h11 connection's first
-                    if exchange.gone or not _rest_read(conn):
+                    if exchange.gone or not rest_read(conn):
                         return
                     rest, closed = conn.trailing_data
                     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
@@ -373,7 +317,7 @@ async def serve_connection(
                     if closed:
                         conn.receive_data(b"")  # to h11, no bytes is the end of the stream
                     continue
-                if not exchange.finished or exchange.gone or conn.our_state is not h11.DONE or not _rest_read(conn):
+                if not exchange.finished or exchange.gone or conn.our_state is not h11.DONE or not rest_read(conn):
                     return
                 try:
                     conn.start_next_cycle()  # raises when the request's body was not read to its end

@@ -26,7 +26,10 @@ import trio
 from supervisor.config import HttpFrontend, normalise_origin, parse_listen, public_url_for, served_host_names
 
 from ._http_admission import ConnectionGate, ConnectionState, Refuse
-from ._http_conn import App, serve_connection, simple_response
+from ._http_conn import App, serve_connection
+from ._http_head import Screen, answer_and_close
+from ._http_load import HeadShed
+from ._http_response import simple_response
 from ._mcp_http import McpHttpApp
 
 if TYPE_CHECKING:
@@ -48,13 +51,7 @@ async def _refuse(gate: ConnectionGate, stream: trio.SocketStream, refusal: Refu
     """Answer ``refusal`` and close; what the client sent is read and dropped first so the answer is not reset."""
     gate.refusing += 1
     try:
-        with trio.move_on_after(2):
-            await stream.send_all(simple_response(refusal.status, refusal.reason, [("retry-after", "5")]))
-            await stream.send_eof()
-            while await stream.receive_some(65536):
-                pass
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass
+        await answer_and_close(stream, simple_response(refusal.status, refusal.reason, [("retry-after", "5")]))
     finally:
         gate.refusing -= 1
         await trio.aclose_forcefully(stream)
@@ -69,6 +66,7 @@ async def _connection(
     settings: HttpFrontend,
     ssl_context: ssl.SSLContext | None,
     trace: TraceRecorder,
+    screen: Screen,
 ) -> None:
     try:
         here: Any = stream.socket.getsockname()
@@ -101,6 +99,7 @@ async def _connection(
                 server=tuple(here[:2]) if here else None,
                 client=tuple(peer[:2]) if peer else None,
                 state=state,
+                screen=screen,
             )
     finally:
         gate.release(state)
@@ -117,6 +116,8 @@ class HttpService:
         #: ``--http HOST:PORT`` (it wins over the policy's ``listen``, at start and at every reload)
         self.listen_override = listen
         self.app = McpHttpApp(sup, settings, dict(policy.tenants), policy.oauth, auth)
+        #: past the server's work bound a request is shed at its head, before the app reads it (``_http_load``)
+        self.screen = HeadShed(self.app.load, self.app.refusals)
         self.gate = ConnectionGate(settings, policy.tenants, sup.trace)
         self.ssl_context = ssl_context_for(settings)
         #: a digest of the TLS files as last loaded (a reload tells a renewed certificate by it)
@@ -211,6 +212,7 @@ class HttpService:
                             self.settings,
                             self.ssl_context,
                             self.sup.trace,
+                            self.screen,
                         )
                     elif gate.refusing < _MAX_REFUSING:
                         nursery.start_soon(_refuse, gate, stream, admitted)

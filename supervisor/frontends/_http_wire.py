@@ -21,6 +21,7 @@ __all__ = [
     "drop_body",
     "lifespan",
     "read_body",
+    "refusal_body",
     "request_headers",
     "rpc_status",
     "send_empty",
@@ -167,14 +168,18 @@ async def send_empty(send: Send, status: int) -> None:
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def send_refusal(send: Send, refused: HttpRefused) -> None:
+def refusal_body(refused: HttpRefused) -> dict[str, Any]:
+    """The JSON-RPC error that answers ``refused``. Pure."""
     code = refused.rpc_code if refused.rpc_code is not None else INVALID_REQUEST
     error: dict[str, Any] = {"code": code, "message": refused.message}
     if refused.data is not None:
         error["data"] = refused.data
-    body = {"jsonrpc": "2.0", "id": refused.req_id, "error": error}
+    return {"jsonrpc": "2.0", "id": refused.req_id, "error": error}
+
+
+async def send_refusal(send: Send, refused: HttpRefused) -> None:
     try:
-        await send_json(send, refused.status, body, refused.headers)
+        await send_json(send, refused.status, refusal_body(refused), refused.headers)
     except Exception:  # the response had started or the client is gone: nothing more can be said
         pass
 

@@ -1,8 +1,14 @@
 """The session store's database as a queue of writes: each write queued on the trio thread, made durable before a
 frontend's answer by one append to the store's journal (:meth:`QueuedDatabase.commit`), applied to SQLite in one
-transaction per flush (:meth:`QueuedDatabase.flush`: the supervisor's flusher, or any read), the WAL checkpointed
-off that thread (:meth:`QueuedDatabase.checkpoint`). A write that fails (disk full, database locked by another
-program) is counted in :attr:`QueuedDatabase.write_errors` with the last message, never raised.
+transaction per flush (:meth:`QueuedDatabase.flush`: any read, on the trio thread; the supervisor's flusher,
+:meth:`QueuedDatabase.flush_off_thread`, on a worker thread, so that the SQLite work of a batch does not hold the trio
+thread while calls go on), the WAL checkpointed off that thread (:meth:`QueuedDatabase.checkpoint`). A write that
+fails (disk full, database locked by another program) is counted in :attr:`QueuedDatabase.write_errors` with the
+last message, never raised.
+
+One batch is applied at a time, in the order the batches were taken: taking a batch takes :attr:`_applying` (on the
+trio thread), applying it gives it back (on whichever thread applied it), so a read that flushes while the flusher's
+batch is being applied waits for it, then applies what was queued since.
 
 What the writes mean (sessions, turns, calls, skills) is :class:`~supervisor.sessions._store.SessionStore`'s, which
 builds on this; the statements and the schema are ``_store_schema``, the journal's file ``_journal``.
@@ -11,11 +17,15 @@ builds on this; the statements and the schema are ``_store_schema``, the journal
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
+import trio
+
 from ._errors import SessionStoreUnavailable
-from ._journal import Journal
+from ._journal import ROLL_BYTES, Journal
 from ._store_schema import STATEMENTS, apply_dead_journals, open_database
 
 __all__ = ["CHECKPOINT_COMMITS", "QueuedDatabase"]
@@ -23,6 +33,23 @@ __all__ = ["CHECKPOINT_COMMITS", "QueuedDatabase"]
 #: Commits after which :meth:`QueuedDatabase.checkpoint_due` (a commit of one call wrote about four pages, so about
 #: SQLite's own 1,000-page default); a commit of many writes counts one more for every four of them.
 CHECKPOINT_COMMITS = 256
+
+
+@dataclass
+class _Batch:
+    """The queued writes one flush applies in one transaction, taken on the trio thread; what applying them
+    came to is filled in by whichever thread applied them."""
+
+    pending: list[tuple[str, tuple[Any, ...]]]
+    #: sessions whose ``modified`` the transaction sets (empty: a commit's apply, which does not touch)
+    touched: dict[str, None]
+    #: how far the journal was written when the batch was taken (``None``: none of its writes is journaled)
+    journal_offset: int | None
+    #: the writes that failed, each as ``Type: message``
+    errors: list[str] = field(default_factory=list)
+    #: the transaction ran to its end (``commit_error``: its COMMIT failed)
+    done: bool = False
+    commit_error: str | None = None
 
 
 class QueuedDatabase:
@@ -48,6 +75,8 @@ class QueuedDatabase:
         self._commits = 0  # transactions committed since the last checkpoint was due
         self._checkpoint_error: str | None = None  # the last checkpoint's failure, counted by checkpoint_due
         self._checkpointer: sqlite3.Connection | None = None  # the checkpointing thread's own connection
+        #: held from the moment a batch is taken until it is applied (module docstring)
+        self._applying = threading.Lock()
         if path != ":memory:":
             try:
                 for error in apply_dead_journals(self._db, path):
@@ -102,41 +131,94 @@ class QueuedDatabase:
             self.commit()
 
     def _apply(self, *, touch: bool) -> None:
-        if not self._pending and not (touch and self._touched):
+        batch = self._take(touch=touch)
+        if batch is not None:
+            self._apply_batch(batch)
+            self._settle(batch, whole=True)
+
+    async def flush_off_thread(self) -> None:
+        """:meth:`flush`, the batch's SQLite work done on a worker thread (the supervisor's flusher): the trio
+        thread goes on queueing and committing meanwhile, and a read meanwhile waits for it. A journal due to start
+        again (:data:`~supervisor.sessions._journal.ROLL_BYTES`) is applied on this thread, where nothing can be
+        appended to it between the apply and its new start."""
+        if self._journal is not None and self._journal.offset > ROLL_BYTES:
+            self.flush()
             return
+        batch = self._take(touch=True)
+        if batch is None:
+            return
+        try:
+            await trio.to_thread.run_sync(self._apply_batch, batch)
+        finally:
+            self._settle(batch, whole=False)
+
+    def _take(self, *, touch: bool) -> _Batch | None:
+        """The queued writes (and, with ``touch``, the sessions to touch) as a batch, :attr:`_applying` held for
+        it; ``None`` (and not held) when there is nothing to apply. On the trio thread."""
+        if not self._pending and not (touch and self._touched):
+            return None
+        self._applying.acquire()  # the batch taken before, if it is still being applied on the flusher's thread
         pending, self._pending = self._pending, []
         journaled, self._journaled = self._journaled, 0
-        self._db.execute("BEGIN")
-        for statement, params in pending:
-            try:
-                self._db.execute(STATEMENTS[statement], params)
-            except (sqlite3.Error, UnicodeEncodeError) as exc:  # a lone surrogate SQLite cannot store, too
-                self._count_error(exc)
-        if touch and self._touched:
+        touched: dict[str, None] = {}
+        if touch:
             touched, self._touched = self._touched, {}
-            now = time.time()
-            try:
-                self._db.executemany(STATEMENTS["modified"], [(now, session_id) for session_id in touched])
-            except sqlite3.Error as exc:
-                self._count_error(exc)
         journal = self._journal
-        if journal is not None and journaled:
-            try:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO journal_applied (name, generation, applied, ts) VALUES (?, ?, ?, ?)",
-                    (journal.name, journal.generation, journal.offset, time.time()),
-                )
-            except sqlite3.Error as exc:
-                self._count_error(exc)
+        return _Batch(pending, touched, journal.offset if journal is not None and journaled else None)
+
+    def _apply_batch(self, batch: _Batch) -> None:
+        """Apply ``batch`` in one transaction and give :attr:`_applying` back; a failing write is kept in the
+        batch, not raised (only a ``BEGIN`` the connection refuses, a closed store, raises). On the trio thread or
+        the flusher's."""
         try:
-            self._db.execute("COMMIT")
-            self._commits += 1 + len(pending) // 4
-        except sqlite3.Error as exc:
-            self.write_errors += len(pending)
-            self.last_write_error = f"{type(exc).__name__}: {exc}"
+            self._db.execute("BEGIN")
+            for statement, params in batch.pending:
+                try:
+                    self._db.execute(STATEMENTS[statement], params)
+                except (sqlite3.Error, UnicodeEncodeError) as exc:  # a lone surrogate SQLite cannot store, too
+                    batch.errors.append(f"{type(exc).__name__}: {exc}")
+            if batch.touched:
+                now = time.time()
+                try:
+                    self._db.executemany(STATEMENTS["modified"], [(now, session_id) for session_id in batch.touched])
+                except sqlite3.Error as exc:
+                    batch.errors.append(f"{type(exc).__name__}: {exc}")
+            journal = self._journal
+            if journal is not None and batch.journal_offset is not None:
+                try:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO journal_applied (name, generation, applied, ts) VALUES (?, ?, ?, ?)",
+                        (journal.name, journal.generation, batch.journal_offset, time.time()),
+                    )
+                except sqlite3.Error as exc:
+                    batch.errors.append(f"{type(exc).__name__}: {exc}")
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                batch.commit_error = f"{type(exc).__name__}: {exc}"
+            batch.done = True
+        finally:
+            self._applying.release()
+
+    def _settle(self, batch: _Batch, *, whole: bool) -> None:
+        """Count what applying ``batch`` came to (on the trio thread); ``whole``: nothing was appended to the
+        journal since the batch was taken, so every line written is applied now and the journal may start again."""
+        if not batch.done:
+            return
+        for error in batch.errors:
+            self._count_error(error)
+        if batch.commit_error is not None:
+            self.write_errors += len(batch.pending)
+            self.last_write_error = batch.commit_error
             self._journal_whole = False  # its lines were not applied: the journal stays for the next open
             return
-        if journal is not None and journaled:
+        self._commits += 1 + len(batch.pending) // 4
+        journal = self._journal
+        if (
+            journal is not None
+            and batch.journal_offset is not None
+            and (whole or journal.offset == batch.journal_offset)
+        ):
             journal.applied()
 
     def checkpoint_due(self) -> bool:

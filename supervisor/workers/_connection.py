@@ -188,6 +188,8 @@ class WorkerConnection(Generic[OriginT]):
         #: schemas compiled for an earlier worker of the same toolbox (a restart does not compile them again)
         self._reuse = {s.fingerprint: s for s in reuse if not s.retry}
         self._max_frame_bytes = max_frame_bytes
+        #: the decoder of the worker's frames (:meth:`_read_frames`); it knows the size of each frame it yields
+        self._decoder = FrameDecoder("to_supervisor", max_frame_bytes)
         #: how tool lists are prepared off the loop (default: a thread under :func:`compile_limiter`); tests that
         #: drive the connection with a MockClock pass one that runs inline
         self._run_sync = run_sync or _on_thread
@@ -280,7 +282,7 @@ class WorkerConnection(Generic[OriginT]):
             self._timer = None
 
     async def _read_frames(self) -> None:
-        decoder = FrameDecoder("to_supervisor", self._max_frame_bytes)
+        decoder = self._decoder
         reader = ChunkReader(self._receive, READ_CHUNK)
         try:
             while True:
@@ -350,7 +352,7 @@ class WorkerConnection(Generic[OriginT]):
                 raise ProtocolError(f"result for unknown call id {call_id}")
             return
         try:
-            result = ToolResult.from_wire(message["result"])
+            result = ToolResult.from_wire(message["result"], self._decoder.last_frame_bytes)
         except ValueError as exc:
             # The call stays pending, so the worker's death ends it with an error that says why.
             raise ProtocolError(f"malformed result: {exc}") from exc

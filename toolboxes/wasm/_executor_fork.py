@@ -82,6 +82,9 @@ def fork_executors(count: int) -> list[ForkedProcess]:
                 os.closerange(3, os.sysconf("SC_OPEN_MAX"))
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     signal.signal(sig, signal.SIG_DFL)
+                # the worker's signal wake-up pipe (toolboxes/_worker.py) is closed above and is not this process's:
+                # the executor's file size watch sets its own
+                signal.set_wakeup_fd(-1)
                 os.environ["TOKIO_WORKER_THREADS"] = "1"
                 from ._executor import main
 

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 import trio
 
-from labkit import REVISION, RawSession
+from labkit import REVISION, LeanLane, RawSession
 from supervisor.frontends._http_auth import hash_token
 from tests._policies import agent, system_toolbox, write_policy
 from tests.supervisor.frontends.test_mcp_http import _start
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 pytestmark = pytest.mark.root
@@ -103,8 +105,96 @@ async def test_past_the_servers_work_bound_requests_are_shed_and_admitted_ones_c
         calls = [r for r in server.records("call_start") + server.records("call_end") if "tool" in r]
         assert _most_at_once(calls) <= 4
         traced = [r for r in server.records("http_refused") if r["status"] == 503]
-        assert traced and traced[0]["tenant"] == "acme" and "max_requests_in_flight" in traced[0]["why"]
+        assert traced and all("max_requests_in_flight" in r["why"] for r in traced)
+        # shed at the head, before the request is authenticated (no tenant named), or, when a place was free at
+        # its head and taken before its body was read, by the admission after (acme's)
+        assert {r["tenant"] for r in traced} <= {None, "acme"} and any(r["tenant"] is None for r in traced)
         assert sum(r.get("refused", 1) for r in traced) <= len(shed)  # throttled: counted, not one record each
+
+
+@asynccontextmanager
+async def _closing(lane: LeanLane) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await lane.aclose()
+
+
+async def _head_only(url: str, headers: dict[str, str], length: int) -> bytes:
+    """Send a POST's head announcing a body of ``length`` bytes, never the body; everything the server sends until
+    it closes its side (within 20 s)."""
+    parsed = httpx.URL(url)
+    stream = await trio.open_tcp_stream(parsed.host, parsed.port or 80)
+    head = {"host": f"{parsed.host}:{parsed.port}", "content-type": "application/json", **headers}
+    lines = "".join(f"{k}: {v}\r\n" for k, v in {**head, "content-length": str(length)}.items())
+    await stream.send_all(f"POST {parsed.raw_path.decode()} HTTP/1.1\r\n{lines}\r\n".encode())
+    answer = b""
+    async with stream:
+        with trio.fail_after(20):
+            while chunk := await stream.receive_some(65536):
+                answer += chunk
+    return answer
+
+
+@pytest.mark.slow
+async def test_past_the_bound_a_request_is_refused_at_its_head_and_admitted_calls_complete(sandbox_tmp: Path) -> None:
+    """A server that answers one request at once, held by a call of 5 s: a request announcing a 4 MiB body is
+    answered 503 with Retry-After from its head alone (its body is never sent, the server closes after the answer);
+    a small call on a keep-alive connection is answered 503 and the connection kept; a notification is still
+    served; the call that held the place completes, and the kept connection's next call succeeds."""
+    policy = _policy(sandbox_tmp, {"max_requests_in_flight": 1}, {"concurrent_calls": 64})
+    async with _start(policy) as server:
+        async with httpx.AsyncClient(headers={"authorization": f"Bearer {ACME}"}, timeout=60) as client:
+            session = RawSession(client, server.url("alpha"))
+            await session.open()
+            headers = {"authorization": f"Bearer {ACME}", "mcp-session-id": session.session_id or ""}
+            lane = LeanLane(server.url("alpha"), headers, session.session_id, "system_system_date")
+            long_call: list[dict[str, Any]] = []
+
+            async def hold_the_place() -> None:
+                body = _call(1, "system_system_execute_command", {"command": "sleep 5"})
+                answer = await client.post(session.url, headers=_headers(session), content=body)
+                while answer.status_code == 503:  # the lane's call held the place: this one is let in next
+                    await trio.sleep(0.02)
+                    answer = await client.post(session.url, headers=_headers(session), content=body)
+                long_call.append({"status": answer.status_code, **answer.json()})
+
+            async with _closing(lane):
+                with trio.fail_after(60):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(hold_the_place)
+                        status, retry = await lane.answer()
+                        while status == 200:  # until the long call holds the only place
+                            await trio.sleep(0.05)
+                            status, retry = await lane.answer()
+                        kept = lane.stream
+                        assert status == 503 and retry is not None and retry >= 1, (status, retry)
+                        assert kept is not None  # the connection stays open after a request shed with its body
+
+                        raw = await _head_only(
+                            server.url("alpha"), {**headers, "mcp-protocol-version": REVISION}, 4 * MiB
+                        )
+                        head, _, body = raw.partition(b"\r\n\r\n")
+                        lowered = head.lower()
+                        assert lowered.startswith(b"http/1.1 503"), raw[:300]
+                        assert b"\r\nretry-after: " in lowered and b"\r\nconnection: close" in lowered, head
+                        error = json.loads(body)["error"]
+                        assert (
+                            error["data"]["limit"] == "max_requests_in_flight"
+                            and error["data"]["retryAfterSeconds"] >= 1
+                        )
+
+                        cancel = b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":999}}'
+                        noted = await client.post(session.url, headers=_headers(session), content=cancel)
+                        assert noted.status_code == 202, noted.text  # a notification is never shed
+
+                    assert long_call and long_call[0]["status"] == 200, long_call
+                    assert not long_call[0]["result"]["isError"], long_call
+                    await lane.call()  # the place is free again: the kept connection serves the next call
+                    assert lane.stream is kept
+        traced = [r for r in server.records("http_refused") if r["status"] == 503]
+        assert traced and all("max_requests_in_flight" in r["why"] for r in traced)
+        assert any(r["tenant"] is None for r in traced)  # shed at the head, before it was authenticated
 
 
 def _rss_mib(pid: int) -> float:
