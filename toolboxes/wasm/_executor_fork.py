@@ -74,9 +74,6 @@ def fork_executors(count: int) -> list[ForkedProcess]:
         pid = os.fork()
         if pid == 0:  # the executor
             try:
-                # The worker's signal wake-up pipe is inherited as a number only: it is closed below, and the
-                # executor's file size watch needs the wake-up fd free.
-                signal.set_wakeup_fd(-1)
                 os.dup2(child_in, 0)
                 os.dup2(child_out, 1)
                 os.closerange(3, os.sysconf("SC_OPEN_MAX"))
