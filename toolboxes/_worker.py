@@ -302,12 +302,17 @@ def main(payload: dict[str, Any]) -> None:
         if not ctx.cancelled.is_set():  # a call cancelled while it waited in the queue was answered already
             _run_call(toolbox, channel, ctx, args, output_bytes)
 
+    # Set before the wake-up byte is written (serving's own ``stopped`` is set only after this read returns): the
+    # main thread that reads the byte sees the end, never a byte it must wait past.
+    ended = threading.Event()
+
     def read_until_the_end() -> list[Job] | None:
         jobs: list[Job] | None = None
         try:
             jobs = read()
         finally:
             if jobs is None:  # serving ends (EOF, shutdown, a violation, or read raised): wake the main thread
+                ended.set()
                 with contextlib.suppress(BlockingIOError):
                     os.write(wake_w, b"\0")
         return jobs
@@ -320,7 +325,7 @@ def main(payload: dict[str, Any]) -> None:
     )
     try:
         serving.start()
-        while not serving.stopped.is_set():
+        while not ended.is_set():
             os.read(wake_r, 512)  # a signal's byte (its handler runs as this returns) or the end of serving
     finally:
         channel.closed.set()

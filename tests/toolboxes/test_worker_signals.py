@@ -125,3 +125,28 @@ def test_a_sigterm_taken_by_a_call_thread_ends_the_worker_at_once(sandbox_tmp: P
         assert all(_gone(pid) for pid in scripts), "the call's script outlived its worker"
     finally:
         worker.close()
+
+
+def test_a_worker_told_to_shut_down_or_given_eof_ends_by_itself(sandbox_tmp: Path) -> None:
+    """Without a signal: the supervisor may not be able to send one (no ``CAP_KILL`` under the systemd unit, the
+    worker runs as another uid), so the end of serving must end the worker. Before the fix the main thread could read
+    the end's wake-up byte before serving said it had stopped, and waited forever (test_deploy's bounding-set test:
+    every stop became a SIGTERM, refused with EPERM). Ten workers each way, none signalled."""
+    tools, work = sandbox_tmp / "tools", sandbox_tmp / "work"
+    tools.mkdir()
+    work.mkdir()
+    write_script(tools, "hi.sh", describe_json("hi"), "echo hi")
+    for way in ("shutdown", "eof") * 10:
+        worker = _Worker(tools, work)
+        try:
+            hello = worker.next_frame()
+            assert hello is not None and hello["t"] == "hello", hello
+            if way == "shutdown":
+                worker.send({"t": "shutdown"})
+            else:
+                assert worker.process.stdin is not None
+                worker.process.stdin.close()
+            assert worker.next_frame() is None
+            assert worker.process.wait(WAIT_S) == 0, way
+        finally:
+            worker.close()
