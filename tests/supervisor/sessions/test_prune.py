@@ -13,40 +13,30 @@ from supervisor._services import OtelSlot, Upkeep
 from supervisor.sessions import SessionStore
 from supervisor.sessions._store_schema import WAL_SIZE_LIMIT
 from supervisor.traces import TraceRecorder
+from tests.supervisor.sessions.test_store_journal import _call
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
-def _call(store: SessionStore, session: str, n: int, started: float, output: str = "out") -> None:
-    store.record_call(
-        session,
-        call_id=f"{session}-{n}",
-        parent_call_id=None,
-        tool="t",
-        args={"n": n},
-        status="passed",
-        summary=None,
-        output=output,
-        started=started,
-        duration_s=0.01,
-    )
-
-
 def _counts(store: SessionStore) -> tuple[int, int, int]:
-    db = store._db
-    return tuple(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("sessions", "tool_calls", "turns"))  # type: ignore[return-value]
+    """Rows in sessions, tool_calls and turns."""
+    sessions, calls, turns = (
+        int(store._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        for table in ("sessions", "tool_calls", "turns")
+    )
+    return sessions, calls, turns
 
 
 def test_each_step_deletes_at_most_its_budget_and_the_end_is_the_same(tmp_path: Path) -> None:
     store = SessionStore(str(tmp_path / "sessions.sqlite3"))
     for n in range(12):  # an old session: all of it goes
-        _call(store, "old", n, 1000.0 + n)
+        _call(store, "old", n, started=1000.0 + n)
         store.add_turn("old", "user", f"turn {n}")
     for n in range(10):  # a session still in use: its records before the cutoff go, the session stays
-        _call(store, "kept", n, 1000.0 + n if n < 6 else time.time())
+        _call(store, "kept", n, started=1000.0 + n if n < 6 else time.time())
     for n in range(5):  # a running one: untouched
-        _call(store, "busy", n, 1000.0)
+        _call(store, "busy", n, started=1000.0)
     store.flush()
     store._db.execute("UPDATE sessions SET modified = 1500 WHERE id = 'old'")
     store._db.execute("UPDATE turns SET ts = 1000")
@@ -77,7 +67,7 @@ async def test_pruning_a_large_store_leaves_its_wal_small(tmp_path: Path) -> Non
     path = tmp_path / "sessions.sqlite3"
     store = SessionStore(str(path))
     for n in range(6000):
-        _call(store, f"s{n % 50}", n, 1000.0, output="x" * 4000)
+        _call(store, f"s{n % 50}", n, output="x" * 4000, started=1000.0)
     store.flush()
     wal = f"{path}-wal"
     assert os.path.getsize(wal) > 2 * WAL_SIZE_LIMIT  # the writes made it large

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _call(store: SessionStore, session: str, n: int, output: str = "out") -> None:
+def _call(store: SessionStore, session: str, n: int, output: str = "out", started: float | None = None) -> None:
+    """Record call ``n`` of ``session`` (started now unless ``started``)."""
     store.record_call(
         session,
         call_id=f"c{n}",
@@ -33,7 +34,7 @@ def _call(store: SessionStore, session: str, n: int, output: str = "out") -> Non
         status="passed",
         summary="ok",
         output=output,
-        started=time.time(),
+        started=time.time() if started is None else started,
         duration_s=0.001,
     )
 
