@@ -64,7 +64,7 @@ LOAD_REFUSED = -32000
 #: Requests that do not count against the work bounds: ``initialize`` is bounded by the tenant's session limit.
 UNCOUNTED = frozenset({"initialize"})
 #: A body at most this large that has not come whole with its head is read by the app, which then decides (a
-#: request split from its head, a notification among them); a larger one, or a chunked one, is shed at its head.
+#: request split from its head, a notification among them); a larger one is shed at its head.
 SMALL_BODY = 64 * 1024
 
 
@@ -176,14 +176,19 @@ def plan_head_shed(
       the answer; a notification (a cancel frees work), a response, ``initialize`` and anything that is not such
       JSON go to the app, which answers them as it would;
     - its body is still to come (``length``: its ``Content-Length``, ``None`` when chunked): one larger than
-      :data:`SMALL_BODY`, chunked, or that the client sends only when told to (``expects_continue``: ``Expect:
-      100-continue``) is shed unread (no notification is that large); a smaller one goes to the app.
+      :data:`SMALL_BODY`, or that the client sends only when told to (``expects_continue``: ``Expect:
+      100-continue``), is shed unread (no notification is that large); one larger than ``max_body_bytes`` goes to
+      the app, whose 413 (also unread) says what a retry would not change; a smaller or chunked one goes to the app,
+      which reads it within its bounds.
     """
     if server.requests < server.max_requests or method != b"POST" or not _is_endpoint(target):
         return None
     if body is None:
-        small = length is not None and length <= SMALL_BODY
-        return None if small and not expects_continue else ShedAtHead()
+        if length is not None and length > server.max_body:
+            return None  # too large ever to be served: the app answers 413, unread, which a retry cannot change
+        if expects_continue or (length is not None and length > SMALL_BODY):
+            return ShedAtHead()
+        return None  # small, or chunked: the app reads it within its bounds and decides
     try:
         message = json.loads(body)
     except (ValueError, RecursionError):

@@ -51,7 +51,10 @@ def _full(requests: int = 4, bound: int = 4) -> ServerLoad:
         (b"POST", ENDPOINT, 0, b"{not json", False, None),
         (b"POST", ENDPOINT, 0, b"[]", False, None),
         (b"POST", ENDPOINT, 4 << 20, None, False, ShedAtHead()),  # a large body still to come: never read
-        (b"POST", ENDPOINT, None, None, False, ShedAtHead()),  # chunked
+        (b"POST", ENDPOINT, 1 << 20, None, True, ShedAtHead()),
+        (b"POST", ENDPOINT, None, None, False, None),  # chunked: read within the app's bounds
+        (b"POST", ENDPOINT, None, None, True, ShedAtHead()),  # chunked, sent only once told to
+        (b"POST", ENDPOINT, (4 << 20) + 1, None, False, None),  # past max_body_bytes: the app's 413, unread
         (b"POST", ENDPOINT, 300, None, True, ShedAtHead()),  # Expect: 100-continue: told before it is sent
         (b"POST", ENDPOINT, SMALL_BODY, None, False, None),  # small and still coming: read, then decided
         (b"GET", ENDPOINT, 0, b"", False, None),  # a session's event stream
