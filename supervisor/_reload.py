@@ -244,7 +244,7 @@ async def reload_policy(services: Services, running: RunningPolicy) -> ReloadOut
     applied.keep()
     outcome.plan = plan = upcoming.plan
     if policy.sessions.keep_days != generation.policy.sessions.keep_days:  # the other sessions settings: per call
-        services.upkeep.prune_sessions(policy.sessions.keep_days)
+        await services.upkeep.prune_sessions(policy.sessions.keep_days)
         keep_days = policy.sessions.keep_days
         outcome.applied.append(f"sessions kept {keep_days} days" if keep_days is not None else "sessions kept")
     services.trace.record(

@@ -157,37 +157,48 @@ class Services:
 
 class Upkeep:
     """Writes buffered call records and session writes at least every ``FLUSH_INTERVAL_S``, and deletes sessions
-    older than the policy's ``sessions.keep_days`` every ``PRUNE_INTERVAL_S`` (or a quarter of ``keep_days``)."""
+    older than the policy's ``sessions.keep_days`` every ``PRUNE_INTERVAL_S`` (or a quarter of ``keep_days``), in
+    steps (``sessions/_prune.py``) with a checkpoint of the store's WAL after each, off the trio thread, so that the
+    WAL holds one step at most and calls are served between steps."""
 
     def __init__(self, trace: TraceRecorder, sessions: SessionStore, otel: OtelSlot) -> None:
         self._trace = trace
         self._sessions = sessions
         self._otel = otel
         self._next_prune = 0.0  # trio's clock
+        self._checkpointing = trio.Lock()  # one checkpoint at a time (a reload's prune beside the flusher's)
 
-    def prune_sessions(self, keep_days: float | None) -> None:
+    async def prune_sessions(self, keep_days: float | None) -> None:
         """Prune by ``keep_days`` (``None``: sessions are kept) now; the next prune is due at its interval."""
         self._next_prune = trio.current_time() + _prune_interval(keep_days)
         if keep_days is None:
             return
-        gone = self._sessions.prune(time.time() - keep_days * 86400)
-        if gone or self._sessions.pruned_records:
-            self._trace.record(
-                "sessions_pruned", sessions=gone, records=self._sessions.pruned_records, keep_days=keep_days
-            )
+        cutoff = time.time() - keep_days * 86400
+        gone = records = 0
+        while (step := self._sessions.prune_step(cutoff)) is not None:
+            gone, records = gone + step.sessions, records + step.records
+            await self._checkpoint()
+            if step.done:
+                break
+        if gone or records:
+            self._trace.record("sessions_pruned", sessions=gone, records=records, keep_days=keep_days)
+
+    async def _checkpoint(self) -> None:
+        if self._sessions.checkpoint_due():  # its fsyncs off the trio thread, which commits meanwhile
+            async with self._checkpointing:
+                await trio.to_thread.run_sync(self._sessions.checkpoint)
 
     async def run(self, keep_days: Callable[[], float | None]) -> None:
         """Flush and prune (``keep_days``: the running policy's, asked when a prune is due) until cancelled."""
         while True:
             if trio.current_time() >= self._next_prune:
-                self.prune_sessions(keep_days())
+                await self.prune_sessions(keep_days())
             await trio.sleep(FLUSH_INTERVAL_S)
             self._trace.flush()
             if self._otel.export is not None:
                 self._otel.export.poll()
             await self._sessions.flush_off_thread()  # its SQLite work off the trio thread, which calls meanwhile
-            if self._sessions.checkpoint_due():  # its fsyncs off the trio thread, which commits meanwhile
-                await trio.to_thread.run_sync(self._sessions.checkpoint)
+            await self._checkpoint()
 
 
 def _prune_interval(keep_days: float | None) -> float:
@@ -263,7 +274,7 @@ async def open_services(
         nursery=nursery,
         upkeep=Upkeep(trace, sessions, otel),
     )
-    services.upkeep.prune_sessions(policy.sessions.keep_days)
+    await services.upkeep.prune_sessions(policy.sessions.keep_days)
     await nursery.start(kernel_audit.run)
     if isinstance(spawner, ZygoteSpawner):
         await nursery.start(spawner.run)

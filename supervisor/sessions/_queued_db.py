@@ -6,9 +6,12 @@ thread while calls go on), the WAL checkpointed off that thread (:meth:`QueuedDa
 fails (disk full, database locked by another program) is counted in :attr:`QueuedDatabase.write_errors` with the
 last message, never raised.
 
-One batch is applied at a time, in the order the batches were taken: taking a batch takes :attr:`_applying` (on the
-trio thread), applying it gives it back (on whichever thread applied it), so a read that flushes while the flusher's
-batch is being applied waits for it, then applies what was queued since.
+One batch is applied at a time, in the order the batches were taken. The flusher hands its batch over
+(:attr:`QueuedDatabase._handed`) and its thread claims it; a flush on the trio thread (every read) first finishes the
+handed batch: it applies it itself when no thread has claimed it yet (the thread may not even have started: the
+trio thread must never wait for something that needs the trio loop), else waits for the thread's apply, which needs
+nothing of the trio loop. Only then does it apply what was queued since, and read. Lock order: ``_claim`` before
+``_applying``; the trio thread never holds ``_applying`` while it asks for ``_claim``.
 
 What the writes mean (sessions, turns, calls, skills) is :class:`~supervisor.sessions._store.SessionStore`'s, which
 builds on this; the statements and the schema are ``_store_schema``, the journal's file ``_journal``.
@@ -75,8 +78,11 @@ class QueuedDatabase:
         self._commits = 0  # transactions committed since the last checkpoint was due
         self._checkpoint_error: str | None = None  # the last checkpoint's failure, counted by checkpoint_due
         self._checkpointer: sqlite3.Connection | None = None  # the checkpointing thread's own connection
-        #: held from the moment a batch is taken until it is applied (module docstring)
+        #: held by whoever applies a batch (the trio thread or the flusher's), for the apply only
         self._applying = threading.Lock()
+        #: guards :attr:`_handed`: the flusher's batch not yet claimed by its thread (module docstring)
+        self._claim = threading.Lock()
+        self._handed: _Batch | None = None
         if path != ":memory:":
             try:
                 for error in apply_dead_journals(self._db, path):
@@ -131,33 +137,59 @@ class QueuedDatabase:
             self.commit()
 
     def _apply(self, *, touch: bool) -> None:
+        self._finish_handed()
         batch = self._take(touch=touch)
         if batch is not None:
-            self._apply_batch(batch)
+            with self._applying:
+                self._apply_batch(batch)
             self._settle(batch, whole=True)
 
     async def flush_off_thread(self) -> None:
         """:meth:`flush`, the batch's SQLite work done on a worker thread (the supervisor's flusher): the trio
-        thread goes on queueing and committing meanwhile, and a read meanwhile waits for it. A journal due to start
-        again (:data:`~supervisor.sessions._journal.ROLL_BYTES`) is applied on this thread, where nothing can be
-        appended to it between the apply and its new start."""
+        thread goes on queueing and committing meanwhile; a read meanwhile finishes the batch first (module
+        docstring). A journal due to start again (:data:`~supervisor.sessions._journal.ROLL_BYTES`) is applied on
+        this thread, where nothing can be appended to it between the apply and its new start."""
         if self._journal is not None and self._journal.offset > ROLL_BYTES:
             self.flush()
             return
+        self._finish_handed()
         batch = self._take(touch=True)
         if batch is None:
             return
+        with self._claim:
+            self._handed = batch
         try:
-            await trio.to_thread.run_sync(self._apply_batch, batch)
+            await trio.to_thread.run_sync(self._apply_handed)
         finally:
+            self._finish_handed()  # cancelled before its thread claimed it: applied here; else waited for
             self._settle(batch, whole=False)
 
+    def _finish_handed(self) -> None:
+        """On the trio thread: apply the flusher's batch when no thread has claimed it yet, else wait until the
+        thread that claimed it has applied it."""
+        with self._claim:
+            handed, self._handed = self._handed, None
+        with self._applying:  # (a thread that claimed the batch holds this until it is applied)
+            if handed is not None:
+                self._apply_batch(handed)
+
+    def _apply_handed(self) -> None:
+        """On the flusher's thread: claim the handed batch (unless a read on the trio thread took it) and apply it."""
+        with self._claim:
+            batch, self._handed = self._handed, None
+            if batch is None:
+                return
+            self._applying.acquire()  # under _claim: whoever finds nothing handed now waits for this apply
+        try:
+            self._apply_batch(batch)
+        finally:
+            self._applying.release()
+
     def _take(self, *, touch: bool) -> _Batch | None:
-        """The queued writes (and, with ``touch``, the sessions to touch) as a batch, :attr:`_applying` held for
-        it; ``None`` (and not held) when there is nothing to apply. On the trio thread."""
+        """The queued writes (and, with ``touch``, the sessions to touch) as a batch; ``None`` when there is
+        nothing to apply. On the trio thread."""
         if not self._pending and not (touch and self._touched):
             return None
-        self._applying.acquire()  # the batch taken before, if it is still being applied on the flusher's thread
         pending, self._pending = self._pending, []
         journaled, self._journaled = self._journaled, 0
         touched: dict[str, None] = {}
@@ -167,38 +199,35 @@ class QueuedDatabase:
         return _Batch(pending, touched, journal.offset if journal is not None and journaled else None)
 
     def _apply_batch(self, batch: _Batch) -> None:
-        """Apply ``batch`` in one transaction and give :attr:`_applying` back; a failing write is kept in the
+        """Apply ``batch`` in one transaction (the caller holds :attr:`_applying`); a failing write is kept in the
         batch, not raised (only a ``BEGIN`` the connection refuses, a closed store, raises). On the trio thread or
         the flusher's."""
-        try:
-            self._db.execute("BEGIN")
-            for statement, params in batch.pending:
-                try:
-                    self._db.execute(STATEMENTS[statement], params)
-                except (sqlite3.Error, UnicodeEncodeError) as exc:  # a lone surrogate SQLite cannot store, too
-                    batch.errors.append(f"{type(exc).__name__}: {exc}")
-            if batch.touched:
-                now = time.time()
-                try:
-                    self._db.executemany(STATEMENTS["modified"], [(now, session_id) for session_id in batch.touched])
-                except sqlite3.Error as exc:
-                    batch.errors.append(f"{type(exc).__name__}: {exc}")
-            journal = self._journal
-            if journal is not None and batch.journal_offset is not None:
-                try:
-                    self._db.execute(
-                        "INSERT OR REPLACE INTO journal_applied (name, generation, applied, ts) VALUES (?, ?, ?, ?)",
-                        (journal.name, journal.generation, batch.journal_offset, time.time()),
-                    )
-                except sqlite3.Error as exc:
-                    batch.errors.append(f"{type(exc).__name__}: {exc}")
+        self._db.execute("BEGIN")
+        for statement, params in batch.pending:
             try:
-                self._db.execute("COMMIT")
+                self._db.execute(STATEMENTS[statement], params)
+            except (sqlite3.Error, UnicodeEncodeError) as exc:  # a lone surrogate SQLite cannot store, too
+                batch.errors.append(f"{type(exc).__name__}: {exc}")
+        if batch.touched:
+            now = time.time()
+            try:
+                self._db.executemany(STATEMENTS["modified"], [(now, session_id) for session_id in batch.touched])
             except sqlite3.Error as exc:
-                batch.commit_error = f"{type(exc).__name__}: {exc}"
-            batch.done = True
-        finally:
-            self._applying.release()
+                batch.errors.append(f"{type(exc).__name__}: {exc}")
+        journal = self._journal
+        if journal is not None and batch.journal_offset is not None:
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO journal_applied (name, generation, applied, ts) VALUES (?, ?, ?, ?)",
+                    (journal.name, journal.generation, batch.journal_offset, time.time()),
+                )
+            except sqlite3.Error as exc:
+                batch.errors.append(f"{type(exc).__name__}: {exc}")
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            batch.commit_error = f"{type(exc).__name__}: {exc}"
+        batch.done = True
 
     def _settle(self, batch: _Batch, *, whole: bool) -> None:
         """Count what applying ``batch`` came to (on the trio thread); ``whole``: nothing was appended to the

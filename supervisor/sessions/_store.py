@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._bounded import remember
 from ._ids import LOCAL_TENANT, Owner, new_id, root_session_id
-from ._queued_db import QueuedDatabase
+from ._prune import PRUNE_STEP_ROWS, PruneStep, prune_step
+from ._queued_db import CHECKPOINT_COMMITS, QueuedDatabase
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -307,37 +308,33 @@ class SessionStore(QueuedDatabase):
         turns and tool calls, and the turns and tool calls from before ``older_than`` of every other session that
         is not running (a session in use for longer than the retention keeps only its recent records, so the store
         stays bounded by the traffic of the retention period even when a session never ends); return how many
-        sessions went (:attr:`pruned_records`: how many records of sessions still kept went). A child whose parent
-        went keeps its (now dangling) parent id: scopes treat a missing session as none. Never raises for a
-        database error (counted as a write error)."""
-        self.flush()
-        cutoff = (older_than,)
-        try:
-            self._db.execute("BEGIN")
-            old = "SELECT id FROM sessions WHERE modified < ? AND status != 'running'"
-            self._db.execute(f"DELETE FROM turns WHERE session_id IN ({old})", cutoff)
-            self._db.execute(f"DELETE FROM tool_calls WHERE session_id IN ({old})", cutoff)
-            self._db.execute(f"DELETE FROM session_skills WHERE session_id IN ({old})", cutoff)
-            gone = self._db.execute("DELETE FROM sessions WHERE modified < ? AND status != 'running'", cutoff).rowcount
-            running = "SELECT id FROM sessions WHERE status = 'running'"
-            records = self._db.execute(
-                f"DELETE FROM turns WHERE ts < ? AND session_id NOT IN ({running})", cutoff
-            ).rowcount
-            records += self._db.execute(
-                f"DELETE FROM tool_calls WHERE started < ? AND session_id NOT IN ({running})", cutoff
-            ).rowcount
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._count_error(exc)
-            try:
-                self._db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            return 0
-        self._known.clear()  # a pruned root session seen again is created again
-        self._roots.clear()
+        sessions went (:attr:`pruned_records`: how many records of sessions still kept went). All at once, in
+        steps (:meth:`prune_step`; the supervisor checkpoints between them). A child whose parent went keeps its
+        (now dangling) parent id: scopes treat a missing session as none. Never raises for a database error
+        (counted as a write error)."""
+        gone = records = 0
+        while (step := self.prune_step(older_than)) is not None:
+            gone, records = gone + step.sessions, records + step.records
+            if step.done:
+                break
         self.pruned_records = records
         return gone
+
+    def prune_step(self, older_than: float, limit: int = PRUNE_STEP_ROWS) -> PruneStep | None:
+        """One step of :meth:`prune`: at most ``limit`` rows deleted in one transaction (``_prune.py``), after
+        which a checkpoint is due; ``None`` after a database error (counted as a write error)."""
+        self.flush()
+        try:
+            with self._applying:  # not while the flusher's thread applies a batch on the same connection
+                step = prune_step(self._db, older_than, limit)
+        except sqlite3.Error as exc:
+            self._count_error(exc)
+            return None
+        self._commits += CHECKPOINT_COMMITS  # the step's pages are in the WAL: a checkpoint is due
+        if step.sessions:
+            self._known.clear()  # a pruned root session seen again is created again
+            self._roots.clear()
+        return step
 
     def count_calls(self, ids: set[str]) -> int:
         self.flush()

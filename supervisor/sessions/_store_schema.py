@@ -11,10 +11,12 @@ import time
 from ._ids import LOCAL_TENANT
 from ._journal import dead_journals, parse, read_all
 
-__all__ = ["BACKSTOP_CHECKPOINT_PAGES", "STATEMENTS", "apply_dead_journals", "open_database"]
+__all__ = ["BACKSTOP_CHECKPOINT_PAGES", "STATEMENTS", "WAL_SIZE_LIMIT", "apply_dead_journals", "open_database"]
 
 #: SQLite's automatic checkpoint (on the committing thread) only past this many WAL pages: when nobody checkpoints.
 BACKSTOP_CHECKPOINT_PAGES = 16_384
+#: The WAL file is cut back to this size (bytes) when it is reset after a checkpoint (``journal_size_limit``).
+WAL_SIZE_LIMIT = 8 * 1024 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -73,6 +75,8 @@ def open_database(path: str) -> sqlite3.Connection:
             # SQLite's own checkpoint runs on the committing thread (the trio thread) and fsyncs twice: only a
             # backstop now; :meth:`SessionStore.checkpoint` does it, off that thread, when it is due.
             db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
+            # SQLite keeps the WAL file at the largest size it ever reached; cut it back when a checkpoint resets it
+            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
         for table, column, declaration in _ADDED_COLUMNS:

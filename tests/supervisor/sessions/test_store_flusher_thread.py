@@ -1,16 +1,19 @@
 """The flusher applies the session store's queued writes on a worker thread (``QueuedDatabase.flush_off_thread``)
 while the trio thread goes on queueing, committing and reading: batches are applied in the order they were taken
-(a read waits for the flusher's batch, then applies what was queued since), and the journal never starts again
-over lines the flusher's batch did not hold. The batch is held in its thread by a wrapper around the real apply,
-so what happens meanwhile is not left to timing."""
+(a read applies the flusher's batch itself when its thread has not claimed it yet, or waits for that thread, then
+applies what was queued since), and the journal never starts again over lines the flusher's batch did not hold.
+The batch is held in its thread (or the thread kept from starting) by wrappers, so what happens meanwhile is not
+left to timing."""
 
 from __future__ import annotations
 
+import faulthandler
 import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any
 
 import trio
+import trio.testing
 
 from supervisor.sessions import _journal, _queued_db
 from supervisor.sessions._store import SessionStore
@@ -62,15 +65,15 @@ async def test_a_read_while_the_flusher_applies_waits_for_its_batch_and_then_app
             _call(store, "s", n, output=f"then {n}")
         store.commit()
         reader = trio.Event()
-        reading = threading.Event()  # the reader is taking its batch (and waits there for the flusher's)
-        take = store._take
+        reading = threading.Event()  # the reader is flushing (and waits there for the flusher's batch)
+        finish = store._finish_handed
 
-        def taken(*, touch: bool) -> Any:
+        def finishing() -> None:
             if threading.get_ident() != held.trio_thread:
                 reading.set()
-            return take(touch=touch)
+            finish()
 
-        monkeypatch.setattr(store, "_take", taken)
+        monkeypatch.setattr(store, "_finish_handed", finishing)
         seen: list[dict[str, Any]] = []
 
         async def read() -> None:  # a read, in a thread of its own so that this test can let the batch go after it
@@ -128,3 +131,39 @@ async def test_the_journal_does_not_start_again_over_lines_the_flushers_batch_di
     assert journal.generation != generation
     assert [call_id for call_id, _ in _rows(path)] == ["c0", "c1"]
     store.close()
+
+
+async def test_a_read_on_the_trio_thread_before_the_flushers_thread_started_applies_its_batch_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flusher has taken its batch but its thread has not started (it waits for a thread, a checkpoint of the
+    trio loop): a read on the trio thread then may not wait for that thread (it would wait for itself) nor read
+    without the batch; it applies the batch itself, once, and the thread later finds nothing to do."""
+    faulthandler.dump_traceback_later(60, exit=True)  # a hang here would be the deadlock this test is about
+    try:
+        path = tmp_path / "sessions.sqlite3"
+        store = SessionStore(str(path))
+        for n in range(3):
+            _call(store, "s", n)
+        store.commit()
+        gate = trio.Event()
+        run_sync = trio.to_thread.run_sync
+
+        async def gated(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            await gate.wait()
+            return await run_sync(fn, *args, **kwargs)
+
+        monkeypatch.setattr(trio.to_thread, "run_sync", gated)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.flush_off_thread)
+            await trio.testing.wait_all_tasks_blocked()
+            assert store._handed is not None  # taken and handed over, no thread has it
+            _call(store, "s", 3)
+            seen = [c["call_id"] for c in store.tool_calls("s")]  # on the trio thread
+            gate.set()
+        assert seen == ["c0", "c1", "c2", "c3"]
+        assert [call_id for call_id, _ in _rows(path)] == ["c0", "c1", "c2", "c3"]  # each applied once
+        assert store.write_errors == 0, store.last_write_error
+        store.close()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
