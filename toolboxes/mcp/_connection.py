@@ -192,12 +192,23 @@ class Connection:
     def _send(self, message: dict[str, Any]) -> None:
         data = encode(message)
         assert self._proc.stdin is not None
+        failed: Exception | None = None
         with self._write_lock:
             try:
                 self._proc.stdin.write(data)
                 self._proc.stdin.flush()
             except (BrokenPipeError, ValueError, OSError) as exc:
-                raise ServerGone(self._gone or f"{self.label} closed its stdin") from exc
+                failed = exc
+        if failed is not None:
+            raise ServerGone(self._why_gone()) from failed
+
+    def _why_gone(self) -> str:
+        """Why a write failed: the server's end as the stdout reader reports it (how it exited, its stderr), waited
+        for while the reader reaps it (a server that printed why and exited is usually seen by the write first);
+        not waited for on the reader's own thread (a reply to the server's request)."""
+        if threading.current_thread() is not self._threads[0]:
+            self.gone.wait(_TERM_GRACE_S * 8)
+        return self._gone or f"{self.label} closed its stdin"
 
     def _timeout_message(self, method: str) -> str:
         note = ""
