@@ -59,6 +59,20 @@ def _projected(folder: Path, files: dict[str, str], version: str) -> None:
     os.replace(folder / "..data_tmp", folder / "..data")
 
 
+def _processes_naming(text: str) -> list[str]:
+    """The command lines of this host's processes that name ``text``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(f"{pid}: {line[:200]}")
+    return found
+
+
 def _wait(path: Path, text: str, timeout: float = 120) -> str:
     deadline = time.monotonic() + timeout
     while text not in (content := path.read_text() if path.exists() else ""):
@@ -99,6 +113,7 @@ def test_a_changed_agent_file_reaches_the_supervisor(sandbox_tmp: Path) -> None:
             "unshare",
             "--pid",
             "--fork",
+            "--kill-child",  # the pod's PID 1 dies with unshare (pod.kill() below), and so does every process in it
             "--mount",
             "--mount-proc",
             "sh",
@@ -131,5 +146,9 @@ def test_a_changed_agent_file_reaches_the_supervisor(sandbox_tmp: Path) -> None:
         assert after["agents"]["alpha"]["file"] == f"{agents}/alpha.json"
         assert after["agents"]["alpha"]["inode"] != bound["alpha"]["inode"]  # the new file, same slug
     finally:
-        pod.kill()  # the namespace's first process: every process of the "pod" ends with it
+        pod.kill()  # unshare: its child, the namespace's first process, gets SIGKILL (--kill-child) and the pod ends
         pod.wait()
+    deadline = time.monotonic() + 30
+    while leftovers := _processes_naming(str(etc)):  # the kernel ends the namespace's processes: polled
+        assert time.monotonic() < deadline, f"processes of the pod outlived it: {leftovers}"
+        time.sleep(0.05)
