@@ -55,8 +55,6 @@ ALLOWED = {
     ("supervisor/calls/_attachments.py", "os.replace"): "a file of that store",
     ("supervisor/traces/_recorder.py", "os.makedirs"): "the trace file's folder, never granted to a worker",
     ("supervisor/traces/_recorder.py", "os.replace"): "the trace file, rotated in that folder",
-    ("supervisor/plan/_skill_clones.py", "os.makedirs"): "the clones' parent under the state dir: root's",
-    ("supervisor/plan/_skill_clones.py", "os.chmod"): "that parent and the git config root writes there",
     ("supervisor/plan/_skill_clones.py", "os.rename"): "a finished clone into place inside that root-owned parent",
     (
         "supervisor/frontends/_cli_init.py",

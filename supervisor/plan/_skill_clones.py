@@ -38,6 +38,7 @@ from sandbox import (
     FsRule,
     HostError,
     SupervisorCA,
+    ensure_dir,
     no_own_ports,
     normalize_host,
     open_anchor,
@@ -78,10 +79,7 @@ def _write_global_config(path: str, repo_path: str | None) -> None:
     lines = ["[safe]"]
     if repo_path is not None:
         lines += [f"\tdirectory = {p}" for p in (repo_path, os.path.join(repo_path, ".git"))]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.chmod(path, 0o644)
+    _write_public(path, ("\n".join(lines) + "\n").encode())
 
 
 @dataclass
@@ -130,8 +128,11 @@ def _prepare(
     else:
         return f"git source {git.url}: only http(s):// and file:// URLs can be cloned"
     parent = os.path.dirname(git.target)
-    os.makedirs(parent, mode=0o711, exist_ok=True)
-    os.chmod(parent, 0o711)
+    state_fd = open_anchor(os.path.dirname(parent))
+    try:  # root's folder of clones in the state dir, made or checked through fds (never a link followed)
+        os.close(ensure_dir(state_fd, os.path.basename(parent), mode=0o711, where=parent))
+    finally:
+        os.close(state_fd)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(git.target)}.partial-", dir=parent)
     parent_fd = open_anchor(parent)
     try:  # root's fresh folder, handed to the clone's uid through its fd
